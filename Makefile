@@ -1,0 +1,125 @@
+# sigserve build. Binaries go to $(BUILD)/; header dependencies are tracked (-MMD);
+# CUDA parts are compiled only when nvcc is found. `make test` and `make run` install
+# missing Debian packages first (deploy/install-deps.sh), then build.
+
+BUILD    ?= build
+CC       ?= cc
+PYTHON   ?= /usr/bin/python3
+PKGS     := libzmq libprotobuf-c libcjson
+OPT      ?= -O3
+SAN      ?=
+CFLAGS   := -std=gnu11 $(OPT) -g -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-psabi -MMD -MP \
+            -Iservice -Iclients -I$(BUILD)/gen $(SAN) \
+            $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
+LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -lpthread -lm
+LDFLAGS  := $(SAN)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+CFLAGS   += -DSIGSERVE_VERSION='"$(VERSION)"'
+
+# CUDA: only when nvcc is found (PATH or the default toolkit folder).
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+ifneq ($(NVCC),)
+  HAVE_CUDA := 1
+  CFLAGS   += -DSIGSERVE_HAVE_CUDA=1
+  CU_SRC   := $(wildcard kernels/*.cu service/*.cu)
+  CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
+  NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Iservice -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+endif
+
+PROTO_C  := $(BUILD)/gen/signal.pb-c.c
+PROTO_H  := $(BUILD)/gen/signal.pb-c.h
+PROTO_PY := $(BUILD)/gen/py/signal_pb2.py
+
+CORE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
+CORE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC)) $(BUILD)/obj/gen/signal.pb-c.o $(CU_OBJ)
+CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/gen/signal.pb-c.o
+TEST_SRC := $(wildcard tests/test_*.c)
+TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
+BINS     := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/libsigcore.a $(BUILD)/libsigclient.a \
+            $(BUILD)/libsigclient.so $(TOOLS)
+DEMO     := $(BUILD)/models/tick_mlp.safetensors
+
+.PHONY: all deps run test check asan test-asan bench curves clean
+.DEFAULT_GOAL := all
+
+all: $(BINS) $(TESTS) $(DEMO) $(PROTO_PY)
+
+deps:
+	@./deploy/install-deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/sigserve --config config/sigserve.json
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory check
+
+# Runs every suite already built; tests/run.sh prints one summary line.
+check: all
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./tests/run.sh $(TESTS)
+
+asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT=-O1 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all' all
+
+test-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT=-O1 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all' check
+
+$(PROTO_C) $(PROTO_H): proto/signal.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/signal.proto
+
+$(PROTO_PY): proto/signal.proto
+	@mkdir -p $(BUILD)/gen/py
+	protoc --proto_path=proto --python_out=$(BUILD)/gen/py proto/signal.proto
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-unused-parameter -fPIC -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/libsigcore.a: $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libsigclient.a: $(CLIENT_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libsigclient.so: $(CLIENT_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libzmq libprotobuf-c 2>/dev/null)
+
+$(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigcore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+# The demo model's weights: generated deterministically, so the service runs with no user files.
+$(DEMO): $(BUILD)/gen_demo_weights
+	@mkdir -p $(dir $@)
+	$(BUILD)/gen_demo_weights $@
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Runs the Check suites given as arguments and the Python wire test, then prints one line:
+# "N passed, N failed, N skipped". GPU suites skip themselves (with the reason) when no CUDA
+# device is present.
+set -u
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+passed=0; failed=0; skipped=0; failed_names=""
+for t in "$@"; do
+    name=$(basename "$t")
+    log="$BUILD/tests/$name.log"
+    start=$(date +%s)
+    "$t" >"$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    # Check prints "100%: Checks: 12, Failures: 0, Errors: 0"; suites that skip print "SKIP: why".
+    line=$(grep -E '^[0-9]+%: Checks:' "$log" | tail -n 1)
+    if grep -q '^SKIP:' "$log"; then
+        skipped=$((skipped + 1)); echo "SKIP  $name ($(grep '^SKIP:' "$log" | head -n 1 | cut -c7-))"
+    elif [ $rc -eq 0 ]; then
+        passed=$((passed + 1)); echo "PASS  $name  ${line} (${secs}s)"
+    else
+        failed=$((failed + 1)); failed_names="$failed_names $name"
+        echo "FAIL  $name  ${line} (${secs}s)"; grep -E ':[EF]:' "$log" | head -n 20
+        tail -n 5 "$log"
+    fi
+done
+for py in tests/python/test_*.py; do
+    [ -f "$py" ] || continue
+    name=$(basename "$py" .py)
+    log="$BUILD/tests/$name.log"
+    BUILD=$BUILD PYTHONPATH="$BUILD/gen/py:clients/python" "$PYTHON" "$py" >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then passed=$((passed + 1)); echo "PASS  $name  $(tail -n 1 "$log")"
+    else failed=$((failed + 1)); failed_names="$failed_names $name"; echo "FAIL  $name"; tail -n 30 "$log"; fi
+done
+echo
+[ -n "$failed_names" ] && echo "failed suites:$failed_names"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ $failed -eq 0 ]
