@@ -1,0 +1,32 @@
+/* Protobuf decoding with a bounded allocator, and reply encoding into a caller's buffer.
+ * A request is unpacked into an arena that is reset for every request: no heap allocation per
+ * request, and a hostile payload that would need more memory than the arena holds is refused
+ * (STATUS_BAD_REQUEST) instead of growing the process. */
+#ifndef SIGSERVE_CODEC_H
+#define SIGSERVE_CODEC_H
+
+#include "signal.pb-c.h"
+#include "status.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct _codec_t codec_t;
+
+/* MAX_MESSAGE_BYTES: the largest payload the server accepts; the arena is sized from it so that
+ * every well-formed request of that size fits. NULL when memory runs out. */
+codec_t *codec_new (size_t max_message_bytes);
+void codec_destroy (codec_t **self_p);
+
+/* Decodes PAYLOAD into *REQUEST (valid until the next decode). SIG_OK, or SIG_BAD_REQUEST with a
+ * message in ERR: empty payload, undecodable bytes, no body. */
+sig_status_t codec_decode_request (codec_t *self, const void *payload, size_t len,
+                                   Sigserve__V1__Request **request, char *err, size_t errlen);
+
+/* Packs REPLY into BUF. The packed size, or 0 when it would not fit in CAP. */
+size_t codec_encode_reply (const Sigserve__V1__Reply *reply, uint8_t *buf, size_t cap);
+
+/* The arena's size in bytes and the high-water mark of its use (for tests and stats). */
+size_t codec_arena_capacity (const codec_t *self);
+size_t codec_arena_high_water (const codec_t *self);
+
+#endif

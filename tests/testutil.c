@@ -1,0 +1,143 @@
+#include "testutil.h"
+
+#include "signal.pb-c.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+char *tu_tmpdir (void)
+{
+    const char *base = getenv ("TMPDIR");
+    char tmpl[4096];
+    snprintf (tmpl, sizeof tmpl, "%s/sigserve-test-XXXXXX", base && *base ? base : "/tmp");
+    char *dir = mkdtemp (tmpl);
+    return dir ? strdup (dir) : NULL;
+}
+
+char *tu_write_file (const char *dir, const char *name, const void *data, long len)
+{
+    size_t n = strlen (dir) + strlen (name) + 2;
+    char *path = malloc (n);
+    snprintf (path, n, "%s/%s", dir, name);
+    FILE *f = fopen (path, "wb");
+    if (!f) { free (path); return NULL; }
+    size_t size = len < 0 ? strlen ((const char *) data) : (size_t) len;
+    if (fwrite (data, 1, size, f) != size) { fclose (f); free (path); return NULL; }
+    fclose (f);
+    return path;
+}
+
+int tu_free_port (void)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    a.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind (fd, (struct sockaddr *) &a, sizeof a) != 0
+        || getsockname (fd, (struct sockaddr *) &a, &len) != 0) {
+        if (fd >= 0) close (fd);
+        return -1;
+    }
+    close (fd);
+    return ntohs (a.sin_port);
+}
+
+double tu_rel_error (const float *a, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double) a[i] - ref[i];
+        if (isnan (a[i])) return INFINITY;
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    if (den == 0) return sqrt (num);
+    return sqrt (num / den);
+}
+
+const char *tu_build_dir (void)
+{
+    const char *b = getenv ("BUILD");
+    return b && *b ? b : "build";
+}
+
+/* One health request over a fresh DEALER socket; 1 when the server says ready. */
+static int s_health_ready (void *ctx, const char *endpoint)
+{
+    void *s = zmq_socket (ctx, ZMQ_DEALER);
+    int timeout = 200, linger = 0;
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    int ready = 0;
+    if (zmq_connect (s, endpoint) == 0) {
+        Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+        Sigserve__V1__HealthRequest h = SIGSERVE__V1__HEALTH_REQUEST__INIT;
+        req.body_case = SIGSERVE__V1__REQUEST__BODY_HEALTH;
+        req.health = &h;
+        uint8_t buf[64];
+        size_t n = sigserve__v1__request__pack (&req, buf);
+        if (zmq_send (s, buf, n, 0) == (int) n) {
+            uint8_t rbuf[1024];
+            int r = zmq_recv (s, rbuf, sizeof rbuf, 0);
+            if (r > 0) {
+                Sigserve__V1__Reply *rep = sigserve__v1__reply__unpack (NULL, (size_t) r, rbuf);
+                if (rep && rep->body_case == SIGSERVE__V1__REPLY__BODY_HEALTH && rep->health->ready)
+                    ready = 1;
+                if (rep) sigserve__v1__reply__free_unpacked (rep, NULL);
+            }
+        }
+    }
+    zmq_close (s);
+    return ready;
+}
+
+pid_t tu_server_start (const char *config_path, const char *endpoint, int timeout_ms)
+{
+    char bin[4096];
+    snprintf (bin, sizeof bin, "%s/sigserve", tu_build_dir ());
+    pid_t pid = fork ();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        const char *level = getenv ("SIGSERVE_TEST_LOG") ? getenv ("SIGSERVE_TEST_LOG") : "warn";
+        execl (bin, bin, "--config", config_path, "--log-level", level, (char *) NULL);
+        _exit (127);
+    }
+    void *ctx = zmq_ctx_new ();
+    int ready = 0;
+    for (int waited = 0; waited < timeout_ms && !ready; waited += 50) {
+        int status;
+        if (waitpid (pid, &status, WNOHANG) == pid) { pid = -1; break; }
+        ready = s_health_ready (ctx, endpoint);
+        if (!ready) usleep (50 * 1000);
+    }
+    zmq_ctx_term (ctx);
+    if (!ready && pid > 0) { kill (pid, SIGKILL); waitpid (pid, NULL, 0); return -1; }
+    return ready ? pid : -1;
+}
+
+int tu_server_stop (pid_t pid)
+{
+    if (pid <= 0) return -1;
+    kill (pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 500; i++) {
+        if (waitpid (pid, &status, WNOHANG) == pid)
+            return WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
+        usleep (10 * 1000);
+    }
+    kill (pid, SIGKILL);
+    waitpid (pid, &status, 0);
+    return -1;
+}
