@@ -1,0 +1,693 @@
+/* config.c: the shipped configs load, defaults and path resolution are as documented, and every
+ * kind of bad input fails with the message an operator would need: file, JSON path, expected
+ * vs received. Runs from the repository root. */
+#include "config.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The JSON in these tests is written with single quotes for readability; s_json swaps them. */
+static char *s_json (const char *text)
+{
+    char *s = strdup (text);
+    for (char *c = s; *c; c++)
+        if (*c == '\'')
+            *c = '"';
+    return s;
+}
+
+static config_t *s_parse (const char *text, char *err, size_t errlen)
+{
+    char *json = s_json (text);
+    config_t *cfg = config_parse (json, "test.json", "/srv/conf", err, errlen);
+    free (json);
+    return cfg;
+}
+
+#define ENDPOINT    "'endpoints': ['tcp://127.0.0.1:5555']"
+#define SERVER_OK   "'server': {" ENDPOINT "}"
+#define LAYER_OK    "{'weight': '0.weight'}"
+#define MODEL_WITH(extra) "{'name': 'm', 'weights': 'w.safetensors', 'layers': [" LAYER_OK "]" extra "}"
+#define MODEL_LAYERS(layers) "{'name': 'm', 'weights': 'w.safetensors', 'layers': [" layers "]}"
+#define MODELS_OK   "'models': [" MODEL_WITH ("") "]"
+#define WITH_SERVER(extra) "{'server': {" ENDPOINT extra "}, " MODELS_OK "}"
+#define WITH_MODEL(extra) "{" SERVER_OK ", 'models': [" MODEL_WITH (extra) "]}"
+#define WITH_LAYERS(layers) "{" SERVER_OK ", 'models': [" MODEL_LAYERS (layers) "]}"
+
+/* ---------------------------------------------------------------- files that must load */
+
+START_TEST (test_default_config_loads)
+{
+    char err[512];
+    config_t *cfg = config_load ("config/sigserve.json", err, sizeof err);
+    ck_assert_msg (cfg != NULL, "config/sigserve.json: %s", err);
+    ck_assert_str_eq (cfg->path, "config/sigserve.json");
+    ck_assert_uint_eq (cfg->server.endpoint_count, 1);
+    ck_assert_str_eq (cfg->server.endpoints[0], "tcp://127.0.0.1:5555");
+    ck_assert_uint_eq (cfg->server.max_message_bytes, 65536);
+    ck_assert (!cfg->server.busy_poll);
+    ck_assert_str_eq (cfg->server.log_level, "info");
+    ck_assert_uint_eq (cfg->server.io_threads, 1);
+    ck_assert_uint_eq (cfg->server.queue_depth, 64);
+    ck_assert_uint_eq (cfg->model_count, 1);
+    const model_config_t *m = &cfg->models[0];
+    ck_assert_str_eq (m->name, "tick_mlp");
+    ck_assert_str_eq (m->version, "1");
+    ck_assert_int_eq (m->backend, BACKEND_AUTO);
+    ck_assert_int_eq (m->kernel, CUDA_KERNEL_WARP);
+    ck_assert_int_eq (m->cpu_kernel, CPU_KERNEL_LOOP);
+    ck_assert (m->graph);
+    ck_assert_int_eq (m->device, 0);
+    ck_assert_uint_eq (m->max_rows, 64);
+    ck_assert_str_eq (m->weights, "config/../build/models/tick_mlp.safetensors");
+    ck_assert_uint_eq (m->layer_count, 3);
+    const char *weights[] = { "0.weight", "2.weight", "4.weight" };
+    const char *biases[] = { "0.bias", "2.bias", "4.bias" };
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
+    for (int i = 0; i < 3; i++) {
+        ck_assert_str_eq (m->layers[i].weight, weights[i]);
+        ck_assert_str_eq (m->layers[i].bias, biases[i]);
+        ck_assert_int_eq (m->layers[i].activation, acts[i]);
+    }
+    config_destroy (&cfg);
+    ck_assert_ptr_null (cfg);
+    config_destroy (&cfg);      /* safe twice */
+    config_destroy (NULL);
+}
+END_TEST
+
+START_TEST (test_example_cpu_config_loads)
+{
+    char err[512];
+    config_t *cfg = config_load ("config/example-cpu.json", err, sizeof err);
+    ck_assert_msg (cfg != NULL, "config/example-cpu.json: %s", err);
+    ck_assert_uint_eq (cfg->server.endpoint_count, 2);
+    ck_assert_str_eq (cfg->server.endpoints[0], "tcp://127.0.0.1:5555");
+    ck_assert_str_eq (cfg->server.endpoints[1], "ipc:///tmp/sigserve.ipc");
+    ck_assert_int_eq (cfg->models[0].backend, BACKEND_CPU);
+    ck_assert_int_eq (cfg->models[0].cpu_kernel, CPU_KERNEL_LOOP);
+    ck_assert_str_eq (cfg->models[0].weights, "config/../build/models/tick_mlp.safetensors");
+    ck_assert_uint_eq (cfg->models[0].layer_count, 3);
+    ck_assert_str_eq (cfg->models[0].layers[2].bias, "4.bias");
+    ck_assert_int_eq (cfg->models[0].layers[2].activation, ACTIVATION_NONE);
+    config_destroy (&cfg);
+}
+END_TEST
+
+START_TEST (test_defaults_when_absent)
+{
+    char err[512];
+    config_t *cfg = s_parse ("{" SERVER_OK ", " MODELS_OK "}", err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_str_eq (cfg->path, "test.json");
+    ck_assert_uint_eq (cfg->server.max_message_bytes, 65536);
+    ck_assert (!cfg->server.busy_poll);
+    ck_assert_str_eq (cfg->server.log_level, "info");
+    ck_assert_uint_eq (cfg->server.io_threads, 1);
+    ck_assert_uint_eq (cfg->server.queue_depth, 64);
+    const model_config_t *m = &cfg->models[0];
+    ck_assert_str_eq (m->version, "1");
+    ck_assert_int_eq (m->backend, BACKEND_AUTO);
+    ck_assert_int_eq (m->kernel, CUDA_KERNEL_WARP);
+    ck_assert_int_eq (m->cpu_kernel, CPU_KERNEL_LOOP);
+    ck_assert (m->graph);
+    ck_assert_int_eq (m->device, 0);
+    ck_assert_uint_eq (m->max_rows, 64);
+    ck_assert_str_eq (m->layers[0].bias, "0.bias");
+    ck_assert_int_eq (m->layers[0].activation, ACTIVATION_NONE);
+    config_destroy (&cfg);
+}
+END_TEST
+
+START_TEST (test_every_value_read)
+{
+    char err[512];
+    config_t *cfg = s_parse (
+        "{'server': {'endpoints': ['tcp://*:6000', 'ipc:///tmp/a.ipc', 'inproc://x'],"
+        "  'max_message_bytes': 67108864, 'busy_poll': true, 'log_level': 'debug',"
+        "  'io_threads': 16, 'queue_depth': 4096},"
+        " 'models': [{'name': 'A-z_0.9', 'version': 'v2.1 beta', 'backend': 'cuda', 'kernel': 'mbyv',"
+        "  'cpu_kernel': 'blas', 'graph': false, 'device': 63, 'max_rows': 4096,"
+        "  'weights': '/abs/w.safetensors', 'layers': ["
+        "    {'weight': 'fc1.weight', 'bias': 'fc1.b', 'activation': 'sigmoid'},"
+        "    {'weight': 'fc2', 'bias': null, 'activation': 'tanh'}]},"
+        "  {'name': 'B', 'kernel': 'cublas', 'max_rows': 1.0, 'weights': 'b', 'layers': [" LAYER_OK "]}]}",
+        err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_uint_eq (cfg->server.endpoint_count, 3);
+    ck_assert_str_eq (cfg->server.endpoints[2], "inproc://x");
+    ck_assert_uint_eq (cfg->server.max_message_bytes, 67108864);
+    ck_assert (cfg->server.busy_poll);
+    ck_assert_str_eq (cfg->server.log_level, "debug");
+    ck_assert_uint_eq (cfg->server.io_threads, 16);
+    ck_assert_uint_eq (cfg->server.queue_depth, 4096);
+    ck_assert_uint_eq (cfg->model_count, 2);
+    const model_config_t *m = &cfg->models[0];
+    ck_assert_str_eq (m->name, "A-z_0.9");
+    ck_assert_str_eq (m->version, "v2.1 beta");
+    ck_assert_int_eq (m->backend, BACKEND_CUDA);
+    ck_assert_int_eq (m->kernel, CUDA_KERNEL_MBYV);
+    ck_assert_int_eq (m->cpu_kernel, CPU_KERNEL_BLAS);
+    ck_assert (!m->graph);
+    ck_assert_int_eq (m->device, 63);
+    ck_assert_uint_eq (m->max_rows, 4096);
+    ck_assert_str_eq (m->weights, "/abs/w.safetensors");
+    ck_assert_uint_eq (m->layer_count, 2);
+    ck_assert_str_eq (m->layers[0].bias, "fc1.b");
+    ck_assert_int_eq (m->layers[0].activation, ACTIVATION_SIGMOID);
+    ck_assert_str_eq (m->layers[1].weight, "fc2");
+    ck_assert_str_eq (m->layers[1].bias, "");
+    ck_assert_int_eq (m->layers[1].activation, ACTIVATION_TANH);
+    ck_assert_int_eq (cfg->models[1].kernel, CUDA_KERNEL_CUBLAS);
+    ck_assert_uint_eq (cfg->models[1].max_rows, 1);
+    ck_assert_str_eq (cfg->models[1].weights, "/srv/conf/b");
+    config_destroy (&cfg);
+}
+END_TEST
+
+START_TEST (test_bias_null_and_derived)
+{
+    char err[512];
+    config_t *cfg = s_parse (WITH_LAYERS ("{'weight': 'enc.0.weight'}, {'weight': '1.weight', 'bias': null},"
+                                          "{'weight': 'x.weight', 'bias': 'other'}"),
+                             err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_str_eq (cfg->models[0].layers[0].bias, "enc.0.bias");
+    ck_assert_str_eq (cfg->models[0].layers[1].bias, "");
+    ck_assert_str_eq (cfg->models[0].layers[2].bias, "other");
+    config_destroy (&cfg);
+
+    /* No ".weight" suffix and no bias: the name cannot be guessed. */
+    cfg = s_parse (WITH_LAYERS (LAYER_OK ", {'weight': 'w1'}"), err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "test.json: models[0].layers[1].bias: required key missing: the weight \"w1\" "
+                           "does not end in \".weight\", so the bias name cannot be derived; give \"bias\" "
+                           "(a tensor name, or null for none)");
+    /* ... while an explicit null is fine. */
+    cfg = s_parse (WITH_LAYERS ("{'weight': 'w1', 'bias': null}"), err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_str_eq (cfg->models[0].layers[0].bias, "");
+    config_destroy (&cfg);
+}
+END_TEST
+
+START_TEST (test_relative_weights_resolved)
+{
+    char *dir = tu_tmpdir ();
+    ck_assert_ptr_nonnull (dir);
+    char *json = s_json ("{" SERVER_OK ", 'models': ["
+                         "{'name': 'a', 'weights': 'sub/a.safetensors', 'layers': [" LAYER_OK "]},"
+                         "{'name': 'b', 'weights': '/opt/b.safetensors', 'layers': [" LAYER_OK "]},"
+                         "{'name': 'c', 'weights': '../c.safetensors', 'layers': [" LAYER_OK "]}]}");
+    char *path = tu_write_file (dir, "cfg.json", json, -1);
+    ck_assert_ptr_nonnull (path);
+    char err[512], expect[4096];
+    config_t *cfg = config_load (path, err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    snprintf (expect, sizeof expect, "%s/sub/a.safetensors", dir);
+    ck_assert_str_eq (cfg->models[0].weights, expect);
+    ck_assert_str_eq (cfg->models[1].weights, "/opt/b.safetensors");
+    snprintf (expect, sizeof expect, "%s/../c.safetensors", dir);
+    ck_assert_str_eq (cfg->models[2].weights, expect);
+    ck_assert_str_eq (cfg->path, path);
+    config_destroy (&cfg);
+
+    /* A file named without a folder: paths stay relative to the working folder, its own. */
+    char cwd[4096];
+    ck_assert_ptr_nonnull (getcwd (cwd, sizeof cwd));
+    ck_assert_int_eq (chdir (dir), 0);
+    cfg = config_load ("cfg.json", err, sizeof err);
+    ck_assert_int_eq (chdir (cwd), 0);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_str_eq (cfg->models[0].weights, "sub/a.safetensors");
+    config_destroy (&cfg);
+
+    /* config_parse: no base folder keeps the path; a trailing slash is not doubled. */
+    cfg = config_parse (json, "x", NULL, err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_str_eq (cfg->models[0].weights, "sub/a.safetensors");
+    config_destroy (&cfg);
+    cfg = config_parse (json, "x", "/etc/sigserve/", err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_str_eq (cfg->models[0].weights, "/etc/sigserve/sub/a.safetensors");
+    config_destroy (&cfg);
+
+    unlink (path);
+    rmdir (dir);
+    free (path);
+    free (json);
+    free (dir);
+}
+END_TEST
+
+START_TEST (test_resolved_path_too_long)
+{
+    char base[CONFIG_PATH_MAX];
+    memset (base, 'd', 4000);
+    base[0] = '/';
+    base[4000] = '\0';
+    char *json = s_json ("{" SERVER_OK ", 'models': [{'name': 'a', 'weights': "
+                         "'0123456789012345678901234567890123456789012345678901234567890123456789"
+                         "012345678901234567890123456789.safetensors', 'layers': [" LAYER_OK "]}]}");
+    char err[512];
+    config_t *cfg = config_parse (json, "t.json", base, err, sizeof err);
+    free (json);
+    ck_assert_ptr_null (cfg);
+    ck_assert_msg (strstr (err, "t.json: models[0].weights: expected a path of at most 4095 bytes once "
+                                "joined to the config's folder") != NULL, "%s", err);
+    ck_assert_msg (strstr (err, "got 4113 bytes") != NULL, "%s", err);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- bad input: exact messages */
+
+typedef struct {
+    const char *what;
+    const char *json;       /* single-quoted */
+    const char *message;    /* the whole message */
+} bad_case_t;
+
+static const bad_case_t s_bad[] = {
+    /* unknown keys, at every level */
+    { "unknown top-level key", "{" SERVER_OK ", " MODELS_OK ", 'modles': []}",
+      "test.json: modles: unknown key (expected one of server, models)" },
+    { "unknown server key", WITH_SERVER (", 'bogus': 1"),
+      "test.json: server.bogus: unknown key (expected one of endpoints, max_message_bytes, busy_poll, "
+      "log_level, io_threads, queue_depth)" },
+    { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
+      "test.json: models[0].kernal: unknown key (expected one of name, version, backend, kernel, "
+      "cpu_kernel, graph, device, max_rows, weights, layers)" },
+    { "unknown layer key", WITH_LAYERS ("{'weight': '0.weight', 'act': 'relu'}"),
+      "test.json: models[0].layers[0].act: unknown key (expected one of weight, bias, activation)" },
+    { "key repeated", WITH_SERVER (", 'log_level': 'info', 'log_level': 'debug'"),
+      "test.json: server.log_level: duplicate key" },
+
+    /* wrong types */
+    { "bool as string", WITH_MODEL (", 'graph': 'true'"),
+      "test.json: models[0].graph: expected a boolean, got a string" },
+    { "bool as number", WITH_SERVER (", 'busy_poll': 1"),
+      "test.json: server.busy_poll: expected a boolean, got a number" },
+    { "int as string", WITH_SERVER (", 'io_threads': '3'"),
+      "test.json: server.io_threads: expected an integer from 1 to 16, got a string" },
+    { "int as null", WITH_MODEL (", 'device': null"),
+      "test.json: models[0].device: expected an integer from 0 to 63, got null" },
+    { "enum as number", WITH_MODEL (", 'backend': 1"),
+      "test.json: models[0].backend: expected one of auto, cpu, cuda, got a number" },
+    { "string as number", "{" SERVER_OK ", 'models': [{'name': 5, 'weights': 'w', 'layers': [" LAYER_OK "]}]}",
+      "test.json: models[0].name: expected a string, got a number" },
+    { "path as boolean", "{" SERVER_OK ", 'models': [{'name': 'm', 'weights': true, 'layers': [" LAYER_OK "]}]}",
+      "test.json: models[0].weights: expected a string, got a boolean" },
+    { "bias as number", WITH_LAYERS ("{'weight': '0.weight', 'bias': 0}"),
+      "test.json: models[0].layers[0].bias: expected a string or null, got a number" },
+    { "endpoints as string", "{'server': {'endpoints': 'tcp://127.0.0.1:5555'}, " MODELS_OK "}",
+      "test.json: server.endpoints: expected an array of 1 to 16 endpoints, got a string" },
+    { "endpoint as number", "{'server': {'endpoints': [5555]}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected a string, got a number" },
+    { "server as array", "{'server': [], " MODELS_OK "}",
+      "test.json: server: expected an object, got an array" },
+    { "models as object", "{" SERVER_OK ", 'models': {}}",
+      "test.json: models: expected an array of 1 to 64 models, got an object" },
+    { "model as string", "{" SERVER_OK ", 'models': ['tick_mlp']}",
+      "test.json: models[0]: expected a model object, got a string" },
+    { "layers as object", "{" SERVER_OK ", 'models': [{'name': 'm', 'weights': 'w', 'layers': {}}]}",
+      "test.json: models[0].layers: expected an array of 1 to 64 layers, got an object" },
+    { "layer as array", WITH_LAYERS ("[]"),
+      "test.json: models[0].layers[0]: expected a layer object, got an array" },
+    { "log_level as bool", WITH_SERVER (", 'log_level': true"),
+      "test.json: server.log_level: expected one of error, warn, info, debug, got a boolean" },
+    { "top level array", "[]", "test.json: expected a JSON object at the top level, got an array" },
+
+    /* out of range, low and high */
+    { "max_message_bytes low", WITH_SERVER (", 'max_message_bytes': 10"),
+      "test.json: server.max_message_bytes: expected an integer from 64 to 67108864, got 10" },
+    { "max_message_bytes high", WITH_SERVER (", 'max_message_bytes': 67108865"),
+      "test.json: server.max_message_bytes: expected an integer from 64 to 67108864, got 67108865" },
+    { "io_threads low", WITH_SERVER (", 'io_threads': 0"),
+      "test.json: server.io_threads: expected an integer from 1 to 16, got 0" },
+    { "io_threads high", WITH_SERVER (", 'io_threads': 17"),
+      "test.json: server.io_threads: expected an integer from 1 to 16, got 17" },
+    { "queue_depth low", WITH_SERVER (", 'queue_depth': 0"),
+      "test.json: server.queue_depth: expected an integer from 1 to 4096, got 0" },
+    { "queue_depth high", WITH_SERVER (", 'queue_depth': 4097"),
+      "test.json: server.queue_depth: expected an integer from 1 to 4096, got 4097" },
+    { "device low", WITH_MODEL (", 'device': -1"),
+      "test.json: models[0].device: expected an integer from 0 to 63, got -1" },
+    { "device high", WITH_MODEL (", 'device': 64"),
+      "test.json: models[0].device: expected an integer from 0 to 63, got 64" },
+    { "max_rows low", WITH_MODEL (", 'max_rows': 0"),
+      "test.json: models[0].max_rows: expected an integer from 1 to 4096, got 0" },
+    { "max_rows high", WITH_MODEL (", 'max_rows': 1e10"),
+      "test.json: models[0].max_rows: expected an integer from 1 to 4096, got 10000000000" },
+    { "max_rows huge", WITH_MODEL (", 'max_rows': 1e400"),
+      "test.json: models[0].max_rows: expected an integer from 1 to 4096, got inf" },
+
+    /* non-integral numbers */
+    { "non-integral", WITH_SERVER (", 'io_threads': 1.5"),
+      "test.json: server.io_threads: expected an integer from 1 to 16, got 1.5" },
+    { "non-integral device", WITH_MODEL (", 'device': 0.25"),
+      "test.json: models[0].device: expected an integer from 0 to 63, got 0.25" },
+
+    /* bad enum values */
+    { "bad activation", WITH_LAYERS (LAYER_OK ", {'weight': '1.weight', 'activation': 'gelu'}"),
+      "test.json: models[0].layers[1].activation: expected one of none, relu, sigmoid, tanh, got \"gelu\"" },
+    { "bad backend", WITH_MODEL (", 'backend': 'tpu'"),
+      "test.json: models[0].backend: expected one of auto, cpu, cuda, got \"tpu\"" },
+    { "bad kernel", WITH_MODEL (", 'kernel': 'Warp'"),
+      "test.json: models[0].kernel: expected one of warp, cublas, mbyv, got \"Warp\"" },
+    { "bad cpu_kernel", WITH_MODEL (", 'cpu_kernel': 'mkl'"),
+      "test.json: models[0].cpu_kernel: expected one of loop, blas, got \"mkl\"" },
+    { "bad log_level", WITH_SERVER (", 'log_level': 'verbose'"),
+      "test.json: server.log_level: expected one of error, warn, info, debug, got \"verbose\"" },
+
+    /* required keys */
+    { "no server", "{" MODELS_OK "}", "test.json: server: required key missing" },
+    { "no models", "{" SERVER_OK "}", "test.json: models: required key missing" },
+    { "no endpoints", "{'server': {'log_level': 'info'}, " MODELS_OK "}",
+      "test.json: server.endpoints: required key missing" },
+    { "no name", "{" SERVER_OK ", 'models': [{'weights': 'w', 'layers': [" LAYER_OK "]}]}",
+      "test.json: models[0].name: required key missing" },
+    { "no weights", "{" SERVER_OK ", 'models': [{'name': 'm', 'layers': [" LAYER_OK "]}]}",
+      "test.json: models[0].weights: required key missing" },
+    { "no layers", "{" SERVER_OK ", 'models': [{'name': 'm', 'weights': 'w'}]}",
+      "test.json: models[0].layers: required key missing" },
+    { "no layer weight", WITH_LAYERS ("{'bias': '0.bias'}"),
+      "test.json: models[0].layers[0].weight: required key missing" },
+    { "empty top level", "{}", "test.json: server: required key missing" },
+
+    /* arrays: counts */
+    { "empty endpoints", "{'server': {'endpoints': []}, " MODELS_OK "}",
+      "test.json: server.endpoints: expected an array of 1 to 16 endpoints, got an empty array" },
+    { "too many endpoints", "{'server': {'endpoints': ['inproc://1', 'inproc://2', 'inproc://3', "
+      "'inproc://4', 'inproc://5', 'inproc://6', 'inproc://7', 'inproc://8', 'inproc://9', 'inproc://10', "
+      "'inproc://11', 'inproc://12', 'inproc://13', 'inproc://14', 'inproc://15', 'inproc://16', "
+      "'inproc://17']}, " MODELS_OK "}",
+      "test.json: server.endpoints: expected an array of 1 to 16 endpoints, got 17 endpoints" },
+    { "empty models", "{" SERVER_OK ", 'models': []}",
+      "test.json: models: expected an array of 1 to 64 models, got an empty array" },
+    { "empty layers", "{" SERVER_OK ", 'models': [{'name': 'm', 'weights': 'w', 'layers': []}]}",
+      "test.json: models[0].layers: expected an array of 1 to 64 layers, got an empty array" },
+
+    /* endpoints */
+    { "bad endpoint scheme", "{'server': {'endpoints': ['tcp://127.0.0.1:5555', 'udp://127.0.0.1:5555']}, "
+      MODELS_OK "}",
+      "test.json: server.endpoints[1]: expected an endpoint starting with tcp://, ipc:// or inproc://, "
+      "got \"udp://127.0.0.1:5555\"" },
+    { "endpoint without scheme", "{'server': {'endpoints': ['127.0.0.1:5555']}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected an endpoint starting with tcp://, ipc:// or inproc://, "
+      "got \"127.0.0.1:5555\"" },
+    { "tcp endpoint without port", "{'server': {'endpoints': ['tcp://localhost']}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected tcp://HOST:PORT, got \"tcp://localhost\"" },
+    { "tcp ipv6 without port", "{'server': {'endpoints': ['tcp://[::1]']}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected tcp://HOST:PORT, got \"tcp://[::1]\"" },
+    { "ipc endpoint without path", "{'server': {'endpoints': ['ipc://']}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected an address after ipc://, got \"ipc://\"" },
+    { "empty endpoint", "{'server': {'endpoints': ['']}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected a string of 1 to 255 bytes, got an empty string" },
+    { "duplicate endpoint", "{'server': {'endpoints': ['tcp://127.0.0.1:5555', 'ipc:///tmp/s', "
+      "'tcp://127.0.0.1:5555']}, " MODELS_OK "}",
+      "test.json: server.endpoints[2]: duplicate endpoint \"tcp://127.0.0.1:5555\"" },
+
+    /* names and strings */
+    { "duplicate model name", "{" SERVER_OK ", 'models': ["
+      "{'name': 'tick_mlp', 'weights': 'a', 'layers': [" LAYER_OK "]},"
+      "{'name': 'tick_mlp', 'weights': 'b', 'layers': [" LAYER_OK "]}]}",
+      "test.json: models[1].name: duplicate model name \"tick_mlp\"" },
+    { "bad model name characters", "{" SERVER_OK ", 'models': [{'name': 'tick mlp/1', 'weights': 'w', "
+      "'layers': [" LAYER_OK "]}]}",
+      "test.json: models[0].name: expected only the characters A-Z a-z 0-9 _ . -, got \"tick mlp/1\"" },
+    { "empty model name", "{" SERVER_OK ", 'models': [{'name': '', 'weights': 'w', 'layers': [" LAYER_OK "]}]}",
+      "test.json: models[0].name: expected a string of 1 to 63 bytes, got an empty string" },
+    { "model name too long", "{" SERVER_OK ", 'models': [{'name': "
+      "'a123456789b123456789c123456789d123456789e123456789f123456789g123', 'weights': 'w', "
+      "'layers': [" LAYER_OK "]}]}",
+      "test.json: models[0].name: expected a string of 1 to 63 bytes, got 64 bytes" },
+    { "version with newline", WITH_MODEL (", 'version': 'v1\\n'"),
+      "test.json: models[0].version: expected no control characters, got \"v1\\u000a\"" },
+    { "empty weights", "{" SERVER_OK ", 'models': [{'name': 'm', 'weights': '', 'layers': [" LAYER_OK "]}]}",
+      "test.json: models[0].weights: expected a string of 1 to 4095 bytes, got an empty string" },
+    { "empty bias", WITH_LAYERS ("{'weight': '0.weight', 'bias': ''}"),
+      "test.json: models[0].layers[0].bias: expected a string of 1 to 63 bytes, got an empty string" },
+    { "error in a later model", "{" SERVER_OK ", 'models': [" MODEL_WITH ("") ", "
+      "{'name': 'n', 'weights': 'w', 'layers': [" LAYER_OK ", " LAYER_OK ", {'weight': 7}]}]}",
+      "test.json: models[1].layers[2].weight: expected a string, got a number" },
+};
+
+START_TEST (test_bad_input)
+{
+    const bad_case_t *c = &s_bad[_i];
+    char err[1024];
+    memset (err, 'x', sizeof err);
+    config_t *cfg = s_parse (c->json, err, sizeof err);
+    ck_assert_msg (cfg == NULL, "case \"%s\" loaded", c->what);
+    ck_assert_msg (strcmp (err, c->message) == 0, "case \"%s\":\n  got      %s\n  expected %s",
+                   c->what, err, c->message);
+}
+END_TEST
+
+START_TEST (test_too_many_models_and_layers)
+{
+    char err[512];
+    size_t size = 64 * 1024;
+    char *json = malloc (size);
+    size_t n = (size_t) snprintf (json, size, "{" SERVER_OK ", 'models': [");
+    for (int i = 0; i < CONFIG_MAX_MODELS + 1; i++)
+        n += (size_t) snprintf (json + n, size - n, "%s{'name': 'm%d', 'weights': 'w', 'layers': [" LAYER_OK "]}",
+                                i ? "," : "", i);
+    snprintf (json + n, size - n, "]}");
+    config_t *cfg = s_parse (json, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "test.json: models: expected an array of 1 to 64 models, got 65 models");
+
+    n = (size_t) snprintf (json, size, "{" SERVER_OK ", 'models': [{'name': 'm', 'weights': 'w', 'layers': [");
+    for (int i = 0; i < CONFIG_MAX_LAYERS + 1; i++)
+        n += (size_t) snprintf (json + n, size - n, "%s{'weight': '%d.weight'}", i ? "," : "", i);
+    snprintf (json + n, size - n, "]}]}");
+    cfg = s_parse (json, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "test.json: models[0].layers: expected an array of 1 to 64 layers, got 65 layers");
+
+    /* Exactly the maximum loads. */
+    n = (size_t) snprintf (json, size, "{" SERVER_OK ", 'models': [{'name': 'm', 'weights': 'w', 'layers': [");
+    for (int i = 0; i < CONFIG_MAX_LAYERS; i++)
+        n += (size_t) snprintf (json + n, size - n, "%s{'weight': '%d.weight'}", i ? "," : "", i);
+    snprintf (json + n, size - n, "]}]}");
+    cfg = s_parse (json, err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_uint_eq (cfg->models[0].layer_count, CONFIG_MAX_LAYERS);
+    ck_assert_str_eq (cfg->models[0].layers[63].bias, "63.bias");
+    config_destroy (&cfg);
+    free (json);
+}
+END_TEST
+
+START_TEST (test_invalid_json_line)
+{
+    char err[512];
+    /* A trailing comma on line 3. */
+    config_t *cfg = s_parse ("{\n  'server': {" ENDPOINT "},\n  'models': [],\n}\n", err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_msg (strstr (err, "test.json: invalid JSON near line 4") == err, "%s", err);
+
+    cfg = s_parse ("{\n  'server': {\n    'endpoints': ['tcp://127.0.0.1:5555'\n  }\n}", err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "test.json: invalid JSON near line 4, column 3");
+
+    cfg = s_parse ("{'server': {}} trailing", err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "test.json: invalid JSON near line 1, column 16");
+
+    cfg = s_parse ("", err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "test.json: invalid JSON near line 1, column 1");
+
+    /* Through a file: the file's name leads the message. */
+    char *dir = tu_tmpdir ();
+    char *path = tu_write_file (dir, "broken.json", "{\n\"server\": {\n\"endpoints\": [\"tcp://a:1\",]\n}}\n", -1);
+    cfg = config_load (path, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    char expect[4200];
+    snprintf (expect, sizeof expect, "%s: invalid JSON near line 3", path);
+    ck_assert_msg (strstr (err, expect) == err, "%s", err);
+    unlink (path);
+    free (path);
+
+    /* A NUL byte would otherwise end the text early and hide what follows. */
+    path = tu_write_file (dir, "nul.json", "{}\n\0{", 5);
+    cfg = config_load (path, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    snprintf (expect, sizeof expect, "%s: invalid JSON near line 2, column 1 (a NUL byte)", path);
+    ck_assert_str_eq (err, expect);
+    unlink (path);
+    free (path);
+    rmdir (dir);
+    free (dir);
+}
+END_TEST
+
+START_TEST (test_unreadable_file)
+{
+    char err[512];
+    config_t *cfg = config_load ("no/such/dir/sigserve.json", err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "no/such/dir/sigserve.json: cannot read: No such file or directory");
+
+    char *dir = tu_tmpdir ();
+    cfg = config_load (dir, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    char expect[4200];
+    snprintf (expect, sizeof expect, "%s: cannot read: Is a directory", dir);
+    ck_assert_str_eq (err, expect);
+
+    if (geteuid () != 0) {      /* root reads anything */
+        char *path = tu_write_file (dir, "secret.json", "{}", -1);
+        chmod (path, 0);
+        cfg = config_load (path, err, sizeof err);
+        ck_assert_ptr_null (cfg);
+        snprintf (expect, sizeof expect, "%s: cannot read: Permission denied", path);
+        ck_assert_str_eq (err, expect);
+        unlink (path);
+        free (path);
+    }
+
+    cfg = config_load (NULL, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "(null): cannot read: no config path given");
+    rmdir (dir);
+    free (dir);
+}
+END_TEST
+
+START_TEST (test_file_size_cap)
+{
+    char *dir = tu_tmpdir ();
+    char err[512];
+    /* A valid config padded with spaces to exactly the cap loads; one byte more does not. */
+    char *body = s_json ("{" SERVER_OK ", " MODELS_OK "}");
+    size_t len = strlen (body);
+    char *text = malloc (CONFIG_FILE_MAX_BYTES + 1);
+    memset (text, ' ', CONFIG_FILE_MAX_BYTES + 1);
+    memcpy (text, body, len);
+    char *path = tu_write_file (dir, "big.json", text, CONFIG_FILE_MAX_BYTES);
+    config_t *cfg = config_load (path, err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    config_destroy (&cfg);
+    unlink (path);
+    free (path);
+
+    path = tu_write_file (dir, "bigger.json", text, CONFIG_FILE_MAX_BYTES + 1);
+    cfg = config_load (path, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    char expect[4200];
+    snprintf (expect, sizeof expect, "%s: cannot read: larger than 1048576 bytes (1 MiB), the most a config may be",
+              path);
+    ck_assert_str_eq (err, expect);
+    unlink (path);
+    free (path);
+
+    /* A UTF-8 byte-order mark is skipped. */
+    char *bom = malloc (len + 4);
+    memcpy (bom, "\xEF\xBB\xBF", 3);
+    memcpy (bom + 3, body, len + 1);
+    path = tu_write_file (dir, "bom.json", bom, -1);
+    cfg = config_load (path, err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    config_destroy (&cfg);
+    unlink (path);
+    free (path);
+    free (bom);
+    free (text);
+    free (body);
+    rmdir (dir);
+    free (dir);
+}
+END_TEST
+
+START_TEST (test_small_or_no_error_buffer)
+{
+    char err[16];
+    config_t *cfg = s_parse (WITH_SERVER (", 'io_threads': 0"), err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "test.json: serv");     /* cut, still terminated */
+    cfg = s_parse (WITH_SERVER (", 'io_threads': 0"), NULL, 0);
+    ck_assert_ptr_null (cfg);
+    cfg = config_load ("no/such/file.json", NULL, 0);
+    ck_assert_ptr_null (cfg);
+    cfg = config_parse (NULL, "x.json", NULL, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_str_eq (err, "x.json: no JSON");
+}
+END_TEST
+
+START_TEST (test_long_values_are_cut_in_messages)
+{
+    char json[2048];
+    char value[1001];
+    memset (value, 'z', 1000);
+    value[1000] = '\0';
+    snprintf (json, sizeof json, WITH_MODEL (", 'backend': '%s'"), value);
+    char err[1024];
+    config_t *cfg = s_parse (json, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    ck_assert_msg (strstr (err, "test.json: models[0].backend: expected one of auto, cpu, cuda, got \"zzz") == err,
+                   "%s", err);
+    ck_assert_msg (strstr (err, "...\"") != NULL && strlen (err) < 300, "%s", err);
+}
+END_TEST
+
+START_TEST (test_names)
+{
+    ck_assert_str_eq (activation_name (ACTIVATION_NONE), "none");
+    ck_assert_str_eq (activation_name (ACTIVATION_RELU), "relu");
+    ck_assert_str_eq (activation_name (ACTIVATION_SIGMOID), "sigmoid");
+    ck_assert_str_eq (activation_name (ACTIVATION_TANH), "tanh");
+    ck_assert_str_eq (activation_name ((activation_t) 99), "unknown");
+    ck_assert_str_eq (backend_kind_name (BACKEND_AUTO), "auto");
+    ck_assert_str_eq (backend_kind_name (BACKEND_CPU), "cpu");
+    ck_assert_str_eq (backend_kind_name (BACKEND_CUDA), "cuda");
+    ck_assert_str_eq (backend_kind_name ((backend_kind_t) -1), "unknown");
+    ck_assert_str_eq (cuda_kernel_name (CUDA_KERNEL_WARP), "warp");
+    ck_assert_str_eq (cuda_kernel_name (CUDA_KERNEL_CUBLAS), "cublas");
+    ck_assert_str_eq (cuda_kernel_name (CUDA_KERNEL_MBYV), "mbyv");
+    ck_assert_str_eq (cuda_kernel_name ((cuda_kernel_t) 3), "unknown");
+    ck_assert_str_eq (cpu_kernel_name (CPU_KERNEL_LOOP), "loop");
+    ck_assert_str_eq (cpu_kernel_name (CPU_KERNEL_BLAS), "blas");
+    ck_assert_str_eq (cpu_kernel_name ((cpu_kernel_t) 2), "unknown");
+}
+END_TEST
+
+static Suite *s_suite (void)
+{
+    Suite *s = suite_create ("config");
+    TCase *tc = tcase_create ("config");
+    tcase_add_test (tc, test_default_config_loads);
+    tcase_add_test (tc, test_example_cpu_config_loads);
+    tcase_add_test (tc, test_defaults_when_absent);
+    tcase_add_test (tc, test_every_value_read);
+    tcase_add_test (tc, test_bias_null_and_derived);
+    tcase_add_test (tc, test_relative_weights_resolved);
+    tcase_add_test (tc, test_resolved_path_too_long);
+    tcase_add_loop_test (tc, test_bad_input, 0, (int) (sizeof s_bad / sizeof s_bad[0]));
+    tcase_add_test (tc, test_too_many_models_and_layers);
+    tcase_add_test (tc, test_invalid_json_line);
+    tcase_add_test (tc, test_unreadable_file);
+    tcase_add_test (tc, test_file_size_cap);
+    tcase_add_test (tc, test_small_or_no_error_buffer);
+    tcase_add_test (tc, test_long_values_are_cut_in_messages);
+    tcase_add_test (tc, test_names);
+    suite_add_tcase (s, tc);
+    return s;
+}
+
+int main (void)
+{
+    SRunner *sr = srunner_create (s_suite ());
+    srunner_run_all (sr, CK_NORMAL);
+    int failed = srunner_ntests_failed (sr);
+    srunner_free (sr);
+    return failed == 0 ? 0 : 1;
+}
