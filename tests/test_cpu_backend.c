@@ -1,0 +1,136 @@
+/* The CPU backend against the float64 reference, on fresh random inputs at irregular shapes. */
+#include "backend.h"
+#include "model.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t s_seed;
+
+static model_config_t s_config (cpu_kernel_t kernel, uint32_t max_rows)
+{
+    model_config_t cfg;
+    memset (&cfg, 0, sizeof cfg);
+    strcpy (cfg.name, "t");
+    strcpy (cfg.version, "1");
+    cfg.backend = BACKEND_CPU;
+    cfg.cpu_kernel = kernel;
+    cfg.max_rows = max_rows;
+    return cfg;
+}
+
+/* Runs the model on fresh inputs, round after round (so state one call leaves cannot hide in the
+ * next), outputs poisoned with NaN first, and returns ||out - ref|| / ||ref|| over all rounds
+ * together, at least 256 outputs: a 1x1 relu layer whose bias keeps most outputs at zero would
+ * otherwise be judged on a handful of near-zero values, which measures cancellation, not the kernel. */
+static double s_worst_error (const uint32_t *sizes, const activation_t *acts, size_t layers, uint32_t rows,
+                             cpu_kernel_t kernel)
+{
+    model_weights_t *w = model_weights_random (sizes, acts, layers, rng_next (&s_seed));
+    ck_assert_ptr_nonnull (w);
+    model_config_t cfg = s_config (kernel, rows + 2);
+    char err[256] = "";
+    backend_model_t *m = backend_cpu_iface.load (w, &cfg, err, sizeof err);
+    ck_assert_msg (m != NULL, "load: %s", err);
+    size_t nin = (size_t) rows * w->input_size, nout = (size_t) rows * w->output_size;
+    const int ROUNDS = nout >= 32 ? 8 : (int) ((256 + nout - 1) / nout);
+    float *in = malloc (nin * sizeof (float)), *out = malloc (ROUNDS * nout * sizeof (float));
+    double *ref = malloc (ROUNDS * nout * sizeof (double));
+    for (int round = 0; round < ROUNDS; round++) {
+        for (size_t i = 0; i < nin; i++)
+            in[i] = rng_uniform (&s_seed, -1.0f, 1.0f);
+        float *o = out + round * nout;
+        for (size_t i = 0; i < nout; i++)
+            o[i] = NAN;
+        ck_assert_int_eq (backend_cpu_iface.infer (m, in, rows, o, err, sizeof err), SIG_OK);
+        for (size_t i = 0; i < nout; i++)
+            ck_assert_msg (isfinite (o[i]), "output %zu not written", i);
+        model_reference_forward (w, in, rows, ref + round * nout);
+    }
+    double e = tu_rel_error (out, ref, ROUNDS * nout);
+    free (in);
+    free (out);
+    free (ref);
+    backend_cpu_iface.destroy (&m);
+    ck_assert_ptr_null (m);
+    model_weights_destroy (&w);
+    return e;
+}
+
+/* One dense layer out x in (the shapes), both kernels, rows 1 and 5, each activation. */
+static const uint32_t s_shapes[][2] = { { 1, 1 }, { 31, 33 }, { 597, 293 }, { 512, 256 }, { 256, 512 }, { 17, 4097 } };
+
+START_TEST (single_layer_matches_reference)
+{
+    const uint32_t out = s_shapes[_i][0], in = s_shapes[_i][1];
+    const uint32_t rows_list[] = { 1, 5 };
+    const activation_t acts[] = { ACTIVATION_NONE, ACTIVATION_RELU, ACTIVATION_SIGMOID, ACTIVATION_TANH };
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 2; r++)
+            for (int a = 0; a < 4; a++) {
+                uint32_t sizes[2] = { in, out };
+                double e = s_worst_error (sizes, &acts[a], 1, rows_list[r], (cpu_kernel_t) k);
+                ck_assert_msg (e <= 1e-5, "%ux%u rows %u kernel %s act %d: rel error %.3g", out, in, rows_list[r],
+                               cpu_kernel_name ((cpu_kernel_t) k), a, e);
+            }
+}
+END_TEST
+
+/* Chains whose widths go up and down, so a wide layer leaves data where a narrow one pads. */
+START_TEST (chains_match_reference)
+{
+    const uint32_t demo[] = { 512, 256, 64, 1 };
+    const uint32_t odd[] = { 293, 597, 31, 33, 1 };
+    const uint32_t tiny[] = { 1, 1, 1 };
+    const uint32_t wide[] = { 7, 1000, 3 };
+    const struct { const uint32_t *sizes; size_t layers; } chains[] = { { demo, 3 }, { odd, 4 }, { tiny, 2 }, { wide, 2 } };
+    activation_t acts[4] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_TANH, ACTIVATION_NONE };
+    for (size_t c = 0; c < 4; c++)
+        for (int k = 0; k < 2; k++)
+            for (uint32_t rows = 1; rows <= 7; rows += 2) {
+                acts[chains[c].layers - 1] = ACTIVATION_NONE;
+                double e = s_worst_error (chains[c].sizes, acts, chains[c].layers, rows, (cpu_kernel_t) k);
+                ck_assert_msg (e <= 1e-5, "chain %zu rows %u kernel %s: rel error %.3g", c, rows,
+                               cpu_kernel_name ((cpu_kernel_t) k), e);
+            }
+}
+END_TEST
+
+START_TEST (kernel_names_and_destroy_twice)
+{
+    const uint32_t sizes[] = { 3, 2 };
+    const activation_t act = ACTIVATION_NONE;
+    model_weights_t *w = model_weights_random (sizes, &act, 1, 7);
+    char err[256];
+    model_config_t cfg = s_config (CPU_KERNEL_BLAS, 1);
+    backend_model_t *m = backend_cpu_iface.load (w, &cfg, err, sizeof err);
+    ck_assert_str_eq (backend_cpu_iface.kernel_name (m), "blas");
+    backend_cpu_iface.destroy (&m);
+    backend_cpu_iface.destroy (&m);
+    ck_assert_ptr_null (m);
+    model_weights_destroy (&w);
+}
+END_TEST
+
+int main (void)
+{
+    s_seed = (uint64_t) time (NULL) ^ ((uint64_t) clock () << 32);
+    printf ("seed %llu\n", (unsigned long long) s_seed);
+    Suite *s = suite_create ("cpu_backend");
+    TCase *tc = tcase_create ("reference");
+    tcase_set_timeout (tc, 120);
+    tcase_add_loop_test (tc, single_layer_matches_reference, 0, (int) (sizeof s_shapes / sizeof s_shapes[0]));
+    tcase_add_test (tc, chains_match_reference);
+    tcase_add_test (tc, kernel_names_and_destroy_twice);
+    suite_add_tcase (s, tc);
+    SRunner *sr = srunner_create (s);
+    srunner_run_all (sr, CK_NORMAL);
+    int failed = srunner_ntests_failed (sr);
+    srunner_free (sr);
+    return failed ? 1 : 0;
+}
