@@ -1,0 +1,145 @@
+#include "registry.h"
+
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct _model_t {
+    char name[CONFIG_NAME_MAX];
+    char version[CONFIG_NAME_MAX];
+    const backend_iface_t *iface;   /* the backend it runs on */
+    backend_model_t *impl;          /* that backend's handle */
+    uint32_t input_size, output_size, max_rows;
+    bool available;                 /* false once the backend reported it cannot run */
+};
+
+struct _model_registry_t {
+    size_t count;
+    model_t *models;
+    char names[CONFIG_MAX_MODELS * CONFIG_NAME_MAX];
+    size_t max_outputs;
+};
+
+const backend_iface_t *backend_resolve (const model_config_t *cfg, char *err, size_t errlen)
+{
+    switch (cfg->backend) {
+    case BACKEND_CPU:
+    case BACKEND_AUTO:
+        /* The CUDA backend is not part of this build yet: "auto" means the CPU. */
+        return &backend_cpu_iface;
+    case BACKEND_CUDA:
+        snprintf (err, errlen, "model \"%s\": backend \"cuda\": this build of sigserve has no CUDA "
+                  "backend; use \"cpu\" or \"auto\"", cfg->name);
+        return NULL;
+    }
+    snprintf (err, errlen, "model \"%s\": unknown backend", cfg->name);
+    return NULL;
+}
+
+static int s_model_load (model_t *m, const model_config_t *cfg, char *err, size_t errlen)
+{
+    snprintf (m->name, sizeof m->name, "%s", cfg->name);
+    snprintf (m->version, sizeof m->version, "%s", cfg->version);
+    m->iface = backend_resolve (cfg, err, errlen);
+    if (!m->iface)
+        return -1;
+    model_weights_t *w = model_weights_load (cfg, err, errlen);
+    if (!w)
+        return -1;
+    m->input_size = w->input_size;
+    m->output_size = w->output_size;
+    m->max_rows = cfg->max_rows;
+    m->impl = m->iface->load (w, cfg, err, errlen);
+    model_weights_destroy (&w);
+    if (!m->impl)
+        return -1;
+    m->available = true;
+    log_info ("model %s version %s: %u -> %u, %zu layers, backend %s, kernel %s, max_rows %u",
+              m->name, m->version, m->input_size, m->output_size, cfg->layer_count, m->iface->name,
+              m->iface->kernel_name (m->impl), m->max_rows);
+    return 0;
+}
+
+model_registry_t *model_registry_new (const config_t *cfg, char *err, size_t errlen)
+{
+    model_registry_t *self = calloc (1, sizeof *self);
+    if (!self || !(self->models = calloc (cfg->model_count ? cfg->model_count : 1, sizeof (model_t)))) {
+        snprintf (err, errlen, "out of memory");
+        free (self);
+        return NULL;
+    }
+    for (size_t i = 0; i < cfg->model_count; i++) {
+        if (s_model_load (&self->models[i], &cfg->models[i], err, errlen) != 0) {
+            self->count = i + 1;
+            model_registry_destroy (&self);
+            return NULL;
+        }
+        self->count = i + 1;
+        model_t *m = &self->models[i];
+        size_t outs = (size_t) m->max_rows * m->output_size;
+        if (outs > self->max_outputs)
+            self->max_outputs = outs;
+        size_t len = strlen (self->names);
+        snprintf (self->names + len, sizeof self->names - len, "%s%s", i ? ", " : "", m->name);
+    }
+    return self;
+}
+
+void model_registry_destroy (model_registry_t **self_p)
+{
+    if (self_p && *self_p) {
+        model_registry_t *self = *self_p;
+        for (size_t i = 0; i < self->count; i++)
+            if (self->models[i].iface && self->models[i].impl)
+                self->models[i].iface->destroy (&self->models[i].impl);
+        free (self->models);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+size_t model_registry_count (const model_registry_t *self) { return self->count; }
+model_t *model_registry_at (model_registry_t *self, size_t index) { return index < self->count ? &self->models[index] : NULL; }
+const char *model_registry_names (const model_registry_t *self) { return self->names; }
+size_t model_registry_max_outputs (const model_registry_t *self) { return self->max_outputs; }
+
+model_t *model_registry_find (model_registry_t *self, const char *name)
+{
+    for (size_t i = 0; i < self->count; i++)
+        if (strcmp (self->models[i].name, name) == 0)
+            return &self->models[i];
+    return NULL;
+}
+
+bool model_registry_ready (const model_registry_t *self)
+{
+    for (size_t i = 0; i < self->count; i++)
+        if (!self->models[i].available)
+            return false;
+    return self->count > 0;
+}
+
+const char *model_name (const model_t *m) { return m->name; }
+const char *model_version (const model_t *m) { return m->version; }
+const char *model_backend_name (const model_t *m) { return m->iface->name; }
+const char *model_kernel_name (const model_t *m) { return m->iface->kernel_name (m->impl); }
+uint32_t model_input_size (const model_t *m) { return m->input_size; }
+uint32_t model_output_size (const model_t *m) { return m->output_size; }
+uint32_t model_max_rows (const model_t *m) { return m->max_rows; }
+bool model_available (const model_t *m) { return m->available; }
+
+sig_status_t model_infer (model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
+{
+    if (!m->available) {
+        snprintf (err, errlen, "model \"%s\" is unavailable on backend %s", m->name, m->iface->name);
+        return SIG_UNAVAILABLE;
+    }
+    sig_status_t st = m->iface->infer (m->impl, in, rows, out, err, errlen);
+    if (st == SIG_UNAVAILABLE) {
+        m->available = false;
+        log_error ("model %s marked unavailable: %s", m->name, err);
+    }
+    return st;
+}

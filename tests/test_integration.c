@@ -1,0 +1,629 @@
+/* The real sigserve binary over tcp loopback: outputs for DEALER and REQ clients, every error
+ * path, oversized messages, 8 pipelining clients, deadlines, and graceful shutdown. Raw ZeroMQ
+ * sockets and generated protobuf code, so the wire format itself is what is tested. */
+#include "config.h"
+#include "model.h"
+#include "safetensors.h"
+#include "signal.pb-c.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static char s_dir[4096];
+static char s_config_path[4096];
+static char s_endpoint[2][128];
+static pid_t s_server = -1;
+static config_t *s_cfg;
+static model_weights_t *s_tick, *s_odd;
+static uint64_t s_seed;
+static void *s_ctx;
+
+/* ---- helpers ---- */
+
+static void *s_socket (int type, const char *endpoint, int timeout_ms)
+{
+    void *s = zmq_socket (s_ctx, type);
+    int linger = 0;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    ck_assert_int_eq (zmq_connect (s, endpoint), 0);
+    return s;
+}
+
+static void s_send_infer (void *sock, const char *model, const float *f, size_t n, uint32_t rows, uint64_t id,
+                          uint32_t deadline_us)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
+    inf.request_id = id;
+    inf.model = (char *) model;
+    inf.features = (float *) f;
+    inf.n_features = n;
+    inf.rows = rows;
+    inf.deadline_us = deadline_us;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+    req.infer = &inf;
+    size_t len = sigserve__v1__request__get_packed_size (&req);
+    uint8_t *buf = malloc (len + 1);
+    sigserve__v1__request__pack (&req, buf);
+    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
+    free (buf);
+}
+
+/* The next reply, or NULL on timeout. */
+static Sigserve__V1__Reply *s_recv_reply (void *sock)
+{
+    zmq_msg_t msg;
+    zmq_msg_init (&msg);
+    if (zmq_msg_recv (&msg, sock, 0) < 0) {
+        zmq_msg_close (&msg);
+        return NULL;
+    }
+    ck_assert (!zmq_msg_more (&msg));
+    Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert_ptr_nonnull (r);
+    return r;
+}
+
+static Sigserve__V1__InferReply *s_infer_reply (Sigserve__V1__Reply *r)
+{
+    ck_assert_ptr_nonnull (r);
+    ck_assert_int_eq (r->body_case, SIGSERVE__V1__REPLY__BODY_INFER);
+    return r->infer;
+}
+
+static void s_random (float *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        f[i] = rng_uniform (&s_seed, -2.0f, 2.0f);
+}
+
+static void s_check_outputs (const model_weights_t *w, const float *in, uint32_t rows, const Sigserve__V1__InferReply *rep)
+{
+    ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "status %d: %s", rep->status, rep->error);
+    ck_assert_uint_eq (rep->n_outputs, (size_t) rows * w->output_size);
+    double *ref = malloc (rep->n_outputs * sizeof (double));
+    model_reference_forward (w, in, rows, ref);
+    double e = tu_rel_error (rep->outputs, ref, rep->n_outputs);
+    ck_assert_msg (e <= 1e-5, "relative error %.3g", e);
+    free (ref);
+}
+
+/* Sends one infer and returns the reply (caller frees). */
+static Sigserve__V1__Reply *s_roundtrip (const char *model, const float *f, size_t n, uint32_t rows)
+{
+    void *s = s_socket (ZMQ_DEALER, s_endpoint[0], 5000);
+    s_send_infer (s, model, f, n, rows, 99, 0);
+    Sigserve__V1__Reply *r = s_recv_reply (s);
+    zmq_close (s);
+    return r;
+}
+
+static void s_expect_error (const char *model, const float *f, size_t n, uint32_t rows, int status, const char *text)
+{
+    Sigserve__V1__Reply *r = s_roundtrip (model, f, n, rows);
+    Sigserve__V1__InferReply *rep = s_infer_reply (r);
+    ck_assert_uint_eq (rep->request_id, 99);
+    ck_assert_msg ((int) rep->status == status, "status %d, expected %d (%s)", rep->status, status, rep->error);
+    ck_assert_msg (strcmp (rep->error, text) == 0, "error \"%s\", expected \"%s\"", rep->error, text);
+    ck_assert_uint_eq (rep->n_outputs, 0);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+}
+
+/* The server still answers a good request correctly. */
+static void s_expect_still_serving (void)
+{
+    float f[512];
+    s_random (f, 512);
+    Sigserve__V1__Reply *r = s_roundtrip ("tick_mlp", f, 512, 1);
+    s_check_outputs (s_tick, f, 1, s_infer_reply (r));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+}
+
+static char *s_write_config (const char *name, int port0, int port1)
+{
+    char json[8192];
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:%d\", \"tcp://127.0.0.1:%d\"],\n"
+              "              \"max_message_bytes\": 65536, \"log_level\": \"warn\", \"queue_depth\": 64 },\n"
+              "  \"models\": [\n"
+              "   { \"name\": \"tick_mlp\", \"backend\": \"auto\", \"max_rows\": 8, \"weights\": \"%s/%s/models/tick_mlp.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
+              "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"
+              "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] },\n"
+              "   { \"name\": \"odd\", \"backend\": \"cpu\", \"cpu_kernel\": \"blas\", \"version\": \"7b\", \"max_rows\": 7,\n"
+              "     \"weights\": \"odd.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] },\n"
+              "   { \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 64, \"weights\": \"slow.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] } ] }\n",
+              port0, port1, getenv ("PWD") ? getenv ("PWD") : ".", tu_build_dir ());
+    return tu_write_file (s_dir, name, json, -1);
+}
+
+static void s_write_weights (const char *file, const uint32_t *sizes, const activation_t *acts, uint64_t seed)
+{
+    model_weights_t *w = model_weights_random (sizes, acts, 2, seed);
+    st_write_tensor_t t[4] = {
+        { "a.weight", 2, { sizes[1], sizes[0] }, w->layers[0].weight }, { "a.bias", 1, { sizes[1] }, w->layers[0].bias },
+        { "b.weight", 2, { sizes[2], sizes[1] }, w->layers[1].weight }, { "b.bias", 1, { sizes[2] }, w->layers[1].bias },
+    };
+    char path[4200], err[512];
+    snprintf (path, sizeof path, "%s/%s", s_dir, file);
+    ck_assert_msg (safetensors_write_f32 (path, t, 4, err, sizeof err) == 0, "%s", err);
+    model_weights_destroy (&w);
+}
+
+/* ZeroMQ contexts do not survive fork(): each test (a forked child) makes its own. */
+static void s_ctx_new (void) { s_ctx = zmq_ctx_new (); }
+static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
+
+static void s_setup (void)
+{
+    char *dir = tu_tmpdir ();
+    snprintf (s_dir, sizeof s_dir, "%s", dir);
+    free (dir);
+    const uint32_t odd[] = { 33, 31, 3 }, slow[] = { 1024, 1024, 1024 };
+    const activation_t acts[] = { ACTIVATION_TANH, ACTIVATION_NONE };
+    s_write_weights ("odd.safetensors", odd, acts, 11);
+    s_write_weights ("slow.safetensors", slow, acts, 12);
+    int p0 = tu_free_port (), p1 = tu_free_port ();
+    snprintf (s_endpoint[0], sizeof s_endpoint[0], "tcp://127.0.0.1:%d", p0);
+    snprintf (s_endpoint[1], sizeof s_endpoint[1], "tcp://127.0.0.1:%d", p1);
+    char *path = s_write_config ("server.json", p0, p1);
+    snprintf (s_config_path, sizeof s_config_path, "%s", path);
+    free (path);
+    char err[1024];
+    s_cfg = config_load (s_config_path, err, sizeof err);
+    ck_assert_msg (s_cfg != NULL, "%s", err);
+    s_tick = model_weights_load (&s_cfg->models[0], err, sizeof err);
+    ck_assert_msg (s_tick != NULL, "%s", err);
+    s_odd = model_weights_load (&s_cfg->models[1], err, sizeof err);
+    ck_assert_msg (s_odd != NULL, "%s", err);
+    s_server = tu_server_start (s_config_path, s_endpoint[0], 20000);
+    ck_assert_msg (s_server > 0, "sigserve did not become ready");
+}
+
+static void s_teardown (void)
+{
+    ck_assert_int_eq (tu_server_stop (s_server), 0);
+    model_weights_destroy (&s_tick);
+    model_weights_destroy (&s_odd);
+    config_destroy (&s_cfg);
+}
+
+/* ---- correct outputs ---- */
+
+START_TEST (dealer_outputs_match_reference)
+{
+    for (int e = 0; e < 2; e++) {
+        void *s = s_socket (ZMQ_DEALER, s_endpoint[e], 5000);
+        for (uint32_t rows = 1; rows <= 8; rows += 4) {
+            float f[8 * 512];
+            s_random (f, rows * 512);
+            s_send_infer (s, "tick_mlp", f, rows * 512, rows == 1 ? 0 : rows, 1000 + rows, 0);
+            Sigserve__V1__Reply *r = s_recv_reply (s);
+            Sigserve__V1__InferReply *rep = s_infer_reply (r);
+            ck_assert_uint_eq (rep->request_id, 1000 + rows);
+            ck_assert_uint_eq (rep->rows, rows);
+            ck_assert_str_eq (rep->model_version, "1");
+            ck_assert_uint_gt (rep->server_ns, 0);
+            ck_assert_uint_ge (rep->server_ns, rep->compute_ns);
+            ck_assert_uint_gt (rep->compute_ns, 0);
+            s_check_outputs (s_tick, f, rows, rep);
+            sigserve__v1__reply__free_unpacked (r, NULL);
+        }
+        float g[7 * 33];
+        s_random (g, 7 * 33);
+        s_send_infer (s, "odd", g, 7 * 33, 7, 5, 0);
+        Sigserve__V1__Reply *r = s_recv_reply (s);
+        ck_assert_str_eq (s_infer_reply (r)->model_version, "7b");
+        s_check_outputs (s_odd, g, 7, s_infer_reply (r));
+        sigserve__v1__reply__free_unpacked (r, NULL);
+        zmq_close (s);
+    }
+}
+END_TEST
+
+START_TEST (req_outputs_match_reference)
+{
+    void *s = s_socket (ZMQ_REQ, s_endpoint[1], 5000);
+    for (int i = 0; i < 20; i++) {
+        float f[512];
+        s_random (f, 512);
+        s_send_infer (s, "tick_mlp", f, 512, 1, (uint64_t) i, 0);
+        Sigserve__V1__Reply *r = s_recv_reply (s);
+        ck_assert_uint_eq (s_infer_reply (r)->request_id, (uint64_t) i);
+        s_check_outputs (s_tick, f, 1, s_infer_reply (r));
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    zmq_close (s);
+}
+END_TEST
+
+START_TEST (health_and_list_models)
+{
+    void *s = s_socket (ZMQ_DEALER, s_endpoint[0], 5000);
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__HealthRequest h = SIGSERVE__V1__HEALTH_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_HEALTH;
+    req.health = &h;
+    uint8_t buf[64];
+    size_t len = sigserve__v1__request__pack (&req, buf);
+    zmq_send (s, buf, len, 0);
+    Sigserve__V1__Reply *r = s_recv_reply (s);
+    ck_assert_int_eq (r->body_case, SIGSERVE__V1__REPLY__BODY_HEALTH);
+    ck_assert (r->health->live);
+    ck_assert (r->health->ready);
+    ck_assert_str_eq (r->health->version, SIGSERVE_VERSION);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+
+    Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
+    req.list_models = &l;
+    len = sigserve__v1__request__pack (&req, buf);
+    zmq_send (s, buf, len, 0);
+    r = s_recv_reply (s);
+    ck_assert_int_eq (r->body_case, SIGSERVE__V1__REPLY__BODY_LIST_MODELS);
+    ck_assert_uint_eq (r->list_models->n_models, 3);
+    Sigserve__V1__ModelInfo *m = r->list_models->models[0];
+    ck_assert_str_eq (m->name, "tick_mlp");
+    ck_assert_str_eq (m->version, "1");
+    ck_assert_str_eq (m->backend, "cpu");
+    ck_assert_str_eq (m->kernel, "loop");
+    ck_assert_uint_eq (m->input_size, 512);
+    ck_assert_uint_eq (m->output_size, 1);
+    ck_assert_uint_eq (m->max_rows, 8);
+    ck_assert (m->available);
+    m = r->list_models->models[1];
+    ck_assert_str_eq (m->name, "odd");
+    ck_assert_str_eq (m->kernel, "blas");
+    ck_assert_uint_eq (m->input_size, 33);
+    ck_assert_uint_eq (m->output_size, 3);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+}
+END_TEST
+
+/* ---- every error path: status, exact message, and the server keeps serving ---- */
+
+static void s_expect_raw_error (const void *payload, size_t len, const char *text)
+{
+    void *s = s_socket (ZMQ_DEALER, s_endpoint[0], 5000);
+    ck_assert_int_eq (zmq_send (s, payload, len, 0), (int) len);
+    Sigserve__V1__Reply *r = s_recv_reply (s);
+    Sigserve__V1__InferReply *rep = s_infer_reply (r);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert_uint_eq (rep->request_id, 0);
+    ck_assert_msg (strcmp (rep->error, text) == 0, "error \"%s\", expected \"%s\"", rep->error, text);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+}
+
+START_TEST (undecodable_empty_and_bodyless_payloads)
+{
+    const uint8_t junk[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02 };
+    s_expect_raw_error (junk, sizeof junk, "payload: 7 bytes do not decode as a sigserve.v1.Request");
+    s_expect_raw_error ("", 0, "payload: empty; expected a serialized sigserve.v1.Request");
+    const uint8_t unknown_only[] = { 0x78, 0x01 };
+    s_expect_raw_error (unknown_only, sizeof unknown_only, "body: not set; expected one of infer, health, list_models");
+    /* A REQ client's empty payload comes with the delimiter frame and still gets its answer. */
+    void *s = s_socket (ZMQ_REQ, s_endpoint[0], 5000);
+    zmq_send (s, "", 0, 0);
+    Sigserve__V1__Reply *r = s_recv_reply (s);
+    ck_assert_int_eq (s_infer_reply (r)->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+    s_expect_still_serving ();
+}
+END_TEST
+
+START_TEST (unknown_model)
+{
+    float f[512] = { 0.5f };
+    s_expect_error ("nope", f, 512, 1, SIGSERVE__V1__STATUS__STATUS_UNKNOWN_MODEL,
+                    "model: \"nope\" is not served here (served: tick_mlp, odd, slow)");
+    s_expect_error ("", f, 512, 1, SIGSERVE__V1__STATUS__STATUS_UNKNOWN_MODEL,
+                    "model: \"\" is not served here (served: tick_mlp, odd, slow)");
+    s_expect_still_serving ();
+}
+END_TEST
+
+START_TEST (wrong_shapes)
+{
+    float f[8 * 512];
+    s_random (f, 8 * 512);
+    s_expect_error ("tick_mlp", f, 511, 1, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+                    "features: expected rows x input size = 1 x 512 = 512 values for model \"tick_mlp\", got 511");
+    s_expect_error ("tick_mlp", f, 0, 1, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+                    "features: expected rows x input size = 1 x 512 = 512 values for model \"tick_mlp\", got 0");
+    s_expect_error ("tick_mlp", f, 1000, 3, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+                    "features: 1000 values do not divide into rows=3 rows of 512 (model \"tick_mlp\" takes 512 features per row)");
+    s_expect_error ("tick_mlp", f, 1026, 3, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+                    "features: expected rows x input size = 3 x 512 = 1536 values for model \"tick_mlp\", got 1026");
+    s_expect_error ("tick_mlp", f, 9 * 4, 9, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+                    "rows: expected 1 to 8 for model \"tick_mlp\", got 9");
+    s_expect_still_serving ();
+}
+END_TEST
+
+START_TEST (nan_and_inf_features)
+{
+    float f[2 * 512];
+    s_random (f, 2 * 512);
+    f[37] = NAN;
+    s_expect_error ("tick_mlp", f, 512, 1, SIGSERVE__V1__STATUS__STATUS_BAD_VALUE,
+                    "features[37] (row 0, column 37) is NaN; every feature must be finite");
+    f[37] = 0.25f;
+    f[512 + 3] = -INFINITY;
+    s_expect_error ("tick_mlp", f, 1024, 2, SIGSERVE__V1__STATUS__STATUS_BAD_VALUE,
+                    "features[515] (row 1, column 3) is Inf; every feature must be finite");
+    s_expect_still_serving ();
+}
+END_TEST
+
+/* A message over max_message_bytes: ZeroMQ drops it and that connection; others keep being served. */
+START_TEST (oversized_message_dropped)
+{
+    void *big = s_socket (ZMQ_DEALER, s_endpoint[0], 500);
+    void *good = s_socket (ZMQ_DEALER, s_endpoint[0], 5000);
+    size_t n = 20000;   /* 80 KB of features > 64 KiB */
+    float *f = calloc (n, sizeof (float));
+    s_send_infer (big, "tick_mlp", f, n, 1, 1, 0);
+    float g[512];
+    s_random (g, 512);
+    s_send_infer (good, "tick_mlp", g, 512, 1, 2, 0);
+    Sigserve__V1__Reply *r = s_recv_reply (good);
+    s_check_outputs (s_tick, g, 1, s_infer_reply (r));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    ck_assert_ptr_null (s_recv_reply (big));   /* no reply: the message never reached the server */
+    free (f);
+    zmq_close (big);
+    zmq_close (good);
+    s_expect_still_serving ();
+}
+END_TEST
+
+/* ---- 8 clients pipelining 1,000 requests each ---- */
+
+#define PIPE_CLIENTS 8
+#define PIPE_REQUESTS 1000
+#define PIPE_VECTORS 16
+static float s_pipe_in[PIPE_VECTORS][512];
+static double s_pipe_ref[PIPE_VECTORS];
+
+typedef struct { int index; int ok; char why[256]; } pipe_job_t;
+
+static void *s_pipe_client (void *arg)
+{
+    pipe_job_t *job = arg;
+    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
+    int linger = 0, timeout = 10000, hwm = 0;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_connect (s, s_endpoint[job->index % 2]);
+    static __thread char seen[PIPE_REQUESTS];
+    memset (seen, 0, sizeof seen);
+    uint8_t buf[4096];
+    for (int i = 0; i < PIPE_REQUESTS; i++) {
+        uint64_t id = ((uint64_t) job->index << 32) | (uint64_t) i;
+        Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+        Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
+        inf.request_id = id;
+        inf.model = (char *) "tick_mlp";
+        inf.features = s_pipe_in[(i + job->index) % PIPE_VECTORS];
+        inf.n_features = 512;
+        req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+        req.infer = &inf;
+        size_t len = sigserve__v1__request__pack (&req, buf);
+        zmq_send (s, buf, len, 0);
+    }
+    job->ok = 1;
+    for (int got = 0; got < PIPE_REQUESTS && job->ok; got++) {
+        int n = zmq_recv (s, buf, sizeof buf, 0);
+        if (n < 0) { snprintf (job->why, sizeof job->why, "client %d: timeout after %d replies", job->index, got); job->ok = 0; break; }
+        Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, (size_t) n, buf);
+        uint64_t id = r && r->body_case == SIGSERVE__V1__REPLY__BODY_INFER ? r->infer->request_id : 0;
+        int i = (int) (id & 0xffffffffu);
+        if (!r || r->infer->status != 0 || (id >> 32) != (uint64_t) job->index || i >= PIPE_REQUESTS || seen[i]
+            || r->infer->n_outputs != 1
+            || fabs (r->infer->outputs[0] - s_pipe_ref[(i + job->index) % PIPE_VECTORS])
+                   > 1e-5 * fmax (1.0, fabs (s_pipe_ref[(i + job->index) % PIPE_VECTORS]))) {
+            snprintf (job->why, sizeof job->why, "client %d: bad reply for id %llx", job->index, (unsigned long long) id);
+            job->ok = 0;
+        } else
+            seen[i] = 1;
+        if (r) sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    zmq_close (s);
+    return NULL;
+}
+
+START_TEST (eight_clients_pipelining)
+{
+    for (int v = 0; v < PIPE_VECTORS; v++) {
+        s_random (s_pipe_in[v], 512);
+        model_reference_forward (s_tick, s_pipe_in[v], 1, &s_pipe_ref[v]);
+    }
+    pthread_t th[PIPE_CLIENTS];
+    pipe_job_t jobs[PIPE_CLIENTS];
+    for (int c = 0; c < PIPE_CLIENTS; c++) {
+        jobs[c] = (pipe_job_t) { .index = c };
+        pthread_create (&th[c], NULL, s_pipe_client, &jobs[c]);
+    }
+    for (int c = 0; c < PIPE_CLIENTS; c++)
+        pthread_join (th[c], NULL);
+    for (int c = 0; c < PIPE_CLIENTS; c++)
+        ck_assert_msg (jobs[c].ok, "%s", jobs[c].why);
+}
+END_TEST
+
+/* ---- deadlines ---- */
+
+START_TEST (deadline_exceeded_when_queued)
+{
+    /* Ten slow requests (15 rows through 1024x1024x2) and then two small ones, pipelined: the small
+     * ones wait behind the slow ones inside the server, so a 1 ms deadline passes and a 60 s one
+     * does not. */
+    void *s = s_socket (ZMQ_DEALER, s_endpoint[0], 30000);
+    size_t n = 15 * 1024;   /* 15 rows: 60 KB, under the 64 KiB message limit */
+    float *f = malloc (n * sizeof (float));
+    s_random (f, n);
+    for (int i = 0; i < 10; i++)
+        s_send_infer (s, "slow", f, 15 * 1024, 15, 100 + (uint64_t) i, 0);
+    float g[512];
+    s_random (g, 512);
+    s_send_infer (s, "tick_mlp", g, 512, 1, 200, 1000);
+    s_send_infer (s, "tick_mlp", g, 512, 1, 201, 60000000);
+    int exceeded = 0, ok_late = 0;
+    for (int i = 0; i < 12; i++) {
+        Sigserve__V1__Reply *r = s_recv_reply (s);
+        Sigserve__V1__InferReply *rep = s_infer_reply (r);
+        if (rep->request_id == 200) {
+            ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_DEADLINE_EXCEEDED);
+            ck_assert_ptr_nonnull (strstr (rep->error, "past its deadline of 1000 us; not run"));
+            ck_assert_str_eq (strstr (rep->error, "deadline_us: the request waited") ? "yes" : "no", "yes");
+            ck_assert_uint_eq (rep->n_outputs, 0);
+            ck_assert_uint_gt (rep->queue_ns, 1000000);
+            exceeded = 1;
+        } else if (rep->request_id == 201) {
+            s_check_outputs (s_tick, g, 1, rep);
+            ok_late = 1;
+        } else
+            ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    ck_assert (exceeded && ok_late);
+    free (f);
+    zmq_close (s);
+}
+END_TEST
+
+/* ---- process-level behaviour: shutdown, exit codes, the CLI ---- */
+
+static int s_run_capture (const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen (cmd, "r");
+    size_t n = fread (out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose (p);
+    return WIFEXITED (st) ? WEXITSTATUS (st) : -1;
+}
+
+START_TEST (graceful_shutdown_answers_what_arrived)
+{
+    int p0 = tu_free_port (), p1 = tu_free_port ();
+    char *path = s_write_config ("shutdown.json", p0, p1);
+    char ep[128];
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", p0);
+    pid_t pid = tu_server_start (path, ep, 20000);
+    ck_assert_int_gt (pid, 0);
+    void *s = s_socket (ZMQ_DEALER, ep, 5000);
+    float f[512];
+    s_random (f, 512);
+    for (int i = 0; i < 300; i++)
+        s_send_infer (s, "tick_mlp", f, 512, 1, (uint64_t) i, 0);
+    Sigserve__V1__Reply *r = s_recv_reply (s);   /* the server is working through them */
+    ck_assert_ptr_nonnull (r);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    kill (pid, _i == 0 ? SIGTERM : SIGINT);
+    int got = 1;
+    while ((r = s_recv_reply (s)) != NULL) {
+        ck_assert_int_eq (s_infer_reply (r)->status, 0);
+        sigserve__v1__reply__free_unpacked (r, NULL);
+        got++;
+    }
+    ck_assert_int_eq (got, 300);
+    int status;
+    ck_assert_int_eq (waitpid (pid, &status, 0), pid);
+    ck_assert (WIFEXITED (status));
+    ck_assert_int_eq (WEXITSTATUS (status), 0);
+    zmq_close (s);
+    free (path);
+}
+END_TEST
+
+START_TEST (bad_config_exits_2_naming_the_key)
+{
+    char *path = tu_write_file (s_dir, "bad.json",
+                                "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:1\"], \"max_message_bytes\": 10 },"
+                                "  \"models\": [] }", -1);
+    char cmd[8192], out[8192];
+    snprintf (cmd, sizeof cmd, "%s/sigserve --config %s 2>&1", tu_build_dir (), path);
+    ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);
+    ck_assert_msg (strstr (out, path) && strstr (out, "server.max_message_bytes"), "%s", out);
+    /* A config whose weights file is missing: also refused with 2, naming the file. */
+    char json[4096];
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:1\"] },"
+              "  \"models\": [ { \"name\": \"m\", \"weights\": \"missing.safetensors\", \"layers\": [ { \"weight\": \"w.weight\" } ] } ] }");
+    free (path);
+    path = tu_write_file (s_dir, "missing.json", json, -1);
+    snprintf (cmd, sizeof cmd, "%s/sigserve --config %s 2>&1", tu_build_dir (), path);
+    ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);
+    ck_assert_msg (strstr (out, "missing.safetensors"), "%s", out);
+    snprintf (cmd, sizeof cmd, "%s/sigserve --bogus 2>&1", tu_build_dir ());
+    ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);
+    ck_assert_ptr_nonnull (strstr (out, "unknown or incomplete argument \"--bogus\""));
+    snprintf (cmd, sizeof cmd, "%s/sigserve --check-config %s 2>&1", tu_build_dir (), s_config_path);
+    ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 0);
+    ck_assert_msg (strstr (out, "ok: 2 endpoint(s), 3 model(s)") && strstr (out, "tick_mlp version 1: 512 -> 1"), "%s", out);
+    snprintf (cmd, sizeof cmd, "%s/sigserve --version", tu_build_dir ());
+    ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 0);
+    ck_assert_ptr_nonnull (strstr (out, "sigserve " SIGSERVE_VERSION));
+    snprintf (cmd, sizeof cmd, "%s/sigserve --help", tu_build_dir ());
+    ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 0);
+    ck_assert_ptr_nonnull (strstr (out, "usage: sigserve --config FILE"));
+    free (path);
+}
+END_TEST
+
+START_TEST (port_in_use_exits_1)
+{
+    /* The fixture's server holds s_endpoint[0]. */
+    char cmd[8192], out[8192];
+    snprintf (cmd, sizeof cmd, "%s/sigserve --config %s 2>&1", tu_build_dir (), s_config_path);
+    ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 1);
+    ck_assert_msg (strstr (out, "cannot bind tcp://127.0.0.1:") && strstr (out, "Address already in use"), "%s", out);
+}
+END_TEST
+
+int main (void)
+{
+    s_seed = (uint64_t) time (NULL) * 2654435761u;
+    Suite *s = suite_create ("integration");
+    TCase *tc = tcase_create ("server");
+    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+    tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
+    tcase_set_timeout (tc, 120);
+    tcase_add_test (tc, dealer_outputs_match_reference);
+    tcase_add_test (tc, req_outputs_match_reference);
+    tcase_add_test (tc, health_and_list_models);
+    tcase_add_test (tc, undecodable_empty_and_bodyless_payloads);
+    tcase_add_test (tc, unknown_model);
+    tcase_add_test (tc, wrong_shapes);
+    tcase_add_test (tc, nan_and_inf_features);
+    tcase_add_test (tc, oversized_message_dropped);
+    tcase_add_test (tc, eight_clients_pipelining);
+    tcase_add_test (tc, deadline_exceeded_when_queued);
+    tcase_add_loop_test (tc, graceful_shutdown_answers_what_arrived, 0, 2);
+    tcase_add_test (tc, bad_config_exits_2_naming_the_key);
+    tcase_add_test (tc, port_in_use_exits_1);
+    suite_add_tcase (s, tc);
+    SRunner *sr = srunner_create (s);
+    srunner_run_all (sr, CK_NORMAL);
+    int failed = srunner_ntests_failed (sr);
+    srunner_free (sr);
+    return failed ? 1 : 0;
+}
