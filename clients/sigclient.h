@@ -1,0 +1,150 @@
+/* libsigclient: the C client of sigserve (wire protocol: proto/signal.proto, sigserve.v1).
+ *
+ * One sigclient_t is one ZeroMQ DEALER socket, in its own context, connected to every endpoint
+ * it was given; ZeroMQ spreads requests across them round-robin. Every wait is bounded by the
+ * client's timeout, so a dead or absent server never hangs the caller. An endpoint that is not
+ * up yet still takes its share of requests: they wait in its queue and are delivered when it
+ * comes up (or the caller times out first).
+ *
+ * A sigclient_t is not thread-safe (neither is a ZeroMQ socket): use one per thread.
+ *
+ * Results: functions return 0 on success and -1 on failure. After a failure,
+ * sigclient_last_status () says what kind (a server Status value >= 0, or a SIGCLIENT_ERR_*
+ * code < 0) and sigclient_error () says what happened in words.
+ *
+ * Request ids start at 1 and grow by one per request; 0 is what the server puts in the reply to a
+ * request it could not decode. The synchronous calls (sigclient_infer, sigclient_health,
+ * sigclient_list_models) discard replies that are not theirs (late replies to earlier calls that
+ * timed out), so do not mix them with pipelined requests still in flight on the same client.
+ */
+#ifndef SIGCLIENT_H
+#define SIGCLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _sigclient_t sigclient_t;
+
+/* Outcome codes. 0..8 are the values of sigserve.v1.Status (what the server says);
+ * the negative ones are the client's own. */
+typedef enum {
+    SIGCLIENT_OK = 0,
+    SIGCLIENT_BAD_REQUEST = 1,          /* the server could not decode the request */
+    SIGCLIENT_UNKNOWN_MODEL = 2,
+    SIGCLIENT_BAD_SHAPE = 3,            /* features != rows x input size */
+    SIGCLIENT_BAD_VALUE = 4,            /* NaN or Inf feature */
+    SIGCLIENT_OVERLOADED = 5,
+    SIGCLIENT_DEADLINE_EXCEEDED = 6,
+    SIGCLIENT_UNAVAILABLE = 7,
+    SIGCLIENT_INTERNAL = 8,
+    SIGCLIENT_ERR_TIMEOUT = -2,         /* no reply (or no room to send) within the timeout */
+    SIGCLIENT_ERR_TRANSPORT = -3,       /* a ZeroMQ call failed */
+    SIGCLIENT_ERR_PROTOCOL = -4,        /* an undecodable or unexpected reply */
+    SIGCLIENT_ERR_ARGUMENT = -5,        /* a bad argument from the caller */
+    SIGCLIENT_ERR_NOMEM = -6,
+    SIGCLIENT_ERR_CAPACITY = -7,        /* the reply does not fit the caller's buffer */
+} sigclient_status_t;
+
+#define SIGCLIENT_DEFAULT_TIMEOUT_MS 5000
+
+/* What one InferReply said. Strings are copied and NUL-terminated (truncated if longer). */
+typedef struct {
+    uint64_t request_id;        /* echoed by the server; 0 when it could not decode the request */
+    int status;                 /* sigserve.v1.Status value (SIGCLIENT_OK ... SIGCLIENT_INTERNAL) */
+    uint32_t rows;              /* rows the server computed */
+    uint64_t queue_ns;          /* server: receipt to start of compute */
+    uint64_t compute_ns;        /* server: the backend's inference */
+    uint64_t server_ns;         /* server: receipt to send */
+    char model_version[64];
+    char error[512];            /* the server's error text; "" when status is OK */
+} sigclient_result_t;
+
+typedef struct {
+    bool live;
+    bool ready;                 /* every model loaded and warmed */
+    char version[64];           /* the server's version */
+} sigclient_health_t;
+
+typedef struct {
+    char name[64];
+    char version[64];
+    char backend[16];           /* "cpu" or "cuda" */
+    char kernel[32];
+    uint32_t input_size;        /* features per row */
+    uint32_t output_size;       /* outputs per row */
+    uint32_t max_rows;
+    bool available;
+} sigclient_model_info_t;
+
+/* Connects one DEALER socket to COUNT endpoints ("tcp://host:port", "ipc://path", ...).
+ * TIMEOUT_MS bounds every send and every wait for a reply; <= 0 means
+ * SIGCLIENT_DEFAULT_TIMEOUT_MS. Connecting does not wait for the server.
+ * NULL on failure, with errno set: EINVAL for no endpoints or one ZeroMQ rejects,
+ * EPROTONOSUPPORT for an unknown transport, ENOMEM. */
+sigclient_t *sigclient_new (const char *const *endpoints, size_t count, int timeout_ms);
+/* Closes the socket at once (pending messages are dropped). Safe on NULL; NULLs *SELF_P. */
+void sigclient_destroy (sigclient_t **self_p);
+
+/* Sets the send and receive timeout; <= 0 means SIGCLIENT_DEFAULT_TIMEOUT_MS. */
+int sigclient_set_timeout (sigclient_t *self, int timeout_ms);
+/* The deadline sigclient_infer sends with every request (0, the default: none). A request
+ * still queued in the server past it is answered SIGCLIENT_DEADLINE_EXCEEDED. */
+void sigclient_set_deadline_us (sigclient_t *self, uint32_t deadline_us);
+
+/* The last failure in words, and its code (SIGCLIENT_OK and "" after a success).
+ * Borrowed: valid until the next call on this client. */
+const char *sigclient_error (const sigclient_t *self);
+int sigclient_last_status (const sigclient_t *self);
+/* "STATUS_OK", "STATUS_BAD_SHAPE", ..., "ERR_TIMEOUT", ...; "STATUS_UNKNOWN" otherwise. */
+const char *sigclient_status_name (int status);
+
+/* Runs one inference and waits for its reply. FEATURES holds N_FEATURES floats: ROWS x the
+ * model's input size, row-major (ROWS 0 means 1). On success (status OK) the outputs are copied to
+ * OUTPUTS, *N_OUTPUTS is their count and 0 is returned. -1 otherwise:
+ *  - the server answered with an error status: RESULT is filled, sigclient_last_status () is that
+ *    status and sigclient_error () reads "server replied STATUS_X: <the server's text>";
+ *  - more outputs than OUT_CAPACITY: SIGCLIENT_ERR_CAPACITY, RESULT filled, *N_OUTPUTS is the
+ *    count needed, nothing copied;
+ *  - timeout, transport or protocol error: RESULT is left alone.
+ * RESULT may be NULL. The request is packed into a buffer the client owns and reuses. A reply
+ * with request_id 0 and an error status (the server could not decode a request) is taken as this
+ * call's answer: the client's own requests always decode, unless the server cuts them short. */
+int sigclient_infer (sigclient_t *self, const char *model, const float *features, size_t n_features,
+                     uint32_t rows, float *outputs, size_t out_capacity, size_t *n_outputs,
+                     sigclient_result_t *result);
+
+/* Pipelining: send many, then receive their replies. sigclient_send_infer queues one request and
+ * gives its id in *REQUEST_ID (may be NULL). sigclient_recv_infer takes the next InferReply in
+ * arrival order (not necessarily send order when several servers answer: match by
+ * result->request_id) and returns 0 whatever its status, with RESULT (required) filled; its
+ * outputs are copied when status is OK. -1 on timeout, transport or protocol error, or
+ * SIGCLIENT_ERR_CAPACITY when the outputs do not fit (the reply is consumed, RESULT filled,
+ * *N_OUTPUTS is the count needed). */
+int sigclient_send_infer (sigclient_t *self, const char *model, const float *features, size_t n_features,
+                          uint32_t rows, uint32_t deadline_us, uint64_t *request_id);
+int sigclient_recv_infer (sigclient_t *self, float *outputs, size_t out_capacity, size_t *n_outputs,
+                          sigclient_result_t *result);
+
+/* Asks whether the server is live and ready. 0 when it replied (OUT tells how it is). */
+int sigclient_health (sigclient_t *self, sigclient_health_t *out);
+
+/* Lists the server's models: the first min (CAP, total) go to MODELS and *COUNT is the total.
+ * -1 with SIGCLIENT_ERR_CAPACITY when the total exceeds CAP. */
+int sigclient_list_models (sigclient_t *self, sigclient_model_info_t *models, size_t cap, size_t *count);
+
+/* For tests: send any bytes as one frame, and receive the next frame whatever it holds.
+ * sigclient_recv_raw fails with SIGCLIENT_ERR_CAPACITY (frame consumed, *LEN its size) when the
+ * frame exceeds CAP. */
+int sigclient_send_raw (sigclient_t *self, const void *payload, size_t len);
+int sigclient_recv_raw (sigclient_t *self, void *buf, size_t cap, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

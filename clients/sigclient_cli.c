@@ -1,0 +1,444 @@
+/* sigclient: one-shot requests to sigserve from a shell (infer, health, models).
+ * Exit codes: 0 ok, 1 the server answered with an error status, 2 usage or input error,
+ * 3 timeout, transport or protocol error. */
+#include "sigclient.h"
+#include "model.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { EXIT_OK = 0, EXIT_STATUS = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3 };
+
+#define DEFAULT_ENDPOINT "tcp://127.0.0.1:5555"
+#define MAX_RANDOM_FEATURES (1u << 28)
+#define MAX_REPEAT 100000000ull
+
+#define SYNOPSIS \
+    "usage: sigclient [--endpoint E]... [--timeout MS] COMMAND\n" \
+    "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n" \
+    "        [--repeat K] [--deadline-us D]\n" \
+    "  health\n" \
+    "  models\n"
+
+static const char *s_usage =
+    SYNOPSIS
+    "\n"
+    "options:\n"
+    "  --endpoint E     server endpoint, repeat for several (default " DEFAULT_ENDPOINT ")\n"
+    "  --timeout MS     wait at most MS ms for each reply (default 5000)\n"
+    "  --model M        the model to run\n"
+    "  --file F         features from F ('-': stdin): floats separated by spaces, commas or\n"
+    "                   newlines, R x the model's input size, row-major; '#' starts a comment\n"
+    "  --stdin          features from standard input, as for --file\n"
+    "  --random N       N features per row, uniform in [-1, 1), from seed S\n"
+    "  --rows R         rows in the request (default 1)\n"
+    "  --seed S         seed for --random (default 1)\n"
+    "  --repeat K       send K requests one after another; print round-trip percentiles\n"
+    "  --deadline-us D  the server drops the request if still queued after D us (default: none)\n"
+    "  --help           this text\n"
+    "\n"
+    "infer prints the outputs on stdout, one row per line, and the timings on stderr.\n"
+    "exit codes: 0 ok, 1 the server replied with an error status, 2 usage or input error,\n"
+    "3 timeout or transport error.\n";
+
+typedef struct {
+    const char **endpoints;     /* argv entries, borrowed */
+    size_t endpoint_count;
+    int timeout_ms;
+    const char *command;
+    const char *model;
+    const char *file;           /* "-" for stdin */
+    uint64_t random_n;          /* 0: not given */
+    uint64_t rows;
+    uint64_t seed;
+    uint64_t repeat;
+    uint64_t deadline_us;
+    int infer_options;          /* how many infer-only options were given */
+} options_t;
+
+static int s_usage_error (const char *fmt, const char *arg)
+{
+    fprintf (stderr, "sigclient: ");
+    fprintf (stderr, fmt, arg);
+    fprintf (stderr, "\n%s(sigclient --help describes the options)\n", SYNOPSIS);
+    return EXIT_USAGE;
+}
+
+/* A whole decimal number in [MIN, MAX]. */
+static int s_parse_u64 (const char *text, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (!text || !isdigit ((unsigned char) *text)) return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull (text, &end, 10);
+    if (errno || *end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static double s_now_us (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* Parses the command line into OPTS; returns -1 to go on, or an exit code. */
+static int s_parse_options (int argc, char **argv, options_t *opts)
+{
+    enum { O_ENDPOINT = 256, O_TIMEOUT, O_MODEL, O_FILE, O_STDIN, O_RANDOM, O_ROWS, O_SEED,
+           O_REPEAT, O_DEADLINE, O_HELP };
+    static const struct option longopts[] = {
+        { "endpoint", required_argument, NULL, O_ENDPOINT },
+        { "timeout", required_argument, NULL, O_TIMEOUT },
+        { "model", required_argument, NULL, O_MODEL },
+        { "file", required_argument, NULL, O_FILE },
+        { "stdin", no_argument, NULL, O_STDIN },
+        { "random", required_argument, NULL, O_RANDOM },
+        { "rows", required_argument, NULL, O_ROWS },
+        { "seed", required_argument, NULL, O_SEED },
+        { "repeat", required_argument, NULL, O_REPEAT },
+        { "deadline-us", required_argument, NULL, O_DEADLINE },
+        { "help", no_argument, NULL, O_HELP },
+        { NULL, 0, NULL, 0 },
+    };
+    *opts = (options_t) { .timeout_ms = SIGCLIENT_DEFAULT_TIMEOUT_MS, .rows = 1, .seed = 1, .repeat = 1 };
+    opts->endpoints = calloc ((size_t) argc + 1, sizeof *opts->endpoints);
+    if (!opts->endpoints) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
+    int sources = 0, c;
+    uint64_t v;
+    opterr = 0;
+    while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+            case O_ENDPOINT: opts->endpoints[opts->endpoint_count++] = optarg; break;
+            case O_TIMEOUT:
+                if (s_parse_u64 (optarg, 1, INT_MAX, &v)) return s_usage_error ("bad --timeout '%s'", optarg);
+                opts->timeout_ms = (int) v;
+                break;
+            case O_MODEL: opts->model = optarg; opts->infer_options++; break;
+            case O_FILE: opts->file = optarg; sources++; opts->infer_options++; break;
+            case O_STDIN: opts->file = "-"; sources++; opts->infer_options++; break;
+            case O_RANDOM:
+                if (s_parse_u64 (optarg, 1, MAX_RANDOM_FEATURES, &opts->random_n))
+                    return s_usage_error ("bad --random '%s' (1 to 268435456 features per row)", optarg);
+                sources++;
+                opts->infer_options++;
+                break;
+            case O_ROWS:
+                if (s_parse_u64 (optarg, 1, UINT32_MAX, &opts->rows))
+                    return s_usage_error ("bad --rows '%s'", optarg);
+                opts->infer_options++;
+                break;
+            case O_SEED:
+                if (s_parse_u64 (optarg, 0, UINT64_MAX, &opts->seed))
+                    return s_usage_error ("bad --seed '%s'", optarg);
+                opts->infer_options++;
+                break;
+            case O_REPEAT:
+                if (s_parse_u64 (optarg, 1, MAX_REPEAT, &opts->repeat))
+                    return s_usage_error ("bad --repeat '%s'", optarg);
+                opts->infer_options++;
+                break;
+            case O_DEADLINE:
+                if (s_parse_u64 (optarg, 0, UINT32_MAX, &opts->deadline_us))
+                    return s_usage_error ("bad --deadline-us '%s'", optarg);
+                opts->infer_options++;
+                break;
+            case 'h': case O_HELP: fputs (s_usage, stdout); return EXIT_OK;
+            case ':': return s_usage_error ("%s needs a value", argv[optind - 1]);
+            default: return s_usage_error ("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc) return s_usage_error ("%s", "no command");
+    opts->command = argv[optind];
+    if (optind + 1 < argc) return s_usage_error ("unexpected argument '%s'", argv[optind + 1]);
+    if (opts->endpoint_count == 0) opts->endpoints[opts->endpoint_count++] = DEFAULT_ENDPOINT;
+    if (strcmp (opts->command, "infer") == 0) {
+        if (!opts->model) return s_usage_error ("%s", "infer needs --model");
+        if (sources != 1) return s_usage_error ("%s", "infer needs one of --file, --stdin, --random");
+        if (opts->seed != 1 && !opts->random_n) return s_usage_error ("%s", "--seed is only for --random");
+    }
+    else if (strcmp (opts->command, "health") == 0 || strcmp (opts->command, "models") == 0) {
+        if (opts->infer_options) return s_usage_error ("options of infer given to '%s'", opts->command);
+    }
+    else
+        return s_usage_error ("unknown command '%s'", opts->command);
+    return -1;
+}
+
+/* ---- features ---- */
+
+static char *s_read_all (FILE *f, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc (cap);
+    while (buf) {
+        n += fread (buf + n, 1, cap - n - 1, f);
+        if (ferror (f)) { free (buf); return NULL; }
+        if (feof (f)) break;
+        if (cap - n - 1 == 0) {
+            char *grown = realloc (buf, cap * 2);
+            if (!grown) { free (buf); return NULL; }
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    if (buf) { buf[n] = '\0'; *len = n; }
+    return buf;
+}
+
+/* Floats separated by whitespace or commas; '#' comments to the end of the line. nan and inf are
+ * accepted (the server answers STATUS_BAD_VALUE), so is anything strtof reads whole. */
+static int s_parse_floats (char *text, const char *name, float **out, size_t *count)
+{
+    size_t cap = 1024, n = 0, line = 1;
+    float *vals = malloc (cap * sizeof *vals);
+    if (!vals) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
+    char *p = text;
+    while (*p) {
+        if (*p == '\n') { line++; p++; continue; }
+        if (isspace ((unsigned char) *p) || *p == ',') { p++; continue; }
+        if (*p == '#') { while (*p && *p != '\n') p++; continue; }
+        char *start = p;
+        while (*p && !isspace ((unsigned char) *p) && *p != ',' && *p != '#') p++;
+        char saved = *p;
+        *p = '\0';
+        errno = 0;
+        char *end;
+        float v = strtof (start, &end);
+        bool overflow = errno == ERANGE && isinf (v);
+        if (end == start || *end || overflow) {
+            fprintf (stderr, "sigclient: %s:%zu: %s: '%s'\n", name, line,
+                     overflow ? "out of float range" : "not a number", start);
+            free (vals);
+            return EXIT_USAGE;
+        }
+        *p = saved;
+        if (n == cap) {
+            float *grown = realloc (vals, 2 * cap * sizeof *vals);
+            if (!grown) { free (vals); fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
+            vals = grown;
+            cap *= 2;
+        }
+        vals[n++] = v;
+    }
+    if (n == 0) {
+        fprintf (stderr, "sigclient: %s: no features\n", name);
+        free (vals);
+        return EXIT_USAGE;
+    }
+    *out = vals;
+    *count = n;
+    return EXIT_OK;
+}
+
+static int s_load_features (const options_t *opts, float **out, size_t *count)
+{
+    if (opts->random_n) {
+        if (opts->random_n > SIZE_MAX / sizeof (float) / opts->rows
+            || opts->random_n * opts->rows > MAX_RANDOM_FEATURES) {
+            fprintf (stderr, "sigclient: --random %llu x --rows %llu is too many features\n",
+                     (unsigned long long) opts->random_n, (unsigned long long) opts->rows);
+            return EXIT_USAGE;
+        }
+        size_t n = (size_t) (opts->random_n * opts->rows);
+        float *vals = malloc (n * sizeof *vals);
+        if (!vals) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
+        uint64_t state = opts->seed;
+        for (size_t i = 0; i < n; i++) vals[i] = rng_uniform (&state, -1.0f, 1.0f);
+        *out = vals;
+        *count = n;
+        return EXIT_OK;
+    }
+    bool use_stdin = strcmp (opts->file, "-") == 0;
+    const char *name = use_stdin ? "<stdin>" : opts->file;
+    FILE *f = use_stdin ? stdin : fopen (opts->file, "r");
+    if (!f) {
+        fprintf (stderr, "sigclient: cannot open %s: %s\n", name, strerror (errno));
+        return EXIT_USAGE;
+    }
+    size_t len;
+    char *text = s_read_all (f, &len);
+    int err = errno;
+    if (!use_stdin) fclose (f);
+    if (!text) {
+        fprintf (stderr, "sigclient: cannot read %s: %s\n", name, strerror (err));
+        return EXIT_USAGE;
+    }
+    if (strlen (text) != len) {
+        fprintf (stderr, "sigclient: %s: not text (holds a NUL byte)\n", name);
+        free (text);
+        return EXIT_USAGE;
+    }
+    int rc = s_parse_floats (text, name, out, count);
+    free (text);
+    return rc;
+}
+
+/* ---- commands ---- */
+
+/* Reports the client's last failure; returns the exit code it maps to. */
+static int s_client_failure (const sigclient_t *client)
+{
+    int status = sigclient_last_status (client);
+    if (status > 0) {
+        /* sigclient_error reads "server replied STATUS_X: text"; the CLI's form is shorter. */
+        const char *text = sigclient_error (client);
+        const char *colon = strstr (text, ": ");
+        fprintf (stderr, "sigclient: %s: %s\n", sigclient_status_name (status), colon ? colon + 2 : text);
+        return EXIT_STATUS;
+    }
+    fprintf (stderr, "sigclient: %s\n", sigclient_error (client));
+    return status == SIGCLIENT_ERR_ARGUMENT ? EXIT_USAGE : EXIT_TRANSPORT;
+}
+
+static int s_compare_double (const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+/* The nearest-rank percentile of SORTED. */
+static double s_percentile (const double *sorted, size_t n, double p)
+{
+    size_t rank = (size_t) ceil (p / 100.0 * (double) n);
+    return sorted[rank ? rank - 1 : 0];
+}
+
+static void s_print_outputs (const float *outputs, size_t n, uint32_t rows)
+{
+    size_t per_row = rows && n % rows == 0 ? n / rows : n;
+    for (size_t i = 0; i < n; i++)
+        printf ("%.9g%s", (double) outputs[i], (i + 1) % per_row == 0 || i + 1 == n ? "\n" : " ");
+}
+
+static int s_infer (sigclient_t *client, const options_t *opts)
+{
+    float *features = NULL;
+    size_t n_features = 0;
+    int rc = s_load_features (opts, &features, &n_features);
+    if (rc != EXIT_OK) return rc;
+    sigclient_set_deadline_us (client, (uint32_t) opts->deadline_us);
+    size_t cap = 1 << 16, n_outputs = 0;
+    float *outputs = malloc (cap * sizeof *outputs);
+    double *round_trips = malloc (opts->repeat * sizeof *round_trips);
+    sigclient_result_t result;
+    if (!outputs || !round_trips) { fprintf (stderr, "sigclient: out of memory\n"); rc = EXIT_TRANSPORT; goto done; }
+    for (uint64_t i = 0; i < opts->repeat; i++) {
+        double start = s_now_us ();
+        int r = sigclient_infer (client, opts->model, features, n_features, (uint32_t) opts->rows,
+                                 outputs, cap, &n_outputs, &result);
+        if (r != 0 && sigclient_last_status (client) == SIGCLIENT_ERR_CAPACITY) {
+            /* More outputs than we guessed: make room and ask again (inference is idempotent). */
+            float *grown = realloc (outputs, n_outputs * sizeof *outputs);
+            if (!grown) { fprintf (stderr, "sigclient: out of memory\n"); rc = EXIT_TRANSPORT; goto done; }
+            outputs = grown;
+            cap = n_outputs;
+            start = s_now_us ();
+            r = sigclient_infer (client, opts->model, features, n_features, (uint32_t) opts->rows,
+                                 outputs, cap, &n_outputs, &result);
+        }
+        round_trips[i] = s_now_us () - start;
+        if (r != 0) { rc = s_client_failure (client); goto done; }
+    }
+    s_print_outputs (outputs, n_outputs, result.rows ? result.rows : (uint32_t) opts->rows);
+    fflush (stdout);
+    fprintf (stderr, "request_id=%llu status=%s rows=%u queue_ns=%llu compute_ns=%llu server_ns=%llu "
+             "round_trip_us=%.1f model_version=%s\n",
+             (unsigned long long) result.request_id, sigclient_status_name (result.status), result.rows,
+             (unsigned long long) result.queue_ns, (unsigned long long) result.compute_ns,
+             (unsigned long long) result.server_ns, round_trips[opts->repeat - 1], result.model_version);
+    if (opts->repeat > 1) {
+        qsort (round_trips, opts->repeat, sizeof *round_trips, s_compare_double);
+        fprintf (stderr, "repeat=%llu round_trip_us p50=%.1f p99=%.1f min=%.1f max=%.1f\n",
+                 (unsigned long long) opts->repeat, s_percentile (round_trips, opts->repeat, 50),
+                 s_percentile (round_trips, opts->repeat, 99), round_trips[0], round_trips[opts->repeat - 1]);
+    }
+done:
+    free (round_trips);
+    free (outputs);
+    free (features);
+    return rc;
+}
+
+static int s_health (sigclient_t *client)
+{
+    sigclient_health_t health;
+    if (sigclient_health (client, &health) != 0) return s_client_failure (client);
+    printf ("live=%d ready=%d version=%s\n", health.live, health.ready, health.version);
+    return EXIT_OK;
+}
+
+static int s_width (size_t current, const char *text)
+{
+    size_t n = strlen (text);
+    return (int) (n > current ? n : current);
+}
+
+static int s_models (sigclient_t *client)
+{
+    size_t cap = 64, count = 0;
+    sigclient_model_info_t *models = malloc (cap * sizeof *models);
+    if (!models) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
+    int r = sigclient_list_models (client, models, cap, &count);
+    if (r != 0 && sigclient_last_status (client) == SIGCLIENT_ERR_CAPACITY) {
+        sigclient_model_info_t *grown = realloc (models, count * sizeof *models);
+        if (!grown) { free (models); fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
+        models = grown;
+        cap = count;
+        r = sigclient_list_models (client, models, cap, &count);
+    }
+    if (r != 0) { free (models); return s_client_failure (client); }
+    int wn = 4, wv = 7, wb = 7, wk = 6;
+    for (size_t i = 0; i < count; i++) {
+        wn = s_width ((size_t) wn, models[i].name);
+        wv = s_width ((size_t) wv, models[i].version);
+        wb = s_width ((size_t) wb, models[i].backend);
+        wk = s_width ((size_t) wk, models[i].kernel);
+    }
+    printf ("%-*s  %-*s  %-*s  %-*s  %6s  %6s  %8s  %s\n", wn, "name", wv, "version", wb, "backend",
+            wk, "kernel", "input", "output", "max_rows", "available");
+    for (size_t i = 0; i < count; i++) {
+        const sigclient_model_info_t *m = &models[i];
+        printf ("%-*s  %-*s  %-*s  %-*s  %6u  %6u  %8u  %s\n", wn, m->name, wv, m->version, wb, m->backend,
+                wk, m->kernel, m->input_size, m->output_size, m->max_rows, m->available ? "yes" : "no");
+    }
+    free (models);
+    return EXIT_OK;
+}
+
+int main (int argc, char **argv)
+{
+    options_t opts;
+    int rc = s_parse_options (argc, argv, &opts);
+    if (rc < 0) {
+        sigclient_t *client = sigclient_new (opts.endpoints, opts.endpoint_count, opts.timeout_ms);
+        if (!client) {
+            /* Name the endpoint ZeroMQ rejects: try them one at a time. */
+            int err = errno;
+            const char *bad = opts.endpoints[0];
+            for (size_t i = 0; i < opts.endpoint_count; i++) {
+                sigclient_t *probe = sigclient_new (&opts.endpoints[i], 1, 1);
+                if (!probe) { err = errno; bad = opts.endpoints[i]; break; }
+                sigclient_destroy (&probe);
+            }
+            fprintf (stderr, "sigclient: cannot connect to '%s': %s\n", bad, strerror (err));
+            rc = err == EINVAL || err == EPROTONOSUPPORT ? EXIT_USAGE : EXIT_TRANSPORT;
+        }
+        else {
+            if (strcmp (opts.command, "infer") == 0) rc = s_infer (client, &opts);
+            else if (strcmp (opts.command, "health") == 0) rc = s_health (client);
+            else rc = s_models (client);
+            sigclient_destroy (&client);
+        }
+    }
+    free (opts.endpoints);
+    return rc;
+}
