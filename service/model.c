@@ -1,0 +1,324 @@
+/* Dense-layer weights: loading from safetensors with every shape checked against the chain,
+ * random weights for tests, and the float64 reference forward pass that backends are compared
+ * against. */
+#include "model.h"
+#include "safetensors.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How many tensor names a "not found" message lists before it says how many more there are. */
+#define S_LIST_NAMES 8
+
+static void s_fail (char *err, size_t errlen, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
+static void s_fail (char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start (ap, fmt);
+    vsnprintf (err, errlen, fmt, ap);
+    va_end (ap);
+}
+
+static model_weights_t *s_alloc (size_t layer_count)
+{
+    model_weights_t *self = calloc (1, sizeof *self);
+    if (self && !(self->layers = calloc (layer_count, sizeof *self->layers)))
+        model_weights_destroy (&self);
+    if (self)
+        self->layer_count = layer_count;
+    return self;
+}
+
+/* Sizes of the whole chain, once every layer is in place. */
+static void s_set_sizes (model_weights_t *self)
+{
+    self->input_size = self->layers[0].in;
+    self->output_size = self->layers[self->layer_count - 1].out;
+    self->widest = 0;
+    for (size_t i = 0; i < self->layer_count; i++) {
+        uint32_t wider = self->layers[i].in > self->layers[i].out ? self->layers[i].in : self->layers[i].out;
+        if (wider > self->widest)
+            self->widest = wider;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Loading */
+
+/* The tensor NAME, or NULL with an error that lists what the file does have. */
+static const st_tensor_t *s_find (const safetensors_t *st, const model_config_t *cfg,
+                                  const char *name, char *err, size_t errlen)
+{
+    const st_tensor_t *t = safetensors_find (st, name);
+    if (t)
+        return t;
+    char have[512] = "";
+    size_t count = safetensors_count (st), used = 0;
+    for (size_t i = 0; i < count && i < S_LIST_NAMES && used < sizeof have; i++)
+        used += (size_t) snprintf (have + used, sizeof have - used, "%s%s", i ? ", " : "",
+                                   safetensors_at (st, i)->name);
+    if (count > S_LIST_NAMES && used < sizeof have)
+        snprintf (have + used, sizeof have - used, ", ... and %zu more", count - S_LIST_NAMES);
+    s_fail (err, errlen, "model \"%s\": tensor \"%s\" not found in %s (%s%s)", cfg->name, name,
+            cfg->weights, count ? "it has: " : "it has no tensors", have);
+    return NULL;
+}
+
+/* Checks the weight W of layer I is [out, in] with sizes that fit uint32 and chain on from
+ * PREV_OUT (0 for the first layer). */
+static int s_check_weight (const model_config_t *cfg, size_t i, const st_tensor_t *w,
+                           uint32_t prev_out, char *err, size_t errlen)
+{
+    char shape[160];
+    safetensors_format_shape (w->shape, w->ndim, shape, sizeof shape);
+    if (w->ndim != 2) {
+        s_fail (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected 2 "
+                "dimensions [out, in]", cfg->name, i, w->name, shape);
+        return -1;
+    }
+    for (int d = 0; d < 2; d++)
+        if (w->shape[d] < 1 || w->shape[d] > UINT32_MAX) {
+            s_fail (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected "
+                    "sizes from 1 to %" PRIu32, cfg->name, i, w->name, shape, UINT32_MAX);
+            return -1;
+        }
+    if (i > 0 && w->shape[1] != prev_out) {
+        s_fail (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected [*, %"
+                PRIu32 "] (the previous layer's output size)", cfg->name, i, w->name, shape, prev_out);
+        return -1;
+    }
+    return 0;
+}
+
+static int s_check_bias (const model_config_t *cfg, size_t i, const st_tensor_t *b, uint64_t out,
+                         char *err, size_t errlen)
+{
+    if (b->ndim == 1 && b->shape[0] == out)
+        return 0;
+    char shape[160];
+    s_fail (err, errlen, "model \"%s\": layers[%zu].bias \"%s\" has shape %s, expected [%" PRIu64
+            "] (the weight's output size)", cfg->name, i, b->name,
+            safetensors_format_shape (b->shape, b->ndim, shape, sizeof shape), out);
+    return -1;
+}
+
+/* A malloc'd f32 copy of T, checked to be finite; NULL with ERR. A non-zero ROW_LEN (a matrix's
+ * row length) lets the message give a bad element's row and column. */
+static float *s_read (const model_config_t *cfg, size_t i, const char *what, const st_tensor_t *t,
+                      uint64_t row_len, char *err, size_t errlen)
+{
+    if (t->numel > SIZE_MAX / sizeof (float)) {
+        s_fail (err, errlen, "model \"%s\": layers[%zu].%s \"%s\" is too large", cfg->name, i, what, t->name);
+        return NULL;
+    }
+    float *dst = malloc ((size_t) (t->numel ? t->numel : 1) * sizeof (float));
+    char why[256];
+    if (!dst) {
+        s_fail (err, errlen, "model \"%s\": layers[%zu].%s \"%s\": out of memory for %" PRIu64
+                " floats", cfg->name, i, what, t->name, t->numel);
+        return NULL;
+    }
+    if (safetensors_read_f32 (t, dst, why, sizeof why) != 0) {
+        s_fail (err, errlen, "model \"%s\": layers[%zu].%s: %s", cfg->name, i, what, why);
+        free (dst);
+        return NULL;
+    }
+    for (uint64_t k = 0; k < t->numel; k++)
+        if (!isfinite (dst[k])) {
+            /* a NaN or Inf weight would turn every output into NaN; refuse the model instead */
+            char where[64] = "";
+            if (row_len)
+                snprintf (where, sizeof where, " (row %" PRIu64 ", column %" PRIu64 ")",
+                          k / row_len, k % row_len);
+            s_fail (err, errlen, "model \"%s\": layers[%zu].%s \"%s\" element %" PRIu64 "%s is %s, "
+                    "expected a finite value", cfg->name, i, what, t->name, k, where,
+                    isnan (dst[k]) ? "NaN" : dst[k] > 0 ? "inf" : "-inf");
+            free (dst);
+            return NULL;
+        }
+    return dst;
+}
+
+static int s_load_layer (model_weights_t *self, size_t i, const model_config_t *cfg,
+                         const safetensors_t *st, char *err, size_t errlen)
+{
+    const layer_config_t *lc = &cfg->layers[i];
+    dense_layer_t *layer = &self->layers[i];
+    uint32_t prev_out = i > 0 ? self->layers[i - 1].out : 0;
+    const st_tensor_t *w = s_find (st, cfg, lc->weight, err, errlen);
+    if (!w || s_check_weight (cfg, i, w, prev_out, err, errlen) != 0)
+        return -1;
+    layer->out = (uint32_t) w->shape[0];
+    layer->in = (uint32_t) w->shape[1];
+    layer->activation = lc->activation;
+    if (!(layer->weight = s_read (cfg, i, "weight", w, layer->in, err, errlen)))
+        return -1;
+    if (lc->bias[0] == 0) {     /* no bias named: the layer adds zeros */
+        layer->bias = calloc (layer->out, sizeof *layer->bias);
+        if (!layer->bias)
+            s_fail (err, errlen, "model \"%s\": layers[%zu]: out of memory", cfg->name, i);
+        return layer->bias ? 0 : -1;
+    }
+    const st_tensor_t *b = s_find (st, cfg, lc->bias, err, errlen);
+    if (!b || s_check_bias (cfg, i, b, layer->out, err, errlen) != 0)
+        return -1;
+    layer->bias = s_read (cfg, i, "bias", b, 0, err, errlen);
+    return layer->bias ? 0 : -1;
+}
+
+model_weights_t *model_weights_load (const model_config_t *cfg, char *err, size_t errlen)
+{
+    assert (cfg);
+    if (cfg->layer_count < 1 || cfg->layer_count > CONFIG_MAX_LAYERS) {
+        s_fail (err, errlen, "model \"%s\": %zu layers, expected 1 to %d", cfg->name,
+                cfg->layer_count, CONFIG_MAX_LAYERS);
+        return NULL;
+    }
+    char why[512];
+    safetensors_t *st = safetensors_open (cfg->weights, why, sizeof why);
+    if (!st) {
+        s_fail (err, errlen, "model \"%s\": %s", cfg->name, why);
+        return NULL;
+    }
+    model_weights_t *self = s_alloc (cfg->layer_count);
+    int rc = self ? 0 : -1;
+    if (!self)
+        s_fail (err, errlen, "model \"%s\": out of memory", cfg->name);
+    for (size_t i = 0; i < cfg->layer_count && rc == 0; i++)
+        rc = s_load_layer (self, i, cfg, st, err, errlen);
+    safetensors_destroy (&st);      /* everything was copied out of the mapping */
+    if (rc != 0)
+        model_weights_destroy (&self);
+    else
+        s_set_sizes (self);
+    return self;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Random weights */
+
+model_weights_t *model_weights_random (const uint32_t *sizes, const activation_t *acts,
+                                       size_t layer_count, uint64_t seed)
+{
+    assert (sizes && acts);
+    if (layer_count < 1)
+        return NULL;
+    for (size_t i = 0; i <= layer_count; i++)
+        if (sizes[i] < 1)
+            return NULL;
+    model_weights_t *self = s_alloc (layer_count);
+    uint64_t state = seed;
+    for (size_t i = 0; self && i < layer_count; i++) {
+        dense_layer_t *layer = &self->layers[i];
+        layer->in = sizes[i];
+        layer->out = sizes[i + 1];
+        layer->activation = acts[i];
+        size_t n = (size_t) layer->in * layer->out;
+        layer->weight = malloc (n * sizeof *layer->weight);
+        layer->bias = malloc (layer->out * sizeof *layer->bias);
+        if (!layer->weight || !layer->bias) {
+            model_weights_destroy (&self);
+            break;
+        }
+        /* nn.Linear's default init: weight and bias uniform in +-1/sqrt(fan_in) */
+        float bound = (float) (1.0 / sqrt ((double) layer->in));
+        for (size_t k = 0; k < n; k++)
+            layer->weight[k] = rng_uniform (&state, -bound, bound);
+        for (uint32_t k = 0; k < layer->out; k++)
+            layer->bias[k] = rng_uniform (&state, -bound, bound);
+    }
+    if (self)
+        s_set_sizes (self);
+    return self;
+}
+
+void model_weights_destroy (model_weights_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    model_weights_t *self = *self_p;
+    for (size_t i = 0; self->layers && i < self->layer_count; i++) {
+        free (self->layers[i].weight);
+        free (self->layers[i].bias);
+    }
+    free (self->layers);
+    free (self);
+    *self_p = NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Reference forward */
+
+static double s_activate (activation_t a, double x)
+{
+    switch (a) {
+    case ACTIVATION_RELU:    return x > 0 ? x : 0;
+    case ACTIVATION_SIGMOID: return 1.0 / (1.0 + exp (-x));
+    case ACTIVATION_TANH:    return tanh (x);
+    default:                 return x;
+    }
+}
+
+/* DST[o] = act(bias[o] + sum_i W[o][i] * SRC[i]), all in float64 */
+static void s_dense (const dense_layer_t *layer, const double *src, double *dst)
+{
+    for (uint32_t o = 0; o < layer->out; o++) {
+        const float *row = layer->weight + (size_t) o * layer->in;
+        double acc = layer->bias[o];
+        for (uint32_t i = 0; i < layer->in; i++)
+            acc += (double) row[i] * src[i];
+        dst[o] = s_activate (layer->activation, acc);
+    }
+}
+
+int model_reference_forward (const model_weights_t *w, const float *in, uint32_t rows, double *out)
+{
+    assert (w && w->layer_count >= 1);
+    assert ((in && out) || rows == 0);
+    double *a = malloc (2 * (size_t) w->widest * sizeof *a);
+    if (!a)
+        return -1;
+    double *b = a + w->widest;
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *x = in + (size_t) r * w->input_size;
+        for (uint32_t i = 0; i < w->input_size; i++)
+            a[i] = x[i];
+        double *src = a, *dst = b;
+        for (size_t l = 0; l < w->layer_count; l++) {
+            s_dense (&w->layers[l], src, dst);
+            double *t = src;
+            src = dst;
+            dst = t;
+        }
+        memcpy (out + (size_t) r * w->output_size, src, w->output_size * sizeof *out);
+    }
+    free (a);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Random numbers */
+
+uint64_t rng_next (uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+float rng_uniform (uint64_t *state, float lo, float hi)
+{
+    double u = (double) (rng_next (state) >> 11) * 0x1p-53;    /* [0, 1) */
+    float r = (float) (lo + ((double) hi - lo) * u);
+    /* rounding to float can land on HI itself; keep the interval half-open */
+    return r < hi || !(hi > lo) ? r : nextafterf (hi, lo);
+}
