@@ -7,6 +7,7 @@
  *   blas: OpenBLAS sgemv (rows == 1) / sgemm (rows > 1) with one thread, then bias + activation.
  * Everything is allocated at load; infer allocates nothing. */
 #include "backend.h"
+#include "log.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -58,13 +59,18 @@ static inline float s_activate (float v, activation_t a)
     return v;
 }
 
+typedef float v8 __attribute__ ((vector_size (32)));
+typedef float v4 __attribute__ ((vector_size (16)));
+
+/* A tree of shuffles and adds (four steps), not sixteen dependent scalar adds. */
 static inline float s_hsum (v16 v)
 {
-    float s = 0.0f;
-    for (int i = 0; i < VEC; i++)
-        s += v[i];
-    return s;
+    v8 h = __builtin_shufflevector (v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector (v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4 q = __builtin_shufflevector (h, h, 0, 1, 2, 3) + __builtin_shufflevector (h, h, 4, 5, 6, 7);
+    return (q[0] + q[2]) + (q[1] + q[3]);
 }
+
+#define ROWS_PER_BLOCK 8   /* independent accumulator chains: enough to keep both FMA ports busy */
 
 /* y[o] = act(W[o] . x + b[o]) for one row. x and every W row hold in_pad floats, zero beyond in. */
 __attribute__ ((target_clones ("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -73,30 +79,28 @@ static void s_dense_row (const cpu_layer_t *L, const float *restrict x, float *r
     const uint32_t n = L->in_pad / VEC;
     const v16 *xv = (const v16 *) __builtin_assume_aligned (x, 64);
     uint32_t o = 0;
-    for (; o + 4 <= L->out; o += 4) {
-        const v16 *w0 = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) (o + 0) * L->in_pad, 64);
-        const v16 *w1 = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) (o + 1) * L->in_pad, 64);
-        const v16 *w2 = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) (o + 2) * L->in_pad, 64);
-        const v16 *w3 = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) (o + 3) * L->in_pad, 64);
-        v16 a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
+    for (; o + ROWS_PER_BLOCK <= L->out; o += ROWS_PER_BLOCK) {
+        const v16 *w = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) o * L->in_pad, 64);
+        v16 a[ROWS_PER_BLOCK] = { { 0 } };
         for (uint32_t k = 0; k < n; k++) {
             v16 xk = xv[k];
-            a0 += w0[k] * xk;
-            a1 += w1[k] * xk;
-            a2 += w2[k] * xk;
-            a3 += w3[k] * xk;
+            for (int r = 0; r < ROWS_PER_BLOCK; r++)
+                a[r] += w[(size_t) r * n + k] * xk;
         }
-        y[o + 0] = s_activate (s_hsum (a0) + L->bias[o + 0], L->activation);
-        y[o + 1] = s_activate (s_hsum (a1) + L->bias[o + 1], L->activation);
-        y[o + 2] = s_activate (s_hsum (a2) + L->bias[o + 2], L->activation);
-        y[o + 3] = s_activate (s_hsum (a3) + L->bias[o + 3], L->activation);
+        for (int r = 0; r < ROWS_PER_BLOCK; r++)
+            y[o + r] = s_activate (s_hsum (a[r]) + L->bias[o + r], L->activation);
     }
     for (; o < L->out; o++) {
         const v16 *w = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) o * L->in_pad, 64);
-        v16 a = { 0 };
-        for (uint32_t k = 0; k < n; k++)
+        v16 a = { 0 }, b = { 0 };
+        uint32_t k = 0;
+        for (; k + 2 <= n; k += 2) {
             a += w[k] * xv[k];
-        y[o] = s_activate (s_hsum (a) + L->bias[o], L->activation);
+            b += w[k + 1] * xv[k + 1];
+        }
+        if (k < n)
+            a += w[k] * xv[k];
+        y[o] = s_activate (s_hsum (a + b) + L->bias[o], L->activation);
     }
 }
 
@@ -155,6 +159,20 @@ static int s_copy_layer (cpu_layer_t *dst, const dense_layer_t *src, cpu_kernel_
 static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t rows, float *out,
                                  char *err, size_t errlen);
 
+/* OpenBLAS picks its kernels from the CPU model number at load; in VMs that mask it (seen: 0.3.21 on
+ * a Sapphire Rapids guest) it falls back to "Prescott" SSE3 kernels, ~5x slower. Say so. */
+static void s_warn_generic_openblas (void)
+{
+    static int warned = 0;      /* once per process: models load on one thread, at start */
+    const char *core = openblas_get_corename ();
+    if (!warned++ && core && (strcmp (core, "Prescott") == 0 || strcmp (core, "Core2") == 0 || strcmp (core, "Nehalem") == 0)
+        && __builtin_cpu_supports ("avx2"))
+        log_warn ("OpenBLAS chose its %s kernels on a CPU with AVX2%s: cpu_kernel \"blas\" will be slow; "
+                  "start with OPENBLAS_CORETYPE=%s or use cpu_kernel \"loop\"", core,
+                  __builtin_cpu_supports ("avx512f") ? " and AVX-512" : "",
+                  __builtin_cpu_supports ("avx512f") ? "SkylakeX" : "Haswell");
+}
+
 static backend_model_t *s_cpu_load (const model_weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
 {
     backend_model_t *m = calloc (1, sizeof *m);
@@ -174,8 +192,10 @@ static backend_model_t *s_cpu_load (const model_weights_t *w, const model_config
     for (size_t i = 0; i < w->layer_count; i++)
         if (s_copy_layer (&m->layers[i], &w->layers[i], m->kernel) != 0)
             goto oom;
-    if (m->kernel == CPU_KERNEL_BLAS)
+    if (m->kernel == CPU_KERNEL_BLAS) {
         openblas_set_num_threads (1);   /* one core per model: threads would wreck the tail */
+        s_warn_generic_openblas ();
+    }
     /* Warm: page in the weights and buffers, and let the loader resolve the kernel clones. */
     float *probe_out = s_alloc_floats ((size_t) m->max_rows * m->output_size);
     if (!probe_out)
