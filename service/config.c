@@ -120,7 +120,7 @@ static const key_spec_t s_model_keys[] = {
     { .name = "graph", .type = KEY_BOOL, FIELD (model_config_t, graph), .def = true },
     { .name = "device", .type = KEY_INT, FIELD (model_config_t, device), .min = 0, .max = 63, .def = 0 },
     { .name = "max_rows", .type = KEY_U32, FIELD (model_config_t, max_rows),
-      .min = 1, .max = 4096, .def = 64 },
+      .min = 1, .max = 4096, .def = 16 },
     { .name = "weights", .type = KEY_PATH, .required = true, FIELD (model_config_t, weights),
       .len_min = 1, .len_max = CONFIG_PATH_MAX - 1 },
     { .name = "layers", .type = KEY_OBJECT_ARRAY, .required = true, .offset = offsetof (model_config_t, layers),

@@ -38,7 +38,11 @@ const backend_iface_t *backend_resolve (const model_config_t *cfg, char *err, si
     return NULL;
 }
 
-static int s_model_load (model_t *m, const model_config_t *cfg, char *err, size_t errlen)
+/* Bytes a packed InferRequest adds to its features: request id, model name, rows, deadline, tags. */
+#define REQUEST_FRAMING 128
+
+static int s_model_load (model_t *m, const model_config_t *cfg, uint32_t max_message_bytes, char *err,
+                         size_t errlen)
 {
     snprintf (m->name, sizeof m->name, "%s", cfg->name);
     snprintf (m->version, sizeof m->version, "%s", cfg->version);
@@ -48,6 +52,17 @@ static int s_model_load (model_t *m, const model_config_t *cfg, char *err, size_
     model_weights_t *w = model_weights_load (cfg, err, errlen);
     if (!w)
         return -1;
+    /* A request of max_rows rows that ZeroMQ would drop for its size could never be answered. */
+    uint64_t need = (uint64_t) cfg->max_rows * w->input_size * 4 + REQUEST_FRAMING;
+    if (need > max_message_bytes) {
+        uint64_t fit = (max_message_bytes - REQUEST_FRAMING) / (4ull * w->input_size);
+        snprintf (err, errlen, "model \"%s\": max_rows: a request of %u rows x %u features takes up to %llu "
+                  "bytes, over server.max_message_bytes (%u); lower max_rows to %llu or raise max_message_bytes",
+                  cfg->name, cfg->max_rows, w->input_size, (unsigned long long) need, max_message_bytes,
+                  (unsigned long long) fit);
+        model_weights_destroy (&w);
+        return -1;
+    }
     m->input_size = w->input_size;
     m->output_size = w->output_size;
     m->max_rows = cfg->max_rows;
@@ -71,7 +86,7 @@ model_registry_t *model_registry_new (const config_t *cfg, char *err, size_t err
         return NULL;
     }
     for (size_t i = 0; i < cfg->model_count; i++) {
-        if (s_model_load (&self->models[i], &cfg->models[i], err, errlen) != 0) {
+        if (s_model_load (&self->models[i], &cfg->models[i], cfg->server.max_message_bytes, err, errlen) != 0) {
             self->count = i + 1;
             model_registry_destroy (&self);
             return NULL;

@@ -63,7 +63,7 @@ START_TEST (test_default_config_loads)
     ck_assert_int_eq (m->cpu_kernel, CPU_KERNEL_LOOP);
     ck_assert (m->graph);
     ck_assert_int_eq (m->device, 0);
-    ck_assert_uint_eq (m->max_rows, 64);
+    ck_assert_uint_eq (m->max_rows, 16);
     ck_assert_str_eq (m->weights, "config/../build/models/tick_mlp.safetensors");
     ck_assert_uint_eq (m->layer_count, 3);
     const char *weights[] = { "0.weight", "2.weight", "4.weight" };
@@ -117,7 +117,7 @@ START_TEST (test_defaults_when_absent)
     ck_assert_int_eq (m->cpu_kernel, CPU_KERNEL_LOOP);
     ck_assert (m->graph);
     ck_assert_int_eq (m->device, 0);
-    ck_assert_uint_eq (m->max_rows, 64);
+    ck_assert_uint_eq (m->max_rows, 16);
     ck_assert_str_eq (m->layers[0].bias, "0.bias");
     ck_assert_int_eq (m->layers[0].activation, ACTIVATION_NONE);
     config_destroy (&cfg);

@@ -131,6 +131,15 @@ static void s_expect_still_serving (void)
     sigserve__v1__reply__free_unpacked (r, NULL);
 }
 
+/* The build folder as an absolute path, for configs written outside the repository. */
+static const char *s_build_abs (void)
+{
+    static char abs[4096];
+    if (!abs[0] && !realpath (tu_build_dir (), abs))
+        snprintf (abs, sizeof abs, "%s", tu_build_dir ());
+    return abs;
+}
+
 static char *s_write_config (const char *name, int port0, int port1)
 {
     char json[8192];
@@ -138,16 +147,16 @@ static char *s_write_config (const char *name, int port0, int port1)
               "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:%d\", \"tcp://127.0.0.1:%d\"],\n"
               "              \"max_message_bytes\": 65536, \"log_level\": \"warn\", \"queue_depth\": 64 },\n"
               "  \"models\": [\n"
-              "   { \"name\": \"tick_mlp\", \"backend\": \"auto\", \"max_rows\": 8, \"weights\": \"%s/%s/models/tick_mlp.safetensors\",\n"
+              "   { \"name\": \"tick_mlp\", \"backend\": \"auto\", \"max_rows\": 8, \"weights\": \"%s/models/tick_mlp.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
               "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"
               "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] },\n"
               "   { \"name\": \"odd\", \"backend\": \"cpu\", \"cpu_kernel\": \"blas\", \"version\": \"7b\", \"max_rows\": 7,\n"
               "     \"weights\": \"odd.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] },\n"
-              "   { \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 64, \"weights\": \"slow.safetensors\",\n"
+              "   { \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15, \"weights\": \"slow.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] } ] }\n",
-              port0, port1, getenv ("PWD") ? getenv ("PWD") : ".", tu_build_dir ());
+              port0, port1, s_build_abs ());
     return tu_write_file (s_dir, name, json, -1);
 }
 
@@ -200,6 +209,9 @@ static void s_teardown (void)
     model_weights_destroy (&s_tick);
     model_weights_destroy (&s_odd);
     config_destroy (&s_cfg);
+    char cmd[4200];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", s_dir);
+    ck_assert_int_eq (system (cmd), 0);
 }
 
 /* ---- correct outputs ---- */
@@ -564,7 +576,7 @@ START_TEST (bad_config_exits_2_naming_the_key)
     ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);
     ck_assert_msg (strstr (out, path) && strstr (out, "server.max_message_bytes"), "%s", out);
     /* A config whose weights file is missing: also refused with 2, naming the file. */
-    char json[4096];
+    char json[8192];
     snprintf (json, sizeof json,
               "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:1\"] },"
               "  \"models\": [ { \"name\": \"m\", \"weights\": \"missing.safetensors\", \"layers\": [ { \"weight\": \"w.weight\" } ] } ] }");
@@ -573,6 +585,19 @@ START_TEST (bad_config_exits_2_naming_the_key)
     snprintf (cmd, sizeof cmd, "%s/sigserve --config %s 2>&1", tu_build_dir (), path);
     ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);
     ck_assert_msg (strstr (out, "missing.safetensors"), "%s", out);
+    /* max_rows whose requests would not fit max_message_bytes: refused, with the fix spelled out. */
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:1\"] },"
+              "  \"models\": [ { \"name\": \"big\", \"max_rows\": 64, \"weights\": \"%s/models/tick_mlp.safetensors\","
+              "    \"layers\": [ { \"weight\": \"0.weight\" }, { \"weight\": \"2.weight\" }, { \"weight\": \"4.weight\" } ] } ] }",
+              s_build_abs ());
+    free (path);
+    path = tu_write_file (s_dir, "rows.json", json, -1);
+    snprintf (cmd, sizeof cmd, "%s/sigserve --config %s 2>&1", tu_build_dir (), path);
+    ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);
+    ck_assert_msg (strstr (out, "model \"big\": max_rows: a request of 64 rows x 512 features takes up to 131200 bytes, "
+                                "over server.max_message_bytes (65536); lower max_rows to 31 or raise max_message_bytes"),
+                   "%s", out);
     snprintf (cmd, sizeof cmd, "%s/sigserve --bogus 2>&1", tu_build_dir ());
     ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);
     ck_assert_ptr_nonnull (strstr (out, "unknown or incomplete argument \"--bogus\""));
