@@ -1,7 +1,8 @@
 /* sigclient: one-shot requests to sigserve from a shell (infer, health, models).
- * Exit codes: 0 ok, 1 the server answered with an error status, 2 usage or input error,
+ * Exit codes: 0 ok, 1 the server answered with an error status or is not ready, 2 usage or input error,
  * 3 timeout, transport or protocol error. */
 #include "sigclient.h"
+#include "latency.h"
 #include "model.h"
 
 #include <ctype.h>
@@ -23,7 +24,7 @@ enum { EXIT_OK = 0, EXIT_STATUS = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3 };
 #define SYNOPSIS \
     "usage: sigclient [--endpoint E]... [--timeout MS] COMMAND\n" \
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n" \
-    "        [--repeat K] [--deadline-us D]\n" \
+    "        [--repeat K [--warmup W]] [--deadline-us D]\n" \
     "  health\n" \
     "  models\n"
 
@@ -40,12 +41,14 @@ static const char *s_usage =
     "  --random N       N features per row, uniform in [-1, 1), from seed S\n"
     "  --rows R         rows in the request (default 1)\n"
     "  --seed S         seed for --random (default 1)\n"
-    "  --repeat K       send K requests one after another; print round-trip percentiles\n"
+    "  --repeat K       send K requests one after another; print round-trip and server-time\n"
+    "                   p50 p90 p99 p99.9 min max mean sd (us) on stderr\n"
+    "  --warmup W       with --repeat: send W more requests first and leave them out (default 0)\n"
     "  --deadline-us D  the server drops the request if still queued after D us (default: none)\n"
     "  --help           this text\n"
     "\n"
     "infer prints the outputs on stdout, one row per line, and the timings on stderr.\n"
-    "exit codes: 0 ok, 1 the server replied with an error status, 2 usage or input error,\n"
+    "exit codes: 0 ok, 1 the server replied with an error status (or is not ready), 2 usage or input error,\n"
     "3 timeout or transport error.\n";
 
 typedef struct {
@@ -59,6 +62,7 @@ typedef struct {
     uint64_t rows;
     uint64_t seed;
     uint64_t repeat;
+    uint64_t warmup;
     uint64_t deadline_us;
     int infer_options;          /* how many infer-only options were given */
 } options_t;
@@ -94,7 +98,7 @@ static double s_now_us (void)
 static int s_parse_options (int argc, char **argv, options_t *opts)
 {
     enum { O_ENDPOINT = 256, O_TIMEOUT, O_MODEL, O_FILE, O_STDIN, O_RANDOM, O_ROWS, O_SEED,
-           O_REPEAT, O_DEADLINE, O_HELP };
+           O_REPEAT, O_WARMUP, O_DEADLINE, O_HELP };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "timeout", required_argument, NULL, O_TIMEOUT },
@@ -105,6 +109,7 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
         { "rows", required_argument, NULL, O_ROWS },
         { "seed", required_argument, NULL, O_SEED },
         { "repeat", required_argument, NULL, O_REPEAT },
+        { "warmup", required_argument, NULL, O_WARMUP },
         { "deadline-us", required_argument, NULL, O_DEADLINE },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
@@ -144,6 +149,11 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
             case O_REPEAT:
                 if (s_parse_u64 (optarg, 1, MAX_REPEAT, &opts->repeat))
                     return s_usage_error ("bad --repeat '%s'", optarg);
+                opts->infer_options++;
+                break;
+            case O_WARMUP:
+                if (s_parse_u64 (optarg, 0, MAX_REPEAT, &opts->warmup))
+                    return s_usage_error ("bad --warmup '%s'", optarg);
                 opts->infer_options++;
                 break;
             case O_DEADLINE:
@@ -299,19 +309,6 @@ static int s_client_failure (const sigclient_t *client)
     return status == SIGCLIENT_ERR_ARGUMENT ? EXIT_USAGE : EXIT_TRANSPORT;
 }
 
-static int s_compare_double (const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return (x > y) - (x < y);
-}
-
-/* The nearest-rank percentile of SORTED. */
-static double s_percentile (const double *sorted, size_t n, double p)
-{
-    size_t rank = (size_t) ceil (p / 100.0 * (double) n);
-    return sorted[rank ? rank - 1 : 0];
-}
-
 static void s_print_outputs (const float *outputs, size_t n, uint32_t rows)
 {
     size_t per_row = rows && n % rows == 0 ? n / rows : n;
@@ -329,9 +326,12 @@ static int s_infer (sigclient_t *client, const options_t *opts)
     size_t cap = 1 << 16, n_outputs = 0;
     float *outputs = malloc (cap * sizeof *outputs);
     double *round_trips = malloc (opts->repeat * sizeof *round_trips);
+    double *server_times = malloc (opts->repeat * sizeof *server_times);
     sigclient_result_t result;
-    if (!outputs || !round_trips) { fprintf (stderr, "sigclient: out of memory\n"); rc = EXIT_TRANSPORT; goto done; }
-    for (uint64_t i = 0; i < opts->repeat; i++) {
+    if (!outputs || !round_trips || !server_times) { fprintf (stderr, "sigclient: out of memory\n"); rc = EXIT_TRANSPORT; goto done; }
+    for (uint64_t k = 0; k < opts->warmup + opts->repeat; k++) {
+        /* Warm-up requests overwrite slot 0; only the last repeat requests are kept. */
+        uint64_t i = k < opts->warmup ? 0 : k - opts->warmup;
         double start = s_now_us ();
         int r = sigclient_infer (client, opts->model, features, n_features, (uint32_t) opts->rows,
                                  outputs, cap, &n_outputs, &result);
@@ -346,6 +346,7 @@ static int s_infer (sigclient_t *client, const options_t *opts)
                                  outputs, cap, &n_outputs, &result);
         }
         round_trips[i] = s_now_us () - start;
+        server_times[i] = (double) result.server_ns / 1e3;
         if (r != 0) { rc = s_client_failure (client); goto done; }
     }
     s_print_outputs (outputs, n_outputs, result.rows ? result.rows : (uint32_t) opts->rows);
@@ -356,12 +357,18 @@ static int s_infer (sigclient_t *client, const options_t *opts)
              (unsigned long long) result.queue_ns, (unsigned long long) result.compute_ns,
              (unsigned long long) result.server_ns, round_trips[opts->repeat - 1], result.model_version);
     if (opts->repeat > 1) {
-        qsort (round_trips, opts->repeat, sizeof *round_trips, s_compare_double);
-        fprintf (stderr, "repeat=%llu round_trip_us p50=%.1f p99=%.1f min=%.1f max=%.1f\n",
-                 (unsigned long long) opts->repeat, s_percentile (round_trips, opts->repeat, 50),
-                 s_percentile (round_trips, opts->repeat, 99), round_trips[0], round_trips[opts->repeat - 1]);
+        latency_summary_t rt, srv;
+        latency_summarize (round_trips, opts->repeat, &rt);
+        latency_summarize (server_times, opts->repeat, &srv);
+        const struct { const char *what; const latency_summary_t *s; } lines[] = { { "round_trip_us", &rt }, { "server_us", &srv } };
+        for (int l = 0; l < 2; l++)
+            fprintf (stderr, "repeat=%llu warmup=%llu %s p50=%.1f p90=%.1f p99=%.1f p99.9=%.1f min=%.1f max=%.1f "
+                     "mean=%.1f sd=%.1f\n", (unsigned long long) opts->repeat, (unsigned long long) opts->warmup,
+                     lines[l].what, lines[l].s->p50, lines[l].s->p90, lines[l].s->p99, lines[l].s->p999,
+                     lines[l].s->min, lines[l].s->max, lines[l].s->mean, lines[l].s->sd);
     }
 done:
+    free (server_times);
     free (round_trips);
     free (outputs);
     free (features);
@@ -373,7 +380,8 @@ static int s_health (sigclient_t *client)
     sigclient_health_t health;
     if (sigclient_health (client, &health) != 0) return s_client_failure (client);
     printf ("live=%d ready=%d version=%s\n", health.live, health.ready, health.version);
-    return EXIT_OK;
+    /* A probe (Docker, Kubernetes) reads the exit code: not ready is a failure. */
+    return health.live && health.ready ? EXIT_OK : EXIT_STATUS;
 }
 
 static int s_width (size_t current, const char *text)
