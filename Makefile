@@ -114,6 +114,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
+# Counts the allocations sigserve's own code makes (tests/test_noalloc.c wraps them).
+$(BUILD)/tests/test_noalloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign
+
 # The demo model's weights: generated deterministically, so the service runs with no user files.
 $(DEMO): $(BUILD)/gen_demo_weights
 	@mkdir -p $(dir $@)

@@ -1,0 +1,199 @@
+/* No heap allocation per request once warm: the server loop runs in this process on its own
+ * thread; the link wraps malloc, calloc, realloc, aligned_alloc and posix_memalign (see the
+ * Makefile), so every call that sigserve's own code (libsigcore) makes is counted per thread.
+ * libzmq and libc allocate inside themselves (message bodies over 33 bytes, for one): those are
+ * their business and not what this test is about; protobuf-c decodes into our arena. */
+#include "config.h"
+#include "log.h"
+#include "model.h"
+#include "registry.h"
+#include "server.h"
+#include "signal.pb-c.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+void *__real_malloc (size_t n);
+void *__real_calloc (size_t n, size_t m);
+void *__real_realloc (void *p, size_t n);
+void *__real_aligned_alloc (size_t a, size_t n);
+int __real_posix_memalign (void **p, size_t a, size_t n);
+
+static pthread_t s_server_thread;
+static atomic_int s_counting;
+static atomic_long s_allocations;
+
+static void s_count (void)
+{
+    if (atomic_load (&s_counting) && pthread_equal (pthread_self (), s_server_thread))
+        atomic_fetch_add (&s_allocations, 1);
+}
+
+void *__wrap_malloc (size_t n) { s_count (); return __real_malloc (n); }
+void *__wrap_calloc (size_t n, size_t m) { s_count (); return __real_calloc (n, m); }
+void *__wrap_realloc (void *p, size_t n) { s_count (); return __real_realloc (p, n); }
+void *__wrap_aligned_alloc (size_t a, size_t n) { s_count (); return __real_aligned_alloc (a, n); }
+int __wrap_posix_memalign (void **p, size_t a, size_t n) { s_count (); return __real_posix_memalign (p, a, n); }
+
+static volatile sig_atomic_t s_stop;
+
+static void *s_serve (void *arg)
+{
+    s_server_thread = pthread_self ();
+    server_run (arg, &s_stop);
+    return NULL;
+}
+
+static void s_send (void *sock, const Sigserve__V1__Request *req)
+{
+    uint8_t buf[65536];
+    size_t len = sigserve__v1__request__pack (req, buf);
+    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
+}
+
+/* One round of every kind of request: good ones of 1 and 16 rows, each error, health, list. */
+static int s_round (void *sock, const float *features)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
+    Sigserve__V1__HealthRequest h = SIGSERVE__V1__HEALTH_REQUEST__INIT;
+    Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+    req.infer = &inf;
+    inf.model = (char *) "tick_mlp";
+    inf.features = (float *) features;
+    const struct { const char *model; size_t n; uint32_t rows; } cases[] = {
+        { "tick_mlp", 512, 1 }, { "tick_mlp", 16 * 512, 16 }, { "nope", 512, 1 }, { "tick_mlp", 511, 1 },
+        { "tick_mlp", 1000, 3 }, { "tick_mlp", 17 * 4, 17 }, { "nan", 512, 1 },
+    };
+    int sent = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        inf.model = (char *) (strcmp (cases[c].model, "nan") == 0 ? "tick_mlp" : cases[c].model);
+        inf.features = (float *) features + (strcmp (cases[c].model, "nan") == 0 ? 16 * 512 : 0);
+        inf.n_features = cases[c].n;
+        inf.rows = cases[c].rows;
+        inf.request_id = (uint64_t) c;
+        s_send (sock, &req);
+        sent++;
+    }
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_HEALTH;
+    req.health = &h;
+    s_send (sock, &req);
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
+    req.list_models = &l;
+    s_send (sock, &req);
+    zmq_send (sock, "\xff\xff\xff", 3, 0);   /* undecodable */
+    zmq_send (sock, "", 0, 0);               /* empty */
+    return sent + 4;
+}
+
+static void s_drain (void *sock, int n)
+{
+    uint8_t buf[65536];
+    for (int i = 0; i < n; i++)
+        ck_assert_int_gt (zmq_recv (sock, buf, sizeof buf, 0), 0);
+}
+
+START_TEST (no_allocation_per_request_once_warm)
+{
+    char *dir = tu_tmpdir ();
+    int port = tu_free_port ();
+    char json[8192], weights[4096], endpoint[64];
+    ck_assert_ptr_nonnull (realpath (tu_build_dir (), weights));
+    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"error\" },"
+              "  \"models\": [ { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 16,"
+              "    \"weights\": \"%s/models/tick_mlp.safetensors\","
+              "    \"layers\": [ { \"weight\": \"0.weight\", \"activation\": \"relu\" },"
+              "                 { \"weight\": \"2.weight\", \"activation\": \"relu\" }, { \"weight\": \"4.weight\" } ] } ] }",
+              endpoint, weights);
+    char *path = tu_write_file (dir, "noalloc.json", json, -1);
+    log_set_level (LOG_ERROR);
+    char err[1024];
+    config_t *cfg = config_load (path, err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    model_registry_t *models = model_registry_new (cfg, err, sizeof err);
+    ck_assert_msg (models != NULL, "%s", err);
+    server_t *server = server_new (&cfg->server, models, err, sizeof err);
+    ck_assert_msg (server != NULL, "%s", err);
+    pthread_t th;
+    pthread_create (&th, NULL, s_serve, server);
+
+    void *ctx = zmq_ctx_new ();
+    void *sock = zmq_socket (ctx, ZMQ_DEALER);
+    int timeout = 10000, linger = 0;
+    zmq_setsockopt (sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt (sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_connect (sock, endpoint);
+    static float features[17 * 512];
+    uint64_t seed = 5;
+    for (size_t i = 0; i < sizeof features / sizeof features[0]; i++)
+        features[i] = rng_uniform (&seed, -1, 1);
+    features[16 * 512 + 100] = NAN;
+
+    for (int r = 0; r < 50; r++)   /* warm */
+        s_drain (sock, s_round (sock, features));
+    atomic_store (&s_counting, 1);
+    long requests = 0;
+    for (int r = 0; r < 200; r++) {
+        int n = s_round (sock, features);
+        s_drain (sock, n);
+        requests += n;
+    }
+    atomic_store (&s_counting, 0);
+    ck_assert_int_eq (server_stats (server)->received, 250 * 11);
+    ck_assert_int_eq (server_stats (server)->replied, 250 * 11);
+    ck_assert_msg (atomic_load (&s_allocations) == 0, "%ld allocations by sigserve's code over %ld requests",
+                   atomic_load (&s_allocations), requests);
+
+    s_stop = 1;
+    pthread_join (th, NULL);
+    zmq_close (sock);
+    zmq_ctx_term (ctx);
+    server_destroy (&server);
+    model_registry_destroy (&models);
+    config_destroy (&cfg);
+    free (path);
+    snprintf (json, sizeof json, "rm -rf '%s'", dir);
+    ck_assert_int_eq (system (json), 0);
+    free (dir);
+}
+END_TEST
+
+START_TEST (counter_counts_server_thread_allocations)
+{
+    /* Guards the test above against a wrap that silently does nothing. */
+    s_server_thread = pthread_self ();
+    atomic_store (&s_allocations, 0);
+    atomic_store (&s_counting, 1);
+    void *(*volatile allocate) (size_t) = malloc;   /* so the compiler cannot elide the pair */
+    void *p = allocate (64);
+    atomic_store (&s_counting, 0);
+    free (p);
+    ck_assert_int_eq (atomic_load (&s_allocations), 1);
+}
+END_TEST
+
+int main (void)
+{
+    Suite *s = suite_create ("noalloc");
+    TCase *tc = tcase_create ("server");
+    tcase_set_timeout (tc, 60);
+    tcase_add_test (tc, counter_counts_server_thread_allocations);
+    tcase_add_test (tc, no_allocation_per_request_once_warm);
+    suite_add_tcase (s, tc);
+    SRunner *sr = srunner_create (s);
+    srunner_run_all (sr, CK_NORMAL);
+    int failed = srunner_ntests_failed (sr);
+    srunner_free (sr);
+    return failed ? 1 : 0;
+}
