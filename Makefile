@@ -64,6 +64,13 @@ test: deps
 check: all
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./tests/run.sh $(TESTS)
 
+# The benchmark tables (docs/perf.md says how they were taken). One core, the demo model.
+bench: all
+	$(BUILD)/sigbench --weights $(DEMO) --cpu $(BENCH_CPU) --iterations $(BENCH_ITERATIONS)
+
+BENCH_CPU ?= 0
+BENCH_ITERATIONS ?= 20000
+
 asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT=-O1 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all' all
 
