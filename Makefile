@@ -45,6 +45,7 @@ BINS     := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/libsigcore.a $(BUILD)/
 DEMO     := $(BUILD)/models/tick_mlp.safetensors
 
 .PHONY: all deps run test check asan test-asan bench curves clean
+.SECONDARY:
 .DEFAULT_GOAL := all
 
 all: $(BINS) $(TESTS) $(DEMO) $(PROTO_PY)

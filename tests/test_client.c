@@ -1,0 +1,847 @@
+/* libsigclient and the sigclient CLI against the real sigserve binary over tcp loopback: outputs
+ * checked against the float64 reference, result fields, every server error status as the client
+ * reports it, capacity errors, pipelining across two endpoints, health, list_models, timeouts
+ * against a dead endpoint, raw frames, and the CLI's output and exit codes.
+ *
+ * Outputs are compared by tu_rel_error over several outputs at once (several requests, or several
+ * rows): the demo model has one output per row, and a single output near zero is ill-conditioned
+ * (float32 rounding in a 512-term dot product is about 1e-8 absolute, so a relative bound of 1e-5
+ * fails for |output| < ~1e-3, about 1% of random inputs). The norm over 4 or more outputs is not. */
+#define _GNU_SOURCE
+#include "config.h"
+#include "model.h"
+#include "safetensors.h"
+#include "sigclient.h"
+#include "signal.pb-c.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TICK_IN 512
+#define ODD_IN 33
+#define ODD_HIDDEN 31
+#define ODD_OUT 3
+#define TOLERANCE 1e-5
+
+static char s_dir[4096];
+static char s_config_path[4096];
+static char s_endpoint[2][128];
+static char s_dead_endpoint[128];   /* a port nobody listens on */
+static pid_t s_server = -1;
+static config_t *s_cfg;
+static model_weights_t *s_tick, *s_odd;
+static uint64_t s_seed, s_seed0;   /* s_seed0: the printed seed; every test starts from it */
+static sigclient_t *s_client;       /* per test (checked fixture): connected to both endpoints */
+
+/* ---- helpers ---- */
+
+static double s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static void s_random (float *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        f[i] = rng_uniform (&s_seed, -2.0f, 2.0f);
+}
+
+static const model_weights_t *s_weights (const char *model)
+{
+    return strcmp (model, "odd") == 0 ? s_odd : s_tick;
+}
+
+/* Outputs collected over several requests with their float64 references, compared at once. */
+typedef struct {
+    float *out;
+    double *ref;
+    size_t n, cap;
+} collected_t;
+
+static void s_collect (collected_t *c, const model_weights_t *w, const float *in, uint32_t rows, const float *out,
+                       size_t n_out)
+{
+    ck_assert_uint_eq (n_out, (size_t) rows * w->output_size);
+    if (c->n + n_out > c->cap) {
+        c->cap = (c->n + n_out) * 2;
+        c->out = realloc (c->out, c->cap * sizeof *c->out);
+        c->ref = realloc (c->ref, c->cap * sizeof *c->ref);
+        ck_assert (c->out && c->ref);
+    }
+    memcpy (c->out + c->n, out, n_out * sizeof *out);
+    ck_assert_int_eq (model_reference_forward (w, in, rows, c->ref + c->n), 0);
+    c->n += n_out;
+}
+
+static void s_expect_collected_match (collected_t *c, const char *what)
+{
+    ck_assert_uint_gt (c->n, 0);
+    double e = tu_rel_error (c->out, c->ref, c->n);
+    ck_assert_msg (e <= TOLERANCE, "%s: relative error %.3g over %zu outputs (seed %llu)", what, e, c->n,
+                   (unsigned long long) s_seed0);
+    free (c->out);
+    free (c->ref);
+    *c = (collected_t) { 0 };
+}
+
+static sigclient_t *s_new_client (const char *endpoint, int timeout_ms)
+{
+    const char *eps[1] = { endpoint };
+    sigclient_t *c = sigclient_new (eps, 1, timeout_ms);
+    ck_assert_ptr_nonnull (c);
+    return c;
+}
+
+static void s_write_weights (const char *file, const uint32_t *sizes, const activation_t *acts, uint64_t seed)
+{
+    model_weights_t *w = model_weights_random (sizes, acts, 2, seed);
+    ck_assert_ptr_nonnull (w);
+    st_write_tensor_t t[4] = {
+        { "a.weight", 2, { sizes[1], sizes[0] }, w->layers[0].weight }, { "a.bias", 1, { sizes[1] }, w->layers[0].bias },
+        { "b.weight", 2, { sizes[2], sizes[1] }, w->layers[1].weight }, { "b.bias", 1, { sizes[2] }, w->layers[1].bias },
+    };
+    char path[4200], err[512];
+    snprintf (path, sizeof path, "%s/%s", s_dir, file);
+    ck_assert_msg (safetensors_write_f32 (path, t, 4, err, sizeof err) == 0, "%s", err);
+    model_weights_destroy (&w);
+}
+
+static char *s_write_config (const char *name, int port0, int port1)
+{
+    char json[8192];
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:%d\", \"tcp://127.0.0.1:%d\"],\n"
+              "              \"max_message_bytes\": 65536, \"log_level\": \"warn\", \"queue_depth\": 64 },\n"
+              "  \"models\": [\n"
+              "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 8,\n"
+              "     \"weights\": \"%s/%s/models/tick_mlp.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
+              "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"
+              "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] },\n"
+              "   { \"name\": \"odd\", \"backend\": \"cpu\", \"version\": \"7b\", \"max_rows\": 7,\n"
+              "     \"weights\": \"odd.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"
+              "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\", \"activation\": \"none\" } ] } ] }\n",
+              port0, port1, getenv ("PWD") ? getenv ("PWD") : ".", tu_build_dir ());
+    return tu_write_file (s_dir, name, json, -1);
+}
+
+static void s_setup (void)
+{
+    char *dir = tu_tmpdir ();
+    ck_assert_ptr_nonnull (dir);
+    snprintf (s_dir, sizeof s_dir, "%s", dir);
+    free (dir);
+    const uint32_t odd[] = { ODD_IN, ODD_HIDDEN, ODD_OUT };
+    const activation_t acts[] = { ACTIVATION_TANH, ACTIVATION_NONE };
+    s_write_weights ("odd.safetensors", odd, acts, 0x6f6464);
+    int p0 = tu_free_port (), p1 = tu_free_port (), p2 = tu_free_port ();
+    ck_assert (p0 > 0 && p1 > 0 && p2 > 0);
+    snprintf (s_endpoint[0], sizeof s_endpoint[0], "tcp://127.0.0.1:%d", p0);
+    snprintf (s_endpoint[1], sizeof s_endpoint[1], "tcp://127.0.0.1:%d", p1);
+    snprintf (s_dead_endpoint, sizeof s_dead_endpoint, "tcp://127.0.0.1:%d", p2);
+    char *path = s_write_config ("server.json", p0, p1);
+    ck_assert_ptr_nonnull (path);
+    snprintf (s_config_path, sizeof s_config_path, "%s", path);
+    free (path);
+    char err[1024];
+    s_cfg = config_load (s_config_path, err, sizeof err);
+    ck_assert_msg (s_cfg != NULL, "%s", err);
+    s_tick = model_weights_load (&s_cfg->models[0], err, sizeof err);
+    ck_assert_msg (s_tick != NULL, "%s", err);
+    s_odd = model_weights_load (&s_cfg->models[1], err, sizeof err);
+    ck_assert_msg (s_odd != NULL, "%s", err);
+    ck_assert_uint_eq (s_tick->input_size, TICK_IN);
+    ck_assert_uint_eq (s_tick->output_size, 1);
+    ck_assert_uint_eq (s_odd->input_size, ODD_IN);
+    ck_assert_uint_eq (s_odd->output_size, ODD_OUT);
+    s_server = tu_server_start (s_config_path, s_endpoint[0], 20000);
+    ck_assert_msg (s_server > 0, "sigserve did not become ready");
+}
+
+static int s_rm (const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void) st, (void) flag, (void) ftw;
+    return remove (path);
+}
+
+static void s_teardown (void)
+{
+    int rc = tu_server_stop (s_server);
+    model_weights_destroy (&s_tick);
+    model_weights_destroy (&s_odd);
+    config_destroy (&s_cfg);
+    nftw (s_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    ck_assert_int_eq (rc, 0);
+}
+
+/* libsigclient makes its own ZeroMQ context, which must not cross Check's fork: one per test. */
+static void s_client_new (void)
+{
+    const char *eps[2] = { s_endpoint[0], s_endpoint[1] };
+    s_client = sigclient_new (eps, 2, 5000);
+    ck_assert_ptr_nonnull (s_client);
+}
+
+static void s_client_destroy (void)
+{
+    sigclient_destroy (&s_client);
+    ck_assert_ptr_null (s_client);
+}
+
+/* ---- synchronous infer ---- */
+
+static void s_expect_ok_result (const sigclient_result_t *r, uint64_t id, uint32_t rows, const char *version)
+{
+    ck_assert_uint_eq (r->request_id, id);
+    ck_assert_int_eq (r->status, SIGCLIENT_OK);
+    ck_assert_uint_eq (r->rows, rows);
+    ck_assert_str_eq (r->model_version, version);
+    ck_assert_str_eq (r->error, "");
+    ck_assert_uint_gt (r->compute_ns, 0);
+    ck_assert_uint_ge (r->server_ns, r->compute_ns);
+    ck_assert_uint_ge (r->server_ns, r->queue_ns);
+    ck_assert_uint_lt (r->server_ns, 5000000000ull);
+}
+
+/* REQUESTS requests of ROWS rows to MODEL on s_client; outputs compared together. */
+static void s_infer_and_check (const char *model, const char *version, uint32_t rows, int requests, uint64_t *next_id)
+{
+    const model_weights_t *w = s_weights (model);
+    collected_t c = { 0 };
+    for (int i = 0; i < requests; i++) {
+        size_t n = (size_t) rows * w->input_size;
+        float *in = malloc (n * sizeof *in);
+        float out[8 * ODD_OUT + 1];
+        s_random (in, n);
+        sigclient_result_t r;
+        memset (&r, 0xa5, sizeof r);
+        size_t n_out = 12345;
+        int rc = sigclient_infer (s_client, model, in, n, rows, out, sizeof out / sizeof *out, &n_out, &r);
+        ck_assert_msg (rc == 0, "%s: %s", model, sigclient_error (s_client));
+        ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_OK);
+        ck_assert_str_eq (sigclient_error (s_client), "");
+        s_expect_ok_result (&r, (*next_id)++, rows, version);
+        s_collect (&c, w, in, rows, out, n_out);
+        free (in);
+    }
+    char what[128];
+    snprintf (what, sizeof what, "%s, %d requests of %u rows", model, requests, rows);
+    s_expect_collected_match (&c, what);
+}
+
+START_TEST (infer_rows_1_matches_reference)
+{
+    uint64_t id = 1;   /* a new client's first request id */
+    s_infer_and_check ("tick_mlp", "1", 1, 8, &id);
+    s_infer_and_check ("odd", "7b", 1, 8, &id);
+    /* rows 0 means 1 */
+    float in[TICK_IN], out[4];
+    s_random (in, TICK_IN);
+    size_t n_out = 0;
+    sigclient_result_t r;
+    ck_assert_int_eq (sigclient_infer (s_client, "tick_mlp", in, TICK_IN, 0, out, 4, &n_out, &r), 0);
+    ck_assert_uint_eq (n_out, 1);
+    s_expect_ok_result (&r, id, 1, "1");
+    /* RESULT and N_OUTPUTS may be NULL */
+    ck_assert_int_eq (sigclient_infer (s_client, "tick_mlp", in, TICK_IN, 1, out, 4, NULL, NULL), 0);
+}
+END_TEST
+
+START_TEST (infer_rows_5_matches_reference)
+{
+    uint64_t id = 1;
+    s_infer_and_check ("tick_mlp", "1", 5, 3, &id);
+    s_infer_and_check ("odd", "7b", 5, 3, &id);
+    s_infer_and_check ("tick_mlp", "1", 8, 1, &id);   /* max_rows */
+    s_infer_and_check ("odd", "7b", 7, 1, &id);
+}
+END_TEST
+
+/* ---- server errors as the client reports them ---- */
+
+static uint64_t s_error_id;   /* the id of the last request s_expect_server_error sent */
+
+static void s_expect_server_error (const char *model, const float *in, size_t n, uint32_t rows, int status,
+                                   const char *text)
+{
+    float out[64];
+    size_t n_out = 77;
+    sigclient_result_t r;
+    memset (&r, 0, sizeof r);
+    ck_assert_int_eq (sigclient_infer (s_client, model, in, n, rows, out, 64, &n_out, &r), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), status);
+    ck_assert_int_eq (r.status, status);
+    ck_assert_msg (strcmp (r.error, text) == 0, "result.error \"%s\", expected \"%s\"", r.error, text);
+    char expected[1024];
+    snprintf (expected, sizeof expected, "server replied %s: %s", sigclient_status_name (status), text);
+    ck_assert_msg (strcmp (sigclient_error (s_client), expected) == 0, "sigclient_error \"%s\", expected \"%s\"",
+                   sigclient_error (s_client), expected);
+    ck_assert_ptr_nonnull (strstr (sigclient_error (s_client), text));
+    ck_assert_uint_eq (n_out, 0);
+    ck_assert_uint_eq (r.request_id, ++s_error_id);   /* echoed: errors take ids like any request */
+}
+
+START_TEST (server_error_statuses)
+{
+    float f[8 * TICK_IN];
+    s_random (f, 8 * TICK_IN);
+    s_expect_server_error ("nope", f, TICK_IN, 1, SIGCLIENT_UNKNOWN_MODEL,
+                           "model: \"nope\" is not served here (served: tick_mlp, odd)");
+    ck_assert_str_eq (sigclient_status_name (sigclient_last_status (s_client)), "STATUS_UNKNOWN_MODEL");
+    s_expect_server_error ("tick_mlp", f, 511, 1, SIGCLIENT_BAD_SHAPE,
+                           "features: expected rows x input size = 1 x 512 = 512 values for model \"tick_mlp\", got 511");
+    s_expect_server_error ("odd", f, 2 * ODD_IN, 3, SIGCLIENT_BAD_SHAPE,
+                           "features: expected rows x input size = 3 x 33 = 99 values for model \"odd\", got 66");
+    s_expect_server_error ("odd", f, 100, 3, SIGCLIENT_BAD_SHAPE,
+                           "features: 100 values do not divide into rows=3 rows of 33 (model \"odd\" takes 33 features per row)");
+    s_expect_server_error ("odd", f, 8 * ODD_IN, 8, SIGCLIENT_BAD_SHAPE,
+                           "rows: expected 1 to 7 for model \"odd\", got 8");
+    f[37] = NAN;
+    s_expect_server_error ("tick_mlp", f, TICK_IN, 1, SIGCLIENT_BAD_VALUE,
+                           "features[37] (row 0, column 37) is NaN; every feature must be finite");
+    f[37] = 0.5f;
+    f[ODD_IN + 4] = INFINITY;
+    s_expect_server_error ("odd", f, 2 * ODD_IN, 2, SIGCLIENT_BAD_VALUE,
+                           "features[37] (row 1, column 4) is Inf; every feature must be finite");
+    ck_assert_str_eq (sigclient_status_name (sigclient_last_status (s_client)), "STATUS_BAD_VALUE");
+    /* After the errors: request ids kept counting, and a good request succeeds with a clean state. */
+    float out[4];
+    size_t n_out;
+    sigclient_result_t r;
+    s_random (f, TICK_IN);
+    ck_assert_int_eq (sigclient_infer (s_client, "tick_mlp", f, TICK_IN, 1, out, 4, &n_out, &r), 0);
+    ck_assert_uint_eq (r.request_id, 8);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_OK);
+    ck_assert_str_eq (sigclient_error (s_client), "");
+    /* The client's own argument errors never reach the server. */
+    ck_assert_int_eq (sigclient_infer (s_client, NULL, f, TICK_IN, 1, out, 4, &n_out, &r), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_ARGUMENT);
+    ck_assert_int_eq (sigclient_infer (s_client, "tick_mlp", NULL, TICK_IN, 1, out, 4, &n_out, &r), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_ARGUMENT);
+}
+END_TEST
+
+START_TEST (capacity_errors)
+{
+    float in[5 * TICK_IN], out[5];
+    s_random (in, 5 * TICK_IN);
+    size_t n_out = 0;
+    sigclient_result_t r;
+    memset (&r, 0, sizeof r);
+    ck_assert_int_eq (sigclient_infer (s_client, "tick_mlp", in, 5 * TICK_IN, 5, out, 3, &n_out, &r), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_CAPACITY);
+    ck_assert_uint_eq (n_out, 5);                    /* the count needed */
+    ck_assert_int_eq (r.status, SIGCLIENT_OK);       /* the server's part went well */
+    ck_assert_uint_eq (r.request_id, 1);
+    ck_assert_uint_eq (r.rows, 5);
+    ck_assert_ptr_nonnull (strstr (sigclient_error (s_client), "more than the buffer's 3"));
+    /* with room, the same request succeeds */
+    ck_assert_int_eq (sigclient_infer (s_client, "tick_mlp", in, 5 * TICK_IN, 5, out, 5, &n_out, &r), 0);
+    ck_assert_uint_eq (r.request_id, 2);
+    collected_t c = { 0 };
+    s_collect (&c, s_tick, in, 5, out, n_out);
+    s_expect_collected_match (&c, "tick_mlp after a capacity error");
+
+    /* pipelined: the reply is consumed, RESULT filled */
+    uint64_t id = 0;
+    ck_assert_int_eq (sigclient_send_infer (s_client, "odd", in, 2 * ODD_IN, 2, 0, &id), 0);
+    ck_assert_uint_eq (id, 3);
+    ck_assert_int_eq (sigclient_recv_infer (s_client, out, 5, &n_out, &r), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_CAPACITY);
+    ck_assert_uint_eq (n_out, 2 * ODD_OUT);
+    ck_assert_uint_eq (r.request_id, 3);
+    ck_assert_int_eq (r.status, SIGCLIENT_OK);
+
+    /* list_models: the first CAP entries, the total in *COUNT */
+    sigclient_model_info_t models[1];
+    size_t count = 0;
+    ck_assert_int_eq (sigclient_list_models (s_client, models, 1, &count), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_CAPACITY);
+    ck_assert_uint_eq (count, 2);
+    ck_assert_str_eq (models[0].name, "tick_mlp");
+    ck_assert_int_eq (sigclient_list_models (s_client, NULL, 0, &count), -1);
+    ck_assert_uint_eq (count, 2);
+
+    /* recv_raw: a frame over CAP is consumed, *LEN its size */
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__HealthRequest h = SIGSERVE__V1__HEALTH_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_HEALTH;
+    req.health = &h;
+    uint8_t buf[64];
+    size_t len = sigserve__v1__request__pack (&req, buf);
+    ck_assert_int_eq (sigclient_send_raw (s_client, buf, len), 0);
+    size_t got = 0;
+    ck_assert_int_eq (sigclient_recv_raw (s_client, buf, 2, &got), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_CAPACITY);
+    ck_assert_uint_gt (got, 2);
+    /* nothing left behind: the next call gets its own reply */
+    sigclient_health_t health;
+    ck_assert_int_eq (sigclient_health (s_client, &health), 0);
+    ck_assert (health.ready);
+}
+END_TEST
+
+/* ---- pipelining across both endpoints ---- */
+
+#define PIPE_N 500
+
+START_TEST (pipelined_500_matched_by_request_id)
+{
+    /* s_client is connected to both endpoints: ZeroMQ spreads the requests across them. Every
+     * request has its own features, so a reply matched to the wrong request would not match. */
+    static float in[PIPE_N][2 * TICK_IN];
+    static uint32_t rows_of[PIPE_N];
+    static const char *model_of[PIPE_N];
+    static float out[PIPE_N][2 * ODD_OUT];
+    static size_t n_out_of[PIPE_N];
+    static char seen[PIPE_N];
+    memset (seen, 0, sizeof seen);
+    uint64_t first = 0;
+    for (int i = 0; i < PIPE_N; i++) {
+        model_of[i] = i % 2 ? "odd" : "tick_mlp";
+        rows_of[i] = i % 5 == 0 ? 2 : 1;
+        size_t n = rows_of[i] * s_weights (model_of[i])->input_size;
+        s_random (in[i], n);
+        uint64_t id = 0;
+        ck_assert_msg (sigclient_send_infer (s_client, model_of[i], in[i], n, rows_of[i], 0, &id) == 0, "%s",
+                       sigclient_error (s_client));
+        if (i == 0) first = id;
+        ck_assert_uint_eq (id, first + (uint64_t) i);
+    }
+    ck_assert_uint_eq (first, 1);
+    for (int k = 0; k < PIPE_N; k++) {
+        float buf[2 * ODD_OUT];
+        size_t n_out = 0;
+        sigclient_result_t r;
+        ck_assert_msg (sigclient_recv_infer (s_client, buf, 2 * ODD_OUT, &n_out, &r) == 0, "reply %d: %s", k,
+                       sigclient_error (s_client));
+        ck_assert_msg (r.request_id >= first && r.request_id < first + PIPE_N, "unexpected request_id %llu",
+                       (unsigned long long) r.request_id);
+        int i = (int) (r.request_id - first);
+        ck_assert_msg (!seen[i], "request_id %llu answered twice", (unsigned long long) r.request_id);
+        seen[i] = 1;
+        ck_assert_msg (r.status == SIGCLIENT_OK, "request %d: %s %s", i, sigclient_status_name (r.status), r.error);
+        ck_assert_uint_eq (r.rows, rows_of[i]);
+        ck_assert_str_eq (r.model_version, i % 2 ? "7b" : "1");
+        memcpy (out[i], buf, n_out * sizeof *buf);
+        n_out_of[i] = n_out;
+    }
+    collected_t tick = { 0 }, odd = { 0 };
+    for (int i = 0; i < PIPE_N; i++)
+        s_collect (i % 2 ? &odd : &tick, s_weights (model_of[i]), in[i], rows_of[i], out[i], n_out_of[i]);
+    s_expect_collected_match (&tick, "pipelined tick_mlp");
+    s_expect_collected_match (&odd, "pipelined odd");
+    /* no reply left over */
+    ck_assert_int_eq (sigclient_set_timeout (s_client, 100), 0);
+    float buf[8];
+    size_t n_out;
+    sigclient_result_t r;
+    ck_assert_int_eq (sigclient_recv_infer (s_client, buf, 8, &n_out, &r), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_TIMEOUT);
+}
+END_TEST
+
+/* Each endpoint on its own: both serve, and a pipelined error comes back as a status, not a failure. */
+START_TEST (pipelined_each_endpoint_and_error_status)
+{
+    for (int e = 0; e < 2; e++) {
+        sigclient_t *c = s_new_client (s_endpoint[e], 5000);
+        float in[4][TICK_IN];
+        for (int i = 0; i < 4; i++) {
+            s_random (in[i], TICK_IN);
+            ck_assert_int_eq (sigclient_send_infer (c, "tick_mlp", in[i], TICK_IN, 1, 0, NULL), 0);
+        }
+        ck_assert_int_eq (sigclient_send_infer (c, "nope", in[0], TICK_IN, 1, 0, NULL), 0);
+        collected_t col = { 0 };
+        float out[4];
+        int errors = 0;
+        for (int k = 0; k < 5; k++) {
+            size_t n_out;
+            sigclient_result_t r;
+            ck_assert_int_eq (sigclient_recv_infer (c, out, 4, &n_out, &r), 0);
+            if (r.request_id == 5) {
+                ck_assert_int_eq (r.status, SIGCLIENT_UNKNOWN_MODEL);
+                ck_assert_str_eq (r.error, "model: \"nope\" is not served here (served: tick_mlp, odd)");
+                ck_assert_uint_eq (n_out, 0);
+                errors++;
+            } else {
+                ck_assert_int_eq (r.status, SIGCLIENT_OK);
+                s_collect (&col, s_tick, in[r.request_id - 1], 1, out, n_out);
+            }
+        }
+        ck_assert_int_eq (errors, 1);
+        s_expect_collected_match (&col, s_endpoint[e]);
+        sigclient_destroy (&c);
+    }
+}
+END_TEST
+
+/* ---- health, models, version ---- */
+
+START_TEST (health_live_ready_version)
+{
+    sigclient_health_t h;
+    memset (&h, 0, sizeof h);
+    ck_assert_int_eq (sigclient_health (s_client, &h), 0);
+    ck_assert (h.live);
+    ck_assert (h.ready);
+    ck_assert_str_eq (h.version, SIGSERVE_VERSION);
+    FILE *f = fopen ("VERSION", "r");   /* the tests run from the repository root */
+    if (f) {
+        char v[64] = "";
+        ck_assert_ptr_nonnull (fgets (v, sizeof v, f));
+        fclose (f);
+        v[strcspn (v, " \r\n")] = 0;
+        ck_assert_str_eq (h.version, v);
+    }
+    ck_assert_int_eq (sigclient_health (s_client, NULL), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_ARGUMENT);
+}
+END_TEST
+
+START_TEST (list_models_names_sizes_backend)
+{
+    sigclient_model_info_t m[4];
+    size_t count = 0;
+    ck_assert_int_eq (sigclient_list_models (s_client, m, 4, &count), 0);
+    ck_assert_uint_eq (count, 2);
+    ck_assert_str_eq (m[0].name, "tick_mlp");
+    ck_assert_str_eq (m[0].version, "1");
+    ck_assert_str_eq (m[0].backend, "cpu");
+    ck_assert_str_eq (m[0].kernel, "loop");
+    ck_assert_uint_eq (m[0].input_size, TICK_IN);
+    ck_assert_uint_eq (m[0].output_size, 1);
+    ck_assert_uint_eq (m[0].max_rows, 8);
+    ck_assert (m[0].available);
+    ck_assert_str_eq (m[1].name, "odd");
+    ck_assert_str_eq (m[1].version, "7b");
+    ck_assert_str_eq (m[1].backend, "cpu");
+    ck_assert_str_eq (m[1].kernel, "loop");
+    ck_assert_uint_eq (m[1].input_size, ODD_IN);
+    ck_assert_uint_eq (m[1].output_size, ODD_OUT);
+    ck_assert_uint_eq (m[1].max_rows, 7);
+    ck_assert (m[1].available);
+}
+END_TEST
+
+/* ---- timeouts and raw frames ---- */
+
+START_TEST (timeout_on_dead_endpoint)
+{
+    sigclient_t *c = s_new_client (s_dead_endpoint, 300);
+    float in[TICK_IN], out[4];
+    s_random (in, TICK_IN);
+    size_t n_out = 99;
+    double t0 = s_now ();
+    ck_assert_int_eq (sigclient_infer (c, "tick_mlp", in, TICK_IN, 1, out, 4, &n_out, NULL), -1);
+    double took = s_now () - t0;
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_TIMEOUT);
+    ck_assert_str_eq (sigclient_status_name (SIGCLIENT_ERR_TIMEOUT), "ERR_TIMEOUT");
+    ck_assert_msg (took >= 0.29 && took < 0.6, "infer took %.3f s with a 300 ms timeout", took);
+    ck_assert_msg (strstr (sigclient_error (c), "timed out after 300 ms") && strstr (sigclient_error (c), s_dead_endpoint),
+                   "%s", sigclient_error (c));
+    sigclient_health_t h;
+    t0 = s_now ();
+    ck_assert_int_eq (sigclient_health (c, &h), -1);
+    took = s_now () - t0;
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_TIMEOUT);
+    ck_assert_msg (took >= 0.29 && took < 0.6, "health took %.3f s with a 300 ms timeout", took);
+    ck_assert_int_eq (sigclient_recv_infer (c, out, 4, &n_out, &(sigclient_result_t) { 0 }), -1);
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_TIMEOUT);
+    sigclient_destroy (&c);
+}
+END_TEST
+
+static Sigserve__V1__InferReply *s_raw_roundtrip (const void *payload, size_t len, Sigserve__V1__Reply **reply_p)
+{
+    ck_assert_int_eq (sigclient_send_raw (s_client, payload, len), 0);
+    uint8_t buf[4096];
+    size_t got = 0;
+    ck_assert_msg (sigclient_recv_raw (s_client, buf, sizeof buf, &got) == 0, "%s", sigclient_error (s_client));
+    Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, got, buf);
+    ck_assert_ptr_nonnull (r);
+    ck_assert_int_eq (r->body_case, SIGSERVE__V1__REPLY__BODY_INFER);
+    *reply_p = r;
+    return r->infer;
+}
+
+START_TEST (send_raw_garbage_gets_bad_request)
+{
+    const uint8_t junk[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02 };
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__InferReply *rep = s_raw_roundtrip (junk, sizeof junk, &r);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert_uint_eq (rep->request_id, 0);
+    ck_assert_str_eq (rep->error, "payload: 7 bytes do not decode as a sigserve.v1.Request");
+    ck_assert_uint_eq (rep->n_outputs, 0);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+
+    rep = s_raw_roundtrip ("", 0, &r);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert_str_eq (rep->error, "payload: empty; expected a serialized sigserve.v1.Request");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+
+    const uint8_t no_body[] = { 0x78, 0x01 };
+    rep = s_raw_roundtrip (no_body, sizeof no_body, &r);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert_str_eq (rep->error, "body: not set; expected one of infer, health, list_models");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+
+    /* the client and the server both carry on */
+    float in[TICK_IN], out[2];
+    s_random (in, TICK_IN);
+    size_t n_out;
+    sigclient_result_t res;
+    ck_assert_int_eq (sigclient_infer (s_client, "tick_mlp", in, TICK_IN, 1, out, 2, &n_out, &res), 0);
+    ck_assert_uint_eq (res.request_id, 1);
+    ck_assert_int_eq (sigclient_send_raw (s_client, NULL, 3), -1);
+    ck_assert_int_eq (sigclient_last_status (s_client), SIGCLIENT_ERR_ARGUMENT);
+}
+END_TEST
+
+/* ---- the CLI ---- */
+
+/* Runs BUILD/sigclient ARGS (stdin from STDIN_PATH when given); stdout to OUT, stderr to ERR.
+ * Returns the exit code. */
+static int s_cli (const char *args, const char *stdin_path, char *out, size_t out_cap, char *err, size_t err_cap)
+{
+    char err_path[4200], cmd[16384];
+    snprintf (err_path, sizeof err_path, "%s/cli.stderr", s_dir);
+    snprintf (cmd, sizeof cmd, "'%s/sigclient' %s <'%s' 2>'%s'", tu_build_dir (), args,
+              stdin_path ? stdin_path : "/dev/null", err_path);
+    FILE *p = popen (cmd, "r");
+    ck_assert_ptr_nonnull (p);
+    size_t n = fread (out, 1, out_cap - 1, p);
+    out[n] = 0;
+    int st = pclose (p);
+    FILE *e = fopen (err_path, "r");
+    ck_assert_ptr_nonnull (e);
+    n = fread (err, 1, err_cap - 1, e);
+    err[n] = 0;
+    fclose (e);
+    return WIFEXITED (st) ? WEXITSTATUS (st) : -1;
+}
+
+/* Parses whitespace-separated numbers ("%.9g") from TEXT: returns how many, and the line count. */
+static size_t s_parse_outputs (const char *text, float *vals, size_t cap, int *lines)
+{
+    size_t n = 0;
+    *lines = 0;
+    for (const char *p = text; *p; p++)
+        if (*p == '\n') (*lines)++;
+    const char *p = text;
+    while (*p && n < cap) {
+        char *end;
+        double v = strtod (p, &end);
+        if (end == p) break;
+        vals[n++] = (float) v;
+        p = end;
+    }
+    while (*p == ' ' || *p == '\n') p++;
+    ck_assert_msg (*p == 0, "unparsed CLI output: \"%s\"", p);
+    return n;
+}
+
+/* A features file: 512 random numbers, spaces, commas and newlines between them, a comment. */
+static char *s_write_features (const char *name, float *in)
+{
+    size_t cap = TICK_IN * 24 + 64, len = 0;
+    char *text = malloc (cap);
+    len += (size_t) snprintf (text + len, cap - len, "# %d features\n", TICK_IN);
+    s_random (in, TICK_IN);
+    for (int i = 0; i < TICK_IN; i++)
+        len += (size_t) snprintf (text + len, cap - len, "%.9g%s", (double) in[i],
+                                  i % 8 == 7 ? "\n" : i % 3 ? " " : ", ");
+    char *path = tu_write_file (s_dir, name, text, (long) len);
+    ck_assert_ptr_nonnull (path);
+    free (text);
+    return path;
+}
+
+START_TEST (cli_infer_file_and_stdin_match_reference)
+{
+    enum { FILES = 4 };
+    float in[FILES][TICK_IN], from_file[FILES], from_stdin[FILES];
+    collected_t cf = { 0 }, cs = { 0 };
+    char args[8192], out[4096], err[4096];
+    for (int k = 0; k < FILES; k++) {
+        char name[32];
+        snprintf (name, sizeof name, "features%d.txt", k);
+        char *path = s_write_features (name, in[k]);
+        int lines;
+        snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s'", s_endpoint[0], path);
+        ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+        ck_assert_uint_eq (s_parse_outputs (out, &from_file[k], 1, &lines), 1);
+        ck_assert_int_eq (lines, 1);
+        ck_assert_msg (strstr (err, "status=STATUS_OK") && strstr (err, "model_version=1"), "%s", err);
+        s_collect (&cf, s_tick, in[k], 1, &from_file[k], 1);
+
+        snprintf (args, sizeof args, "--endpoint %s --timeout 5000 infer --model tick_mlp --stdin", s_endpoint[1]);
+        ck_assert_msg (s_cli (args, path, out, sizeof out, err, sizeof err) == 0, "%s", err);
+        ck_assert_uint_eq (s_parse_outputs (out, &from_stdin[k], 1, &lines), 1);
+        ck_assert_int_eq (lines, 1);
+        s_collect (&cs, s_tick, in[k], 1, &from_stdin[k], 1);
+        /* same input, same server arithmetic, and %.9g round-trips a float exactly */
+        ck_assert_msg (from_file[k] == from_stdin[k], "--file %.9g, --stdin %.9g", (double) from_file[k],
+                       (double) from_stdin[k]);
+        free (path);
+    }
+    s_expect_collected_match (&cf, "sigclient --file");
+    s_expect_collected_match (&cs, "sigclient --stdin");
+}
+END_TEST
+
+START_TEST (cli_infer_random_rows_3)
+{
+    char args[8192], out[4096], err[4096];
+    float vals[8];
+    int lines;
+    collected_t c = { 0 };
+    for (int k = 0; k < 2; k++) {   /* two seeds: 6 outputs compared together */
+        uint64_t seed = s_seed0 % 1000000 + 2 + (uint64_t) k;
+        snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --random 512 --rows 3 --seed %llu",
+                  s_endpoint[k], (unsigned long long) seed);
+        ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+        ck_assert_uint_eq (s_parse_outputs (out, vals, 8, &lines), 3);
+        ck_assert_int_eq (lines, 3);
+        ck_assert_ptr_nonnull (strstr (err, "rows=3"));
+        /* --random N: uniform in [-1, 1) from the seed, as the usage text says */
+        float in[3 * TICK_IN];
+        uint64_t state = seed;
+        for (int i = 0; i < 3 * TICK_IN; i++)
+            in[i] = rng_uniform (&state, -1.0f, 1.0f);
+        s_collect (&c, s_tick, in, 3, vals, 3);
+    }
+    s_expect_collected_match (&c, "sigclient --random 512 --rows 3");
+    /* odd: 3 outputs per row, one row per line */
+    snprintf (args, sizeof args, "--endpoint %s infer --model odd --random 33 --rows 2", s_endpoint[1]);
+    ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq (s_parse_outputs (out, vals, 8, &lines), 6);
+    ck_assert_int_eq (lines, 2);
+}
+END_TEST
+
+START_TEST (cli_exit_codes)
+{
+    char args[8192], out[4096], err[4096];
+    float in[TICK_IN];
+    char *good = s_write_features ("good.txt", in);
+    /* 1: the server answered with an error status */
+    snprintf (args, sizeof args, "--endpoint %s infer --model nope --file '%s'", s_endpoint[0], good);
+    ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 1);
+    ck_assert_msg (strstr (err, "STATUS_UNKNOWN_MODEL")
+                   && strstr (err, "model: \"nope\" is not served here (served: tick_mlp, odd)"), "%s", err);
+    ck_assert_str_eq (out, "");
+    /* 1 as well: a wrong feature count */
+    snprintf (args, sizeof args, "--endpoint %s infer --model odd --file '%s'", s_endpoint[0], good);
+    ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 1);
+    ck_assert_msg (strstr (err, "STATUS_BAD_SHAPE"), "%s", err);
+    /* 2: usage errors */
+    snprintf (args, sizeof args, "--endpoint %s infer --file '%s'", s_endpoint[0], good);
+    ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 2);
+    ck_assert_msg (strstr (err, "infer needs --model") && strstr (err, "usage: sigclient"), "%s", err);
+    ck_assert_int_eq (s_cli ("frobnicate", NULL, out, sizeof out, err, sizeof err), 2);
+    ck_assert_msg (strstr (err, "unknown command 'frobnicate'"), "%s", err);
+    ck_assert_int_eq (s_cli ("--timeout x health", NULL, out, sizeof out, err, sizeof err), 2);
+    ck_assert_int_eq (s_cli ("", NULL, out, sizeof out, err, sizeof err), 2);
+    ck_assert_int_eq (s_cli ("--help", NULL, out, sizeof out, err, sizeof err), 0);
+    ck_assert_ptr_nonnull (strstr (out, "exit codes:"));
+    /* 2: a file with a non-number */
+    char *bad = tu_write_file (s_dir, "bad.txt", "0.5 1.25\n-3 abc 4\n", -1);
+    snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s'", s_endpoint[0], bad);
+    ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 2);
+    ck_assert_msg (strstr (err, "bad.txt:2: not a number: 'abc'"), "%s", err);
+    /* 2: a missing file */
+    snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s/absent.txt'", s_endpoint[0], s_dir);
+    ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 2);
+    /* 3: nobody listens; the timeout bounds the wait */
+    snprintf (args, sizeof args, "--endpoint %s --timeout 300 infer --model tick_mlp --file '%s'", s_dead_endpoint, good);
+    double t0 = s_now ();
+    ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 3);
+    double took = s_now () - t0;
+    ck_assert_msg (strstr (err, "timed out after 300 ms"), "%s", err);
+    ck_assert_msg (took < 2.0, "sigclient took %.3f s with --timeout 300", took);
+    snprintf (args, sizeof args, "--endpoint %s --timeout 300 health", s_dead_endpoint);
+    ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 3);
+    free (good);
+    free (bad);
+}
+END_TEST
+
+START_TEST (cli_health_and_models)
+{
+    char args[8192], out[4096], err[4096];
+    snprintf (args, sizeof args, "--endpoint %s health", s_endpoint[0]);
+    ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg (strncmp (out, "live=1 ready=1 version=", 23) == 0, "%s", out);
+    ck_assert_str_eq (out, "live=1 ready=1 version=" SIGSERVE_VERSION "\n");
+
+    snprintf (args, sizeof args, "--endpoint %s --endpoint %s models", s_endpoint[0], s_endpoint[1]);
+    ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    int found = 0;
+    for (char *line = strtok (out, "\n"); line; line = strtok (NULL, "\n")) {
+        char name[64], version[64], backend[16], kernel[32], avail[8];
+        unsigned in, outs, max_rows;
+        if (sscanf (line, "%63s %63s %15s %31s %u %u %u %7s", name, version, backend, kernel, &in, &outs, &max_rows,
+                    avail) != 8)
+            continue;
+        if (strcmp (name, "tick_mlp") == 0) {
+            ck_assert_uint_eq (in, 512);
+            ck_assert_uint_eq (outs, 1);
+            ck_assert_str_eq (backend, "cpu");
+            ck_assert_str_eq (avail, "yes");
+            found++;
+        } else if (strcmp (name, "odd") == 0) {
+            ck_assert_uint_eq (in, ODD_IN);
+            ck_assert_uint_eq (outs, ODD_OUT);
+            ck_assert_str_eq (version, "7b");
+            found++;
+        }
+    }
+    ck_assert_int_eq (found, 2);
+}
+END_TEST
+
+int main (void)
+{
+    s_seed = s_seed0 = (uint64_t) time (NULL) * 2654435761u;
+    printf ("test_client: seed %llu\n", (unsigned long long) s_seed);
+    fflush (stdout);
+    Suite *s = suite_create ("client");
+    TCase *tc = tcase_create ("libsigclient+cli");
+    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+    tcase_add_checked_fixture (tc, s_client_new, s_client_destroy);
+    tcase_set_timeout (tc, 60);
+    tcase_add_test (tc, infer_rows_1_matches_reference);
+    tcase_add_test (tc, infer_rows_5_matches_reference);
+    tcase_add_test (tc, server_error_statuses);
+    tcase_add_test (tc, capacity_errors);
+    tcase_add_test (tc, pipelined_500_matched_by_request_id);
+    tcase_add_test (tc, pipelined_each_endpoint_and_error_status);
+    tcase_add_test (tc, health_live_ready_version);
+    tcase_add_test (tc, list_models_names_sizes_backend);
+    tcase_add_test (tc, timeout_on_dead_endpoint);
+    tcase_add_test (tc, send_raw_garbage_gets_bad_request);
+    tcase_add_test (tc, cli_infer_file_and_stdin_match_reference);
+    tcase_add_test (tc, cli_infer_random_rows_3);
+    tcase_add_test (tc, cli_exit_codes);
+    tcase_add_test (tc, cli_health_and_models);
+    suite_add_tcase (s, tc);
+    SRunner *sr = srunner_create (s);
+    srunner_run_all (sr, CK_NORMAL);
+    int failed = srunner_ntests_failed (sr);
+    srunner_free (sr);
+    return failed ? 1 : 0;
+}
