@@ -2,6 +2,7 @@
  * random weights for tests, and the float64 reference forward pass that backends are compared
  * against. */
 #include "model.h"
+#include "status.h"
 #include "safetensors.h"
 
 #include <assert.h>
@@ -16,16 +17,6 @@
 /* How many tensor names a "not found" message lists before it says how many more there are. */
 #define S_LIST_NAMES 8
 
-static void s_fail (char *err, size_t errlen, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
-static void s_fail (char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start (ap, fmt);
-    vsnprintf (err, errlen, fmt, ap);
-    va_end (ap);
-}
 
 static model_weights_t *s_alloc (size_t layer_count)
 {
@@ -67,7 +58,7 @@ static const st_tensor_t *s_find (const safetensors_t *st, const model_config_t 
                                    safetensors_at (st, i)->name);
     if (count > S_LIST_NAMES && used < sizeof have)
         snprintf (have + used, sizeof have - used, ", ... and %zu more", count - S_LIST_NAMES);
-    s_fail (err, errlen, "model \"%s\": tensor \"%s\" not found in %s (%s%s)", cfg->name, name,
+    sig_set_error (err, errlen, "model \"%s\": tensor \"%s\" not found in %s (%s%s)", cfg->name, name,
             cfg->weights, count ? "it has: " : "it has no tensors", have);
     return NULL;
 }
@@ -80,18 +71,18 @@ static int s_check_weight (const model_config_t *cfg, size_t i, const st_tensor_
     char shape[160];
     safetensors_format_shape (w->shape, w->ndim, shape, sizeof shape);
     if (w->ndim != 2) {
-        s_fail (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected 2 "
+        sig_set_error (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected 2 "
                 "dimensions [out, in]", cfg->name, i, w->name, shape);
         return -1;
     }
     for (int d = 0; d < 2; d++)
         if (w->shape[d] < 1 || w->shape[d] > UINT32_MAX) {
-            s_fail (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected "
+            sig_set_error (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected "
                     "sizes from 1 to %" PRIu32, cfg->name, i, w->name, shape, UINT32_MAX);
             return -1;
         }
     if (i > 0 && w->shape[1] != prev_out) {
-        s_fail (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected [*, %"
+        sig_set_error (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected [*, %"
                 PRIu32 "] (the previous layer's output size)", cfg->name, i, w->name, shape, prev_out);
         return -1;
     }
@@ -104,7 +95,7 @@ static int s_check_bias (const model_config_t *cfg, size_t i, const st_tensor_t 
     if (b->ndim == 1 && b->shape[0] == out)
         return 0;
     char shape[160];
-    s_fail (err, errlen, "model \"%s\": layers[%zu].bias \"%s\" has shape %s, expected [%" PRIu64
+    sig_set_error (err, errlen, "model \"%s\": layers[%zu].bias \"%s\" has shape %s, expected [%" PRIu64
             "] (the weight's output size)", cfg->name, i, b->name,
             safetensors_format_shape (b->shape, b->ndim, shape, sizeof shape), out);
     return -1;
@@ -116,18 +107,18 @@ static float *s_read (const model_config_t *cfg, size_t i, const char *what, con
                       uint64_t row_len, char *err, size_t errlen)
 {
     if (t->numel > SIZE_MAX / sizeof (float)) {
-        s_fail (err, errlen, "model \"%s\": layers[%zu].%s \"%s\" is too large", cfg->name, i, what, t->name);
+        sig_set_error (err, errlen, "model \"%s\": layers[%zu].%s \"%s\" is too large", cfg->name, i, what, t->name);
         return NULL;
     }
     float *dst = malloc ((size_t) (t->numel ? t->numel : 1) * sizeof (float));
     char why[256];
     if (!dst) {
-        s_fail (err, errlen, "model \"%s\": layers[%zu].%s \"%s\": out of memory for %" PRIu64
+        sig_set_error (err, errlen, "model \"%s\": layers[%zu].%s \"%s\": out of memory for %" PRIu64
                 " floats", cfg->name, i, what, t->name, t->numel);
         return NULL;
     }
     if (safetensors_read_f32 (t, dst, why, sizeof why) != 0) {
-        s_fail (err, errlen, "model \"%s\": layers[%zu].%s: %s", cfg->name, i, what, why);
+        sig_set_error (err, errlen, "model \"%s\": layers[%zu].%s: %s", cfg->name, i, what, why);
         free (dst);
         return NULL;
     }
@@ -138,7 +129,7 @@ static float *s_read (const model_config_t *cfg, size_t i, const char *what, con
             if (row_len)
                 snprintf (where, sizeof where, " (row %" PRIu64 ", column %" PRIu64 ")",
                           k / row_len, k % row_len);
-            s_fail (err, errlen, "model \"%s\": layers[%zu].%s \"%s\" element %" PRIu64 "%s is %s, "
+            sig_set_error (err, errlen, "model \"%s\": layers[%zu].%s \"%s\" element %" PRIu64 "%s is %s, "
                     "expected a finite value", cfg->name, i, what, t->name, k, where,
                     isnan (dst[k]) ? "NaN" : dst[k] > 0 ? "inf" : "-inf");
             free (dst);
@@ -164,7 +155,7 @@ static int s_load_layer (model_weights_t *self, size_t i, const model_config_t *
     if (lc->bias[0] == 0) {     /* no bias named: the layer adds zeros */
         layer->bias = calloc (layer->out, sizeof *layer->bias);
         if (!layer->bias)
-            s_fail (err, errlen, "model \"%s\": layers[%zu]: out of memory", cfg->name, i);
+            sig_set_error (err, errlen, "model \"%s\": layers[%zu]: out of memory", cfg->name, i);
         return layer->bias ? 0 : -1;
     }
     const st_tensor_t *b = s_find (st, cfg, lc->bias, err, errlen);
@@ -178,20 +169,20 @@ model_weights_t *model_weights_load (const model_config_t *cfg, char *err, size_
 {
     assert (cfg);
     if (cfg->layer_count < 1 || cfg->layer_count > CONFIG_MAX_LAYERS) {
-        s_fail (err, errlen, "model \"%s\": %zu layers, expected 1 to %d", cfg->name,
+        sig_set_error (err, errlen, "model \"%s\": %zu layers, expected 1 to %d", cfg->name,
                 cfg->layer_count, CONFIG_MAX_LAYERS);
         return NULL;
     }
     char why[512];
     safetensors_t *st = safetensors_open (cfg->weights, why, sizeof why);
     if (!st) {
-        s_fail (err, errlen, "model \"%s\": %s", cfg->name, why);
+        sig_set_error (err, errlen, "model \"%s\": %s", cfg->name, why);
         return NULL;
     }
     model_weights_t *self = s_alloc (cfg->layer_count);
     int rc = self ? 0 : -1;
     if (!self)
-        s_fail (err, errlen, "model \"%s\": out of memory", cfg->name);
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
     for (size_t i = 0; i < cfg->layer_count && rc == 0; i++)
         rc = s_load_layer (self, i, cfg, st, err, errlen);
     safetensors_destroy (&st);      /* everything was copied out of the mapping */

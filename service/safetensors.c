@@ -2,6 +2,7 @@
  * offset, shape and dtype is checked (with overflow-safe arithmetic) before a tensor is handed
  * out, and the header is parsed from a NUL-terminated copy so cJSON never reads past it. */
 #include "safetensors.h"
+#include "status.h"
 
 #include <assert.h>
 #include <cJSON.h>
@@ -52,16 +53,6 @@ static const s_dtype_info_t s_dtypes[] = {
 };
 #define S_DTYPE_COUNT (sizeof s_dtypes / sizeof s_dtypes[0])
 
-static void s_fail (char *err, size_t errlen, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
-static void s_fail (char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start (ap, fmt);
-    vsnprintf (err, errlen, fmt, ap);
-    va_end (ap);
-}
 
 static const s_dtype_info_t *s_dtype_lookup (const char *name)
 {
@@ -138,25 +129,25 @@ static int s_map (safetensors_t *self, char *err, size_t errlen)
 {
     int fd = open (self->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        s_fail (err, errlen, "%s: cannot open: %s", self->path, strerror (errno));
+        sig_set_error (err, errlen, "%s: cannot open: %s", self->path, strerror (errno));
         return -1;
     }
     struct stat st;
     int rc = -1;
     if (fstat (fd, &st) != 0)
-        s_fail (err, errlen, "%s: cannot stat: %s", self->path, strerror (errno));
+        sig_set_error (err, errlen, "%s: cannot stat: %s", self->path, strerror (errno));
     else if (!S_ISREG (st.st_mode))
-        s_fail (err, errlen, "%s: not a regular file", self->path);
+        sig_set_error (err, errlen, "%s: not a regular file", self->path);
     else if (st.st_size < 8)
-        s_fail (err, errlen, "%s: file is %lld bytes, shorter than the 8-byte header length",
+        sig_set_error (err, errlen, "%s: file is %lld bytes, shorter than the 8-byte header length",
                 self->path, (long long) st.st_size);
     else if ((uint64_t) st.st_size > SIZE_MAX)
-        s_fail (err, errlen, "%s: file is too large to map (%lld bytes)", self->path,
+        sig_set_error (err, errlen, "%s: file is too large to map (%lld bytes)", self->path,
                 (long long) st.st_size);
     else {
         void *map = mmap (NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED)
-            s_fail (err, errlen, "%s: cannot map %lld bytes: %s", self->path,
+            sig_set_error (err, errlen, "%s: cannot map %lld bytes: %s", self->path,
                     (long long) st.st_size, strerror (errno));
         else {
             self->map = map;
@@ -180,14 +171,14 @@ static cJSON *s_parse_header_json (const safetensors_t *self, uint64_t n, char *
     const char *text = (const char *) self->map + 8;
     const char *nul = memchr (text, 0, (size_t) n);
     if (nul) {
-        s_fail (err, errlen, "%s: header contains a NUL byte at offset %zu (expected JSON text)",
+        sig_set_error (err, errlen, "%s: header contains a NUL byte at offset %zu (expected JSON text)",
                 self->path, (size_t) (nul - text));
         return NULL;
     }
     /* A terminated copy: cJSON then stops at our NUL, never at the end of the mapping. */
     char *copy = malloc ((size_t) n + 1);
     if (!copy) {
-        s_fail (err, errlen, "%s: out of memory for a %" PRIu64 "-byte header", self->path, n);
+        sig_set_error (err, errlen, "%s: out of memory for a %" PRIu64 "-byte header", self->path, n);
         return NULL;
     }
     memcpy (copy, text, (size_t) n);
@@ -206,10 +197,10 @@ static cJSON *s_parse_header_json (const safetensors_t *self, uint64_t n, char *
     }
     free (copy);
     if (!root)
-        s_fail (err, errlen, "%s: header is not valid JSON (error near byte %zu of %" PRIu64 ")",
+        sig_set_error (err, errlen, "%s: header is not valid JSON (error near byte %zu of %" PRIu64 ")",
                 self->path, at, n);
     else if (!cJSON_IsObject (root)) {
-        s_fail (err, errlen, "%s: header is not a JSON object", self->path);
+        sig_set_error (err, errlen, "%s: header is not a JSON object", self->path);
         cJSON_Delete (root);
         root = NULL;
     }
@@ -220,14 +211,14 @@ static int s_check_metadata (const safetensors_t *self, const cJSON *meta, char 
 {
     char found[64];
     if (!cJSON_IsObject (meta)) {
-        s_fail (err, errlen, "%s: \"" ST_METADATA "\" is %s, expected an object of strings",
+        sig_set_error (err, errlen, "%s: \"" ST_METADATA "\" is %s, expected an object of strings",
                 self->path, s_describe (meta, found, sizeof found));
         return -1;
     }
     const cJSON *item;
     cJSON_ArrayForEach (item, meta) {
         if (!cJSON_IsString (item)) {
-            s_fail (err, errlen, "%s: \"" ST_METADATA "\" key \"%s\" is %s, expected a string",
+            sig_set_error (err, errlen, "%s: \"" ST_METADATA "\" key \"%s\" is %s, expected a string",
                     self->path, item->string, s_describe (item, found, sizeof found));
             return -1;
         }
@@ -241,13 +232,13 @@ static int s_parse_dtype (const safetensors_t *self, const cJSON *entry, st_tens
     const cJSON *v = cJSON_GetObjectItemCaseSensitive (entry, "dtype");
     char found[64];
     if (!cJSON_IsString (v)) {
-        s_fail (err, errlen, "%s: tensor \"%s\": \"dtype\" is %s, expected a string such as \"F32\"",
+        sig_set_error (err, errlen, "%s: tensor \"%s\": \"dtype\" is %s, expected a string such as \"F32\"",
                 self->path, t->name, s_describe (v, found, sizeof found));
         return -1;
     }
     const s_dtype_info_t *info = s_dtype_lookup (v->valuestring);
     if (!info) {
-        s_fail (err, errlen, "%s: tensor \"%s\": unknown dtype \"%.32s\" (known: F32, F16, BF16, F64, "
+        sig_set_error (err, errlen, "%s: tensor \"%s\": unknown dtype \"%.32s\" (known: F32, F16, BF16, F64, "
                 "I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2)",
                 self->path, t->name, v->valuestring);
         return -1;
@@ -264,13 +255,13 @@ static int s_parse_shape (const safetensors_t *self, const cJSON *entry, st_tens
     const cJSON *v = cJSON_GetObjectItemCaseSensitive (entry, "shape");
     char found[64];
     if (!cJSON_IsArray (v)) {
-        s_fail (err, errlen, "%s: tensor \"%s\": \"shape\" is %s, expected an array of integers",
+        sig_set_error (err, errlen, "%s: tensor \"%s\": \"shape\" is %s, expected an array of integers",
                 self->path, t->name, s_describe (v, found, sizeof found));
         return -1;
     }
     int ndim = cJSON_GetArraySize (v);
     if (ndim > SAFETENSORS_MAX_DIMS) {
-        s_fail (err, errlen, "%s: tensor \"%s\": shape has %d dimensions, at most %d are supported",
+        sig_set_error (err, errlen, "%s: tensor \"%s\": shape has %d dimensions, at most %d are supported",
                 self->path, t->name, ndim, SAFETENSORS_MAX_DIMS);
         return -1;
     }
@@ -280,12 +271,12 @@ static int s_parse_shape (const safetensors_t *self, const cJSON *entry, st_tens
     size_t i = 0;
     cJSON_ArrayForEach (dim, v) {
         if (!s_json_u64 (dim, &t->shape[i])) {
-            s_fail (err, errlen, "%s: tensor \"%s\": shape[%zu] is %s, expected a non-negative integer",
+            sig_set_error (err, errlen, "%s: tensor \"%s\": shape[%zu] is %s, expected a non-negative integer",
                     self->path, t->name, i, s_describe (dim, found, sizeof found));
             return -1;
         }
         if (!s_mul_u64 (t->numel, t->shape[i], &t->numel)) {
-            s_fail (err, errlen, "%s: tensor \"%s\": shape %s has more than 2^64 elements",
+            sig_set_error (err, errlen, "%s: tensor \"%s\": shape %s has more than 2^64 elements",
                     self->path, t->name,
                     safetensors_format_shape (t->shape, i + 1, found, sizeof found));
             return -1;
@@ -301,14 +292,14 @@ static int s_parse_offsets (const safetensors_t *self, const cJSON *entry, st_te
     const cJSON *v = cJSON_GetObjectItemCaseSensitive (entry, "data_offsets");
     char found[64];
     if (!cJSON_IsArray (v) || cJSON_GetArraySize (v) != 2) {
-        s_fail (err, errlen, "%s: tensor \"%s\": \"data_offsets\" is %s, expected an array of 2 "
+        sig_set_error (err, errlen, "%s: tensor \"%s\": \"data_offsets\" is %s, expected an array of 2 "
                 "integers [begin, end]", self->path, t->name, s_describe (v, found, sizeof found));
         return -1;
     }
     for (int i = 0; i < 2; i++) {
         const cJSON *x = cJSON_GetArrayItem (v, i);
         if (!s_json_u64 (x, i == 0 ? &t->offset : end)) {
-            s_fail (err, errlen, "%s: tensor \"%s\": data_offsets[%d] is %s, expected a "
+            sig_set_error (err, errlen, "%s: tensor \"%s\": data_offsets[%d] is %s, expected a "
                     "non-negative integer", self->path, t->name, i, s_describe (x, found, sizeof found));
             return -1;
         }
@@ -321,7 +312,7 @@ static int s_parse_entry (const safetensors_t *self, const cJSON *entry, st_tens
                           uint64_t data_size, char *err, size_t errlen)
 {
     if (!cJSON_IsObject (entry)) {
-        s_fail (err, errlen, "%s: tensor \"%s\": expected an object with dtype, shape and "
+        sig_set_error (err, errlen, "%s: tensor \"%s\": expected an object with dtype, shape and "
                 "data_offsets", self->path, t->name);
         return -1;
     }
@@ -334,23 +325,23 @@ static int s_parse_entry (const safetensors_t *self, const cJSON *entry, st_tens
     char shape[160];
     safetensors_format_shape (t->shape, t->ndim, shape, sizeof shape);
     if (end < t->offset) {
-        s_fail (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] end "
+        sig_set_error (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] end "
                 "before they begin", self->path, t->name, t->offset, end);
         return -1;
     }
     if (end > data_size) {
-        s_fail (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] run past "
+        sig_set_error (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] run past "
                 "the end of the data section (%" PRIu64 " bytes)", self->path, t->name, t->offset,
                 end, data_size);
         return -1;
     }
     if (!s_mul_u64 (t->numel, size, &t->nbytes)) {
-        s_fail (err, errlen, "%s: tensor \"%s\": %s %s is more than 2^64 bytes", self->path,
+        sig_set_error (err, errlen, "%s: tensor \"%s\": %s %s is more than 2^64 bytes", self->path,
                 t->name, t->dtype_name, shape);
         return -1;
     }
     if (end - t->offset != t->nbytes) {
-        s_fail (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] hold %"
+        sig_set_error (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] hold %"
                 PRIu64 " bytes, expected %" PRIu64 " (%s %s)", self->path, t->name, t->offset,
                 end, end - t->offset, t->nbytes, t->dtype_name, shape);
         return -1;
@@ -381,7 +372,7 @@ static int s_check_unique (safetensors_t *self, char *err, size_t errlen)
     qsort (self->by_name, self->count, sizeof *self->by_name, s_by_name);
     for (size_t i = 1; i < self->count; i++)
         if (strcmp (self->by_name[i - 1]->name, self->by_name[i]->name) == 0) {
-            s_fail (err, errlen, "%s: duplicate tensor \"%s\" in the header", self->path,
+            sig_set_error (err, errlen, "%s: duplicate tensor \"%s\" in the header", self->path,
                     self->by_name[i]->name);
             return -1;
         }
@@ -395,7 +386,7 @@ static int s_check_tiling (const safetensors_t *self, uint64_t data_size, char *
 {
     const st_tensor_t **order = malloc ((self->count ? self->count : 1) * sizeof *order);
     if (!order) {
-        s_fail (err, errlen, "%s: out of memory", self->path);
+        sig_set_error (err, errlen, "%s: out of memory", self->path);
         return -1;
     }
     for (size_t i = 0; i < self->count; i++)
@@ -407,11 +398,11 @@ static int s_check_tiling (const safetensors_t *self, uint64_t data_size, char *
     for (size_t i = 0; i < self->count && rc == 0; i++) {
         const st_tensor_t *t = order[i];
         if (t->offset > pos)
-            s_fail (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] leave "
+            sig_set_error (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] leave "
                     "bytes %" PRIu64 " to %" PRIu64 " of the data section unused (the format allows "
                     "no gaps)", self->path, t->name, t->offset, t->offset + t->nbytes, pos, t->offset);
         else if (t->offset < pos)
-            s_fail (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] "
+            sig_set_error (err, errlen, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] "
                     "overlap tensor \"%s\", which ends at %" PRIu64, self->path, t->name, t->offset,
                     t->offset + t->nbytes, prev, pos);
         rc = t->offset == pos ? 0 : -1;
@@ -420,7 +411,7 @@ static int s_check_tiling (const safetensors_t *self, uint64_t data_size, char *
     }
     free (order);
     if (rc == 0 && pos != data_size) {
-        s_fail (err, errlen, "%s: the tensors cover %" PRIu64 " of the %" PRIu64 " bytes of the "
+        sig_set_error (err, errlen, "%s: the tensors cover %" PRIu64 " of the %" PRIu64 " bytes of the "
                 "data section (the format allows no trailing bytes)", self->path, pos, data_size);
         rc = -1;
     }
@@ -439,7 +430,7 @@ static int s_parse_entries (safetensors_t *self, const cJSON *root, uint64_t dat
     self->names = calloc (alloc, sizeof *self->names);
     self->by_name = calloc (alloc, sizeof *self->by_name);
     if (!self->tensors || !self->names || !self->by_name) {
-        s_fail (err, errlen, "%s: out of memory for %zu tensors", self->path, count);
+        sig_set_error (err, errlen, "%s: out of memory for %zu tensors", self->path, count);
         return -1;
     }
     cJSON_ArrayForEach (item, root) {
@@ -450,7 +441,7 @@ static int s_parse_entries (safetensors_t *self, const cJSON *root, uint64_t dat
         }
         st_tensor_t *t = &self->tensors[self->count];
         if (!(self->names[self->count] = strdup (item->string))) {
-            s_fail (err, errlen, "%s: out of memory", self->path);
+            sig_set_error (err, errlen, "%s: out of memory", self->path);
             return -1;
         }
         t->name = self->names[self->count++];
@@ -467,16 +458,16 @@ static int s_parse (safetensors_t *self, char *err, size_t errlen)
     uint64_t n = s_le64 (self->map);
     uint64_t avail = self->map_size - 8;
     if (n == 0) {
-        s_fail (err, errlen, "%s: header length is 0, expected at least 2 (\"{}\")", self->path);
+        sig_set_error (err, errlen, "%s: header length is 0, expected at least 2 (\"{}\")", self->path);
         return -1;
     }
     if (n > avail) {
-        s_fail (err, errlen, "%s: header length %" PRIu64 " runs past the end of the file (%zu "
+        sig_set_error (err, errlen, "%s: header length %" PRIu64 " runs past the end of the file (%zu "
                 "bytes)", self->path, n, self->map_size);
         return -1;
     }
     if (n > ST_MAX_HEADER) {
-        s_fail (err, errlen, "%s: header length %" PRIu64 " is over the limit of %" PRIu64
+        sig_set_error (err, errlen, "%s: header length %" PRIu64 " is over the limit of %" PRIu64
                 " bytes", self->path, n, ST_MAX_HEADER);
         return -1;
     }
@@ -496,7 +487,7 @@ safetensors_t *safetensors_open (const char *path, char *err, size_t errlen)
     assert (path);
     safetensors_t *self = calloc (1, sizeof *self);
     if (!self || !(self->path = strdup (path))) {
-        s_fail (err, errlen, "%s: out of memory", path);
+        sig_set_error (err, errlen, "%s: out of memory", path);
         free (self);
         return NULL;
     }
@@ -601,7 +592,7 @@ int safetensors_read_f32 (const st_tensor_t *tensor, float *dst, char *err, size
             dst[i] = s_bits_to_f32 ((uint32_t) p[0] << 16 | (uint32_t) p[1] << 24);
         return 0;
     default:
-        s_fail (err, errlen, "tensor \"%s\": dtype %s cannot be read as floats, expected F32, F16 "
+        sig_set_error (err, errlen, "tensor \"%s\": dtype %s cannot be read as floats, expected F32, F16 "
                 "or BF16", tensor->name, tensor->dtype_name);
         return -1;
     }
@@ -616,31 +607,31 @@ static int s_check_write_args (const char *path, const st_write_tensor_t *tensor
     for (size_t i = 0; i < count; i++) {
         const st_write_tensor_t *t = &tensors[i];
         if (!t->name || strcmp (t->name, ST_METADATA) == 0) {
-            s_fail (err, errlen, "%s: tensor %zu: name is %s", path, i,
+            sig_set_error (err, errlen, "%s: tensor %zu: name is %s", path, i,
                     t->name ? "reserved (\"" ST_METADATA "\")" : "missing");
             return -1;
         }
         if (t->ndim > SAFETENSORS_MAX_DIMS) {
-            s_fail (err, errlen, "%s: tensor \"%s\": %zu dimensions, at most %d are supported",
+            sig_set_error (err, errlen, "%s: tensor \"%s\": %zu dimensions, at most %d are supported",
                     path, t->name, t->ndim, SAFETENSORS_MAX_DIMS);
             return -1;
         }
         uint64_t numel = 1;
         for (size_t d = 0; d < t->ndim; d++)
             if (t->shape[d] >= (uint64_t) ST_MAX_EXACT || !s_mul_u64 (numel, t->shape[d], &numel)) {
-                s_fail (err, errlen, "%s: tensor \"%s\": shape is too large", path, t->name);
+                sig_set_error (err, errlen, "%s: tensor \"%s\": shape is too large", path, t->name);
                 return -1;
             }
         if (!s_mul_u64 (numel, 4, &nbytes[i]) || nbytes[i] >= (uint64_t) ST_MAX_EXACT
             || (numel && !t->data)) {
-            s_fail (err, errlen, "%s: tensor \"%s\": %s", path, t->name,
+            sig_set_error (err, errlen, "%s: tensor \"%s\": %s", path, t->name,
                     numel && !t->data ? "data is NULL" : "too large");
             return -1;
         }
         /* quadratic, but writers hold a handful of tensors; readers would refuse a duplicate */
         for (size_t j = 0; j < i; j++)
             if (strcmp (tensors[j].name, t->name) == 0) {
-                s_fail (err, errlen, "%s: duplicate tensor \"%s\"", path, t->name);
+                sig_set_error (err, errlen, "%s: duplicate tensor \"%s\"", path, t->name);
                 return -1;
             }
     }
@@ -743,7 +734,7 @@ static int s_write_file (const char *path, const char *header, size_t hlen,
     if (stat (path, &st) == 0 && !S_ISREG (st.st_mode)) {
         FILE *f = fopen (path, "wb");
         if (!f || s_write_stream (f, header, hlen, tensors, count, nbytes) != 0) {
-            s_fail (err, errlen, "%s: %s: %s", path, f ? "write failed" : "cannot open",
+            sig_set_error (err, errlen, "%s: %s: %s", path, f ? "write failed" : "cannot open",
                     strerror (errno));
             return -1;
         }
@@ -752,7 +743,7 @@ static int s_write_file (const char *path, const char *header, size_t hlen,
     size_t n = strlen (path) + sizeof ".tmp.XXXXXX";
     char *tmp = malloc (n);
     if (!tmp) {
-        s_fail (err, errlen, "%s: out of memory", path);
+        sig_set_error (err, errlen, "%s: out of memory", path);
         return -1;
     }
     snprintf (tmp, n, "%s.tmp.XXXXXX", path);
@@ -761,14 +752,14 @@ static int s_write_file (const char *path, const char *header, size_t hlen,
     FILE *f = fd >= 0 && fchmod (fd, 0644) == 0 ? fdopen (fd, "wb") : NULL;
     int rc = -1;
     if (!f) {
-        s_fail (err, errlen, "%s: cannot create: %s", path, strerror (errno));
+        sig_set_error (err, errlen, "%s: cannot create: %s", path, strerror (errno));
         if (fd >= 0)
             close (fd);
     }
     else if (s_write_stream (f, header, hlen, tensors, count, nbytes) != 0)
-        s_fail (err, errlen, "%s: write failed: %s", path, strerror (errno));
+        sig_set_error (err, errlen, "%s: write failed: %s", path, strerror (errno));
     else if (rename (tmp, path) != 0)
-        s_fail (err, errlen, "%s: cannot rename %s over it: %s", path, tmp, strerror (errno));
+        sig_set_error (err, errlen, "%s: cannot rename %s over it: %s", path, tmp, strerror (errno));
     else
         rc = 0;
     if (rc != 0 && fd >= 0)
@@ -783,14 +774,14 @@ int safetensors_write_f32 (const char *path, const st_write_tensor_t *tensors, s
     assert (path && (tensors || count == 0));
     uint64_t *nbytes = calloc (count ? count : 1, sizeof *nbytes);
     if (!nbytes) {
-        s_fail (err, errlen, "%s: out of memory", path);
+        sig_set_error (err, errlen, "%s: out of memory", path);
         return -1;
     }
     size_t hlen = 0;
     char *header = NULL;
     int rc = s_check_write_args (path, tensors, count, nbytes, err, errlen);
     if (rc == 0 && !(header = s_build_header (tensors, count, nbytes, &hlen))) {
-        s_fail (err, errlen, "%s: out of memory building the header", path);
+        sig_set_error (err, errlen, "%s: out of memory building the header", path);
         rc = -1;
     }
     if (rc == 0)

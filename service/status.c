@@ -1,5 +1,8 @@
 #include "status.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 const char *sig_status_name (sig_status_t s)
 {
     switch (s) {
@@ -14,4 +17,14 @@ const char *sig_status_name (sig_status_t s)
     case SIG_INTERNAL: return "STATUS_INTERNAL";
     }
     return "STATUS_UNKNOWN";
+}
+
+void sig_set_error (char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start (ap, fmt);
+    vsnprintf (err, errlen, fmt, ap);
+    va_end (ap);
 }

@@ -2,6 +2,8 @@
 #ifndef SIGSERVE_STATUS_H
 #define SIGSERVE_STATUS_H
 
+#include <stddef.h>
+
 typedef enum {
     SIG_OK = 0,
     SIG_BAD_REQUEST = 1,
@@ -15,5 +17,8 @@ typedef enum {
 } sig_status_t;
 
 const char *sig_status_name (sig_status_t s);   /* "STATUS_OK", ... */
+
+/* printf into a caller's error buffer; nothing when ERR is NULL or ERRLEN 0. */
+void sig_set_error (char *err, size_t errlen, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
 
 #endif

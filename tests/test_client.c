@@ -170,19 +170,13 @@ static void s_setup (void)
     ck_assert_msg (s_server > 0, "sigserve did not become ready");
 }
 
-static int s_rm (const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void) st, (void) flag, (void) ftw;
-    return remove (path);
-}
-
 static void s_teardown (void)
 {
     int rc = tu_server_stop (s_server);
     model_weights_destroy (&s_tick);
     model_weights_destroy (&s_odd);
     config_destroy (&s_cfg);
-    nftw (s_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    tu_remove_tree (s_dir);
     ck_assert_int_eq (rc, 0);
 }
 
@@ -839,9 +833,5 @@ int main (void)
     tcase_add_test (tc, cli_exit_codes);
     tcase_add_test (tc, cli_health_and_models);
     suite_add_tcase (s, tc);
-    SRunner *sr = srunner_create (s);
-    srunner_run_all (sr, CK_NORMAL);
-    int failed = srunner_ntests_failed (sr);
-    srunner_free (sr);
-    return failed ? 1 : 0;
+    return tu_run_suite (s);
 }

@@ -128,9 +128,5 @@ int main (void)
     tcase_add_test (tc, chains_match_reference);
     tcase_add_test (tc, kernel_names_and_destroy_twice);
     suite_add_tcase (s, tc);
-    SRunner *sr = srunner_create (s);
-    srunner_run_all (sr, CK_NORMAL);
-    int failed = srunner_ntests_failed (sr);
-    srunner_free (sr);
-    return failed ? 1 : 0;
+    return tu_run_suite (s);
 }

@@ -229,9 +229,7 @@ static void s_teardown (void)
     model_weights_destroy (&s_tick);
     model_weights_destroy (&s_odd);
     config_destroy (&s_cfg);
-    char cmd[4200];
-    snprintf (cmd, sizeof cmd, "rm -rf '%s'", s_dir);
-    ck_assert_int_eq (system (cmd), 0);
+    ck_assert_int_eq (tu_remove_tree (s_dir), 0);
 }
 
 /* ---- correct outputs ---- */
@@ -671,9 +669,5 @@ int main (void)
     tcase_add_test (tc, bad_config_exits_2_naming_the_key);
     tcase_add_test (tc, port_in_use_exits_1);
     suite_add_tcase (s, tc);
-    SRunner *sr = srunner_create (s);
-    srunner_run_all (sr, CK_NORMAL);
-    int failed = srunner_ntests_failed (sr);
-    srunner_free (sr);
-    return failed ? 1 : 0;
+    return tu_run_suite (s);
 }

@@ -20,12 +20,6 @@ static char err[1024];
 #define ASSERT_ERR(fragment) \
     ck_assert_msg (strstr (err, (fragment)) != NULL, "error \"%s\" lacks \"%s\"", err, (fragment))
 
-static int s_rm (const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void) st, (void) flag, (void) ftw;
-    return remove (path);
-}
-
 static void s_setup (void)
 {
     s_dir = tu_tmpdir ();
@@ -41,7 +35,7 @@ static void s_setup (void)
 
 static void s_teardown (void)
 {
-    nftw (s_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    tu_remove_tree (s_dir);
     free (s_dir);
     free (s_path);
     free (s_cfg);
@@ -408,9 +402,5 @@ static Suite *s_suite (void)
 
 int main (void)
 {
-    SRunner *sr = srunner_create (s_suite ());
-    srunner_run_all (sr, CK_NORMAL);
-    int failed = srunner_ntests_failed (sr);
-    srunner_free (sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tu_run_suite (s_suite ());
 }

@@ -163,8 +163,7 @@ START_TEST (no_allocation_per_request_once_warm)
     model_registry_destroy (&models);
     config_destroy (&cfg);
     free (path);
-    snprintf (json, sizeof json, "rm -rf '%s'", dir);
-    ck_assert_int_eq (system (json), 0);
+    ck_assert_int_eq (tu_remove_tree (dir), 0);
     free (dir);
 }
 END_TEST
@@ -191,9 +190,5 @@ int main (void)
     tcase_add_test (tc, counter_counts_server_thread_allocations);
     tcase_add_test (tc, no_allocation_per_request_once_warm);
     suite_add_tcase (s, tc);
-    SRunner *sr = srunner_create (s);
-    srunner_run_all (sr, CK_NORMAL);
-    int failed = srunner_ntests_failed (sr);
-    srunner_free (sr);
-    return failed ? 1 : 0;
+    return tu_run_suite (s);
 }

@@ -22,12 +22,6 @@ static char err[1024];
 #define ASSERT_ERR(fragment) \
     ck_assert_msg (strstr (err, (fragment)) != NULL, "error \"%s\" lacks \"%s\"", err, (fragment))
 
-static int s_rm (const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void) st, (void) flag, (void) ftw;
-    return remove (path);
-}
-
 static void s_setup (void)
 {
     s_dir = tu_tmpdir ();
@@ -37,7 +31,7 @@ static void s_setup (void)
 
 static void s_teardown (void)
 {
-    nftw (s_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    tu_remove_tree (s_dir);
     free (s_dir);
 }
 

@@ -1,6 +1,10 @@
+#define _GNU_SOURCE   /* nftw */
 #include "testutil.h"
 
 #include "signal.pb-c.h"
+
+#include <check.h>
+#include <ftw.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -140,4 +144,24 @@ int tu_server_stop (pid_t pid)
     kill (pid, SIGKILL);
     waitpid (pid, &status, 0);
     return -1;
+}
+
+int tu_run_suite (Suite *suite)
+{
+    SRunner *sr = srunner_create (suite);
+    srunner_run_all (sr, CK_NORMAL);
+    int failed = srunner_ntests_failed (sr);
+    srunner_free (sr);
+    return failed ? 1 : 0;
+}
+
+static int s_remove_entry (const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void) st, (void) flag, (void) ftw;
+    return remove (path);
+}
+
+int tu_remove_tree (const char *dir)
+{
+    return nftw (dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -23,4 +23,10 @@ pid_t tu_server_start (const char *config_path, const char *endpoint, int timeou
 /* SIGTERM then wait; returns the exit status (or -1). */
 int tu_server_stop (pid_t pid);
 
+/* Runs SUITE (Check's default fork mode unless CK_FORK says otherwise); the process exit code. */
+struct Suite;
+int tu_run_suite (struct Suite *suite);
+/* Removes DIR and everything under it; 0 on success. */
+int tu_remove_tree (const char *dir);
+
 #endif
