@@ -23,8 +23,8 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 ifneq ($(NVCC),)
   HAVE_CUDA := 1
-  CFLAGS   += -DSIGSERVE_HAVE_CUDA=1
-  CU_SRC   := $(wildcard kernels/*.cu service/*.cu)
+  CFLAGS   += -DSIGSERVE_HAVE_CUDA=1 -Ikernels -isystem $(CUDA_HOME)/include
+  CU_SRC   := $(wildcard kernels/*.cu)
   CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
   NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Iservice -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
@@ -35,6 +35,9 @@ PROTO_H  := $(BUILD)/gen/signal.pb-c.h
 PROTO_PY := $(BUILD)/gen/py/signal_pb2.py
 
 CORE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
+ifneq ($(HAVE_CUDA),1)
+  CORE_SRC := $(filter-out service/backend_cuda.c,$(CORE_SRC))
+endif
 CORE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC)) $(BUILD)/obj/gen/signal.pb-c.o $(CU_OBJ)
 CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/gen/signal.pb-c.o
 TEST_SRC := $(wildcard tests/test_*.c)

@@ -20,7 +20,8 @@
 /* Value names, indexed by the enums of config.h; NULL-terminated for the enum rows. */
 static const char *const s_activation_names[] = { "none", "relu", "sigmoid", "tanh", NULL };
 static const char *const s_backend_names[] = { "auto", "cpu", "cuda", NULL };
-static const char *const s_cuda_kernel_names[] = { "warp", "cublas", "mbyv", NULL };
+static const char *const s_cuda_kernel_names[] = { "warp", "cublas", "mbyv", "fused", NULL };
+static const char *const s_cuda_wait_names[] = { "spin", "yield", "block", NULL };
 static const char *const s_cpu_kernel_names[] = { "loop", "blas", NULL };
 static const char *const s_log_level_names[] = { "error", "warn", "info", "debug", NULL };
 
@@ -29,6 +30,7 @@ _Static_assert (sizeof (activation_t) == sizeof (int), "activation_t is int-size
 _Static_assert (sizeof (backend_kind_t) == sizeof (int), "backend_kind_t is int-sized");
 _Static_assert (sizeof (cuda_kernel_t) == sizeof (int), "cuda_kernel_t is int-sized");
 _Static_assert (sizeof (cpu_kernel_t) == sizeof (int), "cpu_kernel_t is int-sized");
+_Static_assert (sizeof (cuda_wait_t) == sizeof (int), "cuda_wait_t is int-sized");
 
 typedef enum {
     KEY_BOOL,           /* bool */
@@ -118,6 +120,9 @@ static const key_spec_t s_model_keys[] = {
     { .name = "cpu_kernel", .type = KEY_ENUM, FIELD (model_config_t, cpu_kernel),
       .choices = s_cpu_kernel_names, .def = CPU_KERNEL_LOOP },
     { .name = "graph", .type = KEY_BOOL, FIELD (model_config_t, graph), .def = true },
+    { .name = "zero_copy", .type = KEY_BOOL, FIELD (model_config_t, zero_copy), .def = false },
+    { .name = "wait", .type = KEY_ENUM, FIELD (model_config_t, wait),
+      .choices = s_cuda_wait_names, .def = CUDA_WAIT_SPIN },
     { .name = "device", .type = KEY_INT, FIELD (model_config_t, device), .min = 0, .max = 63, .def = 0 },
     { .name = "max_rows", .type = KEY_U32, FIELD (model_config_t, max_rows),
       .min = 1, .max = 4096, .def = 16 },
@@ -719,3 +724,4 @@ const char *activation_name (activation_t a) { return S_NAME (s_activation_names
 const char *backend_kind_name (backend_kind_t b) { return S_NAME (s_backend_names, b); }
 const char *cuda_kernel_name (cuda_kernel_t k) { return S_NAME (s_cuda_kernel_names, k); }
 const char *cpu_kernel_name (cpu_kernel_t k) { return S_NAME (s_cpu_kernel_names, k); }
+const char *cuda_wait_name (cuda_wait_t w) { return S_NAME (s_cuda_wait_names, w); }

@@ -19,7 +19,9 @@
 
 typedef enum { ACTIVATION_NONE = 0, ACTIVATION_RELU, ACTIVATION_SIGMOID, ACTIVATION_TANH } activation_t;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU, BACKEND_CUDA } backend_kind_t;
-typedef enum { CUDA_KERNEL_WARP = 0, CUDA_KERNEL_CUBLAS, CUDA_KERNEL_MBYV } cuda_kernel_t;
+typedef enum { CUDA_KERNEL_WARP = 0, CUDA_KERNEL_CUBLAS, CUDA_KERNEL_MBYV, CUDA_KERNEL_FUSED } cuda_kernel_t;
+/* How the host waits for the GPU: spin on the completion event, spin with sched_yield, or block. */
+typedef enum { CUDA_WAIT_SPIN = 0, CUDA_WAIT_YIELD, CUDA_WAIT_BLOCK } cuda_wait_t;
 typedef enum { CPU_KERNEL_LOOP = 0, CPU_KERNEL_BLAS } cpu_kernel_t;
 
 typedef struct {
@@ -35,6 +37,8 @@ typedef struct {
     cuda_kernel_t kernel;
     cpu_kernel_t cpu_kernel;
     bool graph;
+    bool zero_copy;                 /* CUDA: kernels read the input from and write the output to mapped host memory */
+    cuda_wait_t wait;
     int device;
     uint32_t max_rows;              /* largest rows per request this model accepts */
     char weights[CONFIG_PATH_MAX];  /* resolved: relative paths joined to the config's folder */
@@ -71,5 +75,6 @@ const char *activation_name (activation_t a);
 const char *backend_kind_name (backend_kind_t b);
 const char *cuda_kernel_name (cuda_kernel_t k);
 const char *cpu_kernel_name (cpu_kernel_t k);
+const char *cuda_wait_name (cuda_wait_t w);
 
 #endif

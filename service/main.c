@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
+#ifdef SIGSERVE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 static volatile sig_atomic_t s_stop = 0;
 
@@ -45,7 +48,14 @@ int main (int argc, char **argv)
         } else if (strcmp (argv[i], "--version") == 0) {
             int major, minor, patch;
             zmq_version (&major, &minor, &patch);
+#ifdef SIGSERVE_HAVE_CUDA
+            int runtime = 0;
+            cudaRuntimeGetVersion (&runtime);
+            printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu, cuda with CUDA runtime %d.%d)\n", SIGSERVE_VERSION,
+                    major, minor, patch, runtime / 1000, runtime % 1000 / 10);
+#else
             printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu)\n", SIGSERVE_VERSION, major, minor, patch);
+#endif
             return 0;
         } else if ((strcmp (argv[i], "--config") == 0 || strcmp (argv[i], "--check-config") == 0) && i + 1 < argc) {
             check_only = strcmp (argv[i], "--check-config") == 0;

@@ -22,19 +22,29 @@ struct _model_registry_t {
     size_t max_outputs;
 };
 
+#ifdef SIGSERVE_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+
 const backend_iface_t *backend_resolve (const model_config_t *cfg, char *err, size_t errlen)
 {
-    switch (cfg->backend) {
-    case BACKEND_CPU:
-    case BACKEND_AUTO:
-        /* The CUDA backend is not part of this build yet: "auto" means the CPU. */
+    if (cfg->backend == BACKEND_CPU)
         return &backend_cpu_iface;
-    case BACKEND_CUDA:
-        snprintf (err, errlen, "model \"%s\": backend \"cuda\": this build of sigserve has no CUDA "
-                  "backend; use \"cpu\" or \"auto\"", cfg->name);
-        return NULL;
+#ifdef SIGSERVE_HAVE_CUDA
+    int count = 0;
+    char why[256] = "";
+    if (cuda_device_count (&count, why, sizeof why) == 0 && cfg->device < count)
+        return &backend_cuda_iface;
+    if (count > 0)
+        snprintf (why, sizeof why, "device %d does not exist (this machine has %d)", cfg->device, count);
+#else
+    const char *why = "this build of sigserve has no CUDA backend (nvcc was not found when it was built)";
+#endif
+    if (cfg->backend == BACKEND_AUTO) {
+        log_info ("model %s: backend auto: no CUDA device to use (%s); running on the CPU", cfg->name, why);
+        return &backend_cpu_iface;
     }
-    snprintf (err, errlen, "model \"%s\": unknown backend", cfg->name);
+    sig_set_error (err, errlen, "model \"%s\": backend \"cuda\": %s; use \"cpu\" or \"auto\"", cfg->name, why);
     return NULL;
 }
 
@@ -144,6 +154,7 @@ uint32_t model_input_size (const model_t *m) { return m->input_size; }
 uint32_t model_output_size (const model_t *m) { return m->output_size; }
 uint32_t model_max_rows (const model_t *m) { return m->max_rows; }
 bool model_available (const model_t *m) { return m->available; }
+backend_model_t *model_backend_handle (model_t *m) { return m->impl; }
 
 sig_status_t model_infer (model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
 {

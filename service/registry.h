@@ -33,6 +33,8 @@ uint32_t model_input_size (const model_t *m);
 uint32_t model_output_size (const model_t *m);
 uint32_t model_max_rows (const model_t *m);
 bool model_available (const model_t *m);
+/* The backend's own handle (tests and benchmarks drive it directly). */
+backend_model_t *model_backend_handle (model_t *m);
 /* Runs the backend. A SIG_UNAVAILABLE from it marks the model unavailable for good. */
 sig_status_t model_infer (model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
 

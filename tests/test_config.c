@@ -60,6 +60,8 @@ START_TEST (test_default_config_loads)
     ck_assert_str_eq (m->version, "1");
     ck_assert_int_eq (m->backend, BACKEND_AUTO);
     ck_assert_int_eq (m->kernel, CUDA_KERNEL_WARP);
+    ck_assert_int_eq (m->wait, CUDA_WAIT_SPIN);
+    ck_assert (!m->zero_copy);
     ck_assert_int_eq (m->cpu_kernel, CPU_KERNEL_LOOP);
     ck_assert (m->graph);
     ck_assert_int_eq (m->device, 0);
@@ -114,6 +116,7 @@ START_TEST (test_defaults_when_absent)
     ck_assert_str_eq (m->version, "1");
     ck_assert_int_eq (m->backend, BACKEND_AUTO);
     ck_assert_int_eq (m->kernel, CUDA_KERNEL_WARP);
+    ck_assert_int_eq (m->wait, CUDA_WAIT_SPIN);
     ck_assert_int_eq (m->cpu_kernel, CPU_KERNEL_LOOP);
     ck_assert (m->graph);
     ck_assert_int_eq (m->device, 0);
@@ -132,7 +135,7 @@ START_TEST (test_every_value_read)
         "  'max_message_bytes': 67108864, 'busy_poll': true, 'log_level': 'debug',"
         "  'io_threads': 16, 'queue_depth': 4096},"
         " 'models': [{'name': 'A-z_0.9', 'version': 'v2.1 beta', 'backend': 'cuda', 'kernel': 'mbyv',"
-        "  'cpu_kernel': 'blas', 'graph': false, 'device': 63, 'max_rows': 4096,"
+        "  'cpu_kernel': 'blas', 'graph': false, 'zero_copy': true, 'wait': 'block', 'device': 63, 'max_rows': 4096,"
         "  'weights': '/abs/w.safetensors', 'layers': ["
         "    {'weight': 'fc1.weight', 'bias': 'fc1.b', 'activation': 'sigmoid'},"
         "    {'weight': 'fc2', 'bias': null, 'activation': 'tanh'}]},"
@@ -152,6 +155,8 @@ START_TEST (test_every_value_read)
     ck_assert_str_eq (m->version, "v2.1 beta");
     ck_assert_int_eq (m->backend, BACKEND_CUDA);
     ck_assert_int_eq (m->kernel, CUDA_KERNEL_MBYV);
+    ck_assert_int_eq (m->wait, CUDA_WAIT_BLOCK);
+    ck_assert (m->zero_copy);
     ck_assert_int_eq (m->cpu_kernel, CPU_KERNEL_BLAS);
     ck_assert (!m->graph);
     ck_assert_int_eq (m->device, 63);
@@ -281,7 +286,7 @@ static const bad_case_t s_bad[] = {
       "log_level, io_threads, queue_depth)" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key (expected one of name, version, backend, kernel, "
-      "cpu_kernel, graph, device, max_rows, weights, layers)" },
+      "cpu_kernel, graph, zero_copy, wait, device, max_rows, weights, layers)" },
     { "unknown layer key", WITH_LAYERS ("{'weight': '0.weight', 'act': 'relu'}"),
       "test.json: models[0].layers[0].act: unknown key (expected one of weight, bias, activation)" },
     { "key repeated", WITH_SERVER (", 'log_level': 'info', 'log_level': 'debug'"),
@@ -358,7 +363,9 @@ static const bad_case_t s_bad[] = {
     { "bad backend", WITH_MODEL (", 'backend': 'tpu'"),
       "test.json: models[0].backend: expected one of auto, cpu, cuda, got \"tpu\"" },
     { "bad kernel", WITH_MODEL (", 'kernel': 'Warp'"),
-      "test.json: models[0].kernel: expected one of warp, cublas, mbyv, got \"Warp\"" },
+      "test.json: models[0].kernel: expected one of warp, cublas, mbyv, fused, got \"Warp\"" },
+    { "bad wait", WITH_MODEL (", 'wait': 'sleep'"),
+      "test.json: models[0].wait: expected one of spin, yield, block, got \"sleep\"" },
     { "bad cpu_kernel", WITH_MODEL (", 'cpu_kernel': 'mkl'"),
       "test.json: models[0].cpu_kernel: expected one of loop, blas, got \"mkl\"" },
     { "bad log_level", WITH_SERVER (", 'log_level': 'verbose'"),
@@ -653,7 +660,12 @@ START_TEST (test_names)
     ck_assert_str_eq (cuda_kernel_name (CUDA_KERNEL_WARP), "warp");
     ck_assert_str_eq (cuda_kernel_name (CUDA_KERNEL_CUBLAS), "cublas");
     ck_assert_str_eq (cuda_kernel_name (CUDA_KERNEL_MBYV), "mbyv");
-    ck_assert_str_eq (cuda_kernel_name ((cuda_kernel_t) 3), "unknown");
+    ck_assert_str_eq (cuda_kernel_name (CUDA_KERNEL_FUSED), "fused");
+    ck_assert_str_eq (cuda_wait_name (CUDA_WAIT_SPIN), "spin");
+    ck_assert_str_eq (cuda_wait_name (CUDA_WAIT_YIELD), "yield");
+    ck_assert_str_eq (cuda_wait_name (CUDA_WAIT_BLOCK), "block");
+    ck_assert_str_eq (cuda_kernel_name ((cuda_kernel_t) 4), "unknown");
+    ck_assert_str_eq (cuda_wait_name ((cuda_wait_t) 3), "unknown");
     ck_assert_str_eq (cpu_kernel_name (CPU_KERNEL_LOOP), "loop");
     ck_assert_str_eq (cpu_kernel_name (CPU_KERNEL_BLAS), "blas");
     ck_assert_str_eq (cpu_kernel_name ((cpu_kernel_t) 2), "unknown");

@@ -1,11 +1,22 @@
-/* sigbench: in-process latency tables (PERF.md's protocol): every timed call on fresh inputs from a
- * rotating pool, warm-up dropped, p50 p90 p99 p99.9 min max mean sd, outputs of the timed run
- * checked against the float64 reference. This build measures the CPU backend; the CUDA tables
- * (launch floor, kernel-only, end-to-end) join it with the CUDA backend. */
+/* sigbench: the seed paper's tables, in one process on one GPU (PERF.md's protocol): every timed call
+ * on fresh inputs from a rotating pool, warm-up dropped, p50 p90 p99 p99.9 min max mean sd, and the
+ * outputs of every timed run checked against the float64 reference.
+ *   1. empty-kernel launch: CUDA events around 1 launch and around 32 (per launch), and a host clock
+ *      around launch + stream synchronise;
+ *   2. kernel-only, per kernel (cublas, warp, mbyv, fused), direct launches and graph replay: CUDA
+ *      events around the layers, input already on the device;
+ *   3. end-to-end, per kernel: pageable direct, pinned direct, pinned + graph (the service's path):
+ *      a host clock around copy-in, H2D, layers, D2H, the wait and copy-out;
+ *   4. the CPU backend (loop and OpenBLAS), host clock around infer.
+ * Without a CUDA build or device only table 4 is printed, with the reason. */
 #define _GNU_SOURCE
 #include "backend.h"
 #include "latency.h"
 #include "model.h"
+#ifdef SIGSERVE_HAVE_CUDA
+#include "backend_cuda.h"
+#include "kernels.h"
+#endif
 
 #include <getopt.h>
 #include <math.h>
@@ -25,6 +36,8 @@ typedef struct {
     int cpu;
     const char *weights;
     uint64_t seed;
+    cuda_wait_t wait;
+    int gpu;            /* 0: CPU tables only */
 } options_t;
 
 static double s_now_us (void)
@@ -46,6 +59,8 @@ static void s_usage (FILE *out)
              "  --rows       rows per call (default 1)\n"
              "  --iterations timed calls per method (default 20000); --warmup calls dropped first (2000)\n"
              "  --cpu        pin the process to core C (default: not pinned)\n"
+             "  --wait       how the host waits for the GPU: spin, yield or block (default spin)\n"
+             "  --no-gpu     the CPU table only\n"
              "Prints a markdown table in microseconds.\n");
 }
 
@@ -72,12 +87,13 @@ static int s_parse_shape (const char *text, options_t *o)
 static int s_parse (int argc, char **argv, options_t *o)
 {
     *o = (options_t) { .sizes = { 512, 256, 64, 1 }, .layers = 3, .rows = 1, .iterations = 20000, .warmup = 2000,
-                       .cpu = -1, .seed = 42 };
+                       .cpu = -1, .seed = 42, .wait = CUDA_WAIT_SPIN, .gpu = 1 };
     static const struct option longs[] = {
         { "shape", required_argument, NULL, 's' }, { "rows", required_argument, NULL, 'r' },
         { "iterations", required_argument, NULL, 'n' }, { "warmup", required_argument, NULL, 'w' },
         { "cpu", required_argument, NULL, 'c' }, { "weights", required_argument, NULL, 'f' },
-        { "seed", required_argument, NULL, 'S' }, { "help", no_argument, NULL, 'h' }, { 0, 0, 0, 0 } };
+        { "seed", required_argument, NULL, 'S' }, { "wait", required_argument, NULL, 'W' },
+        { "no-gpu", no_argument, NULL, 'G' }, { "help", no_argument, NULL, 'h' }, { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -88,6 +104,13 @@ static int s_parse (int argc, char **argv, options_t *o)
         case 'c': o->cpu = atoi (optarg); break;
         case 'f': o->weights = optarg; break;
         case 'S': o->seed = strtoull (optarg, NULL, 10); break;
+        case 'W':
+            if (strcmp (optarg, "spin") == 0) o->wait = CUDA_WAIT_SPIN;
+            else if (strcmp (optarg, "yield") == 0) o->wait = CUDA_WAIT_YIELD;
+            else if (strcmp (optarg, "block") == 0) o->wait = CUDA_WAIT_BLOCK;
+            else { fprintf (stderr, "sigbench: --wait: expected spin, yield or block, got \"%s\"\n", optarg); return 2; }
+            break;
+        case 'G': o->gpu = 0; break;
         case 'h': s_usage (stdout); exit (0);
         default: s_usage (stderr); return 2;
         }
@@ -125,6 +148,20 @@ static model_weights_t *s_weights (const options_t *o)
     return model_weights_random (o->sizes, acts, o->layers, o->seed);
 }
 
+/* ||y - ref|| / ||ref|| pooled over a timed run. */
+typedef struct { double num, den; } pooled_error_t;
+
+static void s_pool (pooled_error_t *p, const float *y, const double *ref, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        double d = (double) y[k] - ref[k];
+        p->num += isfinite (d) ? d * d : INFINITY;
+        p->den += ref[k] * ref[k];
+    }
+}
+
+static double s_pooled (const pooled_error_t *p) { return p->den > 0 ? sqrt (p->num / p->den) : sqrt (p->num); }
+
 /* Times one CPU kernel; returns ||y - ref|| / ||ref|| over the timed run (or -1 on failure). */
 static double s_bench_cpu (const options_t *o, const model_weights_t *w, cpu_kernel_t kernel, float *const *in,
                            const double *const *ref, latency_summary_t *out)
@@ -143,7 +180,7 @@ static double s_bench_cpu (const options_t *o, const model_weights_t *w, cpu_ker
     size_t nout = (size_t) o->rows * w->output_size;
     float *y = malloc (nout * sizeof (float));
     double *samples = malloc (o->iterations * sizeof (double));
-    double num = 0, den = 0;
+    pooled_error_t error = { 0, 0 };
     for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
         const float *x = in[i % POOL];
         double t0 = s_now_us ();
@@ -153,20 +190,259 @@ static double s_bench_cpu (const options_t *o, const model_weights_t *w, cpu_ker
             samples[i - o->warmup] = t1 - t0;
             /* Checked outside the timed region, as one normalised error over every timed output:
              * a one-output model judged call by call would measure cancellation in single values. */
-            for (size_t k = 0; k < nout; k++) {
-                double d = (double) y[k] - ref[i % POOL][k];
-                num += isfinite (d) ? d * d : INFINITY;
-                den += ref[i % POOL][k] * ref[i % POOL][k];
-            }
+            s_pool (&error, y, ref[i % POOL], nout);
         }
     }
-    double error = den > 0 ? sqrt (num / den) : sqrt (num);
     latency_summarize (samples, o->iterations, out);
     free (samples);
     free (y);
     backend_cpu_iface.destroy (&m);
-    return error;
+    return s_pooled (&error);
 }
+
+
+#ifdef SIGSERVE_HAVE_CUDA
+#define CUDA_OK(expr)                                                                              \
+    do {                                                                                           \
+        int rc_ = (int) (expr);                                                                    \
+        if (rc_ != 0) {                                                                            \
+            fprintf (stderr, "sigbench: %s: %s\n", #expr, cudaGetErrorString ((cudaError_t) rc_)); \
+            exit (1);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static double s_elapsed_us (cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    CUDA_OK (cudaEventSynchronize (b));
+    CUDA_OK (cudaEventElapsedTime (&ms, a, b));
+    return (double) ms * 1e3;
+}
+
+static void s_bench_launch (const options_t *o)
+{
+    cudaStream_t s;
+    cudaEvent_t a, b;
+    CUDA_OK (cudaStreamCreateWithFlags (&s, cudaStreamNonBlocking));
+    CUDA_OK (cudaEventCreate (&a));
+    CUDA_OK (cudaEventCreate (&b));
+    double *samples = malloc (o->iterations * sizeof (double));
+    latency_summary_t sum;
+    printf ("### Empty-kernel launch, %u iterations after %u warm-up, microseconds\n\n", o->iterations, o->warmup);
+    latency_print_header (stdout, "configuration");
+    const int reps[] = { 1, 32 };
+    for (int r = 0; r < 2; r++) {
+        for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
+            CUDA_OK (cudaEventRecord (a, s));
+            for (int k = 0; k < reps[r]; k++)
+                CUDA_OK (sig_empty_kernel (s));
+            CUDA_OK (cudaEventRecord (b, s));
+            double us = s_elapsed_us (a, b) / reps[r];
+            if (i >= o->warmup)
+                samples[i - o->warmup] = us;
+        }
+        latency_summarize (samples, o->iterations, &sum);
+        latency_print_row (stdout, reps[r] == 1 ? "CUDA events, 1 launch" : "CUDA events, 32 launches (per launch)", &sum);
+    }
+    for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
+        double t0 = s_now_us ();
+        CUDA_OK (sig_empty_kernel (s));
+        CUDA_OK (cudaStreamSynchronize (s));
+        if (i >= o->warmup)
+            samples[i - o->warmup] = s_now_us () - t0;
+    }
+    latency_summarize (samples, o->iterations, &sum);
+    latency_print_row (stdout, "launch + stream sync, host clock", &sum);
+    printf ("\n");
+    free (samples);
+    cudaEventDestroy (a);
+    cudaEventDestroy (b);
+    cudaStreamDestroy (s);
+}
+
+static const char *const s_gpu_kernels[] = { "cublas", "warp", "mbyv", "fused" };
+static const cuda_kernel_t s_gpu_kernel_ids[] = { CUDA_KERNEL_CUBLAS, CUDA_KERNEL_WARP, CUDA_KERNEL_MBYV, CUDA_KERNEL_FUSED };
+
+static backend_model_t *s_load_gpu (const options_t *o, const model_weights_t *w, cuda_kernel_t kernel, bool zero_copy)
+{
+    model_config_t cfg;
+    memset (&cfg, 0, sizeof cfg);
+    snprintf (cfg.name, sizeof cfg.name, "bench-%s", cuda_kernel_name (kernel));
+    cfg.backend = BACKEND_CUDA;
+    cfg.kernel = kernel;
+    cfg.graph = true;
+    cfg.zero_copy = zero_copy;
+    cfg.wait = o->wait;
+    cfg.max_rows = o->rows;
+    char err[512];
+    backend_model_t *m = backend_cuda_iface.load (w, &cfg, err, sizeof err);
+    if (!m)
+        fprintf (stderr, "sigbench: %s\n", err);
+    return m;
+}
+
+/* Kernel-only: events around the layers; the input for each call is copied to the device first,
+ * outside the timed region, and the output checked after it. Returns the pooled error. */
+static double s_bench_kernels (const options_t *o, backend_model_t *m, const model_weights_t *w, bool graph,
+                               float *const *in, const double *const *ref, latency_summary_t *out)
+{
+    cudaStream_t s = cuda_model_stream (m);
+    cudaEvent_t a, b;
+    CUDA_OK (cudaEventCreate (&a));
+    CUDA_OK (cudaEventCreate (&b));
+    size_t nin = (size_t) o->rows * w->input_size, nout = (size_t) o->rows * w->output_size;
+    float *pin = cuda_model_pinned_input (m), *pout = cuda_model_pinned_output (m);
+    float *y = malloc (nout * sizeof (float));
+    double *samples = malloc (o->iterations * sizeof (double));
+    pooled_error_t err = { 0, 0 };
+    for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
+        memcpy (pin, in[i % POOL], nin * sizeof (float));
+        CUDA_OK (cuda_model_enqueue (m, CUDA_RUN_END_TO_END, false, o->rows, pin, pout));
+        CUDA_OK (cudaEventRecord (a, s));
+        CUDA_OK (cuda_model_enqueue (m, CUDA_RUN_KERNELS, graph, o->rows, NULL, NULL));
+        CUDA_OK (cudaEventRecord (b, s));
+        double us = s_elapsed_us (a, b);
+        if (i >= o->warmup) {
+            samples[i - o->warmup] = us;
+            if (i % 16 == 0) {   /* checking every call would double the run: every 16th, all pool entries */
+                CUDA_OK (cuda_model_fetch_output (m, o->rows, y));
+                s_pool (&err, y, ref[i % POOL], nout);
+            }
+        }
+    }
+    latency_summarize (samples, o->iterations, out);
+    free (samples);
+    free (y);
+    cudaEventDestroy (a);
+    cudaEventDestroy (b);
+    return s_pooled (&err);
+}
+
+typedef enum { E2E_PAGEABLE, E2E_PINNED, E2E_PINNED_GRAPH } e2e_mode_t;
+
+/* End-to-end, host clock: what one request costs the serving thread, copy-in to copy-out. */
+static double s_bench_e2e (const options_t *o, backend_model_t *m, const model_weights_t *w, e2e_mode_t mode,
+                           float *const *in, const double *const *ref, latency_summary_t *out)
+{
+    size_t nin = (size_t) o->rows * w->input_size, nout = (size_t) o->rows * w->output_size;
+    float *pin = cuda_model_pinned_input (m), *pout = cuda_model_pinned_output (m);
+    float *y = malloc (nout * sizeof (float));
+    double *samples = malloc (o->iterations * sizeof (double));
+    pooled_error_t err = { 0, 0 };
+    char msg[512];
+    for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
+        const float *x = in[i % POOL];
+        double t0 = s_now_us ();
+        switch (mode) {
+        case E2E_PAGEABLE:   /* the request's own (pageable) memory straight to the device */
+            CUDA_OK (cuda_model_enqueue (m, CUDA_RUN_END_TO_END, false, o->rows, x, y));
+            CUDA_OK (cuda_model_wait (m));
+            break;
+        case E2E_PINNED:
+            memcpy (pin, x, nin * sizeof (float));
+            CUDA_OK (cuda_model_enqueue (m, CUDA_RUN_END_TO_END, false, o->rows, pin, pout));
+            CUDA_OK (cuda_model_wait (m));
+            memcpy (y, pout, nout * sizeof (float));
+            break;
+        case E2E_PINNED_GRAPH:   /* exactly the service's request path */
+            if (backend_cuda_iface.infer (m, x, o->rows, y, msg, sizeof msg) != SIG_OK) {
+                fprintf (stderr, "sigbench: %s\n", msg);
+                exit (1);
+            }
+            break;
+        }
+        double t1 = s_now_us ();
+        if (i >= o->warmup) {
+            samples[i - o->warmup] = t1 - t0;
+            s_pool (&err, y, ref[i % POOL], nout);
+        }
+    }
+    latency_summarize (samples, o->iterations, out);
+    free (samples);
+    free (y);
+    return s_pooled (&err);
+}
+
+static void s_print_device (void)
+{
+    int dev = 0, driver = 0, runtime = 0;
+    struct cudaDeviceProp p;
+    CUDA_OK (cudaGetDevice (&dev));
+    CUDA_OK (cudaGetDeviceProperties (&p, dev));
+    cudaDriverGetVersion (&driver);
+    cudaRuntimeGetVersion (&runtime);
+    printf ("GPU: %s (compute capability %d.%d, %d SMs), CUDA driver API %d.%d, runtime %d.%d\n\n", p.name, p.major,
+            p.minor, p.multiProcessorCount, driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+}
+
+/* Tables 1-3. 0 when they ran, -1 when there is no device (the reason printed). */
+static int s_bench_gpu (const options_t *o, const model_weights_t *w, float *const *in, const double *const *ref)
+{
+    int count = 0;
+    char why[256];
+    if (cuda_device_count (&count, why, sizeof why) != 0) {
+        printf ("GPU tables skipped: no CUDA device (%s)\n\n", why);
+        return -1;
+    }
+    s_print_device ();
+    s_bench_launch (o);
+    backend_model_t *models[4] = { NULL };
+    for (int k = 0; k < 4; k++)
+        models[k] = s_load_gpu (o, w, s_gpu_kernel_ids[k], false);
+    printf ("### Kernel-only, %u iterations after %u warm-up, CUDA events around the layers, microseconds\n\n",
+            o->iterations, o->warmup);
+    latency_print_header (stdout, "kernel | mode");
+    double errors[4][6];
+    for (int k = 0; k < 4; k++)
+        for (int g = 0; g < 2 && models[k]; g++) {
+            latency_summary_t sum;
+            errors[k][g] = s_bench_kernels (o, models[k], w, g, in, ref, &sum);
+            char label[64];
+            snprintf (label, sizeof label, "%s | %s", s_gpu_kernels[k], g ? "CUDA graph" : "direct");
+            latency_print_row (stdout, label, &sum);
+        }
+    printf ("\n### End-to-end in process, %u iterations after %u warm-up, host clock from copy-in to copy-out "
+            "(wait: %s), microseconds\n\n", o->iterations, o->warmup, cuda_wait_name (o->wait));
+    latency_print_header (stdout, "kernel | host memory + launch");
+    const char *modes[] = { "pageable + direct", "pinned + direct", "pinned + graph", "mapped zero-copy + graph" };
+    for (int k = 0; k < 4; k++) {
+        for (int mode = 0; mode < 3 && models[k]; mode++) {
+            latency_summary_t sum;
+            errors[k][2 + mode] = s_bench_e2e (o, models[k], w, (e2e_mode_t) mode, in, ref, &sum);
+            char label[64];
+            snprintf (label, sizeof label, "%s | %s", s_gpu_kernels[k], modes[mode]);
+            latency_print_row (stdout, label, &sum);
+        }
+        /* The same path with mapped buffers: no copy nodes, the kernels read and write host memory. */
+        backend_model_t *zc = s_load_gpu (o, w, s_gpu_kernel_ids[k], true);
+        if (zc) {
+            latency_summary_t sum;
+            errors[k][5] = s_bench_e2e (o, zc, w, E2E_PINNED_GRAPH, in, ref, &sum);
+            char label[64];
+            snprintf (label, sizeof label, "%s | %s", s_gpu_kernels[k], modes[3]);
+            latency_print_row (stdout, label, &sum);
+            backend_cuda_iface.destroy (&zc);
+        } else
+            errors[k][5] = INFINITY;
+    }
+    printf ("\nrelative error ||y - ref|| / ||ref|| against the float64 reference over the timed runs "
+            "(kernel-only direct, graph; end-to-end pageable, pinned, pinned+graph, zero-copy+graph):\n");
+    for (int k = 0; k < 4; k++) {
+        if (!models[k]) {
+            printf ("- %s: did not load\n", s_gpu_kernels[k]);
+            continue;
+        }
+        printf ("- %s: %.2e %.2e %.2e %.2e %.2e %.2e\n", s_gpu_kernels[k], errors[k][0], errors[k][1], errors[k][2],
+                errors[k][3], errors[k][4], errors[k][5]);
+        for (int j = 0; j < 6; j++)
+            if (!(errors[k][j] <= 1e-5))
+                fprintf (stderr, "sigbench: %s: relative error %.3g over 1e-5\n", s_gpu_kernels[k], errors[k][j]);
+        backend_cuda_iface.destroy (&models[k]);
+    }
+    printf ("\n");
+    return 0;
+}
+#endif
 
 int main (int argc, char **argv)
 {
@@ -201,6 +477,13 @@ int main (int argc, char **argv)
     for (size_t i = 0; i < w->layer_count; i++)
         snprintf (shape + strlen (shape), sizeof shape - strlen (shape), "%u->", w->layers[i].in);
     snprintf (shape + strlen (shape), sizeof shape - strlen (shape), "%u", w->output_size);
+    printf ("## sigbench: model %s, rows %u\n\n", shape, o.rows);
+#ifdef SIGSERVE_HAVE_CUDA
+    if (o.gpu)
+        s_bench_gpu (&o, w, in, (const double *const *) ref);
+#else
+    printf ("GPU tables skipped: this build has no CUDA backend (nvcc was not found when it was built)\n\n");
+#endif
     printf ("### CPU backend, in process: model %s, rows %u, %u iterations after %u warm-up, %s, "
             "host clock (CLOCK_MONOTONIC) around infer, microseconds\n\n",
             shape, o.rows, o.iterations, o.warmup, o.cpu >= 0 ? "pinned to one core" : "one thread");

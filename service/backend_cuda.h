@@ -1,0 +1,46 @@
+/* The CUDA backend: per model, weights on the device in its kernel's layout, device activations,
+ * pinned host input and output buffers, its own non-blocking stream, and one CUDA graph per batch
+ * size (H2D copy, every layer, D2H copy) captured, instantiated, uploaded and warmed at load.
+ * Nothing is allocated or captured when a request runs. CUDA errors become statuses; an error
+ * that leaves the context unusable marks the model lost (SIG_UNAVAILABLE from then on).
+ * Built only when nvcc is found (SIGSERVE_HAVE_CUDA). */
+#ifndef SIGSERVE_BACKEND_CUDA_H
+#define SIGSERVE_BACKEND_CUDA_H
+
+#include "backend.h"
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+
+extern const backend_iface_t backend_cuda_iface;
+
+/* Devices visible to this process: 0 with *COUNT, or -1 with the reason in WHY (no driver, no
+ * device). Initialises the CUDA runtime: not in a process that will fork and use CUDA after. */
+int cuda_device_count (int *count, char *why, size_t whylen);
+
+/* Below: the same model driven piece by piece, for sigbench and the GPU suites. */
+typedef enum {
+    CUDA_RUN_KERNELS,       /* the layers only, device input to device output */
+    CUDA_RUN_END_TO_END,    /* H2D from the given host input, layers, D2H into the given host output */
+} cuda_run_t;
+
+cudaStream_t cuda_model_stream (backend_model_t *m);
+float *cuda_model_pinned_input (backend_model_t *m);    /* max_rows x input size */
+float *cuda_model_pinned_output (backend_model_t *m);   /* max_rows x output size */
+/* Enqueues one run on the model's stream, by graph replay when GRAPH (then HOST_IN and HOST_OUT must
+ * be the pinned buffers, which the graph was captured with) or by direct launches. No wait. */
+int cuda_model_enqueue (backend_model_t *m, cuda_run_t what, bool graph, uint32_t rows, const float *host_in,
+                        float *host_out);
+/* Copies the device output of the last run (ROWS rows) to HOST_OUT, synchronously (benchmarks
+ * check kernel-only runs with it). */
+int cuda_model_fetch_output (backend_model_t *m, uint32_t rows, float *host_out);
+/* Waits for the stream as the model's wait mode says. 0, or a cudaError_t. */
+int cuda_model_wait (backend_model_t *m);
+/* Fills the device activations and outputs and the pinned output with NaN (tests: an output the
+ * kernels fail to write then shows). Synchronous. */
+int cuda_model_poison (backend_model_t *m);
+/* Launches a trapping kernel on the model's stream (tests of the lost-context path). */
+int cuda_model_inject_fault (backend_model_t *m);
+bool cuda_model_lost (const backend_model_t *m);
+
+#endif
