@@ -31,7 +31,9 @@ struct _server_t {
     void *sockets[CONFIG_MAX_ENDPOINTS];
     zmq_pollitem_t poll[CONFIG_MAX_ENDPOINTS];
     codec_t *codec;
-    slot_t *slots;              /* queue_depth of them */
+    slot_t *slots;              /* a ring of queue_depth: requests taken from the sockets, in arrival order */
+    size_t head;                /* the oldest queued slot */
+    size_t queued;              /* how many slots hold a request */
     float *outputs;             /* rows x output size of the largest model */
     uint8_t *reply_buf;         /* one packed reply */
     size_t reply_cap;
@@ -252,6 +254,8 @@ static void s_handle_infer (server_t *self, const Sigserve__V1__InferRequest *re
                   "not run", (double) rep->queue_ns / 1e3, req->deadline_us);
         st = SIG_DEADLINE_EXCEEDED;
     }
+    if (m)
+        rep->model_version = (char *) model_version (m);
     if (st == SIG_OK) {
         st = model_infer (m, req->features, rows, self->outputs, self->error, ERROR_MAX);
         uint64_t t_end = s_now_ns ();
@@ -261,7 +265,6 @@ static void s_handle_infer (server_t *self, const Sigserve__V1__InferRequest *re
             rep->n_outputs = (size_t) rows * model_output_size (m);
             rep->rows = rows;
         }
-        rep->model_version = (char *) model_version (m);
     }
     rep->status = (Sigserve__V1__Status) st;
     if (st != SIG_OK)
@@ -327,32 +330,40 @@ static void s_handle (server_t *self, slot_t *slot)
     s_send_reply (self, slot, len);
 }
 
-/* Takes up to queue_depth messages, one socket after another in turn, stamping each at receipt.
- * Returns how many were taken. */
-static size_t s_fill_queue (server_t *self)
+/* Moves whatever has arrived on the sockets into free slots of the ring, one socket after another
+ * in turn, stamping each at receipt. */
+static void s_top_up (server_t *self)
 {
-    size_t n = 0;
+    const size_t depth = self->cfg->queue_depth;
     int progress = 1;
-    while (progress && n < self->cfg->queue_depth) {
+    while (progress && self->queued < depth) {
         progress = 0;
-        for (size_t i = 0; i < self->socket_count && n < self->cfg->queue_depth; i++)
-            if (s_recv_one (self->sockets[i], &self->slots[n])) {
-                n++;
+        for (size_t i = 0; i < self->socket_count && self->queued < depth; i++)
+            if (s_recv_one (self->sockets[i], &self->slots[(self->head + self->queued) % depth])) {
+                self->queued++;
+                self->stats.received++;
                 progress = 1;
             }
     }
-    self->stats.received += n;
-    return n;
 }
 
+/* Serves until the ring and the sockets are empty. Before each request runs, the ring is topped
+ * up: a request that arrives while another computes is stamped when that compute ends, not when
+ * the whole batch ends, so queue_ns and deadline_us count its wait (to within one compute). */
 static size_t s_serve_queue (server_t *self)
 {
-    size_t n = s_fill_queue (self);
-    for (size_t i = 0; i < n; i++) {
-        s_handle (self, &self->slots[i]);
-        s_release (&self->slots[i]);
+    size_t served = 0;
+    for (;;) {
+        s_top_up (self);
+        if (self->queued == 0)
+            return served;
+        slot_t *slot = &self->slots[self->head];
+        s_handle (self, slot);
+        s_release (slot);
+        self->head = (self->head + 1) % self->cfg->queue_depth;
+        self->queued--;
+        served++;
     }
-    return n;
 }
 
 int server_run (server_t *self, volatile sig_atomic_t *stop)

@@ -546,6 +546,26 @@ START_TEST (deadline_exceeded_when_queued)
         sigserve__v1__reply__free_unpacked (r, NULL);
     }
     ck_assert (exceeded && ok_late);
+
+    /* A request that arrives while another computes is stamped when that compute ends, not when
+     * the whole batch does: ten slow requests, then 2 ms later (mid-compute) a 1 ms deadline. */
+    for (int i = 0; i < 10; i++)
+        s_send_infer (s, "slow", f, 15 * 1024, 15, 300 + (uint64_t) i, 0);
+    usleep (2000);
+    s_send_infer (s, "tick_mlp", g, 512, 1, 400, 1000);
+    exceeded = 0;
+    for (int i = 0; i < 11; i++) {
+        Sigserve__V1__Reply *r = s_recv_reply (s);
+        Sigserve__V1__InferReply *rep = s_infer_reply (r);
+        if (rep->request_id == 400) {
+            ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_DEADLINE_EXCEEDED, "status %d, queue_ns %llu",
+                           rep->status, (unsigned long long) rep->queue_ns);
+            ck_assert_str_eq (rep->model_version, "1");
+            exceeded = 1;
+        }
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    ck_assert (exceeded);
     free (f);
     zmq_close (s);
 }
