@@ -1,0 +1,758 @@
+#!/usr/bin/python3
+"""The Python client (clients/python/sigclient.py) against a live sigserve that this test starts.
+
+Run from the repository root (tests/run.sh does):
+    BUILD=build PYTHONPATH=build/gen/py:clients/python /usr/bin/python3 tests/python/test_client.py
+Uses only the standard library, pyzmq and protobuf. The last line printed is "N passed, N failed".
+
+The server serves three CPU models on two tcp endpoints: the demo tick_mlp (512 -> 256 -> 64 -> 1),
+"odd" (33 -> 31 -> 3, tanh then none; written here) for several outputs per row, and "slow"
+(1024 -> 1024 -> 1024, 15 rows a request) to keep the server busy for the deadline tests. Outputs
+are compared with a float64 reference computed in pure Python from the safetensors files, by the
+norm-wise relative error pooled over at least 4 outputs (one near-zero output alone measures
+float32 cancellation, not correctness).
+"""
+import json
+import math
+import operator
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from array import array
+
+import zmq
+
+import sigclient
+from sigclient import (BadRequest, BadShape, BadValue, DeadlineExceeded, InferResult, InternalError, Overloaded,
+                       ProtocolError, ServerError, SigClient, SigServeError, Status, Timeout, Unavailable,
+                       UnknownModel)
+
+BUILD = os.path.abspath(os.environ.get("BUILD", "build"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SIGSERVE = os.path.join(BUILD, "sigserve")
+WEIGHTS = os.path.join(BUILD, "models", "tick_mlp.safetensors")
+TOLERANCE = 1e-5
+SEED = int(time.time() * 1000) % (1 << 31)
+
+TICK_LAYERS = [("0.weight", "0.bias", "relu"), ("2.weight", "2.bias", "relu"), ("4.weight", "4.bias", "none")]
+ODD_LAYERS = [("a.weight", "a.bias", "tanh"), ("b.weight", "b.bias", "none")]
+SLOW_LAYERS = [("a.weight", "a.bias", "relu"), ("b.weight", "b.bias", "none")]
+
+# The exact texts tests/test_integration.c asserts (this config serves the same three models).
+SERVED = "tick_mlp, odd, slow"
+TEXT_UNKNOWN = f'model: "nope" is not served here (served: {SERVED})'
+TEXT_UNKNOWN_EMPTY = f'model: "" is not served here (served: {SERVED})'
+TEXT_COUNT_511 = 'features: expected rows x input size = 1 x 512 = 512 values for model "tick_mlp", got 511'
+TEXT_COUNT_0 = 'features: expected rows x input size = 1 x 512 = 512 values for model "tick_mlp", got 0'
+TEXT_NOT_DIVIDING = ('features: 1000 values do not divide into rows=3 rows of 512 '
+                     '(model "tick_mlp" takes 512 features per row)')
+TEXT_COUNT_1026 = 'features: expected rows x input size = 3 x 512 = 1536 values for model "tick_mlp", got 1026'
+TEXT_ROWS = 'rows: expected 1 to 8 for model "tick_mlp", got 9'
+TEXT_NAN = "features[37] (row 0, column 37) is NaN; every feature must be finite"
+TEXT_INF = "features[515] (row 1, column 3) is Inf; every feature must be finite"
+JUNK = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01, 0x02])
+TEXT_UNDECODABLE = "payload: 7 bytes do not decode as a sigserve.v1.Request"
+TEXT_EMPTY = "payload: empty; expected a serialized sigserve.v1.Request"
+
+rng = random.Random(SEED)
+server = None           # subprocess.Popen
+server_log = None
+endpoints = []          # two tcp endpoints of the one server
+workdir = None
+tick = odd = None       # float64 reference chains
+slow_features = None    # 15 rows x 1024
+
+
+# ---- safetensors and the float64 reference ----
+
+def write_safetensors(path, tensors):
+    """tensors: {name: (shape, floats)} -> an F32 safetensors file."""
+    header, blobs, offset = {}, [], 0
+    for name, (shape, values) in tensors.items():
+        blob = array("f", values)
+        if sys.byteorder != "little":
+            blob.byteswap()
+        data = blob.tobytes()
+        assert len(data) == 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for data in blobs:
+            f.write(data)
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (header_len,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8:8 + header_len].decode("utf-8"))
+    base = 8 + header_len
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", f"{path}: {name}: {info['dtype']}"
+        begin, end = info["data_offsets"]
+        count = math.prod(info["shape"])
+        assert end - begin == 4 * count
+        tensors[name] = (info["shape"], struct.unpack_from(f"<{count}f", data, base + begin))
+    return tensors
+
+
+def load_model(path, layers):
+    tensors = load_safetensors(path)
+    chain = []
+    for weight, bias, act in layers:
+        (out_size, in_size), w = tensors[weight]
+        chain.append(([w[o * in_size:(o + 1) * in_size] for o in range(out_size)], tensors[bias][1], act))
+    return chain
+
+
+def forward(chain, features, rows):
+    in_size = len(chain[0][0][0])
+    outputs = []
+    for r in range(rows):
+        x = features[r * in_size:(r + 1) * in_size]
+        for w, b, act in chain:
+            y = [sum(map(operator.mul, row, x)) + bias for row, bias in zip(w, b)]
+            if act == "relu":
+                y = [v if v > 0.0 else 0.0 for v in y]
+            elif act == "tanh":
+                y = [math.tanh(v) for v in y]
+            x = y
+        outputs.extend(x)
+    return outputs
+
+
+def f32(values):
+    return list(struct.unpack(f"<{len(values)}f", struct.pack(f"<{len(values)}f", *values)))
+
+
+def random_features(n, scale=2.0):
+    return f32([rng.uniform(-scale, scale) for _ in range(n)])
+
+
+def rel_error(got, ref):
+    if len(got) != len(ref):
+        return math.inf
+    if any(math.isnan(a) for a in got):
+        return math.inf
+    num = sum((a - b) ** 2 for a, b in zip(got, ref))
+    den = sum(b * b for b in ref)
+    return math.sqrt(num / den) if den else math.sqrt(num)
+
+
+class Pool:
+    """Outputs and references pooled for one norm-wise check over at least 4 outputs."""
+
+    def __init__(self):
+        self.got, self.ref = [], []
+
+    def add(self, got, ref):
+        self.got.extend(got)
+        self.ref.extend(ref)
+
+    def check(self, test):
+        test.assertGreaterEqual(len(self.got), 4, "pool at least 4 outputs")
+        e = rel_error(self.got, self.ref)
+        test.assertLessEqual(e, TOLERANCE, f"relative error {e:.3g} over {len(self.got)} outputs (seed {SEED})")
+
+
+# ---- the server ----
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_log_text():
+    try:
+        with open(server_log) as f:
+            return f.read()
+    except (OSError, TypeError):
+        return ""
+
+
+def server_ready():
+    try:
+        with SigClient(endpoints[0], timeout_ms=200) as c:
+            return c.health().ready
+    except Timeout:
+        return False
+
+
+def write_models():
+    """odd: 33 -> 31 -> 3 (tanh, none); slow: 1024 -> 1024 -> 1024 (relu, none)."""
+    r = random.Random(11)
+    sizes = (33, 31, 3)
+    tensors = {}
+    for (w, b, _), n_in, n_out in zip(ODD_LAYERS, sizes, sizes[1:]):
+        bound = 1.0 / math.sqrt(n_in)
+        tensors[w] = ((n_out, n_in), [r.uniform(-bound, bound) for _ in range(n_out * n_in)])
+        tensors[b] = ((n_out,), [r.uniform(-bound, bound) for _ in range(n_out)])
+    write_safetensors(os.path.join(workdir, "odd.safetensors"), tensors)
+    # Only its run time matters: one random row repeated keeps writing it fast.
+    row = [r.uniform(-0.03, 0.03) for _ in range(1024)]
+    tensors = {}
+    for w, b, _ in SLOW_LAYERS:
+        tensors[w] = ((1024, 1024), row * 1024)
+        tensors[b] = ((1024,), row)
+    write_safetensors(os.path.join(workdir, "slow.safetensors"), tensors)
+
+
+def setUpModule():
+    global server, server_log, endpoints, workdir, tick, odd, slow_features
+    print(f"test_client: seed {SEED}", flush=True)
+    workdir = tempfile.mkdtemp(prefix="sigserve-pyclient-")
+    write_models()
+    tick = load_model(WEIGHTS, TICK_LAYERS)
+    odd = load_model(os.path.join(workdir, "odd.safetensors"), ODD_LAYERS)
+    slow_features = random_features(15 * 1024, 1.0)
+    endpoints = [f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"]
+
+    def layers(chain):
+        return [{"weight": w, "bias": b, "activation": a} for w, b, a in chain]
+
+    config = {
+        "server": {"endpoints": endpoints, "max_message_bytes": 65536, "log_level": "warn", "queue_depth": 64},
+        "models": [
+            {"name": "tick_mlp", "backend": "cpu", "max_rows": 8, "weights": WEIGHTS, "layers": layers(TICK_LAYERS)},
+            {"name": "odd", "backend": "cpu", "version": "7b", "max_rows": 7, "weights": "odd.safetensors",
+             "layers": layers(ODD_LAYERS)},
+            {"name": "slow", "backend": "cpu", "max_rows": 15, "weights": "slow.safetensors",
+             "layers": layers(SLOW_LAYERS)},
+        ],
+    }
+    config_path = os.path.join(workdir, "server.json")
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=2)
+    server_log = os.path.join(workdir, "sigserve.log")
+    with open(server_log, "w") as log:
+        server = subprocess.Popen([SIGSERVE, "--config", config_path], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while not server_ready():
+        if server.poll() is not None:
+            raise RuntimeError(f"sigserve exited with {server.returncode}:\n{server_log_text()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sigserve not ready after 20 s:\n{server_log_text()}")
+        time.sleep(0.05)
+
+
+def tearDownModule():
+    if server is not None and server.poll() is None:
+        server.send_signal(signal.SIGCONT)     # in case a test left it stopped
+        server.kill()
+        server.wait()
+    if workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class ClientTest(unittest.TestCase):
+    """A fresh client on both endpoints per test, closed after it."""
+
+    def setUp(self):
+        self.client = SigClient(endpoints, timeout_ms=5000)
+
+    def tearDown(self):
+        self.client.close()
+
+    def assert_server_alive(self):
+        self.assertIsNone(server.poll(), "sigserve died:\n" + server_log_text())
+
+    def assert_still_serving(self, client=None):
+        client = client or self.client
+        pool = Pool()
+        for _ in range(2):
+            f = random_features(2 * 512)
+            pool.add(client.infer("tick_mlp", f, rows=2).outputs, forward(tick, f, 2))
+        pool.check(self)
+
+
+# ---- inference ----
+
+class Test1Infer(ClientTest):
+
+    def check_ok(self, r, rows, version="1", outputs_per_row=1):
+        self.assertIsInstance(r, InferResult)
+        self.assertTrue(r.ok)
+        self.assertEqual(r.status, Status.STATUS_OK)
+        self.assertEqual(r.status_name, "STATUS_OK")
+        self.assertEqual(r.error, "")
+        self.assertEqual(r.rows, rows)
+        self.assertEqual(r.model_version, version)
+        self.assertEqual(len(r.outputs), rows * outputs_per_row)
+        self.assertEqual(r.output_size, outputs_per_row)
+        self.assertGreater(r.compute_ns, 0)
+        self.assertGreaterEqual(r.server_ns, r.compute_ns)
+        self.assertGreaterEqual(r.round_trip_ns, r.server_ns)    # nested intervals of one monotonic clock
+
+    def test_rows_1_matches_reference(self):
+        pool = Pool()
+        first = None
+        for i in range(8):
+            f = random_features(512)
+            r = self.client.infer("tick_mlp", f)
+            self.check_ok(r, 1)
+            first = r.request_id if first is None else first
+            self.assertEqual(r.request_id, first + i)          # ids grow by one
+            pool.add(r.outputs, forward(tick, f, 1))
+        self.assertEqual(first, 1)
+        pool.check(self)
+
+    def test_rows_5_and_rows_0(self):
+        pool = Pool()
+        for rows in (5, 5):
+            f = random_features(rows * 512)
+            r = self.client.infer("tick_mlp", f, rows=rows)
+            self.check_ok(r, rows)
+            self.assertEqual(len(r.output_rows()), 5)
+            pool.add(r.outputs, forward(tick, f, rows))
+        for _ in range(4):      # rows 0 means 1
+            f = random_features(512)
+            r = self.client.infer("tick_mlp", f, rows=0)
+            self.check_ok(r, 1)
+            pool.add(r.outputs, forward(tick, f, 1))
+        pool.check(self)
+
+    def test_infer_rows(self):
+        pool = Pool()
+        rows = [random_features(512) for _ in range(5)]
+        out = self.client.infer_rows("tick_mlp", rows)
+        self.assertEqual(len(out), 5)
+        self.assertTrue(all(len(o) == 1 for o in out))
+        for row, o in zip(rows, out):
+            pool.add(o, forward(tick, row, 1))
+        pool.check(self)
+        # several outputs per row: odd, 7 rows (its max) of 33 -> 3
+        pool = Pool()
+        rows = [random_features(33) for _ in range(7)]
+        out = self.client.infer_rows("odd", rows)
+        self.assertEqual([len(o) for o in out], [3] * 7)
+        for row, o in zip(rows, out):
+            pool.add(o, forward(odd, row, 1))
+        pool.check(self)
+        with self.assertRaises(ValueError):
+            self.client.infer_rows("odd", [rows[0], rows[1][:32]])
+        with self.assertRaises(ValueError):
+            self.client.infer_rows("odd", [])
+
+    def test_odd_model_multi_output(self):
+        for rows in (1, 7):
+            pool = Pool()
+            for _ in range(2):
+                f = random_features(rows * 33)
+                r = self.client.infer("odd", f, rows=rows)
+                self.check_ok(r, rows, version="7b", outputs_per_row=3)
+                pool.add(r.outputs, forward(odd, f, rows))
+            pool.check(self)
+
+    def test_argument_errors_send_nothing(self):
+        f = random_features(512)
+        for kwargs, exc in (({"rows": -1}, ValueError), ({"rows": 1 << 32}, ValueError),
+                            ({"deadline_us": 1 << 32}, ValueError), ({"rows": 1.5}, TypeError)):
+            with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):
+                with self.assertRaises(exc):
+                    self.client.infer("tick_mlp", f, **kwargs)
+        with self.assertRaises(TypeError):
+            self.client.infer(None, f)
+        with self.assertRaises(ValueError):
+            SigClient([])
+        with self.assertRaises(ValueError):
+            SigClient(endpoints, timeout_ms=0)
+        self.assertEqual(self.client.pending, 0)
+        self.assert_still_serving()
+
+
+# ---- every error status, with the server's exact text ----
+
+class Test2Errors(ClientTest):
+
+    def test_error_statuses_raise_typed_exceptions(self):
+        f = random_features(8 * 512)
+        nan = list(f[:512])
+        nan[37] = math.nan
+        inf = list(f[:1024])
+        inf[512 + 3] = -math.inf
+        cases = [
+            ("unknown model", ("nope", f[:512], 1), UnknownModel, TEXT_UNKNOWN),
+            ("empty model name", ("", f[:512], 1), UnknownModel, TEXT_UNKNOWN_EMPTY),
+            ("wrong feature count", ("tick_mlp", f[:511], 1), BadShape, TEXT_COUNT_511),
+            ("no features", ("tick_mlp", [], 1), BadShape, TEXT_COUNT_0),
+            ("rows not dividing", ("tick_mlp", f[:1000], 3), BadShape, TEXT_NOT_DIVIDING),
+            ("rows x size mismatch", ("tick_mlp", f[:1026], 3), BadShape, TEXT_COUNT_1026),
+            ("rows > max_rows", ("tick_mlp", f[:36], 9), BadShape, TEXT_ROWS),
+            ("NaN", ("tick_mlp", nan, 1), BadValue, TEXT_NAN),
+            ("Inf", ("tick_mlp", inf, 2), BadValue, TEXT_INF),
+        ]
+        for name, (model, features, rows), cls, text in cases:
+            with self.subTest(case=name):
+                with self.assertRaises(cls) as cm:
+                    self.client.infer(model, features, rows=rows)
+                e = cm.exception
+                self.assertIs(type(e), cls)
+                self.assertIsInstance(e, ServerError)
+                self.assertIsInstance(e, SigServeError)
+                self.assertEqual(e.message, text)
+                self.assertEqual(e.status, Status[cls_status[cls]])
+                self.assertEqual(e.status_name, cls_status[cls])
+                self.assertEqual(str(e), f"server replied {cls_status[cls]}: {text}")
+                self.assertIsNotNone(e.result)
+                self.assertEqual(e.result.request_id, e.request_id)
+                self.assertGreater(e.request_id, 0)
+                self.assertEqual(e.result.outputs, [])
+                self.assertFalse(e.result.ok)
+                # ... and the client keeps working
+                self.assert_still_serving()
+        self.assert_server_alive()
+
+    def test_bad_request_from_raw_bytes(self):
+        for payload, text in ((JUNK, TEXT_UNDECODABLE), (b"", TEXT_EMPTY)):
+            with self.subTest(payload=payload):
+                self.client.send_raw(payload)
+                r = self.client.recv_infer()
+                self.assertEqual(r.status, Status.STATUS_BAD_REQUEST)
+                self.assertEqual(r.status_name, "STATUS_BAD_REQUEST")
+                self.assertEqual(r.error, text)
+                self.assertEqual(r.request_id, 0)
+                self.assertEqual(r.round_trip_ns, 0)    # not a request this client tracked
+                with self.assertRaises(BadRequest) as cm:
+                    r.raise_for_status()
+                self.assertEqual(cm.exception.message, text)
+        # a synchronous call takes a rejection (request_id 0) as its answer, as the C client does
+        self.client.send_raw(JUNK)
+        with self.assertRaises(BadRequest) as cm:
+            self.client.health()
+        self.assertEqual(cm.exception.message, TEXT_UNDECODABLE)
+        self.assertTrue(self.client.health().ready)
+        self.assert_still_serving()
+
+    def test_status_to_exception_mapping(self):
+        for name, cls in cls_by_status.items():
+            e = sigclient.exception_for_status(Status[name], "why")
+            self.assertIs(type(e), cls)
+            self.assertEqual((e.status, e.status_name, e.message), (Status[name], name, "why"))
+        e = sigclient.exception_for_status(99, "from the future")
+        self.assertIs(type(e), ServerError)
+        self.assertEqual(e.status_name, "STATUS_UNKNOWN(99)")
+        self.assertTrue(issubclass(Timeout, SigServeError) and issubclass(Timeout, TimeoutError))
+        self.assertTrue(issubclass(ProtocolError, SigServeError))
+        self.assertEqual(len(cls_by_status), len(Status) - 1)   # every non-OK status has its class
+
+    def test_protocol_error_on_garbage_reply(self):
+        """A 'server' that answers junk: ProtocolError, not a crash or a hang."""
+        ctx = zmq.Context()
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        try:
+            with SigClient(f"tcp://127.0.0.1:{port}", timeout_ms=2000, context=ctx) as c:
+                for answer, what in (([b"\xff\xff\xff"], "cannot decode"), ([b""], "no body"),
+                                     ([b"a", b"b"], "2 frames")):
+                    with self.subTest(what=what):
+                        c.send_infer("x", [1.0])
+                        ident, _payload = router.recv_multipart()
+                        router.send_multipart([ident] + answer)
+                        with self.assertRaises(ProtocolError) as cm:
+                            c.recv_infer()
+                        self.assertIn(what, str(cm.exception))
+        finally:
+            router.close()
+            ctx.term()
+
+
+cls_by_status = {
+    "STATUS_BAD_REQUEST": BadRequest, "STATUS_UNKNOWN_MODEL": UnknownModel, "STATUS_BAD_SHAPE": BadShape,
+    "STATUS_BAD_VALUE": BadValue, "STATUS_OVERLOADED": Overloaded, "STATUS_DEADLINE_EXCEEDED": DeadlineExceeded,
+    "STATUS_UNAVAILABLE": Unavailable, "STATUS_INTERNAL": InternalError,
+}
+cls_status = {cls: name for name, cls in cls_by_status.items()}
+
+
+# ---- pipelining, health, models ----
+
+class Test3Pipelined(ClientTest):
+
+    def test_200_pipelined_across_two_endpoints(self):
+        vectors = [random_features(512) for _ in range(16)]
+        refs = [forward(tick, v, 1) for v in vectors]
+        sent = {}
+        bad_id = None
+        for i in range(200):
+            if i == 100:    # one bad request in the burst: its reply carries the status, nothing raised
+                bad_id = self.client.send_infer("tick_mlp", vectors[0][:511])
+                continue
+            rid = self.client.send_infer("tick_mlp", vectors[i % 16])
+            sent[rid] = i % 16
+        self.assertEqual(self.client.pending, 200)
+        self.assertEqual(sorted(list(sent) + [bad_id]), list(range(1, 201)))
+        pool = Pool()
+        seen = set()
+        for _ in range(200):
+            r = self.client.recv_infer()
+            self.assertNotIn(r.request_id, seen)
+            seen.add(r.request_id)
+            self.assertGreater(r.round_trip_ns, 0)
+            if r.request_id == bad_id:
+                self.assertEqual(r.status, Status.STATUS_BAD_SHAPE)
+                self.assertEqual(r.error, TEXT_COUNT_511)
+                self.assertEqual(r.outputs, [])
+                continue
+            self.assertTrue(r.ok, r.error)
+            self.assertEqual(r.rows, 1)
+            pool.add(r.outputs, refs[sent.pop(r.request_id)])
+        self.assertEqual(sent, {})
+        self.assertEqual(self.client.pending, 0)
+        pool.check(self)
+        with self.assertRaises(Timeout):     # nothing more to come
+            self.client.recv_infer(timeout_ms=50)
+
+    def test_each_endpoint_alone(self):
+        for e in endpoints:
+            with self.subTest(endpoint=e), SigClient(e, timeout_ms=5000) as c:
+                self.assert_still_serving(c)
+
+
+class Test4HealthModels(ClientTest):
+
+    def test_health(self):
+        with open(os.path.join(ROOT, "VERSION")) as f:
+            version = f.read().strip()
+        h = self.client.health()
+        self.assertEqual((h.live, h.ready, h.version), (True, True, version))
+
+    def test_list_models(self):
+        models = self.client.list_models()
+        got = [(m.name, m.version, m.backend, m.kernel, m.input_size, m.output_size, m.max_rows, m.available)
+               for m in models]
+        self.assertEqual(got, [("tick_mlp", "1", "cpu", "loop", 512, 1, 8, True),
+                               ("odd", "7b", "cpu", "loop", 33, 3, 7, True),
+                               ("slow", "1", "cpu", "loop", 1024, 1024, 15, True)])
+
+    def test_late_infer_reply_skipped_by_health(self):
+        rid = self.client.send_infer("tick_mlp", random_features(512))
+        self.assertTrue(self.client.health().ready)
+        self.assertEqual(self.client.discarded_replies, 1)
+        self.assertEqual(self.client.pending, 0, f"request {rid} was answered and discarded")
+
+
+# ---- timeouts and stale replies ----
+
+class Test5Timeouts(ClientTest):
+
+    def test_timeout_when_nobody_listens(self):
+        dead = f"tcp://127.0.0.1:{free_port()}"
+        timeout_ms = 300
+        with SigClient(dead, timeout_ms=timeout_ms) as c:
+            for name, call in (("infer", lambda: c.infer("tick_mlp", [0.0] * 512)), ("health", c.health),
+                               ("list_models", c.list_models), ("recv_infer", c.recv_infer)):
+                with self.subTest(call=name):
+                    t0 = time.monotonic()
+                    with self.assertRaises(Timeout) as cm:
+                        call()
+                    elapsed = time.monotonic() - t0
+                    self.assertGreaterEqual(elapsed, 0.9 * timeout_ms / 1000)
+                    self.assertLess(elapsed, 2 * timeout_ms / 1000, f"{name} took {elapsed:.3f} s")
+                    self.assertIn(f"timed out after {timeout_ms} ms", str(cm.exception))
+                    self.assertIn(dead, str(cm.exception))
+                    self.assertIsInstance(cm.exception, TimeoutError)
+
+    def test_stale_reply_skipped(self):
+        """A reply that arrives after its call timed out is skipped by the next call, which gets its own."""
+        with SigClient(endpoints[0], timeout_ms=300) as c:
+            c.infer("tick_mlp", random_features(512))      # connected and answering
+            old = random_features(4 * 512)
+            new = random_features(4 * 512)
+            server.send_signal(signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                with self.assertRaises(Timeout):
+                    c.infer("tick_mlp", old, rows=4)
+                self.assertLess(time.monotonic() - t0, 0.6)
+            finally:
+                server.send_signal(signal.SIGCONT)
+            c.timeout_ms = 5000
+            r = c.infer("tick_mlp", new, rows=4)
+            self.assertEqual(r.request_id, 3)
+            self.assertEqual(c.discarded_replies, 1)
+            pool = Pool()
+            pool.add(r.outputs, forward(tick, new, 4))
+            pool.check(self)
+        self.assert_server_alive()
+
+
+# ---- deadlines ----
+
+class Test6Deadline(ClientTest):
+    """Slow requests (15 rows through 1024x1024x2) queue inside the server; a small request behind them
+    with a 1 ms deadline is answered STATUS_DEADLINE_EXCEEDED, not run; one with 60 s is run.
+
+    The burst is sent while the server is stopped (SIGSTOP), so that it is all waiting when the server
+    resumes: sent to a running server, a fast CPU could finish each slow request before this client has
+    encoded the next one, and the small request would then find the server idle."""
+
+    SLOW = 6
+
+    def send_slow(self, client):
+        return [client.send_infer("slow", slow_features, rows=15) for _ in range(self.SLOW)]
+
+    def check_slow(self, r):
+        self.assertTrue(r.ok, r.error)
+        self.assertEqual((r.rows, len(r.outputs)), (15, 15 * 1024))
+
+    def check_exceeded_text(self, text):
+        self.assertTrue(text.startswith("deadline_us: the request waited "), text)
+        self.assertTrue(text.endswith(" us, past its deadline of 1000 us; not run"), text)
+
+    def test_deadline_in_pipelined_status(self):
+        with SigClient(endpoints[0], timeout_ms=30000) as c:
+            c.infer("tick_mlp", random_features(512))       # connected
+            tiny = random_features(4 * 512)
+            server.send_signal(signal.SIGSTOP)
+            try:
+                slow_ids = self.send_slow(c)
+                short_id = c.send_infer("tick_mlp", tiny[:512], deadline_us=1000)
+                long_id = c.send_infer("tick_mlp", tiny, rows=4, deadline_us=60_000_000)
+            finally:
+                server.send_signal(signal.SIGCONT)
+            got = {}
+            for _ in range(self.SLOW + 2):
+                r = c.recv_infer()
+                got[r.request_id] = r
+            self.assertEqual(sorted(got), sorted(slow_ids + [short_id, long_id]))
+            for rid in slow_ids:
+                self.check_slow(got[rid])
+            r = got[short_id]
+            self.assertEqual(r.status, Status.STATUS_DEADLINE_EXCEEDED, r.error)
+            self.check_exceeded_text(r.error)
+            self.assertEqual(r.outputs, [])
+            self.assertGreater(r.queue_ns, 1_000_000)
+            with self.assertRaises(DeadlineExceeded):
+                r.raise_for_status()
+            r = got[long_id]
+            self.assertTrue(r.ok, r.error)
+            self.assertLess(r.queue_ns, 60_000_000_000)
+            pool = Pool()
+            pool.add(r.outputs, forward(tick, tiny, 4))
+            pool.check(self)
+
+    def test_deadline_raises_from_infer(self):
+        """The same through infer, on the same client: it skips the slow replies (late, to it) and
+        raises DeadlineExceeded for its own."""
+        with SigClient(endpoints[0], timeout_ms=30000) as c:
+            c.infer("tick_mlp", random_features(512))       # connected
+            resume = threading.Timer(0.1, server.send_signal, [signal.SIGCONT])
+            server.send_signal(signal.SIGSTOP)
+            try:
+                self.send_slow(c)
+                resume.start()
+                with self.assertRaises(DeadlineExceeded) as cm:
+                    c.infer("tick_mlp", random_features(512), deadline_us=1000)
+            finally:
+                resume.cancel()
+                if resume.ident is not None:    # started
+                    resume.join()
+                server.send_signal(signal.SIGCONT)
+            e = cm.exception
+            self.check_exceeded_text(e.message)
+            self.assertEqual(e.status_name, "STATUS_DEADLINE_EXCEEDED")
+            self.assertEqual(e.request_id, self.SLOW + 2)
+            self.assertGreater(e.result.queue_ns, 1_000_000)
+            self.assertEqual(c.discarded_replies, self.SLOW)
+            self.assertEqual(c.pending, 0)
+            self.assert_still_serving(c)
+
+
+# ---- lifetime ----
+
+class Test7Lifetime(unittest.TestCase):
+
+    def test_context_manager_closes(self):
+        with SigClient(endpoints, timeout_ms=2000) as c:
+            self.assertFalse(c.closed)
+            self.assertTrue(c.health().live)
+        self.assertTrue(c.closed)
+        with self.assertRaises(SigServeError):
+            c.infer("tick_mlp", [0.0] * 512)
+        with self.assertRaises(SigServeError):
+            c.health()
+        c.close()   # twice is fine
+
+    def test_shared_context_left_open(self):
+        ctx = zmq.Context()
+        try:
+            with SigClient(endpoints[1], context=ctx) as c:
+                self.assertTrue(c.health().ready)
+            self.assertFalse(ctx.closed)
+            with SigClient(endpoints[1], context=ctx) as c:     # the context still works
+                self.assertEqual(len(c.list_models()), 3)
+        finally:
+            ctx.term()
+
+    def test_exception_on_close_path(self):
+        """An exception inside the with block still closes the client and propagates."""
+        with self.assertRaises(UnknownModel):
+            with SigClient(endpoints[0]) as c:
+                c.infer("nope", [0.0])
+        self.assertTrue(c.closed)
+
+
+class Test9Shutdown(unittest.TestCase):
+    """Last: the server survived everything above, and SIGTERM stops it cleanly (exit code 0)."""
+
+    def test_sigterm_exits_0(self):
+        self.assertIsNone(server.poll(), "sigserve died during the tests:\n" + server_log_text())
+        server.send_signal(signal.SIGTERM)
+        try:
+            rc = server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.fail("sigserve still running 10 s after SIGTERM")
+        self.assertEqual(rc, 0, server_log_text())
+
+
+class CountingResult(unittest.TextTestResult):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.passed = 0
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.passed += 1
+
+
+def main():
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite()
+    for cls in (Test1Infer, Test2Errors, Test3Pipelined, Test4HealthModels, Test5Timeouts, Test6Deadline,
+                Test7Lifetime, Test9Shutdown):      # in this order: the last one stops the server
+        suite.addTests(loader.loadTestsFromTestCase(cls))
+    t0 = time.monotonic()
+    result = None
+    try:
+        runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=2, resultclass=CountingResult)
+        result = runner.run(suite)
+    finally:
+        tearDownModule()    # also when interrupted; unittest calls it too, and twice is harmless
+    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    sys.stdout.flush()
+    print(f"test_client: {time.monotonic() - t0:.1f} s", flush=True)
+    print(f"{result.passed} passed, {failed} failed", flush=True)
+    return 0 if failed == 0 and result.passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
