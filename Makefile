@@ -39,12 +39,14 @@ ifneq ($(HAVE_CUDA),1)
   CORE_SRC := $(filter-out service/backend_cuda.c,$(CORE_SRC))
 endif
 CORE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC)) $(BUILD)/obj/gen/signal.pb-c.o $(CU_OBJ)
-CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/gen/signal.pb-c.o
+CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/gen/signal.pb-c.o \
+              $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard clients/histogram.c))
+SIGLOAD  := $(if $(wildcard clients/sigload.c),$(BUILD)/sigload)
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 BINS     := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/libsigcore.a $(BUILD)/libsigclient.a \
-            $(BUILD)/libsigclient.so $(TOOLS)
+            $(BUILD)/libsigclient.so $(TOOLS) $(SIGLOAD)
 DEMO     := $(BUILD)/models/tick_mlp.safetensors
 
 .PHONY: all deps run test check asan test-asan bench curves clean
@@ -71,6 +73,11 @@ check: all
 # The benchmark tables (docs/perf.md says how they were taken). One core, the demo model.
 bench: all
 	$(BUILD)/sigbench --weights $(DEMO) --cpu $(BENCH_CPU) --iterations $(BENCH_ITERATIONS)
+
+# The latency curves (PERF.md): sigserve on loopback with the default config, an echo floor and a
+# rate sweep up to saturation; files under $(BUILD)/curves/ (tools/curves.sh says what it runs).
+curves: all
+	BUILD=$(BUILD) ./tools/curves.sh
 
 BENCH_CPU ?= 0
 BENCH_ITERATIONS ?= 20000
@@ -116,6 +123,9 @@ $(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/sigload: $(BUILD)/obj/clients/sigload.o $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigcore.a
