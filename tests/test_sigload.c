@@ -1,0 +1,723 @@
+/* sigload, run as a subprocess the way a user runs it, against (a) the real sigserve started by
+ * the fixture (CPU backend, the demo model) and (b) test servers written here: a ROUTER thread in
+ * the test process that answers with status OK but stalls once, or answers with error statuses,
+ * or with a wrong request_id.
+ *
+ * What is asserted is what a user reads: the summary CSV (one row per step), the .hgrm files,
+ * the markdown table and the exit code. Timing assertions are limited to what a loaded 2-core
+ * machine holds: pacing at 2000 requests/s, and a 200 ms stall that is 100x the normal latency. */
+#define _GNU_SOURCE
+#include "signal.pb-c.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static char s_dir[4096];
+static char s_endpoint[128];
+static pid_t s_server = -1;
+
+/* ---- the fixture: the real sigserve ---- */
+
+static void s_setup (void)
+{
+    char *dir = tu_tmpdir ();
+    ck_assert_ptr_nonnull (dir);
+    snprintf (s_dir, sizeof s_dir, "%s", dir);
+    free (dir);
+    int port = tu_free_port ();
+    ck_assert_int_gt (port, 0);
+    snprintf (s_endpoint, sizeof s_endpoint, "tcp://127.0.0.1:%d", port);
+    const char *build = tu_build_dir ();
+    char json[4096];
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"%s\"], \"max_message_bytes\": 65536, \"log_level\": \"warn\" },\n"
+              "  \"models\": [\n"
+              "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 8,\n"
+              "     \"weights\": \"%s%s%s/models/tick_mlp.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
+              "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"
+              "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] } ] }\n",
+              s_endpoint, build[0] == '/' ? "" : (getenv ("PWD") ? getenv ("PWD") : "."), build[0] == '/' ? "" : "/",
+              build);
+    char *path = tu_write_file (s_dir, "server.json", json, -1);
+    ck_assert_ptr_nonnull (path);
+    s_server = tu_server_start (path, s_endpoint, 20000);
+    free (path);
+    ck_assert_msg (s_server > 0, "sigserve did not become ready");
+}
+
+static void s_teardown (void)
+{
+    int rc = tu_server_stop (s_server);
+    tu_remove_tree (s_dir);
+    ck_assert_int_eq (rc, 0);
+}
+
+/* ---- running sigload ---- */
+
+typedef struct {
+    int status;         /* exit code, or -1 when it had to be killed */
+    char *out, *err;    /* what it printed */
+    char dir[4200];     /* its --out folder (when asked for one) */
+} run_t;
+
+static char *s_slurp (const char *path)
+{
+    FILE *f = fopen (path, "rb");
+    if (!f)
+        return strdup ("");
+    fseek (f, 0, SEEK_END);
+    long n = ftell (f);
+    fseek (f, 0, SEEK_SET);
+    char *text = malloc ((size_t) n + 1);
+    size_t got = fread (text, 1, (size_t) n, f);
+    text[got] = 0;
+    fclose (f);
+    return text;
+}
+
+static pid_t s_spawn (const char *const *args, const char *out_path, const char *err_path)
+{
+    char bin[4096];
+    snprintf (bin, sizeof bin, "%s/sigload", tu_build_dir ());
+    const char *argv[64] = { bin };
+    int n = 1;
+    for (; args[n - 1] && n < 63; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    pid_t pid = fork ();
+    if (pid == 0) {
+        int o = open (out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open (err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0)
+            _exit (126);
+        dup2 (o, 1);
+        dup2 (e, 2);
+        execv (bin, (char *const *) argv);
+        _exit (127);
+    }
+    return pid;
+}
+
+/* Runs sigload with ARGS (NULL-terminated) plus "--out DIR --quiet" when NAME is given; waits up
+ * to 60 s. */
+static void s_sigload (const char *name, const char *const *args, run_t *run)
+{
+    memset (run, 0, sizeof *run);
+    const char *all[64];
+    int n = 0;
+    for (; args[n] && n < 58; n++)
+        all[n] = args[n];
+    if (name) {
+        snprintf (run->dir, sizeof run->dir, "%s/%s", s_dir, name);
+        all[n++] = "--out";
+        all[n++] = run->dir;
+    }
+    all[n++] = "--quiet";
+    all[n] = NULL;
+    char out_path[4300], err_path[4300];
+    snprintf (out_path, sizeof out_path, "%s/%s.out", s_dir, name ? name : "run");
+    snprintf (err_path, sizeof err_path, "%s/%s.err", s_dir, name ? name : "run");
+    pid_t pid = s_spawn (all, out_path, err_path);
+    ck_assert_int_gt (pid, 0);
+    int status = 0;
+    run->status = -1;
+    for (int waited = 0; waited < 60000; waited += 10) {
+        if (waitpid (pid, &status, WNOHANG) == pid) {
+            run->status = WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
+            break;
+        }
+        usleep (10 * 1000);
+    }
+    if (run->status == -1) {
+        kill (pid, SIGKILL);
+        waitpid (pid, NULL, 0);
+    }
+    run->out = s_slurp (out_path);
+    run->err = s_slurp (err_path);
+}
+
+static void s_run_free (run_t *run)
+{
+    free (run->out);
+    free (run->err);
+}
+
+#define EXPECT_STATUS(run, code) \
+    ck_assert_msg ((run)->status == (code), "sigload exited %d, expected %d\nstdout:\n%s\nstderr:\n%s", \
+                   (run)->status, (code), (run)->out, (run)->err)
+
+#define EXPECT_IN(text, fragment) \
+    ck_assert_msg (strstr ((text), (fragment)) != NULL, "\"%s\" not found in:\n%s", (fragment), (text))
+
+/* ---- reading summary.csv and .hgrm ---- */
+
+#define CSV_MAX_COLS 32
+#define CSV_MAX_ROWS 16
+
+typedef struct {
+    char *text;
+    char *cols[CSV_MAX_COLS];
+    int n_cols;
+    char *rows[CSV_MAX_ROWS][CSV_MAX_COLS];
+    int n_rows;
+} csv_t;
+
+static int s_split (char *line, char **fields)
+{
+    int n = 0;
+    char *field;
+    while ((field = strsep (&line, ",")) && n < CSV_MAX_COLS)
+        fields[n++] = field;
+    return n;
+}
+
+static void s_csv_read (const run_t *run, csv_t *csv)
+{
+    char path[4300];
+    snprintf (path, sizeof path, "%s/summary.csv", run->dir);
+    memset (csv, 0, sizeof *csv);
+    csv->text = s_slurp (path);
+    char *rest = csv->text, *line = strsep (&rest, "\n");
+    ck_assert_msg (line && *line, "%s is empty", path);
+    csv->n_cols = s_split (line, csv->cols);
+    while ((line = strsep (&rest, "\n")) && *line) {
+        ck_assert_int_lt (csv->n_rows, CSV_MAX_ROWS);
+        int n = s_split (line, csv->rows[csv->n_rows]);
+        ck_assert_msg (n == csv->n_cols, "a row of %d fields under a header of %d", n, csv->n_cols);
+        csv->n_rows++;
+    }
+}
+
+static const char *s_csv (const csv_t *csv, int row, const char *col)
+{
+    ck_assert_int_lt (row, csv->n_rows);
+    for (int c = 0; c < csv->n_cols; c++)
+        if (strcmp (csv->cols[c], col) == 0)
+            return csv->rows[row][c];
+    ck_abort_msg ("summary.csv has no column %s", col);
+    return NULL;
+}
+
+static double s_csv_num (const csv_t *csv, int row, const char *col)
+{
+    const char *text = s_csv (csv, row, col);
+    char *end;
+    double v = strtod (text, &end);
+    ck_assert_msg (end != text && *end == 0, "column %s: \"%s\" is not a number", col, text);
+    return v;
+}
+
+/* Parses DIR/NAME.hgrm; returns the total count of its footer, and its largest value in *MAX_US. */
+static long long s_hgrm_check (const run_t *run, const char *name, double *max_us)
+{
+    char path[4400];
+    snprintf (path, sizeof path, "%s/%s.hgrm", run->dir, name);
+    char *text = s_slurp (path);
+    char *rest = text, *line = strsep (&rest, "\n");
+    ck_assert_msg (strcmp (line, "       Value     Percentile TotalCount 1/(1-Percentile)") == 0, "%s: header \"%s\"",
+                   path, line);
+    line = strsep (&rest, "\n");
+    ck_assert_str_eq (line, "");
+    long long last_count = 0, footer_count = -1;
+    double value = 0, last_p = 0, footer_max = -1, mean, sd;
+    int footers = 0;
+    while ((line = strsep (&rest, "\n")) && *line) {
+        if (line[0] == '#') {
+            footers++;
+            if (sscanf (line, "#[Max     = %lf, Total count    = %lld]", &footer_max, &footer_count) == 2)
+                continue;
+            if (sscanf (line, "#[Mean    = %lf, StdDeviation   = %lf]", &mean, &sd) == 2)
+                continue;
+            ck_assert_msg (strncmp (line, "#[Buckets = ", 12) == 0, "%s: footer \"%s\"", path, line);
+            continue;
+        }
+        double p, inverse;
+        long long count;
+        int fields = sscanf (line, "%lf %lf %lld %lf", &value, &p, &count, &inverse);
+        ck_assert_msg (fields == 4 || (fields == 3 && p == 1.0), "%s: row \"%s\"", path, line);
+        ck_assert (count >= last_count);
+        last_count = count;
+        last_p = p;
+    }
+    ck_assert_int_eq (footers, 3);
+    ck_assert (footer_count == 0 || last_p == 1.0);   /* an empty histogram has no rows */
+    ck_assert_int_eq (last_count, footer_count);
+    ck_assert_double_eq_tol (value, footer_max, 0.0011);
+    if (max_us)
+        *max_us = footer_max;
+    free (text);
+    return footer_count;
+}
+
+/* ---- test servers ---- */
+
+typedef struct {
+    char endpoint[128];
+    void *ctx, *socket;
+    pthread_t thread;
+    atomic_bool stop;
+    int stall_at, stall_ms;                 /* stall once, before answering the Nth inference */
+    int overloaded_every, deadline_every;   /* answer every Nth inference with that status */
+    int wrong_id_at;                        /* answer the Nth inference with another id */
+    int infers;                             /* inferences seen */
+} test_server_t;
+
+static void s_answer (test_server_t *ts, zmq_msg_t *identity, const Sigserve__V1__Request *req)
+{
+    Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
+    Sigserve__V1__InferReply infer = SIGSERVE__V1__INFER_REPLY__INIT;
+    Sigserve__V1__HealthReply health = SIGSERVE__V1__HEALTH_REPLY__INIT;
+    Sigserve__V1__ListModelsReply list = SIGSERVE__V1__LIST_MODELS_REPLY__INIT;
+    Sigserve__V1__ModelInfo info = SIGSERVE__V1__MODEL_INFO__INIT;
+    Sigserve__V1__ModelInfo *infos[1] = { &info };
+    float output = 0;
+    if (req->body_case == SIGSERVE__V1__REQUEST__BODY_HEALTH) {
+        reply.body_case = SIGSERVE__V1__REPLY__BODY_HEALTH;
+        reply.health = &health;
+        health.live = health.ready = 1;
+        health.version = (char *) "test";
+    } else if (req->body_case == SIGSERVE__V1__REQUEST__BODY_LIST_MODELS) {
+        reply.body_case = SIGSERVE__V1__REPLY__BODY_LIST_MODELS;
+        reply.list_models = &list;
+        info.name = (char *) "test";
+        info.input_size = 8;
+        info.output_size = 1;
+        info.max_rows = 16;
+        info.available = 1;
+        list.n_models = 1;
+        list.models = infos;
+    } else {
+        int n = ++ts->infers;
+        if (n == ts->stall_at)
+            usleep ((useconds_t) ts->stall_ms * 1000);
+        reply.body_case = SIGSERVE__V1__REPLY__BODY_INFER;
+        reply.infer = &infer;
+        infer.request_id = req->infer->request_id + (n == ts->wrong_id_at ? 1000000 : 0);
+        if (ts->overloaded_every && n % ts->overloaded_every == 0) {
+            infer.status = SIGSERVE__V1__STATUS__STATUS_OVERLOADED;
+            infer.error = (char *) "queue full";
+        } else if (ts->deadline_every && n % ts->deadline_every == 0) {
+            infer.status = SIGSERVE__V1__STATUS__STATUS_DEADLINE_EXCEEDED;
+            infer.error = (char *) "deadline_us: too late";
+        } else {
+            for (size_t i = 0; i < req->infer->n_features; i++)
+                output += req->infer->features[i];
+            infer.outputs = &output;
+            infer.n_outputs = 1;
+            infer.rows = 1;
+        }
+        infer.server_ns = 1000;
+        infer.compute_ns = 500;
+    }
+    uint8_t buf[1024];
+    size_t len = sigserve__v1__reply__pack (&reply, buf);
+    zmq_msg_send (identity, ts->socket, ZMQ_SNDMORE);
+    zmq_send (ts->socket, buf, len, 0);
+}
+
+static void *s_test_server_run (void *arg)
+{
+    test_server_t *ts = arg;
+    zmq_pollitem_t item = { .socket = ts->socket, .events = ZMQ_POLLIN };
+    uint8_t buf[65536];
+    while (!atomic_load (&ts->stop)) {
+        if (zmq_poll (&item, 1, 20) <= 0)
+            continue;
+        for (;;) {
+            zmq_msg_t identity;
+            zmq_msg_init (&identity);
+            if (zmq_msg_recv (&identity, ts->socket, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close (&identity);
+                break;
+            }
+            int n = zmq_recv (ts->socket, buf, sizeof buf, 0);
+            Sigserve__V1__Request *req = n > 0 ? sigserve__v1__request__unpack (NULL, (size_t) n, buf) : NULL;
+            if (req)
+                s_answer (ts, &identity, req);
+            if (req)
+                sigserve__v1__request__free_unpacked (req, NULL);
+            zmq_msg_close (&identity);
+        }
+    }
+    return NULL;
+}
+
+/* Starts TS (its knobs set by the caller) on a free port. */
+static void s_test_server_start (test_server_t *ts)
+{
+    int port = tu_free_port ();
+    ck_assert_int_gt (port, 0);
+    snprintf (ts->endpoint, sizeof ts->endpoint, "tcp://127.0.0.1:%d", port);
+    ts->ctx = zmq_ctx_new ();
+    ts->socket = zmq_socket (ts->ctx, ZMQ_ROUTER);
+    int linger = 0;
+    zmq_setsockopt (ts->socket, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq (zmq_bind (ts->socket, ts->endpoint), 0);
+    atomic_store (&ts->stop, false);
+    ck_assert_int_eq (pthread_create (&ts->thread, NULL, s_test_server_run, ts), 0);
+}
+
+static void s_test_server_stop (test_server_t *ts)
+{
+    atomic_store (&ts->stop, true);
+    pthread_join (ts->thread, NULL);
+    zmq_close (ts->socket);
+    zmq_ctx_term (ts->ctx);
+}
+
+/* ---- against sigserve ---- */
+
+START_TEST (open_loop_paces_within_1_percent)
+{
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--rate", "2000", "--duration", "3",
+                           "--warmup", "0.5", NULL };
+    s_sigload ("pacing", args, &run);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "| open-2000 | open loop | 2000/s |");
+    EXPECT_IN (run.out, "from each request's scheduled send time");
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_int_eq (csv.n_rows, 1);
+    ck_assert_str_eq (s_csv (&csv, 0, "step"), "open-2000");
+    ck_assert_str_eq (s_csv (&csv, 0, "kind"), "sigserve");
+    ck_assert_str_eq (s_csv (&csv, 0, "mode"), "open");
+    ck_assert_double_eq (s_csv_num (&csv, 0, "target"), 2000);
+    double achieved = s_csv_num (&csv, 0, "achieved_rps");
+    printf ("pacing: target 2000/s, achieved %.1f/s, send lag mean %.1f us\n", achieved,
+            s_csv_num (&csv, 0, "send_lag_mean_us"));
+    ck_assert_msg (fabs (achieved - 2000) <= 20, "achieved %.1f requests/s for a target of 2000", achieved);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "requests"), 6000);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 6000);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "errors"), 0);
+    ck_assert_str_eq (s_csv (&csv, 0, "errors_by_status"), "");
+    /* the split: a real server time, and latency percentiles in order */
+    ck_assert_double_gt (s_csv_num (&csv, 0, "server_mean_us"), 0);
+    ck_assert_double_gt (s_csv_num (&csv, 0, "network_mean_us"), 0);
+    double p50 = s_csv_num (&csv, 0, "p50_us"), p99 = s_csv_num (&csv, 0, "p99_us");
+    ck_assert (p50 > 0 && p50 <= p99 && p99 <= s_csv_num (&csv, 0, "p999_us")
+               && s_csv_num (&csv, 0, "p999_us") <= s_csv_num (&csv, 0, "max_us"));
+    double max_us;
+    ck_assert_int_eq (s_hgrm_check (&run, "open-2000", &max_us), 6000);
+    ck_assert_double_eq_tol (max_us, s_csv_num (&csv, 0, "max_us"), 0.0011);
+    char path[4400];
+    snprintf (path, sizeof path, "%s/plots.gp", run.dir);
+    ck_assert_int_eq (access (path, R_OK), 0);
+    if (access ("/usr/bin/gnuplot", X_OK) == 0) {
+        snprintf (path, sizeof path, "%s/percentiles.png", run.dir);
+        ck_assert_int_eq (access (path, R_OK), 0);
+        snprintf (path, sizeof path, "%s/latency_vs_throughput.png", run.dir);
+        ck_assert_int_eq (access (path, R_OK), 0);
+    }
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (closed_loop_is_labelled_and_splits_server_time)
+{
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--concurrency", "1,4", "--requests",
+                           "2000", "--warmup", "0.2", NULL };
+    s_sigload ("closed", args, &run);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "| closed-1 | closed loop | 1 outstanding |");
+    EXPECT_IN (run.out, "| closed-4 | closed loop | 4 outstanding |");
+    EXPECT_IN (run.out, "closed loop, from each request's actual send");
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_int_eq (csv.n_rows, 2);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_str_eq (s_csv (&csv, r, "mode"), "closed");
+        ck_assert_double_eq (s_csv_num (&csv, r, "target"), r == 0 ? 1 : 4);
+        ck_assert_double_eq (s_csv_num (&csv, r, "requests"), 2000);
+        ck_assert_double_eq (s_csv_num (&csv, r, "ok"), 2000);
+        ck_assert_double_gt (s_csv_num (&csv, r, "achieved_rps"), 100);
+        /* closed loop: total = network + server for every request, so for the means too */
+        double server = s_csv_num (&csv, r, "server_mean_us"), network = s_csv_num (&csv, r, "network_mean_us");
+        ck_assert_double_gt (server, 0);
+        ck_assert_double_gt (network, 0);
+        ck_assert_double_eq_tol (s_csv_num (&csv, r, "mean_us"), server + network, 0.01);
+        ck_assert_double_eq (s_csv_num (&csv, r, "send_lag_mean_us"), 0);
+    }
+    ck_assert_int_eq (s_hgrm_check (&run, "closed-1", NULL), 2000);
+    ck_assert_int_eq (s_hgrm_check (&run, "closed-4", NULL), 2000);
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (unknown_model_counted_by_status)
+{
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "nope", "--concurrency", "2", "--requests", "300",
+                           "--warmup", "0", NULL };
+    s_sigload ("unknown", args, &run);
+    EXPECT_STATUS (&run, 1);
+    EXPECT_IN (run.err, "does not list model \"nope\" (served: tick_mlp)");
+    EXPECT_IN (run.out, "| 300 (STATUS_UNKNOWN_MODEL 300) |");
+    EXPECT_IN (run.out, "closed-2: 300 x STATUS_UNKNOWN_MODEL, first: model: \"nope\" is not served here (served: tick_mlp)");
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "requests"), 300);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 0);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "errors"), 300);
+    ck_assert_str_eq (s_csv (&csv, 0, "errors_by_status"), "STATUS_UNKNOWN_MODEL:300");
+    ck_assert_int_eq (s_hgrm_check (&run, "closed-2", NULL), 0);   /* no successful request: an empty histogram */
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (echo_floor_in_the_same_run)
+{
+    int port = tu_free_port ();
+    char echo[128], out_path[4300], err_path[4300];
+    snprintf (echo, sizeof echo, "tcp://127.0.0.1:%d", port);
+    snprintf (out_path, sizeof out_path, "%s/echo-server.out", s_dir);
+    snprintf (err_path, sizeof err_path, "%s/echo-server.err", s_dir);
+    const char *serve[] = { "--serve-echo", echo, NULL };
+    pid_t pid = s_spawn (serve, out_path, err_path);
+    ck_assert_int_gt (pid, 0);
+
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--floor", echo, "--rate", "1000",
+                           "--duration", "1", "--warmup", "0.2", NULL };
+    s_sigload ("floor", args, &run);
+    EXPECT_STATUS (&run, 0);
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_int_eq (csv.n_rows, 2);
+    ck_assert_str_eq (s_csv (&csv, 0, "step"), "echo-open-1000");
+    ck_assert_str_eq (s_csv (&csv, 0, "kind"), "echo");
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 1000);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "server_mean_us"), 0);
+    ck_assert_str_eq (s_csv (&csv, 1, "step"), "open-1000");
+    ck_assert_str_eq (s_csv (&csv, 1, "kind"), "sigserve");
+    ck_assert_double_eq (s_csv_num (&csv, 1, "ok"), 1000);
+    ck_assert_int_eq (s_hgrm_check (&run, "echo-open-1000", NULL), 1000);
+    ck_assert_int_eq (s_hgrm_check (&run, "open-1000", NULL), 1000);
+    free (csv.text);
+    s_run_free (&run);
+
+    /* --echo: every step against the echo server */
+    const char *echo_args[] = { "--endpoint", echo, "--echo", "--concurrency", "2", "--requests", "1000",
+                                "--warmup", "0", "--connections", "2", NULL };
+    s_sigload ("echo", echo_args, &run);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "| echo-closed-2 | closed loop | 2 outstanding |");
+    s_csv_read (&run, &csv);
+    ck_assert_str_eq (s_csv (&csv, 0, "kind"), "echo");
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 1000);
+    free (csv.text);
+    s_run_free (&run);
+
+    kill (pid, SIGTERM);
+    int status = 0;
+    ck_assert_int_eq (waitpid (pid, &status, 0), pid);
+    ck_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    char *err = s_slurp (err_path);
+    EXPECT_IN (err, "echo server stopping: ");
+    free (err);
+}
+END_TEST
+
+/* ---- against test servers ---- */
+
+START_TEST (coordinated_omission_open_shows_stall_closed_hides_it)
+{
+    /* Open loop, 1000/s for 3 s after 0.5 s of warm-up: the server stalls 200 ms at the 1500th
+     * inference (1 s into the measurement). The ~200 requests scheduled during the stall wait
+     * 200 ms down to 0 ms: p99.9 (the 3rd worst of 3000) is close to 200 ms. */
+    test_server_t ts = { .stall_at = 1500, .stall_ms = 200 };
+    s_test_server_start (&ts);
+    run_t run;
+    const char *open_args[] = { "--endpoint", ts.endpoint, "--model", "test", "--rate", "1000", "--duration", "3",
+                                "--warmup", "0.5", NULL };
+    s_sigload ("stall-open", open_args, &run);
+    s_test_server_stop (&ts);
+    EXPECT_STATUS (&run, 0);
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 3000);
+    double open_p999 = s_csv_num (&csv, 0, "p999_us"), open_p50 = s_csv_num (&csv, 0, "p50_us");
+    printf ("stall of 200 ms, open loop 1000/s: p50 %.0f us, p99 %.0f us, p99.9 %.0f us\n", open_p50,
+            s_csv_num (&csv, 0, "p99_us"), open_p999);
+    ck_assert_msg (open_p999 >= 150000, "open loop p99.9 %.0f us: the 200 ms stall does not show", open_p999);
+    ck_assert_msg (s_csv_num (&csv, 0, "p99_us") >= 100000, "open loop p99 %.0f us", s_csv_num (&csv, 0, "p99_us"));
+    ck_assert_msg (open_p50 < 20000, "open loop p50 %.0f us", open_p50);
+    free (csv.text);
+    s_run_free (&run);
+
+    /* Closed loop, one request at a time: the stall delays one request; the ones that would have
+     * been sent meanwhile simply are not. 1 sample in 20,000: p99.9 does not see it, max does. */
+    test_server_t tc = { .stall_at = 2000, .stall_ms = 200 };
+    s_test_server_start (&tc);
+    const char *closed_args[] = { "--endpoint", tc.endpoint, "--model", "test", "--concurrency", "1", "--requests",
+                                  "20000", "--warmup", "0", NULL };
+    s_sigload ("stall-closed", closed_args, &run);
+    s_test_server_stop (&tc);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "| closed-1 | closed loop |");
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 20000);
+    double closed_p999 = s_csv_num (&csv, 0, "p999_us"), closed_max = s_csv_num (&csv, 0, "max_us");
+    printf ("stall of 200 ms, closed loop concurrency 1: p50 %.0f us, p99.9 %.0f us, max %.0f us\n",
+            s_csv_num (&csv, 0, "p50_us"), closed_p999, closed_max);
+    ck_assert_msg (closed_p999 < 50000, "closed loop p99.9 %.0f us: expected the stall to hide", closed_p999);
+    ck_assert_msg (closed_max >= 190000, "closed loop max %.0f us: the stalled request itself", closed_max);
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (error_statuses_counted_by_status)
+{
+    /* every 10th inference OVERLOADED (100 of 1000), every other 25th DEADLINE_EXCEEDED (20) */
+    test_server_t ts = { .overloaded_every = 10, .deadline_every = 25 };
+    s_test_server_start (&ts);
+    run_t run;
+    const char *args[] = { "--endpoint", ts.endpoint, "--model", "test", "--concurrency", "1", "--requests", "1000",
+                           "--warmup", "0", NULL };
+    s_sigload ("statuses", args, &run);
+    s_test_server_stop (&ts);
+    EXPECT_STATUS (&run, 1);
+    EXPECT_IN (run.out, "| 120 (STATUS_OVERLOADED 100, STATUS_DEADLINE_EXCEEDED 20) |");
+    EXPECT_IN (run.out, "closed-1: 100 x STATUS_OVERLOADED, first: queue full");
+    EXPECT_IN (run.out, "closed-1: 20 x STATUS_DEADLINE_EXCEEDED, first: deadline_us: too late");
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "requests"), 1000);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 880);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "errors"), 120);
+    ck_assert_str_eq (s_csv (&csv, 0, "errors_by_status"), "STATUS_OVERLOADED:100;STATUS_DEADLINE_EXCEEDED:20");
+    ck_assert_int_eq (s_hgrm_check (&run, "closed-1", NULL), 880);
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (wrong_request_id_is_unmatched_and_times_out)
+{
+    test_server_t ts = { .wrong_id_at = 5 };
+    s_test_server_start (&ts);
+    run_t run;
+    const char *args[] = { "--endpoint", ts.endpoint, "--model", "test", "--concurrency", "1", "--requests", "50",
+                           "--warmup", "0", "--timeout", "300", NULL };
+    s_sigload ("unmatched", args, &run);
+    s_test_server_stop (&ts);
+    EXPECT_STATUS (&run, 1);
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 49);
+    ck_assert_str_eq (s_csv (&csv, 0, "errors_by_status"), "TIMEOUT:1;UNMATCHED_ID:1");
+    EXPECT_IN (run.out, "1 x UNMATCHED_ID");
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (outputs_checked_against_expected_file)
+{
+    /* the test server answers the sum of the features */
+    char *features = tu_write_file (s_dir, "features.txt",
+                                    "# three requests of 8 features\n"
+                                    "1 2 3 4 5 6 7 8\n"
+                                    "0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5\n"
+                                    "-1 1 -1 1 -1 1 -1 1\n", -1);
+    char *good = tu_write_file (s_dir, "good.txt", "36\n4\n0\n", -1);
+    char *bad = tu_write_file (s_dir, "bad.txt", "36\n4\n1\n", -1);
+    ck_assert (features && good && bad);
+    test_server_t ts = { 0 };
+    s_test_server_start (&ts);
+    run_t run;
+    const char *args[] = { "--endpoint", ts.endpoint, "--model", "test", "--concurrency", "1", "--requests", "300",
+                           "--warmup", "0", "--features", features, "--expect", good, NULL };
+    s_sigload ("expect-good", args, &run);
+    EXPECT_STATUS (&run, 0);
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 300);
+    free (csv.text);
+    s_run_free (&run);
+    /* the third request's expected output is wrong: a third of the replies mismatch */
+    args[13] = bad;
+    s_sigload ("expect-bad", args, &run);
+    s_test_server_stop (&ts);
+    EXPECT_STATUS (&run, 1);
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 200);
+    ck_assert_str_eq (s_csv (&csv, 0, "errors_by_status"), "OUTPUT_MISMATCH:100");
+    free (csv.text);
+    s_run_free (&run);
+    free (features);
+    free (good);
+    free (bad);
+}
+END_TEST
+
+START_TEST (usage_errors_exit_2)
+{
+    static const char *const cases[][12] = {
+        { NULL },
+        { "--model", "m", "--rate", "100", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--rate", "100", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--rate", "100", "--concurrency", "2", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--rate", "fast", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--concurrency", "1.5", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--threads", "4", "--connections", "2", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--duration", "1", "--requests", "10", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--arrivals", "bursty", "--rate", "5", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--no-such-option", NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_t run;
+        s_sigload (NULL, cases[i], &run);
+        EXPECT_STATUS (&run, 2);
+        EXPECT_IN (run.err, "sigload --help");
+        s_run_free (&run);
+    }
+    run_t run;
+    const char *help[] = { "--help", NULL };
+    s_sigload (NULL, help, &run);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "coordinated omission");
+    EXPECT_IN (run.out, "--serve-echo E");
+    s_run_free (&run);
+}
+END_TEST
+
+int main (void)
+{
+    Suite *s = suite_create ("sigload");
+    TCase *tc = tcase_create ("sigload");
+    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+    tcase_set_timeout (tc, 60);
+    tcase_add_test (tc, open_loop_paces_within_1_percent);
+    tcase_add_test (tc, closed_loop_is_labelled_and_splits_server_time);
+    tcase_add_test (tc, unknown_model_counted_by_status);
+    tcase_add_test (tc, echo_floor_in_the_same_run);
+    tcase_add_test (tc, coordinated_omission_open_shows_stall_closed_hides_it);
+    tcase_add_test (tc, error_statuses_counted_by_status);
+    tcase_add_test (tc, wrong_request_id_is_unmatched_and_times_out);
+    tcase_add_test (tc, outputs_checked_against_expected_file);
+    tcase_add_test (tc, usage_errors_exit_2);
+    suite_add_tcase (s, tc);
+    return tu_run_suite (s);
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# make curves: the latency curves of PERF.md, on loopback, in about a minute.
+#
+# Starts build/sigserve with the default config (config/sigserve.json) and a plain ZeroMQ echo
+# server (sigload --serve-echo) on a free port, then runs one sigload: an echo floor step (same
+# client, same message size, same run) and an open-loop rate sweep that stops at saturation
+# (achieved < 90% of the target, errors, or p99 above 10x the first step's). Writes under
+# $BUILD/curves/:
+#   echo-open-<rate>.hgrm, open-<rate>.hgrm   HdrHistogram percentile distributions (us)
+#   summary.csv, summary.md                    one row per step; the table sigload printed
+#   percentiles.png, latency_vs_throughput.png, plots.gp (and the logs of both servers)
+# The servers are stopped on exit, whatever happens.
+#
+# Knobs (environment): BUILD (build), CONFIG (config/sigserve.json), RATES (requests/s,
+# comma-separated), WARMUP and DURATION (seconds per step), CONNECTIONS (sigload's DEALERs).
+set -u
+BUILD=${BUILD:-build}
+CONFIG=${CONFIG:-config/sigserve.json}
+RATES=${RATES:-1000,5000,10000,20000,30000,40000,50000,60000,80000,100000}
+WARMUP=${WARMUP:-0.5}
+DURATION=${DURATION:-3}
+CONNECTIONS=${CONNECTIONS:-1}
+OUT=$BUILD/curves
+
+die () { echo "curves: $*" >&2; exit 1; }
+
+for bin in sigserve sigclient sigload; do
+    [ -x "$BUILD/$bin" ] || die "$BUILD/$bin is missing: run make first"
+done
+[ -r "$CONFIG" ] || die "cannot read $CONFIG"
+
+# The first endpoint and the first model of the config.
+ENDPOINT=$(tr -d '\n' < "$CONFIG" | sed -n 's/.*"endpoints"[[:space:]]*:[[:space:]]*\[[[:space:]]*"\([^"]*\)".*/\1/p')
+MODEL=$(tr -d '\n' < "$CONFIG" | sed -n 's/.*"models"[[:space:]]*:[[:space:]]*\[[[:space:]]*{[^}]*"name"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p')
+[ -n "$ENDPOINT" ] || die "no endpoint found in $CONFIG"
+[ -n "$MODEL" ] || die "no model found in $CONFIG"
+
+if "$BUILD/sigclient" --endpoint "$ENDPOINT" --timeout 300 health >/dev/null 2>&1; then
+    die "something already answers on $ENDPOINT: stop it first (these curves need the machine to themselves)"
+fi
+
+free_port () {
+    "${PYTHON:-python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+        2>/dev/null || echo 5599
+}
+ECHO=tcp://127.0.0.1:$(free_port)
+
+rm -rf "$OUT"
+mkdir -p "$OUT" || die "cannot create $OUT"
+
+SERVER_PID=
+ECHO_PID=
+cleanup () {
+    for pid in $ECHO_PID $SERVER_PID; do
+        kill -TERM "$pid" 2>/dev/null
+    done
+    for pid in $ECHO_PID $SERVER_PID; do
+        wait "$pid" 2>/dev/null
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "curves: sigserve --config $CONFIG on $ENDPOINT (model $MODEL), echo floor on $ECHO"
+"$BUILD/sigserve" --config "$CONFIG" --log-level warn >"$OUT/sigserve.log" 2>&1 &
+SERVER_PID=$!
+"$BUILD/sigload" --serve-echo "$ECHO" >"$OUT/echo.log" 2>&1 &
+ECHO_PID=$!
+
+ready=0
+for _ in $(seq 1 150); do
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$OUT/sigserve.log" >&2; die "sigserve exited before it was ready"; }
+    if "$BUILD/sigclient" --endpoint "$ENDPOINT" --timeout 200 health >/dev/null 2>&1; then
+        ready=1
+        break
+    fi
+    sleep 0.2
+done
+[ $ready -eq 1 ] || die "sigserve was not ready within 30 s ($OUT/sigserve.log)"
+kill -0 "$ECHO_PID" 2>/dev/null || { cat "$OUT/echo.log" >&2; die "the echo server did not start"; }
+
+start=$(date +%s)
+"$BUILD/sigload" --endpoint "$ENDPOINT" --model "$MODEL" --floor "$ECHO" --rate "$RATES" \
+    --warmup "$WARMUP" --duration "$DURATION" --connections "$CONNECTIONS" --stop-when-saturated \
+    --out "$OUT" | tee "$OUT/summary.md"
+rc=${PIPESTATUS[0]}
+echo "curves: $(( $(date +%s) - start )) s of load; files in $OUT:"
+ls -l "$OUT"
+# Exit 1 from sigload means errors were seen: expected in the saturated step that ends the sweep.
+case $rc in
+    0) ;;
+    1) echo "curves: sigload saw errors (summary.md lists them); at saturation that is expected" ;;
+    *) die "sigload failed (exit $rc)" ;;
+esac
+exit 0
