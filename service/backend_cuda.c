@@ -240,6 +240,11 @@ static sig_status_t s_cuda_infer (backend_model_t *m, const float *in, uint32_t 
                        m->name, m->device);
         return SIG_UNAVAILABLE;
     }
+    /* Models of one server may sit on different devices: launches need this model's device
+     * current on the serving thread (a thread-local setting, no system call). */
+    cudaError_t e = cudaSetDevice (m->device);
+    if (e != cudaSuccess)
+        return s_fail (m, e, "set device", err, errlen);
     memcpy (m->h_in, in, (size_t) rows * m->input_size * sizeof (float));
     int rc = cuda_model_enqueue (m, CUDA_RUN_END_TO_END, m->graph, rows, m->h_in, m->h_out);
     if (rc != 0)

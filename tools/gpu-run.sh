@@ -12,13 +12,15 @@ export BUILD=${BUILD:-.gpubuild}
 ITER=${ITER:-20000}
 summary="$OUT/summary.txt"
 : >"$summary"
+LOGS="$OUT/logs"
+mkdir -p "$LOGS"
 step () {   # step NAME COMMAND...: runs, logs to $OUT/NAME.log, notes the result
     name=$1; shift
     start=$(date +%s)
-    "$@" >"$OUT/$name.log" 2>&1
+    "$@" >"$LOGS/$name.log" 2>&1
     rc=$?
     printf '%-22s rc=%-3s %4ss  %s\n' "$name" "$rc" "$(( $(date +%s) - start ))" \
-        "$(grep -E '^[0-9]+%: Checks|passed, [0-9]+ failed|^SKIP' "$OUT/$name.log" | tail -n 1)" >>"$summary"
+        "$(grep -E '^[0-9]+%: Checks|passed, [0-9]+ failed|^SKIP|^saturated' "$LOGS/$name.log" | tail -n 1)" >>"$summary"
 }
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -n 2;
   uname -r; nproc; grep -m1 'model name' /proc/cpuinfo; date -u; } >"$OUT/env.txt" 2>&1
@@ -52,4 +54,41 @@ if [ "${ROUNDTRIP:-0}" = 1 ]; then   # sigclient round trips on loopback, CPU an
         kill -TERM $pid; wait $pid
     done
 fi
-echo; cat "$OUT/env.txt"; echo; grep -h -A12 "^### Kernel-only\|^### End-to-end\|^### Empty" "$OUT/bench.log"; grep -h "round_trip_us\|server_us" "$OUT"/roundtrip_*.log 2>/dev/null; echo; cat "$summary"
+# Latency curves (issue 4): the echo floor and a rate sweep to saturation, one sigserve on the CPU
+# backend, one on CUDA, and four CPU sigserve processes on four endpoints (one loop per core pair).
+if [ "${CURVES:-0}" = 1 ]; then
+    mkdir -p "$OUT/curves"
+    taskset -c 6,7 $BUILD/sigload --serve-echo tcp://127.0.0.1:56000 >"$LOGS/echo.log" 2>&1 & echo_pid=$!
+    run_curve () {   # run_curve NAME RATES ENDPOINT...
+        name=$1 rates=$2; shift 2
+        eps=""; for e in "$@"; do eps="$eps --endpoint $e"; done
+        step "curves_$name" taskset -c 8-15 $BUILD/sigload $eps --model tick_mlp --floor tcp://127.0.0.1:56000 \
+            --rate "$rates" --warmup 1 --duration 3 --connections 8 --stop-when-saturated --out "$OUT/curves/$name"
+    }
+    for b in cpu cuda; do
+        sed -e "s|\"backend\": \"auto\"|\"backend\": \"$b\"|" -e "s|\"../build/models|\"$PWD/$BUILD/models|" \
+            -e 's|"log_level": "info"|"log_level": "warn"|' config/sigserve.json >"/tmp/cv_$b.json"
+        taskset -c 2,3 $BUILD/sigserve --config "/tmp/cv_$b.json" >"$LOGS/sigserve_$b.log" 2>&1 & pid=$!
+        sleep 3
+        run_curve "$b" 1k,10k,20k,40k,60k,80k,100k,120k,150k,200k tcp://127.0.0.1:5555
+        kill -TERM $pid; wait $pid
+    done
+    pids=""
+    for i in 0 1 2 3; do
+        sed -e "s|\"backend\": \"auto\"|\"backend\": \"cpu\"|" -e "s|\"../build/models|\"$PWD/$BUILD/models|" \
+            -e 's|"log_level": "info"|"log_level": "warn"|' -e "s|127.0.0.1:5555|127.0.0.1:556$i|" \
+            config/sigserve.json >"/tmp/cv4_$i.json"
+        taskset -c $((i * 2)),$((i * 2 + 1)) $BUILD/sigserve --config "/tmp/cv4_$i.json" >"$LOGS/sigserve4_$i.log" 2>&1 &
+        pids="$pids $!"
+    done
+    sleep 3
+    run_curve cpu4 10k,50k,100k,150k,200k,250k,300k,400k tcp://127.0.0.1:5560 tcp://127.0.0.1:5561 \
+        tcp://127.0.0.1:5562 tcp://127.0.0.1:5563
+    kill -TERM $pids; wait $pids
+    kill -TERM $echo_pid; wait $echo_pid
+    tar czf "$OUT/curves.tgz" -C "$OUT" curves && rm -rf "$OUT/curves"
+fi
+tar czf "$OUT/logs.tgz" -C "$OUT" logs
+echo; cat "$OUT/env.txt"; echo; grep -h -A20 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log"; grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
+for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo; cat "$summary"
+rm -rf "$LOGS"
