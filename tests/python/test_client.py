@@ -14,12 +14,10 @@ float32 cancellation, not correctness).
 """
 import json
 import math
-import operator
 import os
 import random
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -32,6 +30,7 @@ from array import array
 import zmq
 
 import sigclient
+from reference import f32, forward, free_port, load_model, rel_error, run_in_order
 from sigclient import (BadRequest, BadShape, BadValue, DeadlineExceeded, InferResult, InternalError, Overloaded,
                        ProtocolError, ServerError, SigClient, SigServeError, Status, Timeout, Unavailable,
                        UnknownModel)
@@ -95,65 +94,8 @@ def write_safetensors(path, tensors):
             f.write(data)
 
 
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_len,) = struct.unpack_from("<Q", data, 0)
-    header = json.loads(data[8:8 + header_len].decode("utf-8"))
-    base = 8 + header_len
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", f"{path}: {name}: {info['dtype']}"
-        begin, end = info["data_offsets"]
-        count = math.prod(info["shape"])
-        assert end - begin == 4 * count
-        tensors[name] = (info["shape"], struct.unpack_from(f"<{count}f", data, base + begin))
-    return tensors
-
-
-def load_model(path, layers):
-    tensors = load_safetensors(path)
-    chain = []
-    for weight, bias, act in layers:
-        (out_size, in_size), w = tensors[weight]
-        chain.append(([w[o * in_size:(o + 1) * in_size] for o in range(out_size)], tensors[bias][1], act))
-    return chain
-
-
-def forward(chain, features, rows):
-    in_size = len(chain[0][0][0])
-    outputs = []
-    for r in range(rows):
-        x = features[r * in_size:(r + 1) * in_size]
-        for w, b, act in chain:
-            y = [sum(map(operator.mul, row, x)) + bias for row, bias in zip(w, b)]
-            if act == "relu":
-                y = [v if v > 0.0 else 0.0 for v in y]
-            elif act == "tanh":
-                y = [math.tanh(v) for v in y]
-            x = y
-        outputs.extend(x)
-    return outputs
-
-
-def f32(values):
-    return list(struct.unpack(f"<{len(values)}f", struct.pack(f"<{len(values)}f", *values)))
-
-
 def random_features(n, scale=2.0):
     return f32([rng.uniform(-scale, scale) for _ in range(n)])
-
-
-def rel_error(got, ref):
-    if len(got) != len(ref):
-        return math.inf
-    if any(math.isnan(a) for a in got):
-        return math.inf
-    num = sum((a - b) ** 2 for a, b in zip(got, ref))
-    den = sum(b * b for b in ref)
-    return math.sqrt(num / den) if den else math.sqrt(num)
 
 
 class Pool:
@@ -173,12 +115,6 @@ class Pool:
 
 
 # ---- the server ----
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def server_log_text():
     try:
@@ -724,34 +660,13 @@ class Test9Shutdown(unittest.TestCase):
         self.assertEqual(rc, 0, server_log_text())
 
 
-class CountingResult(unittest.TextTestResult):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.passed = 0
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self.passed += 1
-
-
 def main():
-    loader = unittest.TestLoader()
-    suite = unittest.TestSuite()
-    for cls in (Test1Infer, Test2Errors, Test3Pipelined, Test4HealthModels, Test5Timeouts, Test6Deadline,
-                Test7Lifetime, Test9Shutdown):      # in this order: the last one stops the server
-        suite.addTests(loader.loadTestsFromTestCase(cls))
-    t0 = time.monotonic()
-    result = None
     try:
-        runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=2, resultclass=CountingResult)
-        result = runner.run(suite)
+        # In this order: the last one stops the server.
+        return run_in_order((Test1Infer, Test2Errors, Test3Pipelined, Test4HealthModels, Test5Timeouts, Test6Deadline,
+                Test7Lifetime, Test9Shutdown))
     finally:
         tearDownModule()    # also when interrupted; unittest calls it too, and twice is harmless
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    sys.stdout.flush()
-    print(f"test_client: {time.monotonic() - t0:.1f} s", flush=True)
-    print(f"{result.passed} passed, {failed} failed", flush=True)
-    return 0 if failed == 0 and result.passed > 0 else 1
 
 
 if __name__ == "__main__":

@@ -14,13 +14,10 @@ random inputs would miss a 1e-5 bound on their own); the norm over 8 outputs is 
 """
 import json
 import math
-import operator
 import os
 import random
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -30,6 +27,7 @@ import unittest
 import zmq
 
 import signal_pb2 as pb
+from reference import f32, forward, free_port, load_model, rel_error, run_in_order
 
 BUILD = os.path.abspath(os.environ.get("BUILD", "build"))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -74,80 +72,11 @@ model = None            # [(weight rows, bias, activation)]
 
 # ---- the float64 reference, from the safetensors file ----
 
-def load_safetensors(path):
-    """{name: (shape, tuple of floats)} for an F32 safetensors file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_len,) = struct.unpack_from("<Q", data, 0)
-    header = json.loads(data[8:8 + header_len].decode("utf-8"))
-    base = 8 + header_len
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] != "F32":
-            raise ValueError(f"{path}: {name}: dtype {info['dtype']}, expected F32")
-        begin, end = info["data_offsets"]
-        count = math.prod(info["shape"])
-        if end - begin != 4 * count or base + end > len(data):
-            raise ValueError(f"{path}: {name}: bad data_offsets {info['data_offsets']}")
-        tensors[name] = (info["shape"], struct.unpack_from(f"<{count}f", data, base + begin))
-    return tensors
-
-
-def load_model(path, layers):
-    tensors = load_safetensors(path)
-    chain = []
-    for weight, bias, act in layers:
-        (out_size, in_size), w = tensors[weight]
-        rows = [w[o * in_size:(o + 1) * in_size] for o in range(out_size)]
-        b = tensors[bias][1] if bias else (0.0,) * out_size
-        chain.append((rows, b, act))
-    return chain
-
-
-def forward(chain, features, rows):
-    in_size = len(chain[0][0][0])
-    outputs = []
-    for r in range(rows):
-        x = features[r * in_size:(r + 1) * in_size]
-        for w, b, act in chain:
-            y = [sum(map(operator.mul, row, x)) + bias for row, bias in zip(w, b)]
-            if act == "relu":
-                y = [v if v > 0.0 else 0.0 for v in y]
-            elif act == "tanh":
-                y = [math.tanh(v) for v in y]
-            elif act == "sigmoid":
-                y = [1.0 / (1.0 + math.exp(-v)) for v in y]
-            x = y
-        outputs.extend(x)
-    return outputs
-
-
-def f32(values):
-    """The values rounded to float32 (what goes on the wire), as Python floats."""
-    return list(struct.unpack(f"<{len(values)}f", struct.pack(f"<{len(values)}f", *values)))
-
-
 def random_features(n):
     return f32([rng.uniform(-2.0, 2.0) for _ in range(n)])
 
 
-def rel_error(got, ref):
-    num = sum((a - b) ** 2 for a, b in zip(got, ref))
-    den = sum(b * b for b in ref)
-    if any(math.isnan(a) for a in got):
-        return math.inf
-    return math.sqrt(num / den) if den else math.sqrt(num)
-
-
 # ---- the wire ----
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def new_socket(kind, timeout_ms=5000):
     s = ctx.socket(kind)
@@ -460,27 +389,8 @@ class Test3Shutdown(unittest.TestCase):
         self.assertEqual(rc, 0, server_log_text())
 
 
-class CountingResult(unittest.TextTestResult):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.passed = 0
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self.passed += 1
-
-
 def main():
-    loader = unittest.TestLoader()
-    suite = unittest.TestSuite()
-    for cls in (Test1Wire, Test2Cli, Test3Shutdown):    # in this order: the last one stops the server
-        suite.addTests(loader.loadTestsFromTestCase(cls))
-    runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=2, resultclass=CountingResult)
-    result = runner.run(suite)
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    sys.stdout.flush()
-    print(f"{result.passed} passed, {failed} failed", flush=True)
-    return 0 if failed == 0 and result.passed > 0 else 1
+    return run_in_order((Test1Wire, Test2Cli, Test3Shutdown))    # in this order: the last one stops the server
 
 
 if __name__ == "__main__":
