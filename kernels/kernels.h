@@ -40,7 +40,9 @@ int sig_bias_act (const float *b, float *y, uint32_t out, uint32_t rows, int act
 /* fused: the whole MLP in one launch, a thread-block cluster whose blocks split each layer's outputs
  * and meet at a cluster barrier between layers. The network description lives in device memory
  * (written once at load), so nothing about the model is frozen into a captured launch but the
- * pointer to it. Activations between layers go through `scratch` (2 x rows x widest floats). */
+ * pointer to it. Activations between layers go through `scratch` (2 x rows x widest floats), except
+ * on the register path (small nets, see `fast`): weights loaded into registers once, activations
+ * through distributed shared memory, scratch untouched. */
 #define SIG_FUSED_MAX_LAYERS 16
 typedef struct {
     const float *w;     /* row-major [out][in], like warp */
@@ -51,6 +53,7 @@ typedef struct {
 typedef struct {
     uint32_t layer_count;
     uint32_t widest;    /* max over every layer's in and out */
+    uint32_t fast;      /* filled by sig_fused_net_validate: 1 = the shape allows the register path */
     sig_fused_layer_t layers[SIG_FUSED_MAX_LAYERS];
 } sig_fused_net_t;
 /* NET points to device memory holding a sig_fused_net_t. */
@@ -61,8 +64,13 @@ int sig_fused_supported (int device);
 /* Host-side check of a descriptor (in host memory) before it is uploaded: 1..SIG_FUSED_MAX_LAYERS
  * layers, every in/out in 1..widest, each layer's in = the previous layer's out, non-NULL w and b,
  * max_rows x widest < 2^32. 0 (cudaSuccess) or cudaErrorInvalidValue. The kernel makes the same
- * checks and, on a bad descriptor, returns without writing y. */
-int sig_fused_net_validate (const sig_fused_net_t *net, uint32_t max_rows);
+ * checks and, on a bad descriptor, returns without writing y.
+ * It also fills NET->fast (0 when the descriptor is bad): 1 when every layer's share of the weights
+ * fits the kernel's register path (weights loaded once into registers, activations passed through
+ * distributed shared memory), 0 otherwise. The kernel takes that path only when fast is 1, its own
+ * check of the shape agrees, and the launch's rows x every layer's in fits its shared buffers; so
+ * a caller may set fast = 0 after validating to force the general path (e.g. to compare them). */
+int sig_fused_net_validate (sig_fused_net_t *net, uint32_t max_rows);
 
 /* An empty kernel, for the launch-overhead table. */
 int sig_empty_kernel (cudaStream_t stream);

@@ -11,8 +11,8 @@ done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libgcc_s
 du -sh .devlibs
 # The binaries and the demo weights alone (not the objects): what tools/gpu-run.sh runs, as BUILD.
 rm -rf .gpubuild && mkdir -p .gpubuild/tests .gpubuild/models
-cp build/sigserve build/sigclient build/sigbench .gpubuild/
+cp build/sigserve build/sigclient build/sigbench build/sigload .gpubuild/
 cp build/models/tick_mlp.safetensors .gpubuild/models/
 for t in build/tests/test_*; do case "$t" in *.log) ;; *) cp "$t" .gpubuild/tests/;; esac; done
-strip --strip-debug .gpubuild/sigserve .gpubuild/sigclient .gpubuild/sigbench .gpubuild/tests/* .devlibs/*
+strip --strip-debug .gpubuild/sigserve .gpubuild/sigclient .gpubuild/sigbench .gpubuild/sigload .gpubuild/tests/* .devlibs/*
 du -sh .gpubuild .devlibs
