@@ -38,7 +38,7 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     step memcheck compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4
 fi
-step bench $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER"
+[ "${BENCH:-1}" = 1 ] && step bench $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER"
 if [ "${WAITS:-0}" = 1 ]; then
     for w in yield block; do
         step "bench_$w" $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER" --wait $w
@@ -70,7 +70,7 @@ if [ "${CURVES:-0}" = 1 ]; then
             -e 's|"log_level": "info"|"log_level": "warn"|' config/sigserve.json >"/tmp/cv_$b.json"
         taskset -c 2,3 $BUILD/sigserve --config "/tmp/cv_$b.json" >"$LOGS/sigserve_$b.log" 2>&1 & pid=$!
         sleep 3
-        run_curve "$b" 1k,10k,20k,40k,60k,80k,100k,120k,150k,200k tcp://127.0.0.1:5555
+        run_curve "$b" "${CURVE_RATES:-10k,20k,40k,60k,80k,100k,120k,150k,200k}" tcp://127.0.0.1:5555
         kill -TERM $pid; wait $pid
     done
     pids=""
@@ -89,6 +89,6 @@ if [ "${CURVES:-0}" = 1 ]; then
     tar czf "$OUT/curves.tgz" -C "$OUT" curves && rm -rf "$OUT/curves"
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
-echo; cat "$OUT/env.txt"; echo; grep -h -A20 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log"; grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
+echo; cat "$OUT/env.txt"; echo; [ -f "$LOGS/bench.log" ] && grep -h -A20 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log"; grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
 for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo; cat "$summary"
 rm -rf "$LOGS"
