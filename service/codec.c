@@ -102,10 +102,6 @@ sig_status_t codec_decode_request (codec_t *self, const void *payload, size_t le
         snprintf (err, errlen, "body: not set; expected one of infer, health, list_models");
         return SIG_BAD_REQUEST;
     }
-    if (req->body_case == SIGSERVE__V1__REQUEST__BODY_INFER && !req->infer->model) {
-        snprintf (err, errlen, "infer.model: missing");
-        return SIG_BAD_REQUEST;
-    }
     *request = req;
     return SIG_OK;
 }

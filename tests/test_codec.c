@@ -3,22 +3,12 @@
 #include "testutil.h"
 
 #include <check.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-static size_t s_pack_infer (uint8_t *buf, const char *model, const float *f, size_t n, uint32_t rows, uint64_t id)
-{
-    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
-    inf.request_id = id;
-    inf.model = (char *) model;
-    inf.features = (float *) f;
-    inf.n_features = n;
-    inf.rows = rows;
-    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
-    req.infer = &inf;
-    return sigserve__v1__request__pack (&req, buf);
-}
+/* Every caller's buffer holds the request (the largest: max_message_bytes). */
+#define s_pack_infer(buf, model, f, n, rows, id) tu_pack_infer ((buf), SIZE_MAX, (model), (f), (n), (rows), (id), 0)
 
 START_TEST (decodes_infer_request)
 {

@@ -43,21 +43,10 @@ static void *s_socket (int type, const char *endpoint, int timeout_ms)
 static void s_send_infer (void *sock, const char *model, const float *f, size_t n, uint32_t rows, uint64_t id,
                           uint32_t deadline_us)
 {
-    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
-    inf.request_id = id;
-    inf.model = (char *) model;
-    inf.features = (float *) f;
-    inf.n_features = n;
-    inf.rows = rows;
-    inf.deadline_us = deadline_us;
-    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
-    req.infer = &inf;
-    size_t len = sigserve__v1__request__get_packed_size (&req);
-    uint8_t *buf = malloc (len + 1);
-    sigserve__v1__request__pack (&req, buf);
+    static uint8_t buf[1 << 20];   /* larger than any request a test sends (oversized ones included) */
+    size_t len = tu_pack_infer (buf, sizeof buf, model, f, n, rows, id, deadline_us);
+    ck_assert_uint_gt (len, 0);
     ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
-    free (buf);
 }
 
 /* The next reply, or NULL on timeout. */
@@ -458,15 +447,8 @@ static void *s_pipe_client (void *arg)
     uint8_t buf[4096];
     for (int i = 0; i < PIPE_REQUESTS; i++) {
         uint64_t id = ((uint64_t) job->index << 32) | (uint64_t) i;
-        Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-        Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
-        inf.request_id = id;
-        inf.model = (char *) "tick_mlp";
-        inf.features = s_pipe_in[(i + job->index) % PIPE_VECTORS];
-        inf.n_features = 512;
-        req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
-        req.infer = &inf;
-        size_t len = sigserve__v1__request__pack (&req, buf);
+        size_t len = tu_pack_infer (buf, sizeof buf, "tick_mlp", s_pipe_in[(i + job->index) % PIPE_VECTORS], 512, 0,
+                                    id, 0);
         zmq_send (s, buf, len, 0);
     }
     job->ok = 1;

@@ -165,3 +165,21 @@ int tu_remove_tree (const char *dir)
 {
     return nftw (dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *features, size_t n, uint32_t rows,
+                      uint64_t request_id, uint32_t deadline_us)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
+    inf.request_id = request_id;
+    inf.model = (char *) model;
+    inf.features = (float *) features;
+    inf.n_features = n;
+    inf.rows = rows;
+    inf.deadline_us = deadline_us;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+    req.infer = &inf;
+    if (sigserve__v1__request__get_packed_size (&req) > cap)
+        return 0;
+    return sigserve__v1__request__pack (&req, buf);
+}

@@ -23,6 +23,10 @@ pid_t tu_server_start (const char *config_path, const char *endpoint, int timeou
 /* SIGTERM then wait; returns the exit status (or -1). */
 int tu_server_stop (pid_t pid);
 
+/* Packs an InferRequest into BUF (CAP bytes); the packed size, or 0 when it does not fit. */
+size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *features, size_t n, uint32_t rows,
+                      uint64_t request_id, uint32_t deadline_us);
+
 /* Runs SUITE (Check's default fork mode unless CK_FORK says otherwise); the process exit code. */
 struct Suite;
 int tu_run_suite (struct Suite *suite);
