@@ -9,7 +9,7 @@ PKGS     := libzmq libprotobuf-c libcjson
 OPT      ?= -O3
 SAN      ?=
 CFLAGS   := -std=gnu11 $(OPT) -g -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-psabi -MMD -MP \
-            -Iservice -Iclients -I$(BUILD)/gen $(SAN) \
+            -Icommon -Iservice -Isupport -Iclients -I$(BUILD)/gen $(SAN) \
             $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -lpthread -lm
 LDFLAGS  := $(SAN)
@@ -33,20 +33,29 @@ endif
 PROTO_C  := $(BUILD)/gen/signal.pb-c.c
 PROTO_H  := $(BUILD)/gen/signal.pb-c.h
 PROTO_PY := $(BUILD)/gen/py/signal_pb2.py
+PROTO_OBJ := $(BUILD)/obj/gen/signal.pb-c.o
 
+# Four libraries: common/ (what clients and server share), libsigcore (the server), support/
+# (test and tool support: the float64 reference, random weights, the safetensors writer) and
+# libsigclient. The client tools link libsigclient and common only: no config loader, safetensors
+# reader or cJSON in them.
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+COMMON_OBJ  := $(call obj,$(wildcard common/*.c))
+SUPPORT_OBJ := $(call obj,$(wildcard support/*.c))
 CORE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
 ifneq ($(HAVE_CUDA),1)
   CORE_SRC := $(filter-out service/backend_cuda.c,$(CORE_SRC))
 endif
-CORE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC)) $(BUILD)/obj/gen/signal.pb-c.o $(CU_OBJ)
-CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/gen/signal.pb-c.o \
-              $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard clients/histogram.c))
-SIGLOAD  := $(if $(wildcard clients/sigload.c),$(BUILD)/sigload)
+CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ)
+CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(PROTO_OBJ)
+HISTOGRAM_OBJ := $(BUILD)/obj/clients/histogram.o
+SIGLOAD_OBJ := $(call obj,$(or $(wildcard clients/sigload/*.c),$(wildcard clients/sigload.c))) $(HISTOGRAM_OBJ)
+CLIENT_LIBS := $(shell pkg-config --libs libzmq libprotobuf-c 2>/dev/null) -lpthread -lm
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
-BINS     := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/libsigcore.a $(BUILD)/libsigclient.a \
-            $(BUILD)/libsigclient.so $(TOOLS) $(SIGLOAD)
+LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a
+BINS     := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS)
 DEMO     := $(BUILD)/models/tick_mlp.safetensors
 
 .PHONY: all deps run test check asan test-asan bench curves clean
@@ -88,7 +97,8 @@ asan:
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT=-O1 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all' check
 
-$(PROTO_C) $(PROTO_H): proto/signal.proto
+# One run of protoc-c makes both files (a grouped target), so it runs once.
+$(PROTO_C) $(PROTO_H) &: proto/signal.proto
 	@mkdir -p $(BUILD)/gen
 	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/signal.proto
 
@@ -109,29 +119,30 @@ $(BUILD)/obj/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/libsigcore.a: $(CORE_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
-
+$(BUILD)/libsigcommon.a: $(COMMON_OBJ)
+$(BUILD)/libsigsupport.a: $(SUPPORT_OBJ)
 $(BUILD)/libsigclient.a: $(CLIENT_OBJ)
+$(LIBS):
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/libsigclient.so: $(CLIENT_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libzmq libprotobuf-c 2>/dev/null)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
-$(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a
+$(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a
+$(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
+
+$(BUILD)/sigload: $(SIGLOAD_OBJ) $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
+
+$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/sigload: $(BUILD)/obj/clients/sigload.o $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigcore.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(HISTOGRAM_OBJ) $(BUILD)/libsigsupport.a \
+                  $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
@@ -145,5 +156,8 @@ $(DEMO): $(BUILD)/gen_demo_weights
 
 clean:
 	rm -rf $(BUILD)
+
+# Targets of one concern each (fuzzing, deployment, installation) live in mk/.
+include $(wildcard mk/*.mk)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,9 +1,10 @@
 /* sigclient: one-shot requests to sigserve from a shell (infer, health, models).
  * Exit codes: 0 ok, 1 the server answered with an error status or is not ready, 2 usage or input error,
  * 3 timeout, transport or protocol error. */
+#include "rng.h"
 #include "sigclient.h"
 #include "latency.h"
-#include "model.h"
+#include "weights.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
 #define SIGSERVE_BACKEND_H
 
 #include "config.h"
-#include "model.h"
+#include "weights.h"
 #include "status.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -16,7 +16,7 @@ typedef struct {
     const char *name;   /* "cpu", "cuda" */
     /* Builds a ready-to-serve model: weights in the backend's layout, buffers for up to
      * cfg->max_rows rows, warmed. NULL with ERR on failure. Nothing is allocated later. */
-    backend_model_t *(*load) (const model_weights_t *w, const model_config_t *cfg, char *err, size_t errlen);
+    backend_model_t *(*load) (const weights_t *w, const model_config_t *cfg, char *err, size_t errlen);
     /* IN: rows x input_size; OUT: rows x output_size; 1 <= rows <= max_rows.
      * SIG_OK, or SIG_INTERNAL / SIG_UNAVAILABLE with a message in ERR. */
     sig_status_t (*infer) (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);

@@ -173,7 +173,7 @@ static void s_warn_generic_openblas (void)
                   __builtin_cpu_supports ("avx512f") ? "SkylakeX" : "Haswell");
 }
 
-static backend_model_t *s_cpu_load (const model_weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
+static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
 {
     backend_model_t *m = calloc (1, sizeof *m);
     if (!m)

@@ -344,7 +344,7 @@ static cudaError_t s_upload_fused_net (backend_model_t *m)
     return e != cudaSuccess ? e : cudaMemcpy (m->d_net, &net, sizeof net, cudaMemcpyHostToDevice);
 }
 
-static cudaError_t s_allocate (backend_model_t *m, const model_weights_t *w)
+static cudaError_t s_allocate (backend_model_t *m, const weights_t *w)
 {
     size_t in_bytes = (size_t) m->max_rows * m->input_size * sizeof (float);
     size_t out_bytes = (size_t) m->max_rows * m->output_size * sizeof (float);
@@ -393,7 +393,7 @@ static cudaError_t s_allocate (backend_model_t *m, const model_weights_t *w)
     return cudaSuccess;
 }
 
-static backend_model_t *s_cuda_load (const model_weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
+static backend_model_t *s_cuda_load (const weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
 {
     int count = 0;
     char why[256];

@@ -59,7 +59,7 @@ static int s_model_load (model_t *m, const model_config_t *cfg, uint32_t max_mes
     m->iface = backend_resolve (cfg, err, errlen);
     if (!m->iface)
         return -1;
-    model_weights_t *w = model_weights_load (cfg, err, errlen);
+    weights_t *w = weights_load (cfg, err, errlen);
     if (!w)
         return -1;
     /* A request of max_rows rows that ZeroMQ would drop for its size could never be answered. */
@@ -70,14 +70,14 @@ static int s_model_load (model_t *m, const model_config_t *cfg, uint32_t max_mes
                   "bytes, over server.max_message_bytes (%u); lower max_rows to %llu or raise max_message_bytes",
                   cfg->name, cfg->max_rows, w->input_size, (unsigned long long) need, max_message_bytes,
                   (unsigned long long) fit);
-        model_weights_destroy (&w);
+        weights_destroy (&w);
         return -1;
     }
     m->input_size = w->input_size;
     m->output_size = w->output_size;
     m->max_rows = cfg->max_rows;
     m->impl = m->iface->load (w, cfg, err, errlen);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
     if (!m->impl)
         return -1;
     m->available = true;

@@ -1,5 +1,6 @@
 #include "server.h"
 
+#include "clock.h"
 #include "codec.h"
 #include "log.h"
 
@@ -42,13 +43,6 @@ struct _server_t {
     Sigserve__V1__ModelInfo *info_ptrs[CONFIG_MAX_MODELS];
     server_stats_t stats;
 };
-
-static uint64_t s_now_ns (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 static void s_fill_model_infos (server_t *self)
 {
@@ -163,7 +157,7 @@ static int s_recv_one (void *socket, slot_t *slot)
         if (zmq_msg_recv (f, socket, flags) < 0)
             return slot->nframes > 0;   /* EAGAIN on the first frame: nothing waiting */
         if (slot->nframes == 0)
-            slot->t_recv = s_now_ns ();
+            slot->t_recv = clock_now_ns ();
         if (slot->nframes < MAX_FRAMES)
             slot->nframes++;
         else
@@ -247,7 +241,7 @@ static void s_handle_infer (server_t *self, const Sigserve__V1__InferRequest *re
     uint32_t rows = 0;
     rep->request_id = req->request_id;
     sig_status_t st = s_check_infer (self, req, &m, &rows);
-    uint64_t t_start = s_now_ns ();
+    uint64_t t_start = clock_now_ns ();
     rep->queue_ns = t_start - slot->t_recv;
     if (st == SIG_OK && req->deadline_us && rep->queue_ns > (uint64_t) req->deadline_us * 1000) {
         snprintf (self->error, ERROR_MAX, "deadline_us: the request waited %.1f us, past its deadline of %u us; "
@@ -258,7 +252,7 @@ static void s_handle_infer (server_t *self, const Sigserve__V1__InferRequest *re
         rep->model_version = (char *) model_version (m);
     if (st == SIG_OK) {
         st = model_infer (m, req->features, rows, self->outputs, self->error, ERROR_MAX);
-        uint64_t t_end = s_now_ns ();
+        uint64_t t_end = clock_now_ns ();
         rep->compute_ns = t_end - t_start;
         if (st == SIG_OK) {
             rep->outputs = self->outputs;
@@ -293,7 +287,7 @@ static void s_handle (server_t *self, slot_t *slot)
         reply.infer = &infer;
         infer.status = (Sigserve__V1__Status) st;
         infer.error = self->error;
-        infer.queue_ns = s_now_ns () - slot->t_recv;
+        infer.queue_ns = clock_now_ns () - slot->t_recv;
         self->stats.by_status[st]++;
     } else if (req->body_case == SIGSERVE__V1__REQUEST__BODY_INFER) {
         reply.body_case = SIGSERVE__V1__REPLY__BODY_INFER;
@@ -315,7 +309,7 @@ static void s_handle (server_t *self, slot_t *slot)
         list.models = self->info_ptrs;
     }
     if (reply.body_case == SIGSERVE__V1__REPLY__BODY_INFER)
-        infer.server_ns = s_now_ns () - slot->t_recv;
+        infer.server_ns = clock_now_ns () - slot->t_recv;
     size_t len = codec_encode_reply (&reply, self->reply_buf, self->reply_cap);
     if (len == 0) {
         /* Cannot happen with the buffer sized at start; answer rather than go silent. */
@@ -359,7 +353,7 @@ static size_t s_serve_queue (server_t *self)
 {
     size_t served = 0;
     s_top_up (self);
-    uint64_t last_top_up = s_now_ns ();
+    uint64_t last_top_up = clock_now_ns ();
     while (self->queued > 0) {
         slot_t *slot = &self->slots[self->head];
         s_handle (self, slot);
@@ -367,7 +361,7 @@ static size_t s_serve_queue (server_t *self)
         self->head = (self->head + 1) % self->cfg->queue_depth;
         self->queued--;
         served++;
-        uint64_t now = s_now_ns ();
+        uint64_t now = clock_now_ns ();
         if (self->queued > 0 && now - last_top_up >= TOP_UP_NS) {
             s_top_up (self);
             last_top_up = now;
@@ -394,9 +388,9 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
     }
     /* Stopping: answer what has already arrived (including what ZeroMQ's I/O thread is still
      * handing over) until the sockets stay quiet for 10 ms, for up to a second. */
-    uint64_t until = s_now_ns () + DRAIN_NS;
+    uint64_t until = clock_now_ns () + DRAIN_NS;
     size_t drained = 0;
-    while (s_now_ns () < until) {
+    while (clock_now_ns () < until) {
         size_t n = s_serve_queue (self);
         drained += n;
         if (n == 0 && zmq_poll (self->poll, (int) self->socket_count, 10) <= 0)

@@ -8,8 +8,11 @@
  * (float32 rounding in a 512-term dot product is about 1e-8 absolute, so a relative bound of 1e-5
  * fails for |output| < ~1e-3, about 1% of random inputs). The norm over 4 or more outputs is not. */
 #define _GNU_SOURCE
+#include "rng.h"
+#include "st_write.h"
+#include "reference.h"
 #include "config.h"
-#include "model.h"
+#include "weights.h"
 #include "safetensors.h"
 #include "sigclient.h"
 #include "signal.pb-c.h"
@@ -38,7 +41,7 @@ static char s_endpoint[2][128];
 static char s_dead_endpoint[128];   /* a port nobody listens on */
 static pid_t s_server = -1;
 static config_t *s_cfg;
-static model_weights_t *s_tick, *s_odd;
+static weights_t *s_tick, *s_odd;
 static uint64_t s_seed, s_seed0;   /* s_seed0: the printed seed; every test starts from it */
 static sigclient_t *s_client;       /* per test (checked fixture): connected to both endpoints */
 
@@ -57,7 +60,7 @@ static void s_random (float *f, size_t n)
         f[i] = rng_uniform (&s_seed, -2.0f, 2.0f);
 }
 
-static const model_weights_t *s_weights (const char *model)
+static const weights_t *s_weights (const char *model)
 {
     return strcmp (model, "odd") == 0 ? s_odd : s_tick;
 }
@@ -69,7 +72,7 @@ typedef struct {
     size_t n, cap;
 } collected_t;
 
-static void s_collect (collected_t *c, const model_weights_t *w, const float *in, uint32_t rows, const float *out,
+static void s_collect (collected_t *c, const weights_t *w, const float *in, uint32_t rows, const float *out,
                        size_t n_out)
 {
     ck_assert_uint_eq (n_out, (size_t) rows * w->output_size);
@@ -80,7 +83,7 @@ static void s_collect (collected_t *c, const model_weights_t *w, const float *in
         ck_assert (c->out && c->ref);
     }
     memcpy (c->out + c->n, out, n_out * sizeof *out);
-    ck_assert_int_eq (model_reference_forward (w, in, rows, c->ref + c->n), 0);
+    ck_assert_int_eq (reference_forward (w, in, rows, c->ref + c->n), 0);
     c->n += n_out;
 }
 
@@ -105,7 +108,7 @@ static sigclient_t *s_new_client (const char *endpoint, int timeout_ms)
 
 static void s_write_weights (const char *file, const uint32_t *sizes, const activation_t *acts, uint64_t seed)
 {
-    model_weights_t *w = model_weights_random (sizes, acts, 2, seed);
+    weights_t *w = weights_random (sizes, acts, 2, seed);
     ck_assert_ptr_nonnull (w);
     st_write_tensor_t t[4] = {
         { "a.weight", 2, { sizes[1], sizes[0] }, w->layers[0].weight }, { "a.bias", 1, { sizes[1] }, w->layers[0].bias },
@@ -114,7 +117,7 @@ static void s_write_weights (const char *file, const uint32_t *sizes, const acti
     char path[4200], err[512];
     snprintf (path, sizeof path, "%s/%s", s_dir, file);
     ck_assert_msg (safetensors_write_f32 (path, t, 4, err, sizeof err) == 0, "%s", err);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
 }
 
 static char *s_write_config (const char *name, int port0, int port1)
@@ -158,9 +161,9 @@ static void s_setup (void)
     char err[1024];
     s_cfg = config_load (s_config_path, err, sizeof err);
     ck_assert_msg (s_cfg != NULL, "%s", err);
-    s_tick = model_weights_load (&s_cfg->models[0], err, sizeof err);
+    s_tick = weights_load (&s_cfg->models[0], err, sizeof err);
     ck_assert_msg (s_tick != NULL, "%s", err);
-    s_odd = model_weights_load (&s_cfg->models[1], err, sizeof err);
+    s_odd = weights_load (&s_cfg->models[1], err, sizeof err);
     ck_assert_msg (s_odd != NULL, "%s", err);
     ck_assert_uint_eq (s_tick->input_size, TICK_IN);
     ck_assert_uint_eq (s_tick->output_size, 1);
@@ -173,8 +176,8 @@ static void s_setup (void)
 static void s_teardown (void)
 {
     int rc = tu_server_stop (s_server);
-    model_weights_destroy (&s_tick);
-    model_weights_destroy (&s_odd);
+    weights_destroy (&s_tick);
+    weights_destroy (&s_odd);
     config_destroy (&s_cfg);
     tu_remove_tree (s_dir);
     ck_assert_int_eq (rc, 0);
@@ -212,7 +215,7 @@ static void s_expect_ok_result (const sigclient_result_t *r, uint64_t id, uint32
 /* REQUESTS requests of ROWS rows to MODEL on s_client; outputs compared together. */
 static void s_infer_and_check (const char *model, const char *version, uint32_t rows, int requests, uint64_t *next_id)
 {
-    const model_weights_t *w = s_weights (model);
+    const weights_t *w = s_weights (model);
     collected_t c = { 0 };
     for (int i = 0; i < requests; i++) {
         size_t n = (size_t) rows * w->input_size;

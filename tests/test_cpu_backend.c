@@ -1,6 +1,8 @@
 /* The CPU backend against the float64 reference, on fresh random inputs at irregular shapes. */
+#include "rng.h"
+#include "reference.h"
 #include "backend.h"
-#include "model.h"
+#include "weights.h"
 #include "testutil.h"
 
 #include <check.h>
@@ -31,7 +33,7 @@ static model_config_t s_config (cpu_kernel_t kernel, uint32_t max_rows)
 static double s_worst_error (const uint32_t *sizes, const activation_t *acts, size_t layers, uint32_t rows,
                              cpu_kernel_t kernel)
 {
-    model_weights_t *w = model_weights_random (sizes, acts, layers, rng_next (&s_seed));
+    weights_t *w = weights_random (sizes, acts, layers, rng_next (&s_seed));
     ck_assert_ptr_nonnull (w);
     model_config_t cfg = s_config (kernel, rows + 2);
     char err[256] = "";
@@ -50,7 +52,7 @@ static double s_worst_error (const uint32_t *sizes, const activation_t *acts, si
         ck_assert_int_eq (backend_cpu_iface.infer (m, in, rows, o, err, sizeof err), SIG_OK);
         for (size_t i = 0; i < nout; i++)
             ck_assert_msg (isfinite (o[i]), "output %zu not written", i);
-        model_reference_forward (w, in, rows, ref + round * nout);
+        reference_forward (w, in, rows, ref + round * nout);
     }
     double e = tu_rel_error (out, ref, ROUNDS * nout);
     free (in);
@@ -58,7 +60,7 @@ static double s_worst_error (const uint32_t *sizes, const activation_t *acts, si
     free (ref);
     backend_cpu_iface.destroy (&m);
     ck_assert_ptr_null (m);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
     return e;
 }
 
@@ -105,7 +107,7 @@ START_TEST (kernel_names_and_destroy_twice)
 {
     const uint32_t sizes[] = { 3, 2 };
     const activation_t act = ACTIVATION_NONE;
-    model_weights_t *w = model_weights_random (sizes, &act, 1, 7);
+    weights_t *w = weights_random (sizes, &act, 1, 7);
     char err[256];
     model_config_t cfg = s_config (CPU_KERNEL_BLAS, 1);
     backend_model_t *m = backend_cpu_iface.load (w, &cfg, err, sizeof err);
@@ -113,7 +115,7 @@ START_TEST (kernel_names_and_destroy_twice)
     backend_cpu_iface.destroy (&m);
     backend_cpu_iface.destroy (&m);
     ck_assert_ptr_null (m);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
 }
 END_TEST
 

@@ -3,9 +3,12 @@
  * a lost context; and the real server serving CUDA models over sockets with the same outputs as
  * the CPU backend. Prints "SKIP: <why>" and passes where there is no CUDA build or no device.
  * CUDA does not survive fork(): only the forked tests touch it, never the parent. */
+#include "rng.h"
+#include "st_write.h"
+#include "reference.h"
 #include "backend.h"
 #include "config.h"
-#include "model.h"
+#include "weights.h"
 #include "registry.h"
 #include "safetensors.h"
 #include "signal.pb-c.h"
@@ -42,7 +45,7 @@ static model_config_t s_config (cuda_kernel_t kernel, bool graph, uint32_t max_r
 
 /* Pooled ||out - ref|| / ||ref|| over at least 256 outputs from fresh inputs, each run on poisoned
  * buffers, so an output the kernels never write shows as NaN. */
-static double s_error (backend_model_t *m, const model_weights_t *w, uint32_t rows)
+static double s_error (backend_model_t *m, const weights_t *w, uint32_t rows)
 {
     size_t nin = (size_t) rows * w->input_size, nout = (size_t) rows * w->output_size;
     int rounds = nout >= 64 ? 4 : (int) ((256 + nout - 1) / nout);
@@ -58,7 +61,7 @@ static double s_error (backend_model_t *m, const model_weights_t *w, uint32_t ro
             out[i] = NAN;
         sig_status_t st = backend_cuda_iface.infer (m, in, rows, out, err, sizeof err);
         ck_assert_msg (st == SIG_OK, "infer: %s", err);
-        model_reference_forward (w, in, rows, ref);
+        reference_forward (w, in, rows, ref);
         for (size_t i = 0; i < nout; i++) {
             ck_assert_msg (isfinite (out[i]), "output %zu of %zu not written (rows %u)", i, nout, rows);
             num += ((double) out[i] - ref[i]) * ((double) out[i] - ref[i]);
@@ -74,7 +77,7 @@ static double s_error (backend_model_t *m, const model_weights_t *w, uint32_t ro
 static void s_check_model_zc (const uint32_t *sizes, const activation_t *acts, size_t layers, cuda_kernel_t kernel,
                               bool graph, bool zero_copy, const uint32_t *rows_list, size_t nrows, const char *label)
 {
-    model_weights_t *w = model_weights_random (sizes, acts, layers, rng_next (&s_seed));
+    weights_t *w = weights_random (sizes, acts, layers, rng_next (&s_seed));
     uint32_t max_rows = 0;
     for (size_t r = 0; r < nrows; r++)
         if (rows_list[r] > max_rows)
@@ -91,7 +94,7 @@ static void s_check_model_zc (const uint32_t *sizes, const activation_t *acts, s
     }
     backend_cuda_iface.destroy (&m);
     ck_assert_ptr_null (m);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
 }
 
 static void s_check_model (const uint32_t *sizes, const activation_t *acts, size_t layers, cuda_kernel_t kernel,
@@ -146,7 +149,7 @@ START_TEST (wait_modes)
 {
     const uint32_t sizes[] = { 512, 256, 64, 1 };
     const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
-    model_weights_t *w = model_weights_random (sizes, acts, 3, 99);
+    weights_t *w = weights_random (sizes, acts, 3, 99);
     for (int mode = 0; mode < 3; mode++) {
         model_config_t cfg = s_config (CUDA_KERNEL_WARP, true, 4);
         cfg.wait = (cuda_wait_t) mode;
@@ -157,7 +160,7 @@ START_TEST (wait_modes)
         ck_assert_msg (e <= 1e-5, "wait %s: relative error %.3g", cuda_wait_name ((cuda_wait_t) mode), e);
         backend_cuda_iface.destroy (&m);
     }
-    model_weights_destroy (&w);
+    weights_destroy (&w);
 }
 END_TEST
 
@@ -182,7 +185,7 @@ END_TEST
 
 /* ---- a lost context: the model answers UNAVAILABLE, the registry says not ready, others serve ---- */
 
-static char *s_write_weights (const char *dir, const model_weights_t *w)
+static char *s_write_weights (const char *dir, const weights_t *w)
 {
     st_write_tensor_t t[2 * 8];
     char names[2 * 8][16];
@@ -221,7 +224,7 @@ START_TEST (lost_context_marks_model_unavailable)
     char *dir = tu_tmpdir ();
     const uint32_t sizes[] = { 512, 256, 64, 1 };
     const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
-    model_weights_t *w = model_weights_random (sizes, acts, 3, 5);
+    weights_t *w = weights_random (sizes, acts, 3, 5);
     char *weights = s_write_weights (dir, w);
     char *path = s_write_config (dir, weights, "tcp://127.0.0.1:1");
     char err[1024];
@@ -247,13 +250,13 @@ START_TEST (lost_context_marks_model_unavailable)
     ck_assert_str_eq (err, "model \"on_warp\" is unavailable on backend cuda");
     /* The CPU model in the same process still answers, and correctly. */
     double ref;
-    model_reference_forward (w, in, 1, &ref);
+    reference_forward (w, in, 1, &ref);
     ck_assert_int_eq (model_infer (cpu, in, 1, out, err, sizeof err), SIG_OK);
     ck_assert (fabs (out[0] - ref) <= 1e-5 * fmax (1.0, fabs (ref)));
     /* Destroying a lost model must not hang or crash. */
     model_registry_destroy (&models);
     config_destroy (&cfg);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
     tu_remove_tree (dir);
     free (dir);
     free (weights);
@@ -280,7 +283,7 @@ START_TEST (server_serves_cuda_like_cpu)
     char *dir = tu_tmpdir ();
     const uint32_t sizes[] = { 512, 256, 64, 1 };
     const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
-    model_weights_t *w = model_weights_random (sizes, acts, 3, rng_next (&s_seed));
+    weights_t *w = weights_random (sizes, acts, 3, rng_next (&s_seed));
     char *weights = s_write_weights (dir, w);
     char endpoint[64];
     snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", tu_free_port ());
@@ -315,7 +318,7 @@ START_TEST (server_serves_cuda_like_cpu)
         for (uint32_t i = 0; i < rows * 512; i++)
             in[i] = rng_uniform (&s_seed, -1, 1);
         double ref[4];
-        model_reference_forward (w, in, rows, ref);
+        reference_forward (w, in, rows, ref);
         float cpu_out[4];
         for (int k = 0; k < 5; k++) {
             Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
@@ -346,7 +349,7 @@ START_TEST (server_serves_cuda_like_cpu)
     zmq_close (sock);
     zmq_ctx_term (ctx);
     ck_assert_int_eq (tu_server_stop (pid), 0);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
     tu_remove_tree (dir);
     free (dir);
     free (weights);

@@ -1,8 +1,11 @@
 /* The real sigserve binary over tcp loopback: outputs for DEALER and REQ clients, every error
  * path, oversized messages, 8 pipelining clients, deadlines, and graceful shutdown. Raw ZeroMQ
  * sockets and generated protobuf code, so the wire format itself is what is tested. */
+#include "rng.h"
+#include "st_write.h"
+#include "reference.h"
 #include "config.h"
-#include "model.h"
+#include "weights.h"
 #include "safetensors.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
@@ -24,7 +27,7 @@ static char s_config_path[4096];
 static char s_endpoint[2][128];
 static pid_t s_server = -1;
 static config_t *s_cfg;
-static model_weights_t *s_tick, *s_odd;
+static weights_t *s_tick, *s_odd;
 static uint64_t s_seed;
 static void *s_ctx;
 
@@ -84,12 +87,12 @@ static void s_random (float *f, size_t n)
 static double s_pool_num, s_pool_den;
 static size_t s_pool_count;
 
-static void s_check_outputs (const model_weights_t *w, const float *in, uint32_t rows, const Sigserve__V1__InferReply *rep)
+static void s_check_outputs (const weights_t *w, const float *in, uint32_t rows, const Sigserve__V1__InferReply *rep)
 {
     ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "status %d: %s", rep->status, rep->error);
     ck_assert_uint_eq (rep->n_outputs, (size_t) rows * w->output_size);
     double *ref = malloc (rep->n_outputs * sizeof (double));
-    model_reference_forward (w, in, rows, ref);
+    reference_forward (w, in, rows, ref);
     for (size_t i = 0; i < rep->n_outputs; i++) {
         ck_assert_msg (isfinite (rep->outputs[i]), "output %zu is not finite", i);
         s_pool_num += ((double) rep->outputs[i] - ref[i]) * ((double) rep->outputs[i] - ref[i]);
@@ -171,7 +174,7 @@ static char *s_write_config (const char *name, int port0, int port1)
 
 static void s_write_weights (const char *file, const uint32_t *sizes, const activation_t *acts, uint64_t seed)
 {
-    model_weights_t *w = model_weights_random (sizes, acts, 2, seed);
+    weights_t *w = weights_random (sizes, acts, 2, seed);
     st_write_tensor_t t[4] = {
         { "a.weight", 2, { sizes[1], sizes[0] }, w->layers[0].weight }, { "a.bias", 1, { sizes[1] }, w->layers[0].bias },
         { "b.weight", 2, { sizes[2], sizes[1] }, w->layers[1].weight }, { "b.bias", 1, { sizes[2] }, w->layers[1].bias },
@@ -179,7 +182,7 @@ static void s_write_weights (const char *file, const uint32_t *sizes, const acti
     char path[4200], err[512];
     snprintf (path, sizeof path, "%s/%s", s_dir, file);
     ck_assert_msg (safetensors_write_f32 (path, t, 4, err, sizeof err) == 0, "%s", err);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
 }
 
 /* ZeroMQ contexts do not survive fork(): each test (a forked child) makes its own. */
@@ -204,9 +207,9 @@ static void s_setup (void)
     char err[1024];
     s_cfg = config_load (s_config_path, err, sizeof err);
     ck_assert_msg (s_cfg != NULL, "%s", err);
-    s_tick = model_weights_load (&s_cfg->models[0], err, sizeof err);
+    s_tick = weights_load (&s_cfg->models[0], err, sizeof err);
     ck_assert_msg (s_tick != NULL, "%s", err);
-    s_odd = model_weights_load (&s_cfg->models[1], err, sizeof err);
+    s_odd = weights_load (&s_cfg->models[1], err, sizeof err);
     ck_assert_msg (s_odd != NULL, "%s", err);
     s_server = tu_server_start (s_config_path, s_endpoint[0], 20000);
     ck_assert_msg (s_server > 0, "sigserve did not become ready");
@@ -215,8 +218,8 @@ static void s_setup (void)
 static void s_teardown (void)
 {
     ck_assert_int_eq (tu_server_stop (s_server), 0);
-    model_weights_destroy (&s_tick);
-    model_weights_destroy (&s_odd);
+    weights_destroy (&s_tick);
+    weights_destroy (&s_odd);
     config_destroy (&s_cfg);
     ck_assert_int_eq (tu_remove_tree (s_dir), 0);
 }
@@ -476,7 +479,7 @@ START_TEST (eight_clients_pipelining)
 {
     for (int v = 0; v < PIPE_VECTORS; v++) {
         s_random (s_pipe_in[v], 512);
-        model_reference_forward (s_tick, s_pipe_in[v], 1, &s_pipe_ref[v]);
+        reference_forward (s_tick, s_pipe_in[v], 1, &s_pipe_ref[v]);
     }
     pthread_t th[PIPE_CLIENTS];
     pipe_job_t jobs[PIPE_CLIENTS];

@@ -3,9 +3,10 @@
  * Makefile), so every call that sigserve's own code (libsigcore) makes is counted per thread.
  * libzmq and libc allocate inside themselves (message bodies over 33 bytes, for one): those are
  * their business and not what this test is about; protobuf-c decodes into our arena. */
+#include "rng.h"
 #include "config.h"
 #include "log.h"
-#include "model.h"
+#include "weights.h"
 #include "registry.h"
 #include "server.h"
 #include "signal.pb-c.h"

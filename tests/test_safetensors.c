@@ -1,7 +1,9 @@
 /* safetensors reader and writer: round trips, dtype conversions, and every way a file can be
  * malformed, each checked for the error text a user would read. */
 #define _GNU_SOURCE
-#include "model.h"          /* rng_next for the fuzz test */
+#include "rng.h"
+#include "st_write.h"
+
 #include "safetensors.h"
 #include "testutil.h"
 

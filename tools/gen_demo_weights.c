@@ -4,7 +4,9 @@
  * so tensors are "0.weight" [256, 512], "0.bias" [256], "2.weight", "2.bias", "4.weight",
  * "4.bias" (the ReLUs at 1 and 3 hold no parameters). The seed is fixed, so every run writes the
  * same bytes and the build can regenerate the file instead of shipping it. */
-#include "model.h"
+#include "st_write.h"
+#include "reference.h"
+#include "weights.h"
 #include "safetensors.h"
 
 #include <stdio.h>
@@ -24,7 +26,7 @@ int main (int argc, char **argv)
     static const char *names[DEMO_LAYERS][2] = {
         { "0.weight", "0.bias" }, { "2.weight", "2.bias" }, { "4.weight", "4.bias" },
     };
-    model_weights_t *w = model_weights_random (sizes, acts, DEMO_LAYERS, DEMO_SEED);
+    weights_t *w = weights_random (sizes, acts, DEMO_LAYERS, DEMO_SEED);
     if (!w) {
         fprintf (stderr, "%s: out of memory generating the demo weights\n", argv[0]);
         return 1;
@@ -39,7 +41,7 @@ int main (int argc, char **argv)
     }
     char err[512];
     int rc = safetensors_write_f32 (argv[1], tensors, 2 * DEMO_LAYERS, err, sizeof err);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
     if (rc != 0) {
         fprintf (stderr, "%s: %s\n", argv[0], err);
         return 1;

@@ -10,9 +10,11 @@
  *   4. the CPU backend (loop and OpenBLAS), host clock around infer.
  * Without a CUDA build or device only table 4 is printed, with the reason. */
 #define _GNU_SOURCE
+#include "rng.h"
+#include "reference.h"
 #include "backend.h"
 #include "latency.h"
-#include "model.h"
+#include "weights.h"
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backend_cuda.h"
 #include "kernels.h"
@@ -122,7 +124,7 @@ static int s_parse (int argc, char **argv, options_t *o)
     return 0;
 }
 
-static model_weights_t *s_weights (const options_t *o)
+static weights_t *s_weights (const options_t *o)
 {
     char err[1024];
     if (o->weights) {
@@ -137,7 +139,7 @@ static model_weights_t *s_weights (const options_t *o)
             snprintf (cfg.layers[i].bias, sizeof cfg.layers[i].bias, "%s", names[i][1]);
             cfg.layers[i].activation = i < 2 ? ACTIVATION_RELU : ACTIVATION_NONE;
         }
-        model_weights_t *w = model_weights_load (&cfg, err, sizeof err);
+        weights_t *w = weights_load (&cfg, err, sizeof err);
         if (!w)
             fprintf (stderr, "sigbench: %s\n", err);
         return w;
@@ -145,7 +147,7 @@ static model_weights_t *s_weights (const options_t *o)
     activation_t acts[MAX_LAYERS];
     for (size_t i = 0; i < o->layers; i++)
         acts[i] = i + 1 < o->layers ? ACTIVATION_RELU : ACTIVATION_NONE;
-    return model_weights_random (o->sizes, acts, o->layers, o->seed);
+    return weights_random (o->sizes, acts, o->layers, o->seed);
 }
 
 /* ||y - ref|| / ||ref|| pooled over a timed run. */
@@ -163,7 +165,7 @@ static void s_pool (pooled_error_t *p, const float *y, const double *ref, size_t
 static double s_pooled (const pooled_error_t *p) { return p->den > 0 ? sqrt (p->num / p->den) : sqrt (p->num); }
 
 /* Times one CPU kernel; returns ||y - ref|| / ||ref|| over the timed run (or -1 on failure). */
-static double s_bench_cpu (const options_t *o, const model_weights_t *w, cpu_kernel_t kernel, float *const *in,
+static double s_bench_cpu (const options_t *o, const weights_t *w, cpu_kernel_t kernel, float *const *in,
                            const double *const *ref, latency_summary_t *out)
 {
     model_config_t cfg;
@@ -330,7 +332,7 @@ static void s_bench_overheads (const options_t *o)
 static const char *const s_gpu_kernels[] = { "cublas", "warp", "mbyv", "fused" };
 static const cuda_kernel_t s_gpu_kernel_ids[] = { CUDA_KERNEL_CUBLAS, CUDA_KERNEL_WARP, CUDA_KERNEL_MBYV, CUDA_KERNEL_FUSED };
 
-static backend_model_t *s_load_gpu (const options_t *o, const model_weights_t *w, cuda_kernel_t kernel, bool zero_copy)
+static backend_model_t *s_load_gpu (const options_t *o, const weights_t *w, cuda_kernel_t kernel, bool zero_copy)
 {
     model_config_t cfg;
     memset (&cfg, 0, sizeof cfg);
@@ -350,7 +352,7 @@ static backend_model_t *s_load_gpu (const options_t *o, const model_weights_t *w
 
 /* Kernel-only: events around the layers; the input for each call is copied to the device first,
  * outside the timed region, and the output checked after it. Returns the pooled error. */
-static double s_bench_kernels (const options_t *o, backend_model_t *m, const model_weights_t *w, bool graph, int reps,
+static double s_bench_kernels (const options_t *o, backend_model_t *m, const weights_t *w, bool graph, int reps,
                                float *const *in, const double *const *ref, latency_summary_t *out)
 {
     cudaStream_t s = cuda_model_stream (m);
@@ -392,7 +394,7 @@ static double s_bench_kernels (const options_t *o, backend_model_t *m, const mod
 typedef enum { E2E_PAGEABLE, E2E_PINNED, E2E_PINNED_GRAPH } e2e_mode_t;
 
 /* End-to-end, host clock: what one request costs the serving thread, copy-in to copy-out. */
-static double s_bench_e2e (const options_t *o, backend_model_t *m, const model_weights_t *w, e2e_mode_t mode,
+static double s_bench_e2e (const options_t *o, backend_model_t *m, const weights_t *w, e2e_mode_t mode,
                            float *const *in, const double *const *ref, latency_summary_t *out)
 {
     size_t nin = (size_t) o->rows * w->input_size, nout = (size_t) o->rows * w->output_size;
@@ -447,7 +449,7 @@ static void s_print_device (void)
 }
 
 /* Tables 1-3. 0 when they ran, -1 when there is no device (the reason printed). */
-static int s_bench_gpu (const options_t *o, const model_weights_t *w, float *const *in, const double *const *ref)
+static int s_bench_gpu (const options_t *o, const weights_t *w, float *const *in, const double *const *ref)
 {
     int count = 0;
     char why[256];
@@ -534,7 +536,7 @@ int main (int argc, char **argv)
             return 1;
         }
     }
-    model_weights_t *w = s_weights (&o);
+    weights_t *w = s_weights (&o);
     if (!w)
         return 1;
     float *in[POOL];
@@ -546,7 +548,7 @@ int main (int argc, char **argv)
         ref[p] = malloc ((size_t) o.rows * w->output_size * sizeof (double));
         for (size_t k = 0; k < n; k++)
             in[p][k] = rng_uniform (&state, -1.0f, 1.0f);
-        model_reference_forward (w, in[p], o.rows, ref[p]);
+        reference_forward (w, in[p], o.rows, ref[p]);
     }
     char shape[256] = "";
     for (size_t i = 0; i < w->layer_count; i++)
@@ -579,6 +581,6 @@ int main (int argc, char **argv)
         free (in[p]);
         free (ref[p]);
     }
-    model_weights_destroy (&w);
+    weights_destroy (&w);
     return errors[0] <= 1e-5 && errors[1] <= 1e-5 ? 0 : 1;
 }

@@ -1,7 +1,10 @@
 /* Model weights: loading a layer chain from safetensors (and every shape error a user can make),
  * random weights, the splitmix64 generator and the float64 reference forward pass. */
 #define _GNU_SOURCE
-#include "model.h"
+#include "rng.h"
+#include "st_write.h"
+#include "reference.h"
+#include "weights.h"
 #include "safetensors.h"
 #include "testutil.h"
 
@@ -68,17 +71,17 @@ static void s_write (const st_write_tensor_t *t, size_t count)
     ck_assert_msg (safetensors_write_f32 (s_path, t, count, err, sizeof err) == 0, "write: %s", err);
 }
 
-static model_weights_t *s_load_fails (void)
+static weights_t *s_load_fails (void)
 {
-    model_weights_t *w = model_weights_load (s_cfg, err, sizeof err);
+    weights_t *w = weights_load (s_cfg, err, sizeof err);
     ck_assert_msg (w == NULL, "load succeeded");
     ASSERT_ERR ("model \"tick_mlp\": ");
     return w;
 }
 
-static model_weights_t *s_load_ok (void)
+static weights_t *s_load_ok (void)
 {
-    model_weights_t *w = model_weights_load (s_cfg, err, sizeof err);
+    weights_t *w = weights_load (s_cfg, err, sizeof err);
     ck_assert_msg (w != NULL, "load failed: %s", err);
     return w;
 }
@@ -101,7 +104,7 @@ START_TEST (test_load_chain)
     s_layer ("0.weight", "0.bias", ACTIVATION_RELU);
     s_layer ("2.weight", "2.bias", ACTIVATION_TANH);
     s_layer ("4.weight", "4.bias", ACTIVATION_SIGMOID);
-    model_weights_t *w = s_load_ok ();
+    weights_t *w = s_load_ok ();
     ck_assert_uint_eq (w->layer_count, 3);
     ck_assert_uint_eq (w->input_size, 4);
     ck_assert_uint_eq (w->output_size, 1);
@@ -115,10 +118,10 @@ START_TEST (test_load_chain)
         ck_assert_mem_eq (w->layers[l].weight, all[2 * l], lens[2 * l] * sizeof (float));
         ck_assert_mem_eq (w->layers[l].bias, all[2 * l + 1], lens[2 * l + 1] * sizeof (float));
     }
-    model_weights_destroy (&w);
+    weights_destroy (&w);
     ck_assert_ptr_null (w);
-    model_weights_destroy (&w);
-    model_weights_destroy (NULL);
+    weights_destroy (&w);
+    weights_destroy (NULL);
 }
 END_TEST
 
@@ -212,10 +215,10 @@ START_TEST (test_no_bias)
     st_write_tensor_t t[] = { s_t ("w", 2, 5, 3, NULL) };
     s_write (t, 1);
     s_layer ("w", "", ACTIVATION_NONE);
-    model_weights_t *w = s_load_ok ();
+    weights_t *w = s_load_ok ();
     for (int i = 0; i < 5; i++)
         ck_assert_float_eq (w->layers[0].bias[i], 0.0f);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
 }
 END_TEST
 
@@ -239,7 +242,7 @@ END_TEST
 
 START_TEST (test_no_layers)
 {
-    model_weights_t *w = model_weights_load (s_cfg, err, sizeof err);
+    weights_t *w = weights_load (s_cfg, err, sizeof err);
     ck_assert_ptr_null (w);
     ASSERT_ERR ("model \"tick_mlp\": 0 layers, expected 1 to 64");
 }
@@ -256,15 +259,15 @@ START_TEST (test_forward_by_hand)
     s_write (t, 4);
     s_layer ("0.weight", "0.bias", ACTIVATION_RELU);
     s_layer ("2.weight", "2.bias", ACTIVATION_NONE);
-    model_weights_t *w = s_load_ok ();
+    weights_t *w = s_load_ok ();
     float x[4] = { 3, 1, -1, 2 };
     double y[2] = { NAN, NAN };
-    ck_assert_int_eq (model_reference_forward (w, x, 2, y), 0);
+    ck_assert_int_eq (reference_forward (w, x, 2, y), 0);
     ck_assert_double_eq (y[0], 4.75);
     ck_assert_double_eq (y[1], -0.25);
-    ck_assert_int_eq (model_reference_forward (w, x + 2, 1, y), 0);     /* rows are independent */
+    ck_assert_int_eq (reference_forward (w, x + 2, 1, y), 0);     /* rows are independent */
     ck_assert_double_eq (y[0], -0.25);
-    model_weights_destroy (&w);
+    weights_destroy (&w);
 }
 END_TEST
 
@@ -276,16 +279,16 @@ START_TEST (test_forward_sigmoid_tanh)
         { .in = 1, .out = 1, .activation = ACTIVATION_SIGMOID, .weight = &one, .bias = &zero },
         { .in = 1, .out = 1, .activation = ACTIVATION_TANH, .weight = &one, .bias = &zero },
     };
-    model_weights_t w = { .layer_count = 2, .layers = layers, .input_size = 1, .output_size = 1, .widest = 1 };
+    weights_t w = { .layer_count = 2, .layers = layers, .input_size = 1, .output_size = 1, .widest = 1 };
     float x[4] = { 0, 2, -1000, 1000 };
     double y[4];
-    ck_assert_int_eq (model_reference_forward (&w, x, 4, y), 0);
+    ck_assert_int_eq (reference_forward (&w, x, 4, y), 0);
     ck_assert_double_eq_tol (y[0], tanh (0.5), 1e-15);
     ck_assert_double_eq_tol (y[0], 0.46211715726000974, 1e-15);
     ck_assert_double_eq_tol (y[1], tanh (1.0 / (1.0 + exp (-2.0))), 1e-15);
     ck_assert_double_eq (y[2], 0.0);                  /* sigmoid saturates without NaN */
     ck_assert_double_eq_tol (y[3], tanh (1.0), 1e-15);
-    ck_assert_int_eq (model_reference_forward (&w, x, 0, y), 0);   /* no rows: nothing to do */
+    ck_assert_int_eq (reference_forward (&w, x, 0, y), 0);   /* no rows: nothing to do */
 }
 END_TEST
 
@@ -293,9 +296,9 @@ START_TEST (test_random_weights)
 {
     uint32_t sizes[] = { 512, 256, 64, 1 };
     activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
-    model_weights_t *a = model_weights_random (sizes, acts, 3, 42);
-    model_weights_t *b = model_weights_random (sizes, acts, 3, 42);
-    model_weights_t *c = model_weights_random (sizes, acts, 3, 43);
+    weights_t *a = weights_random (sizes, acts, 3, 42);
+    weights_t *b = weights_random (sizes, acts, 3, 42);
+    weights_t *c = weights_random (sizes, acts, 3, 43);
     ck_assert (a && b && c);
     ck_assert_uint_eq (a->input_size, 512);
     ck_assert_uint_eq (a->output_size, 1);
@@ -311,12 +314,12 @@ START_TEST (test_random_weights)
             ck_assert (fabsf (a->layers[l].bias[k]) <= bound);
         ck_assert_int_eq (a->layers[l].activation, acts[l]);
     }
-    model_weights_destroy (&a);
-    model_weights_destroy (&b);
-    model_weights_destroy (&c);
+    weights_destroy (&a);
+    weights_destroy (&b);
+    weights_destroy (&c);
     uint32_t bad[] = { 4, 0, 1 };
-    ck_assert_ptr_null (model_weights_random (bad, acts, 2, 1));
-    ck_assert_ptr_null (model_weights_random (sizes, acts, 0, 1));
+    ck_assert_ptr_null (weights_random (bad, acts, 2, 1));
+    ck_assert_ptr_null (weights_random (sizes, acts, 0, 1));
 }
 END_TEST
 
@@ -326,7 +329,7 @@ START_TEST (test_forward_rows_and_file_agree)
 {
     uint32_t sizes[] = { 32, 16, 8 };
     activation_t acts[] = { ACTIVATION_TANH, ACTIVATION_SIGMOID };
-    model_weights_t *m = model_weights_random (sizes, acts, 2, 9);
+    weights_t *m = weights_random (sizes, acts, 2, 9);
     st_write_tensor_t t[] = { s_t ("0.weight", 2, 16, 32, m->layers[0].weight),
                               s_t ("0.bias", 1, 16, 0, m->layers[0].bias),
                               s_t ("1.weight", 2, 8, 16, m->layers[1].weight),
@@ -334,26 +337,26 @@ START_TEST (test_forward_rows_and_file_agree)
     s_write (t, 4);
     s_layer ("0.weight", "0.bias", ACTIVATION_TANH);
     s_layer ("1.weight", "1.bias", ACTIVATION_SIGMOID);
-    model_weights_t *f = s_load_ok ();
+    weights_t *f = s_load_ok ();
     enum { ROWS = 5 };
     float x[ROWS * 32];
     uint64_t rng = 3;
     for (int i = 0; i < ROWS * 32; i++)
         x[i] = rng_uniform (&rng, -2, 2);
     double batch[ROWS * 8], one[8], from_file[ROWS * 8];
-    ck_assert_int_eq (model_reference_forward (m, x, ROWS, batch), 0);
-    ck_assert_int_eq (model_reference_forward (f, x, ROWS, from_file), 0);
+    ck_assert_int_eq (reference_forward (m, x, ROWS, batch), 0);
+    ck_assert_int_eq (reference_forward (f, x, ROWS, from_file), 0);
     ck_assert_mem_eq (batch, from_file, sizeof batch);
     for (int r = 0; r < ROWS; r++) {
-        ck_assert_int_eq (model_reference_forward (m, x + r * 32, 1, one), 0);
+        ck_assert_int_eq (reference_forward (m, x + r * 32, 1, one), 0);
         ck_assert_mem_eq (one, batch + r * 8, sizeof one);
     }
     float as_float[ROWS * 8];
     for (int i = 0; i < ROWS * 8; i++)
         as_float[i] = (float) batch[i];
     ck_assert (tu_rel_error (as_float, batch, ROWS * 8) < 1e-6);
-    model_weights_destroy (&m);
-    model_weights_destroy (&f);
+    weights_destroy (&m);
+    weights_destroy (&f);
 }
 END_TEST
 
@@ -378,7 +381,7 @@ END_TEST
 
 static Suite *s_suite (void)
 {
-    Suite *s = suite_create ("model");
+    Suite *s = suite_create ("weights");
     TCase *tc = tcase_create ("core");
     tcase_add_checked_fixture (tc, s_setup, s_teardown);
     tcase_add_test (tc, test_load_chain);

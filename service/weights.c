@@ -1,7 +1,6 @@
-/* Dense-layer weights: loading from safetensors with every shape checked against the chain,
- * random weights for tests, and the float64 reference forward pass that backends are compared
- * against. */
-#include "model.h"
+/* Dense-layer weights: loading from safetensors with every shape checked against the chain.
+ * (Random weights and the float64 reference are test and tool support: support/reference.c.) */
+#include "weights.h"
 #include "status.h"
 #include "safetensors.h"
 
@@ -18,18 +17,18 @@
 #define S_LIST_NAMES 8
 
 
-static model_weights_t *s_alloc (size_t layer_count)
+weights_t *weights_alloc (size_t layer_count)
 {
-    model_weights_t *self = calloc (1, sizeof *self);
+    weights_t *self = calloc (1, sizeof *self);
     if (self && !(self->layers = calloc (layer_count, sizeof *self->layers)))
-        model_weights_destroy (&self);
+        weights_destroy (&self);
     if (self)
         self->layer_count = layer_count;
     return self;
 }
 
 /* Sizes of the whole chain, once every layer is in place. */
-static void s_set_sizes (model_weights_t *self)
+void weights_finish (weights_t *self)
 {
     self->input_size = self->layers[0].in;
     self->output_size = self->layers[self->layer_count - 1].out;
@@ -138,7 +137,7 @@ static float *s_read (const model_config_t *cfg, size_t i, const char *what, con
     return dst;
 }
 
-static int s_load_layer (model_weights_t *self, size_t i, const model_config_t *cfg,
+static int s_load_layer (weights_t *self, size_t i, const model_config_t *cfg,
                          const safetensors_t *st, char *err, size_t errlen)
 {
     const layer_config_t *lc = &cfg->layers[i];
@@ -165,7 +164,7 @@ static int s_load_layer (model_weights_t *self, size_t i, const model_config_t *
     return layer->bias ? 0 : -1;
 }
 
-model_weights_t *model_weights_load (const model_config_t *cfg, char *err, size_t errlen)
+weights_t *weights_load (const model_config_t *cfg, char *err, size_t errlen)
 {
     assert (cfg);
     if (cfg->layer_count < 1 || cfg->layer_count > CONFIG_MAX_LAYERS) {
@@ -179,7 +178,7 @@ model_weights_t *model_weights_load (const model_config_t *cfg, char *err, size_
         sig_set_error (err, errlen, "model \"%s\": %s", cfg->name, why);
         return NULL;
     }
-    model_weights_t *self = s_alloc (cfg->layer_count);
+    weights_t *self = weights_alloc (cfg->layer_count);
     int rc = self ? 0 : -1;
     if (!self)
         sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
@@ -187,55 +186,17 @@ model_weights_t *model_weights_load (const model_config_t *cfg, char *err, size_
         rc = s_load_layer (self, i, cfg, st, err, errlen);
     safetensors_destroy (&st);      /* everything was copied out of the mapping */
     if (rc != 0)
-        model_weights_destroy (&self);
+        weights_destroy (&self);
     else
-        s_set_sizes (self);
+        weights_finish (self);
     return self;
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Random weights */
-
-model_weights_t *model_weights_random (const uint32_t *sizes, const activation_t *acts,
-                                       size_t layer_count, uint64_t seed)
-{
-    assert (sizes && acts);
-    if (layer_count < 1)
-        return NULL;
-    for (size_t i = 0; i <= layer_count; i++)
-        if (sizes[i] < 1)
-            return NULL;
-    model_weights_t *self = s_alloc (layer_count);
-    uint64_t state = seed;
-    for (size_t i = 0; self && i < layer_count; i++) {
-        dense_layer_t *layer = &self->layers[i];
-        layer->in = sizes[i];
-        layer->out = sizes[i + 1];
-        layer->activation = acts[i];
-        size_t n = (size_t) layer->in * layer->out;
-        layer->weight = malloc (n * sizeof *layer->weight);
-        layer->bias = malloc (layer->out * sizeof *layer->bias);
-        if (!layer->weight || !layer->bias) {
-            model_weights_destroy (&self);
-            break;
-        }
-        /* nn.Linear's default init: weight and bias uniform in +-1/sqrt(fan_in) */
-        float bound = (float) (1.0 / sqrt ((double) layer->in));
-        for (size_t k = 0; k < n; k++)
-            layer->weight[k] = rng_uniform (&state, -bound, bound);
-        for (uint32_t k = 0; k < layer->out; k++)
-            layer->bias[k] = rng_uniform (&state, -bound, bound);
-    }
-    if (self)
-        s_set_sizes (self);
-    return self;
-}
-
-void model_weights_destroy (model_weights_t **self_p)
+void weights_destroy (weights_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    model_weights_t *self = *self_p;
+    weights_t *self = *self_p;
     for (size_t i = 0; self->layers && i < self->layer_count; i++) {
         free (self->layers[i].weight);
         free (self->layers[i].bias);
@@ -243,73 +204,4 @@ void model_weights_destroy (model_weights_t **self_p)
     free (self->layers);
     free (self);
     *self_p = NULL;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Reference forward */
-
-static double s_activate (activation_t a, double x)
-{
-    switch (a) {
-    case ACTIVATION_RELU:    return x > 0 ? x : 0;
-    case ACTIVATION_SIGMOID: return 1.0 / (1.0 + exp (-x));
-    case ACTIVATION_TANH:    return tanh (x);
-    default:                 return x;
-    }
-}
-
-/* DST[o] = act(bias[o] + sum_i W[o][i] * SRC[i]), all in float64 */
-static void s_dense (const dense_layer_t *layer, const double *src, double *dst)
-{
-    for (uint32_t o = 0; o < layer->out; o++) {
-        const float *row = layer->weight + (size_t) o * layer->in;
-        double acc = layer->bias[o];
-        for (uint32_t i = 0; i < layer->in; i++)
-            acc += (double) row[i] * src[i];
-        dst[o] = s_activate (layer->activation, acc);
-    }
-}
-
-int model_reference_forward (const model_weights_t *w, const float *in, uint32_t rows, double *out)
-{
-    assert (w && w->layer_count >= 1);
-    assert ((in && out) || rows == 0);
-    double *a = malloc (2 * (size_t) w->widest * sizeof *a);
-    if (!a)
-        return -1;
-    double *b = a + w->widest;
-    for (uint32_t r = 0; r < rows; r++) {
-        const float *x = in + (size_t) r * w->input_size;
-        for (uint32_t i = 0; i < w->input_size; i++)
-            a[i] = x[i];
-        double *src = a, *dst = b;
-        for (size_t l = 0; l < w->layer_count; l++) {
-            s_dense (&w->layers[l], src, dst);
-            double *t = src;
-            src = dst;
-            dst = t;
-        }
-        memcpy (out + (size_t) r * w->output_size, src, w->output_size * sizeof *out);
-    }
-    free (a);
-    return 0;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Random numbers */
-
-uint64_t rng_next (uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-float rng_uniform (uint64_t *state, float lo, float hi)
-{
-    double u = (double) (rng_next (state) >> 11) * 0x1p-53;    /* [0, 1) */
-    float r = (float) (lo + ((double) hi - lo) * u);
-    /* rounding to float can land on HI itself; keep the interval half-open */
-    return r < hi || !(hi > lo) ? r : nextafterf (hi, lo);
 }
