@@ -14,10 +14,12 @@ typedef struct backend_model backend_model_t;   /* each backend defines it */
 
 typedef struct {
     const char *name;   /* "cpu", "cuda" */
-    /* Builds a ready-to-serve model: weights in the backend's layout, buffers for up to
-     * cfg->max_rows rows, warmed. NULL with ERR on failure. Nothing is allocated later. */
-    backend_model_t *(*load) (const weights_t *w, const model_config_t *cfg, char *err, size_t errlen);
-    /* IN: rows x input_size; OUT: rows x output_size; 1 <= rows <= max_rows.
+    /* Builds one ready-to-serve instance of a model on DEVICE (CUDA; ignored by the CPU): weights
+     * in the backend's layout, its own buffers (and stream, graphs) for up to backend_rows (cfg)
+     * rows, warmed. NULL with ERR on failure. Nothing is allocated later. Instances are
+     * independent: one thread at a time drives each, several instances run at once. */
+    backend_model_t *(*load) (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen);
+    /* IN: rows x input_size; OUT: rows x output_size; 1 <= rows <= backend_rows (cfg).
      * SIG_OK, or SIG_INTERNAL / SIG_UNAVAILABLE with a message in ERR. */
     sig_status_t (*infer) (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
     const char *(*kernel_name) (const backend_model_t *m);
@@ -25,5 +27,11 @@ typedef struct {
 } backend_iface_t;
 
 extern const backend_iface_t backend_cpu_iface;
+
+/* The most rows one infer call takes: a request's max_rows, or a batch of several requests. */
+static inline uint32_t backend_rows (const model_config_t *cfg)
+{
+    return cfg->max_batch_rows > cfg->max_rows ? cfg->max_batch_rows : cfg->max_rows;
+}
 
 #endif

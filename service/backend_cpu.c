@@ -29,7 +29,7 @@ typedef struct {
 
 struct backend_model {
     cpu_kernel_t kernel;
-    uint32_t max_rows;
+    uint32_t max_rows;          /* rows one call may carry (backend_rows) */
     size_t layer_count;
     cpu_layer_t *layers;
     uint32_t input_size, output_size;
@@ -173,13 +173,14 @@ static void s_warn_generic_openblas (void)
                   __builtin_cpu_supports ("avx512f") ? "SkylakeX" : "Haswell");
 }
 
-static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
+static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
     backend_model_t *m = calloc (1, sizeof *m);
     if (!m)
         goto oom;
     m->kernel = cfg->cpu_kernel;
-    m->max_rows = cfg->max_rows;
+    (void) device;
+    m->max_rows = backend_rows (cfg);
     m->layer_count = w->layer_count;
     m->input_size = w->input_size;
     m->output_size = w->output_size;

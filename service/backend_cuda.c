@@ -116,6 +116,7 @@ static int s_enqueue_layers (backend_model_t *m, uint32_t rows)
             break;
         }
         case CUDA_KERNEL_FUSED:
+        case CUDA_KERNEL_PERSISTENT:
             break;
         }
         if (rc != 0)
@@ -393,18 +394,22 @@ static cudaError_t s_allocate (backend_model_t *m, const weights_t *w)
     return cudaSuccess;
 }
 
-static backend_model_t *s_cuda_load (const weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
+static backend_model_t *s_cuda_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
     int count = 0;
     char why[256];
-    if (cuda_device_count (&count, why, sizeof why) != 0 || cfg->device >= count) {
-        sig_set_error (err, errlen, "model \"%s\": device %d: %s", cfg->name, cfg->device,
+    if (cuda_device_count (&count, why, sizeof why) != 0 || device >= count) {
+        sig_set_error (err, errlen, "model \"%s\": device %d: %s", cfg->name, device,
                        count ? "no such CUDA device" : why);
         return NULL;
     }
-    if (cfg->kernel == CUDA_KERNEL_FUSED && !sig_fused_supported (cfg->device)) {
+    if (cfg->kernel == CUDA_KERNEL_PERSISTENT) {
+        sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\" is not available in this build", cfg->name);
+        return NULL;
+    }
+    if (cfg->kernel == CUDA_KERNEL_FUSED && !sig_fused_supported (device)) {
         sig_set_error (err, errlen, "model \"%s\": kernel \"fused\" needs thread-block clusters (compute capability "
-                       "9.0 or later) and device %d has none; use warp, mbyv or cublas", cfg->name, cfg->device);
+                       "9.0 or later) and device %d has none; use warp, mbyv or cublas", cfg->name, device);
         return NULL;
     }
     if (cfg->kernel == CUDA_KERNEL_FUSED && w->layer_count > SIG_FUSED_MAX_LAYERS) {
@@ -414,8 +419,8 @@ static backend_model_t *s_cuda_load (const weights_t *w, const model_config_t *c
     }
     backend_model_t *m = calloc (1, sizeof *m);
     if (!m || !(m->layers = calloc (w->layer_count, sizeof *m->layers))
-        || !(m->e2e = calloc (cfg->max_rows + 1, sizeof *m->e2e))
-        || !(m->kernels = calloc (cfg->max_rows + 1, sizeof *m->kernels))) {
+        || !(m->e2e = calloc (backend_rows (cfg) + 1, sizeof *m->e2e))
+        || !(m->kernels = calloc (backend_rows (cfg) + 1, sizeof *m->kernels))) {
         sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
         if (m) {
             free (m->layers);
@@ -425,12 +430,12 @@ static backend_model_t *s_cuda_load (const weights_t *w, const model_config_t *c
         return NULL;
     }
     snprintf (m->name, sizeof m->name, "%s", cfg->name);
-    m->device = cfg->device;
+    m->device = device;
     m->kernel = cfg->kernel;
     m->graph = cfg->graph;
     m->zero_copy = cfg->zero_copy;
     m->wait = cfg->wait;
-    m->max_rows = cfg->max_rows;
+    m->max_rows = backend_rows (cfg);
     m->input_size = w->input_size;
     m->output_size = w->output_size;
     m->widest = w->widest;

@@ -20,10 +20,14 @@
 /* Value names, indexed by the enums of config.h; NULL-terminated for the enum rows. */
 static const char *const s_activation_names[] = { "none", "relu", "sigmoid", "tanh", NULL };
 static const char *const s_backend_names[] = { "auto", "cpu", "cuda", NULL };
-static const char *const s_cuda_kernel_names[] = { "warp", "cublas", "mbyv", "fused", NULL };
+static const char *const s_cuda_kernel_names[] = { "warp", "cublas", "mbyv", "fused", "persistent", NULL };
+_Static_assert (sizeof s_cuda_kernel_names / sizeof s_cuda_kernel_names[0] == CUDA_KERNEL_COUNT + 1, "kernel names");
 static const char *const s_cuda_wait_names[] = { "spin", "yield", "block", NULL };
 static const char *const s_cpu_kernel_names[] = { "loop", "blas", NULL };
 static const char *const s_log_level_names[] = { "error", "warn", "info", "debug", NULL };
+static const char *const s_log_format_names[] = { "text", "json", NULL };
+static const char *const s_model_type_names[] = { "mlp", "lstm", NULL };
+static const char *const s_weight_dtype_names[] = { "f32", "f16", "bf16", NULL };
 
 /* KEY_ENUM rows store the index through an int. */
 _Static_assert (sizeof (activation_t) == sizeof (int), "activation_t is int-sized");
@@ -31,6 +35,9 @@ _Static_assert (sizeof (backend_kind_t) == sizeof (int), "backend_kind_t is int-
 _Static_assert (sizeof (cuda_kernel_t) == sizeof (int), "cuda_kernel_t is int-sized");
 _Static_assert (sizeof (cpu_kernel_t) == sizeof (int), "cpu_kernel_t is int-sized");
 _Static_assert (sizeof (cuda_wait_t) == sizeof (int), "cuda_wait_t is int-sized");
+_Static_assert (sizeof (log_format_t) == sizeof (int), "log_format_t is int-sized");
+_Static_assert (sizeof (model_type_t) == sizeof (int), "model_type_t is int-sized");
+_Static_assert (sizeof (weight_dtype_t) == sizeof (int), "weight_dtype_t is int-sized");
 
 typedef enum {
     KEY_BOOL,           /* bool */
@@ -41,6 +48,8 @@ typedef enum {
     KEY_STRING,         /* char[size]: min..max bytes */
     KEY_PATH,           /* char[size]: a relative path is joined to the config file's folder */
     KEY_STRING_ARRAY,   /* char[max][size] at offset, size_t count at count_offset */
+    KEY_INT_ARRAY,      /* int[] at offset (size: the array's bytes), count at count_offset; each
+                           element elem_min..elem_max, no two alike when unique */
     KEY_OBJECT,         /* an object read with table sub into the struct at offset */
     KEY_OBJECT_ARRAY,   /* objects read with sub, stride bytes apart, count at count_offset */
 } key_type_t;
@@ -62,6 +71,7 @@ typedef struct {
     size_t size;                /* strings: buffer bytes (incl. NUL); arrays: element bytes */
     size_t count_offset;        /* arrays: the size_t element count */
     long long min, max;         /* integers: the value; arrays: the element count */
+    long long elem_min, elem_max;   /* integer arrays: each element */
     size_t len_min, len_max;    /* strings (and string array elements): bytes, without NUL */
     long long def;              /* bool, integer and enum (an index) default */
     const char *def_str;        /* string default when derive is NULL */
@@ -95,6 +105,8 @@ struct s_parser {
 static int s_check_model_name (parser_t *p, const char *value);
 static int s_check_printable (parser_t *p, const char *value);
 static int s_check_endpoint (parser_t *p, const char *value);
+static int s_check_host_port (parser_t *p, const char *value);
+static int s_check_file_mode (parser_t *p, const char *value);
 static int s_derive_bias (parser_t *p, const void *object, char *dst, size_t size);
 
 static const key_spec_t s_layer_keys[] = {
@@ -113,6 +125,8 @@ static const key_spec_t s_model_keys[] = {
       .len_min = 1, .len_max = CONFIG_NAME_MAX - 1, .unique = true, .check = s_check_model_name },
     { .name = "version", .type = KEY_STRING, FIELD (model_config_t, version),
       .len_min = 1, .len_max = CONFIG_NAME_MAX - 1, .def_str = "1", .check = s_check_printable },
+    { .name = "type", .type = KEY_ENUM, FIELD (model_config_t, type),
+      .choices = s_model_type_names, .def = MODEL_TYPE_MLP },
     { .name = "backend", .type = KEY_ENUM, FIELD (model_config_t, backend),
       .choices = s_backend_names, .def = BACKEND_AUTO },
     { .name = "kernel", .type = KEY_ENUM, FIELD (model_config_t, kernel),
@@ -123,17 +137,57 @@ static const key_spec_t s_model_keys[] = {
     { .name = "zero_copy", .type = KEY_BOOL, FIELD (model_config_t, zero_copy), .def = false },
     { .name = "wait", .type = KEY_ENUM, FIELD (model_config_t, wait),
       .choices = s_cuda_wait_names, .def = CUDA_WAIT_SPIN },
-    { .name = "device", .type = KEY_INT, FIELD (model_config_t, device), .min = 0, .max = 63, .def = 0 },
+    /* -1: not given (resolved to 0, or to devices[0]) */
+    { .name = "device", .type = KEY_INT, FIELD (model_config_t, device), .min = 0, .max = 63, .def = -1 },
+    { .name = "devices", .type = KEY_INT_ARRAY, FIELD (model_config_t, devices),
+      .count_offset = offsetof (model_config_t, device_count), .min = 1, .max = CONFIG_MAX_DEVICES,
+      .elem_min = 0, .elem_max = 63, .what = "device", .unique = true },
     { .name = "max_rows", .type = KEY_U32, FIELD (model_config_t, max_rows),
       .min = 1, .max = 4096, .def = 16 },
+    { .name = "instances", .type = KEY_U32, FIELD (model_config_t, instances),
+      .min = 1, .max = CONFIG_MAX_INSTANCES, .def = 1 },
+    { .name = "cpus", .type = KEY_INT_ARRAY, FIELD (model_config_t, cpus),
+      .count_offset = offsetof (model_config_t, cpu_count), .min = 1, .max = CONFIG_MAX_CPUS,
+      .elem_min = 0, .elem_max = 65535, .what = "cpu" },
+    /* 0: not given (resolved to max_rows) */
+    { .name = "max_batch_rows", .type = KEY_U32, FIELD (model_config_t, max_batch_rows),
+      .min = 1, .max = 4096, .def = 0 },
+    { .name = "batch_delay_us", .type = KEY_U32, FIELD (model_config_t, batch_delay_us),
+      .min = 0, .max = 1000000, .def = 0 },
+    /* 0: not given (resolved to server.queue_depth) */
+    { .name = "queue_depth", .type = KEY_U32, FIELD (model_config_t, queue_depth),
+      .min = 1, .max = 65536, .def = 0 },
+    { .name = "keep_warm_us", .type = KEY_U32, FIELD (model_config_t, keep_warm_us),
+      .min = 0, .max = 60000000, .def = 0 },
+    { .name = "watchdog_ms", .type = KEY_U32, FIELD (model_config_t, watchdog_ms),
+      .min = 1, .max = 600000, .def = 1000 },
+    { .name = "weight_dtype", .type = KEY_ENUM, FIELD (model_config_t, weight_dtype),
+      .choices = s_weight_dtype_names, .def = WEIGHT_DTYPE_F32 },
     { .name = "weights", .type = KEY_PATH, .required = true, FIELD (model_config_t, weights),
       .len_min = 1, .len_max = CONFIG_PATH_MAX - 1 },
-    { .name = "layers", .type = KEY_OBJECT_ARRAY, .required = true, .offset = offsetof (model_config_t, layers),
+    /* required for "mlp", refused for "lstm": checked once the model is read (s_check_model) */
+    { .name = "layers", .type = KEY_OBJECT_ARRAY, .offset = offsetof (model_config_t, layers),
       .size = sizeof (layer_config_t), .count_offset = offsetof (model_config_t, layer_count),
       .min = 1, .max = CONFIG_MAX_LAYERS, .what = "layer", .sub = &s_layer_table },
+    { .name = "lstm", .type = KEY_STRING, FIELD (model_config_t, lstm_prefix),
+      .len_min = 0, .len_max = CONFIG_NAME_MAX - 16, .def_str = "" },
+    { .name = "window", .type = KEY_U32, FIELD (model_config_t, window), .min = 1, .max = 4096, .def = 0 },
+    { .name = "head", .type = KEY_OBJECT, .offset = offsetof (model_config_t, head), .sub = &s_layer_table },
+    { .name = "max_streams", .type = KEY_U32, FIELD (model_config_t, max_streams),
+      .min = 1, .max = 1000000, .def = 1024 },
+    { .name = "stream_idle_s", .type = KEY_U32, FIELD (model_config_t, stream_idle_s),
+      .min = 1, .max = 86400, .def = 300 },
 };
 static const table_t s_model_table = TABLE ("model", s_model_keys);
 _Static_assert (sizeof s_model_keys / sizeof s_model_keys[0] <= KEYS_MAX, "raise KEYS_MAX");
+
+static const key_spec_t s_curve_keys[] = {
+    { .name = "secret_key_file", .type = KEY_PATH, .required = true, FIELD (curve_config_t, secret_key_file),
+      .len_min = 1, .len_max = CONFIG_PATH_MAX - 1 },
+    { .name = "allowed_clients", .type = KEY_PATH, .required = true, FIELD (curve_config_t, allowed_clients),
+      .len_min = 1, .len_max = CONFIG_PATH_MAX - 1 },
+};
+static const table_t s_curve_table = TABLE ("curve", s_curve_keys);
 
 static const key_spec_t s_server_keys[] = {
     { .name = "endpoints", .type = KEY_STRING_ARRAY, .required = true,
@@ -146,9 +200,29 @@ static const key_spec_t s_server_keys[] = {
     { .name = "busy_poll", .type = KEY_BOOL, FIELD (server_config_t, busy_poll), .def = false },
     { .name = "log_level", .type = KEY_ENUM_NAME, FIELD (server_config_t, log_level),
       .choices = s_log_level_names, .def = 2 /* info */ },
+    { .name = "log_format", .type = KEY_ENUM, FIELD (server_config_t, log_format),
+      .choices = s_log_format_names, .def = LOG_FORMAT_TEXT },
     { .name = "io_threads", .type = KEY_U32, FIELD (server_config_t, io_threads), .min = 1, .max = 16, .def = 1 },
+    /* 0: not given (resolved to 64) */
     { .name = "queue_depth", .type = KEY_U32, FIELD (server_config_t, queue_depth),
-      .min = 1, .max = 4096, .def = 64 },
+      .min = 1, .max = 65536, .def = 0 },
+    { .name = "cpus", .type = KEY_INT_ARRAY, FIELD (server_config_t, cpus),
+      .count_offset = offsetof (server_config_t, cpu_count), .min = 1, .max = CONFIG_MAX_CPUS,
+      .elem_min = 0, .elem_max = 65535, .what = "cpu" },
+    { .name = "drain_ms", .type = KEY_U32, FIELD (server_config_t, drain_ms), .min = 0, .max = 600000, .def = 500 },
+    { .name = "http", .type = KEY_STRING, FIELD (server_config_t, http),
+      .len_min = 3, .len_max = CONFIG_ENDPOINT_MAX - 1, .def_str = "", .check = s_check_host_port },
+    { .name = "stats_interval_s", .type = KEY_U32, FIELD (server_config_t, stats_interval_s),
+      .min = 0, .max = 86400, .def = 60 },
+    { .name = "curve", .type = KEY_OBJECT, .offset = offsetof (server_config_t, curve), .sub = &s_curve_table },
+    { .name = "heartbeat_ms", .type = KEY_U32, FIELD (server_config_t, heartbeat_ms),
+      .min = 0, .max = 3600000, .def = 10000 },
+    { .name = "max_connections", .type = KEY_U32, FIELD (server_config_t, max_connections),
+      .min = 0, .max = 1000000, .def = 1024 },
+    { .name = "max_inflight_per_client", .type = KEY_U32, FIELD (server_config_t, max_inflight_per_client),
+      .min = 0, .max = 1000000, .def = 0 },
+    { .name = "ipc_mode", .type = KEY_STRING, FIELD (server_config_t, ipc_mode), .len_min = 1, .len_max = 4,
+      .def_str = "0600", .check = s_check_file_mode },
 };
 static const table_t s_server_table = TABLE ("server", s_server_keys);
 _Static_assert (sizeof s_server_keys / sizeof s_server_keys[0] <= KEYS_MAX, "raise KEYS_MAX");
@@ -282,8 +356,22 @@ static int s_check_printable (parser_t *p, const char *value)
     return 0;
 }
 
-/* tcp://HOST:PORT, ipc://PATH or inproc://NAME. Only the shape is checked here; zmq_bind has
- * the last word on interfaces and ports. */
+/* A TCP port: 1 to 65535, or "*" (any free port) when ANY_OK. */
+static bool s_port_ok (const char *port, bool any_ok)
+{
+    if (any_ok && strcmp (port, "*") == 0)
+        return true;
+    if (!*port || strlen (port) > 5)
+        return false;
+    for (const char *c = port; *c; c++)
+        if (*c < '0' || *c > '9')
+            return false;
+    long v = strtol (port, NULL, 10);
+    return v >= 1 && v <= 65535;
+}
+
+/* tcp://HOST:PORT, ipc://PATH or inproc://NAME. The shape and the port's range are checked here;
+ * zmq_bind has the last word on interfaces. */
 static int s_check_endpoint (parser_t *p, const char *value)
 {
     static const char *const schemes[] = { "tcp://", "ipc://", "inproc://" };
@@ -303,7 +391,32 @@ static int s_check_endpoint (parser_t *p, const char *value)
         const char *bracket = strrchr (address, ']');
         if (!colon || colon == address || colon[1] == '\0' || (bracket && bracket > colon))
             return s_fail (p, "expected tcp://HOST:PORT, got %s", s_quote (value, q, sizeof q));
+        if (!s_port_ok (colon + 1, true))
+            return s_fail (p, "expected a port from 1 to 65535 (or *) in tcp://HOST:PORT, got %s",
+                           s_quote (value, q, sizeof q));
     }
+    return 0;
+}
+
+/* HOST:PORT (the HTTP endpoint): a host and a port from 1 to 65535. */
+static int s_check_host_port (parser_t *p, const char *value)
+{
+    char q[320];
+    const char *colon = strrchr (value, ':');
+    if (!colon || colon == value || !s_port_ok (colon + 1, false))
+        return s_fail (p, "expected HOST:PORT with a port from 1 to 65535, got %s", s_quote (value, q, sizeof q));
+    return 0;
+}
+
+/* A file mode in octal, "0600" or "660": digits 0-7, at most 0777. */
+static int s_check_file_mode (parser_t *p, const char *value)
+{
+    char q[64];
+    for (const char *c = value; *c; c++)
+        if (*c < '0' || *c > '7')
+            return s_fail (p, "expected an octal file mode such as \"0600\", got %s", s_quote (value, q, sizeof q));
+    if (strtol (value, NULL, 8) > 0777)
+        return s_fail (p, "expected an octal file mode of at most 0777, got %s", s_quote (value, q, sizeof q));
     return 0;
 }
 
@@ -434,6 +547,30 @@ static int s_read_string_array (parser_t *p, const key_spec_t *k, const cJSON *v
     return 0;
 }
 
+static int s_read_int_array (parser_t *p, const key_spec_t *k, const cJSON *v, char *target)
+{
+    size_t count;
+    if (s_read_count (p, k, v, &count) != 0)
+        return -1;
+    int *dst = (int *) (target + k->offset);
+    assert ((size_t) k->max * sizeof (int) <= k->size);
+    key_spec_t elem = { .min = k->elem_min, .max = k->elem_max };
+    size_t i = 0;
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        size_t mark = s_path_push_index (p, i);
+        long long x;
+        if (s_read_integer (p, &elem, e, &x) != 0)
+            return -1;
+        dst[i] = (int) x;
+        for (size_t j = 0; k->unique && j < i; j++)
+            if (dst[j] == dst[i])
+                return s_fail (p, "duplicate %s %d", k->what, dst[i]);
+        s_path_pop (p, mark);
+    }
+    memcpy (target + k->count_offset, &count, sizeof count);
+    return 0;
+}
+
 static int s_read_object_array (parser_t *p, const key_spec_t *k, const cJSON *v, char *target)
 {
     size_t count;
@@ -505,6 +642,8 @@ static int s_read_value (parser_t *p, const key_spec_t *k, const cJSON *v, char 
     }
     case KEY_STRING_ARRAY:
         return s_read_string_array (p, k, v, target);
+    case KEY_INT_ARRAY:
+        return s_read_int_array (p, k, v, target);
     case KEY_OBJECT:
         if (!cJSON_IsObject (v))
             return s_fail (p, "expected an object, got %s", s_kind (v));
@@ -538,6 +677,7 @@ static int s_apply_default (parser_t *p, const key_spec_t *k, char *target)
         snprintf (target + k->offset, k->size, "%s", k->def_str ? k->def_str : "");
         break;
     case KEY_STRING_ARRAY:
+    case KEY_INT_ARRAY:
     case KEY_OBJECT_ARRAY:
         memset (target + k->count_offset, 0, sizeof (size_t));
         break;
@@ -590,6 +730,66 @@ static void s_position (const char *text, const char *pos, size_t *line, size_t 
     *column = (size_t) (pos - line_start) + 1;
 }
 
+/* ---------------------------------------------------------------- defaults that depend on other keys */
+
+static int s_fail_at (parser_t *p, const char *path, const char *fmt, const char *arg)
+{
+    snprintf (p->path, sizeof p->path, "%s", path);
+    return s_fail (p, fmt, arg);
+}
+
+/* One model, once every key is read: the defaults that depend on other keys, and the keys that
+ * go (or must not go) with its type. */
+static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const server_config_t *server)
+{
+    char at[64];
+    if (m->device_count > 0 && m->device >= 0)
+        return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].devices", index), at),
+                          "give either \"device\" (one GPU) or \"devices\" (a list), not both%s", "");
+    if (m->device_count == 0) {
+        m->devices[0] = m->device < 0 ? 0 : m->device;
+        m->device_count = 1;
+    }
+    m->device = m->devices[0];
+    if (m->max_batch_rows == 0)
+        m->max_batch_rows = m->max_rows;
+    if (m->queue_depth == 0)
+        m->queue_depth = server->queue_depth;
+    static const char *const lstm_only[] = { "window", "head" };
+    bool has_lstm[2] = { m->window > 0, m->head.weight[0] != '\0' };
+    if (m->type == MODEL_TYPE_MLP) {
+        if (m->layer_count == 0)
+            return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].layers", index), at), "required key missing%s", "");
+        for (int k = 0; k < 2; k++)
+            if (has_lstm[k])
+                return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].%s", index, lstm_only[k]), at),
+                                  "only for models of \"type\": \"lstm\"; this model is \"%s\"", "mlp");
+        return 0;
+    }
+    if (m->layer_count > 0)
+        return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].layers", index), at),
+                          "not for models of \"type\": \"lstm\" (the layers come from the %s tensors; "
+                          "the output layer is \"head\")", "weight_ih_l{k}/weight_hh_l{k}");
+    for (int k = 0; k < 2; k++)
+        if (!has_lstm[k])
+            return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].%s", index, lstm_only[k]), at),
+                              "required key missing for \"type\": \"%s\"", "lstm");
+    return 0;
+}
+
+static int s_resolve (parser_t *p, config_t *cfg)
+{
+    server_config_t *server = &cfg->server;
+    server->queue_depth_given = server->queue_depth != 0;
+    if (!server->queue_depth_given)
+        server->queue_depth = 64;
+    server->ipc_file_mode = (unsigned) strtoul (server->ipc_mode, NULL, 8);
+    for (size_t i = 0; i < cfg->model_count; i++)
+        if (s_resolve_model (p, &cfg->models[i], i, server) != 0)
+            return -1;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- public API */
 
 config_t *config_parse (const char *json, const char *name, const char *base_dir, char *err, size_t errlen)
@@ -622,6 +822,8 @@ config_t *config_parse (const char *json, const char *name, const char *base_dir
     }
     snprintf (self->path, sizeof self->path, "%s", p.file);
     int rc = s_parse_object (&p, root, &s_root_table, (char *) self, NULL);
+    if (rc == 0)
+        rc = s_resolve (&p, self);
     cJSON_Delete (root);
     if (rc != 0)
         config_destroy (&self);
@@ -631,9 +833,21 @@ config_t *config_parse (const char *json, const char *name, const char *base_dir
 /* The whole file, NUL-terminated, in *TEXT (the caller frees it); at most CONFIG_FILE_MAX_BYTES. */
 static int s_read_file (parser_t *p, char **text, size_t *len)
 {
-    int fd = open (p->file, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. */
+    int fd = open (p->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return s_fail (p, "cannot read: %s", strerror (errno));
+    struct stat st;
+    if (fstat (fd, &st) != 0) {
+        int e = errno;
+        close (fd);
+        return s_fail (p, "cannot read: %s", strerror (e));
+    }
+    if (!S_ISREG (st.st_mode)) {
+        close (fd);
+        return s_fail (p, "cannot read: %s", S_ISDIR (st.st_mode) ? "Is a directory"
+                                                                  : "not a regular file (a FIFO, socket or device)");
+    }
     char *buf = malloc (CONFIG_FILE_MAX_BYTES + 2);
     if (!buf) {
         close (fd);
@@ -725,3 +939,5 @@ const char *backend_kind_name (backend_kind_t b) { return S_NAME (s_backend_name
 const char *cuda_kernel_name (cuda_kernel_t k) { return S_NAME (s_cuda_kernel_names, k); }
 const char *cpu_kernel_name (cpu_kernel_t k) { return S_NAME (s_cpu_kernel_names, k); }
 const char *cuda_wait_name (cuda_wait_t w) { return S_NAME (s_cuda_wait_names, w); }
+const char *model_type_name (model_type_t t) { return S_NAME (s_model_type_names, t); }
+const char *weight_dtype_name (weight_dtype_t d) { return S_NAME (s_weight_dtype_names, d); }

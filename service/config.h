@@ -16,13 +16,23 @@
 #define CONFIG_PATH_MAX 4096
 #define CONFIG_ENDPOINT_MAX 256
 #define CONFIG_FILE_MAX_BYTES (1024 * 1024)   /* config_load refuses larger files */
+#define CONFIG_MAX_CPUS 256     /* entries of a "cpus" list */
+#define CONFIG_MAX_DEVICES 16   /* entries of a "devices" list */
+#define CONFIG_MAX_INSTANCES 64 /* worker instances of one model */
 
 typedef enum { ACTIVATION_NONE = 0, ACTIVATION_RELU, ACTIVATION_SIGMOID, ACTIVATION_TANH } activation_t;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU, BACKEND_CUDA } backend_kind_t;
-typedef enum { CUDA_KERNEL_WARP = 0, CUDA_KERNEL_CUBLAS, CUDA_KERNEL_MBYV, CUDA_KERNEL_FUSED } cuda_kernel_t;
+typedef enum {
+    CUDA_KERNEL_WARP = 0, CUDA_KERNEL_CUBLAS, CUDA_KERNEL_MBYV, CUDA_KERNEL_FUSED, CUDA_KERNEL_PERSISTENT
+} cuda_kernel_t;
+#define CUDA_KERNEL_COUNT 5
 /* How the host waits for the GPU: spin on the completion event, spin with sched_yield, or block. */
 typedef enum { CUDA_WAIT_SPIN = 0, CUDA_WAIT_YIELD, CUDA_WAIT_BLOCK } cuda_wait_t;
 typedef enum { CPU_KERNEL_LOOP = 0, CPU_KERNEL_BLAS } cpu_kernel_t;
+typedef enum { MODEL_TYPE_MLP = 0, MODEL_TYPE_LSTM } model_type_t;
+/* How a backend may hold the weights on its device (CUDA LSTM kernels); f32 everywhere else. */
+typedef enum { WEIGHT_DTYPE_F32 = 0, WEIGHT_DTYPE_F16, WEIGHT_DTYPE_BF16 } weight_dtype_t;
+typedef enum { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON } log_format_t;
 
 typedef struct {
     char weight[CONFIG_NAME_MAX];   /* tensor name of the [out, in] weight matrix */
@@ -33,18 +43,41 @@ typedef struct {
 typedef struct {
     char name[CONFIG_NAME_MAX];
     char version[CONFIG_NAME_MAX];
+    model_type_t type;
     backend_kind_t backend;
     cuda_kernel_t kernel;
     cpu_kernel_t cpu_kernel;
     bool graph;
     bool zero_copy;                 /* CUDA: kernels read the input from and write the output to mapped host memory */
     cuda_wait_t wait;
-    int device;
+    int device;                     /* devices[0] once resolved */
+    size_t device_count;            /* resolved: 1 ([device]) when "devices" is absent */
+    int devices[CONFIG_MAX_DEVICES];
     uint32_t max_rows;              /* largest rows per request this model accepts */
+    uint32_t instances;             /* worker threads, each with its own backend context */
+    size_t cpu_count;               /* 0: workers are not pinned */
+    int cpus[CONFIG_MAX_CPUS];      /* instance i runs on cpus[i % cpu_count] */
+    uint32_t max_batch_rows;        /* resolved: most rows one launch computes (default max_rows) */
+    uint32_t batch_delay_us;        /* how long a worker waits for more requests to batch (0: none) */
+    uint32_t queue_depth;           /* resolved: requests waiting for a worker before OVERLOADED */
+    uint32_t keep_warm_us;          /* idle this long, a worker runs the model once (0: off) */
+    uint32_t watchdog_ms;           /* persistent kernel: no answer in this long = unavailable */
+    weight_dtype_t weight_dtype;
     char weights[CONFIG_PATH_MAX];  /* resolved: relative paths joined to the config's folder */
-    size_t layer_count;
+    size_t layer_count;             /* mlp */
     layer_config_t layers[CONFIG_MAX_LAYERS];
+    char lstm_prefix[CONFIG_NAME_MAX];  /* lstm: tensor name prefix ("lstm.") */
+    uint32_t window;                /* lstm: time steps of a window */
+    layer_config_t head;            /* lstm: the linear head on the last hidden state */
+    uint32_t max_streams;           /* lstm: streams held at once */
+    uint32_t stream_idle_s;         /* lstm: a stream idle this long is forgotten */
 } model_config_t;
+
+/* ZeroMQ CURVE: on when secret_key_file is not empty. */
+typedef struct {
+    char secret_key_file[CONFIG_PATH_MAX];  /* czmq certificate with the server's secret key */
+    char allowed_clients[CONFIG_PATH_MAX];  /* folder of allowed clients' public certificates */
+} curve_config_t;
 
 typedef struct {
     size_t endpoint_count;
@@ -53,7 +86,20 @@ typedef struct {
     bool busy_poll;
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;
-    uint32_t queue_depth;           /* requests taken from the sockets per loop turn */
+    uint32_t queue_depth;           /* resolved: the default of every model's queue_depth */
+    bool queue_depth_given;         /* given in the file (deprecated there: a per-model key now) */
+    size_t cpu_count;               /* 0: the front thread is not pinned */
+    int cpus[CONFIG_MAX_CPUS];      /* the front thread's CPUs */
+    uint32_t drain_ms;              /* at SIGTERM: how long to finish admitted requests */
+    char http[CONFIG_ENDPOINT_MAX]; /* "HOST:PORT" of the metrics and probes endpoint; "" = off */
+    log_format_t log_format;
+    uint32_t stats_interval_s;      /* periodic stats log line; 0 = off */
+    curve_config_t curve;
+    uint32_t heartbeat_ms;          /* ZMTP heartbeats (0 = off); a silent peer is closed after 3 */
+    uint32_t max_connections;       /* peers connected at once (0 = no limit) */
+    uint32_t max_inflight_per_client;   /* admitted, unanswered requests per client (0 = no limit) */
+    char ipc_mode[8];               /* file mode of ipc:// socket files, octal text ("0600") */
+    unsigned ipc_file_mode;         /* resolved: ipc_mode's value */
 } server_config_t;
 
 typedef struct {
@@ -76,5 +122,7 @@ const char *backend_kind_name (backend_kind_t b);
 const char *cuda_kernel_name (cuda_kernel_t k);
 const char *cpu_kernel_name (cpu_kernel_t k);
 const char *cuda_wait_name (cuda_wait_t w);
+const char *model_type_name (model_type_t t);
+const char *weight_dtype_name (weight_dtype_t d);
 
 #endif

@@ -76,7 +76,7 @@ static int s_model_load (model_t *m, const model_config_t *cfg, uint32_t max_mes
     m->input_size = w->input_size;
     m->output_size = w->output_size;
     m->max_rows = cfg->max_rows;
-    m->impl = m->iface->load (w, cfg, err, errlen);
+    m->impl = m->iface->load (w, cfg, cfg->device, err, errlen);
     weights_destroy (&w);
     if (!m->impl)
         return -1;

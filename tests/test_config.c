@@ -175,6 +175,102 @@ START_TEST (test_every_value_read)
 }
 END_TEST
 
+START_TEST (test_serving_keys_and_resolved_defaults)
+{
+    char err[512];
+    /* Absent: one instance, unpinned, batches up to max_rows, the server's queue depth, device 0. */
+    config_t *cfg = s_parse (WITH_MODEL (", 'max_rows': 12"), err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    const model_config_t *m = &cfg->models[0];
+    ck_assert_int_eq (m->type, MODEL_TYPE_MLP);
+    ck_assert_uint_eq (m->instances, 1);
+    ck_assert_uint_eq (m->cpu_count, 0);
+    ck_assert_uint_eq (m->max_batch_rows, 12);
+    ck_assert_uint_eq (m->batch_delay_us, 0);
+    ck_assert_uint_eq (m->queue_depth, 64);
+    ck_assert_uint_eq (m->keep_warm_us, 0);
+    ck_assert_uint_eq (m->watchdog_ms, 1000);
+    ck_assert_uint_eq (m->device_count, 1);
+    ck_assert_int_eq (m->devices[0], 0);
+    ck_assert_int_eq (m->device, 0);
+    ck_assert (!cfg->server.queue_depth_given);
+    ck_assert_uint_eq (cfg->server.queue_depth, 64);
+    ck_assert_uint_eq (cfg->server.drain_ms, 500);
+    ck_assert_str_eq (cfg->server.http, "");
+    ck_assert_int_eq (cfg->server.log_format, LOG_FORMAT_TEXT);
+    ck_assert_uint_eq (cfg->server.stats_interval_s, 60);
+    ck_assert_str_eq (cfg->server.curve.secret_key_file, "");
+    ck_assert_uint_eq (cfg->server.heartbeat_ms, 10000);
+    ck_assert_uint_eq (cfg->server.max_connections, 1024);
+    ck_assert_uint_eq (cfg->server.max_inflight_per_client, 0);
+    ck_assert_uint_eq (cfg->server.ipc_file_mode, 0600);
+    config_destroy (&cfg);
+
+    /* Given: every value lands, and a server queue_depth is the models' default. */
+    cfg = s_parse ("{'server': {" ENDPOINT ", 'queue_depth': 9, 'cpus': [1, 0], 'drain_ms': 0, "
+                   "  'http': '0.0.0.0:9464', 'log_format': 'json', 'stats_interval_s': 0, 'heartbeat_ms': 0,"
+                   "  'max_connections': 0, 'max_inflight_per_client': 100, 'ipc_mode': '660',"
+                   "  'curve': {'secret_key_file': 'keys/server_secret', 'allowed_clients': '/etc/clients'}},"
+                   " 'models': [" MODEL_WITH (", 'instances': 4, 'cpus': [2, 3], 'max_batch_rows': 64, "
+                   "  'batch_delay_us': 20, 'keep_warm_us': 1000, 'devices': [1, 0], 'kernel': 'persistent', "
+                   "  'watchdog_ms': 250") ", "
+                   "  {'name': 'n', 'weights': 'w', 'layers': [" LAYER_OK "], 'queue_depth': 3, 'device': 2}]}",
+                   err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert (cfg->server.queue_depth_given);
+    ck_assert_uint_eq (cfg->server.cpu_count, 2);
+    ck_assert_int_eq (cfg->server.cpus[0], 1);
+    ck_assert_int_eq (cfg->server.cpus[1], 0);
+    ck_assert_uint_eq (cfg->server.drain_ms, 0);
+    ck_assert_str_eq (cfg->server.http, "0.0.0.0:9464");
+    ck_assert_int_eq (cfg->server.log_format, LOG_FORMAT_JSON);
+    ck_assert_uint_eq (cfg->server.max_inflight_per_client, 100);
+    ck_assert_uint_eq (cfg->server.ipc_file_mode, 0660);
+    ck_assert_str_eq (cfg->server.curve.secret_key_file, "/srv/conf/keys/server_secret");
+    ck_assert_str_eq (cfg->server.curve.allowed_clients, "/etc/clients");
+    m = &cfg->models[0];
+    ck_assert_uint_eq (m->instances, 4);
+    ck_assert_uint_eq (m->cpu_count, 2);
+    ck_assert_int_eq (m->cpus[1], 3);
+    ck_assert_uint_eq (m->max_batch_rows, 64);
+    ck_assert_uint_eq (m->batch_delay_us, 20);
+    ck_assert_uint_eq (m->keep_warm_us, 1000);
+    ck_assert_uint_eq (m->queue_depth, 9);
+    ck_assert_int_eq (m->kernel, CUDA_KERNEL_PERSISTENT);
+    ck_assert_uint_eq (m->watchdog_ms, 250);
+    ck_assert_uint_eq (m->device_count, 2);
+    ck_assert_int_eq (m->devices[0], 1);
+    ck_assert_int_eq (m->device, 1);
+    m = &cfg->models[1];
+    ck_assert_uint_eq (m->queue_depth, 3);
+    ck_assert_uint_eq (m->device_count, 1);
+    ck_assert_int_eq (m->devices[0], 2);
+    config_destroy (&cfg);
+}
+END_TEST
+
+START_TEST (test_lstm_model_keys)
+{
+    char err[512];
+    config_t *cfg = s_parse ("{" SERVER_OK ", 'models': [{'name': 'l', 'type': 'lstm', 'weights': 'w', "
+                             "'lstm': 'lstm.', 'window': 64, 'head': {'weight': 'fc.weight', 'activation': 'tanh'}, "
+                             "'max_streams': 10, 'stream_idle_s': 5, 'weight_dtype': 'f16'}]}", err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    const model_config_t *m = &cfg->models[0];
+    ck_assert_int_eq (m->type, MODEL_TYPE_LSTM);
+    ck_assert_str_eq (m->lstm_prefix, "lstm.");
+    ck_assert_uint_eq (m->window, 64);
+    ck_assert_str_eq (m->head.weight, "fc.weight");
+    ck_assert_str_eq (m->head.bias, "fc.bias");
+    ck_assert_int_eq (m->head.activation, ACTIVATION_TANH);
+    ck_assert_uint_eq (m->max_streams, 10);
+    ck_assert_uint_eq (m->stream_idle_s, 5);
+    ck_assert_int_eq (m->weight_dtype, WEIGHT_DTYPE_F16);
+    ck_assert_uint_eq (m->layer_count, 0);
+    config_destroy (&cfg);
+}
+END_TEST
+
 START_TEST (test_bias_null_and_derived)
 {
     char err[512];
@@ -283,10 +379,13 @@ static const bad_case_t s_bad[] = {
       "test.json: modles: unknown key (expected one of server, models)" },
     { "unknown server key", WITH_SERVER (", 'bogus': 1"),
       "test.json: server.bogus: unknown key (expected one of endpoints, max_message_bytes, busy_poll, "
-      "log_level, io_threads, queue_depth)" },
+      "log_level, log_format, io_threads, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, "
+      "heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode)" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
-      "test.json: models[0].kernal: unknown key (expected one of name, version, backend, kernel, "
-      "cpu_kernel, graph, zero_copy, wait, device, max_rows, weights, layers)" },
+      "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
+      "cpu_kernel, graph, zero_copy, wait, device, devices, max_rows, instances, cpus, max_batch_rows, "
+      "batch_delay_us, queue_depth, keep_warm_us, watchdog_ms, weight_dtype, weights, layers, lstm, window, "
+      "head, max_streams, stream_idle_s)" },
     { "unknown layer key", WITH_LAYERS ("{'weight': '0.weight', 'act': 'relu'}"),
       "test.json: models[0].layers[0].act: unknown key (expected one of weight, bias, activation)" },
     { "key repeated", WITH_SERVER (", 'log_level': 'info', 'log_level': 'debug'"),
@@ -337,9 +436,25 @@ static const bad_case_t s_bad[] = {
     { "io_threads high", WITH_SERVER (", 'io_threads': 17"),
       "test.json: server.io_threads: expected an integer from 1 to 16, got 17" },
     { "queue_depth low", WITH_SERVER (", 'queue_depth': 0"),
-      "test.json: server.queue_depth: expected an integer from 1 to 4096, got 0" },
-    { "queue_depth high", WITH_SERVER (", 'queue_depth': 4097"),
-      "test.json: server.queue_depth: expected an integer from 1 to 4096, got 4097" },
+      "test.json: server.queue_depth: expected an integer from 1 to 65536, got 0" },
+    { "queue_depth high", WITH_SERVER (", 'queue_depth': 65537"),
+      "test.json: server.queue_depth: expected an integer from 1 to 65536, got 65537" },
+    { "model queue_depth low", WITH_MODEL (", 'queue_depth': 0"),
+      "test.json: models[0].queue_depth: expected an integer from 1 to 65536, got 0" },
+    { "instances low", WITH_MODEL (", 'instances': 0"),
+      "test.json: models[0].instances: expected an integer from 1 to 64, got 0" },
+    { "instances high", WITH_MODEL (", 'instances': 65"),
+      "test.json: models[0].instances: expected an integer from 1 to 64, got 65" },
+    { "max_batch_rows low", WITH_MODEL (", 'max_batch_rows': 0"),
+      "test.json: models[0].max_batch_rows: expected an integer from 1 to 4096, got 0" },
+    { "batch_delay_us high", WITH_MODEL (", 'batch_delay_us': 1000001"),
+      "test.json: models[0].batch_delay_us: expected an integer from 0 to 1000000, got 1000001" },
+    { "watchdog_ms low", WITH_MODEL (", 'watchdog_ms': 0"),
+      "test.json: models[0].watchdog_ms: expected an integer from 1 to 600000, got 0" },
+    { "drain_ms high", WITH_SERVER (", 'drain_ms': 600001"),
+      "test.json: server.drain_ms: expected an integer from 0 to 600000, got 600001" },
+    { "stats_interval_s high", WITH_SERVER (", 'stats_interval_s': 86401"),
+      "test.json: server.stats_interval_s: expected an integer from 0 to 86400, got 86401" },
     { "device low", WITH_MODEL (", 'device': -1"),
       "test.json: models[0].device: expected an integer from 0 to 63, got -1" },
     { "device high", WITH_MODEL (", 'device': 64"),
@@ -363,7 +478,13 @@ static const bad_case_t s_bad[] = {
     { "bad backend", WITH_MODEL (", 'backend': 'tpu'"),
       "test.json: models[0].backend: expected one of auto, cpu, cuda, got \"tpu\"" },
     { "bad kernel", WITH_MODEL (", 'kernel': 'Warp'"),
-      "test.json: models[0].kernel: expected one of warp, cublas, mbyv, fused, got \"Warp\"" },
+      "test.json: models[0].kernel: expected one of warp, cublas, mbyv, fused, persistent, got \"Warp\"" },
+    { "bad type", WITH_MODEL (", 'type': 'gru'"),
+      "test.json: models[0].type: expected one of mlp, lstm, got \"gru\"" },
+    { "bad weight_dtype", WITH_MODEL (", 'weight_dtype': 'fp8'"),
+      "test.json: models[0].weight_dtype: expected one of f32, f16, bf16, got \"fp8\"" },
+    { "bad log_format", WITH_SERVER (", 'log_format': 'yaml'"),
+      "test.json: server.log_format: expected one of text, json, got \"yaml\"" },
     { "bad wait", WITH_MODEL (", 'wait': 'sleep'"),
       "test.json: models[0].wait: expected one of spin, yield, block, got \"sleep\"" },
     { "bad cpu_kernel", WITH_MODEL (", 'cpu_kernel': 'mkl'"),
@@ -418,6 +539,61 @@ static const bad_case_t s_bad[] = {
     { "duplicate endpoint", "{'server': {'endpoints': ['tcp://127.0.0.1:5555', 'ipc:///tmp/s', "
       "'tcp://127.0.0.1:5555']}, " MODELS_OK "}",
       "test.json: server.endpoints[2]: duplicate endpoint \"tcp://127.0.0.1:5555\"" },
+
+    /* integer lists */
+    { "cpus as number", WITH_MODEL (", 'cpus': 3"),
+      "test.json: models[0].cpus: expected an array of 1 to 256 cpus, got a number" },
+    { "cpus empty", WITH_SERVER (", 'cpus': []"),
+      "test.json: server.cpus: expected an array of 1 to 256 cpus, got an empty array" },
+    { "cpu negative", WITH_MODEL (", 'cpus': [0, -1]"),
+      "test.json: models[0].cpus[1]: expected an integer from 0 to 65535, got -1" },
+    { "cpu as string", WITH_SERVER (", 'cpus': ['0']"),
+      "test.json: server.cpus[0]: expected an integer from 0 to 65535, got a string" },
+    { "device twice in devices", WITH_MODEL (", 'devices': [0, 1, 0]"),
+      "test.json: models[0].devices[2]: duplicate device 0" },
+    { "device high in devices", WITH_MODEL (", 'devices': [64]"),
+      "test.json: models[0].devices[0]: expected an integer from 0 to 63, got 64" },
+    { "device and devices", WITH_MODEL (", 'device': 1, 'devices': [0, 1]"),
+      "test.json: models[0].devices: give either \"device\" (one GPU) or \"devices\" (a list), not both" },
+
+    /* model types */
+    { "lstm keys on an mlp", WITH_MODEL (", 'window': 64"),
+      "test.json: models[0].window: only for models of \"type\": \"lstm\"; this model is \"mlp\"" },
+    { "head on an mlp", WITH_MODEL (", 'head': {'weight': 'fc.weight'}"),
+      "test.json: models[0].head: only for models of \"type\": \"lstm\"; this model is \"mlp\"" },
+    { "layers on an lstm", WITH_MODEL (", 'type': 'lstm', 'window': 8, 'head': {'weight': 'fc.weight'}"),
+      "test.json: models[0].layers: not for models of \"type\": \"lstm\" (the layers come from the "
+      "weight_ih_l{k}/weight_hh_l{k} tensors; the output layer is \"head\")" },
+    { "lstm without window", "{" SERVER_OK ", 'models': [{'name': 'l', 'type': 'lstm', 'weights': 'w', "
+      "'head': {'weight': 'fc.weight'}}]}",
+      "test.json: models[0].window: required key missing for \"type\": \"lstm\"" },
+    { "lstm without head", "{" SERVER_OK ", 'models': [{'name': 'l', 'type': 'lstm', 'weights': 'w', "
+      "'window': 8}]}",
+      "test.json: models[0].head: required key missing for \"type\": \"lstm\"" },
+    { "window zero", "{" SERVER_OK ", 'models': [{'name': 'l', 'type': 'lstm', 'weights': 'w', "
+      "'window': 0, 'head': {'weight': 'fc.weight'}}]}",
+      "test.json: models[0].window: expected an integer from 1 to 4096, got 0" },
+
+    /* ports, HTTP endpoint, CURVE, ipc mode */
+    { "tcp port too large", "{'server': {'endpoints': ['tcp://127.0.0.1:99999']}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected a port from 1 to 65535 (or *) in tcp://HOST:PORT, "
+      "got \"tcp://127.0.0.1:99999\"" },
+    { "tcp port zero", "{'server': {'endpoints': ['tcp://127.0.0.1:0']}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected a port from 1 to 65535 (or *) in tcp://HOST:PORT, "
+      "got \"tcp://127.0.0.1:0\"" },
+    { "tcp port not a number", "{'server': {'endpoints': ['tcp://127.0.0.1:55x']}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: expected a port from 1 to 65535 (or *) in tcp://HOST:PORT, "
+      "got \"tcp://127.0.0.1:55x\"" },
+    { "http without port", WITH_SERVER (", 'http': '127.0.0.1'"),
+      "test.json: server.http: expected HOST:PORT with a port from 1 to 65535, got \"127.0.0.1\"" },
+    { "http port too large", WITH_SERVER (", 'http': '127.0.0.1:70000'"),
+      "test.json: server.http: expected HOST:PORT with a port from 1 to 65535, got \"127.0.0.1:70000\"" },
+    { "curve without allowlist", WITH_SERVER (", 'curve': {'secret_key_file': 'k_secret'}"),
+      "test.json: server.curve.allowed_clients: required key missing" },
+    { "curve unknown key", WITH_SERVER (", 'curve': {'secret_key_file': 'k', 'allowed_clients': 'd', 'x': 1}"),
+      "test.json: server.curve.x: unknown key (expected one of secret_key_file, allowed_clients)" },
+    { "ipc_mode not octal", WITH_SERVER (", 'ipc_mode': '0680'"),
+      "test.json: server.ipc_mode: expected an octal file mode such as \"0600\", got \"0680\"" },
 
     /* names and strings */
     { "duplicate model name", "{" SERVER_OK ", 'models': ["
@@ -561,6 +737,16 @@ START_TEST (test_unreadable_file)
         free (path);
     }
 
+    /* A FIFO (or any non-regular file) is refused at once: opening it must not wait for a writer. */
+    char fifo[2048];
+    snprintf (fifo, sizeof fifo, "%s/config.fifo", dir);
+    ck_assert_int_eq (mkfifo (fifo, 0600), 0);
+    cfg = config_load (fifo, err, sizeof err);
+    ck_assert_ptr_null (cfg);
+    snprintf (expect, sizeof expect, "%s: cannot read: not a regular file (a FIFO, socket or device)", fifo);
+    ck_assert_str_eq (err, expect);
+    unlink (fifo);
+
     cfg = config_load (NULL, err, sizeof err);
     ck_assert_ptr_null (cfg);
     ck_assert_str_eq (err, "(null): cannot read: no config path given");
@@ -664,7 +850,8 @@ START_TEST (test_names)
     ck_assert_str_eq (cuda_wait_name (CUDA_WAIT_SPIN), "spin");
     ck_assert_str_eq (cuda_wait_name (CUDA_WAIT_YIELD), "yield");
     ck_assert_str_eq (cuda_wait_name (CUDA_WAIT_BLOCK), "block");
-    ck_assert_str_eq (cuda_kernel_name ((cuda_kernel_t) 4), "unknown");
+    ck_assert_str_eq (cuda_kernel_name (CUDA_KERNEL_PERSISTENT), "persistent");
+    ck_assert_str_eq (cuda_kernel_name ((cuda_kernel_t) 5), "unknown");
     ck_assert_str_eq (cuda_wait_name ((cuda_wait_t) 3), "unknown");
     ck_assert_str_eq (cpu_kernel_name (CPU_KERNEL_LOOP), "loop");
     ck_assert_str_eq (cpu_kernel_name (CPU_KERNEL_BLAS), "blas");
@@ -680,6 +867,8 @@ static Suite *s_suite (void)
     tcase_add_test (tc, test_example_cpu_config_loads);
     tcase_add_test (tc, test_defaults_when_absent);
     tcase_add_test (tc, test_every_value_read);
+    tcase_add_test (tc, test_serving_keys_and_resolved_defaults);
+    tcase_add_test (tc, test_lstm_model_keys);
     tcase_add_test (tc, test_bias_null_and_derived);
     tcase_add_test (tc, test_relative_weights_resolved);
     tcase_add_test (tc, test_resolved_path_too_long);

@@ -37,7 +37,7 @@ static double s_worst_error (const uint32_t *sizes, const activation_t *acts, si
     ck_assert_ptr_nonnull (w);
     model_config_t cfg = s_config (kernel, rows + 2);
     char err[256] = "";
-    backend_model_t *m = backend_cpu_iface.load (w, &cfg, err, sizeof err);
+    backend_model_t *m = backend_cpu_iface.load (w, &cfg, cfg.device, err, sizeof err);
     ck_assert_msg (m != NULL, "load: %s", err);
     size_t nin = (size_t) rows * w->input_size, nout = (size_t) rows * w->output_size;
     const int ROUNDS = nout >= 32 ? 8 : (int) ((256 + nout - 1) / nout);
@@ -110,7 +110,7 @@ START_TEST (kernel_names_and_destroy_twice)
     weights_t *w = weights_random (sizes, &act, 1, 7);
     char err[256];
     model_config_t cfg = s_config (CPU_KERNEL_BLAS, 1);
-    backend_model_t *m = backend_cpu_iface.load (w, &cfg, err, sizeof err);
+    backend_model_t *m = backend_cpu_iface.load (w, &cfg, cfg.device, err, sizeof err);
     ck_assert_str_eq (backend_cpu_iface.kernel_name (m), "blas");
     backend_cpu_iface.destroy (&m);
     backend_cpu_iface.destroy (&m);

@@ -85,7 +85,7 @@ static void s_check_model_zc (const uint32_t *sizes, const activation_t *acts, s
     model_config_t cfg = s_config (kernel, graph, max_rows);
     cfg.zero_copy = zero_copy;
     char err[512] = "";
-    backend_model_t *m = backend_cuda_iface.load (w, &cfg, err, sizeof err);
+    backend_model_t *m = backend_cuda_iface.load (w, &cfg, cfg.device, err, sizeof err);
     ck_assert_msg (m != NULL, "%s: load: %s", label, err);
     for (size_t r = 0; r < nrows; r++) {
         double e = s_error (m, w, rows_list[r]);
@@ -154,7 +154,7 @@ START_TEST (wait_modes)
         model_config_t cfg = s_config (CUDA_KERNEL_WARP, true, 4);
         cfg.wait = (cuda_wait_t) mode;
         char err[512];
-        backend_model_t *m = backend_cuda_iface.load (w, &cfg, err, sizeof err);
+        backend_model_t *m = backend_cuda_iface.load (w, &cfg, cfg.device, err, sizeof err);
         ck_assert_msg (m != NULL, "%s", err);
         double e = s_error (m, w, 4);
         ck_assert_msg (e <= 1e-5, "wait %s: relative error %.3g", cuda_wait_name ((cuda_wait_t) mode), e);

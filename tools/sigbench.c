@@ -174,7 +174,7 @@ static double s_bench_cpu (const options_t *o, const weights_t *w, cpu_kernel_t 
     cfg.cpu_kernel = kernel;
     cfg.max_rows = o->rows;
     char err[512];
-    backend_model_t *m = backend_cpu_iface.load (w, &cfg, err, sizeof err);
+    backend_model_t *m = backend_cpu_iface.load (w, &cfg, cfg.device, err, sizeof err);
     if (!m) {
         fprintf (stderr, "sigbench: %s\n", err);
         return -1;
@@ -344,7 +344,7 @@ static backend_model_t *s_load_gpu (const options_t *o, const weights_t *w, cuda
     cfg.wait = o->wait;
     cfg.max_rows = o->rows;
     char err[512];
-    backend_model_t *m = backend_cuda_iface.load (w, &cfg, err, sizeof err);
+    backend_model_t *m = backend_cuda_iface.load (w, &cfg, cfg.device, err, sizeof err);
     if (!m)
         fprintf (stderr, "sigbench: %s\n", err);
     return m;
