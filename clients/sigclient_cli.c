@@ -1,20 +1,20 @@
 /* sigclient: one-shot requests to sigserve from a shell (infer, health, models).
  * Exit codes: 0 ok, 1 the server answered with an error status or is not ready, 2 usage or input error,
  * 3 timeout, transport or protocol error. */
+#include "clock.h"
+#include "floatlist.h"
+#include "latency.h"
 #include "rng.h"
 #include "sigclient.h"
-#include "latency.h"
-#include "weights.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <zmq.h>
 
 enum { EXIT_OK = 0, EXIT_STATUS = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3 };
 
@@ -27,7 +27,8 @@ enum { EXIT_OK = 0, EXIT_STATUS = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3 };
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n" \
     "        [--repeat K [--warmup W]] [--deadline-us D]\n" \
     "  health\n" \
-    "  models\n"
+    "  models\n" \
+    "       sigclient --help | --version\n"
 
 static const char *s_usage =
     SYNOPSIS
@@ -47,8 +48,10 @@ static const char *s_usage =
     "  --warmup W       with --repeat: send W more requests first and leave them out (default 0)\n"
     "  --deadline-us D  the server drops the request if still queued after D us (default: none)\n"
     "  --help           this text\n"
+    "  --version        print sigclient's version and libzmq's, then exit\n"
     "\n"
-    "infer prints the outputs on stdout, one row per line, and the timings on stderr.\n"
+    "infer prints the outputs on stdout, one row per line, and the timings on stderr\n"
+    "(round trips and server times in microseconds, the server's stages in nanoseconds).\n"
     "exit codes: 0 ok, 1 the server replied with an error status (or is not ready), 2 usage or input error,\n"
     "3 timeout or transport error.\n";
 
@@ -88,18 +91,11 @@ static int s_parse_u64 (const char *text, uint64_t min, uint64_t max, uint64_t *
     return 0;
 }
 
-static double s_now_us (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
 /* Parses the command line into OPTS; returns -1 to go on, or an exit code. */
 static int s_parse_options (int argc, char **argv, options_t *opts)
 {
     enum { O_ENDPOINT = 256, O_TIMEOUT, O_MODEL, O_FILE, O_STDIN, O_RANDOM, O_ROWS, O_SEED,
-           O_REPEAT, O_WARMUP, O_DEADLINE, O_HELP };
+           O_REPEAT, O_WARMUP, O_DEADLINE, O_HELP, O_VERSION };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "timeout", required_argument, NULL, O_TIMEOUT },
@@ -113,6 +109,7 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
         { "warmup", required_argument, NULL, O_WARMUP },
         { "deadline-us", required_argument, NULL, O_DEADLINE },
         { "help", no_argument, NULL, O_HELP },
+        { "version", no_argument, NULL, O_VERSION },
         { NULL, 0, NULL, 0 },
     };
     *opts = (options_t) { .timeout_ms = SIGCLIENT_DEFAULT_TIMEOUT_MS, .rows = 1, .seed = 1, .repeat = 1 };
@@ -163,6 +160,12 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
                 opts->infer_options++;
                 break;
             case 'h': case O_HELP: fputs (s_usage, stdout); return EXIT_OK;
+            case O_VERSION: {
+                int major, minor, patch;
+                zmq_version (&major, &minor, &patch);
+                printf ("sigclient %s (libzmq %d.%d.%d)\n", SIGSERVE_VERSION, major, minor, patch);
+                return EXIT_OK;
+            }
             case ':': return s_usage_error ("%s needs a value", argv[optind - 1]);
             default: return s_usage_error ("unknown option '%s'", argv[optind - 1]);
         }
@@ -186,70 +189,6 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
 
 /* ---- features ---- */
 
-static char *s_read_all (FILE *f, size_t *len)
-{
-    size_t cap = 4096, n = 0;
-    char *buf = malloc (cap);
-    while (buf) {
-        n += fread (buf + n, 1, cap - n - 1, f);
-        if (ferror (f)) { free (buf); return NULL; }
-        if (feof (f)) break;
-        if (cap - n - 1 == 0) {
-            char *grown = realloc (buf, cap * 2);
-            if (!grown) { free (buf); return NULL; }
-            buf = grown;
-            cap *= 2;
-        }
-    }
-    if (buf) { buf[n] = '\0'; *len = n; }
-    return buf;
-}
-
-/* Floats separated by whitespace or commas; '#' comments to the end of the line. nan and inf are
- * accepted (the server answers STATUS_BAD_VALUE), so is anything strtof reads whole. */
-static int s_parse_floats (char *text, const char *name, float **out, size_t *count)
-{
-    size_t cap = 1024, n = 0, line = 1;
-    float *vals = malloc (cap * sizeof *vals);
-    if (!vals) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
-    char *p = text;
-    while (*p) {
-        if (*p == '\n') { line++; p++; continue; }
-        if (isspace ((unsigned char) *p) || *p == ',') { p++; continue; }
-        if (*p == '#') { while (*p && *p != '\n') p++; continue; }
-        char *start = p;
-        while (*p && !isspace ((unsigned char) *p) && *p != ',' && *p != '#') p++;
-        char saved = *p;
-        *p = '\0';
-        errno = 0;
-        char *end;
-        float v = strtof (start, &end);
-        bool overflow = errno == ERANGE && isinf (v);
-        if (end == start || *end || overflow) {
-            fprintf (stderr, "sigclient: %s:%zu: %s: '%s'\n", name, line,
-                     overflow ? "out of float range" : "not a number", start);
-            free (vals);
-            return EXIT_USAGE;
-        }
-        *p = saved;
-        if (n == cap) {
-            float *grown = realloc (vals, 2 * cap * sizeof *vals);
-            if (!grown) { free (vals); fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
-            vals = grown;
-            cap *= 2;
-        }
-        vals[n++] = v;
-    }
-    if (n == 0) {
-        fprintf (stderr, "sigclient: %s: no features\n", name);
-        free (vals);
-        return EXIT_USAGE;
-    }
-    *out = vals;
-    *count = n;
-    return EXIT_OK;
-}
-
 static int s_load_features (const options_t *opts, float **out, size_t *count)
 {
     if (opts->random_n) {
@@ -268,29 +207,13 @@ static int s_load_features (const options_t *opts, float **out, size_t *count)
         *count = n;
         return EXIT_OK;
     }
-    bool use_stdin = strcmp (opts->file, "-") == 0;
-    const char *name = use_stdin ? "<stdin>" : opts->file;
-    FILE *f = use_stdin ? stdin : fopen (opts->file, "r");
-    if (!f) {
-        fprintf (stderr, "sigclient: cannot open %s: %s\n", name, strerror (errno));
+    /* nan and inf are sent as they are: the server's STATUS_BAD_VALUE is for the user to see */
+    char err[512];
+    if (floatlist_read (opts->file, true, out, count, err, sizeof err) != 0) {
+        fprintf (stderr, "sigclient: %s\n", err);
         return EXIT_USAGE;
     }
-    size_t len;
-    char *text = s_read_all (f, &len);
-    int err = errno;
-    if (!use_stdin) fclose (f);
-    if (!text) {
-        fprintf (stderr, "sigclient: cannot read %s: %s\n", name, strerror (err));
-        return EXIT_USAGE;
-    }
-    if (strlen (text) != len) {
-        fprintf (stderr, "sigclient: %s: not text (holds a NUL byte)\n", name);
-        free (text);
-        return EXIT_USAGE;
-    }
-    int rc = s_parse_floats (text, name, out, count);
-    free (text);
-    return rc;
+    return EXIT_OK;
 }
 
 /* ---- commands ---- */
@@ -333,7 +256,7 @@ static int s_infer (sigclient_t *client, const options_t *opts)
     for (uint64_t k = 0; k < opts->warmup + opts->repeat; k++) {
         /* Warm-up requests overwrite slot 0; only the last repeat requests are kept. */
         uint64_t i = k < opts->warmup ? 0 : k - opts->warmup;
-        double start = s_now_us ();
+        double start = clock_now_us ();
         int r = sigclient_infer (client, opts->model, features, n_features, (uint32_t) opts->rows,
                                  outputs, cap, &n_outputs, &result);
         if (r != 0 && sigclient_last_status (client) == SIGCLIENT_ERR_CAPACITY) {
@@ -342,11 +265,11 @@ static int s_infer (sigclient_t *client, const options_t *opts)
             if (!grown) { fprintf (stderr, "sigclient: out of memory\n"); rc = EXIT_TRANSPORT; goto done; }
             outputs = grown;
             cap = n_outputs;
-            start = s_now_us ();
+            start = clock_now_us ();
             r = sigclient_infer (client, opts->model, features, n_features, (uint32_t) opts->rows,
                                  outputs, cap, &n_outputs, &result);
         }
-        round_trips[i] = s_now_us () - start;
+        round_trips[i] = clock_now_us () - start;
         server_times[i] = (double) result.server_ns / 1e3;
         if (r != 0) { rc = s_client_failure (client); goto done; }
     }

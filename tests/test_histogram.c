@@ -4,6 +4,7 @@
  * byte as HdrHistogram's outputPercentileDistribution writes it. */
 #define _GNU_SOURCE
 #include "histogram.h"
+#include "rng.h"
 #include "testutil.h"
 
 #include <check.h>
@@ -15,20 +16,11 @@
 #include <string.h>
 #include <time.h>
 
-static uint64_t s_seed, s_seed0;
+static uint64_t s_seed, s_seed0;   /* common/rng.h's state; the seed is printed */
 
-static uint64_t s_next (void)
-{
-    s_seed ^= s_seed >> 12;
-    s_seed ^= s_seed << 25;
-    s_seed ^= s_seed >> 27;
-    return s_seed * UINT64_C (2685821657736338717);
-}
-
-static double s_unit (void)
-{
-    return (double) (s_next () >> 11) / 9007199254740992.0;
-}
+static uint64_t s_next (void) { return rng_next (&s_seed); }
+/* Uniform in (0, 1]. */
+static double s_unit (void) { return rng_unit_open (&s_seed); }
 
 /* Log-uniform over [1 ns, 60 s], with some exact small values mixed in. */
 static int64_t s_random_value (void)

@@ -4,8 +4,9 @@
  * or with a wrong request_id.
  *
  * What is asserted is what a user reads: the summary CSV (one row per step), the .hgrm files,
- * the markdown table and the exit code. Timing assertions are limited to what a loaded 2-core
- * machine holds: pacing at 2000 requests/s, and a 200 ms stall that is 100x the normal latency. */
+ * the markdown table, plots.gp, the progress line, the settings --dry-run prints, and the exit
+ * code. Timing assertions are limited to what a loaded 2-core machine holds: pacing at 2000
+ * requests/s, and a 200 ms stall that is 100x the normal latency. */
 #define _GNU_SOURCE
 #include "signal.pb-c.h"
 #include "testutil.h"
@@ -15,6 +16,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -91,7 +93,25 @@ static char *s_slurp (const char *path)
     return text;
 }
 
-static pid_t s_spawn (const char *const *args, const char *out_path, const char *err_path)
+/* Pins the calling process to the first CPU it may run on (what taskset -c N does). */
+static void s_pin_to_one_cpu (void)
+{
+    cpu_set_t set, one;
+    CPU_ZERO (&one);
+    if (sched_getaffinity (0, sizeof set, &set) != 0)
+        _exit (125);
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET (cpu, &set)) {
+            CPU_SET (cpu, &one);
+            break;
+        }
+    if (sched_setaffinity (0, sizeof one, &one) != 0)
+        _exit (125);
+}
+
+enum { RUN_VERBOSE = 1, RUN_PINNED = 2 };   /* s_sigload_with's flags */
+
+static pid_t s_spawn_with (const char *const *args, const char *out_path, const char *err_path, unsigned flags)
 {
     char bin[4096];
     snprintf (bin, sizeof bin, "%s/sigload", tu_build_dir ());
@@ -108,15 +128,22 @@ static pid_t s_spawn (const char *const *args, const char *out_path, const char 
             _exit (126);
         dup2 (o, 1);
         dup2 (e, 2);
+        if (flags & RUN_PINNED)
+            s_pin_to_one_cpu ();
         execv (bin, (char *const *) argv);
         _exit (127);
     }
     return pid;
 }
 
-/* Runs sigload with ARGS (NULL-terminated) plus "--out DIR --quiet" when NAME is given; waits up
- * to 60 s. */
-static void s_sigload (const char *name, const char *const *args, run_t *run)
+static pid_t s_spawn (const char *const *args, const char *out_path, const char *err_path)
+{
+    return s_spawn_with (args, out_path, err_path, 0);
+}
+
+/* Runs sigload with ARGS (NULL-terminated) plus "--out DIR" when NAME is given and "--quiet"
+ * unless RUN_VERBOSE; RUN_PINNED runs it on one CPU. Waits up to 60 s. */
+static void s_sigload_with (const char *name, const char *const *args, run_t *run, unsigned flags)
 {
     memset (run, 0, sizeof *run);
     const char *all[64];
@@ -128,12 +155,13 @@ static void s_sigload (const char *name, const char *const *args, run_t *run)
         all[n++] = "--out";
         all[n++] = run->dir;
     }
-    all[n++] = "--quiet";
+    if (!(flags & RUN_VERBOSE))
+        all[n++] = "--quiet";
     all[n] = NULL;
     char out_path[4300], err_path[4300];
     snprintf (out_path, sizeof out_path, "%s/%s.out", s_dir, name ? name : "run");
     snprintf (err_path, sizeof err_path, "%s/%s.err", s_dir, name ? name : "run");
-    pid_t pid = s_spawn (all, out_path, err_path);
+    pid_t pid = s_spawn_with (all, out_path, err_path, flags);
     ck_assert_int_gt (pid, 0);
     int status = 0;
     run->status = -1;
@@ -152,6 +180,11 @@ static void s_sigload (const char *name, const char *const *args, run_t *run)
     run->err = s_slurp (err_path);
 }
 
+static void s_sigload (const char *name, const char *const *args, run_t *run)
+{
+    s_sigload_with (name, args, run, 0);
+}
+
 static void s_run_free (run_t *run)
 {
     free (run->out);
@@ -164,6 +197,29 @@ static void s_run_free (run_t *run)
 
 #define EXPECT_IN(text, fragment) \
     ck_assert_msg (strstr ((text), (fragment)) != NULL, "\"%s\" not found in:\n%s", (fragment), (text))
+
+#define EXPECT_NOT_IN(text, fragment) \
+    ck_assert_msg (strstr ((text), (fragment)) == NULL, "\"%s\" found in:\n%s", (fragment), (text))
+
+/* Today's date in UTC, as the plots' titles write it. */
+static void s_utc_date (char *buf, size_t len)
+{
+    time_t now = time (NULL);
+    struct tm tm;
+    gmtime_r (&now, &tm);
+    strftime (buf, len, "%Y-%m-%d", &tm);
+}
+
+/* The lines of TEXT between "START" and the next "EOD" (a gnuplot data block), as a new string. */
+static char *s_block (const char *text, const char *start)
+{
+    const char *from = strstr (text, start);
+    ck_assert_msg (from != NULL, "no \"%s\" in:\n%s", start, text);
+    from += strlen (start);
+    const char *to = strstr (from, "\nEOD\n");
+    ck_assert_msg (to != NULL, "data block %s has no end", start);
+    return strndup (from, (size_t) (to - from));
+}
 
 /* ---- reading summary.csv and .hgrm ---- */
 
@@ -274,6 +330,7 @@ typedef struct {
     atomic_bool stop;
     int stall_at, stall_ms;                 /* stall once, before answering the Nth inference */
     int overloaded_every, deadline_every;   /* answer every Nth inference with that status */
+    int overloaded_after;                   /* answer every inference after the Nth OVERLOADED */
     int wrong_id_at;                        /* answer the Nth inference with another id */
     int infers;                             /* inferences seen */
 } test_server_t;
@@ -309,7 +366,7 @@ static void s_answer (test_server_t *ts, zmq_msg_t *identity, const Sigserve__V1
         reply.body_case = SIGSERVE__V1__REPLY__BODY_INFER;
         reply.infer = &infer;
         infer.request_id = req->infer->request_id + (n == ts->wrong_id_at ? 1000000 : 0);
-        if (ts->overloaded_every && n % ts->overloaded_every == 0) {
+        if ((ts->overloaded_every && n % ts->overloaded_every == 0) || (ts->overloaded_after && n > ts->overloaded_after)) {
             infer.status = SIGSERVE__V1__STATUS__STATUS_OVERLOADED;
             infer.error = (char *) "queue full";
         } else if (ts->deadline_every && n % ts->deadline_every == 0) {
@@ -497,6 +554,8 @@ START_TEST (echo_floor_in_the_same_run)
     ck_assert_int_gt (pid, 0);
 
     run_t run;
+    char date_before[32];
+    s_utc_date (date_before, sizeof date_before);
     const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--floor", echo, "--rate", "1000",
                            "--duration", "1", "--warmup", "0.2", NULL };
     s_sigload ("floor", args, &run);
@@ -513,6 +572,30 @@ START_TEST (echo_floor_in_the_same_run)
     ck_assert_double_eq (s_csv_num (&csv, 1, "ok"), 1000);
     ck_assert_int_eq (s_hgrm_check (&run, "echo-open-1000", NULL), 1000);
     ck_assert_int_eq (s_hgrm_check (&run, "open-1000", NULL), 1000);
+    /* the plots: titles name the host, the model, the connections and the date; the floor is a
+     * dashed baseline at its p50 and p99, not a point series */
+    char path[4400], host[256] = "", date_after[32];
+    snprintf (path, sizeof path, "%s/plots.gp", run.dir);
+    char *gp = s_slurp (path);
+    ck_assert_int_eq (gethostname (host, sizeof host), 0);
+    s_utc_date (date_after, sizeof date_after);
+    EXPECT_IN (gp, "set title \"sigload on ");
+    EXPECT_IN (gp, host);
+    EXPECT_IN (gp, "model tick_mlp, 1 connection, ");
+    ck_assert_msg (strstr (gp, date_before) || strstr (gp, date_after), "no date %s in:\n%s", date_after, gp);
+    EXPECT_IN (gp, "with lines dt 2 lw 2 lc rgb 'gray30' title 'echo floor p50 (");
+    EXPECT_IN (gp, "with lines dt 2 lw 1 lc rgb 'gray50' title 'echo floor p99 (");
+    EXPECT_IN (gp, "'echo-open-1000.hgrm' using 4:1 with lines lw 2 dt 2");
+    EXPECT_NOT_IN (gp, "$echo_open");
+    char *block = s_block (gp, "$sigserve_open << EOD\n");
+    EXPECT_IN (block, " open-1000");
+    free (block);
+    free (gp);
+    if (access ("/usr/bin/gnuplot", X_OK) == 0) {
+        snprintf (path, sizeof path, "%s/latency_vs_throughput.png", run.dir);
+        ck_assert_int_eq (access (path, R_OK), 0);
+        EXPECT_IN (run.out, "percentiles.png, latency_vs_throughput.png");
+    }
     free (csv.text);
     s_run_free (&run);
 
@@ -672,6 +755,100 @@ START_TEST (outputs_checked_against_expected_file)
 }
 END_TEST
 
+START_TEST (saturated_steps_stay_off_the_plot_scale)
+{
+    /* closed-1 gets 200 OK replies; every inference after that is OVERLOADED, so closed-2 is
+     * saturated (errors). Without --stop-when-saturated the sweep goes on; the plot keeps
+     * closed-2's latencies out of its points and marks it with a vertical line. */
+    test_server_t ts = { .overloaded_after = 200 };
+    s_test_server_start (&ts);
+    run_t run;
+    const char *args[] = { "--endpoint", ts.endpoint, "--model", "test", "--concurrency", "1,2", "--requests", "200",
+                           "--warmup", "0", NULL };
+    s_sigload ("saturated", args, &run);
+    s_test_server_stop (&ts);
+    EXPECT_STATUS (&run, 1);
+    EXPECT_IN (run.out, "| closed-2 | closed loop | 2 outstanding |");
+    EXPECT_IN (run.out, "closed-2: 200 x STATUS_OVERLOADED");
+    char path[4400];
+    snprintf (path, sizeof path, "%s/plots.gp", run.dir);
+    char *gp = s_slurp (path);
+    EXPECT_IN (gp, "model test, 1 connection, ");
+    char *block = s_block (gp, "$sigserve_closed << EOD\n");
+    EXPECT_IN (block, " closed-1");
+    EXPECT_NOT_IN (block, "closed-2");
+    free (block);
+    EXPECT_IN (gp, "# saturated: closed-2 (200 errors)");
+    EXPECT_IN (gp, "set label \"saturated: closed-2\"");
+    EXPECT_IN (gp, "nohead dt 3");
+    /* closed-2 had no OK reply: no percentile curve, and no floor in this run */
+    EXPECT_IN (gp, "'closed-1.hgrm' using 4:1");
+    EXPECT_NOT_IN (gp, "'closed-2.hgrm'");
+    EXPECT_NOT_IN (gp, "echo floor");
+    free (gp);
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (default_threads_follow_the_affinity_mask)
+{
+    /* --dry-run prints the effective settings without connecting: nobody listens on port 1 */
+    run_t run;
+    const char *args[] = { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--rate", "1k,2k", "--connections", "4",
+                           "--dry-run", NULL };
+    s_sigload_with (NULL, args, &run, RUN_PINNED);   /* as under taskset -c N */
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "threads: 1 (default: the smaller of 4 connection(s) and 1 CPU(s) in the affinity mask)");
+    EXPECT_IN (run.out, "connections: 4\n");
+    EXPECT_IN (run.out, "steps: 1000/s, 2000/s\n");
+    s_run_free (&run);
+
+    /* unpinned: this process's CPUs, at most one thread per connection */
+    cpu_set_t set;
+    ck_assert_int_eq (sched_getaffinity (0, sizeof set, &set), 0);
+    int cpus = CPU_COUNT (&set);
+    char expect[128];
+    snprintf (expect, sizeof expect, "threads: %d (default: the smaller of 4 connection(s) and %d CPU(s)",
+              cpus < 4 ? cpus : 4, cpus);
+    s_sigload (NULL, args, &run);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, expect);
+    s_run_free (&run);
+
+    const char *given[] = { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--connections", "4", "--threads", "3",
+                            "--dry-run", NULL };
+    s_sigload_with (NULL, given, &run, RUN_PINNED);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "threads: 3 (--threads)");
+    s_run_free (&run);
+
+    /* a real run says the same in its header */
+    const char *real[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--concurrency", "4", "--requests", "200",
+                           "--warmup", "0", "--connections", "4", NULL };
+    s_sigload_with (NULL, real, &run, RUN_PINNED);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "4 connection(s), 1 thread(s)");
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (progress_counts_warmup_apart)
+{
+    /* one progress line a second: at about 1 s the warm-up (2 s) runs, at about 3 s the measured
+     * part (2 s) does. Only the phases and their totals are asserted, not when the lines came. */
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--rate", "500", "--warmup", "2",
+                           "--duration", "2", NULL };
+    s_sigload_with (NULL, args, &run, RUN_VERBOSE);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.err, "sigload: open-500: warm-up ");
+    EXPECT_IN (run.err, "/2.0 s, ");
+    EXPECT_IN (run.err, "sigload: open-500: measuring ");
+    EXPECT_IN (run.err, " answered, 0 errors\n");
+    s_run_free (&run);
+}
+END_TEST
+
 START_TEST (usage_errors_exit_2)
 {
     static const char *const cases[][12] = {
@@ -685,6 +862,7 @@ START_TEST (usage_errors_exit_2)
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--duration", "1", "--requests", "10", NULL },
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--arrivals", "bursty", "--rate", "5", NULL },
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--no-such-option", NULL },
+        { "--serve-echo", "tcp://127.0.0.1:1", "--dry-run", NULL },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_t run;
@@ -699,6 +877,7 @@ START_TEST (usage_errors_exit_2)
     EXPECT_STATUS (&run, 0);
     EXPECT_IN (run.out, "coordinated omission");
     EXPECT_IN (run.out, "--serve-echo E");
+    EXPECT_IN (run.out, "affinity mask");
     s_run_free (&run);
 }
 END_TEST
@@ -717,6 +896,9 @@ int main (void)
     tcase_add_test (tc, error_statuses_counted_by_status);
     tcase_add_test (tc, wrong_request_id_is_unmatched_and_times_out);
     tcase_add_test (tc, outputs_checked_against_expected_file);
+    tcase_add_test (tc, saturated_steps_stay_off_the_plot_scale);
+    tcase_add_test (tc, default_threads_follow_the_affinity_mask);
+    tcase_add_test (tc, progress_counts_warmup_apart);
     tcase_add_test (tc, usage_errors_exit_2);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);

@@ -9,10 +9,14 @@
 #   echo-open-<rate>.hgrm, open-<rate>.hgrm   HdrHistogram percentile distributions (us)
 #   summary.csv, summary.md                    one row per step; the table sigload printed
 #   percentiles.png, latency_vs_throughput.png, plots.gp (and the logs of both servers)
-# The servers are stopped on exit, whatever happens.
+# The plots' titles carry the host, the model, the connections and the date (UTC); the echo floor
+# is a dashed baseline (its p50 and p99) and the saturated step a vertical line, so that its
+# latencies do not stretch the axis. The servers are stopped on exit, whatever happens.
 #
 # Knobs (environment): BUILD (build), CONFIG (config/sigserve.json), RATES (requests/s,
-# comma-separated), WARMUP and DURATION (seconds per step), CONNECTIONS (sigload's DEALERs).
+# comma-separated), WARMUP and DURATION (seconds per step), CONNECTIONS (sigload's DEALERs),
+# THREADS (sigload's worker threads; default: sigload's, one per CPU of its affinity mask, at most
+# one per connection).
 set -u
 BUILD=${BUILD:-build}
 CONFIG=${CONFIG:-config/sigserve.json}
@@ -20,6 +24,7 @@ RATES=${RATES:-1000,5000,10000,20000,30000,40000,50000,60000,80000,100000}
 WARMUP=${WARMUP:-0.5}
 DURATION=${DURATION:-3}
 CONNECTIONS=${CONNECTIONS:-1}
+THREADS=${THREADS:-}
 OUT=$BUILD/curves
 
 die () { echo "curves: $*" >&2; exit 1; }
@@ -47,6 +52,14 @@ ECHO=tcp://127.0.0.1:$(free_port)
 
 rm -rf "$OUT"
 mkdir -p "$OUT" || die "cannot create $OUT"
+
+# The default config names its weights under ../build/ (relative to config/); with another BUILD,
+# run a copy that points at this build's models instead.
+if [ "$BUILD" != build ] && grep -q '"\.\./build/' "$CONFIG"; then
+    BUILD_ABS=$(cd "$BUILD" && pwd) || die "cannot resolve $BUILD"
+    sed "s|\"\.\./build/|\"$BUILD_ABS/|g" "$CONFIG" > "$OUT/sigserve.json" || die "cannot write $OUT/sigserve.json"
+    CONFIG=$OUT/sigserve.json
+fi
 
 SERVER_PID=
 ECHO_PID=
@@ -81,8 +94,8 @@ kill -0 "$ECHO_PID" 2>/dev/null || { cat "$OUT/echo.log" >&2; die "the echo serv
 
 start=$(date +%s)
 "$BUILD/sigload" --endpoint "$ENDPOINT" --model "$MODEL" --floor "$ECHO" --rate "$RATES" \
-    --warmup "$WARMUP" --duration "$DURATION" --connections "$CONNECTIONS" --stop-when-saturated \
-    --out "$OUT" | tee "$OUT/summary.md"
+    --warmup "$WARMUP" --duration "$DURATION" --connections "$CONNECTIONS" ${THREADS:+--threads "$THREADS"} \
+    --stop-when-saturated --out "$OUT" | tee "$OUT/summary.md"
 rc=${PIPESTATUS[0]}
 echo "curves: $(( $(date +%s) - start )) s of load; files in $OUT:"
 ls -l "$OUT"

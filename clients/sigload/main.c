@@ -1,0 +1,533 @@
+/* sigload's main: checks that every endpoint answers and asks the server for the model's sizes,
+ * builds the requests' payloads, starts the workers, then runs the sweep step by step (the
+ * --floor step first), judging saturation after each. sigload.h describes the whole design;
+ * sigload --help describes its use. */
+#define _GNU_SOURCE
+#include "clock.h"
+#include "floatlist.h"
+#include "rng.h"
+#include "sigload.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define RANDOM_SETS 64                  /* distinct random requests, cycled */
+#define READY_WAIT_MS 10000             /* how long to wait for an endpoint to be ready */
+
+volatile sig_atomic_t sigload_interrupted;
+
+static void s_on_signal (int sig)
+{
+    (void) sig;
+    sigload_interrupted = 1;
+}
+
+void sigload_catch_signals (void)
+{
+    struct sigaction sa = { .sa_handler = s_on_signal };
+    sigemptyset (&sa.sa_mask);
+    sigaction (SIGINT, &sa, NULL);
+    sigaction (SIGTERM, &sa, NULL);
+}
+
+/* ---- before the sweep: is everyone there? ---- */
+
+static int s_exchange (void *socket, const void *payload, size_t len, uint8_t *reply, size_t cap, int timeout_ms)
+{
+    if (zmq_send (socket, payload, len, 0) != (int) len)
+        return -1;
+    zmq_pollitem_t item = { .socket = socket, .events = ZMQ_POLLIN };
+    if (zmq_poll (&item, 1, timeout_ms) <= 0)
+        return -1;
+    return zmq_recv (socket, reply, cap, ZMQ_DONTWAIT);
+}
+
+/* The ready probe: a health request (sigserve), or 8 zero bytes (an echo server). */
+static size_t s_probe (bool echo, uint8_t *buf)
+{
+    memset (buf, 0, 8);
+    if (echo)
+        return 8;
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__HealthRequest health = SIGSERVE__V1__HEALTH_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_HEALTH;
+    req.health = &health;
+    return sigserve__v1__request__pack (&req, buf);
+}
+
+/* 1: the reply to the probe says ready; 0: it does not (yet); -1: it is not a reply to the probe. */
+static int s_probe_answer (bool echo, const uint8_t *probe, size_t probe_len, const uint8_t *reply, int n)
+{
+    if (echo)
+        return n == (int) probe_len && memcmp (reply, probe, probe_len) == 0 ? 1 : -1;
+    Sigserve__V1__Reply *rep = n >= 0 ? sigserve__v1__reply__unpack (NULL, (size_t) n, reply) : NULL;
+    int rc = -1;
+    if (rep && rep->body_case == SIGSERVE__V1__REPLY__BODY_HEALTH)
+        rc = rep->health->ready ? 1 : 0;
+    if (rep)
+        sigserve__v1__reply__free_unpacked (rep, NULL);
+    return rc;
+}
+
+/* Waits until ENDPOINT answers the probe with ready, over a socket of its own: a DEALER spread
+ * over several peers cannot tell which one answered. */
+static int s_endpoint_ready (const sigload_t *L, const char *endpoint, bool echo)
+{
+    uint8_t probe[64], reply[4096];
+    size_t len = s_probe (echo, probe);
+    int wait_ms = (int) L->opt->timeout_ms > READY_WAIT_MS ? (int) L->opt->timeout_ms : READY_WAIT_MS;
+    int64_t deadline = (int64_t) clock_now_ns () + (int64_t) wait_ms * 1000000;
+    const char *why = "no answer";
+    int rc = -1;
+    while (rc != 0) {
+        int64_t left_ms = (deadline - (int64_t) clock_now_ns ()) / 1000000;
+        if (left_ms <= 0) {
+            fprintf (stderr, "sigload: %s: %s within %d ms\n", endpoint, why, wait_ms);
+            return -1;
+        }
+        /* a fresh socket per try: an answer to an earlier try cannot be taken for this one's */
+        void *s = connection_socket_new (L->ctx, L->opt);
+        if (!s || zmq_connect (s, endpoint) != 0) {
+            fprintf (stderr, "sigload: cannot connect to %s: %s\n", endpoint, zmq_strerror (zmq_errno ()));
+            if (s)
+                zmq_close (s);
+            return -1;
+        }
+        int n = s_exchange (s, probe, len, reply, sizeof reply, (int) (left_ms < 1000 ? left_ms : 1000));
+        zmq_close (s);
+        int answer = n < 0 ? -2 : s_probe_answer (echo, probe, len, reply, n);
+        if (answer == 1)
+            rc = 0;
+        else if (answer == 0) {
+            why = "not ready";
+            usleep (100 * 1000);
+        } else if (answer == -1)
+            why = echo ? "a reply that is not the echo of the request" : "a reply that is not a health reply";
+    }
+    return 0;
+}
+
+/* One probe to each peer of C (every one is known to answer by now), so that every pipe of
+ * the load connection is up before the first timed request. */
+static int s_connection_ready (const sigload_t *L, const connection_t *c, bool echo, const char *what)
+{
+    uint8_t probe[64], reply[4096];
+    size_t len = s_probe (echo, probe);
+    for (unsigned i = 0; i < c->n_peers; i++)
+        if (zmq_send (c->socket, probe, len, 0) != (int) len)
+            return -1;
+    int64_t deadline = (int64_t) clock_now_ns () + (int64_t) L->opt->timeout_ms * 1000000 + 1000000000LL;
+    for (unsigned got = 0; got < c->n_peers;) {
+        int64_t left_ms = (deadline - (int64_t) clock_now_ns ()) / 1000000;
+        zmq_pollitem_t item = { .socket = c->socket, .events = ZMQ_POLLIN };
+        if (left_ms <= 0 || zmq_poll (&item, 1, (long) left_ms) <= 0) {
+            fprintf (stderr, "sigload: %s: %u of %u peers answered\n", what, got, c->n_peers);
+            return -1;
+        }
+        int n = zmq_recv (c->socket, reply, sizeof reply, ZMQ_DONTWAIT);
+        if (n >= 0 && s_probe_answer (echo, probe, len, reply, n) >= 0)
+            got++;
+    }
+    return 0;
+}
+
+/* Asks the server for the model's input and output sizes. 0 when it lists the model. */
+static int s_model_sizes (void *socket, const char *model, int timeout_ms, uint32_t *in, uint32_t *out,
+                          char *served, size_t served_len)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__ListModelsRequest list = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
+    req.list_models = &list;
+    uint8_t request[64];
+    static uint8_t reply[65536];
+    size_t len = sigserve__v1__request__pack (&req, request);
+    int n = s_exchange (socket, request, len, reply, sizeof reply, timeout_ms);
+    served[0] = 0;
+    if (n < 0 || n > (int) sizeof reply)
+        return -1;
+    Sigserve__V1__Reply *rep = sigserve__v1__reply__unpack (NULL, (size_t) n, reply);
+    int rc = -1;
+    if (rep && rep->body_case == SIGSERVE__V1__REPLY__BODY_LIST_MODELS) {
+        size_t used = 0;
+        for (size_t i = 0; i < rep->list_models->n_models; i++) {
+            const Sigserve__V1__ModelInfo *m = rep->list_models->models[i];
+            if (strcmp (m->name, model) == 0) {
+                *in = m->input_size;
+                *out = m->output_size;
+                rc = 0;
+            }
+            int w = snprintf (served + used, served_len - used, "%s%s", i ? ", " : "", m->name);
+            if (w > 0 && used + (size_t) w < served_len)
+                used += (size_t) w;
+        }
+    }
+    if (rep)
+        sigserve__v1__reply__free_unpacked (rep, NULL);
+    return rc;
+}
+
+static int s_check_ready (sigload_t *L, int set, bool echo, const char *const *eps, size_t n_eps)
+{
+    for (size_t e = 0; e < n_eps; e++)
+        if (s_endpoint_ready (L, eps[e], echo) != 0)
+            return -1;
+    for (size_t t = 0; t < L->n_workers; t++)
+        for (size_t i = 0; i < L->workers[t].n_conns; i++) {
+            char label[256];
+            snprintf (label, sizeof label, "connection %u", L->workers[t].conns[set][i].global);
+            if (s_connection_ready (L, &L->workers[t].conns[set][i], echo, label) != 0)
+                return -1;
+        }
+    return 0;
+}
+
+/* Features (and expected outputs), the echo payloads and the buffers' sizes. */
+static int s_prepare_payloads (sigload_t *L, uint32_t input_size)
+{
+    const options_t *opt = L->opt;
+    char err[512];
+    L->per_request = (size_t) opt->rows * input_size;
+    if (opt->features_file) {
+        size_t n = 0;
+        if (floatlist_read (opt->features_file, false, &L->pool, &n, err, sizeof err) != 0) {
+            fprintf (stderr, "sigload: %s\n", err);
+            return -1;
+        }
+        if (n == 0 || n % L->per_request != 0) {
+            fprintf (stderr, "sigload: %s: %zu features are not a whole number of requests of rows x input size = "
+                             "%u x %u = %zu\n", opt->features_file, n, opt->rows, input_size, L->per_request);
+            return -1;
+        }
+        L->n_sets = n / L->per_request;
+    } else {
+        L->n_sets = RANDOM_SETS;
+        L->pool = malloc (L->n_sets * L->per_request * sizeof *L->pool);
+        if (!L->pool)
+            return -1;
+        uint64_t rng = opt->seed * 0x9e3779b97f4a7c15ull + 0x5eed;
+        for (size_t i = 0; i < L->n_sets * L->per_request; i++)
+            L->pool[i] = rng_uniform (&rng, -1.0f, 1.0f);
+    }
+    if (opt->expect_file) {
+        size_t n = 0;
+        if (floatlist_read (opt->expect_file, false, &L->expect, &n, err, sizeof err) != 0) {
+            fprintf (stderr, "sigload: %s\n", err);
+            return -1;
+        }
+        if (n == 0 || n % L->n_sets != 0) {
+            fprintf (stderr, "sigload: %s: %zu expected outputs do not divide into the %zu requests of %s\n",
+                     opt->expect_file, n, L->n_sets, opt->features_file ? opt->features_file : "random features");
+            return -1;
+        }
+        L->out_per_request = n / L->n_sets;
+    }
+    /* The largest request: the largest id packs into the most bytes. */
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__InferRequest infer = SIGSERVE__V1__INFER_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+    req.infer = &infer;
+    infer.request_id = UINT64_MAX;
+    infer.model = (char *) opt->model;
+    infer.n_features = L->per_request;
+    infer.features = L->pool;
+    infer.rows = opt->rows;
+    infer.deadline_us = opt->deadline_us;
+    L->echo_len = sigserve__v1__request__get_packed_size (&req);
+    if (L->echo_len < 8)
+        L->echo_len = 8;
+    L->send_cap = L->echo_len + 16;
+    L->echo_payloads = malloc (L->n_sets * L->echo_len);
+    if (!L->echo_payloads)
+        return -1;
+    for (size_t k = 0; k < L->n_sets; k++) {
+        uint8_t *p = L->echo_payloads + k * L->echo_len;
+        memset (p, 0, L->echo_len);
+        infer.features = L->pool + k * L->per_request;
+        sigserve__v1__request__pack (&req, p);
+    }
+    return 0;
+}
+
+/* ---- the sweep ---- */
+
+/* Runs L->step on every worker and waits for them. */
+static void s_run_step (sigload_t *L)
+{
+    const options_t *opt = L->opt;
+    for (size_t t = 0; t < L->n_workers; t++)
+        atomic_store (&L->workers[t].done, 0);
+    int64_t start = (int64_t) clock_now_ns ();
+    L->step.t0 = start + 20 * 1000000LL;   /* every worker is past the barrier by then */
+    L->step.measure_start = L->step.t0 + (int64_t) (opt->warmup_s * 1e9);
+    L->step.measure_end = opt->requests ? INT64_MAX : L->step.measure_start + (int64_t) (opt->duration_s * 1e9);
+    double expected_s = opt->requests ? (L->step.mode == MODE_OPEN ? opt->warmup_s + (double) opt->requests / L->step.target : 0)
+                                      : opt->warmup_s + opt->duration_s;
+    bool progress = !opt->quiet && (expected_s > 2 || expected_s == 0);
+    pthread_barrier_wait (&L->start);
+    int64_t next_progress = start + 1000000000LL;
+    for (;;) {
+        size_t done = 0;
+        for (size_t t = 0; t < L->n_workers; t++)
+            done += atomic_load_explicit (&L->workers[t].done, memory_order_acquire) != 0;
+        if (done == L->n_workers)
+            break;
+        if (sigload_interrupted && !atomic_load (&L->abort)) {
+            atomic_store (&L->abort, true);
+            fprintf (stderr, "sigload: interrupted: stopping\n");
+        }
+        usleep (20 * 1000);
+        int64_t now = (int64_t) clock_now_ns ();
+        if (progress && now >= next_progress) {
+            report_progress (L, now);
+            next_progress += 1000000000LL;
+        }
+    }
+}
+
+static void s_step_name (step_t *st, bool floor_step)
+{
+    char value[32];
+    snprintf (value, sizeof value, "%.10g", st->target);
+    snprintf (st->name, sizeof st->name, "%s%s-%s", floor_step || st->echo ? "echo-" : "",
+              st->mode == MODE_OPEN ? "open" : "closed", value);
+}
+
+/* Why R is past saturation, or "": it achieved less than 90% of its target rate, saw errors, or
+ * its p99 exceeded --saturation-p99 (default: 10 x the first step's p99, at least 1000 us). The
+ * sweep stops there with --stop-when-saturated; the plots keep such steps off their scale. */
+static void s_saturation (const options_t *opt, const result_t *r, double *first_p99_us, char *why, size_t len)
+{
+    double p99 = sigload_us (histogram_value_at_percentile (r->total, 99));
+    if (*first_p99_us == 0)
+        *first_p99_us = p99 > 0 ? p99 : 1;
+    double limit = opt->saturation_p99_us > 0 ? opt->saturation_p99_us
+                                              : (10 * *first_p99_us > 1000 ? 10 * *first_p99_us : 1000);
+    why[0] = 0;
+    if (opt->mode == MODE_OPEN && r->achieved < 0.9 * r->step.target)
+        snprintf (why, len, "achieved %.0f req/s, less than 90%% of %.10g", r->achieved, r->step.target);
+    else if (r->errors)
+        snprintf (why, len, "%" PRIu64 " errors", r->errors);
+    else if (p99 > limit)
+        snprintf (why, len, "p99 %.1f us above %.1f us", p99, limit);
+}
+
+/* Runs the steps (the floor step first), printing each row as it ends; the results filled. */
+static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE *csv, bool *any_errors,
+                           char *saturated, size_t saturated_len)
+{
+    const options_t *opt = L->opt;
+    double first_p99_us = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < n_steps && !sigload_interrupted; i++) {
+        bool floor_step = opt->floor && i == 0;
+        size_t v = opt->floor ? (i == 0 ? 0 : i - 1) : i;
+        L->step = (step_t) { .mode = opt->mode, .set = floor_step ? SET_FLOOR : SET_TARGET,
+                             .echo = opt->echo || floor_step, .target = opt->values[v], .requests = opt->requests };
+        s_step_name (&L->step, floor_step);
+        s_run_step (L);
+        result_t *r = &results[n++];
+        report_merge (L, r);
+        report_table_row (stdout, r);
+        if (csv)
+            report_csv_row (csv, r);
+        if (opt->out_dir)
+            report_write_hgrm (opt->out_dir, r);
+        if (r->errors || r->counts.warmup_errors)
+            *any_errors = true;
+        if (floor_step)
+            continue;
+        s_saturation (opt, r, &first_p99_us, r->saturation, sizeof r->saturation);
+        r->saturated = r->saturation[0] != 0;
+        if (r->saturated && opt->stop_when_saturated && i + 1 < n_steps) {
+            snprintf (saturated, saturated_len, "saturated at %s (%s): the sweep stopped there", r->step.name,
+                      r->saturation);
+            fprintf (stderr, "sigload: %s\n", saturated);
+            break;
+        }
+    }
+    return n;
+}
+
+/* The features per row: --input-size, else the server's model list, else 512. The model's
+ * outputs per row in *OUTPUT_SIZE (0 when unknown). */
+static uint32_t s_input_size (sigload_t *L, uint32_t *output_size)
+{
+    const options_t *opt = L->opt;
+    uint32_t input_size = opt->input_size;
+    if (!opt->echo) {
+        uint32_t in = 0, out = 0;
+        char served[1024];
+        if (s_model_sizes (L->workers[0].conns[SET_TARGET][0].socket, opt->model, (int) opt->timeout_ms, &in, &out,
+                           served, sizeof served) == 0) {
+            if (!input_size)
+                input_size = in;
+            *output_size = out;
+        } else if (!input_size) {
+            fprintf (stderr, "sigload: the server does not list model \"%s\" (%s%s); sending 512 features per row "
+                             "(--input-size sets it)\n", opt->model, served[0] ? "served: " : "no model list",
+                     served);
+            input_size = 512;
+        }
+    }
+    return input_size ? input_size : 512;
+}
+
+/* Creates DIR and DIR/summary.csv with its header; the open file, or NULL (said why). */
+static FILE *s_open_out (const char *dir)
+{
+    if (mkdir (dir, 0777) != 0 && errno != EEXIST) {
+        fprintf (stderr, "sigload: cannot create %s: %s\n", dir, strerror (errno));
+        return NULL;
+    }
+    char path[4096];
+    snprintf (path, sizeof path, "%s/summary.csv", dir);
+    FILE *csv = fopen (path, "w");
+    if (!csv) {
+        fprintf (stderr, "sigload: cannot write %s: %s\n", path, strerror (errno));
+        return NULL;
+    }
+    report_csv_header (csv);
+    return csv;
+}
+
+/* What runs (the settings in one line) and how latency is measured. */
+static void s_print_banner (const sigload_t *L, uint32_t input_size)
+{
+    const options_t *opt = L->opt;
+    char duration[64];
+    if (opt->requests)
+        snprintf (duration, sizeof duration, "%" PRIu64 " requests measured per step", opt->requests);
+    else
+        snprintf (duration, sizeof duration, "%.3g s measured per step", opt->duration_s);
+    printf ("sigload%s: %zu endpoint(s)%s%s, model %s, %u row(s) of %u features (%zu-byte requests), %u "
+            "connection(s), %u thread(s), %s, warm-up %.3g s, %s\n\n",
+            opt->echo ? " (echo)" : "", opt->n_endpoints, opt->floor ? ", echo floor at " : "",
+            opt->floor ? opt->floor : "", opt->echo ? "-" : opt->model, opt->rows, input_size, L->echo_len,
+            opt->connections, opt->threads,
+            opt->mode == MODE_CLOSED ? "closed loop"
+            : opt->poisson           ? "open loop, Poisson arrivals"
+                                     : "open loop, constant arrivals",
+            opt->warmup_s, duration);
+    printf ("Latency in microseconds: %s.\n\n",
+            opt->mode == MODE_OPEN ? "open loop, from each request's scheduled send time (coordinated-omission safe)"
+                                   : "closed loop, from each request's actual send: a slow reply delays the requests "
+                                     "behind it, so the percentiles hide queueing (coordinated omission); use --rate "
+                                     "for open loop");
+}
+
+int main (int argc, char **argv)
+{
+    options_t opt;
+    int rc = options_parse (argc, argv, &opt);
+    if (rc != 0)
+        return rc < 0 ? EXIT_OK : rc;
+    if (opt.n_serve_echo > 0)
+        return echo_serve (&opt);
+
+    sigload_t L = { .opt = &opt, .timeout_ns = (int64_t) opt.timeout_ms * 1000000,
+                    .spin_ns = (int64_t) opt.spin_us * 1000 };
+    result_t *results = NULL;
+    size_t n_steps = 0, n_results = 0;
+    FILE *csv = NULL;
+    int exit_code = EXIT_ERRORS;
+    bool threads_started = false;
+
+    sigload_catch_signals ();
+
+    L.ctx = zmq_ctx_new ();
+    if (!L.ctx || workers_new (&L, opt.floor != NULL) != 0) {
+        fprintf (stderr, "sigload: out of memory\n");
+        goto done;
+    }
+    zmq_ctx_set (L.ctx, ZMQ_IO_THREADS, (int) opt.io_threads);
+    if (workers_connect (&L, SET_TARGET, opt.endpoints, opt.n_endpoints) != 0)
+        goto done;
+    if (opt.floor && workers_connect (&L, SET_FLOOR, &opt.floor, 1) != 0)
+        goto done;
+    if (s_check_ready (&L, SET_TARGET, opt.echo, opt.endpoints, opt.n_endpoints) != 0)
+        goto done;
+    if (opt.floor && s_check_ready (&L, SET_FLOOR, true, &opt.floor, 1) != 0)
+        goto done;
+
+    uint32_t output_size = 0, input_size = s_input_size (&L, &output_size);
+    if (s_prepare_payloads (&L, input_size) != 0 || workers_buffers (&L) != 0)
+        goto done;
+    if (L.expect && output_size && L.out_per_request != (size_t) opt.rows * output_size)
+        fprintf (stderr, "sigload: warning: %s holds %zu outputs per request; the model gives %u x %u\n",
+                 opt.expect_file, L.out_per_request, opt.rows, output_size);
+
+    if (opt.out_dir && !(csv = s_open_out (opt.out_dir)))
+        goto done;
+
+    n_steps = opt.n_values + (opt.floor ? 1 : 0);
+    results = calloc (n_steps, sizeof *results);
+    if (!results)
+        goto done;
+    for (size_t i = 0; i < n_steps; i++) {
+        results[i].total = histogram_new ();
+        results[i].server = histogram_new ();
+        results[i].network = histogram_new ();
+        if (!results[i].total || !results[i].server || !results[i].network)
+            goto done;
+    }
+
+    pthread_barrier_init (&L.start, NULL, (unsigned) L.n_workers + 1);
+    for (size_t t = 0; t < L.n_workers; t++)
+        if (pthread_create (&L.workers[t].thread, NULL, worker_main, &L.workers[t]) != 0) {
+            fprintf (stderr, "sigload: cannot start a thread\n");
+            abort ();   /* the barrier counts on every thread */
+        }
+    threads_started = true;
+
+    s_print_banner (&L, input_size);
+    report_table_header (stdout);
+
+    bool any_errors = false;
+    char saturated[512] = "";
+    n_results = s_run_sweep (&L, results, n_steps, csv, &any_errors, saturated, sizeof saturated);
+    printf ("\n");
+    if (saturated[0])
+        printf ("%s\n", saturated);
+    report_error_details (stdout, results, n_results);
+    if (opt.out_dir) {
+        if (csv) {
+            fclose (csv);
+            csv = NULL;
+        }
+        char made[128];
+        bool plotted = report_plot (&opt, results, n_results, made, sizeof made);
+        printf ("files in %s: <step>.hgrm for each step, summary.csv, plots.gp%s%s\n", opt.out_dir,
+                plotted ? ", " : "", plotted ? made : "");
+    }
+    exit_code = any_errors || sigload_interrupted ? EXIT_ERRORS : EXIT_OK;
+
+done:
+    if (threads_started) {
+        atomic_store (&L.quit, true);
+        pthread_barrier_wait (&L.start);
+        for (size_t t = 0; t < L.n_workers; t++)
+            pthread_join (L.workers[t].thread, NULL);
+        pthread_barrier_destroy (&L.start);
+    }
+    if (csv)
+        fclose (csv);
+    for (size_t i = 0; results && i < n_steps; i++) {
+        histogram_destroy (&results[i].total);
+        histogram_destroy (&results[i].server);
+        histogram_destroy (&results[i].network);
+    }
+    free (results);
+    workers_destroy (&L);
+    if (L.ctx)
+        zmq_ctx_term (L.ctx);
+    free (L.pool);
+    free (L.expect);
+    free (L.echo_payloads);
+    return exit_code;
+}

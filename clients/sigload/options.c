@@ -1,0 +1,443 @@
+/* sigload's command line: the usage text, option parsing and checking, the thread default, and
+ * the effective settings that --dry-run prints. */
+#define _GNU_SOURCE
+#include "sigload.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SYNOPSIS \
+    "usage: sigload --endpoint E [--endpoint E2 ...] --model M\n" \
+    "               [--rate R[,R2,...] [--arrivals constant|poisson] | --concurrency N[,N2,...]]\n" \
+    "               [--warmup S] [--duration S | --requests N] [--connections C] [--threads T]\n" \
+    "               [--rows R] [--features FILE] [--expect FILE] [--floor E] [--out DIR] [options]\n" \
+    "       sigload --endpoint E --echo [--rate ... | --concurrency ...] [options]\n" \
+    "       sigload --serve-echo E [--serve-echo E2 ...]\n"
+
+static const char *s_help =
+    SYNOPSIS
+    "\n"
+    "Drives sigserve with InferRequests over ZeroMQ DEALER sockets, checks every reply, and reports\n"
+    "the latency distribution of each step of a sweep: a markdown table on stdout and, with --out,\n"
+    "HdrHistogram .hgrm files, a CSV summary and PNG plots.\n"
+    "\n"
+    "Load (one step per value; a value may end in k, as in 10k):\n"
+    "  --rate R[,R2,...]     open loop: R requests/s in all, sent on schedule whatever the replies\n"
+    "                        do. Latency is measured from each request's scheduled send time, so a\n"
+    "                        server or a sender that falls behind shows as latency instead of being\n"
+    "                        hidden (no coordinated omission).\n"
+    "  --arrivals A          open loop: constant (evenly spaced, the default) or poisson\n"
+    "                        (exponential gaps).\n"
+    "  --concurrency N[,N2,...]\n"
+    "                        closed loop: N requests outstanding at all times; the next request\n"
+    "                        leaves when a reply comes. Latency is from the actual send, so a slow\n"
+    "                        reply hides the queueing behind it; the output says \"closed loop\".\n"
+    "                        Without --rate or --concurrency: --concurrency 1.\n"
+    "  --warmup S            seconds of load before each step's measurement: sent and checked,\n"
+    "                        not recorded (default 1).\n"
+    "  --duration S          seconds measured per step (default 5).\n"
+    "  --requests N          measure N requests per step instead of a duration.\n"
+    "  --connections C       DEALER sockets (default 1). Connection i connects to endpoint\n"
+    "                        i mod E; with fewer connections than endpoints each connects to\n"
+    "                        several and ZeroMQ spreads its requests over them.\n"
+    "  --threads T           worker threads, each owning every T-th connection. Default: the\n"
+    "                        smaller of C and the number of CPUs this process may run on (its\n"
+    "                        affinity mask, as taskset, numactl or a container's cpuset set it;\n"
+    "                        not the machine's core count): threads that wait by spinning starve\n"
+    "                        each other on fewer CPUs. --dry-run prints the count chosen.\n"
+    "  --io-threads N        ZeroMQ I/O threads (default 1).\n"
+    "  --timeout MS          a request not answered MS ms after it was sent, or not sent within MS\n"
+    "                        ms of its scheduled time, counts as a timeout (default 2000).\n"
+    "  --max-outstanding N   requests in flight per connection, rounded up to a power of two\n"
+    "                        (default 8192, 32 bytes each); a full connection holds the sender\n"
+    "                        back, which shows as latency in open loop.\n"
+    "  --busy-poll           spin instead of sleeping between sends and replies (a core per thread).\n"
+    "  --spin-us US          open loop: wake US us before each scheduled send and spin the rest\n"
+    "                        (default 50): a sleeping thread wakes late, by tens of us on a VM,\n"
+    "                        and a late send adds to the latency measured from the schedule.\n"
+    "                        Only while the gap between a thread's sends is at least 10 x US, so\n"
+    "                        that spinning takes at most a tenth of its core; 0: never spin.\n"
+    "\n"
+    "Requests:\n"
+    "  --model M             the model to run (required unless --echo).\n"
+    "  --rows R              rows per request (default 1).\n"
+    "  --input-size N        features per row (default: the server's model list; 512 when the\n"
+    "                        server does not list the model, or with --echo).\n"
+    "  --features FILE       requests' features from FILE: floats separated by spaces, commas or\n"
+    "                        newlines ('#' starts a comment), a multiple of rows x input size;\n"
+    "                        requests cycle through them. Default: 64 random requests, uniform in\n"
+    "                        [-1, 1), from --seed.\n"
+    "  --expect FILE         check every OK reply's outputs against FILE: the expected outputs of\n"
+    "                        each request of --features, in the same order and format.\n"
+    "  --tolerance X         with --expect: |output - expected| <= X * max(1, |expected|)\n"
+    "                        (default 1e-4).\n"
+    "  --deadline-us D       the deadline sent with every request (default: none).\n"
+    "  --seed S              seed of the random features and Poisson arrivals (default 1).\n"
+    "\n"
+    "Transport floor (a plain ZeroMQ echo of the same message size, same client, same run):\n"
+    "  --serve-echo E        run an echo server on E (a ROUTER that returns every message as it\n"
+    "                        came) until SIGINT or SIGTERM.\n"
+    "  --echo                the endpoints are such echo servers: send packed requests of the\n"
+    "                        same size with the request id in their first 8 bytes; a reply is\n"
+    "                        checked by size and id.\n"
+    "  --floor E             before the sweep, run its first step against the echo endpoint E;\n"
+    "                        that step's name starts with \"echo-\".\n"
+    "\n"
+    "Output:\n"
+    "  --out DIR             write DIR/<step>.hgrm (HdrHistogram percentile distribution of the\n"
+    "                        total latency, in microseconds), DIR/summary.csv (one row per step),\n"
+    "                        DIR/plots.gp and, when gnuplot is installed, DIR/percentiles.png\n"
+    "                        (every step's percentile spectrum) and DIR/latency_vs_throughput.png\n"
+    "                        (the --floor step as a dashed baseline; saturated steps, by the rule\n"
+    "                        of --stop-when-saturated, marked by a vertical line instead of\n"
+    "                        stretching the latency axis). Titles carry the host, the model, the\n"
+    "                        connections and the date (UTC).\n"
+    "  --stop-when-saturated stop the sweep after a step that achieved less than 90% of its\n"
+    "                        target rate, saw errors, or whose p99 exceeded --saturation-p99.\n"
+    "  --saturation-p99 US   (default: 10 x the first step's p99, at least 1000 us).\n"
+    "  --quiet               no progress line on stderr (otherwise one per second in steps longer\n"
+    "                        than 2 s, counting the warm-up and the measured part separately).\n"
+    "  --dry-run             check the options, print the effective settings (the thread count\n"
+    "                        among them) and exit without connecting.\n"
+    "  --help                this text.\n"
+    "\n"
+    "Steps are named open-<rate> or closed-<concurrency>. The table gives, in microseconds, the\n"
+    "percentiles of the total latency, and the means of the server's own time (server_ns in the\n"
+    "replies), of the network time (round trip - server time: wire and both ZeroMQ stacks) and\n"
+    "of the send lag (actual - scheduled send, open loop). Achieved throughput is the measured\n"
+    "requests answered divided by the time from the start of the measurement to the last answer.\n"
+    "Errors are counted by status: the server's (STATUS_*), TIMEOUT, BAD_REPLY, UNMATCHED_ID\n"
+    "(a reply whose request_id is not outstanding), OUTPUT_MISMATCH and SEND_FAILED.\n"
+    "\n"
+    "Exit status: 0 every reply OK; 1 errors were seen (an error status, a timeout, a bad or\n"
+    "unmatched reply, an output mismatch; warm-up included) or the run was interrupted;\n"
+    "2 usage error.\n";
+
+static int s_usage_error (const char *fmt, const char *arg)
+{
+    fprintf (stderr, "sigload: ");
+    fprintf (stderr, fmt, arg);
+    fprintf (stderr, "\n%s(sigload --help describes the options)\n", SYNOPSIS);
+    return EXIT_USAGE;
+}
+
+/* A number >= MIN and <= MAX, with an optional k (x1000) or M (x1e6) suffix when SUFFIX. */
+static int s_parse_number (const char *text, double min, double max, bool suffix, double *out)
+{
+    if (!text || !*text)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod (text, &end);
+    if (end == text || errno)
+        return -1;
+    if (suffix && (*end == 'k' || *end == 'K')) {
+        v *= 1e3;
+        end++;
+    } else if (suffix && *end == 'M') {
+        v *= 1e6;
+        end++;
+    }
+    if (*end || !isfinite (v) || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int s_parse_uint (const char *text, double min, double max, unsigned *out)
+{
+    double v;
+    if (s_parse_number (text, min, max, false, &v) != 0 || v != floor (v))
+        return -1;
+    *out = (unsigned) v;
+    return 0;
+}
+
+static int s_parse_list (const char *text, bool integers, double min, double max, options_t *opt)
+{
+    char buf[1024];
+    if (strlen (text) >= sizeof buf)
+        return -1;
+    strcpy (buf, text);
+    opt->n_values = 0;
+    for (char *save = NULL, *tok = strtok_r (buf, ",", &save); tok; tok = strtok_r (NULL, ",", &save)) {
+        double v;
+        if (opt->n_values == MAX_STEPS || s_parse_number (tok, min, max, true, &v) != 0)
+            return -1;
+        if (integers && v != floor (v))
+            return -1;
+        opt->values[opt->n_values++] = v;
+    }
+    return opt->n_values > 0 ? 0 : -1;
+}
+
+enum {
+    OPT_ENDPOINT = 256, OPT_MODEL, OPT_RATE, OPT_CONCURRENCY, OPT_ARRIVALS, OPT_CONNECTIONS, OPT_THREADS,
+    OPT_IO_THREADS, OPT_WARMUP, OPT_DURATION, OPT_REQUESTS, OPT_FEATURES, OPT_EXPECT, OPT_TOLERANCE, OPT_ROWS,
+    OPT_INPUT_SIZE, OPT_DEADLINE, OPT_TIMEOUT, OPT_MAX_OUTSTANDING, OPT_SEED, OPT_OUT, OPT_ECHO, OPT_FLOOR,
+    OPT_SERVE_ECHO, OPT_STOP, OPT_SAT_P99, OPT_BUSY, OPT_SPIN, OPT_QUIET, OPT_DRY_RUN, OPT_HELP,
+};
+
+static const struct option s_long_options[] = {
+    { "endpoint", required_argument, NULL, OPT_ENDPOINT },
+    { "model", required_argument, NULL, OPT_MODEL },
+    { "rate", required_argument, NULL, OPT_RATE },
+    { "concurrency", required_argument, NULL, OPT_CONCURRENCY },
+    { "arrivals", required_argument, NULL, OPT_ARRIVALS },
+    { "connections", required_argument, NULL, OPT_CONNECTIONS },
+    { "threads", required_argument, NULL, OPT_THREADS },
+    { "io-threads", required_argument, NULL, OPT_IO_THREADS },
+    { "warmup", required_argument, NULL, OPT_WARMUP },
+    { "duration", required_argument, NULL, OPT_DURATION },
+    { "requests", required_argument, NULL, OPT_REQUESTS },
+    { "features", required_argument, NULL, OPT_FEATURES },
+    { "expect", required_argument, NULL, OPT_EXPECT },
+    { "tolerance", required_argument, NULL, OPT_TOLERANCE },
+    { "rows", required_argument, NULL, OPT_ROWS },
+    { "input-size", required_argument, NULL, OPT_INPUT_SIZE },
+    { "deadline-us", required_argument, NULL, OPT_DEADLINE },
+    { "timeout", required_argument, NULL, OPT_TIMEOUT },
+    { "max-outstanding", required_argument, NULL, OPT_MAX_OUTSTANDING },
+    { "seed", required_argument, NULL, OPT_SEED },
+    { "out", required_argument, NULL, OPT_OUT },
+    { "echo", no_argument, NULL, OPT_ECHO },
+    { "floor", required_argument, NULL, OPT_FLOOR },
+    { "serve-echo", required_argument, NULL, OPT_SERVE_ECHO },
+    { "stop-when-saturated", no_argument, NULL, OPT_STOP },
+    { "saturation-p99", required_argument, NULL, OPT_SAT_P99 },
+    { "busy-poll", no_argument, NULL, OPT_BUSY },
+    { "spin-us", required_argument, NULL, OPT_SPIN },
+    { "quiet", no_argument, NULL, OPT_QUIET },
+    { "dry-run", no_argument, NULL, OPT_DRY_RUN },
+    { "help", no_argument, NULL, OPT_HELP },
+    { NULL, 0, NULL, 0 },
+};
+
+int options_parse (int argc, char **argv, options_t *opt)
+{
+    *opt = (options_t) { .connections = 1, .io_threads = 1, .warmup_s = 1, .duration_s = 5, .rows = 1,
+                         .tolerance = 1e-4, .timeout_ms = 2000, .max_outstanding = 8192, .seed = 1,
+                         .spin_us = 50 };
+    const char *rate_text = NULL, *conc_text = NULL;
+    double d;
+    unsigned u;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long (argc, argv, "", s_long_options, NULL)) != -1) {
+        const char *arg = optarg;
+        switch (c) {
+        case OPT_ENDPOINT:
+            if (opt->n_endpoints == MAX_ENDPOINTS)
+                return s_usage_error ("too many --endpoint (at most %s)", "64");
+            opt->endpoints[opt->n_endpoints++] = arg;
+            break;
+        case OPT_SERVE_ECHO:
+            if (opt->n_serve_echo == MAX_ENDPOINTS)
+                return s_usage_error ("too many --serve-echo (at most %s)", "64");
+            opt->serve_echo[opt->n_serve_echo++] = arg;
+            break;
+        case OPT_MODEL: opt->model = arg; break;
+        case OPT_RATE: rate_text = arg; break;
+        case OPT_CONCURRENCY: conc_text = arg; break;
+        case OPT_ARRIVALS:
+            if (strcmp (arg, "constant") == 0)
+                opt->poisson = false;
+            else if (strcmp (arg, "poisson") == 0)
+                opt->poisson = true;
+            else
+                return s_usage_error ("--arrivals: expected constant or poisson, got \"%s\"", arg);
+            break;
+        case OPT_CONNECTIONS:
+            if (s_parse_uint (arg, 1, MAX_CONNECTIONS, &opt->connections))
+                return s_usage_error ("--connections: expected 1 to 4096, got \"%s\"", arg);
+            break;
+        case OPT_THREADS:
+            if (s_parse_uint (arg, 1, MAX_THREADS, &opt->threads))
+                return s_usage_error ("--threads: expected 1 to 256, got \"%s\"", arg);
+            opt->threads_given = true;
+            break;
+        case OPT_IO_THREADS:
+            if (s_parse_uint (arg, 1, 64, &opt->io_threads))
+                return s_usage_error ("--io-threads: expected 1 to 64, got \"%s\"", arg);
+            break;
+        case OPT_WARMUP:
+            if (s_parse_number (arg, 0, 3600, false, &opt->warmup_s))
+                return s_usage_error ("--warmup: expected 0 to 3600 seconds, got \"%s\"", arg);
+            break;
+        case OPT_DURATION:
+            if (s_parse_number (arg, 0.001, 86400, false, &opt->duration_s))
+                return s_usage_error ("--duration: expected 0.001 to 86400 seconds, got \"%s\"", arg);
+            opt->duration_given = true;
+            break;
+        case OPT_REQUESTS:
+            if (s_parse_number (arg, 1, 1e12, true, &d) || d != floor (d))
+                return s_usage_error ("--requests: expected a whole number from 1 to 1e12, got \"%s\"", arg);
+            opt->requests = (uint64_t) d;
+            break;
+        case OPT_FEATURES: opt->features_file = arg; break;
+        case OPT_EXPECT: opt->expect_file = arg; break;
+        case OPT_TOLERANCE:
+            if (s_parse_number (arg, 0, 1e30, false, &opt->tolerance))
+                return s_usage_error ("--tolerance: expected a number >= 0, got \"%s\"", arg);
+            break;
+        case OPT_ROWS:
+            if (s_parse_uint (arg, 1, 65536, &opt->rows))
+                return s_usage_error ("--rows: expected 1 to 65536, got \"%s\"", arg);
+            break;
+        case OPT_INPUT_SIZE:
+            if (s_parse_uint (arg, 1, 1 << 24, &opt->input_size))
+                return s_usage_error ("--input-size: expected 1 to 16777216, got \"%s\"", arg);
+            break;
+        case OPT_DEADLINE:
+            if (s_parse_uint (arg, 0, UINT32_MAX, &opt->deadline_us))
+                return s_usage_error ("--deadline-us: expected 0 to 4294967295, got \"%s\"", arg);
+            break;
+        case OPT_TIMEOUT:
+            if (s_parse_uint (arg, 1, 3600000, &opt->timeout_ms))
+                return s_usage_error ("--timeout: expected 1 to 3600000 ms, got \"%s\"", arg);
+            break;
+        case OPT_MAX_OUTSTANDING:
+            if (s_parse_uint (arg, 1, 1 << 22, &u))
+                return s_usage_error ("--max-outstanding: expected 1 to 4194304, got \"%s\"", arg);
+            opt->max_outstanding = u;
+            break;
+        case OPT_SEED:
+            if (s_parse_number (arg, 0, 1.8e19, false, &d) || d != floor (d))
+                return s_usage_error ("--seed: expected a whole number >= 0, got \"%s\"", arg);
+            opt->seed = (uint64_t) d;
+            break;
+        case OPT_OUT: opt->out_dir = arg; break;
+        case OPT_ECHO: opt->echo = true; break;
+        case OPT_FLOOR: opt->floor = arg; break;
+        case OPT_STOP: opt->stop_when_saturated = true; break;
+        case OPT_SAT_P99:
+            if (s_parse_number (arg, 1, 1e12, false, &opt->saturation_p99_us))
+                return s_usage_error ("--saturation-p99: expected microseconds >= 1, got \"%s\"", arg);
+            break;
+        case OPT_BUSY: opt->busy_poll = true; break;
+        case OPT_SPIN:
+            if (s_parse_uint (arg, 0, 1000000, &opt->spin_us))
+                return s_usage_error ("--spin-us: expected 0 to 1000000 us, got \"%s\"", arg);
+            break;
+        case OPT_QUIET: opt->quiet = true; break;
+        case OPT_DRY_RUN: opt->dry_run = true; break;
+        case OPT_HELP:
+            fputs (s_help, stdout);
+            return -1;
+        default:
+            return s_usage_error ("unknown option or missing value: %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return s_usage_error ("unexpected argument \"%s\"", argv[optind]);
+    if (opt->n_serve_echo > 0) {
+        if (opt->n_endpoints || opt->model || rate_text || conc_text || opt->dry_run)
+            return s_usage_error ("%s: --serve-echo runs an echo server and takes no load options",
+                                  "--serve-echo");
+        return 0;
+    }
+    if (opt->n_endpoints == 0)
+        return s_usage_error ("%s: at least one --endpoint is required", "--endpoint");
+    if (!opt->model && !opt->echo)
+        return s_usage_error ("%s: --model is required (unless --echo)", "--model");
+    if (!opt->model)
+        opt->model = "echo";
+    if (rate_text && conc_text)
+        return s_usage_error ("%s: give --rate (open loop) or --concurrency (closed loop), not both", "--rate");
+    if (rate_text) {
+        opt->mode = MODE_OPEN;
+        if (s_parse_list (rate_text, false, 0.001, 1e9, opt))
+            return s_usage_error ("--rate: expected requests/s from 0.001 to 1e9, comma-separated, got \"%s\"",
+                                  rate_text);
+    } else {
+        opt->mode = MODE_CLOSED;
+        if (s_parse_list (conc_text ? conc_text : "1", true, 1, 1e6, opt))
+            return s_usage_error ("--concurrency: expected whole numbers from 1 to 1e6, comma-separated, got \"%s\"",
+                                  conc_text);
+    }
+    if (opt->requests && opt->duration_given)
+        return s_usage_error ("%s: give --duration or --requests, not both", "--requests");
+    if (opt->echo && opt->floor)
+        return s_usage_error ("%s: --floor adds an echo step to a sigserve sweep; with --echo every step is one",
+                              "--floor");
+    if (opt->echo && opt->expect_file)
+        return s_usage_error ("%s: an echo server returns the request, not outputs", "--expect");
+    if (opt->poisson && opt->mode == MODE_CLOSED)
+        return s_usage_error ("%s: arrivals are for open loop (--rate)", "--arrivals");
+    /* One thread per CPU we may run on, at most one per connection: each thread spins before
+     * its sends, so two on one CPU take turns and both send late. */
+    opt->affinity_cpus = options_affinity_cpus ();
+    if (opt->threads == 0) {
+        opt->threads = opt->affinity_cpus < opt->connections ? opt->affinity_cpus : opt->connections;
+        if (opt->threads > MAX_THREADS)
+            opt->threads = MAX_THREADS;
+    }
+    if (opt->threads > opt->connections)
+        return s_usage_error ("--threads: each thread needs a connection; raise --connections to at least %s",
+                              "the thread count");
+    if (opt->connections / opt->threads + 1 > MAX_CONNS_PER_THREAD)
+        return s_usage_error ("%s: too many connections per thread", "--connections");
+    unsigned ring = 1;
+    while (ring < opt->max_outstanding)
+        ring <<= 1;
+    opt->max_outstanding = ring;
+    if (opt->dry_run) {
+        options_print (stdout, opt);
+        return -1;
+    }
+    return 0;
+}
+
+unsigned options_affinity_cpus (void)
+{
+    cpu_set_t set;
+    CPU_ZERO (&set);
+    if (sched_getaffinity (0, sizeof set, &set) == 0 && CPU_COUNT (&set) > 0)
+        return (unsigned) CPU_COUNT (&set);
+    /* more CPUs than a cpu_set_t holds (1024), or no such call: count them all */
+    long online = sysconf (_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (unsigned) online : 1;
+}
+
+void options_print (FILE *out, const options_t *opt)
+{
+    fprintf (out, "sigload: dry run: these settings, nothing sent\n");
+    for (size_t i = 0; i < opt->n_endpoints; i++)
+        fprintf (out, "endpoint: %s\n", opt->endpoints[i]);
+    if (opt->floor)
+        fprintf (out, "floor: %s (echo)\n", opt->floor);
+    fprintf (out, "model: %s%s\n", opt->echo ? "-" : opt->model, opt->echo ? " (echo)" : "");
+    fprintf (out, "load: %s\n", opt->mode == MODE_CLOSED ? "closed loop"
+                               : opt->poisson ? "open loop, Poisson arrivals" : "open loop, constant arrivals");
+    fprintf (out, "steps:");
+    for (size_t i = 0; i < opt->n_values; i++)
+        fprintf (out, "%s %.10g%s", i ? "," : "", opt->values[i], opt->mode == MODE_OPEN ? "/s" : " outstanding");
+    fprintf (out, "\n");
+    if (opt->requests)
+        fprintf (out, "per step: warm-up %.3g s, %" PRIu64 " requests measured\n", opt->warmup_s, opt->requests);
+    else
+        fprintf (out, "per step: warm-up %.3g s, %.3g s measured\n", opt->warmup_s, opt->duration_s);
+    fprintf (out, "connections: %u\n", opt->connections);
+    if (opt->threads_given)
+        fprintf (out, "threads: %u (--threads)\n", opt->threads);
+    else
+        fprintf (out, "threads: %u (default: the smaller of %u connection(s) and %u CPU(s) in the affinity mask)\n",
+                 opt->threads, opt->connections, opt->affinity_cpus);
+    fprintf (out, "io threads: %u\n", opt->io_threads);
+    fprintf (out, "rows: %u, input size: ", opt->rows);
+    if (opt->input_size)
+        fprintf (out, "%u\n", opt->input_size);
+    else
+        fprintf (out, "%s\n", opt->echo ? "512" : "from the server's model list");
+    fprintf (out, "timeout: %u ms, max outstanding: %u per connection, %s, spin: %u us\n", opt->timeout_ms,
+             opt->max_outstanding, opt->busy_poll ? "busy poll" : "ppoll", opt->spin_us);
+    if (opt->out_dir)
+        fprintf (out, "out: %s\n", opt->out_dir);
+}
+
