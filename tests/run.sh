@@ -25,11 +25,14 @@ for t in "$@"; do
         tail -n 5 "$log"
     fi
 done
-for py in tests/python/test_*.py; do
+for py in tests/python/test_*.py tests/python/test_*.sh; do
     [ -f "$py" ] || continue
-    name=$(basename "$py" .py)
+    name=$(basename "${py%.*}")
     log="$BUILD/tests/$name.log"
-    BUILD=$BUILD PYTHONPATH="$BUILD/gen/py:clients/python" "$PYTHON" "$py" >"$log" 2>&1
+    case $py in
+        *.sh) BUILD=$BUILD PYTHON=$PYTHON sh "$py" >"$log" 2>&1 ;;
+        *) BUILD=$BUILD PYTHONPATH="$BUILD/gen/py:clients/python" "$PYTHON" "$py" >"$log" 2>&1 ;;
+    esac
     rc=$?
     if [ $rc -eq 0 ] && grep -q '^SKIP:' "$log"; then
         skipped=$((skipped + 1)); echo "SKIP  $name ($(grep '^SKIP:' "$log" | head -n 1 | cut -c7-))"

@@ -1,0 +1,406 @@
+"""sigclient-py: one-shot requests to sigserve from a shell, the Python twin of the C `sigclient`.
+
+Same commands, options, output and exit codes as clients/sigclient_cli.c, so scripts and probes can
+use either: infer prints the outputs on stdout (one row per line, %.9g) and one line of the server's
+timings on stderr; --repeat adds round-trip and server-time percentiles in microseconds. Exit codes:
+0 ok, 1 the server answered an error status (or is not ready), 2 usage or input error, 3 timeout,
+transport or protocol error. --random draws from Python's generator, not the C one: same seed, other
+values.
+
+The options are parsed as getopt_long parses the C CLI's (options before or after the command,
+--name=value, unique prefixes), not by argparse, so that the same command lines are accepted and
+rejected with the same messages and exit codes.
+"""
+from __future__ import annotations
+
+import errno
+import math
+import os
+import random
+import re
+import struct
+import sys
+import time
+from typing import Sequence
+
+import zmq
+
+from . import __version__
+from .client import DEFAULT_TIMEOUT_MS, ServerError, SigClient, SigServeError, TransportError
+
+PROG = "sigclient-py"
+EXIT_OK, EXIT_STATUS, EXIT_USAGE, EXIT_TRANSPORT = 0, 1, 2, 3
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+UINT32_MAX = (1 << 32) - 1
+UINT64_MAX = (1 << 64) - 1
+INT_MAX = (1 << 31) - 1
+MAX_RANDOM_FEATURES = 1 << 28
+MAX_REPEAT = 100_000_000
+
+SYNOPSIS = (
+    f"usage: {PROG} [--endpoint E]... [--timeout MS] COMMAND\n"
+    "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n"
+    "        [--repeat K [--warmup W]] [--deadline-us D]\n"
+    "  health\n"
+    "  models\n"
+    f"       {PROG} --help | --version\n")
+
+USAGE = SYNOPSIS + f"""
+options:
+  --endpoint E     server endpoint, repeat for several (default {DEFAULT_ENDPOINT})
+  --timeout MS     wait at most MS ms for each reply (default {DEFAULT_TIMEOUT_MS})
+  --model M        the model to run
+  --file F         features from F ('-': stdin): floats separated by spaces, commas or
+                   newlines, R x the model's input size, row-major; '#' starts a comment
+  --stdin          features from standard input, as for --file
+  --random N       N features per row, uniform in [-1, 1), from seed S (Python's generator:
+                   not the C sigclient's values)
+  --rows R         rows in the request (default 1)
+  --seed S         seed for --random (default 1)
+  --repeat K       send K requests one after another; print round-trip and server-time
+                   p50 p90 p99 p99.9 min max mean sd (us) on stderr
+  --warmup W       with --repeat: send W more requests first and leave them out (default 0)
+  --deadline-us D  the server drops the request if still queued after D us (default: none)
+  --help           this text
+  --version        print sigclient-py's version and libzmq's, then exit
+
+infer prints the outputs on stdout, one row per line, and the timings on stderr
+(round trips and server times in microseconds, the server's stages in nanoseconds).
+exit codes: 0 ok, 1 the server replied with an error status (or is not ready), 2 usage or input error,
+3 timeout or transport error.
+"""
+
+# name -> (takes a value, counts as an option of infer)
+_OPTIONS = {
+    "endpoint": (True, False), "timeout": (True, False), "model": (True, True), "file": (True, True),
+    "stdin": (False, True), "random": (True, True), "rows": (True, True), "seed": (True, True),
+    "repeat": (True, True), "warmup": (True, True), "deadline-us": (True, True), "help": (False, False),
+    "version": (False, False),
+}
+_DECIMAL = re.compile(r"[0-9]+")
+
+
+class _Exit(Exception):
+    """Ends the command with an exit code; the message (if any) is already printed."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def _say(text: str) -> None:
+    print(f"{PROG}: {text}", file=sys.stderr)
+
+
+def _usage_error(text: str) -> _Exit:
+    print(f"{PROG}: {text}\n{SYNOPSIS}({PROG} --help describes the options)", file=sys.stderr)
+    return _Exit(EXIT_USAGE)
+
+
+def _u64(option: str, text: str, lo: int, hi: int, hint: str = "") -> int:
+    """A whole decimal number in [lo, hi], as the C CLI's s_parse_u64 takes it (no sign, no spaces)."""
+    if _DECIMAL.fullmatch(text) and lo <= int(text) <= hi:
+        return int(text)
+    raise _usage_error(f"bad --{option} '{text}'{hint}")
+
+
+class Options:
+    def __init__(self) -> None:
+        self.endpoints: list[str] = []
+        self.timeout_ms = DEFAULT_TIMEOUT_MS
+        self.command = ""
+        self.model: str | None = None
+        self.file: str | None = None       # "-" for stdin
+        self.random_n = 0                  # 0: not given
+        self.rows = 1
+        self.seed = 1
+        self.repeat = 1
+        self.warmup = 0
+        self.deadline_us = 0
+
+
+def _match_option(name: str, arg: str) -> str:
+    """The long option NAME (from ARG) names: itself, or the one option it is a unique prefix of."""
+    if name in _OPTIONS:
+        return name
+    found = [o for o in _OPTIONS if o.startswith(name)] if name else []
+    if len(found) == 1:
+        return found[0]
+    raise _usage_error(f"unknown option '{arg}'")       # ambiguous too, as getopt_long with opterr 0
+
+
+def parse_options(argv: Sequence[str]) -> Options:
+    """The command line as the C CLI reads it; raises _Exit for --help, --version and usage errors."""
+    opts = Options()
+    positional: list[str] = []
+    sources = infer_options = 0
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            positional.extend(args[i:])
+            break
+        if arg == "-h":
+            arg = "--help"
+        if not arg.startswith("--"):
+            if arg.startswith("-") and arg != "-":
+                raise _usage_error(f"unknown option '{arg}'")
+            positional.append(arg)
+            continue
+        name, eq, value = arg[2:].partition("=")
+        name = _match_option(name, arg)
+        takes_value, of_infer = _OPTIONS[name]
+        if takes_value and not eq:
+            if i >= len(args):
+                raise _usage_error(f"{arg} needs a value")
+            value = args[i]
+            i += 1
+        elif not takes_value and eq:
+            raise _usage_error(f"unknown option '{arg}'")
+        infer_options += of_infer
+        if name == "help":
+            print(USAGE, end="")
+            raise _Exit(EXIT_OK)
+        if name == "version":
+            print(version_text())
+            raise _Exit(EXIT_OK)
+        if name == "endpoint":
+            opts.endpoints.append(value)
+        elif name == "timeout":
+            opts.timeout_ms = _u64(name, value, 1, INT_MAX)
+        elif name == "model":
+            opts.model = value
+        elif name == "file":
+            opts.file = value
+            sources += 1
+        elif name == "stdin":
+            opts.file = "-"
+            sources += 1
+        elif name == "random":
+            opts.random_n = _u64(name, value, 1, MAX_RANDOM_FEATURES,
+                                 f" (1 to {MAX_RANDOM_FEATURES} features per row)")
+            sources += 1
+        elif name == "rows":
+            opts.rows = _u64(name, value, 1, UINT32_MAX)
+        elif name == "seed":
+            opts.seed = _u64(name, value, 0, UINT64_MAX)
+        elif name == "repeat":
+            opts.repeat = _u64(name, value, 1, MAX_REPEAT)
+        elif name == "warmup":
+            opts.warmup = _u64(name, value, 0, MAX_REPEAT)
+        elif name == "deadline-us":
+            opts.deadline_us = _u64(name, value, 0, UINT32_MAX)
+    if not positional:
+        raise _usage_error("no command")
+    opts.command = positional[0]
+    if len(positional) > 1:
+        raise _usage_error(f"unexpected argument '{positional[1]}'")
+    if not opts.endpoints:
+        opts.endpoints = [DEFAULT_ENDPOINT]
+    if opts.command == "infer":
+        if opts.model is None:
+            raise _usage_error("infer needs --model")
+        if sources != 1:
+            raise _usage_error("infer needs one of --file, --stdin, --random")
+        if opts.seed != 1 and not opts.random_n:      # as the C CLI: --seed 1 is the default, allowed
+            raise _usage_error("--seed is only for --random")
+    elif opts.command in ("health", "models"):
+        if infer_options:
+            raise _usage_error(f"options of infer given to '{opts.command}'")
+    else:
+        raise _usage_error(f"unknown command '{opts.command}'")
+    return opts
+
+
+def version_text() -> str:
+    import google.protobuf
+    return (f"{PROG} {__version__} (libzmq {zmq.zmq_version()}, pyzmq {zmq.pyzmq_version()}, "
+            f"protobuf {google.protobuf.__version__})")
+
+
+# ---- features ----
+
+_FLOAT32 = struct.Struct("<f")
+_TOKEN = re.compile(r"[^\s,#]+|#[^\n]*|\n")
+_TOKEN_MAX = 127        # common/floatlist.c's limit
+
+
+def parse_floats(text: str, name: str) -> list[float]:
+    """Floats separated by whitespace or commas, '#' comments to the end of the line, as the C CLI
+    reads them (common/floatlist.c; strtof: also nan, inf, hex floats; nan and inf go to the server,
+    which answers STATUS_BAD_VALUE). Raises _Exit(2) naming the line of a bad value."""
+    values: list[float] = []
+    line = 1
+    for m in _TOKEN.finditer(text):
+        token = m.group()
+        if token == "\n":
+            line += 1
+            continue
+        if token.startswith("#"):
+            continue
+        if len(token.encode()) > _TOKEN_MAX:
+            _say(f"{name}:{line}: a token longer than {_TOKEN_MAX} characters")
+            raise _Exit(EXIT_USAGE)
+        try:
+            if "_" in token:        # Python's float() takes 1_000; strtof does not
+                raise ValueError(token)
+            hexadecimal = token.lstrip("+-")[:2].lower() == "0x"
+            v = float.fromhex(token) if hexadecimal else float(token)
+        except ValueError:
+            _say(f"{name}:{line}: not a number: '{token}'")
+            raise _Exit(EXIT_USAGE) from None
+        try:
+            _FLOAT32.pack(v)
+        except OverflowError:
+            _say(f"{name}:{line}: out of float range: '{token}'")
+            raise _Exit(EXIT_USAGE) from None
+        values.append(v)
+    if not values:
+        _say(f"{name}: no numbers")
+        raise _Exit(EXIT_USAGE)
+    return values
+
+
+def load_features(opts: Options) -> list[float]:
+    if opts.random_n:
+        if opts.random_n * opts.rows > MAX_RANDOM_FEATURES:
+            _say(f"--random {opts.random_n} x --rows {opts.rows} is too many features")
+            raise _Exit(EXIT_USAGE)
+        rng = random.Random(opts.seed)
+        return [rng.uniform(-1.0, 1.0) for _ in range(opts.random_n * opts.rows)]
+    name = "stdin" if opts.file == "-" else opts.file
+    try:
+        if opts.file == "-":
+            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        else:
+            with open(opts.file, "rb") as f:
+                data = f.read()
+    except OSError as e:
+        verb = "open" if opts.file != "-" and not isinstance(e, IsADirectoryError) else "read"
+        _say(f"cannot {verb} {name}: {e.strerror or e}")
+        raise _Exit(EXIT_USAGE) from None
+    if b"\0" in data:
+        _say(f"{name}: a NUL byte: expected text")
+        raise _Exit(EXIT_USAGE)
+    return parse_floats(data.decode("utf-8", errors="replace"), name)
+
+
+# ---- latency summaries (common/latency.c: nearest-rank percentiles, sample sd) ----
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    if not sorted_values:
+        return 0.0
+    rank = min(max(math.ceil(p / 100.0 * len(sorted_values)), 1), len(sorted_values))
+    return sorted_values[rank - 1]
+
+
+def summary_fields(samples: Sequence[float]) -> str:
+    """'p50=... p90=... p99=... p99.9=... min=... max=... mean=... sd=...', one decimal, as the C CLI."""
+    s = sorted(samples)
+    n = len(s)
+    mean = sum(s) / n if n else 0.0
+    sd = math.sqrt(sum((x - mean) ** 2 for x in s) / (n - 1)) if n > 1 else 0.0
+    fields = (("p50", percentile(s, 50)), ("p90", percentile(s, 90)), ("p99", percentile(s, 99)),
+              ("p99.9", percentile(s, 99.9)), ("min", s[0] if s else 0.0), ("max", s[-1] if s else 0.0),
+              ("mean", mean), ("sd", sd))
+    return " ".join(f"{k}={v:.1f}" for k, v in fields)
+
+
+# ---- commands ----
+
+def run_infer(client: SigClient, opts: Options) -> int:
+    features = load_features(opts)
+    round_trips_us: list[float] = []
+    server_us: list[float] = []
+    result = None
+    for k in range(opts.warmup + opts.repeat):
+        start = time.perf_counter_ns()
+        result = client.infer(opts.model, features, rows=opts.rows, deadline_us=opts.deadline_us)
+        elapsed_us = (time.perf_counter_ns() - start) / 1e3
+        if k >= opts.warmup:        # warm-up requests are left out
+            round_trips_us.append(elapsed_us)
+            server_us.append(result.server_ns / 1e3)
+    rows = result.rows or opts.rows
+    n = len(result.outputs)
+    per_row = n // rows if n % rows == 0 else n
+    for r in range(0, n, per_row or 1):
+        print(" ".join(f"{v:.9g}" for v in result.outputs[r:r + per_row]))
+    sys.stdout.flush()      # the outputs before the timings, when both go to one terminal
+    print(f"request_id={result.request_id} status={result.status_name} rows={result.rows} "
+          f"queue_ns={result.queue_ns} compute_ns={result.compute_ns} server_ns={result.server_ns} "
+          f"round_trip_us={round_trips_us[-1]:.1f} model_version={result.model_version}", file=sys.stderr)
+    if opts.repeat > 1:
+        for what, samples in (("round_trip_us", round_trips_us), ("server_us", server_us)):
+            print(f"repeat={opts.repeat} warmup={opts.warmup} {what} {summary_fields(samples)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_health(client: SigClient) -> int:
+    h = client.health()
+    print(f"live={int(h.live)} ready={int(h.ready)} version={h.version}")
+    # A probe (Docker, Kubernetes) reads the exit code: not ready is a failure.
+    return EXIT_OK if h.live and h.ready else EXIT_STATUS
+
+
+def run_models(client: SigClient) -> int:
+    models = client.list_models()
+    wn = max([4] + [len(m.name) for m in models])
+    wv = max([7] + [len(m.version) for m in models])
+    wb = max([7] + [len(m.backend) for m in models])
+    wk = max([6] + [len(m.kernel) for m in models])
+    print(f"{'name':<{wn}}  {'version':<{wv}}  {'backend':<{wb}}  {'kernel':<{wk}}  {'input':>6}  {'output':>6}  "
+          f"{'max_rows':>8}  available")
+    for m in models:
+        print(f"{m.name:<{wn}}  {m.version:<{wv}}  {m.backend:<{wb}}  {m.kernel:<{wk}}  {m.input_size:>6}  "
+              f"{m.output_size:>6}  {m.max_rows:>8}  {'yes' if m.available else 'no'}")
+    return EXIT_OK
+
+
+def _connect(opts: Options) -> SigClient:
+    try:
+        return SigClient(opts.endpoints, timeout_ms=opts.timeout_ms)
+    except (TransportError, ValueError) as first:
+        # Name the endpoint ZeroMQ rejects: try them one at a time, as the C CLI does.
+        bad, err = opts.endpoints[0], first
+        for e in opts.endpoints:
+            try:
+                SigClient([e], timeout_ms=1).close()
+            except (TransportError, ValueError) as failure:
+                bad, err = e, failure
+                break
+        cause = err.__cause__ if isinstance(err.__cause__, zmq.ZMQError) else None
+        text = os.strerror(cause.errno) if cause is not None else str(err)    # pyzmq 27 adds the address
+        _say(f"cannot connect to '{bad}': {text}")
+        usage = cause is None or cause.errno in (errno.EINVAL, errno.EPROTONOSUPPORT)
+        raise _Exit(EXIT_USAGE if usage else EXIT_TRANSPORT) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The sigclient-py command: returns its exit code (ARGV without the program name; None: sys.argv)."""
+    try:
+        opts = parse_options(sys.argv[1:] if argv is None else argv)
+        with _connect(opts) as client:
+            if opts.command == "infer":
+                return run_infer(client, opts)
+            if opts.command == "health":
+                return run_health(client)
+            return run_models(client)
+    except _Exit as e:
+        return e.code
+    except ServerError as e:
+        _say(f"{e.status_name}: {e.message}")
+        return EXIT_STATUS
+    except (ValueError, TypeError) as e:     # arguments the client refuses before sending
+        _say(str(e))
+        return EXIT_USAGE
+    except SigServeError as e:               # Timeout, ProtocolError, TransportError
+        _say(str(e))
+        return EXIT_TRANSPORT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
