@@ -5,7 +5,7 @@
 BUILD    ?= build
 CC       ?= cc
 PYTHON   ?= /usr/bin/python3
-PKGS     := libzmq libprotobuf-c libcjson
+PKGS     := libzmq libprotobuf-c libcjson libsystemd
 OPT      ?= -O3
 SAN      ?=
 CFLAGS   := -std=gnu11 $(OPT) -g -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-psabi -MMD -MP \

@@ -129,8 +129,9 @@ static const key_spec_t s_model_keys[] = {
       .choices = s_model_type_names, .def = MODEL_TYPE_MLP },
     { .name = "backend", .type = KEY_ENUM, FIELD (model_config_t, backend),
       .choices = s_backend_names, .def = BACKEND_AUTO },
+    /* -1: not given (resolved to warp; "auto" then measures every kernel) */
     { .name = "kernel", .type = KEY_ENUM, FIELD (model_config_t, kernel),
-      .choices = s_cuda_kernel_names, .def = CUDA_KERNEL_WARP },
+      .choices = s_cuda_kernel_names, .def = -1 },
     { .name = "cpu_kernel", .type = KEY_ENUM, FIELD (model_config_t, cpu_kernel),
       .choices = s_cpu_kernel_names, .def = CPU_KERNEL_LOOP },
     { .name = "graph", .type = KEY_BOOL, FIELD (model_config_t, graph), .def = true },
@@ -751,6 +752,9 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
         m->device_count = 1;
     }
     m->device = m->devices[0];
+    m->kernel_given = (int) m->kernel >= 0;
+    if (!m->kernel_given)
+        m->kernel = CUDA_KERNEL_WARP;
     if (m->max_batch_rows == 0)
         m->max_batch_rows = m->max_rows;
     if (m->queue_depth == 0)

@@ -46,6 +46,7 @@ typedef struct {
     model_type_t type;
     backend_kind_t backend;
     cuda_kernel_t kernel;
+    bool kernel_given;              /* "kernel" was in the file (auto then measures only that kernel) */
     cpu_kernel_t cpu_kernel;
     bool graph;
     bool zero_copy;                 /* CUDA: kernels read the input from and write the output to mapped host memory */

@@ -1,16 +1,25 @@
-/* Levelled logging on stderr. The macros test the level before evaluating their arguments,
- * so a debug line costs one compare when debug is off. */
+/* Levelled logging on stderr, as text ("2026-11-23T19:20:35.123456Z info  message") or as JSON
+ * lines ({"ts":"...","level":"info","msg":"...","fields":{...}}: server.log_format). The macros
+ * test the level before evaluating their arguments, so a debug line costs one compare when debug
+ * is off. One write(2) per line, so lines from several threads never interleave. */
 #ifndef SIGSERVE_LOG_H
 #define SIGSERVE_LOG_H
+
+#include "config.h"
 
 typedef enum { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 } log_level_t;
 
 extern log_level_t log_current_level;
 
 void log_set_level (log_level_t level);
+void log_set_format (log_format_t format);
 /* "error", "warn", "info" or "debug"; -1 when the name is none of these. */
 int log_level_from_name (const char *name, log_level_t *level);
 void log_write (log_level_t level, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
+/* A line with structured fields: FIELDS is JSON object members without the braces
+ * ("\"model\":\"tick_mlp\",\"rate\":120.5"), written as such in JSON and as key=value pairs in
+ * text (where MSG comes first). */
+void log_write_fields (log_level_t level, const char *msg, const char *fields);
 
 #define LOG_AT(lvl, ...) \
     do { if ((lvl) <= log_current_level) log_write ((lvl), __VA_ARGS__); } while (0)

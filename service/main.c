@@ -1,132 +1,345 @@
 /* sigserve: serve market-signal models over ZeroMQ.
- * Exit codes: 0 clean stop (SIGINT/SIGTERM) or --check-config passed; 1 runtime failure
- * (an endpoint cannot be bound); 2 bad usage, bad configuration or a model that cannot load. */
+ *
+ * Threads: the front (server.c) owns the sockets; each model instance has a worker (worker.c);
+ * this, the main thread, is the control thread: it waits for signals (SIGTERM/SIGINT: drain and
+ * stop; SIGHUP: reload the configuration), watches the config file with --watch, writes the
+ * periodic stats line, and destroys what reloads leave behind. Signals are blocked in every other
+ * thread, so none of them is ever interrupted.
+ *
+ * Exit codes: 0 clean stop or --check-config passed; 1 runtime failure (an endpoint cannot be
+ * bound); 2 bad usage, bad configuration or a model that cannot load. */
+#define _GNU_SOURCE
 #include "config.h"
 #include "log.h"
+#include "notify.h"
 #include "registry.h"
 #include "server.h"
+#include "stats.h"
 
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <zmq.h>
 #ifdef SIGSERVE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
-static volatile sig_atomic_t s_stop = 0;
+#define WATCH_INTERVAL_NS 1000000000ull
 
-static void s_on_signal (int sig)
+static const char *s_usage =
+    "usage: sigserve --config FILE [--log-level LEVEL] [--watch]\n"
+    "       sigserve --check-config FILE\n"
+    "       sigserve --help | --version\n"
+    "\n"
+    "Serves the models that FILE configures over ZeroMQ (see config/README.md).\n"
+    "  --config FILE        load FILE, load and warm every model, bind, serve until SIGINT/SIGTERM\n"
+    "  --check-config FILE  validate FILE and load every model, print a summary, exit\n"
+    "  --log-level LEVEL    error, warn, info or debug (overrides server.log_level)\n"
+    "  --watch              reload when FILE changes, as on SIGHUP\n"
+    "Signals: SIGTERM/SIGINT drain (server.drain_ms) and stop; SIGHUP reloads FILE.\n"
+    "Exit codes: 0 clean stop, 1 runtime failure, 2 usage or configuration error.\n";
+
+typedef struct {
+    const char *config_path;
+    const char *level_override;
+    bool check_only;
+    bool watch;
+} options_t;
+
+static int s_usage_error (const char *fmt, const char *arg)
 {
-    (void) sig;
-    s_stop = 1;
+    fprintf (stderr, "sigserve: ");
+    fprintf (stderr, fmt, arg);
+    fprintf (stderr, "\n%s", s_usage);
+    return 2;
 }
 
-static void s_usage (FILE *out)
+static void s_version (void)
 {
-    fprintf (out,
-             "usage: sigserve --config FILE [--log-level LEVEL]\n"
-             "       sigserve --check-config FILE\n"
-             "       sigserve --help | --version\n"
-             "\n"
-             "Serves the models that FILE configures over ZeroMQ (see config/README.md).\n"
-             "  --config FILE       load FILE, load and warm every model, bind, serve until SIGINT/SIGTERM\n"
-             "  --check-config FILE validate FILE and load every model, print a summary, exit\n"
-             "  --log-level LEVEL   error, warn, info or debug (overrides server.log_level)\n"
-             "Exit codes: 0 clean stop, 1 runtime failure, 2 usage or configuration error.\n");
+    int major, minor, patch;
+    zmq_version (&major, &minor, &patch);
+#ifdef SIGSERVE_HAVE_CUDA
+    int runtime = 0;
+    cudaRuntimeGetVersion (&runtime);
+    printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu, cuda with CUDA runtime %d.%d)\n", SIGSERVE_VERSION, major,
+            minor, patch, runtime / 1000, runtime % 1000 / 10);
+#else
+    printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu)\n", SIGSERVE_VERSION, major, minor, patch);
+#endif
+}
+
+/* -1 to go on, or an exit code. */
+static int s_parse (int argc, char **argv, options_t *o)
+{
+    enum { O_CONFIG = 256, O_CHECK, O_LEVEL, O_WATCH, O_VERSION, O_HELP };
+    static const struct option longopts[] = {
+        { "config", required_argument, NULL, O_CONFIG },
+        { "check-config", required_argument, NULL, O_CHECK },
+        { "log-level", required_argument, NULL, O_LEVEL },
+        { "watch", no_argument, NULL, O_WATCH },
+        { "version", no_argument, NULL, O_VERSION },
+        { "help", no_argument, NULL, O_HELP },
+        { NULL, 0, NULL, 0 },
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_CONFIG: o->config_path = optarg; o->check_only = false; break;
+        case O_CHECK: o->config_path = optarg; o->check_only = true; break;
+        case O_LEVEL: o->level_override = optarg; break;
+        case O_WATCH: o->watch = true; break;
+        case O_VERSION: s_version (); return 0;
+        case 'h': case O_HELP: fputs (s_usage, stdout); return 0;
+        case ':': return s_usage_error ("%s needs a value", argv[optind - 1]);
+        default: return s_usage_error ("unknown or incomplete argument \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return s_usage_error ("unexpected argument \"%s\"", argv[optind]);
+    if (!o->config_path)
+        return s_usage_error ("%s", "--config FILE is required");
+    return -1;
+}
+
+static int s_apply_logging (const config_t *cfg, const char *override)
+{
+    log_level_t level;
+    const char *name = override ? override : cfg->server.log_level;
+    if (log_level_from_name (name, &level) != 0) {
+        fprintf (stderr, "sigserve: --log-level: expected one of error, warn, info, debug, got \"%s\"\n", name);
+        return -1;
+    }
+    log_set_level (level);
+    log_set_format (cfg->server.log_format);
+    return 0;
+}
+
+static int s_check (const char *path, const config_t *cfg, model_registry_t *models)
+{
+    printf ("%s: ok: %zu endpoint(s), %zu model(s)\n", path, cfg->server.endpoint_count, model_registry_count (models));
+    for (size_t i = 0; i < model_registry_count (models); i++) {
+        model_t *m = model_registry_at (models, i);
+        printf ("  %s version %s: %u -> %u, backend %s, kernel %s, max_rows %u, instances %u\n", model_name (m),
+                model_version (m), model_input_size (m), model_output_size (m), model_backend_name (m),
+                model_kernel_name (m), model_max_rows (m), model_instance_count (m));
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the control thread */
+
+typedef struct {
+    const options_t *opt;
+    config_t *cfg;                  /* the configuration being served */
+    server_t *server;
+    stats_t *stats;
+    struct timespec config_mtime;   /* --watch: the file as last loaded */
+    off_t config_size;
+    uint64_t last_stats;            /* the stats line: when, and the snapshots it diffs against */
+    stats_snapshot_t *before;       /* STATS_SLOTS of them */
+    uint64_t requests_before[STATS_SLOTS];
+} control_t;
+
+static uint64_t s_now_ns (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+static void s_remember_file (control_t *c)
+{
+    struct stat st;
+    if (stat (c->opt->config_path, &st) == 0) {
+        c->config_mtime = st.st_mtim;
+        c->config_size = st.st_size;
+    }
+}
+
+static void s_reload (control_t *c, const char *why)
+{
+    char err[1024];
+    log_info ("reload (%s): reading %s", why, c->opt->config_path);
+    notify_reloading ();
+    s_remember_file (c);
+    config_t *next = config_load (c->opt->config_path, err, sizeof err);
+    int rc = next ? server_reload (c->server, next, err, sizeof err) : -1;
+    if (rc != 0) {
+        log_error ("reload failed, nothing changed, the previous configuration keeps serving: %s", err);
+        if (c->stats)
+            stats_count_reload (c->stats, false);
+        config_destroy (&next);
+    } else {
+        if (c->stats)
+            stats_count_reload (c->stats, true);
+        if (strcmp (next->server.log_level, c->cfg->server.log_level) != 0 && !c->opt->level_override)
+            s_apply_logging (next, NULL);
+        config_destroy (&c->cfg);
+        c->cfg = next;
+    }
+    notify_ready (rc == 0 ? "serving (reloaded)" : "serving (reload failed)");
+}
+
+static bool s_file_changed (control_t *c)
+{
+    struct stat st;
+    return stat (c->opt->config_path, &st) == 0
+           && (st.st_mtim.tv_sec != c->config_mtime.tv_sec || st.st_mtim.tv_nsec != c->config_mtime.tv_nsec
+               || st.st_size != c->config_size);
+}
+
+/* One line per model with traffic since the last line: rate and server-time percentiles. */
+static void s_stats_line (control_t *c, uint64_t now)
+{
+    double seconds = (double) (now - c->last_stats) / 1e9;
+    c->last_stats = now;
+    for (size_t slot = 0; slot < stats_slot_count (c->stats); slot++) {
+        uint64_t total = 0;
+        for (int st = 0; st < STATS_STATUS_COUNT; st++)
+            total += stats_requests (c->stats, slot, (sig_status_t) st);
+        uint64_t delta = total - c->requests_before[slot];
+        c->requests_before[slot] = total;
+        stats_snapshot_t now_snap;
+        stats_snapshot (c->stats, slot, STAGE_SERVER, &now_snap);
+        uint64_t n;
+        uint64_t p50 = stats_quantile_ns (&now_snap, &c->before[slot], 0.50, &n);
+        uint64_t p99 = stats_quantile_ns (&now_snap, &c->before[slot], 0.99, NULL);
+        c->before[slot] = now_snap;
+        if (delta == 0)
+            continue;
+        char fields[512];
+        snprintf (fields, sizeof fields, "\"model\":\"%s\",\"requests\":%llu,\"rate_per_s\":%.1f,\"server_p50_us\":%.1f,"
+                  "\"server_p99_us\":%.1f", stats_slot_name (c->stats, slot), (unsigned long long) delta,
+                  (double) delta / seconds, (double) p50 / 1e3, (double) p99 / 1e3);
+        log_write_fields (LOG_INFO, "stats", fields);
+    }
+}
+
+/* Until SIGTERM/SIGINT: signals, --watch, the stats line, retired model sets. */
+static void s_control_loop (control_t *c, const sigset_t *signals)
+{
+    uint64_t last_watch = s_now_ns ();
+    c->last_stats = last_watch;
+    for (;;) {
+        struct timespec tick = { .tv_sec = 0, .tv_nsec = 250000000 };
+        int sig = sigtimedwait (signals, NULL, &tick);
+        if (sig == SIGTERM || sig == SIGINT) {
+            log_info ("%s: draining, then stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            notify_stopping ();
+            server_stop (c->server);
+            return;
+        }
+        if (sig == SIGHUP)
+            s_reload (c, "SIGHUP");
+        uint64_t now = s_now_ns ();
+        if (c->opt->watch && now - last_watch >= WATCH_INTERVAL_NS) {
+            last_watch = now;
+            if (s_file_changed (c))
+                s_reload (c, "the file changed");
+        }
+        server_collect_retired (c->server);
+        uint32_t interval = c->cfg->server.stats_interval_s;
+        if (interval && c->stats && now - c->last_stats >= (uint64_t) interval * 1000000000ull)
+            s_stats_line (c, now);
+    }
+}
+
+typedef struct {
+    server_t *server;
+    int rc;
+} front_t;
+
+static void *s_front_main (void *arg)
+{
+    front_t *f = arg;
+    f->rc = server_run (f->server, NULL);
+    return NULL;
 }
 
 int main (int argc, char **argv)
 {
-    const char *config_path = NULL, *level_override = NULL;
-    int check_only = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp (argv[i], "--help") == 0 || strcmp (argv[i], "-h") == 0) {
-            s_usage (stdout);
-            return 0;
-        } else if (strcmp (argv[i], "--version") == 0) {
-            int major, minor, patch;
-            zmq_version (&major, &minor, &patch);
-#ifdef SIGSERVE_HAVE_CUDA
-            int runtime = 0;
-            cudaRuntimeGetVersion (&runtime);
-            printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu, cuda with CUDA runtime %d.%d)\n", SIGSERVE_VERSION,
-                    major, minor, patch, runtime / 1000, runtime % 1000 / 10);
-#else
-            printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu)\n", SIGSERVE_VERSION, major, minor, patch);
-#endif
-            return 0;
-        } else if ((strcmp (argv[i], "--config") == 0 || strcmp (argv[i], "--check-config") == 0) && i + 1 < argc) {
-            check_only = strcmp (argv[i], "--check-config") == 0;
-            config_path = argv[++i];
-        } else if (strcmp (argv[i], "--log-level") == 0 && i + 1 < argc) {
-            level_override = argv[++i];
-        } else {
-            fprintf (stderr, "sigserve: unknown or incomplete argument \"%s\"\n", argv[i]);
-            s_usage (stderr);
-            return 2;
-        }
-    }
-    if (!config_path) {
-        fprintf (stderr, "sigserve: --config FILE is required\n");
-        s_usage (stderr);
-        return 2;
-    }
+    options_t opt = { 0 };
+    int rc = s_parse (argc, argv, &opt);
+    if (rc >= 0)
+        return rc;
+    /* Load every CUDA kernel when CUDA starts rather than at first use: a lazy load while a
+     * persistent kernel spins on the device can wait for it forever. */
+    setenv ("CUDA_MODULE_LOADING", "EAGER", 0);
     char err[1024];
-    config_t *cfg = config_load (config_path, err, sizeof err);
+    config_t *cfg = config_load (opt.config_path, err, sizeof err);
     if (!cfg) {
         fprintf (stderr, "sigserve: %s\n", err);
         return 2;
     }
-    log_level_t level;
-    const char *level_name = level_override ? level_override : cfg->server.log_level;
-    if (log_level_from_name (level_name, &level) != 0) {
-        fprintf (stderr, "sigserve: --log-level: expected one of error, warn, info, debug, got \"%s\"\n", level_name);
+    if (s_apply_logging (cfg, opt.level_override) != 0) {
         config_destroy (&cfg);
         return 2;
     }
-    log_set_level (level);
+    if (cfg->server.queue_depth_given)
+        log_warn ("%s: server.queue_depth is deprecated: it is now the default of each model's queue_depth "
+                  "(requests waiting for a worker before STATUS_OVERLOADED); set it per model", opt.config_path);
 
-    model_registry_t *models = model_registry_new (cfg, err, sizeof err);
+    /* Every thread created from here on (workers, the front, ZeroMQ's) inherits the mask. */
+    sigset_t signals;
+    sigemptyset (&signals);
+    sigaddset (&signals, SIGINT);
+    sigaddset (&signals, SIGTERM);
+    sigaddset (&signals, SIGHUP);
+    pthread_sigmask (SIG_BLOCK, &signals, NULL);
+    signal (SIGPIPE, SIG_IGN);
+
+    stats_t *stats = stats_new ();
+    stats_snapshot_t *before = calloc (STATS_SLOTS, sizeof *before);
+    model_registry_t *models = stats && before ? model_registry_load (cfg, stats, NULL, NULL, err, sizeof err) : NULL;
     if (!models) {
-        log_error ("%s: %s", config_path, err);
+        log_error ("%s: %s", opt.config_path, stats && before ? err : "out of memory");
+        stats_destroy (&stats);
+        free (before);
         config_destroy (&cfg);
         return 2;
     }
-    if (check_only) {
-        printf ("%s: ok: %zu endpoint(s), %zu model(s)\n", config_path, cfg->server.endpoint_count,
-                model_registry_count (models));
-        for (size_t i = 0; i < model_registry_count (models); i++) {
-            model_t *m = model_registry_at (models, i);
-            printf ("  %s version %s: %u -> %u, backend %s, kernel %s, max_rows %u\n", model_name (m),
-                    model_version (m), model_input_size (m), model_output_size (m), model_backend_name (m),
-                    model_kernel_name (m), model_max_rows (m));
-        }
+    if (opt.check_only) {
+        s_check (opt.config_path, cfg, models);
         model_registry_destroy (&models);
+        stats_destroy (&stats);
+        free (before);
         config_destroy (&cfg);
         return 0;
     }
 
-    struct sigaction sa;
-    memset (&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
-    sigemptyset (&sa.sa_mask);
-    sigaction (SIGINT, &sa, NULL);
-    sigaction (SIGTERM, &sa, NULL);
-    signal (SIGPIPE, SIG_IGN);
-
-    int rc = 0;
-    server_t *server = server_new (&cfg->server, models, err, sizeof err);
+    server_t *server = server_new (&cfg->server, models, stats, NULL, err, sizeof err);
     if (!server) {
-        log_error ("%s: %s", config_path, err);
+        log_error ("%s: %s", opt.config_path, err);
         rc = 1;
     } else {
-        log_info ("sigserve %s ready", SIGSERVE_VERSION);
-        rc = server_run (server, &s_stop) == 0 ? 0 : 1;
+        front_t front = { .server = server };
+        pthread_t thread;
+        if (pthread_create (&thread, NULL, s_front_main, &front) != 0) {
+            log_error ("cannot start the front thread");
+            rc = 1;
+        } else {
+            log_info ("sigserve %s ready", SIGSERVE_VERSION);
+            notify_ready ("serving");
+            control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .before = before };
+            s_remember_file (&control);
+            s_control_loop (&control, &signals);
+            pthread_join (thread, NULL);
+            cfg = control.cfg;
+            models = server_models (server);
+            rc = front.rc == 0 ? 0 : 1;
+        }
         server_destroy (&server);
     }
     model_registry_destroy (&models);
+    stats_destroy (&stats);
+    free (before);
     config_destroy (&cfg);
     log_info ("sigserve stopped");
     return rc;

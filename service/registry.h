@@ -1,21 +1,33 @@
-/* The models a server serves: each loaded from its config on its backend, looked up by name. */
+/* The set of models a server serves, looked up by name. A reload builds a new set next to the
+ * old one, taking over the models whose configuration and weights file did not change; the old
+ * set then holds only what the new one did not take, and is destroyed once the front has sent
+ * every reply of it. */
 #ifndef SIGSERVE_REGISTRY_H
 #define SIGSERVE_REGISTRY_H
 
-#include "backend.h"
 #include "config.h"
+#include "model.h"
+#include "stats.h"
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct _model_t model_t;
 typedef struct _model_registry_t model_registry_t;
 
-/* Loads every model of CFG (weights, backend, warm-up). NULL with ERR on the first failure. */
+/* Loads every model of CFG (weights, backend, instances, warm-up, workers). STATS may be NULL.
+ * NULL with ERR on the first failure. */
 model_registry_t *model_registry_new (const config_t *cfg, char *err, size_t errlen);
+/* The same, taking over from PREVIOUS (may be NULL) every model whose configuration and weights
+ * file are unchanged: they move to the new set and PREVIOUS no longer owns them. On failure
+ * PREVIOUS is left as it was. *REUSED (may be NULL) counts the models taken over. */
+model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, model_registry_t *previous, size_t *reused,
+                                       char *err, size_t errlen);
+/* Destroys the models it still owns (their workers stop first). */
 void model_registry_destroy (model_registry_t **self_p);
 
 size_t model_registry_count (const model_registry_t *self);
 model_t *model_registry_at (model_registry_t *self, size_t index);
+/* Whether the set owns model INDEX (false once a newer set took it over). */
+bool model_registry_owns (const model_registry_t *self, size_t index);
 /* NULL when no model has that name. */
 model_t *model_registry_find (model_registry_t *self, const char *name);
 /* "a, b, c": the served names, for error messages. */
@@ -24,21 +36,5 @@ const char *model_registry_names (const model_registry_t *self);
 bool model_registry_ready (const model_registry_t *self);
 /* The largest rows x output size over the models: the reply buffer a server needs. */
 size_t model_registry_max_outputs (const model_registry_t *self);
-
-const char *model_name (const model_t *m);
-const char *model_version (const model_t *m);
-const char *model_backend_name (const model_t *m);
-const char *model_kernel_name (const model_t *m);
-uint32_t model_input_size (const model_t *m);
-uint32_t model_output_size (const model_t *m);
-uint32_t model_max_rows (const model_t *m);
-bool model_available (const model_t *m);
-/* The backend's own handle (tests and benchmarks drive it directly). */
-backend_model_t *model_backend_handle (model_t *m);
-/* Runs the backend. A SIG_UNAVAILABLE from it marks the model unavailable for good. */
-sig_status_t model_infer (model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
-
-/* The backend CFG's "backend" resolves to on this machine; NULL with ERR when none can serve it. */
-const backend_iface_t *backend_resolve (const model_config_t *cfg, char *err, size_t errlen);
 
 #endif

@@ -1,11 +1,19 @@
-/* The server loop: ROUTER sockets on every configured endpoint, requests taken in order of
- * arrival (up to queue_depth per turn, each stamped at receipt), decoded, validated, run on
- * their model, and answered DONTWAIT with exactly the envelope they came with. One thread. */
+/* The front: the thread that owns the ROUTER sockets. It receives each message (stamped at
+ * receipt), bounds it (frames x bytes), decodes and checks it, answers health, list_models and
+ * every bad request at once, admits infer requests into their model's queue (or answers
+ * OVERLOADED when it is full) and sends the replies of finished requests, each with exactly the
+ * envelope it came with. Computing happens on the models' workers (model.h), never here.
+ *
+ * Stopping (server_stop, or *STOP set): for server.drain_ms the front keeps reading, answers new
+ * infer requests UNAVAILABLE ("shutting down") and finishes every admitted one; past that it has
+ * the workers answer what is still queued UNAVAILABLE, sends those replies, and returns. Every
+ * request taken off a socket gets exactly one reply. */
 #ifndef SIGSERVE_SERVER_H
 #define SIGSERVE_SERVER_H
 
 #include "config.h"
 #include "registry.h"
+#include "stats.h"
 #include <signal.h>
 #include <stdint.h>
 
@@ -15,16 +23,41 @@ typedef struct {
     uint64_t received;          /* messages taken from the sockets */
     uint64_t replied;           /* replies handed to ZeroMQ */
     uint64_t by_status[16];     /* infer replies by status */
-    uint64_t send_failures;     /* replies ZeroMQ refused (peer gone, queue full) */
-    uint64_t dropped;           /* messages that could not be addressed (bad envelope) */
+    uint64_t send_failures;     /* replies ZeroMQ refused (peer gone, its queue full) */
+    uint64_t dropped;           /* messages that could not be addressed */
+    uint64_t admitted;          /* infer requests handed to a worker */
 } server_stats_t;
 
-/* Binds every endpoint of CFG. MODELS stays the caller's. NULL with ERR on failure. */
-server_t *server_new (const server_config_t *cfg, model_registry_t *models, char *err, size_t errlen);
+/* Binds every endpoint of CFG with a context of its own (or CTX when not NULL: CURVE needs
+ * czmq's). MODELS stays the caller's (a reload replaces it: see server_reload); STATS may be NULL.
+ * NULL with ERR on failure. */
+server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, void *ctx,
+                      char *err, size_t errlen);
 void server_destroy (server_t **self_p);
 
-/* Serves until *STOP becomes non-zero; then answers what has already arrived and returns 0. */
+/* Serves on the calling thread (pinned to server.cpus) until *STOP becomes non-zero or
+ * server_stop is called, then drains as above and returns 0. */
 int server_run (server_t *self, volatile sig_atomic_t *stop);
+/* Any thread: begins the drain. */
+void server_stop (server_t *self);
+
+/* The control thread, while server_run runs: applies CFG (already loaded and validated): new and
+ * changed models are loaded aside, unchanged ones are taken over, new endpoints are bound, then
+ * the front switches between two requests; requests already admitted finish on the model they
+ * were admitted to; removed models and endpoints are closed once their last reply is sent.
+ * Nothing changes when any step fails (-1 with ERR). Keys that need a restart are logged and
+ * keep their old values. */
+int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen);
+/* The control thread, now and then: destroys the model sets the front has finished with. */
+void server_collect_retired (server_t *self);
+/* The model set being served now. Threads other than the front and the control thread (the HTTP
+ * thread) read it between server_lock and server_unlock: reloads and the destruction of retired
+ * sets hold the lock, the front never takes it. */
+model_registry_t *server_models (server_t *self);
+void server_lock (server_t *self);
+void server_unlock (server_t *self);
+/* True while the front serves (not draining), every model is loaded and available. */
+bool server_ready (server_t *self);
 
 const server_stats_t *server_stats (const server_t *self);
 

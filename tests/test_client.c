@@ -35,13 +35,8 @@
 #define ODD_OUT 3
 #define TOLERANCE 1e-5
 
-static char s_dir[4096];
-static char s_config_path[4096];
-static char s_endpoint[2][128];
+static tu_fixture_t s_fx;
 static char s_dead_endpoint[128];   /* a port nobody listens on */
-static pid_t s_server = -1;
-static config_t *s_cfg;
-static weights_t *s_tick, *s_odd;
 static uint64_t s_seed, s_seed0;   /* s_seed0: the printed seed; every test starts from it */
 static sigclient_t *s_client;       /* per test (checked fixture): connected to both endpoints */
 
@@ -62,7 +57,7 @@ static void s_random (float *f, size_t n)
 
 static const weights_t *s_weights (const char *model)
 {
-    return strcmp (model, "odd") == 0 ? s_odd : s_tick;
+    return strcmp (model, "odd") == 0 ? s_fx.odd : s_fx.tick;
 }
 
 /* Outputs collected over several requests with their float64 references, compared at once. */
@@ -106,87 +101,14 @@ static sigclient_t *s_new_client (const char *endpoint, int timeout_ms)
     return c;
 }
 
-static void s_write_weights (const char *file, const uint32_t *sizes, const activation_t *acts, uint64_t seed)
-{
-    weights_t *w = weights_random (sizes, acts, 2, seed);
-    ck_assert_ptr_nonnull (w);
-    st_write_tensor_t t[4] = {
-        { "a.weight", 2, { sizes[1], sizes[0] }, w->layers[0].weight }, { "a.bias", 1, { sizes[1] }, w->layers[0].bias },
-        { "b.weight", 2, { sizes[2], sizes[1] }, w->layers[1].weight }, { "b.bias", 1, { sizes[2] }, w->layers[1].bias },
-    };
-    char path[4200], err[512];
-    snprintf (path, sizeof path, "%s/%s", s_dir, file);
-    ck_assert_msg (safetensors_write_f32 (path, t, 4, err, sizeof err) == 0, "%s", err);
-    weights_destroy (&w);
-}
 
-static char *s_write_config (const char *name, int port0, int port1)
-{
-    char json[8192];
-    snprintf (json, sizeof json,
-              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:%d\", \"tcp://127.0.0.1:%d\"],\n"
-              "              \"max_message_bytes\": 65536, \"log_level\": \"warn\", \"queue_depth\": 64 },\n"
-              "  \"models\": [\n"
-              "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 8,\n"
-              "     \"weights\": \"%s/%s/models/tick_mlp.safetensors\",\n"
-              "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
-              "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"
-              "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] },\n"
-              "   { \"name\": \"odd\", \"backend\": \"cpu\", \"version\": \"7b\", \"max_rows\": 7,\n"
-              "     \"weights\": \"odd.safetensors\",\n"
-              "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"
-              "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\", \"activation\": \"none\" } ] } ] }\n",
-              port0, port1, getenv ("PWD") ? getenv ("PWD") : ".", tu_build_dir ());
-    return tu_write_file (s_dir, name, json, -1);
-}
 
-static void s_setup (void)
-{
-    char *dir = tu_tmpdir ();
-    ck_assert_ptr_nonnull (dir);
-    snprintf (s_dir, sizeof s_dir, "%s", dir);
-    free (dir);
-    const uint32_t odd[] = { ODD_IN, ODD_HIDDEN, ODD_OUT };
-    const activation_t acts[] = { ACTIVATION_TANH, ACTIVATION_NONE };
-    s_write_weights ("odd.safetensors", odd, acts, 0x6f6464);
-    int p0 = tu_free_port (), p1 = tu_free_port (), p2 = tu_free_port ();
-    ck_assert (p0 > 0 && p1 > 0 && p2 > 0);
-    snprintf (s_endpoint[0], sizeof s_endpoint[0], "tcp://127.0.0.1:%d", p0);
-    snprintf (s_endpoint[1], sizeof s_endpoint[1], "tcp://127.0.0.1:%d", p1);
-    snprintf (s_dead_endpoint, sizeof s_dead_endpoint, "tcp://127.0.0.1:%d", p2);
-    char *path = s_write_config ("server.json", p0, p1);
-    ck_assert_ptr_nonnull (path);
-    snprintf (s_config_path, sizeof s_config_path, "%s", path);
-    free (path);
-    char err[1024];
-    s_cfg = config_load (s_config_path, err, sizeof err);
-    ck_assert_msg (s_cfg != NULL, "%s", err);
-    s_tick = weights_load (&s_cfg->models[0], err, sizeof err);
-    ck_assert_msg (s_tick != NULL, "%s", err);
-    s_odd = weights_load (&s_cfg->models[1], err, sizeof err);
-    ck_assert_msg (s_odd != NULL, "%s", err);
-    ck_assert_uint_eq (s_tick->input_size, TICK_IN);
-    ck_assert_uint_eq (s_tick->output_size, 1);
-    ck_assert_uint_eq (s_odd->input_size, ODD_IN);
-    ck_assert_uint_eq (s_odd->output_size, ODD_OUT);
-    s_server = tu_server_start (s_config_path, s_endpoint[0], 20000);
-    ck_assert_msg (s_server > 0, "sigserve did not become ready");
-}
 
-static void s_teardown (void)
-{
-    int rc = tu_server_stop (s_server);
-    weights_destroy (&s_tick);
-    weights_destroy (&s_odd);
-    config_destroy (&s_cfg);
-    tu_remove_tree (s_dir);
-    ck_assert_int_eq (rc, 0);
-}
 
 /* libsigclient makes its own ZeroMQ context, which must not cross Check's fork: one per test. */
 static void s_client_new (void)
 {
-    const char *eps[2] = { s_endpoint[0], s_endpoint[1] };
+    const char *eps[2] = { s_fx.endpoint[0], s_fx.endpoint[1] };
     s_client = sigclient_new (eps, 2, 5000);
     ck_assert_ptr_nonnull (s_client);
 }
@@ -348,7 +270,7 @@ START_TEST (capacity_errors)
     ck_assert_int_eq (sigclient_infer (s_client, "tick_mlp", in, 5 * TICK_IN, 5, out, 5, &n_out, &r), 0);
     ck_assert_uint_eq (r.request_id, 2);
     collected_t c = { 0 };
-    s_collect (&c, s_tick, in, 5, out, n_out);
+    s_collect (&c, s_fx.tick, in, 5, out, n_out);
     s_expect_collected_match (&c, "tick_mlp after a capacity error");
 
     /* pipelined: the reply is consumed, RESULT filled */
@@ -454,7 +376,7 @@ END_TEST
 START_TEST (pipelined_each_endpoint_and_error_status)
 {
     for (int e = 0; e < 2; e++) {
-        sigclient_t *c = s_new_client (s_endpoint[e], 5000);
+        sigclient_t *c = s_new_client (s_fx.endpoint[e], 5000);
         float in[4][TICK_IN];
         for (int i = 0; i < 4; i++) {
             s_random (in[i], TICK_IN);
@@ -475,11 +397,11 @@ START_TEST (pipelined_each_endpoint_and_error_status)
                 errors++;
             } else {
                 ck_assert_int_eq (r.status, SIGCLIENT_OK);
-                s_collect (&col, s_tick, in[r.request_id - 1], 1, out, n_out);
+                s_collect (&col, s_fx.tick, in[r.request_id - 1], 1, out, n_out);
             }
         }
         ck_assert_int_eq (errors, 1);
-        s_expect_collected_match (&col, s_endpoint[e]);
+        s_expect_collected_match (&col, s_fx.endpoint[e]);
         sigclient_destroy (&c);
     }
 }
@@ -615,7 +537,7 @@ END_TEST
 static int s_cli (const char *args, const char *stdin_path, char *out, size_t out_cap, char *err, size_t err_cap)
 {
     char err_path[4200], cmd[16384];
-    snprintf (err_path, sizeof err_path, "%s/cli.stderr", s_dir);
+    snprintf (err_path, sizeof err_path, "%s/cli.stderr", s_fx.dir);
     snprintf (cmd, sizeof cmd, "'%s/sigclient' %s <'%s' 2>'%s'", tu_build_dir (), args,
               stdin_path ? stdin_path : "/dev/null", err_path);
     FILE *p = popen (cmd, "r");
@@ -661,7 +583,7 @@ static char *s_write_features (const char *name, float *in)
     for (int i = 0; i < TICK_IN; i++)
         len += (size_t) snprintf (text + len, cap - len, "%.9g%s", (double) in[i],
                                   i % 8 == 7 ? "\n" : i % 3 ? " " : ", ");
-    char *path = tu_write_file (s_dir, name, text, (long) len);
+    char *path = tu_write_file (s_fx.dir, name, text, (long) len);
     ck_assert_ptr_nonnull (path);
     free (text);
     return path;
@@ -678,18 +600,18 @@ START_TEST (cli_infer_file_and_stdin_match_reference)
         snprintf (name, sizeof name, "features%d.txt", k);
         char *path = s_write_features (name, in[k]);
         int lines;
-        snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s'", s_endpoint[0], path);
+        snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s'", s_fx.endpoint[0], path);
         ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
         ck_assert_uint_eq (s_parse_outputs (out, &from_file[k], 1, &lines), 1);
         ck_assert_int_eq (lines, 1);
         ck_assert_msg (strstr (err, "status=STATUS_OK") && strstr (err, "model_version=1"), "%s", err);
-        s_collect (&cf, s_tick, in[k], 1, &from_file[k], 1);
+        s_collect (&cf, s_fx.tick, in[k], 1, &from_file[k], 1);
 
-        snprintf (args, sizeof args, "--endpoint %s --timeout 5000 infer --model tick_mlp --stdin", s_endpoint[1]);
+        snprintf (args, sizeof args, "--endpoint %s --timeout 5000 infer --model tick_mlp --stdin", s_fx.endpoint[1]);
         ck_assert_msg (s_cli (args, path, out, sizeof out, err, sizeof err) == 0, "%s", err);
         ck_assert_uint_eq (s_parse_outputs (out, &from_stdin[k], 1, &lines), 1);
         ck_assert_int_eq (lines, 1);
-        s_collect (&cs, s_tick, in[k], 1, &from_stdin[k], 1);
+        s_collect (&cs, s_fx.tick, in[k], 1, &from_stdin[k], 1);
         /* same input, same server arithmetic, and %.9g round-trips a float exactly */
         ck_assert_msg (from_file[k] == from_stdin[k], "--file %.9g, --stdin %.9g", (double) from_file[k],
                        (double) from_stdin[k]);
@@ -709,7 +631,7 @@ START_TEST (cli_infer_random_rows_3)
     for (int k = 0; k < 2; k++) {   /* two seeds: 6 outputs compared together */
         uint64_t seed = s_seed0 % 1000000 + 2 + (uint64_t) k;
         snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --random 512 --rows 3 --seed %llu",
-                  s_endpoint[k], (unsigned long long) seed);
+                  s_fx.endpoint[k], (unsigned long long) seed);
         ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
         ck_assert_uint_eq (s_parse_outputs (out, vals, 8, &lines), 3);
         ck_assert_int_eq (lines, 3);
@@ -719,11 +641,11 @@ START_TEST (cli_infer_random_rows_3)
         uint64_t state = seed;
         for (int i = 0; i < 3 * TICK_IN; i++)
             in[i] = rng_uniform (&state, -1.0f, 1.0f);
-        s_collect (&c, s_tick, in, 3, vals, 3);
+        s_collect (&c, s_fx.tick, in, 3, vals, 3);
     }
     s_expect_collected_match (&c, "sigclient --random 512 --rows 3");
     /* odd: 3 outputs per row, one row per line */
-    snprintf (args, sizeof args, "--endpoint %s infer --model odd --random 33 --rows 2", s_endpoint[1]);
+    snprintf (args, sizeof args, "--endpoint %s infer --model odd --random 33 --rows 2", s_fx.endpoint[1]);
     ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
     ck_assert_uint_eq (s_parse_outputs (out, vals, 8, &lines), 6);
     ck_assert_int_eq (lines, 2);
@@ -736,17 +658,17 @@ START_TEST (cli_exit_codes)
     float in[TICK_IN];
     char *good = s_write_features ("good.txt", in);
     /* 1: the server answered with an error status */
-    snprintf (args, sizeof args, "--endpoint %s infer --model nope --file '%s'", s_endpoint[0], good);
+    snprintf (args, sizeof args, "--endpoint %s infer --model nope --file '%s'", s_fx.endpoint[0], good);
     ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 1);
     ck_assert_msg (strstr (err, "STATUS_UNKNOWN_MODEL")
                    && strstr (err, "model: \"nope\" is not served here (served: tick_mlp, odd)"), "%s", err);
     ck_assert_str_eq (out, "");
     /* 1 as well: a wrong feature count */
-    snprintf (args, sizeof args, "--endpoint %s infer --model odd --file '%s'", s_endpoint[0], good);
+    snprintf (args, sizeof args, "--endpoint %s infer --model odd --file '%s'", s_fx.endpoint[0], good);
     ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 1);
     ck_assert_msg (strstr (err, "STATUS_BAD_SHAPE"), "%s", err);
     /* 2: usage errors */
-    snprintf (args, sizeof args, "--endpoint %s infer --file '%s'", s_endpoint[0], good);
+    snprintf (args, sizeof args, "--endpoint %s infer --file '%s'", s_fx.endpoint[0], good);
     ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 2);
     ck_assert_msg (strstr (err, "infer needs --model") && strstr (err, "usage: sigclient"), "%s", err);
     ck_assert_int_eq (s_cli ("frobnicate", NULL, out, sizeof out, err, sizeof err), 2);
@@ -756,12 +678,12 @@ START_TEST (cli_exit_codes)
     ck_assert_int_eq (s_cli ("--help", NULL, out, sizeof out, err, sizeof err), 0);
     ck_assert_ptr_nonnull (strstr (out, "exit codes:"));
     /* 2: a file with a non-number */
-    char *bad = tu_write_file (s_dir, "bad.txt", "0.5 1.25\n-3 abc 4\n", -1);
-    snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s'", s_endpoint[0], bad);
+    char *bad = tu_write_file (s_fx.dir, "bad.txt", "0.5 1.25\n-3 abc 4\n", -1);
+    snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s'", s_fx.endpoint[0], bad);
     ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 2);
     ck_assert_msg (strstr (err, "bad.txt:2: not a number: 'abc'"), "%s", err);
     /* 2: a missing file */
-    snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s/absent.txt'", s_endpoint[0], s_dir);
+    snprintf (args, sizeof args, "--endpoint %s infer --model tick_mlp --file '%s/absent.txt'", s_fx.endpoint[0], s_fx.dir);
     ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 2);
     /* 3: nobody listens; the timeout bounds the wait */
     snprintf (args, sizeof args, "--endpoint %s --timeout 300 infer --model tick_mlp --file '%s'", s_dead_endpoint, good);
@@ -780,12 +702,12 @@ END_TEST
 START_TEST (cli_health_and_models)
 {
     char args[8192], out[4096], err[4096];
-    snprintf (args, sizeof args, "--endpoint %s health", s_endpoint[0]);
+    snprintf (args, sizeof args, "--endpoint %s health", s_fx.endpoint[0]);
     ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
     ck_assert_msg (strncmp (out, "live=1 ready=1 version=", 23) == 0, "%s", out);
     ck_assert_str_eq (out, "live=1 ready=1 version=" SIGSERVE_VERSION "\n");
 
-    snprintf (args, sizeof args, "--endpoint %s --endpoint %s models", s_endpoint[0], s_endpoint[1]);
+    snprintf (args, sizeof args, "--endpoint %s --endpoint %s models", s_fx.endpoint[0], s_fx.endpoint[1]);
     ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
     int found = 0;
     for (char *line = strtok (out, "\n"); line; line = strtok (NULL, "\n")) {
@@ -810,6 +732,15 @@ START_TEST (cli_health_and_models)
     ck_assert_int_eq (found, 2);
 }
 END_TEST
+
+static void s_setup (void)
+{
+    const tu_fixture_options_t options = { .tick_backend = "cpu", .odd_kernel = "loop", .queue_depth = 1024 };
+    tu_fixture_setup (&s_fx, &options);
+    snprintf (s_dead_endpoint, sizeof s_dead_endpoint, "tcp://127.0.0.1:%d", tu_free_port ());
+}
+
+static void s_teardown (void) { tu_fixture_teardown (&s_fx); }
 
 int main (void)
 {
@@ -838,3 +769,4 @@ int main (void)
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }
+

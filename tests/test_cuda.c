@@ -6,9 +6,11 @@
 #include "rng.h"
 #include "st_write.h"
 #include "reference.h"
+#include "autoselect.h"
 #include "backend.h"
 #include "config.h"
 #include "weights.h"
+#include "model.h"
 #include "registry.h"
 #include "safetensors.h"
 #include "signal.pb-c.h"
@@ -164,22 +166,63 @@ START_TEST (wait_modes)
 }
 END_TEST
 
-START_TEST (auto_selects_cuda_and_names_missing_devices)
+/* "auto" measures every candidate on the real weights and keeps the lowest rows-1 p99; every
+ * CUDA kernel this device runs is among the measured; a missing device is named. */
+START_TEST (auto_measures_candidates_and_names_missing_devices)
 {
-    model_config_t cfg = s_config (CUDA_KERNEL_WARP, true, 1);
+    const uint32_t sizes[] = { 512, 256, 64, 1 };
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *w = weights_random (sizes, acts, 3, 7);
+    model_config_t cfg = s_config (CUDA_KERNEL_WARP, true, 4);
+    cfg.backend = BACKEND_AUTO;
+    autoselect_candidate_t c[16];
+    size_t n = 0;
     char err[512] = "";
+    const backend_iface_t *chosen = autoselect_choose (w, &cfg, 0, c, 16, &n, err, sizeof err);
+    ck_assert_msg (chosen != NULL, "%s", err);
+    ck_assert_uint_ge (n, 9);       /* cpu, and warp/cublas/mbyv/fused with and without zero-copy */
+    ck_assert_str_eq (c[0].note, "");
+    ck_assert_str_eq (c[0].backend, chosen->name);
+    ck_assert_int_eq (cfg.backend, chosen == &backend_cpu_iface ? BACKEND_CPU : BACKEND_CUDA);
+    int cuda_measured = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].note[0])
+            continue;
+        ck_assert (c[i].p99_us >= c[0].p99_us);
+        ck_assert (c[i].p50_us > 0 && c[i].batch_p50_us > 0);
+        ck_assert_uint_eq (c[i].batch_rows, 4);
+        cuda_measured += strcmp (c[i].backend, "cuda") == 0;
+    }
+    ck_assert_int_ge (cuda_measured, 8);
+    /* An explicit kernel restricts the CUDA candidates to it. */
+    cfg = s_config (CUDA_KERNEL_MBYV, true, 4);
     cfg.backend = BACKEND_AUTO;
-    ck_assert_ptr_eq (backend_resolve (&cfg, err, sizeof err), &backend_cuda_iface);
+    cfg.kernel_given = true;
+    ck_assert_ptr_nonnull (autoselect_choose (w, &cfg, 0, c, 16, &n, err, sizeof err));
+    ck_assert_uint_eq (n, 3);
+    for (size_t i = 0; i < n; i++)
+        ck_assert (strcmp (c[i].backend, "cpu") == 0 || strncmp (c[i].kernel, "mbyv", 4) == 0);
+    weights_destroy (&w);
+    /* backend "cuda" on a device that does not exist: refused, naming it. */
+    char *dir = tu_tmpdir ();
+    cfg = s_config (CUDA_KERNEL_WARP, true, 1);
     cfg.backend = BACKEND_CUDA;
-    ck_assert_ptr_eq (backend_resolve (&cfg, err, sizeof err), &backend_cuda_iface);
-    cfg.backend = BACKEND_CPU;
-    ck_assert_ptr_eq (backend_resolve (&cfg, err, sizeof err), &backend_cpu_iface);
-    cfg.device = 63;
-    cfg.backend = BACKEND_AUTO;
-    ck_assert_ptr_eq (backend_resolve (&cfg, err, sizeof err), &backend_cpu_iface);
-    cfg.backend = BACKEND_CUDA;
-    ck_assert_ptr_null (backend_resolve (&cfg, err, sizeof err));
+    cfg.devices[0] = cfg.device = 63;
+    cfg.device_count = 1;
+    cfg.instances = 1;
+    cfg.max_batch_rows = 1;
+    cfg.queue_depth = 4;
+    snprintf (cfg.weights, sizeof cfg.weights, "%s/models/tick_mlp.safetensors", tu_build_dir ());
+    cfg.layer_count = 3;
+    for (int i = 0; i < 3; i++) {
+        snprintf (cfg.layers[i].weight, sizeof cfg.layers[i].weight, "%d.weight", 2 * i);
+        snprintf (cfg.layers[i].bias, sizeof cfg.layers[i].bias, "%d.bias", 2 * i);
+    }
+    model_t *m = model_new (&cfg, 65536, false, NULL, err, sizeof err);
+    ck_assert_ptr_null (m);
     ck_assert_msg (strstr (err, "backend \"cuda\": device 63 does not exist (this machine has"), "%s", err);
+    tu_remove_tree (dir);
+    free (dir);
 }
 END_TEST
 
@@ -398,7 +441,7 @@ int main (void)
     tcase_add_loop_test (tc, chains_match_reference, 0, 16);
     tcase_add_loop_test (tc, every_batch_size, 0, 4);
     tcase_add_test (tc, wait_modes);
-    tcase_add_test (tc, auto_selects_cuda_and_names_missing_devices);
+    tcase_add_test (tc, auto_measures_candidates_and_names_missing_devices);
     tcase_add_test (tc, lost_context_marks_model_unavailable);
     tcase_add_test (tc, server_serves_cuda_like_cpu);
     suite_add_tcase (s, tc);

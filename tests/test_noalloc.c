@@ -1,6 +1,7 @@
-/* No heap allocation per request once warm: the server loop runs in this process on its own
- * thread; the link wraps malloc, calloc, realloc, aligned_alloc and posix_memalign (see the
- * Makefile), so every call that sigserve's own code (libsigcore) makes is counted per thread.
+/* No heap allocation per request once warm: the front runs in this process on a thread of its
+ * own and the model's workers on theirs; the link wraps malloc, calloc, realloc, aligned_alloc and
+ * posix_memalign (see the Makefile), so every call that sigserve's own code (libsigcore) makes on
+ * any of the server's threads (those with a role: threads_role) is counted.
  * libzmq and libc allocate inside themselves (message bodies over 33 bytes, for one): those are
  * their business and not what this test is about; protobuf-c decodes into our arena. */
 #include "rng.h"
@@ -9,6 +10,7 @@
 #include "weights.h"
 #include "registry.h"
 #include "server.h"
+#include "threads.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
 
@@ -28,13 +30,12 @@ void *__real_realloc (void *p, size_t n);
 void *__real_aligned_alloc (size_t a, size_t n);
 int __real_posix_memalign (void **p, size_t a, size_t n);
 
-static pthread_t s_server_thread;
 static atomic_int s_counting;
 static atomic_long s_allocations;
 
 static void s_count (void)
 {
-    if (atomic_load (&s_counting) && pthread_equal (pthread_self (), s_server_thread))
+    if (atomic_load (&s_counting) && threads_role ()[0] != '\0')
         atomic_fetch_add (&s_allocations, 1);
 }
 
@@ -48,7 +49,6 @@ static volatile sig_atomic_t s_stop;
 
 static void *s_serve (void *arg)
 {
-    s_server_thread = pthread_self ();
     server_run (arg, &s_stop);
     return NULL;
 }
@@ -60,7 +60,11 @@ static void s_send (void *sock, const Sigserve__V1__Request *req)
     ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
 }
 
-/* One round of every kind of request: good ones of 1 and 16 rows, each error, health, list. */
+#define BURST 8
+#define PER_ROUND (11 + BURST)
+
+/* One round of every kind of request: good ones of 1 and 16 rows, each error, health, list, and a
+ * burst of single-row requests. */
 static int s_round (void *sock, const float *features)
 {
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
@@ -93,7 +97,16 @@ static int s_round (void *sock, const float *features)
     s_send (sock, &req);
     zmq_send (sock, "\xff\xff\xff", 3, 0);   /* undecodable */
     zmq_send (sock, "", 0, 0);               /* empty */
-    return sent + 4;
+    /* A burst the worker takes as batches of several requests. */
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+    req.infer = &inf;   /* the body is a oneof: health and list_models took its place */
+    inf.model = (char *) "tick_mlp";
+    inf.features = (float *) features;
+    inf.n_features = 512;
+    inf.rows = 1;
+    for (int b = 0; b < BURST; b++)
+        s_send (sock, &req);
+    return sent + 4 + BURST;
 }
 
 static void s_drain (void *sock, int n)
@@ -124,7 +137,7 @@ START_TEST (no_allocation_per_request_once_warm)
     ck_assert_msg (cfg != NULL, "%s", err);
     model_registry_t *models = model_registry_new (cfg, err, sizeof err);
     ck_assert_msg (models != NULL, "%s", err);
-    server_t *server = server_new (&cfg->server, models, err, sizeof err);
+    server_t *server = server_new (&cfg->server, models, NULL, NULL, err, sizeof err);
     ck_assert_msg (server != NULL, "%s", err);
     pthread_t th;
     pthread_create (&th, NULL, s_serve, server);
@@ -151,8 +164,9 @@ START_TEST (no_allocation_per_request_once_warm)
         requests += n;
     }
     atomic_store (&s_counting, 0);
-    ck_assert_int_eq (server_stats (server)->received, 250 * 11);
-    ck_assert_int_eq (server_stats (server)->replied, 250 * 11);
+    ck_assert_int_eq (server_stats (server)->received, 250 * PER_ROUND);
+    ck_assert_int_eq (server_stats (server)->replied, 250 * PER_ROUND);
+    ck_assert_int_eq (server_stats (server)->admitted, 250 * (2 + BURST));
     ck_assert_msg (atomic_load (&s_allocations) == 0, "%ld allocations by sigserve's code over %ld requests",
                    atomic_load (&s_allocations), requests);
 
@@ -172,7 +186,7 @@ END_TEST
 START_TEST (counter_counts_server_thread_allocations)
 {
     /* Guards the test above against a wrap that silently does nothing. */
-    s_server_thread = pthread_self ();
+    threads_set_role ("counted");
     atomic_store (&s_allocations, 0);
     atomic_store (&s_counting, 1);
     void *(*volatile allocate) (size_t) = malloc;   /* so the compiler cannot elide the pair */

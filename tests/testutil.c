@@ -1,7 +1,9 @@
 #define _GNU_SOURCE   /* nftw */
 #include "testutil.h"
 
+#include "reference.h"
 #include "signal.pb-c.h"
+#include "st_write.h"
 
 #include <check.h>
 #include <ftw.h>
@@ -182,4 +184,97 @@ size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *
     if (sigserve__v1__request__get_packed_size (&req) > cap)
         return 0;
     return sigserve__v1__request__pack (&req, buf);
+}
+
+/* ---- the shared server fixture ---- */
+
+const char *tu_build_abs (void)
+{
+    static char abs[4096];
+    if (!abs[0] && !realpath (tu_build_dir (), abs))
+        snprintf (abs, sizeof abs, "%s", tu_build_dir ());
+    return abs;
+}
+
+static void s_fixture_weights (const tu_fixture_t *f, const char *file, const uint32_t *sizes, const activation_t *acts,
+                               uint64_t seed)
+{
+    weights_t *w = weights_random (sizes, acts, 2, seed);
+    ck_assert_ptr_nonnull (w);
+    st_write_tensor_t t[4] = {
+        { "a.weight", 2, { sizes[1], sizes[0] }, w->layers[0].weight }, { "a.bias", 1, { sizes[1] }, w->layers[0].bias },
+        { "b.weight", 2, { sizes[2], sizes[1] }, w->layers[1].weight }, { "b.bias", 1, { sizes[2] }, w->layers[1].bias },
+    };
+    char path[4200], err[512];
+    snprintf (path, sizeof path, "%s/%s", f->dir, file);
+    ck_assert_msg (safetensors_write_f32 (path, t, 4, err, sizeof err) == 0, "%s", err);
+    weights_destroy (&w);
+}
+
+char *tu_fixture_config (const tu_fixture_t *f, const char *name, int port0, int port1)
+{
+    const tu_fixture_options_t *o = &f->options;
+    char json[16384], depth[64] = "";
+    if (o->queue_depth)
+        snprintf (depth, sizeof depth, "\"queue_depth\": %u, ", o->queue_depth);
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:%d\", \"tcp://127.0.0.1:%d\"],\n"
+              "              \"max_message_bytes\": 65536, \"log_level\": \"warn\", \"stats_interval_s\": 0 },\n"
+              "  \"models\": [\n"
+              "   { \"name\": \"tick_mlp\", \"backend\": \"%s\", \"max_rows\": 8, %s\"weights\": \"%s/models/tick_mlp.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
+              "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"
+              "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] },\n"
+              "   { \"name\": \"odd\", \"backend\": \"cpu\", \"cpu_kernel\": \"%s\", \"version\": \"7b\", \"max_rows\": 7, %s\n"
+              "     \"weights\": \"odd.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] }%s%s ] }\n",
+              port0, port1, o->tick_backend ? o->tick_backend : "cpu", depth, tu_build_abs (),
+              o->odd_kernel ? o->odd_kernel : "loop", depth,
+              o->slow ? ",\n   { \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15, \"weights\": \"slow.safetensors\",\n"
+                        "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] }"
+                      : "",
+              o->extra_models ? o->extra_models : "");
+    return tu_write_file (f->dir, name, json, -1);
+}
+
+void tu_fixture_setup (tu_fixture_t *f, const tu_fixture_options_t *options)
+{
+    memset (f, 0, sizeof *f);
+    f->options = *options;
+    char *dir = tu_tmpdir ();
+    ck_assert_ptr_nonnull (dir);
+    snprintf (f->dir, sizeof f->dir, "%s", dir);
+    free (dir);
+    const uint32_t odd[] = { 33, 31, 3 }, slow[] = { 1024, 1024, 1024 };
+    const activation_t odd_acts[] = { ACTIVATION_TANH, ACTIVATION_NONE }, slow_acts[] = { ACTIVATION_RELU, ACTIVATION_NONE };
+    s_fixture_weights (f, "odd.safetensors", odd, odd_acts, 11);
+    if (options->slow)
+        s_fixture_weights (f, "slow.safetensors", slow, slow_acts, 12);
+    int p0 = tu_free_port (), p1 = tu_free_port ();
+    ck_assert (p0 > 0 && p1 > 0);
+    snprintf (f->endpoint[0], sizeof f->endpoint[0], "tcp://127.0.0.1:%d", p0);
+    snprintf (f->endpoint[1], sizeof f->endpoint[1], "tcp://127.0.0.1:%d", p1);
+    char *path = tu_fixture_config (f, "server.json", p0, p1);
+    ck_assert_ptr_nonnull (path);
+    snprintf (f->config_path, sizeof f->config_path, "%s", path);
+    free (path);
+    char err[1024];
+    f->cfg = config_load (f->config_path, err, sizeof err);
+    ck_assert_msg (f->cfg != NULL, "%s", err);
+    f->tick = weights_load (&f->cfg->models[0], err, sizeof err);
+    ck_assert_msg (f->tick != NULL, "%s", err);
+    f->odd = weights_load (&f->cfg->models[1], err, sizeof err);
+    ck_assert_msg (f->odd != NULL, "%s", err);
+    f->server = tu_server_start (f->config_path, f->endpoint[0], 30000);
+    ck_assert_msg (f->server > 0, "sigserve did not become ready");
+}
+
+void tu_fixture_teardown (tu_fixture_t *f)
+{
+    int rc = tu_server_stop (f->server);
+    weights_destroy (&f->tick);
+    weights_destroy (&f->odd);
+    config_destroy (&f->cfg);
+    tu_remove_tree (f->dir);
+    ck_assert_int_eq (rc, 0);
 }

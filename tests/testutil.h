@@ -2,6 +2,7 @@
 #ifndef SIGSERVE_TESTUTIL_H
 #define SIGSERVE_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -26,6 +27,38 @@ int tu_server_stop (pid_t pid);
 /* Packs an InferRequest into BUF (CAP bytes); the packed size, or 0 when it does not fit. */
 size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *features, size_t n, uint32_t rows,
                       uint64_t request_id, uint32_t deadline_us);
+
+/* The server the client and integration suites talk to over tcp loopback, on two endpoints:
+ *   tick_mlp  the demo weights (512 -> 256 -> 64 -> 1), max_rows 8, backend TICK_BACKEND
+ *   odd       33 -> 31 -> 3 (tanh, none), version "7b", max_rows 7, cpu_kernel ODD_KERNEL, written here
+ *   slow      (with SLOW) 1024 -> 1024 -> 1024 (relu, none), max_rows 15: ~10 ms a request on one core
+ * plus EXTRA_MODELS (JSON objects, comma-first, appended to the list). Weights are loaded with the
+ * config (TICK, ODD) for the float64 reference. Set up once per suite (an unchecked fixture). */
+#include "config.h"
+#include "weights.h"
+typedef struct {
+    const char *tick_backend;       /* "cpu" or "auto" */
+    const char *odd_kernel;         /* "loop" or "blas" */
+    bool slow;
+    uint32_t queue_depth;           /* tick_mlp's and odd's (0: the default) */
+    const char *extra_models;       /* NULL or ", { ... }" */
+} tu_fixture_options_t;
+typedef struct {
+    tu_fixture_options_t options;
+    char dir[2048];
+    char config_path[2200];
+    char endpoint[2][64];
+    pid_t server;
+    config_t *cfg;
+    weights_t *tick, *odd;
+} tu_fixture_t;
+void tu_fixture_setup (tu_fixture_t *f, const tu_fixture_options_t *options);
+/* Stops the server (asserting exit code 0) and removes the folder. */
+void tu_fixture_teardown (tu_fixture_t *f);
+/* Writes the fixture's configuration on two other ports as DIR/NAME; the malloc'd path. */
+char *tu_fixture_config (const tu_fixture_t *f, const char *name, int port0, int port1);
+/* The build folder as an absolute path. */
+const char *tu_build_abs (void);
 
 /* Runs SUITE (Check's default fork mode unless CK_FORK says otherwise); the process exit code. */
 struct Suite;

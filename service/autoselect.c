@@ -1,0 +1,146 @@
+#include "autoselect.h"
+
+#include "clock.h"
+#include "latency.h"
+#include "log.h"
+#include "rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SIGSERVE_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+
+#define ROWS1_ITERATIONS 2000
+#define BATCH_ITERATIONS 300
+#define INPUT_POOL 16
+
+typedef struct {
+    const backend_iface_t *iface;
+    model_config_t cfg;
+} option_t;
+
+/* Times ITER calls of ROWS rows after a tenth as many unmeasured; p50/p99 in us. */
+static int s_time (const backend_iface_t *iface, backend_model_t *impl, const weights_t *w, uint32_t rows, int iter,
+                   double *p50, double *p99)
+{
+    size_t nin = (size_t) rows * w->input_size;
+    float *in = malloc (INPUT_POOL * nin * sizeof (float));
+    float *out = malloc ((size_t) rows * w->output_size * sizeof (float));
+    double *samples = malloc ((size_t) iter * sizeof (double));
+    int rc = in && out && samples ? 0 : -1;
+    uint64_t seed = 0x5eed;
+    for (size_t i = 0; rc == 0 && i < INPUT_POOL * nin; i++)
+        in[i] = rng_uniform (&seed, -1.0f, 1.0f);
+    char err[256];
+    for (int i = -iter / 10; rc == 0 && i < iter; i++) {
+        uint64_t t0 = clock_now_ns ();
+        if (iface->infer (impl, in + (size_t) ((unsigned) i % INPUT_POOL) * nin, rows, out, err, sizeof err) != SIG_OK)
+            rc = -1;
+        if (i >= 0)
+            samples[i] = (double) (clock_now_ns () - t0) / 1e3;
+    }
+    if (rc == 0) {
+        latency_summary_t s;
+        latency_summarize (samples, (size_t) iter, &s);
+        *p50 = s.p50;
+        *p99 = s.p99;
+    }
+    free (in);
+    free (out);
+    free (samples);
+    return rc;
+}
+
+static int s_by_p99 (const void *a, const void *b)
+{
+    const autoselect_candidate_t *x = a, *y = b;
+    if (x->note[0] || y->note[0])
+        return (x->note[0] != 0) - (y->note[0] != 0);
+    return (x->p99_us > y->p99_us) - (x->p99_us < y->p99_us);
+}
+
+const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cfg, int device,
+                                          autoselect_candidate_t *out, size_t cap, size_t *count,
+                                          char *err, size_t errlen)
+{
+    option_t opts[16];
+    size_t n = 0;
+    opts[n] = (option_t) { .iface = &backend_cpu_iface, .cfg = *cfg };
+    opts[n].cfg.backend = BACKEND_CPU;
+    n++;
+#ifdef SIGSERVE_HAVE_CUDA
+    int devices = 0;
+    char why[256] = "";
+    if (cuda_device_count (&devices, why, sizeof why) == 0 && device < devices) {
+        for (int k = 0; k < CUDA_KERNEL_COUNT; k++) {
+            if (cfg->kernel_given && (int) cfg->kernel != k)
+                continue;
+            for (int zc = 0; zc < 2; zc++) {
+                if (k == CUDA_KERNEL_PERSISTENT && zc)
+                    continue;       /* always reads and writes mapped memory */
+                opts[n] = (option_t) { .iface = &backend_cuda_iface, .cfg = *cfg };
+                opts[n].cfg.backend = BACKEND_CUDA;
+                opts[n].cfg.kernel = (cuda_kernel_t) k;
+                opts[n].cfg.zero_copy = zc;
+                opts[n].cfg.graph = true;
+                n++;
+            }
+        }
+    } else
+        log_info ("model %s: backend auto: no CUDA device to measure (%s)", cfg->name,
+                  devices ? "the configured device does not exist" : why);
+#else
+    (void) device;
+#endif
+    autoselect_candidate_t cands[16];
+    size_t best = n;
+    for (size_t i = 0; i < n; i++) {
+        autoselect_candidate_t *c = &cands[i];
+        memset (c, 0, sizeof *c);
+        snprintf (c->backend, sizeof c->backend, "%s", opts[i].iface->name);
+        char why_not[256] = "";
+        backend_model_t *impl = opts[i].iface->load (w, &opts[i].cfg, device, why_not, sizeof why_not);
+        if (!impl) {
+            snprintf (c->kernel, sizeof c->kernel, "%s%s", opts[i].cfg.backend == BACKEND_CPU
+                      ? cpu_kernel_name (opts[i].cfg.cpu_kernel) : cuda_kernel_name (opts[i].cfg.kernel),
+                      opts[i].cfg.zero_copy && opts[i].cfg.backend == BACKEND_CUDA ? "+zerocopy" : "");
+            /* the backend's message starts with the model's name; keep the reason */
+            const char *colon = strstr (why_not, ": ");
+            snprintf (c->note, sizeof c->note, "not loaded: %s", colon ? colon + 2 : why_not);
+            continue;
+        }
+        snprintf (c->kernel, sizeof c->kernel, "%s", opts[i].iface->kernel_name (impl));
+        c->batch_rows = backend_rows (&opts[i].cfg);
+        if (s_time (opts[i].iface, impl, w, 1, ROWS1_ITERATIONS, &c->p50_us, &c->p99_us) != 0
+            || s_time (opts[i].iface, impl, w, c->batch_rows, BATCH_ITERATIONS, &c->batch_p50_us, &c->batch_p99_us) != 0)
+            snprintf (c->note, sizeof c->note, "failed while being measured");
+        else if (best == n || c->p99_us < cands[best].p99_us)
+            best = i;
+        opts[i].iface->destroy (&impl);
+    }
+    if (best == n) {
+        sig_set_error (err, errlen, "model \"%s\": backend auto: no candidate could be loaded (cpu: %s)", cfg->name,
+                       cands[0].note);
+        return NULL;
+    }
+    *cfg = opts[best].cfg;
+    const backend_iface_t *chosen = opts[best].iface;
+    log_info ("model %s: backend auto, measured in process on the real weights (us; rows 1 p99 decides):", cfg->name);
+    log_info ("  %-6s %-24s %9s %9s %6s %9s %9s", "backend", "kernel", "p50", "p99", "rows", "p50", "p99");
+    qsort (cands, n, sizeof cands[0], s_by_p99);
+    for (size_t i = 0; i < n; i++) {
+        const autoselect_candidate_t *c = &cands[i];
+        if (c->note[0])
+            log_info ("  %-6s %-24s %s", c->backend, c->kernel, c->note);
+        else
+            log_info ("  %-6s %-24s %9.2f %9.2f %6u %9.2f %9.2f%s", c->backend, c->kernel, c->p50_us, c->p99_us,
+                      c->batch_rows, c->batch_p50_us, c->batch_p99_us, i == 0 ? "  <- chosen" : "");
+        if (i < cap)
+            out[i] = *c;
+    }
+    *count = n < cap ? n : cap;
+    return chosen;
+}

@@ -1,0 +1,280 @@
+#define _GNU_SOURCE
+#include "endpoint.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define SLOTS (2 * CONFIG_MAX_ENDPOINTS)    /* room for a reload's new endpoints next to the old */
+
+typedef struct {
+    void *socket;               /* NULL: free slot */
+    char name[CONFIG_ENDPOINT_MAX];
+    bool added;                 /* bound by the last endpoints_add, not committed yet */
+    bool closing;               /* removed by a reload: closed once inflight is 0 */
+    uint32_t inflight;
+} slot_t;
+
+struct _endpoints_t {
+    void *ctx;
+    bool own_ctx;
+    server_config_t cfg;        /* the socket options */
+    slot_t slots[SLOTS];
+    zmq_pollitem_t items[SLOTS + 1];
+};
+
+/* ipc://PATH: a live listener there means another server owns it (refuse); a socket file nobody
+ * listens on is a stale leftover (remove it, so bind can create a fresh one). */
+static int s_ipc_check (const char *endpoint, char *err, size_t errlen)
+{
+    const char *path = endpoint + strlen ("ipc://");
+    if (path[0] == '@')
+        return 0;               /* Linux abstract namespace: no file */
+    struct stat st;
+    if (lstat (path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK (st.st_mode)) {
+        snprintf (err, errlen, "server.endpoints: cannot bind %s: %s exists and is not a socket", endpoint, path);
+        return -1;
+    }
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    if (strlen (path) >= sizeof a.sun_path) {
+        snprintf (err, errlen, "server.endpoints: cannot bind %s: the path is longer than %zu bytes", endpoint,
+                  sizeof a.sun_path - 1);
+        return -1;
+    }
+    strcpy (a.sun_path, path);
+    int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int live = fd >= 0 && connect (fd, (struct sockaddr *) &a, sizeof a) == 0;
+    int e = errno;
+    if (fd >= 0)
+        close (fd);
+    if (live) {
+        snprintf (err, errlen, "server.endpoints: cannot bind %s: another process is serving on it (a live "
+                  "socket); stop it or choose another path", endpoint);
+        return -1;
+    }
+    if (e == ECONNREFUSED && unlink (path) == 0)
+        log_info ("%s: removed a stale socket file nobody listened on", endpoint);
+    return 0;
+}
+
+static void *s_bind (endpoints_t *self, const char *endpoint, char *err, size_t errlen)
+{
+    bool ipc = strncmp (endpoint, "ipc://", 6) == 0;
+    if (ipc && s_ipc_check (endpoint, err, errlen) != 0)
+        return NULL;
+    void *s = zmq_socket (self->ctx, ZMQ_ROUTER);
+    int64_t maxmsg = self->cfg.max_message_bytes;
+    int one = 1, linger = 0;
+    int hb_ivl = (int) self->cfg.heartbeat_ms, hb_timeout = (int) self->cfg.heartbeat_ms * 3;
+    int rc = s ? 0 : -1;
+    if (rc == 0)
+        rc = zmq_setsockopt (s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (rc == 0)
+        rc = zmq_setsockopt (s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    if (rc == 0)
+        rc = zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    if (rc == 0 && hb_ivl > 0)
+        rc = zmq_setsockopt (s, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl) != 0
+             || zmq_setsockopt (s, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout) != 0 ? -1 : 0;
+    if (rc == 0)
+        rc = zmq_bind (s, endpoint);
+    if (rc != 0) {
+        snprintf (err, errlen, "server.endpoints: cannot bind %s: %s", endpoint, zmq_strerror (zmq_errno ()));
+        if (s)
+            zmq_close (s);
+        return NULL;
+    }
+    if (ipc && endpoint[6] != '@' && chmod (endpoint + 6, self->cfg.ipc_file_mode) != 0)
+        log_warn ("%s: cannot set its mode to %s: %s", endpoint, self->cfg.ipc_mode, strerror (errno));
+    log_info ("listening on %s", endpoint);
+    return s;
+}
+
+static int s_find (const endpoints_t *self, const char *name)
+{
+    for (int i = 0; i < SLOTS; i++)
+        if (self->slots[i].socket && !self->slots[i].closing && strcmp (self->slots[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static int s_free_slot (const endpoints_t *self)
+{
+    for (int i = 0; i < SLOTS; i++)
+        if (!self->slots[i].socket)
+            return i;
+    return -1;
+}
+
+static void s_close (endpoints_t *self, int i, uint32_t linger_ms)
+{
+    slot_t *sl = &self->slots[i];
+    if (!sl->socket)
+        return;
+    int linger = (int) linger_ms;
+    zmq_setsockopt (sl->socket, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close (sl->socket);     /* libzmq removes an ipc:// socket file it created */
+    memset (sl, 0, sizeof *sl);
+}
+
+endpoints_t *endpoints_new (const server_config_t *cfg, void *ctx, char *err, size_t errlen)
+{
+    endpoints_t *self = calloc (1, sizeof *self);
+    if (!self) {
+        snprintf (err, errlen, "out of memory");
+        return NULL;
+    }
+    self->cfg = *cfg;
+    self->ctx = ctx;
+    if (!self->ctx) {
+        self->ctx = zmq_ctx_new ();
+        self->own_ctx = true;
+        if (!self->ctx) {
+            snprintf (err, errlen, "cannot create a ZeroMQ context: %s", zmq_strerror (zmq_errno ()));
+            free (self);
+            return NULL;
+        }
+        zmq_ctx_set (self->ctx, ZMQ_IO_THREADS, (int) cfg->io_threads);
+    }
+    if (endpoints_add (self, cfg, err, errlen) != 0) {
+        endpoints_destroy (&self, 0);
+        return NULL;
+    }
+    for (int i = 0; i < SLOTS; i++)
+        self->slots[i].added = false;
+    return self;
+}
+
+void endpoints_destroy (endpoints_t **self_p, uint32_t linger_ms)
+{
+    if (!self_p || !*self_p)
+        return;
+    endpoints_t *self = *self_p;
+    for (int i = 0; i < SLOTS; i++)
+        s_close (self, i, linger_ms);
+    if (self->own_ctx)
+        zmq_ctx_term (self->ctx);
+    free (self);
+    *self_p = NULL;
+}
+
+void *endpoints_context (endpoints_t *self) { return self->ctx; }
+void *endpoints_socket (endpoints_t *self, int slot) { return self->slots[slot].socket; }
+const char *endpoints_name (const endpoints_t *self, int slot) { return self->slots[slot].name; }
+
+int endpoints_first (const endpoints_t *self) { return endpoints_next (self, -1); }
+
+int endpoints_next (const endpoints_t *self, int slot)
+{
+    for (int i = slot + 1; i < SLOTS; i++)
+        if (self->slots[i].socket)
+            return i;
+    return -1;
+}
+
+int endpoints_poll_items (endpoints_t *self, int extra_fd, zmq_pollitem_t **items)
+{
+    int n = 0;
+    for (int i = 0; i < SLOTS; i++)
+        if (self->slots[i].socket)
+            self->items[n++] = (zmq_pollitem_t) { .socket = self->slots[i].socket, .events = ZMQ_POLLIN };
+    self->items[n++] = (zmq_pollitem_t) { .fd = extra_fd, .events = ZMQ_POLLIN };
+    *items = self->items;
+    return n;
+}
+
+void endpoints_hold (endpoints_t *self, int slot) { self->slots[slot].inflight++; }
+void endpoints_release (endpoints_t *self, int slot) { self->slots[slot].inflight--; }
+
+int endpoints_add (endpoints_t *self, const server_config_t *cfg, char *err, size_t errlen)
+{
+    for (int i = 0; i < SLOTS; i++)
+        self->slots[i].added = false;
+    server_config_t options = self->cfg;     /* new sockets take the new options */
+    self->cfg = *cfg;
+    for (size_t e = 0; e < cfg->endpoint_count; e++) {
+        if (s_find (self, cfg->endpoints[e]) >= 0)
+            continue;
+        int i = s_free_slot (self);
+        void *s = i >= 0 ? s_bind (self, cfg->endpoints[e], err, errlen) : NULL;
+        if (i < 0)
+            snprintf (err, errlen, "server.endpoints: no room for %s while earlier endpoints are closing",
+                      cfg->endpoints[e]);
+        if (!s) {
+            endpoints_drop_added (self);
+            self->cfg = options;
+            return -1;
+        }
+        slot_t *sl = &self->slots[i];
+        sl->socket = s;
+        snprintf (sl->name, sizeof sl->name, "%s", cfg->endpoints[e]);
+        sl->added = true;
+    }
+    return 0;
+}
+
+void endpoints_drop_added (endpoints_t *self)
+{
+    for (int i = 0; i < SLOTS; i++)
+        if (self->slots[i].added)
+            s_close (self, i, 0);
+}
+
+void endpoints_commit (endpoints_t *self, const server_config_t *cfg)
+{
+    for (int i = 0; i < SLOTS; i++) {
+        slot_t *sl = &self->slots[i];
+        sl->added = false;
+        if (!sl->socket || sl->closing)
+            continue;
+        bool kept = false;
+        for (size_t e = 0; e < cfg->endpoint_count && !kept; e++)
+            kept = strcmp (cfg->endpoints[e], sl->name) == 0;
+        if (!kept) {
+            /* No new connections from now on; requests already admitted are answered on it. */
+            zmq_unbind (sl->socket, sl->name);
+            sl->closing = true;
+            log_info ("reload: %s removed; closing it once its %u request(s) in flight are answered", sl->name,
+                      sl->inflight);
+        }
+    }
+}
+
+bool endpoints_closing (const endpoints_t *self, int slot) { return self->slots[slot].closing; }
+
+bool endpoints_any_closing (const endpoints_t *self)
+{
+    for (int i = 0; i < SLOTS; i++)
+        if (self->slots[i].closing)
+            return true;
+    return false;
+}
+
+void endpoints_close_idle (endpoints_t *self)
+{
+    for (int i = 0; i < SLOTS; i++)
+        if (self->slots[i].closing && self->slots[i].inflight == 0)
+            s_close (self, i, 0);
+}
+
+const void *endpoints_client_key (endpoints_t *self, zmq_msg_t *frame, size_t *len)
+{
+    if (self->cfg.curve.secret_key_file[0]) {
+        const char *key = zmq_msg_gets (frame, "User-Id");
+        if (key && *key) {
+            *len = strlen (key);
+            return key;
+        }
+    }
+    *len = zmq_msg_size (frame);
+    return zmq_msg_data (frame);
+}

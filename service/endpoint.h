@@ -1,0 +1,55 @@
+/* The front's ROUTER sockets, one per configured endpoint, in fixed slots (a request's job names
+ * its slot): binding with the socket options and policies below, reload (bind the new next to
+ * the old, then close the removed ones once their last reply is sent), the poll set, and the
+ * client key of a message. Front thread only, except endpoints_new/destroy.
+ *
+ * Every socket: ZMQ_MAXMSGSIZE = max_message_bytes (libzmq bounds each frame with it; the front
+ * bounds the whole message), ZMQ_ROUTER_MANDATORY (a reply that cannot be delivered is reported,
+ * not dropped silently), heartbeats (heartbeat_ms: a peer silent for 3 intervals is closed) and a
+ * bounded linger. ipc:// endpoints: a path where a live server answers is refused (never taken
+ * over); a stale socket file is removed; the new file gets ipc_mode. */
+#ifndef SIGSERVE_ENDPOINT_H
+#define SIGSERVE_ENDPOINT_H
+
+#include "config.h"
+#include <stddef.h>
+#include <zmq.h>
+
+typedef struct _endpoints_t endpoints_t;
+
+/* Binds every endpoint of CFG, in context CTX (NULL: a context of its own with io_threads).
+ * NULL with ERR naming the endpoint on failure. */
+endpoints_t *endpoints_new (const server_config_t *cfg, void *ctx, char *err, size_t errlen);
+/* Closes every socket, letting queued replies go for at most LINGER_MS. */
+void endpoints_destroy (endpoints_t **self_p, uint32_t linger_ms);
+/* The context the sockets live in. */
+void *endpoints_context (endpoints_t *self);
+
+void *endpoints_socket (endpoints_t *self, int slot);
+const char *endpoints_name (const endpoints_t *self, int slot);
+/* Open slots in order: for (s = first; s >= 0; s = next (s)). */
+int endpoints_first (const endpoints_t *self);
+int endpoints_next (const endpoints_t *self, int slot);
+/* The poll set: every open socket, then EXTRA_FD for reading. Returns the count. */
+int endpoints_poll_items (endpoints_t *self, int extra_fd, zmq_pollitem_t **items);
+
+/* Requests admitted from a slot and not yet answered (its socket stays open until then). */
+void endpoints_hold (endpoints_t *self, int slot);
+void endpoints_release (endpoints_t *self, int slot);
+
+/* Reload: binds CFG's endpoints that are not bound yet (-1 with ERR, binding nothing, when one
+ * fails); drop_added undoes the last add; commit marks the endpoints CFG no longer has as closing
+ * (unbound at once, new requests on them answered UNAVAILABLE, closed once idle). */
+int endpoints_add (endpoints_t *self, const server_config_t *cfg, char *err, size_t errlen);
+void endpoints_drop_added (endpoints_t *self);
+void endpoints_commit (endpoints_t *self, const server_config_t *cfg);
+bool endpoints_closing (const endpoints_t *self, int slot);
+bool endpoints_any_closing (const endpoints_t *self);
+/* Closes the closing slots that have nothing in flight. */
+void endpoints_close_idle (endpoints_t *self);
+
+/* Who sent FRAME (a message's first frame): its CURVE public key when CURVE is on, else the
+ * routing id. Borrowed from the frame. */
+const void *endpoints_client_key (endpoints_t *self, zmq_msg_t *frame, size_t *len);
+
+#endif

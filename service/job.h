@@ -1,0 +1,42 @@
+/* One admitted infer request on its way through the serving core. Jobs are allocated with their
+ * model (a pool of queue_depth + what the workers can hold), so admitting a request allocates
+ * nothing: the front moves the envelope frames in (zmq_msg_move), copies the features out of the
+ * decoding arena, and hands the job to a worker through a ring; the worker fills the outcome and
+ * hands it back; the front sends the reply and returns the job to the pool.
+ * Fields above "worker" are written by the front before the hand-off, those below by the worker;
+ * each side reads the other's only after the ring's release/acquire pair. */
+#ifndef SIGSERVE_JOB_H
+#define SIGSERVE_JOB_H
+
+#include "status.h"
+#include <stdbool.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#define JOB_ENVELOPE_MAX 15     /* routing frames echoed back: ROUTER id, REQ delimiter, proxies' ids */
+#define JOB_ERROR_MAX 512
+
+typedef struct _model_t model_t;
+
+typedef struct job {
+    /* front */
+    int socket;                         /* the front's socket slot the request came from */
+    int envelope_count;
+    zmq_msg_t envelope[JOB_ENVELOPE_MAX];
+    uint64_t request_id;
+    uint64_t t_recv;                    /* CLOCK_MONOTONIC ns at receipt */
+    uint64_t stream_id;
+    uint32_t rows;
+    uint32_t deadline_us;
+    bool counted;                       /* counted against its client's in-flight limit */
+    float *features;                    /* rows x input size (room for max_rows rows) */
+    /* worker */
+    sig_status_t status;
+    uint64_t t_start;                   /* the worker took it */
+    uint64_t compute_ns;                /* its launch (the whole batch) */
+    uint32_t batch_rows;                /* rows in that launch */
+    float *outputs;                     /* rows x output size */
+    char error[JOB_ERROR_MAX];          /* when status is not OK */
+} job_t;
+
+#endif

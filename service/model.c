@@ -1,0 +1,318 @@
+/* A model's lifecycle (model.h): weights, backend choice, instances, workers, job pool. */
+#define _GNU_SOURCE
+#include "model_impl.h"
+
+#include "autoselect.h"
+#include "log.h"
+#include "weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SIGSERVE_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+
+/* Bytes a packed InferRequest adds to its features: request id, model name, rows, deadline, tags. */
+#define REQUEST_FRAMING 128
+
+static float *s_floats (size_t n)
+{
+    size_t bytes = (n * sizeof (float) + 63) & ~(size_t) 63;
+    float *p = aligned_alloc (64, bytes ? bytes : 64);
+    if (p)
+        memset (p, 0, bytes ? bytes : 64);
+    return p;
+}
+
+static void s_copy (char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen (src, cap - 1);
+    memcpy (dst, src, n);
+    dst[n] = '\0';
+}
+
+/* The backend CFG names, or the one "auto" measures fastest (CFG updated to it). */
+static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
+                                                size_t errlen)
+{
+    if (cfg->backend == BACKEND_CPU) {
+        snprintf (m->selected_by, sizeof m->selected_by, "config");
+        return &backend_cpu_iface;
+    }
+    if (cfg->backend == BACKEND_CUDA) {
+#ifdef SIGSERVE_HAVE_CUDA
+        int count = 0;
+        char why[256] = "";
+        if (cuda_device_count (&count, why, sizeof why) == 0) {
+            for (size_t i = 0; i < cfg->device_count; i++)
+                if (cfg->devices[i] >= count) {
+                    sig_set_error (err, errlen, "model \"%s\": backend \"cuda\": device %d does not exist (this machine "
+                                   "has %d); use \"cpu\" or \"auto\"", cfg->name, cfg->devices[i], count);
+                    return NULL;
+                }
+            snprintf (m->selected_by, sizeof m->selected_by, "config");
+            return &backend_cuda_iface;
+        }
+#else
+        const char *why = "this build of sigserve has no CUDA backend (nvcc was not found when it was built)";
+#endif
+        sig_set_error (err, errlen, "model \"%s\": backend \"cuda\": %s; use \"cpu\" or \"auto\"", cfg->name, why);
+        return NULL;
+    }
+    autoselect_candidate_t cands[MODEL_CANDIDATES_MAX];
+    size_t count = 0;
+    const backend_iface_t *iface = autoselect_choose (w, cfg, cfg->devices[0], cands, MODEL_CANDIDATES_MAX, &count,
+                                                      err, errlen);
+    snprintf (m->selected_by, sizeof m->selected_by, "measurement");
+    for (size_t i = 0; i < count; i++) {
+        Sigserve__V1__Candidate *c = &m->candidates[i];
+        sigserve__v1__candidate__init (c);
+        s_copy (m->candidate_text[i][0], sizeof m->candidate_text[i][0], cands[i].backend);
+        s_copy (m->candidate_text[i][1], sizeof m->candidate_text[i][1], cands[i].kernel);
+        s_copy (m->candidate_text[i][2], sizeof m->candidate_text[i][2], cands[i].note);
+        c->backend = m->candidate_text[i][0];
+        c->kernel = m->candidate_text[i][1];
+        c->note = m->candidate_text[i][2];
+        c->p50_us = cands[i].p50_us;
+        c->p99_us = cands[i].p99_us;
+        c->batch_rows = cands[i].batch_rows;
+        c->batch_p50_us = cands[i].batch_p50_us;
+        c->batch_p99_us = cands[i].batch_p99_us;
+        m->candidate_ptrs[i] = c;
+    }
+    m->candidate_count = count;
+    return iface;
+}
+
+static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const weights_t *w, char *err, size_t errlen)
+{
+    const model_config_t *cfg = &m->cfg;
+    in->model = m;
+    in->index = index;
+    in->device = m->iface == &backend_cpu_iface ? -1 : cfg->devices[index % cfg->device_count];
+    in->cpu = cfg->cpu_count ? cfg->cpus[index % cfg->cpu_count] : -1;
+    atomic_init (&in->stop, false);
+    atomic_init (&in->abort, false);
+    atomic_init (&in->available, true);
+    atomic_init (&in->served, 0);
+    in->wake.fd = -1;
+    snprintf (in->state, sizeof in->state, "serving");
+    uint32_t rows = backend_rows (cfg);
+    if (ring_init (&in->requests, m->job_count) != 0 || ring_init (&in->done, m->job_count) != 0
+        || waker_init (&in->wake) != 0 || !(in->batch_in = s_floats ((size_t) rows * m->input_size))
+        || !(in->batch_out = s_floats ((size_t) rows * m->output_size))
+        || !(in->warm_in = s_floats (m->input_size)) || !(in->taken = calloc (m->batch_rows, sizeof *in->taken))) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", cfg->name, index);
+        return -1;
+    }
+    in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
+    return in->impl ? 0 : -1;
+}
+
+static int s_jobs_init (model_t *m, char *err, size_t errlen)
+{
+    /* Queued requests, plus what every worker can hold in one batch: once the front has taken the
+     * finished ones back, a free job exists whenever the queue has room. */
+    m->job_count = m->cfg.queue_depth + m->instance_count * m->batch_rows;
+    size_t per_job = (size_t) m->max_rows * (m->input_size + m->output_size);
+    per_job = (per_job + 15) & ~(size_t) 15;    /* each job's floats start 64-byte aligned */
+    m->jobs = calloc (m->job_count, sizeof *m->jobs);
+    m->free_jobs = calloc (m->job_count, sizeof *m->free_jobs);
+    m->job_floats = s_floats (per_job * m->job_count);
+    if (!m->jobs || !m->free_jobs || !m->job_floats) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory for %u request buffers", m->cfg.name, m->job_count);
+        return -1;
+    }
+    for (uint32_t i = 0; i < m->job_count; i++) {
+        job_t *j = &m->jobs[i];
+        j->features = m->job_floats + per_job * i;
+        j->outputs = j->features + (size_t) m->max_rows * m->input_size;
+        for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
+            zmq_msg_init (&j->envelope[f]);
+        m->free_jobs[m->free_count++] = &m->jobs[m->job_count - 1 - i];
+    }
+    return 0;
+}
+
+model_t *model_new (const model_config_t *cfg, uint32_t max_message_bytes, bool busy_poll, stats_t *stats,
+                    char *err, size_t errlen)
+{
+    model_t *m = calloc (1, sizeof *m);
+    if (!m) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+        return NULL;
+    }
+    m->given = *cfg;
+    m->cfg = *cfg;
+    m->busy_poll = busy_poll;
+    m->stats = stats;
+    m->stats_slot = STATS_UNKNOWN;
+    weights_t *w = weights_load (cfg, err, errlen);
+    if (!w)
+        goto failed;
+    /* A request of max_rows rows that ZeroMQ would drop for its size could never be answered. */
+    uint64_t need = (uint64_t) cfg->max_rows * w->input_size * 4 + REQUEST_FRAMING;
+    if (need > max_message_bytes) {
+        uint64_t fit = (max_message_bytes - REQUEST_FRAMING) / (4ull * w->input_size);
+        sig_set_error (err, errlen, "model \"%s\": max_rows: a request of %u rows x %u features takes up to %llu "
+                       "bytes, over server.max_message_bytes (%u); lower max_rows to %llu or raise max_message_bytes",
+                       cfg->name, cfg->max_rows, w->input_size, (unsigned long long) need, max_message_bytes,
+                       (unsigned long long) fit);
+        goto failed;
+    }
+    m->input_size = w->input_size;
+    m->output_size = w->output_size;
+    m->max_rows = cfg->max_rows;
+    m->batch_rows = cfg->max_batch_rows;
+    if (!(m->iface = s_choose_backend (m, &m->cfg, w, err, errlen)))
+        goto failed;
+    m->instance_count = cfg->instances;
+    m->instances = calloc (m->instance_count, sizeof *m->instances);
+    if (!m->instances || s_jobs_init (m, err, errlen) != 0)
+        goto failed;
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (s_instance_init (m, &m->instances[i], i, w, err, errlen) != 0)
+            goto failed;
+    weights_destroy (&w);
+    snprintf (m->kernel_name, sizeof m->kernel_name, "%s", m->iface->kernel_name (m->instances[0].impl));
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        instance_t *in = &m->instances[i];
+        if (pthread_create (&in->thread, NULL, worker_main, in) != 0) {
+            sig_set_error (err, errlen, "model \"%s\": cannot start the worker of instance %u", cfg->name, i);
+            goto failed;
+        }
+        in->started = true;
+    }
+    if (stats) {
+        int slot = stats_slot (stats, cfg->name);
+        m->stats_slot = slot < 0 ? STATS_UNKNOWN : slot;
+    }
+    char placement[256] = "";
+    size_t used = 0;
+    for (uint32_t i = 0; i < m->instance_count && used < sizeof placement; i++) {
+        const instance_t *in = &m->instances[i];
+        used += (size_t) snprintf (placement + used, sizeof placement - used, "%s%s%d%s", i ? ", " : "",
+                                   in->device >= 0 ? "gpu " : "", in->device >= 0 ? in->device : (int) i,
+                                   in->cpu >= 0 ? "" : "");
+        if (in->cpu >= 0 && used < sizeof placement)
+            used += (size_t) snprintf (placement + used, sizeof placement - used, "@cpu%d", in->cpu);
+    }
+    log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
+              "queue_depth %u, %u instance(s) [%s]", m->cfg.name, m->cfg.version, m->input_size, m->output_size,
+              m->iface->name, m->selected_by, m->kernel_name, m->max_rows, m->batch_rows, m->cfg.queue_depth,
+              m->instance_count, placement);
+    return m;
+failed:
+    weights_destroy (&w);
+    model_destroy (&m);
+    return NULL;
+}
+
+void model_destroy (model_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    model_t *m = *self_p;
+    for (uint32_t i = 0; m->instances && i < m->instance_count; i++) {
+        instance_t *in = &m->instances[i];
+        if (in->started) {
+            atomic_store (&in->stop, true);
+            waker_wake (&in->wake);
+            pthread_join (in->thread, NULL);
+        }
+    }
+    for (uint32_t i = 0; m->instances && i < m->instance_count; i++) {
+        instance_t *in = &m->instances[i];
+        if (in->impl)
+            m->iface->destroy (&in->impl);
+        ring_release (&in->requests);
+        ring_release (&in->done);
+        waker_release (&in->wake);
+        free (in->batch_in);
+        free (in->batch_out);
+        free (in->warm_in);
+        free (in->taken);
+    }
+    for (uint32_t i = 0; m->jobs && i < m->job_count; i++)
+        for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
+            zmq_msg_close (&m->jobs[i].envelope[f]);
+    free (m->instances);
+    free (m->jobs);
+    free (m->free_jobs);
+    free (m->job_floats);
+    free (m);
+    *self_p = NULL;
+}
+
+const char *model_name (const model_t *m) { return m->cfg.name; }
+const char *model_version (const model_t *m) { return m->cfg.version; }
+const char *model_backend_name (const model_t *m) { return m->iface->name; }
+const char *model_kernel_name (const model_t *m) { return m->kernel_name; }
+uint32_t model_input_size (const model_t *m) { return m->input_size; }
+uint32_t model_output_size (const model_t *m) { return m->output_size; }
+uint32_t model_max_rows (const model_t *m) { return m->max_rows; }
+uint32_t model_instance_count (const model_t *m) { return m->instance_count; }
+const model_config_t *model_config (const model_t *m) { return &m->given; }
+int model_stats_slot (const model_t *m) { return m->stats_slot; }
+
+bool model_available (const model_t *m)
+{
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (atomic_load_explicit (&m->instances[i].available, memory_order_relaxed))
+            return true;
+    return false;
+}
+
+void model_describe (model_t *m, Sigserve__V1__ModelInfo *info)
+{
+    sigserve__v1__model_info__init (info);
+    info->name = m->cfg.name;
+    info->version = m->cfg.version;
+    info->backend = (char *) m->iface->name;
+    info->kernel = m->kernel_name;
+    info->input_size = m->input_size;
+    info->output_size = m->output_size;
+    info->max_rows = m->max_rows;
+    info->available = model_available (m);
+    info->instances = m->instance_count;
+    info->max_batch_rows = m->batch_rows;
+    info->queue_depth = m->cfg.queue_depth;
+    info->selected_by = m->selected_by;
+    info->n_candidates = m->candidate_count;
+    info->candidates = m->candidate_ptrs;
+    info->type = (char *) model_type_name (m->cfg.type);
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        instance_t *in = &m->instances[i];
+        Sigserve__V1__InstanceInfo *ii = &m->instance_infos[i];
+        sigserve__v1__instance_info__init (ii);
+        ii->index = i;
+        ii->backend = (char *) m->iface->name;
+        ii->device = in->device;
+        ii->available = atomic_load (&in->available);
+        ii->state = in->state;
+        ii->requests = atomic_load_explicit (&in->served, memory_order_relaxed);
+        m->instance_info_ptrs[i] = ii;
+    }
+    info->n_instance_states = m->instance_count;
+    info->instance_states = m->instance_info_ptrs;
+}
+
+backend_model_t *model_backend_handle (model_t *m) { return m->instances[0].impl; }
+
+sig_status_t model_infer (model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
+{
+    instance_t *i0 = &m->instances[0];
+    if (!atomic_load (&i0->available)) {
+        sig_set_error (err, errlen, "model \"%s\" is unavailable on backend %s", m->cfg.name, m->iface->name);
+        return SIG_UNAVAILABLE;
+    }
+    sig_status_t st = m->iface->infer (i0->impl, in, rows, out, err, errlen);
+    if (st == SIG_UNAVAILABLE) {
+        snprintf (i0->state, sizeof i0->state, "%.127s", err);
+        atomic_store (&i0->available, false);
+        log_error ("model %s marked unavailable: %s", m->cfg.name, err);
+    }
+    return st;
+}

@@ -1,0 +1,49 @@
+/* A served model: its weights loaded onto a backend as `instances` independent instances (each
+ * its own backend context, CUDA stream, buffers and graphs, on devices[i % n]), each driven by
+ * its own worker thread (service/worker.c) pinned to cpus[i % n], plus the pool of jobs the front
+ * admits its requests into (service/dispatch.c). "auto" measures the candidate backends on the
+ * real weights first (service/autoselect.c). */
+#ifndef SIGSERVE_MODEL_H
+#define SIGSERVE_MODEL_H
+
+#include "backend.h"
+#include "config.h"
+#include "job.h"
+#include "signal.pb-c.h"
+#include "stats.h"
+#include "threads.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Loads CFG's weights, chooses its backend, loads and warms every instance and starts the
+ * workers (idle until requests come). MAX_MESSAGE_BYTES: the server's limit (a max_rows request
+ * must fit it). STATS may be NULL. NULL with ERR naming the model on failure. */
+model_t *model_new (const model_config_t *cfg, uint32_t max_message_bytes, bool busy_poll, stats_t *stats,
+                    char *err, size_t errlen);
+/* Stops the workers (after the requests they hold are done) and frees everything. */
+void model_destroy (model_t **self_p);
+
+const char *model_name (const model_t *m);
+const char *model_version (const model_t *m);
+const char *model_backend_name (const model_t *m);
+const char *model_kernel_name (const model_t *m);
+uint32_t model_input_size (const model_t *m);
+uint32_t model_output_size (const model_t *m);
+uint32_t model_max_rows (const model_t *m);
+uint32_t model_instance_count (const model_t *m);
+/* The configuration as given (before "auto" resolved the backend). */
+const model_config_t *model_config (const model_t *m);
+/* True while at least one instance can run. */
+bool model_available (const model_t *m);
+int model_stats_slot (const model_t *m);
+
+/* Fills INFO (strings borrowed from the model; CANDIDATES and INSTANCES are the model's own
+ * arrays, valid while it lives). */
+void model_describe (model_t *m, Sigserve__V1__ModelInfo *info);
+
+/* Direct use of instance 0 from the calling thread, bypassing the workers (tests and benchmarks;
+ * never while requests are being served). A SIG_UNAVAILABLE marks that instance unavailable. */
+backend_model_t *model_backend_handle (model_t *m);
+sig_status_t model_infer (model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,73 @@
+/* The insides of a model, shared by model.c (lifecycle), worker.c (the worker threads) and
+ * dispatch.c (the front's side). Nothing else includes this. */
+#ifndef SIGSERVE_MODEL_IMPL_H
+#define SIGSERVE_MODEL_IMPL_H
+
+#include "model.h"
+#include "ring.h"
+#include "threads.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define MODEL_CANDIDATES_MAX 16
+
+typedef struct {
+    model_t *model;
+    uint32_t index;
+    int device;                         /* CUDA device, -1 on the CPU */
+    int cpu;                            /* pinned to this CPU, -1 when not pinned */
+    backend_model_t *impl;              /* this instance's backend context */
+    ring_t requests;                    /* front -> worker: admitted jobs */
+    ring_t done;                        /* worker -> front: finished jobs */
+    waker_t wake;                       /* the worker sleeps on it when idle */
+    pthread_t thread;
+    bool started;
+    _Atomic bool stop;                  /* set once nothing more will be queued: exit when empty */
+    _Atomic bool abort;                 /* answer queued jobs UNAVAILABLE without running them */
+    _Atomic bool available;             /* false once the backend said it cannot run */
+    _Atomic uint64_t served;            /* requests computed */
+    char state[128];                    /* "serving" or why not (written once, before available drops) */
+    float *batch_in, *batch_out;        /* backend_rows rows: gathered inputs, outputs of a batch */
+    float *warm_in;                     /* keep_warm: the last request's first row */
+    bool have_warm;
+    uint64_t warm_runs;                 /* keep_warm runs (worker only) */
+    job_t **taken;                      /* the batch being computed: up to max_batch_rows jobs */
+} instance_t;
+
+struct _model_t {
+    model_config_t given;               /* as configured: what a reload compares */
+    model_config_t cfg;                 /* as loaded: backend, kernel and zero_copy resolved by auto */
+    const backend_iface_t *iface;
+    uint32_t input_size, output_size;
+    uint32_t max_rows;                  /* rows one request may carry */
+    uint32_t batch_rows;                /* rows one launch may carry (max_batch_rows) */
+    bool busy_poll;                     /* workers spin instead of sleeping when idle */
+    stats_t *stats;
+    int stats_slot;
+    char kernel_name[48];
+    char selected_by[16];               /* "config" or "measurement" */
+    size_t candidate_count;
+    Sigserve__V1__Candidate candidates[MODEL_CANDIDATES_MAX];
+    Sigserve__V1__Candidate *candidate_ptrs[MODEL_CANDIDATES_MAX];
+    char candidate_text[MODEL_CANDIDATES_MAX][3][96];     /* backend, kernel, note */
+    uint32_t instance_count;
+    instance_t *instances;
+    Sigserve__V1__InstanceInfo instance_infos[CONFIG_MAX_INSTANCES];
+    Sigserve__V1__InstanceInfo *instance_info_ptrs[CONFIG_MAX_INSTANCES];
+    /* the front's (dispatch.c) */
+    uint32_t job_count;
+    job_t *jobs;
+    float *job_floats;                  /* every job's features and outputs, one block */
+    job_t **free_jobs;
+    uint32_t free_count;
+    uint32_t next_instance;             /* round-robin start among equally loaded instances */
+    uint32_t next_done;                 /* round-robin start when collecting */
+    waker_t *front;                     /* rung by workers after handing jobs back */
+    char abort_reason[64];
+};
+
+/* worker.c */
+void *worker_main (void *instance);
+
+#endif

@@ -1,0 +1,187 @@
+#include "stats.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_MAX_BYTES 64
+
+const double stats_le_seconds[STATS_LE_COUNT] = {
+    1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 100e-3,
+};
+static const uint64_t s_le_ns[STATS_LE_COUNT] = {
+    1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000,
+    1000000, 2000000, 5000000, 10000000, 20000000, 50000000, 100000000,
+};
+const uint32_t stats_le_rows[STATS_ROWS_LE_COUNT] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096 };
+
+typedef struct {
+    _Atomic uint64_t le[STATS_LE_COUNT + 1];    /* per bucket, not cumulative; [STATS_LE_COUNT] = over */
+    _Atomic uint64_t sum;
+    _Atomic uint64_t fine[STATS_FINE_BUCKETS];
+} histogram_t;
+
+typedef struct {
+    char name[NAME_MAX_BYTES];
+    _Atomic uint64_t requests[STATS_STATUS_COUNT];
+    histogram_t stage[STAGE_COUNT];
+    _Atomic uint64_t rows_le[STATS_ROWS_LE_COUNT + 1];
+    _Atomic uint64_t rows_sum;
+} slot_t;
+
+struct _stats_t {
+    _Atomic size_t count;           /* slots in use; published after the name is written */
+    slot_t slots[STATS_SLOTS];
+    _Atomic uint64_t send_failures;
+    _Atomic uint64_t reloads[2];    /* [0] error, [1] ok */
+};
+
+/* One writer per counter: a relaxed load and store, no read-modify-write instruction. */
+static inline void s_bump (_Atomic uint64_t *c, uint64_t by)
+{
+    atomic_store_explicit (c, atomic_load_explicit (c, memory_order_relaxed) + by, memory_order_relaxed);
+}
+
+static inline uint64_t s_get (const _Atomic uint64_t *c)
+{
+    return atomic_load_explicit ((_Atomic uint64_t *) c, memory_order_relaxed);
+}
+
+stats_t *stats_new (void)
+{
+    stats_t *self = calloc (1, sizeof *self);
+    if (self) {
+        snprintf (self->slots[STATS_UNKNOWN].name, NAME_MAX_BYTES, "_unknown");
+        atomic_store (&self->count, 1);
+    }
+    return self;
+}
+
+void stats_destroy (stats_t **self_p)
+{
+    if (self_p && *self_p) {
+        free (*self_p);
+        *self_p = NULL;
+    }
+}
+
+int stats_slot (stats_t *self, const char *name)
+{
+    size_t n = atomic_load (&self->count);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp (self->slots[i].name, name) == 0)
+            return (int) i;
+    if (n == STATS_SLOTS)
+        return -1;
+    snprintf (self->slots[n].name, NAME_MAX_BYTES, "%s", name);
+    atomic_store_explicit (&self->count, n + 1, memory_order_release);
+    return (int) n;
+}
+
+size_t stats_slot_count (const stats_t *self) { return atomic_load_explicit (&((stats_t *) self)->count, memory_order_acquire); }
+const char *stats_slot_name (const stats_t *self, size_t slot) { return self->slots[slot].name; }
+
+void stats_count (stats_t *self, int slot, sig_status_t status)
+{
+    if ((unsigned) status < STATS_STATUS_COUNT)
+        s_bump (&self->slots[slot].requests[status], 1);
+}
+
+/* Fine bucket of NS: values below 256 ns share bucket 0; then 8 sub-buckets per power of two. */
+static size_t s_fine_index (uint64_t ns)
+{
+    if (ns < 256)
+        return 0;
+    int msb = 63 - __builtin_clzll (ns);            /* >= 8 */
+    size_t sub = (size_t) ((ns >> (msb - 3)) & 7);  /* the 3 bits after the leading one */
+    size_t i = (size_t) (msb - 8 + 1) * 8 + sub - 7;
+    return i < STATS_FINE_BUCKETS ? i : STATS_FINE_BUCKETS - 1;
+}
+
+/* The upper edge (ns) of fine bucket I. */
+static uint64_t s_fine_upper (size_t i)
+{
+    if (i == 0)
+        return 256;
+    size_t k = i + 7;
+    int msb = (int) (k / 8) + 8 - 1;
+    uint64_t sub = k % 8;
+    return ((8 + sub + 1) << (msb - 3));
+}
+
+void stats_observe (stats_t *self, int slot, stats_stage_t stage, uint64_t ns)
+{
+    histogram_t *h = &self->slots[slot].stage[stage];
+    size_t b = 0;
+    while (b < STATS_LE_COUNT && ns > s_le_ns[b])
+        b++;
+    s_bump (&h->le[b], 1);
+    s_bump (&h->sum, ns);
+    s_bump (&h->fine[s_fine_index (ns)], 1);
+}
+
+void stats_observe_batch (stats_t *self, int slot, uint32_t rows)
+{
+    size_t b = 0;
+    while (b < STATS_ROWS_LE_COUNT && rows > stats_le_rows[b])
+        b++;
+    s_bump (&self->slots[slot].rows_le[b], 1);
+    s_bump (&self->slots[slot].rows_sum, rows);
+}
+
+void stats_count_send_failure (stats_t *self) { s_bump (&self->send_failures, 1); }
+void stats_count_reload (stats_t *self, bool ok) { s_bump (&self->reloads[ok ? 1 : 0], 1); }
+
+uint64_t stats_requests (const stats_t *self, size_t slot, sig_status_t status)
+{
+    return (unsigned) status < STATS_STATUS_COUNT ? s_get (&self->slots[slot].requests[status]) : 0;
+}
+
+uint64_t stats_send_failures (const stats_t *self) { return s_get (&self->send_failures); }
+uint64_t stats_reloads (const stats_t *self, bool ok) { return s_get (&self->reloads[ok ? 1 : 0]); }
+
+void stats_histogram (const stats_t *self, size_t slot, stats_stage_t stage, uint64_t cumulative[STATS_LE_COUNT + 1],
+                      uint64_t *sum_ns)
+{
+    const histogram_t *h = &self->slots[slot].stage[stage];
+    uint64_t run = 0;
+    for (size_t b = 0; b <= STATS_LE_COUNT; b++)
+        cumulative[b] = run += s_get (&h->le[b]);
+    *sum_ns = s_get (&h->sum);
+}
+
+void stats_batch_histogram (const stats_t *self, size_t slot, uint64_t cumulative[STATS_ROWS_LE_COUNT + 1],
+                            uint64_t *sum_rows)
+{
+    uint64_t run = 0;
+    for (size_t b = 0; b <= STATS_ROWS_LE_COUNT; b++)
+        cumulative[b] = run += s_get (&self->slots[slot].rows_le[b]);
+    *sum_rows = s_get (&self->slots[slot].rows_sum);
+}
+
+void stats_snapshot (const stats_t *self, size_t slot, stats_stage_t stage, stats_snapshot_t *out)
+{
+    const histogram_t *h = &self->slots[slot].stage[stage];
+    out->count = 0;
+    for (size_t b = 0; b < STATS_FINE_BUCKETS; b++)
+        out->count += out->buckets[b] = s_get (&h->fine[b]);
+}
+
+uint64_t stats_quantile_ns (const stats_snapshot_t *now, const stats_snapshot_t *before, double q, uint64_t *count)
+{
+    uint64_t total = now->count - (before ? before->count : 0);
+    if (count)
+        *count = total;
+    if (total == 0)
+        return 0;
+    uint64_t rank = (uint64_t) (q * (double) total + 0.999999), run = 0;
+    if (rank < 1)
+        rank = 1;
+    for (size_t b = 0; b < STATS_FINE_BUCKETS; b++) {
+        run += now->buckets[b] - (before ? before->buckets[b] : 0);
+        if (run >= rank)
+            return s_fine_upper (b);
+    }
+    return s_fine_upper (STATS_FINE_BUCKETS - 1);
+}

@@ -1,0 +1,68 @@
+/* The server's counters and latency histograms, per model name (stable across reloads: a model
+ * keeps its slot when it is reloaded or removed and added back; slot 0 is "_unknown", where
+ * requests for names that are not served and undecodable requests are counted, so clients cannot
+ * create new series). One thread writes each slot (the front); readers (the HTTP thread, the
+ * stats log line) read with relaxed atomic loads at any time: no locks, no allocation on the
+ * request path. Histograms are kept twice: in Prometheus' fixed buckets (1 us to 100 ms, exact)
+ * and log-linear (8 sub-buckets per power of two, ~9% wide) for percentiles. */
+#ifndef SIGSERVE_STATS_H
+#define SIGSERVE_STATS_H
+
+#include "status.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STATS_SLOTS 192                 /* model names ever seen, "_unknown" included */
+#define STATS_UNKNOWN 0                 /* the slot of unknown and undecodable requests */
+#define STATS_STATUS_COUNT 9            /* SIG_OK .. SIG_INTERNAL */
+#define STATS_LE_COUNT 16               /* Prometheus bucket bounds, +Inf apart */
+#define STATS_ROWS_LE_COUNT 13          /* batch-rows bucket bounds, +Inf apart */
+#define STATS_FINE_BUCKETS 320
+
+typedef enum { STAGE_QUEUE = 0, STAGE_COMPUTE, STAGE_SERVER, STAGE_COUNT } stats_stage_t;
+
+typedef struct _stats_t stats_t;
+
+stats_t *stats_new (void);
+void stats_destroy (stats_t **self_p);
+
+/* The slot of NAME, added if new. -1 when every slot is taken (then count under STATS_UNKNOWN).
+ * Called by the thread that loads models; safe against concurrent readers. */
+int stats_slot (stats_t *self, const char *name);
+size_t stats_slot_count (const stats_t *self);
+const char *stats_slot_name (const stats_t *self, size_t slot);
+
+/* Writers (the front thread). */
+void stats_count (stats_t *self, int slot, sig_status_t status);
+void stats_observe (stats_t *self, int slot, stats_stage_t stage, uint64_t ns);
+void stats_observe_batch (stats_t *self, int slot, uint32_t batch_rows);
+void stats_count_send_failure (stats_t *self);
+/* Writer: the thread that reloads. */
+void stats_count_reload (stats_t *self, bool ok);
+
+/* Readers. */
+uint64_t stats_requests (const stats_t *self, size_t slot, sig_status_t status);
+uint64_t stats_send_failures (const stats_t *self);
+uint64_t stats_reloads (const stats_t *self, bool ok);
+/* Upper bounds of the Prometheus buckets, in seconds (STATS_LE_COUNT of them) / in rows. */
+extern const double stats_le_seconds[STATS_LE_COUNT];
+extern const uint32_t stats_le_rows[STATS_ROWS_LE_COUNT];
+/* Cumulative counts per bound (le), then the +Inf count = the total, and the sum in ns. */
+void stats_histogram (const stats_t *self, size_t slot, stats_stage_t stage, uint64_t cumulative[STATS_LE_COUNT + 1],
+                      uint64_t *sum_ns);
+void stats_batch_histogram (const stats_t *self, size_t slot, uint64_t cumulative[STATS_ROWS_LE_COUNT + 1],
+                            uint64_t *sum_rows);
+
+/* Percentiles from the fine histogram of a stage: a snapshot, and the difference of two
+ * (what happened between them). */
+typedef struct {
+    uint64_t buckets[STATS_FINE_BUCKETS];
+    uint64_t count;
+} stats_snapshot_t;
+void stats_snapshot (const stats_t *self, size_t slot, stats_stage_t stage, stats_snapshot_t *out);
+/* The value (ns) under which fraction Q of the samples in NOW minus BEFORE fall (BEFORE may be
+ * NULL); 0 when there are none. Within one fine bucket (~9%) of the true value. */
+uint64_t stats_quantile_ns (const stats_snapshot_t *now, const stats_snapshot_t *before, double q, uint64_t *count);
+
+#endif

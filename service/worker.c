@@ -1,0 +1,212 @@
+/* A worker: one thread per model instance. It takes every request of its instance already
+ * queued, up to max_batch_rows rows (waiting batch_delay_us for more only when configured), runs
+ * them as one launch on its own backend context, checks the outputs, and hands the jobs back to
+ * the front. Idle, it spins for a while (always, with busy_poll) and then sleeps until the front
+ * wakes it; with keep_warm_us it runs the model once on the last input after that long idle, so
+ * the first request after a quiet spell does not meet cold caches and clocked-down cores.
+ * Nothing here allocates, locks or makes a system call, except the sleep and the wake-ups. */
+#define _GNU_SOURCE
+#include "clock.h"
+#include "log.h"
+#include "model_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* How long an idle worker spins before it sleeps (without busy_poll). A request arriving within
+ * it is picked up without the ~5-50 us of a wake-up; beyond it the core is given back. */
+#define SPIN_NS 50000ull
+
+static void s_finish (instance_t *in, job_t *j)
+{
+    while (!ring_push (&in->done, j))   /* cannot happen: the ring holds every job of the model */
+        _mm_pause ();
+}
+
+static void s_fail_job (job_t *j, sig_status_t status, const char *fmt, const char *arg)
+{
+    j->status = status;
+    snprintf (j->error, sizeof j->error, fmt, arg);
+}
+
+/* Takes what is queued into in->taken, up to the batch's rows (a request larger than the batch
+ * goes alone). Requests past their deadline, or arriving after an abort, are answered at once.
+ * Returns how many were taken to run; *FINISHED counts those answered without running. */
+static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *finished)
+{
+    model_t *m = in->model;
+    job_t *j;
+    while (n < m->batch_rows && (j = ring_peek (&in->requests)) != NULL) {
+        if (n > 0 && *rows + j->rows > m->batch_rows)
+            break;
+        ring_pop (&in->requests);
+        uint64_t now = clock_now_ns ();
+        j->t_start = now;
+        j->compute_ns = 0;
+        j->batch_rows = 0;
+        if (atomic_load_explicit (&in->abort, memory_order_relaxed)) {
+            s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
+            s_finish (in, j);
+            (*finished)++;
+            continue;
+        }
+        if (j->deadline_us && now - j->t_recv > (uint64_t) j->deadline_us * 1000) {
+            j->status = SIG_DEADLINE_EXCEEDED;
+            snprintf (j->error, sizeof j->error, "deadline_us: the request waited %.1f us, past its deadline of %u us; "
+                      "not run", (double) (now - j->t_recv) / 1e3, j->deadline_us);
+            s_finish (in, j);
+            (*finished)++;
+            continue;
+        }
+        in->taken[n++] = j;
+        *rows += j->rows;
+    }
+    return n;
+}
+
+/* Outputs the backend computed from finite features must be finite (a model can overflow
+ * float32 near 1e38): a non-finite value is never returned as OK. */
+static void s_check_outputs (model_t *m, job_t *j)
+{
+    size_t n = (size_t) j->rows * m->output_size;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite (j->outputs[i])) {
+            j->status = SIG_INTERNAL;
+            snprintf (j->error, sizeof j->error, "non-finite output: outputs[%zu] (row %zu, column %zu) of model \"%s\" "
+                      "is %s for finite features (float32 overflow); not returned", i, i / m->output_size,
+                      i % m->output_size, m->cfg.name, isnan (j->outputs[i]) ? "NaN" : "Inf");
+            return;
+        }
+}
+
+static void s_run (instance_t *in, uint32_t n, uint32_t rows)
+{
+    model_t *m = in->model;
+    const size_t in_row = m->input_size, out_row = m->output_size;
+    const float *x;
+    float *y;
+    if (n == 1) {
+        x = in->taken[0]->features;
+        y = in->taken[0]->outputs;
+    } else {
+        size_t at = 0;
+        for (uint32_t k = 0; k < n; k++) {
+            memcpy (in->batch_in + at, in->taken[k]->features, in->taken[k]->rows * in_row * sizeof (float));
+            at += in->taken[k]->rows * in_row;
+        }
+        x = in->batch_in;
+        y = in->batch_out;
+    }
+    char err[JOB_ERROR_MAX];
+    sig_status_t st;
+    uint64_t t0 = clock_now_ns ();
+    if (!atomic_load_explicit (&in->available, memory_order_relaxed)) {
+        st = SIG_UNAVAILABLE;
+        snprintf (err, sizeof err, "model \"%s\" is unavailable on instance %u: %s", m->cfg.name, in->index, in->state);
+    } else
+        st = m->iface->infer (in->impl, x, rows, y, err, sizeof err);
+    uint64_t t1 = clock_now_ns ();
+    if (st == SIG_UNAVAILABLE && atomic_load (&in->available)) {
+        snprintf (in->state, sizeof in->state, "%.127s", err);
+        atomic_store (&in->available, false);
+        log_error ("model %s instance %u marked unavailable: %s", m->cfg.name, in->index, err);
+    }
+    size_t at = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        job_t *j = in->taken[k];
+        j->t_start = t0;
+        j->compute_ns = t1 - t0;
+        j->batch_rows = rows;
+        j->status = st;
+        if (st != SIG_OK)
+            memcpy (j->error, err, sizeof j->error);
+        else {
+            if (n > 1)
+                memcpy (j->outputs, y + at, j->rows * out_row * sizeof (float));
+            s_check_outputs (m, j);
+        }
+        at += (size_t) j->rows * out_row;
+    }
+    if (st == SIG_OK)
+        atomic_fetch_add_explicit (&in->served, n, memory_order_relaxed);
+    if (m->cfg.keep_warm_us) {
+        job_t *last = in->taken[n - 1];
+        memcpy (in->warm_in, last->features, in_row * sizeof (float));
+        in->have_warm = true;
+    }
+}
+
+/* With batch_delay_us: after the first request, wait up to that long (from its receipt by this
+ * worker) for more, until the batch is full. */
+static uint32_t s_gather_more (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *finished)
+{
+    model_t *m = in->model;
+    uint64_t until = clock_now_ns () + (uint64_t) m->cfg.batch_delay_us * 1000;
+    while (*rows < m->batch_rows && clock_now_ns () < until) {
+        uint32_t before = n;
+        n = s_take (in, n, rows, finished);
+        if (n == before)
+            _mm_pause ();
+    }
+    return n;
+}
+
+static void s_keep_warm (instance_t *in)
+{
+    model_t *m = in->model;
+    char err[JOB_ERROR_MAX];
+    if (in->have_warm && atomic_load_explicit (&in->available, memory_order_relaxed)
+        && m->iface->infer (in->impl, in->warm_in, 1, in->batch_out, err, sizeof err) == SIG_OK)
+        in->warm_runs++;
+}
+
+void *worker_main (void *arg)
+{
+    instance_t *in = arg;
+    model_t *m = in->model;
+    char role[16], err[256];
+    snprintf (role, sizeof role, "w%u-%.10s", in->index % 1000, m->cfg.name);
+    threads_set_role (role);
+    if (in->cpu >= 0 && threads_pin (in->cpu, err, sizeof err) != 0)
+        log_warn ("model %s instance %u: %s; running unpinned", m->cfg.name, in->index, err);
+    const uint64_t keep_warm_ns = (uint64_t) m->cfg.keep_warm_us * 1000;
+    uint64_t last_active = clock_now_ns ();
+    for (;;) {
+        uint32_t rows = 0, finished = 0;
+        uint32_t n = s_take (in, 0, &rows, &finished);
+        if (n > 0 && m->cfg.batch_delay_us && rows < m->batch_rows)
+            n = s_gather_more (in, n, &rows, &finished);
+        if (n > 0) {
+            s_run (in, n, rows);
+            for (uint32_t k = 0; k < n; k++)
+                s_finish (in, in->taken[k]);
+        }
+        if (n + finished > 0) {
+            if (m->front)
+                waker_wake (m->front);
+            last_active = clock_now_ns ();
+            continue;
+        }
+        if (atomic_load_explicit (&in->stop, memory_order_acquire) && ring_count (&in->requests) == 0)
+            break;
+        uint64_t now = clock_now_ns ();
+        if (keep_warm_ns && now - last_active >= keep_warm_ns) {
+            s_keep_warm (in);
+            last_active = clock_now_ns ();
+            continue;
+        }
+        if (m->busy_poll || now - last_active < SPIN_NS) {
+            _mm_pause ();
+            continue;
+        }
+        waker_prepare (&in->wake);
+        if (ring_count (&in->requests) > 0 || atomic_load (&in->stop)) {
+            waker_cancel (&in->wake);
+            continue;
+        }
+        waker_sleep (&in->wake, keep_warm_ns ? keep_warm_ns - (now - last_active) : 0);
+    }
+    return NULL;
+}
