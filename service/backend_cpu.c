@@ -1,8 +1,9 @@
 /* CPU backend: fused dense layers (GEMV + bias + activation) on one core.
  * Two kernels, chosen per model by "cpu_kernel":
  *   loop: hand-written; weights copied at load into rows padded to a multiple of 16 floats and
- *         64-byte aligned, so the dot products run on whole 16-float vectors with no tail, four
- *         output neurons at a time so each input vector load serves four weight rows.
+ *         64-byte aligned, so the dot products run on whole 16-float vectors with no tail, eight
+ *         output neurons at a time so each input vector load serves eight weight rows; a batch
+ *         of rows is one pass over the weights (each block of eight weight rows serves every row).
  *         Compiled for AVX-512, AVX2 and baseline x86-64; the loader picks at start.
  *   blas: OpenBLAS sgemv (rows == 1) / sgemm (rows > 1) with one thread, then bias + activation.
  * Everything is allocated at load; infer allocates nothing. */
@@ -59,6 +60,8 @@ static inline float s_activate (float v, activation_t a)
     return v;
 }
 
+#define ROWS_PER_BLOCK 8   /* independent accumulator chains: enough to keep both FMA ports busy */
+
 typedef float v8 __attribute__ ((vector_size (32)));
 typedef float v4 __attribute__ ((vector_size (16)));
 
@@ -70,38 +73,52 @@ static inline float s_hsum (v16 v)
     return (q[0] + q[2]) + (q[1] + q[3]);
 }
 
-#define ROWS_PER_BLOCK 8   /* independent accumulator chains: enough to keep both FMA ports busy */
 
-/* y[o] = act(W[o] . x + b[o]) for one row. x and every W row hold in_pad floats, zero beyond in. */
-__attribute__ ((target_clones ("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void s_dense_row (const cpu_layer_t *L, const float *restrict x, float *restrict y)
+/* Outputs o .. o + ROWS_PER_BLOCK - 1 for one row: x and every W row hold in_pad floats, zero
+ * beyond in. */
+static inline __attribute__ ((always_inline)) void s_block (const cpu_layer_t *L, uint32_t o, const v16 *xv, float *y)
 {
     const uint32_t n = L->in_pad / VEC;
-    const v16 *xv = (const v16 *) __builtin_assume_aligned (x, 64);
-    uint32_t o = 0;
-    for (; o + ROWS_PER_BLOCK <= L->out; o += ROWS_PER_BLOCK) {
-        const v16 *w = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) o * L->in_pad, 64);
-        v16 a[ROWS_PER_BLOCK] = { { 0 } };
-        for (uint32_t k = 0; k < n; k++) {
-            v16 xk = xv[k];
-            for (int r = 0; r < ROWS_PER_BLOCK; r++)
-                a[r] += w[(size_t) r * n + k] * xk;
-        }
+    const v16 *w = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) o * L->in_pad, 64);
+    v16 a[ROWS_PER_BLOCK] = { { 0 } };
+    for (uint32_t k = 0; k < n; k++) {
+        v16 xk = xv[k];
         for (int r = 0; r < ROWS_PER_BLOCK; r++)
-            y[o + r] = s_activate (s_hsum (a[r]) + L->bias[o + r], L->activation);
+            a[r] += w[(size_t) r * n + k] * xk;
     }
-    for (; o < L->out; o++) {
-        const v16 *w = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) o * L->in_pad, 64);
-        v16 a = { 0 }, b = { 0 };
-        uint32_t k = 0;
-        for (; k + 2 <= n; k += 2) {
-            a += w[k] * xv[k];
-            b += w[k + 1] * xv[k + 1];
-        }
-        if (k < n)
-            a += w[k] * xv[k];
-        y[o] = s_activate (s_hsum (a + b) + L->bias[o], L->activation);
+    for (int r = 0; r < ROWS_PER_BLOCK; r++)
+        y[o + r] = s_activate (s_hsum (a[r]) + L->bias[o + r], L->activation);
+}
+
+/* Output o alone (the tail past the last whole block). */
+static inline __attribute__ ((always_inline)) void s_single (const cpu_layer_t *L, uint32_t o, const v16 *xv, float *y)
+{
+    const uint32_t n = L->in_pad / VEC;
+    const v16 *w = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) o * L->in_pad, 64);
+    v16 a = { 0 }, b = { 0 };
+    uint32_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+        a += w[k] * xv[k];
+        b += w[k + 1] * xv[k + 1];
     }
+    if (k < n)
+        a += w[k] * xv[k];
+    y[o] = s_activate (s_hsum (a + b) + L->bias[o], L->activation);
+}
+
+/* y[r][o] = act(W[o] . x[r] + b[o]) for ROWS rows STRIDE floats apart. One pass over the weights:
+ * a block of ROWS_PER_BLOCK weight rows (16 KiB at 512 inputs) serves every row of the batch from
+ * L1 before the next block is read, instead of the whole matrix being read again from L2 per row. */
+__attribute__ ((target_clones ("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void s_dense (const cpu_layer_t *L, const float *restrict x, uint32_t rows, uint32_t stride, float *restrict y)
+{
+    uint32_t o = 0;
+    for (; o + ROWS_PER_BLOCK <= L->out; o += ROWS_PER_BLOCK)
+        for (uint32_t r = 0; r < rows; r++)
+            s_block (L, o, (const v16 *) __builtin_assume_aligned (x + (size_t) r * stride, 64), y + (size_t) r * stride);
+    for (; o < L->out; o++)
+        for (uint32_t r = 0; r < rows; r++)
+            s_single (L, o, (const v16 *) __builtin_assume_aligned (x + (size_t) r * stride, 64), y + (size_t) r * stride);
 }
 
 static void s_bias_activate (const cpu_layer_t *L, float *y, uint32_t rows, uint32_t stride)
@@ -234,8 +251,7 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
         if (m->kernel == CPU_KERNEL_BLAS)
             s_dense_blas (L, x, stride, y, stride, rows);
         else
-            for (uint32_t r = 0; r < rows; r++)
-                s_dense_row (L, x + (size_t) r * stride, y + (size_t) r * stride);
+            s_dense (L, x, rows, stride, y);
         /* The next layer reads in_pad floats: whatever a wider earlier layer left past out must
          * be zero again. Only the few floats up to the padding boundary need clearing. */
         uint32_t pad = (uint32_t) s_pad (L->out);

@@ -97,6 +97,7 @@ static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const we
     atomic_init (&in->abort, false);
     atomic_init (&in->available, true);
     atomic_init (&in->served, 0);
+    atomic_init (&in->warm_runs, 0);
     in->wake.fd = -1;
     snprintf (in->state, sizeof in->state, "serving");
     uint32_t rows = backend_rows (cfg);
@@ -265,7 +266,8 @@ bool model_available (const model_t *m)
     return false;
 }
 
-void model_describe (model_t *m, Sigserve__V1__ModelInfo *info)
+void model_describe (model_t *m, Sigserve__V1__ModelInfo *info, Sigserve__V1__InstanceInfo *instances,
+                     Sigserve__V1__InstanceInfo **instance_ptrs)
 {
     sigserve__v1__model_info__init (info);
     info->name = m->cfg.name;
@@ -285,7 +287,7 @@ void model_describe (model_t *m, Sigserve__V1__ModelInfo *info)
     info->type = (char *) model_type_name (m->cfg.type);
     for (uint32_t i = 0; i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
-        Sigserve__V1__InstanceInfo *ii = &m->instance_infos[i];
+        Sigserve__V1__InstanceInfo *ii = &instances[i];
         sigserve__v1__instance_info__init (ii);
         ii->index = i;
         ii->backend = (char *) m->iface->name;
@@ -293,11 +295,17 @@ void model_describe (model_t *m, Sigserve__V1__ModelInfo *info)
         ii->available = atomic_load (&in->available);
         ii->state = in->state;
         ii->requests = atomic_load_explicit (&in->served, memory_order_relaxed);
-        m->instance_info_ptrs[i] = ii;
+        ii->warm_runs = atomic_load_explicit (&in->warm_runs, memory_order_relaxed);
+        instance_ptrs[i] = ii;
     }
     info->n_instance_states = m->instance_count;
-    info->instance_states = m->instance_info_ptrs;
+    info->instance_states = instance_ptrs;
 }
+
+bool model_instance_available (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].available); }
+const char *model_instance_state (const model_t *m, uint32_t i) { return m->instances[i].state; }
+uint64_t model_instance_requests (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].served); }
+int model_instance_device (const model_t *m, uint32_t i) { return m->instances[i].device; }
 
 backend_model_t *model_backend_handle (model_t *m) { return m->instances[0].impl; }
 

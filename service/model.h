@@ -37,9 +37,16 @@ const model_config_t *model_config (const model_t *m);
 bool model_available (const model_t *m);
 int model_stats_slot (const model_t *m);
 
-/* Fills INFO (strings borrowed from the model; CANDIDATES and INSTANCES are the model's own
- * arrays, valid while it lives). */
-void model_describe (model_t *m, Sigserve__V1__ModelInfo *info);
+/* Fills INFO: strings and candidates borrowed from the model (valid while it lives), the
+ * instances' states written into the caller's INSTANCES / INSTANCE_PTRS (CONFIG_MAX_INSTANCES
+ * each), so threads describing the same model at once do not share anything they write. */
+void model_describe (model_t *m, Sigserve__V1__ModelInfo *info, Sigserve__V1__InstanceInfo *instances,
+                     Sigserve__V1__InstanceInfo **instance_ptrs);
+/* Instance I's state: available, "serving" or why not, requests computed, CUDA device (-1: CPU). */
+bool model_instance_available (const model_t *m, uint32_t i);
+const char *model_instance_state (const model_t *m, uint32_t i);
+uint64_t model_instance_requests (const model_t *m, uint32_t i);
+int model_instance_device (const model_t *m, uint32_t i);
 
 /* Direct use of instance 0 from the calling thread, bypassing the workers (tests and benchmarks;
  * never while requests are being served). A SIG_UNAVAILABLE marks that instance unavailable. */

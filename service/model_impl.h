@@ -31,7 +31,7 @@ typedef struct {
     float *batch_in, *batch_out;        /* backend_rows rows: gathered inputs, outputs of a batch */
     float *warm_in;                     /* keep_warm: the last request's first row */
     bool have_warm;
-    uint64_t warm_runs;                 /* keep_warm runs (worker only) */
+    _Atomic uint64_t warm_runs;         /* keep_warm runs */
     job_t **taken;                      /* the batch being computed: up to max_batch_rows jobs */
 } instance_t;
 
@@ -53,8 +53,6 @@ struct _model_t {
     char candidate_text[MODEL_CANDIDATES_MAX][3][96];     /* backend, kernel, note */
     uint32_t instance_count;
     instance_t *instances;
-    Sigserve__V1__InstanceInfo instance_infos[CONFIG_MAX_INSTANCES];
-    Sigserve__V1__InstanceInfo *instance_info_ptrs[CONFIG_MAX_INSTANCES];
     /* the front's (dispatch.c) */
     uint32_t job_count;
     job_t *jobs;

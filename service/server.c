@@ -62,6 +62,8 @@ struct _server_t {
     char error[ERROR_MAX];
     Sigserve__V1__ModelInfo infos[CONFIG_MAX_MODELS];
     Sigserve__V1__ModelInfo *info_ptrs[CONFIG_MAX_MODELS];
+    Sigserve__V1__InstanceInfo instance_infos[CONFIG_MAX_MODELS][CONFIG_MAX_INSTANCES];
+    Sigserve__V1__InstanceInfo *instance_ptrs[CONFIG_MAX_MODELS][CONFIG_MAX_INSTANCES];
     server_stats_t counters;
     front_state_t state;
     _Atomic bool serving;               /* state == FRONT_SERVING, for other threads */
@@ -317,7 +319,8 @@ static void s_reply_list (server_t *self, message_t *msg)
     reply.list_models = &list;
     size_t n = model_registry_count (self->models);
     for (size_t i = 0; i < n; i++) {
-        model_describe (model_registry_at (self->models, i), &self->infos[i]);
+        model_describe (model_registry_at (self->models, i), &self->infos[i], self->instance_infos[i],
+                        self->instance_ptrs[i]);
         self->info_ptrs[i] = &self->infos[i];
     }
     list.n_models = n;
@@ -728,10 +731,13 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
             s_idle (self, now);
     }
     s_collect (self);
-    log_info ("stopped: %llu received, %llu admitted, %llu replied, %llu send failures, %llu dropped",
-              (unsigned long long) self->counters.received, (unsigned long long) self->counters.admitted,
-              (unsigned long long) self->counters.replied, (unsigned long long) self->counters.send_failures,
-              (unsigned long long) self->counters.dropped);
+    uint64_t infer_replies = 0;
+    for (int st = 0; st < 16; st++)
+        infer_replies += self->counters.by_status[st];
+    log_info ("stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), %llu send failures, "
+              "%llu dropped", (unsigned long long) self->counters.received, (unsigned long long) self->counters.admitted,
+              (unsigned long long) self->counters.replied, (unsigned long long) infer_replies,
+              (unsigned long long) self->counters.send_failures, (unsigned long long) self->counters.dropped);
     return 0;
 }
 

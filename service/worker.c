@@ -159,7 +159,7 @@ static void s_keep_warm (instance_t *in)
     char err[JOB_ERROR_MAX];
     if (in->have_warm && atomic_load_explicit (&in->available, memory_order_relaxed)
         && m->iface->infer (in->impl, in->warm_in, 1, in->batch_out, err, sizeof err) == SIG_OK)
-        in->warm_runs++;
+        atomic_fetch_add_explicit (&in->warm_runs, 1, memory_order_relaxed);
 }
 
 void *worker_main (void *arg)

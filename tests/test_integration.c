@@ -519,15 +519,31 @@ START_TEST (graceful_shutdown_answers_what_arrived)
         s_send_infer (s, "tick_mlp", f, 512, 1, (uint64_t) i, 0);
     Sigserve__V1__Reply *r = s_recv_reply (s);   /* the server is working through them */
     ck_assert_ptr_nonnull (r);
+    uint64_t first = s_infer_reply (r)->request_id;
     sigserve__v1__reply__free_unpacked (r, NULL);
     kill (pid, _i == 0 ? SIGTERM : SIGINT);
-    int got = 1;
+    /* Every request gets exactly one reply: OK for those admitted before the signal, UNAVAILABLE
+     * ("shutting down") for those the front took off the socket during the drain. */
+    int got = 1, unavailable = 0;
+    bool seen[300] = { false };
+    ck_assert_uint_lt (first, 300);
+    seen[first] = true;
     while ((r = s_recv_reply (s)) != NULL) {
-        ck_assert_int_eq (s_infer_reply (r)->status, 0);
+        Sigserve__V1__InferReply *rep = s_infer_reply (r);
+        ck_assert_uint_lt (rep->request_id, 300);
+        ck_assert (!seen[rep->request_id]);
+        seen[rep->request_id] = true;
+        if (rep->status == SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE) {
+            ck_assert_str_eq (rep->error, "shutting down: this sigserve is draining and takes no new requests; "
+                                          "send them to another server");
+            unavailable++;
+        } else
+            ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
         sigserve__v1__reply__free_unpacked (r, NULL);
         got++;
     }
     ck_assert_int_eq (got, 300);
+    ck_assert_int_lt (unavailable, 300);
     int status;
     ck_assert_int_eq (waitpid (pid, &status, 0), pid);
     ck_assert (WIFEXITED (status));

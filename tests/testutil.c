@@ -109,13 +109,17 @@ static int s_health_ready (void *ctx, const char *endpoint)
     return ready;
 }
 
-pid_t tu_server_start (const char *config_path, const char *endpoint, int timeout_ms)
+pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int timeout_ms, const char *log_path)
 {
     char bin[4096];
     snprintf (bin, sizeof bin, "%s/sigserve", tu_build_dir ());
     pid_t pid = fork ();
     if (pid < 0) return -1;
     if (pid == 0) {
+        if (log_path) {
+            FILE *f = freopen (log_path, "w", stderr);
+            (void) f;
+        }
         const char *level = getenv ("SIGSERVE_TEST_LOG") ? getenv ("SIGSERVE_TEST_LOG") : "warn";
         execl (bin, bin, "--config", config_path, "--log-level", level, (char *) NULL);
         _exit (127);
@@ -131,6 +135,11 @@ pid_t tu_server_start (const char *config_path, const char *endpoint, int timeou
     zmq_ctx_term (ctx);
     if (!ready && pid > 0) { kill (pid, SIGKILL); waitpid (pid, NULL, 0); return -1; }
     return ready ? pid : -1;
+}
+
+pid_t tu_server_start (const char *config_path, const char *endpoint, int timeout_ms)
+{
+    return tu_server_start_logged (config_path, endpoint, timeout_ms, NULL);
 }
 
 int tu_server_stop (pid_t pid)
@@ -248,8 +257,11 @@ void tu_fixture_setup (tu_fixture_t *f, const tu_fixture_options_t *options)
     const uint32_t odd[] = { 33, 31, 3 }, slow[] = { 1024, 1024, 1024 };
     const activation_t odd_acts[] = { ACTIVATION_TANH, ACTIVATION_NONE }, slow_acts[] = { ACTIVATION_RELU, ACTIVATION_NONE };
     s_fixture_weights (f, "odd.safetensors", odd, odd_acts, 11);
-    if (options->slow)
+    if (options->slow) {
+        const uint32_t slower[] = { 1024, 4096, 1024 };
         s_fixture_weights (f, "slow.safetensors", slow, slow_acts, 12);
+        s_fixture_weights (f, "slower.safetensors", slower, slow_acts, 13);
+    }
     int p0 = tu_free_port (), p1 = tu_free_port ();
     ck_assert (p0 > 0 && p1 > 0);
     snprintf (f->endpoint[0], sizeof f->endpoint[0], "tcp://127.0.0.1:%d", p0);

@@ -21,6 +21,8 @@ const char *tu_build_dir (void);
 /* Starts BUILD/sigserve --config CONFIG_PATH and waits until ENDPOINT answers a health request
  * with ready (up to TIMEOUT_MS). Returns the child's pid, or -1. */
 pid_t tu_server_start (const char *config_path, const char *endpoint, int timeout_ms);
+/* The same with the server's stderr written to LOG_PATH. */
+pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int timeout_ms, const char *log_path);
 /* SIGTERM then wait; returns the exit status (or -1). */
 int tu_server_stop (pid_t pid);
 
@@ -31,7 +33,9 @@ size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *
 /* The server the client and integration suites talk to over tcp loopback, on two endpoints:
  *   tick_mlp  the demo weights (512 -> 256 -> 64 -> 1), max_rows 8, backend TICK_BACKEND
  *   odd       33 -> 31 -> 3 (tanh, none), version "7b", max_rows 7, cpu_kernel ODD_KERNEL, written here
- *   slow      (with SLOW) 1024 -> 1024 -> 1024 (relu, none), max_rows 15: ~10 ms a request on one core
+ *   slow      (with SLOW) 1024 -> 1024 -> 1024 (relu, none), max_rows 15: a few ms a request on one core;
+ *             with SLOW the folder also holds slower.safetensors (1024 -> 4096 -> 1024, tensors a.*
+ *             and b.* like slow's: 4x the work) for EXTRA_MODELS to use
  * plus EXTRA_MODELS (JSON objects, comma-first, appended to the list). Weights are loaded with the
  * config (TICK, ODD) for the float64 reference. Set up once per suite (an unchecked fixture). */
 #include "config.h"

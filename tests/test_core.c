@@ -1,0 +1,517 @@
+/* The concurrent serving core over real sockets (CPU backend): a slow model never delays another,
+ * a full queue answers OVERLOADED at once, queued requests run as one batch with outputs equal to
+ * the reference, instances share the load and run on their CPUs, keep-warm runs while idle, and a
+ * flood of requests neither loses a reply nor delays the exit at SIGTERM. Order and counts are
+ * asserted, never times. */
+#define _GNU_SOURCE
+#include "reference.h"
+#include "rng.h"
+#include "st_write.h"
+#include "signal.pb-c.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static tu_fixture_t s_fx;
+static uint64_t s_seed;
+static void *s_ctx;
+
+/* Models next to the fixture's: slower (4x slow's work); slow_q4, a 4-deep queue whose worker
+ * holds each request 300 ms waiting for a batch partner that cannot fit (2-row requests, batches
+ * of at most 3 rows), so a whole burst arrives while the first is held; a batching model (one worker, batches of up to 64 rows gathered for up to 20 ms), two
+ * pinned instances, and keep-warm. */
+#define EXTRA_MODELS \
+    ",\n   { \"name\": \"slower\", \"backend\": \"cpu\", \"max_rows\": 15, \"weights\": \"slower.safetensors\",\n" \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] },\n" \
+    "   { \"name\": \"slow_q4\", \"backend\": \"cpu\", \"max_rows\": 2, \"queue_depth\": 4, \"max_batch_rows\": 3,\n" \
+    "     \"batch_delay_us\": 300000, \"weights\": \"slow.safetensors\",\n" \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] },\n" \
+    "   { \"name\": \"batcher\", \"backend\": \"cpu\", \"max_rows\": 8, \"max_batch_rows\": 64, \"batch_delay_us\": 20000,\n" \
+    "     \"queue_depth\": 256, \"weights\": \"odd.safetensors\",\n" \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] },\n" \
+    "   { \"name\": \"pair\", \"backend\": \"cpu\", \"instances\": 2, \"cpus\": [0], \"queue_depth\": 1024,\n" \
+    "     \"weights\": \"odd.safetensors\",\n" \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] },\n" \
+    "   { \"name\": \"warm\", \"backend\": \"cpu\", \"keep_warm_us\": 1000, \"weights\": \"odd.safetensors\",\n" \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] }"
+
+/* ---- helpers ---- */
+
+static void *s_socket (const char *endpoint, int timeout_ms)
+{
+    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
+    int linger = 0, hwm = 0;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    ck_assert_int_eq (zmq_connect (s, endpoint), 0);
+    return s;
+}
+
+static void s_send (void *sock, const char *model, const float *f, size_t n, uint32_t rows, uint64_t id)
+{
+    static uint8_t buf[1 << 17];
+    size_t len = tu_pack_infer (buf, sizeof buf, model, f, n, rows, id, 0);
+    ck_assert_uint_gt (len, 0);
+    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
+}
+
+static Sigserve__V1__InferReply *s_recv (void *sock, Sigserve__V1__Reply **holder)
+{
+    zmq_msg_t msg;
+    zmq_msg_init (&msg);
+    ck_assert_msg (zmq_msg_recv (&msg, sock, 0) >= 0, "no reply: %s", zmq_strerror (zmq_errno ()));
+    *holder = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert_ptr_nonnull (*holder);
+    ck_assert_int_eq ((*holder)->body_case, SIGSERVE__V1__REPLY__BODY_INFER);
+    return (*holder)->infer;
+}
+
+static void s_random (float *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        f[i] = rng_uniform (&s_seed, -2.0f, 2.0f);
+}
+
+/* The server answers nothing while stopped: whatever is sent meanwhile is all waiting when it
+ * resumes, so the front takes it in one go and the order of events inside does not depend on how
+ * fast this client sends. */
+static void s_pause (void) { ck_assert_int_eq (kill (s_fx.server, SIGSTOP), 0); }
+static void s_resume (void) { ck_assert_int_eq (kill (s_fx.server, SIGCONT), 0); }
+
+static Sigserve__V1__ListModelsReply *s_list (void *sock, Sigserve__V1__Reply **holder)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
+    req.list_models = &l;
+    uint8_t buf[64];
+    size_t len = sigserve__v1__request__pack (&req, buf);
+    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
+    zmq_msg_t msg;
+    zmq_msg_init (&msg);
+    ck_assert_int_ge (zmq_msg_recv (&msg, sock, 0), 0);
+    *holder = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert_int_eq ((*holder)->body_case, SIGSERVE__V1__REPLY__BODY_LIST_MODELS);
+    return (*holder)->list_models;
+}
+
+static Sigserve__V1__ModelInfo *s_find_info (Sigserve__V1__ListModelsReply *l, const char *name)
+{
+    for (size_t i = 0; i < l->n_models; i++)
+        if (strcmp (l->models[i]->name, name) == 0)
+            return l->models[i];
+    ck_abort_msg ("model %s not listed", name);
+    return NULL;
+}
+
+/* ---- isolation ---- */
+
+START_TEST (slow_model_never_delays_another)
+{
+    /* Two connections (so the small requests do not queue behind the large ones in one TCP
+     * stream): three requests of the slower model on one, then twenty of tick_mlp on the other.
+     * The twenty are all answered while the first slower request is still computing. */
+    void *a = s_socket (s_fx.endpoint[0], 30000), *b = s_socket (s_fx.endpoint[1], 30000);
+    float *slow = malloc (15 * 1024 * sizeof (float));
+    s_random (slow, 15 * 1024);
+    float fast[512];
+    s_random (fast, 512);
+    Sigserve__V1__Reply *r;
+    s_send (b, "tick_mlp", fast, 512, 1, 99);   /* both connections up before the pause */
+    ck_assert_int_eq (s_recv (b, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    s_send (a, "slower", slow, 15 * 1024, 15, 99);
+    ck_assert_int_eq (s_recv (a, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    s_pause ();
+    for (int k = 0; k < 3; k++)
+        s_send (a, "slower", slow, 15 * 1024, 15, 1000 + (uint64_t) k);
+    usleep (50000);     /* the large requests are in the kernel's buffers first */
+    for (int i = 0; i < 20; i++)
+        s_send (b, "tick_mlp", fast, 512, 1, (uint64_t) i);
+    s_resume ();
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_eq (s_recv (b, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    zmq_pollitem_t item = { .socket = a, .events = ZMQ_POLLIN };
+    ck_assert_msg (zmq_poll (&item, 1, 0) == 0, "a slower reply was ready before the fast ones were all answered");
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq (s_recv (a, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    free (slow);
+    zmq_close (a);
+    zmq_close (b);
+}
+END_TEST
+
+/* ---- overload ---- */
+
+START_TEST (full_queue_answers_overloaded_at_once)
+{
+    void *s = s_socket (s_fx.endpoint[0], 60000);
+    float *f = malloc (2 * 1024 * sizeof (float));
+    s_random (f, 2 * 1024);
+    s_pause ();
+    for (int i = 0; i < 200; i++)
+        s_send (s, "slow_q4", f, 2 * 1024, 2, (uint64_t) i);
+    s_resume ();
+    bool seen[200] = { false };
+    int ok = 0, overloaded = 0, last_overloaded_at = -1, first_ok_at = -1;
+    for (int i = 0; i < 200; i++) {
+        Sigserve__V1__Reply *r;
+        Sigserve__V1__InferReply *rep = s_recv (s, &r);
+        ck_assert_uint_lt (rep->request_id, 200);
+        ck_assert (!seen[rep->request_id]);
+        seen[rep->request_id] = true;
+        if (rep->status == SIGSERVE__V1__STATUS__STATUS_OVERLOADED) {
+            ck_assert_msg (strncmp (rep->error, "model \"slow_q4\": queue full: 4 requests waiting (queue_depth 4); "
+                                    "retry later, or raise the model's queue_depth or instances", 200) == 0,
+                           "%s", rep->error);
+            ck_assert_uint_eq (rep->n_outputs, 0);
+            ck_assert_str_eq (rep->model_version, "1");
+            overloaded++;
+            last_overloaded_at = i;
+        } else {
+            ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "status %d: %s", rep->status, rep->error);
+            ck_assert_uint_eq (rep->n_outputs, 2 * 1024);
+            if (first_ok_at < 0)
+                first_ok_at = i;
+            ok++;
+        }
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    ck_assert_int_eq (ok + overloaded, 200);
+    /* the queue's 4, and the one the worker holds when it took it before the burst filled the queue */
+    ck_assert_int_ge (ok, 4);
+    ck_assert_int_le (ok, 5);
+    /* Refused at once by the front: every OVERLOADED reply precedes the first computed one. */
+    ck_assert_int_lt (last_overloaded_at, first_ok_at);
+    free (f);
+    zmq_close (s);
+}
+END_TEST
+
+/* ---- batching ---- */
+
+START_TEST (queued_requests_run_as_one_batch)
+{
+    void *s = s_socket (s_fx.endpoint[1], 30000);
+    enum { N = 64 };
+    static float in[N][3 * 33];
+    uint32_t rows[N];
+    s_pause ();
+    for (int i = 0; i < N; i++) {
+        rows[i] = 1 + (uint32_t) (i % 3);
+        s_random (in[i], rows[i] * 33);
+        s_send (s, "batcher", in[i], rows[i] * 33, rows[i], (uint64_t) i);
+    }
+    s_resume ();
+    int batched = 0;
+    uint32_t most = 0;
+    double num = 0, den = 0;
+    for (int k = 0; k < N; k++) {
+        Sigserve__V1__Reply *r;
+        Sigserve__V1__InferReply *rep = s_recv (s, &r);
+        ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "%s", rep->error);
+        uint64_t i = rep->request_id;
+        ck_assert_uint_lt (i, N);
+        ck_assert_uint_eq (rep->rows, rows[i]);
+        ck_assert_uint_ge (rep->batch_rows, rep->rows);
+        ck_assert_uint_le (rep->batch_rows, 64);
+        ck_assert_uint_eq (rep->n_outputs, rows[i] * 3);
+        batched += rep->batch_rows > rep->rows;
+        most = rep->batch_rows > most ? rep->batch_rows : most;
+        double ref[3 * 3];
+        reference_forward (s_fx.odd, in[i], rows[i], ref);
+        for (size_t o = 0; o < rep->n_outputs; o++) {
+            num += (rep->outputs[o] - ref[o]) * (rep->outputs[o] - ref[o]);
+            den += ref[o] * ref[o];
+        }
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    ck_assert_msg (batched > N / 2, "only %d of %d requests shared their launch", batched, N);
+    ck_assert_uint_ge (most, 60);       /* 64 rows fit about 32 of these requests (2 rows on average) */
+    ck_assert_msg (sqrt (num / den) <= 1e-5, "relative error %.3g", sqrt (num / den));
+    zmq_close (s);
+}
+END_TEST
+
+/* ---- instances and CPUs ---- */
+
+/* The CPUs thread NAME of process PID may run on ("0", "0-1"), from /proc. */
+static int s_thread_cpus (pid_t pid, const char *name, char *out, size_t cap)
+{
+    char dir[64];
+    snprintf (dir, sizeof dir, "/proc/%d/task", (int) pid);
+    DIR *d = opendir (dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir (d)) != NULL && !found) {
+        char path[600], comm[64] = "", line[256];
+        snprintf (path, sizeof path, "%s/%s/comm", dir, e->d_name);
+        FILE *f = fopen (path, "r");
+        if (!f)
+            continue;
+        if (fgets (comm, sizeof comm, f))
+            comm[strcspn (comm, "\n")] = 0;
+        fclose (f);
+        if (strcmp (comm, name) != 0)
+            continue;
+        snprintf (path, sizeof path, "%s/%s/status", dir, e->d_name);
+        f = fopen (path, "r");
+        while (f && fgets (line, sizeof line, f))
+            if (strncmp (line, "Cpus_allowed_list:", 18) == 0) {
+                snprintf (out, cap, "%s", line + 18 + strspn (line + 18, " \t"));
+                out[strcspn (out, "\n")] = 0;
+                found = 1;
+            }
+        if (f)
+            fclose (f);
+    }
+    if (d)
+        closedir (d);
+    return found ? 0 : -1;
+}
+
+START_TEST (instances_share_the_load_on_their_cpus)
+{
+    void *s = s_socket (s_fx.endpoint[0], 30000);
+    float f[33];
+    s_random (f, 33);
+    s_pause ();
+    for (int i = 0; i < 400; i++)
+        s_send (s, "pair", f, 33, 1, (uint64_t) i);
+    s_resume ();
+    for (int i = 0; i < 400; i++) {
+        Sigserve__V1__Reply *r;
+        Sigserve__V1__InferReply *rep = s_recv (s, &r);
+        ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__ModelInfo *m = s_find_info (s_list (s, &r), "pair");
+    ck_assert_uint_eq (m->instances, 2);
+    ck_assert_uint_eq (m->n_instance_states, 2);
+    ck_assert_uint_eq (m->instance_states[0]->requests + m->instance_states[1]->requests, 400);
+    ck_assert_uint_gt (m->instance_states[0]->requests, 0);
+    ck_assert_uint_gt (m->instance_states[1]->requests, 0);
+    for (int i = 0; i < 2; i++) {
+        ck_assert (m->instance_states[i]->available);
+        ck_assert_str_eq (m->instance_states[i]->state, "serving");
+        ck_assert_int_eq (m->instance_states[i]->device, -1);
+    }
+    ck_assert_str_eq (m->selected_by, "config");
+    ck_assert_uint_eq (m->queue_depth, 1024);
+    /* tick_mlp is "auto": measured (on the CPU alone here), with the table in the list. */
+    Sigserve__V1__ModelInfo *tick = s_find_info (r->list_models, "tick_mlp");
+    ck_assert_str_eq (tick->selected_by, "measurement");
+    ck_assert_uint_ge (tick->n_candidates, 1);
+    ck_assert_str_eq (tick->candidates[0]->backend, tick->backend);
+    ck_assert (tick->candidates[0]->p99_us > 0);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    /* Both of pair's workers run on CPU 0 ("cpus": [0]); the names say which thread is which. */
+    char cpus[64];
+    ck_assert_int_eq (s_thread_cpus (s_fx.server, "w0-pair", cpus, sizeof cpus), 0);
+    ck_assert_str_eq (cpus, "0");
+    ck_assert_int_eq (s_thread_cpus (s_fx.server, "w1-pair", cpus, sizeof cpus), 0);
+    ck_assert_str_eq (cpus, "0");
+    zmq_close (s);
+}
+END_TEST
+
+START_TEST (keep_warm_runs_while_idle)
+{
+    void *s = s_socket (s_fx.endpoint[0], 30000);
+    float f[33];
+    s_random (f, 33);
+    s_send (s, "warm", f, 33, 1, 1);
+    Sigserve__V1__Reply *r;
+    ck_assert_int_eq (s_recv (s, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    uint64_t runs = 0;
+    for (int i = 0; i < 200 && runs < 3; i++) {   /* every 1 ms idle: a few within the 2 s this allows */
+        usleep (10000);
+        runs = s_find_info (s_list (s, &r), "warm")->instance_states[0]->warm_runs;
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    ck_assert_uint_ge (runs, 3);
+    /* A model without keep_warm_us never runs on its own. */
+    ck_assert_uint_eq (s_find_info (s_list (s, &r), "pair")->instance_states[0]->warm_runs, 0);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+}
+END_TEST
+
+/* ---- shutdown under a flood ---- */
+
+typedef struct {
+    const char *endpoint;
+    atomic_bool stop;
+    long sent, replies, ok, unavailable, other;
+    bool duplicate;
+} flood_t;
+
+static void *s_flood (void *arg)
+{
+    flood_t *fl = arg;
+    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
+    int linger = 0, hwm = 0, timeout = 2000;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_connect (s, fl->endpoint);
+    static uint8_t seen[1 << 20];
+    float f[512] = { 0.25f };
+    uint8_t buf[4096];
+    zmq_pollitem_t item = { .socket = s, .events = ZMQ_POLLIN };
+    for (;;) {
+        if (!atomic_load (&fl->stop) && fl->sent - fl->replies < 256 && fl->sent < (1 << 20)) {
+            size_t len = tu_pack_infer (buf, sizeof buf, "tick_mlp", f, 512, 1, (uint64_t) fl->sent, 0);
+            if (zmq_send (s, buf, len, ZMQ_DONTWAIT) == (int) len)
+                fl->sent++;
+        }
+        if (zmq_poll (&item, 1, atomic_load (&fl->stop) ? 2000 : 0) <= 0) {
+            if (atomic_load (&fl->stop))
+                break;          /* 2 s without a reply after the server stopped: all are in */
+            continue;
+        }
+        int n = zmq_recv (s, buf, sizeof buf, 0);
+        Sigserve__V1__Reply *r = n > 0 ? sigserve__v1__reply__unpack (NULL, (size_t) n, buf) : NULL;
+        if (!r)
+            continue;
+        uint64_t id = r->infer->request_id;
+        if (id < (1u << 20) && seen[id]++)
+            fl->duplicate = true;
+        fl->replies++;
+        if (r->infer->status == SIGSERVE__V1__STATUS__STATUS_OK)
+            fl->ok++;
+        else if (r->infer->status == SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE)
+            fl->unavailable++;
+        else
+            fl->other++;
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    zmq_close (s);
+    return NULL;
+}
+
+START_TEST (flood_neither_loses_replies_nor_delays_exit)
+{
+    /* Its own server (this test stops it): drain_ms 200. */
+    int p0 = tu_free_port (), p1 = tu_free_port ();
+    char *path = tu_fixture_config (&s_fx, "flood.json", p0, p1);
+    char ep[64], cmd[4400];
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", p0);
+    snprintf (cmd, sizeof cmd, "sed -i 's/\"stats_interval_s\": 0/\"stats_interval_s\": 0, \"drain_ms\": 200/' %s", path);
+    ck_assert_int_eq (system (cmd), 0);
+    char log[2400];
+    snprintf (log, sizeof log, "%s/flood.log", s_fx.dir);
+    setenv ("SIGSERVE_TEST_LOG", "info", 1);    /* for the "stopped:" line */
+    pid_t pid = tu_server_start_logged (path, ep, 30000, log);
+    ck_assert_int_gt (pid, 0);
+    flood_t fl = { .endpoint = ep };
+    atomic_init (&fl.stop, false);
+    pthread_t th;
+    pthread_create (&th, NULL, s_flood, &fl);
+    usleep (300000);
+    ck_assert_int_eq (kill (pid, SIGTERM), 0);
+    int status;
+    ck_assert_int_eq (waitpid (pid, &status, 0), pid);     /* returns: the flood did not hold it up */
+    ck_assert (WIFEXITED (status));
+    ck_assert_int_eq (WEXITSTATUS (status), 0);
+    atomic_store (&fl.stop, true);
+    pthread_join (th, NULL);
+    ck_assert (!fl.duplicate);
+    ck_assert_int_eq (fl.other, 0);
+    ck_assert_int_gt (fl.ok, 0);
+    /* Every request the server took off its socket was answered: its own count says so. */
+    FILE *f = fopen (log, "r");
+    char line[1024];
+    unsigned long long received = 0, replied = 1, infer_replies = 0;
+    while (f && fgets (line, sizeof line, f)) {
+        const char *p = strstr (line, "stopped: ");
+        unsigned long long admitted, failures, dropped;
+        if (p)
+            ck_assert_int_eq (sscanf (p, "stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), "
+                                      "%llu send failures, %llu dropped", &received, &admitted, &replied, &infer_replies,
+                                      &failures, &dropped), 6);
+    }
+    if (f)
+        fclose (f);
+    ck_assert_uint_eq (received, replied);      /* readiness probes included */
+    ck_assert_uint_eq (infer_replies, (unsigned long long) fl.replies);
+    free (path);
+}
+END_TEST
+
+/* ---- the deprecated server.queue_depth ---- */
+
+START_TEST (server_queue_depth_is_a_deprecated_default)
+{
+    char *dir = tu_tmpdir ();
+    char json[4096], out[4096] = "";
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:1\"], \"queue_depth\": 7 },"
+              "  \"models\": [ { \"name\": \"m\", \"backend\": \"cpu\", \"weights\": \"%s/models/tick_mlp.safetensors\","
+              "    \"layers\": [ { \"weight\": \"0.weight\" }, { \"weight\": \"2.weight\" }, { \"weight\": \"4.weight\" } ] } ] }",
+              tu_build_abs ());
+    char *path = tu_write_file (dir, "q.json", json, -1);
+    char cmd[8192];
+    snprintf (cmd, sizeof cmd, "%s/sigserve --check-config %s 2>&1", tu_build_dir (), path);
+    FILE *p = popen (cmd, "r");
+    size_t n = fread (out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    ck_assert_int_eq (WEXITSTATUS (pclose (p)), 0);
+    ck_assert_msg (strstr (out, "server.queue_depth is deprecated"), "%s", out);
+    free (path);
+    tu_remove_tree (dir);
+    free (dir);
+}
+END_TEST
+
+static void s_ctx_new (void) { s_ctx = zmq_ctx_new (); }
+static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
+
+static void s_setup (void)
+{
+    const tu_fixture_options_t options = { .tick_backend = "auto", .odd_kernel = "loop", .slow = true,
+                                           .queue_depth = 256, .extra_models = EXTRA_MODELS };
+    tu_fixture_setup (&s_fx, &options);
+}
+
+static void s_teardown (void) { tu_fixture_teardown (&s_fx); }
+
+int main (void)
+{
+    s_seed = (uint64_t) time (NULL) * 2654435761u;
+    Suite *s = suite_create ("core");
+    TCase *tc = tcase_create ("server");
+    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+    tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
+    tcase_set_timeout (tc, 120);
+    tcase_add_test (tc, slow_model_never_delays_another);
+    tcase_add_test (tc, full_queue_answers_overloaded_at_once);
+    tcase_add_test (tc, queued_requests_run_as_one_batch);
+    tcase_add_test (tc, instances_share_the_load_on_their_cpus);
+    tcase_add_test (tc, keep_warm_runs_while_idle);
+    tcase_add_test (tc, flood_neither_loses_replies_nor_delays_exit);
+    tcase_add_test (tc, server_queue_depth_is_a_deprecated_default);
+    suite_add_tcase (s, tc);
+    return tu_run_suite (s);
+}
