@@ -290,13 +290,12 @@ static void s_refuse_message (server_t *self, message_t *msg)
     else
         snprintf (self->error, ERROR_MAX, "message: %zu bytes in %zu frames; expected at most server.max_message_bytes "
                   "= %u bytes over the whole message", msg->bytes, msg->total_frames, self->cfg.max_message_bytes);
-    s_send_error (self, msg->socket, self->frames, count, 0, SIG_BAD_REQUEST, NULL, STATS_UNKNOWN, msg->t_recv);
-    bool huge = msg->total_frames > HUGE_MESSAGE_FRAMES || msg->bytes > 16u * self->cfg.max_message_bytes;
-    s_release_frames (self, msg);
     /* libzmq buffered the whole message before handing over its first frame; its chunks went back
      * to malloc, which keeps them: give them to the system. Rare, so the system call is fine. */
-    if (huge)
+    if (msg->total_frames > HUGE_MESSAGE_FRAMES || msg->bytes > 16u * self->cfg.max_message_bytes)
         malloc_trim (0);
+    s_send_error (self, msg->socket, self->frames, count, 0, SIG_BAD_REQUEST, NULL, STATS_UNKNOWN, msg->t_recv);
+    s_release_frames (self, msg);
 }
 
 static void s_reply_health (server_t *self, message_t *msg)

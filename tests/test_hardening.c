@@ -1,0 +1,456 @@
+/* Regression tests for the defects black-box probing found (issue 11), against the real server
+ * over real sockets: each of them failed on the code of commit 7169570.
+ *   - a message of millions of empty frames: refused with its real frame count, the memory given back
+ *   - many frames or many bytes: answered BAD_REQUEST on the sender's routing id alone, never echoed
+ *   - a model name of invalid UTF-8 or control bytes: the error text stays valid (escaped)
+ *   - a reply the client's full pipe refuses: counted, and warned about at most once a second
+ *   - finite features whose outputs overflow float32: INTERNAL "non-finite output", never OK
+ *   - a second server on a live ipc:// path: refused, the first keeps it
+ *   - server.max_inflight_per_client: the rest answered OVERLOADED
+ * Order and counts are asserted, never times. */
+#define _GNU_SOURCE
+#include "rng.h"
+#include "signal.pb-c.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static tu_fixture_t s_fx;
+static void *s_ctx;
+static uint64_t s_seed = 42;
+
+#define EXTRA_MODELS \
+    ",\n   { \"name\": \"huge\", \"backend\": \"cpu\", \"weights\": \"odd.safetensors\", \"queue_depth\": 64,\n" \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"none\" }, { \"weight\": \"b.weight\" } ] }"
+
+static void *s_dealer (const char *endpoint, int timeout_ms)
+{
+    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
+    int linger = 0, hwm = 0;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    ck_assert_int_eq (zmq_connect (s, endpoint), 0);
+    return s;
+}
+
+/* The next reply's InferReply (the caller frees *HOLDER), or NULL on timeout. */
+static Sigserve__V1__InferReply *s_recv_infer (void *sock, Sigserve__V1__Reply **holder)
+{
+    zmq_msg_t msg;
+    zmq_msg_init (&msg);
+    if (zmq_msg_recv (&msg, sock, 0) < 0) {
+        zmq_msg_close (&msg);
+        return NULL;
+    }
+    /* A message whose second frame was empty is answered with that frame kept as a REQ
+     * delimiter: a DEALER sees it first. */
+    if (zmq_msg_more (&msg)) {
+        ck_assert_uint_eq (zmq_msg_size (&msg), 0);
+        ck_assert_int_ge (zmq_msg_recv (&msg, sock, 0), 0);
+    }
+    ck_assert (!zmq_msg_more (&msg));
+    *holder = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert_ptr_nonnull (*holder);
+    ck_assert_int_eq ((*holder)->body_case, SIGSERVE__V1__REPLY__BODY_INFER);
+    return (*holder)->infer;
+}
+
+static void s_send_infer (void *sock, const char *model, const float *f, size_t n, uint32_t rows, uint64_t id)
+{
+    uint8_t buf[8192];
+    size_t len = tu_pack_infer (buf, sizeof buf, model, f, n, rows, id, 0);
+    ck_assert_uint_gt (len, 0);
+    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
+}
+
+/* The server still answers a good request. */
+static void s_still_serving (void)
+{
+    void *s = s_dealer (s_fx.endpoint[1], 10000);
+    float f[512];
+    for (int i = 0; i < 512; i++)
+        f[i] = rng_uniform (&s_seed, -1, 1);
+    s_send_infer (s, "tick_mlp", f, 512, 1, 7);
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__InferReply *rep = s_recv_infer (s, &r);
+    ck_assert_ptr_nonnull (rep);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    ck_assert_uint_eq (rep->request_id, 7);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+}
+
+static long s_rss_kib (pid_t pid)
+{
+    char path[64], line[256];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *f = fopen (path, "r");
+    long kib = -1;
+    while (f && fgets (line, sizeof line, f))
+        if (strncmp (line, "VmRSS:", 6) == 0)
+            kib = strtol (line + 6, NULL, 10);
+    if (f)
+        fclose (f);
+    return kib;
+}
+
+START_TEST (million_empty_frames_refused_and_memory_given_back)
+{
+    s_still_serving ();
+    long before = s_rss_kib (s_fx.server);
+    void *s = s_dealer (s_fx.endpoint[0], 60000);
+    const int frames = 2000000;
+    for (int i = 0; i < frames; i++)
+        ck_assert_int_eq (zmq_send (s, "", 0, ZMQ_SNDMORE), 0);
+    ck_assert_int_eq (zmq_send (s, "x", 1, 0), 1);
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__InferReply *rep = s_recv_infer (s, &r);
+    ck_assert_ptr_nonnull (rep);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    /* the real count: the sender's frames and the routing id ROUTER put in front */
+    ck_assert_str_eq (rep->error, "message: 2000002 frames (6 bytes); expected the envelope and one payload frame, "
+                                  "at most 16 frames");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    long after = s_rss_kib (s_fx.server);
+    /* libzmq held every frame (~128 MB of them) before handing the first over; they went back. */
+    ck_assert_msg (after - before < 32 * 1024, "resident memory grew from %ld to %ld KiB", before, after);
+    zmq_close (s);
+    s_still_serving ();
+}
+END_TEST
+
+START_TEST (many_frames_or_bytes_answered_on_the_routing_id_alone)
+{
+    void *s = s_dealer (s_fx.endpoint[0], 10000);
+    /* 16 frames from the sender (17 with the routing id): one more than the server keeps. */
+    for (int i = 0; i < 15; i++)
+        zmq_send (s, "abc", 3, ZMQ_SNDMORE);
+    zmq_send (s, "payload", 7, 0);
+    Sigserve__V1__Reply *r;
+    zmq_msg_t msg;
+    zmq_msg_init (&msg);
+    ck_assert_int_ge (zmq_msg_recv (&msg, s, 0), 0);
+    ck_assert (!zmq_msg_more (&msg));       /* one frame back: nothing of the sender's echoed */
+    r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert_str_eq (r->infer->error, "message: 17 frames (57 bytes); expected the envelope and one payload frame, "
+                                       "at most 16 frames");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    /* 15 frames of 60 kB: each under the 64 KiB frame limit, the message 900 kB over it. */
+    static char big[60000];
+    memset (big, 'a', sizeof big);
+    for (int i = 0; i < 14; i++)
+        zmq_send (s, big, sizeof big, ZMQ_SNDMORE);
+    zmq_send (s, big, sizeof big, 0);
+    zmq_msg_init (&msg);
+    ck_assert_int_ge (zmq_msg_recv (&msg, s, 0), 0);
+    ck_assert (!zmq_msg_more (&msg));
+    ck_assert_uint_lt (zmq_msg_size (&msg), 512);     /* no envelope echoed back */
+    r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert_str_eq (r->infer->error, "message: 900005 bytes in 16 frames; expected at most "
+                                       "server.max_message_bytes = 65536 bytes over the whole message");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+    /* A REQ client's delimiter stays in the short envelope: its REQ socket accepts the reply. */
+    void *q = zmq_socket (s_ctx, ZMQ_REQ);
+    int timeout = 10000, linger = 0;
+    zmq_setsockopt (q, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt (q, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_connect (q, s_fx.endpoint[0]);
+    for (int i = 0; i < 15; i++)
+        zmq_send (q, "z", 1, ZMQ_SNDMORE);
+    zmq_send (q, "z", 1, 0);
+    zmq_msg_init (&msg);
+    ck_assert_int_ge (zmq_msg_recv (&msg, q, 0), 0);
+    r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert_ptr_nonnull (strstr (r->infer->error, "message: 18 frames"));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (q);
+    s_still_serving ();
+}
+END_TEST
+
+/* True when S is valid UTF-8. */
+static bool s_utf8 (const char *s)
+{
+    const unsigned char *p = (const unsigned char *) s;
+    while (*p) {
+        int n = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2 : (*p & 0xf8) == 0xf0 ? 3 : -1;
+        if (n < 0)
+            return false;
+        p++;
+        for (int i = 0; i < n; i++, p++)
+            if ((*p & 0xc0) != 0x80)
+                return false;
+    }
+    return true;
+}
+
+START_TEST (error_texts_stay_valid_utf8)
+{
+    void *s = s_dealer (s_fx.endpoint[0], 10000);
+    float f[4] = { 1, 2, 3, 4 };
+    /* Control bytes, a quote, and a multi-byte character cut at the 64-byte limit of the echo. */
+    char name[100];
+    memset (name, 'n', sizeof name);
+    memcpy (name, "\x01\"ab\\", 5);
+    memcpy (name + 62, "\xc3\xa9", 2);     /* an e-acute straddling byte 64 */
+    name[99] = '\0';
+    s_send_infer (s, name, f, 4, 1, 3);
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__InferReply *rep = s_recv_infer (s, &r);
+    ck_assert_ptr_nonnull (rep);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_UNKNOWN_MODEL);
+    ck_assert_msg (s_utf8 (rep->error), "%s", rep->error);
+    const char *start = "model: \"\\x01\\\"ab\\\\nnnnn";
+    ck_assert_msg (strncmp (rep->error, start, strlen (start)) == 0, "%s", rep->error);
+    ck_assert_ptr_nonnull (strstr (rep->error, "\\xc3\\xa9..."));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+}
+END_TEST
+
+START_TEST (non_finite_outputs_answered_internal)
+{
+    /* "huge" is odd's weights with no activation on the first layer: features of 3e38 are finite,
+     * but sums of them overflow float32. */
+    void *s = s_dealer (s_fx.endpoint[0], 10000);
+    float f[33];
+    for (int i = 0; i < 33; i++)
+        f[i] = 3e38f;
+    s_send_infer (s, "huge", f, 33, 1, 9);
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__InferReply *rep = s_recv_infer (s, &r);
+    ck_assert_ptr_nonnull (rep);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_INTERNAL);
+    ck_assert_uint_eq (rep->n_outputs, 0);
+    ck_assert_msg (strncmp (rep->error, "non-finite output: outputs[", 27) == 0, "%s", rep->error);
+    ck_assert_ptr_nonnull (strstr (rep->error, "of model \"huge\" is "));
+    ck_assert_ptr_nonnull (strstr (rep->error, " for finite features (float32 overflow); not returned"));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+    s_still_serving ();
+}
+END_TEST
+
+START_TEST (full_client_pipe_counted_and_warned_once_a_second)
+{
+    /* A client that sends and never reads, with the smallest receive queue: replies (4 KiB each,
+     * 20 MB in all) pile up in the buffers and the pipe until ZeroMQ refuses them. The server's log
+     * then says so, at warn level, not once per reply. */
+    int p0 = tu_free_port (), p1 = tu_free_port ();
+    char *path = tu_fixture_config (&s_fx, "pipe.json", p0, p1);
+    char ep[64], log[2400];
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", p0);
+    snprintf (log, sizeof log, "%s/pipe.log", s_fx.dir);
+    char sed[5000];
+    snprintf (sed, sizeof sed, "sed -i 's/\"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15,/&"
+             " \"queue_depth\": 8192,/' %s", path);
+    ck_assert_int_eq (system (sed), 0);     /* every request admitted: its reply is what piles up */
+    setenv ("SIGSERVE_TEST_LOG", "info", 1);     /* the warnings, and the "stopped:" counts */
+    pid_t pid = tu_server_start_logged (path, ep, 30000, log);
+    ck_assert_int_gt (pid, 0);
+    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
+    int hwm = 1, linger = 0, rcvbuf = 4096;
+    zmq_setsockopt (s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt (s, ZMQ_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_connect (s, ep);
+    float f[1024] = { 0.5f };
+    for (int i = 0; i < 5000; i++)
+        s_send_infer (s, "slow", f, 1024, 1, (uint64_t) i);
+    /* Wait until the server has computed them all (its list says so), however slow this machine. */
+    void *probe = s_dealer (ep, 10000);
+    uint64_t done = 0;
+    for (int tries = 0; tries < 600 && done < 5000; tries++) {
+        Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+        Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
+        req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
+        req.list_models = &l;
+        uint8_t buf[64];
+        size_t len = sigserve__v1__request__pack (&req, buf);
+        zmq_send (probe, buf, len, 0);
+        zmq_msg_t msg;
+        zmq_msg_init (&msg);
+        ck_assert_int_ge (zmq_msg_recv (&msg, probe, 0), 0);
+        Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+        zmq_msg_close (&msg);
+        for (size_t m = 0; m < r->list_models->n_models; m++)
+            if (strcmp (r->list_models->models[m]->name, "slow") == 0)
+                done = r->list_models->models[m]->instance_states[0]->requests;
+        sigserve__v1__reply__free_unpacked (r, NULL);
+        usleep (50000);
+    }
+    ck_assert_uint_eq (done, 5000);
+    zmq_close (probe);
+    zmq_close (s);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    FILE *fl = fopen (log, "r");
+    char line[2048];
+    int warnings = 0;
+    unsigned long long failures = 0, received = 0, replied = 0;
+    while (fl && fgets (line, sizeof line, fl)) {
+        if (strstr (line, "reply not sent on") && strstr (line, "the client's queue is full: it is not reading"))
+            warnings++;
+        const char *p = strstr (line, "stopped: ");
+        unsigned long long admitted, infer, dropped;
+        if (p)
+            sscanf (p, "stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), %llu send failures, "
+                       "%llu dropped", &received, &admitted, &replied, &infer, &failures, &dropped);
+    }
+    if (fl)
+        fclose (fl);
+    ck_assert_uint_gt (failures, 100);      /* thousands of replies lost... */
+    ck_assert_int_ge (warnings, 1);         /* ...said at warn level... */
+    ck_assert_int_le (warnings, 5);         /* ...once a second, not once each */
+    ck_assert_uint_eq (replied + failures, received);
+    free (path);
+}
+END_TEST
+
+START_TEST (live_ipc_path_is_never_taken_over)
+{
+    char ipc[2300], cfg[8192];
+    snprintf (ipc, sizeof ipc, "ipc://%s/s.ipc", s_fx.dir);
+    for (int k = 0; k < 2; k++) {
+        snprintf (cfg, sizeof cfg,
+                  "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"warn\", \"ipc_mode\": \"0640\" },"
+                  "  \"models\": [ { \"name\": \"m\", \"backend\": \"cpu\", \"weights\": \"%s/models/tick_mlp.safetensors\","
+                  "    \"layers\": [ { \"weight\": \"0.weight\" }, { \"weight\": \"2.weight\" }, { \"weight\": \"4.weight\" } ] } ] }",
+                  ipc, tu_build_abs ());
+        char *path = tu_write_file (s_fx.dir, k ? "ipc2.json" : "ipc1.json", cfg, -1);
+        free (path);
+    }
+    char p1[2400], p2[2400];
+    snprintf (p1, sizeof p1, "%s/ipc1.json", s_fx.dir);
+    snprintf (p2, sizeof p2, "%s/ipc2.json", s_fx.dir);
+    pid_t first = tu_server_start (p1, ipc, 30000);
+    ck_assert_int_gt (first, 0);
+    struct stat st;
+    ck_assert_int_eq (stat (ipc + 6, &st), 0);
+    ck_assert_int_eq (st.st_mode & 0777, 0640);
+    char cmd[5000], out[4096] = "";
+    snprintf (cmd, sizeof cmd, "%s/sigserve --config %s 2>&1", tu_build_dir (), p2);
+    FILE *p = popen (cmd, "r");
+    size_t n = fread (out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    ck_assert_int_eq (WEXITSTATUS (pclose (p)), 1);
+    ck_assert_msg (strstr (out, "another process is serving on it (a live socket); stop it or choose another path"),
+                   "%s", out);
+    /* The first still has it. */
+    void *s = s_dealer (ipc, 10000);
+    float f[512] = { 0.1f };
+    s_send_infer (s, "m", f, 512, 1, 5);
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__InferReply *rep = s_recv_infer (s, &r);
+    ck_assert_ptr_nonnull (rep);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+    ck_assert_int_eq (tu_server_stop (first), 0);
+    /* Stopped, the path is free (or a stale file): a new server binds it. */
+    pid_t second = tu_server_start (p2, ipc, 30000);
+    ck_assert_int_gt (second, 0);
+    ck_assert_int_eq (tu_server_stop (second), 0);
+}
+END_TEST
+
+START_TEST (per_client_in_flight_limit)
+{
+    int p0 = tu_free_port (), p1 = tu_free_port ();
+    char *path = tu_fixture_config (&s_fx, "inflight.json", p0, p1);
+    char cmd[5000];
+    snprintf (cmd, sizeof cmd, "sed -i 's/\"stats_interval_s\": 0/\"stats_interval_s\": 0, \"max_inflight_per_client\": 3/' %s",
+              path);
+    ck_assert_int_eq (system (cmd), 0);
+    char ep[64];
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", p0);
+    pid_t pid = tu_server_start (path, ep, 30000);
+    ck_assert_int_gt (pid, 0);
+    void *s = s_dealer (ep, 30000);
+    void *other = s_dealer (ep, 30000);
+    float *f = calloc (15 * 1024, sizeof (float));
+    /* Ten slow requests at once from one client: three admitted, seven refused; another client is
+     * not counted against it. */
+    kill (pid, SIGSTOP);
+    for (int i = 0; i < 10; i++) {
+        uint8_t buf[70000];
+        size_t len = tu_pack_infer (buf, sizeof buf, "slow", f, 15 * 1024, 15, (uint64_t) i, 0);
+        zmq_send (s, buf, len, 0);
+    }
+    kill (pid, SIGCONT);
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 10; i++) {
+        Sigserve__V1__Reply *r;
+        Sigserve__V1__InferReply *rep = s_recv_infer (s, &r);
+        ck_assert_ptr_nonnull (rep);
+        if (rep->status == SIGSERVE__V1__STATUS__STATUS_OVERLOADED) {
+            ck_assert_str_eq (rep->error, "client: 3 requests in flight, the most server.max_inflight_per_client "
+                                          "allows; wait for replies before sending more");
+            refused++;
+        } else {
+            ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
+            ok++;
+        }
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    ck_assert_int_ge (ok, 3);       /* three at once; more once earlier ones were answered */
+    ck_assert_int_ge (refused, 1);
+    float g[512] = { 0.2f };
+    s_send_infer (other, "tick_mlp", g, 512, 1, 1);
+    Sigserve__V1__Reply *r;
+    ck_assert_int_eq (s_recv_infer (other, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    free (f);
+    zmq_close (s);
+    zmq_close (other);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    free (path);
+}
+END_TEST
+
+static void s_ctx_new (void) { s_ctx = zmq_ctx_new (); }
+static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
+
+static void s_setup (void)
+{
+    const tu_fixture_options_t options = { .tick_backend = "cpu", .odd_kernel = "loop", .slow = true,
+                                           .extra_models = EXTRA_MODELS };
+    tu_fixture_setup (&s_fx, &options);
+}
+
+static void s_teardown (void) { tu_fixture_teardown (&s_fx); }
+
+int main (void)
+{
+    Suite *s = suite_create ("hardening");
+    TCase *tc = tcase_create ("server");
+    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+    tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
+    tcase_set_timeout (tc, 180);
+    tcase_add_test (tc, many_frames_or_bytes_answered_on_the_routing_id_alone);
+    tcase_add_test (tc, error_texts_stay_valid_utf8);
+    tcase_add_test (tc, non_finite_outputs_answered_internal);
+    tcase_add_test (tc, per_client_in_flight_limit);
+    tcase_add_test (tc, live_ipc_path_is_never_taken_over);
+    tcase_add_test (tc, full_client_pipe_counted_and_warned_once_a_second);
+    tcase_add_test (tc, million_empty_frames_refused_and_memory_given_back);
+    suite_add_tcase (s, tc);
+    return tu_run_suite (s);
+}
