@@ -4,6 +4,7 @@
 
 #include "autoselect.h"
 #include "log.h"
+#include "numa.h"
 #include "weights.h"
 
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backend_cuda.h"
+#include <cuda_runtime_api.h>
 #endif
 
 /* Bytes a packed InferRequest adds to its features: request id, model name, rows, deadline, tags. */
@@ -92,7 +94,18 @@ static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const we
     in->model = m;
     in->index = index;
     in->device = m->iface == &backend_cpu_iface ? -1 : cfg->devices[index % cfg->device_count];
-    in->cpu = cfg->cpu_count ? cfg->cpus[index % cfg->cpu_count] : -1;
+    if (cfg->cpu_count) {
+        in->cpus[0] = cfg->cpus[index % cfg->cpu_count];
+        in->cpu_count = 1;
+    }
+#ifdef SIGSERVE_HAVE_CUDA
+    else if (in->device >= 0) {
+        /* By default a GPU's workers run on the CPUs of its NUMA node (sysfs). */
+        char bus[32];
+        if (cudaDeviceGetPCIBusId (bus, sizeof bus, in->device) == cudaSuccess)
+            in->cpu_count = numa_device_cpus ("/sys", bus, in->cpus, CONFIG_MAX_CPUS);
+    }
+#endif
     atomic_init (&in->stop, false);
     atomic_init (&in->abort, false);
     atomic_init (&in->available, true);
@@ -190,15 +203,17 @@ model_t *model_new (const model_config_t *cfg, uint32_t max_message_bytes, bool 
         int slot = stats_slot (stats, cfg->name);
         m->stats_slot = slot < 0 ? STATS_UNKNOWN : slot;
     }
-    char placement[256] = "";
+    char placement[512] = "";
     size_t used = 0;
     for (uint32_t i = 0; i < m->instance_count && used < sizeof placement; i++) {
         const instance_t *in = &m->instances[i];
-        used += (size_t) snprintf (placement + used, sizeof placement - used, "%s%s%d%s", i ? ", " : "",
-                                   in->device >= 0 ? "gpu " : "", in->device >= 0 ? in->device : (int) i,
-                                   in->cpu >= 0 ? "" : "");
-        if (in->cpu >= 0 && used < sizeof placement)
-            used += (size_t) snprintf (placement + used, sizeof placement - used, "@cpu%d", in->cpu);
+        char where[32] = "cpu";
+        if (in->device >= 0)
+            snprintf (where, sizeof where, "gpu %d", in->device);
+        used += (size_t) snprintf (placement + used, sizeof placement - used, "%s%s", i ? ", " : "", where);
+        if (in->cpu_count && used < sizeof placement)
+            used += (size_t) snprintf (placement + used, sizeof placement - used, " on cpu %d%s", in->cpus[0],
+                                       in->cpu_count > 1 ? "+" : "");
     }
     log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
               "queue_depth %u, %u instance(s) [%s]", m->cfg.name, m->cfg.version, m->input_size, m->output_size,

@@ -16,7 +16,8 @@ typedef struct {
     model_t *model;
     uint32_t index;
     int device;                         /* CUDA device, -1 on the CPU */
-    int cpu;                            /* pinned to this CPU, -1 when not pinned */
+    size_t cpu_count;                   /* CPUs it is pinned to (0: not pinned) */
+    int cpus[CONFIG_MAX_CPUS];          /* cpus[i % n] of the model, or the GPU's NUMA node */
     backend_model_t *impl;              /* this instance's backend context */
     ring_t requests;                    /* front -> worker: admitted jobs */
     ring_t done;                        /* worker -> front: finished jobs */

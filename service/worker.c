@@ -169,7 +169,7 @@ void *worker_main (void *arg)
     char role[16], err[256];
     snprintf (role, sizeof role, "w%u-%.10s", in->index % 1000, m->cfg.name);
     threads_set_role (role);
-    if (in->cpu >= 0 && threads_pin (in->cpu, err, sizeof err) != 0)
+    if (in->cpu_count && threads_pin_set (in->cpus, in->cpu_count, err, sizeof err) != 0)
         log_warn ("model %s instance %u: %s; running unpinned", m->cfg.name, in->index, err);
     const uint64_t keep_warm_ns = (uint64_t) m->cfg.keep_warm_us * 1000;
     uint64_t last_active = clock_now_ns ();
