@@ -24,9 +24,28 @@ typedef struct {
     sig_status_t (*infer) (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
     const char *(*kernel_name) (const backend_model_t *m);
     void (*destroy) (backend_model_t **m_p);
+    /* Streaming LSTM models only (NULL elsewhere). A stream's window and precomputed state live in
+     * slot SLOT (0 <= SLOT < backend_stream_slots (cfg)), which the worker assigns.
+     * stream_reset: the window all zeros (its state: the LSTM run over window - 1 zero steps).
+     * stream_step: the critical path: appends step X (step_size floats) to the window and writes
+     *   the output for the window ending at X (OUT: output_size floats), from the state
+     *   stream_advance left (one step per layer, then the head).
+     * stream_advance: after the reply went out: the state of the last window - 1 steps from a
+     *   zero start, ready for the next step. */
+    void (*stream_reset) (backend_model_t *m, uint32_t slot);
+    sig_status_t (*stream_step) (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err,
+                                 size_t errlen);
+    void (*stream_advance) (backend_model_t *m, uint32_t slot);
 } backend_iface_t;
 
 extern const backend_iface_t backend_cpu_iface;
+
+/* Stream slots one instance holds: max_streams over the instances, rounded up (a stream lives on
+ * the instance stream_id % instances). */
+static inline uint32_t backend_stream_slots (const model_config_t *cfg)
+{
+    return (cfg->max_streams + cfg->instances - 1) / (cfg->instances ? cfg->instances : 1);
+}
 
 /* The most rows one infer call takes: a request's max_rows, or a batch of several requests. */
 static inline uint32_t backend_rows (const model_config_t *cfg)

@@ -1,6 +1,7 @@
 /* Dense-layer weights: loading from safetensors with every shape checked against the chain.
  * (Random weights and the float64 reference are test and tool support: support/reference.c.) */
 #include "weights.h"
+#include "lstm.h"
 #include "status.h"
 #include "safetensors.h"
 
@@ -43,9 +44,8 @@ void weights_finish (weights_t *self)
 /* ---------------------------------------------------------------------------------------------
  * Loading */
 
-/* The tensor NAME, or NULL with an error that lists what the file does have. */
-static const st_tensor_t *s_find (const safetensors_t *st, const model_config_t *cfg,
-                                  const char *name, char *err, size_t errlen)
+const st_tensor_t *weights_find_tensor (const safetensors_t *st, const model_config_t *cfg, const char *name,
+                                        char *err, size_t errlen)
 {
     const st_tensor_t *t = safetensors_find (st, name);
     if (t)
@@ -62,74 +62,71 @@ static const st_tensor_t *s_find (const safetensors_t *st, const model_config_t 
     return NULL;
 }
 
-/* Checks the weight W of layer I is [out, in] with sizes that fit uint32 and chain on from
- * PREV_OUT (0 for the first layer). */
-static int s_check_weight (const model_config_t *cfg, size_t i, const st_tensor_t *w,
-                           uint32_t prev_out, char *err, size_t errlen)
+/* Checks the weight W at WHERE is [out, in] with sizes that fit uint32 and IN_EXPECTED columns
+ * (0: any), IN_MEANING saying why in a message. */
+static int s_check_weight (const model_config_t *cfg, const char *where, const st_tensor_t *w,
+                           uint32_t in_expected, const char *in_meaning, char *err, size_t errlen)
 {
     char shape[160];
     safetensors_format_shape (w->shape, w->ndim, shape, sizeof shape);
     if (w->ndim != 2) {
-        sig_set_error (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected 2 "
-                "dimensions [out, in]", cfg->name, i, w->name, shape);
+        sig_set_error (err, errlen, "model \"%s\": %s.weight \"%s\" has shape %s, expected 2 "
+                "dimensions [out, in]", cfg->name, where, w->name, shape);
         return -1;
     }
     for (int d = 0; d < 2; d++)
         if (w->shape[d] < 1 || w->shape[d] > UINT32_MAX) {
-            sig_set_error (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected "
-                    "sizes from 1 to %" PRIu32, cfg->name, i, w->name, shape, UINT32_MAX);
+            sig_set_error (err, errlen, "model \"%s\": %s.weight \"%s\" has shape %s, expected "
+                    "sizes from 1 to %" PRIu32, cfg->name, where, w->name, shape, UINT32_MAX);
             return -1;
         }
-    if (i > 0 && w->shape[1] != prev_out) {
-        sig_set_error (err, errlen, "model \"%s\": layers[%zu].weight \"%s\" has shape %s, expected [*, %"
-                PRIu32 "] (the previous layer's output size)", cfg->name, i, w->name, shape, prev_out);
+    if (in_expected && w->shape[1] != in_expected) {
+        sig_set_error (err, errlen, "model \"%s\": %s.weight \"%s\" has shape %s, expected [*, %"
+                PRIu32 "] (%s)", cfg->name, where, w->name, shape, in_expected, in_meaning);
         return -1;
     }
     return 0;
 }
 
-static int s_check_bias (const model_config_t *cfg, size_t i, const st_tensor_t *b, uint64_t out,
+static int s_check_bias (const model_config_t *cfg, const char *where, const st_tensor_t *b, uint64_t out,
                          char *err, size_t errlen)
 {
     if (b->ndim == 1 && b->shape[0] == out)
         return 0;
     char shape[160];
-    sig_set_error (err, errlen, "model \"%s\": layers[%zu].bias \"%s\" has shape %s, expected [%" PRIu64
-            "] (the weight's output size)", cfg->name, i, b->name,
+    sig_set_error (err, errlen, "model \"%s\": %s.bias \"%s\" has shape %s, expected [%" PRIu64
+            "] (the weight's output size)", cfg->name, where, b->name,
             safetensors_format_shape (b->shape, b->ndim, shape, sizeof shape), out);
     return -1;
 }
 
-/* A malloc'd f32 copy of T, checked to be finite; NULL with ERR. A non-zero ROW_LEN (a matrix's
- * row length) lets the message give a bad element's row and column. */
-static float *s_read (const model_config_t *cfg, size_t i, const char *what, const st_tensor_t *t,
-                      uint64_t row_len, char *err, size_t errlen)
+float *weights_read_tensor (const model_config_t *cfg, const char *where, const char *what, const st_tensor_t *t,
+                            uint64_t row_len, char *err, size_t errlen)
 {
     if (t->numel > SIZE_MAX / sizeof (float)) {
-        sig_set_error (err, errlen, "model \"%s\": layers[%zu].%s \"%s\" is too large", cfg->name, i, what, t->name);
+        sig_set_error (err, errlen, "model \"%s\": %s.%s \"%s\" is too large", cfg->name, where, what, t->name);
         return NULL;
     }
     float *dst = malloc ((size_t) (t->numel ? t->numel : 1) * sizeof (float));
     char why[256];
     if (!dst) {
-        sig_set_error (err, errlen, "model \"%s\": layers[%zu].%s \"%s\": out of memory for %" PRIu64
-                " floats", cfg->name, i, what, t->name, t->numel);
+        sig_set_error (err, errlen, "model \"%s\": %s.%s \"%s\": out of memory for %" PRIu64
+                " floats", cfg->name, where, what, t->name, t->numel);
         return NULL;
     }
     if (safetensors_read_f32 (t, dst, why, sizeof why) != 0) {
-        sig_set_error (err, errlen, "model \"%s\": layers[%zu].%s: %s", cfg->name, i, what, why);
+        sig_set_error (err, errlen, "model \"%s\": %s.%s: %s", cfg->name, where, what, why);
         free (dst);
         return NULL;
     }
     for (uint64_t k = 0; k < t->numel; k++)
         if (!isfinite (dst[k])) {
             /* a NaN or Inf weight would turn every output into NaN; refuse the model instead */
-            char where[64] = "";
+            char at[64] = "";
             if (row_len)
-                snprintf (where, sizeof where, " (row %" PRIu64 ", column %" PRIu64 ")",
-                          k / row_len, k % row_len);
-            sig_set_error (err, errlen, "model \"%s\": layers[%zu].%s \"%s\" element %" PRIu64 "%s is %s, "
-                    "expected a finite value", cfg->name, i, what, t->name, k, where,
+                snprintf (at, sizeof at, " (row %" PRIu64 ", column %" PRIu64 ")", k / row_len, k % row_len);
+            sig_set_error (err, errlen, "model \"%s\": %s.%s \"%s\" element %" PRIu64 "%s is %s, "
+                    "expected a finite value", cfg->name, where, what, t->name, k, at,
                     isnan (dst[k]) ? "NaN" : dst[k] > 0 ? "inf" : "-inf");
             free (dst);
             return NULL;
@@ -137,36 +134,62 @@ static float *s_read (const model_config_t *cfg, size_t i, const char *what, con
     return dst;
 }
 
-static int s_load_layer (weights_t *self, size_t i, const model_config_t *cfg,
-                         const safetensors_t *st, char *err, size_t errlen)
+int weights_read_dense (const safetensors_t *st, const model_config_t *cfg, const char *where,
+                        const layer_config_t *lc, uint32_t in_expected, const char *in_meaning, dense_layer_t *layer,
+                        char *err, size_t errlen)
 {
-    const layer_config_t *lc = &cfg->layers[i];
-    dense_layer_t *layer = &self->layers[i];
-    uint32_t prev_out = i > 0 ? self->layers[i - 1].out : 0;
-    const st_tensor_t *w = s_find (st, cfg, lc->weight, err, errlen);
-    if (!w || s_check_weight (cfg, i, w, prev_out, err, errlen) != 0)
+    const st_tensor_t *w = weights_find_tensor (st, cfg, lc->weight, err, errlen);
+    if (!w || s_check_weight (cfg, where, w, in_expected, in_meaning, err, errlen) != 0)
         return -1;
     layer->out = (uint32_t) w->shape[0];
     layer->in = (uint32_t) w->shape[1];
     layer->activation = lc->activation;
-    if (!(layer->weight = s_read (cfg, i, "weight", w, layer->in, err, errlen)))
+    if (!(layer->weight = weights_read_tensor (cfg, where, "weight", w, layer->in, err, errlen)))
         return -1;
     if (lc->bias[0] == 0) {     /* no bias named: the layer adds zeros */
         layer->bias = calloc (layer->out, sizeof *layer->bias);
         if (!layer->bias)
-            sig_set_error (err, errlen, "model \"%s\": layers[%zu]: out of memory", cfg->name, i);
+            sig_set_error (err, errlen, "model \"%s\": %s: out of memory", cfg->name, where);
         return layer->bias ? 0 : -1;
     }
-    const st_tensor_t *b = s_find (st, cfg, lc->bias, err, errlen);
-    if (!b || s_check_bias (cfg, i, b, layer->out, err, errlen) != 0)
+    const st_tensor_t *b = weights_find_tensor (st, cfg, lc->bias, err, errlen);
+    if (!b || s_check_bias (cfg, where, b, layer->out, err, errlen) != 0)
         return -1;
-    layer->bias = s_read (cfg, i, "bias", b, 0, err, errlen);
+    layer->bias = weights_read_tensor (cfg, where, "bias", b, 0, err, errlen);
     return layer->bias ? 0 : -1;
+}
+
+static int s_load_layer (weights_t *self, size_t i, const model_config_t *cfg,
+                         const safetensors_t *st, char *err, size_t errlen)
+{
+    char where[32];
+    snprintf (where, sizeof where, "layers[%zu]", i);
+    return weights_read_dense (st, cfg, where, &cfg->layers[i], i > 0 ? self->layers[i - 1].out : 0,
+                               "the previous layer's output size", &self->layers[i], err, errlen);
 }
 
 weights_t *weights_load (const model_config_t *cfg, char *err, size_t errlen)
 {
     assert (cfg);
+    if (cfg->type == MODEL_TYPE_LSTM) {
+        weights_t *self = calloc (1, sizeof *self);
+        if (!self) {
+            sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+            return NULL;
+        }
+        self->type = MODEL_TYPE_LSTM;
+        if (!(self->lstm = lstm_weights_load (cfg, err, errlen))) {
+            free (self);
+            return NULL;
+        }
+        const lstm_weights_t *l = self->lstm;
+        self->input_size = l->window * l->step_size;
+        self->output_size = l->head.out;
+        self->widest = l->step_size > l->hidden ? l->step_size : l->hidden;
+        if (l->head.out > self->widest)
+            self->widest = l->head.out;
+        return self;
+    }
     if (cfg->layer_count < 1 || cfg->layer_count > CONFIG_MAX_LAYERS) {
         sig_set_error (err, errlen, "model \"%s\": %zu layers, expected 1 to %d", cfg->name,
                 cfg->layer_count, CONFIG_MAX_LAYERS);
@@ -197,6 +220,7 @@ void weights_destroy (weights_t **self_p)
     if (!self_p || !*self_p)
         return;
     weights_t *self = *self_p;
+    lstm_weights_destroy (&self->lstm);
     for (size_t i = 0; self->layers && i < self->layer_count; i++) {
         free (self->layers[i].weight);
         free (self->layers[i].bias);
