@@ -26,6 +26,15 @@ bool dispatch_queue_full (model_t *m) { return dispatch_queued (m) >= m->cfg.que
 
 int dispatch_submit (model_t *m, job_t *j)
 {
+    if (j->stream_id) {
+        /* A stream's steps always go to the instance that holds its window. */
+        instance_t *in = &m->instances[j->stream_id % m->instance_count];
+        if (!atomic_load_explicit (&in->available, memory_order_relaxed))
+            return -1;
+        ring_push (&in->requests, j);
+        waker_wake (&in->wake);
+        return 0;
+    }
     /* The least loaded available instance; ties go round-robin so equal instances share work. */
     instance_t *best = NULL;
     size_t best_load = (size_t) -1;

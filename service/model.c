@@ -4,6 +4,7 @@
 
 #include "autoselect.h"
 #include "log.h"
+#include "lstm.h"
 #include "numa.h"
 #include "weights.h"
 
@@ -121,6 +122,11 @@ static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const we
         sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", cfg->name, index);
         return -1;
     }
+    if (m->iface->stream_step
+        && !(in->streams = streams_new (backend_stream_slots (cfg), (uint64_t) cfg->stream_idle_s * 1000000000ull))) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u's streams", cfg->name, index);
+        return -1;
+    }
     in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
     return in->impl ? 0 : -1;
 }
@@ -178,6 +184,10 @@ model_t *model_new (const model_config_t *cfg, uint32_t max_message_bytes, bool 
     }
     m->input_size = w->input_size;
     m->output_size = w->output_size;
+    if (w->lstm) {
+        m->window = w->lstm->window;
+        m->step_size = w->lstm->step_size;
+    }
     m->max_rows = cfg->max_rows;
     m->batch_rows = cfg->max_batch_rows;
     if (!(m->iface = s_choose_backend (m, &m->cfg, w, err, errlen)))
@@ -250,6 +260,7 @@ void model_destroy (model_t **self_p)
         free (in->batch_out);
         free (in->warm_in);
         free (in->taken);
+        streams_destroy (&in->streams);
     }
     for (uint32_t i = 0; m->jobs && i < m->job_count; i++)
         for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
@@ -270,6 +281,9 @@ uint32_t model_input_size (const model_t *m) { return m->input_size; }
 uint32_t model_output_size (const model_t *m) { return m->output_size; }
 uint32_t model_max_rows (const model_t *m) { return m->max_rows; }
 uint32_t model_instance_count (const model_t *m) { return m->instance_count; }
+model_type_t model_type (const model_t *m) { return m->cfg.type; }
+uint32_t model_window (const model_t *m) { return m->window; }
+uint32_t model_step_size (const model_t *m) { return m->step_size; }
 const model_config_t *model_config (const model_t *m) { return &m->given; }
 int model_stats_slot (const model_t *m) { return m->stats_slot; }
 
@@ -300,6 +314,8 @@ void model_describe (model_t *m, Sigserve__V1__ModelInfo *info, Sigserve__V1__In
     info->n_candidates = m->candidate_count;
     info->candidates = m->candidate_ptrs;
     info->type = (char *) model_type_name (m->cfg.type);
+    info->window = m->window;
+    info->step_size = m->step_size;
     for (uint32_t i = 0; i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
         Sigserve__V1__InstanceInfo *ii = &instances[i];

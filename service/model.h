@@ -30,6 +30,10 @@ const char *model_kernel_name (const model_t *m);
 uint32_t model_input_size (const model_t *m);
 uint32_t model_output_size (const model_t *m);
 uint32_t model_max_rows (const model_t *m);
+model_type_t model_type (const model_t *m);
+/* LSTM: time steps of a window and features of one step (0 for an mlp). */
+uint32_t model_window (const model_t *m);
+uint32_t model_step_size (const model_t *m);
 uint32_t model_instance_count (const model_t *m);
 /* The configuration as given (before "auto" resolved the backend). */
 const model_config_t *model_config (const model_t *m);

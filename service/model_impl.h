@@ -5,6 +5,7 @@
 
 #include "model.h"
 #include "ring.h"
+#include "streams.h"
 #include "threads.h"
 
 #include <pthread.h>
@@ -34,13 +35,15 @@ typedef struct {
     bool have_warm;
     _Atomic uint64_t warm_runs;         /* keep_warm runs */
     job_t **taken;                      /* the batch being computed: up to max_batch_rows jobs */
+    streams_t *streams;                 /* LSTM: stream_id -> backend slot (NULL for other models) */
 } instance_t;
 
 struct _model_t {
     model_config_t given;               /* as configured: what a reload compares */
     model_config_t cfg;                 /* as loaded: backend, kernel and zero_copy resolved by auto */
     const backend_iface_t *iface;
-    uint32_t input_size, output_size;
+    uint32_t input_size, output_size;   /* lstm: input_size is a whole window (window x step_size) */
+    uint32_t window, step_size;         /* lstm; 0 for an mlp */
     uint32_t max_rows;                  /* rows one request may carry */
     uint32_t batch_rows;                /* rows one launch may carry (max_batch_rows) */
     bool busy_poll;                     /* workers spin instead of sleeping when idle */

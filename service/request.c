@@ -47,6 +47,26 @@ sig_status_t request_check_infer (model_registry_t *models, const Sigserve__V1__
     *model_p = m;
     uint32_t rows = req->rows ? req->rows : 1;
     uint32_t in = model_input_size (m);
+    if (req->stream_id && model_type (m) != MODEL_TYPE_LSTM) {
+        snprintf (err, errlen, "stream_id: model \"%s\" is of type %s, and only lstm models keep streams; send "
+                  "stream_id 0", model_name (m), model_type_name (model_type (m)));
+        return SIG_BAD_SHAPE;
+    }
+    if (req->stream_id) {
+        uint32_t step = model_step_size (m);
+        if (rows != 1) {
+            snprintf (err, errlen, "rows: a streaming request (stream_id %llu) carries one step of model \"%s\": "
+                      "expected 1, got %u", (unsigned long long) req->stream_id, model_name (m), rows);
+            return SIG_BAD_SHAPE;
+        }
+        if (req->n_features != step) {
+            snprintf (err, errlen, "features: expected one step of %u values for model \"%s\" (stream_id %llu), got "
+                      "%zu; a whole window of %u x %u goes with stream_id 0", step, model_name (m),
+                      (unsigned long long) req->stream_id, req->n_features, model_window (m), step);
+            return SIG_BAD_SHAPE;
+        }
+        in = step;
+    }
     if (rows > model_max_rows (m)) {
         snprintf (err, errlen, "rows: expected 1 to %u for model \"%s\", got %u", model_max_rows (m), model_name (m), rows);
         return SIG_BAD_SHAPE;
@@ -54,6 +74,12 @@ sig_status_t request_check_infer (model_registry_t *models, const Sigserve__V1__
     if (req->n_features % rows != 0) {
         snprintf (err, errlen, "features: %zu values do not divide into rows=%u rows of %u "
                   "(model \"%s\" takes %u features per row)", req->n_features, rows, in, model_name (m), in);
+        return SIG_BAD_SHAPE;
+    }
+    if (req->n_features != (size_t) rows * in && model_type (m) == MODEL_TYPE_LSTM) {
+        snprintf (err, errlen, "features: expected rows x window x step size = %u x %u x %u = %zu values for model "
+                  "\"%s\" (whole windows; one step goes with a stream_id), got %zu", rows, model_window (m),
+                  model_step_size (m), (size_t) rows * in, model_name (m), req->n_features);
         return SIG_BAD_SHAPE;
     }
     if (req->n_features != (size_t) rows * in) {

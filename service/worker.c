@@ -39,6 +39,8 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
     model_t *m = in->model;
     job_t *j;
     while (n < m->batch_rows && (j = ring_peek (&in->requests)) != NULL) {
+        if (j->stream_id)
+            break;      /* a stream step goes alone (s_stream_step), after what was taken */
         if (n > 0 && *rows + j->rows > m->batch_rows)
             break;
         ring_pop (&in->requests);
@@ -162,6 +164,63 @@ static void s_keep_warm (instance_t *in)
         atomic_fetch_add_explicit (&in->warm_runs, 1, memory_order_relaxed);
 }
 
+/* One step of an LSTM stream: the critical path (one step per layer from the state the last
+ * advance left), the reply handed to the front, and only then the advance for the next step. */
+static void s_stream_step (instance_t *in, job_t *j)
+{
+    model_t *m = in->model;
+    uint64_t now = clock_now_ns ();
+    j->t_start = now;
+    j->compute_ns = 0;
+    j->batch_rows = 0;
+    int slot = -1;
+    bool fresh = false;
+    if (atomic_load_explicit (&in->abort, memory_order_relaxed))
+        s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
+    else if (j->deadline_us && now - j->t_recv > (uint64_t) j->deadline_us * 1000) {
+        j->status = SIG_DEADLINE_EXCEEDED;
+        snprintf (j->error, sizeof j->error, "deadline_us: the request waited %.1f us, past its deadline of %u us; "
+                  "not run", (double) (now - j->t_recv) / 1e3, j->deadline_us);
+    } else if (!atomic_load_explicit (&in->available, memory_order_relaxed)) {
+        j->status = SIG_UNAVAILABLE;
+        snprintf (j->error, sizeof j->error, "model \"%s\" is unavailable on instance %u: %.200s", m->cfg.name,
+                  in->index, in->state);
+    } else if ((slot = streams_slot (in->streams, j->stream_id, now, &fresh)) < 0) {
+        j->status = SIG_OVERLOADED;
+        snprintf (j->error, sizeof j->error, "stream_id %llu: model \"%s\" holds max_streams = %u streams (%u on this "
+                  "instance) and none has been idle for stream_idle_s = %u s; a new stream is refused until one is",
+                  (unsigned long long) j->stream_id, m->cfg.name, m->cfg.max_streams,
+                  streams_active (in->streams), m->cfg.stream_idle_s);
+    } else {
+        if (fresh)
+            m->iface->stream_reset (in->impl, (uint32_t) slot);
+        char err[JOB_ERROR_MAX];
+        uint64_t t0 = clock_now_ns ();
+        sig_status_t st = m->iface->stream_step (in->impl, (uint32_t) slot, j->features, j->outputs, err, sizeof err);
+        uint64_t t1 = clock_now_ns ();
+        j->t_start = t0;
+        j->compute_ns = t1 - t0;
+        j->batch_rows = 1;
+        j->status = st;
+        if (st == SIG_OK) {
+            s_check_outputs (m, j);
+            atomic_fetch_add_explicit (&in->served, 1, memory_order_relaxed);
+        } else {
+            memcpy (j->error, err, sizeof j->error);
+            if (st == SIG_UNAVAILABLE && atomic_load (&in->available)) {
+                snprintf (in->state, sizeof in->state, "%.127s", err);
+                atomic_store (&in->available, false);
+                log_error ("model %s instance %u marked unavailable: %s", m->cfg.name, in->index, err);
+            }
+        }
+    }
+    s_finish (in, j);
+    if (m->front)
+        waker_wake (m->front);
+    if (slot >= 0 && j->status == SIG_OK)
+        m->iface->stream_advance (in->impl, (uint32_t) slot);
+}
+
 void *worker_main (void *arg)
 {
     instance_t *in = arg;
@@ -175,6 +234,13 @@ void *worker_main (void *arg)
     uint64_t last_active = clock_now_ns ();
     for (;;) {
         uint32_t rows = 0, finished = 0;
+        job_t *head = ring_peek (&in->requests);
+        if (head && head->stream_id) {
+            ring_pop (&in->requests);
+            s_stream_step (in, head);
+            last_active = clock_now_ns ();
+            continue;
+        }
         uint32_t n = s_take (in, 0, &rows, &finished);
         if (n > 0 && m->cfg.batch_delay_us && rows < m->batch_rows)
             n = s_gather_more (in, n, &rows, &finished);

@@ -1,0 +1,22 @@
+/* The LSTM streams one worker instance holds: stream_id -> backend slot, sized at load
+ * (backend_stream_slots), no allocation after. A stream idle for stream_idle_s gives its slot to
+ * a new one; with every slot busy and none idle, a new stream is refused (the caller answers
+ * OVERLOADED). Open addressing with backward-shift deletion. One worker thread only. */
+#ifndef SIGSERVE_STREAMS_H
+#define SIGSERVE_STREAMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct _streams_t streams_t;
+
+streams_t *streams_new (uint32_t slots, uint64_t idle_ns);
+void streams_destroy (streams_t **self_p);
+
+/* The slot of stream ID at time NOW: *FRESH is true when it was just given a slot (the caller
+ * resets it). -1 when every slot belongs to a stream active within idle_ns. */
+int streams_slot (streams_t *self, uint64_t id, uint64_t now, bool *fresh);
+/* Streams holding a slot. */
+uint32_t streams_active (const streams_t *self);
+
+#endif
