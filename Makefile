@@ -5,7 +5,7 @@
 BUILD    ?= build
 CC       ?= cc
 PYTHON   ?= /usr/bin/python3
-PKGS     := libzmq libprotobuf-c libcjson libsystemd
+PKGS     := libzmq libprotobuf-c libcjson libsystemd libmicrohttpd
 OPT      ?= -O3
 SAN      ?=
 CFLAGS   := -std=gnu11 $(OPT) -g -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-psabi -MMD -MP \
@@ -83,7 +83,7 @@ check: all
 bench: all
 	$(BUILD)/sigbench --weights $(DEMO) --cpu $(BENCH_CPU) --iterations $(BENCH_ITERATIONS)
 
-# The latency curves (PERF.md): sigserve on loopback with the default config, an echo floor and a
+# The latency curves (docs/perf.md): sigserve on loopback with the default config, an echo floor and a
 # rate sweep up to saturation; files under $(BUILD)/curves/ (tools/curves.sh says what it runs).
 curves: all
 	BUILD=$(BUILD) ./tools/curves.sh

@@ -1,4 +1,4 @@
-/* Latency distributions as PERF.md asks for them: p50, p90, p99, p99.9, min, max, mean and sd
+/* Latency distributions as docs/perf.md reports them: p50, p90, p99, p99.9, min, max, mean and sd
  * (nearest-rank percentiles over every sample), and markdown rows to print them. */
 #ifndef SIGSERVE_LATENCY_H
 #define SIGSERVE_LATENCY_H

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make curves: the latency curves of PERF.md, on loopback, in about a minute.
+# make curves: the latency curves of docs/perf.md, on loopback, in about a minute.
 #
 # Starts build/sigserve with the default config (config/sigserve.json) and a plain ZeroMQ echo
 # server (sigload --serve-echo) on a free port, then runs one sigload: an echo floor step (same
