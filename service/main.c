@@ -1,15 +1,18 @@
 /* sigserve: serve market-signal models over ZeroMQ.
  *
  * Threads: the front (server.c) owns the sockets; each model instance has a worker (worker.c);
- * this, the main thread, is the control thread: it waits for signals (SIGTERM/SIGINT: drain and
- * stop; SIGHUP: reload the configuration), watches the config file with --watch, writes the
- * periodic stats line, and destroys what reloads leave behind. Signals are blocked in every other
- * thread, so none of them is ever interrupted.
+ * with server.http, libmicrohttpd's threads answer metrics and probes (http.c), started before the
+ * models load and stopped last; this, the main thread, is the control thread: it waits for signals
+ * (SIGTERM/SIGINT: drain and stop; SIGHUP: reload the configuration), watches the config file with
+ * --watch, writes the periodic stats line, and destroys what reloads leave behind. Signals are
+ * blocked in every other thread, so none of them is ever interrupted.
  *
  * Exit codes: 0 clean stop or --check-config passed; 1 runtime failure (an endpoint cannot be
- * bound); 2 bad usage, bad configuration or a model that cannot load. */
+ * bound); 2 bad usage, bad configuration (server.http that cannot be bound included) or a model
+ * that cannot load. */
 #define _GNU_SOURCE
 #include "config.h"
+#include "http.h"
 #include "log.h"
 #include "notify.h"
 #include "registry.h"
@@ -140,6 +143,7 @@ typedef struct {
     config_t *cfg;                  /* the configuration being served */
     server_t *server;
     stats_t *stats;
+    http_t *http;                   /* NULL without server.http */
     struct timespec config_mtime;   /* --watch: the file as last loaded */
     off_t config_size;
     uint64_t last_stats;            /* the stats line: when, and the snapshots it diffs against */
@@ -170,7 +174,12 @@ static void s_reload (control_t *c, const char *why)
     notify_reloading ();
     s_remember_file (c);
     config_t *next = config_load (c->opt->config_path, err, sizeof err);
-    int rc = next ? server_reload (c->server, next, err, sizeof err) : -1;
+    int rc = -1;
+    if (next) {
+        http_reload_begin (c->http);
+        rc = server_reload (c->server, next, err, sizeof err);
+        http_reload_end (c->http);
+    }
     if (rc != 0) {
         log_error ("reload failed, nothing changed, the previous configuration keeps serving: %s", err);
         if (c->stats)
@@ -179,8 +188,10 @@ static void s_reload (control_t *c, const char *why)
     } else {
         if (c->stats)
             stats_count_reload (c->stats, true);
+        /* The level (unless --log-level set it) and the format apply at once. */
         if (strcmp (next->server.log_level, c->cfg->server.log_level) != 0 && !c->opt->level_override)
             s_apply_logging (next, NULL);
+        log_set_format (next->server.log_format);
         config_destroy (&c->cfg);
         c->cfg = next;
     }
@@ -200,6 +211,8 @@ static void s_stats_line (control_t *c, uint64_t now)
 {
     double seconds = (double) (now - c->last_stats) / 1e9;
     c->last_stats = now;
+    if (seconds <= 0)
+        seconds = 1e-9;     /* a rate must stay a finite JSON number */
     for (size_t slot = 0; slot < stats_slot_count (c->stats); slot++) {
         uint64_t total = 0;
         for (int st = 0; st < STATS_STATUS_COUNT; st++)
@@ -214,9 +227,10 @@ static void s_stats_line (control_t *c, uint64_t now)
         c->before[slot] = now_snap;
         if (delta == 0)
             continue;
-        char fields[512];
+        char fields[512], name[160];
+        log_json_escape (stats_slot_name (c->stats, slot), name, sizeof name);
         snprintf (fields, sizeof fields, "\"model\":\"%s\",\"requests\":%llu,\"rate_per_s\":%.1f,\"server_p50_us\":%.1f,"
-                  "\"server_p99_us\":%.1f", stats_slot_name (c->stats, slot), (unsigned long long) delta,
+                  "\"server_p99_us\":%.1f", name, (unsigned long long) delta,
                   (double) delta / seconds, (double) p50 / 1e3, (double) p99 / 1e3);
         log_write_fields (LOG_INFO, "stats", fields);
     }
@@ -233,6 +247,7 @@ static void s_control_loop (control_t *c, const sigset_t *signals)
         if (sig == SIGTERM || sig == SIGINT) {
             log_info ("%s: draining, then stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
             notify_stopping ();
+            http_draining (c->http);
             server_stop (c->server);
             return;
         }
@@ -297,9 +312,27 @@ int main (int argc, char **argv)
 
     stats_t *stats = stats_new ();
     stats_snapshot_t *before = calloc (STATS_SLOTS, sizeof *before);
-    model_registry_t *models = stats && before ? model_registry_load (cfg, stats, NULL, NULL, err, sizeof err) : NULL;
+    if (!stats || !before) {
+        log_error ("%s: out of memory", opt.config_path);
+        stats_destroy (&stats);
+        free (before);
+        config_destroy (&cfg);
+        return 2;
+    }
+    /* The HTTP endpoint comes up first, so probes get answers while the models load and warm
+     * ("loading models"), and a port that cannot be bound stops the start before that work. */
+    http_t *http = NULL;
+    if (!opt.check_only && cfg->server.http[0] && !(http = http_new (cfg->server.http, stats, err, sizeof err))) {
+        log_error ("%s: %s", opt.config_path, err);
+        stats_destroy (&stats);
+        free (before);
+        config_destroy (&cfg);
+        return 2;
+    }
+    model_registry_t *models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
     if (!models) {
-        log_error ("%s: %s", opt.config_path, stats && before ? err : "out of memory");
+        log_error ("%s: %s", opt.config_path, err);
+        http_destroy (&http);
         stats_destroy (&stats);
         free (before);
         config_destroy (&cfg);
@@ -325,9 +358,11 @@ int main (int argc, char **argv)
             log_error ("cannot start the front thread");
             rc = 1;
         } else {
+            http_attach (http, server);
             log_info ("sigserve %s ready", SIGSERVE_VERSION);
             notify_ready ("serving");
-            control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .before = before };
+            control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .http = http,
+                                  .before = before };
             s_remember_file (&control);
             s_control_loop (&control, &signals);
             pthread_join (thread, NULL);
@@ -335,9 +370,13 @@ int main (int argc, char **argv)
             models = server_models (server);
             rc = front.rc == 0 ? 0 : 1;
         }
+        /* The endpoint lets go of the server before it goes; it answers (draining) to the end. */
+        http_draining (http);
+        http_attach (http, NULL);
         server_destroy (&server);
     }
     model_registry_destroy (&models);
+    http_destroy (&http);
     stats_destroy (&stats);
     free (before);
     config_destroy (&cfg);

@@ -1,9 +1,12 @@
 #include "stats.h"
 
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #define NAME_MAX_BYTES 64
 
@@ -184,4 +187,82 @@ uint64_t stats_quantile_ns (const stats_snapshot_t *now, const stats_snapshot_t 
             return s_fine_upper (b);
     }
     return s_fine_upper (STATS_FINE_BUCKETS - 1);
+}
+
+/* ---------------------------------------------------------------- the process */
+
+/* The whole of a small /proc file, NUL-terminated; the length, or -1. */
+static long s_read_proc (const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen (path, "re");
+    if (!f)
+        return -1;
+    size_t n = fread (buf, 1, cap - 1, f);
+    fclose (f);
+    buf[n] = '\0';
+    return (long) n;
+}
+
+/* Seconds since the epoch at which the machine booted (/proc/stat's btime); 0 when unknown. */
+static double s_boot_time (void)
+{
+    FILE *f = fopen ("/proc/stat", "re");
+    if (!f)
+        return 0;
+    double btime = 0;
+    char line[512];
+    while (fgets (line, sizeof line, f))
+        if (strncmp (line, "btime ", 6) == 0) {
+            btime = strtod (line + 6, NULL);
+            break;
+        }
+    fclose (f);
+    return btime;
+}
+
+int stats_process (stats_process_t *out)
+{
+    memset (out, 0, sizeof *out);
+    int rc = 0;
+    long ticks = sysconf (_SC_CLK_TCK), page = sysconf (_SC_PAGESIZE);
+    char buf[1024];
+    /* /proc/self/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses, so the
+     * fields are counted from the last ')'. After it come fields 3 (state), 4, ... */
+    char *p = s_read_proc ("/proc/self/stat", buf, sizeof buf) > 0 ? strrchr (buf, ')') : NULL;
+    if (p && ticks > 0) {
+        unsigned long long v[52] = { 0 };
+        int field = 3;
+        char *save = NULL;
+        for (char *tok = strtok_r (p + 1, " \n", &save); tok && field < 52; tok = strtok_r (NULL, " \n", &save), field++)
+            v[field] = strtoull (tok, NULL, 10);
+        if (field > 23) {
+            out->cpu_seconds = (double) (v[14] + v[15]) / (double) ticks;     /* utime + stime */
+            out->threads = v[20];
+            out->start_time_seconds = s_boot_time () + (double) v[22] / (double) ticks;
+            out->virtual_bytes = v[23];
+        } else
+            rc = -1;
+    } else
+        rc = -1;
+    unsigned long long size = 0, resident = 0;
+    if (s_read_proc ("/proc/self/statm", buf, sizeof buf) > 0 && sscanf (buf, "%llu %llu", &size, &resident) == 2
+        && page > 0)
+        out->resident_bytes = resident * (uint64_t) page;
+    else
+        rc = -1;
+    DIR *d = opendir ("/proc/self/fd");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir (d)) != NULL)
+            if (e->d_name[0] != '.')
+                out->open_fds++;
+        closedir (d);
+        if (out->open_fds)
+            out->open_fds--;    /* the one opendir held */
+    } else
+        rc = -1;
+    struct rlimit rl;
+    if (getrlimit (RLIMIT_NOFILE, &rl) == 0)
+        out->max_fds = rl.rlim_cur == RLIM_INFINITY ? 0 : (uint64_t) rl.rlim_cur;
+    return rc;
 }

@@ -65,4 +65,18 @@ void stats_snapshot (const stats_t *self, size_t slot, stats_stage_t stage, stat
  * NULL); 0 when there are none. Within one fine bucket (~9%) of the true value. */
 uint64_t stats_quantile_ns (const stats_snapshot_t *now, const stats_snapshot_t *before, double q, uint64_t *count);
 
+/* The process as the kernel accounts it (/proc/self/stat, statm, fd/ and /proc/stat's btime), for
+ * the process_* metrics. Any thread; a few small file reads, so never on the request path. */
+typedef struct {
+    double cpu_seconds;             /* user + system time of every thread */
+    uint64_t resident_bytes;
+    uint64_t virtual_bytes;
+    double start_time_seconds;      /* since the Unix epoch */
+    uint64_t open_fds;
+    uint64_t max_fds;               /* RLIMIT_NOFILE's soft limit */
+    uint64_t threads;
+} stats_process_t;
+/* 0, or -1 when /proc cannot be read (the fields it could not read are 0). */
+int stats_process (stats_process_t *out);
+
 #endif

@@ -1,0 +1,715 @@
+/* The operations endpoint (http.h): libmicrohttpd with a listener thread and a thread per
+ * connection (HTTP_MAX_CONNECTIONS of them at most), so a scrape waiting for the server lock never
+ * delays a liveness probe. Bodies are built in memory and handed to libmicrohttpd whole. */
+#define _GNU_SOURCE
+#include "http.h"
+
+#include "dispatch.h"
+#include "log.h"
+#include "model.h"
+#include "registry.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef SIGSERVE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define HTTP_MAX_CONNECTIONS 16         /* connections (and their threads) at once; more wait in the backlog */
+#define HTTP_IDLE_TIMEOUT_S 10          /* an idle keep-alive connection is closed after this long */
+#define HTTP_MODELS_WAIT_S 10           /* /models during a reload waits this long for it to end */
+#define REASON_MAX 512
+
+static const char *s_text_type = "text/plain; charset=utf-8";
+static const char *s_metrics_type = "text/plain; version=0.0.4; charset=utf-8";
+static const char *s_json_type = "application/json";
+
+struct _http_t {
+    struct MHD_Daemon *daemon;
+    stats_t *stats;                 /* borrowed: outlives the endpoint */
+    char address[CONFIG_ENDPOINT_MAX];
+    char cuda[32];                  /* build_info's cuda label: the runtime's version, or "no" */
+    pthread_mutex_t mu;             /* guards what follows; held while the server lock is taken */
+    pthread_cond_t reload_done;     /* signalled by http_reload_end */
+    server_t *server;               /* NULL while the models load and once the server is gone */
+    bool draining;
+    bool reloading;
+    bool ready;                     /* readiness as last seen under the server lock ... */
+    char not_ready[REASON_MAX];     /* ... and why not */
+};
+
+/* ---------------------------------------------------------------- a growing text buffer */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+    bool failed;                    /* out of memory: the response becomes a 500 */
+} text_t;
+
+static void s_append (text_t *t, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
+
+static void s_append (text_t *t, const char *fmt, ...)
+{
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start (ap, fmt);
+        int n = vsnprintf (t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
+        va_end (ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if (t->data && t->len + (size_t) n < t->cap) {
+            t->len += (size_t) n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap : 16384;
+        while (cap <= t->len + (size_t) n)
+            cap *= 2;
+        char *data = realloc (t->data, cap);
+        if (!data) {
+            t->failed = true;
+            return;
+        }
+        t->data = data;
+        t->cap = cap;
+    }
+}
+
+/* A Prometheus label value: backslash, double quote and newline escaped. */
+static const char *s_label (const char *value, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (const char *c = value; *c && n + 3 < cap; c++) {
+        if (*c == '\\' || *c == '"' || *c == '\n') {
+            buf[n++] = '\\';
+            buf[n++] = *c == '\n' ? 'n' : *c;
+        } else
+            buf[n++] = *c;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* "ok", "bad_shape", ...: the wire name, lower case, without "STATUS_". */
+static const char *s_status_label (sig_status_t st, char *buf, size_t cap)
+{
+    const char *name = sig_status_name (st);
+    if (strncmp (name, "STATUS_", 7) == 0)
+        name += 7;
+    size_t n = 0;
+    for (; name[n] && n + 1 < cap; n++)
+        buf[n] = (char) (name[n] >= 'A' && name[n] <= 'Z' ? name[n] - 'A' + 'a' : name[n]);
+    buf[n] = '\0';
+    return buf;
+}
+
+static void s_family (text_t *t, const char *name, const char *type, const char *help)
+{
+    s_append (t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* ---------------------------------------------------------------- readiness */
+
+/* Why MODELS is not ready, into WHY; false when every model is available. */
+static bool s_unavailable_model (model_registry_t *models, char *why, size_t len)
+{
+    if (model_registry_count (models) == 0) {
+        snprintf (why, len, "no models");
+        return true;
+    }
+    for (size_t i = 0; i < model_registry_count (models); i++) {
+        model_t *m = model_registry_at (models, i);
+        if (model_available (m))
+            continue;
+        int n = snprintf (why, len, "model %s unavailable: ", model_name (m));
+        uint32_t count = model_instance_count (m);
+        for (uint32_t k = 0; k < count && n >= 0 && (size_t) n < len; k++) {
+            /* The state is text a worker may be rewriting: copied with a bound. */
+            if (count == 1)
+                n += snprintf (why + n, len - (size_t) n, "%.200s", model_instance_state (m, k));
+            else
+                n += snprintf (why + n, len - (size_t) n, "%sinstance %u: %.200s", k ? "; " : "", k,
+                               model_instance_state (m, k));
+        }
+        return true;
+    }
+    return false;
+}
+
+/* Readiness now, into WHY when not ready. Called with mu held; takes the server lock unless a
+ * reload holds it (then the readiness seen when the reload began stands). */
+static bool s_readiness (http_t *self, char *why, size_t len)
+{
+    if (self->draining) {
+        snprintf (why, len, "draining");
+        return false;
+    }
+    if (!self->server) {
+        snprintf (why, len, "loading models");
+        return false;
+    }
+    if (!self->reloading) {
+        server_lock (self->server);
+        self->ready = server_ready (self->server);
+        if (!self->ready && !s_unavailable_model (server_models (self->server), self->not_ready, REASON_MAX))
+            snprintf (self->not_ready, REASON_MAX, "not serving");
+        server_unlock (self->server);
+    }
+    if (!self->ready)
+        snprintf (why, len, "%s", self->not_ready);
+    return self->ready;
+}
+
+/* ---------------------------------------------------------------- /metrics */
+
+static void s_metrics_requests (http_t *self, text_t *t, size_t slots)
+{
+    s_family (t, "sigserve_requests_total", "counter",
+              "Infer requests answered, by model and status (unknown models and undecodable requests "
+              "count under model=\"_unknown\").");
+    char label[160], status[32];
+    for (size_t slot = 0; slot < slots; slot++) {
+        s_label (stats_slot_name (self->stats, slot), label, sizeof label);
+        for (int st = 0; st < STATS_STATUS_COUNT; st++)
+            s_append (t, "sigserve_requests_total{model=\"%s\",status=\"%s\"} %llu\n", label,
+                      s_status_label ((sig_status_t) st, status, sizeof status),
+                      (unsigned long long) stats_requests (self->stats, slot, (sig_status_t) st));
+    }
+}
+
+static void s_metrics_histograms (http_t *self, text_t *t, size_t slots)
+{
+    static const char *stages[STAGE_COUNT] = { [STAGE_QUEUE] = "queue", [STAGE_COMPUTE] = "compute",
+                                               [STAGE_SERVER] = "server" };
+    char label[160];
+    s_family (t, "sigserve_request_duration_seconds", "histogram",
+              "Time of the requests a worker answered, by stage: queue (receipt to the start of the "
+              "launch), compute (the launch), server (receipt to the reply's send).");
+    for (size_t slot = 0; slot < slots; slot++) {
+        s_label (stats_slot_name (self->stats, slot), label, sizeof label);
+        for (int stage = 0; stage < STAGE_COUNT; stage++) {
+            uint64_t cumulative[STATS_LE_COUNT + 1], sum_ns;
+            stats_histogram (self->stats, slot, (stats_stage_t) stage, cumulative, &sum_ns);
+            for (int b = 0; b < STATS_LE_COUNT; b++)
+                s_append (t, "sigserve_request_duration_seconds_bucket{model=\"%s\",stage=\"%s\",le=\"%g\"} %llu\n",
+                          label, stages[stage], stats_le_seconds[b], (unsigned long long) cumulative[b]);
+            s_append (t, "sigserve_request_duration_seconds_bucket{model=\"%s\",stage=\"%s\",le=\"+Inf\"} %llu\n",
+                      label, stages[stage], (unsigned long long) cumulative[STATS_LE_COUNT]);
+            s_append (t, "sigserve_request_duration_seconds_sum{model=\"%s\",stage=\"%s\"} %llu.%09llu\n", label,
+                      stages[stage], (unsigned long long) (sum_ns / 1000000000ull),
+                      (unsigned long long) (sum_ns % 1000000000ull));
+            s_append (t, "sigserve_request_duration_seconds_count{model=\"%s\",stage=\"%s\"} %llu\n", label,
+                      stages[stage], (unsigned long long) cumulative[STATS_LE_COUNT]);
+        }
+    }
+    s_family (t, "sigserve_batch_rows", "histogram",
+              "Rows of the launch each computed request was part of (its own and those batched with it).");
+    for (size_t slot = 0; slot < slots; slot++) {
+        s_label (stats_slot_name (self->stats, slot), label, sizeof label);
+        uint64_t cumulative[STATS_ROWS_LE_COUNT + 1], sum_rows;
+        stats_batch_histogram (self->stats, slot, cumulative, &sum_rows);
+        for (int b = 0; b < STATS_ROWS_LE_COUNT; b++)
+            s_append (t, "sigserve_batch_rows_bucket{model=\"%s\",le=\"%u\"} %llu\n", label, stats_le_rows[b],
+                      (unsigned long long) cumulative[b]);
+        s_append (t, "sigserve_batch_rows_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", label,
+                  (unsigned long long) cumulative[STATS_ROWS_LE_COUNT]);
+        s_append (t, "sigserve_batch_rows_sum{model=\"%s\"} %llu\n", label, (unsigned long long) sum_rows);
+        s_append (t, "sigserve_batch_rows_count{model=\"%s\"} %llu\n", label,
+                  (unsigned long long) cumulative[STATS_ROWS_LE_COUNT]);
+    }
+}
+
+/* Requests waiting for a worker. A ring's count read from a third thread can be caught between
+ * its two indices and come out absurd: such a reading is taken again, then bounded. */
+static uint32_t s_queued (model_t *m)
+{
+    uint32_t depth = model_config (m)->queue_depth, q = 0;
+    for (int attempt = 0; attempt < 4; attempt++)
+        if ((q = dispatch_queued (m)) <= depth)
+            return q;
+    return depth;
+}
+
+/* The gauges of the models being served. Called with mu and the server lock held. */
+static void s_metrics_models (text_t *t, model_registry_t *models)
+{
+    char label[160];
+    size_t n = models ? model_registry_count (models) : 0;
+    s_family (t, "sigserve_queue_depth", "gauge", "Requests admitted and waiting for a worker of the model.");
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        s_append (t, "sigserve_queue_depth{model=\"%s\"} %u\n", s_label (model_name (m), label, sizeof label),
+                  s_queued (m));
+    }
+    s_family (t, "sigserve_model_available", "gauge", "1 while at least one instance of the model can run.");
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        s_append (t, "sigserve_model_available{model=\"%s\"} %d\n", s_label (model_name (m), label, sizeof label),
+                  model_available (m) ? 1 : 0);
+    }
+    s_family (t, "sigserve_instance_available", "gauge",
+              "1 while the instance (a worker with its own backend context) can run; device is \"cpu\" or \"cuda:N\".");
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        s_label (model_name (m), label, sizeof label);
+        for (uint32_t k = 0; k < model_instance_count (m); k++) {
+            int device = model_instance_device (m, k);
+            char dev[32];
+            if (device < 0)
+                snprintf (dev, sizeof dev, "cpu");
+            else
+                snprintf (dev, sizeof dev, "cuda:%d", device);
+            s_append (t, "sigserve_instance_available{model=\"%s\",instance=\"%u\",device=\"%s\"} %d\n", label, k, dev,
+                      model_instance_available (m, k) ? 1 : 0);
+        }
+    }
+    s_family (t, "sigserve_instance_requests_total", "counter",
+              "Requests the instance computed (starts again from 0 when a reload loads the model anew).");
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        s_label (model_name (m), label, sizeof label);
+        for (uint32_t k = 0; k < model_instance_count (m); k++) {
+            int device = model_instance_device (m, k);
+            char dev[32];
+            if (device < 0)
+                snprintf (dev, sizeof dev, "cpu");
+            else
+                snprintf (dev, sizeof dev, "cuda:%d", device);
+            s_append (t, "sigserve_instance_requests_total{model=\"%s\",instance=\"%u\",device=\"%s\"} %llu\n", label, k,
+                      dev, (unsigned long long) model_instance_requests (m, k));
+        }
+    }
+}
+
+static void s_metrics_process (text_t *t)
+{
+    stats_process_t p;
+    stats_process (&p);
+    s_family (t, "process_cpu_seconds_total", "counter", "User and system CPU time of every thread, in seconds.");
+    s_append (t, "process_cpu_seconds_total %.2f\n", p.cpu_seconds);
+    s_family (t, "process_resident_memory_bytes", "gauge", "Resident memory (RSS), in bytes.");
+    s_append (t, "process_resident_memory_bytes %llu\n", (unsigned long long) p.resident_bytes);
+    s_family (t, "process_virtual_memory_bytes", "gauge", "Virtual memory size, in bytes.");
+    s_append (t, "process_virtual_memory_bytes %llu\n", (unsigned long long) p.virtual_bytes);
+    s_family (t, "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.");
+    s_append (t, "process_start_time_seconds %.2f\n", p.start_time_seconds);
+    s_family (t, "process_open_fds", "gauge", "Open file descriptors.");
+    s_append (t, "process_open_fds %llu\n", (unsigned long long) p.open_fds);
+    if (p.max_fds) {
+        s_family (t, "process_max_fds", "gauge", "The most file descriptors the process may open.");
+        s_append (t, "process_max_fds %llu\n", (unsigned long long) p.max_fds);
+    }
+}
+
+static void s_metrics (http_t *self, text_t *t)
+{
+    s_family (t, "sigserve_build_info", "gauge", "Always 1: the version, and the CUDA runtime this build has (\"no\": none).");
+    s_append (t, "sigserve_build_info{version=\"%s\",cuda=\"%s\"} 1\n", SIGSERVE_VERSION, self->cuda);
+
+    size_t slots = stats_slot_count (self->stats);
+    s_metrics_requests (self, t, slots);
+    s_metrics_histograms (self, t, slots);
+
+    char why[REASON_MAX];
+    pthread_mutex_lock (&self->mu);
+    bool ready = s_readiness (self, why, sizeof why);
+    s_family (t, "sigserve_ready", "gauge", "1 when /readyz answers 200.");
+    s_append (t, "sigserve_ready %d\n", ready ? 1 : 0);
+    /* While a reload loads models aside it holds the server lock: the per-model gauges are left
+     * out of this scrape rather than make it wait (their families stay, without samples). */
+    bool models = self->server && !self->reloading;
+    if (models)
+        server_lock (self->server);
+    s_metrics_models (t, models ? server_models (self->server) : NULL);
+    if (models)
+        server_unlock (self->server);
+    s_family (t, "sigserve_reload_in_progress", "gauge", "1 while a configuration reload loads models aside.");
+    s_append (t, "sigserve_reload_in_progress %d\n", self->reloading ? 1 : 0);
+    pthread_mutex_unlock (&self->mu);
+
+    s_family (t, "sigserve_config_reloads_total", "counter",
+              "Configuration reloads (SIGHUP, --watch), by result: error means nothing changed.");
+    s_append (t, "sigserve_config_reloads_total{result=\"ok\"} %llu\n",
+              (unsigned long long) stats_reloads (self->stats, true));
+    s_append (t, "sigserve_config_reloads_total{result=\"error\"} %llu\n",
+              (unsigned long long) stats_reloads (self->stats, false));
+    s_family (t, "sigserve_reply_send_failures_total", "counter",
+              "Replies ZeroMQ refused (the client gone, or not reading its replies): lost.");
+    s_append (t, "sigserve_reply_send_failures_total %llu\n", (unsigned long long) stats_send_failures (self->stats));
+    s_metrics_process (t);
+}
+
+/* ---------------------------------------------------------------- /models */
+
+static cJSON *s_model_json (model_t *m)
+{
+    Sigserve__V1__ModelInfo info;
+    Sigserve__V1__InstanceInfo instances[CONFIG_MAX_INSTANCES];
+    Sigserve__V1__InstanceInfo *instance_ptrs[CONFIG_MAX_INSTANCES];
+    model_describe (m, &info, instances, instance_ptrs);
+    cJSON *j = cJSON_CreateObject ();
+    if (!j)
+        return NULL;
+    cJSON_AddStringToObject (j, "name", info.name);
+    cJSON_AddStringToObject (j, "version", info.version);
+    cJSON_AddStringToObject (j, "type", info.type ? info.type : "mlp");
+    cJSON_AddStringToObject (j, "backend", info.backend);
+    cJSON_AddStringToObject (j, "kernel", info.kernel);
+    cJSON_AddNumberToObject (j, "input_size", info.input_size);
+    cJSON_AddNumberToObject (j, "output_size", info.output_size);
+    if (info.window) {
+        cJSON_AddNumberToObject (j, "window", info.window);
+        cJSON_AddNumberToObject (j, "step_size", info.step_size);
+    }
+    cJSON_AddNumberToObject (j, "max_rows", info.max_rows);
+    cJSON_AddNumberToObject (j, "max_batch_rows", info.max_batch_rows);
+    cJSON_AddNumberToObject (j, "instances", info.instances);
+    cJSON_AddNumberToObject (j, "queue_depth", info.queue_depth);
+    cJSON_AddNumberToObject (j, "queued", s_queued (m));
+    cJSON_AddBoolToObject (j, "available", info.available);
+    cJSON_AddStringToObject (j, "selected_by", info.selected_by ? info.selected_by : "");
+    cJSON *candidates = cJSON_AddArrayToObject (j, "candidates");
+    for (size_t i = 0; candidates && i < info.n_candidates; i++) {
+        const Sigserve__V1__Candidate *c = info.candidates[i];
+        cJSON *o = cJSON_CreateObject ();
+        if (!o)
+            break;
+        cJSON_AddStringToObject (o, "backend", c->backend);
+        cJSON_AddStringToObject (o, "kernel", c->kernel);
+        cJSON_AddNumberToObject (o, "p50_us", c->p50_us);
+        cJSON_AddNumberToObject (o, "p99_us", c->p99_us);
+        cJSON_AddNumberToObject (o, "batch_rows", c->batch_rows);
+        cJSON_AddNumberToObject (o, "batch_p50_us", c->batch_p50_us);
+        cJSON_AddNumberToObject (o, "batch_p99_us", c->batch_p99_us);
+        cJSON_AddStringToObject (o, "note", c->note ? c->note : "");
+        cJSON_AddItemToArray (candidates, o);
+    }
+    cJSON *states = cJSON_AddArrayToObject (j, "instance_states");
+    for (size_t i = 0; states && i < info.n_instance_states; i++) {
+        const Sigserve__V1__InstanceInfo *ii = info.instance_states[i];
+        cJSON *o = cJSON_CreateObject ();
+        if (!o)
+            break;
+        char state[160];
+        snprintf (state, sizeof state, "%.150s", ii->state ? ii->state : "");   /* a worker may rewrite it */
+        cJSON_AddNumberToObject (o, "index", ii->index);
+        cJSON_AddStringToObject (o, "backend", ii->backend ? ii->backend : info.backend);
+        cJSON_AddNumberToObject (o, "device", ii->device);
+        cJSON_AddBoolToObject (o, "available", ii->available);
+        cJSON_AddStringToObject (o, "state", state);
+        cJSON_AddNumberToObject (o, "requests", (double) ii->requests);
+        cJSON_AddNumberToObject (o, "warm_runs", (double) ii->warm_runs);
+        cJSON_AddItemToArray (states, o);
+    }
+    return j;
+}
+
+/* The JSON of /models (malloc'd), or NULL with *STATUS and WHY set. */
+static char *s_models (http_t *self, unsigned *status, char *why, size_t len)
+{
+    pthread_mutex_lock (&self->mu);
+    /* A reload holds the server lock while it loads: wait for it to end (bounded). */
+    struct timespec until;
+    clock_gettime (CLOCK_MONOTONIC, &until);
+    until.tv_sec += HTTP_MODELS_WAIT_S;
+    while (self->reloading && pthread_cond_timedwait (&self->reload_done, &self->mu, &until) != ETIMEDOUT)
+        ;
+    char *text = NULL;
+    if (!self->server) {
+        *status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        snprintf (why, len, "%s", self->draining ? "draining" : "loading models");
+    } else if (self->reloading) {
+        *status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        snprintf (why, len, "a configuration reload is in progress; try again");
+    } else {
+        cJSON *root = cJSON_CreateObject ();
+        cJSON *list = root ? cJSON_AddArrayToObject (root, "models") : NULL;
+        server_lock (self->server);
+        model_registry_t *models = server_models (self->server);
+        for (size_t i = 0; list && i < model_registry_count (models); i++) {
+            cJSON *m = s_model_json (model_registry_at (models, i));
+            if (m)
+                cJSON_AddItemToArray (list, m);
+        }
+        server_unlock (self->server);
+        text = list ? cJSON_PrintUnformatted (root) : NULL;
+        cJSON_Delete (root);
+        if (!text) {
+            *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+            snprintf (why, len, "out of memory");
+        }
+    }
+    pthread_mutex_unlock (&self->mu);
+    return text;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+/* Queues BODY (LEN bytes; FREE: malloc'd, libmicrohttpd frees it). */
+static enum MHD_Result s_reply (struct MHD_Connection *c, unsigned status, const char *type, char *body, size_t len,
+                                bool free_body)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer (len, body, free_body ? MHD_RESPMEM_MUST_FREE
+                                                                                   : MHD_RESPMEM_MUST_COPY);
+    if (!r) {
+        if (free_body)
+            free (body);
+        return MHD_NO;
+    }
+    MHD_add_response_header (r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header (r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header (r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result rc = MHD_queue_response (c, status, r);
+    MHD_destroy_response (r);
+    return rc;
+}
+
+/* A one-line text body: TEXT and a newline. */
+static enum MHD_Result s_reply_text (struct MHD_Connection *c, unsigned status, const char *text)
+{
+    char body[REASON_MAX + 64];
+    int n = snprintf (body, sizeof body, "%s\n", text);
+    return s_reply (c, status, s_text_type, body, n > 0 && (size_t) n < sizeof body ? (size_t) n : sizeof body - 1,
+                    false);
+}
+
+static enum MHD_Result s_handle (void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                 const char *version, const char *upload_data, size_t *upload_data_size,
+                                 void **request_state)
+{
+    (void) version, (void) upload_data;
+    http_t *self = cls;
+    char why[REASON_MAX];
+    if (strcmp (method, MHD_HTTP_METHOD_GET) != 0 && strcmp (method, MHD_HTTP_METHOD_HEAD) != 0) {
+        snprintf (why, sizeof why, "method %.32s not allowed: GET or HEAD", method);
+        return s_reply_text (c, MHD_HTTP_METHOD_NOT_ALLOWED, why);
+    }
+    /* The first call comes with the headers alone: answering then would make libmicrohttpd close
+     * the connection (it cannot know the request is complete), so the answer waits for the
+     * second, and a scraper's connection is kept alive. */
+    static int s_headers_seen;
+    if (*request_state == NULL) {
+        *request_state = &s_headers_seen;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        *upload_data_size = 0;      /* a body on a GET is read and ignored */
+        return MHD_YES;
+    }
+    if (strcmp (url, "/healthz") == 0)
+        return s_reply_text (c, MHD_HTTP_OK, "ok");
+    if (strcmp (url, "/readyz") == 0) {
+        pthread_mutex_lock (&self->mu);
+        bool ready = s_readiness (self, why, sizeof why);
+        pthread_mutex_unlock (&self->mu);
+        return s_reply_text (c, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, ready ? "ready" : why);
+    }
+    if (strcmp (url, "/metrics") == 0) {
+        text_t t = { 0 };
+        s_metrics (self, &t);
+        if (t.failed || !t.data) {
+            free (t.data);
+            return s_reply_text (c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+        }
+        return s_reply (c, MHD_HTTP_OK, s_metrics_type, t.data, t.len, true);
+    }
+    if (strcmp (url, "/models") == 0) {
+        unsigned status = MHD_HTTP_OK;
+        char *json = s_models (self, &status, why, sizeof why);
+        if (!json)
+            return s_reply_text (c, status, why);
+        return s_reply (c, MHD_HTTP_OK, s_json_type, json, strlen (json), true);
+    }
+    snprintf (why, sizeof why, "not found: %.200s (try /metrics, /healthz, /readyz or /models)", url);
+    return s_reply_text (c, MHD_HTTP_NOT_FOUND, why);
+}
+
+/* libmicrohttpd's own complaints (a connection it could not handle, a thread it could not start). */
+static void s_mhd_log (void *cls, const char *fmt, va_list ap)
+{
+    (void) cls;
+    char msg[512];
+    vsnprintf (msg, sizeof msg, fmt, ap);
+    size_t n = strlen (msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    log_warn ("server.http: %s", msg);
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+/* A listening socket on ADDRESS; -1 with ERR. *IPV6 says its family. */
+static int s_listen (const char *address, bool *ipv6, char *err, size_t errlen)
+{
+    char host[CONFIG_ENDPOINT_MAX];
+    const char *colon = strrchr (address, ':');
+    if (!colon || colon == address) {
+        snprintf (err, errlen, "server.http: expected HOST:PORT, got \"%s\"", address);
+        return -1;
+    }
+    snprintf (host, sizeof host, "%.*s", (int) (colon - address), address);
+    const char *port = colon + 1;
+    size_t hl = strlen (host);
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        memmove (host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    const char *node = strcmp (host, "*") == 0 ? "0.0.0.0" : host;
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICSERV | AI_PASSIVE | AI_ADDRCONFIG };
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo (node, port, &hints, &res);
+    if (gai == EAI_NONAME || gai == EAI_ADDRFAMILY) {
+        hints.ai_flags &= ~AI_ADDRCONFIG;       /* loopback-only hosts: "127.0.0.1" still resolves */
+        gai = getaddrinfo (node, port, &hints, &res);
+    }
+    if (gai != 0) {
+        snprintf (err, errlen, "server.http: cannot resolve \"%s\": %s", host, gai_strerror (gai));
+        return -1;
+    }
+    int fd = -1, e = 0;
+    /* IPv4 addresses first: "localhost" then listens where IPv4 probes look. */
+    for (int pass = 0; pass < 2 && fd < 0; pass++)
+        for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+            if ((pass == 0) != (a->ai_family == AF_INET))
+                continue;
+            int s = socket (a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+            if (s < 0) {
+                e = errno;
+                continue;
+            }
+            int one = 1;
+            setsockopt (s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            if (bind (s, a->ai_addr, a->ai_addrlen) != 0 || listen (s, 64) != 0) {
+                e = errno;
+                close (s);
+                continue;
+            }
+            fd = s;
+            *ipv6 = a->ai_family == AF_INET6;
+        }
+    freeaddrinfo (res);
+    if (fd < 0)
+        snprintf (err, errlen, "server.http: cannot bind %s: %s", address, strerror (e ? e : EADDRNOTAVAIL));
+    return fd;
+}
+
+http_t *http_new (const char *address, stats_t *stats, char *err, size_t errlen)
+{
+    http_t *self = calloc (1, sizeof *self);
+    if (!self) {
+        snprintf (err, errlen, "server.http: out of memory");
+        return NULL;
+    }
+    self->stats = stats;
+    snprintf (self->address, sizeof self->address, "%s", address);
+    snprintf (self->not_ready, sizeof self->not_ready, "loading models");
+    pthread_mutex_init (&self->mu, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init (&attr);
+    pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+    pthread_cond_init (&self->reload_done, &attr);
+    pthread_condattr_destroy (&attr);
+#ifdef SIGSERVE_HAVE_CUDA
+    int runtime = 0;
+    if (cudaRuntimeGetVersion (&runtime) == cudaSuccess && runtime > 0)
+        snprintf (self->cuda, sizeof self->cuda, "%d.%d", runtime / 1000, runtime % 1000 / 10);
+    else
+        snprintf (self->cuda, sizeof self->cuda, "yes");
+#else
+    snprintf (self->cuda, sizeof self->cuda, "no");
+#endif
+    bool ipv6 = false;
+    int fd = s_listen (address, &ipv6, err, errlen);
+    if (fd < 0) {
+        http_destroy (&self);
+        return NULL;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ERROR_LOG
+                     | (ipv6 ? MHD_USE_IPv6 : 0);
+    self->daemon = MHD_start_daemon (flags, 0, NULL, NULL, s_handle, self,
+                                     MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, NULL,
+                                     MHD_OPTION_LISTEN_SOCKET, fd,
+                                     MHD_OPTION_CONNECTION_LIMIT, (unsigned) HTTP_MAX_CONNECTIONS,
+                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) HTTP_IDLE_TIMEOUT_S,
+                                     MHD_OPTION_END);
+    if (!self->daemon) {
+        snprintf (err, errlen, "server.http: libmicrohttpd could not start on %s (%s)", address,
+                  errno ? strerror (errno) : "no reason given");
+        if (fcntl (fd, F_GETFD) != -1)
+            close (fd);     /* it is ours again when the daemon did not start */
+        http_destroy (&self);
+        return NULL;
+    }
+    log_info ("server.http: metrics and probes on http://%s/ (/metrics, /healthz, /readyz, /models)", address);
+    return self;
+}
+
+void http_destroy (http_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    http_t *self = *self_p;
+    if (self->daemon)
+        MHD_stop_daemon (self->daemon);     /* joins its threads and closes the listening socket */
+    pthread_cond_destroy (&self->reload_done);
+    pthread_mutex_destroy (&self->mu);
+    free (self);
+    *self_p = NULL;
+}
+
+void http_attach (http_t *self, server_t *server)
+{
+    if (!self)
+        return;
+    pthread_mutex_lock (&self->mu);     /* waits for a request reading the previous server */
+    self->server = server;
+    pthread_mutex_unlock (&self->mu);
+}
+
+void http_draining (http_t *self)
+{
+    if (!self)
+        return;
+    pthread_mutex_lock (&self->mu);
+    self->draining = true;
+    pthread_mutex_unlock (&self->mu);
+}
+
+void http_reload_begin (http_t *self)
+{
+    if (!self)
+        return;
+    pthread_mutex_lock (&self->mu);
+    char why[REASON_MAX];
+    s_readiness (self, why, sizeof why);    /* what /readyz answers until the reload ends */
+    self->reloading = true;
+    pthread_mutex_unlock (&self->mu);
+}
+
+void http_reload_end (http_t *self)
+{
+    if (!self)
+        return;
+    pthread_mutex_lock (&self->mu);
+    self->reloading = false;
+    pthread_cond_broadcast (&self->reload_done);
+    pthread_mutex_unlock (&self->mu);
+}
