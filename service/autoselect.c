@@ -109,7 +109,7 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
                       opts[i].cfg.zero_copy && opts[i].cfg.backend == BACKEND_CUDA ? "+zerocopy" : "");
             /* the backend's message starts with the model's name; keep the reason */
             const char *colon = strstr (why_not, ": ");
-            snprintf (c->note, sizeof c->note, "not loaded: %s", colon ? colon + 2 : why_not);
+            snprintf (c->note, sizeof c->note, "not loaded: %.80s", colon ? colon + 2 : why_not);
             continue;
         }
         snprintf (c->kernel, sizeof c->kernel, "%s", opts[i].iface->kernel_name (impl));

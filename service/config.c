@@ -212,7 +212,7 @@ static const key_spec_t s_server_keys[] = {
       .elem_min = 0, .elem_max = 65535, .what = "cpu" },
     { .name = "drain_ms", .type = KEY_U32, FIELD (server_config_t, drain_ms), .min = 0, .max = 600000, .def = 500 },
     { .name = "http", .type = KEY_STRING, FIELD (server_config_t, http),
-      .len_min = 3, .len_max = CONFIG_ENDPOINT_MAX - 1, .def_str = "", .check = s_check_host_port },
+      .len_min = 0, .len_max = CONFIG_ENDPOINT_MAX - 1, .def_str = "", .check = s_check_host_port },
     { .name = "stats_interval_s", .type = KEY_U32, FIELD (server_config_t, stats_interval_s),
       .min = 0, .max = 86400, .def = 60 },
     { .name = "curve", .type = KEY_OBJECT, .offset = offsetof (server_config_t, curve), .sub = &s_curve_table },
@@ -399,10 +399,12 @@ static int s_check_endpoint (parser_t *p, const char *value)
     return 0;
 }
 
-/* HOST:PORT (the HTTP endpoint): a host and a port from 1 to 65535. */
+/* HOST:PORT (the HTTP endpoint): a host and a port from 1 to 65535; "" turns it off. */
 static int s_check_host_port (parser_t *p, const char *value)
 {
     char q[320];
+    if (!*value)
+        return 0;
     const char *colon = strrchr (value, ':');
     if (!colon || colon == value || !s_port_ok (colon + 1, false))
         return s_fail (p, "expected HOST:PORT with a port from 1 to 65535, got %s", s_quote (value, q, sizeof q));

@@ -324,7 +324,7 @@ void model_describe (model_t *m, Sigserve__V1__ModelInfo *info, Sigserve__V1__In
         ii->backend = (char *) m->iface->name;
         ii->device = in->device;
         ii->available = atomic_load (&in->available);
-        ii->state = in->state;
+        ii->state = (char *) model_instance_state (m, i);
         ii->requests = atomic_load_explicit (&in->served, memory_order_relaxed);
         ii->warm_runs = atomic_load_explicit (&in->warm_runs, memory_order_relaxed);
         instance_ptrs[i] = ii;
@@ -334,7 +334,12 @@ void model_describe (model_t *m, Sigserve__V1__ModelInfo *info, Sigserve__V1__In
 }
 
 bool model_instance_available (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].available); }
-const char *model_instance_state (const model_t *m, uint32_t i) { return m->instances[i].state; }
+/* The text is written once, before available drops (release), so it is read only after seeing
+ * the drop (acquire): never while being written. */
+const char *model_instance_state (const model_t *m, uint32_t i)
+{
+    return atomic_load (&m->instances[i].available) ? "serving" : m->instances[i].state;
+}
 uint64_t model_instance_requests (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].served); }
 int model_instance_device (const model_t *m, uint32_t i) { return m->instances[i].device; }
 

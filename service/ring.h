@@ -68,10 +68,13 @@ static inline void *ring_pop (ring_t *r)
     return item;
 }
 
-/* Either side: how many items are in the ring (exact for the calling side's own view). */
+/* How many items are in the ring: exact for the producer and the consumer; from any other thread
+ * a value that was true at some moment between the two loads (head first: tail only grows, so
+ * the difference can never go negative). */
 static inline size_t ring_count (ring_t *r)
 {
-    return atomic_load_explicit (&r->tail, memory_order_acquire) - atomic_load_explicit (&r->head, memory_order_acquire);
+    size_t head = atomic_load_explicit (&r->head, memory_order_acquire);
+    return atomic_load_explicit (&r->tail, memory_order_acquire) - head;
 }
 
 #endif

@@ -26,7 +26,7 @@
 #define ERROR_MAX 512
 #define RECV_BUDGET 64              /* messages taken per turn before finished jobs are looked at */
 #define SPIN_NS 50000ull            /* idle this long, the front sleeps in zmq_poll (busy_poll: never) */
-#define QUIET_NS 10000000ull        /* draining: nothing left and the sockets quiet this long = done */
+#define QUIET_NS 100000000ull       /* draining: nothing left and the sockets quiet this long = done */
 #define WARN_INTERVAL_NS 1000000000ull
 #define RETIRING_MAX 16
 #define HUGE_MESSAGE_FRAMES 1024    /* after refusing a message this large, give its memory back */
@@ -504,6 +504,7 @@ static void s_command (server_t *self)
         endpoints_commit (self->endpoints, self->command_cfg);
         self->cfg.max_message_bytes = self->command_cfg->max_message_bytes;
         self->cfg.max_inflight_per_client = self->command_cfg->max_inflight_per_client;
+        self->cfg.drain_ms = self->command_cfg->drain_ms;
     }
     self->command_result = rc;
     atomic_store_explicit (&self->command, CMD_NONE, memory_order_release);
@@ -569,17 +570,7 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
                   "folder is re-read on every connection");
 }
 
-static int s_reload (server_t *self, const config_t *cfg, char *err, size_t errlen);
-
 int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen)
-{
-    pthread_mutex_lock (&self->lock);
-    int rc = s_reload (self, cfg, err, errlen);
-    pthread_mutex_unlock (&self->lock);
-    return rc;
-}
-
-static int s_reload (server_t *self, const config_t *cfg, char *err, size_t errlen)
 {
     s_log_restart_keys (&self->cfg, &cfg->server);
     char why[ERROR_MAX];
@@ -596,8 +587,11 @@ static int s_reload (server_t *self, const config_t *cfg, char *err, size_t errl
         snprintf (err, errlen, "%s", why);
         return -1;
     }
-    /* 3. The switch, between two requests (it cannot fail: the bind step checked for room). */
+    /* 3. The switch, between two requests (it cannot fail: the bind step checked for room). The
+     * lock keeps readers of server_models (the HTTP thread) off the set while it changes. */
+    pthread_mutex_lock (&self->lock);
     s_call (self, CMD_SWAP, &cfg->server, next, why, sizeof why);
+    pthread_mutex_unlock (&self->lock);
     log_info ("reload: serving %zu model(s) (%zu unchanged, %zu loaded) on %zu endpoint(s)",
               model_registry_count (next), reused, model_registry_count (next) - reused, cfg->server.endpoint_count);
     return 0;
