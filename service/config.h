@@ -85,6 +85,7 @@ typedef struct {
     char endpoints[CONFIG_MAX_ENDPOINTS][CONFIG_ENDPOINT_MAX];
     uint32_t max_message_bytes;
     bool busy_poll;
+    uint32_t spin_us;               /* without busy_poll: how long an idle thread spins before it sleeps */
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;
     uint32_t queue_depth;           /* resolved: the default of every model's queue_depth */

@@ -156,9 +156,10 @@ static int s_jobs_init (model_t *m, char *err, size_t errlen)
     return 0;
 }
 
-model_t *model_new (const model_config_t *cfg, uint32_t max_message_bytes, bool busy_poll, stats_t *stats,
-                    char *err, size_t errlen)
+model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
+                    size_t errlen)
 {
+    const uint32_t max_message_bytes = server->max_message_bytes;
     model_t *m = calloc (1, sizeof *m);
     if (!m) {
         sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
@@ -166,7 +167,8 @@ model_t *model_new (const model_config_t *cfg, uint32_t max_message_bytes, bool 
     }
     m->given = *cfg;
     m->cfg = *cfg;
-    m->busy_poll = busy_poll;
+    m->busy_poll = server->busy_poll;
+    m->spin_ns = (uint64_t) server->spin_us * 1000;
     m->stats = stats;
     m->stats_slot = STATS_UNKNOWN;
     weights_t *w = weights_load (cfg, err, errlen);

@@ -2,7 +2,8 @@
  * its own backend context, CUDA stream, buffers and graphs, on devices[i % n]), each driven by
  * its own worker thread (service/worker.c) pinned to cpus[i % n], plus the pool of jobs the front
  * admits its requests into (service/dispatch.c). "auto" measures the candidate backends on the
- * real weights first (service/autoselect.c). */
+ * real weights first (service/autoselect.c). SERVER gives max_message_bytes (a max_rows request
+ * must fit it), busy_poll and spin_us. */
 #ifndef SIGSERVE_MODEL_H
 #define SIGSERVE_MODEL_H
 
@@ -16,10 +17,9 @@
 #include <stddef.h>
 
 /* Loads CFG's weights, chooses its backend, loads and warms every instance and starts the
- * workers (idle until requests come). MAX_MESSAGE_BYTES: the server's limit (a max_rows request
- * must fit it). STATS may be NULL. NULL with ERR naming the model on failure. */
-model_t *model_new (const model_config_t *cfg, uint32_t max_message_bytes, bool busy_poll, stats_t *stats,
-                    char *err, size_t errlen);
+ * workers (idle until requests come). STATS may be NULL. NULL with ERR naming the model. */
+model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
+                    size_t errlen);
 /* Stops the workers (after the requests they hold are done) and frees everything. */
 void model_destroy (model_t **self_p);
 

@@ -47,6 +47,7 @@ struct _model_t {
     uint32_t max_rows;                  /* rows one request may carry */
     uint32_t batch_rows;                /* rows one launch may carry (max_batch_rows) */
     bool busy_poll;                     /* workers spin instead of sleeping when idle */
+    uint64_t spin_ns;                   /* without busy_poll: spin this long idle before sleeping */
     stats_t *stats;
     int stats_slot;
     char kernel_name[48];

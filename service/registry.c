@@ -55,7 +55,7 @@ model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, mode
             e->model = old->model;
             taken[i] = old;
             kept++;
-        } else if (!(e->model = model_new (mc, cfg->server.max_message_bytes, cfg->server.busy_poll, stats, err, errlen))) {
+        } else if (!(e->model = model_new (mc, &cfg->server, stats, err, errlen))) {
             self->count = i;
             for (size_t k = 0; k < i; k++)     /* give nothing back that was taken over: PREVIOUS keeps it */
                 if (taken[k])

@@ -25,7 +25,6 @@
 #define MAX_FRAMES 16               /* envelope frames + payload; a longer message is refused */
 #define ERROR_MAX 512
 #define RECV_BUDGET 64              /* messages taken per turn before finished jobs are looked at */
-#define SPIN_NS 50000ull            /* idle this long, the front sleeps in zmq_poll (busy_poll: never) */
 #define QUIET_NS 100000000ull       /* draining: nothing left and the sockets quiet this long = done */
 #define WARN_INTERVAL_NS 1000000000ull
 #define RETIRING_MAX 16
@@ -635,10 +634,11 @@ static bool s_any_done (server_t *self)
     return false;
 }
 
-/* Nothing to do: spin a while, then sleep in zmq_poll on the sockets and the wake-up fd. */
+/* Nothing to do: spin (busy_poll, or for spin_us), then sleep in zmq_poll on the sockets and the
+ * wake-up fd. */
 static void s_idle (server_t *self, uint64_t now)
 {
-    if (self->cfg.busy_poll || now - self->last_activity < SPIN_NS) {
+    if (self->cfg.busy_poll || now - self->last_activity < (uint64_t) self->cfg.spin_us * 1000) {
         _mm_pause ();
         return;
     }

@@ -218,7 +218,8 @@ START_TEST (auto_measures_candidates_and_names_missing_devices)
         snprintf (cfg.layers[i].weight, sizeof cfg.layers[i].weight, "%d.weight", 2 * i);
         snprintf (cfg.layers[i].bias, sizeof cfg.layers[i].bias, "%d.bias", 2 * i);
     }
-    model_t *m = model_new (&cfg, 65536, false, NULL, err, sizeof err);
+    server_config_t server = { .max_message_bytes = 65536 };
+    model_t *m = model_new (&cfg, &server, NULL, err, sizeof err);
     ck_assert_ptr_null (m);
     ck_assert_msg (strstr (err, "backend \"cuda\": device 63 does not exist (this machine has"), "%s", err);
     tu_remove_tree (dir);

@@ -1,0 +1,186 @@
+#!/bin/bash
+# The serving measurements of docs/perf.md on a lent GPU host, over TCP loopback with sigload:
+# the echo floor, latency-vs-throughput sweeps for CPU and CUDA with 1, 2 and 4 instances with
+# and without batching, the >= 200k/s configuration, 1 -> 8 models, low load against the floor
+# (default, busy-polling, persistent), the peers (PyTorch CUDA graph and eager, ONNX Runtime),
+# keep-warm, metrics scraped vs not, and (with two GPUs) 1 vs 2 GPUs. Binaries and libraries come
+# from tools/gpu-libs.sh (.gpubuild, .devlibs); pyzmq for the peers as a wheel in .whl.
+#
+#   OUT=... STEPS="floor sweeps scale models lowload peers warm metrics gpus" bash tools/gpu-serving.sh
+#
+# Every step writes its sigload tables to $OUT/logs/<step>.log; a summary table is printed last.
+# Cores: the host has 16 (x2 host: 32). sigload runs on the last 8, servers on the first ones.
+set -u
+OUT=${OUT:-/tmp/gpu-serving}
+B=${BUILD:-.gpubuild}
+export LD_LIBRARY_PATH="$PWD/.devlibs:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+STEPS=${STEPS:-"floor sweeps scale models lowload peers warm metrics"}
+WARMUP=${WARMUP:-0.5}
+DURATION=${DURATION:-2}
+NCPU=$(nproc)
+LOAD_CPUS=${LOAD_CPUS:-$((NCPU - 8))-$((NCPU - 1))}
+LOGS=$OUT/logs
+mkdir -p "$LOGS" "$OUT/curves"
+SUMMARY=$OUT/summary.md
+: >"$SUMMARY"
+WEIGHTS=$PWD/$B/models/tick_mlp.safetensors
+ECHO=tcp://127.0.0.1:56000
+PIDS=""
+
+cleanup () { for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+fi
+
+# config NAME SERVER_JSON MODELS_JSON: writes /tmp/NAME.json
+config () {
+    printf '{ "server": { "log_level": "warn", "stats_interval_s": 0, %s },\n  "models": [ %s ] }\n' "$2" "$3" >"/tmp/$1.json"
+}
+# model NAME EXTRA_JSON: a tick_mlp model object
+model () {
+    printf '{ "name": "%s", "weights": "%s", %s "layers": [ { "weight": "0.weight", "activation": "relu" }, { "weight": "2.weight", "activation": "relu" }, { "weight": "4.weight" } ] }' \
+        "$1" "$WEIGHTS" "$2"
+}
+# serve NAME CPUS: starts sigserve on /tmp/NAME.json pinned to CPUS, waits until it answers
+serve () {
+    taskset -c "$2" "$B/sigserve" --config "/tmp/$1.json" >"$LOGS/sigserve_$1.log" 2>&1 &
+    SERVER=$!
+    PIDS="$PIDS $SERVER"
+    for _ in $(seq 1 300); do
+        "$B/sigclient" --endpoint "${3:-tcp://127.0.0.1:5555}" --timeout 200 health >/dev/null 2>&1 && return 0
+        kill -0 "$SERVER" 2>/dev/null || { echo "sigserve $1 died: $(tail -n 3 "$LOGS/sigserve_$1.log")"; return 1; }
+        sleep 0.2
+    done
+    return 1
+}
+stop () { kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; }
+# load NAME ARGS...: one sigload run (the floor step first when --floor is given), table kept
+load () {
+    name=$1; shift
+    taskset -c "$LOAD_CPUS" "$B/sigload" --warmup "$WARMUP" --duration "$DURATION" "$@" --out "$OUT/curves/$name" \
+        >"$LOGS/$name.log" 2>&1
+    { echo "### $name"; grep -E '^\| (echo-)?(open|closed)|^saturated|^\| step' "$LOGS/$name.log"; echo; } >>"$SUMMARY"
+}
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -n 2
+  uname -r; nproc; grep -m1 'model name' /proc/cpuinfo; date -u; } >"$OUT/env.txt" 2>&1
+
+taskset -c "${ECHO_CPUS:-6,7}" "$B/sigload" --serve-echo "$ECHO" >"$LOGS/echo.log" 2>&1 &
+PIDS="$PIDS $!"
+sleep 1
+
+for step in $STEPS; do
+case $step in
+floor)      # the echo server alone, to saturation
+    load floor --endpoint "$ECHO" --echo --rate 20k,50k,100k,150k,200k,250k,300k --connections 8 --stop-when-saturated
+    ;;
+sweeps)     # CPU and CUDA, 1/2/4 instances, batching on (64) and off (1)
+    for backend in cpu cuda; do for inst in 1 2 4; do for mbr in 1 64; do
+        name=$backend-i$inst-b$mbr
+        extra="\"backend\": \"$backend\", \"instances\": $inst, \"max_rows\": 16, \"max_batch_rows\": $mbr, \"queue_depth\": 1024,"
+        [ "$backend" = cuda ] && extra="$extra \"kernel\": \"fused\", \"zero_copy\": false,"
+        config "$name" '"endpoints": ["tcp://127.0.0.1:5555"], "io_threads": 2' "$(model tick_mlp "$extra")"
+        serve "$name" 0-5 || continue
+        load "$name" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" --connections 8 \
+            --rate 20k,50k,100k,150k,200k,250k --stop-when-saturated
+        stop
+    done; done; done
+    ;;
+scale)      # >= 200k single-row requests/s: endpoints, io_threads, instances, batching
+    for ep in 2 4; do
+        eps=""; sl=""
+        for i in $(seq 0 $((ep - 1))); do eps="$eps${eps:+, }\"tcp://127.0.0.1:$((5560 + i))\""; sl="$sl --endpoint tcp://127.0.0.1:$((5560 + i))"; done
+        config "scale-e$ep" "\"endpoints\": [$eps], \"io_threads\": 4" \
+            "$(model tick_mlp '"backend": "cpu", "instances": 4, "max_batch_rows": 64, "queue_depth": 4096,')"
+        serve "scale-e$ep" 0-7 tcp://127.0.0.1:5560 || continue
+        load "scale-e$ep" $sl --model tick_mlp --connections 16 --threads 8 --io-threads 2 \
+            --rate 100k,150k,200k,250k,300k,350k --stop-when-saturated
+        stop
+    done
+    ;;
+models)     # 1 -> 8 models at once, the same total rate
+    for n in 1 2 4 8; do
+        ms=""; names=""
+        for i in $(seq 1 "$n"); do
+            ms="$ms${ms:+, }$(model "m$i" "\"backend\": \"cpu\", \"cpus\": [$(( (i - 1) % 6 ))],")"
+            names="$names${names:+,}m$i"
+        done
+        config "models-$n" '"endpoints": ["tcp://127.0.0.1:5555"], "io_threads": 2, "cpus": [6]' "$ms"
+        serve "models-$n" 0-6 || continue
+        load "models-$n" --endpoint tcp://127.0.0.1:5555 --model "$names" --connections 8 --rate 40k
+        stop
+    done
+    ;;
+lowload)    # 10k/s against the echo floor in the same run
+    for v in default busypoll fused-zc persistent; do
+        case $v in
+            default) s='"endpoints": ["tcp://127.0.0.1:5555"]'; m='"backend": "cpu",' ;;
+            busypoll) s='"endpoints": ["tcp://127.0.0.1:5555"], "busy_poll": true, "cpus": [2]'; m='"backend": "cpu", "cpus": [3],' ;;
+            fused-zc) s='"endpoints": ["tcp://127.0.0.1:5555"], "busy_poll": true, "cpus": [2]'; m='"backend": "cuda", "kernel": "fused", "zero_copy": true, "cpus": [3],' ;;
+            persistent) s='"endpoints": ["tcp://127.0.0.1:5555"], "busy_poll": true, "cpus": [2]'; m='"backend": "cuda", "kernel": "persistent", "cpus": [3],' ;;
+        esac
+        config "low-$v" "$s" "$(model tick_mlp "$m")"
+        serve "low-$v" 0-5 || continue
+        load "low-$v" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" --connections 1 --rate 10k
+        stop
+    done
+    ;;
+peers)      # what a user would pick instead, same protocol, same client
+    for engine in torch-graph torch-eager onnx-cpu; do
+        taskset -c 0-3 python3 tools/peers/peer.py --engine "$engine" --weights "$WEIGHTS" --endpoint tcp://127.0.0.1:5600 \
+            >"$LOGS/peer_$engine.log" 2>&1 &
+        peer=$!
+        PIDS="$PIDS $peer"
+        for _ in $(seq 1 150); do
+            "$B/sigclient" --endpoint tcp://127.0.0.1:5600 --timeout 200 health >/dev/null 2>&1 && break
+            sleep 0.2
+        done
+        load "peer-$engine" --endpoint tcp://127.0.0.1:5600 --model tick_mlp --floor "$ECHO" --connections 8 \
+            --rate 10k,20k,40k,60k,80k --stop-when-saturated
+        kill -TERM "$peer"; wait "$peer" 2>/dev/null
+    done
+    ;;
+warm)       # keep-warm: a request every 20 ms, off and on
+    for kw in 0 1000; do
+        config "warm-$kw" '"endpoints": ["tcp://127.0.0.1:5555"]' "$(model tick_mlp "\"backend\": \"cpu\", \"keep_warm_us\": $kw,")"
+        serve "warm-$kw" 0-3 || continue
+        load "warm-$kw" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --connections 1 --rate 50 --duration 20
+        stop
+    done
+    ;;
+metrics)    # metrics on and scraped every second, against off, same run
+    for m in off on; do
+        http=""; [ "$m" = on ] && http=', "http": "127.0.0.1:9464"'
+        config "metrics-$m" "\"endpoints\": [\"tcp://127.0.0.1:5555\"]$http" "$(model tick_mlp '"backend": "cpu",')"
+        serve "metrics-$m" 0-3 || continue
+        scraper=""
+        if [ "$m" = on ]; then
+            ( while :; do python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:9464/metrics").read()' \
+                2>/dev/null; sleep 1; done ) &
+            scraper=$!
+        fi
+        load "metrics-$m" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" --connections 1 --rate 10k \
+            --duration 5
+        [ -n "$scraper" ] && kill "$scraper"
+        stop
+    done
+    ;;
+gpus)       # two GPUs: one model's instances on GPU 0, then on GPUs 0 and 1
+    for d in '[0]' '[0, 1]'; do
+        name=gpus-$(echo "$d" | tr -cd '0-9')
+        config "$name" '"endpoints": ["tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"], "io_threads": 4' \
+            "$(model tick_mlp "\"backend\": \"cuda\", \"kernel\": \"fused\", \"devices\": $d, \"instances\": 4, \"max_batch_rows\": 64, \"queue_depth\": 4096,")"
+        serve "$name" 0-15 || continue
+        load "$name" --endpoint tcp://127.0.0.1:5555 --endpoint tcp://127.0.0.1:5556 --model tick_mlp --floor "$ECHO" \
+            --connections 16 --threads 8 --io-threads 2 --rate 50k,100k,150k,200k,250k,300k --stop-when-saturated
+        stop
+    done
+    ;;
+esac
+done
+tar czf "$OUT/curves.tgz" -C "$OUT" curves 2>/dev/null && rm -rf "$OUT/curves"
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
+cat "$OUT/env.txt"; echo; cat "$SUMMARY"
