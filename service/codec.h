@@ -12,13 +12,17 @@
 
 typedef struct _codec_t codec_t;
 
-/* MAX_MESSAGE_BYTES: the largest payload the server accepts; the arena is sized from it so that
- * every well-formed request of that size fits. NULL when memory runs out. */
+/* MAX_MESSAGE_BYTES: the largest payload the server accepts; the arena is sized from it (from what
+ * protobuf-c allocates while unpacking, codec.c says how) so that every well-formed request of
+ * that size fits, features packed or unpacked: 7 to 14 x MAX_MESSAGE_BYTES + 64 KiB, all of it
+ * touched here (about 650 KB for the default 65,536). NULL when memory runs out. */
 codec_t *codec_new (size_t max_message_bytes);
 void codec_destroy (codec_t **self_p);
 
 /* Decodes PAYLOAD into *REQUEST (valid until the next decode). SIG_OK, or SIG_BAD_REQUEST with a
- * message in ERR: empty payload, undecodable bytes, no body. */
+ * message in ERR: empty payload, undecodable bytes, more decoding memory than the arena holds, no
+ * body, or an infer body whose model name has a NUL byte or is not UTF-8 (the decoded name would
+ * otherwise stop at the NUL and match a model it does not name). */
 sig_status_t codec_decode_request (codec_t *self, const void *payload, size_t len,
                                    Sigserve__V1__Request **request, char *err, size_t errlen);
 

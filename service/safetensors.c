@@ -123,12 +123,70 @@ static bool s_json_u64 (const cJSON *v, uint64_t *out)
     return true;
 }
 
+static int s_by_string (const void *a, const void *b)
+{
+    return strcmp (*(const char *const *) a, *(const char *const *) b);
+}
+
+/* A key that OBJECT holds twice, or NULL. cJSON keeps both entries and its lookups see only the
+ * first, so {"dtype": "F32", "dtype": "I64"} would read as F32 where another reader sees I64.
+ * *OOM is set when there was no memory to check. */
+static const char *s_duplicate_key (const cJSON *object, bool *oom)
+{
+    *oom = false;
+    size_t n = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach (item, object)
+        n++;
+    if (n < 2)
+        return NULL;
+    const char *small[8];
+    const char **keys = n <= 8 ? small : malloc (n * sizeof *keys);
+    if (!keys) {
+        *oom = true;
+        return NULL;
+    }
+    n = 0;
+    cJSON_ArrayForEach (item, object)
+        keys[n++] = item->string;
+    qsort (keys, n, sizeof *keys, s_by_string);
+    const char *dup = NULL;
+    for (size_t i = 1; i < n && !dup; i++)
+        if (strcmp (keys[i - 1], keys[i]) == 0)
+            dup = keys[i];
+    if (keys != small)
+        free (keys);
+    return dup;
+}
+
+/* cJSON turns the escape \u0000 into a NUL inside the string, which then ends it early:
+ * "w\u0000x" would name tensor "w". The offset of the first such escape in the JSON text TEXT
+ * (valid JSON: cJSON parsed it), or LEN. */
+static size_t s_escaped_nul_at (const char *text, size_t len)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_string)
+            in_string = text[i] == '"';
+        else if (text[i] == '"')
+            in_string = false;
+        else if (text[i] == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && len - i >= 6 && memcmp (text + i + 2, "0000", 4) == 0)
+                return i;
+            i++;        /* the escaped character, which may be a quote */
+        }
+    }
+    return len;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Mapping */
 
 static int s_map (safetensors_t *self, char *err, size_t errlen)
 {
-    int fd = open (self->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO would otherwise wait for a writer, and the server's start with it;
+     * it changes nothing for the regular file that the check below insists on. */
+    int fd = open (self->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         sig_set_error (err, errlen, "%s: cannot open: %s", self->path, strerror (errno));
         return -1;
@@ -137,8 +195,10 @@ static int s_map (safetensors_t *self, char *err, size_t errlen)
     int rc = -1;
     if (fstat (fd, &st) != 0)
         sig_set_error (err, errlen, "%s: cannot stat: %s", self->path, strerror (errno));
+    else if (S_ISDIR (st.st_mode))
+        sig_set_error (err, errlen, "%s: not a regular file (a directory)", self->path);
     else if (!S_ISREG (st.st_mode))
-        sig_set_error (err, errlen, "%s: not a regular file", self->path);
+        sig_set_error (err, errlen, "%s: not a regular file (a FIFO, socket or device)", self->path);
     else if (st.st_size < 8)
         sig_set_error (err, errlen, "%s: file is %lld bytes, shorter than the 8-byte header length",
                 self->path, (long long) st.st_size);
@@ -196,10 +256,17 @@ static cJSON *s_parse_header_json (const safetensors_t *self, uint64_t n, char *
             root = NULL;
         }
     }
+    size_t escaped_nul = root ? s_escaped_nul_at (copy, (size_t) n) : (size_t) n;
     free (copy);
     if (!root)
         sig_set_error (err, errlen, "%s: header is not valid JSON (error near byte %zu of %" PRIu64 ")",
                 self->path, at, n);
+    else if (escaped_nul < n) {
+        sig_set_error (err, errlen, "%s: header has an escaped NUL (\\u0000) at byte %zu; names and "
+                "values must not contain NUL", self->path, escaped_nul);
+        cJSON_Delete (root);
+        root = NULL;
+    }
     else if (!cJSON_IsObject (root)) {
         sig_set_error (err, errlen, "%s: header is not a JSON object", self->path);
         cJSON_Delete (root);
@@ -214,6 +281,15 @@ static int s_check_metadata (const safetensors_t *self, const cJSON *meta, char 
     if (!cJSON_IsObject (meta)) {
         sig_set_error (err, errlen, "%s: \"" ST_METADATA "\" is %s, expected an object of strings",
                 self->path, s_describe (meta, found, sizeof found));
+        return -1;
+    }
+    bool oom;
+    const char *dup = s_duplicate_key (meta, &oom);
+    if (dup || oom) {
+        if (oom)
+            sig_set_error (err, errlen, "%s: out of memory", self->path);
+        else
+            sig_set_error (err, errlen, "%s: \"" ST_METADATA "\": duplicate key \"%s\"", self->path, dup);
         return -1;
     }
     const cJSON *item;
@@ -315,6 +391,15 @@ static int s_parse_entry (const safetensors_t *self, const cJSON *entry, st_tens
     if (!cJSON_IsObject (entry)) {
         sig_set_error (err, errlen, "%s: tensor \"%s\": expected an object with dtype, shape and "
                 "data_offsets", self->path, t->name);
+        return -1;
+    }
+    bool oom;
+    const char *dup = s_duplicate_key (entry, &oom);
+    if (dup || oom) {
+        if (oom)
+            sig_set_error (err, errlen, "%s: out of memory", self->path);
+        else
+            sig_set_error (err, errlen, "%s: tensor \"%s\": duplicate key \"%s\"", self->path, t->name, dup);
         return -1;
     }
     unsigned size;
@@ -422,10 +507,18 @@ static int s_check_tiling (const safetensors_t *self, uint64_t data_size, char *
 static int s_parse_entries (safetensors_t *self, const cJSON *root, uint64_t data_size,
                             char *err, size_t errlen)
 {
+    /* Two tensors of one name are reported by s_check_unique, once both have parsed. */
     const cJSON *item;
-    size_t count = 0;
-    cJSON_ArrayForEach (item, root)
-        count += strcmp (item->string, ST_METADATA) != 0;
+    size_t count = 0, metadata = 0;
+    cJSON_ArrayForEach (item, root) {
+        bool is_metadata = strcmp (item->string, ST_METADATA) == 0;
+        count += !is_metadata;
+        metadata += is_metadata;
+    }
+    if (metadata > 1) {
+        sig_set_error (err, errlen, "%s: duplicate key \"" ST_METADATA "\" in the header", self->path);
+        return -1;
+    }
     size_t alloc = count ? count : 1;
     self->tensors = calloc (alloc, sizeof *self->tensors);
     self->names = calloc (alloc, sizeof *self->names);

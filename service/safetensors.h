@@ -29,7 +29,9 @@ typedef struct {
 
 typedef struct _safetensors_t safetensors_t;
 
-/* NULL on failure, with ERR naming the file and the problem. */
+/* NULL on failure, with ERR naming the file and the problem: among them a path that is not a
+ * regular file (refused at once: a FIFO is not waited on), a header key given twice, and a name or
+ * value with an escaped NUL (which would end it early). */
 safetensors_t *safetensors_open (const char *path, char *err, size_t errlen);
 void safetensors_destroy (safetensors_t **self_p);
 

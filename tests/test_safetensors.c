@@ -456,6 +456,61 @@ START_TEST (test_duplicate_names)
 }
 END_TEST
 
+/* Opens HEADER + DATA and expects exactly "<path>: " WANT. */
+static void s_expect_error (const char *header, const void *data, size_t data_len, const char *want)
+{
+    char *path = s_raw ("dup.safetensors", header, data, data_len);
+    ck_assert_msg (safetensors_open (path, err, sizeof err) == NULL, "header %s was accepted", header);
+    char expected[1024];
+    snprintf (expected, sizeof expected, "%s: %s", path, want);
+    ck_assert_str_eq (err, expected);
+    free (path);
+}
+
+/* cJSON keeps both of two equal keys and its lookups see the first: a header with two dtypes would
+ * be read as one thing here and as another by a reader that keeps the last. */
+START_TEST (test_duplicate_keys)
+{
+    static char data[8];
+    s_expect_error ("{\"t\":{\"dtype\":\"F32\",\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,4]}}", data, 4,
+                    "tensor \"t\": duplicate key \"dtype\"");
+    s_expect_error ("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"shape\":[2],\"data_offsets\":[0,4]}}", data, 4,
+                    "tensor \"t\": duplicate key \"shape\"");
+    s_expect_error ("{\"t\":{\"data_offsets\":[0,8],\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+                    data, 8, "tensor \"t\": duplicate key \"data_offsets\"");
+    s_expect_error ("{\"__metadata__\":{\"format\":\"pt\"},\"t\":{\"dtype\":\"F32\",\"shape\":[1],"
+                    "\"data_offsets\":[0,4]},\"__metadata__\":{\"format\":\"np\"}}", data, 4,
+                    "duplicate key \"__metadata__\" in the header");
+    s_expect_error ("{\"__metadata__\":{\"format\":\"pt\",\"format\":\"np\"}}", NULL, 0,
+                    "\"__metadata__\": duplicate key \"format\"");
+    /* keys that only look alike are different keys */
+    char *path = s_raw ("ok.safetensors", "{\"__metadata__\":{\"a\":\"1\",\"A\":\"2\",\"a \":\"3\"},"
+                        "\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"Dtype\":\"I64\"}}", data, 4);
+    safetensors_t *st = s_open_ok (path);
+    ck_assert_str_eq (safetensors_find (st, "t")->dtype_name, "F32");
+    safetensors_destroy (&st);
+    free (path);
+}
+END_TEST
+
+/* cJSON decodes \u0000 into a NUL that ends the C string early: "w\u0000x" would be tensor "w". */
+START_TEST (test_escaped_nul)
+{
+    static char data[8];
+    s_expect_error ("{\"w\\u0000x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", data, 4,
+                    "header has an escaped NUL (\\u0000) at byte 3; names and values must not contain NUL");
+    s_expect_error ("{\"t\":{\"dtype\":\"F32\\u0000junk\",\"shape\":[1],\"data_offsets\":[0,4]}}", data, 4,
+                    "header has an escaped NUL (\\u0000) at byte 18; names and values must not contain NUL");
+    /* an escaped backslash followed by the text u0000 is not a NUL, nor is \u00000 after a quote */
+    char *path = s_raw ("ok.safetensors", "{\"w\\\\u0000\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                        "\"__metadata__\":{\"k\\\"\":\"\\u0001\"}}", data, 4);
+    safetensors_t *st = s_open_ok (path);
+    ck_assert_ptr_nonnull (safetensors_find (st, "w\\u0000"));
+    safetensors_destroy (&st);
+    free (path);
+}
+END_TEST
+
 START_TEST (test_bad_shapes)
 {
     static char data[64];
@@ -546,9 +601,25 @@ START_TEST (test_not_a_file)
     ck_assert_ptr_null (safetensors_open (path, err, sizeof err));
     ASSERT_ERR ("missing.safetensors: cannot open: No such file or directory");
     ck_assert_ptr_null (safetensors_open (s_dir, err, sizeof err));
-    ASSERT_ERR ("not a regular file");
+    ASSERT_ERR ("not a regular file (a directory)");
     /* a NULL or empty error buffer is allowed */
     ck_assert_ptr_null (safetensors_open (path, NULL, 0));
+}
+END_TEST
+
+/* Opening a FIFO waits for a writer: a weights path naming one hung the server's start. This case
+ * runs with a short timeout, so a hang fails it rather than stalls the suite. */
+START_TEST (test_fifo_and_devices)
+{
+    char path[4200];
+    snprintf (path, sizeof path, "%s/weights.safetensors", s_dir);
+    ck_assert_int_eq (mkfifo (path, 0600), 0);
+    ck_assert_ptr_null (safetensors_open (path, err, sizeof err));
+    char want[4300];
+    snprintf (want, sizeof want, "%s: not a regular file (a FIFO, socket or device)", path);
+    ck_assert_str_eq (err, want);
+    ck_assert_ptr_null (safetensors_open ("/dev/null", err, sizeof err));
+    ck_assert_str_eq (err, "/dev/null: not a regular file (a FIFO, socket or device)");
 }
 END_TEST
 
@@ -682,6 +753,8 @@ static Suite *s_suite (void)
     tcase_add_test (tc, test_read_wrong_dtype);
     tcase_add_test (tc, test_unknown_dtype);
     tcase_add_test (tc, test_duplicate_names);
+    tcase_add_test (tc, test_duplicate_keys);
+    tcase_add_test (tc, test_escaped_nul);
     tcase_add_test (tc, test_bad_shapes);
     tcase_add_test (tc, test_zero_dim);
     tcase_add_test (tc, test_gaps_and_overlaps);
@@ -690,6 +763,11 @@ static Suite *s_suite (void)
     tcase_add_test (tc, test_write_errors);
     tcase_add_test (tc, test_fuzz_mutations);
     suite_add_tcase (s, tc);
+    TCase *special = tcase_create ("special files");
+    tcase_add_checked_fixture (special, s_setup, s_teardown);
+    tcase_set_timeout (special, 5);
+    tcase_add_test (special, test_fifo_and_devices);
+    suite_add_tcase (s, special);
     return s;
 }
 
