@@ -58,7 +58,7 @@ LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport
 BINS     := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS)
 DEMO     := $(BUILD)/models/tick_mlp.safetensors
 
-.PHONY: all deps run test check asan test-asan bench curves clean
+.PHONY: all deps run test test-all check asan test-asan bench curves clean
 .SECONDARY:
 .DEFAULT_GOAL := all
 
@@ -71,9 +71,19 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/sigserve --config config/sigserve.json
 
+# What CI runs (.ci/run): every suite, then a short fuzz of each target (tests/fuzz, mk/fuzz.mk).
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory check
+	@$(MAKE) --no-print-directory fuzz-smoke
+
+# The long runs, before an issue is resolved: everything make test does, every suite again under
+# AddressSanitizer and UBSan (integration suites included), and each fuzz target for
+# TEST_ALL_FUZZ_SECONDS (two at a time).
+TEST_ALL_FUZZ_SECONDS ?= 600
+test-all: test
+	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_ALL_FUZZ_SECONDS) FUZZ_JOBS=2
 
 # Runs every suite already built; tests/run.sh prints one summary line.
 check: all
