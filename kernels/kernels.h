@@ -78,6 +78,226 @@ int sig_empty_kernel (cudaStream_t stream);
 /* A kernel that executes a trap: the context is lost (tests of the unavailable path only). */
 int sig_fault_kernel (cudaStream_t stream);
 
+/* persistent: one resident launch per model instance (mlp_persistent.cu says how it works). A
+ * thread-block cluster of 1, 2, 4 or 8 blocks of SIG_PERSISTENT_THREADS threads loads the weights
+ * once into shared memory and registers, then serves requests through a mailbox in mapped pinned
+ * host memory until the stop flag is raised. Compute capability 9.0 only.
+ *
+ * The mailbox (sig_persistent_layout says where everything is, every part on its own 64-byte line):
+ *   ctrl   host -> kernel: uint32 stop, uint32 stall (stall: stop answering, keep honouring stop; tests)
+ *   status kernel -> host: uint32 ready (the weights are loaded), uint32 exited
+ *   SIG_PERSISTENT_RING (layout.ring) slots, used in turn (request n in slot n % ring), each with
+ *     request  uint64 (rows << 32) | sequence, sequence = n + 1 (low 32 bits): the host writes the
+ *              features first, then this word with a release store
+ *     features rows x row_floats floats, row_floats = in rounded up to a multiple of 4, the
+ *              padding zero
+ *     outputs  rows x out floats
+ *     done     uint32 sequence, right after the outputs (the same cache line for a few outputs):
+ *              the kernel's completion (SIG_DONE_SEQUENCE), after a system fence */
+#define SIG_PERSISTENT_RING 4
+#define SIG_PERSISTENT_THREADS 256
+#define SIG_PERSISTENT_MAX_BLOCKS 8
+/* SIG_DONE_OUTPUTS: the host sets every output word it waits for to this NaN before publishing and
+ * the kernel's stores of the outputs themselves are the completion (no fence, no sequence). No
+ * arithmetic produces this payload (the GPU's NaNs are 0x7fffffff). */
+#define SIG_PERSISTENT_SENTINEL 0x7fbadbadu
+enum { SIG_DONE_SEQUENCE = 0, SIG_DONE_OUTPUTS = 1 };
+
+typedef struct {            /* byte offsets in the mailbox */
+    uint32_t ctrl, status;
+    uint32_t slots;         /* slot 0; slot i at slots + i * slot_bytes */
+    uint32_t slot_bytes;
+    uint32_t request, done, features, outputs;   /* within a slot */
+    uint32_t row_floats;    /* floats per feature row */
+    uint32_t ring;          /* slots, used in turn (SIG_PERSISTENT_RING unless a test asks for fewer) */
+    uint32_t total;         /* bytes of the whole mailbox */
+} sig_persistent_layout_t;
+/* RING slots (0: SIG_PERSISTENT_RING). 0, or cudaErrorInvalidValue when a size is 0, RING is over
+ * SIG_PERSISTENT_RING or the mailbox would pass 1 GiB. */
+int sig_persistent_layout (uint32_t in, uint32_t out, uint32_t max_rows, uint32_t ring, sig_persistent_layout_t *layout);
+
+/* Knobs for tests and benchmarks; all zero is the service's choice. */
+typedef struct {
+    uint32_t cluster_blocks;  /* 0: the plan's cost estimate chooses; else 1, 2, 4 or 8 */
+    uint32_t spread_all;      /* 1: split every layer over the cluster (exercises the scatter path) */
+    uint32_t no_registers;    /* 0: registers only when shared memory cannot hold the plan; 1: never;
+                                 2: always (one layer per role, its first 20 slots) */
+    uint32_t done_mode;       /* SIG_DONE_SEQUENCE (default) or SIG_DONE_OUTPUTS */
+    uint32_t read_workers;    /* 1: each worker reads its own features from host memory (else the
+                                 leader reads them all and scatters them through DSMEM) */
+    uint32_t ring;            /* 0: SIG_PERSISTENT_RING slots; else 1..SIG_PERSISTENT_RING */
+} sig_persistent_tuning_t;
+
+/* What the load-time plan decided, per layer and for the launch (filled by sig_persistent_plan). */
+typedef struct {
+    uint32_t spread;        /* split by input columns over the workers (blocks 1..C-1); else the leader's */
+    uint32_t glog;          /* log2 of the threads per output (G <= 32) */
+    uint32_t passes;        /* outputs per thread (more than the block has threads: > 1) */
+    uint32_t active;        /* threads with work, a multiple of 32; the slot array's row length */
+    uint32_t slots;         /* float4 weight slots per thread and pass */
+    uint32_t bank;          /* 0: the first `regs` slots live in registers; 2: none do */
+    uint32_t regs;
+    uint32_t xs;            /* the input's row stride in float4 (slots << glog) */
+    uint32_t w_smem;        /* float4 offset of the layer's shared-memory slots */
+    uint32_t bias;          /* float offset of its bias in the leader's bias area */
+    uint64_t image;         /* float4 offset of its slots in the image (worker w at + w * per_block) */
+    uint64_t per_block;
+} sig_persistent_layer_plan_t;
+typedef struct {
+    uint32_t cluster_blocks, threads;
+    uint32_t smem_bytes;        /* dynamic shared memory of every block */
+    uint32_t smem_limit;        /* the device's per-block opt-in limit (dynamic + static) */
+    uint32_t cluster_barriers;  /* per request */
+    uint32_t done_mode;
+    uint32_t read_leader;       /* the leader reads the features and scatters them (split layer 0) */
+    uint32_t ring;
+    uint64_t image_bytes;       /* what sig_persistent_pack writes */
+    uint64_t weight_bytes;      /* the model's fp32 weights and biases */
+    uint64_t need_bytes;        /* on chip: every block's shared memory + the registers used */
+    uint64_t cluster_bytes;     /* what the cluster offers: blocks x smem_limit + those registers */
+    uint32_t max_cluster;       /* the largest cluster tried (for the message) */
+    uint32_t layer_count, max_rows;
+    /* float offsets in dynamic shared memory, each role its own layout after its weights: the
+     * leader's biases, two activation buffers, the partials (workers x max_rows x mpad) and its end;
+     * a worker's input slice and its end */
+    uint32_t bias_off, act_off0, act_off1, part_off, lead_end, part_stride, mpad;
+    uint32_t slice_off, work_end;
+    uint64_t bias_image;        /* float offset of the biases after the slots in the image */
+    sig_persistent_layer_plan_t layers[SIG_FUSED_MAX_LAYERS];
+} sig_persistent_plan_t;
+
+/* Whether DEVICE can run it: compute capability exactly 9.0 with cluster launch. 1 or 0; MAJOR and
+ * MINOR (may be NULL) get the capability. */
+int sig_persistent_supported (int device, int *major, int *minor);
+/* Plans NET (host pointers: w and b in host memory, the fused descriptor's checks) for MAX_ROWS rows
+ * on DEVICE. 0 when it fits; cudaErrorInvalidValue for a bad descriptor; cudaErrorMemoryAllocation
+ * when it does not fit on chip (need_bytes and cluster_bytes say by how much); another cudaError_t
+ * when the device cannot be queried. */
+int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device,
+                         const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan);
+/* Writes the device image (plan->image_bytes, host memory): a header with the plan and LAYOUT,
+ * every layer's weights in the kernel's slot order, the biases. */
+int sig_persistent_pack (const sig_fused_net_t *net, const sig_persistent_plan_t *plan,
+                         const sig_persistent_layout_t *layout, void *image);
+/* Launches the resident kernel: IMAGE in device memory, BOX the device address of the mapped
+ * mailbox. Returns at once; the kernel sets status.ready once the weights are loaded. */
+int sig_persistent_launch (const void *image, void *box, const sig_persistent_plan_t *plan, cudaStream_t stream);
+
+/* The ping-pong floor: a one-block persistent kernel on the same mailbox protocol. FLAGS: 0 echoes
+ * the sequence only; SIG_PINGPONG_READ also reads the IN features (all loads at once) and writes
+ * their sum as output 0; SIG_PINGPONG_OUTPUT writes output 0 (a constant) without reading. In
+ * SIG_DONE_SEQUENCE mode a written output is fenced (system scope) before the sequence. */
+enum { SIG_PINGPONG_READ = 1, SIG_PINGPONG_OUTPUT = 2 };
+int sig_pingpong_launch (void *box, const sig_persistent_layout_t *layout, uint32_t in, uint32_t flags,
+                         uint32_t done_mode, cudaStream_t stream);
+
+/* lstm persistent (lstm_persistent.cu says how it works): an LSTM of 1..SIG_LSTM_MAX_LAYERS layers
+ * served by one resident launch per model instance: a thread-block cluster (mode CLUSTER, 1 to 16
+ * blocks) or a cooperative grid of one block per SM (mode GRID, for weights no cluster holds), each
+ * block owning a range of hidden units (their four gate rows in every layer) with its weights in
+ * shared memory (a prefix of each matrix; the rest read from device memory) in f32, f16 or bf16,
+ * accumulating in fp32. Commands come through a ring of SIG_LSTM_RING entries in mapped pinned
+ * memory, every 64-bit word tagged with the command's sequence (a word is current when its high
+ * half equals the sequence: no separate flag, no extra round trip). Compute capability 9.0 only.
+ *
+ * Mailbox (sig_lstm_layout): ctrl (u32 stop), ready[blocks] and exited[blocks] (u32 each, written by
+ * the kernel), SIG_LSTM_RING entries (entry n % RING carries command n, sequence n + 1):
+ *   cmd      2 + in u64 words: word 0 = seq << 32 | pos << 8 | op, word 1 = seq << 32 | slot (rows
+ *            for a window), word 2 + i = seq << 32 | the bits of feature i (steps and pings)
+ *   done     u32: the sequence, once the command is complete (steps: after their outputs)
+ *   outputs  out floats: a step's; the host sets them to SIG_PERSISTENT_SENTINEL before publishing
+ *            and each store of the kernel is its own completion (no fence on the critical path)
+ * and the full-window area: window_in (max_rows x window x in floats, written before the command)
+ * and window_out (max_rows x out floats, complete when done says so).
+ * Device memory besides the image: the stream state (sig_lstm_plan_t.state_bytes: per slot a ring
+ * of layer 0's input projections and the precomputed G = W_hh h + b and c of every layer) and, in
+ * GRID mode, the exchange buffers (xchg_bytes), both zeroed before the launch. */
+#define SIG_LSTM_MAX_LAYERS 16
+#define SIG_LSTM_THREADS 512
+#define SIG_LSTM_RING 4
+enum { SIG_LSTM_F32 = 0, SIG_LSTM_F16 = 1, SIG_LSTM_BF16 = 2 };   /* = weight_dtype_t */
+enum { SIG_LSTM_CLUSTER = 0, SIG_LSTM_GRID = 1 };
+/* Commands. STEP: step at ring position pos of stream slot `slot`, from its precomputed state;
+ * ADVANCE: recompute the slot's state over the W - 1 steps before position pos (its next step's);
+ * RESET: the slot's window all zeros, and its state; WINDOW: `rows` full windows from window_in;
+ * PING: output 0 = feature 0 (the protocol's floor); STALL: stop answering, keep honouring stop. */
+enum { SIG_LSTM_OP_STEP = 1, SIG_LSTM_OP_ADVANCE = 2, SIG_LSTM_OP_RESET = 3, SIG_LSTM_OP_WINDOW = 4,
+       SIG_LSTM_OP_PING = 5, SIG_LSTM_OP_STALL = 6 };
+
+typedef struct {            /* host pointers, PyTorch layouts */
+    uint32_t layers, in, hidden, out, window;
+    int head_act;           /* SIG_ACT_* */
+    const float *w_ih[SIG_LSTM_MAX_LAYERS];   /* [4H][in_k], gates i, f, g, o */
+    const float *w_hh[SIG_LSTM_MAX_LAYERS];   /* [4H][H] */
+    const float *bias[SIG_LSTM_MAX_LAYERS];   /* [4H]: bias_ih + bias_hh */
+    const float *head_w, *head_b;             /* [out][H], [out] */
+} sig_lstm_net_t;
+
+typedef struct {            /* tests and benchmarks; all zero is the plan's own choice */
+    uint32_t blocks;        /* cluster size (1..16) or grid size */
+    uint32_t grid;          /* 1: GRID mode */
+    uint32_t smem_cap;      /* bytes of shared memory per block the plan may use (0: the device's) */
+} sig_lstm_tuning_t;
+
+typedef struct {            /* one weight matrix's share of every block: [S][4 gates][active] uint4 */
+    uint32_t k;             /* its inputs (K) */
+    uint32_t slots;         /* S: 16-byte chunks per thread and gate */
+    uint32_t smem_slots;    /* the first ones, in shared memory at smem_off; the rest read from the image */
+    uint32_t smem_off;
+    uint64_t image_off;     /* block b's at image_off + b * block_bytes */
+    uint64_t block_bytes;
+} sig_lstm_array_t;
+
+typedef struct {
+    uint32_t mode, dtype, blocks, threads;
+    uint32_t group;         /* G: threads per hidden unit (a power of two, <= 32) */
+    uint32_t active;        /* threads holding a unit (units x G rounded up to a warp) */
+    uint32_t units;         /* the most units a block owns (block b: H b / B .. H (b + 1) / B) */
+    uint32_t layers, in, hidden, out, window, head_act;
+    uint32_t chunk;         /* weights per 16-byte chunk: 4 (f32) or 8 */
+    uint32_t in_pad, hs;    /* input and hidden vectors as the dot products read them (zero padded) */
+    uint32_t tb;            /* steps of a full window projected per batch */
+    uint32_t xf;            /* floats of the input buffer (tb x in_pad) */
+    uint32_t bc_words, ag_words;   /* LL words per parity: broadcast (2 + tb x in), all-gather (L x H) */
+    uint32_t slots;         /* stream slots (slot `slots` is the full window's scratch) */
+    uint32_t max_rows;
+    uint32_t smem_bytes, smem_limit;
+    uint32_t off_bias, off_hot_g, off_gates, off_hot_c, off_c_run, off_xf, off_hv, off_head, off_bc, off_ag;
+    uint32_t head_in_smem, pad0;
+    uint64_t image_bytes, bias_image, head_image;
+    uint64_t state_bytes, state_g, state_c;
+    uint64_t xchg_bytes;
+    uint64_t weight_bytes;           /* every matrix in this dtype, as packed */
+    uint64_t smem_weight_bytes;      /* of which in shared memory (every block together) */
+    uint64_t critical_smem_bytes, critical_global_bytes;   /* W_ih (the step's) per block */
+    uint64_t cost;                   /* the plan's estimate of a step, clocks */
+    sig_lstm_array_t arrays[2 * SIG_LSTM_MAX_LAYERS];   /* 2k: W_ih of layer k; 2k + 1: W_hh */
+    char why[224];                   /* a refusal's reason */
+} sig_lstm_plan_t;
+
+typedef struct {            /* byte offsets in the mailbox */
+    uint32_t ctrl, ready, exited, ring, entry_bytes;
+    uint32_t cmd, done, outputs;     /* within an entry */
+    uint32_t window_in, window_out, total;
+} sig_lstm_layout_t;
+
+/* Whether DEVICE can run it: compute capability 9.0 with cluster launch. 1 or 0 (MAJOR, MINOR may be
+ * NULL). */
+int sig_lstm_supported (int device, int *major, int *minor);
+/* Plans NET in DTYPE for SLOTS stream slots and MAX_ROWS full windows per command on DEVICE. 0; or
+ * cudaErrorNotSupported / cudaErrorInvalidValue with plan->why saying what does not fit; or the
+ * error of a device query. */
+int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_t slots, uint32_t max_rows, int device,
+                   const sig_lstm_tuning_t *tuning, sig_lstm_plan_t *plan);
+int sig_lstm_layout (const sig_lstm_plan_t *plan, sig_lstm_layout_t *layout);
+/* The device image (plan->image_bytes, host memory). */
+int sig_lstm_pack (const sig_lstm_net_t *net, const sig_lstm_plan_t *plan, const sig_lstm_layout_t *layout,
+                   void *image);
+/* Launches the resident kernel (IMAGE, STATE, XCHG in device memory, BOX the device address of the
+ * mailbox). Returns at once; every block sets its ready word once its weights are loaded. */
+int sig_lstm_launch (const void *image, void *state, void *xchg, void *box, const sig_lstm_plan_t *plan,
+                     cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,8 @@
 /* The CUDA backend: per model, weights on the device in its kernel's layout, device activations,
  * pinned host input and output buffers, its own non-blocking stream, and one CUDA graph per batch
  * size (H2D copy, every layer, D2H copy) captured, instantiated, uploaded and warmed at load.
+ * Kernel "persistent": one resident cluster per instance holding the weights on chip, requests
+ * through a ring of slots in mapped pinned memory, a host watchdog (model config watchdog_ms).
  * Nothing is allocated or captured when a request runs. CUDA errors become statuses; an error
  * that leaves the context unusable marks the model lost (SIG_UNAVAILABLE from then on).
  * Built only when nvcc is found (SIGSERVE_HAVE_CUDA). */
@@ -8,6 +10,7 @@
 #define SIGSERVE_BACKEND_CUDA_H
 
 #include "backend.h"
+#include "kernels.h"
 
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
@@ -39,8 +42,24 @@ int cuda_model_wait (backend_model_t *m);
 /* Fills the device activations and outputs and the pinned output with NaN (tests: an output the
  * kernels fail to write then shows). Synchronous. */
 int cuda_model_poison (backend_model_t *m);
-/* Launches a trapping kernel on the model's stream (tests of the lost-context path). */
+/* Launches a trapping kernel on the model's stream (a persistent model's second stream: tests of
+ * the lost-context path). */
 int cuda_model_inject_fault (backend_model_t *m);
 bool cuda_model_lost (const backend_model_t *m);
+
+/* Persistent models (the functions above that launch or copy answer cudaErrorNotSupported for
+ * them; poison fills the slots' outputs with NaN). Test only: STALL makes the kernel stop answering
+ * (it still honours stop), so the watchdog fires. 0 or a cudaError_t. */
+int cuda_model_persistent_stall (backend_model_t *m, bool stall);
+/* What the load planned (cluster size, placement, shared memory); NULL for other kernels. */
+const sig_persistent_plan_t *cuda_model_persistent_plan (const backend_model_t *m);
+/* Tests and benchmarks: the knobs every later persistent load uses (NULL: the defaults). */
+void cuda_persistent_tuning (const sig_persistent_tuning_t *tuning);
+/* The ping-pong floor on the same request path (sigbench): a one-block persistent kernel that
+ * echoes the sequence (FLAGS 0), or also reads the IN features (SIG_PINGPONG_READ: output 0 is
+ * their sum) or writes an output (SIG_PINGPONG_OUTPUT). One output, one row; infer and destroy
+ * through backend_cuda_iface. NULL with ERR on failure. */
+backend_model_t *cuda_pingpong_load (int device, uint32_t in, uint32_t flags, uint32_t done_mode, cuda_wait_t wait,
+                                     char *err, size_t errlen);
 
 #endif

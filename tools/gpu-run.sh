@@ -25,7 +25,12 @@ step () {   # step NAME COMMAND...: runs, logs to $OUT/NAME.log, notes the resul
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -n 2;
   uname -r; nproc; grep -m1 'model name' /proc/cpuinfo; date -u; } >"$OUT/env.txt" 2>&1
 if [ "${TESTS:-1}" = 1 ]; then
-step test_cuda $BUILD/tests/test_cuda
+# The GPU suite in one process (CK_FORK=no: one CUDA context, as in the server), bounded: a test
+# that hangs next to a resident persistent kernel must not take the whole call.
+step test_cuda env CK_FORK=no timeout 400 $BUILD/tests/test_cuda
+# Which CUDA calls wait for a resident persistent kernel, with lazy and eager module loading
+# (each probe in its own process, each call bounded: docs/persistent-notes.md).
+step probe timeout 300 $BUILD/tests/test_cuda --probe
 for t in $BUILD/tests/test_*; do
     n=$(basename "$t"); [ "$n" = test_cuda ] && continue; case "$n" in *.log) continue;; esac
     step "$n" "$t"
@@ -37,8 +42,13 @@ fi
 if [ "${SANITIZE:-1}" = 1 ]; then
     step memcheck compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4
+    # The persistent kernel (split layer 0 over 7 workers, local layers, rows 7) and the ping-pong
+    # floors; destroy raises stop, so the resident kernels exit and memcheck can finish.
+    step memcheck_persistent timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --persistent-variants
 fi
-[ "${BENCH:-1}" = 1 ] && step bench $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER"
+[ "${BENCH:-1}" = 1 ] && step bench $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER" \
+    --persistent-variants
 if [ "${WAITS:-0}" = 1 ]; then
     for w in yield block; do
         step "bench_$w" $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER" --wait $w
@@ -89,6 +99,7 @@ if [ "${CURVES:-0}" = 1 ]; then
     tar czf "$OUT/curves.tgz" -C "$OUT" curves && rm -rf "$OUT/curves"
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
-echo; cat "$OUT/env.txt"; echo; [ -f "$LOGS/bench.log" ] && grep -h -A20 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log"; grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
+echo; cat "$OUT/env.txt"; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
+[ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log"; grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
 for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo; cat "$summary"
 rm -rf "$LOGS"

@@ -1,0 +1,1139 @@
+/* persistent: the whole MLP served by one resident thread-block cluster (kernels.h: the mailbox).
+ *
+ * ROLES. The cluster has C = 1, 2, 4 or 8 blocks (the grid is the cluster) of T = 256 threads,
+ * one block per SM. Block 0, the leader, polls the mailbox, runs the "local" layers and writes the
+ * outputs; blocks 1..C-1, the workers, hold the "split" layers. A split layer is divided by input
+ * columns over the W = C - 1 workers: worker w holds, for every output, the float4 column chunks
+ * [in4 * w / W, in4 * (w + 1) / W) and the matching slice of the input, computes partial sums and
+ * stores them into the leader's shared memory (distributed shared memory, DSMEM); after a cluster
+ * barrier the leader adds the W partials in worker order, the bias, the activation. The input of a
+ * split layer 0 comes from the leader: it reads every feature from the mapped slot (all loads at
+ * once, one PCIe round trip, from the SM that polls) and stores each chunk into its worker's slice
+ * before the start barrier, so it costs no barrier of its own. (Tuning read_workers: each worker
+ * reads its own slice after the start barrier instead; measured 0.6 us slower.) A split layer after
+ * the first gets its slices from the leader (DSMEM stores + a barrier).
+ * tick_mlp (512 -> 256 -> 64 -> 1) at C = 8: layer 0 split over 7 workers (19 chunks each),
+ * layers 1 and 2 local: two cluster barriers per request (start, gather).
+ *
+ * THREADS AND WEIGHTS. In a layer, G = 2^glog consecutive threads (G <= 32, same warp) share an
+ * output: thread t has output m = p * (T / G) + t / G in pass p (more outputs than T / G: several
+ * passes) and input chunks g, g + G, g + 2G, ... of its block's range (g = t % G): S "slots" of
+ * one float4 of weights each. The image stores slot s of thread t at [(p * S + s) * active + t],
+ * so a warp's 16-byte loads of one slot are 512 contiguous bytes (conflict-free in shared memory).
+ * When shared memory alone cannot hold a plan, one layer per role (the split layer, resp. the
+ * local layer, that would read most from shared memory) keeps its first 20 slots in registers
+ * (float4 wr[20], loaded once, indexed only by constants in unrolled loops); a block never runs a
+ * layer of the other role, so one array serves both. (Registers only when needed: on tick_mlp
+ * they were measured 0.5 us slower than the shared-memory loop.) The G partial dot products of an
+ * output meet by shuffles; a missing chunk or output has zero weights, and every buffer starts
+ * zeroed, so padding only ever multiplies zeros by finite values.
+ *
+ * THE LOOP. Warp 0 of the leader polls the next slot: lane 0 issues, back to back, ld.relaxed.sys
+ * of the control line (stop, stall) and ld.acquire.sys.u64 of the slot's request word (one round
+ * trip per poll; an acquire does not hold back the load issued before it). On a request the
+ * command (op, rows, slot, sequence) goes into s_cmd of the leader, its other warps (waiting at a
+ * __syncthreads) read the features and scatter them, lanes 1..C-1 of warp 0 store the command
+ * into s_cmd of every worker (DSMEM), and every thread of the cluster meets at a cluster barrier
+ * (barrier.cluster.arrive.release / wait.acquire; a plain __syncthreads when C = 1). Then the
+ * layers, then the completion, and warp 0 polls again while the other threads wait at the next
+ * start barrier. (read_workers: lanes 0..C-1 store the command at once, everyone meets at the
+ * start barrier, the workers read.)
+ *
+ * MEMORY ORDERING.
+ *   Host -> kernel: the host stores the features, then the request word with a release store (on
+ *   x86 plain stores in program order). Lane 0's ld.acquire.sys that returns the new sequence
+ *   synchronises with it. The leader's threads load the features after a __syncthreads that
+ *   follows that acquire (ld.relaxed.sys: never a stale cached line), so they are in causality
+ *   order after the host's stores; the chunks reach the workers through DSMEM stores made before
+ *   the leader's arrive.release at the start barrier, which the workers' wait.acquire matches.
+ *   (read_workers: lane 0's arrive.release at the start barrier and every worker thread's
+ *   wait.acquire carry the acquire to the workers' own ld.relaxed.sys of the features.)
+ *   Inside the cluster: a block's DSMEM stores (partials, input slices, the command) precede its
+ *   threads' arrive.release; the reader reads after its wait.acquire, which returns only once
+ *   every thread has arrived. Write after read: the leader reads the partials of a split layer
+ *   after its gather barrier and before it arrives at the next barrier (a scatter or the next
+ *   request's start), and no worker writes partials again before passing that barrier; a worker
+ *   reads its input slice before it arrives at the gather barrier, the leader scatters the next
+ *   slices (of layer 0 too, before the next start barrier) only after passing it; s_cmd of request n
+ *   is read right after the start barrier and the next command is stored only after the leader
+ *   finished request n, which needs at least one more barrier (C > 1: the gather; C = 1: a
+ *   __syncthreads after the last layer) that every thread reaches after reading it. The leader's
+ *   act buffers are its own, with a __syncthreads between a layer's writes and the next layer's
+ *   reads.
+ *   Kernel -> host (SIG_DONE_SEQUENCE): every thread that stored an output fences at system scope
+ *   (fence.acq_rel.sys), the leader meets at __syncthreads, thread 0 fences again and stores the
+ *   sequence with st.relaxed.sys: a release pattern, so the host's acquire load that sees the
+ *   sequence sees the outputs. (SIG_DONE_OUTPUTS: each output word is stored with st.relaxed.sys
+ *   and is its own completion flag; the host waits until none holds the sentinel any more.) Only
+ *   the leader writes host memory.
+ *   Stop: the poller sees stop, sends OP_STOP through the same start barrier, every block leaves
+ *   its loop; after that barrier no block touches another's shared memory, so they may exit.
+ *
+ * The ping-pong floor kernel at the end uses the same mailbox, poll and completion. */
+#include "cuda_check.h"
+#include "kernels.h"
+#include "sig_device.cuh"
+
+#include <stddef.h>
+#include <string.h>
+
+#define P_T SIG_PERSISTENT_THREADS
+#define P_BANK 20u             /* float4 register slots of the one register-resident layer per role */
+#ifndef P_XGROUP
+#define P_XGROUP 5u            /* banked slots whose inputs are loaded together */
+#endif
+static_assert (P_BANK % P_XGROUP == 0u, "whole groups");
+#define P_GROUP_MAX 32u        /* threads per output: a warp at most (shuffle reduction) */
+#define P_LINE 64u
+#define P_MAGIC 0x50455253u    /* "PERS" */
+#define P_LOCAL_MAX_BYTES (96u * 1024u)   /* a layer this big is split when the cluster has > 1 block */
+#define P_BARRIER_CYCLES 1500u /* cost estimate of one cluster hand-off (DSMEM + barrier), clocks */
+
+static_assert (P_T % 32u == 0u && P_T / 32u <= 32u, "a warp per 32 threads, at most 32 warps");
+static_assert (SIG_FUSED_MAX_LAYERS <= 32, "layer masks are 32-bit");
+
+enum { OP_RUN = 1u, OP_STOP = 2u };
+
+/* The image header, copied into shared memory at start (word by word). */
+struct p_header_t {
+    uint32_t magic, layers, blocks, max_rows;
+    uint32_t in, out, done_mode, dyn_bytes;
+    uint32_t bias_off, act_off0, act_off1, part_off;    /* float offsets in dynamic shared memory: the leader's */
+    uint32_t lead_end, part_stride, mpad, slice_off;    /* part: workers x [max_rows][mpad] floats */
+    uint32_t work_end, read_leader, pad0[2];            /* a worker's: slice_off .. work_end */
+    uint64_t payload;     /* byte offset of the slots in the image */
+    uint64_t bias_image;  /* float offset of the biases from the payload */
+    sig_persistent_layout_t box;
+    uint32_t pad[1];
+    sig_persistent_layer_plan_t layer[SIG_FUSED_MAX_LAYERS];
+    /* the same per layer, which the kernel needs but the plan keeps elsewhere */
+    uint32_t in_[SIG_FUSED_MAX_LAYERS], out_[SIG_FUSED_MAX_LAYERS];
+    int32_t act[SIG_FUSED_MAX_LAYERS];
+};
+static_assert (sizeof (p_header_t) % 16 == 0, "the payload after it stays 16-byte aligned");
+static_assert (sizeof (sig_persistent_layer_plan_t) % 8 == 0, "plan entries are copied as words");
+
+__host__ __device__ __forceinline__ uint32_t s_div_up (uint32_t a, uint32_t b)
+{
+    return a / b + (a % b != 0u ? 1u : 0u);
+}
+static uint64_t s_align (uint64_t v, uint64_t a) { return (v + a - 1u) / a * a; }
+
+/* ---------------------------------------------------------------------------------------------
+ * Device helpers: PTX for what the runtime headers do not say exactly (scope, semantics) */
+
+__device__ __forceinline__ uint32_t s_rank (void)
+{
+    uint32_t r;
+    asm volatile ("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t s_smem_addr (const void *p)
+{
+    return (uint32_t) __cvta_generic_to_shared (p);
+}
+/* The address of the same shared-memory location in block RANK of the cluster. */
+__device__ __forceinline__ uint32_t s_mapa (uint32_t addr, uint32_t rank)
+{
+    uint32_t r;
+    asm volatile ("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void s_st_cluster_f32 (uint32_t addr, float v)
+{
+    asm volatile ("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void s_st_cluster_v4f (uint32_t addr, float4 v)
+{
+    asm volatile ("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z),
+                  "f"(v.w)
+                  : "memory");
+}
+__device__ __forceinline__ void s_st_cluster_v4u (uint32_t addr, uint4 v)
+{
+    asm volatile ("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
+                  "r"(v.w)
+                  : "memory");
+}
+/* Not .aligned: the poller warp arrives later than the rest of its block. */
+__device__ __forceinline__ void s_cluster_arrive (void)
+{
+    asm volatile ("barrier.cluster.arrive.release;" ::: "memory");
+}
+__device__ __forceinline__ void s_cluster_wait (void)
+{
+    asm volatile ("barrier.cluster.wait.acquire;" ::: "memory");
+}
+/* Every thread of the block (C = 1) or of the cluster. */
+__device__ __forceinline__ void s_barrier (uint32_t blocks)
+{
+    if (blocks > 1u) {
+        s_cluster_arrive ();
+        s_cluster_wait ();
+    } else {
+        __syncthreads ();
+    }
+}
+__device__ __forceinline__ uint64_t s_ld_acquire_sys_u64 (const void *p)
+{
+    uint64_t v;
+    asm volatile ("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint2 s_ld_relaxed_sys_v2 (const void *p)
+{
+    uint2 v;
+    asm volatile ("ld.relaxed.sys.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 s_ld_relaxed_sys_v4 (const float4 *p)
+{
+    float4 v;
+    asm volatile ("ld.relaxed.sys.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                  : "l"(p)
+                  : "memory");
+    return v;
+}
+__device__ __forceinline__ void s_st_relaxed_sys_u32 (void *p, uint32_t v)
+{
+    asm volatile ("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void s_st_relaxed_sys_f32 (float *p, float v)
+{
+    asm volatile ("st.relaxed.sys.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+
+/* Warp 0 of block 0 (all 32 lanes, in step): waits for request WANT in SLOT, or stop. Returns
+ * OP_RUN (ROWS set) or OP_STOP. A stall keeps it polling (still honouring stop). */
+__device__ __forceinline__ uint32_t s_poll (const char *box, const sig_persistent_layout_t &lay, uint32_t slot,
+                                            uint32_t want, uint32_t &rows)
+{
+    const uint32_t lane = threadIdx.x & 31u;
+    const char *ctrl = box + lay.ctrl;
+    const char *req = box + lay.slots + (size_t) slot * lay.slot_bytes + lay.request;
+    for (;;) {
+        uint32_t decision = 0u, r = 0u;
+        if (lane == 0u) {
+            const uint2 c = s_ld_relaxed_sys_v2 (ctrl);     /* issued first: the acquire does not wait for it */
+            const uint64_t q = s_ld_acquire_sys_u64 (req);
+            if (c.x != 0u)
+                decision = OP_STOP;
+            else if (c.y == 0u && (uint32_t) q == want) {
+                decision = OP_RUN;
+                r = (uint32_t) (q >> 32);
+            }
+        }
+        decision = __shfl_sync (SIG_FULL_MASK, decision, 0);
+        if (decision != 0u) {
+            rows = __shfl_sync (SIG_FULL_MASK, r, 0);
+            return decision;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The layers */
+
+/* Where a layer's outputs go. */
+enum { OUT_PARTIAL = 0, OUT_ACT = 1, OUT_HOST = 2 };
+struct s_out_t {
+    uint32_t kind;
+    uint32_t stride;       /* floats per row of the destination */
+    uint32_t remote;       /* OUT_PARTIAL: shared::cluster address of this block's rows in block 0 */
+    uint32_t host_relaxed; /* OUT_HOST: st.relaxed.sys (SIG_DONE_OUTPUTS) instead of a plain store */
+    float *dst;            /* OUT_ACT, OUT_HOST */
+    const float *bias;     /* OUT_ACT, OUT_HOST: the layer's */
+    int act;
+};
+
+/* Stores output (R, M) (a partial sum for OUT_PARTIAL); true when it went to host memory. */
+__device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m, float acc)
+{
+    if (o.kind == OUT_PARTIAL) {
+        s_st_cluster_f32 (o.remote + 4u * (r * o.stride + m), acc);
+        return false;
+    }
+    const float v = sig_activate (acc + o.bias[m], o.act);
+    float *p = o.dst + (size_t) r * o.stride + m;
+    if (o.kind == OUT_ACT) {
+        *p = v;
+        return false;
+    }
+    if (o.host_relaxed)
+        s_st_relaxed_sys_f32 (p, v);
+    else
+        *p = v;
+    return true;
+}
+
+/* One layer's share of this block: for every row, every output this thread has, the dot product of
+ * its slots with the input X (shared memory, row stride L.xs float4), reduced over the G threads of
+ * the output, stored through O. BANKED: the first L.regs slots are in WR (the plan banks only
+ * single-pass layers). Whole warps call it (active % 32 == 0). */
+template <bool BANKED>
+__device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
+                                        const float4 (&wr)[P_BANK], const float4 *__restrict__ x, uint32_t rows,
+                                        const s_out_t &o)
+{
+    const uint32_t t = threadIdx.x;
+    if (t >= L.active)
+        return false;
+    const uint32_t glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots, A = L.active;
+    const uint32_t R = BANKED ? L.regs : 0u;
+    bool wrote = false;
+    for (uint32_t p = 0; p < L.passes; ++p) {
+        const uint32_t m = p * (P_T >> glog) + (t >> glog);
+        /* slot s >= R of pass p: wsm[(p * S + s - R) * A + t] */
+        const float4 *wp = wsm + (size_t) (p * S) * A + t;
+        for (uint32_t r = 0; r < rows; ++r) {
+            const float4 *xr = x + (size_t) r * L.xs + g;
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            if constexpr (BANKED) {
+                /* P_GROUP input loads in flight at a time: all 20 at once would take 80 more
+                 * registers and push loop-invariant values out to local memory (seen in ptxas -v);
+                 * the empty asm keeps the next group's loads behind this group's. */
+#pragma unroll
+                for (uint32_t s0 = 0; s0 < P_BANK; s0 += P_XGROUP) {
+                    float4 xv[P_XGROUP];
+#pragma unroll
+                    for (uint32_t u = 0; u < P_XGROUP; ++u)
+                        if (s0 + u < R)
+                            xv[u] = xr[(s0 + u) << glog];
+#pragma unroll
+                    for (uint32_t u = 0; u < P_XGROUP; ++u) {
+                        if (s0 + u < R) {
+                            if (u % 4u == 0u)
+                                a0 = sig_fma4 (wr[s0 + u], xv[u], a0);
+                            else if (u % 4u == 1u)
+                                a1 = sig_fma4 (wr[s0 + u], xv[u], a1);
+                            else if (u % 4u == 2u)
+                                a2 = sig_fma4 (wr[s0 + u], xv[u], a2);
+                            else
+                                a3 = sig_fma4 (wr[s0 + u], xv[u], a3);
+                        }
+                    }
+                    asm volatile ("" ::: "memory");
+                }
+            }
+            uint32_t s = R;
+            for (; s + 4u <= S; s += 4u) {   /* four loads of each in flight */
+                const float4 w0 = wp[(size_t) (s - R) * A], w1 = wp[(size_t) (s + 1u - R) * A];
+                const float4 w2 = wp[(size_t) (s + 2u - R) * A], w3 = wp[(size_t) (s + 3u - R) * A];
+                const float4 x0 = xr[s << glog], x1 = xr[(s + 1u) << glog];
+                const float4 x2 = xr[(s + 2u) << glog], x3 = xr[(s + 3u) << glog];
+                a0 = sig_fma4 (w0, x0, a0);
+                a1 = sig_fma4 (w1, x1, a1);
+                a2 = sig_fma4 (w2, x2, a2);
+                a3 = sig_fma4 (w3, x3, a3);
+            }
+            for (; s < S; ++s)
+                a0 = sig_fma4 (wp[(size_t) (s - R) * A], xr[s << glog], a0);
+            float acc = (a0 + a1) + (a2 + a3);
+            for (uint32_t off = G >> 1; off > 0u; off >>= 1)
+                acc += __shfl_xor_sync (SIG_FULL_MASK, acc, off);
+            if (g == 0u && m < out)
+                wrote |= s_put (o, r, m, acc);
+        }
+    }
+    return wrote;
+}
+
+__device__ __forceinline__ bool s_gemv_any (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *wsm,
+                                            const float4 (&wr)[P_BANK], const float4 *x, uint32_t rows, const s_out_t &o)
+{
+    return L.bank == 0u ? s_gemv<true> (L, out, wsm, wr, x, rows, o) : s_gemv<false> (L, out, wsm, wr, x, rows, o);
+}
+
+/* Chunks [kc0, kc0 + nk) of ROWS feature rows (row stride RS float4) from host memory into DST
+ * (row stride XS float4). Each thread issues its loads (up to 4) before storing any, so up to
+ * 4 x T chunks are one round trip; one row (the common case) needs no division. Block-wide. */
+__device__ __forceinline__ void s_read_host (const float4 *hx, uint32_t rs, uint32_t kc0, uint32_t nk, uint32_t rows,
+                                             float4 *dst, uint32_t xs)
+{
+    const uint32_t t = threadIdx.x;
+    if (rows * nk <= P_T) {   /* the usual case: one load per thread at most (row r, chunk j) */
+        if (t < rows * nk) {
+            const uint32_t r = rows == 1u ? 0u : t / nk, j = t - r * nk;
+            dst[(size_t) r * xs + j] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc0 + j);
+        }
+        return;
+    }
+    if (rows == 1u) {
+        hx += kc0;
+        for (uint32_t base = 0; base < nk; base += 4u * P_T) {
+            float4 v[4];
+#pragma unroll
+            for (uint32_t u = 0; u < 4u; ++u)
+                if (base + u * P_T + t < nk)
+                    v[u] = s_ld_relaxed_sys_v4 (hx + base + u * P_T + t);
+#pragma unroll
+            for (uint32_t u = 0; u < 4u; ++u)
+                if (base + u * P_T + t < nk)
+                    dst[base + u * P_T + t] = v[u];
+        }
+        return;
+    }
+    const uint32_t n = rows * nk;
+    for (uint32_t base = 0; base < n; base += 4u * P_T) {
+        float4 v[4];
+        uint32_t at[4];   /* r * xs + j of each */
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = base + u * P_T + t;
+            const uint32_t r = i / nk, j = i - r * nk;
+            at[u] = r * xs + j;
+            if (i < n)
+                v[u] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc0 + j);
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u)
+            if (base + u * P_T + t < n)
+                dst[at[u]] = v[u];
+    }
+}
+
+/* The worker owning input chunk KC of a layer with IN4 chunks split over W workers: the largest w
+ * with in4 * w / W <= kc. */
+__device__ __forceinline__ uint32_t s_owner (uint32_t kc, uint32_t in4, uint32_t W)
+{
+    return ((kc + 1u) * W + in4 - 1u) / in4 - 1u;
+}
+
+/* The leader: every chunk of ROWS feature rows (IN4 chunks, row stride RS float4) from host memory,
+ * stored straight into the slice of the worker owning it (DSMEM; W workers, slice row stride XS
+ * float4, SLICE the slice's shared-memory address, the same in every block). Up to 4 loads per
+ * thread in flight before any store: one round trip for up to 4 x 256 chunks. Block-wide. */
+__device__ __forceinline__ void s_read_scatter (const float4 *hx, uint32_t rs, uint32_t in4, uint32_t rows, uint32_t W,
+                                                uint32_t slice, uint32_t xs)
+{
+    const uint32_t t = threadIdx.x, n = rows * in4;
+    if (n <= P_T) {   /* the usual case: one chunk per thread at most, its load issued first */
+        if (t < n) {
+            const uint32_t r = rows == 1u ? 0u : t / in4, kc = t - r * in4;
+            const float4 v = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
+            const uint32_t k = s_owner (kc, in4, W);
+            s_st_cluster_v4f (s_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
+        }
+        return;
+    }
+    for (uint32_t base = 0; base < n; base += 4u * P_T) {
+        float4 v[4];
+        uint32_t at[4];
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = base + u * P_T + t;
+            if (i < n) {
+                const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
+                v[u] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
+                const uint32_t k = s_owner (kc, in4, W);
+                at[u] = s_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u);
+            }
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u)
+            if (base + u * P_T + t < n)
+                s_st_cluster_v4f (at[u], v[u]);
+    }
+}
+
+__device__ __forceinline__ void s_fence_sys (void)   /* a release (and acquire) fence at system scope */
+{
+    asm volatile ("fence.acq_rel.sys;" ::: "memory");
+}
+
+static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_header_t *__restrict__ img, char *box)
+{
+    __shared__ p_header_t s_h;
+    __shared__ uint4 s_cmd;
+    extern __shared__ float4 s_dyn[];
+    float *const sf = reinterpret_cast<float *> (s_dyn);
+    const uint32_t t = threadIdx.x, warp = t >> 5, lane = t & 31u;
+    const uint32_t b = s_rank ();
+    const bool leader = b == 0u;
+
+    {   /* the header, word by word */
+        const uint32_t *src = reinterpret_cast<const uint32_t *> (img);
+        uint32_t *dst = reinterpret_cast<uint32_t *> (&s_h);
+        for (uint32_t i = t; i < sizeof (p_header_t) / 4u; i += P_T)
+            dst[i] = src[i];
+    }
+    __syncthreads ();
+    const uint32_t C = s_h.blocks, W = C - 1u, layers = s_h.layers;
+    if (s_h.magic != P_MAGIC)
+        return;   /* every block the same: nobody waits at a barrier */
+
+    /* Buffers zeroed (padding must hold finite values); this block's weights copied in, the
+     * banked layer's first slots into registers. */
+    const float4 *payload = reinterpret_cast<const float4 *> (reinterpret_cast<const char *> (img) + s_h.payload);
+    {   /* this role's buffers (the leader's biases are copied below, over their whole area) */
+        const uint32_t lo = (leader ? s_h.act_off0 : s_h.slice_off) / 4u, hi = (leader ? s_h.lead_end : s_h.work_end) / 4u;
+        for (uint32_t i = lo + t; i < hi; i += P_T)
+            s_dyn[i] = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float4 wr[P_BANK];
+#pragma unroll
+    for (uint32_t s = 0; s < P_BANK; ++s)
+        wr[s] = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+    for (uint32_t l = 0; l < layers; ++l) {
+        const sig_persistent_layer_plan_t &L = s_h.layer[l];
+        if ((L.spread != 0u) == leader)
+            continue;   /* the other role's */
+        const float4 *src = payload + L.image + (L.spread ? (uint64_t) (b - 1u) * L.per_block : 0u);
+        const uint32_t R = L.bank == 0u ? L.regs : 0u;
+        if (L.bank == 0u && t < L.active) {
+#pragma unroll
+            for (uint32_t s = 0; s < P_BANK; ++s)
+                if (s < R)
+                    wr[s] = __ldg (src + (size_t) s * L.active + t);
+        }
+        const uint64_t n = (uint64_t) (L.passes * L.slots - R) * L.active;
+        for (uint64_t i = t; i < n; i += P_T)
+            s_dyn[L.w_smem + i] = __ldg (src + (uint64_t) R * L.active + i);
+    }
+    if (leader) {
+        const float *bsrc = reinterpret_cast<const float *> (payload) + s_h.bias_image;
+        for (uint32_t i = t; i < s_h.act_off0 - s_h.bias_off; i += P_T)
+            sf[s_h.bias_off + i] = __ldg (bsrc + i);
+    }
+    __syncthreads ();
+    s_barrier (C);   /* every block runs and is set up before anyone stores into its shared memory */
+    const sig_persistent_layout_t &lay = s_h.box;
+    if (leader && t == 0u) {
+        s_st_relaxed_sys_u32 (box + lay.status, 1u);
+        s_fence_sys ();
+    }
+
+    float4 *const slice = s_dyn + s_h.slice_off / 4u;
+    /* act buffer i at act0 + i * act_step (no array of pointers: a run-time index would put it in
+     * local memory) */
+    float4 *const act0 = s_dyn + s_h.act_off0 / 4u;
+    const uint32_t act_step = (s_h.act_off1 - s_h.act_off0) / 4u;
+    const float *const part = sf + s_h.part_off;
+    const float *const bias = sf + s_h.bias_off;
+    const bool seq_done = s_h.done_mode == SIG_DONE_SEQUENCE;
+    uint32_t next_slot = 0u, next_seq = 1u;   /* the poller's */
+    /* A worker's chunks of a split layer 0, worked out once: after the start barrier the features'
+     * loads are the first thing a worker issues. */
+    const bool read_leader = s_h.read_leader != 0u;
+    /* what the leader's read needs, out of shared memory before the loop */
+    const char *const features0 = box + lay.slots + lay.features;
+    const uint32_t slot_bytes = lay.slot_bytes, rs0 = lay.row_floats / 4u, in4_0 = s_div_up (s_h.in_[0], 4u);
+    const uint32_t xs0 = s_h.layer[0].xs, slice_addr = s_smem_addr (slice);
+    uint32_t x_kc0 = 0u, x_nk = 0u;
+    if (!leader && s_h.layer[0].spread) {
+        const uint32_t in4 = s_div_up (s_h.in_[0], 4u);
+        x_kc0 = in4 * (b - 1u) / W;
+        x_nk = in4 * b / W - x_kc0;
+    }
+
+    for (;;) {
+        if (leader && warp == 0u) {
+            uint32_t rows = 0u;
+            const uint32_t op = s_poll (box, lay, next_slot, next_seq, rows);
+            rows = rows < 1u ? 1u : rows > s_h.max_rows ? s_h.max_rows : rows;
+            const uint4 cmd = make_uint4 (op, rows, next_slot, next_seq);
+            if (C == 1u || read_leader) {
+                if (lane == 0u)
+                    s_cmd = cmd;
+            } else if (lane < C) {
+                s_st_cluster_v4u (s_mapa (s_smem_addr (&s_cmd), lane), cmd);
+            }
+            next_slot = next_slot + 1u == lay.ring ? 0u : next_slot + 1u;
+            ++next_seq;
+        }
+        if (leader && read_leader) {   /* the leader reads every feature and scatters the slices */
+            __syncthreads ();
+            const uint4 cmd = s_cmd;
+            if (cmd.x == OP_RUN)
+                s_read_scatter (reinterpret_cast<const float4 *> (features0 + (size_t) cmd.z * slot_bytes), rs0, in4_0,
+                                cmd.y, W, slice_addr, xs0);
+            if (warp == 0u && lane >= 1u && lane < C)
+                s_st_cluster_v4u (s_mapa (s_smem_addr (&s_cmd), lane), cmd);
+        }
+        s_barrier (C);   /* start */
+        const uint4 cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
+        if (cmd.x != OP_RUN)
+            break;
+        const uint32_t rows = cmd.y;
+        char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
+        bool wrote = false;
+        uint32_t cur = 0u;   /* leader: the act buffer holding this layer's input */
+
+        for (uint32_t l = 0; l < layers; ++l) {
+            const sig_persistent_layer_plan_t &L = s_h.layer[l];
+            const uint32_t in4 = s_div_up (s_h.in_[l], 4u);
+            const uint32_t out = s_h.out_[l];
+            const bool last = l + 1u == layers;
+            const bool next_spread = !last && s_h.layer[l + 1u].spread != 0u;
+            if (L.spread) {
+                if (!leader) {
+                    const uint32_t w = b - 1u;
+                    if (l == 0u && !read_leader) {
+                        s_read_host (reinterpret_cast<const float4 *> (sb + lay.features), lay.row_floats / 4u, x_kc0,
+                                     x_nk, rows, slice, L.xs);
+                        __syncthreads ();
+                    }
+                    s_out_t po;
+                    po.kind = OUT_PARTIAL;
+                    po.stride = s_h.mpad;
+                    po.remote = s_mapa (s_smem_addr (part + (size_t) w * s_h.part_stride), 0u);
+                    po.host_relaxed = 0u;
+                    po.dst = nullptr;
+                    po.bias = nullptr;
+                    po.act = 0;
+                    s_gemv_any (L, out, s_dyn + L.w_smem, wr, slice, rows, po);
+                }
+                s_barrier (C);   /* gather */
+            }
+            if (leader) {
+                /* where this layer's final values go */
+                s_out_t fin;
+                fin.remote = 0u;
+                fin.host_relaxed = seq_done ? 0u : 1u;
+                fin.bias = bias + L.bias;
+                fin.act = s_h.act[l];
+                if (last) {
+                    fin.kind = OUT_HOST;
+                    fin.dst = reinterpret_cast<float *> (sb + lay.outputs);
+                    fin.stride = out;
+                } else {
+                    fin.kind = OUT_ACT;
+                    fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
+                    fin.stride = 4u * (next_spread ? s_div_up (out, 4u) : s_h.layer[l + 1u].xs);
+                }
+                if (L.spread) {
+                    for (uint32_t i = t; i < rows * out; i += P_T) {
+                        const uint32_t r = rows == 1u ? 0u : i / out, m = i - r * out;
+                        float v = 0.0f;
+                        for (uint32_t k = 0; k < W; ++k)
+                            v += part[(size_t) k * s_h.part_stride + r * s_h.mpad + m];
+                        wrote |= s_put (fin, r, m, v);
+                    }
+                } else {
+                    if (l == 0u) {
+                        s_read_host (reinterpret_cast<const float4 *> (sb + lay.features), lay.row_floats / 4u, 0u,
+                                     in4, rows, act0 + cur * act_step, L.xs);
+                        __syncthreads ();
+                    }
+                    wrote |= s_gemv_any (L, out, s_dyn + L.w_smem, wr, act0 + cur * act_step, rows, fin);
+                }
+                cur ^= 1u;
+                __syncthreads ();   /* this layer's act writes before the next layer (or scatter) reads */
+            }
+            if (next_spread) {
+                if (leader) {   /* act0 + cur holds rows x out4 chunks; worker k gets its slice */
+                    const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
+                    const uint32_t n4 = s_div_up (out, 4u);
+                    const uint32_t saddr = s_smem_addr (slice);
+                    const float4 *src = act0 + cur * act_step;
+                    for (uint32_t i = t; i < rows * n4; i += P_T) {
+                        const uint32_t r = i / n4, kc = i - r * n4;
+                        const uint32_t k = s_owner (kc, n4, W);
+                        const uint32_t j = kc - n4 * k / W;
+                        s_st_cluster_v4f (s_mapa (saddr + 16u * (r * N.xs + j), k + 1u), src[(size_t) r * n4 + kc]);
+                    }
+                }
+                s_barrier (C);   /* scatter */
+            }
+        }
+        if (leader && seq_done) {
+            if (wrote)
+                s_fence_sys ();
+            __syncthreads ();
+            if (t == 0u) {
+                s_fence_sys ();
+                s_st_relaxed_sys_u32 (sb + lay.done, cmd.w);
+            }
+        }
+    }
+    if (leader && t == 0u) {
+        s_st_relaxed_sys_u32 (box + lay.status + 4u, 1u);
+        s_fence_sys ();
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The ping-pong floor: one block of 128 threads, the same mailbox, poll and completion. */
+
+#define PP_T 128u
+
+static __global__ void __launch_bounds__ (PP_T, 1)
+s_pingpong_kernel (char *box, sig_persistent_layout_t lay, uint32_t in, uint32_t flags, uint32_t done_mode)
+{
+    __shared__ uint4 s_cmd;
+    __shared__ float s_part[PP_T / 32u];
+    const uint32_t t = threadIdx.x, warp = t >> 5, lane = t & 31u;
+    const bool seq_done = done_mode == SIG_DONE_SEQUENCE;
+    const bool output = flags != 0u || !seq_done;
+    if (t == 0u) {
+        s_st_relaxed_sys_u32 (box + lay.status, 1u);
+        s_fence_sys ();
+    }
+    uint32_t next_slot = 0u, next_seq = 1u;
+    for (;;) {
+        if (warp == 0u) {
+            uint32_t rows = 0u;
+            const uint32_t op = s_poll (box, lay, next_slot, next_seq, rows);
+            if (lane == 0u)
+                s_cmd = make_uint4 (op, rows, next_slot, next_seq);
+            next_slot = next_slot + 1u == lay.ring ? 0u : next_slot + 1u;
+            ++next_seq;
+        }
+        __syncthreads ();
+        const uint4 cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
+        if (cmd.x != OP_RUN)
+            break;
+        char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
+        float y = 1.0f;
+        if (flags & SIG_PINGPONG_READ) {
+            const float4 *hx = reinterpret_cast<const float4 *> (sb + lay.features);
+            const uint32_t n4 = s_div_up (in, 4u);
+            float4 v[4];
+#pragma unroll
+            for (uint32_t u = 0; u < 4u; ++u)   /* every load issued before any is used */
+                v[u] = t + u * PP_T < n4 ? s_ld_relaxed_sys_v4 (hx + t + u * PP_T) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+            float acc = 0.0f;
+#pragma unroll
+            for (uint32_t u = 0; u < 4u; ++u)
+                acc += (v[u].x + v[u].y) + (v[u].z + v[u].w);
+            for (uint32_t i = t + 4u * PP_T; i < n4; i += PP_T) {   /* beyond 2048 floats: not timed */
+                const float4 w = s_ld_relaxed_sys_v4 (hx + i);
+                acc += (w.x + w.y) + (w.z + w.w);
+            }
+            acc = sig_warp_sum (acc);
+            if (lane == 0u)
+                s_part[warp] = acc;
+            __syncthreads ();
+            y = (s_part[0] + s_part[1]) + (s_part[2] + s_part[3]);
+        }
+        if (t == 0u) {
+            float *hy = reinterpret_cast<float *> (sb + lay.outputs);
+            if (output) {
+                if (seq_done)
+                    *hy = y;
+                else
+                    s_st_relaxed_sys_f32 (hy, y);
+            }
+            if (seq_done) {
+                if (output)
+                    s_fence_sys ();
+                s_st_relaxed_sys_u32 (sb + lay.done, cmd.w);
+            }
+        }
+        __syncthreads ();   /* s_cmd and s_part are rewritten next round */
+    }
+    if (t == 0u) {
+        s_st_relaxed_sys_u32 (box + lay.status + 4u, 1u);
+        s_fence_sys ();
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Host side: layout, plan, pack, launch */
+
+extern "C" int sig_persistent_layout (uint32_t in, uint32_t out, uint32_t max_rows, uint32_t ring,
+                                      sig_persistent_layout_t *layout)
+{
+    ring = ring ? ring : SIG_PERSISTENT_RING;
+    if (!layout || in == 0u || out == 0u || max_rows == 0u || ring > SIG_PERSISTENT_RING)
+        return (int) cudaErrorInvalidValue;
+    /* request | features | outputs, done: the done word right after the outputs, so that for a
+     * few outputs the host's one cache miss on the done line brings the outputs too */
+    const uint64_t row_floats = s_align (in, 4u);
+    const uint64_t features = P_LINE;
+    const uint64_t outputs = features + s_align ((uint64_t) max_rows * row_floats * 4u, P_LINE);
+    const uint64_t done = outputs + s_align ((uint64_t) max_rows * out * 4u, 4u);
+    const uint64_t slot = s_align (done + 4u, 2u * P_LINE);
+    const uint64_t total = 2u * P_LINE + ring * slot;
+    if (total > (1u << 30))
+        return (int) cudaErrorInvalidValue;
+    layout->ctrl = 0u;
+    layout->status = P_LINE;
+    layout->slots = 2u * P_LINE;
+    layout->slot_bytes = (uint32_t) slot;
+    layout->request = 0u;
+    layout->done = (uint32_t) done;
+    layout->features = (uint32_t) features;
+    layout->outputs = (uint32_t) outputs;
+    layout->row_floats = (uint32_t) row_floats;
+    layout->ring = ring;
+    layout->total = (uint32_t) total;
+    return (int) cudaSuccess;
+}
+
+extern "C" int sig_persistent_supported (int device, int *major, int *minor)
+{
+    int ma = 0, mi = 0, cluster = 0;
+    if (cudaDeviceGetAttribute (&ma, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
+        || cudaDeviceGetAttribute (&mi, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess
+        || cudaDeviceGetAttribute (&cluster, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
+        (void) cudaGetLastError ();
+        ma = mi = 0;
+    }
+    if (major)
+        *major = ma;
+    if (minor)
+        *minor = mi;
+    return ma == 9 && mi == 0 && cluster != 0 ? 1 : 0;
+}
+
+/* The descriptor checks of the fused kernel (kernels.h), on host pointers. */
+static bool s_net_ok (const sig_fused_net_t *n)
+{
+    if (n->layer_count < 1u || n->layer_count > SIG_FUSED_MAX_LAYERS)
+        return false;
+    for (uint32_t l = 0; l < n->layer_count; ++l) {
+        const sig_fused_layer_t *L = &n->layers[l];
+        if (!L->w || !L->b || L->in == 0u || L->out == 0u || L->in > (1u << 20) || L->out > (1u << 20))
+            return false;
+        if (L->act < SIG_ACT_NONE || L->act > SIG_ACT_TANH)
+            return false;
+        if (l > 0u && L->in != n->layers[l - 1u].out)
+            return false;
+    }
+    return true;
+}
+
+/* Threads, slots and strides of one layer (its placement given; W workers). */
+static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, sig_persistent_layer_plan_t *L)
+{
+    const uint32_t in4 = s_div_up (in, 4u);
+    const uint32_t k4 = spread ? s_div_up (in4, W) : in4;   /* the most chunks a block has */
+    uint32_t glog = 0u;
+    memset (L, 0, sizeof *L);
+    L->spread = spread ? 1u : 0u;
+    if (out <= P_T) {
+        /* as many threads per output as the block has room for, up to a warp, no more than chunks */
+        while ((1u << (glog + 1u)) <= P_GROUP_MAX && ((uint64_t) out << (glog + 1u)) <= P_T && (1u << glog) < k4)
+            ++glog;
+        L->passes = 1u;
+        L->active = (uint32_t) s_align ((uint64_t) out << glog, 32u);
+    } else {
+        L->passes = s_div_up (out, P_T);
+        L->active = P_T;
+    }
+    L->glog = glog;
+    L->slots = s_div_up (k4, 1u << glog);
+    L->xs = L->slots << glog;
+    L->bank = 2u;
+    L->regs = 0u;
+}
+
+static uint64_t s_layer_smem (const sig_persistent_layer_plan_t *L)   /* bytes of slots in shared memory */
+{
+    return ((uint64_t) L->passes * L->slots - (L->bank == 0u ? L->regs : 0u)) * L->active * 16u;
+}
+static uint64_t s_layer_regs (const sig_persistent_layer_plan_t *L)   /* bytes of slots in registers, per block */
+{
+    return (L->bank == 0u ? (uint64_t) L->regs : 0u) * L->active * 16u;
+}
+
+/* One candidate: every offset of a plan with this cluster size and placement. Returns whether it
+ * fits STATIC_SMEM + the dynamic part in LIMIT; fills COST (clocks, a rough estimate). */
+static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, const bool *spread, bool registers,
+                     const sig_persistent_tuning_t *tu, uint32_t limit, uint32_t static_smem,
+                     sig_persistent_plan_t *p, uint64_t *cost)
+{
+    const uint32_t n = net->layer_count, W = C > 1u ? C - 1u : 1u;
+    memset (p, 0, sizeof *p);
+    p->cluster_blocks = C;
+    p->threads = P_T;
+    p->layer_count = n;
+    p->max_rows = max_rows;
+    p->done_mode = tu->done_mode;
+    p->ring = tu->ring ? tu->ring : SIG_PERSISTENT_RING;
+    p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
+    p->smem_limit = limit;
+    p->max_cluster = C;
+    for (uint32_t l = 0; l < n; ++l)
+        s_shape (net->layers[l].in, net->layers[l].out, W, spread[l], &p->layers[l]);
+    /* Registers: per role, the single-pass layer that would read most from shared memory. */
+    for (uint32_t role = 0; role < 2u && registers; ++role) {
+        uint32_t best = n;
+        uint64_t best_bytes = 0;
+        for (uint32_t l = 0; l < n; ++l) {
+            const sig_persistent_layer_plan_t *L = &p->layers[l];
+            const uint64_t bytes = (uint64_t) L->slots * L->active;
+            if (L->spread == role && L->passes == 1u && bytes > best_bytes) {
+                best = l;
+                best_bytes = bytes;
+            }
+        }
+        if (best < n) {
+            p->layers[best].bank = 0u;
+            p->layers[best].regs = p->layers[best].slots < P_BANK ? p->layers[best].slots : P_BANK;
+        }
+    }
+    /* Shared memory (the same layout in every block): the weight area (the leader's local layers
+     * and the workers' split layers both start at 0: a block holds one role's), the leader's
+     * biases, the workers' input slice, the leader's two act buffers and partials. Image: every
+     * layer's slots (worker after worker for a split layer), then the biases. */
+    uint64_t w4[2] = { 0, 0 }, regs[2] = { 0, 0 }, img4 = 0, bias = 0, slice4 = 0, act4[2] = { 0, 0 }, mpad = 0;
+    uint32_t barriers = C > 1u ? 1u : 0u;
+    for (uint32_t l = 0; l < n; ++l) {
+        sig_persistent_layer_plan_t *L = &p->layers[l];
+        const uint32_t role = L->spread, out4 = s_div_up (net->layers[l].out, 4u);
+        L->w_smem = (uint32_t) w4[role];
+        w4[role] += s_layer_smem (L) / 16u;
+        regs[role] += s_layer_regs (L);
+        L->per_block = (uint64_t) L->passes * L->slots * L->active;
+        L->image = img4;
+        img4 += (L->spread ? W : 1u) * L->per_block;
+        L->bias = (uint32_t) bias;
+        bias += 4u * (uint64_t) out4;
+        /* The leader's act buffer l % 2 holds layer l's input: a local layer's (row stride xs),
+         * or a split layer's before it is scattered (its in4 chunks, compact); a split layer 0
+         * reads the host instead. */
+        uint64_t *a = &act4[l & 1u];
+        const uint64_t need = L->spread ? (l > 0u ? s_div_up (net->layers[l].in, 4u) : 0u) : L->xs;
+        *a = *a > need ? *a : need;
+        if (L->spread) {
+            slice4 = slice4 > L->xs ? slice4 : L->xs;
+            mpad = mpad > 4u * out4 ? mpad : 4u * out4;
+            barriers += l > 0u ? 2u : 1u;
+        }
+    }
+    const uint64_t bias_off = 4u * w4[0];
+    const uint64_t act0 = bias_off + bias;
+    const uint64_t act1 = act0 + 4u * act4[0] * max_rows;
+    const uint64_t part_off = act1 + 4u * act4[1] * max_rows;
+    const uint64_t part_stride = (uint64_t) max_rows * mpad;
+    const uint64_t lead_end = part_off + (C > 1u ? W * part_stride : 0u);
+    const uint64_t slice_off = 4u * w4[1];
+    const uint64_t work_end = C > 1u ? slice_off + 4u * slice4 * max_rows : 0u;
+    const uint64_t end = lead_end > work_end ? lead_end : work_end;
+    const uint64_t dyn = 4u * end;
+    const bool fits = dyn + static_smem <= limit && end < (1u << 28);
+    p->smem_bytes = fits ? (uint32_t) dyn : UINT32_MAX;
+    p->bias_off = (uint32_t) bias_off;
+    p->act_off0 = (uint32_t) act0;
+    p->act_off1 = (uint32_t) act1;
+    p->part_off = (uint32_t) part_off;
+    p->lead_end = (uint32_t) lead_end;
+    p->part_stride = (uint32_t) part_stride;
+    p->mpad = (uint32_t) mpad;
+    p->slice_off = (uint32_t) slice_off;
+    p->work_end = (uint32_t) work_end;
+    p->bias_image = 4u * img4;
+    p->cluster_barriers = barriers;
+    p->image_bytes = s_align (sizeof (p_header_t), 16u) + 16u * img4 + 4u * bias;
+    uint64_t weights = 0;
+    for (uint32_t l = 0; l < n; ++l)
+        weights += 4u * ((uint64_t) net->layers[l].in + 1u) * net->layers[l].out;
+    p->weight_bytes = weights;
+    /* On chip: the leader's weights and buffers, each worker's weights and slice, the registers. */
+    const uint64_t leader = 4u * lead_end, worker = 4u * (work_end > slice_off ? work_end : slice_off);
+    p->need_bytes = leader + regs[0] + (C > 1u ? W * (worker + regs[1]) : 0u) + (uint64_t) C * static_smem;
+    p->cluster_bytes = (uint64_t) C * limit + regs[0] + (C > 1u ? W * regs[1] : 0u);
+    /* Per request: the hand-offs, and the longer of the two roles' weight reads (shared memory at
+     * 128 B per clock, registers at 512 B of weights per clock). */
+    const uint64_t lead_cost = 16u * w4[0] / 128u + regs[0] / 512u, work_cost = 16u * w4[1] / 128u + regs[1] / 512u;
+    *cost = (uint64_t) barriers * P_BARRIER_CYCLES + lead_cost + (C > 1u ? work_cost : 0u);
+    return fits;
+}
+
+/* Static shared memory of the kernel (its header copy and command word). */
+static uint32_t s_static_smem (void)
+{
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes (&a, s_persistent_kernel) != cudaSuccess) {
+        (void) cudaGetLastError ();
+        return (uint32_t) (sizeof (p_header_t) + 64u);
+    }
+    return (uint32_t) a.sharedSizeBytes;
+}
+
+/* Tries cluster size C: the placement grows from "big layers split" until the leader fits. */
+static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, const sig_persistent_tuning_t *tu,
+                   uint32_t limit, uint32_t static_smem, sig_persistent_plan_t *p, uint64_t *cost)
+{
+    const uint32_t n = net->layer_count;
+    bool spread[SIG_FUSED_MAX_LAYERS];
+    uint32_t count = 0;
+    for (uint32_t l = 0; l < n; ++l) {
+        const uint64_t bytes = 4u * (uint64_t) net->layers[l].in * net->layers[l].out;
+        spread[l] = C > 1u && (tu->spread_all || bytes > P_LOCAL_MAX_BYTES);
+        count += spread[l] ? 1u : 0u;
+    }
+    for (;;) {
+        if (C > 1u && count == 0u) {   /* a cluster with nothing split would only add barriers */
+            uint32_t big = 0;
+            for (uint32_t l = 1; l < n; ++l)
+                if ((uint64_t) net->layers[l].in * net->layers[l].out > (uint64_t) net->layers[big].in * net->layers[big].out)
+                    big = l;
+            spread[big] = true;
+            ++count;
+        }
+        /* Registers only when shared memory alone cannot hold it (tuning: never, or always). The
+         * register path is the faster one on paper, but measured slower on tick_mlp (10.52 us p50
+         * without, 11.03 with, H100, same run: docs/persistent-notes.md). */
+        if (tu->no_registers != 2u && s_build (net, max_rows, C, spread, false, tu, limit, static_smem, p, cost))
+            return true;
+        if (tu->no_registers != 1u && s_build (net, max_rows, C, spread, true, tu, limit, static_smem, p, cost))
+            return true;
+        if (C == 1u || count == n)
+            return false;
+        uint32_t big = n;   /* split the largest local layer and try again */
+        for (uint32_t l = 0; l < n; ++l)
+            if (!spread[l] && (big == n || (uint64_t) net->layers[l].in * net->layers[l].out
+                                               > (uint64_t) net->layers[big].in * net->layers[big].out))
+                big = l;
+        spread[big] = true;
+        ++count;
+    }
+}
+
+extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device,
+                                    const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan)
+{
+    if (!net || !plan || max_rows < 1u || max_rows > 4096u || !s_net_ok (net))
+        return (int) cudaErrorInvalidValue;
+    const sig_persistent_tuning_t none = { 0u, 0u, 0u, 0u, 0u, 0u };
+    const sig_persistent_tuning_t *tu = tuning ? tuning : &none;
+    if (tu->cluster_blocks != 0u && tu->cluster_blocks != 1u && tu->cluster_blocks != 2u && tu->cluster_blocks != 4u
+        && tu->cluster_blocks != 8u)
+        return (int) cudaErrorInvalidValue;
+    if (tu->done_mode != SIG_DONE_SEQUENCE && tu->done_mode != SIG_DONE_OUTPUTS || tu->ring > SIG_PERSISTENT_RING)
+        return (int) cudaErrorInvalidValue;
+    int optin = 0;
+    cudaError_t e = cudaDeviceGetAttribute (&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e != cudaSuccess)
+        return (int) e;
+    const uint32_t static_smem = s_static_smem ();
+    const uint32_t sizes[] = { 1u, 2u, 4u, 8u };
+    bool found = false;
+    uint64_t best_cost = 0;
+    sig_persistent_plan_t cand;
+    for (uint32_t i = 0; i < 4u; ++i) {
+        const uint32_t C = sizes[i];
+        if (tu->cluster_blocks != 0u && C != tu->cluster_blocks)
+            continue;
+        uint64_t cost = 0;
+        const bool fits = s_try (net, max_rows, C, tu, (uint32_t) optin, static_smem, &cand, &cost);
+        if (fits && (!found || cost < best_cost)) {
+            *plan = cand;
+            best_cost = cost;
+            found = true;
+        }
+        if (!found)   /* the largest tried is what the message reports */
+            *plan = cand;
+    }
+    if (!found)
+        return (int) cudaErrorMemoryAllocation;
+    /* The kernel may take up to the whole opt-in limit (set once, the same for every model: a
+     * smaller value set by another load could otherwise race with this launch). */
+    e = cudaFuncSetAttribute (s_persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              optin - (int) static_smem);
+    if (e != cudaSuccess)
+        return (int) e;
+    /* Can a cluster of this size with this much shared memory be placed at all? */
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = plan->cluster_blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3 (plan->cluster_blocks);
+    cfg.blockDim = dim3 (P_T);
+    cfg.dynamicSmemBytes = plan->smem_bytes;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    e = cudaOccupancyMaxActiveClusters (&clusters, (void *) s_persistent_kernel, &cfg);
+    if (e != cudaSuccess)
+        return (int) e;
+    return clusters >= 1 ? (int) cudaSuccess : (int) cudaErrorMemoryAllocation;
+}
+
+extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persistent_plan_t *plan,
+                                    const sig_persistent_layout_t *layout, void *image)
+{
+    if (!net || !plan || !layout || !image || plan->layer_count != net->layer_count || plan->smem_bytes == UINT32_MAX)
+        return (int) cudaErrorInvalidValue;
+    const uint32_t C = plan->cluster_blocks, W = C > 1u ? C - 1u : 1u, n = plan->layer_count;
+    memset (image, 0, plan->image_bytes);
+    p_header_t *h = static_cast<p_header_t *> (image);
+    h->magic = P_MAGIC;
+    h->layers = n;
+    h->blocks = C;
+    h->max_rows = plan->max_rows;
+    h->in = net->layers[0].in;
+    h->out = net->layers[n - 1u].out;
+    h->done_mode = plan->done_mode;
+    h->dyn_bytes = plan->smem_bytes;
+    h->bias_off = plan->bias_off;
+    h->act_off0 = plan->act_off0;
+    h->act_off1 = plan->act_off1;
+    h->part_off = plan->part_off;
+    h->lead_end = plan->lead_end;
+    h->part_stride = plan->part_stride;
+    h->mpad = plan->mpad;
+    h->slice_off = plan->slice_off;
+    h->work_end = plan->work_end;
+    h->read_leader = plan->read_leader;
+    h->payload = s_align (sizeof (p_header_t), 16u);
+    h->bias_image = plan->bias_image;
+    h->box = *layout;
+    float *payload = reinterpret_cast<float *> (static_cast<char *> (image) + h->payload);
+    for (uint32_t l = 0; l < n; ++l) {
+        const sig_persistent_layer_plan_t *L = &plan->layers[l];
+        const sig_fused_layer_t *N = &net->layers[l];
+        h->layer[l] = *L;
+        h->in_[l] = N->in;
+        h->out_[l] = N->out;
+        h->act[l] = N->act;
+        const uint32_t in4 = s_div_up (N->in, 4u), G = 1u << L->glog;
+        for (uint32_t blk = 0; blk < (L->spread ? W : 1u); ++blk) {
+            const uint32_t kc0 = L->spread ? in4 * blk / W : 0u, kc1 = L->spread ? in4 * (blk + 1u) / W : in4;
+            float *dst = payload + 4u * (L->image + (uint64_t) blk * L->per_block);
+            for (uint32_t p = 0; p < L->passes; ++p)
+                for (uint32_t s = 0; s < L->slots; ++s)
+                    for (uint32_t t = 0; t < L->active; ++t) {
+                        const uint32_t m = p * (P_T >> L->glog) + (t >> L->glog);
+                        const uint32_t kc = kc0 + (t & (G - 1u)) + s * G;
+                        float *c = dst + 4u * (((uint64_t) p * L->slots + s) * L->active + t);
+                        if (m >= N->out || kc >= kc1)
+                            continue;   /* zeros */
+                        for (uint32_t e = 0; e < 4u; ++e)
+                            if (4u * kc + e < N->in)
+                                c[e] = N->w[(size_t) m * N->in + 4u * kc + e];
+                    }
+        }
+        memcpy (payload + plan->bias_image + L->bias, N->b, N->out * sizeof (float));
+    }
+    return (int) cudaSuccess;
+}
+
+extern "C" int sig_persistent_launch (const void *image, void *box, const sig_persistent_plan_t *plan,
+                                      cudaStream_t stream)
+{
+    if (!image || !box || !plan || plan->cluster_blocks < 1u || plan->cluster_blocks > SIG_PERSISTENT_MAX_BLOCKS)
+        return (int) cudaErrorInvalidValue;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = plan->cluster_blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3 (plan->cluster_blocks);   /* exactly one cluster */
+    cfg.blockDim = dim3 (P_T);
+    cfg.dynamicSmemBytes = plan->smem_bytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t launched = cudaLaunchKernelEx (&cfg, s_persistent_kernel, static_cast<const p_header_t *> (image),
+                                                     static_cast<char *> (box));
+    const cudaError_t last = cudaGetLastError ();
+    return (int) (launched != cudaSuccess ? launched : last);
+}
+
+extern "C" int sig_pingpong_launch (void *box, const sig_persistent_layout_t *layout, uint32_t in, uint32_t flags,
+                                    uint32_t done_mode, cudaStream_t stream)
+{
+    if (!box || !layout || in == 0u)
+        return (int) cudaErrorInvalidValue;
+    s_pingpong_kernel<<<1, PP_T, 0, stream>>> (static_cast<char *> (box), *layout, in, flags, done_mode);
+    CUDA_TRY_LAUNCH ();
+    return (int) cudaSuccess;
+}
