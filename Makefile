@@ -5,7 +5,7 @@
 BUILD    ?= build
 CC       ?= cc
 PYTHON   ?= /usr/bin/python3
-PKGS     := libzmq libprotobuf-c libcjson libsystemd libmicrohttpd
+PKGS     := libzmq libczmq libprotobuf-c libcjson libsystemd libmicrohttpd
 OPT      ?= -O3
 SAN      ?=
 CFLAGS   := -std=gnu11 $(OPT) -g -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-psabi -MMD -MP \

@@ -25,6 +25,7 @@ typedef struct {
 struct _endpoints_t {
     void *ctx;
     bool own_ctx;
+    auth_t *auth;               /* CURVE (NULL: off) */
     server_config_t cfg;        /* the socket options */
     slot_t slots[SLOTS];
     zmq_pollitem_t items[SLOTS + 1];
@@ -66,9 +67,35 @@ static int s_ipc_check (const char *endpoint, char *err, size_t errlen)
     return 0;
 }
 
+/* With CURVE: a client with an unknown key must be refused on the address just bound (a wildcard
+ * address reached over loopback), or the endpoint does not serve. */
+static int s_prove (endpoints_t *self, void *socket, char *err, size_t errlen)
+{
+    char bound[CONFIG_ENDPOINT_MAX + 16];
+    size_t len = sizeof bound;
+    if (zmq_getsockopt (socket, ZMQ_LAST_ENDPOINT, bound, &len) != 0) {
+        snprintf (err, errlen, "server.curve: cannot read the address bound: %s", zmq_strerror (zmq_errno ()));
+        return -1;
+    }
+    char target[CONFIG_ENDPOINT_MAX + 16];
+    const char *any4 = strstr (bound, "tcp://0.0.0.0:"), *any6 = strstr (bound, "tcp://[::]:");
+    if (any4)
+        snprintf (target, sizeof target, "tcp://127.0.0.1:%s", any4 + strlen ("tcp://0.0.0.0:"));
+    else if (any6)
+        snprintf (target, sizeof target, "tcp://[::1]:%s", any6 + strlen ("tcp://[::]:"));
+    else
+        snprintf (target, sizeof target, "%s", bound);
+    return auth_prove (self->auth, target, err, errlen);
+}
+
 static void *s_bind (endpoints_t *self, const char *endpoint, char *err, size_t errlen)
 {
     bool ipc = strncmp (endpoint, "ipc://", 6) == 0;
+    if (self->auth && strncmp (endpoint, "inproc://", 9) == 0) {
+        snprintf (err, errlen, "server.endpoints: %s: inproc endpoints make no security handshake, so they cannot "
+                  "serve with server.curve; use tcp:// or ipc://", endpoint);
+        return NULL;
+    }
     if (ipc && s_ipc_check (endpoint, err, errlen) != 0)
         return NULL;
     void *s = zmq_socket (self->ctx, ZMQ_ROUTER);
@@ -85,12 +112,20 @@ static void *s_bind (endpoints_t *self, const char *endpoint, char *err, size_t 
     if (rc == 0 && hb_ivl > 0)
         rc = zmq_setsockopt (s, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl) != 0
              || zmq_setsockopt (s, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout) != 0 ? -1 : 0;
+    if (rc == 0 && self->auth && auth_apply (self->auth, s, err, errlen) != 0) {
+        zmq_close (s);
+        return NULL;
+    }
     if (rc == 0)
         rc = zmq_bind (s, endpoint);
     if (rc != 0) {
         snprintf (err, errlen, "server.endpoints: cannot bind %s: %s", endpoint, zmq_strerror (zmq_errno ()));
         if (s)
             zmq_close (s);
+        return NULL;
+    }
+    if (self->auth && s_prove (self, s, err, errlen) != 0) {
+        zmq_close (s);
         return NULL;
     }
     if (ipc && endpoint[6] != '@' && chmod (endpoint + 6, self->cfg.ipc_file_mode) != 0)
@@ -126,7 +161,7 @@ static void s_close (endpoints_t *self, int i, uint32_t linger_ms)
     memset (sl, 0, sizeof *sl);
 }
 
-endpoints_t *endpoints_new (const server_config_t *cfg, void *ctx, char *err, size_t errlen)
+endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, char *err, size_t errlen)
 {
     endpoints_t *self = calloc (1, sizeof *self);
     if (!self) {
@@ -134,7 +169,8 @@ endpoints_t *endpoints_new (const server_config_t *cfg, void *ctx, char *err, si
         return NULL;
     }
     self->cfg = *cfg;
-    self->ctx = ctx;
+    self->auth = auth;
+    self->ctx = auth ? auth_context (auth) : NULL;
     if (!self->ctx) {
         self->ctx = zmq_ctx_new ();
         self->own_ctx = true;
@@ -268,7 +304,7 @@ void endpoints_close_idle (endpoints_t *self)
 
 const void *endpoints_client_key (endpoints_t *self, zmq_msg_t *frame, size_t *len)
 {
-    if (self->cfg.curve.secret_key_file[0]) {
+    if (self->auth) {
         const char *key = zmq_msg_gets (frame, "User-Id");
         if (key && *key) {
             *len = strlen (key);

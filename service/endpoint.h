@@ -11,15 +11,17 @@
 #ifndef SIGSERVE_ENDPOINT_H
 #define SIGSERVE_ENDPOINT_H
 
+#include "auth.h"
 #include "config.h"
 #include <stddef.h>
 #include <zmq.h>
 
 typedef struct _endpoints_t endpoints_t;
 
-/* Binds every endpoint of CFG, in context CTX (NULL: a context of its own with io_threads).
- * NULL with ERR naming the endpoint on failure. */
-endpoints_t *endpoints_new (const server_config_t *cfg, void *ctx, char *err, size_t errlen);
+/* Binds every endpoint of CFG in a context of its own (io_threads I/O threads), or with AUTH (not
+ * NULL: server.curve) in czmq's, every socket a CURVE server and every new endpoint proved to
+ * refuse an unknown key before it serves. NULL with ERR naming the endpoint on failure. */
+endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, char *err, size_t errlen);
 /* Closes every socket, letting queued replies go for at most LINGER_MS. */
 void endpoints_destroy (endpoints_t **self_p, uint32_t linger_ms);
 /* The context the sockets live in. */

@@ -17,7 +17,7 @@
 #define LINE_BYTES 8192         /* a whole line, newline included */
 #define FIELDS_BYTES 2048       /* structured fields written as an object; longer ones as a cut string */
 
-log_level_t log_current_level = LOG_INFO;
+log_level_t log_current_level = LOG_LEVEL_INFO;
 static log_format_t s_format = LOG_FORMAT_TEXT;
 
 static const char *s_level_names[] = { "error", "warn", "info", "debug" };

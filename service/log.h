@@ -9,7 +9,8 @@
 
 #include "config.h"
 
-typedef enum { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 } log_level_t;
+/* (not LOG_INFO and the like: <syslog.h>, which czmq includes, defines those as macros) */
+typedef enum { LOG_LEVEL_ERROR = 0, LOG_LEVEL_WARN = 1, LOG_LEVEL_INFO = 2, LOG_LEVEL_DEBUG = 3 } log_level_t;
 
 extern log_level_t log_current_level;
 
@@ -28,9 +29,9 @@ size_t log_json_escape (const char *s, char *dst, size_t cap);
 
 #define LOG_AT(lvl, ...) \
     do { if ((lvl) <= log_current_level) log_write ((lvl), __VA_ARGS__); } while (0)
-#define log_error(...) LOG_AT (LOG_ERROR, __VA_ARGS__)
-#define log_warn(...)  LOG_AT (LOG_WARN, __VA_ARGS__)
-#define log_info(...)  LOG_AT (LOG_INFO, __VA_ARGS__)
-#define log_debug(...) LOG_AT (LOG_DEBUG, __VA_ARGS__)
+#define log_error(...) LOG_AT (LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warn(...)  LOG_AT (LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_info(...)  LOG_AT (LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_debug(...) LOG_AT (LOG_LEVEL_DEBUG, __VA_ARGS__)
 
 #endif

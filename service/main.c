@@ -11,6 +11,7 @@
  * bound); 2 bad usage, bad configuration (server.http that cannot be bound included) or a model
  * that cannot load. */
 #define _GNU_SOURCE
+#include "auth.h"
 #include "config.h"
 #include "http.h"
 #include "log.h"
@@ -38,6 +39,7 @@
 static const char *s_usage =
     "usage: sigserve --config FILE [--log-level LEVEL] [--watch]\n"
     "       sigserve --check-config FILE\n"
+    "       sigserve --keygen PATH\n"
     "       sigserve --help | --version\n"
     "\n"
     "Serves the models that FILE configures over ZeroMQ (see config/README.md).\n"
@@ -45,11 +47,15 @@ static const char *s_usage =
     "  --check-config FILE  validate FILE and load every model, print a summary, exit\n"
     "  --log-level LEVEL    error, warn, info or debug (overrides server.log_level)\n"
     "  --watch              reload when FILE changes, as on SIGHUP\n"
+    "  --keygen PATH        write a new CURVE certificate: PATH (the public key, for clients and\n"
+    "                       allowlists) and PATH_secret (both keys: server.curve.secret_key_file,\n"
+    "                       or a client's own certificate), in czmq's format\n"
     "Signals: SIGTERM/SIGINT drain (server.drain_ms) and stop; SIGHUP reloads FILE.\n"
     "Exit codes: 0 clean stop, 1 runtime failure, 2 usage or configuration error.\n";
 
 typedef struct {
     const char *config_path;
+    const char *keygen_path;
     const char *level_override;
     bool check_only;
     bool watch;
@@ -80,12 +86,13 @@ static void s_version (void)
 /* -1 to go on, or an exit code. */
 static int s_parse (int argc, char **argv, options_t *o)
 {
-    enum { O_CONFIG = 256, O_CHECK, O_LEVEL, O_WATCH, O_VERSION, O_HELP };
+    enum { O_CONFIG = 256, O_CHECK, O_LEVEL, O_WATCH, O_KEYGEN, O_VERSION, O_HELP };
     static const struct option longopts[] = {
         { "config", required_argument, NULL, O_CONFIG },
         { "check-config", required_argument, NULL, O_CHECK },
         { "log-level", required_argument, NULL, O_LEVEL },
         { "watch", no_argument, NULL, O_WATCH },
+        { "keygen", required_argument, NULL, O_KEYGEN },
         { "version", no_argument, NULL, O_VERSION },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
@@ -98,6 +105,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         case O_CHECK: o->config_path = optarg; o->check_only = true; break;
         case O_LEVEL: o->level_override = optarg; break;
         case O_WATCH: o->watch = true; break;
+        case O_KEYGEN: o->keygen_path = optarg; break;
         case O_VERSION: s_version (); return 0;
         case 'h': case O_HELP: fputs (s_usage, stdout); return 0;
         case ':': return s_usage_error ("%s needs a value", argv[optind - 1]);
@@ -106,6 +114,14 @@ static int s_parse (int argc, char **argv, options_t *o)
     }
     if (optind < argc)
         return s_usage_error ("unexpected argument \"%s\"", argv[optind]);
+    if (o->keygen_path) {
+        char err[512];
+        if (auth_keygen (o->keygen_path, err, sizeof err) != 0) {
+            fprintf (stderr, "sigserve: --keygen: %s\n", err);
+            return 2;
+        }
+        return 0;
+    }
     if (!o->config_path)
         return s_usage_error ("%s", "--config FILE is required");
     return -1;
@@ -144,6 +160,7 @@ typedef struct {
     server_t *server;
     stats_t *stats;
     http_t *http;                   /* NULL without server.http */
+    auth_t *auth;                   /* NULL without server.curve */
     struct timespec config_mtime;   /* --watch: the file as last loaded */
     off_t config_size;
     uint64_t last_stats;            /* the stats line: when, and the snapshots it diffs against */
@@ -175,10 +192,17 @@ static void s_reload (control_t *c, const char *why)
     s_remember_file (c);
     config_t *next = config_load (c->opt->config_path, err, sizeof err);
     int rc = -1;
-    if (next) {
+    bool curve_now = c->auth != NULL, curve_next = next && next->server.curve.secret_key_file[0];
+    if (next && curve_now != curve_next) {
+        snprintf (err, sizeof err, "%s: server.curve: turning CURVE %s needs a restart", c->opt->config_path,
+                  curve_next ? "on" : "off");
+    } else if (next) {
         http_reload_begin (c->http);
         rc = server_reload (c->server, next, err, sizeof err);
         http_reload_end (c->http);
+        /* The allowlist folder (czmq re-reads it as it changes; a new one is taken here). */
+        if (rc == 0 && c->auth && auth_reload (c->auth, &next->server.curve, err, sizeof err) != 0)
+            log_error ("reload: %s; the previous allowlist stays", err);
     }
     if (rc != 0) {
         log_error ("reload failed, nothing changed, the previous configuration keeps serving: %s", err);
@@ -232,7 +256,7 @@ static void s_stats_line (control_t *c, uint64_t now)
         snprintf (fields, sizeof fields, "\"model\":\"%s\",\"requests\":%llu,\"rate_per_s\":%.1f,\"server_p50_us\":%.1f,"
                   "\"server_p99_us\":%.1f", name, (unsigned long long) delta,
                   (double) delta / seconds, (double) p50 / 1e3, (double) p99 / 1e3);
-        log_write_fields (LOG_INFO, "stats", fields);
+        log_write_fields (LOG_LEVEL_INFO, "stats", fields);
     }
 }
 
@@ -329,9 +353,21 @@ int main (int argc, char **argv)
         config_destroy (&cfg);
         return 2;
     }
+    /* CURVE configured but unusable stops the start here, before the models load. */
+    auth_t *auth = NULL;
+    if (!opt.check_only && cfg->server.curve.secret_key_file[0]
+        && !(auth = auth_new (&cfg->server.curve, cfg->server.io_threads, err, sizeof err))) {
+        log_error ("%s: %s", opt.config_path, err);
+        http_destroy (&http);
+        stats_destroy (&stats);
+        free (before);
+        config_destroy (&cfg);
+        return 2;
+    }
     model_registry_t *models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
     if (!models) {
         log_error ("%s: %s", opt.config_path, err);
+        auth_destroy (&auth);
         http_destroy (&http);
         stats_destroy (&stats);
         free (before);
@@ -347,10 +383,11 @@ int main (int argc, char **argv)
         return 0;
     }
 
-    server_t *server = server_new (&cfg->server, models, stats, NULL, err, sizeof err);
+    server_t *server = server_new (&cfg->server, models, stats, auth, err, sizeof err);
     if (!server) {
         log_error ("%s: %s", opt.config_path, err);
-        rc = 1;
+        /* a CURVE endpoint that cannot prove it refuses unknown keys is a configuration error */
+        rc = strstr (err, "server.curve") ? 2 : 1;
     } else {
         front_t front = { .server = server };
         pthread_t thread;
@@ -362,7 +399,7 @@ int main (int argc, char **argv)
             log_info ("sigserve %s ready", SIGSERVE_VERSION);
             notify_ready ("serving");
             control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .http = http,
-                                  .before = before };
+                                  .auth = auth, .before = before };
             s_remember_file (&control);
             s_control_loop (&control, &signals);
             pthread_join (thread, NULL);
@@ -376,6 +413,7 @@ int main (int argc, char **argv)
         server_destroy (&server);
     }
     model_registry_destroy (&models);
+    auth_destroy (&auth);
     http_destroy (&http);
     stats_destroy (&stats);
     free (before);

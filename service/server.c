@@ -742,7 +742,7 @@ void server_stop (server_t *self)
 
 /* ---------------------------------------------------------------- lifecycle */
 
-server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, void *ctx,
+server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, auth_t *auth,
                       char *err, size_t errlen)
 {
     server_t *self = calloc (1, sizeof *self);
@@ -778,7 +778,7 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
         server_destroy (&self);
         return NULL;
     }
-    self->endpoints = endpoints_new (cfg, ctx, err, errlen);
+    self->endpoints = endpoints_new (cfg, auth, err, errlen);
     if (!self->endpoints) {
         server_destroy (&self);
         return NULL;

@@ -11,6 +11,7 @@
 #ifndef SIGSERVE_SERVER_H
 #define SIGSERVE_SERVER_H
 
+#include "auth.h"
 #include "config.h"
 #include "registry.h"
 #include "stats.h"
@@ -28,10 +29,10 @@ typedef struct {
     uint64_t admitted;          /* infer requests handed to a worker */
 } server_stats_t;
 
-/* Binds every endpoint of CFG with a context of its own (or CTX when not NULL: CURVE needs
- * czmq's). MODELS stays the caller's (a reload replaces it: see server_reload); STATS may be NULL.
+/* Binds every endpoint of CFG (with AUTH, not NULL, every one a CURVE server: endpoint.h).
+ * MODELS stays the caller's (a reload replaces it: see server_reload); STATS may be NULL.
  * NULL with ERR on failure. */
-server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, void *ctx,
+server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, auth_t *auth,
                       char *err, size_t errlen);
 void server_destroy (server_t **self_p);
 

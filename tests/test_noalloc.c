@@ -131,7 +131,7 @@ START_TEST (no_allocation_per_request_once_warm)
               "                 { \"weight\": \"2.weight\", \"activation\": \"relu\" }, { \"weight\": \"4.weight\" } ] } ] }",
               endpoint, weights);
     char *path = tu_write_file (dir, "noalloc.json", json, -1);
-    log_set_level (LOG_ERROR);
+    log_set_level (LOG_LEVEL_ERROR);
     char err[1024];
     config_t *cfg = config_load (path, err, sizeof err);
     ck_assert_msg (cfg != NULL, "%s", err);

@@ -1319,14 +1319,14 @@ static char s_long_msg[12000];
 
 static void s_log_calls (void)
 {
-    log_set_level (LOG_DEBUG);
-    log_write (LOG_INFO, "quote \" backslash \\ newline \n tab \t bell \x07 del \x7f end");
-    log_write (LOG_WARN, "bad utf-8: \xff|\xc3|\xc0\x80|\xed\xa0\x80|\xf4\x90\x80\x80| ok: \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
-    log_write (LOG_ERROR, "%s", s_long_msg);
-    log_write_fields (LOG_INFO, "stats", "\"model\":\"m\",\"requests\":3");
-    log_write_fields (LOG_INFO, "bad \"fields\"", "\"model\":oops");
+    log_set_level (LOG_LEVEL_DEBUG);
+    log_write (LOG_LEVEL_INFO, "quote \" backslash \\ newline \n tab \t bell \x07 del \x7f end");
+    log_write (LOG_LEVEL_WARN, "bad utf-8: \xff|\xc3|\xc0\x80|\xed\xa0\x80|\xf4\x90\x80\x80| ok: \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
+    log_write (LOG_LEVEL_ERROR, "%s", s_long_msg);
+    log_write_fields (LOG_LEVEL_INFO, "stats", "\"model\":\"m\",\"requests\":3");
+    log_write_fields (LOG_LEVEL_INFO, "bad \"fields\"", "\"model\":oops");
     log_debug ("debug %d", 1);
-    log_write_fields (LOG_INFO, "two objects", "\"a\":1},{\"b\":2");
+    log_write_fields (LOG_LEVEL_INFO, "two objects", "\"a\":1},{\"b\":2");
 }
 
 START_TEST (log_lines_are_json_whatever_the_message)
