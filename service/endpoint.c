@@ -10,12 +10,15 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #define SLOTS (2 * CONFIG_MAX_ENDPOINTS)    /* room for a reload's new endpoints next to the old */
 
 typedef struct {
     void *socket;               /* NULL: free slot */
+    void *monitor;              /* PAIR receiving the socket's connection events (max_connections) */
     char name[CONFIG_ENDPOINT_MAX];
     bool added;                 /* bound by the last endpoints_add, not committed yet */
     bool closing;               /* removed by a reload: closed once inflight is 0 */
@@ -23,12 +26,17 @@ typedef struct {
 } slot_t;
 
 struct _endpoints_t {
+    uint32_t connections;       /* accepted and not yet closed, over every socket */
+    uint64_t last_limit_warn;   /* the connection-limit warning, at most once a second */
+    uint64_t refused_since_warn;
     void *ctx;
     bool own_ctx;
     auth_t *auth;               /* CURVE (NULL: off) */
     server_config_t cfg;        /* the socket options */
     slot_t slots[SLOTS];
-    zmq_pollitem_t items[SLOTS + 1];
+    zmq_pollitem_t items[2 * SLOTS + 1];
+    int refused[64];            /* fds shut down for the limit: their disconnection is not counted */
+    size_t refused_count;
 };
 
 /* ipc://PATH: a live listener there means another server owns it (refuse); a socket file nobody
@@ -88,7 +96,7 @@ static int s_prove (endpoints_t *self, void *socket, char *err, size_t errlen)
     return auth_prove (self->auth, target, err, errlen);
 }
 
-static void *s_bind (endpoints_t *self, const char *endpoint, char *err, size_t errlen)
+static void *s_bind (endpoints_t *self, const char *endpoint, void **monitor, char *err, size_t errlen)
 {
     bool ipc = strncmp (endpoint, "ipc://", 6) == 0;
     if (self->auth && strncmp (endpoint, "inproc://", 9) == 0) {
@@ -128,6 +136,24 @@ static void *s_bind (endpoints_t *self, const char *endpoint, char *err, size_t 
         zmq_close (s);
         return NULL;
     }
+    *monitor = NULL;
+    if (self->cfg.max_connections) {
+        static int count;
+        char name[64];
+        snprintf (name, sizeof name, "inproc://sigserve-connections-%d", count++);
+        void *pair = zmq_socket (self->ctx, ZMQ_PAIR);
+        int zero = 0;
+        if (!pair || zmq_socket_monitor (s, name, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0
+            || zmq_setsockopt (pair, ZMQ_LINGER, &zero, sizeof zero) != 0 || zmq_connect (pair, name) != 0) {
+            snprintf (err, errlen, "server.max_connections: cannot watch the connections of %s: %s", endpoint,
+                      zmq_strerror (zmq_errno ()));
+            if (pair)
+                zmq_close (pair);
+            zmq_close (s);
+            return NULL;
+        }
+        *monitor = pair;
+    }
     if (ipc && endpoint[6] != '@' && chmod (endpoint + 6, self->cfg.ipc_file_mode) != 0)
         log_warn ("%s: cannot set its mode to %s: %s", endpoint, self->cfg.ipc_mode, strerror (errno));
     log_info ("listening on %s", endpoint);
@@ -156,6 +182,10 @@ static void s_close (endpoints_t *self, int i, uint32_t linger_ms)
     if (!sl->socket)
         return;
     int linger = (int) linger_ms;
+    if (sl->monitor) {
+        zmq_socket_monitor (sl->socket, NULL, 0);
+        zmq_close (sl->monitor);
+    }
     zmq_setsockopt (sl->socket, ZMQ_LINGER, &linger, sizeof linger);
     zmq_close (sl->socket);     /* libzmq removes an ipc:// socket file it created */
     memset (sl, 0, sizeof *sl);
@@ -223,6 +253,9 @@ int endpoints_poll_items (endpoints_t *self, int extra_fd, zmq_pollitem_t **item
     for (int i = 0; i < SLOTS; i++)
         if (self->slots[i].socket)
             self->items[n++] = (zmq_pollitem_t) { .socket = self->slots[i].socket, .events = ZMQ_POLLIN };
+    for (int i = 0; i < SLOTS; i++)     /* a connection past the limit is closed as soon as it comes */
+        if (self->slots[i].monitor)
+            self->items[n++] = (zmq_pollitem_t) { .socket = self->slots[i].monitor, .events = ZMQ_POLLIN };
     self->items[n++] = (zmq_pollitem_t) { .fd = extra_fd, .events = ZMQ_POLLIN };
     *items = self->items;
     return n;
@@ -241,7 +274,8 @@ int endpoints_add (endpoints_t *self, const server_config_t *cfg, char *err, siz
         if (s_find (self, cfg->endpoints[e]) >= 0)
             continue;
         int i = s_free_slot (self);
-        void *s = i >= 0 ? s_bind (self, cfg->endpoints[e], err, errlen) : NULL;
+        void *monitor = NULL;
+        void *s = i >= 0 ? s_bind (self, cfg->endpoints[e], &monitor, err, errlen) : NULL;
         if (i < 0)
             snprintf (err, errlen, "server.endpoints: no room for %s while earlier endpoints are closing",
                       cfg->endpoints[e]);
@@ -252,6 +286,7 @@ int endpoints_add (endpoints_t *self, const server_config_t *cfg, char *err, siz
         }
         slot_t *sl = &self->slots[i];
         sl->socket = s;
+        sl->monitor = monitor;
         snprintf (sl->name, sizeof sl->name, "%s", cfg->endpoints[e]);
         sl->added = true;
     }
@@ -314,3 +349,72 @@ const void *endpoints_client_key (endpoints_t *self, zmq_msg_t *frame, size_t *l
     *len = zmq_msg_size (frame);
     return zmq_msg_data (frame);
 }
+
+/* One event off a monitor: its number and value (the accepted connection's fd). */
+static bool s_event (void *monitor, uint16_t *event, int32_t *value)
+{
+    zmq_msg_t msg;
+    zmq_msg_init (&msg);
+    if (zmq_msg_recv (&msg, monitor, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close (&msg);
+        return false;
+    }
+    bool ok = zmq_msg_size (&msg) >= 6;
+    if (ok) {
+        memcpy (event, zmq_msg_data (&msg), 2);
+        memcpy (value, (uint8_t *) zmq_msg_data (&msg) + 2, 4);
+    }
+    while (zmq_msg_more (&msg))     /* the endpoint frame */
+        zmq_msg_recv (&msg, monitor, 0);
+    zmq_msg_close (&msg);
+    return ok;
+}
+
+void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns)
+{
+    for (int i = 0; i < SLOTS; i++) {
+        slot_t *sl = &self->slots[i];
+        uint16_t event;
+        int32_t fd;
+        while (sl->monitor && s_event (sl->monitor, &event, &fd)) {
+            if (event == ZMQ_EVENT_DISCONNECTED) {
+                size_t k = 0;
+                while (k < self->refused_count && self->refused[k] != fd)
+                    k++;
+                if (k < self->refused_count)        /* one we refused: never counted */
+                    self->refused[k] = self->refused[--self->refused_count];
+                else if (self->connections)
+                    self->connections--;
+                continue;
+            }
+            if (self->connections < self->cfg.max_connections) {
+                self->connections++;
+                continue;
+            }
+            /* One too many: shut it down under libzmq, which then closes it as a peer that left
+             * (closing the fd here would race libzmq's own use of it). */
+            shutdown (fd, SHUT_RDWR);
+            if (self->refused_count < sizeof self->refused / sizeof self->refused[0])
+                self->refused[self->refused_count++] = fd;
+            self->refused_since_warn++;
+            if (now_ns - self->last_limit_warn >= 1000000000ull) {
+                char peer[INET6_ADDRSTRLEN + 8] = "?";
+                struct sockaddr_storage a;
+                socklen_t len = sizeof a;
+                if (getpeername (fd, (struct sockaddr *) &a, &len) == 0) {
+                    if (a.ss_family == AF_INET)
+                        inet_ntop (AF_INET, &((struct sockaddr_in *) &a)->sin_addr, peer, sizeof peer);
+                    else if (a.ss_family == AF_INET6)
+                        inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &a)->sin6_addr, peer, sizeof peer);
+                }
+                log_warn ("%s: connection limit reached (server.max_connections = %u): closed a connection from %s; "
+                          "%llu refused since the last warning", sl->name, self->cfg.max_connections, peer,
+                          (unsigned long long) self->refused_since_warn);
+                self->last_limit_warn = now_ns;
+                self->refused_since_warn = 0;
+            }
+        }
+    }
+}
+
+uint32_t endpoints_connections (const endpoints_t *self) { return self->connections; }

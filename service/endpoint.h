@@ -14,6 +14,7 @@
 #include "auth.h"
 #include "config.h"
 #include <stddef.h>
+#include <stdint.h>
 #include <zmq.h>
 
 typedef struct _endpoints_t endpoints_t;
@@ -49,6 +50,12 @@ bool endpoints_closing (const endpoints_t *self, int slot);
 bool endpoints_any_closing (const endpoints_t *self);
 /* Closes the closing slots that have nothing in flight. */
 void endpoints_close_idle (endpoints_t *self);
+
+/* server.max_connections: takes the connection events of every socket; a connection past the
+ * limit is shut down at once (logged at warn at most once a second). Cheap when nothing happened;
+ * the front calls it a few times a second. */
+void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns);
+uint32_t endpoints_connections (const endpoints_t *self);
 
 /* Who sent FRAME (a message's first frame): its CURVE public key when CURVE is on, else the
  * routing id. Borrowed from the frame. */

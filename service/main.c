@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <zmq.h>
@@ -150,6 +151,30 @@ static int s_check (const char *path, const config_t *cfg, model_registry_t *mod
                 model_kernel_name (m), model_max_rows (m), model_instance_count (m));
     }
     return 0;
+}
+
+/* Connections take a file descriptor each: the open-file limit goes up to its hard limit, and
+ * max_connections down to what fits under it (with room for models, logs and ZeroMQ's own). At
+ * the limit, libzmq's listener would spin on accept(). */
+static void s_fit_connections (server_config_t *server)
+{
+    struct rlimit rl;
+    if (getrlimit (RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit (RLIMIT_NOFILE, &rl);
+        getrlimit (RLIMIT_NOFILE, &rl);
+    }
+    const rlim_t reserve = 256;
+    rlim_t room = rl.rlim_cur > 2 * reserve ? rl.rlim_cur - reserve : rl.rlim_cur / 2;
+    uint32_t fits = (uint32_t) (room > UINT32_MAX ? UINT32_MAX : room);
+    if (server->max_connections > fits)
+        log_warn ("server.max_connections: lowered from %u to %u: the open-file limit is %llu (ulimit -n), and %llu "
+                  "of it is kept for the rest of the process; raise the limit to allow more", server->max_connections,
+                  fits, (unsigned long long) rl.rlim_cur, (unsigned long long) reserve);
+    if (server->max_connections == 0 || server->max_connections > fits)
+        server->max_connections = fits;     /* 0: as many as the limit allows */
 }
 
 /* ---------------------------------------------------------------- the control thread */
@@ -383,6 +408,7 @@ int main (int argc, char **argv)
         return 0;
     }
 
+    s_fit_connections (&cfg->server);
     server_t *server = server_new (&cfg->server, models, stats, auth, err, sizeof err);
     if (!server) {
         log_error ("%s: %s", opt.config_path, err);

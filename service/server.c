@@ -29,6 +29,7 @@
 #define WARN_INTERVAL_NS 1000000000ull
 #define RETIRING_MAX 16
 #define HUGE_MESSAGE_FRAMES 1024    /* after refusing a message this large, give its memory back */
+#define WATCH_NS 100000000ull       /* the connection events (max_connections) are read this often */
 
 typedef enum { FRONT_SERVING, FRONT_DRAINING, FRONT_ABORTING, FRONT_DONE } front_state_t;
 typedef enum { CMD_NONE = 0, CMD_BIND, CMD_UNBIND_ADDED, CMD_SWAP } command_t;
@@ -71,6 +72,7 @@ struct _server_t {
     uint64_t last_message;              /* CLOCK_MONOTONIC ns of the last message taken */
     uint64_t last_activity;
     uint64_t last_warn;                 /* rate limit of the send-failure warning */
+    uint64_t last_watch;                /* the connection events were last read */
     uint64_t failures_since_warn;
     /* the control thread's mailbox: a command, its arguments and its result */
     _Atomic int command;
@@ -652,8 +654,10 @@ static void s_idle (server_t *self, uint64_t now)
     int n = endpoints_poll_items (self->endpoints, self->wake.fd, &items);
     int rc = zmq_poll (items, n, timeout_ms);
     waker_cancel (&self->wake);
-    if (rc > 0)
+    if (rc > 0) {
         waker_clear (&self->wake);
+        endpoints_watch_connections (self->endpoints, clock_now_ns ());
+    }
 }
 
 static void s_begin_drain (server_t *self)
@@ -714,6 +718,10 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
         if (self->retiring_count || endpoints_any_closing (self->endpoints))
             s_retire (self);
         uint64_t now = clock_now_ns ();
+        if (now - self->last_watch >= WATCH_NS) {
+            endpoints_watch_connections (self->endpoints, now);
+            self->last_watch = now;
+        }
         if (self->state == FRONT_SERVING && ((stop && *stop) || atomic_load (&self->stop_requested)))
             s_begin_drain (self);
         if (self->state != FRONT_SERVING)

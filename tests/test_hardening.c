@@ -425,6 +425,63 @@ START_TEST (per_client_in_flight_limit)
 }
 END_TEST
 
+START_TEST (connection_limit)
+{
+    int p0 = tu_free_port (), p1 = tu_free_port ();
+    char *path = tu_fixture_config (&s_fx, "conn.json", p0, p1);
+    char cmd[5000], ep[64], log[2400];
+    snprintf (cmd, sizeof cmd, "sed -i 's/\"stats_interval_s\": 0/\"stats_interval_s\": 0, \"max_connections\": 3/' %s",
+              path);
+    ck_assert_int_eq (system (cmd), 0);
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", p0);
+    snprintf (log, sizeof log, "%s/conn.log", s_fx.dir);
+    setenv ("SIGSERVE_TEST_LOG", "warn", 1);
+    pid_t pid = tu_server_start_logged (path, ep, 30000, log);
+    ck_assert_int_gt (pid, 0);
+    usleep (300000);        /* the start's own probe connections are gone */
+    void *c[6];
+    for (int i = 0; i < 6; i++) {
+        c[i] = s_dealer (ep, 1000);
+        usleep (50000);     /* in order */
+    }
+    usleep (300000);        /* the front has read the connection events */
+    int answered = 0;
+    for (int i = 0; i < 6; i++) {
+        float f[512] = { 0.1f };
+        s_send_infer (c[i], "tick_mlp", f, 512, 1, (uint64_t) i);
+        Sigserve__V1__Reply *r;
+        if (s_recv_infer (c[i], &r)) {
+            answered++;
+            sigserve__v1__reply__free_unpacked (r, NULL);
+        }
+    }
+    ck_assert_int_eq (answered, 3);
+    for (int i = 0; i < 6; i++)
+        zmq_close (c[i]);
+    usleep (300000);        /* closed: room again */
+    s_still_serving ();     /* (the fixture's own server: unaffected) */
+    void *again = s_dealer (ep, 5000);
+    usleep (300000);
+    float f[512] = { 0.2f };
+    s_send_infer (again, "tick_mlp", f, 512, 1, 77);
+    Sigserve__V1__Reply *r;
+    ck_assert_ptr_nonnull (s_recv_infer (again, &r));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (again);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    FILE *fl = fopen (log, "r");
+    char line[2048];
+    int warned = 0;
+    while (fl && fgets (line, sizeof line, fl))
+        warned += strstr (line, "connection limit reached (server.max_connections = 3): closed a connection from "
+                                "127.0.0.1") != NULL;
+    if (fl)
+        fclose (fl);
+    ck_assert_int_ge (warned, 1);
+    free (path);
+}
+END_TEST
+
 static void s_ctx_new (void) { s_ctx = zmq_ctx_new (); }
 static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
 
@@ -451,6 +508,7 @@ int main (void)
     tcase_add_test (tc, live_ipc_path_is_never_taken_over);
     tcase_add_test (tc, full_client_pipe_counted_and_warned_once_a_second);
     tcase_add_test (tc, million_empty_frames_refused_and_memory_given_back);
+    tcase_add_test (tc, connection_limit);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }
