@@ -1,5 +1,7 @@
 #include "autoselect.h"
 
+#include "backend_lstm.h"
+
 #include "clock.h"
 #include "latency.h"
 #include "log.h"
@@ -68,13 +70,19 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
 {
     option_t opts[16];
     size_t n = 0;
-    opts[n] = (option_t) { .iface = &backend_cpu_iface, .cfg = *cfg };
+    const bool lstm = cfg->type == MODEL_TYPE_LSTM;
+    opts[n] = (option_t) { .iface = lstm ? &backend_lstm_cpu_iface : &backend_cpu_iface, .cfg = *cfg };
     opts[n].cfg.backend = BACKEND_CPU;
     n++;
 #ifdef SIGSERVE_HAVE_CUDA
     int devices = 0;
     char why[256] = "";
-    if (cuda_device_count (&devices, why, sizeof why) == 0 && device < devices) {
+    if (cuda_device_count (&devices, why, sizeof why) == 0 && device < devices && lstm) {
+        /* one CUDA LSTM backend; its kernel follows the shape and weight_dtype */
+        opts[n] = (option_t) { .iface = &backend_lstm_cuda_iface, .cfg = *cfg };
+        opts[n].cfg.backend = BACKEND_CUDA;
+        n++;
+    } else if (cuda_device_count (&devices, why, sizeof why) == 0 && device < devices) {
         for (int k = 0; k < CUDA_KERNEL_COUNT; k++) {
             if (cfg->kernel_given && (int) cfg->kernel != k)
                 continue;

@@ -3,6 +3,7 @@
 #include "model_impl.h"
 
 #include "autoselect.h"
+#include "backend_lstm.h"
 #include "log.h"
 #include "lstm.h"
 #include "numa.h"
@@ -40,9 +41,10 @@ static void s_copy (char *dst, size_t cap, const char *src)
 static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
                                                 size_t errlen)
 {
+    const bool lstm = cfg->type == MODEL_TYPE_LSTM;
     if (cfg->backend == BACKEND_CPU) {
         snprintf (m->selected_by, sizeof m->selected_by, "config");
-        return &backend_cpu_iface;
+        return lstm ? &backend_lstm_cpu_iface : &backend_cpu_iface;
     }
     if (cfg->backend == BACKEND_CUDA) {
 #ifdef SIGSERVE_HAVE_CUDA
@@ -56,7 +58,7 @@ static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg,
                     return NULL;
                 }
             snprintf (m->selected_by, sizeof m->selected_by, "config");
-            return &backend_cuda_iface;
+            return lstm ? &backend_lstm_cuda_iface : &backend_cuda_iface;
         }
 #else
         const char *why = "this build of sigserve has no CUDA backend (nvcc was not found when it was built)";

@@ -1,0 +1,272 @@
+/* LSTM models served over real sockets (CPU backend): the model list, whole windows, streams
+ * (interleaved, longer than the window, split over two instances) against the float64 reference,
+ * shape errors naming the step and window sizes, the stream limit and idle streams giving their
+ * slots up. Order and counts are asserted, never times. */
+#define _GNU_SOURCE
+#include "lstm_reference.h"
+#include "rng.h"
+#include "signal.pb-c.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define LAYERS 2
+#define WINDOW 16
+#define STEP 8
+#define HIDDEN 12
+#define OUTS 2
+#define STREAMS 3
+
+static char s_dir[2048], s_endpoint[64];
+static pid_t s_server = -1;
+static lstm_weights_t *s_w;
+static weights_t *s_weights;
+static void *s_ctx;
+static uint64_t s_seed = 1234;
+
+static void *s_socket (int timeout_ms)
+{
+    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    ck_assert_int_eq (zmq_connect (s, s_endpoint), 0);
+    return s;
+}
+
+static Sigserve__V1__InferReply *s_infer (void *s, const char *model, const float *f, size_t n, uint32_t rows,
+                                          uint64_t stream, uint64_t id, Sigserve__V1__Reply **holder)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
+    inf.request_id = id;
+    inf.model = (char *) model;
+    inf.features = (float *) f;
+    inf.n_features = n;
+    inf.rows = rows;
+    inf.stream_id = stream;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+    req.infer = &inf;
+    static uint8_t buf[1 << 16];
+    size_t len = sigserve__v1__request__pack (&req, buf);
+    ck_assert_int_eq (zmq_send (s, buf, len, 0), (int) len);
+    int r = zmq_recv (s, buf, sizeof buf, 0);
+    ck_assert_int_gt (r, 0);
+    *holder = sigserve__v1__reply__unpack (NULL, (size_t) r, buf);
+    ck_assert_ptr_nonnull (*holder);
+    ck_assert_uint_eq ((*holder)->infer->request_id, id);
+    return (*holder)->infer;
+}
+
+static void s_random (float *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        f[i] = rng_uniform (&s_seed, -1, 1);
+}
+
+static double s_rel (const float *a, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (a[i] - ref[i]) * (a[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt (num / (den > 0 ? den : 1));
+}
+
+START_TEST (list_describes_the_lstm)
+{
+    void *s = s_socket (5000);
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
+    req.list_models = &l;
+    uint8_t buf[16384];
+    size_t len = sigserve__v1__request__pack (&req, buf);
+    zmq_send (s, buf, len, 0);
+    int n = zmq_recv (s, buf, sizeof buf, 0);
+    Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, (size_t) n, buf);
+    Sigserve__V1__ModelInfo *m = r->list_models->models[0];
+    ck_assert_str_eq (m->name, "seq");
+    ck_assert_str_eq (m->type, "lstm");
+    ck_assert_uint_eq (m->window, WINDOW);
+    ck_assert_uint_eq (m->step_size, STEP);
+    ck_assert_uint_eq (m->input_size, WINDOW * STEP);
+    ck_assert_uint_eq (m->output_size, OUTS);
+    ck_assert_str_eq (m->backend, "cpu");
+    ck_assert_uint_eq (m->instances, 2);
+    ck_assert_str_eq (r->list_models->models[1]->type, "mlp");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+}
+END_TEST
+
+START_TEST (whole_windows_match_the_reference)
+{
+    void *s = s_socket (5000);
+    float in[3 * WINDOW * STEP];
+    s_random (in, 3 * WINDOW * STEP);
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__InferReply *rep = s_infer (s, "seq", in, 3 * WINDOW * STEP, 3, 0, 1, &r);
+    ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "%s", rep->error);
+    ck_assert_uint_eq (rep->n_outputs, 3 * OUTS);
+    double ref[3 * OUTS];
+    ck_assert_int_eq (lstm_reference_window (s_w, in, 3, ref), 0);
+    ck_assert_msg (s_rel (rep->outputs, ref, 3 * OUTS) <= 1e-5, "relative error %.3g", s_rel (rep->outputs, ref, 3 * OUTS));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+}
+END_TEST
+
+START_TEST (interleaved_streams_match_the_reference)
+{
+    /* Three streams, 2.5 windows each, steps interleaved; each reply equals the reference over that
+     * stream's steps so far (zeros before its first). Stream ids 10, 11, 12 land on both
+     * instances (id % 2). */
+    void *s = s_socket (5000);
+    enum { STEPS = 5 * WINDOW / 2 };
+    static float steps[STREAMS][STEPS * STEP];
+    for (int k = 0; k < STREAMS; k++)
+        s_random (steps[k], STEPS * STEP);
+    double num = 0, den = 0;
+    uint64_t id = 100;
+    for (int t = 0; t < STEPS; t++)
+        for (int k = 0; k < STREAMS; k++) {
+            Sigserve__V1__Reply *r;
+            Sigserve__V1__InferReply *rep = s_infer (s, "seq", steps[k] + (size_t) t * STEP, STEP, 1, 10 + (uint64_t) k,
+                                                     id++, &r);
+            ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "%s", rep->error);
+            ck_assert_uint_eq (rep->n_outputs, OUTS);
+            ck_assert_uint_eq (rep->rows, 1);
+            double ref[OUTS];
+            ck_assert_int_eq (lstm_reference_stream (s_w, steps[k], (uint64_t) t + 1, ref), 0);
+            for (int o = 0; o < OUTS; o++) {
+                num += (rep->outputs[o] - ref[o]) * (rep->outputs[o] - ref[o]);
+                den += ref[o] * ref[o];
+            }
+            sigserve__v1__reply__free_unpacked (r, NULL);
+        }
+    ck_assert_msg (sqrt (num / den) <= 1e-5, "relative error %.3g", sqrt (num / den));
+    zmq_close (s);
+}
+END_TEST
+
+static void s_expect (void *s, const char *model, const float *f, size_t n, uint32_t rows, uint64_t stream, int status,
+                      const char *text)
+{
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__InferReply *rep = s_infer (s, model, f, n, rows, stream, 7, &r);
+    ck_assert_msg ((int) rep->status == status, "status %d, expected %d: %s", rep->status, status, rep->error);
+    ck_assert_msg (strcmp (rep->error, text) == 0, "error \"%s\", expected \"%s\"", rep->error, text);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+}
+
+START_TEST (shape_errors_name_the_sizes)
+{
+    void *s = s_socket (5000);
+    static float f[2 * WINDOW * STEP];
+    s_expect (s, "seq", f, STEP + 1, 1, 5, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+              "features: expected one step of 8 values for model \"seq\" (stream_id 5), got 9; a whole window of "
+              "16 x 8 goes with stream_id 0");
+    s_expect (s, "seq", f, 2 * STEP, 2, 5, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+              "rows: a streaming request (stream_id 5) carries one step of model \"seq\": expected 1, got 2");
+    s_expect (s, "seq", f, STEP, 1, 0, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+              "features: expected rows x window x step size = 1 x 16 x 8 = 128 values for model \"seq\" (whole "
+              "windows; one step goes with a stream_id), got 8");
+    s_expect (s, "tick_mlp", f, 512, 1, 3, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
+              "stream_id: model \"tick_mlp\" is of type mlp, and only lstm models keep streams; send stream_id 0");
+    zmq_close (s);
+}
+END_TEST
+
+START_TEST (stream_limit_and_idle_streams)
+{
+    /* max_streams 4 over 2 instances: 2 slots each. Three streams with even ids fill instance 0's
+     * two slots and are refused a third; an odd id still fits on instance 1; after stream_idle_s
+     * (1 s) the even ids' slots are free again. */
+    void *s = s_socket (5000);
+    float f[STEP] = { 0.5f };
+    Sigserve__V1__Reply *r;
+    sleep (2);      /* the streams of the tests before are idle: their slots are for the taking */
+    for (uint64_t id = 1000; id <= 1002; id += 2) {
+        ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, id, 1, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    Sigserve__V1__InferReply *rep = s_infer (s, "seq", f, STEP, 1, 1004, 2, &r);
+    ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OVERLOADED);
+    ck_assert_str_eq (rep->error, "stream_id 1004: model \"seq\" holds max_streams = 4 streams (2 on this instance) "
+                                  "and none has been idle for stream_idle_s = 1 s; a new stream is refused until one is");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, 1005, 3, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    /* A known stream keeps going while new ones are refused. */
+    ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, 1000, 4, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    sleep (2);
+    ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, 1004, 5, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_close (s);
+}
+END_TEST
+
+static void s_ctx_new (void) { s_ctx = zmq_ctx_new (); }
+static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
+
+static void s_setup (void)
+{
+    char *dir = tu_tmpdir ();
+    snprintf (s_dir, sizeof s_dir, "%s", dir);
+    free (dir);
+    char path[2200], err[512];
+    snprintf (path, sizeof path, "%s/seq.safetensors", s_dir);
+    lstm_shape_t shape = { .layers = LAYERS, .step_size = STEP, .hidden = HIDDEN, .out = OUTS, .window = WINDOW,
+                           .head_act = ACTIVATION_TANH };
+    model_config_t cfg;
+    s_weights = lstm_random_weights (path, &shape, 99, &cfg, err, sizeof err);
+    ck_assert_msg (s_weights != NULL, "%s", err);
+    s_w = s_weights->lstm;
+    snprintf (s_endpoint, sizeof s_endpoint, "tcp://127.0.0.1:%d", tu_free_port ());
+    char json[4096];
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"warn\", \"stats_interval_s\": 0 },"
+              "  \"models\": [ { \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"weights\": \"seq.safetensors\","
+              "    \"lstm\": \"lstm.\", \"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"tanh\" },"
+              "    \"instances\": 2, \"max_rows\": 3, \"max_streams\": 4, \"stream_idle_s\": 1 },"
+              "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"weights\": \"%s/models/tick_mlp.safetensors\","
+              "    \"layers\": [ { \"weight\": \"0.weight\" }, { \"weight\": \"2.weight\" }, { \"weight\": \"4.weight\" } ] } ] }",
+              s_endpoint, WINDOW, tu_build_abs ());
+    char *cp = tu_write_file (s_dir, "lstm.json", json, -1);
+    s_server = tu_server_start (cp, s_endpoint, 30000);
+    free (cp);
+    ck_assert_msg (s_server > 0, "sigserve did not become ready");
+}
+
+static void s_teardown (void)
+{
+    int rc = tu_server_stop (s_server);
+    weights_destroy (&s_weights);
+    tu_remove_tree (s_dir);
+    ck_assert_int_eq (rc, 0);
+}
+
+int main (void)
+{
+    Suite *s = suite_create ("lstm-serve");
+    TCase *tc = tcase_create ("server");
+    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+    tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
+    tcase_set_timeout (tc, 60);
+    tcase_add_test (tc, list_describes_the_lstm);
+    tcase_add_test (tc, whole_windows_match_the_reference);
+    tcase_add_test (tc, interleaved_streams_match_the_reference);
+    tcase_add_test (tc, shape_errors_name_the_sizes);
+    tcase_add_test (tc, stream_limit_and_idle_streams);
+    suite_add_tcase (s, tc);
+    return tu_run_suite (s);
+}
