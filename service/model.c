@@ -348,19 +348,26 @@ uint64_t model_instance_requests (const model_t *m, uint32_t i) { return atomic_
 int model_instance_device (const model_t *m, uint32_t i) { return m->instances[i].device; }
 
 backend_model_t *model_backend_handle (model_t *m) { return m->instances[0].impl; }
+backend_model_t *model_instance_handle (model_t *m, uint32_t i) { return m->instances[i].impl; }
+
+sig_status_t model_infer_instance (model_t *m, uint32_t i, const float *in, uint32_t rows, float *out, char *err,
+                                   size_t errlen)
+{
+    instance_t *in_ = &m->instances[i];
+    if (!atomic_load (&in_->available)) {
+        sig_set_error (err, errlen, "model \"%s\" is unavailable on instance %u: %s", m->cfg.name, i, in_->state);
+        return SIG_UNAVAILABLE;
+    }
+    sig_status_t st = m->iface->infer (in_->impl, in, rows, out, err, errlen);
+    if (st == SIG_UNAVAILABLE) {
+        snprintf (in_->state, sizeof in_->state, "%.127s", err);
+        atomic_store (&in_->available, false);
+        log_error ("model %s instance %u marked unavailable: %s", m->cfg.name, i, err);
+    }
+    return st;
+}
 
 sig_status_t model_infer (model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
 {
-    instance_t *i0 = &m->instances[0];
-    if (!atomic_load (&i0->available)) {
-        sig_set_error (err, errlen, "model \"%s\" is unavailable on backend %s", m->cfg.name, m->iface->name);
-        return SIG_UNAVAILABLE;
-    }
-    sig_status_t st = m->iface->infer (i0->impl, in, rows, out, err, errlen);
-    if (st == SIG_UNAVAILABLE) {
-        snprintf (i0->state, sizeof i0->state, "%.127s", err);
-        atomic_store (&i0->available, false);
-        log_error ("model %s marked unavailable: %s", m->cfg.name, err);
-    }
-    return st;
+    return model_infer_instance (m, 0, in, rows, out, err, errlen);
 }

@@ -56,5 +56,9 @@ int model_instance_device (const model_t *m, uint32_t i);
  * never while requests are being served). A SIG_UNAVAILABLE marks that instance unavailable. */
 backend_model_t *model_backend_handle (model_t *m);
 sig_status_t model_infer (model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
+/* The same on instance I. */
+backend_model_t *model_instance_handle (model_t *m, uint32_t i);
+sig_status_t model_infer_instance (model_t *m, uint32_t i, const float *in, uint32_t rows, float *out, char *err,
+                                   size_t errlen);
 
 #endif

@@ -297,7 +297,8 @@ START_TEST (lost_context_marks_model_unavailable)
     ck_assert (!model_available (gpu));
     ck_assert (!model_registry_ready (models));
     ck_assert_int_eq (model_infer (gpu, in, 1, out, err, sizeof err), SIG_UNAVAILABLE);
-    ck_assert_str_eq (err, "model \"on_warp\" is unavailable on backend cuda");
+    ck_assert_msg (strncmp (err, "model \"on_warp\" is unavailable on instance 0: model \"on_warp\": CUDA", 63) == 0,
+                   "%s", err);
     /* The CPU model in the same process still answers, and correctly. */
     double ref;
     reference_forward (w, in, 1, &ref);
@@ -311,6 +312,109 @@ START_TEST (lost_context_marks_model_unavailable)
     free (dir);
     free (weights);
     free (path);
+}
+END_TEST
+
+/* ---- several GPUs: a model's instances spread over devices, a lost context isolated ---- */
+
+static int s_devices (void)
+{
+    int n = 0;
+    return cudaGetDeviceCount (&n) == cudaSuccess ? n : 0;
+}
+
+/* tick_mlp's shape on devices [0, 1] with four instances (0, 1, 0, 1), warp + graph. */
+static model_t *s_two_gpu_model (const char *dir, const weights_t *w, char *err, size_t errlen)
+{
+    char *weights = s_write_weights (dir, w);
+    model_config_t cfg = s_config (CUDA_KERNEL_WARP, true, 4);
+    cfg.device_count = 2;
+    cfg.devices[0] = 0;
+    cfg.devices[1] = 1;
+    cfg.instances = 4;
+    cfg.max_batch_rows = 4;
+    cfg.queue_depth = 16;
+    snprintf (cfg.weights, sizeof cfg.weights, "%s", weights);
+    cfg.layer_count = 3;
+    for (int i = 0; i < 3; i++) {
+        snprintf (cfg.layers[i].weight, sizeof cfg.layers[i].weight, "%d.weight", 2 * i);
+        snprintf (cfg.layers[i].bias, sizeof cfg.layers[i].bias, "%d.bias", 2 * i);
+        cfg.layers[i].activation = w->layers[i].activation;
+    }
+    server_config_t server = { .max_message_bytes = 65536 };
+    model_t *m = model_new (&cfg, &server, NULL, err, errlen);
+    free (weights);
+    return m;
+}
+
+START_TEST (instances_spread_over_gpus)
+{
+    if (s_devices () < 2) {
+        printf ("multi-GPU: not run here: needs 2 CUDA devices, this machine has %d\n", s_devices ());
+        return;
+    }
+    char *dir = tu_tmpdir (), err[1024];
+    const uint32_t sizes[] = { 512, 256, 64, 1 };
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *w = weights_random (sizes, acts, 3, rng_next (&s_seed));
+    model_t *m = s_two_gpu_model (dir, w, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    ck_assert_uint_eq (model_instance_count (m), 4);
+    for (uint32_t i = 0; i < 4; i++) {
+        ck_assert_int_eq (model_instance_device (m, i), (int) (i % 2));
+        /* correct on every GPU, on fresh inputs */
+        float in[4 * 512], out[4];
+        double ref[4];
+        for (int round = 0; round < 8; round++) {
+            for (int k = 0; k < 4 * 512; k++)
+                in[k] = rng_uniform (&s_seed, -1, 1);
+            reference_forward (w, in, 4, ref);
+            ck_assert_int_eq (model_infer_instance (m, i, in, 4, out, err, sizeof err), SIG_OK);
+            ck_assert_msg (tu_rel_error (out, ref, 4) <= 1e-5, "instance %u: %.3g", i, tu_rel_error (out, ref, 4));
+        }
+    }
+    model_destroy (&m);
+    weights_destroy (&w);
+    tu_remove_tree (dir);
+    free (dir);
+}
+END_TEST
+
+START_TEST (lost_gpu_leaves_the_other_serving)
+{
+    if (s_devices () < 2) {
+        printf ("multi-GPU: not run here: needs 2 CUDA devices, this machine has %d\n", s_devices ());
+        return;
+    }
+    char *dir = tu_tmpdir (), err[1024];
+    const uint32_t sizes[] = { 512, 256, 64, 1 };
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *w = weights_random (sizes, acts, 3, rng_next (&s_seed));
+    model_t *m = s_two_gpu_model (dir, w, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    /* A trap on GPU 1 (instance 1) loses that device's context, and only that one. */
+    ck_assert_int_eq (cuda_model_inject_fault (model_instance_handle (m, 1)), 0);
+    float in[512], out[1];
+    double ref;
+    for (int k = 0; k < 512; k++)
+        in[k] = rng_uniform (&s_seed, -1, 1);
+    reference_forward (w, in, 1, &ref);
+    ck_assert_int_eq (model_infer_instance (m, 1, in, 1, out, err, sizeof err), SIG_UNAVAILABLE);
+    ck_assert_int_eq (model_infer_instance (m, 3, in, 1, out, err, sizeof err), SIG_UNAVAILABLE);
+    ck_assert (!model_instance_available (m, 1));
+    ck_assert (!model_instance_available (m, 3));
+    ck_assert (model_available (m));         /* GPU 0's instances still serve it */
+    for (uint32_t i = 0; i < 4; i += 2) {
+        ck_assert (model_instance_available (m, i));
+        ck_assert_int_eq (model_infer_instance (m, i, in, 1, out, err, sizeof err), SIG_OK);
+        ck_assert (fabs (out[0] - ref) <= 1e-5 * fmax (1.0, fabs (ref)));
+    }
+    ck_assert_ptr_nonnull (strstr (model_instance_state (m, 1), "CUDA"));
+    ck_assert_str_eq (model_instance_state (m, 0), "serving");
+    model_destroy (&m);
+    weights_destroy (&w);
+    tu_remove_tree (dir);
+    free (dir);
 }
 END_TEST
 
@@ -1031,6 +1135,7 @@ int main (int argc, char **argv)
     tcase_add_test (tc, wait_modes);
     tcase_add_test (tc, auto_measures_candidates_and_names_missing_devices);
     tcase_add_test (tc, server_serves_cuda_like_cpu);
+    tcase_add_test (tc, instances_spread_over_gpus);
     suite_add_tcase (s, tc);
     TCase *tp = tcase_create ("persistent");
     tcase_set_timeout (tp, 600);
@@ -1050,6 +1155,7 @@ int main (int argc, char **argv)
     tcase_set_timeout (tl, 120);
     tcase_add_test (tl, lost_context_marks_model_unavailable);
     tcase_add_test (tl, persistent_trapped_context);
+    tcase_add_test (tl, lost_gpu_leaves_the_other_serving);
     const char *fork_mode = getenv ("CK_FORK");
     const bool shared = fork_mode && strcmp (fork_mode, "no") == 0;
     if (!shared || getenv ("CK_RUN_CASE")) {
