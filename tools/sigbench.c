@@ -45,6 +45,9 @@ typedef struct {
     int gpu;            /* 0: CPU tables only */
     int only_persistent;    /* the persistent rows and floors alone (memcheck, quick looks) */
     int variants;           /* also persistent variants: cluster sizes, completion, registers, reads */
+    int devices[16];        /* --devices: the GPU tables once per device */
+    int device_count;
+    int device;             /* the device the tables run on now */
 } options_t;
 
 static double s_now_us (void)
@@ -68,6 +71,7 @@ static void s_usage (FILE *out)
              "  --cpu        pin the process to core C (default: not pinned)\n"
              "  --wait       how the host waits for the GPU: spin, yield or block (default spin)\n"
              "  --no-gpu     the CPU table only\n"
+             "  --devices D  the GPU tables once per CUDA device in the list D (\"0,1\"; default 0)\n"
              "  --only-persistent  of the GPU tables, only the persistent rows and the ping-pong floors\n"
              "  --persistent-variants  also time the persistent kernel at other cluster sizes, with\n"
              "               completion by the outputs, with weights in registers, with the workers\n"
@@ -106,6 +110,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         { "seed", required_argument, NULL, 'S' }, { "wait", required_argument, NULL, 'W' },
         { "no-gpu", no_argument, NULL, 'G' }, { "help", no_argument, NULL, 'h' },
         { "only-persistent", no_argument, NULL, 'P' }, { "persistent-variants", no_argument, NULL, 'V' },
+        { "devices", required_argument, NULL, 'D' },
         { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
@@ -126,6 +131,12 @@ static int s_parse (int argc, char **argv, options_t *o)
         case 'G': o->gpu = 0; break;
         case 'P': o->only_persistent = 1; break;
         case 'V': o->variants = 1; break;
+        case 'D': {
+            o->device_count = 0;
+            for (char *t = strtok (optarg, ","); t && o->device_count < 16; t = strtok (NULL, ","))
+                o->devices[o->device_count++] = atoi (t);
+            break;
+        }
         case 'h': s_usage (stdout); exit (0);
         default: s_usage (stderr); return 2;
         }
@@ -357,7 +368,8 @@ static backend_model_t *s_load_gpu (const options_t *o, const weights_t *w, cuda
     cfg.wait = o->wait;
     cfg.max_rows = o->rows;
     char err[512];
-    backend_model_t *m = backend_cuda_iface.load (w, &cfg, cfg.device, err, sizeof err);
+    cfg.device = o->device;
+    backend_model_t *m = backend_cuda_iface.load (w, &cfg, o->device, err, sizeof err);
     if (!m)
         fprintf (stderr, "sigbench: %s\n", err);
     return m;
@@ -716,8 +728,18 @@ int main (int argc, char **argv)
     snprintf (shape + strlen (shape), sizeof shape - strlen (shape), "%u", w->output_size);
     printf ("## sigbench: model %s, rows %u\n\n", shape, o.rows);
 #ifdef SIGSERVE_HAVE_CUDA
-    if (o.gpu)
-        gpu_bad = s_bench_gpu (&o, w, in, (const double *const *) ref) > 0;
+    if (o.device_count == 0)
+        o.devices[o.device_count++] = 0;
+    for (int d = 0; o.gpu && d < o.device_count; d++) {
+        o.device = o.devices[d];
+        if (o.device_count > 1)
+            printf ("## device %d\n\n", o.device);
+        if (cudaSetDevice (o.device) != cudaSuccess) {
+            printf ("GPU tables skipped for device %d: it does not exist\n\n", o.device);
+            continue;
+        }
+        gpu_bad |= s_bench_gpu (&o, w, in, (const double *const *) ref) > 0;
+    }
 #else
     printf ("GPU tables skipped: this build has no CUDA backend (nvcc was not found when it was built)\n\n");
 #endif
