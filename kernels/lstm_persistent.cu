@@ -1,0 +1,1207 @@
+/* lstm persistent: an LSTM served by one resident launch (kernels.h: the mailbox and commands).
+ *
+ * WHO HOLDS WHAT. B blocks of 512 threads, one per SM: a thread-block cluster of 1..16 (CLUSTER)
+ * or a cooperative grid of one block per SM (GRID, when no cluster holds the weights). Block b owns
+ * hidden units [H b / B, H (b + 1) / B) of every layer, i.e. their four gate rows of W_ih and W_hh;
+ * a unit is computed by G = 2^g consecutive threads of one warp (G <= 32, the most that fits
+ * 512 / units), thread (unit j, lane l) reading 16-byte chunks l, l + G, l + 2G, ... of the four
+ * rows, so the input chunk it loads serves four gates, and the G partial sums meet by shuffles;
+ * lane 0 (the unit lane) then has all four gates and does the cell update. A matrix is packed
+ * [slot][gate][thread] (a warp's loads of one slot and gate are 512 contiguous bytes: conflict
+ * free in shared memory, coalesced in device memory). Shared memory holds, after the buffers, a
+ * prefix of every matrix, W_ih first (the step reads only W_ih), then W_hh; the rest of a matrix
+ * is read from the image in device memory (L2) by the same loop. Weights are f32, f16 or bf16,
+ * widened to f32 as they are loaded; every sum is fp32 FMA.
+ *
+ * STREAMS (Tacana). Per stream slot, in device memory: a ring of W entries holding layer 0's input
+ * projection W_ih x of each step (a step computes it on its way anyway), and the precomputed
+ * state of the window's last W - 1 steps from a zero start: per layer G = W_hh h + b and c. A STEP
+ * is then, per layer, gates = G + W_ih x_k, one cell update, an exchange of the new h (the next
+ * layer's input), and the head: only W_ih on the critical path. The block-private parts of the
+ * state (a block reads and writes only its own units' entries, always from the same thread) need
+ * no ordering between blocks; the state of the slot last advanced stays in shared memory ("hot"),
+ * so a stream ticking alone never waits for a load. ADVANCE (after the reply) reruns the last
+ * W - 1 steps from zero as a wavefront: stage s runs step s - k of every layer k at once, one
+ * exchange per stage (W + L - 2 stages, not L (W - 1)); layer 0's input projections come from
+ * the ring; it ends with G = W_hh h + b and c of every layer, stored and kept hot. RESET zeroes
+ * the ring and advances. A WINDOW projects its steps into a scratch slot and runs the same
+ * wavefront over all W steps, then the head.
+ *
+ * EXCHANGES: LL (low latency) words. Every value travels as a 64-bit word (generation << 32 |
+ * float bits), single-copy atomic, so a reader knows a word is current from the word itself: no
+ * barrier, no fence, no flag. All-gathers (a layer's h: every block writes its units' words to
+ * every block, every block reads all H) go to each block's shared memory through distributed
+ * shared memory (CLUSTER) or to device memory (GRID); readers poll and copy the floats into their
+ * own vectors. Each kind has two buffers used by generation parity; a buffer is written again
+ * two generations later, by which time every block has read it, because every block reads every
+ * all-gather completely, and between two uses of a broadcast buffer there is always an
+ * all-gather (commands end with one; the window batches add a one-word "ack"). Block 0 alone
+ * talks to the host (several SMs reading mapped memory at once was measured much slower, see
+ * docs/persistent-notes.md): it polls the ring entry as a whole (command words and features, one
+ * round trip), then broadcasts the command (and a step's features) to the other blocks the same
+ * way (CLUSTER: DSMEM; GRID: device memory, the receivers' thread 0 polling two words).
+ *
+ * MEMORY ORDERING. Host -> kernel: tagged words only (no ordering needed); for WINDOW the plain
+ * window_in floats are read after a fence.acq_rel.sys that follows the relaxed loads which saw
+ * the command (the acquire pattern), the host having written them before the command's words.
+ * Kernel -> host: a step's outputs are st.relaxed.sys, each its own completion (host sentinel);
+ * the done word follows (bookkeeping: ring reuse). WINDOW: each output writer fences at system
+ * scope, __syncthreads, thread 0 fences again and stores done (release pattern, as the MLP kernel).
+ * Inside the kernel, the LL words carry their own validity; shared-memory vectors are ordered by
+ * __syncthreads (dots of a stage before the cell updates that overwrite what they read). A
+ * cluster meets at a barrier once after setup (nobody writes a block's shared memory before it
+ * zeroed it) and once before exit (nobody writes into an exited block).
+ *
+ * A zero-stage advance (W = 1) and every window batch still do one all-gather, so the rule above
+ * holds for every command. STALL (tests) makes block 0 stop reading commands; it still sees stop. */
+#include "cuda_check.h"
+#include "kernels.h"
+#include "sig_device.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#define L_T SIG_LSTM_THREADS
+#define L_MAGIC 0x4c53544du     /* "LSTM" */
+#define L_LINE 64u
+#define L_OP_STOP 0xffu
+#define L_HEAD_SMEM_MAX (32u * 1024u)
+
+static_assert (L_T % 32u == 0u, "whole warps");
+
+struct alignas (16) l_header_t {
+    uint32_t magic, pad[3];
+    sig_lstm_plan_t plan;
+    sig_lstm_layout_t box;
+};
+
+__host__ __device__ __forceinline__ uint32_t l_div_up (uint32_t a, uint32_t b) { return a / b + (a % b != 0u ? 1u : 0u); }
+static uint64_t l_align (uint64_t v, uint64_t a) { return (v + a - 1u) / a * a; }
+
+/* ---------------------------------------------------------------------------------------------
+ * PTX: scopes and semantics said exactly */
+
+__device__ __forceinline__ uint32_t l_cluster_rank (void)
+{
+    uint32_t r;
+    asm volatile ("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t l_smem_addr (const void *p) { return (uint32_t) __cvta_generic_to_shared (p); }
+__device__ __forceinline__ uint32_t l_mapa (uint32_t addr, uint32_t rank)
+{
+    uint32_t r;
+    asm volatile ("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void l_cluster_sync (void)
+{
+    asm volatile ("barrier.cluster.arrive.release;" ::: "memory");
+    asm volatile ("barrier.cluster.wait.acquire;" ::: "memory");
+}
+__device__ __forceinline__ void l_st_cluster_u64 (uint32_t addr, uint64_t v)
+{
+    asm volatile ("st.relaxed.cluster.shared::cluster.u64 [%0], %1;" ::"r"(addr), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t l_ld_local_u64 (const uint64_t *p)
+{
+    uint64_t v;
+    asm volatile ("ld.relaxed.cluster.shared::cta.u64 %0, [%1];" : "=l"(v) : "r"(l_smem_addr (p)) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint64_t l_ld_gpu_u64 (const uint64_t *p)
+{
+    uint64_t v;
+    asm volatile ("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void l_st_gpu_u64 (uint64_t *p, uint64_t v)
+{
+    asm volatile ("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void l_ld_sys_v2 (const void *p, uint64_t &a, uint64_t &b)
+{
+    asm volatile ("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+__device__ __forceinline__ uint32_t l_ld_sys_u32 (const void *p)
+{
+    uint32_t v;
+    asm volatile ("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ float l_ld_sys_f32 (const void *p)
+{
+    float v;
+    asm volatile ("ld.relaxed.sys.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void l_st_sys_u32 (void *p, uint32_t v)
+{
+    asm volatile ("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void l_st_sys_f32 (void *p, float v)
+{
+    asm volatile ("st.relaxed.sys.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void l_fence_sys (void) { asm volatile ("fence.acq_rel.sys;" ::: "memory"); }
+
+/* ---------------------------------------------------------------------------------------------
+ * Arithmetic */
+
+/* ACC + the chunk's weights (W: 4 f32, or 8 f16 / bf16) times X0 (and X1) */
+template <int DT> __device__ __forceinline__ float l_fma (uint4 w, float4 x0, float4 x1, float acc);
+template <> __device__ __forceinline__ float l_fma<SIG_LSTM_F32> (uint4 w, float4 x0, float4, float acc)
+{
+    acc = fmaf (__uint_as_float (w.x), x0.x, acc);
+    acc = fmaf (__uint_as_float (w.y), x0.y, acc);
+    acc = fmaf (__uint_as_float (w.z), x0.z, acc);
+    return fmaf (__uint_as_float (w.w), x0.w, acc);
+}
+__device__ __forceinline__ float2 l_h2f (uint32_t u)
+{
+    __half2 h;
+    memcpy (&h, &u, sizeof h);
+    return __half22float2 (h);
+}
+template <> __device__ __forceinline__ float l_fma<SIG_LSTM_F16> (uint4 w, float4 x0, float4 x1, float acc)
+{
+    const float2 a = l_h2f (w.x), b = l_h2f (w.y), c = l_h2f (w.z), d = l_h2f (w.w);
+    acc = fmaf (a.x, x0.x, acc);
+    acc = fmaf (a.y, x0.y, acc);
+    acc = fmaf (b.x, x0.z, acc);
+    acc = fmaf (b.y, x0.w, acc);
+    acc = fmaf (c.x, x1.x, acc);
+    acc = fmaf (c.y, x1.y, acc);
+    acc = fmaf (d.x, x1.z, acc);
+    return fmaf (d.y, x1.w, acc);
+}
+__device__ __forceinline__ float l_bf_lo (uint32_t u) { return __uint_as_float (u << 16); }
+__device__ __forceinline__ float l_bf_hi (uint32_t u) { return __uint_as_float (u & 0xffff0000u); }
+template <> __device__ __forceinline__ float l_fma<SIG_LSTM_BF16> (uint4 w, float4 x0, float4 x1, float acc)
+{
+    acc = fmaf (l_bf_lo (w.x), x0.x, acc);
+    acc = fmaf (l_bf_hi (w.x), x0.y, acc);
+    acc = fmaf (l_bf_lo (w.y), x0.z, acc);
+    acc = fmaf (l_bf_hi (w.y), x0.w, acc);
+    acc = fmaf (l_bf_lo (w.z), x1.x, acc);
+    acc = fmaf (l_bf_hi (w.z), x1.y, acc);
+    acc = fmaf (l_bf_lo (w.w), x1.z, acc);
+    return fmaf (l_bf_hi (w.w), x1.w, acc);
+}
+
+__device__ __forceinline__ float l_sig (float x) { return __fdividef (1.0f, 1.0f + __expf (-x)); }
+__device__ __forceinline__ float l_tanh (float x) { return 2.0f * l_sig (2.0f * x) - 1.0f; }
+/* One cell update from the four gates: updates C, returns h. */
+__device__ __forceinline__ float l_cell (float4 g, float &c)
+{
+    const float i = l_sig (g.x), f = l_sig (g.y), gg = l_tanh (g.z), o = l_sig (g.w);
+    c = fmaf (f, c, i * gg);
+    return o * l_tanh (c);
+}
+__device__ __forceinline__ float4 l_add4 (float4 a, float4 b) { return make_float4 (a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+/* ---------------------------------------------------------------------------------------------
+ * The per-thread context */
+
+struct l_ctx_t {
+    const sig_lstm_plan_t *P;     /* in shared memory */
+    unsigned char *dyn;           /* dynamic shared memory */
+    const unsigned char *img;     /* the image (device memory) */
+    char *state, *box;
+    uint64_t *xchg;
+    uint32_t b, B, t, j, l, u0, nu;
+    bool lanes;                   /* t < active: this warp takes part in the dot products */
+    bool unit;                    /* the unit lane of a unit this block owns */
+    uint32_t bcg, agg;            /* LL generations: broadcasts, all-gathers */
+};
+
+template <typename T> __device__ __forceinline__ T *l_at (const l_ctx_t &c, uint32_t off)
+{
+    return reinterpret_cast<T *> (c.dyn + off);
+}
+
+/* The four gate sums of this thread's unit over array A and the vector X (shared memory, zero
+ * padded), added to ACC, then reduced over the unit's G lanes (every lane gets them). */
+template <int DT>
+__device__ __forceinline__ float4 l_dot (const l_ctx_t &c, uint32_t a, const float *x, float4 acc)
+{
+    constexpr uint32_t CE = DT == SIG_LSTM_F32 ? 4u : 8u;
+    const sig_lstm_array_t &ar = c.P->arrays[a];
+    const uint32_t A = c.P->active, G = c.P->group, S = ar.slots, SS = ar.smem_slots;
+    const float *xs = x + c.l * CE;
+    const uint32_t xstep = G * CE;
+    const uint4 *ws = reinterpret_cast<const uint4 *> (c.dyn + ar.smem_off) + c.t;
+    uint32_t s = 0;
+#pragma unroll 2
+    for (; s < SS; ++s) {
+        const uint4 w0 = ws[0], w1 = ws[A], w2 = ws[2u * A], w3 = ws[3u * A];
+        const float4 x0 = reinterpret_cast<const float4 *> (xs)[0];
+        const float4 x1 = CE == 8u ? reinterpret_cast<const float4 *> (xs)[1] : x0;
+        ws += 4u * A;
+        xs += xstep;
+        acc.x = l_fma<DT> (w0, x0, x1, acc.x);
+        acc.y = l_fma<DT> (w1, x0, x1, acc.y);
+        acc.z = l_fma<DT> (w2, x0, x1, acc.z);
+        acc.w = l_fma<DT> (w3, x0, x1, acc.w);
+    }
+    if (s < S) {
+        const uint4 *wg = reinterpret_cast<const uint4 *> (c.img + ar.image_off + (uint64_t) c.b * ar.block_bytes)
+                          + (size_t) SS * 4u * A + c.t;
+#pragma unroll 2
+        for (; s < S; ++s) {
+            const uint4 w0 = __ldg (wg), w1 = __ldg (wg + A), w2 = __ldg (wg + 2u * A), w3 = __ldg (wg + 3u * A);
+            const float4 x0 = reinterpret_cast<const float4 *> (xs)[0];
+            const float4 x1 = CE == 8u ? reinterpret_cast<const float4 *> (xs)[1] : x0;
+            wg += 4u * A;
+            xs += xstep;
+            acc.x = l_fma<DT> (w0, x0, x1, acc.x);
+            acc.y = l_fma<DT> (w1, x0, x1, acc.y);
+            acc.z = l_fma<DT> (w2, x0, x1, acc.z);
+            acc.w = l_fma<DT> (w3, x0, x1, acc.w);
+        }
+    }
+    return acc;
+}
+
+__device__ __forceinline__ float4 l_reduce (float4 a, uint32_t G)
+{
+    for (uint32_t off = G >> 1; off > 0u; off >>= 1) {
+        a.x += __shfl_xor_sync (SIG_FULL_MASK, a.x, off);
+        a.y += __shfl_xor_sync (SIG_FULL_MASK, a.y, off);
+        a.z += __shfl_xor_sync (SIG_FULL_MASK, a.z, off);
+        a.w += __shfl_xor_sync (SIG_FULL_MASK, a.w, off);
+    }
+    return a;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Exchanges */
+
+template <int MODE> __device__ __forceinline__ uint64_t l_ll_load (const uint64_t *p)
+{
+    return MODE == SIG_LSTM_GRID ? l_ld_gpu_u64 (p) : l_ld_local_u64 (p);
+}
+template <int MODE> __device__ __forceinline__ uint64_t *l_bc (const l_ctx_t &c)
+{
+    return MODE == SIG_LSTM_GRID ? c.xchg : l_at<uint64_t> (c, c.P->off_bc);
+}
+template <int MODE> __device__ __forceinline__ uint64_t *l_ag (const l_ctx_t &c)
+{
+    return MODE == SIG_LSTM_GRID ? c.xchg + 2u * c.P->bc_words : l_at<uint64_t> (c, c.P->off_ag);
+}
+/* Where input element E of a broadcast goes in the input buffer (batches: one step per in_pad). */
+__device__ __forceinline__ uint32_t l_xmap (const sig_lstm_plan_t &P, uint32_t e)
+{
+    const uint32_t s = e / P.in;
+    return s * P.in_pad + (e - s * P.in);
+}
+
+/* The unit lane's new h of layer K: into every block's vector (B == 1: straight into its own). */
+template <int MODE> __device__ __forceinline__ void l_publish (const l_ctx_t &c, uint32_t k, float h)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    if (c.B == 1u) {
+        l_at<float> (c, P.off_hv)[k * P.hs + c.u0 + c.j] = h;
+        return;
+    }
+    const uint64_t w = ((uint64_t) c.agg << 32) | __float_as_uint (h);
+    const uint32_t idx = (c.agg & 1u) * P.ag_words + k * P.hidden + c.u0 + c.j;
+    if (MODE == SIG_LSTM_GRID) {
+        l_st_gpu_u64 (l_ag<MODE> (c) + idx, w);
+    } else {
+        const uint32_t addr = l_smem_addr (l_ag<MODE> (c) + idx);
+        for (uint32_t r = 0; r < c.B; ++r)
+            l_st_cluster_u64 (l_mapa (addr, r), w);
+    }
+}
+
+/* Waits for the all-gather of layers [LO, HI) and copies it into the vectors. Block-wide. */
+template <int MODE> __device__ __forceinline__ void l_gather (l_ctx_t &c, uint32_t lo, uint32_t hi)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    if (c.B == 1u) {
+        __syncthreads ();
+        ++c.agg;
+        return;
+    }
+    const uint32_t H = P.hidden;
+    const uint64_t *ag = l_ag<MODE> (c) + (c.agg & 1u) * P.ag_words;
+    float *hv = l_at<float> (c, P.off_hv);
+    for (;;) {
+        bool bad = false;
+        for (uint32_t e = lo * H + c.t; e < hi * H; e += L_T) {
+            const uint64_t w = l_ll_load<MODE> (ag + e);
+            if ((uint32_t) (w >> 32) != c.agg) {
+                bad = true;
+            } else {
+                const uint32_t k = e / H;
+                hv[k * P.hs + (e - k * H)] = __uint_as_float ((uint32_t) w);
+            }
+        }
+        if (!__syncthreads_or (bad))
+            break;
+    }
+    ++c.agg;
+}
+
+/* Block 0: the command words CW0, CW1 and NX input floats from the input buffer to every other
+ * block. Block-wide (the input buffer complete before). */
+template <int MODE> __device__ __forceinline__ void l_broadcast (l_ctx_t &c, uint32_t cw0, uint32_t cw1, uint32_t nx)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    ++c.bcg;
+    const uint64_t tag = (uint64_t) c.bcg << 32;
+    const uint32_t nw = 2u + nx;
+    uint64_t *bc = l_bc<MODE> (c) + (c.bcg & 1u) * P.bc_words;
+    const float *xf = l_at<float> (c, P.off_xf);
+    if (MODE == SIG_LSTM_GRID) {
+        for (uint32_t i = c.t; i < nw; i += L_T)
+            l_st_gpu_u64 (bc + i, tag | (i == 0u ? cw0 : i == 1u ? cw1 : __float_as_uint (xf[l_xmap (P, i - 2u)])));
+    } else {
+        const uint32_t addr = l_smem_addr (bc);
+        for (uint32_t i = c.t; i < nw * (c.B - 1u); i += L_T) {
+            const uint32_t r = i / nw, k = i - r * nw;
+            const uint64_t w = tag | (k == 0u ? cw0 : k == 1u ? cw1 : __float_as_uint (xf[l_xmap (P, k - 2u)]));
+            l_st_cluster_u64 (l_mapa (addr + 8u * k, r + 1u), w);
+        }
+    }
+}
+
+/* Blocks 1..B-1: the next broadcast. COMMAND: its words go to CW (and a step's features to the
+ * input buffer); else a batch of NX inputs. Block-wide. */
+template <int MODE>
+__device__ __forceinline__ void l_receive (l_ctx_t &c, bool command, uint32_t nx, uint32_t *cw)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    ++c.bcg;
+    const uint64_t *bc = l_bc<MODE> (c) + (c.bcg & 1u) * P.bc_words;
+    if (c.t == 0u) {
+        uint64_t w0, w1;
+        do {
+            w0 = l_ll_load<MODE> (bc);
+            w1 = l_ll_load<MODE> (bc + 1);
+        } while ((uint32_t) (w0 >> 32) != c.bcg || (uint32_t) (w1 >> 32) != c.bcg);
+        cw[0] = (uint32_t) w0;
+        cw[1] = (uint32_t) w1;
+    }
+    __syncthreads ();
+    if (command)
+        nx = (cw[0] & 0xffu) == SIG_LSTM_OP_STEP ? P.in : 0u;
+    float *xf = l_at<float> (c, P.off_xf);
+    for (;;) {
+        bool bad = false;
+        for (uint32_t e = c.t; e < nx; e += L_T) {
+            const uint64_t w = l_ll_load<MODE> (bc + 2u + e);
+            if ((uint32_t) (w >> 32) != c.bcg)
+                bad = true;
+            else
+                xf[l_xmap (P, e)] = __uint_as_float ((uint32_t) w);
+        }
+        if (!__syncthreads_or (bad))
+            break;
+    }
+}
+
+/* Block 0: waits for command N (sequence N + 1) in its ring entry, reading the command words and
+ * the features in one pass (16 bytes a thread, all in flight at once), or for stop. Returns the
+ * op (L_OP_STOP for stop); CW gets the command words, the input buffer a step's features. */
+__device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t n,
+                                                 uint32_t *cw, uint32_t *flag)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    const char *entry = c.box + lay.ring + (size_t) (n % SIG_LSTM_RING) * lay.entry_bytes + lay.cmd;
+    const uint32_t seq = n + 1u, nw = 2u + P.in, pairs = (nw + 1u) / 2u;
+    float *xf = l_at<float> (c, P.off_xf);
+    for (;;) {
+        bool bad = false;
+        for (uint32_t p = c.t; p < pairs; p += L_T) {
+            uint64_t w[2];
+            l_ld_sys_v2 (entry + 16u * p, w[0], w[1]);
+#pragma unroll
+            for (uint32_t h = 0; h < 2u; ++h) {
+                const uint32_t i = 2u * p + h;
+                if (i >= nw)
+                    continue;
+                const bool ok = (uint32_t) (w[h] >> 32) == seq;
+                if (i >= 2u) {
+                    if (ok)
+                        xf[i - 2u] = __uint_as_float ((uint32_t) w[h]);
+                    else
+                        bad = true;
+                } else if (ok) {
+                    cw[i] = (uint32_t) w[h];
+                }
+            }
+            if (p == 0u)
+                flag[0] = (uint32_t) (w[0] >> 32) == seq && (uint32_t) (w[1] >> 32) == seq;
+        }
+        if (c.t == 0u)
+            flag[1] = l_ld_sys_u32 (c.box + lay.ctrl);
+        const int anybad = __syncthreads_or (bad);
+        const uint32_t have = flag[0], stop = flag[1];
+        const uint32_t op = cw[0] & 0xffu;
+        __syncthreads ();   /* flag and cw are written again in the next round */
+        if (have) {
+            if (!((op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) && anybad))
+                return op;
+        } else if (stop) {
+            return L_OP_STOP;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The operations */
+
+__device__ __forceinline__ float4 *l_ring (const l_ctx_t &c, uint32_t slot, uint32_t pos)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    return reinterpret_cast<float4 *> (c.state)
+           + (((size_t) slot * P.window + pos) * c.B + c.b) * P.units + c.j;
+}
+__device__ __forceinline__ size_t l_state_index (const l_ctx_t &c, uint32_t slot, uint32_t k)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    return (((size_t) slot * P.layers + k) * c.B + c.b) * P.units + c.j;
+}
+
+/* Block 0: the head on the last layer's h (the vectors) into DST (host memory, st.relaxed.sys).
+ * FENCE: each writer fences at system scope after its store (a window's outputs). */
+__device__ __forceinline__ void l_head (const l_ctx_t &c, float *dst, bool fence)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    const uint32_t warp = c.t >> 5, lane = c.t & 31u, H = P.hidden;
+    const float *h = l_at<float> (c, P.off_hv) + (P.layers - 1u) * P.hs;
+    const float *hw = P.head_in_smem ? l_at<float> (c, P.off_head)
+                                     : reinterpret_cast<const float *> (c.img + P.head_image);
+    const float *hb = hw + (size_t) P.out * P.hs;
+    for (uint32_t o = warp; o < P.out; o += L_T / 32u) {
+        float acc = 0.0f;
+        for (uint32_t i = lane; i < H; i += 32u)
+            acc = fmaf (P.head_in_smem ? hw[(size_t) o * P.hs + i] : __ldg (hw + (size_t) o * P.hs + i), h[i], acc);
+        acc = sig_warp_sum (acc);
+        if (lane == 0u) {
+            const float bias = P.head_in_smem ? hb[o] : __ldg (hb + o);
+            l_st_sys_f32 (dst + o, sig_activate (acc + bias, (int) P.head_act));
+            if (fence)
+                l_fence_sys ();
+        }
+    }
+}
+
+/* A step of stream SLOT at ring position POS: the critical path. */
+template <int DT, int MODE>
+__device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos, uint32_t &hot, float *out)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    const uint32_t U = P.units;
+    float4 *hot_g = l_at<float4> (c, P.off_hot_g);
+    float *hot_c = l_at<float> (c, P.off_hot_c);
+    if (hot != slot) {   /* another slot's state is hot: fetch this one's */
+        if (c.unit) {
+            const float4 *g = reinterpret_cast<const float4 *> (c.state + P.state_g);
+            const float *cc = reinterpret_cast<const float *> (c.state + P.state_c);
+            for (uint32_t k = 0; k < P.layers; ++k) {
+                hot_g[k * U + c.j] = g[l_state_index (c, slot, k)];
+                hot_c[k * U + c.j] = cc[l_state_index (c, slot, k)];
+            }
+        }
+        hot = slot;
+        /* the unit lane that loads is the one that reads: no barrier needed */
+    }
+    const float *xf = l_at<float> (c, P.off_xf), *hv = l_at<float> (c, P.off_hv);
+    for (uint32_t k = 0; k < P.layers; ++k) {
+        float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+        if (c.lanes)
+            acc = l_reduce (l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc), P.group);
+        if (c.unit) {
+            if (k == 0u)
+                *l_ring (c, slot, pos) = acc;   /* W_ih x, for the advances to come */
+            float cc = hot_c[k * U + c.j];
+            const float h = l_cell (l_add4 (acc, hot_g[k * U + c.j]), cc);
+            l_publish<MODE> (c, k, h);
+        }
+        l_gather<MODE> (c, k, k + 1u);
+    }
+    if (c.b == 0u)
+        l_head (c, out, false);
+}
+
+/* T steps from a zero state, step t's layer-0 projection at ring position (FIRST + t) % W of
+ * SLOT: the wavefront. Leaves every layer's last h in the vectors and its c in c_run. */
+template <int DT, int MODE>
+__device__ __forceinline__ void l_sequence (l_ctx_t &c, uint32_t slot, uint32_t first, uint32_t T)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    const uint32_t L = P.layers, U = P.units, W = P.window;
+    float *hv = l_at<float> (c, P.off_hv), *c_run = l_at<float> (c, P.off_c_run);
+    float4 *gates = l_at<float4> (c, P.off_gates);
+    const float4 *bias = l_at<float4> (c, P.off_bias);
+    for (uint32_t i = c.t; i < L * P.hs; i += L_T)
+        hv[i] = 0.0f;
+    if (c.unit)
+        for (uint32_t k = 0; k < L; ++k)
+            c_run[k * U + c.j] = 0.0f;
+    __syncthreads ();
+    if (T == 0u) {   /* nothing to run; the all-gather every command ends with */
+        if (c.unit)
+            l_publish<MODE> (c, 0u, 0.0f);
+        l_gather<MODE> (c, 0u, 1u);
+        return;
+    }
+    for (uint32_t s = 0; s + 1u < T + L; ++s) {
+        const uint32_t k_lo = s >= T ? s - T + 1u : 0u, k_hi = s < L - 1u ? s : L - 1u;
+        float4 p0 = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+        if (c.unit && k_lo == 0u)   /* layer 0's projection of step s: issued before the dots */
+            p0 = *l_ring (c, slot, (first + s) % W);
+        for (uint32_t k = k_lo; k <= k_hi; ++k) {
+            float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+            if (c.lanes) {
+                if (k > 0u)
+                    acc = l_dot<DT> (c, 2u * k, hv + (k - 1u) * P.hs, acc);
+                acc = l_reduce (l_dot<DT> (c, 2u * k + 1u, hv + k * P.hs, acc), P.group);
+            }
+            if (c.unit)
+                gates[k * U + c.j] = acc;
+        }
+        __syncthreads ();   /* every dot read the vectors before they change */
+        if (c.unit)
+            for (uint32_t k = k_lo; k <= k_hi; ++k) {
+                float4 g = l_add4 (gates[k * U + c.j], bias[k * U + c.j]);
+                if (k == 0u)
+                    g = l_add4 (g, p0);
+                float cc = c_run[k * U + c.j];
+                const float h = l_cell (g, cc);
+                c_run[k * U + c.j] = cc;
+                l_publish<MODE> (c, k, h);
+            }
+        l_gather<MODE> (c, k_lo, k_hi + 1u);
+    }
+}
+
+/* After a sequence: G = W_hh h + b and c of every layer into SLOT's state, and hot. */
+template <int DT>
+__device__ __forceinline__ void l_store_state (l_ctx_t &c, uint32_t slot, uint32_t &hot)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    const uint32_t U = P.units;
+    const float *hv = l_at<float> (c, P.off_hv), *c_run = l_at<float> (c, P.off_c_run);
+    const float4 *bias = l_at<float4> (c, P.off_bias);
+    float4 *hot_g = l_at<float4> (c, P.off_hot_g);
+    float *hot_c = l_at<float> (c, P.off_hot_c);
+    float4 *g = reinterpret_cast<float4 *> (c.state + P.state_g);
+    float *cc = reinterpret_cast<float *> (c.state + P.state_c);
+    for (uint32_t k = 0; k < P.layers; ++k) {
+        float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+        if (c.lanes)
+            acc = l_reduce (l_dot<DT> (c, 2u * k + 1u, hv + k * P.hs, acc), P.group);
+        if (c.unit) {
+            acc = l_add4 (acc, bias[k * U + c.j]);
+            const float ck = c_run[k * U + c.j];
+            hot_g[k * U + c.j] = acc;
+            hot_c[k * U + c.j] = ck;
+            g[l_state_index (c, slot, k)] = acc;
+            cc[l_state_index (c, slot, k)] = ck;
+        }
+    }
+    hot = slot;
+    __syncthreads ();
+}
+
+template <int DT, int MODE>
+__device__ __forceinline__ void l_window (l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t rows, uint32_t *cw)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    const uint32_t W = P.window, in = P.in, scratch = P.slots;
+    float *xf = l_at<float> (c, P.off_xf);
+    if (c.b == 0u && c.t == 0u)
+        l_fence_sys ();   /* the command was seen: window_in, written before it, is now visible */
+    __syncthreads ();
+    for (uint32_t r = 0; r < rows; ++r) {
+        for (uint32_t t0 = 0; t0 < W; t0 += P.tb) {
+            const uint32_t nb = W - t0 < P.tb ? W - t0 : P.tb, nx = nb * in;
+            if (c.b == 0u) {
+                const float *src = reinterpret_cast<const float *> (c.box + lay.window_in) + ((size_t) r * W + t0) * in;
+                for (uint32_t e0 = c.t; e0 < nx; e0 += 4u * L_T) {
+                    float v[4];
+#pragma unroll
+                    for (uint32_t u = 0; u < 4u; ++u)
+                        if (e0 + u * L_T < nx)
+                            v[u] = l_ld_sys_f32 (src + e0 + u * L_T);
+#pragma unroll
+                    for (uint32_t u = 0; u < 4u; ++u)
+                        if (e0 + u * L_T < nx)
+                            xf[l_xmap (P, e0 + u * L_T)] = v[u];
+                }
+                __syncthreads ();
+                if (c.B > 1u)
+                    l_broadcast<MODE> (c, 0u, 0u, nx);
+            } else {
+                l_receive<MODE> (c, false, nx, cw);
+            }
+            for (uint32_t s = 0; s < nb; ++s) {
+                float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+                if (c.lanes)
+                    acc = l_reduce (l_dot<DT> (c, 0u, xf + s * P.in_pad, acc), P.group);
+                if (c.unit)
+                    *l_ring (c, scratch, t0 + s) = acc;
+            }
+            if (c.B > 1u) {   /* the ack: nobody writes this batch's buffer again before all read it */
+                if (c.unit)
+                    l_publish<MODE> (c, 0u, 0.0f);
+                l_gather<MODE> (c, 0u, 1u);
+            } else {
+                __syncthreads ();
+            }
+        }
+        l_sequence<DT, MODE> (c, scratch, 0u, W);
+        if (c.b == 0u)
+            l_head (c, reinterpret_cast<float *> (c.box + lay.window_out) + (size_t) r * P.out, true);
+        __syncthreads ();   /* the head read the vectors before the next row's exchanges write them */
+    }
+}
+
+template <int DT, int MODE>
+static __global__ void __launch_bounds__ (L_T, 1)
+l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, char *box)
+{
+    __shared__ l_header_t s_h;
+    __shared__ uint32_t s_cw[2], s_flag[2];
+    extern __shared__ __align__ (16) unsigned char s_dyn[];
+    {
+        const uint32_t *src = reinterpret_cast<const uint32_t *> (image);
+        uint32_t *dst = reinterpret_cast<uint32_t *> (&s_h);
+        for (uint32_t i = threadIdx.x; i < sizeof (l_header_t) / 4u; i += L_T)
+            dst[i] = src[i];
+    }
+    __syncthreads ();
+    if (s_h.magic != L_MAGIC)
+        return;   /* every block the same: nobody waits for anybody */
+    const sig_lstm_plan_t &P = s_h.plan;
+    const sig_lstm_layout_t &lay = s_h.box;
+    l_ctx_t c;
+    c.P = &P;
+    c.dyn = s_dyn;
+    c.img = reinterpret_cast<const unsigned char *> (image);
+    c.state = state;
+    c.box = box;
+    c.xchg = xchg;
+    c.t = threadIdx.x;
+    c.B = P.blocks;
+    c.b = MODE == SIG_LSTM_CLUSTER && P.blocks > 1u ? l_cluster_rank () : blockIdx.x;
+    c.u0 = (uint32_t) ((uint64_t) P.hidden * c.b / c.B);
+    c.nu = (uint32_t) ((uint64_t) P.hidden * (c.b + 1u) / c.B) - c.u0;
+    c.j = c.t / P.group;
+    c.l = c.t % P.group;
+    c.lanes = c.t < P.active;
+    c.unit = c.lanes && c.l == 0u && c.j < c.nu;
+    c.bcg = 0u;
+    c.agg = 1u;
+
+    /* Set up: everything zero (padding must hold finite values), this block's share of the
+     * weights, its biases, the head (block 0 reads it; every block has the room). */
+    for (uint32_t i = c.t; i < P.smem_bytes / 16u; i += L_T)
+        reinterpret_cast<uint4 *> (s_dyn)[i] = make_uint4 (0u, 0u, 0u, 0u);
+    __syncthreads ();
+    for (uint32_t a = 0; a < 2u * P.layers; ++a) {
+        const sig_lstm_array_t &ar = P.arrays[a];
+        const uint4 *src = reinterpret_cast<const uint4 *> (c.img + ar.image_off + (uint64_t) c.b * ar.block_bytes);
+        uint4 *dst = l_at<uint4> (c, ar.smem_off);
+        const uint32_t n = ar.smem_slots * 4u * P.active;
+        for (uint32_t i = c.t; i < n; i += L_T)
+            dst[i] = __ldg (src + i);
+    }
+    {
+        const float4 *src = reinterpret_cast<const float4 *> (c.img + P.bias_image) + (size_t) c.b * P.layers * P.units;
+        float4 *dst = l_at<float4> (c, P.off_bias);
+        for (uint32_t i = c.t; i < P.layers * P.units; i += L_T)
+            dst[i] = __ldg (src + i);
+    }
+    if (P.head_in_smem) {
+        const float *src = reinterpret_cast<const float *> (c.img + P.head_image);
+        float *dst = l_at<float> (c, P.off_head);
+        for (uint32_t i = c.t; i < P.out * P.hs + P.out; i += L_T)
+            dst[i] = __ldg (src + i);
+    }
+    __syncthreads ();
+    if (MODE == SIG_LSTM_CLUSTER && c.B > 1u)
+        l_cluster_sync ();   /* nobody stores into a block that has not zeroed its buffers */
+    if (c.t == 0u)
+        l_st_sys_u32 (box + lay.ready + 4u * c.b, 1u);
+
+    uint32_t n = 0u;                 /* block 0: commands taken from the ring */
+    uint32_t hot = 0xffffffffu;      /* the slot whose state is in shared memory */
+    for (;;) {
+        uint32_t op;
+        char *entry = nullptr;
+        if (c.b == 0u) {
+            op = l_poll_host (c, lay, n, s_cw, s_flag);
+            entry = box + lay.ring + (size_t) (n % SIG_LSTM_RING) * lay.entry_bytes;
+            if (op != L_OP_STOP)
+                ++n;
+            if (op == SIG_LSTM_OP_PING) {
+                if (c.t == 0u) {
+                    l_st_sys_f32 (entry + lay.outputs, l_at<float> (c, P.off_xf)[0]);
+                    l_st_sys_u32 (entry + lay.done, n);
+                }
+                continue;
+            }
+            if (op == SIG_LSTM_OP_STALL) {
+                for (;;) {   /* no more commands; stop still ends it */
+                    if (c.t == 0u)
+                        s_flag[1] = l_ld_sys_u32 (box + lay.ctrl);
+                    __syncthreads ();
+                    const uint32_t stop = s_flag[1];
+                    __syncthreads ();
+                    if (stop)
+                        break;
+                }
+                op = L_OP_STOP;
+            }
+            if (op != SIG_LSTM_OP_STEP && op != SIG_LSTM_OP_ADVANCE && op != SIG_LSTM_OP_RESET
+                && op != SIG_LSTM_OP_WINDOW)
+                op = L_OP_STOP;   /* an unknown command stops the kernel rather than guess */
+            if (c.B > 1u)
+                l_broadcast<MODE> (c, op == L_OP_STOP ? L_OP_STOP : s_cw[0], s_cw[1],
+                                   op == SIG_LSTM_OP_STEP ? P.in : 0u);
+        } else {
+            l_receive<MODE> (c, true, 0u, s_cw);
+            op = s_cw[0] & 0xffu;
+        }
+        if (op == L_OP_STOP)
+            break;
+        const uint32_t pos = s_cw[0] >> 8, slot = s_cw[1];
+        __syncthreads ();   /* s_cw read by all before the next command's poll writes it */
+        switch (op) {
+        case SIG_LSTM_OP_STEP:
+            l_step<DT, MODE> (c, slot, pos, hot, reinterpret_cast<float *> (entry + lay.outputs));
+            if (c.b == 0u && c.t == 0u)
+                l_st_sys_u32 (entry + lay.done, n);
+            break;
+        case SIG_LSTM_OP_RESET:
+        case SIG_LSTM_OP_ADVANCE:
+            if (op == SIG_LSTM_OP_RESET && c.unit)
+                for (uint32_t p = 0; p < P.window; ++p)
+                    *l_ring (c, slot, p) = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+            l_sequence<DT, MODE> (c, slot, (pos + 1u) % P.window, P.window - 1u);
+            l_store_state<DT> (c, slot, hot);
+            if (c.b == 0u && c.t == 0u)
+                l_st_sys_u32 (entry + lay.done, n);
+            break;
+        case SIG_LSTM_OP_WINDOW:
+            l_window<DT, MODE> (c, lay, slot, s_cw);
+            __syncthreads ();
+            if (c.b == 0u && c.t == 0u) {
+                l_fence_sys ();
+                l_st_sys_u32 (entry + lay.done, n);
+            }
+            break;
+        }
+    }
+    if (MODE == SIG_LSTM_CLUSTER && c.B > 1u)
+        l_cluster_sync ();   /* nobody leaves while another may still store into it */
+    if (c.t == 0u)
+        l_st_sys_u32 (box + lay.exited + 4u * c.b, 1u);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Host side: plan, layout, pack, launch */
+
+static const void *l_kernel_for (uint32_t dtype, uint32_t mode)
+{
+    switch (dtype * 2u + mode) {
+    case 0: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_CLUSTER>;
+    case 1: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_GRID>;
+    case 2: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_CLUSTER>;
+    case 3: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_GRID>;
+    case 4: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_CLUSTER>;
+    case 5: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_GRID>;
+    default: return nullptr;
+    }
+}
+
+extern "C" int sig_lstm_supported (int device, int *major, int *minor)
+{
+    int ma = 0, mi = 0, cluster = 0;
+    if (cudaDeviceGetAttribute (&ma, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
+        || cudaDeviceGetAttribute (&mi, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess
+        || cudaDeviceGetAttribute (&cluster, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
+        (void) cudaGetLastError ();
+        ma = mi = 0;
+    }
+    if (major)
+        *major = ma;
+    if (minor)
+        *minor = mi;
+    return ma == 9 && mi == 0 && cluster != 0 ? 1 : 0;
+}
+
+/* Everything about one candidate (MODE, B blocks) but whether it can be launched. False with
+ * p->why when it does not fit LIMIT bytes of shared memory per block. */
+static bool l_build (const sig_lstm_net_t *n, uint32_t dtype, uint32_t mode, uint32_t B, uint32_t slots,
+                     uint32_t max_rows, uint32_t limit, sig_lstm_plan_t *p)
+{
+    memset (p, 0, sizeof *p);
+    const uint32_t H = n->hidden, L = n->layers, in = n->in, W = n->window, out = n->out;
+    p->mode = mode;
+    p->dtype = dtype;
+    p->blocks = B;
+    p->threads = L_T;
+    p->layers = L;
+    p->in = in;
+    p->hidden = H;
+    p->out = out;
+    p->window = W;
+    p->head_act = (uint32_t) n->head_act;
+    p->slots = slots;
+    p->max_rows = max_rows;
+    p->smem_limit = limit;
+    const uint32_t U = l_div_up (H, B);
+    p->units = U;
+    if (U > L_T) {
+        snprintf (p->why, sizeof p->why, "%u blocks: %u units per block, a block holds at most %u", B, U, L_T);
+        return false;
+    }
+    uint32_t G = 32u;
+    while (G > 1u && U * G > L_T)
+        G >>= 1;
+    p->group = G;
+    p->active = (uint32_t) l_align ((uint64_t) U * G, 32u);
+    const uint32_t CE = dtype == SIG_LSTM_F32 ? 4u : 8u;
+    p->chunk = CE;
+    p->in_pad = (uint32_t) l_align (in, (uint64_t) G * CE);
+    p->hs = (uint32_t) l_align (H, (uint64_t) G * CE);
+    const uint32_t tb = 512u / in;
+    p->tb = tb < 1u ? 1u : tb > W ? W : tb;
+    p->xf = p->tb * p->in_pad;
+    p->bc_words = 2u + p->tb * in;
+    p->ag_words = L * H;
+    const bool ll_smem = mode == SIG_LSTM_CLUSTER && B > 1u;
+    /* buffers first, then the weights */
+    uint64_t off = 0;
+    const uint64_t lu = (uint64_t) L * U;
+    p->off_bias = (uint32_t) off, off += 16u * lu;
+    p->off_hot_g = (uint32_t) off, off += 16u * lu;
+    p->off_gates = (uint32_t) off, off += 16u * lu;
+    p->off_hot_c = (uint32_t) off, off = l_align (off + 4u * lu, 16u);
+    p->off_c_run = (uint32_t) off, off = l_align (off + 4u * lu, 16u);
+    p->off_xf = (uint32_t) off, off = l_align (off + 4ull * p->xf, 16u);
+    p->off_hv = (uint32_t) off, off = l_align (off + 4ull * L * p->hs, 16u);
+    const uint64_t head_bytes = 4ull * ((uint64_t) out * p->hs + out);
+    p->head_in_smem = head_bytes <= L_HEAD_SMEM_MAX;
+    p->off_head = (uint32_t) off, off = l_align (off + (p->head_in_smem ? head_bytes : 0u), 16u);
+    p->off_bc = (uint32_t) off, off += ll_smem ? 16ull * p->bc_words : 0u;
+    p->off_ag = (uint32_t) off, off += ll_smem ? 16ull * p->ag_words : 0u;
+    if (off > limit) {
+        snprintf (p->why, sizeof p->why, "%u blocks: the buffers alone take %llu KiB of shared memory per block (of %u "
+                  "KiB): %u layers of %u units, %u inputs", B, (unsigned long long) (off >> 10), limit >> 10, L, H, in);
+        return false;
+    }
+    /* the matrices: W_ih of every layer before any W_hh (the step reads W_ih only) */
+    uint64_t budget = limit - off, img = l_align (sizeof (l_header_t), 256u);
+    for (uint32_t g = 0; g < 2u; ++g)
+        for (uint32_t k = 0; k < L; ++k) {
+            sig_lstm_array_t *a = &p->arrays[2u * k + g];
+            a->k = g == 0u && k == 0u ? in : H;
+            a->slots = l_div_up (l_div_up (a->k, CE), G);
+            const uint64_t slot_bytes = 4ull * p->active * 16u;
+            a->block_bytes = a->slots * slot_bytes;
+            const uint64_t fit = budget / slot_bytes;
+            a->smem_slots = (uint32_t) (fit < a->slots ? fit : a->slots);
+            a->smem_off = (uint32_t) off;
+            off += a->smem_slots * slot_bytes;
+            budget -= a->smem_slots * slot_bytes;
+            p->weight_bytes += (uint64_t) B * a->block_bytes;
+            p->smem_weight_bytes += (uint64_t) B * a->smem_slots * slot_bytes;
+            if (g == 0u) {
+                p->critical_smem_bytes += a->smem_slots * slot_bytes;
+                p->critical_global_bytes += (a->slots - a->smem_slots) * slot_bytes;
+            }
+        }
+    for (uint32_t a = 0; a < 2u * L; ++a) {
+        p->arrays[a].image_off = img;
+        img = l_align (img + (uint64_t) B * p->arrays[a].block_bytes, 256u);
+    }
+    p->bias_image = img;
+    img = l_align (img + 16ull * B * L * U, 256u);
+    p->head_image = img;
+    img += head_bytes;
+    p->image_bytes = l_align (img, 256u);
+    p->smem_bytes = (uint32_t) l_align (off, 16u);
+    const uint64_t per = (uint64_t) B * U;
+    p->state_g = l_align (16ull * ((uint64_t) slots + 1u) * W * per, 256u);
+    p->state_c = l_align (p->state_g + 16ull * slots * L * per, 256u);
+    p->state_bytes = l_align (p->state_c + 4ull * slots * L * per, 256u);
+    p->xchg_bytes = mode == SIG_LSTM_GRID ? 16ull * (p->bc_words + p->ag_words) : 0u;
+    /* a step, in clocks: W_ih from shared memory at 128 B a clock, from L2 at ~45 B a clock per SM,
+     * an exchange per layer and the command's broadcast, ~300 clocks of cell update per layer. The
+     * exchange costs are fitted to lstmbench --blocks on an H100 (docs/lstm-notes.md, 2026-11-23):
+     * a cluster's 1,150 + 55 B clocks (0.6-1.0 us), a grid's through L2 ~4,300 (2.2 us). */
+    const uint64_t xchg = B == 1u ? 64u : mode == SIG_LSTM_CLUSTER ? 1150u + 55u * B : 4300u;
+    p->cost = p->critical_smem_bytes / 128u + p->critical_global_bytes / 45u + L * (xchg + 300u)
+              + (B > 1u ? xchg : 0u) + 200u;
+    return true;
+}
+
+/* Whether the planned launch can be placed at all on DEVICE. */
+static cudaError_t l_placeable (const sig_lstm_plan_t *p, int device, int sms, bool *ok)
+{
+    const void *fn = l_kernel_for (p->dtype, p->mode);
+    *ok = false;
+    if (p->mode == SIG_LSTM_GRID || p->blocks == 1u) {
+        int per_sm = 0;
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor (&per_sm, fn, L_T, p->smem_bytes);
+        if (e != cudaSuccess)
+            return e;
+        *ok = per_sm >= 1 && (int) p->blocks <= sms;
+        return cudaSuccess;
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = p->blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3 (p->blocks);
+    cfg.blockDim = dim3 (L_T);
+    cfg.dynamicSmemBytes = p->smem_bytes;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    cudaError_t e = cudaOccupancyMaxActiveClusters (&clusters, fn, &cfg);
+    if (e != cudaSuccess) {
+        (void) cudaGetLastError ();
+        return cudaSuccess;   /* this size cannot be placed (e.g. past the device's cluster limit) */
+    }
+    *ok = clusters >= 1;
+    (void) device;
+    return cudaSuccess;
+}
+
+extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_t slots, uint32_t max_rows,
+                              int device, const sig_lstm_tuning_t *tuning, sig_lstm_plan_t *plan)
+{
+    if (!net || !plan)
+        return (int) cudaErrorInvalidValue;
+    memset (plan, 0, sizeof *plan);
+    const sig_lstm_net_t *n = net;
+    bool ok = n->layers >= 1u && n->layers <= SIG_LSTM_MAX_LAYERS && n->in >= 1u && n->hidden >= 1u && n->out >= 1u
+              && n->window >= 1u && n->window <= (1u << 24) - 1u && dtype <= SIG_LSTM_BF16 && max_rows >= 1u
+              && n->head_w && n->head_b && n->head_act >= SIG_ACT_NONE && n->head_act <= SIG_ACT_TANH
+              && n->in <= (1u << 20) && n->hidden <= (1u << 20) && n->out <= (1u << 20) && slots < (1u << 30);
+    for (uint32_t k = 0; ok && k < n->layers; ++k)
+        ok = n->w_ih[k] && n->w_hh[k] && n->bias[k];
+    if (!ok) {
+        snprintf (plan->why, sizeof plan->why, "bad LSTM description (%u layers of %u units, %u inputs, %u outputs, "
+                  "window %u, weight type %u)", n->layers, n->hidden, n->in, n->out, n->window, dtype);
+        return (int) cudaErrorInvalidValue;
+    }
+    const sig_lstm_tuning_t none = { 0u, 0u, 0u };
+    const sig_lstm_tuning_t *tu = tuning ? tuning : &none;
+    int optin = 0, sms = 0;
+    cudaError_t e = cudaDeviceGetAttribute (&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute (&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess)
+        return (int) e;
+    /* every instantiation may take the whole opt-in limit (set once, the same value every time) */
+    uint32_t statics[2] = { 0u, 0u };
+    for (uint32_t mode = 0; mode < 2u; ++mode) {
+        const void *fn = l_kernel_for (dtype, mode);
+        cudaFuncAttributes fa;
+        if ((e = cudaFuncGetAttributes (&fa, fn)) != cudaSuccess)
+            return (int) e;
+        statics[mode] = (uint32_t) fa.sharedSizeBytes;
+        if ((e = cudaFuncSetAttribute (fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int) fa.sharedSizeBytes))
+                != cudaSuccess)
+            return (int) e;
+        if (mode == SIG_LSTM_CLUSTER)
+            (void) cudaFuncSetAttribute (fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        (void) cudaGetLastError ();
+    }
+    struct { uint32_t mode, blocks; } cand[8];
+    uint32_t nc = 0;
+    if (tu->blocks) {
+        cand[nc++] = { tu->grid ? (uint32_t) SIG_LSTM_GRID : (uint32_t) SIG_LSTM_CLUSTER, tu->blocks };
+    } else if (tu->grid) {
+        cand[nc++] = { SIG_LSTM_GRID, (uint32_t) sms };
+    } else {
+        const uint32_t sizes[] = { 1u, 2u, 4u, 8u, 16u };
+        for (uint32_t i = 0; i < 5u; ++i)
+            cand[nc++] = { SIG_LSTM_CLUSTER, sizes[i] };
+        cand[nc++] = { SIG_LSTM_GRID, (uint32_t) sms };
+    }
+    bool found = false;
+    sig_lstm_plan_t p;
+    char why[sizeof plan->why] = "";
+    for (uint32_t i = 0; i < nc; ++i) {
+        const uint32_t B = cand[i].blocks, mode = cand[i].mode;
+        if (B < 1u || (mode == SIG_LSTM_CLUSTER && B > 16u) || B > n->hidden) {
+            if (tu->blocks)
+                snprintf (why, sizeof why, "%u blocks: a cluster has 1 to 16, and no more blocks than the %u units",
+                          B, n->hidden);
+            continue;
+        }
+        uint32_t limit = (uint32_t) optin - statics[mode];
+        if (tu->smem_cap && tu->smem_cap < limit)
+            limit = tu->smem_cap;
+        if (!l_build (n, dtype, mode, B, slots, max_rows, limit, &p)) {
+            memcpy (why, p.why, sizeof why);
+            continue;
+        }
+        bool placeable = false;
+        if ((e = l_placeable (&p, device, sms, &placeable)) != cudaSuccess)
+            return (int) e;
+        if (!placeable) {
+            snprintf (why, sizeof why, "%s of %u blocks with %u KiB of shared memory each cannot be placed on this "
+                      "device (%d SMs)", mode == SIG_LSTM_GRID ? "a grid" : "a cluster", B, p.smem_bytes >> 10, sms);
+            continue;
+        }
+        if (!found || p.cost < plan->cost) {
+            *plan = p;
+            found = true;
+        }
+    }
+    if (!found) {
+        memcpy (plan->why, why, sizeof why);
+        return (int) cudaErrorNotSupported;
+    }
+    return (int) cudaSuccess;
+}
+
+extern "C" int sig_lstm_layout (const sig_lstm_plan_t *plan, sig_lstm_layout_t *lay)
+{
+    if (!plan || !lay || !plan->blocks)
+        return (int) cudaErrorInvalidValue;
+    const uint64_t status = l_align (4ull * plan->blocks, L_LINE);
+    const uint64_t cmd = l_align (8ull * (2u + plan->in), L_LINE);
+    const uint64_t outs = l_align (4ull * plan->out, L_LINE);
+    const uint64_t entry = cmd + L_LINE + outs;
+    uint64_t off = 0;
+    memset (lay, 0, sizeof *lay);
+    lay->ctrl = 0u;
+    off = L_LINE;
+    lay->ready = (uint32_t) off, off += status;
+    lay->exited = (uint32_t) off, off += status;
+    lay->ring = (uint32_t) off;
+    lay->entry_bytes = (uint32_t) entry;
+    lay->cmd = 0u;
+    lay->done = (uint32_t) cmd;
+    lay->outputs = (uint32_t) (cmd + L_LINE);
+    off += SIG_LSTM_RING * entry;
+    off = l_align (off, 4096u);
+    lay->window_in = (uint32_t) off;
+    off = l_align (off + 4ull * plan->max_rows * plan->window * plan->in, L_LINE);
+    lay->window_out = (uint32_t) off;
+    off = l_align (off + 4ull * plan->max_rows * plan->out, 4096u);
+    if (off > (1ull << 31))
+        return (int) cudaErrorInvalidValue;
+    lay->total = (uint32_t) off;
+    return (int) cudaSuccess;
+}
+
+template <typename T> static T l_from_float (float v);
+template <> float l_from_float<float> (float v) { return v; }
+template <> __half l_from_float<__half> (float v) { return __float2half_rn (v); }
+template <> __nv_bfloat16 l_from_float<__nv_bfloat16> (float v) { return __float2bfloat16_rn (v); }
+
+/* Block b's share of matrix SRC ([4H][K] row-major) into DST in the kernel's order. */
+template <typename T>
+static void l_pack_array (const float *src, const sig_lstm_plan_t *p, const sig_lstm_array_t *a, uint32_t b,
+                          unsigned char *dst)
+{
+    const uint32_t H = p->hidden, B = p->blocks, G = p->group, A = p->active, CE = p->chunk, K = a->k;
+    const uint32_t u0 = (uint32_t) ((uint64_t) H * b / B), nu = (uint32_t) ((uint64_t) H * (b + 1u) / B) - u0;
+    T *out = reinterpret_cast<T *> (dst);
+    for (uint32_t s = 0; s < a->slots; ++s)
+        for (uint32_t q = 0; q < 4u; ++q)
+            for (uint32_t t = 0; t < A; ++t) {
+                const uint32_t j = t / G, l = t % G, ch = s * G + l;
+                T *chunk = out + (((size_t) s * 4u + q) * A + t) * CE;
+                for (uint32_t e = 0; e < CE; ++e) {
+                    const uint32_t kk = ch * CE + e;
+                    const float v = j < nu && kk < K ? src[((size_t) q * H + u0 + j) * K + kk] : 0.0f;
+                    chunk[e] = l_from_float<T> (v);
+                }
+            }
+}
+
+extern "C" int sig_lstm_pack (const sig_lstm_net_t *net, const sig_lstm_plan_t *p, const sig_lstm_layout_t *lay,
+                              void *image)
+{
+    if (!net || !p || !lay || !image || p->layers != net->layers || p->hidden != net->hidden || p->in != net->in)
+        return (int) cudaErrorInvalidValue;
+    unsigned char *img = static_cast<unsigned char *> (image);
+    memset (img, 0, p->image_bytes);
+    l_header_t *h = reinterpret_cast<l_header_t *> (img);
+    h->magic = L_MAGIC;
+    h->plan = *p;
+    h->box = *lay;
+    const uint32_t H = p->hidden, B = p->blocks, L = p->layers, U = p->units;
+    for (uint32_t a = 0; a < 2u * L; ++a) {
+        const sig_lstm_array_t *ar = &p->arrays[a];
+        const float *src = a % 2u == 0u ? net->w_ih[a / 2u] : net->w_hh[a / 2u];
+        for (uint32_t b = 0; b < B; ++b) {
+            unsigned char *dst = img + ar->image_off + (uint64_t) b * ar->block_bytes;
+            if (p->dtype == SIG_LSTM_F32)
+                l_pack_array<float> (src, p, ar, b, dst);
+            else if (p->dtype == SIG_LSTM_F16)
+                l_pack_array<__half> (src, p, ar, b, dst);
+            else
+                l_pack_array<__nv_bfloat16> (src, p, ar, b, dst);
+        }
+    }
+    float *bias = reinterpret_cast<float *> (img + p->bias_image);   /* [B][L][U] x (i, f, g, o) */
+    for (uint32_t b = 0; b < B; ++b) {
+        const uint32_t u0 = (uint32_t) ((uint64_t) H * b / B), nu = (uint32_t) ((uint64_t) H * (b + 1u) / B) - u0;
+        for (uint32_t k = 0; k < L; ++k)
+            for (uint32_t j = 0; j < nu; ++j)
+                for (uint32_t q = 0; q < 4u; ++q)
+                    bias[(((size_t) b * L + k) * U + j) * 4u + q] = net->bias[k][(size_t) q * H + u0 + j];
+    }
+    float *head = reinterpret_cast<float *> (img + p->head_image);   /* [out][hs], then [out] */
+    for (uint32_t o = 0; o < p->out; ++o)
+        memcpy (head + (size_t) o * p->hs, net->head_w + (size_t) o * H, H * sizeof (float));
+    memcpy (head + (size_t) p->out * p->hs, net->head_b, p->out * sizeof (float));
+    return (int) cudaSuccess;
+}
+
+extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void *box, const sig_lstm_plan_t *p,
+                                cudaStream_t stream)
+{
+    if (!image || !state || !box || !p || !p->blocks || (p->mode == SIG_LSTM_GRID && !xchg))
+        return (int) cudaErrorInvalidValue;
+    const void *fn = l_kernel_for (p->dtype, p->mode);
+    if (!fn)
+        return (int) cudaErrorInvalidValue;
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3 (p->blocks);
+    cfg.blockDim = dim3 (L_T);
+    cfg.dynamicSmemBytes = p->smem_bytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 0;
+    if (p->mode == SIG_LSTM_GRID) {   /* every block resident at once, or the launch fails */
+        attr[0].id = cudaLaunchAttributeCooperative;
+        attr[0].val.cooperative = 1;
+        cfg.numAttrs = 1;
+    } else if (p->blocks > 1u) {
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = p->blocks;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.numAttrs = 1;
+    }
+    const l_header_t *img = static_cast<const l_header_t *> (image);
+    char *st = static_cast<char *> (state);
+    uint64_t *xc = static_cast<uint64_t *> (xchg);
+    char *bx = static_cast<char *> (box);
+    void *args[4] = { &img, &st, &xc, &bx };
+    const cudaError_t launched = cudaLaunchKernelExC (&cfg, fn, args);
+    const cudaError_t last = cudaGetLastError ();
+    return (int) (launched != cudaSuccess ? launched : last);
+}

@@ -1,0 +1,518 @@
+/* The LSTM on one CPU core, fp32 (backend_lstm.h), kernel "lstm-loop".
+ *
+ * LAYOUT. Every weight matrix is stored K-major (transposed: one row of 4Hp floats per input k)
+ * with the gate rows interleaved by blocks of 16 units: columns [64b, 64b + 64) hold gates i, f, g,
+ * o (16 each) of units 16b .. 16b + 15, Hp = H rounded up to 16, padding zero. A matrix-vector
+ * product is then a sum over k of whole columns times the broadcast x[k] (no horizontal sums: a
+ * row of 96 inputs would spend as much on them as on the products), eight 16-float accumulators
+ * at a time, and the cell update runs on whole vectors: i, f, g and o of 16 units are four
+ * aligned vectors. Padded units have zero weights and biases, so their c and h stay 0.
+ *
+ * STREAMS. A slot keeps the window as a ring of W entries and the precomputed state of the last
+ * W - 1 steps: per layer G = W_hh h + b (the gates' part that does not depend on the next step)
+ * and c. A step is then, per layer, gates = G + W_ih x, one cell update, and the head: W_ih only
+ * on the critical path. The ring holds layer 0's input projections W_ih x (what a new step adds,
+ * computed once by the step) when they fit in 512 MiB over every slot, else the raw steps (then
+ * an advance projects them again). An advance reruns the last W - 1 steps from a zero state,
+ * layer after layer: the layer's input projections for every step as one matrix product (weights
+ * read once for all steps), then the recurrence with W_hh.
+ *
+ * Exponentials are a vector Cephes expf (about 1 ulp); tanh(x) = 2 sigmoid(2x) - 1 (absolute
+ * error ~1e-7). Measured against float64: test_lstm. Compiled for AVX-512, AVX2 and baseline
+ * x86-64 (the loader picks at start). Everything is allocated at load; nothing after. */
+#include "backend_lstm.h"
+
+#include "lstm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VEC 16
+#define PROJ_RING_MAX_BYTES (512ull << 20)   /* above: the ring keeps raw steps */
+
+typedef float v16 __attribute__ ((vector_size (64)));
+typedef int32_t vi16 __attribute__ ((vector_size (64)));
+
+typedef struct {
+    uint32_t in;                /* inputs of the layer (step_size or H) */
+    float *wih;                 /* [in][4Hp] */
+    float *whh;                 /* [H][4Hp] */
+    float *bias;                /* [4Hp] */
+} cpu_lstm_layer_t;
+
+typedef struct {
+    uint32_t pos;               /* ring position of the next step */
+    bool owed;                  /* a step ran and no advance since: the state is stale */
+} cpu_slot_t;
+
+struct backend_model {
+    char name[CONFIG_NAME_MAX];
+    uint32_t L, in, H, Hp, N;   /* N = 4 Hp */
+    uint32_t in_pad;            /* a raw step's row in the ring */
+    uint32_t W, out, max_rows, slot_count;
+    activation_t head_act;
+    cpu_lstm_layer_t *layers;
+    float *head_w;              /* [out][Hp] */
+    float *head_b;              /* [out] */
+    bool keep_proj;             /* the ring holds W_ih0 x (N floats), else x (in_pad floats) */
+    size_t ring_row;            /* floats per ring entry */
+    size_t slot_floats;         /* ring W x ring_row, then G [L][N], then c [L][Hp] */
+    float *slots;
+    cpu_slot_t *slot;
+    float *reset_state;         /* G and c of a window of zeros (what stream_reset copies) */
+    /* scratch */
+    float *proj;                /* [W][N]: a layer's input projections (bias included) */
+    float *proj0;               /* [W][N]: layer 0's (no bias), when they are computed here */
+    float *seq[2];              /* [W][Hp]: hidden sequences of consecutive layers */
+    float *h, *c;               /* [L][Hp] */
+    float *gates;               /* [N] */
+    float *zeros;               /* [N] */
+    const float **p0;           /* [W]: layer 0's projection of each step of a sequence */
+};
+
+static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+static void *s_alloc_floats (size_t n)
+{
+    size_t bytes = s_pad ((n ? n : 1) * sizeof (float), 64);
+    float *p = aligned_alloc (64, bytes);
+    if (p)
+        memset (p, 0, bytes);
+    return p;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Vector math (always inlined: compiled once per target clone) */
+
+#define INLINE static inline __attribute__ ((always_inline))
+
+/* (a brace list of sixteen copies compiled to sixteen masked broadcasts inside the clones) */
+INLINE v16 s_splat (float v)
+{
+    v16 r;
+    __builtin_memcpy (&r, &(float[16]) { v }, 4);
+    return __builtin_shufflevector (r, r, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+
+INLINE v16 s_select (vi16 mask, v16 yes, v16 no) { return (v16) (((vi16) yes & mask) | ((vi16) no & ~mask)); }
+
+/* Cephes expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-5 polynomial; about 1 ulp. Clamped to
+ * [-87.3, 88] (normal results): sigmoid and tanh need nothing beyond. */
+INLINE v16 s_exp (v16 x)
+{
+    x = s_select (x > s_splat (88.0f), s_splat (88.0f), x);
+    x = s_select (x < s_splat (-87.3f), s_splat (-87.3f), x);
+    v16 fx = x * s_splat (1.44269504088896341f) + s_splat (0.5f);
+    vi16 n = __builtin_convertvector (fx, vi16);       /* toward zero */
+    v16 fn = __builtin_convertvector (n, v16);
+    n += (vi16) (fn > fx);                              /* -1 where the truncation went up: floor */
+    fn = __builtin_convertvector (n, v16);
+    x = x - fn * s_splat (0.693359375f) - fn * s_splat (-2.12194440e-4f);
+    const v16 z = x * x;
+    v16 y = s_splat (1.9875691500e-4f);
+    y = y * x + s_splat (1.3981999507e-3f);
+    y = y * x + s_splat (8.3334519073e-3f);
+    y = y * x + s_splat (4.1665795894e-2f);
+    y = y * x + s_splat (1.6666665459e-1f);
+    y = y * x + s_splat (5.0000001201e-1f);
+    y = y * z + x + s_splat (1.0f);
+    const vi16 scale = (n + 127) << 23;
+    return y * (v16) scale;
+}
+
+INLINE v16 s_sigmoid (v16 x) { return s_splat (1.0f) / (s_splat (1.0f) + s_exp (-x)); }
+INLINE v16 s_tanh (v16 x) { return s_splat (2.0f) * s_sigmoid (x + x) - s_splat (1.0f); }
+
+static float s_activate (float v, activation_t a)
+{
+    switch (a) {
+    case ACTIVATION_RELU: return v > 0.0f ? v : 0.0f;
+    case ACTIVATION_SIGMOID: return 1.0f / (1.0f + expf (-v));
+    case ACTIVATION_TANH: return tanhf (v);
+    case ACTIVATION_NONE: break;
+    }
+    return v;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernels */
+
+#define CLONES __attribute__ ((target_clones ("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+/* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 64); B1, B2 may be NULL. */
+CLONES static void s_gemv (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
+                           const float *b1, const float *b2, float *restrict y)
+{
+    uint32_t nb = 0;
+    for (; nb + 128 <= N; nb += 128) {
+        v16 acc[8];
+        for (int j = 0; j < 8; j++) {
+            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : s_splat (0.0f);
+            if (b2)
+                acc[j] += *(const v16 *) (b2 + nb + 16 * j);
+        }
+        const float *w = Wt + nb;
+        for (uint32_t k = 0; k < K; k++, w += N) {
+            const v16 xk = s_splat (x[k]);
+            for (int j = 0; j < 8; j++)
+                acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
+        }
+        for (int j = 0; j < 8; j++)
+            *(v16 *) (y + nb + 16 * j) = acc[j];
+    }
+    if (nb < N) {   /* one block of 64 left */
+        v16 acc[4];
+        for (int j = 0; j < 4; j++) {
+            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : s_splat (0.0f);
+            if (b2)
+                acc[j] += *(const v16 *) (b2 + nb + 16 * j);
+        }
+        const float *w = Wt + nb;
+        for (uint32_t k = 0; k < K; k++, w += N) {
+            const v16 xk = s_splat (x[k]);
+            for (int j = 0; j < 4; j++)
+                acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
+        }
+        for (int j = 0; j < 4; j++)
+            *(v16 *) (y + nb + 16 * j) = acc[j];
+    }
+}
+
+/* Y[t][n] = (BIAS ? bias[n] : 0) + sum_k Wt[k][n] X[t][k] for T rows: tiles of 64 outputs x 4
+ * rows (16 accumulators), so each weight vector loaded serves four steps. */
+CLONES static void s_gemm (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict X, size_t xs,
+                           uint32_t T, float *restrict Y, size_t ys, const float *bias)
+{
+    for (uint32_t nb = 0; nb < N; nb += 64)
+        for (uint32_t t0 = 0; t0 < T; t0 += 4) {
+            const float *xr[4];
+            for (int r = 0; r < 4; r++)   /* past the last row: recompute the last, store nothing */
+                xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
+            v16 acc[4][4];
+            for (int j = 0; j < 4; j++) {
+                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : s_splat (0.0f);
+                for (int r = 0; r < 4; r++)
+                    acc[r][j] = b;
+            }
+            const float *w = Wt + nb;
+            for (uint32_t k = 0; k < K; k++, w += N) {
+                v16 wv[4];
+                for (int j = 0; j < 4; j++)
+                    wv[j] = *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64);
+                for (int r = 0; r < 4; r++) {
+                    const v16 xk = s_splat (xr[r][k]);
+                    for (int j = 0; j < 4; j++)
+                        acc[r][j] += wv[j] * xk;
+                }
+            }
+            for (int r = 0; r < 4 && t0 + (uint32_t) r < T; r++)
+                for (int j = 0; j < 4; j++)
+                    *(v16 *) (Y + (size_t) (t0 + r) * ys + nb + 16 * j) = acc[r][j];
+        }
+}
+
+/* The cell update of Hp / 16 blocks of units from their gates (gate-blocked): c and h in place. */
+CLONES static void s_cells (const float *restrict gates, uint32_t blocks, float *restrict c, float *restrict h)
+{
+    for (uint32_t b = 0; b < blocks; b++) {
+        const v16 *g = (const v16 *) (gates + 64 * (size_t) b);
+        const v16 i = s_sigmoid (g[0]), f = s_sigmoid (g[1]), gg = s_tanh (g[2]), o = s_sigmoid (g[3]);
+        v16 *cv = (v16 *) (c + 16 * (size_t) b);
+        const v16 cn = f * *cv + i * gg;
+        *cv = cn;
+        *(v16 *) (h + 16 * (size_t) b) = o * s_tanh (cn);
+    }
+}
+
+/* OUT[o] = act(head_w[o] . h + head_b[o]) */
+static void s_head (const backend_model_t *m, const float *h, float *out)
+{
+    for (uint32_t o = 0; o < m->out; o++) {
+        const v16 *w = (const v16 *) (m->head_w + (size_t) o * m->Hp), *hv = (const v16 *) h;
+        v16 acc = s_splat (0.0f);
+        for (uint32_t b = 0; b < m->Hp / VEC; b++)
+            acc += w[b] * hv[b];
+        float s = 0.0f;
+        for (int k = 0; k < VEC; k++)
+            s += acc[k];
+        out[o] = s_activate (s + m->head_b[o], m->head_act);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * A sequence: T steps from a zero state through every layer, layer 0's projection of step t at
+ * m->p0[t] (no bias). Leaves each layer's final h and c in m->h, m->c. */
+static void s_sequence (backend_model_t *m, uint32_t T)
+{
+    const uint32_t N = m->N, Hp = m->Hp;
+    memset (m->h, 0, (size_t) m->L * Hp * sizeof (float));
+    memset (m->c, 0, (size_t) m->L * Hp * sizeof (float));
+    for (uint32_t k = 0; k < m->L; k++) {
+        const cpu_lstm_layer_t *Lk = &m->layers[k];
+        float *h = m->h + (size_t) k * Hp, *c = m->c + (size_t) k * Hp;
+        if (k > 0 && T > 0)   /* the whole layer's input projections at once */
+            s_gemm (Lk->wih, Lk->in, N, m->seq[(k - 1) & 1], Hp, T, m->proj, N, Lk->bias);
+        float *out_seq = k + 1 < m->L ? m->seq[k & 1] : NULL;
+        for (uint32_t t = 0; t < T; t++) {
+            if (k == 0)
+                s_gemv (Lk->whh, m->H, N, h, Lk->bias, m->p0[t], m->gates);
+            else
+                s_gemv (Lk->whh, m->H, N, h, m->proj + (size_t) t * N, NULL, m->gates);
+            s_cells (m->gates, Hp / VEC, c, h);
+            if (out_seq)
+                memcpy (out_seq + (size_t) t * Hp, h, Hp * sizeof (float));
+        }
+    }
+}
+
+static float *s_slot_ring (const backend_model_t *m, uint32_t slot) { return m->slots + (size_t) slot * m->slot_floats; }
+static float *s_slot_G (const backend_model_t *m, uint32_t slot)
+{
+    return s_slot_ring (m, slot) + (size_t) m->W * m->ring_row;
+}
+static float *s_slot_c (const backend_model_t *m, uint32_t slot) { return s_slot_G (m, slot) + (size_t) m->L * m->N; }
+
+/* State from m->h, m->c: G = W_hh h + b per layer, and c. */
+static void s_store_state (backend_model_t *m, float *G, float *c)
+{
+    for (uint32_t k = 0; k < m->L; k++)
+        s_gemv (m->layers[k].whh, m->H, m->N, m->h + (size_t) k * m->Hp, m->layers[k].bias, NULL, G + (size_t) k * m->N);
+    memcpy (c, m->c, (size_t) m->L * m->Hp * sizeof (float));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The interface */
+
+static void s_destroy (backend_model_t **m_p)
+{
+    if (!m_p || !*m_p)
+        return;
+    backend_model_t *m = *m_p;
+    for (uint32_t k = 0; m->layers && k < m->L; k++) {
+        free (m->layers[k].wih);
+        free (m->layers[k].whh);
+        free (m->layers[k].bias);
+    }
+    free (m->layers);
+    free (m->head_w);
+    free (m->head_b);
+    free (m->slots);
+    free (m->slot);
+    free (m->reset_state);
+    free (m->proj);
+    free (m->proj0);
+    free (m->seq[0]);
+    free (m->seq[1]);
+    free (m->h);
+    free (m->c);
+    free (m->gates);
+    free (m->zeros);
+    free ((void *) m->p0);
+    free (m);
+    *m_p = NULL;
+}
+
+/* Column of (gate q, unit j) in the gate-blocked order. */
+static size_t s_col (uint32_t q, uint32_t j) { return (size_t) (j / 16) * 64 + q * 16 + j % 16; }
+
+/* SRC [4H][K] row-major (PyTorch) -> DST [K][4Hp] gate-blocked. */
+static void s_transpose (const float *src, uint32_t K, uint32_t H, uint32_t N, float *dst)
+{
+    for (uint32_t q = 0; q < 4; q++)
+        for (uint32_t j = 0; j < H; j++) {
+            const float *row = src + ((size_t) q * H + j) * K;
+            const size_t col = s_col (q, j);
+            for (uint32_t k = 0; k < K; k++)
+                dst[(size_t) k * N + col] = row[k];
+        }
+}
+
+static void s_reset (backend_model_t *m, uint32_t slot);
+static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
+
+static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
+{
+    (void) device;
+    if (w->type != MODEL_TYPE_LSTM || !w->lstm) {
+        sig_set_error (err, errlen, "model \"%s\": the LSTM backend needs LSTM weights (\"type\": \"lstm\")", cfg->name);
+        return NULL;
+    }
+    const lstm_weights_t *lw = w->lstm;
+    backend_model_t *m = calloc (1, sizeof *m);
+    if (!m)
+        goto oom;
+    snprintf (m->name, sizeof m->name, "%s", cfg->name);
+    m->L = (uint32_t) lw->layer_count;
+    m->in = lw->step_size;
+    m->H = lw->hidden;
+    m->Hp = (uint32_t) s_pad (m->H, VEC);
+    m->N = 4 * m->Hp;
+    m->in_pad = (uint32_t) s_pad (m->in, VEC);
+    m->W = lw->window;
+    m->out = lw->head.out;
+    m->head_act = lw->head.activation;
+    m->max_rows = backend_rows (cfg) ? backend_rows (cfg) : 1;
+    m->slot_count = backend_stream_slots (cfg);
+    const size_t N = m->N, Hp = m->Hp, W = m->W, L = m->L;
+    m->keep_proj = (uint64_t) m->slot_count * W * N * sizeof (float) <= PROJ_RING_MAX_BYTES;
+    m->ring_row = m->keep_proj ? N : m->in_pad;
+    m->slot_floats = s_pad (W * m->ring_row + L * N + L * Hp, VEC);
+    if (!(m->layers = calloc (L, sizeof *m->layers)))
+        goto oom;
+    for (uint32_t k = 0; k < m->L; k++) {
+        const lstm_layer_t *src = &lw->layers[k];
+        cpu_lstm_layer_t *dst = &m->layers[k];
+        dst->in = src->in;
+        if (!(dst->wih = s_alloc_floats ((size_t) src->in * N)) || !(dst->whh = s_alloc_floats ((size_t) m->H * N))
+            || !(dst->bias = s_alloc_floats (N)))
+            goto oom;
+        s_transpose (src->w_ih, src->in, m->H, m->N, dst->wih);
+        s_transpose (src->w_hh, m->H, m->H, m->N, dst->whh);
+        for (uint32_t q = 0; q < 4; q++)
+            for (uint32_t j = 0; j < m->H; j++)
+                dst->bias[s_col (q, j)] = src->bias[(size_t) q * m->H + j];
+    }
+    if (!(m->head_w = s_alloc_floats ((size_t) m->out * Hp)) || !(m->head_b = s_alloc_floats (m->out)))
+        goto oom;
+    for (uint32_t o = 0; o < m->out; o++)
+        memcpy (m->head_w + (size_t) o * Hp, lw->head.weight + (size_t) o * m->H, m->H * sizeof (float));
+    memcpy (m->head_b, lw->head.bias, m->out * sizeof (float));
+    if (!(m->slots = s_alloc_floats ((size_t) m->slot_count * m->slot_floats)) || !(m->slot = calloc (m->slot_count ? m->slot_count : 1, sizeof *m->slot))
+        || !(m->reset_state = s_alloc_floats (L * N + L * Hp)) || !(m->proj = s_alloc_floats (W * N))
+        || !(m->proj0 = s_alloc_floats (W * N)) || !(m->seq[0] = s_alloc_floats (W * Hp))
+        || !(m->seq[1] = s_alloc_floats (W * Hp)) || !(m->h = s_alloc_floats (L * Hp)) || !(m->c = s_alloc_floats (L * Hp))
+        || !(m->gates = s_alloc_floats (N)) || !(m->zeros = s_alloc_floats (N))
+        || !(m->p0 = calloc (W, sizeof *m->p0)))
+        goto oom;
+    /* The state of a window of zeros: its W - 1 steps project to 0. */
+    for (size_t t = 0; t < W; t++)
+        m->p0[t] = m->zeros;
+    s_sequence (m, m->W - 1);
+    s_store_state (m, m->reset_state, m->reset_state + L * N);
+    for (uint32_t s = 0; s < m->slot_count; s++)
+        s_reset (m, s);
+    /* Warm: page in everything, let the loader resolve the clones. */
+    float *probe = s_alloc_floats ((size_t) m->max_rows * m->out);
+    float *x = s_alloc_floats ((size_t) m->max_rows * W * m->in);
+    if (!probe || !x) {
+        free (probe);
+        free (x);
+        goto oom;
+    }
+    s_infer (m, x, m->max_rows, probe, err, errlen);
+    free (probe);
+    free (x);
+    return m;
+oom:
+    sig_set_error (err, errlen, "model \"%s\": out of memory loading the LSTM CPU backend", cfg->name);
+    s_destroy (&m);
+    return NULL;
+}
+
+static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
+{
+    (void) err;
+    (void) errlen;
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *x = in + (size_t) r * m->W * m->in;
+        s_gemm (m->layers[0].wih, m->in, m->N, x, m->in, m->W, m->proj0, m->N, NULL);
+        for (uint32_t t = 0; t < m->W; t++)
+            m->p0[t] = m->proj0 + (size_t) t * m->N;
+        s_sequence (m, m->W);
+        s_head (m, m->h + (size_t) (m->L - 1) * m->Hp, out + (size_t) r * m->out);
+    }
+    return SIG_OK;
+}
+
+static void s_reset (backend_model_t *m, uint32_t slot)
+{
+    if (slot >= m->slot_count)
+        return;
+    float *ring = s_slot_ring (m, slot);
+    memset (ring, 0, (size_t) m->W * m->ring_row * sizeof (float));
+    memcpy (s_slot_G (m, slot), m->reset_state, ((size_t) m->L * m->N + (size_t) m->L * m->Hp) * sizeof (float));
+    m->slot[slot] = (cpu_slot_t) { .pos = 0, .owed = false };
+}
+
+static void s_advance (backend_model_t *m, uint32_t slot)
+{
+    if (slot >= m->slot_count || !m->slot[slot].owed)
+        return;
+    const uint32_t W = m->W, T = W - 1, first = (m->slot[slot].pos + 1) % W;
+    const float *ring = s_slot_ring (m, slot);
+    if (m->keep_proj) {
+        for (uint32_t t = 0; t < T; t++)
+            m->p0[t] = ring + (size_t) ((first + t) % W) * m->ring_row;
+    } else {
+        /* the raw steps, oldest first, in at most two contiguous runs of the ring */
+        const uint32_t run = T < W - first ? T : W - first;
+        if (run)
+            s_gemm (m->layers[0].wih, m->in, m->N, ring + (size_t) first * m->ring_row, m->ring_row, run, m->proj0,
+                    m->N, NULL);
+        if (T > run)
+            s_gemm (m->layers[0].wih, m->in, m->N, ring, m->ring_row, T - run, m->proj0 + (size_t) run * m->N, m->N,
+                    NULL);
+        for (uint32_t t = 0; t < T; t++)
+            m->p0[t] = m->proj0 + (size_t) t * m->N;
+    }
+    s_sequence (m, T);
+    s_store_state (m, s_slot_G (m, slot), s_slot_c (m, slot));
+    m->slot[slot].owed = false;
+}
+
+static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err, size_t errlen)
+{
+    if (slot >= m->slot_count) {
+        sig_set_error (err, errlen, "model \"%s\": stream slot %u of %u", m->name, slot, m->slot_count);
+        return SIG_INTERNAL;
+    }
+    if (m->slot[slot].owed)
+        s_advance (m, slot);
+    const uint32_t N = m->N, Hp = m->Hp;
+    float *ring = s_slot_ring (m, slot), *G = s_slot_G (m, slot), *c0 = s_slot_c (m, slot);
+    float *entry = ring + (size_t) m->slot[slot].pos * m->ring_row;
+    /* layer 0: its projection of x goes into the ring (or x itself), then gates = G + W_ih x */
+    const float *p;
+    if (m->keep_proj) {
+        s_gemv (m->layers[0].wih, m->in, N, x, NULL, NULL, entry);
+        p = entry;
+    } else {
+        memcpy (entry, x, m->in * sizeof (float));
+        s_gemv (m->layers[0].wih, m->in, N, x, NULL, NULL, m->proj0);
+        p = m->proj0;
+    }
+    float *h = m->h, *c = m->c;   /* scratch: the slot's state stays for the advance */
+    memcpy (c, c0, (size_t) m->L * Hp * sizeof (float));
+    for (uint32_t k = 0; k < m->L; k++) {
+        float *hk = h + (size_t) k * Hp, *ck = c + (size_t) k * Hp;
+        if (k == 0)
+            for (uint32_t i = 0; i < N; i++)
+                m->gates[i] = G[i] + p[i];
+        else
+            s_gemv (m->layers[k].wih, m->H, N, h + (size_t) (k - 1) * Hp, G + (size_t) k * N, NULL, m->gates);
+        s_cells (m->gates, Hp / VEC, ck, hk);
+    }
+    s_head (m, h + (size_t) (m->L - 1) * Hp, out);
+    m->slot[slot].pos = (m->slot[slot].pos + 1) % m->W;
+    m->slot[slot].owed = true;
+    return SIG_OK;
+}
+
+static const char *s_kernel_name (const backend_model_t *m)
+{
+    (void) m;
+    return "lstm-loop";
+}
+
+const backend_iface_t backend_lstm_cpu_iface = {
+    .name = "cpu",
+    .load = s_load,
+    .infer = s_infer,
+    .kernel_name = s_kernel_name,
+    .destroy = s_destroy,
+    .stream_reset = s_reset,
+    .stream_step = s_step,
+    .stream_advance = s_advance,
+};

@@ -1,0 +1,38 @@
+/* The CUDA LSTM backend (backend_lstm_cuda_iface, backend_lstm.h): one resident kernel per model
+ * instance (kernels/lstm_persistent.cu) holding the weights on chip in cfg->weight_dtype, serving
+ * stream steps, advances, resets and full windows through a ring in mapped pinned memory; a host
+ * watchdog (cfg->watchdog_ms) turns a kernel that stops answering into SIG_UNAVAILABLE. Compute
+ * capability 9.0 only. Built only with nvcc (SIGSERVE_HAVE_CUDA).
+ *
+ * The process must run with CUDA_MODULE_LOADING=EAGER (set before CUDA starts): with lazy loading
+ * the first launch of any kernel next to a resident one waits forever (docs/persistent-notes.md).
+ * Nothing here synchronises the device: device memory comes from a stream-ordered pool, and a
+ * destroyed model's mailbox (pinned memory: cudaFreeHost would wait for every resident kernel,
+ * other backends' too) is kept for the next load instead of being given back. */
+#ifndef SIGSERVE_BACKEND_LSTM_CUDA_H
+#define SIGSERVE_BACKEND_LSTM_CUDA_H
+
+#include "backend_lstm.h"
+
+#ifdef SIGSERVE_HAVE_CUDA
+#include "kernels.h"
+
+#include <stdbool.h>
+
+/* Below: for tests and benchmarks. */
+/* The knobs of every later load (NULL: the plan's own choice). */
+void lstm_cuda_tuning (const sig_lstm_tuning_t *tuning);
+/* What the load planned (mode, blocks, placement, shared memory). */
+const sig_lstm_plan_t *lstm_cuda_plan (const backend_model_t *m);
+/* Waits until every command posted so far is complete (the advances too). SIG_OK, or
+ * SIG_UNAVAILABLE with ERR. */
+sig_status_t lstm_cuda_sync (backend_model_t *m, char *err, size_t errlen);
+/* The protocol's floor on the same ring: a command with step_size features whose answer (one
+ * float: feature 0) is written back by the polling block without any compute. */
+sig_status_t lstm_cuda_ping (backend_model_t *m, const float *x, float *out, char *err, size_t errlen);
+/* Test only: the kernel stops taking commands (it still honours stop), so the watchdog fires. */
+int lstm_cuda_stall (backend_model_t *m);
+bool lstm_cuda_lost (const backend_model_t *m);
+#endif
+
+#endif

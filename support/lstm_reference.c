@@ -1,0 +1,243 @@
+/* LSTM test support: random weights in PyTorch's names and the float64 reference (lstm_reference.h). */
+#include "lstm_reference.h"
+
+#include "rng.h"
+#include "st_write.h"
+#include "status.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const lstm_shape_t LSTM_SHAPE_SMALL = { .layers = 2, .step_size = 128, .hidden = 96, .out = 1, .window = 64 };
+const lstm_shape_t LSTM_SHAPE_MEDIUM = { .layers = 3, .step_size = 192, .hidden = 160, .out = 1, .window = 96 };
+const lstm_shape_t LSTM_SHAPE_LARGE = { .layers = 4, .step_size = 512, .hidden = 736, .out = 1, .window = 128 };
+
+int lstm_shape_parse (const char *text, lstm_shape_t *shape, char *err, size_t errlen)
+{
+    if (strcmp (text, "small") == 0)
+        *shape = LSTM_SHAPE_SMALL;
+    else if (strcmp (text, "medium") == 0)
+        *shape = LSTM_SHAPE_MEDIUM;
+    else if (strcmp (text, "large") == 0)
+        *shape = LSTM_SHAPE_LARGE;
+    else {
+        unsigned v[5] = { 0, 0, 0, 0, 1 };
+        char tail, t[128];
+        snprintf (t, sizeof t, "%s", text);
+        for (char *c = t; *c; c++)   /* ':' too, for lists of shapes separated by commas */
+            *c = *c == ':' ? ',' : *c;
+        int n = sscanf (t, "%u,%u,%u,%u,%u%c", &v[0], &v[1], &v[2], &v[3], &v[4], &tail);
+        if ((n != 4 && n != 5) || !v[0] || !v[1] || !v[2] || !v[3] || !v[4] || v[0] > 16 || v[1] > 4096
+            || v[2] > 65536 || v[3] > 65536 || v[4] > 65536) {
+            sig_set_error (err, errlen, "LSTM shape \"%s\": expected small, medium, large or LAYERS,WINDOW,INPUTS,"
+                           "UNITS[,OUTPUTS] (or with ':', layers 1-16, window 1-4096)", text);
+            return -1;
+        }
+        *shape = (lstm_shape_t) { .layers = v[0], .window = v[1], .step_size = v[2], .hidden = v[3], .out = v[4] };
+    }
+    return 0;
+}
+
+int lstm_random_file (const char *path, const lstm_shape_t *s, uint64_t seed, char *err, size_t errlen)
+{
+    assert (path && s);
+    if (!s->layers || s->layers > 16 || !s->step_size || !s->hidden || !s->out) {
+        sig_set_error (err, errlen, "%s: bad LSTM shape (%u layers, %u inputs, %u units, %u outputs)", path, s->layers,
+                       s->step_size, s->hidden, s->out);
+        return -1;
+    }
+    const size_t H = s->hidden, G4 = 4 * H;
+    const size_t count = 4 * (size_t) s->layers + 2;
+    st_write_tensor_t *t = calloc (count, sizeof *t);
+    float **data = calloc (count, sizeof *data);
+    char (*names)[48] = calloc (count, sizeof *names);
+    int rc = t && data && names ? 0 : -1;
+    uint64_t state = seed;
+    /* nn.LSTM and nn.Linear(hidden, out) both draw from +-1/sqrt(hidden) */
+    const float bound = (float) (1.0 / sqrt ((double) H));
+    static const char *kinds[4] = { "weight_ih", "weight_hh", "bias_ih", "bias_hh" };
+    for (size_t k = 0; rc == 0 && k < s->layers; k++)
+        for (size_t j = 0; rc == 0 && j < 4; j++) {
+            const size_t i = 4 * k + j;
+            const size_t cols = j == 0 ? (k == 0 ? s->step_size : H) : j == 1 ? H : 0;
+            const size_t n = G4 * (cols ? cols : 1);
+            snprintf (names[i], sizeof names[i], "lstm.%s_l%zu", kinds[j], k);
+            if (!(data[i] = malloc (n * sizeof (float)))) {
+                rc = -1;
+                break;
+            }
+            for (size_t e = 0; e < n; e++)
+                data[i][e] = rng_uniform (&state, -bound, bound);
+            t[i] = (st_write_tensor_t) { .name = names[i], .ndim = cols ? 2 : 1, .shape = { G4, cols }, .data = data[i] };
+        }
+    for (size_t j = 0; rc == 0 && j < 2; j++) {
+        const size_t i = 4 * (size_t) s->layers + j;
+        const size_t n = (size_t) s->out * (j == 0 ? H : 1);
+        snprintf (names[i], sizeof names[i], "head.%s", j == 0 ? "weight" : "bias");
+        if (!(data[i] = malloc (n * sizeof (float)))) {
+            rc = -1;
+            break;
+        }
+        for (size_t e = 0; e < n; e++)
+            data[i][e] = rng_uniform (&state, -bound, bound);
+        t[i] = (st_write_tensor_t) { .name = names[i], .ndim = j == 0 ? 2 : 1, .shape = { s->out, j == 0 ? H : 0 },
+                                     .data = data[i] };
+    }
+    if (rc != 0)
+        sig_set_error (err, errlen, "%s: out of memory for random LSTM weights", path);
+    else
+        rc = safetensors_write_f32 (path, t, count, err, errlen);
+    for (size_t i = 0; data && i < count; i++)
+        free (data[i]);
+    free (data);
+    free (names);
+    free (t);
+    return rc;
+}
+
+void lstm_config (model_config_t *cfg, const char *name, const char *path, const lstm_shape_t *shape)
+{
+    memset (cfg, 0, sizeof *cfg);
+    snprintf (cfg->name, sizeof cfg->name, "%s", name);
+    strcpy (cfg->version, "1");
+    cfg->type = MODEL_TYPE_LSTM;
+    cfg->backend = BACKEND_CPU;
+    cfg->kernel = CUDA_KERNEL_PERSISTENT;
+    cfg->cpu_kernel = CPU_KERNEL_LOOP;
+    cfg->wait = CUDA_WAIT_SPIN;
+    cfg->device_count = 1;
+    cfg->max_rows = 1;
+    cfg->max_batch_rows = 1;
+    cfg->instances = 1;
+    cfg->queue_depth = 64;
+    cfg->watchdog_ms = 1000;
+    cfg->weight_dtype = WEIGHT_DTYPE_F32;
+    snprintf (cfg->weights, sizeof cfg->weights, "%s", path);
+    strcpy (cfg->lstm_prefix, "lstm.");
+    cfg->window = shape->window;
+    strcpy (cfg->head.weight, "head.weight");
+    strcpy (cfg->head.bias, "head.bias");
+    cfg->head.activation = shape->head_act;
+    cfg->max_streams = 4;
+    cfg->stream_idle_s = 300;
+}
+
+weights_t *lstm_random_weights (const char *path, const lstm_shape_t *shape, uint64_t seed, model_config_t *cfg,
+                                char *err, size_t errlen)
+{
+    if (lstm_random_file (path, shape, seed, err, errlen) != 0)
+        return NULL;
+    lstm_config (cfg, "lstm", path, shape);
+    return weights_load (cfg, err, errlen);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The float64 reference */
+
+static double s_sigmoid (double x) { return 1.0 / (1.0 + exp (-x)); }
+
+static double s_activate (activation_t a, double x)
+{
+    switch (a) {
+    case ACTIVATION_RELU: return x > 0 ? x : 0;
+    case ACTIVATION_SIGMOID: return s_sigmoid (x);
+    case ACTIVATION_TANH: return tanh (x);
+    default: return x;
+    }
+}
+
+/* W . X in float64, four partial sums (a chain of dependent additions would be four times slower;
+ * the large model's reference runs two billion of these) */
+static double s_dot (const float *w, const double *x, uint32_t n)
+{
+    double a[4] = { 0, 0, 0, 0 };
+    uint32_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++)
+            a[k] += (double) w[i + k] * x[i + k];
+    for (; i < n; i++)
+        a[0] += (double) w[i] * x[i];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+/* One step of layer L: (h, c) <- cell (x, h, c). GATES: 4H scratch. */
+static void s_cell (const lstm_layer_t *L, const double *x, double *h, double *c, double *gates)
+{
+    const uint32_t H = L->hidden;
+    for (uint32_t r = 0; r < 4 * H; r++) {
+        const float *wi = L->w_ih + (size_t) r * L->in, *wh = L->w_hh + (size_t) r * H;
+        gates[r] = L->bias[r] + s_dot (wi, x, L->in) + s_dot (wh, h, H);
+    }
+    for (uint32_t j = 0; j < H; j++) {
+        const double i = s_sigmoid (gates[j]), f = s_sigmoid (gates[H + j]);
+        const double g = tanh (gates[2 * H + j]), o = s_sigmoid (gates[3 * H + j]);
+        c[j] = f * c[j] + i * g;
+        h[j] = o * tanh (c[j]);
+    }
+}
+
+/* The head over the last layer's h after STEPS steps (NULL: a zero step) from a zero state. */
+static int s_run (const lstm_weights_t *w, const float *const *steps, uint32_t count, double *out)
+{
+    const uint32_t H = w->hidden, L = (uint32_t) w->layer_count, in = w->step_size;
+    double *h = calloc ((size_t) L * H, sizeof *h), *c = calloc ((size_t) L * H, sizeof *c);
+    double *gates = malloc (4 * (size_t) H * sizeof *gates), *x = malloc ((in > H ? in : H) * sizeof *x);
+    int rc = h && c && gates && x ? 0 : -1;
+    for (uint32_t t = 0; rc == 0 && t < count; t++) {
+        for (uint32_t i = 0; i < in; i++)
+            x[i] = steps[t] ? steps[t][i] : 0.0;
+        for (uint32_t k = 0; k < L; k++) {
+            s_cell (&w->layers[k], k == 0 ? x : h + (size_t) (k - 1) * H, h + (size_t) k * H, c + (size_t) k * H,
+                    gates);
+        }
+    }
+    const dense_layer_t *hd = &w->head;
+    const double *last = h + (size_t) (L - 1) * H;
+    for (uint32_t o = 0; rc == 0 && o < hd->out; o++) {
+        double acc = hd->bias[o];
+        for (uint32_t i = 0; i < H; i++)
+            acc += (double) hd->weight[(size_t) o * H + i] * last[i];
+        out[o] = s_activate (hd->activation, acc);
+    }
+    free (h);
+    free (c);
+    free (gates);
+    free (x);
+    return rc;
+}
+
+int lstm_reference_window (const lstm_weights_t *w, const float *in, uint32_t rows, double *out)
+{
+    assert (w && w->layer_count >= 1);
+    const float **steps = malloc (w->window * sizeof *steps);
+    if (!steps)
+        return -1;
+    int rc = 0;
+    for (uint32_t r = 0; rc == 0 && r < rows; r++) {
+        for (uint32_t t = 0; t < w->window; t++)
+            steps[t] = in + ((size_t) r * w->window + t) * w->step_size;
+        rc = s_run (w, steps, w->window, out + (size_t) r * w->head.out);
+    }
+    free (steps);
+    return rc;
+}
+
+int lstm_reference_stream (const lstm_weights_t *w, const float *steps, uint64_t count, double *out)
+{
+    assert (w && w->layer_count >= 1);
+    const float **window = malloc (w->window * sizeof *window);
+    if (!window)
+        return -1;
+    /* the last W steps, zeros (NULL) before the first */
+    for (uint32_t t = 0; t < w->window; t++) {
+        const int64_t i = (int64_t) count - (int64_t) w->window + t;
+        window[t] = i >= 0 ? steps + (size_t) i * w->step_size : NULL;
+    }
+    int rc = s_run (w, window, w->window, out);
+    free (window);
+    return rc;
+}

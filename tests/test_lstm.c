@@ -1,0 +1,336 @@
+/* The LSTM CPU backend (backend_lstm_cpu.c) against a hand-computed case and against the float64
+ * reference (support/lstm_reference.c), full windows and streams. Tolerance: the pooled relative
+ * error ||out - ref|| / ||ref|| <= 1e-5 (fp32 against float64), on fresh random inputs, every
+ * output poisoned with NaN before it is written. */
+#include "backend_lstm.h"
+#include "lstm_reference.h"
+#include "rng.h"
+#include "st_write.h"
+#include "testutil.h"
+#include "weights.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOL 1e-5
+
+static uint64_t s_seed;
+static char *s_dir;
+
+static char *s_path (const char *name)
+{
+    char *p = malloc (strlen (s_dir) + strlen (name) + 2);
+    sprintf (p, "%s/%s", s_dir, name);
+    return p;
+}
+
+static void s_fill (float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_uniform (&s_seed, -1.0f, 1.0f);
+}
+
+/* Loads random weights of SHAPE with MAX_ROWS and SLOTS, returns the model (and W, CFG). */
+static backend_model_t *s_load (const lstm_shape_t *shape, uint32_t max_rows, uint32_t slots, weights_t **w,
+                                model_config_t *cfg)
+{
+    char *path = s_path ("lstm.safetensors");
+    char err[512] = "";
+    *w = lstm_random_weights (path, shape, rng_next (&s_seed), cfg, err, sizeof err);
+    ck_assert_msg (*w != NULL, "weights: %s", err);
+    cfg->max_rows = max_rows;
+    cfg->max_batch_rows = max_rows;
+    cfg->max_streams = slots;
+    backend_model_t *m = backend_lstm_cpu_iface.load (*w, cfg, 0, err, sizeof err);
+    ck_assert_msg (m != NULL, "load: %s", err);
+    free (path);
+    return m;
+}
+
+/* Full windows, ROWS at a time, ROUNDS rounds: the pooled relative error. */
+static double s_window_error (backend_model_t *m, const weights_t *w, uint32_t rows, int rounds)
+{
+    const lstm_weights_t *l = w->lstm;
+    const size_t nin = (size_t) rows * l->window * l->step_size, nout = (size_t) rows * l->head.out;
+    float *x = malloc (nin * sizeof (float)), *y = malloc (rounds * nout * sizeof (float));
+    double *ref = malloc (rounds * nout * sizeof (double));
+    char err[256];
+    for (int r = 0; r < rounds; r++) {
+        s_fill (x, nin);
+        float *o = y + r * nout;
+        for (size_t i = 0; i < nout; i++)
+            o[i] = NAN;
+        ck_assert_int_eq (backend_lstm_cpu_iface.infer (m, x, rows, o, err, sizeof err), SIG_OK);
+        for (size_t i = 0; i < nout; i++)
+            ck_assert_msg (isfinite (o[i]), "output %zu not written", i);
+        ck_assert_int_eq (lstm_reference_window (l, x, rows, ref + r * nout), 0);
+    }
+    double e = tu_rel_error (y, ref, rounds * nout);
+    free (x);
+    free (y);
+    free (ref);
+    return e;
+}
+
+START_TEST (hand_computed_case)
+{
+    /* 1 layer, 1 input, 1 unit, window 2, head y = 2 h - 0.5; expected values computed in float64
+     * from the equations by hand (python: the cell loop written out). */
+    const float wih[4] = { 0.5f, -0.25f, 0.75f, 1.0f }, whh[4] = { 0.1f, 0.2f, -0.3f, 0.4f };
+    const float bih[4] = { 0.05f, 0.1f, -0.05f, 0.2f }, bhh[4] = { 0.0f, 0.3f, 0.1f, -0.1f };
+    const float hw = 2.0f, hb = -0.5f;
+    const st_write_tensor_t t[] = {
+        { "lstm.weight_ih_l0", 2, { 4, 1 }, wih }, { "lstm.weight_hh_l0", 2, { 4, 1 }, whh },
+        { "lstm.bias_ih_l0", 1, { 4 }, bih },      { "lstm.bias_hh_l0", 1, { 4 }, bhh },
+        { "head.weight", 2, { 1, 1 }, &hw },        { "head.bias", 1, { 1 }, &hb },
+    };
+    char *path = s_path ("hand.safetensors");
+    char err[512] = "";
+    ck_assert_msg (safetensors_write_f32 (path, t, 6, err, sizeof err) == 0, "%s", err);
+    const lstm_shape_t shape = { .layers = 1, .step_size = 1, .hidden = 1, .out = 1, .window = 2 };
+    model_config_t cfg;
+    lstm_config (&cfg, "hand", path, &shape);
+    weights_t *w = weights_load (&cfg, err, sizeof err);
+    ck_assert_msg (w != NULL, "%s", err);
+    backend_model_t *m = backend_lstm_cpu_iface.load (w, &cfg, 0, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    const float window[2] = { 1.0f, -2.0f };
+    float y = NAN;
+    ck_assert_int_eq (backend_lstm_cpu_iface.infer (m, window, 1, &y, err, sizeof err), SIG_OK);
+    ck_assert_msg (fabs (y - -0.4871412369021575) < 1e-6, "window [1, -2]: %.9f", y);
+    /* a stream 1, -2, 3: windows [0, 1], [1, -2], [-2, 3] */
+    const float steps[3] = { 1.0f, -2.0f, 3.0f };
+    const double want[3] = { 0.11357185865533792, -0.4871412369021575, 0.6626177413617271 };
+    backend_lstm_cpu_iface.stream_reset (m, 1);
+    for (int i = 0; i < 3; i++) {
+        y = NAN;
+        ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m, 1, &steps[i], &y, err, sizeof err), SIG_OK);
+        ck_assert_msg (fabs (y - want[i]) < 1e-6, "step %d: %.9f, expected %.9f", i, y, want[i]);
+        backend_lstm_cpu_iface.stream_advance (m, 1);
+    }
+    backend_lstm_cpu_iface.destroy (&m);
+    backend_lstm_cpu_iface.destroy (&m);
+    ck_assert_ptr_null (m);
+    weights_destroy (&w);
+    unlink (path);
+    free (path);
+}
+END_TEST
+
+/* Irregular shapes: H not a multiple of 16, odd inputs, 1 to 3 layers, windows 1 to 7, a head
+ * of 3 outputs with each activation, rows 1 to 3. */
+START_TEST (full_window_matches_reference)
+{
+    const lstm_shape_t shapes[] = {
+        { .layers = 1, .step_size = 1, .hidden = 1, .out = 1, .window = 1 },
+        { .layers = 1, .step_size = 7, .hidden = 5, .out = 3, .window = 4, .head_act = ACTIVATION_TANH },
+        { .layers = 2, .step_size = 33, .hidden = 17, .out = 1, .window = 7, .head_act = ACTIVATION_SIGMOID },
+        { .layers = 3, .step_size = 3, .hidden = 40, .out = 2, .window = 5, .head_act = ACTIVATION_RELU },
+        { .layers = 2, .step_size = 64, .hidden = 96, .out = 1, .window = 3 },
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (uint32_t rows = 1; rows <= 3; rows++) {
+            weights_t *w;
+            model_config_t cfg;
+            backend_model_t *m = s_load (&shapes[s], 3, 2, &w, &cfg);
+            double e = s_window_error (m, w, rows, 4);
+            ck_assert_msg (e <= TOL, "shape %zu rows %u: relative error %.3g", s, rows, e);
+            backend_lstm_cpu_iface.destroy (&m);
+            weights_destroy (&w);
+        }
+}
+END_TEST
+
+/* STREAMS interleaved streams of STEPS steps each (more than the window, so rings wrap), each
+ * step's output against the reference over that stream's history, and against a full window of
+ * the last W steps with zeros before the first. Stream 0 is reset halfway and starts over. */
+static void s_check_streams (const lstm_shape_t *shape, uint32_t streams, uint32_t steps, uint32_t check_every)
+{
+    weights_t *w;
+    model_config_t cfg;
+    backend_model_t *m = s_load (shape, 1, streams + 1, &w, &cfg);
+    const lstm_weights_t *l = w->lstm;
+    const uint32_t in = l->step_size, W = l->window, out = l->head.out;
+    float *hist = calloc ((size_t) streams * steps * in, sizeof (float));
+    uint32_t *count = calloc (streams, sizeof (uint32_t));
+    float *y = malloc (out * sizeof (float)), *yw = malloc (out * sizeof (float));
+    float *win = malloc ((size_t) W * in * sizeof (float));
+    double *ref = malloc (out * sizeof (double));
+    float *got = malloc ((size_t) streams * steps * out * sizeof (float));
+    double *want = malloc ((size_t) streams * steps * out * sizeof (double));
+    size_t checked = 0;
+    char err[256];
+    for (uint32_t s = 0; s < streams; s++)
+        backend_lstm_cpu_iface.stream_reset (m, s + 1);   /* slots 1.. (slot 0 unused: ids need not be dense) */
+    for (uint32_t i = 0; i < steps; i++)
+        for (uint32_t s = 0; s < streams; s++) {
+            if (s == 0 && i == steps / 2) {   /* a stream reset: it starts over from zeros */
+                backend_lstm_cpu_iface.stream_reset (m, 1);
+                count[0] = 0;
+            }
+            float *x = hist + ((size_t) s * steps + count[s]) * in;
+            s_fill (x, in);
+            count[s]++;
+            for (uint32_t o = 0; o < out; o++)
+                y[o] = NAN;
+            ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m, s + 1, x, y, err, sizeof err), SIG_OK);
+            backend_lstm_cpu_iface.stream_advance (m, s + 1);
+            if (i % check_every != 0 && i + 2 < steps)
+                continue;
+            ck_assert_int_eq (lstm_reference_stream (l, hist + (size_t) s * steps * in, count[s], ref), 0);
+            for (uint32_t o = 0; o < out; o++) {
+                ck_assert_msg (isfinite (y[o]), "stream %u step %u output %u not written", s, i, o);
+                got[checked] = y[o];
+                want[checked++] = ref[o];
+            }
+            /* the same window as a full-window request */
+            for (uint32_t t = 0; t < W; t++) {
+                const int64_t k = (int64_t) count[s] - W + t;
+                if (k >= 0)
+                    memcpy (win + (size_t) t * in, hist + ((size_t) s * steps + k) * in, in * sizeof (float));
+                else
+                    memset (win + (size_t) t * in, 0, in * sizeof (float));
+            }
+            ck_assert_int_eq (backend_lstm_cpu_iface.infer (m, win, 1, yw, err, sizeof err), SIG_OK);
+            for (uint32_t o = 0; o < out; o++)
+                ck_assert_msg (fabsf (yw[o] - y[o]) <= 1e-5f * (1.0f + fabsf (y[o])),
+                               "stream %u step %u: streamed %.8g, full window %.8g", s, i, y[o], yw[o]);
+        }
+    const double e = tu_rel_error (got, want, checked);
+    ck_assert_msg (e <= TOL, "%u streams x %u steps (window %u, %zu layers, %u units): relative error %.3g over %zu "
+                   "outputs", streams, steps, W, l->layer_count, l->hidden, e, checked);
+    free (hist);
+    free (count);
+    free (y);
+    free (yw);
+    free (win);
+    free (ref);
+    free (got);
+    free (want);
+    backend_lstm_cpu_iface.destroy (&m);
+    weights_destroy (&w);
+}
+
+START_TEST (streams_match_reference)
+{
+    const lstm_shape_t a = { .layers = 2, .step_size = 5, .hidden = 19, .out = 2, .window = 6 };
+    s_check_streams (&a, 3, 17, 1);
+    const lstm_shape_t b = { .layers = 3, .step_size = 12, .hidden = 33, .out = 1, .window = 1 };
+    s_check_streams (&b, 2, 5, 1);
+    const lstm_shape_t c = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2,
+                             .head_act = ACTIVATION_TANH };
+    s_check_streams (&c, 4, 9, 1);
+}
+END_TEST
+
+/* The issue's small model (NVIDIA's: 2 layers, window 64, 128 inputs, 96 units): full windows and
+ * two streams past the window. */
+START_TEST (small_model)
+{
+    weights_t *w;
+    model_config_t cfg;
+    backend_model_t *m = s_load (&LSTM_SHAPE_SMALL, 2, 2, &w, &cfg);
+    double e = s_window_error (m, w, 2, 3);
+    ck_assert_msg (e <= TOL, "small, full window: relative error %.3g", e);
+    backend_lstm_cpu_iface.destroy (&m);
+    weights_destroy (&w);
+    s_check_streams (&LSTM_SHAPE_SMALL, 2, 70, 9);
+}
+END_TEST
+
+/* A ring too big for the projections (every slot W x 4H floats over 512 MiB) keeps raw steps and
+ * projects them again at each advance: the same outputs. */
+START_TEST (raw_step_ring)
+{
+    const lstm_shape_t s = { .layers = 1, .step_size = 3, .hidden = 32, .out = 1, .window = 600 };
+    /* 1800 slots x 600 steps x 128 gate floats x 4 B = 553 MB of projections: raw steps instead */
+    weights_t *w2;
+    model_config_t cfg2;
+    char *path = s_path ("raw.safetensors");
+    char err[512];
+    w2 = lstm_random_weights (path, &s, rng_next (&s_seed), &cfg2, err, sizeof err);
+    ck_assert_msg (w2 != NULL, "%s", err);
+    cfg2.max_streams = 1800;
+    backend_model_t *m2 = backend_lstm_cpu_iface.load (w2, &cfg2, 0, err, sizeof err);
+    ck_assert_msg (m2 != NULL, "%s", err);
+    const uint32_t steps = 610, in = 3;
+    float *hist = malloc ((size_t) steps * in * sizeof (float));
+    float got[8], y;
+    double want[8], ref;
+    int n = 0;
+    backend_lstm_cpu_iface.stream_reset (m2, 1799);
+    for (uint32_t i = 0; i < steps; i++) {
+        s_fill (hist + (size_t) i * in, in);
+        y = NAN;
+        ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m2, 1799, hist + (size_t) i * in, &y, err, sizeof err),
+                          SIG_OK);
+        backend_lstm_cpu_iface.stream_advance (m2, 1799);
+        if (i == 0 || i == 300 || i >= steps - 6) {
+            lstm_reference_stream (w2->lstm, hist, i + 1, &ref);
+            got[n] = y;
+            want[n++] = ref;
+        }
+    }
+    double e = tu_rel_error (got, want, (size_t) n);
+    ck_assert_msg (e <= TOL, "raw step ring: relative error %.3g", e);
+    free (hist);
+    backend_lstm_cpu_iface.destroy (&m2);
+    weights_destroy (&w2);
+    unlink (path);
+    free (path);
+}
+END_TEST
+
+START_TEST (refusals)
+{
+    /* MLP weights: refused with a message */
+    weights_t *mlp = weights_alloc (1);
+    ck_assert_ptr_nonnull (mlp);
+    mlp->layers[0] = (dense_layer_t) { .in = 3, .out = 2 };
+    weights_finish (mlp);
+    model_config_t cfg;
+    lstm_config (&cfg, "notlstm", "/nonexistent", &LSTM_SHAPE_SMALL);
+    char err[256] = "";
+    ck_assert_ptr_null (backend_lstm_cpu_iface.load (mlp, &cfg, 0, err, sizeof err));
+    ck_assert_msg (strstr (err, "LSTM") != NULL, "%s", err);
+    weights_destroy (&mlp);
+    /* a slot past the table: an error, not a crash */
+    weights_t *w;
+    backend_model_t *m = s_load (&(lstm_shape_t) { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2 },
+                                 1, 2, &w, &cfg);
+    float x[2] = { 0.5f, -0.5f }, y;
+    ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m, 2, x, &y, err, sizeof err), SIG_INTERNAL);
+    ck_assert_msg (strstr (err, "slot 2") != NULL, "%s", err);
+    backend_lstm_cpu_iface.stream_reset (m, 7);     /* ignored */
+    backend_lstm_cpu_iface.stream_advance (m, 7);
+    ck_assert_str_eq (backend_lstm_cpu_iface.kernel_name (m), "lstm-loop");
+    backend_lstm_cpu_iface.destroy (&m);
+    weights_destroy (&w);
+}
+END_TEST
+
+int main (void)
+{
+    s_seed = (uint64_t) time (NULL) ^ ((uint64_t) clock () << 32);
+    printf ("seed %llu\n", (unsigned long long) s_seed);
+    s_dir = tu_tmpdir ();
+    Suite *s = suite_create ("lstm");
+    TCase *tc = tcase_create ("cpu");
+    tcase_set_timeout (tc, 120);
+    tcase_add_test (tc, hand_computed_case);
+    tcase_add_test (tc, full_window_matches_reference);
+    tcase_add_test (tc, streams_match_reference);
+    tcase_add_test (tc, small_model);
+    tcase_add_test (tc, raw_step_ring);
+    tcase_add_test (tc, refusals);
+    suite_add_tcase (s, tc);
+    int rc = tu_run_suite (s);
+    tu_remove_tree (s_dir);
+    free (s_dir);
+    return rc;
+}

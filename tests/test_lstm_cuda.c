@@ -1,0 +1,500 @@
+/* GPU suite of the CUDA LSTM backend (backend_lstm_cuda.c, kernels/lstm_persistent.cu): the issue's
+ * three sizes in every weight type, full windows and interleaved streams longer than the window,
+ * against the float64 reference; forced cluster sizes, grid mode and weights read from device
+ * memory; stream slots kept apart; refusals; the watchdog and stop. Prints "SKIP: <why>" and passes
+ * where there is no CUDA build, no device, or a device other than compute capability 9.0.
+ *
+ * Tolerances (pooled ||out - ref|| / ||ref|| over fresh random inputs, outputs poisoned first):
+ *   - against float64 with the weights rounded to the kernel's type (what the kernel computes
+ *     with, fp32 sums): 2e-5 for every type;
+ *   - against float64 with the file's fp32 weights: 1e-5 (f32), 5e-3 (f16), 3e-2 (bf16), the
+ *     measured values printed;
+ *   - a streamed output against the same kernel's full window over the same W steps: 1e-5. */
+#include "backend_lstm.h"
+#include "clock.h"
+#include "lstm_reference.h"
+#include "rng.h"
+#include "testutil.h"
+#include "weights.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef SIGSERVE_HAVE_CUDA
+#include "backend_lstm_cuda.h"
+
+#include <cuda_runtime_api.h>
+
+static uint64_t s_seed;
+static char *s_dir;
+static const backend_iface_t *B = &backend_lstm_cuda_iface;
+
+static const char *s_dtype_names[3] = { "f32", "f16", "bf16" };
+static const double s_tol_raw[3] = { 1e-5, 5e-3, 3e-2 };
+#define TOL_ROUNDED 2e-5
+#define TOL_SELF 1e-5
+
+static void s_fill (float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_uniform (&s_seed, -1.0f, 1.0f);
+}
+
+static float s_round (float v, weight_dtype_t d)
+{
+    if (d == WEIGHT_DTYPE_F16)
+        return (float) (_Float16) v;
+    if (d == WEIGHT_DTYPE_BF16) {
+        uint32_t u;
+        memcpy (&u, &v, 4);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy (&v, &u, 4);
+    }
+    return v;
+}
+
+/* The weights as the kernel holds them: W_ih and W_hh rounded to D (biases and head stay f32). */
+static void s_round_weights (weights_t *w, weight_dtype_t d)
+{
+    lstm_weights_t *l = w->lstm;
+    for (size_t k = 0; k < l->layer_count; k++) {
+        lstm_layer_t *L = &l->layers[k];
+        for (size_t i = 0; i < 4 * (size_t) L->hidden * L->in; i++)
+            L->w_ih[i] = s_round (L->w_ih[i], d);
+        for (size_t i = 0; i < 4 * (size_t) L->hidden * L->hidden; i++)
+            L->w_hh[i] = s_round (L->w_hh[i], d);
+    }
+}
+
+typedef struct {
+    weights_t *w, *wr;          /* as in the file; rounded to the kernel's type */
+    model_config_t cfg;
+    backend_model_t *m;
+} fixture_t;
+
+/* The fixture open now: with CK_FORK=no a failed assertion leaves the test at once, and a
+ * resident kernel left behind would hold its SMs for the tests after (a grid needs them all), so
+ * the checked teardown destroys it. */
+static fixture_t *s_live;
+
+static void s_teardown (void)
+{
+    if (s_live) {
+        B->destroy (&s_live->m);
+        weights_destroy (&s_live->w);
+        weights_destroy (&s_live->wr);
+        s_live = NULL;
+    }
+}
+
+static void s_open (fixture_t *f, const lstm_shape_t *shape, weight_dtype_t dtype, uint32_t rows, uint32_t slots,
+                    const sig_lstm_tuning_t *tuning)
+{
+    char path[512], err[512] = "";
+    snprintf (path, sizeof path, "%s/lstm-%u-%u-%u.safetensors", s_dir, shape->layers, shape->hidden, shape->window);
+    f->w = lstm_random_weights (path, shape, rng_next (&s_seed), &f->cfg, err, sizeof err);
+    ck_assert_msg (f->w != NULL, "weights: %s", err);
+    f->wr = weights_load (&f->cfg, err, sizeof err);
+    ck_assert_msg (f->wr != NULL, "weights: %s", err);
+    s_round_weights (f->wr, dtype);
+    f->cfg.backend = BACKEND_CUDA;
+    f->cfg.weight_dtype = dtype;
+    f->cfg.max_rows = rows;
+    f->cfg.max_batch_rows = rows;
+    f->cfg.max_streams = slots;
+    f->cfg.watchdog_ms = 5000;
+    lstm_cuda_tuning (tuning);
+    f->m = B->load (f->w, &f->cfg, 0, err, sizeof err);
+    lstm_cuda_tuning (NULL);
+    s_live = f;
+    ck_assert_msg (f->m != NULL, "load: %s", err);
+    const sig_lstm_plan_t *p = lstm_cuda_plan (f->m);
+    printf ("  %u layers, window %u, %u inputs, %u units, %s: %s of %u blocks, G %u, %u KiB shared memory per block, "
+            "weights %.1f MiB (%.1f MiB on chip), W_ih per block %.0f KiB on chip + %.0f KiB from L2\n",
+            shape->layers, shape->window, shape->step_size, shape->hidden, s_dtype_names[dtype],
+            p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks, p->group, p->smem_bytes >> 10,
+            p->weight_bytes / 1048576.0, p->smem_weight_bytes / 1048576.0, p->critical_smem_bytes / 1024.0,
+            p->critical_global_bytes / 1024.0);
+    fflush (stdout);
+}
+
+static void s_close (fixture_t *f)
+{
+    s_live = NULL;
+    B->destroy (&f->m);
+    ck_assert_ptr_null (f->m);
+    weights_destroy (&f->w);
+    weights_destroy (&f->wr);
+}
+
+/* ROUNDS x ROWS full windows: errors against both references. */
+static void s_check_windows (fixture_t *f, uint32_t rows, int rounds, double *e_rounded, double *e_raw)
+{
+    const lstm_weights_t *l = f->w->lstm;
+    const size_t nin = (size_t) rows * l->window * l->step_size, nout = (size_t) rows * l->head.out;
+    float *x = malloc (nin * sizeof (float)), *y = malloc (rounds * nout * sizeof (float));
+    double *rr = malloc (rounds * nout * sizeof (double)), *rw = malloc (rounds * nout * sizeof (double));
+    char err[512];
+    for (int r = 0; r < rounds; r++) {
+        s_fill (x, nin);
+        float *o = y + r * nout;
+        for (size_t i = 0; i < nout; i++)
+            o[i] = NAN;
+        sig_status_t st = B->infer (f->m, x, rows, o, err, sizeof err);
+        ck_assert_msg (st == SIG_OK, "infer: %s", err);
+        for (size_t i = 0; i < nout; i++)
+            ck_assert_msg (isfinite (o[i]), "window output %zu not written", i);
+        ck_assert_int_eq (lstm_reference_window (f->wr->lstm, x, rows, rr + r * nout), 0);
+        ck_assert_int_eq (lstm_reference_window (l, x, rows, rw + r * nout), 0);
+    }
+    *e_rounded = tu_rel_error (y, rr, rounds * nout);
+    *e_raw = tu_rel_error (y, rw, rounds * nout);
+    free (x);
+    free (y);
+    free (rr);
+    free (rw);
+}
+
+/* STREAMS interleaved streams (slots 0..STREAMS-1 in a shuffled order each round) of STEPS steps;
+ * stream 1 reset halfway; every output compared with the same kernel's full window over the same
+ * steps (every SELF_EVERY-th), every REF_EVERY-th and the last of each stream with float64. */
+static void s_check_streams (fixture_t *f, uint32_t streams, uint32_t steps, uint32_t self_every, uint32_t ref_every,
+                             double *e_rounded, double *e_raw, double *e_self)
+{
+    const lstm_weights_t *l = f->w->lstm;
+    const uint32_t in = l->step_size, W = l->window, out = l->head.out;
+    float *hist = calloc ((size_t) streams * steps * in, sizeof (float));
+    uint32_t *count = calloc (streams, sizeof (uint32_t));
+    float *y = malloc (out * sizeof (float)), *yw = malloc (out * sizeof (float));
+    float *win = malloc ((size_t) W * in * sizeof (float));
+    const size_t cap = (size_t) streams * steps * out;
+    float *got = malloc (cap * sizeof (float)), *got_self = malloc (cap * sizeof (float));
+    double *want_r = malloc (cap * sizeof (double)), *want_w = malloc (cap * sizeof (double));
+    double *want_self = malloc (cap * sizeof (double));
+    size_t nref = 0, nself = 0;
+    char err[512];
+    for (uint32_t s = 0; s < streams; s++)
+        B->stream_reset (f->m, s);
+    for (uint32_t i = 0; i < steps; i++) {
+        const uint32_t rot = (uint32_t) (rng_next (&s_seed) % streams);
+        for (uint32_t q = 0; q < streams; q++) {
+            const uint32_t s = (q + rot) % streams;
+            if (s == 1 && i == steps / 2) {
+                B->stream_reset (f->m, s);
+                count[s] = 0;
+            }
+            float *x = hist + ((size_t) s * steps + count[s]) * in;
+            s_fill (x, in);
+            count[s]++;
+            for (uint32_t o = 0; o < out; o++)
+                y[o] = NAN;
+            sig_status_t st = B->stream_step (f->m, s, x, y, err, sizeof err);
+            ck_assert_msg (st == SIG_OK, "stream %u step %u: %s", s, i, err);
+            B->stream_advance (f->m, s);
+            for (uint32_t o = 0; o < out; o++)
+                ck_assert_msg (isfinite (y[o]), "stream %u step %u: output %u not written", s, i, o);
+            const bool last = i + 1 == steps;
+            if (i % self_every == 0 || last) {
+                for (uint32_t t = 0; t < W; t++) {
+                    const int64_t k = (int64_t) count[s] - W + t;
+                    if (k >= 0)
+                        memcpy (win + (size_t) t * in, hist + ((size_t) s * steps + k) * in, in * sizeof (float));
+                    else
+                        memset (win + (size_t) t * in, 0, in * sizeof (float));
+                }
+                st = B->infer (f->m, win, 1, yw, err, sizeof err);
+                ck_assert_msg (st == SIG_OK, "window: %s", err);
+                for (uint32_t o = 0; o < out; o++) {
+                    got_self[nself] = y[o];
+                    want_self[nself++] = yw[o];
+                }
+            }
+            if (i % ref_every == 0 || last) {
+                double r[16];
+                ck_assert (out <= 16);
+                ck_assert_int_eq (lstm_reference_stream (f->wr->lstm, hist + (size_t) s * steps * in, count[s], r), 0);
+                for (uint32_t o = 0; o < out; o++)
+                    want_r[nref + o] = r[o];
+                ck_assert_int_eq (lstm_reference_stream (l, hist + (size_t) s * steps * in, count[s], r), 0);
+                for (uint32_t o = 0; o < out; o++) {
+                    want_w[nref] = r[o];
+                    got[nref++] = y[o];
+                }
+            }
+        }
+    }
+    *e_rounded = tu_rel_error (got, want_r, nref);
+    *e_raw = tu_rel_error (got, want_w, nref);
+    *e_self = tu_rel_error (got_self, want_self, nself);
+    free (hist);
+    free (count);
+    free (y);
+    free (yw);
+    free (win);
+    free (got);
+    free (got_self);
+    free (want_r);
+    free (want_w);
+    free (want_self);
+}
+
+static void s_check_model (const lstm_shape_t *shape, weight_dtype_t d, const sig_lstm_tuning_t *tuning,
+                           uint32_t streams, uint32_t steps, uint32_t self_every, uint32_t ref_every, int window_rounds,
+                           const char *label)
+{
+    static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
+    const double t0 = (clock_now_us () / 1e6);
+    s_open (&f, shape, d, 2, 3, tuning);
+    double er, ew, es;
+    s_check_windows (&f, shape->layers <= 3 ? 2 : 1, window_rounds, &er, &ew);
+    printf ("  %s %s full windows: relative error %.3g (rounded weights), %.3g (fp32 weights)\n", label,
+            s_dtype_names[d], er, ew);
+    ck_assert_msg (er <= TOL_ROUNDED && ew <= s_tol_raw[d], "%s %s full windows: %.3g / %.3g", label, s_dtype_names[d],
+                   er, ew);
+    s_check_streams (&f, streams, steps, self_every, ref_every, &er, &ew, &es);
+    printf ("  %s %s streams: relative error %.3g (rounded weights), %.3g (fp32 weights), %.3g (against its own full "
+            "windows) [%.1f s]\n", label, s_dtype_names[d], er, ew, es, (clock_now_us () / 1e6) - t0);
+    fflush (stdout);
+    ck_assert_msg (er <= TOL_ROUNDED && ew <= s_tol_raw[d] && es <= TOL_SELF, "%s %s streams: %.3g / %.3g / %.3g",
+                   label, s_dtype_names[d], er, ew, es);
+    s_close (&f);
+}
+
+/* _i: size * 3 + dtype. Streams: W + 3 steps each (the rings wrap). */
+START_TEST (sizes_and_weight_types)
+{
+    const lstm_shape_t *shapes[3] = { &LSTM_SHAPE_SMALL, &LSTM_SHAPE_MEDIUM, &LSTM_SHAPE_LARGE };
+    static const char *names[3] = { "small", "medium", "large" };
+    const lstm_shape_t *s = shapes[_i / 3];
+    const weight_dtype_t d = (weight_dtype_t) (_i % 3);
+    const uint32_t self_every[3] = { 1, 2, 8 }, ref_every[3] = { 2, 12, 1000 };
+    s_check_model (s, d, NULL, _i / 3 == 2 ? 2 : 3, s->window + 3, self_every[_i / 3], ref_every[_i / 3], _i / 3 == 2 ? 1 : 2, names[_i / 3]);
+}
+END_TEST
+
+/* The same kernel in every shape of its launch: clusters of 1, 2, 4, 8 and 16, a grid, and weights
+ * read from device memory (a shared-memory cap a little above the buffers: most of every matrix
+ * from L2). Small irregular models; a window of 1 (advances of zero steps). */
+START_TEST (launch_shapes)
+{
+    const lstm_shape_t odd = { .layers = 3, .step_size = 37, .hidden = 45, .out = 3, .window = 9,
+                               .head_act = ACTIVATION_TANH };
+    const lstm_shape_t one = { .layers = 1, .step_size = 5, .hidden = 20, .out = 1, .window = 1 };
+    const struct { sig_lstm_tuning_t t; const char *label; } cases[] = {
+        { { 1, 0, 0 }, "cluster 1" },  { { 2, 0, 0 }, "cluster 2" },  { { 4, 0, 0 }, "cluster 4" },
+        { { 8, 0, 0 }, "cluster 8" },  { { 16, 0, 0 }, "cluster 16" }, { { 6, 1, 0 }, "grid 6" },
+        { { 1, 0, 40960 }, "cluster 1, 40 KiB" }, { { 4, 0, 49152 }, "cluster 4, 48 KiB" },
+        { { 5, 1, 40960 }, "grid 5, 40 KiB" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int d = 0; d < 3; d++) {
+            s_check_model (&odd, (weight_dtype_t) d, &cases[i].t, 3, 14, 1, 1, 2, cases[i].label);
+            if (d == 0)
+                s_check_model (&one, (weight_dtype_t) d, &cases[i].t, 3, 4, 1, 1, 2, cases[i].label);
+        }
+}
+END_TEST
+
+/* The small size under every cluster size the plan could choose, and a grid: the timings differ,
+ * the numbers must not. */
+START_TEST (small_every_cluster)
+{
+    const sig_lstm_tuning_t t[] = { { 1, 0, 0 }, { 2, 0, 0 }, { 4, 0, 0 }, { 8, 0, 0 }, { 16, 1, 0 } };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        s_check_model (&LSTM_SHAPE_SMALL, WEIGHT_DTYPE_F16, &t[i], 3, 70, 3, 10, 1, "small, forced");
+}
+END_TEST
+
+/* Slots are separate: a step on one slot (with its advance owed, not posted) never moves another
+ * slot's output; a step whose advance is owed runs it first. */
+START_TEST (slots_isolated)
+{
+    static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
+    const lstm_shape_t s = { .layers = 2, .step_size = 16, .hidden = 24, .out = 1, .window = 4 };
+    s_open (&f, &s, WEIGHT_DTYPE_F32, 1, 4, NULL);
+    float x[5][16], y0 = NAN, y1 = NAN, yagain = NAN;
+    double r;
+    char err[512];
+    for (int i = 0; i < 5; i++)
+        s_fill (x[i], 16);
+    B->stream_reset (f.m, 2);
+    B->stream_reset (f.m, 3);
+    ck_assert_int_eq (B->stream_step (f.m, 2, x[0], &y0, err, sizeof err), SIG_OK);
+    /* slot 3 gets other steps meanwhile, advances owed and never posted by the caller */
+    for (int i = 1; i < 5; i++)
+        ck_assert_int_eq (B->stream_step (f.m, 3, x[i], &y1, err, sizeof err), SIG_OK);
+    ck_assert_int_eq (lstm_reference_stream (f.wr->lstm, x[1], 4, &r), 0);
+    ck_assert_msg (fabs (y1 - r) <= 1e-5 * (1 + fabs (r)), "slot 3 after 4 steps: %.8g, expected %.8g", y1, r);
+    /* slot 2 resumes: its window is x[0], x[1] */
+    ck_assert_int_eq (B->stream_step (f.m, 2, x[1], &yagain, err, sizeof err), SIG_OK);
+    float pair[2][16];
+    memcpy (pair[0], x[0], sizeof pair[0]);
+    memcpy (pair[1], x[1], sizeof pair[1]);
+    ck_assert_int_eq (lstm_reference_stream (f.wr->lstm, pair[0], 2, &r), 0);
+    ck_assert_msg (fabs (yagain - r) <= 1e-5 * (1 + fabs (r)), "slot 2: %.8g, expected %.8g", yagain, r);
+    /* a slot past the table: an error, not a crash */
+    ck_assert_int_eq (B->stream_step (f.m, 4, x[0], &y0, err, sizeof err), SIG_INTERNAL);
+    ck_assert_msg (strstr (err, "slot 4") != NULL, "%s", err);
+    ck_assert_str_eq (B->kernel_name (f.m), "lstm-persistent");
+    s_close (&f);
+}
+END_TEST
+
+START_TEST (refusals)
+{
+    char err[512] = "", path[512];
+    model_config_t cfg;
+    /* 60,000 inputs a step: its buffers alone pass a block's shared memory */
+    const lstm_shape_t wide = { .layers = 1, .step_size = 60000, .hidden = 1, .out = 1, .window = 2 };
+    snprintf (path, sizeof path, "%s/wide.safetensors", s_dir);
+    weights_t *w = lstm_random_weights (path, &wide, 1, &cfg, err, sizeof err);
+    ck_assert_msg (w != NULL, "%s", err);
+    cfg.backend = BACKEND_CUDA;
+    ck_assert_ptr_null (B->load (w, &cfg, 0, err, sizeof err));
+    printf ("  refused: %s\n", err);
+    ck_assert_msg (strstr (err, "cannot serve") != NULL && strstr (err, "shared memory") != NULL, "%s", err);
+    /* no such device */
+    const lstm_shape_t s = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2 };
+    weights_t *w2 = lstm_random_weights (path, &s, 2, &cfg, err, sizeof err);
+    ck_assert_ptr_null (B->load (w2, &cfg, 99, err, sizeof err));
+    ck_assert_msg (strstr (err, "device 99") != NULL, "%s", err);
+    /* MLP weights */
+    weights_t *mlp = weights_alloc (1);
+    mlp->layers[0] = (dense_layer_t) { .in = 3, .out = 2 };
+    weights_finish (mlp);
+    ck_assert_ptr_null (B->load (mlp, &cfg, 0, err, sizeof err));
+    ck_assert_msg (strstr (err, "LSTM weights") != NULL, "%s", err);
+    weights_destroy (&w);
+    weights_destroy (&w2);
+    weights_destroy (&mlp);
+}
+END_TEST
+
+/* A kernel that stops answering: the step comes back UNAVAILABLE after the watchdog, every later
+ * call at once; destroy stops the kernel and returns; a new load works (stop and start). */
+START_TEST (watchdog_and_stop)
+{
+    static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
+    s_open (&f, &LSTM_SHAPE_SMALL, WEIGHT_DTYPE_F16, 1, 2, NULL);
+    char err[512];
+    float x[128], y;
+    s_fill (x, 128);
+    B->stream_reset (f.m, 0);
+    ck_assert_int_eq (B->stream_step (f.m, 0, x, &y, err, sizeof err), SIG_OK);
+    /* the fixture's watchdog is 5 s; this model's 50 ms */
+    B->destroy (&f.m);
+    f.cfg.watchdog_ms = 50;
+    f.m = B->load (f.w, &f.cfg, 0, err, sizeof err);
+    s_live = &f;
+    ck_assert_msg (f.m != NULL, "%s", err);
+    ck_assert_int_eq (lstm_cuda_stall (f.m), 0);
+    const double t0 = (clock_now_us () / 1e6);
+    ck_assert_int_eq (B->stream_step (f.m, 0, x, &y, err, sizeof err), SIG_UNAVAILABLE);
+    const double waited = (clock_now_us () / 1e6) - t0;
+    printf ("  watchdog: %s (after %.1f ms)\n", err, waited * 1e3);
+    ck_assert_msg (strstr (err, "watchdog") != NULL, "%s", err);
+    ck_assert_msg (waited >= 0.045 && waited < 1.0, "fired after %.3f s", waited);
+    ck_assert (lstm_cuda_lost (f.m));
+    ck_assert_int_eq (B->infer (f.m, x, 1, &y, err, sizeof err), SIG_UNAVAILABLE);
+    const double t1 = (clock_now_us () / 1e6);
+    B->destroy (&f.m);
+    printf ("  destroy of the stalled kernel: %.1f ms\n", ((clock_now_us () / 1e6) - t1) * 1e3);
+    ck_assert_ptr_null (f.m);
+    /* start again, many times: mailboxes are reused, nothing leaks into the next */
+    for (int i = 0; i < 3; i++) {
+        f.cfg.watchdog_ms = 1000;
+        f.m = B->load (f.w, &f.cfg, 0, err, sizeof err);
+        ck_assert_msg (f.m != NULL, "%s", err);
+        ck_assert_int_eq (B->stream_step (f.m, 1, x, &y, err, sizeof err), SIG_OK);
+        B->destroy (&f.m);
+    }
+    s_live = NULL;
+    weights_destroy (&f.w);
+    weights_destroy (&f.wr);
+}
+END_TEST
+
+/* In a child: is there a device of compute capability 9.0? The parent must not start CUDA before
+ * Check forks. */
+static int s_probe (char *why, size_t len)
+{
+    int fds[2];
+    if (pipe (fds) != 0)
+        return 0;
+    pid_t pid = fork ();
+    if (pid == 0) {
+        close (fds[0]);
+        int count = 0, ok = 0;
+        char reason[400] = "";
+        cudaError_t e = cudaGetDeviceCount (&count);
+        if (e != cudaSuccess || count == 0)
+            snprintf (reason, sizeof reason, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString (e) : "none");
+        else {
+            struct cudaDeviceProp p;
+            cudaGetDeviceProperties (&p, 0);
+            ok = p.major == 9 && p.minor == 0;
+            if (!ok)
+                snprintf (reason, sizeof reason, "device 0 (%s) has compute capability %d.%d; the LSTM kernel needs "
+                          "9.0", p.name, p.major, p.minor);
+            else
+                snprintf (reason, sizeof reason, "%s, %d SMs", p.name, p.multiProcessorCount);
+        }
+        ssize_t ignored = write (fds[1], reason, strlen (reason) + 1);
+        (void) ignored;
+        _exit (ok ? 0 : 1);
+    }
+    close (fds[1]);
+    ssize_t n = read (fds[0], why, len - 1);
+    why[n > 0 ? n : 0] = 0;
+    close (fds[0]);
+    int status = 0;
+    waitpid (pid, &status, 0);
+    return WIFEXITED (status) && WEXITSTATUS (status) == 0;
+}
+
+int main (void)
+{
+    /* every kernel loaded when CUDA starts, as sigserve must: a lazy load next to a resident
+     * kernel waits forever */
+    setenv ("CUDA_MODULE_LOADING", "EAGER", 0);
+    char why[400];
+    if (!s_probe (why, sizeof why)) {
+        printf ("SKIP: %s\n", why);
+        return 0;
+    }
+    printf ("device: %s\n", why);
+    s_seed = (uint64_t) time (NULL) * 0x9e3779b97f4a7c15ull;
+    printf ("seed %llu\n", (unsigned long long) s_seed);
+    s_dir = tu_tmpdir ();
+    Suite *s = suite_create ("lstm_cuda");
+    TCase *tc = tcase_create ("lstm");
+    tcase_set_timeout (tc, 900);
+    tcase_add_checked_fixture (tc, NULL, s_teardown);
+    tcase_add_test (tc, refusals);
+    tcase_add_test (tc, slots_isolated);
+    tcase_add_loop_test (tc, sizes_and_weight_types, 0, 9);
+    tcase_add_test (tc, launch_shapes);
+    tcase_add_test (tc, small_every_cluster);
+    tcase_add_test (tc, watchdog_and_stop);
+    suite_add_tcase (s, tc);
+    int rc = tu_run_suite (s);
+    tu_remove_tree (s_dir);
+    free (s_dir);
+    return rc;
+}
+
+#else
+
+int main (void)
+{
+    printf ("SKIP: this build has no CUDA backend (nvcc was not found when it was built)\n");
+    return 0;
+}
+
+#endif

@@ -1,0 +1,599 @@
+/* lstmbench: in-process LSTM timings (PERF.md's protocol) for the issue's three sizes, on the CPU
+ * (fp32) and on the GPU in every weight type, plus the floors measured in the same run.
+ *   step    the streaming critical path: a host clock from handing the step to stream_step to
+ *           having its outputs (the advance that follows, and its completion, are not timed:
+ *           Tacana's precomputation), one stream, fresh random steps;
+ *   window  a full window (rows 1): a host clock around infer;
+ *   ping    the LSTM kernel's own ring with the step's features and no compute (its floor);
+ *   pingpong  the MLP persistent kernel's ping-pong floor reading the same number of floats, output
+ *           as completion (kernels/mlp_persistent.cu), when this build has it.
+ * Every row: warm-up dropped, then --iterations timed calls (a row stops early after --seconds and
+ * says how many it took), p50 p90 p99 p99.9 min max mean sd in microseconds. Outputs are checked:
+ * every step's finite, every 500th against the same backend's full window over the same W steps,
+ * and one window per row against the float64 reference (relative error printed).
+ *
+ * lstmbench --check FILE --window W [--head-act none] [--backend cpu|cuda] [--dtype f32]: loads an
+ * nn.LSTM + Linear export (tensors "lstm.*" and "head.*"), reads floats from stdin: one window
+ * (W x inputs), then any number of steps of one stream; prints "window v..." then "step i v..."
+ * (tests/python/test_lstm_torch.py compares them with PyTorch). */
+#define _GNU_SOURCE
+#include "backend_lstm.h"
+#include "clock.h"
+#include "latency.h"
+#include "lstm_reference.h"
+#include "rng.h"
+#include "weights.h"
+#ifdef SIGSERVE_HAVE_CUDA
+#include "backend_cuda.h"
+#include "backend_lstm_cuda.h"
+#include "kernels.h"
+#include <cuda_runtime_api.h>
+#endif
+
+#include <getopt.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK_EVERY 500
+
+typedef struct {
+    const char *sizes, *dtypes, *backends;
+    uint32_t iterations, warmup;
+    double seconds;
+    int cpu;
+    uint64_t seed;
+    cuda_wait_t wait;
+    const char *blocks;     /* CUDA: "" (the plan's choice) or a list of cluster/grid sizes, a row each */
+    int grid;
+    uint32_t slots;
+    int no_window, no_floors;
+    /* --check */
+    const char *check, *backend, *dtype;
+    uint32_t window;
+    activation_t head_act;
+} options_t;
+
+static void s_usage (FILE *out)
+{
+    fprintf (out,
+             "usage: lstmbench [--sizes small,medium,large] [--dtypes f32,f16,bf16] [--backends cpu,cuda]\n"
+             "                 [--iterations N] [--warmup N] [--seconds S] [--cpu CORE] [--seed N]\n"
+             "                 [--blocks B1,B2,..] [--grid] [--slots N] [--no-window] [--no-floors]\n"
+             "       lstmbench --check FILE --window W [--head-act none|relu|sigmoid|tanh] [--backend cpu|cuda]\n"
+             "                 [--dtype f32|f16|bf16]   (floats on stdin: a window, then steps)\n"
+             "sizes: small, medium, large (the issue's), or LAYERS:WINDOW:INPUTS:UNITS[:OUTPUTS]\n");
+}
+
+static int s_dtype (const char *s)
+{
+    return strcmp (s, "f32") == 0 ? WEIGHT_DTYPE_F32 : strcmp (s, "f16") == 0 ? WEIGHT_DTYPE_F16
+                                                     : strcmp (s, "bf16") == 0 ? WEIGHT_DTYPE_BF16 : -1;
+}
+
+static const backend_iface_t *s_iface (const char *name)
+{
+    if (strcmp (name, "cpu") == 0)
+        return &backend_lstm_cpu_iface;
+#ifdef SIGSERVE_HAVE_CUDA
+    if (strcmp (name, "cuda") == 0)
+        return &backend_lstm_cuda_iface;
+#endif
+    return NULL;
+}
+
+static void s_fill (uint64_t *seed, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_uniform (seed, -1.0f, 1.0f);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Rows */
+
+typedef struct {
+    double *samples;
+    size_t n;
+    double check;     /* the worst relative difference seen by the output checks (NAN: none) */
+    char note[160];
+} row_t;
+
+static void s_print (const char *label, row_t *r)
+{
+    latency_summary_t s;
+    latency_summarize (r->samples, r->n, &s);
+    char l[256];
+    snprintf (l, sizeof l, "%s (n %zu%s%s)", label, r->n, r->note[0] ? ", " : "", r->note);
+    latency_print_row (stdout, l, &s);
+    fflush (stdout);
+}
+
+static bool s_out_of_time (const options_t *o, double start_us, uint32_t i)
+{
+    return o->seconds > 0 && (i & 63u) == 0 && clock_now_us () - start_us > o->seconds * 1e6;
+}
+
+/* The streaming critical path of one stream on slot 0. */
+static int s_bench_step (const options_t *o, const backend_iface_t *B, backend_model_t *m, const lstm_weights_t *w,
+                         bool cuda, uint64_t *seed, row_t *r)
+{
+    const uint32_t in = w->step_size, W = w->window, out = w->head.out;
+    float *hist = calloc ((size_t) W * in, sizeof (float)), *win = malloc ((size_t) W * in * sizeof (float));
+    float *y = malloc (out * sizeof (float)), *yw = malloc (out * sizeof (float));
+    char err[512];
+    uint64_t count = 0;
+    int rc = 0;
+    B->stream_reset (m, 0);
+    r->check = NAN;
+    double start = clock_now_us ();
+    uint32_t warm = o->warmup;   /* a slow row's warm-up is cut at a quarter of its time */
+    for (uint32_t i = 0; i < warm + o->iterations && rc == 0; i++) {
+        if (i < warm && o->seconds > 0 && clock_now_us () - start > o->seconds * 0.25e6)
+            warm = i;
+        if (i == warm)
+            start = clock_now_us ();
+        float *x = hist + (size_t) (count % W) * in;
+        s_fill (seed, x, in);
+        const uint64_t t0 = clock_now_ns ();
+        sig_status_t st = B->stream_step (m, 0, x, y, err, sizeof err);
+        const uint64_t t1 = clock_now_ns ();
+        count++;
+        if (st != SIG_OK) {
+            fprintf (stderr, "lstmbench: step: %s\n", err);
+            rc = -1;
+            break;
+        }
+        if (i >= warm)
+            r->samples[r->n++] = (double) (t1 - t0) / 1e3;
+        for (uint32_t k = 0; k < out; k++)
+            if (!isfinite (y[k])) {
+                fprintf (stderr, "lstmbench: step %u: output %u is %g\n", i, k, y[k]);
+                rc = -1;
+            }
+        B->stream_advance (m, 0);
+#ifdef SIGSERVE_HAVE_CUDA
+        if (cuda && lstm_cuda_sync (m, err, sizeof err) != SIG_OK) {   /* the precomputation: not timed */
+            fprintf (stderr, "lstmbench: advance: %s\n", err);
+            rc = -1;
+        }
+#else
+        (void) cuda;
+#endif
+        if (i % CHECK_EVERY == CHECK_EVERY - 1) {   /* the same window in full, zeros before the first step */
+            for (uint32_t t = 0; t < W; t++) {
+                const int64_t k = (int64_t) count - W + t;
+                if (k >= 0)
+                    memcpy (win + (size_t) t * in, hist + (size_t) (k % W) * in, in * sizeof (float));
+                else
+                    memset (win + (size_t) t * in, 0, in * sizeof (float));
+            }
+            if (B->infer (m, win, 1, yw, err, sizeof err) != SIG_OK) {
+                fprintf (stderr, "lstmbench: window: %s\n", err);
+                rc = -1;
+            }
+            for (uint32_t k = 0; k < out; k++) {
+                const double d = fabs ((double) y[k] - yw[k]) / fmax (fabs ((double) yw[k]), 1e-3);
+                r->check = isnan (r->check) || d > r->check || isnan (d) ? d : r->check;
+            }
+        }
+        if (i >= warm && s_out_of_time (o, start, i - warm))
+            break;
+    }
+    if (isnan (r->check))
+        snprintf (r->note, sizeof r->note, "stream vs its full window: not reached (every %d)", CHECK_EVERY);
+    else
+        snprintf (r->note, sizeof r->note, "stream vs its full window %.1e", r->check);
+    free (hist);
+    free (win);
+    free (y);
+    free (yw);
+    return rc;
+}
+
+static int s_bench_window (const options_t *o, const backend_iface_t *B, backend_model_t *m, const lstm_weights_t *w,
+                           uint64_t *seed, row_t *r)
+{
+    const size_t nin = (size_t) w->window * w->step_size;
+    float *x = malloc (nin * sizeof (float)), *y = malloc (w->head.out * sizeof (float));
+    double *ref = malloc (w->head.out * sizeof (double));
+    char err[512];
+    int rc = 0;
+    double start = clock_now_us ();
+    uint32_t warm = o->warmup / 10;
+    for (uint32_t i = 0; i < warm + o->iterations && rc == 0; i++) {
+        if (i < warm && o->seconds > 0 && clock_now_us () - start > o->seconds * 0.25e6)
+            warm = i;
+        if (i == warm)
+            start = clock_now_us ();
+        s_fill (seed, x, nin);
+        const uint64_t t0 = clock_now_ns ();
+        sig_status_t st = B->infer (m, x, 1, y, err, sizeof err);
+        const uint64_t t1 = clock_now_ns ();
+        if (st != SIG_OK) {
+            fprintf (stderr, "lstmbench: window: %s\n", err);
+            rc = -1;
+        }
+        if (i >= warm)
+            r->samples[r->n++] = (double) (t1 - t0) / 1e3;
+        if (i == warm) {   /* one against float64 */
+            lstm_reference_window (w, x, 1, ref);
+            double num = 0, den = 0;
+            for (uint32_t k = 0; k < w->head.out; k++) {
+                num += ((double) y[k] - ref[k]) * ((double) y[k] - ref[k]);
+                den += ref[k] * ref[k];
+            }
+            r->check = sqrt (num) / fmax (sqrt (den), 1e-6);
+            snprintf (r->note, sizeof r->note, "vs float64 %.1e", r->check);
+        }
+        if (i >= warm && s_out_of_time (o, start, i - warm))
+            break;
+    }
+    free (x);
+    free (y);
+    free (ref);
+    return rc;
+}
+
+#ifdef SIGSERVE_HAVE_CUDA
+static int s_bench_ping (const options_t *o, backend_model_t *m, uint32_t in, uint64_t *seed, row_t *r)
+{
+    float *x = malloc (in * sizeof (float)), y;
+    char err[512];
+    int rc = 0;
+    for (uint32_t i = 0; i < o->warmup + o->iterations && rc == 0; i++) {
+        s_fill (seed, x, in);
+        const uint64_t t0 = clock_now_ns ();
+        sig_status_t st = lstm_cuda_ping (m, x, &y, err, sizeof err);
+        const uint64_t t1 = clock_now_ns ();
+        if (st != SIG_OK || y != x[0]) {
+            fprintf (stderr, "lstmbench: ping: %s (answer %g, sent %g)\n", st != SIG_OK ? err : "wrong answer", y, x[0]);
+            rc = -1;
+        }
+        if (i >= o->warmup)
+            r->samples[r->n++] = (double) (t1 - t0) / 1e3;
+    }
+    snprintf (r->note, sizeof r->note, "%u floats in, 1 out", in);
+    free (x);
+    return rc;
+}
+
+/* The MLP persistent kernel's floor (backend_cuda.h): one block, reads IN floats, sums them, the
+ * output store as completion. */
+static int s_bench_pingpong (const options_t *o, uint32_t in, uint64_t *seed, row_t *r)
+{
+    char err[512];
+    backend_model_t *pp = cuda_pingpong_load (0, in, SIG_PINGPONG_READ, SIG_DONE_OUTPUTS, o->wait, err, sizeof err);
+    if (!pp) {
+        fprintf (stderr, "lstmbench: ping-pong floor: %s\n", err);
+        return -1;
+    }
+    float *x = malloc (in * sizeof (float)), y;
+    int rc = 0;
+    for (uint32_t i = 0; i < o->warmup + o->iterations && rc == 0; i++) {
+        s_fill (seed, x, in);
+        const uint64_t t0 = clock_now_ns ();
+        sig_status_t st = backend_cuda_iface.infer (pp, x, 1, &y, err, sizeof err);
+        const uint64_t t1 = clock_now_ns ();
+        if (st != SIG_OK) {
+            fprintf (stderr, "lstmbench: ping-pong: %s\n", err);
+            rc = -1;
+        }
+        if (i >= o->warmup)
+            r->samples[r->n++] = (double) (t1 - t0) / 1e3;
+    }
+    snprintf (r->note, sizeof r->note, "MLP kernel's, %u floats read", in);
+    free (x);
+    backend_cuda_iface.destroy (&pp);
+    return rc;
+}
+#endif
+
+/* One backend, weight type and launch size (BLOCKS; 0: the plan's): load, the rows, destroy. A
+ * model that does not load is a row saying why, not a failure. FIRST: the first launch size of
+ * this weight type (the ping floor is measured once). */
+static int s_bench_model (const options_t *o, const char *size, const char *bname, const char *dname, uint32_t blocks,
+                          bool first, const weights_t *w, model_config_t *cfg, uint64_t *seed, row_t *r)
+{
+    const backend_iface_t *B = s_iface (bname);
+    const bool cuda = strcmp (bname, "cuda") == 0;
+    const lstm_weights_t *l = w->lstm;
+    char err[512];
+    cfg->backend = cuda ? BACKEND_CUDA : BACKEND_CPU;
+    cfg->weight_dtype = (weight_dtype_t) s_dtype (dname);
+    cfg->wait = o->wait;
+    cfg->max_streams = o->slots;
+    cfg->watchdog_ms = 10000;
+#ifdef SIGSERVE_HAVE_CUDA
+    if (cuda) {
+        const sig_lstm_tuning_t t = { blocks, (uint32_t) o->grid, 0 };
+        lstm_cuda_tuning (&t);
+    }
+#else
+    (void) blocks;
+    (void) first;
+#endif
+    const double t0 = clock_now_us ();
+    backend_model_t *m = B->load (w, cfg, 0, err, sizeof err);
+    const double load_ms = (clock_now_us () - t0) / 1e3;
+    if (!m) {
+        printf ("| %s %s %s: %s | | | | | | | | |\n", size, bname, dname, err);
+        return 0;
+    }
+    char label[192], how[96] = "1 core";
+#ifdef SIGSERVE_HAVE_CUDA
+    if (cuda) {
+        const sig_lstm_plan_t *p = lstm_cuda_plan (m);
+        snprintf (how, sizeof how, "%s %u, %u KiB smem", p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks,
+                  p->smem_bytes >> 10);
+    }
+#endif
+    fprintf (stderr, "lstmbench: %s %s %s loaded in %.0f ms (%s)\n", size, bname, dname, load_ms, how);
+    r->n = 0;
+    r->note[0] = 0;
+    int rc = s_bench_step (o, B, m, l, cuda, seed, r);
+    snprintf (label, sizeof label, "%s %s %s step, critical path [%s]", size, bname, dname, how);
+    if (rc == 0)
+        s_print (label, r);
+    if (rc == 0 && !o->no_window) {
+        r->n = 0;
+        r->note[0] = 0;
+        rc = s_bench_window (o, B, m, l, seed, r);
+        snprintf (label, sizeof label, "%s %s %s full window [%s]", size, bname, dname, how);
+        if (rc == 0)
+            s_print (label, r);
+    }
+#ifdef SIGSERVE_HAVE_CUDA
+    if (rc == 0 && cuda && !o->no_floors && cfg->weight_dtype == WEIGHT_DTYPE_F32 && first) {
+        r->n = 0;
+        r->note[0] = 0;
+        rc = s_bench_ping (o, m, l->step_size, seed, r);
+        snprintf (label, sizeof label, "%s floor: LSTM ring ping, no compute [%s]", size, how);
+        if (rc == 0)
+            s_print (label, r);
+    }
+#endif
+    B->destroy (&m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * One size: every backend and weight type asked for */
+
+static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, const char *dir)
+{
+    lstm_shape_t shape;
+    char err[512], path[1024];
+    if (lstm_shape_parse (size, &shape, err, sizeof err) != 0) {
+        fprintf (stderr, "lstmbench: %s\n", err);
+        return -1;
+    }
+    snprintf (path, sizeof path, "%s/lstmbench-%s.safetensors", dir, size);
+    model_config_t cfg;
+    weights_t *w = lstm_random_weights (path, &shape, rng_next (seed), &cfg, err, sizeof err);
+    unlink (path);
+    if (!w) {
+        fprintf (stderr, "lstmbench: %s\n", err);
+        return -1;
+    }
+    const lstm_weights_t *l = w->lstm;
+    printf ("\n### %s: %zu layers, window %u, %u inputs, %u units, %u output (%.2f M weights)\n\n", size, l->layer_count,
+            l->window, l->step_size, l->hidden, l->head.out,
+            (double) (4ull * l->hidden * (l->step_size + l->hidden) + 8ull * l->hidden * l->hidden * (l->layer_count - 1))
+                / 1e6);
+    latency_print_header (stdout, "row (microseconds)");
+    row_t r = { .samples = malloc ((size_t) (o->iterations + 16) * sizeof (double)) };
+    int rc = 0;
+    char list[256];
+    snprintf (list, sizeof list, "%s", o->backends);
+    for (char *save = NULL, *bname = strtok_r (list, ",", &save); bname && rc == 0; bname = strtok_r (NULL, ",", &save)) {
+        const backend_iface_t *B = s_iface (bname);
+        if (!B) {
+            printf ("| %s: not in this build | | | | | | | | |\n", bname);
+            continue;
+        }
+        const bool cuda = strcmp (bname, "cuda") == 0;
+        char dl[64];
+        snprintf (dl, sizeof dl, "%s", cuda ? o->dtypes : "f32");
+        for (char *s2 = NULL, *dname = strtok_r (dl, ",", &s2); dname && rc == 0; dname = strtok_r (NULL, ",", &s2)) {
+            char bl[128];
+            snprintf (bl, sizeof bl, "%s", cuda && o->blocks[0] ? o->blocks : "0");
+            for (char *s3 = NULL, *bstr = strtok_r (bl, ",", &s3); bstr && rc == 0; bstr = strtok_r (NULL, ",", &s3))
+                rc = s_bench_model (o, size, bname, dname, (uint32_t) strtoul (bstr, NULL, 10), bstr == bl, w, &cfg,
+                                    seed, &r);
+        }
+#ifdef SIGSERVE_HAVE_CUDA
+        if (rc == 0 && cuda && !o->no_floors) {   /* a failure here is reported, not fatal */
+            r.n = 0;
+            r.note[0] = 0;
+            char label[128];
+            snprintf (label, sizeof label, "%s floor: MLP persistent ping-pong, read + output", size);
+            if (s_bench_pingpong (o, l->step_size, seed, &r) == 0)
+                s_print (label, &r);
+        }
+#endif
+    }
+    free (r.samples);
+    weights_destroy (&w);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * --check: outputs of an export for a test to compare */
+
+static int s_check (const options_t *o)
+{
+    model_config_t cfg;
+    const lstm_shape_t shape = { .window = o->window, .head_act = o->head_act };
+    lstm_config (&cfg, "check", o->check, &shape);
+    const backend_iface_t *B = s_iface (o->backend);
+    const int d = s_dtype (o->dtype);
+    if (!B || d < 0) {
+        fprintf (stderr, "lstmbench: backend \"%s\" or weight type \"%s\" not available in this build\n", o->backend,
+                 o->dtype);
+        return 2;
+    }
+    cfg.backend = strcmp (o->backend, "cuda") == 0 ? BACKEND_CUDA : BACKEND_CPU;
+    cfg.weight_dtype = (weight_dtype_t) d;
+    char err[512];
+    weights_t *w = weights_load (&cfg, err, sizeof err);
+    if (!w) {
+        fprintf (stderr, "lstmbench: %s\n", err);
+        return 1;
+    }
+    backend_model_t *m = B->load (w, &cfg, 0, err, sizeof err);
+    if (!m) {
+        fprintf (stderr, "lstmbench: %s\n", err);
+        weights_destroy (&w);
+        return 1;
+    }
+    const lstm_weights_t *l = w->lstm;
+    const size_t nwin = (size_t) l->window * l->step_size;
+    size_t cap = nwin + 1024, n = 0;
+    float *v = malloc (cap * sizeof (float));
+    double d_in;
+    while (v && scanf ("%lf", &d_in) == 1) {
+        if (n == cap)
+            v = realloc (v, (cap *= 2) * sizeof (float));
+        if (v)
+            v[n++] = (float) d_in;
+    }
+    int rc = v && n >= nwin && (n - nwin) % l->step_size == 0 ? 0 : 1;
+    if (rc)
+        fprintf (stderr, "lstmbench: expected %zu floats (a window) and then whole steps of %u, got %zu\n", nwin,
+                 l->step_size, n);
+    float *y = malloc (l->head.out * sizeof (float));
+    if (rc == 0 && B->infer (m, v, 1, y, err, sizeof err) != SIG_OK) {
+        fprintf (stderr, "lstmbench: %s\n", err);
+        rc = 1;
+    }
+    if (rc == 0) {
+        printf ("window");
+        for (uint32_t k = 0; k < l->head.out; k++)
+            printf (" %.9g", y[k]);
+        printf ("\n");
+        B->stream_reset (m, 0);
+    }
+    for (size_t s = 0; rc == 0 && nwin + (s + 1) * l->step_size <= n; s++) {
+        if (B->stream_step (m, 0, v + nwin + s * l->step_size, y, err, sizeof err) != SIG_OK) {
+            fprintf (stderr, "lstmbench: %s\n", err);
+            rc = 1;
+            break;
+        }
+        B->stream_advance (m, 0);
+        printf ("step %zu", s);
+        for (uint32_t k = 0; k < l->head.out; k++)
+            printf (" %.9g", y[k]);
+        printf ("\n");
+    }
+    free (v);
+    free (y);
+    B->destroy (&m);
+    weights_destroy (&w);
+    return rc;
+}
+
+int main (int argc, char **argv)
+{
+    /* every kernel loaded when CUDA starts: a lazy load next to a resident kernel waits forever */
+    setenv ("CUDA_MODULE_LOADING", "EAGER", 0);
+    options_t o = { .sizes = "small,medium,large", .dtypes = "f32,f16,bf16", .backends = "cpu,cuda",
+                    .iterations = 10000, .warmup = 1000, .seconds = 60, .cpu = -1, .wait = CUDA_WAIT_SPIN,
+                    .slots = 4, .backend = "cpu", .dtype = "f32", .head_act = ACTIVATION_NONE, .blocks = "" };
+    o.seed = (uint64_t) time (NULL) * 0x9e3779b97f4a7c15ull;
+    static const struct option longs[] = {
+        { "sizes", required_argument, 0, 's' },      { "dtypes", required_argument, 0, 'd' },
+        { "backends", required_argument, 0, 'b' },   { "iterations", required_argument, 0, 'n' },
+        { "warmup", required_argument, 0, 'w' },     { "seconds", required_argument, 0, 'S' },
+        { "cpu", required_argument, 0, 'c' },        { "seed", required_argument, 0, 'r' },
+        { "blocks", required_argument, 0, 'B' },     { "grid", no_argument, 0, 'G' },
+        { "slots", required_argument, 0, 'L' },      { "no-window", no_argument, 0, 'N' },
+        { "no-floors", no_argument, 0, 'F' },        { "check", required_argument, 0, 'k' },
+        { "window", required_argument, 0, 'W' },     { "head-act", required_argument, 0, 'a' },
+        { "backend", required_argument, 0, 'e' },    { "dtype", required_argument, 0, 't' },
+        { "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 },
+    };
+    for (int c; (c = getopt_long (argc, argv, "h", longs, NULL)) != -1;) {
+        switch (c) {
+        case 's': o.sizes = optarg; break;
+        case 'd': o.dtypes = optarg; break;
+        case 'b': o.backends = optarg; break;
+        case 'n': o.iterations = (uint32_t) strtoul (optarg, NULL, 10); break;
+        case 'w': o.warmup = (uint32_t) strtoul (optarg, NULL, 10); break;
+        case 'S': o.seconds = atof (optarg); break;
+        case 'c': o.cpu = atoi (optarg); break;
+        case 'r': o.seed = strtoull (optarg, NULL, 10); break;
+        case 'B': o.blocks = optarg; break;
+        case 'G': o.grid = 1; break;
+        case 'L': o.slots = (uint32_t) strtoul (optarg, NULL, 10); break;
+        case 'N': o.no_window = 1; break;
+        case 'F': o.no_floors = 1; break;
+        case 'k': o.check = optarg; break;
+        case 'W': o.window = (uint32_t) strtoul (optarg, NULL, 10); break;
+        case 'a':
+            o.head_act = strcmp (optarg, "relu") == 0 ? ACTIVATION_RELU : strcmp (optarg, "sigmoid") == 0 ? ACTIVATION_SIGMOID
+                         : strcmp (optarg, "tanh") == 0 ? ACTIVATION_TANH : ACTIVATION_NONE;
+            break;
+        case 'e': o.backend = optarg; break;
+        case 't': o.dtype = optarg; break;
+        case 'h': s_usage (stdout); return 0;
+        default: s_usage (stderr); return 2;
+        }
+    }
+    if (o.check) {
+        if (!o.window) {
+            fprintf (stderr, "lstmbench: --check needs --window\n");
+            return 2;
+        }
+        return s_check (&o);
+    }
+    if (o.iterations < 1 || o.slots < 1) {
+        s_usage (stderr);
+        return 2;
+    }
+    if (o.cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO (&set);
+        CPU_SET (o.cpu, &set);
+        if (sched_setaffinity (0, sizeof set, &set) != 0)
+            fprintf (stderr, "lstmbench: could not pin to CPU %d\n", o.cpu);
+    }
+    char host[128] = "?";
+    gethostname (host, sizeof host);
+    time_t now = time (NULL);
+    char date[64];
+    strftime (date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime (&now));
+    printf ("lstmbench on %s, %s, %u timed iterations after %u warm-up (at most %.0f s a row), seed %llu, CPU %d\n",
+            host, date, o.iterations, o.warmup, o.seconds, (unsigned long long) o.seed, o.cpu);
+#ifdef SIGSERVE_HAVE_CUDA
+    {
+        int dev = 0, drv = 0, rt = 0;
+        struct cudaDeviceProp p;
+        if (strstr (o.backends, "cuda") && cudaGetDeviceCount (&dev) == cudaSuccess && dev > 0
+            && cudaGetDeviceProperties (&p, 0) == cudaSuccess) {
+            cudaDriverGetVersion (&drv);
+            cudaRuntimeGetVersion (&rt);
+            printf ("GPU 0: %s, %d SMs, %zu KiB L2, driver API %d, runtime %d\n", p.name, p.multiProcessorCount,
+                    (size_t) p.l2CacheSize >> 10, drv, rt);
+        } else if (strstr (o.backends, "cuda")) {
+            printf ("no CUDA device: the cuda rows are skipped\n");
+            o.backends = "cpu";
+        }
+    }
+#endif
+    char dir[] = "/tmp/lstmbench-XXXXXX";
+    if (!mkdtemp (dir)) {
+        perror ("lstmbench: mkdtemp");
+        return 1;
+    }
+    int rc = 0;
+    char list[256];
+    snprintf (list, sizeof list, "%s", o.sizes);
+    for (char *save = NULL, *size = strtok_r (list, ",", &save); size; size = strtok_r (NULL, ",", &save))
+        rc |= s_bench_size (&o, size, &o.seed, dir);
+    rmdir (dir);
+    return rc ? 1 : 0;
+}
