@@ -137,7 +137,7 @@ $(LIBS):
 	ar rcs $@ $^
 
 $(BUILD)/libsigclient.so: $(CLIENT_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -o $@ $^ $(CLIENT_LIBS)
 
 $(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

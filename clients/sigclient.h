@@ -16,6 +16,26 @@
  * request it could not decode. The synchronous calls (sigclient_infer, sigclient_health,
  * sigclient_list_models) discard replies that are not theirs (late replies to earlier calls that
  * timed out), so do not mix them with pipelined requests still in flight on the same client.
+ *
+ * Following a fleet (dns://NAME:PORT). An endpoint "dns://NAME:PORT" stands for every address
+ * behind NAME (getaddrinfo, IPv4 and IPv6): the client connects to tcp://ADDR:PORT for each, and
+ * resolves NAME again every SIGCLIENT_DEFAULT_RESOLVE_MS (sigclient_set_resolve_interval), on the
+ * caller's thread inside the calls that send or receive (no background thread: a slow resolver
+ * delays that call), connecting new addresses and disconnecting vanished ones (requests still
+ * queued for a vanished one are dropped). A failed resolution, or one with no address, keeps the
+ * addresses already connected. This is how a client follows a Kubernetes headless Service, whose
+ * name resolves to one address per ready pod. A client with a dns:// endpoint sets ZMQ_IMMEDIATE on
+ * its socket (for its static endpoints too): requests go only to peers whose connection is up, so
+ * an address that is listed but not answering (a pod that is gone, ::1 where the server binds
+ * 127.0.0.1 only) does not take its share of requests. When no peer is connected at all, a send
+ * waits for one for up to the timeout.
+ *
+ * Retrying (sigclient_set_retry, off by default). Inference has no side effect, so a request
+ * answered STATUS_UNAVAILABLE (a draining server, a model whose GPU failed) or not answered within
+ * the timeout can be sent again; ZeroMQ's round-robin hands the new copy to the next connected
+ * peer, usually another server. Each attempt is a new request with a new request id; the call
+ * takes the first answer to any of its attempts (a slow first server may still win) and waits at
+ * most the timeout for each attempt, so a call lasts at most (retries + 1) x the timeout.
  */
 #ifndef SIGCLIENT_H
 #define SIGCLIENT_H
@@ -51,6 +71,10 @@ typedef enum {
 } sigclient_status_t;
 
 #define SIGCLIENT_DEFAULT_TIMEOUT_MS 5000
+#define SIGCLIENT_DEFAULT_RESOLVE_MS 5000   /* how often dns:// endpoints are resolved again */
+#define SIGCLIENT_MAX_RETRY 16              /* the most retries sigclient_set_retry accepts */
+#define SIGCLIENT_ENDPOINT_MAX 64           /* bytes of "tcp://[IPv6]:PORT" and its NUL */
+#define SIGCLIENT_ADDRESS_MAX 46            /* bytes of a numeric IPv6 address and its NUL */
 
 /* What one InferReply said. Strings are copied and NUL-terminated (truncated if longer). */
 typedef struct {
@@ -62,6 +86,7 @@ typedef struct {
     uint64_t server_ns;         /* server: receipt to send */
     char model_version[64];
     char error[512];            /* the server's error text; "" when status is OK */
+    uint32_t attempts;          /* sigclient_infer: requests sent for this answer (1 + retries used) */
 } sigclient_result_t;
 
 typedef struct {
@@ -81,11 +106,13 @@ typedef struct {
     bool available;
 } sigclient_model_info_t;
 
-/* Connects one DEALER socket to COUNT endpoints ("tcp://host:port", "ipc://path", ...).
- * TIMEOUT_MS bounds every send and every wait for a reply; <= 0 means
- * SIGCLIENT_DEFAULT_TIMEOUT_MS. Connecting does not wait for the server.
- * NULL on failure, with errno set: EINVAL for no endpoints or one ZeroMQ rejects,
- * EPROTONOSUPPORT for an unknown transport, ENOMEM. */
+/* Connects one DEALER socket to COUNT endpoints ("tcp://host:port", "ipc://path",
+ * "dns://name:port", ...). TIMEOUT_MS bounds every send and every wait for a reply; <= 0 means
+ * SIGCLIENT_DEFAULT_TIMEOUT_MS. Connecting does not wait for the server; a dns:// name is
+ * resolved here once (a name that does not resolve yet is not an error: see above).
+ * NULL on failure, with errno set: EINVAL for no endpoints, one ZeroMQ rejects or a malformed
+ * dns:// endpoint (it needs a name and a port from 1 to 65535), EPROTONOSUPPORT for an unknown
+ * transport, ENOMEM. */
 sigclient_t *sigclient_new (const char *const *endpoints, size_t count, int timeout_ms);
 /* Closes the socket at once (pending messages are dropped). Safe on NULL; NULLs *SELF_P. */
 void sigclient_destroy (sigclient_t **self_p);
@@ -95,6 +122,35 @@ int sigclient_set_timeout (sigclient_t *self, int timeout_ms);
 /* The deadline sigclient_infer sends with every request (0, the default: none). A request
  * still queued in the server past it is answered SIGCLIENT_DEADLINE_EXCEEDED. */
 void sigclient_set_deadline_us (sigclient_t *self, uint32_t deadline_us);
+
+/* Retries (0, the default, to SIGCLIENT_MAX_RETRY) of sigclient_infer, sigclient_health and
+ * sigclient_list_models: an attempt answered STATUS_UNAVAILABLE (infer) or not answered within the
+ * timeout (all three) is sent again, at most RETRIES times (see above). The pipelined calls never
+ * retry: match their replies by id and send again yourself. -1 (ERR_ARGUMENT) out of range. */
+int sigclient_set_retry (sigclient_t *self, int retries);
+/* How often dns:// endpoints are resolved again, in ms; 0 never (only at sigclient_new);
+ * < 0 means SIGCLIENT_DEFAULT_RESOLVE_MS. */
+void sigclient_set_resolve_interval (sigclient_t *self, int interval_ms);
+/* What the client is connected to, for messages and logs: "tcp://a:1, dns://fleet:5555
+ * [tcp://10.0.0.7:5555, tcp://10.0.0.9:5555]", a dns:// endpoint with the addresses it has now
+ * (or "[no address: why]"). Borrowed: valid until the next call on this client. */
+const char *sigclient_endpoints (const sigclient_t *self);
+
+/* Expands one endpoint for tools that connect their own sockets (sigload): "dns://NAME:PORT"
+ * gives "tcp://ADDR:PORT" for each address behind NAME (sorted, without duplicates, at most CAP);
+ * any other endpoint is copied as it is. Returns how many were written (>= 1), or -1 with errno
+ * (EINVAL: malformed; ENOENT: NAME has no address; ENOSPC: an endpoint longer than
+ * SIGCLIENT_ENDPOINT_MAX - 1) and ERROR (ERROR_CAP bytes) saying why. */
+int sigclient_resolve_endpoint (const char *endpoint, char (*out)[SIGCLIENT_ENDPOINT_MAX], size_t cap,
+                                char *error, size_t error_cap);
+
+/* For tests: how every client of this process turns a dns:// NAME into addresses (NULL restores
+ * getaddrinfo). RESOLVE writes up to CAP numeric addresses ("127.0.0.2", "::1") to ADDRS and
+ * returns how many, or -1 with ERROR (ERROR_CAP bytes) saying why. Not thread-safe: set it before
+ * any client resolves. */
+typedef int (*sigclient_resolver_fn) (const char *name, char (*addrs)[SIGCLIENT_ADDRESS_MAX], size_t cap,
+                                      char *error, size_t error_cap, void *arg);
+void sigclient_set_resolver (sigclient_resolver_fn resolve, void *arg);
 
 /* The last failure in words, and its code (SIGCLIENT_OK and "" after a success).
  * Borrowed: valid until the next call on this client. */

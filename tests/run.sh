@@ -25,7 +25,7 @@ for t in "$@"; do
         tail -n 5 "$log"
     fi
 done
-for py in tests/python/test_*.py tests/python/test_*.sh; do
+for py in tests/python/test_*.py tests/python/test_*.sh tests/deploy/test_*.sh; do
     [ -f "$py" ] || continue
     name=$(basename "${py%.*}")
     log="$BUILD/tests/$name.log"

@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "floatlist.h"
 #include "rng.h"
+#include "sigclient.h"
 #include "sigload.h"
 
 #include <errno.h>
@@ -18,6 +19,7 @@
 
 #define RANDOM_SETS 64                  /* distinct random requests, cycled */
 #define READY_WAIT_MS 10000             /* how long to wait for an endpoint to be ready */
+#define DNS_ANSWER_WAIT_MS 2000         /* how long the addresses behind a dns:// name get to answer */
 
 volatile sig_atomic_t sigload_interrupted;
 
@@ -134,6 +136,100 @@ static int s_connection_ready (const sigload_t *L, const connection_t *c, bool e
             got++;
     }
     return 0;
+}
+
+/* ---- dns:// endpoints ---- */
+
+/* Room for what dns:// endpoints stand for: one address each, MAX_ENDPOINTS in all. */
+static char s_expanded[MAX_ENDPOINTS][SIGCLIENT_ENDPOINT_MAX];
+static size_t s_n_expanded;
+
+/* Keeps in ADDRS those that answer the probe within DNS_ANSWER_WAIT_MS (all of them when none
+ * does, so that the readiness check says which fails): a name may list an address that takes no
+ * part (::1 beside a server bound to 127.0.0.1, a pod on its way out), and a connection spread
+ * over it would queue its share of requests there. Returns how many are kept; LEFT gets the rest. */
+static size_t s_answering (const sigload_t *L, bool echo, char (*addrs)[SIGCLIENT_ENDPOINT_MAX], size_t n,
+                           char *left, size_t left_len)
+{
+    uint8_t probe[64], reply[4096];
+    size_t len = s_probe (echo, probe);
+    void *sockets[MAX_ENDPOINTS] = { NULL };
+    bool answered[MAX_ENDPOINTS] = { false };
+    size_t waiting = 0;
+    for (size_t i = 0; i < n; i++) {
+        sockets[i] = connection_socket_new (L->ctx, L->opt);
+        if (sockets[i] && zmq_connect (sockets[i], addrs[i]) == 0 && zmq_send (sockets[i], probe, len, 0) == (int) len)
+            waiting++;
+    }
+    int64_t deadline = (int64_t) clock_now_ns () + (int64_t) DNS_ANSWER_WAIT_MS * 1000000;
+    while (waiting > 0) {
+        int64_t left_ms = (deadline - (int64_t) clock_now_ns ()) / 1000000;
+        zmq_pollitem_t items[MAX_ENDPOINTS];
+        for (size_t i = 0; i < n; i++)
+            items[i] = (zmq_pollitem_t) { .socket = sockets[i], .events = answered[i] || !sockets[i] ? 0 : ZMQ_POLLIN };
+        if (left_ms <= 0 || zmq_poll (items, (int) n, (long) left_ms) <= 0)
+            break;
+        for (size_t i = 0; i < n; i++)
+            if (items[i].revents & ZMQ_POLLIN) {
+                int got = zmq_recv (sockets[i], reply, sizeof reply, ZMQ_DONTWAIT);
+                if (got >= 0 && s_probe_answer (echo, probe, len, reply, got) >= 0) {
+                    answered[i] = true;
+                    waiting--;
+                }
+            }
+    }
+    size_t kept = 0, used = 0;
+    left[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (sockets[i])
+            zmq_close (sockets[i]);
+        if (answered[i])
+            memmove (addrs[kept++], addrs[i], sizeof *addrs);
+        else if (used < left_len) {
+            int w = snprintf (left + used, left_len - used, "%s%s", used ? ", " : "", addrs[i]);
+            used += w > 0 ? (size_t) w : 0;
+        }
+    }
+    return kept ? kept : n;
+}
+
+/* Replaces each dns://NAME:PORT of EPS by the tcp:// endpoints of the addresses behind NAME that
+ * answer (said on stdout). Names are resolved once: a load run measures the fleet it started with. */
+static int s_expand_dns (const sigload_t *L, bool echo, const char **eps, size_t *n_eps)
+{
+    const char *given[MAX_ENDPOINTS];
+    size_t n_given = *n_eps, n = 0;
+    memcpy (given, eps, n_given * sizeof *eps);
+    for (size_t i = 0; i < n_given; i++) {
+        if (strncmp (given[i], "dns://", 6) != 0) {
+            if (n == MAX_ENDPOINTS)
+                goto too_many;
+            eps[n++] = given[i];
+            continue;
+        }
+        char (*out)[SIGCLIENT_ENDPOINT_MAX] = &s_expanded[s_n_expanded];
+        char err[512], left[1024];
+        int found = sigclient_resolve_endpoint (given[i], out, MAX_ENDPOINTS - s_n_expanded, err, sizeof err);
+        if (found < 0) {
+            fprintf (stderr, "sigload: %s\n", err);
+            return -1;
+        }
+        size_t kept = s_answering (L, echo, out, (size_t) found, left, sizeof left);
+        printf ("%s:", given[i]);
+        for (size_t k = 0; k < kept; k++)
+            printf ("%s %s", k ? "," : "", out[k]);
+        printf (kept < (size_t) found ? " (left out, no answer within %d ms: %s)\n" : "\n", DNS_ANSWER_WAIT_MS, left);
+        if (n + kept > MAX_ENDPOINTS)
+            goto too_many;
+        for (size_t k = 0; k < kept; k++)
+            eps[n++] = out[k];
+        s_n_expanded += kept;
+    }
+    *n_eps = n;
+    return 0;
+too_many:
+    fprintf (stderr, "sigload: more than %d endpoints once dns:// names are resolved\n", MAX_ENDPOINTS);
+    return -1;
 }
 
 /* Asks the server for the model's input and output sizes. 0 when it lists the model. */
@@ -446,13 +542,18 @@ int main (int argc, char **argv)
         goto done;
     }
     zmq_ctx_set (L.ctx, ZMQ_IO_THREADS, (int) opt.io_threads);
+    const char *floor_eps[MAX_ENDPOINTS] = { opt.floor };
+    size_t n_floor = opt.floor ? 1 : 0;
+    if (s_expand_dns (&L, opt.echo, opt.endpoints, &opt.n_endpoints) != 0
+        || (opt.floor && s_expand_dns (&L, true, floor_eps, &n_floor) != 0))
+        goto done;
     if (workers_connect (&L, SET_TARGET, opt.endpoints, opt.n_endpoints) != 0)
         goto done;
-    if (opt.floor && workers_connect (&L, SET_FLOOR, &opt.floor, 1) != 0)
+    if (opt.floor && workers_connect (&L, SET_FLOOR, floor_eps, n_floor) != 0)
         goto done;
     if (s_check_ready (&L, SET_TARGET, opt.echo, opt.endpoints, opt.n_endpoints) != 0)
         goto done;
-    if (opt.floor && s_check_ready (&L, SET_FLOOR, true, &opt.floor, 1) != 0)
+    if (opt.floor && s_check_ready (&L, SET_FLOOR, true, floor_eps, n_floor) != 0)
         goto done;
 
     uint32_t output_size = 0, input_size = s_input_size (&L, &output_size);

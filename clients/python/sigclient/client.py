@@ -23,6 +23,27 @@ they wait in its queue until it comes up or the caller times out. Every wait (fo
 for a reply) is bounded by the client's timeout through a poller, so a dead or absent server never
 hangs the caller: the call raises Timeout instead.
 
+Following a fleet, as the C client does (clients/sigclient.h)::
+
+    client = SigClient("dns://sigserve.trading.svc.cluster.local:5555", retries=2)
+
+``dns://NAME:PORT`` stands for every address behind NAME (getaddrinfo, IPv4 and IPv6): the client
+connects to tcp://ADDR:PORT for each and resolves NAME again every ``resolve_interval_ms`` (5000;
+0: only at construction) inside the calls that send or receive (no thread of its own), connecting
+new addresses and disconnecting vanished ones. A failed resolution keeps the addresses it has; a
+name with no address yet is not an error until a call finds nothing at all to send to
+(TransportError at once, not a timeout; the name is tried again every 200 ms until then). With a
+dns:// endpoint the socket sets ZMQ_IMMEDIATE (for every endpoint): requests go only to peers whose
+connection is up, so a listed address that does not answer takes no share. ``peers`` lists the
+tcp:// endpoints connected now. ``resolve_endpoint`` expands one endpoint without connecting.
+
+``retries`` (0 to 16, default 0) makes ``infer`` send a request again when it is answered
+STATUS_UNAVAILABLE (a draining server) or not answered within the timeout, and ``health`` /
+``list_models`` on a timeout: inference has no side effect, and round-robin hands the new copy to
+the next peer. Each attempt is a new request with a new id; the call takes the first answer to any
+of its attempts and waits up to the timeout for each, so it lasts at most (retries + 1) x the
+timeout. ``InferResult.attempts`` says how many it took. Pipelined calls never retry.
+
 Like a ZeroMQ socket, a SigClient is not thread-safe: use one per thread.
 
 Results and errors:
@@ -60,9 +81,11 @@ from __future__ import annotations
 
 import enum
 import math
+import re
+import socket as _socket
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import zmq
 
@@ -70,10 +93,14 @@ __all__ = [
     "SigClient", "InferResult", "Health", "ModelInfo", "Status", "status_name", "exception_for_status",
     "SigServeError", "ServerError", "BadRequest", "UnknownModel", "BadShape", "BadValue", "Overloaded",
     "DeadlineExceeded", "Unavailable", "InternalError", "Timeout", "ProtocolError", "TransportError",
-    "DEFAULT_TIMEOUT_MS",
+    "DEFAULT_TIMEOUT_MS", "DEFAULT_RESOLVE_MS", "MAX_RETRY", "resolve_endpoint",
 ]
 
 DEFAULT_TIMEOUT_MS = 5000
+DEFAULT_RESOLVE_MS = 5000        # how often dns:// names are resolved again
+MAX_RETRY = 16
+_EMPTY_RETRY_MS = 200            # a name with no address connected is tried this often
+_DNS_PREFIX = "dns://"
 UINT32_MAX = (1 << 32) - 1
 # sigserve's default max_message_bytes: a larger request is dropped by ZeroMQ without a reply, so a
 # timeout after one is worth a hint.
@@ -123,8 +150,10 @@ class ServerError(SigServeError):
         self.request_id = request_id
         self.result = result
 
+    message_suffix = ""      # " (after N attempts)" when retries were used
+
     def __str__(self) -> str:
-        return f"server replied {self.status_name}: {self.message or '(no error text)'}"
+        return f"server replied {self.status_name}: {self.message or '(no error text)'}{self.message_suffix}"
 
 
 class BadRequest(ServerError):
@@ -209,6 +238,7 @@ class InferResult:
     round_trip_ns: int
     status: int = Status.STATUS_OK
     error: str = ""
+    attempts: int = 1        # infer: requests sent for this answer (1 + retries used)
 
     @property
     def ok(self) -> bool:
@@ -254,6 +284,87 @@ class ModelInfo:
     available: bool
 
 
+# ---- dns:// endpoints ----
+
+def _getaddrinfo(name: str) -> list[str]:
+    """Every address behind NAME, numeric ("10.0.0.7", "::1")."""
+    infos = _socket.getaddrinfo(name, None, _socket.AF_UNSPEC, _socket.SOCK_STREAM)
+    return [info[4][0].split("%")[0] for info in infos if info[0] in (_socket.AF_INET, _socket.AF_INET6)]
+
+
+def _parse_dns(endpoint: str) -> tuple[str, int]:
+    """("NAME", PORT) of "dns://NAME:PORT" (NAME may be a bracketed IPv6 literal); ValueError otherwise."""
+    m = re.fullmatch(r"dns://(\[[^\]/]+\]|[^\[\]/]+):([0-9]+)", endpoint)
+    port = int(m.group(2)) if m else 0
+    if not m or not 1 <= port <= 65535:
+        raise ValueError(f"bad endpoint {endpoint!r}: expected dns://NAME:PORT with a port from 1 to 65535")
+    name = m.group(1)
+    return (name[1:-1] if name.startswith("[") else name), port
+
+
+def _dns_lookup(name: str, port: int, resolver) -> list[str]:
+    """The tcp:// endpoints behind NAME, sorted, without duplicates (maybe none). Raises OSError."""
+    found = {f"tcp://[{a}]:{port}" if ":" in a else f"tcp://{a}:{port}" for a in resolver(name)}
+    return sorted(found)
+
+
+def resolve_endpoint(endpoint: str, resolver=None) -> list[str]:
+    """"dns://NAME:PORT" -> ["tcp://ADDR:PORT", ...] for every address behind NAME (sorted); any other
+    endpoint -> [endpoint]. Raises ValueError for a malformed one, TransportError when NAME has no address.
+    RESOLVER (name -> list of numeric addresses) replaces getaddrinfo, for tests."""
+    if not endpoint.startswith(_DNS_PREFIX):
+        return [endpoint]
+    name, port = _parse_dns(endpoint)
+    try:
+        found = _dns_lookup(name, port, resolver or _getaddrinfo)
+    except OSError as e:
+        raise TransportError(f"{endpoint}: {e.strerror or e}") from e
+    if not found:
+        raise TransportError(f"{endpoint}: no address")
+    return found
+
+
+class _DnsEndpoint:
+    """One dns://NAME:PORT and the tcp:// endpoints connected for it now."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.name, self.port = _parse_dns(endpoint)
+        self.connected: list[str] = []
+        self.error = ""       # why the last resolution gave nothing; "" when it gave addresses
+
+    def refresh(self, sock, resolver) -> None:
+        """Connects new addresses, disconnects vanished ones; a failure or no address changes nothing."""
+        try:
+            fresh = _dns_lookup(self.name, self.port, resolver)
+        except OSError as e:
+            self.error = str(e.strerror or e)
+            return
+        if not fresh:
+            self.error = "no address"
+            return
+        self.error = ""
+        for e in self.connected:
+            if e not in fresh:
+                sock.disconnect(e)        # requests still queued for it are dropped
+        kept = [e for e in self.connected if e in fresh]
+        for e in fresh:
+            if e in kept:
+                continue
+            try:
+                sock.connect(e)
+                kept.append(e)
+            except zmq.ZMQError as err:
+                self.error = f"cannot connect to {e}: {err}"
+        self.connected = sorted(kept)
+
+    def describe(self) -> str:
+        inner = ", ".join(self.connected) if self.connected else "no address"
+        if self.error and not (not self.connected and self.error == "no address"):
+            inner += ("; last resolution: " if self.connected else ": ") + self.error
+        return f"{self.endpoint} [{inner}]"
+
+
 # ---- the client ----
 
 def _split_endpoints(endpoints: str | Sequence[str]) -> list[str]:
@@ -285,13 +396,30 @@ def _timeout(name: str, value: int) -> int:
     return value
 
 
+def _retries(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"retries: expected an int, got {type(value).__name__}")
+    if not 0 <= value <= MAX_RETRY:
+        raise ValueError(f"retries: expected 0 to {MAX_RETRY}, got {value}")
+    return value
+
+
 class SigClient:
     """One DEALER socket connected to every endpoint. See the module docstring."""
 
     def __init__(self, endpoints: str | list[str], timeout_ms: int = DEFAULT_TIMEOUT_MS,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, *, retries: int = 0,
+                 resolve_interval_ms: int = DEFAULT_RESOLVE_MS, resolver=None):
         self._endpoints = _split_endpoints(endpoints)
         self._timeout_ms = _timeout("timeout_ms", timeout_ms)
+        self._retries = _retries(retries)
+        if isinstance(resolve_interval_ms, bool) or not isinstance(resolve_interval_ms, int) or resolve_interval_ms < 0:
+            raise ValueError(f"resolve_interval_ms: expected 0 or more milliseconds, got {resolve_interval_ms!r}")
+        self._resolve_interval_ms = resolve_interval_ms
+        self._resolver = resolver or _getaddrinfo
+        self._static = [e for e in self._endpoints if not e.startswith(_DNS_PREFIX)]
+        self._dns = [_DnsEndpoint(e) for e in self._endpoints if e.startswith(_DNS_PREFIX)]
+        self._next_resolve_ns = 0
         self._own_context = context is None
         self._context = zmq.Context() if context is None else context
         self._socket = None
@@ -302,11 +430,16 @@ class SigClient:
         try:
             self._socket = self._context.socket(zmq.DEALER)
             self._socket.setsockopt(zmq.LINGER, 0)
-            for e in self._endpoints:
+            if self._dns:
+                # dns:// names give IPv6 addresses too, and some of them may not answer.
+                self._socket.setsockopt(zmq.IPV6, 1)
+                self._socket.setsockopt(zmq.IMMEDIATE, 1)
+            for e in self._static:
                 self._socket.connect(e)
         except zmq.ZMQError as e:
             self.close()
-            raise TransportError(f"cannot connect to {_joined(self._endpoints)}: {e}") from e
+            raise TransportError(f"cannot connect to {self._describe()}: {e}") from e
+        self._resolve_all()
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
 
@@ -341,7 +474,21 @@ class SigClient:
 
     @property
     def endpoints(self) -> list[str]:
+        """The endpoints as given (dns:// ones unexpanded)."""
         return list(self._endpoints)
+
+    @property
+    def peers(self) -> list[str]:
+        """What the socket is connected to now: the static endpoints and each dns:// name's addresses."""
+        return self._static + [e for d in self._dns for e in d.connected]
+
+    @property
+    def retries(self) -> int:
+        return self._retries
+
+    @retries.setter
+    def retries(self, value: int) -> None:
+        self._retries = _retries(value)
 
     @property
     def timeout_ms(self) -> int:
@@ -362,14 +509,41 @@ class SigClient:
         """Runs one request of ROWS rows (FEATURES: rows x the model's input size, row-major; rows 0
         means 1) and waits for its reply. Raises the ServerError subclass for a non-OK status,
         Timeout when no reply comes within the timeout."""
-        request_id = self._send_infer(model, features, rows, deadline_us)
-        sent = self._sent_at.pop(request_id)
+        # Attempt k is request first + k: one call's ids are consecutive.
+        first = self._send_infer(model, features, rows, deadline_us)
+        sent = self._sent_at.pop(first)
+        ids = {first: sent}
         deadline = sent + self._timeout_ms * 1_000_000
+
+        def again() -> None:
+            nonlocal deadline
+            request_id = self._send_infer(model, features, rows, deadline_us)
+            ids[request_id] = self._sent_at.pop(request_id)
+            deadline = ids[request_id] + self._timeout_ms * 1_000_000
+
         while True:
-            reply = self._recv_reply(deadline, f"the reply to request {request_id}")
+            try:
+                reply = self._recv_reply(deadline, f"the reply to request {max(ids)}")
+            except Timeout as e:
+                if len(ids) > self._retries:
+                    raise _after_attempts(e, len(ids))
+                again()
+                continue
             body = reply.WhichOneof("body")
-            if body == "infer" and (reply.infer.request_id == request_id or self._is_rejection(reply)):
-                return self._result(reply.infer, sent).raise_for_status()
+            ours = body == "infer" and reply.infer.request_id in ids
+            unavailable = ours and reply.infer.status == Status.STATUS_UNAVAILABLE
+            if unavailable and reply.infer.request_id != max(ids):
+                continue        # an earlier attempt's: a later one is out
+            if unavailable and len(ids) <= self._retries:
+                again()
+                continue
+            if ours or self._is_rejection(reply):
+                result = self._result(reply.infer, ids.get(reply.infer.request_id, sent))
+                result.attempts = len(ids)
+                try:
+                    return result.raise_for_status()
+                except ServerError as e:
+                    raise _after_attempts(e, len(ids))
             self._discard(reply)
 
     def infer_rows(self, model: str, rows: Sequence[Sequence[float]], deadline_us: int = 0) -> list[list[float]]:
@@ -439,6 +613,22 @@ class SigClient:
             raise SigServeError("the client is closed")
         return self._socket
 
+    def _describe(self) -> str:
+        """The endpoints for messages: static ones, then each dns:// name with what it stands for now."""
+        return ", ".join(self._static + [d.describe() for d in self._dns])
+
+    def _resolve_all(self) -> None:
+        for d in self._dns:
+            d.refresh(self._socket, self._resolver)
+        wait_ms = self._resolve_interval_ms
+        if not self.peers:
+            wait_ms = min(wait_ms, _EMPTY_RETRY_MS)
+        self._next_resolve_ns = time.monotonic_ns() + wait_ms * 1_000_000
+
+    def _resolve_if_due(self) -> None:
+        if self._dns and self._resolve_interval_ms > 0 and time.monotonic_ns() >= self._next_resolve_ns:
+            self._resolve_all()
+
     def _send_infer(self, model: str, features: Sequence[float], rows: int, deadline_us: int) -> int:
         if not isinstance(model, str):
             raise TypeError(f"model: expected a str, got {type(model).__name__}")
@@ -458,20 +648,23 @@ class SigClient:
     def _send(self, payload: bytes) -> int:
         """Sends one frame; returns the time (monotonic ns) taken just before handing it to ZeroMQ."""
         sock = self._check_open()
+        self._resolve_if_due()
+        if not self.peers:
+            raise TransportError(f"no address to send to: {self._describe()}")
         self._largest_unanswered = max(self._largest_unanswered, len(payload))
         try:
             # Room to send: a DEALER queues for endpoints not up yet, up to its high-water mark.
             if not sock.poll(self._timeout_ms, zmq.POLLOUT):
-                raise Timeout(f"timed out after {self._timeout_ms} ms sending to {_joined(self._endpoints)} "
+                raise Timeout(f"timed out after {self._timeout_ms} ms sending to {self._describe()} "
                               f"(send queue full)")
             sent_ns = time.monotonic_ns()     # before: the reply may arrive before send() returns
             sock.send(payload, zmq.NOBLOCK)
             return sent_ns
         except zmq.Again as e:
-            raise Timeout(f"timed out after {self._timeout_ms} ms sending to {_joined(self._endpoints)} "
+            raise Timeout(f"timed out after {self._timeout_ms} ms sending to {self._describe()} "
                           f"(send queue full)") from e
         except zmq.ZMQError as e:
-            raise TransportError(f"cannot send to {_joined(self._endpoints)}: {e}") from e
+            raise TransportError(f"cannot send to {self._describe()}: {e}") from e
 
     def _recv_frame(self, deadline_ns: int, what: str, wait_ms: int | None = None) -> bytes:
         sock = self._check_open()
@@ -486,7 +679,11 @@ class SigClient:
                                 f"over its max_message_bytes, {_SERVER_DEFAULT_MAX_MESSAGE} by default, "
                                 f"without a reply)")
                     raise Timeout(f"timed out after {wait_ms} ms waiting for {what} from "
-                                  f"{_joined(self._endpoints)}{hint}")
+                                  f"{self._describe()}{hint}")
+                self._resolve_if_due()
+                if self._dns and self._resolve_interval_ms > 0:
+                    # a long wait still resolves dns:// names on time
+                    left_ms = max(0, min(left_ms, math.ceil((self._next_resolve_ns - time.monotonic_ns()) / 1e6)))
                 if dict(self._poller.poll(left_ms)).get(sock, 0) & zmq.POLLIN:
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK)
@@ -494,11 +691,11 @@ class SigClient:
                         continue
                     self._largest_unanswered = 0
                     if len(frames) != 1:
-                        raise ProtocolError(f"a reply of {len(frames)} frames from {_joined(self._endpoints)}, "
+                        raise ProtocolError(f"a reply of {len(frames)} frames from {self._describe()}, "
                                             f"expected one")
                     return frames[0]
         except zmq.ZMQError as e:
-            raise TransportError(f"cannot receive from {_joined(self._endpoints)}: {e}") from e
+            raise TransportError(f"cannot receive from {self._describe()}: {e}") from e
 
     def _recv_reply(self, deadline_ns: int, what: str, wait_ms: int | None = None):
         frame = self._recv_frame(deadline_ns, what, wait_ms)
@@ -506,10 +703,10 @@ class SigClient:
         try:
             reply.ParseFromString(frame)
         except Exception as e:  # google.protobuf.message.DecodeError, or a runtime's own error
-            raise ProtocolError(f"cannot decode a reply of {len(frame)} bytes from {_joined(self._endpoints)}: "
+            raise ProtocolError(f"cannot decode a reply of {len(frame)} bytes from {self._describe()}: "
                                 f"{e}") from e
         if reply.WhichOneof("body") is None:
-            raise ProtocolError(f"a reply with no body ({len(frame)} bytes) from {_joined(self._endpoints)}")
+            raise ProtocolError(f"a reply with no body ({len(frame)} bytes) from {self._describe()}")
         return reply
 
     @staticmethod
@@ -524,9 +721,18 @@ class SigClient:
             self._sent_at.pop(reply.infer.request_id, None)
 
     def _call(self, req, want: str):
-        deadline = self._send(req.SerializeToString()) + self._timeout_ms * 1_000_000
+        payload = req.SerializeToString()
+        deadline = self._send(payload) + self._timeout_ms * 1_000_000
+        attempts = 1
         while True:
-            reply = self._recv_reply(deadline, f"the {want} reply")
+            try:
+                reply = self._recv_reply(deadline, f"the {want} reply")
+            except Timeout as e:
+                if attempts > self._retries:
+                    raise _after_attempts(e, attempts)
+                deadline = self._send(payload) + self._timeout_ms * 1_000_000
+                attempts += 1
+                continue
             if reply.WhichOneof("body") == want:
                 return reply
             if self._is_rejection(reply):
@@ -542,5 +748,11 @@ class SigClient:
                            status=_as_status(rep.status), error=rep.error)
 
 
-def _joined(endpoints: Iterable[str]) -> str:
-    return ", ".join(endpoints)
+def _after_attempts(error: SigServeError, attempts: int) -> SigServeError:
+    """ERROR, saying how many attempts it took when more than one."""
+    if attempts > 1:
+        if isinstance(error, ServerError):
+            error.message_suffix = f" (after {attempts} attempts)"
+        else:
+            error.args = (f"{error.args[0] if error.args else error} (after {attempts} attempts)",)
+    return error

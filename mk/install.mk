@@ -1,0 +1,132 @@
+# Installation: `make install` (PREFIX, DESTDIR and the directories below), `make uninstall`, and
+# the man pages, generated from the programs' --help and kept in man/ (`make man`, `make man-check`).
+#
+#   make install                                  binaries, library, header, pkg-config file, default
+#                                                 config and demo model, man pages, systemd unit
+#   make install PREFIX=/usr DESTDIR=/tmp/stage   staged, as a package build does
+#
+# What goes where (PREFIX=/usr/local by default):
+#   $(BINDIR)          sigserve sigclient sigload
+#   $(LIBDIR)          libsigclient.so.$(VERSION), its SONAME link libsigclient.so.$(SIGCLIENT_SOVERSION),
+#                      the development link libsigclient.so, libsigclient.a, pkgconfig/libsigclient.pc
+#   $(INCLUDEDIR)      sigclient.h
+#   $(DATADIR)         sigserve.json (the default config) and models/tick_mlp.safetensors (the demo)
+#   $(SYSCONFDIR)/sigserve/sigserve.json
+#                      the config the systemd unit starts with: the default, installed only when
+#                      there is none yet (an operator's config is never overwritten)
+#   $(MANDIR)/man1     sigserve.1 sigclient.1 sigload.1
+#   $(SYSTEMDUNITDIR)  sigserve.service; $(SYSUSERSDIR)/sigserve.conf (the sigserve user)
+#
+# libsigclient.so exports the sigclient_* functions only (a version script), so a program that
+# carries its own copy of the protobuf-c code for signal.proto does not clash with the library's.
+# The SONAME follows VERSION's major number: libsigclient.so.0 for 0.x.y.
+
+PREFIX         ?= /usr/local
+DESTDIR        ?=
+BINDIR         ?= $(PREFIX)/bin
+LIBDIR         ?= $(PREFIX)/lib
+INCLUDEDIR     ?= $(PREFIX)/include
+DATADIR        ?= $(PREFIX)/share/sigserve
+MANDIR         ?= $(PREFIX)/share/man
+PKGCONFIGDIR   ?= $(LIBDIR)/pkgconfig
+SYSCONFDIR     ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
+# "text" suits the journal; the container image sets "json".
+SIGSERVE_LOG_FORMAT ?= text
+INSTALL        ?= install
+
+SIGCLIENT_SOVERSION := $(firstword $(subst ., ,$(VERSION)))
+SIGCLIENT_SONAME    := libsigclient.so.$(SIGCLIENT_SOVERSION)
+SIGCLIENT_SOFILE    := $(BUILD)/libsigclient.so.$(VERSION)
+SIGCLIENT_MAP       := $(BUILD)/libsigclient.map
+SIGCLIENT_PC        := $(BUILD)/libsigclient.pc
+SIGSERVE_CONFIG     := $(BUILD)/deploy/sigserve.json
+SIGSERVE_UNIT       := $(BUILD)/deploy/sigserve.service
+MAN_PAGES           := man/sigserve.1 man/sigclient.1 man/sigload.1
+INSTALL_DEPS        := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(BUILD)/libsigclient.a \
+                       $(SIGCLIENT_SOFILE) $(SIGCLIENT_PC) $(DEMO) $(SIGSERVE_CONFIG) $(SIGSERVE_UNIT)
+
+# Written by the recipes from the values of this make run: a change of PREFIX or VERSION must
+# rewrite them, so they are always remade (cheap) and only replaced when their text changes.
+.PHONY: install uninstall man man-check FORCE-INSTALL-TEXT
+
+# The shared library, with its SONAME and the exported symbols limited to the API.
+$(SIGCLIENT_MAP):
+	@mkdir -p $(dir $@)
+	printf '{\n  global: sigclient_*;\n  local: *;\n};\n' > $@
+
+$(SIGCLIENT_SOFILE): $(CLIENT_OBJ) $(SIGCLIENT_MAP)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -Wl,--version-script,$(SIGCLIENT_MAP) \
+	    -o $@ $(CLIENT_OBJ) $(CLIENT_LIBS)
+	ln -sf $(notdir $@) $(BUILD)/$(SIGCLIENT_SONAME)
+
+# libdir and includedir relative to ${prefix} when they are under it, so that the file can be
+# relocated (PKG_CONFIG_SYSROOT_DIR, pkg-config --define-prefix).
+pc_dir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+$(SIGCLIENT_PC): FORCE-INSTALL-TEXT
+	@mkdir -p $(dir $@)
+	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(call pc_dir,$(LIBDIR))' 'includedir=$(call pc_dir,$(INCLUDEDIR))' '' \
+	    'Name: libsigclient' \
+	    'Description: C client of sigserve, the ZeroMQ inference service for market signals' \
+	    'URL: https://github.com/sigserve/sigserve' \
+	    'Version: $(VERSION)' \
+	    'Requires.private: libzmq libprotobuf-c' \
+	    'Libs: -L$${libdir} -lsigclient' \
+	    'Libs.private: -lpthread -lm' \
+	    'Cflags: -I$${includedir}' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; echo "wrote $@"; fi
+
+$(SIGSERVE_CONFIG): deploy/sigserve.json.in FORCE-INSTALL-TEXT
+	@mkdir -p $(dir $@)
+	@sed -e 's|@DATADIR@|$(DATADIR)|g' -e 's|@LOG_FORMAT@|$(SIGSERVE_LOG_FORMAT)|g' $< > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; echo "wrote $@"; fi
+
+$(SIGSERVE_UNIT): deploy/systemd/sigserve.service FORCE-INSTALL-TEXT
+	@mkdir -p $(dir $@)
+	@sed -e 's|/usr/local/bin/sigserve|$(BINDIR)/sigserve|g' \
+	     -e 's|/etc/sigserve/sigserve.json|$(SYSCONFDIR)/sigserve/sigserve.json|g' $< > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; echo "wrote $@"; fi
+
+FORCE-INSTALL-TEXT:
+
+install: $(INSTALL_DEPS)
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR) \
+	    $(DESTDIR)$(DATADIR)/models $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+	    $(DESTDIR)$(SYSCONFDIR)/sigserve
+	$(INSTALL) -m 0755 $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 0755 $(SIGCLIENT_SOFILE) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(SIGCLIENT_SOFILE)) $(DESTDIR)$(LIBDIR)/$(SIGCLIENT_SONAME)
+	ln -sf $(SIGCLIENT_SONAME) $(DESTDIR)$(LIBDIR)/libsigclient.so
+	$(INSTALL) -m 0644 $(BUILD)/libsigclient.a $(DESTDIR)$(LIBDIR)/
+	$(INSTALL) -m 0644 $(SIGCLIENT_PC) $(DESTDIR)$(PKGCONFIGDIR)/libsigclient.pc
+	$(INSTALL) -m 0644 clients/sigclient.h $(DESTDIR)$(INCLUDEDIR)/
+	$(INSTALL) -m 0644 $(SIGSERVE_CONFIG) $(DESTDIR)$(DATADIR)/sigserve.json
+	$(INSTALL) -m 0644 $(DEMO) $(DESTDIR)$(DATADIR)/models/
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sigserve/sigserve.json ]; then \
+	    echo "kept $(DESTDIR)$(SYSCONFDIR)/sigserve/sigserve.json (the default is $(DATADIR)/sigserve.json)"; \
+	else \
+	    echo "$(INSTALL) -m 0644 $(SIGSERVE_CONFIG) $(DESTDIR)$(SYSCONFDIR)/sigserve/sigserve.json"; \
+	    $(INSTALL) -m 0644 $(SIGSERVE_CONFIG) $(DESTDIR)$(SYSCONFDIR)/sigserve/sigserve.json; \
+	fi
+	$(INSTALL) -m 0644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
+	$(INSTALL) -m 0644 $(SIGSERVE_UNIT) $(DESTDIR)$(SYSTEMDUNITDIR)/sigserve.service
+	$(INSTALL) -m 0644 deploy/systemd/sigserve.sysusers $(DESTDIR)$(SYSUSERSDIR)/sigserve.conf
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null 2>&1; then ldconfig; fi
+
+# The config in SYSCONFDIR is the operator's: left in place.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,sigserve sigclient sigload)
+	rm -f $(DESTDIR)$(LIBDIR)/libsigclient.so $(DESTDIR)$(LIBDIR)/$(SIGCLIENT_SONAME) \
+	      $(DESTDIR)$(LIBDIR)/$(notdir $(SIGCLIENT_SOFILE)) $(DESTDIR)$(LIBDIR)/libsigclient.a \
+	      $(DESTDIR)$(PKGCONFIGDIR)/libsigclient.pc $(DESTDIR)$(INCLUDEDIR)/sigclient.h
+	rm -rf $(DESTDIR)$(DATADIR)
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN_PAGES)))
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/sigserve.service $(DESTDIR)$(SYSUSERSDIR)/sigserve.conf
+
+# The man pages say what --help says (man/gen-man.py); regenerate after changing a usage text.
+man: $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload
+	$(PYTHON) man/gen-man.py $(BUILD) $(VERSION)
+
+man-check: $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload
+	$(PYTHON) man/gen-man.py --check $(BUILD) $(VERSION)

@@ -1,0 +1,138 @@
+#!/bin/sh
+# The container images as a user runs them: `make image`, then `run --network host sigserve:cpu`
+# answers health and infers tick_mlp on port 5555, the HEALTHCHECK passes, a config mounted at
+# /etc/sigserve/sigserve.json replaces the default, and `stop` drains and exits 0. With a CUDA build
+# (BUILD holds CUDA objects), the same for sigserve:cuda, which must start without a GPU, say that
+# there is none, and serve tick_mlp on the CPU. Needs docker or podman (SKIP otherwise); containers
+# use the host's network, as they must on the project's machines.
+set -eu
+. tests/deploy/lib.sh
+if docker info >/dev/null 2>&1; then engine=docker
+elif podman info >/dev/null 2>&1; then engine=podman
+else skip "neither 'docker info' nor 'podman info' answers (no container engine; ../shared/tools/oci-setup.sh sets up podman)"
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sigserve-image.XXXXXX")
+names=""
+cleanup () {
+    for n in $names; do $engine rm -f "$n" >/dev/null 2>&1 || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+client=$BUILD/sigclient
+[ -x "$client" ] || fail "$client is not built"
+
+# IMAGE_BUILT=1: test the images already built (while debugging this script).
+start=$(date +%s)
+if [ "${IMAGE_BUILT:-0}" != 1 ]; then
+    make_build image-cpu IMAGE_ENGINE=$engine >"$tmp/build.log" 2>&1 || { tail -n 40 "$tmp/build.log"; fail "make image-cpu"; }
+fi
+size=$($engine image inspect --format '{{.Size}}' sigserve:cpu)
+ok "make image-cpu built sigserve:cpu with $engine in $(( $(date +%s) - start )) s: $((size / 1000000)) MB"
+
+[ "$($engine image inspect --format '{{.Config.User}}' sigserve:cpu)" = sigserve:sigserve ] || fail "the image does not run as sigserve"
+$engine image inspect --format '{{json .Config.Healthcheck}}' sigserve:cpu | grep -q 'sigclient' ||
+    fail "no HEALTHCHECK running sigclient in the image (podman needs --format docker)"
+$engine image inspect --format '{{.Config.StopSignal}}' sigserve:cpu | grep -Eq '^(SIGTERM|15)$' || fail "STOPSIGNAL is not SIGTERM"
+missing=$($engine run --rm --no-healthcheck --network host --entrypoint sh sigserve:cpu -c \
+    'id -u; for b in /usr/bin/sigserve /usr/bin/sigclient /usr/bin/sigload; do ldd $b; done' 2>"$tmp/run.err") ||
+    { cat "$tmp/run.err"; fail "ldd in the image: $missing"; }
+case $missing in 0*) fail "the container runs as root" ;; esac
+if echo "$missing" | grep -q 'not found'; then fail "libraries missing in the image: $(echo "$missing" | grep 'not found')"; fi
+ok "non-root (uid $(echo "$missing" | head -n 1)), HEALTHCHECK and STOPSIGNAL SIGTERM kept, every library the binaries load present"
+
+# run IMAGE NAME PORT [mounted config]: a detached container on the host's network. (podman's
+# complaints that it cannot schedule periodic health checks without systemd go to run.err:
+# `podman healthcheck run` below runs the check itself.)
+run () {
+    names="$names $2"
+    if [ $# -ge 4 ]; then
+        $engine run -d --name "$2" --network host -v "$4:/etc/sigserve/sigserve.json:ro" \
+            -e SIGSERVE_HEALTH_ENDPOINT="tcp://127.0.0.1:$3" "$1" >/dev/null 2>>"$tmp/run.err"
+    else
+        $engine run -d --name "$2" --network host "$1" >/dev/null 2>>"$tmp/run.err"
+    fi
+    i=0
+    until "$client" --endpoint "tcp://127.0.0.1:$3" --timeout 500 health >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -ge 120 ] || [ "$($engine inspect --format '{{.State.Running}}' "$2")" != true ]; then
+            $engine logs "$2" 2>&1 | tail -n 20; fail "$1 not ready on port $3"
+        fi
+        sleep 0.5
+    done
+}
+
+# serves NAME PORT: health, the model list and one inference of tick_mlp; the backend in $backend.
+serves () {
+    out=$("$client" --endpoint "tcp://127.0.0.1:$2" health) || fail "health: $out"
+    case $out in "live=1 ready=1 version=$(cat VERSION)") ;; *) fail "health said '$out'" ;; esac
+    models=$("$client" --endpoint "tcp://127.0.0.1:$2" models) || fail "models: $models"
+    backend=$(echo "$models" | awk '$1 == "tick_mlp" {print $3}')
+    [ -n "$backend" ] || fail "$1 does not serve tick_mlp: $models"
+    n=$("$client" --endpoint "tcp://127.0.0.1:$2" infer --model tick_mlp --random 512 2>/dev/null | wc -w) || fail "infer failed"
+    [ "$n" = 1 ] || fail "infer gave $n outputs"
+}
+
+# healthy NAME: the image's own HEALTHCHECK passes.
+healthy () {
+    if [ $engine = podman ]; then
+        podman healthcheck run "$1" >/dev/null 2>>"$tmp/run.err" || fail "podman healthcheck run $1 failed"
+    else
+        i=0
+        until [ "$(docker inspect --format '{{.State.Health.Status}}' "$1")" = healthy ]; do
+            i=$((i + 1)); [ $i -lt 90 ] || fail "$1 not healthy after 90 s"; sleep 1
+        done
+    fi
+}
+
+# stops NAME: `stop` ends it with exit code 0, after the drain (the log says so).
+stops () {
+    $engine stop -t 30 "$1" >/dev/null 2>>"$tmp/run.err" || fail "$engine stop $1"
+    code=$($engine inspect --format '{{.State.ExitCode}}' "$1")
+    [ "$code" = 0 ] || { $engine logs "$1" 2>&1 | tail -n 20; fail "$1 exited $code after $engine stop"; }
+    $engine logs "$1" 2>&1 | grep -q 'draining' || fail "$1's log does not mention the drain"
+}
+
+id=$$
+if port_busy 5555; then
+    echo "note: port 5555 is in use on this host; the default config's run is left to the mounted-config run below"
+else
+    run sigserve:cpu "sigserve-test-cpu-$id" 5555
+    serves "sigserve-test-cpu-$id" 5555
+    ok "run --network host sigserve:cpu serves health and tick_mlp ($backend) on tcp://127.0.0.1:5555"
+    healthy "sigserve-test-cpu-$id"
+    ok "its HEALTHCHECK (sigclient health) passes"
+    $engine logs "sigserve-test-cpu-$id" 2>&1 | grep -q '^{.*"level"' || fail "the default config's log lines are not JSON"
+    stops "sigserve-test-cpu-$id"
+    ok "$engine stop drains and exits 0; log lines are JSON"
+fi
+
+port=$(free_port)
+sed -e "s|tcp://\*:5555|tcp://127.0.0.1:$port|" -e 's|@LOG_FORMAT@|text|' -e 's|@DATADIR@|/usr/share/sigserve|' \
+    deploy/sigserve.json.in >"$tmp/sigserve.json"
+chmod 644 "$tmp/sigserve.json"
+run sigserve:cpu "sigserve-test-mount-$id" "$port" "$tmp/sigserve.json"
+serves "sigserve-test-mount-$id" "$port"
+healthy "sigserve-test-mount-$id"
+$engine logs "sigserve-test-mount-$id" 2>&1 | grep -q '^{' && fail "the mounted config's text log format was not used"
+stops "sigserve-test-mount-$id"
+ok "a config mounted at /etc/sigserve/sigserve.json replaces the default (port $port); healthy; stop exits 0"
+
+if [ -d "$BUILD/obj/kernels" ]; then
+    if [ "${IMAGE_BUILT:-0}" != 1 ]; then
+        make_build image-cuda IMAGE_ENGINE=$engine >"$tmp/build-cuda.log" 2>&1 ||
+            { tail -n 40 "$tmp/build-cuda.log"; fail "make image-cuda"; }
+    fi
+    size=$($engine image inspect --format '{{.Size}}' sigserve:cuda)
+    ok "make image-cuda built sigserve:cuda from $BUILD/sigserve: $((size / 1000000)) MB"
+    run sigserve:cuda "sigserve-test-cuda-$id" "$port" "$tmp/sigserve.json"
+    serves "sigserve-test-cuda-$id" "$port"
+    [ "$backend" = cpu ] || fail "sigserve:cuda without a GPU serves tick_mlp on '$backend'"
+    $engine logs "sigserve-test-cuda-$id" 2>&1 | grep -q 'no CUDA device' || fail "sigserve:cuda does not say that no GPU is present"
+    "$client" --endpoint "tcp://127.0.0.1:$port" --version >/dev/null
+    $engine exec "sigserve-test-cuda-$id" sigserve --version | grep -q 'cuda with CUDA runtime' || fail "sigserve:cuda is not the CUDA build"
+    stops "sigserve-test-cuda-$id"
+    ok "sigserve:cuda starts without a GPU, says so ($($engine logs "sigserve-test-cuda-$id" 2>&1 | grep -o 'no CUDA device[^"]*' | head -n 1)), serves tick_mlp on the CPU, stops with 0"
+else
+    echo "note: $BUILD has no CUDA objects: sigserve:cuda not built (make image-cuda with a CUDA build)"
+fi
+done_checks "images with $engine"
