@@ -320,6 +320,13 @@ typedef struct {
     int rc;
 } front_t;
 
+static pthread_t s_control_thread;
+
+static void s_forward_signal (int sig)
+{
+    pthread_kill (s_control_thread, sig);   /* async-signal-safe; blocked there, so it waits for sigtimedwait */
+}
+
 static void *s_front_main (void *arg)
 {
     front_t *f = arg;
@@ -358,6 +365,15 @@ int main (int argc, char **argv)
     sigaddset (&signals, SIGHUP);
     pthread_sigmask (SIG_BLOCK, &signals, NULL);
     signal (SIGPIPE, SIG_IGN);
+    /* Threads that started before main blocked them (OpenBLAS starts its workers in a library
+     * constructor) still take these signals, whose default action would end the process on the
+     * spot, with no drain: a handler sends them on to this thread, which waits for them. */
+    s_control_thread = pthread_self ();
+    struct sigaction forward = { .sa_handler = s_forward_signal };
+    sigemptyset (&forward.sa_mask);
+    sigaction (SIGINT, &forward, NULL);
+    sigaction (SIGTERM, &forward, NULL);
+    sigaction (SIGHUP, &forward, NULL);
 
     stats_t *stats = stats_new ();
     stats_snapshot_t *before = calloc (STATS_SLOTS, sizeof *before);
