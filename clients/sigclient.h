@@ -75,6 +75,7 @@ typedef enum {
 #define SIGCLIENT_MAX_RETRY 16              /* the most retries sigclient_set_retry accepts */
 #define SIGCLIENT_ENDPOINT_MAX 64           /* bytes of "tcp://[IPv6]:PORT" and its NUL */
 #define SIGCLIENT_ADDRESS_MAX 46            /* bytes of a numeric IPv6 address and its NUL */
+#define SIGCLIENT_KEY_TEXT 41               /* bytes of a CURVE key in Z85 text and its NUL */
 
 /* What one InferReply said. Strings are copied and NUL-terminated (truncated if longer). */
 typedef struct {
@@ -114,6 +115,29 @@ typedef struct {
  * dns:// endpoint (it needs a name and a port from 1 to 65535), EPROTONOSUPPORT for an unknown
  * transport, ENOMEM. */
 sigclient_t *sigclient_new (const char *const *endpoints, size_t count, int timeout_ms);
+/* As sigclient_new, with CURVE: the connection is encrypted and the server authenticates the
+ * client by its key. SERVER_KEY is the server's public key, CLIENT_PUBLIC and CLIENT_SECRET the
+ * client's keys, each 40 characters of Z85 (see sigclient_read_cert). NULL with EINVAL when a key
+ * is not 40 Z85 characters. A server that does not allow the client's key (or that has another
+ * key than SERVER_KEY) does not answer at all: calls time out, and sigclient_error says so. */
+sigclient_t *sigclient_new_curve (const char *const *endpoints, size_t count, int timeout_ms,
+                                  const char *server_key, const char *client_public, const char *client_secret);
+
+/* Reads a czmq certificate file (what `sigserve --keygen PATH` writes: PATH holds the public key,
+ * PATH_secret both keys). PUBLIC_KEY (SIGCLIENT_KEY_TEXT bytes) gets the public key; SECRET_KEY,
+ * when not NULL, the secret key, which the file must then hold. 0, or -1 with errno and ERROR
+ * (ERROR_CAP bytes; may be NULL) naming the file and what is wrong with it. */
+int sigclient_read_cert (const char *path, char *public_key, char *secret_key, char *error, size_t error_cap);
+
+/* Both certificates a CURVE client needs: the server's public one and the client's secret one. */
+typedef struct {
+    char server_public[SIGCLIENT_KEY_TEXT];
+    char client_public[SIGCLIENT_KEY_TEXT];
+    char client_secret[SIGCLIENT_KEY_TEXT];
+} sigclient_curve_keys_t;
+int sigclient_curve_keys_load (const char *server_cert, const char *client_cert, sigclient_curve_keys_t *keys,
+                               char *error, size_t error_cap);
+
 /* Closes the socket at once (pending messages are dropped). Safe on NULL; NULLs *SELF_P. */
 void sigclient_destroy (sigclient_t **self_p);
 

@@ -23,7 +23,8 @@ enum { EXIT_OK = 0, EXIT_STATUS = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3 };
 #define MAX_REPEAT 100000000ull
 
 #define SYNOPSIS \
-    "usage: sigclient [--endpoint E]... [--timeout MS] COMMAND\n" \
+    "usage: sigclient [--endpoint E]... [--timeout MS] [--retry N]\n" \
+    "                 [--curve-server FILE --curve-client FILE_secret] COMMAND\n" \
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n" \
     "        [--repeat K [--warmup W]] [--deadline-us D]\n" \
     "  health\n" \
@@ -34,8 +35,16 @@ static const char *s_usage =
     SYNOPSIS
     "\n"
     "options:\n"
-    "  --endpoint E     server endpoint, repeat for several (default " DEFAULT_ENDPOINT ")\n"
+    "  --endpoint E     server endpoint, repeat for several (default " DEFAULT_ENDPOINT "):\n"
+    "                   tcp://HOST:PORT, ipc://PATH, or dns://NAME:PORT for every address behind\n"
+    "                   NAME, resolved again every 5 s\n"
     "  --timeout MS     wait at most MS ms for each reply (default 5000)\n"
+    "  --retry N        send a request again, up to N times (0 to 16, default 0), when it is\n"
+    "                   answered STATUS_UNAVAILABLE or not answered within the timeout\n"
+    "  --curve-server FILE\n"
+    "                   CURVE: the server's public certificate (from sigserve --keygen)\n"
+    "  --curve-client FILE_secret\n"
+    "                   CURVE: this client's secret certificate; the server must allow its key\n"
     "  --model M        the model to run\n"
     "  --file F         features from F ('-': stdin): floats separated by spaces, commas or\n"
     "                   newlines, R x the model's input size, row-major; '#' starts a comment\n"
@@ -59,6 +68,9 @@ typedef struct {
     const char **endpoints;     /* argv entries, borrowed */
     size_t endpoint_count;
     int timeout_ms;
+    int retry;
+    const char *curve_server;   /* certificate files, borrowed; both or neither */
+    const char *curve_client;
     const char *command;
     const char *model;
     const char *file;           /* "-" for stdin */
@@ -95,7 +107,7 @@ static int s_parse_u64 (const char *text, uint64_t min, uint64_t max, uint64_t *
 static int s_parse_options (int argc, char **argv, options_t *opts)
 {
     enum { O_ENDPOINT = 256, O_TIMEOUT, O_MODEL, O_FILE, O_STDIN, O_RANDOM, O_ROWS, O_SEED,
-           O_REPEAT, O_WARMUP, O_DEADLINE, O_HELP, O_VERSION };
+           O_REPEAT, O_WARMUP, O_DEADLINE, O_HELP, O_VERSION, O_RETRY, O_CURVE_SERVER, O_CURVE_CLIENT };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "timeout", required_argument, NULL, O_TIMEOUT },
@@ -108,6 +120,9 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
         { "repeat", required_argument, NULL, O_REPEAT },
         { "warmup", required_argument, NULL, O_WARMUP },
         { "deadline-us", required_argument, NULL, O_DEADLINE },
+        { "retry", required_argument, NULL, O_RETRY },
+        { "curve-server", required_argument, NULL, O_CURVE_SERVER },
+        { "curve-client", required_argument, NULL, O_CURVE_CLIENT },
         { "help", no_argument, NULL, O_HELP },
         { "version", no_argument, NULL, O_VERSION },
         { NULL, 0, NULL, 0 },
@@ -125,6 +140,13 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
                 if (s_parse_u64 (optarg, 1, INT_MAX, &v)) return s_usage_error ("bad --timeout '%s'", optarg);
                 opts->timeout_ms = (int) v;
                 break;
+            case O_RETRY:
+                if (s_parse_u64 (optarg, 0, SIGCLIENT_MAX_RETRY, &v))
+                    return s_usage_error ("bad --retry '%s' (0 to 16)", optarg);
+                opts->retry = (int) v;
+                break;
+            case O_CURVE_SERVER: opts->curve_server = optarg; break;
+            case O_CURVE_CLIENT: opts->curve_client = optarg; break;
             case O_MODEL: opts->model = optarg; opts->infer_options++; break;
             case O_FILE: opts->file = optarg; sources++; opts->infer_options++; break;
             case O_STDIN: opts->file = "-"; sources++; opts->infer_options++; break;
@@ -174,6 +196,8 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
     opts->command = argv[optind];
     if (optind + 1 < argc) return s_usage_error ("unexpected argument '%s'", argv[optind + 1]);
     if (opts->endpoint_count == 0) opts->endpoints[opts->endpoint_count++] = DEFAULT_ENDPOINT;
+    if (!opts->curve_server != !opts->curve_client)
+        return s_usage_error ("%s", "CURVE needs both --curve-server and --curve-client");
     if (strcmp (opts->command, "infer") == 0) {
         if (!opts->model) return s_usage_error ("%s", "infer needs --model");
         if (sources != 1) return s_usage_error ("%s", "infer needs one of --file, --stdin, --random");
@@ -350,8 +374,19 @@ int main (int argc, char **argv)
 {
     options_t opts;
     int rc = s_parse_options (argc, argv, &opts);
+    sigclient_curve_keys_t keys;
+    char why[512];
+    if (rc < 0 && opts.curve_server
+        && sigclient_curve_keys_load (opts.curve_server, opts.curve_client, &keys, why, sizeof why) != 0) {
+        fprintf (stderr, "sigclient: %s\n", why);
+        rc = EXIT_USAGE;
+    }
     if (rc < 0) {
-        sigclient_t *client = sigclient_new (opts.endpoints, opts.endpoint_count, opts.timeout_ms);
+        sigclient_t *client = opts.curve_server
+            ? sigclient_new_curve (opts.endpoints, opts.endpoint_count, opts.timeout_ms, keys.server_public,
+                                   keys.client_public, keys.client_secret)
+            : sigclient_new (opts.endpoints, opts.endpoint_count, opts.timeout_ms);
+        if (client) sigclient_set_retry (client, opts.retry);
         if (!client) {
             /* Name the endpoint ZeroMQ rejects: try them one at a time. */
             int err = errno;

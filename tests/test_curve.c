@@ -3,10 +3,12 @@
  * keeps serving, a client added to the folder is served after SIGHUP, and every way of being
  * configured but unusable stops the start with exit code 2 (never a plaintext fallback). */
 #define _GNU_SOURCE
+#include "sigclient.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
 
 #include <check.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,6 +273,124 @@ START_TEST (keygen_writes_czmq_certificates)
 }
 END_TEST
 
+
+/* The clients take the server's public certificate and the client's secret one: libsigclient,
+ * sigclient, sigload and the Python client are served with alice's key and get nothing with
+ * mallory's (a timeout that says why); a bad certificate is a clear error before anything is sent. */
+START_TEST (clients_take_certificates)
+{
+    pid_t pid = s_start ();
+    char server[2400], alice[2400], mallory[2400], bob_public[2400], missing[2400];
+    snprintf (server, sizeof server, "%s/server", s_dir);
+    snprintf (alice, sizeof alice, "%s/alice_secret", s_dir);
+    snprintf (mallory, sizeof mallory, "%s/mallory_secret", s_dir);
+    snprintf (bob_public, sizeof bob_public, "%s/bob", s_dir);
+    snprintf (missing, sizeof missing, "%s/nobody_secret", s_dir);
+    const char *eps[] = { s_endpoint };
+
+    /* libsigclient */
+    sigclient_curve_keys_t keys;
+    char why[512];
+    ck_assert_int_eq (sigclient_curve_keys_load (server, alice, &keys, why, sizeof why), 0);
+    char expect[41];
+    s_key (server, "public-key", expect);
+    ck_assert_str_eq (keys.server_public, expect);
+    s_key (alice, "secret-key", expect);
+    ck_assert_str_eq (keys.client_secret, expect);
+    sigclient_t *c = sigclient_new_curve (eps, 1, 3000, keys.server_public, keys.client_public, keys.client_secret);
+    ck_assert_ptr_nonnull (c);
+    sigclient_health_t h;
+    ck_assert_int_eq (sigclient_health (c, &h), 0);
+    ck_assert (h.ready);
+    float f[512], out[8];
+    for (int i = 0; i < 512; i++) f[i] = (float) (i % 7) * 0.1f;
+    size_t n_out = 0;
+    sigclient_result_t r;
+    ck_assert_msg (sigclient_infer (c, "tick_mlp", f, 512, 1, out, 8, &n_out, &r) == 0, "%s", sigclient_error (c));
+    ck_assert_uint_eq (n_out, 1);
+    sigclient_destroy (&c);
+
+    ck_assert_int_eq (sigclient_curve_keys_load (server, mallory, &keys, why, sizeof why), 0);
+    c = sigclient_new_curve (eps, 1, 500, keys.server_public, keys.client_public, keys.client_secret);
+    ck_assert_int_eq (sigclient_health (c, &h), -1);
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_TIMEOUT);
+    ck_assert_ptr_nonnull (strstr (sigclient_error (c), "CURVE: a server that does not allow this client's key"));
+    sigclient_destroy (&c);
+    /* keys that are not 40 Z85 characters */
+    errno = 0;
+    ck_assert_ptr_null (sigclient_new_curve (eps, 1, 500, "short", keys.client_public, keys.client_secret));
+    ck_assert_int_eq (errno, EINVAL);
+
+    /* bad certificate files, each named with what is wrong */
+    ck_assert_int_eq (sigclient_curve_keys_load (server, bob_public, &keys, why, sizeof why), -1);
+    ck_assert_msg (strstr (why, "bob: no secret-key (give the client's secret certificate"), "%s", why);
+    ck_assert_int_eq (sigclient_curve_keys_load (server, missing, &keys, why, sizeof why), -1);
+    ck_assert_msg (strstr (why, "cannot open the certificate") && strstr (why, "nobody_secret: No such file"), "%s", why);
+    char *garbage = tu_write_file (s_dir, "garbage.cert", "curve\n    public-key = \"tooshort\"\n", -1);
+    ck_assert_int_eq (sigclient_curve_keys_load (garbage, alice, &keys, why, sizeof why), -1);
+    ck_assert_msg (strstr (why, "garbage.cert: public-key is 8 characters, expected a 40-character Z85 key"), "%s", why);
+    free (garbage);
+    char *empty = tu_write_file (s_dir, "empty.cert", "# nothing here\n", -1);
+    ck_assert_int_eq (sigclient_curve_keys_load (empty, alice, &keys, why, sizeof why), -1);
+    ck_assert_msg (strstr (why, "empty.cert: no public-key"), "%s", why);
+    free (empty);
+
+    /* sigclient */
+    static char cmd[32768];
+    char text[8192];
+    snprintf (cmd, sizeof cmd, "%s/sigclient --endpoint %s --curve-server %s --curve-client %s health 2>&1",
+              tu_build_dir (), s_endpoint, server, alice);
+    ck_assert_msg (s_run (cmd, text, sizeof text) == 0, "%s", text);
+    snprintf (cmd, sizeof cmd, "%s/sigclient --endpoint %s --timeout 300 --curve-server %s --curve-client %s health 2>&1",
+              tu_build_dir (), s_endpoint, server, mallory);
+    ck_assert_int_eq (s_run (cmd, text, sizeof text), 3);
+    ck_assert_msg (strstr (text, "CURVE"), "%s", text);
+    snprintf (cmd, sizeof cmd, "%s/sigclient --endpoint %s --curve-server %s health 2>&1", tu_build_dir (), s_endpoint, server);
+    ck_assert_int_eq (s_run (cmd, text, sizeof text), 2);
+    ck_assert_msg (strstr (text, "CURVE needs both --curve-server and --curve-client"), "%s", text);
+    snprintf (cmd, sizeof cmd, "%s/sigclient --endpoint %s --curve-server %s --curve-client %s health 2>&1",
+              tu_build_dir (), s_endpoint, server, bob_public);
+    ck_assert_int_eq (s_run (cmd, text, sizeof text), 2);
+    ck_assert_msg (strstr (text, "no secret-key"), "%s", text);
+
+    /* sigload: every request answered OK over CURVE */
+    snprintf (cmd, sizeof cmd, "%s/sigload --endpoint %s --model tick_mlp --curve-server %s --curve-client %s "
+              "--warmup 0 --requests 200 --quiet 2>&1", tu_build_dir (), s_endpoint, server, alice);
+    ck_assert_msg (s_run (cmd, text, sizeof text) == 0, "%s", text);
+    snprintf (cmd, sizeof cmd, "%s/sigload --endpoint %s --model tick_mlp --curve-server %s --curve-client %s "
+              "--warmup 0 --requests 10 --quiet 2>&1", tu_build_dir (), s_endpoint, server, bob_public);
+    ck_assert_int_eq (s_run (cmd, text, sizeof text), 2);
+    ck_assert_msg (strstr (text, "no secret-key"), "%s", text);
+
+    /* the Python client and its CLI */
+    const char *py = getenv ("PYTHON") ? getenv ("PYTHON") : "/usr/bin/python3";
+    snprintf (cmd, sizeof cmd,
+              "PYTHONPATH=clients/python %s -c '\n"
+              "import sigclient\n"
+              "c = sigclient.SigClient(\"%s\", timeout_ms=3000, curve_server=\"%s\", curve_client=\"%s\")\n"
+              "assert c.health().ready\n"
+              "r = c.infer(\"tick_mlp\", [0.1] * 512)\n"
+              "print(\"outputs\", len(r.outputs))\n"
+              "m = sigclient.SigClient(\"%s\", timeout_ms=300, curve_server=\"%s\", curve_client=\"%s\")\n"
+              "try:\n"
+              "    m.health(); print(\"mallory served\")\n"
+              "except sigclient.Timeout as e:\n"
+              "    print(\"mallory:\", e)\n"
+              "try:\n"
+              "    sigclient.SigClient(\"%s\", curve_server=\"%s\", curve_client=\"%s\")\n"
+              "except ValueError as e:\n"
+              "    print(\"bob:\", e)\n"
+              "' 2>&1 && PYTHONPATH=clients/python %s -m sigclient --endpoint %s --curve-server %s --curve-client %s health 2>&1",
+              py, s_endpoint, server, alice, s_endpoint, server, mallory, s_endpoint, server, bob_public,
+              py, s_endpoint, server, alice);
+    ck_assert_msg (s_run (cmd, text, sizeof text) == 0, "%s", text);
+    ck_assert_msg (strstr (text, "outputs 1\n"), "%s", text);
+    ck_assert_msg (strstr (text, "mallory: timed out after 300 ms") && strstr (text, "CURVE: a server that does not allow"), "%s", text);
+    ck_assert_msg (strstr (text, "no secret-key (give the client's secret certificate"), "%s", text);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("curve");
@@ -281,6 +401,7 @@ int main (void)
     tcase_add_test (tc, keygen_writes_czmq_certificates);
     tcase_add_test (tc, allowlisted_served_others_get_nothing);
     tcase_add_test (tc, configured_but_unusable_refuses_to_start);
+    tcase_add_test (tc, clients_take_certificates);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -542,6 +542,26 @@ START_TEST (unknown_model_counted_by_status)
 }
 END_TEST
 
+/* --model a,b: request k goes to model k mod 2, so half of them find no model. */
+START_TEST (several_models_take_turns)
+{
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp,nope", "--concurrency", "1", "--requests",
+                           "300", "--warmup", "0", NULL };
+    s_sigload ("models", args, &run);
+    EXPECT_STATUS (&run, 1);
+    EXPECT_IN (run.err, "does not list model \"nope\" (served: tick_mlp)\n");
+    EXPECT_IN (run.out, "| 150 (STATUS_UNKNOWN_MODEL 150) |");
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "requests"), 300);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 150);
+    ck_assert_str_eq (s_csv (&csv, 0, "errors_by_status"), "STATUS_UNKNOWN_MODEL:150");
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
 START_TEST (echo_floor_in_the_same_run)
 {
     int port = tu_free_port ();
@@ -863,6 +883,11 @@ START_TEST (usage_errors_exit_2)
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--arrivals", "bursty", "--rate", "5", NULL },
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--no-such-option", NULL },
         { "--serve-echo", "tcp://127.0.0.1:1", "--dry-run", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "a,b", "--expect", "x", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", ",", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--curve-server", "x", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--curve-server", "/nonexistent/s",
+          "--curve-client", "/nonexistent/c_secret", NULL },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_t run;
@@ -891,6 +916,7 @@ int main (void)
     tcase_add_test (tc, open_loop_paces_within_1_percent);
     tcase_add_test (tc, closed_loop_is_labelled_and_splits_server_time);
     tcase_add_test (tc, unknown_model_counted_by_status);
+    tcase_add_test (tc, several_models_take_turns);
     tcase_add_test (tc, echo_floor_in_the_same_run);
     tcase_add_test (tc, coordinated_omission_open_shows_stall_closed_hides_it);
     tcase_add_test (tc, error_statuses_counted_by_status);

@@ -329,7 +329,10 @@ static int s_prepare_payloads (sigload_t *L, uint32_t input_size)
     req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
     req.infer = &infer;
     infer.request_id = UINT64_MAX;
-    infer.model = (char *) opt->model;
+    infer.model = (char *) opt->models[0];
+    for (size_t k = 1; k < opt->n_models; k++)
+        if (strlen (opt->models[k]) > strlen (infer.model))
+            infer.model = (char *) opt->models[k];
     infer.n_features = L->per_request;
     infer.features = L->pool;
     infer.rows = opt->rows;
@@ -451,24 +454,34 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
 }
 
 /* The features per row: --input-size, else the server's model list, else 512. The model's
- * outputs per row in *OUTPUT_SIZE (0 when unknown). */
+ * outputs per row in *OUTPUT_SIZE (0 when unknown). 0 (said why) when --model's models differ. */
 static uint32_t s_input_size (sigload_t *L, uint32_t *output_size)
 {
     const options_t *opt = L->opt;
     uint32_t input_size = opt->input_size;
-    if (!opt->echo) {
+    uint32_t first_in = 0;
+    for (size_t k = 0; k < opt->n_models && !opt->echo; k++) {
         uint32_t in = 0, out = 0;
         char served[1024];
-        if (s_model_sizes (L->workers[0].conns[SET_TARGET][0].socket, opt->model, (int) opt->timeout_ms, &in, &out,
+        const char *model = opt->models[k];
+        if (s_model_sizes (L->workers[0].conns[SET_TARGET][0].socket, model, (int) opt->timeout_ms, &in, &out,
                            served, sizeof served) == 0) {
+            if (first_in && (in != first_in || out != *output_size)) {
+                fprintf (stderr, "sigload: model \"%s\" takes %u features and gives %u outputs per row, "
+                                 "model \"%s\" %u and %u: --model's models must have the same sizes\n",
+                         model, in, out, opt->models[0], first_in, *output_size);
+                return 0;
+            }
+            first_in = in;
             if (!input_size)
                 input_size = in;
             *output_size = out;
-        } else if (!input_size) {
-            fprintf (stderr, "sigload: the server does not list model \"%s\" (%s%s); sending 512 features per row "
-                             "(--input-size sets it)\n", opt->model, served[0] ? "served: " : "no model list",
-                     served);
-            input_size = 512;
+        } else {
+            fprintf (stderr, "sigload: the server does not list model \"%s\" (%s%s)%s\n", model,
+                     served[0] ? "served: " : "no model list", served,
+                     input_size ? "" : "; sending 512 features per row (--input-size sets it)");
+            if (!input_size)
+                input_size = 512;
         }
     }
     return input_size ? input_size : 512;
@@ -557,6 +570,8 @@ int main (int argc, char **argv)
         goto done;
 
     uint32_t output_size = 0, input_size = s_input_size (&L, &output_size);
+    if (input_size == 0)
+        goto done;
     if (s_prepare_payloads (&L, input_size) != 0 || workers_buffers (&L) != 0)
         goto done;
     if (L.expect && output_size && L.out_per_request != (size_t) opt.rows * output_size)

@@ -2,6 +2,7 @@
  * the effective settings that --dry-run prints. */
 #define _GNU_SOURCE
 #include "sigload.h"
+#include "sigclient.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -17,6 +18,7 @@
     "               [--rate R[,R2,...] [--arrivals constant|poisson] | --concurrency N[,N2,...]]\n" \
     "               [--warmup S] [--duration S | --requests N] [--connections C] [--threads T]\n" \
     "               [--rows R] [--features FILE] [--expect FILE] [--floor E] [--out DIR] [options]\n" \
+    "               [--curve-server FILE --curve-client FILE_secret]\n" \
     "       sigload --endpoint E --echo [--rate ... | --concurrency ...] [options]\n" \
     "       sigload --serve-echo E [--serve-echo E2 ...]\n"
 
@@ -55,6 +57,10 @@ static const char *s_help =
     "                        not the machine's core count): threads that wait by spinning starve\n"
     "                        each other on fewer CPUs. --dry-run prints the count chosen.\n"
     "  --io-threads N        ZeroMQ I/O threads (default 1).\n"
+    "  --curve-server FILE   CURVE: the server's public certificate (from sigserve --keygen).\n"
+    "  --curve-client FILE_secret\n"
+    "                        CURVE: this client's secret certificate; the server must allow its\n"
+    "                        key. Both or neither; every connection (probes too) uses them.\n"
     "  --timeout MS          a request not answered MS ms after it was sent, or not sent within MS\n"
     "                        ms of its scheduled time, counts as a timeout (default 2000).\n"
     "  --max-outstanding N   requests in flight per connection, rounded up to a power of two\n"
@@ -68,7 +74,8 @@ static const char *s_help =
     "                        that spinning takes at most a tenth of its core; 0: never spin.\n"
     "\n"
     "Requests:\n"
-    "  --model M             the model to run (required unless --echo).\n"
+    "  --model M[,M2,...]    the model to run (required unless --echo); several: request k goes to\n"
+    "                        model k mod N (they must take the same input size; no --expect).\n"
     "  --rows R              rows per request (default 1).\n"
     "  --input-size N        features per row (default: the server's model list; 512 when the\n"
     "                        server does not list the model, or with --echo).\n"
@@ -185,6 +192,7 @@ enum {
     OPT_IO_THREADS, OPT_WARMUP, OPT_DURATION, OPT_REQUESTS, OPT_FEATURES, OPT_EXPECT, OPT_TOLERANCE, OPT_ROWS,
     OPT_INPUT_SIZE, OPT_DEADLINE, OPT_TIMEOUT, OPT_MAX_OUTSTANDING, OPT_SEED, OPT_OUT, OPT_ECHO, OPT_FLOOR,
     OPT_SERVE_ECHO, OPT_STOP, OPT_SAT_P99, OPT_BUSY, OPT_SPIN, OPT_QUIET, OPT_DRY_RUN, OPT_HELP,
+    OPT_CURVE_SERVER, OPT_CURVE_CLIENT,
 };
 
 static const struct option s_long_options[] = {
@@ -219,6 +227,8 @@ static const struct option s_long_options[] = {
     { "quiet", no_argument, NULL, OPT_QUIET },
     { "dry-run", no_argument, NULL, OPT_DRY_RUN },
     { "help", no_argument, NULL, OPT_HELP },
+    { "curve-server", required_argument, NULL, OPT_CURVE_SERVER },
+    { "curve-client", required_argument, NULL, OPT_CURVE_CLIENT },
     { NULL, 0, NULL, 0 },
 };
 
@@ -329,6 +339,8 @@ int options_parse (int argc, char **argv, options_t *opt)
                 return s_usage_error ("--spin-us: expected 0 to 1000000 us, got \"%s\"", arg);
             break;
         case OPT_QUIET: opt->quiet = true; break;
+        case OPT_CURVE_SERVER: opt->curve_server = arg; break;
+        case OPT_CURVE_CLIENT: opt->curve_client = arg; break;
         case OPT_DRY_RUN: opt->dry_run = true; break;
         case OPT_HELP:
             fputs (s_help, stdout);
@@ -351,6 +363,31 @@ int options_parse (int argc, char **argv, options_t *opt)
         return s_usage_error ("%s: --model is required (unless --echo)", "--model");
     if (!opt->model)
         opt->model = "echo";
+    if (strlen (opt->model) >= sizeof opt->model_names)
+        return s_usage_error ("--model: at most %s bytes", "1023");
+    strcpy (opt->model_names, opt->model);
+    for (char *save = NULL, *tok = strtok_r (opt->model_names, ",", &save); tok; tok = strtok_r (NULL, ",", &save)) {
+        if (opt->n_models == MAX_MODELS)
+            return s_usage_error ("--model: at most %s models", "64");
+        opt->models[opt->n_models++] = tok;
+    }
+    if (opt->n_models == 0)
+        return s_usage_error ("--model: expected a model name, got \"%s\"", opt->model);
+    if (opt->n_models > 1 && opt->echo)
+        return s_usage_error ("%s: --echo sends no model", "--model");
+    if (opt->n_models > 1 && opt->expect_file)
+        return s_usage_error ("%s: --expect holds one model's outputs; give one --model", "--expect");
+    if (!opt->curve_server != !opt->curve_client)
+        return s_usage_error ("%s: CURVE needs both --curve-server and --curve-client", "--curve-server");
+    if (opt->curve_server) {
+        sigclient_curve_keys_t keys;
+        char why[512];
+        if (sigclient_curve_keys_load (opt->curve_server, opt->curve_client, &keys, why, sizeof why) != 0)
+            return s_usage_error ("%s", why);
+        memcpy (opt->curve_keys[0], keys.server_public, sizeof keys.server_public);
+        memcpy (opt->curve_keys[1], keys.client_public, sizeof keys.client_public);
+        memcpy (opt->curve_keys[2], keys.client_secret, sizeof keys.client_secret);
+    }
     if (rate_text && conc_text)
         return s_usage_error ("%s: give --rate (open loop) or --concurrency (closed loop), not both", "--rate");
     if (rate_text) {
@@ -415,7 +452,10 @@ void options_print (FILE *out, const options_t *opt)
         fprintf (out, "endpoint: %s\n", opt->endpoints[i]);
     if (opt->floor)
         fprintf (out, "floor: %s (echo)\n", opt->floor);
-    fprintf (out, "model: %s%s\n", opt->echo ? "-" : opt->model, opt->echo ? " (echo)" : "");
+    fprintf (out, "model: %s%s\n", opt->echo ? "-" : opt->model,
+             opt->echo ? " (echo)" : opt->n_models > 1 ? " (round-robin)" : "");
+    if (opt->curve_server)
+        fprintf (out, "curve: server %s, client %s\n", opt->curve_server, opt->curve_client);
     fprintf (out, "load: %s\n", opt->mode == MODE_CLOSED ? "closed loop"
                                : opt->poisson ? "open loop, Poisson arrivals" : "open loop, constant arrivals");
     fprintf (out, "steps:");

@@ -58,6 +58,7 @@ enum { EXIT_OK = 0, EXIT_ERRORS = 1, EXIT_USAGE = 2 };
 
 #define MAX_ENDPOINTS 64
 #define MAX_STEPS 64
+#define MAX_MODELS 64                   /* --model a,b,...: requests go round-robin over them */
 #define MAX_THREADS 256                 /* the thread's field of a request id is 8 bits */
 #define MAX_CONNECTIONS 4096
 #define MAX_CONNS_PER_THREAD 65535      /* the connection's field is 16 bits */
@@ -87,7 +88,12 @@ typedef struct {
     const char *serve_echo[MAX_ENDPOINTS];
     size_t n_serve_echo;
     const char *floor;              /* --floor: echo endpoint for the floor step */
-    const char *model;              /* "echo" with --echo */
+    const char *model;              /* as given ("a,b" for several); "echo" with --echo */
+    const char *models[MAX_MODELS]; /* --model split at commas, pointing into model_names */
+    size_t n_models;
+    char model_names[1024];
+    const char *curve_server, *curve_client;    /* certificate files; both or neither */
+    char curve_keys[3][41];         /* server public, client public, client secret (Z85) */
     bool echo;
     load_mode_t mode;
     double values[MAX_STEPS];       /* rates or concurrencies */

@@ -49,6 +49,13 @@ void *connection_socket_new (void *ctx, const options_t *opt)
     zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt (s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (opt->curve_server
+        && (zmq_setsockopt (s, ZMQ_CURVE_SERVERKEY, opt->curve_keys[0], 40) != 0
+            || zmq_setsockopt (s, ZMQ_CURVE_PUBLICKEY, opt->curve_keys[1], 40) != 0
+            || zmq_setsockopt (s, ZMQ_CURVE_SECRETKEY, opt->curve_keys[2], 40) != 0)) {
+        zmq_close (s);
+        return NULL;
+    }
     return s;
 }
 
@@ -125,6 +132,8 @@ static int s_send (worker_t *w, connection_t *c, int64_t t_sched, bool measured)
         s_put_le64 (w->send_buf, id);
     } else {
         w->infer.request_id = id;
+        if (L->opt->n_models > 1)
+            w->infer.model = (char *) L->opt->models[seq % L->opt->n_models];
         w->infer.features = L->pool + set * L->per_request;
         len = sigserve__v1__request__pack (&w->req, w->send_buf);
     }
@@ -539,7 +548,7 @@ int workers_buffers (sigload_t *L)
         w->infer = (Sigserve__V1__InferRequest) SIGSERVE__V1__INFER_REQUEST__INIT;
         w->req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
         w->req.infer = &w->infer;
-        w->infer.model = (char *) L->opt->model;
+        w->infer.model = (char *) L->opt->models[0];
         w->infer.n_features = L->per_request;
         w->infer.features = L->pool;
         w->infer.rows = L->opt->rows;

@@ -746,7 +746,7 @@ MODELS_TABLE = (
     "tick_mlp  1        cpu      loop       512       1         8  yes\n"
     "odd       7b       cpu      loop        33       3         7  yes\n"
     "slow      1        cpu      loop      1024    1024        15  yes\n")
-SYNOPSIS_LINE = "usage: sigclient-py [--endpoint E]... [--timeout MS] COMMAND"
+SYNOPSIS_LINE = "usage: sigclient-py [--endpoint E]... [--timeout MS] [--retry N]"
 
 
 class Test8Cli(unittest.TestCase):
@@ -926,6 +926,8 @@ class Test8Cli(unittest.TestCase):
             (("--bogus", "health"), "unknown option '--bogus'"),
             (("-x", "health"), "unknown option '-x'"),
             (("health", "--timeout"), "--timeout needs a value"),
+            (("--retry", "17", "health"), "bad --retry '17' (0 to 16)"),
+            (("--curve-server", "server.cert", "health"), "CURVE needs both --curve-server and --curve-client"),
             (("--endpoint", "foo://x", "health"), "cannot connect to 'foo://x': Protocol not supported"),
         ]
         for args, text in cases:

@@ -26,7 +26,8 @@ from typing import Sequence
 import zmq
 
 from . import __version__
-from .client import DEFAULT_TIMEOUT_MS, ServerError, SigClient, SigServeError, TransportError
+from .client import (DEFAULT_TIMEOUT_MS, MAX_RETRY, ServerError, SigClient, SigServeError, TransportError,
+                     load_curve_keys)
 
 PROG = "sigclient-py"
 EXIT_OK, EXIT_STATUS, EXIT_USAGE, EXIT_TRANSPORT = 0, 1, 2, 3
@@ -38,7 +39,8 @@ MAX_RANDOM_FEATURES = 1 << 28
 MAX_REPEAT = 100_000_000
 
 SYNOPSIS = (
-    f"usage: {PROG} [--endpoint E]... [--timeout MS] COMMAND\n"
+    f"usage: {PROG} [--endpoint E]... [--timeout MS] [--retry N]\n"
+    f"{' ' * len(PROG)}        [--curve-server FILE --curve-client FILE_secret] COMMAND\n"
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n"
     "        [--repeat K [--warmup W]] [--deadline-us D]\n"
     "  health\n"
@@ -47,8 +49,16 @@ SYNOPSIS = (
 
 USAGE = SYNOPSIS + f"""
 options:
-  --endpoint E     server endpoint, repeat for several (default {DEFAULT_ENDPOINT})
+  --endpoint E     server endpoint, repeat for several (default {DEFAULT_ENDPOINT}):
+                   tcp://HOST:PORT, ipc://PATH, or dns://NAME:PORT for every address behind
+                   NAME, resolved again every 5 s
   --timeout MS     wait at most MS ms for each reply (default {DEFAULT_TIMEOUT_MS})
+  --retry N        send a request again, up to N times (0 to 16, default 0), when it is
+                   answered STATUS_UNAVAILABLE or not answered within the timeout
+  --curve-server FILE
+                   CURVE: the server's public certificate (from sigserve --keygen)
+  --curve-client FILE_secret
+                   CURVE: this client's secret certificate; the server must allow its key
   --model M        the model to run
   --file F         features from F ('-': stdin): floats separated by spaces, commas or
                    newlines, R x the model's input size, row-major; '#' starts a comment
@@ -75,7 +85,8 @@ _OPTIONS = {
     "endpoint": (True, False), "timeout": (True, False), "model": (True, True), "file": (True, True),
     "stdin": (False, True), "random": (True, True), "rows": (True, True), "seed": (True, True),
     "repeat": (True, True), "warmup": (True, True), "deadline-us": (True, True), "help": (False, False),
-    "version": (False, False),
+    "version": (False, False), "retry": (True, False), "curve-server": (True, False),
+    "curve-client": (True, False),
 }
 _DECIMAL = re.compile(r"[0-9]+")
 
@@ -108,6 +119,9 @@ class Options:
     def __init__(self) -> None:
         self.endpoints: list[str] = []
         self.timeout_ms = DEFAULT_TIMEOUT_MS
+        self.retry = 0
+        self.curve_server: str | None = None
+        self.curve_client: str | None = None
         self.command = ""
         self.model: str | None = None
         self.file: str | None = None       # "-" for stdin
@@ -170,6 +184,12 @@ def parse_options(argv: Sequence[str]) -> Options:
             opts.endpoints.append(value)
         elif name == "timeout":
             opts.timeout_ms = _u64(name, value, 1, INT_MAX)
+        elif name == "retry":
+            opts.retry = _u64(name, value, 0, MAX_RETRY, " (0 to 16)")
+        elif name == "curve-server":
+            opts.curve_server = value
+        elif name == "curve-client":
+            opts.curve_client = value
         elif name == "model":
             opts.model = value
         elif name == "file":
@@ -199,6 +219,8 @@ def parse_options(argv: Sequence[str]) -> Options:
         raise _usage_error(f"unexpected argument '{positional[1]}'")
     if not opts.endpoints:
         opts.endpoints = [DEFAULT_ENDPOINT]
+    if (opts.curve_server is None) != (opts.curve_client is None):
+        raise _usage_error("CURVE needs both --curve-server and --curve-client")
     if opts.command == "infer":
         if opts.model is None:
             raise _usage_error("infer needs --model")
@@ -359,8 +381,15 @@ def run_models(client: SigClient) -> int:
 
 
 def _connect(opts: Options) -> SigClient:
+    if opts.curve_server is not None:
+        try:
+            load_curve_keys(opts.curve_server, opts.curve_client)
+        except ValueError as e:
+            _say(str(e))
+            raise _Exit(EXIT_USAGE) from None
     try:
-        return SigClient(opts.endpoints, timeout_ms=opts.timeout_ms)
+        return SigClient(opts.endpoints, timeout_ms=opts.timeout_ms, retries=opts.retry,
+                         curve_server=opts.curve_server, curve_client=opts.curve_client)
     except (TransportError, ValueError) as first:
         # Name the endpoint ZeroMQ rejects: try them one at a time, as the C CLI does.
         bad, err = opts.endpoints[0], first

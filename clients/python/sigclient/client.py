@@ -44,6 +44,17 @@ the next peer. Each attempt is a new request with a new id; the call takes the f
 of its attempts and waits up to the timeout for each, so it lasts at most (retries + 1) x the
 timeout. ``InferResult.attempts`` says how many it took. Pipelined calls never retry.
 
+CURVE (a server with ``server.curve`` on)::
+
+    client = SigClient("tcp://10.0.0.5:5555", curve_server="server.cert", curve_client="me.cert_secret")
+
+``curve_server`` is the server's public certificate and ``curve_client`` this client's secret
+certificate, both czmq certificate files as ``sigserve --keygen PATH`` writes them (PATH public,
+PATH_secret both keys). The connection is encrypted and the server authenticates the client by its
+public key; a server that does not allow the key (or whose key is not the one given) never answers,
+so calls raise Timeout, whose message says so. A missing or malformed certificate raises ValueError
+naming the file.
+
 Like a ZeroMQ socket, a SigClient is not thread-safe: use one per thread.
 
 Results and errors:
@@ -93,7 +104,7 @@ __all__ = [
     "SigClient", "InferResult", "Health", "ModelInfo", "Status", "status_name", "exception_for_status",
     "SigServeError", "ServerError", "BadRequest", "UnknownModel", "BadShape", "BadValue", "Overloaded",
     "DeadlineExceeded", "Unavailable", "InternalError", "Timeout", "ProtocolError", "TransportError",
-    "DEFAULT_TIMEOUT_MS", "DEFAULT_RESOLVE_MS", "MAX_RETRY", "resolve_endpoint",
+    "DEFAULT_TIMEOUT_MS", "DEFAULT_RESOLVE_MS", "MAX_RETRY", "resolve_endpoint", "load_curve_keys",
 ]
 
 DEFAULT_TIMEOUT_MS = 5000
@@ -404,13 +415,37 @@ def _retries(value: int) -> int:
     return value
 
 
+def load_curve_keys(curve_server: str, curve_client: str) -> tuple[bytes, bytes, bytes]:
+    """(server public, client public, client secret) keys, Z85, from czmq certificate files:
+    the server's public certificate and the client's secret one. ValueError names the file."""
+    import zmq.auth
+    keys = []
+    for path, need_secret in ((curve_server, False), (curve_client, True)):
+        try:
+            public, secret = zmq.auth.load_certificate(path)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot read the certificate {path}: {e}") from e
+        if public is None or len(public) != 40:
+            raise ValueError(f"{path}: no 40-character public-key (sigserve --keygen writes certificates)")
+        if need_secret and (secret is None or len(secret) != 40):
+            raise ValueError(f"{path}: no secret-key (give the client's secret certificate, the file ending in _secret)")
+        keys.append(public)
+        if need_secret:
+            keys.append(secret)
+    return keys[0], keys[1], keys[2]
+
+
 class SigClient:
     """One DEALER socket connected to every endpoint. See the module docstring."""
 
     def __init__(self, endpoints: str | list[str], timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  context: zmq.Context | None = None, *, retries: int = 0,
-                 resolve_interval_ms: int = DEFAULT_RESOLVE_MS, resolver=None):
+                 resolve_interval_ms: int = DEFAULT_RESOLVE_MS, resolver=None,
+                 curve_server: str | None = None, curve_client: str | None = None):
         self._endpoints = _split_endpoints(endpoints)
+        if (curve_server is None) != (curve_client is None):
+            raise ValueError("CURVE needs both curve_server and curve_client")
+        self._curve = load_curve_keys(curve_server, curve_client) if curve_server is not None else None
         self._timeout_ms = _timeout("timeout_ms", timeout_ms)
         self._retries = _retries(retries)
         if isinstance(resolve_interval_ms, bool) or not isinstance(resolve_interval_ms, int) or resolve_interval_ms < 0:
@@ -430,6 +465,9 @@ class SigClient:
         try:
             self._socket = self._context.socket(zmq.DEALER)
             self._socket.setsockopt(zmq.LINGER, 0)
+            if self._curve:
+                # before any connect: a connection takes the mechanism it is made with
+                self._socket.curve_serverkey, self._socket.curve_publickey, self._socket.curve_secretkey = self._curve
             if self._dns:
                 # dns:// names give IPv6 addresses too, and some of them may not answer.
                 self._socket.setsockopt(zmq.IPV6, 1)
@@ -678,6 +716,9 @@ class SigClient:
                         hint = (f" (a request was {self._largest_unanswered} bytes: a server drops requests "
                                 f"over its max_message_bytes, {_SERVER_DEFAULT_MAX_MESSAGE} by default, "
                                 f"without a reply)")
+                    elif self._curve:
+                        hint = (" (CURVE: a server that does not allow this client's key, or whose key is "
+                                "not the one given, never answers)")
                     raise Timeout(f"timed out after {wait_ms} ms waiting for {what} from "
                                   f"{self._describe()}{hint}")
                 self._resolve_if_due()
