@@ -3,7 +3,8 @@
 # "auto" now means CUDA), the PyTorch export test, compute-sanitizer over every kernel at odd
 # shapes, and the sigbench tables. The host has CUDA and torch but not libzmq, protobuf-c, cJSON
 # or Check: the binaries are built on the development machine and their libraries carried in
-# .devlibs (tools/gpu-libs.sh). Logs go to $OUT; a short table is printed last.
+# .devlibs (tools/gpu-libs.sh, which packs both and .whl into .gpupack.tgz to carry: untar it
+# first). Logs go to $OUT; a short table is printed last.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -31,11 +32,21 @@ step test_cuda env CK_FORK=no timeout 400 $BUILD/tests/test_cuda
 # Which CUDA calls wait for a resident persistent kernel, with lazy and eager module loading
 # (each probe in its own process, each call bounded: docs/persistent-notes.md).
 step probe timeout 300 $BUILD/tests/test_cuda --probe
+# The rest: every suite (GPU_TESTS, space-separated names, narrows it: the CPU suites also run
+# on the development machine and in CI), then the PyTorch comparisons.
 for t in $BUILD/tests/test_*; do
     n=$(basename "$t"); [ "$n" = test_cuda ] && continue; case "$n" in *.log) continue;; esac
-    step "$n" "$t"
+    if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $n "*) ;; *) continue;; esac; fi
+    case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no timeout 150 "$t" ;; *) step "$n" timeout 300 "$t" ;; esac
 done
 step torch_export python3 tests/python/test_torch_export.py
+[ -f "$BUILD/lstmbench" ] && step torch_lstm timeout 60 python3 tests/python/test_lstm_torch.py
+fi
+# LSTM streaming steps (issue 13): every size, f16 and f32 weights, floors in the same run; the
+# CPU rows beside them (tools/lstm-gpu.sh has the longer run).
+if [ "${LSTM:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+    step lstmbench timeout 150 taskset -c 2 $BUILD/lstmbench --backends cuda,cpu --dtypes f16,f32 --no-window \
+        --iterations 10000 --warmup 500 --seconds 4
 fi
 # racecheck is left out: on the fused kernel (a 1024-thread, 8-block cluster) it did not finish in
 # 500 s on an H200 (2026-11-21); memcheck covers every kernel.
@@ -97,6 +108,11 @@ if [ "${CURVES:-0}" = 1 ]; then
     kill -TERM $pids; wait $pids
     kill -TERM $echo_pid; wait $echo_pid
     tar czf "$OUT/curves.tgz" -C "$OUT" curves && rm -rf "$OUT/curves"
+fi
+# The serving measurements over TCP loopback (tools/gpu-serving.sh; SERVING_STEPS picks them).
+if [ "${SERVING:-0}" = 1 ]; then
+    OUT="$OUT/serving" BUILD=$BUILD STEPS="${SERVING_STEPS:-floor sweeps scale models lowload peers warm metrics}" \
+        bash tools/gpu-serving.sh >"$LOGS/serving.log" 2>&1
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
 echo; cat "$OUT/env.txt"; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";

@@ -41,7 +41,7 @@ config () {
 }
 # model NAME EXTRA_JSON: a tick_mlp model object
 model () {
-    printf '{ "name": "%s", "weights": "%s", %s "layers": [ { "weight": "0.weight", "activation": "relu" }, { "weight": "2.weight", "activation": "relu" }, { "weight": "4.weight" } ] }' \
+    printf '{ "name": "%s", "weights": "%s", %s "layers": [ { "weight": "0.weight", "bias": "0.bias", "activation": "relu" }, { "weight": "2.weight", "bias": "2.bias", "activation": "relu" }, { "weight": "4.weight", "bias": "4.bias" } ] }' \
         "$1" "$WEIGHTS" "$2"
 }
 # serve NAME CPUS: starts sigserve on /tmp/NAME.json pinned to CPUS, waits until it answers
@@ -139,7 +139,7 @@ peers)      # what a user would pick instead, same protocol, same client
             sleep 0.2
         done
         load "peer-$engine" --endpoint tcp://127.0.0.1:5600 --model tick_mlp --floor "$ECHO" --connections 8 \
-            --rate 10k,20k,40k,60k,80k --stop-when-saturated
+            --rate 1k,2k,5k,10k,20k,40k --stop-when-saturated
         kill -TERM "$peer"; wait "$peer" 2>/dev/null
     done
     ;;

@@ -1,4 +1,4 @@
-/* lstmbench: in-process LSTM timings (PERF.md's protocol) for the issue's three sizes, on the CPU
+/* lstmbench: in-process LSTM timings (docs/perf.md's method) for the issue's three sizes, on the CPU
  * (fp32) and on the GPU in every weight type, plus the floors measured in the same run.
  *   step    the streaming critical path: a host clock from handing the step to stream_step to
  *           having its outputs (the advance that follows, and its completion, are not timed:

@@ -1,4 +1,4 @@
-/* sigbench: the seed paper's tables, in one process on one GPU (PERF.md's protocol): every timed call
+/* sigbench: the latency tables of docs/perf.md, in one process on one GPU (its method): every timed call
  * on fresh inputs from a rotating pool, warm-up dropped, p50 p90 p99 p99.9 min max mean sd, and the
  * outputs of every timed run checked against the float64 reference.
  *   1. empty-kernel launch: CUDA events around 1 launch and around 32 (per launch), and a host clock
@@ -392,7 +392,7 @@ static double s_bench_kernels (const options_t *o, backend_model_t *m, const wei
     for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
         memcpy (pin, in[i % POOL], nin * sizeof (float));
         CUDA_OK (cuda_model_enqueue (m, CUDA_RUN_END_TO_END, false, o->rows, pin, pout));
-        /* The paper's method: the stream idle, then events around the launch (launch latency
+        /* The single-launch method: the stream idle, then events around the launch (launch latency
          * included). A graph launched behind pending work waits on it in ways a kernel does not. */
         CUDA_OK (cudaStreamSynchronize (s));
         CUDA_OK (cudaEventRecord (a, s));

@@ -31,7 +31,7 @@ def load_mlp(path, activations):
     from safetensors.torch import load_file
     tensors = load_file(path)
     layers = []
-    i = 0
+    i = n_linear = 0
     while f"{i}.weight" in tensors:
         w, b = tensors[f"{i}.weight"], tensors[f"{i}.bias"]
         lin = torch.nn.Linear(w.shape[1], w.shape[0])
@@ -39,7 +39,8 @@ def load_mlp(path, activations):
             lin.weight.copy_(w)
             lin.bias.copy_(b)
         layers.append(lin)
-        if activations[len(layers) - 1] == "relu":
+        n_linear += 1
+        if n_linear <= len(activations) and activations[n_linear - 1] == "relu":
             layers.append(torch.nn.ReLU())
         i += 2
     return torch.nn.Sequential(*layers).eval()
