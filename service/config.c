@@ -8,14 +8,11 @@
 #include <assert.h>
 #include <cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Value names, indexed by the enums of config.h; NULL-terminated for the enum rows. */
 static const char *const s_activation_names[] = { "none", "relu", "sigmoid", "tanh", NULL };
@@ -721,8 +718,7 @@ static int s_parse_object (parser_t *p, const cJSON *obj, const table_t *t, char
     return 0;
 }
 
-/* 1-based line and column of POS in TEXT. */
-static void s_position (const char *text, const char *pos, size_t *line, size_t *column)
+void config_text_position (const char *text, const char *pos, size_t *line, size_t *column)
 {
     *line = 1;
     const char *line_start = text;
@@ -812,7 +808,7 @@ config_t *config_parse (const char *json, const char *name, const char *base_dir
     cJSON *root = cJSON_ParseWithOpts (json, &end, 1);
     if (!root) {
         size_t line, column;
-        s_position (json, end ? end : json, &line, &column);
+        config_text_position (json, end ? end : json, &line, &column);
         s_fail (&p, "invalid JSON near line %zu, column %zu", line, column);
         return NULL;
     }
@@ -834,99 +830,6 @@ config_t *config_parse (const char *json, const char *name, const char *base_dir
     cJSON_Delete (root);
     if (rc != 0)
         config_destroy (&self);
-    return self;
-}
-
-/* The whole file, NUL-terminated, in *TEXT (the caller frees it); at most CONFIG_FILE_MAX_BYTES. */
-static int s_read_file (parser_t *p, char **text, size_t *len)
-{
-    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. */
-    int fd = open (p->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return s_fail (p, "cannot read: %s", strerror (errno));
-    struct stat st;
-    if (fstat (fd, &st) != 0) {
-        int e = errno;
-        close (fd);
-        return s_fail (p, "cannot read: %s", strerror (e));
-    }
-    if (!S_ISREG (st.st_mode)) {
-        close (fd);
-        return s_fail (p, "cannot read: %s", S_ISDIR (st.st_mode) ? "Is a directory"
-                                                                  : "not a regular file (a FIFO, socket or device)");
-    }
-    char *buf = malloc (CONFIG_FILE_MAX_BYTES + 2);
-    if (!buf) {
-        close (fd);
-        return s_fail (p, "cannot read: out of memory");
-    }
-    size_t n = 0;
-    while (n <= CONFIG_FILE_MAX_BYTES) {
-        ssize_t r = read (fd, buf + n, CONFIG_FILE_MAX_BYTES + 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            close (fd);
-            free (buf);
-            return s_fail (p, "cannot read: %s", strerror (e));
-        }
-        if (r == 0)
-            break;
-        n += (size_t) r;
-    }
-    close (fd);
-    if (n > CONFIG_FILE_MAX_BYTES) {
-        free (buf);
-        return s_fail (p, "cannot read: larger than %d bytes (1 MiB), the most a config may be",
-                       CONFIG_FILE_MAX_BYTES);
-    }
-    buf[n] = '\0';
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
-config_t *config_load (const char *path, char *err, size_t errlen)
-{
-    parser_t p = { .file = path ? path : "(null)", .err = err, .errlen = errlen };
-    if (err && errlen)
-        err[0] = '\0';
-    if (!path || !path[0]) {
-        s_fail (&p, "cannot read: no config path given");
-        return NULL;
-    }
-    if (strlen (path) >= CONFIG_PATH_MAX) {
-        s_fail (&p, "cannot read: the path is longer than %d bytes", CONFIG_PATH_MAX - 1);
-        return NULL;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    if (s_read_file (&p, &text, &len) != 0)
-        return NULL;
-    /* cJSON would stop at a NUL and accept whatever precedes it. */
-    const char *nul = memchr (text, '\0', len);
-    if (nul) {
-        size_t line, column;
-        s_position (text, nul, &line, &column);
-        s_fail (&p, "invalid JSON near line %zu, column %zu (a NUL byte)", line, column);
-        free (text);
-        return NULL;
-    }
-    /* Some editors start UTF-8 files with a byte-order mark; JSON parsers need not accept it. */
-    const char *json = strncmp (text, "\xEF\xBB\xBF", 3) == 0 ? text + 3 : text;
-
-    char base_dir[CONFIG_PATH_MAX];
-    const char *slash = strrchr (path, '/');
-    if (!slash)
-        base_dir[0] = '\0';     /* relative paths then stay relative to the working folder */
-    else if (slash == path)
-        snprintf (base_dir, sizeof base_dir, "/");
-    else
-        snprintf (base_dir, sizeof base_dir, "%.*s", (int) (slash - path), path);
-
-    config_t *self = config_parse (json, path, base_dir, err, errlen);
-    free (text);
     return self;
 }
 

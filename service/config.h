@@ -117,6 +117,8 @@ typedef struct {
 config_t *config_load (const char *path, char *err, size_t errlen);
 /* Same from a JSON text; BASE_DIR resolves relative weight paths; NAME is used in messages. */
 config_t *config_parse (const char *json, const char *name, const char *base_dir, char *err, size_t errlen);
+/* 1-based line and column of POS in TEXT, for messages (config_load's and config_parse's). */
+void config_text_position (const char *text, const char *pos, size_t *line, size_t *column);
 void config_destroy (config_t **self_p);
 
 const char *activation_name (activation_t a);
