@@ -1,27 +1,19 @@
 /* config_load: reading a config file (bounded, regular files only) and handing its text to
  * config_parse with the file's folder as the base of relative paths. */
 #include "config.h"
+#include "status.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-__attribute__ ((format (printf, 4, 5)))
-static int s_fail (const char *file, char *err, size_t errlen, const char *fmt, ...)
+static int s_cannot_read (const char *file, const char *why, char *err, size_t errlen)
 {
-    if (!err || errlen == 0)
-        return -1;
-    char problem[1024];
-    va_list ap;
-    va_start (ap, fmt);
-    vsnprintf (problem, sizeof problem, fmt, ap);
-    va_end (ap);
-    snprintf (err, errlen, "%s: %s", file, problem);
+    sig_set_error (err, errlen, "%s: cannot read: %s", file, why);
     return -1;
 }
 
@@ -31,22 +23,22 @@ static int s_read_file (const char *file, char **text, size_t *len, char *err, s
     /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. */
     int fd = open (file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
-        return s_fail (file, err, errlen, "cannot read: %s", strerror (errno));
+        return s_cannot_read (file, strerror (errno), err, errlen);
     struct stat st;
     if (fstat (fd, &st) != 0) {
         int e = errno;
         close (fd);
-        return s_fail (file, err, errlen, "cannot read: %s", strerror (e));
+        return s_cannot_read (file, strerror (e), err, errlen);
     }
     if (!S_ISREG (st.st_mode)) {
         close (fd);
-        return s_fail (file, err, errlen, "cannot read: %s",
-                       S_ISDIR (st.st_mode) ? "Is a directory" : "not a regular file (a FIFO, socket or device)");
+        return s_cannot_read (file, S_ISDIR (st.st_mode) ? "Is a directory"
+                                                        : "not a regular file (a FIFO, socket or device)", err, errlen);
     }
     char *buf = malloc (CONFIG_FILE_MAX_BYTES + 2);
     if (!buf) {
         close (fd);
-        return s_fail (file, err, errlen, "cannot read: out of memory");
+        return s_cannot_read (file, "out of memory", err, errlen);
     }
     size_t n = 0;
     while (n <= CONFIG_FILE_MAX_BYTES) {
@@ -57,7 +49,7 @@ static int s_read_file (const char *file, char **text, size_t *len, char *err, s
             int e = errno;
             close (fd);
             free (buf);
-            return s_fail (file, err, errlen, "cannot read: %s", strerror (e));
+            return s_cannot_read (file, strerror (e), err, errlen);
         }
         if (r == 0)
             break;
@@ -66,8 +58,9 @@ static int s_read_file (const char *file, char **text, size_t *len, char *err, s
     close (fd);
     if (n > CONFIG_FILE_MAX_BYTES) {
         free (buf);
-        return s_fail (file, err, errlen, "cannot read: larger than %d bytes (1 MiB), the most a config may be",
+        sig_set_error (err, errlen, "%s: cannot read: larger than %d bytes (1 MiB), the most a config may be", file,
                        CONFIG_FILE_MAX_BYTES);
+        return -1;
     }
     buf[n] = '\0';
     *text = buf;
@@ -81,11 +74,11 @@ config_t *config_load (const char *path, char *err, size_t errlen)
     if (err && errlen)
         err[0] = '\0';
     if (!path || !path[0]) {
-        s_fail (file, err, errlen, "cannot read: no config path given");
+        sig_set_error (err, errlen, "%s: cannot read: no config path given", file);
         return NULL;
     }
     if (strlen (path) >= CONFIG_PATH_MAX) {
-        s_fail (file, err, errlen, "cannot read: the path is longer than %d bytes", CONFIG_PATH_MAX - 1);
+        sig_set_error (err, errlen, "%s: cannot read: the path is longer than %d bytes", file, CONFIG_PATH_MAX - 1);
         return NULL;
     }
     char *text = NULL;
@@ -97,7 +90,7 @@ config_t *config_load (const char *path, char *err, size_t errlen)
     if (nul) {
         size_t line, column;
         config_text_position (text, nul, &line, &column);
-        s_fail (file, err, errlen, "invalid JSON near line %zu, column %zu (a NUL byte)", line, column);
+        sig_set_error (err, errlen, "%s: invalid JSON near line %zu, column %zu (a NUL byte)", file, line, column);
         free (text);
         return NULL;
     }
