@@ -1,5 +1,7 @@
 /* The CUDA kernels sigserve runs, as C entry points. One op per .cu file: a static __global__
- * kernel, a static launcher taking a stream, and the extern "C" entry below. Every entry
+ * kernel, a static launcher taking a stream, and the extern "C" entry below (the persistent
+ * kernels keep their host-side planning and packing in a *_plan.cu beside them, sharing a private
+ * *_impl.cuh). Every entry
  * launches on the stream it is given (never the legacy default stream), checks the launch, and
  * returns a cudaError_t value as int (0 = cudaSuccess). All are capturable into a CUDA graph.
  *

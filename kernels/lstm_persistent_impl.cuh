@@ -1,0 +1,29 @@
+/* What lstm_persistent.cu (the kernel, its launch, the kernel instantiations the planner queries) and
+ * lstm_persistent_plan.cu (the host side: plan, layout, pack) share: the constants, the image
+ * header, and l_kernel_for. Private to those files. */
+#ifndef SIGSERVE_LSTM_PERSISTENT_IMPL_CUH
+#define SIGSERVE_LSTM_PERSISTENT_IMPL_CUH
+
+#include "kernels.h"
+
+#include <stdint.h>
+
+#define L_T SIG_LSTM_THREADS
+#define L_MAGIC 0x4c53544du     /* "LSTM" */
+#define L_LINE 64u
+#define L_OP_STOP 0xffu
+#define L_HEAD_SMEM_MAX (32u * 1024u)
+
+static_assert (L_T % 32u == 0u, "whole warps");
+
+struct alignas (16) l_header_t {
+    uint32_t magic, pad[3];
+    sig_lstm_plan_t plan;
+    sig_lstm_layout_t box;
+};
+
+/* lstm_persistent.cu: the kernel instantiation for DTYPE and MODE (SIG_LSTM_CLUSTER or
+ * SIG_LSTM_GRID), as the pointer the runtime's queries and launches take; nullptr for any other. */
+const void *l_kernel_for (uint32_t dtype, uint32_t mode);
+
+#endif

@@ -1,0 +1,58 @@
+/* What mlp_persistent.cu (the kernels, their launches and the kernel queries of the planner) and
+ * mlp_persistent_plan.cu (the host side: layout, plan, pack) share: the constants, the image
+ * header, and the two functions of mlp_persistent.cu the planner calls. Private to those files. */
+#ifndef SIGSERVE_MLP_PERSISTENT_IMPL_CUH
+#define SIGSERVE_MLP_PERSISTENT_IMPL_CUH
+
+#include "kernels.h"
+
+#include <stdint.h>
+
+#define P_T SIG_PERSISTENT_THREADS
+#define P_BANK 20u             /* float4 register slots of the one register-resident layer per role */
+#ifndef P_XGROUP
+#define P_XGROUP 5u            /* banked slots whose inputs are loaded together */
+#endif
+static_assert (P_BANK % P_XGROUP == 0u, "whole groups");
+#define P_GROUP_MAX 32u        /* threads per output: a warp at most (shuffle reduction) */
+#define P_LINE 64u
+#define P_MAGIC 0x50455253u    /* "PERS" */
+#define P_LOCAL_MAX_BYTES (96u * 1024u)   /* a layer this big is split when the cluster has > 1 block */
+#define P_BARRIER_CYCLES 1500u /* cost estimate of one cluster hand-off (DSMEM + barrier), clocks */
+
+static_assert (P_T % 32u == 0u && P_T / 32u <= 32u, "a warp per 32 threads, at most 32 warps");
+static_assert (SIG_FUSED_MAX_LAYERS <= 32, "layer masks are 32-bit");
+
+/* The image header, copied into shared memory at start (word by word). */
+struct p_header_t {
+    uint32_t magic, layers, blocks, max_rows;
+    uint32_t in, out, done_mode, dyn_bytes;
+    uint32_t bias_off, act_off0, act_off1, part_off;    /* float offsets in dynamic shared memory: the leader's */
+    uint32_t lead_end, part_stride, mpad, slice_off;    /* part: workers x [max_rows][mpad] floats */
+    uint32_t work_end, read_leader, pad0[2];            /* a worker's: slice_off .. work_end */
+    uint64_t payload;     /* byte offset of the slots in the image */
+    uint64_t bias_image;  /* float offset of the biases from the payload */
+    sig_persistent_layout_t box;
+    uint32_t pad[1];
+    sig_persistent_layer_plan_t layer[SIG_FUSED_MAX_LAYERS];
+    /* the same per layer, which the kernel needs but the plan keeps elsewhere */
+    uint32_t in_[SIG_FUSED_MAX_LAYERS], out_[SIG_FUSED_MAX_LAYERS];
+    int32_t act[SIG_FUSED_MAX_LAYERS];
+};
+static_assert (sizeof (p_header_t) % 16 == 0, "the payload after it stays 16-byte aligned");
+static_assert (sizeof (sig_persistent_layer_plan_t) % 8 == 0, "plan entries are copied as words");
+
+__host__ __device__ __forceinline__ uint32_t s_div_up (uint32_t a, uint32_t b)
+{
+    return a / b + (a % b != 0u ? 1u : 0u);
+}
+
+/* mlp_persistent.cu: static shared memory of the persistent kernel (its header copy and command
+ * word). */
+uint32_t p_static_smem (void);
+/* mlp_persistent.cu: lets the persistent kernel take OPTIN - STATIC_SMEM bytes of dynamic shared
+ * memory, then checks that a cluster of PLAN's size with its shared memory can be placed at all.
+ * A cudaError_t value as int. */
+int p_placeable (const sig_persistent_plan_t *plan, int optin, uint32_t static_smem);
+
+#endif

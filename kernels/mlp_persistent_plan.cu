@@ -1,0 +1,339 @@
+/* persistent, host side: the mailbox layout, the plan (cluster size, placement of the layers,
+ * threads, shared memory) and the packing of the weight image, for the kernels of
+ * mlp_persistent.cu (which says how they work, and holds the launches and the two kernel queries
+ * the plan needs: p_static_smem, p_placeable). Shared definitions: mlp_persistent_impl.cuh. */
+#include "kernels.h"
+#include "mlp_persistent_impl.cuh"
+
+#include <stddef.h>
+#include <string.h>
+
+static uint64_t s_align (uint64_t v, uint64_t a) { return (v + a - 1u) / a * a; }
+
+/* ---------------------------------------------------------------------------------------------
+ * Host side: layout, plan, pack (the launches: mlp_persistent.cu) */
+
+extern "C" int sig_persistent_layout (uint32_t in, uint32_t out, uint32_t max_rows, uint32_t ring,
+                                      sig_persistent_layout_t *layout)
+{
+    ring = ring ? ring : SIG_PERSISTENT_RING;
+    if (!layout || in == 0u || out == 0u || max_rows == 0u || ring > SIG_PERSISTENT_RING)
+        return (int) cudaErrorInvalidValue;
+    /* request | features | outputs, done: the done word right after the outputs, so that for a
+     * few outputs the host's one cache miss on the done line brings the outputs too */
+    const uint64_t row_floats = s_align (in, 4u);
+    const uint64_t features = P_LINE;
+    const uint64_t outputs = features + s_align ((uint64_t) max_rows * row_floats * 4u, P_LINE);
+    const uint64_t done = outputs + s_align ((uint64_t) max_rows * out * 4u, 4u);
+    const uint64_t slot = s_align (done + 4u, 2u * P_LINE);
+    const uint64_t total = 2u * P_LINE + ring * slot;
+    if (total > (1u << 30))
+        return (int) cudaErrorInvalidValue;
+    layout->ctrl = 0u;
+    layout->status = P_LINE;
+    layout->slots = 2u * P_LINE;
+    layout->slot_bytes = (uint32_t) slot;
+    layout->request = 0u;
+    layout->done = (uint32_t) done;
+    layout->features = (uint32_t) features;
+    layout->outputs = (uint32_t) outputs;
+    layout->row_floats = (uint32_t) row_floats;
+    layout->ring = ring;
+    layout->total = (uint32_t) total;
+    return (int) cudaSuccess;
+}
+
+/* The descriptor checks of the fused kernel (kernels.h), on host pointers. */
+static bool s_net_ok (const sig_fused_net_t *n)
+{
+    if (n->layer_count < 1u || n->layer_count > SIG_FUSED_MAX_LAYERS)
+        return false;
+    for (uint32_t l = 0; l < n->layer_count; ++l) {
+        const sig_fused_layer_t *L = &n->layers[l];
+        if (!L->w || !L->b || L->in == 0u || L->out == 0u || L->in > (1u << 20) || L->out > (1u << 20))
+            return false;
+        if (L->act < SIG_ACT_NONE || L->act > SIG_ACT_TANH)
+            return false;
+        if (l > 0u && L->in != n->layers[l - 1u].out)
+            return false;
+    }
+    return true;
+}
+
+/* Threads, slots and strides of one layer (its placement given; W workers). */
+static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, sig_persistent_layer_plan_t *L)
+{
+    const uint32_t in4 = s_div_up (in, 4u);
+    const uint32_t k4 = spread ? s_div_up (in4, W) : in4;   /* the most chunks a block has */
+    uint32_t glog = 0u;
+    memset (L, 0, sizeof *L);
+    L->spread = spread ? 1u : 0u;
+    if (out <= P_T) {
+        /* as many threads per output as the block has room for, up to a warp, no more than chunks */
+        while ((1u << (glog + 1u)) <= P_GROUP_MAX && ((uint64_t) out << (glog + 1u)) <= P_T && (1u << glog) < k4)
+            ++glog;
+        L->passes = 1u;
+        L->active = (uint32_t) s_align ((uint64_t) out << glog, 32u);
+    } else {
+        L->passes = s_div_up (out, P_T);
+        L->active = P_T;
+    }
+    L->glog = glog;
+    L->slots = s_div_up (k4, 1u << glog);
+    L->xs = L->slots << glog;
+    L->bank = 2u;
+    L->regs = 0u;
+}
+
+static uint64_t s_layer_smem (const sig_persistent_layer_plan_t *L)   /* bytes of slots in shared memory */
+{
+    return ((uint64_t) L->passes * L->slots - (L->bank == 0u ? L->regs : 0u)) * L->active * 16u;
+}
+static uint64_t s_layer_regs (const sig_persistent_layer_plan_t *L)   /* bytes of slots in registers, per block */
+{
+    return (L->bank == 0u ? (uint64_t) L->regs : 0u) * L->active * 16u;
+}
+
+/* One candidate: every offset of a plan with this cluster size and placement. Returns whether it
+ * fits STATIC_SMEM + the dynamic part in LIMIT; fills COST (clocks, a rough estimate). */
+static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, const bool *spread, bool registers,
+                     const sig_persistent_tuning_t *tu, uint32_t limit, uint32_t static_smem,
+                     sig_persistent_plan_t *p, uint64_t *cost)
+{
+    const uint32_t n = net->layer_count, W = C > 1u ? C - 1u : 1u;
+    memset (p, 0, sizeof *p);
+    p->cluster_blocks = C;
+    p->threads = P_T;
+    p->layer_count = n;
+    p->max_rows = max_rows;
+    p->done_mode = tu->done_mode;
+    p->ring = tu->ring ? tu->ring : SIG_PERSISTENT_RING;
+    p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
+    p->smem_limit = limit;
+    p->max_cluster = C;
+    for (uint32_t l = 0; l < n; ++l)
+        s_shape (net->layers[l].in, net->layers[l].out, W, spread[l], &p->layers[l]);
+    /* Registers: per role, the single-pass layer that would read most from shared memory. */
+    for (uint32_t role = 0; role < 2u && registers; ++role) {
+        uint32_t best = n;
+        uint64_t best_bytes = 0;
+        for (uint32_t l = 0; l < n; ++l) {
+            const sig_persistent_layer_plan_t *L = &p->layers[l];
+            const uint64_t bytes = (uint64_t) L->slots * L->active;
+            if (L->spread == role && L->passes == 1u && bytes > best_bytes) {
+                best = l;
+                best_bytes = bytes;
+            }
+        }
+        if (best < n) {
+            p->layers[best].bank = 0u;
+            p->layers[best].regs = p->layers[best].slots < P_BANK ? p->layers[best].slots : P_BANK;
+        }
+    }
+    /* Shared memory (the same layout in every block): the weight area (the leader's local layers
+     * and the workers' split layers both start at 0: a block holds one role's), the leader's
+     * biases, the workers' input slice, the leader's two act buffers and partials. Image: every
+     * layer's slots (worker after worker for a split layer), then the biases. */
+    uint64_t w4[2] = { 0, 0 }, regs[2] = { 0, 0 }, img4 = 0, bias = 0, slice4 = 0, act4[2] = { 0, 0 }, mpad = 0;
+    uint32_t barriers = C > 1u ? 1u : 0u;
+    for (uint32_t l = 0; l < n; ++l) {
+        sig_persistent_layer_plan_t *L = &p->layers[l];
+        const uint32_t role = L->spread, out4 = s_div_up (net->layers[l].out, 4u);
+        L->w_smem = (uint32_t) w4[role];
+        w4[role] += s_layer_smem (L) / 16u;
+        regs[role] += s_layer_regs (L);
+        L->per_block = (uint64_t) L->passes * L->slots * L->active;
+        L->image = img4;
+        img4 += (L->spread ? W : 1u) * L->per_block;
+        L->bias = (uint32_t) bias;
+        bias += 4u * (uint64_t) out4;
+        /* The leader's act buffer l % 2 holds layer l's input: a local layer's (row stride xs),
+         * or a split layer's before it is scattered (its in4 chunks, compact); a split layer 0
+         * reads the host instead. */
+        uint64_t *a = &act4[l & 1u];
+        const uint64_t need = L->spread ? (l > 0u ? s_div_up (net->layers[l].in, 4u) : 0u) : L->xs;
+        *a = *a > need ? *a : need;
+        if (L->spread) {
+            slice4 = slice4 > L->xs ? slice4 : L->xs;
+            mpad = mpad > 4u * out4 ? mpad : 4u * out4;
+            barriers += l > 0u ? 2u : 1u;
+        }
+    }
+    const uint64_t bias_off = 4u * w4[0];
+    const uint64_t act0 = bias_off + bias;
+    const uint64_t act1 = act0 + 4u * act4[0] * max_rows;
+    const uint64_t part_off = act1 + 4u * act4[1] * max_rows;
+    const uint64_t part_stride = (uint64_t) max_rows * mpad;
+    const uint64_t lead_end = part_off + (C > 1u ? W * part_stride : 0u);
+    const uint64_t slice_off = 4u * w4[1];
+    const uint64_t work_end = C > 1u ? slice_off + 4u * slice4 * max_rows : 0u;
+    const uint64_t end = lead_end > work_end ? lead_end : work_end;
+    const uint64_t dyn = 4u * end;
+    const bool fits = dyn + static_smem <= limit && end < (1u << 28);
+    p->smem_bytes = fits ? (uint32_t) dyn : UINT32_MAX;
+    p->bias_off = (uint32_t) bias_off;
+    p->act_off0 = (uint32_t) act0;
+    p->act_off1 = (uint32_t) act1;
+    p->part_off = (uint32_t) part_off;
+    p->lead_end = (uint32_t) lead_end;
+    p->part_stride = (uint32_t) part_stride;
+    p->mpad = (uint32_t) mpad;
+    p->slice_off = (uint32_t) slice_off;
+    p->work_end = (uint32_t) work_end;
+    p->bias_image = 4u * img4;
+    p->cluster_barriers = barriers;
+    p->image_bytes = s_align (sizeof (p_header_t), 16u) + 16u * img4 + 4u * bias;
+    uint64_t weights = 0;
+    for (uint32_t l = 0; l < n; ++l)
+        weights += 4u * ((uint64_t) net->layers[l].in + 1u) * net->layers[l].out;
+    p->weight_bytes = weights;
+    /* On chip: the leader's weights and buffers, each worker's weights and slice, the registers. */
+    const uint64_t leader = 4u * lead_end, worker = 4u * (work_end > slice_off ? work_end : slice_off);
+    p->need_bytes = leader + regs[0] + (C > 1u ? W * (worker + regs[1]) : 0u) + (uint64_t) C * static_smem;
+    p->cluster_bytes = (uint64_t) C * limit + regs[0] + (C > 1u ? W * regs[1] : 0u);
+    /* Per request: the hand-offs, and the longer of the two roles' weight reads (shared memory at
+     * 128 B per clock, registers at 512 B of weights per clock). */
+    const uint64_t lead_cost = 16u * w4[0] / 128u + regs[0] / 512u, work_cost = 16u * w4[1] / 128u + regs[1] / 512u;
+    *cost = (uint64_t) barriers * P_BARRIER_CYCLES + lead_cost + (C > 1u ? work_cost : 0u);
+    return fits;
+}
+
+/* Tries cluster size C: the placement grows from "big layers split" until the leader fits. */
+static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, const sig_persistent_tuning_t *tu,
+                   uint32_t limit, uint32_t static_smem, sig_persistent_plan_t *p, uint64_t *cost)
+{
+    const uint32_t n = net->layer_count;
+    bool spread[SIG_FUSED_MAX_LAYERS];
+    uint32_t count = 0;
+    for (uint32_t l = 0; l < n; ++l) {
+        const uint64_t bytes = 4u * (uint64_t) net->layers[l].in * net->layers[l].out;
+        spread[l] = C > 1u && (tu->spread_all || bytes > P_LOCAL_MAX_BYTES);
+        count += spread[l] ? 1u : 0u;
+    }
+    for (;;) {
+        if (C > 1u && count == 0u) {   /* a cluster with nothing split would only add barriers */
+            uint32_t big = 0;
+            for (uint32_t l = 1; l < n; ++l)
+                if ((uint64_t) net->layers[l].in * net->layers[l].out > (uint64_t) net->layers[big].in * net->layers[big].out)
+                    big = l;
+            spread[big] = true;
+            ++count;
+        }
+        /* Registers only when shared memory alone cannot hold it (tuning: never, or always). The
+         * register path is the faster one on paper, but measured slower on tick_mlp (10.52 us p50
+         * without, 11.03 with, H100, same run: docs/persistent-notes.md). */
+        if (tu->no_registers != 2u && s_build (net, max_rows, C, spread, false, tu, limit, static_smem, p, cost))
+            return true;
+        if (tu->no_registers != 1u && s_build (net, max_rows, C, spread, true, tu, limit, static_smem, p, cost))
+            return true;
+        if (C == 1u || count == n)
+            return false;
+        uint32_t big = n;   /* split the largest local layer and try again */
+        for (uint32_t l = 0; l < n; ++l)
+            if (!spread[l] && (big == n || (uint64_t) net->layers[l].in * net->layers[l].out
+                                               > (uint64_t) net->layers[big].in * net->layers[big].out))
+                big = l;
+        spread[big] = true;
+        ++count;
+    }
+}
+
+extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device,
+                                    const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan)
+{
+    if (!net || !plan || max_rows < 1u || max_rows > 4096u || !s_net_ok (net))
+        return (int) cudaErrorInvalidValue;
+    const sig_persistent_tuning_t none = { 0u, 0u, 0u, 0u, 0u, 0u };
+    const sig_persistent_tuning_t *tu = tuning ? tuning : &none;
+    if (tu->cluster_blocks != 0u && tu->cluster_blocks != 1u && tu->cluster_blocks != 2u && tu->cluster_blocks != 4u
+        && tu->cluster_blocks != 8u)
+        return (int) cudaErrorInvalidValue;
+    if (tu->done_mode != SIG_DONE_SEQUENCE && tu->done_mode != SIG_DONE_OUTPUTS || tu->ring > SIG_PERSISTENT_RING)
+        return (int) cudaErrorInvalidValue;
+    int optin = 0;
+    cudaError_t e = cudaDeviceGetAttribute (&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e != cudaSuccess)
+        return (int) e;
+    const uint32_t static_smem = p_static_smem ();
+    const uint32_t sizes[] = { 1u, 2u, 4u, 8u };
+    bool found = false;
+    uint64_t best_cost = 0;
+    sig_persistent_plan_t cand;
+    for (uint32_t i = 0; i < 4u; ++i) {
+        const uint32_t C = sizes[i];
+        if (tu->cluster_blocks != 0u && C != tu->cluster_blocks)
+            continue;
+        uint64_t cost = 0;
+        const bool fits = s_try (net, max_rows, C, tu, (uint32_t) optin, static_smem, &cand, &cost);
+        if (fits && (!found || cost < best_cost)) {
+            *plan = cand;
+            best_cost = cost;
+            found = true;
+        }
+        if (!found)   /* the largest tried is what the message reports */
+            *plan = cand;
+    }
+    if (!found)
+        return (int) cudaErrorMemoryAllocation;
+    /* The kernel's shared-memory limit, and whether the cluster can be placed (mlp_persistent.cu). */
+    return p_placeable (plan, optin, static_smem);
+}
+
+extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persistent_plan_t *plan,
+                                    const sig_persistent_layout_t *layout, void *image)
+{
+    if (!net || !plan || !layout || !image || plan->layer_count != net->layer_count || plan->smem_bytes == UINT32_MAX)
+        return (int) cudaErrorInvalidValue;
+    const uint32_t C = plan->cluster_blocks, W = C > 1u ? C - 1u : 1u, n = plan->layer_count;
+    memset (image, 0, plan->image_bytes);
+    p_header_t *h = static_cast<p_header_t *> (image);
+    h->magic = P_MAGIC;
+    h->layers = n;
+    h->blocks = C;
+    h->max_rows = plan->max_rows;
+    h->in = net->layers[0].in;
+    h->out = net->layers[n - 1u].out;
+    h->done_mode = plan->done_mode;
+    h->dyn_bytes = plan->smem_bytes;
+    h->bias_off = plan->bias_off;
+    h->act_off0 = plan->act_off0;
+    h->act_off1 = plan->act_off1;
+    h->part_off = plan->part_off;
+    h->lead_end = plan->lead_end;
+    h->part_stride = plan->part_stride;
+    h->mpad = plan->mpad;
+    h->slice_off = plan->slice_off;
+    h->work_end = plan->work_end;
+    h->read_leader = plan->read_leader;
+    h->payload = s_align (sizeof (p_header_t), 16u);
+    h->bias_image = plan->bias_image;
+    h->box = *layout;
+    float *payload = reinterpret_cast<float *> (static_cast<char *> (image) + h->payload);
+    for (uint32_t l = 0; l < n; ++l) {
+        const sig_persistent_layer_plan_t *L = &plan->layers[l];
+        const sig_fused_layer_t *N = &net->layers[l];
+        h->layer[l] = *L;
+        h->in_[l] = N->in;
+        h->out_[l] = N->out;
+        h->act[l] = N->act;
+        const uint32_t in4 = s_div_up (N->in, 4u), G = 1u << L->glog;
+        for (uint32_t blk = 0; blk < (L->spread ? W : 1u); ++blk) {
+            const uint32_t kc0 = L->spread ? in4 * blk / W : 0u, kc1 = L->spread ? in4 * (blk + 1u) / W : in4;
+            float *dst = payload + 4u * (L->image + (uint64_t) blk * L->per_block);
+            for (uint32_t p = 0; p < L->passes; ++p)
+                for (uint32_t s = 0; s < L->slots; ++s)
+                    for (uint32_t t = 0; t < L->active; ++t) {
+                        const uint32_t m = p * (P_T >> L->glog) + (t >> L->glog);
+                        const uint32_t kc = kc0 + (t & (G - 1u)) + s * G;
+                        float *c = dst + 4u * (((uint64_t) p * L->slots + s) * L->active + t);
+                        if (m >= N->out || kc >= kc1)
+                            continue;   /* zeros */
+                        for (uint32_t e = 0; e < 4u; ++e)
+                            if (4u * kc + e < N->in)
+                                c[e] = N->w[(size_t) m * N->in + 4u * kc + e];
+                    }
+        }
+        memcpy (payload + plan->bias_image + L->bias, N->b, N->out * sizeof (float));
+    }
+    return (int) cudaSuccess;
+}
