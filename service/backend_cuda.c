@@ -143,9 +143,7 @@ void cuda_resident_add (int device, int delta)
     pthread_mutex_unlock (&s_lock);
 }
 
-/* The device's pool for stream-ordered allocations; it keeps what is freed (no trimming, which
- * could synchronise). */
-static cudaError_t s_pool (int device, cudaMemPool_t *pool)
+cudaError_t cuda_device_pool (int device, cudaMemPool_t *pool)
 {
     if (device < 0 || device >= MAX_DEVICES)
         return cudaErrorInvalidDevice;
@@ -175,7 +173,7 @@ static cudaError_t s_pool (int device, cudaMemPool_t *pool)
 cudaError_t cuda_dev_alloc (backend_model_t *m, void **p, size_t bytes)
 {
     cudaMemPool_t pool;
-    cudaError_t e = s_pool (m->device, &pool);
+    cudaError_t e = cuda_device_pool (m->device, &pool);
     return e != cudaSuccess ? e : cudaMallocFromPoolAsync (p, bytes ? bytes : 16, pool, m->stream);
 }
 static void s_dev_free (backend_model_t *m, void *p)

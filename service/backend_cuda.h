@@ -20,6 +20,10 @@ extern const backend_iface_t backend_cuda_iface;
 /* Devices visible to this process: 0 with *COUNT, or -1 with the reason in WHY (no driver, no
  * device). Initialises the CUDA runtime: not in a process that will fork and use CUDA after. */
 int cuda_device_count (int *count, char *why, size_t whylen);
+/* The device's pool for stream-ordered allocations, shared by the CUDA backends (MLP and LSTM):
+ * made on first use, and it keeps what is freed (no trimming, which could synchronise with a
+ * resident persistent kernel). */
+cudaError_t cuda_device_pool (int device, cudaMemPool_t *pool);
 
 /* Below: the same model driven piece by piece, for sigbench and the GPU suites. */
 typedef enum {

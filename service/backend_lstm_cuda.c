@@ -18,6 +18,7 @@
 #ifdef SIGSERVE_HAVE_CUDA
 #define _GNU_SOURCE
 #include "backend_lstm_cuda.h"
+#include "backend_cuda.h"
 
 #include "kernels.h"
 #include "lstm.h"
@@ -32,7 +33,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_DEVICES 64
 #define START_MS 20000.0        /* a fresh launch may take this long to load its weights */
 #define SENTINEL SIG_PERSISTENT_SENTINEL
 
@@ -70,7 +70,6 @@ typedef struct {
 } kept_box_t;
 
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;   /* load and destroy only */
-static cudaMemPool_t s_pools[MAX_DEVICES];
 static kept_box_t s_kept[64];
 static size_t s_kept_count;
 static sig_lstm_tuning_t s_tuning;
@@ -85,35 +84,10 @@ void lstm_cuda_tuning (const sig_lstm_tuning_t *tuning)
     pthread_mutex_unlock (&s_lock);
 }
 
-static cudaError_t s_pool (int device, cudaMemPool_t *pool)
-{
-    if (device < 0 || device >= MAX_DEVICES)
-        return cudaErrorInvalidDevice;
-    pthread_mutex_lock (&s_lock);
-    cudaError_t e = cudaSuccess;
-    if (!s_pools[device]) {
-        struct cudaMemPoolProps props;
-        memset (&props, 0, sizeof props);
-        props.allocType = cudaMemAllocationTypePinned;
-        props.location.type = cudaMemLocationTypeDevice;
-        props.location.id = device;
-        e = cudaMemPoolCreate (&s_pools[device], &props);
-        if (e == cudaSuccess) {
-            uint64_t keep = UINT64_MAX;   /* never trims: trimming could synchronise */
-            e = cudaMemPoolSetAttribute (s_pools[device], cudaMemPoolAttrReleaseThreshold, &keep);
-        }
-        if (e != cudaSuccess)
-            s_pools[device] = NULL;
-    }
-    *pool = s_pools[device];
-    pthread_mutex_unlock (&s_lock);
-    return e;
-}
-
 static cudaError_t s_dev_alloc (backend_model_t *m, void **p, size_t bytes)
 {
     cudaMemPool_t pool;
-    cudaError_t e = s_pool (m->device, &pool);
+    cudaError_t e = cuda_device_pool (m->device, &pool);
     return e != cudaSuccess ? e : cudaMallocFromPoolAsync (p, bytes ? bytes : 16, pool, m->stream);
 }
 
