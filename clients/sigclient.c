@@ -399,7 +399,6 @@ static sigclient_t *s_new (const char *const *endpoints, size_t count, int timeo
         if (zmq_setsockopt (self->socket, ZMQ_LINGER, &linger, sizeof linger) != 0
             || sigclient_set_timeout (self, timeout_ms) != 0)
             err = errno ? errno : EINVAL;
-        /* dns:// names give IPv6 addresses too, and some of them may not answer (sigclient.h). */
         /* CURVE keys go before any connect: a connection takes the mechanism it is made with. */
         if (!err && keys) {
             self->curve = true;
@@ -408,6 +407,7 @@ static sigclient_t *s_new (const char *const *endpoints, size_t count, int timeo
                 if (zmq_setsockopt (self->socket, opts[k], keys[k], SIGCLIENT_KEY_TEXT - 1) != 0)
                     err = errno ? errno : EINVAL;
         }
+        /* dns:// names give IPv6 addresses too, and some of them may not answer (sigclient.h). */
         if (!err && self->n_dns
             && (zmq_setsockopt (self->socket, ZMQ_IPV6, &on, sizeof on) != 0
                 || zmq_setsockopt (self->socket, ZMQ_IMMEDIATE, &on, sizeof on) != 0))
@@ -456,7 +456,6 @@ sigclient_t *sigclient_new_curve (const char *const *endpoints, size_t count, in
     const char *const keys[3] = { server_key, client_public, client_secret };
     return s_new (endpoints, count, timeout_ms, keys);
 }
-
 
 void sigclient_destroy (sigclient_t **self_p)
 {

@@ -27,12 +27,15 @@ static tu_fixture_t s_fx;
 static uint64_t s_seed;
 static void *s_ctx;
 
-/* Models next to the fixture's: slower (4x slow's work); slow_q4, a 4-deep queue whose worker
+/* Models next to the fixture's: slower (4x slow's work, and each 15-row request held 400 ms
+ * waiting for a batch partner that cannot fit, so that it is slow however loaded the machine
+ * running the test is); slow_q4, a 4-deep queue whose worker
  * holds each request 300 ms waiting for a batch partner that cannot fit (2-row requests, batches
  * of at most 3 rows), so a whole burst arrives while the first is held; a batching model (one worker, batches of up to 64 rows gathered for up to 20 ms), two
  * pinned instances, and keep-warm. */
 #define EXTRA_MODELS \
-    ",\n   { \"name\": \"slower\", \"backend\": \"cpu\", \"max_rows\": 15, \"weights\": \"slower.safetensors\",\n" \
+    ",\n   { \"name\": \"slower\", \"backend\": \"cpu\", \"max_rows\": 15, \"max_batch_rows\": 16,\n" \
+    "     \"batch_delay_us\": 400000, \"weights\": \"slower.safetensors\",\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] },\n" \
     "   { \"name\": \"slow_q4\", \"backend\": \"cpu\", \"max_rows\": 2, \"queue_depth\": 4, \"max_batch_rows\": 3,\n" \
     "     \"batch_delay_us\": 300000, \"weights\": \"slow.safetensors\",\n" \
@@ -124,7 +127,7 @@ START_TEST (slow_model_never_delays_another)
 {
     /* Two connections (so the small requests do not queue behind the large ones in one TCP
      * stream): three requests of the slower model on one, then twenty of tick_mlp on the other.
-     * The twenty are all answered while the first slower request is still computing. */
+     * The twenty are all answered while the first slower request is still held (400 ms). */
     void *a = s_socket (s_fx.endpoint[0], 30000), *b = s_socket (s_fx.endpoint[1], 30000);
     float *slow = malloc (15 * 1024 * sizeof (float));
     s_random (slow, 15 * 1024);
