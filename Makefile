@@ -105,7 +105,7 @@ asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT=-O1 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all' all
 
 test-asan: deps
-	@$(MAKE) --no-print-directory BUILD=build/asan OPT=-O1 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all' check
+	@SIGSERVE_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build/asan OPT=-O1 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all' check
 
 # One run of protoc-c makes both files (a grouped target), so it runs once.
 $(PROTO_C) $(PROTO_H) &: proto/signal.proto

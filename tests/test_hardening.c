@@ -123,8 +123,14 @@ START_TEST (million_empty_frames_refused_and_memory_given_back)
                                   "at most 16 frames");
     sigserve__v1__reply__free_unpacked (r, NULL);
     long after = s_rss_kib (s_fx.server);
-    /* libzmq held every frame (~128 MB of them) before handing the first over; they went back. */
+    /* libzmq held every frame (~128 MB of them) before handing the first over; they went back.
+     * Not under AddressSanitizer: its allocator keeps freed memory in quarantine, and malloc_trim
+     * does not reach it (this build's server is built the same way as this test). */
+#if defined(__SANITIZE_ADDRESS__)
+    printf ("memory given back: not checked under AddressSanitizer (resident %ld -> %ld KiB)\n", before, after);
+#else
     ck_assert_msg (after - before < 32 * 1024, "resident memory grew from %ld to %ld KiB", before, after);
+#endif
     zmq_close (s);
     s_still_serving ();
 }
