@@ -320,6 +320,10 @@ START_TEST (clients_take_certificates)
     errno = 0;
     ck_assert_ptr_null (sigclient_new_curve (eps, 1, 500, "short", keys.client_public, keys.client_secret));
     ck_assert_int_eq (errno, EINVAL);
+    errno = 0;
+    ck_assert_ptr_null (sigclient_new_curve (eps, 1, 500, "~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~",   /* 40, not Z85 */
+                                             keys.client_public, keys.client_secret));
+    ck_assert_int_eq (errno, EINVAL);
 
     /* bad certificate files, each named with what is wrong */
     ck_assert_int_eq (sigclient_curve_keys_load (server, bob_public, &keys, why, sizeof why), -1);
