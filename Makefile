@@ -8,8 +8,11 @@ PYTHON   ?= /usr/bin/python3
 PKGS     := libzmq libczmq libprotobuf-c libcjson libsystemd libmicrohttpd
 OPT      ?= -O3
 SAN      ?=
+SERVICE_DIRS := service service/base service/weights service/backends service/backends/cuda service/serving \
+                service/front service/ops
+SERVICE_INC  := $(addprefix -I,$(SERVICE_DIRS))
 CFLAGS   := -std=gnu11 $(OPT) -g -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-psabi -MMD -MP \
-            -Icommon -Iservice -Isupport -Iclients -I$(BUILD)/gen $(SAN) \
+            -Icommon $(SERVICE_INC) -Isupport -Iclients -I$(BUILD)/gen $(SAN) \
             $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -lpthread -lm
 LDFLAGS  := $(SAN)
@@ -26,7 +29,7 @@ ifneq ($(NVCC),)
   CFLAGS   += -DSIGSERVE_HAVE_CUDA=1 -Ikernels -isystem $(CUDA_HOME)/include
   CU_SRC   := $(wildcard kernels/*.cu)
   CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
-  NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Iservice -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP
+  NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 endif
 
@@ -42,9 +45,9 @@ PROTO_OBJ := $(BUILD)/obj/gen/signal.pb-c.o
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ  := $(call obj,$(wildcard common/*.c))
 SUPPORT_OBJ := $(call obj,$(wildcard support/*.c))
-CORE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
+CORE_SRC := $(filter-out service/main.c,$(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c)))
 ifneq ($(HAVE_CUDA),1)
-  CORE_SRC := $(filter-out service/backend_cuda%.c,$(CORE_SRC))
+  CORE_SRC := $(filter-out service/backends/cuda/%.c,$(CORE_SRC))
 endif
 CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ)
 CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/clients/sigclient_cert.o $(PROTO_OBJ)

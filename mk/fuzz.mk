@@ -21,15 +21,15 @@ FUZZ_DIR      := $(BUILD)/fuzz
 FUZZ_TARGETS  := request safetensors config
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all
 # Evaluated when used, so that other targets do not run pkg-config for them.
-FUZZ_CFLAGS    = -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -MMD -MP -Icommon -Iservice \
+FUZZ_CFLAGS    = -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -MMD -MP -Icommon $(SERVICE_INC) \
                  -I$(BUILD)/gen $(shell pkg-config --cflags libprotobuf-c libcjson 2>/dev/null) $(FUZZ_SAN)
 FUZZ_LIBS      = $(shell pkg-config --libs libprotobuf-c libcjson 2>/dev/null || echo -lprotobuf-c -lcjson) -lm
 
 # What each target compiles, and the longest input it is given (the codec target is built for
 # 8 KiB messages; the seeds of the other two are under 8 KB).
-FUZZ_SRC_request     := tests/fuzz/fuzz_request.c service/codec.c service/status.c common/arena.c
-FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c service/safetensors.c service/status.c
-FUZZ_SRC_config      := tests/fuzz/fuzz_config.c service/config.c service/config_file.c service/status.c
+FUZZ_SRC_request     := tests/fuzz/fuzz_request.c service/front/codec.c service/base/status.c common/arena.c
+FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c service/weights/safetensors.c service/base/status.c
+FUZZ_SRC_config      := tests/fuzz/fuzz_config.c service/base/config.c service/base/config_file.c service/base/status.c
 FUZZ_MAX_LEN_request     := 8192
 FUZZ_MAX_LEN_safetensors := 8192
 FUZZ_MAX_LEN_config      := 8192
