@@ -10,7 +10,7 @@ OPT      ?= -O3
 SAN      ?=
 SERVICE_DIRS := service service/base service/weights service/backends service/backends/cuda service/serving \
                 service/front service/ops
-SERVICE_INC  := $(addprefix -I,$(SERVICE_DIRS))
+SERVICE_INC  := -Iservice
 CFLAGS   := -std=gnu11 $(OPT) -g -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-psabi -MMD -MP \
             -Icommon $(SERVICE_INC) -Isupport -Iclients -I$(BUILD)/gen $(SAN) \
             $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)

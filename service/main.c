@@ -11,14 +11,14 @@
  * bound); 2 bad usage, bad configuration (server.http that cannot be bound included) or a model
  * that cannot load. */
 #define _GNU_SOURCE
-#include "auth.h"
-#include "config.h"
-#include "http.h"
-#include "log.h"
-#include "notify.h"
-#include "registry.h"
-#include "server.h"
-#include "stats.h"
+#include "front/auth.h"
+#include "base/config.h"
+#include "ops/http.h"
+#include "base/log.h"
+#include "ops/notify.h"
+#include "serving/registry.h"
+#include "front/server.h"
+#include "base/stats.h"
 
 #include <errno.h>
 #include <getopt.h>

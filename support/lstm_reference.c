@@ -3,7 +3,7 @@
 
 #include "rng.h"
 #include "st_write.h"
-#include "status.h"
+#include "base/status.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -4,9 +4,9 @@
 #ifndef SIGSERVE_LSTM_REFERENCE_H
 #define SIGSERVE_LSTM_REFERENCE_H
 
-#include "config.h"
-#include "lstm.h"
-#include "weights.h"
+#include "base/config.h"
+#include "weights/lstm.h"
+#include "weights/weights.h"
 
 #include <stddef.h>
 #include <stdint.h>

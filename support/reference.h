@@ -3,7 +3,7 @@
 #ifndef SIGSERVE_REFERENCE_H
 #define SIGSERVE_REFERENCE_H
 
-#include "weights.h"
+#include "weights/weights.h"
 
 /* Random weights (uniform in +-1/sqrt(in), like nn.Linear) for tests and benchmarks.
  * SIZES has LAYER_COUNT + 1 entries. NULL on a zero size or when memory runs out. */

@@ -1,7 +1,7 @@
 /* Writes F32 safetensors files (the demo-weight generator and the tests): test and tool support,
  * never linked into the server. */
 #include "st_write.h"
-#include "status.h"
+#include "base/status.h"
 
 #include <assert.h>
 #include <errno.h>

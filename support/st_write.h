@@ -2,7 +2,7 @@
 #ifndef SIGSERVE_ST_WRITE_H
 #define SIGSERVE_ST_WRITE_H
 
-#include "safetensors.h"
+#include "weights/safetensors.h"
 
 /* Writes an F32 safetensors file (used by the demo-weight generator and the tests): entries in
  * the given order, the header padded with spaces so the data starts at a multiple of 8 bytes.

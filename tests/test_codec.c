@@ -1,5 +1,5 @@
 /* The codec: decoding with the bounded arena, its errors, and reply encoding. */
-#include "codec.h"
+#include "front/codec.h"
 #include "testutil.h"
 
 #include <check.h>

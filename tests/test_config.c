@@ -1,7 +1,7 @@
 /* config.c: the shipped configs load, defaults and path resolution are as documented, and every
  * kind of bad input fails with the message an operator would need: file, JSON path, expected
  * vs received. Runs from the repository root. */
-#include "config.h"
+#include "base/config.h"
 #include "testutil.h"
 
 #include <check.h>

@@ -1,8 +1,8 @@
 /* The CPU backend against the float64 reference, on fresh random inputs at irregular shapes. */
 #include "rng.h"
 #include "reference.h"
-#include "backend.h"
-#include "weights.h"
+#include "backends/backend.h"
+#include "weights/weights.h"
 #include "testutil.h"
 
 #include <check.h>

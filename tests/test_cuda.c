@@ -6,13 +6,13 @@
 #include "rng.h"
 #include "st_write.h"
 #include "reference.h"
-#include "autoselect.h"
-#include "backend.h"
-#include "config.h"
-#include "weights.h"
-#include "model.h"
-#include "registry.h"
-#include "safetensors.h"
+#include "backends/autoselect.h"
+#include "backends/backend.h"
+#include "base/config.h"
+#include "weights/weights.h"
+#include "serving/model.h"
+#include "serving/registry.h"
+#include "weights/safetensors.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
 
@@ -28,7 +28,7 @@
 #include <zmq.h>
 
 #ifdef SIGSERVE_HAVE_CUDA
-#include "backend_cuda.h"
+#include "backends/cuda/backend_cuda.h"
 #include "kernels.h"
 
 #include <cublas_v2.h>

@@ -4,9 +4,9 @@
 #include "rng.h"
 #include "st_write.h"
 #include "reference.h"
-#include "config.h"
-#include "weights.h"
-#include "safetensors.h"
+#include "base/config.h"
+#include "weights/weights.h"
+#include "weights/safetensors.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
 

@@ -2,12 +2,12 @@
  * reference (support/lstm_reference.c), full windows and streams. Tolerance: the pooled relative
  * error ||out - ref|| / ||ref|| <= 1e-5 (fp32 against float64), on fresh random inputs, every
  * output poisoned with NaN before it is written. */
-#include "backend_lstm.h"
+#include "backends/backend_lstm.h"
 #include "lstm_reference.h"
 #include "rng.h"
 #include "st_write.h"
 #include "testutil.h"
-#include "weights.h"
+#include "weights/weights.h"
 
 #include <check.h>
 #include <math.h>

@@ -10,12 +10,12 @@
  *   - against float64 with the file's fp32 weights: 1e-5 (f32), 5e-3 (f16), 3e-2 (bf16), the
  *     measured values printed;
  *   - a streamed output against the same kernel's full window over the same W steps: 1e-5. */
-#include "backend_lstm.h"
+#include "backends/backend_lstm.h"
 #include "clock.h"
 #include "lstm_reference.h"
 #include "rng.h"
 #include "testutil.h"
-#include "weights.h"
+#include "weights/weights.h"
 
 #include <check.h>
 #include <math.h>
@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #ifdef SIGSERVE_HAVE_CUDA
-#include "backend_lstm_cuda.h"
+#include "backends/cuda/backend_lstm_cuda.h"
 
 #include <cuda_runtime_api.h>
 

@@ -5,12 +5,12 @@
  * libzmq and libc allocate inside themselves (message bodies over 33 bytes, for one): those are
  * their business and not what this test is about; protobuf-c decodes into our arena. */
 #include "rng.h"
-#include "config.h"
-#include "log.h"
-#include "weights.h"
-#include "registry.h"
-#include "server.h"
-#include "threads.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "weights/weights.h"
+#include "serving/registry.h"
+#include "front/server.h"
+#include "base/threads.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
 

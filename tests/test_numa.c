@@ -1,5 +1,5 @@
 /* numa.c: cpulists, and the CPUs next to a PCI device read from a sysfs tree written here. */
-#include "numa.h"
+#include "base/numa.h"
 #include "testutil.h"
 
 #include <check.h>

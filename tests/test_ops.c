@@ -4,13 +4,13 @@
  * 0.0.4, so what a scraper would reject fails the test. Assertions are on counts and order,
  * never on wall-clock time: waits are bounded polls. */
 #define _GNU_SOURCE
-#include "config.h"
-#include "log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "reference.h"
 #include "signal.pb-c.h"
 #include "st_write.h"
 #include "testutil.h"
-#include "weights.h"
+#include "weights/weights.h"
 
 #include <arpa/inet.h>
 #include <cJSON.h>

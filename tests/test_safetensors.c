@@ -4,7 +4,7 @@
 #include "rng.h"
 #include "st_write.h"
 
-#include "safetensors.h"
+#include "weights/safetensors.h"
 #include "testutil.h"
 
 #include <check.h>

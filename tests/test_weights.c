@@ -4,8 +4,8 @@
 #include "rng.h"
 #include "st_write.h"
 #include "reference.h"
-#include "weights.h"
-#include "safetensors.h"
+#include "weights/weights.h"
+#include "weights/safetensors.h"
 #include "testutil.h"
 
 #include <check.h>

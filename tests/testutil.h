@@ -38,8 +38,8 @@ size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *
  *             and b.* like slow's: 4x the work) for EXTRA_MODELS to use
  * plus EXTRA_MODELS (JSON objects, comma-first, appended to the list). Weights are loaded with the
  * config (TICK, ODD) for the float64 reference. Set up once per suite (an unchecked fixture). */
-#include "config.h"
-#include "weights.h"
+#include "base/config.h"
+#include "weights/weights.h"
 typedef struct {
     const char *tick_backend;       /* "cpu" or "auto" */
     const char *odd_kernel;         /* "loop" or "blas" */

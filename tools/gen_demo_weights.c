@@ -6,8 +6,8 @@
  * same bytes and the build can regenerate the file instead of shipping it. */
 #include "st_write.h"
 #include "reference.h"
-#include "weights.h"
-#include "safetensors.h"
+#include "weights/weights.h"
+#include "weights/safetensors.h"
 
 #include <stdio.h>
 

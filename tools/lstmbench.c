@@ -17,15 +17,15 @@
  * (W x inputs), then any number of steps of one stream; prints "window v..." then "step i v..."
  * (tests/python/test_lstm_torch.py compares them with PyTorch). */
 #define _GNU_SOURCE
-#include "backend_lstm.h"
+#include "backends/backend_lstm.h"
 #include "clock.h"
 #include "latency.h"
 #include "lstm_reference.h"
 #include "rng.h"
-#include "weights.h"
+#include "weights/weights.h"
 #ifdef SIGSERVE_HAVE_CUDA
-#include "backend_cuda.h"
-#include "backend_lstm_cuda.h"
+#include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/backend_lstm_cuda.h"
 #include "kernels.h"
 #include <cuda_runtime_api.h>
 #endif

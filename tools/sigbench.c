@@ -15,11 +15,11 @@
 #define _GNU_SOURCE
 #include "rng.h"
 #include "reference.h"
-#include "backend.h"
+#include "backends/backend.h"
 #include "latency.h"
-#include "weights.h"
+#include "weights/weights.h"
 #ifdef SIGSERVE_HAVE_CUDA
-#include "backend_cuda.h"
+#include "backends/cuda/backend_cuda.h"
 #include "kernels.h"
 #endif
 

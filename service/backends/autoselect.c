@@ -1,10 +1,10 @@
-#include "autoselect.h"
+#include "backends/autoselect.h"
 
-#include "backend_lstm.h"
+#include "backends/backend_lstm.h"
 
 #include "clock.h"
 #include "latency.h"
-#include "log.h"
+#include "base/log.h"
 #include "rng.h"
 
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #ifdef SIGSERVE_HAVE_CUDA
-#include "backend_cuda.h"
+#include "backends/cuda/backend_cuda.h"
 #endif
 
 #define ROWS1_ITERATIONS 2000

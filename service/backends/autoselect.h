@@ -6,7 +6,7 @@
 #ifndef SIGSERVE_AUTOSELECT_H
 #define SIGSERVE_AUTOSELECT_H
 
-#include "backend.h"
+#include "backends/backend.h"
 
 typedef struct {
     char backend[16];

@@ -4,9 +4,9 @@
 #ifndef SIGSERVE_BACKEND_H
 #define SIGSERVE_BACKEND_H
 
-#include "config.h"
-#include "weights.h"
-#include "status.h"
+#include "base/config.h"
+#include "weights/weights.h"
+#include "base/status.h"
 #include <stddef.h>
 #include <stdint.h>
 

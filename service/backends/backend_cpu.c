@@ -7,8 +7,8 @@
  *         Compiled for AVX-512, AVX2 and baseline x86-64; the loader picks at start.
  *   blas: OpenBLAS sgemv (rows == 1) / sgemm (rows > 1) with one thread, then bias + activation.
  * Everything is allocated at load; infer allocates nothing. */
-#include "backend.h"
-#include "log.h"
+#include "backends/backend.h"
+#include "base/log.h"
 
 #include <cblas.h>
 #include <math.h>

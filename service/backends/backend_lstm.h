@@ -8,7 +8,7 @@
 #ifndef SIGSERVE_BACKEND_LSTM_H
 #define SIGSERVE_BACKEND_LSTM_H
 
-#include "backend.h"
+#include "backends/backend.h"
 
 extern const backend_iface_t backend_lstm_cpu_iface;
 #ifdef SIGSERVE_HAVE_CUDA

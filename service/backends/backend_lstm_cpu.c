@@ -20,9 +20,9 @@
  * Exponentials are a vector Cephes expf (about 1 ulp); tanh(x) = 2 sigmoid(2x) - 1 (absolute
  * error ~1e-7). Measured against float64: test_lstm. Compiled for AVX-512, AVX2 and baseline
  * x86-64 (the loader picks at start). Everything is allocated at load; nothing after. */
-#include "backend_lstm.h"
+#include "backends/backend_lstm.h"
 
-#include "lstm.h"
+#include "weights/lstm.h"
 
 #include <math.h>
 #include <stdio.h>

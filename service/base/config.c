@@ -3,7 +3,7 @@
  * is adding a row; the walker below knows nothing about any particular key except through
  * the rows' optional check and derive hooks. Every failure is one message of the form
  * "<file>: <json path>: <problem>" that says what was expected and what was found. */
-#include "config.h"
+#include "base/config.h"
 
 #include <assert.h>
 #include <cJSON.h>

@@ -1,7 +1,7 @@
 /* config_load: reading a config file (bounded, regular files only) and handing its text to
  * config_parse with the file's folder as the base of relative paths. */
-#include "config.h"
-#include "status.h"
+#include "base/config.h"
+#include "base/status.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * are escaped, bytes that are not UTF-8 become U+FFFD, and a message longer than the line is cut
  * on a character boundary and ends in "...". Text lines escape control bytes too, so a message
  * cannot start a line of its own. */
-#include "log.h"
+#include "base/log.h"
 
 #include <cJSON.h>
 #include <stdarg.h>

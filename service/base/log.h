@@ -7,7 +7,7 @@
 #ifndef SIGSERVE_LOG_H
 #define SIGSERVE_LOG_H
 
-#include "config.h"
+#include "base/config.h"
 
 /* (not LOG_INFO and the like: <syslog.h>, which czmq includes, defines those as macros) */
 typedef enum { LOG_LEVEL_ERROR = 0, LOG_LEVEL_WARN = 1, LOG_LEVEL_INFO = 2, LOG_LEVEL_DEBUG = 3 } log_level_t;

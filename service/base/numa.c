@@ -1,4 +1,4 @@
-#include "numa.h"
+#include "base/numa.h"
 
 #include <ctype.h>
 #include <stdio.h>

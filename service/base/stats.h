@@ -8,7 +8,7 @@
 #ifndef SIGSERVE_STATS_H
 #define SIGSERVE_STATS_H
 
-#include "status.h"
+#include "base/status.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

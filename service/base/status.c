@@ -1,4 +1,4 @@
-#include "status.h"
+#include "base/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>

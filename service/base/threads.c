@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "threads.h"
+#include "base/threads.h"
 
 #include <errno.h>
 #include <poll.h>

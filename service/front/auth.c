@@ -1,8 +1,8 @@
 /* CURVE with czmq (auth.h). */
 #define _GNU_SOURCE
-#include "auth.h"
+#include "front/auth.h"
 
-#include "log.h"
+#include "base/log.h"
 
 #include <czmq.h>
 #include <errno.h>

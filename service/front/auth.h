@@ -13,7 +13,7 @@
 #ifndef SIGSERVE_AUTH_H
 #define SIGSERVE_AUTH_H
 
-#include "config.h"
+#include "base/config.h"
 #include <stddef.h>
 
 typedef struct _auth_t auth_t;

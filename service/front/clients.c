@@ -1,4 +1,4 @@
-#include "clients.h"
+#include "front/clients.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "codec.h"
+#include "front/codec.h"
 
 #include "arena.h"
 

@@ -6,7 +6,7 @@
 #define SIGSERVE_CODEC_H
 
 #include "signal.pb-c.h"
-#include "status.h"
+#include "base/status.h"
 #include <stddef.h>
 #include <stdint.h>
 

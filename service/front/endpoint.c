@@ -1,7 +1,7 @@
 #define _GNU_SOURCE
-#include "endpoint.h"
+#include "front/endpoint.h"
 
-#include "log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <stdio.h>

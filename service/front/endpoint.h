@@ -11,8 +11,8 @@
 #ifndef SIGSERVE_ENDPOINT_H
 #define SIGSERVE_ENDPOINT_H
 
-#include "auth.h"
-#include "config.h"
+#include "front/auth.h"
+#include "base/config.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <zmq.h>

@@ -1,4 +1,4 @@
-#include "request.h"
+#include "front/request.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -4,9 +4,9 @@
 #ifndef SIGSERVE_REQUEST_H
 #define SIGSERVE_REQUEST_H
 
-#include "registry.h"
+#include "serving/registry.h"
 #include "signal.pb-c.h"
-#include "status.h"
+#include "base/status.h"
 
 /* Finds REQ's model in MODELS and checks rows, the feature count and every value. SIG_OK with
  * *MODEL_P and *ROWS_P (rows 0 means 1), or UNKNOWN_MODEL / BAD_SHAPE / BAD_VALUE /

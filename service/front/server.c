@@ -1,17 +1,17 @@
 /* The front (server.h): sockets, intake, replies, the drain, and the control thread's reloads.
  * Socket binding and its policies live in endpoint.c; what a request means, in request.c. */
 #define _GNU_SOURCE
-#include "server.h"
+#include "front/server.h"
 
-#include "clients.h"
+#include "front/clients.h"
 #include "clock.h"
-#include "codec.h"
-#include "dispatch.h"
-#include "endpoint.h"
-#include "log.h"
-#include "request.h"
-#include "ring.h"
-#include "threads.h"
+#include "front/codec.h"
+#include "serving/dispatch.h"
+#include "front/endpoint.h"
+#include "base/log.h"
+#include "front/request.h"
+#include "base/ring.h"
+#include "base/threads.h"
 
 #include <errno.h>
 #include <immintrin.h>

@@ -11,10 +11,10 @@
 #ifndef SIGSERVE_SERVER_H
 #define SIGSERVE_SERVER_H
 
-#include "auth.h"
-#include "config.h"
-#include "registry.h"
-#include "stats.h"
+#include "front/auth.h"
+#include "base/config.h"
+#include "serving/registry.h"
+#include "base/stats.h"
 #include <signal.h>
 #include <stdint.h>
 

@@ -2,12 +2,12 @@
  * connection (HTTP_MAX_CONNECTIONS of them at most), so a scrape waiting for the server lock never
  * delays a liveness probe. Bodies are built in memory and handed to libmicrohttpd whole. */
 #define _GNU_SOURCE
-#include "http.h"
+#include "ops/http.h"
 
-#include "dispatch.h"
-#include "log.h"
-#include "model.h"
-#include "registry.h"
+#include "serving/dispatch.h"
+#include "base/log.h"
+#include "serving/model.h"
+#include "serving/registry.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -22,8 +22,8 @@
 #ifndef SIGSERVE_HTTP_H
 #define SIGSERVE_HTTP_H
 
-#include "server.h"
-#include "stats.h"
+#include "front/server.h"
+#include "base/stats.h"
 #include <stddef.h>
 
 typedef struct _http_t http_t;

@@ -1,4 +1,4 @@
-#include "notify.h"
+#include "ops/notify.h"
 
 #include <stdio.h>
 #include <systemd/sd-daemon.h>

@@ -1,8 +1,8 @@
 /* The front's side of a model (dispatch.h). The job pool is the front's alone: it takes jobs at
  * admission and returns them after sending the reply, so the free list needs no synchronisation.
  * The rings carry the jobs to and from the workers. */
-#include "dispatch.h"
-#include "model_impl.h"
+#include "serving/dispatch.h"
+#include "serving/model_impl.h"
 
 #include <stdio.h>
 

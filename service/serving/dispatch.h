@@ -4,7 +4,7 @@
 #ifndef SIGSERVE_DISPATCH_H
 #define SIGSERVE_DISPATCH_H
 
-#include "model.h"
+#include "serving/model.h"
 
 /* The waker the workers ring after handing back finished jobs (the front sleeps on it). */
 void dispatch_attach (model_t *m, waker_t *front);

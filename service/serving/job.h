@@ -8,7 +8,7 @@
 #ifndef SIGSERVE_JOB_H
 #define SIGSERVE_JOB_H
 
-#include "status.h"
+#include "base/status.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include <zmq.h>

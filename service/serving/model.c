@@ -1,20 +1,20 @@
 /* A model's lifecycle (model.h): weights, backend choice, instances, workers, job pool. */
 #define _GNU_SOURCE
-#include "model_impl.h"
+#include "serving/model_impl.h"
 
-#include "autoselect.h"
-#include "backend_lstm.h"
-#include "log.h"
-#include "lstm.h"
-#include "numa.h"
-#include "weights.h"
+#include "backends/autoselect.h"
+#include "backends/backend_lstm.h"
+#include "base/log.h"
+#include "weights/lstm.h"
+#include "base/numa.h"
+#include "weights/weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef SIGSERVE_HAVE_CUDA
-#include "backend_cuda.h"
+#include "backends/cuda/backend_cuda.h"
 #include <cuda_runtime_api.h>
 #endif
 

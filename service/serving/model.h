@@ -7,12 +7,12 @@
 #ifndef SIGSERVE_MODEL_H
 #define SIGSERVE_MODEL_H
 
-#include "backend.h"
-#include "config.h"
-#include "job.h"
+#include "backends/backend.h"
+#include "base/config.h"
+#include "serving/job.h"
 #include "signal.pb-c.h"
-#include "stats.h"
-#include "threads.h"
+#include "base/stats.h"
+#include "base/threads.h"
 #include <stdbool.h>
 #include <stddef.h>
 

@@ -3,10 +3,10 @@
 #ifndef SIGSERVE_MODEL_IMPL_H
 #define SIGSERVE_MODEL_IMPL_H
 
-#include "model.h"
-#include "ring.h"
-#include "streams.h"
-#include "threads.h"
+#include "serving/model.h"
+#include "base/ring.h"
+#include "serving/streams.h"
+#include "base/threads.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

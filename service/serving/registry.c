@@ -1,6 +1,6 @@
-#include "registry.h"
+#include "serving/registry.h"
 
-#include "log.h"
+#include "base/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,9 +5,9 @@
 #ifndef SIGSERVE_REGISTRY_H
 #define SIGSERVE_REGISTRY_H
 
-#include "config.h"
-#include "model.h"
-#include "stats.h"
+#include "base/config.h"
+#include "serving/model.h"
+#include "base/stats.h"
 #include <stdbool.h>
 #include <stddef.h>
 

@@ -1,4 +1,4 @@
-#include "streams.h"
+#include "serving/streams.h"
 
 #include <stdlib.h>
 

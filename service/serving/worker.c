@@ -7,8 +7,8 @@
  * Nothing here allocates, locks or makes a system call, except the sleep and the wake-ups. */
 #define _GNU_SOURCE
 #include "clock.h"
-#include "log.h"
-#include "model_impl.h"
+#include "base/log.h"
+#include "serving/model_impl.h"
 
 #include <immintrin.h>
 #include <math.h>

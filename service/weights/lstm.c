@@ -1,8 +1,8 @@
 /* Loading LSTM weights (lstm.h): the layers counted from the tensors present, every shape checked
  * against the chain, the two biases summed, the head read like a dense layer. */
-#include "lstm.h"
+#include "weights/lstm.h"
 
-#include "status.h"
+#include "base/status.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -13,8 +13,8 @@
 #ifndef SIGSERVE_LSTM_H
 #define SIGSERVE_LSTM_H
 
-#include "config.h"
-#include "weights.h"
+#include "base/config.h"
+#include "weights/weights.h"
 #include <stddef.h>
 #include <stdint.h>
 

@@ -2,8 +2,8 @@
  * offset, shape and dtype is checked (with overflow-safe arithmetic) before a tensor is handed
  * out, and the header is parsed from a NUL-terminated copy so cJSON never reads past it.
  * (The F32 writer for tests and tools is support/st_write.c.) */
-#include "safetensors.h"
-#include "status.h"
+#include "weights/safetensors.h"
+#include "base/status.h"
 
 #include <assert.h>
 #include <cJSON.h>

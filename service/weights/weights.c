@@ -1,9 +1,9 @@
 /* Dense-layer weights: loading from safetensors with every shape checked against the chain.
  * (Random weights and the float64 reference are test and tool support: support/reference.c.) */
-#include "weights.h"
-#include "lstm.h"
-#include "status.h"
-#include "safetensors.h"
+#include "weights/weights.h"
+#include "weights/lstm.h"
+#include "base/status.h"
+#include "weights/safetensors.h"
 
 #include <assert.h>
 #include <inttypes.h>

@@ -5,8 +5,8 @@
 #ifndef SIGSERVE_WEIGHTS_H
 #define SIGSERVE_WEIGHTS_H
 
-#include "config.h"
-#include "safetensors.h"
+#include "base/config.h"
+#include "weights/safetensors.h"
 #include <stddef.h>
 #include <stdint.h>
 

@@ -1,7 +1,7 @@
 /* libFuzzer target: the bytes as the JSON configuration, through config_parse (what config_load
  * does after reading the file). A parse either fails with a message that names the file, or
  * gives a configuration that is then destroyed. */
-#include "config.h"
+#include "base/config.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* libFuzzer target: one payload through codec_decode_request, as the server's front reads it.
  * A decoded infer body has every field the server reads touched (so ASan sees any stray pointer)
  * and the invariants the server relies on checked; then a reply echoing it is encoded. */
-#include "codec.h"
+#include "front/codec.h"
 
 #include <stdint.h>
 #include <stdlib.h>

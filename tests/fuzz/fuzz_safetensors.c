@@ -3,7 +3,7 @@
  * tensor the reader hands out is read in full into a buffer of exactly its size (so ASan catches a
  * read or write past either end), looked up by name, and has its shape formatted. */
 #define _GNU_SOURCE
-#include "safetensors.h"
+#include "weights/safetensors.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -18,9 +18,9 @@
  * for the last resident kernel's destroy; and a cublas model is refused while a persistent kernel
  * is resident on its device. Nothing here calls cudaDeviceSynchronize. */
 #define _GNU_SOURCE
-#include "backend_cuda_impl.h"
+#include "backends/cuda/backend_cuda_impl.h"
 
-#include "log.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <sched.h>

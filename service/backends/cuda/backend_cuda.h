@@ -9,7 +9,7 @@
 #ifndef SIGSERVE_BACKEND_CUDA_H
 #define SIGSERVE_BACKEND_CUDA_H
 
-#include "backend.h"
+#include "backends/backend.h"
 #include "kernels.h"
 
 #include <cuda_runtime_api.h>

@@ -4,7 +4,7 @@
 #ifndef SIGSERVE_BACKEND_CUDA_IMPL_H
 #define SIGSERVE_BACKEND_CUDA_IMPL_H
 
-#include "backend_cuda.h"
+#include "backends/cuda/backend_cuda.h"
 #include "kernels.h"
 
 #include <cublas_v2.h>

@@ -5,9 +5,9 @@
  * out. No CUDA call on that path. A host watchdog turns a kernel that stops answering into
  * SIG_UNAVAILABLE. Also the ping-pong floor (sigbench) on the same request path. */
 #define _GNU_SOURCE
-#include "backend_cuda_impl.h"
+#include "backends/cuda/backend_cuda_impl.h"
 
-#include "log.h"
+#include "base/log.h"
 
 #include <math.h>
 #include <sched.h>

@@ -17,12 +17,12 @@
  * cudaFreeHost, no cudaDeviceSynchronize anywhere. */
 #ifdef SIGSERVE_HAVE_CUDA
 #define _GNU_SOURCE
-#include "backend_lstm_cuda.h"
-#include "backend_cuda.h"
+#include "backends/cuda/backend_lstm_cuda.h"
+#include "backends/cuda/backend_cuda.h"
 
 #include "kernels.h"
-#include "lstm.h"
-#include "log.h"
+#include "weights/lstm.h"
+#include "base/log.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>

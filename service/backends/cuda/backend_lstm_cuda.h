@@ -12,7 +12,7 @@
 #ifndef SIGSERVE_BACKEND_LSTM_CUDA_H
 #define SIGSERVE_BACKEND_LSTM_CUDA_H
 
-#include "backend_lstm.h"
+#include "backends/backend_lstm.h"
 
 #ifdef SIGSERVE_HAVE_CUDA
 #include "kernels.h"
