@@ -3,6 +3,7 @@
 #include "weights/lstm.h"
 
 #include "base/status.h"
+#include "weights/tensors.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -53,7 +54,7 @@ static int s_load_layer (lstm_weights_t *self, size_t k, const model_config_t *c
     char name[CONFIG_NAME_MAX + 32], where[32];
     snprintf (where, sizeof where, "lstm layer %zu", k);
     snprintf (name, sizeof name, "%sweight_hh_l%zu", cfg->lstm_prefix, k);
-    const st_tensor_t *hh = weights_find_tensor (st, cfg, name, err, errlen);
+    const st_tensor_t *hh = tensor_find (st, cfg, name, err, errlen);
     if (!hh)
         return -1;
     if (hh->ndim != 2 || hh->shape[1] == 0 || hh->shape[0] != 4 * hh->shape[1] || hh->shape[1] > 65536) {
@@ -70,7 +71,7 @@ static int s_load_layer (lstm_weights_t *self, size_t k, const model_config_t *c
         return s_shape (cfg, hh, 4ull * self->hidden, self->hidden, "every layer has the first layer's hidden size",
                         err, errlen);
     snprintf (name, sizeof name, "%sweight_ih_l%zu", cfg->lstm_prefix, k);
-    const st_tensor_t *ih = weights_find_tensor (st, cfg, name, err, errlen);
+    const st_tensor_t *ih = tensor_find (st, cfg, name, err, errlen);
     if (!ih)
         return -1;
     if (k == 0 && (ih->ndim != 2 || ih->shape[1] == 0 || ih->shape[1] > 65536))
@@ -81,8 +82,8 @@ static int s_load_layer (lstm_weights_t *self, size_t k, const model_config_t *c
         return -1;
     L->in = in;
     L->hidden = H;
-    if (!(L->w_ih = weights_read_tensor (cfg, where, "weight_ih", ih, in, err, errlen))
-        || !(L->w_hh = weights_read_tensor (cfg, where, "weight_hh", hh, H, err, errlen)))
+    if (!(L->w_ih = tensor_read (cfg, where, "weight_ih", ih, in, err, errlen))
+        || !(L->w_hh = tensor_read (cfg, where, "weight_hh", hh, H, err, errlen)))
         return -1;
     if (!(L->bias = calloc (4 * (size_t) H, sizeof (float)))) {
         sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
@@ -97,12 +98,12 @@ static int s_load_layer (lstm_weights_t *self, size_t k, const model_config_t *c
     }
     if (!b[0] != !b[1]) {
         snprintf (name, sizeof name, "%s%s_l%zu", cfg->lstm_prefix, kinds[b[0] ? 1 : 0], k);
-        return weights_find_tensor (st, cfg, name, err, errlen) ? 0 : -1;
+        return tensor_find (st, cfg, name, err, errlen) ? 0 : -1;
     }
     for (int j = 0; j < 2 && b[0]; j++) {
         if (s_shape (cfg, b[j], 4ull * H, 0, "4 x hidden", err, errlen) != 0)
             return -1;
-        float *v = weights_read_tensor (cfg, where, kinds[j], b[j], 0, err, errlen);
+        float *v = tensor_read (cfg, where, kinds[j], b[j], 0, err, errlen);
         if (!v)
             return -1;
         for (size_t i = 0; i < 4 * (size_t) H; i++)
@@ -133,7 +134,7 @@ lstm_weights_t *lstm_weights_load (const model_config_t *cfg, char *err, size_t 
         sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
     else if (layers == 0) {
         snprintf (name, sizeof name, "%sweight_ih_l0", cfg->lstm_prefix);
-        weights_find_tensor (st, cfg, name, err, errlen);   /* says what the file has */
+        tensor_find (st, cfg, name, err, errlen);   /* says what the file has */
         rc = -1;
     } else if (layers > LSTM_MAX_LAYERS) {
         sig_set_error (err, errlen, "model \"%s\": more than %d LSTM layers", cfg->name, LSTM_MAX_LAYERS);
@@ -149,7 +150,7 @@ lstm_weights_t *lstm_weights_load (const model_config_t *cfg, char *err, size_t 
     if (rc == 0) {
         self->step_size = self->layers[0].in;
         self->window = cfg->window;
-        rc = weights_read_dense (st, cfg, "head", &cfg->head, self->hidden, "the LSTM's hidden size", &self->head,
+        rc = tensor_read_dense (st, cfg, "head", &cfg->head, self->hidden, "the LSTM's hidden size", &self->head,
                                  err, errlen);
     }
     safetensors_destroy (&st);

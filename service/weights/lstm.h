@@ -14,7 +14,7 @@
 #define SIGSERVE_LSTM_H
 
 #include "base/config.h"
-#include "weights/weights.h"
+#include "weights/tensors.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,14 +25,14 @@ typedef struct {
     float *bias;                /* [4H]: bias_ih + bias_hh */
 } lstm_layer_t;
 
-struct lstm_weights {
+typedef struct lstm_weights {
     size_t layer_count;
     lstm_layer_t *layers;
     uint32_t step_size;         /* inputs of one step (layer 0's in) */
     uint32_t hidden;            /* H, the same in every layer */
     uint32_t window;            /* W time steps */
     dense_layer_t head;         /* [out][H], bias, activation */
-};
+} lstm_weights_t;   /* also declared by weights.h, which holds one */
 
 /* Reads CFG's LSTM (prefix cfg->lstm_prefix, layers counted from the tensors present, window
  * cfg->window, head cfg->head) and checks every shape. NULL with ERR naming the model, the tensor
