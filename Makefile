@@ -46,7 +46,10 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ  := $(call obj,$(wildcard common/*.c))
 SUPPORT_OBJ := $(call obj,$(wildcard support/*.c))
 CORE_SRC := $(filter-out service/main.c,$(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c)))
-ifneq ($(HAVE_CUDA),1)
+# The one place that decides whether the server has CUDA: backends/cuda/ is built, or backends/no_gpu.c.
+ifeq ($(HAVE_CUDA),1)
+  CORE_SRC := $(filter-out service/backends/no_gpu.c,$(CORE_SRC))
+else
   CORE_SRC := $(filter-out service/backends/cuda/%.c,$(CORE_SRC))
 endif
 CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ)

@@ -61,8 +61,6 @@ typedef struct {
 /* NET points to device memory holding a sig_fused_net_t. */
 int sig_mlp_fused (const sig_fused_net_t *net, const float *x, float *y, float *scratch, uint32_t rows,
                    cudaStream_t stream);
-/* Whether this device can run the fused kernel (thread-block clusters: compute capability >= 9.0). */
-int sig_fused_supported (int device);
 /* Host-side check of a descriptor (in host memory) before it is uploaded: 1..SIG_FUSED_MAX_LAYERS
  * layers, every in/out in 1..widest, each layer's in = the previous layer's out, non-NULL w and b,
  * max_rows x widest < 2^32. 0 (cudaSuccess) or cudaErrorInvalidValue. The kernel makes the same
@@ -73,6 +71,12 @@ int sig_fused_supported (int device);
  * check of the shape agrees, and the launch's rows x every layer's in fits its shared buffers; so
  * a caller may set fast = 0 after validating to force the general path (e.g. to compare them). */
 int sig_fused_net_validate (sig_fused_net_t *net, uint32_t max_rows);
+
+/* Whether DEVICE runs the thread-block cluster kernels (fused, persistent, lstm): cluster launch and
+ * compute capability 9.0. EXACT 1: exactly 9.0, as the persistent kernels require (built for sm_90
+ * and measured there); 0: 9.0 or later, which the fused kernel runs on from its PTX. 1 or 0;
+ * MAJOR and MINOR (may be NULL) get the capability (0.0 when the device cannot be queried). */
+int sig_clusters_supported (int device, int exact, int *major, int *minor);
 
 /* An empty kernel, for the launch-overhead table. */
 int sig_empty_kernel (cudaStream_t stream);
@@ -168,9 +172,6 @@ typedef struct {
     sig_persistent_layer_plan_t layers[SIG_FUSED_MAX_LAYERS];
 } sig_persistent_plan_t;
 
-/* Whether DEVICE can run it: compute capability exactly 9.0 with cluster launch. 1 or 0; MAJOR and
- * MINOR (may be NULL) get the capability. */
-int sig_persistent_supported (int device, int *major, int *minor);
 /* Plans NET (host pointers: w and b in host memory, the fused descriptor's checks) for MAX_ROWS rows
  * on DEVICE. 0 when it fits; cudaErrorInvalidValue for a bad descriptor; cudaErrorMemoryAllocation
  * when it does not fit on chip (need_bytes and cluster_bytes say by how much); another cudaError_t
@@ -283,9 +284,6 @@ typedef struct {            /* byte offsets in the mailbox */
     uint32_t window_in, window_out, total;
 } sig_lstm_layout_t;
 
-/* Whether DEVICE can run it: compute capability 9.0 with cluster launch. 1 or 0 (MAJOR, MINOR may be
- * NULL). */
-int sig_lstm_supported (int device, int *major, int *minor);
 /* Plans NET in DTYPE for SLOTS stream slots and MAX_ROWS full windows per command on DEVICE. 0; or
  * cudaErrorNotSupported / cudaErrorInvalidValue with plan->why saying what does not fit; or the
  * error of a device query. */

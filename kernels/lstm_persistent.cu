@@ -55,9 +55,9 @@
  * A zero-stage advance (W = 1) and every window batch still do one all-gather, so the rule above
  * holds for every command. STALL (tests) makes block 0 stop reading commands; it still sees stop.
  *
- * This file: the kernel, its launch, l_kernel_for (the instantiations, for the planner's queries)
- * and sig_lstm_supported; the plan, the layout and the packing are in lstm_persistent_plan.cu;
- * what both share is in lstm_persistent_impl.cuh. */
+ * This file: the kernel, its launch and l_kernel_for (the instantiations, for the planner's
+ * queries); the plan, the layout and the packing are in lstm_persistent_plan.cu; what both share is
+ * in lstm_persistent_impl.cuh. Which devices run it: sig_clusters_supported (caps.cu). */
 #include "cuda_check.h"
 #include "kernels.h"
 #include "lstm_persistent_impl.cuh"
@@ -808,22 +808,6 @@ const void *l_kernel_for (uint32_t dtype, uint32_t mode)
     case 5: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_GRID>;
     default: return nullptr;
     }
-}
-
-extern "C" int sig_lstm_supported (int device, int *major, int *minor)
-{
-    int ma = 0, mi = 0, cluster = 0;
-    if (cudaDeviceGetAttribute (&ma, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
-        || cudaDeviceGetAttribute (&mi, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess
-        || cudaDeviceGetAttribute (&cluster, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
-        (void) cudaGetLastError ();
-        ma = mi = 0;
-    }
-    if (major)
-        *major = ma;
-    if (minor)
-        *minor = mi;
-    return ma == 9 && mi == 0 && cluster != 0 ? 1 : 0;
 }
 
 extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void *box, const sig_lstm_plan_t *p,

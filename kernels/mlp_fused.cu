@@ -531,14 +531,3 @@ extern "C" int sig_fused_net_validate (sig_fused_net_t *net, uint32_t max_rows)
     net->fast = s_fast_ok (net) ? 1u : 0u;
     return (int) cudaSuccess;
 }
-
-extern "C" int sig_fused_supported (int device)
-{
-    int major = 0, cluster = 0;
-    if (cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute (&cluster, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
-        (void) cudaGetLastError ();   /* a bad device number is an answer (0), not a pending error */
-        return 0;
-    }
-    return major >= 9 && cluster != 0 ? 1 : 0;
-}

@@ -71,9 +71,9 @@
  *
  * The ping-pong floor kernel at the end uses the same mailbox, poll and completion.
  *
- * This file: the kernels, their launches, the kernel queries of the planner and
- * sig_persistent_supported; the layout, the plan and the packing are in mlp_persistent_plan.cu;
- * what both share is in mlp_persistent_impl.cuh. */
+ * This file: the kernels, their launches and the kernel queries of the planner; the layout, the
+ * plan and the packing are in mlp_persistent_plan.cu; what both share is in mlp_persistent_impl.cuh.
+ * Which devices run it: sig_clusters_supported (caps.cu). */
 #include "cuda_check.h"
 #include "kernels.h"
 #include "mlp_persistent_impl.cuh"
@@ -695,22 +695,6 @@ s_pingpong_kernel (char *box, sig_persistent_layout_t lay, uint32_t in, uint32_t
 
 /* ---------------------------------------------------------------------------------------------
  * Host side: device check, kernel queries, launches (layout, plan, pack: mlp_persistent_plan.cu) */
-
-extern "C" int sig_persistent_supported (int device, int *major, int *minor)
-{
-    int ma = 0, mi = 0, cluster = 0;
-    if (cudaDeviceGetAttribute (&ma, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
-        || cudaDeviceGetAttribute (&mi, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess
-        || cudaDeviceGetAttribute (&cluster, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
-        (void) cudaGetLastError ();
-        ma = mi = 0;
-    }
-    if (major)
-        *major = ma;
-    if (minor)
-        *minor = mi;
-    return ma == 9 && mi == 0 && cluster != 0 ? 1 : 0;
-}
 
 /* Static shared memory of the kernel (its header copy and command word). */
 uint32_t p_static_smem (void)

@@ -12,6 +12,7 @@
  * that cannot load. */
 #define _GNU_SOURCE
 #include "front/auth.h"
+#include "backends/backends.h"
 #include "base/config.h"
 #include "ops/http.h"
 #include "base/log.h"
@@ -31,9 +32,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <zmq.h>
-#ifdef SIGSERVE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 #define WATCH_INTERVAL_NS 1000000000ull
 
@@ -74,14 +72,13 @@ static void s_version (void)
 {
     int major, minor, patch;
     zmq_version (&major, &minor, &patch);
-#ifdef SIGSERVE_HAVE_CUDA
-    int runtime = 0;
-    cudaRuntimeGetVersion (&runtime);
-    printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu, cuda with CUDA runtime %d.%d)\n", SIGSERVE_VERSION, major,
-            minor, patch, runtime / 1000, runtime % 1000 / 10);
-#else
-    printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu)\n", SIGSERVE_VERSION, major, minor, patch);
-#endif
+    char gpu[64] = "";
+    if (backends_gpu) {
+        char runtime[32];
+        backends_gpu->runtime_version (runtime, sizeof runtime);
+        snprintf (gpu, sizeof gpu, ", cuda with CUDA runtime %s", runtime);
+    }
+    printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu%s)\n", SIGSERVE_VERSION, major, minor, patch, gpu);
 }
 
 /* -1 to go on, or an exit code. */

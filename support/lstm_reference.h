@@ -1,11 +1,12 @@
 /* Test and tool support for LSTM models (never linked into the server): random weights of any shape
- * written as PyTorch would export them, and the float64 reference written straight from the
- * equations in service/lstm.h, for full windows and for streams. */
+ * written as PyTorch would export them, and configs for them. The float64 reference for full
+ * windows and for streams is the server's own (weights/reference.h). */
 #ifndef SIGSERVE_LSTM_REFERENCE_H
 #define SIGSERVE_LSTM_REFERENCE_H
 
 #include "base/config.h"
 #include "weights/lstm.h"
+#include "weights/reference.h"   /* lstm_reference_window, lstm_reference_stream */
 #include "weights/weights.h"
 
 #include <stddef.h>
@@ -44,14 +45,5 @@ void lstm_config (model_config_t *cfg, const char *name, const char *path, const
  * NULL with ERR. */
 weights_t *lstm_random_weights (const char *path, const lstm_shape_t *shape, uint64_t seed, model_config_t *cfg,
                                 char *err, size_t errlen);
-
-/* The float64 reference over full windows: IN holds ROWS windows of window x step_size floats
- * (oldest step first), OUT gets ROWS x head.out values. 0, or -1 when memory runs out. */
-int lstm_reference_window (const lstm_weights_t *w, const float *in, uint32_t rows, double *out);
-
-/* The float64 reference of a stream: STEPS holds COUNT steps of step_size floats (oldest first);
- * OUT (head.out values) gets the output for the window of the last `window` of them, zeros
- * standing in for steps before the first. 0, or -1 when memory runs out. */
-int lstm_reference_stream (const lstm_weights_t *w, const float *steps, uint64_t count, double *out);
 
 #endif

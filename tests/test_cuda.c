@@ -29,6 +29,7 @@
 
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/device.h"
 #include "kernels.h"
 
 #include <cublas_v2.h>

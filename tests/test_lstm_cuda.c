@@ -27,7 +27,10 @@
 #include <unistd.h>
 
 #ifdef SIGSERVE_HAVE_CUDA
+#include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/backend_lstm_cuda.h"
+#include "backends/cuda/device.h"
+#include "reference.h"
 
 #include <cuda_runtime_api.h>
 
@@ -420,6 +423,54 @@ START_TEST (watchdog_and_stop)
 }
 END_TEST
 
+/* A resident LSTM kernel counts on its device like the MLP's (device.h): next to it a cuBLAS model
+ * is refused (cuBLAS would wait for the kernel forever) and the pinned memory of a model destroyed
+ * next to it is released later rather than waited for; once it stops, both work again. Before the
+ * device level, the LSTM backend never registered its kernel: this hung or was not refused. */
+START_TEST (resident_like_every_persistent_kernel)
+{
+    static fixture_t f;
+    char err[512] = "";
+    ck_assert_int_eq (cuda_device_resident (0), 0);
+    const size_t deferred0 = cuda_device_deferred ();
+    s_open (&f, &LSTM_SHAPE_SMALL, WEIGHT_DTYPE_F16, 1, 2, NULL);
+    ck_assert_int_eq (cuda_device_resident (0), 1);
+    const uint32_t sizes[3] = { 37, 19, 3 };
+    const activation_t acts[2] = { ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *mlp = weights_random (sizes, acts, 2, rng_next (&s_seed));
+    model_config_t mcfg;
+    memset (&mcfg, 0, sizeof mcfg);
+    snprintf (mcfg.name, sizeof mcfg.name, "beside-the-lstm");
+    mcfg.backend = BACKEND_CUDA;
+    mcfg.kernel = CUDA_KERNEL_WARP;
+    mcfg.graph = true;
+    mcfg.max_rows = 2;
+    backend_model_t *g = backend_cuda_iface.load (mlp, &mcfg, 0, err, sizeof err);
+    ck_assert_msg (g != NULL, "warp model next to the LSTM kernel: %s", err);
+    float x[2 * 37], y[2 * 3];
+    s_fill (x, 2 * 37);
+    ck_assert_int_eq (backend_cuda_iface.infer (g, x, 2, y, err, sizeof err), SIG_OK);
+    backend_cuda_iface.destroy (&g);
+    /* its pinned buffers and graph executables: released later, none waited for */
+    ck_assert_uint_gt (cuda_device_deferred (), deferred0 + 1);
+    mcfg.kernel = CUDA_KERNEL_CUBLAS;
+    ck_assert_ptr_null (backend_cuda_iface.load (mlp, &mcfg, 0, err, sizeof err));
+    ck_assert_msg (strstr (err, "kernel \"cublas\" cannot be loaded while a persistent kernel is resident on device 0")
+                   != NULL, "%s", err);
+    /* the LSTM still answers */
+    float step[128], out;
+    s_fill (step, 128);
+    ck_assert_int_eq (B->stream_step (f.m, 0, step, &out, err, sizeof err), SIG_OK);
+    s_close (&f);
+    ck_assert_int_eq (cuda_device_resident (0), 0);
+    ck_assert_uint_eq (cuda_device_deferred (), deferred0);       /* released once it stopped */
+    g = backend_cuda_iface.load (mlp, &mcfg, 0, err, sizeof err);
+    ck_assert_msg (g != NULL, "cublas once no kernel is resident: %s", err);
+    backend_cuda_iface.destroy (&g);
+    weights_destroy (&mlp);
+}
+END_TEST
+
 /* In a child: is there a device of compute capability 9.0? The parent must not start CUDA before
  * Check forks. */
 static int s_probe (char *why, size_t len)
@@ -482,6 +533,7 @@ int main (void)
     tcase_add_test (tc, launch_shapes);
     tcase_add_test (tc, small_every_cluster);
     tcase_add_test (tc, watchdog_and_stop);
+    tcase_add_test (tc, resident_like_every_persistent_kernel);
     suite_add_tcase (s, tc);
     int rc = tu_run_suite (s);
     tu_remove_tree (s_dir);

@@ -7,6 +7,8 @@
   - the layers, lowest first: base, weights, backends (backends/cuda with it), serving, front, ops,
     then main.c. A file includes headers of its own layer and the ones below only, and an object
     calls (references a symbol defined by) objects of its own layer and the ones below only;
+  - whether the server has CUDA is decided in one place, the build (backends/cuda/ or
+    backends/no_gpu.c): no SIGSERVE_HAVE_CUDA in service/;
   - no call cycle between service modules: a module is one .c file's object, and A -> B when A
     references a symbol B defines (nm). A cycle means two files that cannot be understood, tested
     or replaced one without the other.
@@ -56,6 +58,8 @@ def check_tree(problems):
             problems.append(f"service/{rel}/: no README.md, and {'no header' if not headers else ', '.join(bare)} "
                             "without a header comment saying what it is")
     for rel in sources():
+        if "SIGSERVE_HAVE_CUDA" in open(os.path.join(SERVICE, rel)).read():
+            problems.append(f"service/{rel}: asks SIGSERVE_HAVE_CUDA; the build decides (backends/backends.h)")
         n = sum(1 for _ in open(os.path.join(SERVICE, rel)))
         if n > MAX_LINES:
             problems.append(f"service/{rel}: {n} lines, over {MAX_LINES}: split it by concern")

@@ -31,7 +31,7 @@ if [ "${TESTS:-1}" = 1 ]; then
 step test_cuda env CK_FORK=no timeout 400 $BUILD/tests/test_cuda
 # Which CUDA calls wait for a resident persistent kernel, with lazy and eager module loading
 # (each probe in its own process, each call bounded: docs/persistent-notes.md).
-step probe timeout 300 $BUILD/tests/test_cuda --probe
+[ "${PROBE:-1}" = 1 ] && step probe timeout 300 $BUILD/tests/test_cuda --probe
 # The rest: every suite (GPU_TESTS, space-separated names, narrows it: the CPU suites also run
 # on the development machine and in CI), then the PyTorch comparisons.
 for t in $BUILD/tests/test_*; do

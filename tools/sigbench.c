@@ -20,6 +20,7 @@
 #include "weights/weights.h"
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/device.h"
 #include "kernels.h"
 #endif
 

@@ -1,19 +1,14 @@
 #include "backends/autoselect.h"
 
-#include "backends/backend_lstm.h"
-
+#include "backends/backends.h"
+#include "base/log.h"
 #include "clock.h"
 #include "latency.h"
-#include "base/log.h"
 #include "rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef SIGSERVE_HAVE_CUDA
-#include "backends/cuda/backend_cuda.h"
-#endif
 
 #define ROWS1_ITERATIONS 2000
 #define BATCH_ITERATIONS 300
@@ -71,25 +66,27 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
     option_t opts[16];
     size_t n = 0;
     const bool lstm = cfg->type == MODEL_TYPE_LSTM;
-    opts[n] = (option_t) { .iface = lstm ? &backend_lstm_cpu_iface : &backend_cpu_iface, .cfg = *cfg };
+    char why[256] = BACKENDS_NO_GPU;
+    opts[n] = (option_t) { .iface = backends_find (cfg->type, BACKEND_CPU, why, sizeof why), .cfg = *cfg };
     opts[n].cfg.backend = BACKEND_CPU;
     n++;
-#ifdef SIGSERVE_HAVE_CUDA
     int devices = 0;
-    char why[256] = "";
-    if (cuda_device_count (&devices, why, sizeof why) == 0 && device < devices && lstm) {
-        /* one CUDA LSTM backend; its kernel follows the shape and weight_dtype */
-        opts[n] = (option_t) { .iface = &backend_lstm_cuda_iface, .cfg = *cfg };
+    if (!backends_gpu || backends_gpu->device_count (&devices, why, sizeof why) != 0 || device >= devices)
+        log_info ("model %s: backend auto: no CUDA device to measure (%s)", cfg->name,
+                  devices ? "the configured device does not exist" : why);
+    else if (lstm) {
+        /* one GPU LSTM backend; its kernel follows the shape and weight_dtype */
+        opts[n] = (option_t) { .iface = backends_gpu->lstm, .cfg = *cfg };
         opts[n].cfg.backend = BACKEND_CUDA;
         n++;
-    } else if (cuda_device_count (&devices, why, sizeof why) == 0 && device < devices) {
+    } else
         for (int k = 0; k < CUDA_KERNEL_COUNT; k++) {
             if (cfg->kernel_given && (int) cfg->kernel != k)
                 continue;
             for (int zc = 0; zc < 2; zc++) {
                 if (k == CUDA_KERNEL_PERSISTENT && zc)
                     continue;       /* always reads and writes mapped memory */
-                opts[n] = (option_t) { .iface = &backend_cuda_iface, .cfg = *cfg };
+                opts[n] = (option_t) { .iface = backends_gpu->mlp, .cfg = *cfg };
                 opts[n].cfg.backend = BACKEND_CUDA;
                 opts[n].cfg.kernel = (cuda_kernel_t) k;
                 opts[n].cfg.zero_copy = zc;
@@ -97,12 +94,6 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
                 n++;
             }
         }
-    } else
-        log_info ("model %s: backend auto: no CUDA device to measure (%s)", cfg->name,
-                  devices ? "the configured device does not exist" : why);
-#else
-    (void) device;
-#endif
     autoselect_candidate_t cands[16];
     size_t best = n;
     for (size_t i = 0; i < n; i++) {

@@ -1,6 +1,6 @@
 /* The backend interface: an opaque per-model handle behind a table of function pointers
- * (ggml-backend style). The CPU backend is always built and is the numerical reference;
- * the CUDA backend is built when nvcc is found. Optional entries are NULL. */
+ * (ggml-backend style). The CPU backend is always built; the CUDA backends are built when nvcc is
+ * found (backends.h: the table of what this build has). Optional entries are NULL. */
 #ifndef SIGSERVE_BACKEND_H
 #define SIGSERVE_BACKEND_H
 
@@ -12,8 +12,12 @@
 
 typedef struct backend_model backend_model_t;   /* each backend defines it */
 
+/* Where a backend's instances run: the CPU, or a GPU (the model's devices[i % n]). */
+typedef enum { BACKEND_DEVICE_CPU = 0, BACKEND_DEVICE_GPU } backend_device_t;
+
 typedef struct {
     const char *name;   /* "cpu", "cuda" */
+    backend_device_t device;
     /* Builds one ready-to-serve instance of a model on DEVICE (CUDA; ignored by the CPU): weights
      * in the backend's layout, its own buffers (and stream, graphs) for up to backend_rows (cfg)
      * rows, warmed. NULL with ERR on failure. Nothing is allocated later. Instances are

@@ -2,7 +2,7 @@
  * whole backend_iface_t contract (backend.h), the streaming entries included:
  *   backend_lstm_cpu_iface   "cpu", kernel "lstm-loop": fp32 on one core (backend_lstm_cpu.c);
  *   backend_lstm_cuda_iface  "cuda", kernel "lstm-persistent": a resident kernel holding the weights
- *                            on chip in cfg->weight_dtype (backend_lstm_cuda.c; built with nvcc).
+ *                            on chip in cfg->weight_dtype (cuda/backend_lstm_cuda.h; built with nvcc).
  * A stream slot must see stream_advance after each stream_step (the worker's order); a step on a
  * slot whose advance is still owed runs that advance first, on the critical path. */
 #ifndef SIGSERVE_BACKEND_LSTM_H
@@ -11,8 +11,5 @@
 #include "backends/backend.h"
 
 extern const backend_iface_t backend_lstm_cpu_iface;
-#ifdef SIGSERVE_HAVE_CUDA
-extern const backend_iface_t backend_lstm_cuda_iface;
-#endif
 
 #endif

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "ops/http.h"
 
+#include "backends/backends.h"
 #include "serving/dispatch.h"
 #include "base/log.h"
 #include "serving/model.h"
@@ -24,9 +25,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef SIGSERVE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 #define HTTP_MAX_CONNECTIONS 16         /* connections (and their threads) at once; more wait in the backlog */
 #define HTTP_IDLE_TIMEOUT_S 10          /* an idle keep-alive connection is closed after this long */
@@ -627,15 +625,10 @@ http_t *http_new (const char *address, stats_t *stats, char *err, size_t errlen)
     pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
     pthread_cond_init (&self->reload_done, &attr);
     pthread_condattr_destroy (&attr);
-#ifdef SIGSERVE_HAVE_CUDA
-    int runtime = 0;
-    if (cudaRuntimeGetVersion (&runtime) == cudaSuccess && runtime > 0)
-        snprintf (self->cuda, sizeof self->cuda, "%d.%d", runtime / 1000, runtime % 1000 / 10);
+    if (backends_gpu)
+        backends_gpu->runtime_version (self->cuda, sizeof self->cuda);
     else
-        snprintf (self->cuda, sizeof self->cuda, "yes");
-#else
-    snprintf (self->cuda, sizeof self->cuda, "no");
-#endif
+        snprintf (self->cuda, sizeof self->cuda, "no");
     bool ipv6 = false;
     int fd = s_listen (address, &ipv6, err, errlen);
     if (fd < 0) {

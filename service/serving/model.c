@@ -3,20 +3,14 @@
 #include "serving/model_impl.h"
 
 #include "backends/autoselect.h"
-#include "backends/backend_lstm.h"
+#include "backends/backends.h"
 #include "base/log.h"
 #include "weights/lstm.h"
-#include "base/numa.h"
 #include "weights/weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef SIGSERVE_HAVE_CUDA
-#include "backends/cuda/backend_cuda.h"
-#include <cuda_runtime_api.h>
-#endif
 
 /* Bytes a packed InferRequest adds to its features: request id, model name, rows, deadline, tags. */
 #define REQUEST_FRAMING 128
@@ -41,30 +35,25 @@ static void s_copy (char *dst, size_t cap, const char *src)
 static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
                                                 size_t errlen)
 {
-    const bool lstm = cfg->type == MODEL_TYPE_LSTM;
-    if (cfg->backend == BACKEND_CPU) {
-        snprintf (m->selected_by, sizeof m->selected_by, "config");
-        return lstm ? &backend_lstm_cpu_iface : &backend_cpu_iface;
-    }
-    if (cfg->backend == BACKEND_CUDA) {
-#ifdef SIGSERVE_HAVE_CUDA
+    if (cfg->backend != BACKEND_AUTO) {
+        char why[256];
+        const backend_iface_t *iface = backends_find (cfg->type, cfg->backend, why, sizeof why);
+        if (!iface) {
+            sig_set_error (err, errlen, "model \"%s\": backend \"%s\": %s; use \"cpu\" or \"auto\"", cfg->name,
+                           backend_kind_name (cfg->backend), why);
+            return NULL;
+        }
         int count = 0;
-        char why[256] = "";
-        if (cuda_device_count (&count, why, sizeof why) == 0) {
+        if (iface->device == BACKEND_DEVICE_GPU && backends_gpu->device_count (&count, why, sizeof why) == 0)
             for (size_t i = 0; i < cfg->device_count; i++)
                 if (cfg->devices[i] >= count) {
-                    sig_set_error (err, errlen, "model \"%s\": backend \"cuda\": device %d does not exist (this machine "
-                                   "has %d); use \"cpu\" or \"auto\"", cfg->name, cfg->devices[i], count);
+                    sig_set_error (err, errlen, "model \"%s\": backend \"%s\": device %d does not exist (this "
+                                   "machine has %d); use \"cpu\" or \"auto\"", cfg->name,
+                                   backend_kind_name (cfg->backend), cfg->devices[i], count);
                     return NULL;
                 }
-            snprintf (m->selected_by, sizeof m->selected_by, "config");
-            return lstm ? &backend_lstm_cuda_iface : &backend_cuda_iface;
-        }
-#else
-        const char *why = "this build of sigserve has no CUDA backend (nvcc was not found when it was built)";
-#endif
-        sig_set_error (err, errlen, "model \"%s\": backend \"cuda\": %s; use \"cpu\" or \"auto\"", cfg->name, why);
-        return NULL;
+        snprintf (m->selected_by, sizeof m->selected_by, "config");
+        return iface;
     }
     autoselect_candidate_t cands[MODEL_CANDIDATES_MAX];
     size_t count = 0;
@@ -96,19 +85,12 @@ static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const we
     const model_config_t *cfg = &m->cfg;
     in->model = m;
     in->index = index;
-    in->device = m->iface == &backend_cpu_iface ? -1 : cfg->devices[index % cfg->device_count];
+    in->device = m->iface->device == BACKEND_DEVICE_GPU ? cfg->devices[index % cfg->device_count] : -1;
     if (cfg->cpu_count) {
         in->cpus[0] = cfg->cpus[index % cfg->cpu_count];
         in->cpu_count = 1;
-    }
-#ifdef SIGSERVE_HAVE_CUDA
-    else if (in->device >= 0) {
-        /* By default a GPU's workers run on the CPUs of its NUMA node (sysfs). */
-        char bus[32];
-        if (cudaDeviceGetPCIBusId (bus, sizeof bus, in->device) == cudaSuccess)
-            in->cpu_count = numa_device_cpus ("/sys", bus, in->cpus, CONFIG_MAX_CPUS);
-    }
-#endif
+    } else if (in->device >= 0)     /* by default a GPU's workers run on the CPUs of its NUMA node */
+        in->cpu_count = backends_gpu->device_cpus (in->device, in->cpus, CONFIG_MAX_CPUS);
     atomic_init (&in->stop, false);
     atomic_init (&in->abort, false);
     atomic_init (&in->available, true);

@@ -1,11 +1,12 @@
-/* The CUDA backend: per model, weights on the device in its kernel's layout, device activations,
+/* The CUDA MLP backend: per model, weights on the device in its kernel's layout, device activations,
  * pinned host input and output buffers, its own non-blocking stream, and one CUDA graph per batch
- * size (H2D copy, every layer, D2H copy) captured, instantiated, uploaded and warmed at load.
- * Kernel "persistent": one resident cluster per instance holding the weights on chip, requests
- * through a ring of slots in mapped pinned memory, a host watchdog (model config watchdog_ms).
- * Nothing is allocated or captured when a request runs. CUDA errors become statuses; an error
- * that leaves the context unusable marks the model lost (SIG_UNAVAILABLE from then on).
- * Built only when nvcc is found (SIGSERVE_HAVE_CUDA). */
+ * size (H2D copy, every layer, D2H copy) captured, instantiated, uploaded and warmed at load
+ * (graph.c). Kernel "persistent": one resident cluster per instance holding the weights on chip,
+ * requests through a ring of slots in mapped pinned memory, a host watchdog (model config
+ * watchdog_ms) (mlp_persistent.c). Nothing is allocated or captured when a request runs. CUDA
+ * errors become statuses; an error that leaves the context unusable marks the model lost
+ * (SIG_UNAVAILABLE from then on) and records its device's fault (device.h). Built only when nvcc
+ * is found: backends/cuda/ is in the build or not (the Makefile decides, nowhere else). */
 #ifndef SIGSERVE_BACKEND_CUDA_H
 #define SIGSERVE_BACKEND_CUDA_H
 
@@ -16,14 +17,6 @@
 #include <stdbool.h>
 
 extern const backend_iface_t backend_cuda_iface;
-
-/* Devices visible to this process: 0 with *COUNT, or -1 with the reason in WHY (no driver, no
- * device). Initialises the CUDA runtime: not in a process that will fork and use CUDA after. */
-int cuda_device_count (int *count, char *why, size_t whylen);
-/* The device's pool for stream-ordered allocations, shared by the CUDA backends (MLP and LSTM):
- * made on first use, and it keeps what is freed (no trimming, which could synchronise with a
- * resident persistent kernel). */
-cudaError_t cuda_device_pool (int device, cudaMemPool_t *pool);
 
 /* Below: the same model driven piece by piece, for sigbench and the GPU suites. */
 typedef enum {

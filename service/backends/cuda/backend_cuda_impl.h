@@ -1,10 +1,13 @@
-/* The insides of the CUDA backend, shared by backend_cuda.c (helpers, deferred releases, graphs,
- * the piecewise interface, infer, destroy, load) and backend_cuda_persistent.c (kernel
- * "persistent" and the ping-pong floor). Private to backend_cuda*.c: nothing else includes this. */
+/* The insides of the CUDA MLP backend, shared by backend_cuda.c (the interface: it hands each call
+ * to the kind of model it is), graph.c (kernels launched per request, by graph replay or directly)
+ * and mlp_persistent.c (kernel "persistent" and the ping-pong floor). Both kinds rest on the device
+ * level (device.h); the persistent one on the persistent host layer too (persistent.h). Private to
+ * those three files: nothing else includes this. */
 #ifndef SIGSERVE_BACKEND_CUDA_IMPL_H
 #define SIGSERVE_BACKEND_CUDA_IMPL_H
 
 #include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/persistent.h"
 #include "kernels.h"
 
 #include <cublas_v2.h>
@@ -39,48 +42,33 @@ struct backend_model {
     void *cublas_workspace;
     cudaGraphExec_t *e2e;       /* [rows]: H2D, layers, D2H with the pinned buffers */
     cudaGraphExec_t *kernels;   /* [rows]: the layers only (benchmarks) */
-    bool lost;                  /* the context is unusable: every infer answers UNAVAILABLE */
+    bool lost;                  /* graph models: the context is unusable, every infer answers UNAVAILABLE */
     /* kernel "persistent" (and the ping-pong floor) */
     bool persistent;
     bool pingpong;              /* the floor kernel, not the MLP (sigbench) */
-    bool resident;              /* launched and not yet seen to exit: counts in s_resident (backend_cuda.c) */
-    bool hung;                  /* the watchdog fired */
-    uint8_t *box;               /* the mailbox, mapped pinned memory (host address) */
-    void *d_box;                /* its device address */
+    persistent_t host;          /* the kernel's stream, mailbox, watchdog and state (host.lost) */
     void *d_image;              /* the weights image (device) */
     sig_persistent_layout_t layout;
     sig_persistent_plan_t plan;
     uint64_t next;              /* requests published so far: request n uses slot n % RING, sequence n + 1 */
-    uint32_t watchdog_ms;
     uint32_t done_mode;
-    cudaStream_t side;          /* a second stream (the first is the kernel's for good): test faults */
+    cudaStream_t side;          /* a second stream (the kernel's is its for good): test faults */
 };
 
-/* backend_cuda.c */
+/* graph.c: every kernel but "persistent" */
+backend_model_t *cuda_graph_load (const weights_t *w, const model_config_t *cfg, int device, char *err,
+                                  size_t errlen);
+sig_status_t cuda_graph_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err,
+                               size_t errlen);
+void cuda_graph_destroy (backend_model_t **m_p);
+int cuda_graph_poison (backend_model_t *m);
 
-/* Turns a CUDA error into a status, naming the model and what failed; a sticky error marks the
- * model lost. */
-sig_status_t cuda_fail (backend_model_t *m, cudaError_t e, const char *what, char *err, size_t errlen);
-/* Counts persistent kernels launched (+1) or seen to exit (-1) on DEVICE, and runs the deferred
- * releases that no longer have to wait. */
-void cuda_resident_add (int device, int delta);
-/* Device memory for model M from its device's pool, ordered on its stream. */
-cudaError_t cuda_dev_alloc (backend_model_t *m, void **p, size_t bytes);
-/* The knobs set by cuda_persistent_tuning (zero: the defaults). */
-void cuda_persistent_tuning_get (sig_persistent_tuning_t *tuning);
-/* backend_cuda_iface's infer and destroy. */
-sig_status_t cuda_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
-void cuda_destroy (backend_model_t **m_p);
-
-/* backend_cuda_persistent.c */
-
-/* One request through the mailbox (cuda_infer, for a persistent model that is not lost). */
-sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err,
-                                   size_t errlen);
-/* Stops the kernel (cuda_destroy): true when it is gone, false when it still runs. */
-bool cuda_persistent_stop (backend_model_t *m);
-/* Plans, launches and warms a kernel "persistent" model (the load of backend_cuda_iface). */
+/* mlp_persistent.c: kernel "persistent" and the ping-pong floor */
 backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t *cfg, int device, char *err,
                                        size_t errlen);
+sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err,
+                                    size_t errlen);
+void cuda_persistent_destroy (backend_model_t **m_p);
+int cuda_persistent_poison (backend_model_t *m);
 
 #endif

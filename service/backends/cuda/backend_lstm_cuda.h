@@ -2,22 +2,22 @@
  * instance (kernels/lstm_persistent.cu) holding the weights on chip in cfg->weight_dtype, serving
  * stream steps, advances, resets and full windows through a ring in mapped pinned memory; a host
  * watchdog (cfg->watchdog_ms) turns a kernel that stops answering into SIG_UNAVAILABLE. Compute
- * capability 9.0 only. Built only with nvcc (SIGSERVE_HAVE_CUDA).
+ * capability 9.0 only. Built only with nvcc.
  *
  * The process must run with CUDA_MODULE_LOADING=EAGER (set before CUDA starts): with lazy loading
  * the first launch of any kernel next to a resident one waits forever (docs/persistent-notes.md).
- * Nothing here synchronises the device: device memory comes from a stream-ordered pool, and a
- * destroyed model's mailbox (pinned memory: cudaFreeHost would wait for every resident kernel,
- * other backends' too) is kept for the next load instead of being given back. */
+ * Nothing here synchronises the device (the persistent host layer and the device level see to it:
+ * persistent.h, device.h). */
 #ifndef SIGSERVE_BACKEND_LSTM_CUDA_H
 #define SIGSERVE_BACKEND_LSTM_CUDA_H
 
 #include "backends/backend_lstm.h"
 
-#ifdef SIGSERVE_HAVE_CUDA
 #include "kernels.h"
 
 #include <stdbool.h>
+
+extern const backend_iface_t backend_lstm_cuda_iface;
 
 /* Below: for tests and benchmarks. */
 /* The knobs of every later load (NULL: the plan's own choice). */
@@ -33,6 +33,5 @@ sig_status_t lstm_cuda_ping (backend_model_t *m, const float *x, float *out, cha
 /* Test only: the kernel stops taking commands (it still honours stop), so the watchdog fires. */
 int lstm_cuda_stall (backend_model_t *m);
 bool lstm_cuda_lost (const backend_model_t *m);
-#endif
 
 #endif

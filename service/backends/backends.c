@@ -1,0 +1,25 @@
+/* The backend table (backends.h). */
+#include "backends/backends.h"
+
+#include "backends/backend_lstm.h"
+
+#include <stdio.h>
+
+const backend_iface_t *backends_find (model_type_t type, backend_kind_t kind, char *why, size_t whylen)
+{
+    const bool lstm = type == MODEL_TYPE_LSTM;
+    if (kind == BACKEND_CPU)
+        return lstm ? &backend_lstm_cpu_iface : &backend_cpu_iface;
+    if (kind != BACKEND_CUDA) {
+        snprintf (why, whylen, "backend \"%s\" is not one backend but a choice among them", backend_kind_name (kind));
+        return NULL;
+    }
+    if (!backends_gpu) {
+        snprintf (why, whylen, "%s", BACKENDS_NO_GPU);
+        return NULL;
+    }
+    int count = 0;
+    if (backends_gpu->device_count (&count, why, whylen) != 0)
+        return NULL;
+    return lstm ? backends_gpu->lstm : backends_gpu->mlp;
+}

@@ -1,0 +1,361 @@
+/* The CUDA MLP backend's kernel "persistent" (backend_cuda_impl.h): one resident cluster launched at
+ * load (kernels/mlp_persistent.cu) serves each request through a slot of its mailbox (the
+ * persistent host layer, persistent.h, owns the mailbox, the wait with its watchdog, the stop and
+ * the losses): features in, the request word published with a release store, a wait on the slot's
+ * completion (its sequence, or the outputs themselves), outputs out. No CUDA call on that path.
+ * Also the ping-pong floor (sigbench) on the same request path. */
+#define _GNU_SOURCE
+#include "backends/cuda/backend_cuda_impl.h"
+
+#include "backends/cuda/device.h"
+#include "weights/reference.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tests and benchmarks: the knobs every later load uses (cuda_persistent_tuning). */
+static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
+static sig_persistent_tuning_t s_tuning;
+
+void cuda_persistent_tuning (const sig_persistent_tuning_t *tuning)
+{
+    pthread_mutex_lock (&s_lock);
+    if (tuning)
+        s_tuning = *tuning;
+    else
+        memset (&s_tuning, 0, sizeof s_tuning);
+    pthread_mutex_unlock (&s_lock);
+}
+
+/* ---- the request path ---- */
+
+static uint8_t *s_slot (backend_model_t *m, uint64_t n)
+{
+    return m->host.box + m->layout.slots + (size_t) (n % m->layout.ring) * m->layout.slot_bytes;
+}
+
+/* What a request waits for: its slot's completion. */
+typedef struct {
+    const uint8_t *done;            /* the slot's done word (SIG_DONE_SEQUENCE) */
+    const uint32_t *outputs;        /* its output words (SIG_DONE_OUTPUTS) */
+    uint32_t seq, words, mode;
+} answer_t;
+
+/* Whether the answer is complete (acquire loads: what the kernel wrote before is visible once this
+ * says yes): the sequence in the done word, or no sentinel left in the outputs. */
+static bool s_answered (const void *arg)
+{
+    const answer_t *a = arg;
+    if (a->mode == SIG_DONE_SEQUENCE)
+        return __atomic_load_n ((const uint32_t *) a->done, __ATOMIC_ACQUIRE) == a->seq;
+    for (uint32_t i = 0; i < a->words; i++)
+        if (__atomic_load_n (&a->outputs[i], __ATOMIC_ACQUIRE) == SIG_PERSISTENT_SENTINEL)
+            return false;
+    return true;
+}
+
+sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err,
+                                    size_t errlen)
+{
+    if (m->host.lost)
+        return persistent_unavailable (&m->host, err, errlen);
+    const uint64_t n = m->next;
+    const uint32_t seq = (uint32_t) (n + 1u);
+    uint8_t *slot = s_slot (m, n);
+    float *x = (float *) (slot + m->layout.features);
+    if (m->layout.row_floats == m->input_size)
+        memcpy (x, in, (size_t) rows * m->input_size * sizeof (float));
+    else
+        for (uint32_t r = 0; r < rows; r++)   /* the padding of each row stays zero */
+            memcpy (x + (size_t) r * m->layout.row_floats, in + (size_t) r * m->input_size, m->input_size * sizeof (float));
+    const uint32_t words = rows * m->output_size;
+    float *y = (float *) (slot + m->layout.outputs);
+    if (m->done_mode == SIG_DONE_OUTPUTS)
+        for (uint32_t i = 0; i < words; i++)
+            ((uint32_t *) y)[i] = SIG_PERSISTENT_SENTINEL;
+    /* features (and sentinels) first, then the request word: a release store */
+    __atomic_store_n ((uint64_t *) (slot + m->layout.request), ((uint64_t) rows << 32) | seq, __ATOMIC_RELEASE);
+    m->next = n + 1u;
+    const answer_t answer = { .done = slot + m->layout.done, .outputs = (const uint32_t *) y, .seq = seq,
+                              .words = words, .mode = m->done_mode };
+    sig_status_t st = persistent_wait (&m->host, s_answered, &answer, err, errlen);
+    if (st == SIG_OK)
+        memcpy (out, y, (size_t) words * sizeof (float));
+    return st;
+}
+
+int cuda_persistent_poison (backend_model_t *m)
+{
+    /* no device buffers outside the kernel's shared memory: the slots' outputs */
+    for (uint32_t i = 0; i < m->layout.ring; i++)
+        memset (m->host.box + m->layout.slots + (size_t) i * m->layout.slot_bytes + m->layout.outputs, 0xff,
+                (size_t) m->max_rows * m->output_size * sizeof (float));
+    return 0;
+}
+
+int cuda_model_persistent_stall (backend_model_t *m, bool stall)
+{
+    if (!m || !m->persistent || !m->host.box)
+        return (int) cudaErrorInvalidValue;
+    __atomic_store_n ((uint32_t *) (m->host.box + m->layout.ctrl + 4), stall ? 1u : 0u, __ATOMIC_RELEASE);
+    return 0;
+}
+
+const sig_persistent_plan_t *cuda_model_persistent_plan (const backend_model_t *m)
+{
+    return m && m->persistent && !m->pingpong ? &m->plan : NULL;
+}
+
+/* ---- load and destroy ---- */
+
+#define PERSISTENT_WARMUP 256
+
+void cuda_persistent_destroy (backend_model_t **m_p)
+{
+    if (!m_p || !*m_p)
+        return;
+    backend_model_t *m = *m_p;
+    cudaSetDevice (m->device);
+    if (persistent_stop (&m->host)) {   /* else the kernel may still read them: left to the end of the process */
+        cuda_device_free (m->host.stream, m->d_image);
+        if (m->side)
+            cudaStreamDestroy (m->side);
+        persistent_close (&m->host);
+    }
+    free (m);
+    *m_p = NULL;
+}
+
+/* A model struct for a persistent kernel: its stream, side stream and mapped mailbox. */
+static backend_model_t *s_persistent_new (const char *name, int device, uint32_t in, uint32_t out, uint32_t rows,
+                                          uint32_t ring, cuda_wait_t wait, uint32_t watchdog_ms, char *err, size_t errlen)
+{
+    backend_model_t *m = calloc (1, sizeof *m);
+    if (!m) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", name);
+        return NULL;
+    }
+    snprintf (m->name, sizeof m->name, "%s", name);
+    m->device = device;
+    m->kernel = CUDA_KERNEL_PERSISTENT;
+    m->persistent = true;
+    m->zero_copy = true;
+    m->wait = wait;
+    m->max_rows = rows;
+    m->input_size = in;
+    m->output_size = out;
+    snprintf (m->host.name, sizeof m->host.name, "%s", name);
+    m->host.kernel = "persistent kernel";
+    m->host.device = device;
+    m->host.wait = wait;
+    m->host.watchdog_ms = watchdog_ms;
+    cudaError_t e = (cudaError_t) sig_persistent_layout (in, out, rows, ring, &m->layout);
+    if (e == cudaSuccess)
+        e = persistent_open (&m->host, m->layout.total, m->layout.ctrl);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags (&m->side, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        bool lost = false;
+        cuda_device_error (device, name, e, "allocation", &lost, err, errlen);
+        cuda_persistent_destroy (&m);
+        return NULL;
+    }
+    return m;
+}
+
+static bool s_ready (const void *arg)
+{
+    const backend_model_t *m = arg;
+    return __atomic_load_n ((const uint32_t *) (m->host.box + m->layout.status), __ATOMIC_ACQUIRE) != 0u;
+}
+
+/* A few hundred requests through the kernel, rows 1 and max_rows in turn, two in every 16 checked
+ * against the float64 reference: ||y - ref|| / ||ref|| pooled over them (as the tests judge) must
+ * stay within 1e-5. 0, or -1 with ERR. */
+static int s_persistent_warm (backend_model_t *m, const weights_t *w, char *err, size_t errlen)
+{
+    const size_t nin = (size_t) m->max_rows * w->input_size, nout = (size_t) m->max_rows * w->output_size;
+    float *x = malloc (nin * sizeof (float)), *y = malloc (nout * sizeof (float));
+    double *ref = malloc (nout * sizeof (double));
+    int rc = x && y && ref ? 0 : -1;
+    if (rc)
+        sig_set_error (err, errlen, "model \"%s\": out of memory", m->name);
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    double num = 0, den = 0;   /* pooled over every checked output: a lone output near zero would
+                                  turn rounding into a large relative error */
+    for (int i = 0; rc == 0 && i < PERSISTENT_WARMUP; i++) {
+        const uint32_t rows = i % 2 ? m->max_rows : 1u;
+        for (size_t k = 0; k < (size_t) rows * w->input_size; k++) {
+            state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+            x[k] = (float) ((double) (state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        }
+        if (cuda_persistent_infer (m, x, rows, y, err, errlen) != SIG_OK) {
+            rc = -1;
+            break;
+        }
+        if (i % 16 != 0 && i % 16 != 1)
+            continue;
+        if (reference_forward (w, x, rows, ref) != 0) {
+            sig_set_error (err, errlen, "model \"%s\": out of memory", m->name);
+            rc = -1;
+            break;
+        }
+        for (size_t k = 0; k < (size_t) rows * w->output_size; k++) {
+            const double d = (double) y[k] - ref[k];
+            num += isfinite (d) ? d * d : INFINITY;
+            den += ref[k] * ref[k];
+        }
+    }
+    const double rel = sqrt (num) / fmax (sqrt (den), 1e-30);
+    if (rc == 0 && !(rel <= 1e-5)) {
+        sig_set_error (err, errlen, "model \"%s\": the persistent kernel's warm-up answers differ from the reference "
+                       "(relative error %.3g over the checked requests)", m->name, rel);
+        rc = -1;
+    }
+    free (x);
+    free (y);
+    free (ref);
+    return rc;
+}
+
+static int s_launch_mlp (void *arg)
+{
+    backend_model_t *m = arg;
+    return sig_persistent_launch (m->d_image, m->host.d_box, &m->plan, m->host.stream);
+}
+
+backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t *cfg, int device, char *err,
+                                       size_t errlen)
+{
+    int major = 0, minor = 0;
+    if (cuda_device_check (device, cfg->name, err, errlen) != 0)
+        return NULL;
+    if (!sig_clusters_supported (device, 1, &major, &minor)) {
+        struct cudaDeviceProp prop;
+        if (cudaGetDeviceProperties (&prop, device) != cudaSuccess)
+            snprintf (prop.name, sizeof prop.name, "?");
+        sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\" needs a GPU of compute capability 9.0 "
+                       "(thread-block clusters; built for sm_90) and device %d (%s) has %d.%d; use kernel \"fused\" "
+                       "or \"warp\"", cfg->name, device, prop.name, major, minor);
+        return NULL;
+    }
+    if (w->layer_count > SIG_FUSED_MAX_LAYERS) {
+        sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\" takes at most %d layers, the model has %zu",
+                       cfg->name, SIG_FUSED_MAX_LAYERS, w->layer_count);
+        return NULL;
+    }
+    sig_fused_net_t net;
+    memset (&net, 0, sizeof net);
+    net.layer_count = (uint32_t) w->layer_count;
+    net.widest = w->widest;
+    for (size_t i = 0; i < w->layer_count; i++)
+        net.layers[i] = (sig_fused_layer_t) { .w = w->layers[i].weight, .b = w->layers[i].bias, .in = w->layers[i].in,
+                                              .out = w->layers[i].out, .act = (int) w->layers[i].activation };
+    sig_persistent_tuning_t tuning;
+    pthread_mutex_lock (&s_lock);
+    tuning = s_tuning;
+    pthread_mutex_unlock (&s_lock);
+    sig_persistent_plan_t plan;
+    cudaError_t e = cudaSetDevice (device);
+    if (e == cudaSuccess)
+        e = (cudaError_t) sig_persistent_plan (&net, backend_rows (cfg), device, &tuning, &plan);
+    if (e == cudaErrorMemoryAllocation) {
+        const uint64_t need = plan.need_bytes, have = plan.cluster_bytes;
+        const uint64_t regs = have - (uint64_t) plan.max_cluster * plan.smem_limit;
+        char extra[160] = "";
+        if (regs)
+            snprintf (extra, sizeof extra, " + %llu KiB of registers", (unsigned long long) (regs >> 10));
+        if (need <= have)   /* enough in total, but the leader's share does not fit one block */
+            snprintf (extra + strlen (extra), sizeof extra - strlen (extra), "; block 0 alone would need %llu KiB",
+                      (unsigned long long) ((plan.smem_bytes == UINT32_MAX ? need : plan.smem_bytes) >> 10));
+        sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\": the weights need %llu KiB on chip, the "
+                       "cluster holds %llu KiB (%u blocks x %u KiB%s); use kernel \"fused\" or \"warp\"", cfg->name,
+                       (unsigned long long) (need >> 10), (unsigned long long) (have >> 10), plan.max_cluster,
+                       plan.smem_limit >> 10, extra);
+        return NULL;
+    }
+    if (e != cudaSuccess) {
+        sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\": planning on device %d failed: %s", cfg->name,
+                       device, cudaGetErrorString (e));
+        return NULL;
+    }
+    backend_model_t *m = s_persistent_new (cfg->name, device, w->input_size, w->output_size, backend_rows (cfg),
+                                           plan.ring, cfg->wait, cfg->watchdog_ms, err, errlen);
+    if (!m)
+        return NULL;
+    m->plan = plan;
+    m->done_mode = plan.done_mode;
+    m->widest = w->widest;
+    void *image = malloc (plan.image_bytes);
+    e = image ? (cudaError_t) sig_persistent_pack (&net, &plan, &m->layout, image) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess)
+        e = cuda_device_alloc (device, m->host.stream, &m->d_image, plan.image_bytes);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync (m->d_image, image, plan.image_bytes, cudaMemcpyHostToDevice, m->host.stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize (m->host.stream);
+    free (image);
+    if (e == cudaSuccess)
+        e = persistent_launch (&m->host, s_launch_mlp, m);
+    if (e != cudaSuccess) {
+        cuda_device_error (device, m->name, e, "persistent kernel launch", &m->host.lost, err, errlen);
+        cuda_persistent_destroy (&m);
+        return NULL;
+    }
+    if (persistent_started (&m->host, s_ready, m, err, errlen) != 0 || s_persistent_warm (m, w, err, errlen) != 0) {
+        cuda_persistent_destroy (&m);
+        return NULL;
+    }
+    return m;
+}
+
+typedef struct {
+    backend_model_t *m;
+    uint32_t in, flags, done_mode;
+} pingpong_args_t;
+
+static int s_launch_pingpong (void *arg)
+{
+    const pingpong_args_t *a = arg;
+    return sig_pingpong_launch (a->m->host.d_box, &a->m->layout, a->in, a->flags, a->done_mode, a->m->host.stream);
+}
+
+backend_model_t *cuda_pingpong_load (int device, uint32_t in, uint32_t flags, uint32_t done_mode, cuda_wait_t wait,
+                                     char *err, size_t errlen)
+{
+    if (cuda_device_check (device, "pingpong", err, errlen) != 0)
+        return NULL;
+    if (in < 1 || in > 8192) {
+        sig_set_error (err, errlen, "ping-pong: %u features: expected 1 to 8192", in);
+        return NULL;
+    }
+    backend_model_t *m = s_persistent_new ("pingpong", device, in, 1u, 1u, 0u, wait, 1000u, err, errlen);
+    if (!m)
+        return NULL;
+    m->pingpong = true;
+    m->done_mode = done_mode;
+    m->host.kernel = "ping-pong kernel";
+    pingpong_args_t args = { m, in, flags, done_mode };
+    cudaError_t e = persistent_launch (&m->host, s_launch_pingpong, &args);
+    if (e != cudaSuccess) {
+        cuda_device_error (device, m->name, e, "ping-pong kernel launch", &m->host.lost, err, errlen);
+        cuda_persistent_destroy (&m);
+        return NULL;
+    }
+    if (persistent_started (&m->host, s_ready, m, err, errlen) != 0) {
+        cuda_persistent_destroy (&m);
+        return NULL;
+    }
+    float x[8192], y;
+    for (uint32_t k = 0; k < in && k < 8192; k++)
+        x[k] = (float) (k % 7) - 3.0f;
+    for (int i = 0; i < PERSISTENT_WARMUP; i++)
+        if (cuda_persistent_infer (m, x, 1, &y, err, errlen) != SIG_OK) {
+            cuda_persistent_destroy (&m);
+            return NULL;
+        }
+    return m;
+}

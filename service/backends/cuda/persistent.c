@@ -1,0 +1,207 @@
+/* The persistent kernels' shared host side (persistent.h). */
+#define _GNU_SOURCE
+#include "backends/cuda/persistent.h"
+
+#include "backends/cuda/device.h"
+#include "base/log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define START_MS 20000.0        /* a fresh launch may take this long to load its weights (the first of the
+                                   process may still be loading modules; compute-sanitizer is far slower) */
+#define KEPT_MAX 64
+
+/* Released mailboxes, for later loads: cudaFreeHost would wait for every resident kernel. */
+typedef struct {
+    uint8_t *p;
+    size_t bytes;
+} kept_box_t;
+
+static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
+static kept_box_t s_kept[KEPT_MAX];
+static size_t s_kept_count;
+
+/* The smallest kept mailbox of at least BYTES, or a new one. */
+static cudaError_t s_box_get (size_t bytes, uint8_t **p, size_t *got)
+{
+    pthread_mutex_lock (&s_lock);
+    size_t best = s_kept_count;
+    for (size_t i = 0; i < s_kept_count; i++)
+        if (s_kept[i].bytes >= bytes && (best == s_kept_count || s_kept[i].bytes < s_kept[best].bytes))
+            best = i;
+    if (best < s_kept_count) {
+        *p = s_kept[best].p;
+        *got = s_kept[best].bytes;
+        s_kept[best] = s_kept[--s_kept_count];
+        pthread_mutex_unlock (&s_lock);
+        return cudaSuccess;
+    }
+    pthread_mutex_unlock (&s_lock);
+    *got = bytes;
+    /* portable: mapped in every context, whichever device the model is on */
+    return cudaHostAlloc ((void **) p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+}
+
+static void s_box_keep (uint8_t *p, size_t bytes)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock (&s_lock);
+    if (s_kept_count < KEPT_MAX)
+        s_kept[s_kept_count++] = (kept_box_t) { p, bytes };
+    else    /* cannot be freed safely while anything is resident: handed to the device level */
+        cuda_device_release (-1, CUDA_RELEASE_HOST, p);
+    pthread_mutex_unlock (&s_lock);
+}
+
+cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_offset)
+{
+    if (!p->watchdog_ms)
+        p->watchdog_ms = 1000u;
+    p->stop_offset = stop_offset;
+    cudaError_t e = cudaSetDevice (p->device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags (&p->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = s_box_get (box_bytes, &p->box, &p->box_bytes);
+    if (e == cudaSuccess) {
+        memset (p->box, 0, p->box_bytes);
+        e = cudaHostGetDevicePointer (&p->d_box, p->box, 0);
+    }
+    return e;
+}
+
+cudaError_t persistent_launch (persistent_t *p, int (*launch) (void *arg), void *arg)
+{
+    p->resident = true;
+    cuda_device_resident_add (p->device, +1);
+    cudaError_t e = (cudaError_t) launch (arg);
+    if (e != cudaSuccess) {
+        p->resident = false;
+        cuda_device_resident_add (p->device, -1);
+    }
+    return e;
+}
+
+/* The kernel is gone (exited, or its context lost): nothing of it runs on the device any more. */
+static void s_gone (persistent_t *p)
+{
+    if (p->resident) {
+        p->resident = false;
+        cuda_device_resident_add (p->device, -1);
+    }
+}
+
+int persistent_started (persistent_t *p, bool (*ready) (const void *arg), const void *arg, char *err, size_t errlen)
+{
+    const double start = persistent_now_ms ();
+    for (;;) {
+        if (ready (arg))
+            return 0;
+        cudaError_t e = cudaStreamQuery (p->stream);
+        if (e != cudaErrorNotReady) {   /* it ended (or never ran) without loading its weights */
+            s_gone (p);
+            sig_set_error (err, errlen, "model \"%s\": the %s on device %d ended before it started: %s", p->name,
+                           p->kernel, p->device, e == cudaSuccess ? "it returned" : cudaGetErrorString (e));
+            return -1;
+        }
+        if (persistent_now_ms () - start > START_MS) {
+            sig_set_error (err, errlen, "model \"%s\": the %s on device %d did not start within %.0f s (SMs held by "
+                           "other resident kernels?)", p->name, p->kernel, p->device, START_MS / 1e3);
+            return -1;
+        }
+        const struct timespec ts = { 0, 50000 };
+        nanosleep (&ts, NULL);
+    }
+}
+
+sig_status_t persistent_lost (persistent_t *p, cudaError_t e, char *err, size_t errlen)
+{
+    p->lost = true;
+    if (e == cudaErrorNotReady) {
+        p->hung = true;
+        sig_set_error (err, errlen, "model \"%s\": the %s on device %d did not answer within the watchdog (%u ms); the "
+                       "model is unavailable", p->name, p->kernel, p->device, p->watchdog_ms);
+    } else if (e == cudaSuccess) {
+        s_gone (p);
+        sig_set_error (err, errlen, "model \"%s\": the %s on device %d exited unexpectedly; the model is unavailable",
+                       p->name, p->kernel, p->device);
+    } else {
+        bool lost = true;
+        cuda_device_error (p->device, p->name, e, p->kernel, &lost, err, errlen);   /* records the device's fault */
+        sig_set_error (err, errlen, "model \"%s\": the %s on device %d failed: %s (%s); the model is unavailable",
+                       p->name, p->kernel, p->device, cudaGetErrorString (e), cudaGetErrorName (e));
+    }
+    return SIG_UNAVAILABLE;
+}
+
+sig_status_t persistent_unavailable (const persistent_t *p, char *err, size_t errlen)
+{
+    if (p->hung)
+        sig_set_error (err, errlen, "model \"%s\": its %s on device %d stopped answering (watchdog %u ms); the model is "
+                       "unavailable", p->name, p->kernel, p->device, p->watchdog_ms);
+    else
+        sig_set_error (err, errlen, "model \"%s\": its %s on device %d is gone; the model is unavailable", p->name,
+                       p->kernel, p->device);
+    return SIG_UNAVAILABLE;
+}
+
+sig_status_t persistent_check (persistent_t *p, bool (*complete) (const void *arg), const void *arg, double *start,
+                               double *asked, char *err, size_t errlen)
+{
+    const double now = persistent_now_ms ();
+    if (*start == 0.0) {    /* the first reading starts the watchdog, a few microseconds after publishing */
+        *start = *asked = now;
+        return SIG_OK;
+    }
+    if (now - *start >= (double) p->watchdog_ms) {
+        if (complete (arg))
+            return SIG_OK;
+        cudaSetDevice (p->device);
+        cudaError_t e = cudaStreamQuery (p->stream);
+        return persistent_lost (p, e == cudaSuccess || e == cudaErrorNotReady ? cudaErrorNotReady : e, err, errlen);
+    }
+    if (now - *asked >= 1.0) {
+        *asked = now;
+        cudaSetDevice (p->device);
+        cudaError_t e = cudaStreamQuery (p->stream);
+        if (e != cudaErrorNotReady && !complete (arg))
+            return persistent_lost (p, e, err, errlen);
+    }
+    return SIG_OK;
+}
+
+bool persistent_stop (persistent_t *p)
+{
+    if (!p->resident)
+        return true;
+    cudaSetDevice (p->device);
+    __atomic_store_n ((uint32_t *) (p->box + p->stop_offset), 1u, __ATOMIC_RELEASE);
+    const double start = persistent_now_ms ();
+    const double limit = p->watchdog_ms > 100u ? (double) p->watchdog_ms : 100.0;
+    for (;;) {
+        if (cudaStreamQuery (p->stream) != cudaErrorNotReady) {
+            s_gone (p);
+            return true;
+        }
+        if (persistent_now_ms () - start > limit)
+            break;
+        const struct timespec ts = { 0, 100000 };
+        nanosleep (&ts, NULL);
+    }
+    log_warn ("model \"%s\": the %s on device %d did not stop within %.0f ms of being asked to; its stream, mailbox and "
+              "memory are left to the end of the process", p->name, p->kernel, p->device, limit);
+    return false;
+}
+
+void persistent_close (persistent_t *p)
+{
+    if (p->stream)
+        cudaStreamDestroy (p->stream);   /* returns at once; what was queued on it still runs */
+    p->stream = NULL;
+    s_box_keep (p->box, p->box_bytes);
+    p->box = NULL;
+    p->d_box = NULL;
+}
