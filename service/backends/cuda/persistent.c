@@ -131,7 +131,7 @@ sig_status_t persistent_lost (persistent_t *p, cudaError_t e, char *err, size_t 
     } else {
         bool lost = true;
         cuda_device_error (p->device, p->name, e, p->kernel, &lost, err, errlen);   /* records the device's fault */
-        sig_set_error (err, errlen, "model \"%s\": the %s on device %d failed: %s (%s); the model is unavailable",
+        sig_set_error (err, errlen, "model \"%s\": CUDA %s failed on device %d: %s (%s); the model is unavailable",
                        p->name, p->kernel, p->device, cudaGetErrorString (e), cudaGetErrorName (e));
     }
     return SIG_UNAVAILABLE;
@@ -143,8 +143,8 @@ sig_status_t persistent_unavailable (const persistent_t *p, char *err, size_t er
         sig_set_error (err, errlen, "model \"%s\": its %s on device %d stopped answering (watchdog %u ms); the model is "
                        "unavailable", p->name, p->kernel, p->device, p->watchdog_ms);
     else
-        sig_set_error (err, errlen, "model \"%s\": its %s on device %d is gone; the model is unavailable", p->name,
-                       p->kernel, p->device);
+        sig_set_error (err, errlen, "model \"%s\": its %s on device %d is gone (its CUDA context was lost, or it "
+                       "exited); the model is unavailable", p->name, p->kernel, p->device);
     return SIG_UNAVAILABLE;
 }
 
