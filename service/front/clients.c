@@ -5,8 +5,7 @@
 
 typedef struct {
     uint32_t inflight;          /* 0: free */
-    uint8_t len;
-    uint8_t key[CLIENT_KEY_MAX];
+    client_id_t id;
 } entry_t;
 
 struct _clients_t {
@@ -38,61 +37,55 @@ void clients_destroy (clients_t **self_p)
     }
 }
 
-static size_t s_hash (const uint8_t *k, size_t len)
+void clients_id (client_id_t *id, const void *key, size_t len)
 {
+    if (len > CLIENT_KEY_MAX)
+        len = CLIENT_KEY_MAX;
     uint64_t h = 1469598103934665603ull;    /* FNV-1a */
     for (size_t i = 0; i < len; i++)
-        h = (h ^ k[i]) * 1099511628211ull;
-    return (size_t) h;
+        h = (h ^ ((const uint8_t *) key)[i]) * 1099511628211ull;
+    id->hash = h;
+    id->len = (uint8_t) len;
+    memcpy (id->key, key, len);
 }
 
-/* The slot holding KEY, or the free slot where it would go. */
-static size_t s_find (const clients_t *self, const uint8_t *key, size_t len)
+/* The slot holding ID, or the free slot where it would go. */
+static size_t s_find (const clients_t *self, const client_id_t *id)
 {
-    size_t i = s_hash (key, len) & self->mask;
-    while (self->table[i].inflight && !(self->table[i].len == len && memcmp (self->table[i].key, key, len) == 0))
+    size_t i = (size_t) id->hash & self->mask;
+    while (self->table[i].inflight
+           && !(self->table[i].id.len == id->len && memcmp (self->table[i].id.key, id->key, id->len) == 0))
         i = (i + 1) & self->mask;
     return i;
 }
 
-bool clients_admit (clients_t *self, const void *key, size_t len, uint32_t limit)
+uint32_t clients_inflight (const clients_t *self, const client_id_t *id)
 {
-    if (len > CLIENT_KEY_MAX)
-        len = CLIENT_KEY_MAX;
-    entry_t *e = &self->table[s_find (self, key, len)];
-    if (e->inflight >= limit)
-        return false;
-    if (e->inflight == 0) {
-        e->len = (uint8_t) len;
-        memcpy (e->key, key, len);
-    }
-    e->inflight++;
-    return true;
+    return self->table[s_find (self, id)].inflight;
 }
 
-void clients_release (clients_t *self, const void *key, size_t len)
+void clients_add (clients_t *self, const client_id_t *id)
 {
-    if (len > CLIENT_KEY_MAX)
-        len = CLIENT_KEY_MAX;
-    size_t i = s_find (self, key, len);
+    entry_t *e = &self->table[s_find (self, id)];
+    if (e->inflight == 0)
+        e->id = *id;
+    e->inflight++;
+}
+
+void clients_release (clients_t *self, const client_id_t *id)
+{
+    size_t i = s_find (self, id);
     if (self->table[i].inflight == 0 || --self->table[i].inflight > 0)
         return;
     /* Freed: move back any later entry of the same probe run that can now sit earlier (backward
      * shift deletion), so lookups never stop at a hole in the middle of a run. */
     size_t hole = i;
     for (size_t j = (i + 1) & self->mask; self->table[j].inflight; j = (j + 1) & self->mask) {
-        size_t home = s_hash (self->table[j].key, self->table[j].len) & self->mask;
+        size_t home = (size_t) self->table[j].id.hash & self->mask;
         if (((j - home) & self->mask) >= ((j - hole) & self->mask)) {
             self->table[hole] = self->table[j];
             self->table[j].inflight = 0;
             hole = j;
         }
     }
-}
-
-uint32_t clients_inflight (const clients_t *self, const void *key, size_t len)
-{
-    if (len > CLIENT_KEY_MAX)
-        len = CLIENT_KEY_MAX;
-    return self->table[s_find (self, key, len)].inflight;
 }

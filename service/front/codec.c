@@ -309,5 +309,58 @@ size_t codec_encode_reply (const Sigserve__V1__Reply *reply, uint8_t *buf, size_
     return sigserve__v1__reply__pack (reply, buf);
 }
 
+void codec_model_info (codec_models_t *store, size_t i)
+{
+    const model_info_t *d = &store->described[i];
+    Sigserve__V1__ModelInfo *info = &store->infos[i];
+    sigserve__v1__model_info__init (info);
+    info->name = (char *) d->name;
+    info->version = (char *) d->version;
+    info->backend = (char *) d->backend;
+    info->kernel = (char *) d->kernel;
+    info->input_size = d->input_size;
+    info->output_size = d->output_size;
+    info->max_rows = d->max_rows;
+    info->available = d->available;
+    info->instances = d->instances;
+    info->max_batch_rows = d->max_batch_rows;
+    info->queue_depth = d->queue_depth;
+    info->selected_by = (char *) d->selected_by;
+    info->type = (char *) d->type;
+    info->window = d->window;
+    info->step_size = d->step_size;
+    for (size_t k = 0; k < d->candidate_count && k < MODEL_CANDIDATES_MAX; k++) {
+        const autoselect_candidate_t *c = &d->candidates[k];
+        Sigserve__V1__Candidate *w = &store->candidates[i][k];
+        sigserve__v1__candidate__init (w);
+        w->backend = (char *) c->backend;
+        w->kernel = (char *) c->kernel;
+        w->note = (char *) c->note;
+        w->p50_us = c->p50_us;
+        w->p99_us = c->p99_us;
+        w->batch_rows = c->batch_rows;
+        w->batch_p50_us = c->batch_p50_us;
+        w->batch_p99_us = c->batch_p99_us;
+        store->candidate_ptrs[i][k] = w;
+    }
+    info->n_candidates = d->candidate_count < MODEL_CANDIDATES_MAX ? d->candidate_count : MODEL_CANDIDATES_MAX;
+    info->candidates = store->candidate_ptrs[i];
+    for (uint32_t k = 0; k < d->instances && k < CONFIG_MAX_INSTANCES; k++) {
+        const model_instance_info_t *ii = &d->instance[k];
+        Sigserve__V1__InstanceInfo *w = &store->instances[i][k];
+        sigserve__v1__instance_info__init (w);
+        w->index = ii->index;
+        w->backend = (char *) d->backend;
+        w->device = ii->device;
+        w->available = ii->available;
+        w->state = (char *) ii->state;
+        w->requests = ii->requests;
+        w->warm_runs = ii->warm_runs;
+        store->instance_ptrs[i][k] = w;
+    }
+    info->n_instance_states = d->instances;
+    info->instance_states = store->instance_ptrs[i];
+}
+
 size_t codec_arena_capacity (const codec_t *self) { return arena_capacity (self->arena); }
 size_t codec_arena_high_water (const codec_t *self) { return arena_high_water (self->arena); }

@@ -5,8 +5,10 @@
 #ifndef SIGSERVE_CODEC_H
 #define SIGSERVE_CODEC_H
 
-#include "signal.pb-c.h"
+#include "base/config.h"
 #include "base/status.h"
+#include "serving/model.h"
+#include "signal.pb-c.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +30,22 @@ sig_status_t codec_decode_request (codec_t *self, const void *payload, size_t le
 
 /* Packs REPLY into BUF. The packed size, or 0 when it would not fit in CAP. */
 size_t codec_encode_reply (const Sigserve__V1__Reply *reply, uint8_t *buf, size_t cap);
+
+/* What a ListModelsReply of up to CONFIG_MAX_MODELS models is built in: the models' descriptions
+ * and the wire structures pointing into them. Large (about a megabyte, barely touched): one per
+ * front, reused for every list_models request. */
+typedef struct {
+    model_info_t described[CONFIG_MAX_MODELS];
+    Sigserve__V1__ModelInfo infos[CONFIG_MAX_MODELS];
+    Sigserve__V1__ModelInfo *info_ptrs[CONFIG_MAX_MODELS];
+    Sigserve__V1__Candidate candidates[CONFIG_MAX_MODELS][MODEL_CANDIDATES_MAX];
+    Sigserve__V1__Candidate *candidate_ptrs[CONFIG_MAX_MODELS][MODEL_CANDIDATES_MAX];
+    Sigserve__V1__InstanceInfo instances[CONFIG_MAX_MODELS][CONFIG_MAX_INSTANCES];
+    Sigserve__V1__InstanceInfo *instance_ptrs[CONFIG_MAX_MODELS][CONFIG_MAX_INSTANCES];
+} codec_models_t;
+
+/* Renders STORE->described[I] as STORE->infos[I] (pointers into STORE: valid while it is). */
+void codec_model_info (codec_models_t *store, size_t i);
 
 /* The arena's size in bytes and the high-water mark of its use (for tests and stats). */
 size_t codec_arena_capacity (const codec_t *self);

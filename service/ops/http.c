@@ -355,36 +355,33 @@ static void s_metrics (http_t *self, text_t *t)
 
 /* ---------------------------------------------------------------- /models */
 
-static cJSON *s_model_json (model_t *m)
+static cJSON *s_model_json (model_t *m, model_info_t *info)
 {
-    Sigserve__V1__ModelInfo info;
-    Sigserve__V1__InstanceInfo instances[CONFIG_MAX_INSTANCES];
-    Sigserve__V1__InstanceInfo *instance_ptrs[CONFIG_MAX_INSTANCES];
-    model_describe (m, &info, instances, instance_ptrs);
+    model_describe (m, info);
     cJSON *j = cJSON_CreateObject ();
     if (!j)
         return NULL;
-    cJSON_AddStringToObject (j, "name", info.name);
-    cJSON_AddStringToObject (j, "version", info.version);
-    cJSON_AddStringToObject (j, "type", info.type ? info.type : "mlp");
-    cJSON_AddStringToObject (j, "backend", info.backend);
-    cJSON_AddStringToObject (j, "kernel", info.kernel);
-    cJSON_AddNumberToObject (j, "input_size", info.input_size);
-    cJSON_AddNumberToObject (j, "output_size", info.output_size);
-    if (info.window) {
-        cJSON_AddNumberToObject (j, "window", info.window);
-        cJSON_AddNumberToObject (j, "step_size", info.step_size);
+    cJSON_AddStringToObject (j, "name", info->name);
+    cJSON_AddStringToObject (j, "version", info->version);
+    cJSON_AddStringToObject (j, "type", info->type);
+    cJSON_AddStringToObject (j, "backend", info->backend);
+    cJSON_AddStringToObject (j, "kernel", info->kernel);
+    cJSON_AddNumberToObject (j, "input_size", info->input_size);
+    cJSON_AddNumberToObject (j, "output_size", info->output_size);
+    if (info->window) {
+        cJSON_AddNumberToObject (j, "window", info->window);
+        cJSON_AddNumberToObject (j, "step_size", info->step_size);
     }
-    cJSON_AddNumberToObject (j, "max_rows", info.max_rows);
-    cJSON_AddNumberToObject (j, "max_batch_rows", info.max_batch_rows);
-    cJSON_AddNumberToObject (j, "instances", info.instances);
-    cJSON_AddNumberToObject (j, "queue_depth", info.queue_depth);
+    cJSON_AddNumberToObject (j, "max_rows", info->max_rows);
+    cJSON_AddNumberToObject (j, "max_batch_rows", info->max_batch_rows);
+    cJSON_AddNumberToObject (j, "instances", info->instances);
+    cJSON_AddNumberToObject (j, "queue_depth", info->queue_depth);
     cJSON_AddNumberToObject (j, "queued", s_queued (m));
-    cJSON_AddBoolToObject (j, "available", info.available);
-    cJSON_AddStringToObject (j, "selected_by", info.selected_by ? info.selected_by : "");
+    cJSON_AddBoolToObject (j, "available", info->available);
+    cJSON_AddStringToObject (j, "selected_by", info->selected_by);
     cJSON *candidates = cJSON_AddArrayToObject (j, "candidates");
-    for (size_t i = 0; candidates && i < info.n_candidates; i++) {
-        const Sigserve__V1__Candidate *c = info.candidates[i];
+    for (size_t i = 0; candidates && i < info->candidate_count; i++) {
+        const autoselect_candidate_t *c = &info->candidates[i];
         cJSON *o = cJSON_CreateObject ();
         if (!o)
             break;
@@ -395,22 +392,20 @@ static cJSON *s_model_json (model_t *m)
         cJSON_AddNumberToObject (o, "batch_rows", c->batch_rows);
         cJSON_AddNumberToObject (o, "batch_p50_us", c->batch_p50_us);
         cJSON_AddNumberToObject (o, "batch_p99_us", c->batch_p99_us);
-        cJSON_AddStringToObject (o, "note", c->note ? c->note : "");
+        cJSON_AddStringToObject (o, "note", c->note);
         cJSON_AddItemToArray (candidates, o);
     }
     cJSON *states = cJSON_AddArrayToObject (j, "instance_states");
-    for (size_t i = 0; states && i < info.n_instance_states; i++) {
-        const Sigserve__V1__InstanceInfo *ii = info.instance_states[i];
+    for (uint32_t i = 0; states && i < info->instances; i++) {
+        const model_instance_info_t *ii = &info->instance[i];
         cJSON *o = cJSON_CreateObject ();
         if (!o)
             break;
-        char state[160];
-        snprintf (state, sizeof state, "%.150s", ii->state ? ii->state : "");   /* a worker may rewrite it */
         cJSON_AddNumberToObject (o, "index", ii->index);
-        cJSON_AddStringToObject (o, "backend", ii->backend ? ii->backend : info.backend);
+        cJSON_AddStringToObject (o, "backend", info->backend);
         cJSON_AddNumberToObject (o, "device", ii->device);
         cJSON_AddBoolToObject (o, "available", ii->available);
-        cJSON_AddStringToObject (o, "state", state);
+        cJSON_AddStringToObject (o, "state", ii->state);
         cJSON_AddNumberToObject (o, "requests", (double) ii->requests);
         cJSON_AddNumberToObject (o, "warm_runs", (double) ii->warm_runs);
         cJSON_AddItemToArray (states, o);
@@ -438,14 +433,16 @@ static char *s_models (http_t *self, unsigned *status, char *why, size_t len)
     } else {
         cJSON *root = cJSON_CreateObject ();
         cJSON *list = root ? cJSON_AddArrayToObject (root, "models") : NULL;
+        model_info_t *info = malloc (sizeof *info);     /* 10 KiB: not on a thread's stack */
         server_lock (self->server);
         model_registry_t *models = server_models (self->server);
-        for (size_t i = 0; list && i < model_registry_count (models); i++) {
-            cJSON *m = s_model_json (model_registry_at (models, i));
+        for (size_t i = 0; list && info && i < model_registry_count (models); i++) {
+            cJSON *m = s_model_json (model_registry_at (models, i), info);
             if (m)
                 cJSON_AddItemToArray (list, m);
         }
         server_unlock (self->server);
+        free (info);
         text = list ? cJSON_PrintUnformatted (root) : NULL;
         cJSON_Delete (root);
         if (!text) {

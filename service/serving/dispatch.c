@@ -5,10 +5,9 @@
 #include "serving/model_impl.h"
 
 #include <stdio.h>
+#include <string.h>
 
 void dispatch_attach (model_t *m, waker_t *front) { m->front = front; }
-
-job_t *dispatch_job_take (model_t *m) { return m->free_count ? m->free_jobs[--m->free_count] : NULL; }
 
 void dispatch_job_return (model_t *m, job_t *j) { m->free_jobs[m->free_count++] = j; }
 
@@ -22,20 +21,14 @@ uint32_t dispatch_queued (model_t *m)
     return q;
 }
 
-bool dispatch_queue_full (model_t *m) { return dispatch_queued (m) >= m->cfg.queue_depth; }
-
-int dispatch_submit (model_t *m, job_t *j)
+/* The instance that takes A: a stream's own (the one holding its window), else the least loaded
+ * available one, ties round-robin so that equal instances share the work. NULL when none can. */
+static instance_t *s_instance (model_t *m, const admission_t *a)
 {
-    if (j->stream_id) {
-        /* A stream's steps always go to the instance that holds its window. */
-        instance_t *in = &m->instances[j->stream_id % m->instance_count];
-        if (!atomic_load_explicit (&in->available, memory_order_relaxed))
-            return -1;
-        ring_push (&in->requests, j);
-        waker_wake (&in->wake);
-        return 0;
+    if (a->stream_id) {
+        instance_t *in = &m->instances[a->stream_id % m->instance_count];
+        return atomic_load_explicit (&in->available, memory_order_relaxed) ? in : NULL;
     }
-    /* The least loaded available instance; ties go round-robin so equal instances share work. */
     instance_t *best = NULL;
     size_t best_load = (size_t) -1;
     for (uint32_t k = 0; k < m->instance_count; k++) {
@@ -48,12 +41,50 @@ int dispatch_submit (model_t *m, job_t *j)
             best_load = load;
         }
     }
-    if (!best)
-        return -1;
-    m->next_instance = (best->index + 1) % m->instance_count;
-    ring_push (&best->requests, j);     /* cannot fail: the ring holds every job of the model */
-    waker_wake (&best->wake);
-    return 0;
+    return best;
+}
+
+sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t errlen)
+{
+    instance_t *in = s_instance (m, a);
+    if (!in) {
+        snprintf (err, errlen, "model \"%s\" is unavailable on backend %s%s", m->cfg.name, m->iface->name,
+                  a->stream_id ? " (the instance holding this stream cannot run)" : "");
+        return SIG_UNAVAILABLE;
+    }
+    const uint32_t queued = dispatch_queued (m);
+    if (queued >= m->cfg.queue_depth) {
+        snprintf (err, errlen, "model \"%s\": queue full: %u requests waiting (queue_depth %u); retry later, or raise "
+                  "the model's queue_depth or instances", m->cfg.name, queued, m->cfg.queue_depth);
+        return SIG_OVERLOADED;
+    }
+    /* The pool holds queue_depth + what the workers and one intake turn can hold (model.c): with room
+     * in the queue, a job is free unless finished ones wait to be sent. */
+    if (m->free_count == 0) {
+        snprintf (err, errlen, "model \"%s\": every request buffer is in use (replies waiting to be sent); retry "
+                  "later", m->cfg.name);
+        return SIG_OVERLOADED;
+    }
+    job_t *j = m->free_jobs[--m->free_count];
+    j->socket = a->socket;
+    j->envelope_count = a->envelope_count;
+    for (int f = 0; f < a->envelope_count; f++)
+        zmq_msg_move (&j->envelope[f], &a->envelope[f]);
+    j->request_id = a->request_id;
+    j->t_recv = a->t_recv;
+    j->stream_id = a->stream_id;
+    j->step = a->step;
+    j->rows = a->rows;
+    j->deadline_us = a->deadline_us;
+    j->counted = a->client != NULL;
+    if (a->client)
+        j->client = *a->client;
+    memcpy (j->features, a->features, a->feature_count * sizeof (float));
+    if (!a->stream_id)
+        m->next_instance = (in->index + 1) % m->instance_count;
+    ring_push (&in->requests, j);   /* cannot fail: the ring holds every job of the model */
+    waker_wake (&in->wake);
+    return SIG_OK;
 }
 
 bool dispatch_has_done (model_t *m)

@@ -1,6 +1,7 @@
-/* The front thread's side of a model: admitting a request into a job, choosing the instance,
- * handing it over, and collecting finished jobs. Front thread only (single producer of every
- * instance's request ring, single consumer of every done ring), except where noted. */
+/* The front's side of a model: admitting a request into a job on one of its instances, and
+ * collecting finished jobs. Every function is for the front thread (the single producer of every
+ * instance's request ring and single consumer of every done ring), except dispatch_queued, which
+ * any thread may call for an estimate (the metrics do), and dispatch_abort. */
 #ifndef SIGSERVE_DISPATCH_H
 #define SIGSERVE_DISPATCH_H
 
@@ -9,22 +10,37 @@
 /* The waker the workers ring after handing back finished jobs (the front sleeps on it). */
 void dispatch_attach (model_t *m, waker_t *front);
 
-/* A free job, or NULL when every job is out. */
-job_t *dispatch_job_take (model_t *m);
-/* Back to the pool, once its reply is sent (the envelope frames must be closed or moved). */
-void dispatch_job_return (model_t *m, job_t *j);
-/* How many of its requests wait for a worker; true when queue_depth do. */
-uint32_t dispatch_queued (model_t *m);
-bool dispatch_queue_full (model_t *m);
-/* Hands J to the least loaded available instance and wakes its worker. -1 when no instance is
- * available (J stays the caller's). */
-int dispatch_submit (model_t *m, job_t *j);
+/* One checked request, as the front took it. */
+typedef struct {
+    int socket;                     /* the front's socket slot it came from */
+    zmq_msg_t *envelope;            /* its routing frames, moved into the job when admitted */
+    int envelope_count;
+    uint64_t request_id, stream_id, step;
+    uint64_t t_recv;
+    uint32_t rows, deadline_us;
+    const float *features;          /* rows x the model's input size (one step for a stream) */
+    size_t feature_count;
+    const client_id_t *client;      /* counted against its client's in-flight limit; NULL: not counted */
+} admission_t;
+
+/* Admits A in one step: an instance that can run it (a stream's own; else the least loaded
+ * available one), room in the model's queue (queue_depth) and a free job; then the envelope is
+ * moved into the job, the features copied, and the job handed to the instance, whose worker is
+ * woken. SIG_OK; or SIG_UNAVAILABLE / SIG_OVERLOADED with ERR naming the model and the limit, and
+ * nothing taken (the envelope stays the caller's). */
+sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t errlen);
+
 /* Whether a finished job waits to be collected. */
 bool dispatch_has_done (model_t *m);
 /* The next finished job of any instance, or NULL. */
 job_t *dispatch_next_done (model_t *m);
+/* Back to the pool, once its reply is sent (the envelope frames must be closed or moved). */
+void dispatch_job_return (model_t *m, job_t *j);
 /* Jobs out of the pool (queued, computing or finished but not yet returned). */
 uint32_t dispatch_inflight (const model_t *m);
+/* How many of its requests wait for a worker. Exact on the front; from another thread an estimate
+ * that may be off by what moved while it counted (each ring's count is read without a lock). */
+uint32_t dispatch_queued (model_t *m);
 
 /* Shutdown, in this order: dispatch_abort makes the workers answer whatever is still queued
  * with UNAVAILABLE instead of running it (the end of the drain window); model_destroy then stops

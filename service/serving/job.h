@@ -15,6 +15,19 @@
 
 #define JOB_ENVELOPE_MAX 15     /* routing frames echoed back: ROUTER id, REQ delimiter, proxies' ids */
 #define JOB_ERROR_MAX 512
+#define CLIENT_KEY_MAX 64
+/* The most requests the front admits between two collections of finished jobs. A model's pool
+ * holds queue_depth + instances x max_batch_rows + this many jobs, so a request that finds room in
+ * its queue always finds a free job (model.c). */
+#define JOB_INTAKE_TURN 64
+
+/* Who sent a request, worked out once by the front when it takes the request (front/clients.h):
+ * its CURVE public key, or its routing id, and the key's hash. */
+typedef struct {
+    uint64_t hash;
+    uint8_t len;
+    uint8_t key[CLIENT_KEY_MAX];
+} client_id_t;
 
 typedef struct _model_t model_t;
 
@@ -26,9 +39,11 @@ typedef struct job {
     uint64_t request_id;
     uint64_t t_recv;                    /* CLOCK_MONOTONIC ns at receipt */
     uint64_t stream_id;
+    uint64_t step;                      /* a stream step's number (0: not numbered) */
     uint32_t rows;
     uint32_t deadline_us;
-    bool counted;                       /* counted against its client's in-flight limit */
+    bool counted;                       /* counted against its client's in-flight limit ... */
+    client_id_t client;                 /* ... as this client (set when counted) */
     float *features;                    /* rows x input size (room for max_rows rows) */
     /* worker */
     sig_status_t status;

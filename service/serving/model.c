@@ -24,13 +24,6 @@ static float *s_floats (size_t n)
     return p;
 }
 
-static void s_copy (char *dst, size_t cap, const char *src)
-{
-    size_t n = strnlen (src, cap - 1);
-    memcpy (dst, src, n);
-    dst[n] = '\0';
-}
-
 /* The backend CFG names, or the one "auto" measures fastest (CFG updated to it). */
 static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
                                                 size_t errlen)
@@ -55,28 +48,9 @@ static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg,
         snprintf (m->selected_by, sizeof m->selected_by, "config");
         return iface;
     }
-    autoselect_candidate_t cands[MODEL_CANDIDATES_MAX];
-    size_t count = 0;
-    const backend_iface_t *iface = autoselect_choose (w, cfg, cfg->devices[0], cands, MODEL_CANDIDATES_MAX, &count,
-                                                      err, errlen);
+    const backend_iface_t *iface = autoselect_choose (w, cfg, cfg->devices[0], m->candidates, MODEL_CANDIDATES_MAX,
+                                                      &m->candidate_count, err, errlen);
     snprintf (m->selected_by, sizeof m->selected_by, "measurement");
-    for (size_t i = 0; i < count; i++) {
-        Sigserve__V1__Candidate *c = &m->candidates[i];
-        sigserve__v1__candidate__init (c);
-        s_copy (m->candidate_text[i][0], sizeof m->candidate_text[i][0], cands[i].backend);
-        s_copy (m->candidate_text[i][1], sizeof m->candidate_text[i][1], cands[i].kernel);
-        s_copy (m->candidate_text[i][2], sizeof m->candidate_text[i][2], cands[i].note);
-        c->backend = m->candidate_text[i][0];
-        c->kernel = m->candidate_text[i][1];
-        c->note = m->candidate_text[i][2];
-        c->p50_us = cands[i].p50_us;
-        c->p99_us = cands[i].p99_us;
-        c->batch_rows = cands[i].batch_rows;
-        c->batch_p50_us = cands[i].batch_p50_us;
-        c->batch_p99_us = cands[i].batch_p99_us;
-        m->candidate_ptrs[i] = c;
-    }
-    m->candidate_count = count;
     return iface;
 }
 
@@ -117,9 +91,9 @@ static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const we
 
 static int s_jobs_init (model_t *m, char *err, size_t errlen)
 {
-    /* Queued requests, plus what every worker can hold in one batch: once the front has taken the
-     * finished ones back, a free job exists whenever the queue has room. */
-    m->job_count = m->cfg.queue_depth + m->instance_count * m->batch_rows;
+    /* Queued requests, what every worker can hold in one batch, and what the front admits before it
+     * collects finished jobs again: a free job exists whenever the queue has room. */
+    m->job_count = m->cfg.queue_depth + m->instance_count * m->batch_rows + JOB_INTAKE_TURN;
     size_t per_job = (size_t) m->max_rows * (m->input_size + m->output_size);
     per_job = (per_job + 15) & ~(size_t) 15;    /* each job's floats start 64-byte aligned */
     m->jobs = calloc (m->job_count, sizeof *m->jobs);
@@ -281,42 +255,35 @@ bool model_available (const model_t *m)
     return false;
 }
 
-void model_describe (model_t *m, Sigserve__V1__ModelInfo *info, Sigserve__V1__InstanceInfo *instances,
-                     Sigserve__V1__InstanceInfo **instance_ptrs)
+void model_describe (model_t *m, model_info_t *info)
 {
-    sigserve__v1__model_info__init (info);
     info->name = m->cfg.name;
     info->version = m->cfg.version;
-    info->backend = (char *) m->iface->name;
+    info->type = model_type_name (m->cfg.type);
+    info->backend = m->iface->name;
     info->kernel = m->kernel_name;
+    info->selected_by = m->selected_by;
     info->input_size = m->input_size;
     info->output_size = m->output_size;
     info->max_rows = m->max_rows;
-    info->available = model_available (m);
-    info->instances = m->instance_count;
     info->max_batch_rows = m->batch_rows;
     info->queue_depth = m->cfg.queue_depth;
-    info->selected_by = m->selected_by;
-    info->n_candidates = m->candidate_count;
-    info->candidates = m->candidate_ptrs;
-    info->type = (char *) model_type_name (m->cfg.type);
+    info->instances = m->instance_count;
     info->window = m->window;
     info->step_size = m->step_size;
+    info->available = model_available (m);
+    info->candidate_count = m->candidate_count;
+    info->candidates = m->candidates;
     for (uint32_t i = 0; i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
-        Sigserve__V1__InstanceInfo *ii = &instances[i];
-        sigserve__v1__instance_info__init (ii);
+        model_instance_info_t *ii = &info->instance[i];
         ii->index = i;
-        ii->backend = (char *) m->iface->name;
         ii->device = in->device;
-        ii->available = atomic_load (&in->available);
-        ii->state = (char *) model_instance_state (m, i);
+        ii->available = model_instance_available (m, i);
+        snprintf (ii->state, sizeof ii->state, "%s", model_instance_state (m, i));
         ii->requests = atomic_load_explicit (&in->served, memory_order_relaxed);
         ii->warm_runs = atomic_load_explicit (&in->warm_runs, memory_order_relaxed);
-        instance_ptrs[i] = ii;
     }
-    info->n_instance_states = m->instance_count;
-    info->instance_states = instance_ptrs;
 }
 
 bool model_instance_available (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].available); }

@@ -7,12 +7,12 @@
 #ifndef SIGSERVE_MODEL_H
 #define SIGSERVE_MODEL_H
 
+#include "backends/autoselect.h"
 #include "backends/backend.h"
 #include "base/config.h"
-#include "serving/job.h"
-#include "signal.pb-c.h"
 #include "base/stats.h"
 #include "base/threads.h"
+#include "serving/job.h"
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -41,12 +41,35 @@ const model_config_t *model_config (const model_t *m);
 bool model_available (const model_t *m);
 int model_stats_slot (const model_t *m);
 
-/* Fills INFO: strings and candidates borrowed from the model (valid while it lives), the
- * instances' states written into the caller's INSTANCES / INSTANCE_PTRS (CONFIG_MAX_INSTANCES
- * each), so threads describing the same model at once do not share anything they write. */
-void model_describe (model_t *m, Sigserve__V1__ModelInfo *info, Sigserve__V1__InstanceInfo *instances,
-                     Sigserve__V1__InstanceInfo **instance_ptrs);
-/* Instance I's state: available, "serving" or why not, requests computed, CUDA device (-1: CPU). */
+#define MODEL_CANDIDATES_MAX 16
+
+/* One instance as model_describe sees it. */
+typedef struct {
+    uint32_t index;
+    int device;                     /* CUDA device; -1 on the CPU */
+    bool available;
+    char state[128];                /* "serving", or why not */
+    uint64_t requests;              /* requests it computed */
+    uint64_t warm_runs;             /* keep_warm_us: runs on the last input while idle */
+} model_instance_info_t;
+
+/* What a model is and how it is doing, in plain C: the wire (codec.c) and /models (http.c) each
+ * render it. Strings and candidates are borrowed from the model (valid while it lives); the rest is
+ * a copy, so threads describing the same model at once share nothing they write. */
+typedef struct {
+    const char *name, *version, *type, *backend, *kernel;
+    const char *selected_by;        /* "config" or "measurement" */
+    uint32_t input_size, output_size, max_rows, max_batch_rows, queue_depth, instances;
+    uint32_t window, step_size;     /* lstm; 0 for an mlp */
+    bool available;
+    size_t candidate_count;         /* what "auto" measured, fastest first */
+    const autoselect_candidate_t *candidates;
+    model_instance_info_t instance[CONFIG_MAX_INSTANCES];
+} model_info_t;
+
+void model_describe (model_t *m, model_info_t *info);
+/* Instance I's state: available, "serving" or why not, requests computed, CUDA device (-1: CPU). The
+ * state text is written once, before available drops, and read only after: never while written. */
 bool model_instance_available (const model_t *m, uint32_t i);
 const char *model_instance_state (const model_t *m, uint32_t i);
 uint64_t model_instance_requests (const model_t *m, uint32_t i);

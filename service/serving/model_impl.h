@@ -11,8 +11,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define MODEL_CANDIDATES_MAX 16
-
 typedef struct {
     model_t *model;
     uint32_t index;
@@ -53,9 +51,7 @@ struct _model_t {
     char kernel_name[48];
     char selected_by[16];               /* "config" or "measurement" */
     size_t candidate_count;
-    Sigserve__V1__Candidate candidates[MODEL_CANDIDATES_MAX];
-    Sigserve__V1__Candidate *candidate_ptrs[MODEL_CANDIDATES_MAX];
-    char candidate_text[MODEL_CANDIDATES_MAX][3][96];     /* backend, kernel, note */
+    autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];   /* what "auto" measured, fastest first */
     uint32_t instance_count;
     instance_t *instances;
     /* the front's (dispatch.c) */

@@ -1,0 +1,207 @@
+/* The front's intake (server_impl.h): each message taken off a socket (stamped at receipt), bounded
+ * (frames x bytes), decoded and checked (request.c, without ZeroMQ); health and list_models answered
+ * here, every bad request answered at once, and each good infer request admitted to its model in one
+ * call (dispatch_admit). */
+#define _GNU_SOURCE
+#include "front/server_impl.h"
+
+#include "base/log.h"
+#include "clock.h"
+#include "front/request.h"
+#include "serving/dispatch.h"
+#include "serving/registry.h"
+
+#include <malloc.h>
+#include <stdio.h>
+#include <string.h>
+
+#define HUGE_MESSAGE_FRAMES 1024    /* after refusing a message this large, give its memory back */
+
+/* Takes one whole message from socket slot SOCKET. 1 when one was there, 0 when none. */
+static int s_recv (server_t *self, int socket, message_t *msg)
+{
+    void *s = endpoints_socket (self->endpoints, socket);
+    msg->socket = socket;
+    msg->nframes = 0;
+    msg->total_frames = 0;
+    msg->bytes = 0;
+    for (;;) {
+        zmq_msg_t *f = msg->total_frames < MAX_FRAMES ? &self->frames[msg->total_frames] : &self->spare;
+        if (zmq_msg_recv (f, s, msg->total_frames ? 0 : ZMQ_DONTWAIT) < 0)
+            return msg->total_frames > 0;   /* EAGAIN on the first frame: nothing waiting */
+        if (msg->total_frames == 0)
+            msg->t_recv = clock_now_ns ();
+        msg->total_frames++;
+        msg->bytes += zmq_msg_size (f);
+        int more = zmq_msg_more (f);
+        if (f == &self->spare) {
+            zmq_msg_close (&self->spare);
+            zmq_msg_init (&self->spare);
+        } else
+            msg->nframes++;
+        if (!more)
+            return 1;
+    }
+}
+
+static void s_release_frames (server_t *self, message_t *msg)
+{
+    for (int f = 0; f < msg->nframes; f++) {
+        zmq_msg_close (&self->frames[f]);
+        zmq_msg_init (&self->frames[f]);
+    }
+    msg->nframes = 0;
+}
+
+/* A message too large or of too many frames. Answered on the shortest envelope that still
+ * reaches the sender (its routing id, and a REQ client's empty delimiter): echoing the rest
+ * would send a hostile sender's frames back to it. */
+static void s_refuse_message (server_t *self, message_t *msg)
+{
+    int count = 1;
+    if (msg->nframes >= 3 && zmq_msg_size (&self->frames[1]) == 0)
+        count = 2;
+    if (msg->total_frames > MAX_FRAMES)
+        snprintf (self->error, ERROR_MAX, "message: %zu frames (%zu bytes); expected the envelope and one payload "
+                  "frame, at most %d frames", msg->total_frames, msg->bytes, MAX_FRAMES);
+    else
+        snprintf (self->error, ERROR_MAX, "message: %zu bytes in %zu frames; expected at most server.max_message_bytes "
+                  "= %u bytes over the whole message", msg->bytes, msg->total_frames, self->cfg.max_message_bytes);
+    /* libzmq buffered the whole message before handing over its first frame; its chunks went back
+     * to malloc, which keeps them: give them to the system. Rare, so the system call is fine. */
+    if (msg->total_frames > HUGE_MESSAGE_FRAMES || msg->bytes > 16u * self->cfg.max_message_bytes)
+        malloc_trim (0);
+    front_send_error (self, msg->socket, self->frames, count, 0, SIG_BAD_REQUEST, NULL, STATS_UNKNOWN, msg->t_recv);
+    s_release_frames (self, msg);
+}
+
+static void s_reply_health (server_t *self, message_t *msg)
+{
+    Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
+    Sigserve__V1__HealthReply health = SIGSERVE__V1__HEALTH_REPLY__INIT;
+    reply.body_case = SIGSERVE__V1__REPLY__BODY_HEALTH;
+    reply.health = &health;
+    health.live = 1;
+    health.ready = self->state == FRONT_SERVING && model_registry_ready (self->models);
+    health.version = (char *) SIGSERVE_VERSION;
+    front_send (self, msg->socket, self->frames, msg->nframes - 1, &reply);
+}
+
+static void s_reply_list (server_t *self, message_t *msg)
+{
+    Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
+    Sigserve__V1__ListModelsReply list = SIGSERVE__V1__LIST_MODELS_REPLY__INIT;
+    reply.body_case = SIGSERVE__V1__REPLY__BODY_LIST_MODELS;
+    reply.list_models = &list;
+    size_t n = model_registry_count (self->models);
+    for (size_t i = 0; i < n; i++) {
+        model_describe (model_registry_at (self->models, i), &self->listing->described[i]);
+        codec_model_info (self->listing, i);
+        self->listing->info_ptrs[i] = &self->listing->infos[i];
+    }
+    list.n_models = n;
+    list.models = self->listing->info_ptrs;
+    front_send (self, msg->socket, self->frames, msg->nframes - 1, &reply);
+}
+
+/* Why the front takes no new request on MSG's socket now (into self->error), or SIG_OK. */
+static sig_status_t s_taking (server_t *self, const message_t *msg)
+{
+    if (self->state != FRONT_SERVING) {
+        snprintf (self->error, ERROR_MAX, "shutting down: this sigserve is draining and takes no new requests; "
+                  "send them to another server");
+        return SIG_UNAVAILABLE;
+    }
+    if (endpoints_closing (self->endpoints, msg->socket)) {
+        snprintf (self->error, ERROR_MAX, "endpoint %s was removed by a configuration reload; connect to another",
+                  endpoints_name (self->endpoints, msg->socket));
+        return SIG_UNAVAILABLE;
+    }
+    return SIG_OK;
+}
+
+/* An infer request: checked, then admitted to its model (or answered at once). */
+static void s_admit (server_t *self, message_t *msg, const Sigserve__V1__InferRequest *req)
+{
+    model_t *m = NULL;
+    uint32_t rows = 0;
+    const int envelope = msg->nframes - 1;
+    sig_status_t st = request_check_infer (self->models, req, &m, &rows, self->error, ERROR_MAX);
+    if (st == SIG_OK)
+        st = s_taking (self, msg);
+    client_id_t client;
+    const bool limited = self->cfg.max_inflight_per_client != 0;
+    if (st == SIG_OK && limited) {
+        size_t len = 0;
+        const void *key = endpoints_client_key (self->endpoints, &self->frames[0], &len);
+        clients_id (&client, key, len);
+        if (clients_inflight (self->clients, &client) >= self->cfg.max_inflight_per_client) {
+            st = SIG_OVERLOADED;
+            snprintf (self->error, ERROR_MAX, "client: %u requests in flight, the most server.max_inflight_per_client "
+                      "allows; wait for replies before sending more", self->cfg.max_inflight_per_client);
+        }
+    }
+    if (st == SIG_OK) {
+        const admission_t a = { .socket = msg->socket, .envelope = self->frames, .envelope_count = envelope,
+                                .request_id = req->request_id, .stream_id = req->stream_id, .step = req->step,
+                                .t_recv = msg->t_recv, .rows = rows, .deadline_us = req->deadline_us,
+                                .features = req->features, .feature_count = req->n_features,
+                                .client = limited ? &client : NULL };
+        st = dispatch_admit (m, &a, self->error, ERROR_MAX);
+        if (st == SIG_OK) {
+            if (limited)
+                clients_add (self->clients, &client);
+            endpoints_hold (self->endpoints, msg->socket);
+            self->counters.admitted++;
+            return;
+        }
+    }
+    front_send_error (self, msg->socket, self->frames, envelope, req->request_id, st, m ? model_version (m) : NULL,
+                      m ? model_stats_slot (m) : STATS_UNKNOWN, msg->t_recv);
+}
+
+static void s_handle (server_t *self, message_t *msg)
+{
+    self->counters.received++;
+    if (msg->total_frames < 2) {
+        /* Not from a ROUTER peer we can address: nothing to reply to. */
+        self->counters.dropped++;
+        log_debug ("dropped a message of %zu frame(s): it carries no envelope to reply on", msg->total_frames);
+    } else if (msg->total_frames > MAX_FRAMES || msg->bytes > self->cfg.max_message_bytes) {
+        s_refuse_message (self, msg);
+    } else {
+        zmq_msg_t *payload = &self->frames[msg->nframes - 1];
+        Sigserve__V1__Request *req = NULL;
+        sig_status_t st = codec_decode_request (self->codec, zmq_msg_data (payload), zmq_msg_size (payload), &req,
+                                                self->error, ERROR_MAX);
+        if (st != SIG_OK)
+            front_send_error (self, msg->socket, self->frames, msg->nframes - 1, 0, st, NULL, STATS_UNKNOWN,
+                              msg->t_recv);
+        else if (req->body_case == SIGSERVE__V1__REQUEST__BODY_INFER)
+            s_admit (self, msg, req->infer);
+        else if (req->body_case == SIGSERVE__V1__REQUEST__BODY_HEALTH)
+            s_reply_health (self, msg);
+        else
+            s_reply_list (self, msg);
+    }
+    s_release_frames (self, msg);
+}
+
+bool front_intake (server_t *self)
+{
+    message_t msg;
+    int taken = 0, progress = 1;
+    while (progress && taken < JOB_INTAKE_TURN) {
+        progress = 0;
+        for (int s = endpoints_first (self->endpoints); s >= 0 && taken < JOB_INTAKE_TURN;
+             s = endpoints_next (self->endpoints, s))
+            if (s_recv (self, s, &msg)) {
+                s_handle (self, &msg);
+                taken++;
+                progress = 1;
+            }
+    }
+    if (taken)
+        self->last_message = clock_now_ns ();
+    return taken > 0;
+}

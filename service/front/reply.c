@@ -1,0 +1,156 @@
+/* The front's replies (server_impl.h): encoding and sending, with exactly the envelope a request came
+ * with, and collecting what the workers finished. */
+#define _GNU_SOURCE
+#include "front/server_impl.h"
+
+#include "base/log.h"
+#include "clock.h"
+#include "serving/dispatch.h"
+#include "serving/registry.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define WARN_INTERVAL_NS 1000000000ull
+
+void front_send (server_t *self, int socket, zmq_msg_t *envelope, int count, const Sigserve__V1__Reply *reply)
+{
+    size_t len = codec_encode_reply (reply, self->reply_buf, self->reply_cap);
+    if (len == 0) {
+        /* Cannot happen with the buffer sized for the largest model; answer rather than go silent. */
+        Sigserve__V1__Reply fallback = SIGSERVE__V1__REPLY__INIT;
+        Sigserve__V1__InferReply bad = SIGSERVE__V1__INFER_REPLY__INIT;
+        bad.request_id = reply->body_case == SIGSERVE__V1__REPLY__BODY_INFER ? reply->infer->request_id : 0;
+        bad.status = SIGSERVE__V1__STATUS__STATUS_INTERNAL;
+        bad.error = (char *) "reply: larger than the server's reply buffer";
+        fallback.body_case = SIGSERVE__V1__REPLY__BODY_INFER;
+        fallback.infer = &bad;
+        len = codec_encode_reply (&fallback, self->reply_buf, self->reply_cap);
+    }
+    void *s = endpoints_socket (self->endpoints, socket);
+    int rc = 0;
+    for (int f = 0; f < count && rc == 0; f++)
+        rc = zmq_msg_send (&envelope[f], s, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ? -1 : 0;
+    if (rc == 0)
+        rc = zmq_send (s, self->reply_buf, len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
+    int e = zmq_errno ();
+    for (int f = 0; f < count; f++) {   /* sent frames are empty now; refused ones are still ours */
+        zmq_msg_close (&envelope[f]);
+        zmq_msg_init (&envelope[f]);
+    }
+    if (rc == 0) {
+        self->counters.replied++;
+        return;
+    }
+    /* The client's pipe is full (it does not read) or the client is gone: the reply is lost.
+     * Counted, and said at warn level at most once a second with how many since. */
+    self->counters.send_failures++;
+    self->failures_since_warn++;
+    if (self->stats)
+        stats_count_send_failure (self->stats);
+    uint64_t now = clock_now_ns ();
+    if (now - self->last_warn >= WARN_INTERVAL_NS) {
+        log_warn ("reply not sent on %s: %s (%s); %llu repl%s lost since the last warning, %llu in all",
+                  endpoints_name (self->endpoints, socket), zmq_strerror (e),
+                  e == EAGAIN ? "the client's queue is full: it is not reading its replies"
+                              : "the client has gone", (unsigned long long) self->failures_since_warn,
+                  self->failures_since_warn == 1 ? "y" : "ies", (unsigned long long) self->counters.send_failures);
+        self->last_warn = now;
+        self->failures_since_warn = 0;
+    }
+}
+
+void front_send_error (server_t *self, int socket, zmq_msg_t *envelope, int count, uint64_t request_id,
+                       sig_status_t status, const char *model_version, int slot, uint64_t t_recv)
+{
+    Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
+    Sigserve__V1__InferReply infer = SIGSERVE__V1__INFER_REPLY__INIT;
+    reply.body_case = SIGSERVE__V1__REPLY__BODY_INFER;
+    reply.infer = &infer;
+    infer.request_id = request_id;
+    infer.status = (Sigserve__V1__Status) status;
+    infer.error = self->error;
+    if (model_version)
+        infer.model_version = (char *) model_version;
+    uint64_t now = clock_now_ns ();
+    infer.queue_ns = now - t_recv;
+    infer.server_ns = now - t_recv;
+    self->counters.by_status[status]++;
+    if (self->stats)
+        stats_count (self->stats, slot, status);
+    front_send (self, socket, envelope, count, &reply);
+}
+
+/* The reply of a job a worker finished. */
+static void s_send_job (server_t *self, model_t *m, job_t *j)
+{
+    Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
+    Sigserve__V1__InferReply infer = SIGSERVE__V1__INFER_REPLY__INIT;
+    reply.body_case = SIGSERVE__V1__REPLY__BODY_INFER;
+    reply.infer = &infer;
+    infer.request_id = j->request_id;
+    infer.status = (Sigserve__V1__Status) j->status;
+    infer.model_version = (char *) model_version (m);
+    infer.rows = j->rows;
+    infer.batch_rows = j->batch_rows;
+    infer.compute_ns = j->compute_ns;
+    infer.queue_ns = j->t_start > j->t_recv ? j->t_start - j->t_recv : 0;
+    if (j->status == SIG_OK) {
+        infer.outputs = j->outputs;
+        infer.n_outputs = (size_t) j->rows * model_output_size (m);
+    } else
+        infer.error = j->error;
+    uint64_t now = clock_now_ns ();
+    infer.server_ns = now - j->t_recv;
+    self->counters.by_status[j->status]++;
+    if (self->stats) {
+        int slot = model_stats_slot (m);
+        stats_count (self->stats, slot, j->status);
+        stats_observe (self->stats, slot, STAGE_QUEUE, infer.queue_ns);
+        stats_observe (self->stats, slot, STAGE_SERVER, infer.server_ns);
+        if (j->batch_rows) {
+            stats_observe (self->stats, slot, STAGE_COMPUTE, j->compute_ns);
+            stats_observe_batch (self->stats, slot, j->batch_rows);
+        }
+    }
+    if (j->counted) {
+        clients_release (self->clients, &j->client);
+        j->counted = false;
+    }
+    endpoints_release (self->endpoints, j->socket);
+    front_send (self, j->socket, j->envelope, j->envelope_count, &reply);
+    j->envelope_count = 0;
+    dispatch_job_return (m, j);
+}
+
+bool front_collect (server_t *self)
+{
+    bool any = false;
+    for (size_t i = 0; i < self->answering_count; i++) {
+        model_t *m = self->answering[i];
+        job_t *j;
+        while ((j = dispatch_next_done (m)) != NULL) {
+            s_send_job (self, m, j);
+            any = true;
+        }
+    }
+    return any;
+}
+
+int front_reply_buffer (server_t *self, model_registry_t *models, char *err, size_t errlen)
+{
+    /* Packed floats (4 bytes each, plus a length), the error text, the version and the fixed
+     * fields; a ListModelsReply fits too (< 2 KiB per model with its candidates and instances). */
+    size_t cap = model_registry_max_outputs (models) * 4 + ERROR_MAX + 1024 + CONFIG_MAX_MODELS * 2048;
+    if (cap <= self->reply_cap)
+        return 0;
+    uint8_t *buf = realloc (self->reply_buf, cap);
+    if (!buf) {
+        snprintf (err, errlen, "out of memory for a %zu-byte reply buffer", cap);
+        return -1;
+    }
+    self->reply_buf = buf;
+    self->reply_cap = cap;
+    return 0;
+}

@@ -1,0 +1,105 @@
+/* The insides of the front (server.h), shared by the files it is made of, one concern each:
+ *   server.c  the loop (intake, replies, commands, idling), the drain, lifecycle
+ *   intake.c  taking a message off a socket, bounding, decoding, answering health, list_models and
+ *             every bad request, and admitting infer requests (dispatch_admit)
+ *   reply.c   sending replies, and collecting the finished jobs of every model the front answers for
+ *   reload.c  the control thread's commands (bind, swap, unbind) and retiring replaced model sets
+ * Private to front/: nothing else includes this. Front thread only, except where a field says. */
+#ifndef SIGSERVE_SERVER_IMPL_H
+#define SIGSERVE_SERVER_IMPL_H
+
+#include "front/clients.h"
+#include "front/codec.h"
+#include "front/endpoint.h"
+#include "front/server.h"
+#include "base/ring.h"
+#include "base/threads.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <zmq.h>
+
+#define MAX_FRAMES 16               /* envelope frames + payload; a longer message is refused */
+#define ERROR_MAX 512
+#define RETIRING_MAX 16
+/* Every model the front answers for: the current set's and those a retiring set still owns. */
+#define ANSWERING_MAX (CONFIG_MAX_MODELS * (RETIRING_MAX + 1))
+
+typedef enum { FRONT_SERVING, FRONT_DRAINING, FRONT_ABORTING, FRONT_DONE } front_state_t;
+typedef enum { CMD_NONE = 0, CMD_BIND, CMD_UNBIND_ADDED, CMD_SWAP } command_t;
+
+/* One message as received: its first MAX_FRAMES frames (in the server's frames[]) and the size of
+ * the whole. */
+typedef struct {
+    int socket;
+    int nframes;                /* frames kept (at most MAX_FRAMES) */
+    size_t total_frames;        /* frames in the message */
+    size_t bytes;               /* bytes over every frame */
+    uint64_t t_recv;
+} message_t;
+
+struct _server_t {
+    server_config_t cfg;
+    model_registry_t *models;           /* the set being served */
+    model_registry_t *retiring[RETIRING_MAX];   /* replaced sets with replies still to send */
+    size_t retiring_count;
+    model_t *answering[ANSWERING_MAX];  /* the models of models and retiring (owned ones): what the
+                                           front collects from, counts and aborts (front_answering) */
+    size_t answering_count;
+    ring_t retired;                     /* front -> control: sets to destroy */
+    stats_t *stats;
+    bool own_stats;
+    clients_t *clients;
+    endpoints_t *endpoints;
+    waker_t wake;                       /* workers and the control thread wake the front */
+    codec_t *codec;
+    codec_models_t *listing;            /* list_models replies are built here */
+    zmq_msg_t frames[MAX_FRAMES];
+    zmq_msg_t spare;                    /* frames past MAX_FRAMES pass through here */
+    uint8_t *reply_buf;
+    size_t reply_cap;
+    char error[ERROR_MAX];
+    server_stats_t counters;
+    front_state_t state;
+    _Atomic bool serving;               /* state == FRONT_SERVING, for other threads */
+    _Atomic bool stop_requested;
+    uint64_t drain_until;
+    uint64_t last_message;              /* CLOCK_MONOTONIC ns of the last message taken */
+    uint64_t last_activity;
+    uint64_t last_warn;                 /* rate limit of the send-failure warning */
+    uint64_t last_watch;                /* the connection events were last read */
+    uint64_t failures_since_warn;
+    /* the control thread's mailbox: a command, its arguments and its result */
+    _Atomic int command;
+    const server_config_t *command_cfg;
+    model_registry_t *command_models;
+    int command_result;
+    char command_error[ERROR_MAX];
+    waker_t command_done;
+    pthread_mutex_t lock;               /* server_lock: reloads against other readers of models */
+};
+
+/* reply.c */
+/* Sends the envelope frames (moved into ZeroMQ, or closed when it refuses them) and REPLY. */
+void front_send (server_t *self, int socket, zmq_msg_t *envelope, int count, const Sigserve__V1__Reply *reply);
+/* An InferReply with an error status (the text in self->error), for a request the front answers. */
+void front_send_error (server_t *self, int socket, zmq_msg_t *envelope, int count, uint64_t request_id,
+                       sig_status_t status, const char *model_version, int slot, uint64_t t_recv);
+/* Sends the replies of every finished job. True when there were any. */
+bool front_collect (server_t *self);
+/* The reply buffer grown for MODELS' largest reply. 0, or -1 with ERR. */
+int front_reply_buffer (server_t *self, model_registry_t *models, char *err, size_t errlen);
+
+/* intake.c */
+/* Takes up to JOB_INTAKE_TURN messages, the sockets in turn. True when there were any. */
+bool front_intake (server_t *self);
+
+/* reload.c */
+/* Runs the control thread's command, between two requests. */
+void front_command (server_t *self);
+/* Model sets whose owned models have nothing in flight go back to the control thread. */
+void front_retire (server_t *self);
+/* Rebuilds self->answering after the sets changed (and wires new models' workers to the front). */
+void front_answering (server_t *self);
+
+#endif
