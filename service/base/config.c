@@ -4,6 +4,7 @@
  * the rows' optional check and derive hooks. Every failure is one message of the form
  * "<file>: <json path>: <problem>" that says what was expected and what was found. */
 #include "base/config.h"
+#include "base/config_walk.h"
 
 #include <assert.h>
 #include <cJSON.h>
@@ -35,69 +36,6 @@ _Static_assert (sizeof (cuda_wait_t) == sizeof (int), "cuda_wait_t is int-sized"
 _Static_assert (sizeof (log_format_t) == sizeof (int), "log_format_t is int-sized");
 _Static_assert (sizeof (model_type_t) == sizeof (int), "model_type_t is int-sized");
 _Static_assert (sizeof (weight_dtype_t) == sizeof (int), "weight_dtype_t is int-sized");
-
-typedef enum {
-    KEY_BOOL,           /* bool */
-    KEY_INT,            /* int, min..max */
-    KEY_U32,            /* uint32_t, min..max */
-    KEY_ENUM,           /* int-sized enum: the index of the value in choices */
-    KEY_ENUM_NAME,      /* char[size]: one of choices, stored as its name */
-    KEY_STRING,         /* char[size]: min..max bytes */
-    KEY_PATH,           /* char[size]: a relative path is joined to the config file's folder */
-    KEY_STRING_ARRAY,   /* char[max][size] at offset, size_t count at count_offset */
-    KEY_INT_ARRAY,      /* int[] at offset (size: the array's bytes), count at count_offset; each
-                           element elem_min..elem_max, no two alike when unique */
-    KEY_OBJECT,         /* an object read with table sub into the struct at offset */
-    KEY_OBJECT_ARRAY,   /* objects read with sub, stride bytes apart, count at count_offset */
-} key_type_t;
-
-typedef struct s_parser parser_t;
-typedef struct s_table table_t;
-
-/* Extra validation of a string value; returns s_fail's -1 or 0. */
-typedef int (*check_fn) (parser_t *p, const char *value);
-/* Value of an absent optional string computed from keys read before it (rows are read in
- * table order); writes DST or fails. */
-typedef int (*derive_fn) (parser_t *p, const void *object, char *dst, size_t size);
-
-typedef struct {
-    const char *name;
-    key_type_t type;
-    bool required;
-    size_t offset;              /* target field in the struct the table fills */
-    size_t size;                /* strings: buffer bytes (incl. NUL); arrays: element bytes */
-    size_t count_offset;        /* arrays: the size_t element count */
-    long long min, max;         /* integers: the value; arrays: the element count */
-    long long elem_min, elem_max;   /* integer arrays: each element */
-    size_t len_min, len_max;    /* strings (and string array elements): bytes, without NUL */
-    long long def;              /* bool, integer and enum (an index) default */
-    const char *def_str;        /* string default when derive is NULL */
-    const char *const *choices; /* enum values */
-    const char *what;           /* arrays: the element noun in messages ("endpoint") */
-    bool unique;                /* strings: no two alike among array siblings */
-    bool nullable;              /* strings: JSON null stores "" */
-    check_fn check;
-    derive_fn derive;
-    const table_t *sub;         /* objects and object arrays */
-} key_spec_t;
-
-struct s_table {
-    const char *what;           /* noun for messages about one such object ("model") */
-    const key_spec_t *keys;
-    size_t count;
-};
-
-#define KEYS_MAX 32
-#define TABLE(noun, rows) { noun, rows, sizeof (rows) / sizeof (rows)[0] }
-#define FIELD(type, member) .offset = offsetof (type, member), .size = sizeof (((type *) 0)->member)
-
-struct s_parser {
-    const char *file;           /* the name used in messages */
-    const char *base_dir;       /* relative paths are joined to it; NULL or "": kept as is */
-    char *err;
-    size_t errlen;
-    char path[512];             /* JSON path of the value being read, "models[0].name" */
-};
 
 static int s_check_model_name (parser_t *p, const char *value);
 static int s_check_printable (parser_t *p, const char *value);
@@ -235,99 +173,6 @@ static const key_spec_t s_root_keys[] = {
 };
 static const table_t s_root_table = TABLE ("configuration", s_root_keys);
 
-/* ---------------------------------------------------------------- messages */
-
-__attribute__ ((format (printf, 2, 3)))
-static int s_fail (parser_t *p, const char *fmt, ...)
-{
-    if (!p->err || p->errlen == 0)
-        return -1;
-    char problem[1024];
-    va_list ap;
-    va_start (ap, fmt);
-    vsnprintf (problem, sizeof problem, fmt, ap);
-    va_end (ap);
-    if (p->path[0])
-        snprintf (p->err, p->errlen, "%s: %s: %s", p->file, p->path, problem);
-    else
-        snprintf (p->err, p->errlen, "%s: %s", p->file, problem);
-    return -1;
-}
-
-/* Appends ".KEY" (or "KEY" at the top) to the path; returns the length to pop back to. */
-static size_t s_path_push_key (parser_t *p, const char *key)
-{
-    size_t mark = strlen (p->path);
-    snprintf (p->path + mark, sizeof p->path - mark, "%s%s", mark ? "." : "", key);
-    return mark;
-}
-
-static size_t s_path_push_index (parser_t *p, size_t index)
-{
-    size_t mark = strlen (p->path);
-    snprintf (p->path + mark, sizeof p->path - mark, "[%zu]", index);
-    return mark;
-}
-
-static void s_path_pop (parser_t *p, size_t mark) { p->path[mark] = '\0'; }
-
-/* What a value is, for "got ..." when its type is wrong. */
-static const char *s_kind (const cJSON *v)
-{
-    if (cJSON_IsString (v)) return "a string";
-    if (cJSON_IsNumber (v)) return "a number";
-    if (cJSON_IsBool (v)) return "a boolean";
-    if (cJSON_IsNull (v)) return "null";
-    if (cJSON_IsArray (v)) return "an array";
-    if (cJSON_IsObject (v)) return "an object";
-    return "an invalid value";
-}
-
-/* S in double quotes with JSON escapes, cut (with "...") so a message stays readable. */
-static const char *s_quote (const char *s, char *buf, size_t size)
-{
-    size_t n = 0;
-    buf[n++] = '"';
-    for (; *s; s++) {
-        if (n + 12 >= size) {           /* room for one escape, "...", the quote and NUL */
-            memcpy (buf + n, "...", 3);
-            n += 3;
-            break;
-        }
-        unsigned char c = (unsigned char) *s;
-        if (c == '"' || c == '\\') {
-            buf[n++] = '\\';
-            buf[n++] = (char) c;
-        }
-        else if (c < 0x20 || c == 0x7f)
-            n += (size_t) snprintf (buf + n, size - n, "\\u%04x", c);
-        else
-            buf[n++] = (char) c;
-    }
-    buf[n++] = '"';
-    buf[n] = '\0';
-    return buf;
-}
-
-/* "none, relu, sigmoid, tanh" */
-static const char *s_join (const char *const *names, char *buf, size_t size)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; names[i] && n < size; i++)
-        n += (size_t) snprintf (buf + n, size - n, "%s%s", i ? ", " : "", names[i]);
-    return buf;
-}
-
-static const char *s_table_keys (const table_t *t, char *buf, size_t size)
-{
-    const char *names[KEYS_MAX + 1];
-    for (size_t i = 0; i < t->count; i++)
-        names[i] = t->keys[i].name;
-    names[t->count] = NULL;
-    return s_join (names, buf, size);
-}
-
 /* ---------------------------------------------------------------- checks and derived values */
 
 static int s_check_model_name (parser_t *p, const char *value)
@@ -337,8 +182,8 @@ static int s_check_model_name (parser_t *p, const char *value)
                   || *c == '_' || *c == '.' || *c == '-';
         if (!ok) {
             char q[160];
-            return s_fail (p, "expected only the characters A-Z a-z 0-9 _ . -, got %s",
-                           s_quote (value, q, sizeof q));
+            return config_fail (p, "expected only the characters A-Z a-z 0-9 _ . -, got %s",
+                           config_quote (value, q, sizeof q));
         }
     }
     return 0;
@@ -350,7 +195,7 @@ static int s_check_printable (parser_t *p, const char *value)
     for (const char *c = value; *c; c++)
         if ((unsigned char) *c < 0x20 || *c == 0x7f) {
             char q[160];
-            return s_fail (p, "expected no control characters, got %s", s_quote (value, q, sizeof q));
+            return config_fail (p, "expected no control characters, got %s", config_quote (value, q, sizeof q));
         }
     return 0;
 }
@@ -380,19 +225,19 @@ static int s_check_endpoint (parser_t *p, const char *value)
         if (strncmp (value, schemes[i], strlen (schemes[i])) == 0)
             scheme = schemes[i];
     if (!scheme)
-        return s_fail (p, "expected an endpoint starting with tcp://, ipc:// or inproc://, got %s",
-                       s_quote (value, q, sizeof q));
+        return config_fail (p, "expected an endpoint starting with tcp://, ipc:// or inproc://, got %s",
+                       config_quote (value, q, sizeof q));
     const char *address = value + strlen (scheme);
     if (*address == '\0')
-        return s_fail (p, "expected an address after %s, got %s", scheme, s_quote (value, q, sizeof q));
+        return config_fail (p, "expected an address after %s, got %s", scheme, config_quote (value, q, sizeof q));
     if (strcmp (scheme, "tcp://") == 0) {
         const char *colon = strrchr (address, ':');
         const char *bracket = strrchr (address, ']');
         if (!colon || colon == address || colon[1] == '\0' || (bracket && bracket > colon))
-            return s_fail (p, "expected tcp://HOST:PORT, got %s", s_quote (value, q, sizeof q));
+            return config_fail (p, "expected tcp://HOST:PORT, got %s", config_quote (value, q, sizeof q));
         if (!s_port_ok (colon + 1, true))
-            return s_fail (p, "expected a port from 1 to 65535 (or *) in tcp://HOST:PORT, got %s",
-                           s_quote (value, q, sizeof q));
+            return config_fail (p, "expected a port from 1 to 65535 (or *) in tcp://HOST:PORT, got %s",
+                           config_quote (value, q, sizeof q));
     }
     return 0;
 }
@@ -405,7 +250,7 @@ static int s_check_host_port (parser_t *p, const char *value)
         return 0;
     const char *colon = strrchr (value, ':');
     if (!colon || colon == value || !s_port_ok (colon + 1, false))
-        return s_fail (p, "expected HOST:PORT with a port from 1 to 65535, got %s", s_quote (value, q, sizeof q));
+        return config_fail (p, "expected HOST:PORT with a port from 1 to 65535, got %s", config_quote (value, q, sizeof q));
     return 0;
 }
 
@@ -415,9 +260,9 @@ static int s_check_file_mode (parser_t *p, const char *value)
     char q[64];
     for (const char *c = value; *c; c++)
         if (*c < '0' || *c > '7')
-            return s_fail (p, "expected an octal file mode such as \"0600\", got %s", s_quote (value, q, sizeof q));
+            return config_fail (p, "expected an octal file mode such as \"0600\", got %s", config_quote (value, q, sizeof q));
     if (strtol (value, NULL, 8) > 0777)
-        return s_fail (p, "expected an octal file mode of at most 0777, got %s", s_quote (value, q, sizeof q));
+        return config_fail (p, "expected an octal file mode of at most 0777, got %s", config_quote (value, q, sizeof q));
     return 0;
 }
 
@@ -430,291 +275,11 @@ static int s_derive_bias (parser_t *p, const void *object, char *dst, size_t siz
     size_t n = strlen (layer->weight), sn = strlen (suffix);
     if (n < sn || strcmp (layer->weight + n - sn, suffix) != 0) {
         char q[160];
-        return s_fail (p, "required key missing: the weight %s does not end in \".weight\", so the "
+        return config_fail (p, "required key missing: the weight %s does not end in \".weight\", so the "
                           "bias name cannot be derived; give \"bias\" (a tensor name, or null for none)",
-                       s_quote (layer->weight, q, sizeof q));
+                       config_quote (layer->weight, q, sizeof q));
     }
     snprintf (dst, size, "%.*s.bias", (int) (n - sn), layer->weight);
-    return 0;
-}
-
-/* ---------------------------------------------------------------- the walker */
-
-/* Where a value sits among the elements of an object array, for "unique" rows. */
-typedef struct {
-    const char *first;          /* element 0 */
-    size_t index, stride;
-    const char *what;           /* "model" */
-} siblings_t;
-
-static int s_parse_object (parser_t *p, const cJSON *obj, const table_t *t, char *target,
-                           const siblings_t *sib);
-
-static int s_read_integer (parser_t *p, const key_spec_t *k, const cJSON *v, long long *out)
-{
-    if (!cJSON_IsNumber (v))
-        return s_fail (p, "expected an integer from %lld to %lld, got %s", k->min, k->max, s_kind (v));
-    double d = v->valuedouble;
-    if (!isfinite (d) || d != floor (d) || d < (double) k->min || d > (double) k->max)
-        return s_fail (p, "expected an integer from %lld to %lld, got %.15g", k->min, k->max, d);
-    *out = (long long) d;
-    return 0;
-}
-
-static int s_read_enum (parser_t *p, const key_spec_t *k, const cJSON *v, long long *out)
-{
-    char list[256], q[160];
-    if (!cJSON_IsString (v))
-        return s_fail (p, "expected one of %s, got %s", s_join (k->choices, list, sizeof list), s_kind (v));
-    for (long long i = 0; k->choices[i]; i++)
-        if (strcmp (v->valuestring, k->choices[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    return s_fail (p, "expected one of %s, got %s", s_join (k->choices, list, sizeof list),
-                   s_quote (v->valuestring, q, sizeof q));
-}
-
-/* Type, length and the row's check; copies into DST (k->size bytes). */
-static int s_read_string (parser_t *p, const key_spec_t *k, const cJSON *v, char *dst)
-{
-    if (k->nullable && cJSON_IsNull (v)) {
-        dst[0] = '\0';
-        return 0;
-    }
-    if (!cJSON_IsString (v))
-        return s_fail (p, "expected a string%s, got %s", k->nullable ? " or null" : "", s_kind (v));
-    size_t n = strlen (v->valuestring);
-    if (n == 0 && k->len_min > 0)
-        return s_fail (p, "expected a string of %zu to %zu bytes, got an empty string", k->len_min, k->len_max);
-    if (n < k->len_min || n > k->len_max)
-        return s_fail (p, "expected a string of %zu to %zu bytes, got %zu bytes", k->len_min, k->len_max, n);
-    if (k->check && k->check (p, v->valuestring) != 0)
-        return -1;
-    assert (k->len_max < k->size);     /* a row whose limit does not fit its field */
-    memcpy (dst, v->valuestring, n + 1);
-    return 0;
-}
-
-static int s_resolve_path (parser_t *p, const key_spec_t *k, char *dst)
-{
-    if (dst[0] == '/' || !p->base_dir || !p->base_dir[0])
-        return 0;
-    char joined[CONFIG_PATH_MAX];
-    size_t blen = strlen (p->base_dir);
-    const char *sep = p->base_dir[blen - 1] == '/' ? "" : "/";
-    int n = snprintf (joined, sizeof joined, "%s%s%s", p->base_dir, sep, dst);
-    if (n < 0 || (size_t) n >= k->size)
-        return s_fail (p, "expected a path of at most %zu bytes once joined to the config's folder, "
-                          "got %d bytes", k->size - 1, n);
-    memcpy (dst, joined, (size_t) n + 1);
-    return 0;
-}
-
-static int s_read_count (parser_t *p, const key_spec_t *k, const cJSON *v, size_t *count)
-{
-    if (!cJSON_IsArray (v))
-        return s_fail (p, "expected an array of %lld to %lld %ss, got %s", k->min, k->max, k->what, s_kind (v));
-    size_t n = (size_t) cJSON_GetArraySize (v);
-    if (n == 0 && k->min > 0)
-        return s_fail (p, "expected an array of %lld to %lld %ss, got an empty array", k->min, k->max, k->what);
-    if ((long long) n < k->min || (long long) n > k->max)
-        return s_fail (p, "expected an array of %lld to %lld %ss, got %zu %ss", k->min, k->max, k->what,
-                       n, k->what);
-    *count = n;
-    return 0;
-}
-
-static int s_read_string_array (parser_t *p, const key_spec_t *k, const cJSON *v, char *target)
-{
-    size_t count;
-    if (s_read_count (p, k, v, &count) != 0)
-        return -1;
-    char *first = target + k->offset;
-    size_t i = 0;
-    for (const cJSON *e = v->child; e; e = e->next, i++) {
-        size_t mark = s_path_push_index (p, i);
-        char *dst = first + i * k->size;
-        if (s_read_string (p, k, e, dst) != 0)
-            return -1;
-        for (size_t j = 0; k->unique && j < i; j++)
-            if (strcmp (first + j * k->size, dst) == 0) {
-                char q[320];
-                return s_fail (p, "duplicate %s %s", k->what, s_quote (dst, q, sizeof q));
-            }
-        s_path_pop (p, mark);
-    }
-    memcpy (target + k->count_offset, &count, sizeof count);
-    return 0;
-}
-
-static int s_read_int_array (parser_t *p, const key_spec_t *k, const cJSON *v, char *target)
-{
-    size_t count;
-    if (s_read_count (p, k, v, &count) != 0)
-        return -1;
-    int *dst = (int *) (target + k->offset);
-    assert ((size_t) k->max * sizeof (int) <= k->size);
-    key_spec_t elem = { .min = k->elem_min, .max = k->elem_max };
-    size_t i = 0;
-    for (const cJSON *e = v->child; e; e = e->next, i++) {
-        size_t mark = s_path_push_index (p, i);
-        long long x;
-        if (s_read_integer (p, &elem, e, &x) != 0)
-            return -1;
-        dst[i] = (int) x;
-        for (size_t j = 0; k->unique && j < i; j++)
-            if (dst[j] == dst[i])
-                return s_fail (p, "duplicate %s %d", k->what, dst[i]);
-        s_path_pop (p, mark);
-    }
-    memcpy (target + k->count_offset, &count, sizeof count);
-    return 0;
-}
-
-static int s_read_object_array (parser_t *p, const key_spec_t *k, const cJSON *v, char *target)
-{
-    size_t count;
-    if (s_read_count (p, k, v, &count) != 0)
-        return -1;
-    char *first = target + k->offset;
-    size_t i = 0;
-    for (const cJSON *e = v->child; e; e = e->next, i++) {
-        size_t mark = s_path_push_index (p, i);
-        if (!cJSON_IsObject (e))
-            return s_fail (p, "expected a %s object, got %s", k->what, s_kind (e));
-        siblings_t sib = { .first = first, .index = i, .stride = k->size, .what = k->sub->what };
-        if (s_parse_object (p, e, k->sub, first + i * k->size, &sib) != 0)
-            return -1;
-        s_path_pop (p, mark);
-    }
-    memcpy (target + k->count_offset, &count, sizeof count);
-    return 0;
-}
-
-static void s_store_int (const key_spec_t *k, char *target, long long value)
-{
-    if (k->type == KEY_U32) {
-        uint32_t u = (uint32_t) value;
-        memcpy (target + k->offset, &u, sizeof u);
-    }
-    else {
-        int i = (int) value;
-        memcpy (target + k->offset, &i, sizeof i);
-    }
-}
-
-static int s_read_value (parser_t *p, const key_spec_t *k, const cJSON *v, char *target, const siblings_t *sib)
-{
-    long long number = 0;
-    switch (k->type) {
-    case KEY_BOOL:
-        if (!cJSON_IsBool (v))
-            return s_fail (p, "expected a boolean, got %s", s_kind (v));
-        *(bool *) (target + k->offset) = cJSON_IsTrue (v);
-        return 0;
-    case KEY_INT:
-    case KEY_U32:
-        if (s_read_integer (p, k, v, &number) != 0)
-            return -1;
-        s_store_int (k, target, number);
-        return 0;
-    case KEY_ENUM:
-        if (s_read_enum (p, k, v, &number) != 0)
-            return -1;
-        s_store_int (k, target, number);
-        return 0;
-    case KEY_ENUM_NAME:
-        if (s_read_enum (p, k, v, &number) != 0)
-            return -1;
-        snprintf (target + k->offset, k->size, "%s", k->choices[number]);
-        return 0;
-    case KEY_STRING:
-    case KEY_PATH: {
-        char *dst = target + k->offset;
-        if (s_read_string (p, k, v, dst) != 0)
-            return -1;
-        for (size_t j = 0; k->unique && sib && j < sib->index; j++)
-            if (strcmp (sib->first + j * sib->stride + k->offset, dst) == 0) {
-                char q[160];
-                return s_fail (p, "duplicate %s %s %s", sib->what, k->name, s_quote (dst, q, sizeof q));
-            }
-        return k->type == KEY_PATH ? s_resolve_path (p, k, dst) : 0;
-    }
-    case KEY_STRING_ARRAY:
-        return s_read_string_array (p, k, v, target);
-    case KEY_INT_ARRAY:
-        return s_read_int_array (p, k, v, target);
-    case KEY_OBJECT:
-        if (!cJSON_IsObject (v))
-            return s_fail (p, "expected an object, got %s", s_kind (v));
-        return s_parse_object (p, v, k->sub, target + k->offset, NULL);
-    case KEY_OBJECT_ARRAY:
-        return s_read_object_array (p, k, v, target);
-    }
-    return s_fail (p, "internal error: key type %d", (int) k->type);
-}
-
-static int s_apply_default (parser_t *p, const key_spec_t *k, char *target)
-{
-    if (k->required)
-        return s_fail (p, "required key missing");
-    switch (k->type) {
-    case KEY_BOOL:
-        *(bool *) (target + k->offset) = k->def != 0;
-        break;
-    case KEY_INT:
-    case KEY_U32:
-    case KEY_ENUM:
-        s_store_int (k, target, k->def);
-        break;
-    case KEY_ENUM_NAME:
-        snprintf (target + k->offset, k->size, "%s", k->choices[k->def]);
-        break;
-    case KEY_STRING:
-    case KEY_PATH:
-        if (k->derive)
-            return k->derive (p, target, target + k->offset, k->size);
-        snprintf (target + k->offset, k->size, "%s", k->def_str ? k->def_str : "");
-        break;
-    case KEY_STRING_ARRAY:
-    case KEY_INT_ARRAY:
-    case KEY_OBJECT_ARRAY:
-        memset (target + k->count_offset, 0, sizeof (size_t));
-        break;
-    case KEY_OBJECT:
-        break;
-    }
-    return 0;
-}
-
-/* Unknown and repeated keys first (in document order), then every row in table order, so a
- * derived default sees the keys of the rows above it. */
-static int s_parse_object (parser_t *p, const cJSON *obj, const table_t *t, char *target, const siblings_t *sib)
-{
-    bool seen[KEYS_MAX] = { false };
-    for (const cJSON *c = obj->child; c; c = c->next) {
-        size_t mark = s_path_push_key (p, c->string ? c->string : "");
-        size_t i = 0;
-        while (i < t->count && (!c->string || strcmp (c->string, t->keys[i].name) != 0))
-            i++;
-        if (i == t->count) {
-            char list[512];
-            return s_fail (p, "unknown key (expected one of %s)", s_table_keys (t, list, sizeof list));
-        }
-        if (seen[i])
-            return s_fail (p, "duplicate key");
-        seen[i] = true;
-        s_path_pop (p, mark);
-    }
-    for (size_t i = 0; i < t->count; i++) {
-        const key_spec_t *k = &t->keys[i];
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive (obj, k->name);
-        size_t mark = s_path_push_key (p, k->name);
-        if ((v ? s_read_value (p, k, v, target, sib) : s_apply_default (p, k, target)) != 0)
-            return -1;
-        s_path_pop (p, mark);
-    }
     return 0;
 }
 
@@ -735,7 +300,7 @@ void config_text_position (const char *text, const char *pos, size_t *line, size
 static int s_fail_at (parser_t *p, const char *path, const char *fmt, const char *arg)
 {
     snprintf (p->path, sizeof p->path, "%s", path);
-    return s_fail (p, fmt, arg);
+    return config_fail (p, fmt, arg);
 }
 
 /* One model, once every key is read: the defaults that depend on other keys, and the keys that
@@ -801,7 +366,7 @@ config_t *config_parse (const char *json, const char *name, const char *base_dir
     if (err && errlen)
         err[0] = '\0';
     if (!json) {
-        s_fail (&p, "no JSON text");
+        config_fail (&p, "no JSON text");
         return NULL;
     }
     const char *end = NULL;
@@ -809,22 +374,22 @@ config_t *config_parse (const char *json, const char *name, const char *base_dir
     if (!root) {
         size_t line, column;
         config_text_position (json, end ? end : json, &line, &column);
-        s_fail (&p, "invalid JSON near line %zu, column %zu", line, column);
+        config_fail (&p, "invalid JSON near line %zu, column %zu", line, column);
         return NULL;
     }
     if (!cJSON_IsObject (root)) {
-        s_fail (&p, "expected a JSON object at the top level, got %s", s_kind (root));
+        config_fail (&p, "expected a JSON object at the top level, got %s", config_kind (root));
         cJSON_Delete (root);
         return NULL;
     }
     config_t *self = calloc (1, sizeof *self);
     if (!self) {
-        s_fail (&p, "out of memory");
+        config_fail (&p, "out of memory");
         cJSON_Delete (root);
         return NULL;
     }
     snprintf (self->path, sizeof self->path, "%s", p.file);
-    int rc = s_parse_object (&p, root, &s_root_table, (char *) self, NULL);
+    int rc = config_walk_object (&p, root, &s_root_table, (char *) self);
     if (rc == 0)
         rc = s_resolve (&p, self);
     cJSON_Delete (root);

@@ -7,6 +7,7 @@
 #include "backends/backends.h"
 #include "serving/dispatch.h"
 #include "base/log.h"
+#include "ops/metrics.h"
 #include "serving/model.h"
 #include "serving/registry.h"
 
@@ -48,79 +49,6 @@ struct _http_t {
     bool ready;                     /* readiness as last seen under the server lock ... */
     char not_ready[REASON_MAX];     /* ... and why not */
 };
-
-/* ---------------------------------------------------------------- a growing text buffer */
-
-typedef struct {
-    char *data;
-    size_t len, cap;
-    bool failed;                    /* out of memory: the response becomes a 500 */
-} text_t;
-
-static void s_append (text_t *t, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
-
-static void s_append (text_t *t, const char *fmt, ...)
-{
-    if (t->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start (ap, fmt);
-        int n = vsnprintf (t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
-        va_end (ap);
-        if (n < 0) {
-            t->failed = true;
-            return;
-        }
-        if (t->data && t->len + (size_t) n < t->cap) {
-            t->len += (size_t) n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap : 16384;
-        while (cap <= t->len + (size_t) n)
-            cap *= 2;
-        char *data = realloc (t->data, cap);
-        if (!data) {
-            t->failed = true;
-            return;
-        }
-        t->data = data;
-        t->cap = cap;
-    }
-}
-
-/* A Prometheus label value: backslash, double quote and newline escaped. */
-static const char *s_label (const char *value, char *buf, size_t cap)
-{
-    size_t n = 0;
-    for (const char *c = value; *c && n + 3 < cap; c++) {
-        if (*c == '\\' || *c == '"' || *c == '\n') {
-            buf[n++] = '\\';
-            buf[n++] = *c == '\n' ? 'n' : *c;
-        } else
-            buf[n++] = *c;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
-/* "ok", "bad_shape", ...: the wire name, lower case, without "STATUS_". */
-static const char *s_status_label (sig_status_t st, char *buf, size_t cap)
-{
-    const char *name = sig_status_name (st);
-    if (strncmp (name, "STATUS_", 7) == 0)
-        name += 7;
-    size_t n = 0;
-    for (; name[n] && n + 1 < cap; n++)
-        buf[n] = (char) (name[n] >= 'A' && name[n] <= 'Z' ? name[n] - 'A' + 'a' : name[n]);
-    buf[n] = '\0';
-    return buf;
-}
-
-static void s_family (text_t *t, const char *name, const char *type, const char *help)
-{
-    s_append (t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
 
 /* ---------------------------------------------------------------- readiness */
 
@@ -176,181 +104,41 @@ static bool s_readiness (http_t *self, char *why, size_t len)
 
 /* ---------------------------------------------------------------- /metrics */
 
-static void s_metrics_requests (http_t *self, text_t *t, size_t slots)
+static void s_metrics (http_t *self, metrics_text_t *t)
 {
-    s_family (t, "sigserve_requests_total", "counter",
-              "Infer requests answered, by model and status (unknown models and undecodable requests "
-              "count under model=\"_unknown\").");
-    char label[160], status[32];
-    for (size_t slot = 0; slot < slots; slot++) {
-        s_label (stats_slot_name (self->stats, slot), label, sizeof label);
-        for (int st = 0; st < STATS_STATUS_COUNT; st++)
-            s_append (t, "sigserve_requests_total{model=\"%s\",status=\"%s\"} %llu\n", label,
-                      s_status_label ((sig_status_t) st, status, sizeof status),
-                      (unsigned long long) stats_requests (self->stats, slot, (sig_status_t) st));
-    }
-}
+    metrics_family (t, "sigserve_build_info", "gauge", "Always 1: the version, and the CUDA runtime this build has (\"no\": none).");
+    metrics_append (t, "sigserve_build_info{version=\"%s\",cuda=\"%s\"} 1\n", SIGSERVE_VERSION, self->cuda);
 
-static void s_metrics_histograms (http_t *self, text_t *t, size_t slots)
-{
-    static const char *stages[STAGE_COUNT] = { [STAGE_QUEUE] = "queue", [STAGE_COMPUTE] = "compute",
-                                               [STAGE_SERVER] = "server" };
-    char label[160];
-    s_family (t, "sigserve_request_duration_seconds", "histogram",
-              "Time of the requests a worker answered, by stage: queue (receipt to the start of the "
-              "launch), compute (the launch), server (receipt to the reply's send).");
-    for (size_t slot = 0; slot < slots; slot++) {
-        s_label (stats_slot_name (self->stats, slot), label, sizeof label);
-        for (int stage = 0; stage < STAGE_COUNT; stage++) {
-            uint64_t cumulative[STATS_LE_COUNT + 1], sum_ns;
-            stats_histogram (self->stats, slot, (stats_stage_t) stage, cumulative, &sum_ns);
-            for (int b = 0; b < STATS_LE_COUNT; b++)
-                s_append (t, "sigserve_request_duration_seconds_bucket{model=\"%s\",stage=\"%s\",le=\"%g\"} %llu\n",
-                          label, stages[stage], stats_le_seconds[b], (unsigned long long) cumulative[b]);
-            s_append (t, "sigserve_request_duration_seconds_bucket{model=\"%s\",stage=\"%s\",le=\"+Inf\"} %llu\n",
-                      label, stages[stage], (unsigned long long) cumulative[STATS_LE_COUNT]);
-            s_append (t, "sigserve_request_duration_seconds_sum{model=\"%s\",stage=\"%s\"} %llu.%09llu\n", label,
-                      stages[stage], (unsigned long long) (sum_ns / 1000000000ull),
-                      (unsigned long long) (sum_ns % 1000000000ull));
-            s_append (t, "sigserve_request_duration_seconds_count{model=\"%s\",stage=\"%s\"} %llu\n", label,
-                      stages[stage], (unsigned long long) cumulative[STATS_LE_COUNT]);
-        }
-    }
-    s_family (t, "sigserve_batch_rows", "histogram",
-              "Rows of the launch each computed request was part of (its own and those batched with it).");
-    for (size_t slot = 0; slot < slots; slot++) {
-        s_label (stats_slot_name (self->stats, slot), label, sizeof label);
-        uint64_t cumulative[STATS_ROWS_LE_COUNT + 1], sum_rows;
-        stats_batch_histogram (self->stats, slot, cumulative, &sum_rows);
-        for (int b = 0; b < STATS_ROWS_LE_COUNT; b++)
-            s_append (t, "sigserve_batch_rows_bucket{model=\"%s\",le=\"%u\"} %llu\n", label, stats_le_rows[b],
-                      (unsigned long long) cumulative[b]);
-        s_append (t, "sigserve_batch_rows_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", label,
-                  (unsigned long long) cumulative[STATS_ROWS_LE_COUNT]);
-        s_append (t, "sigserve_batch_rows_sum{model=\"%s\"} %llu\n", label, (unsigned long long) sum_rows);
-        s_append (t, "sigserve_batch_rows_count{model=\"%s\"} %llu\n", label,
-                  (unsigned long long) cumulative[STATS_ROWS_LE_COUNT]);
-    }
-}
-
-/* Requests waiting for a worker. A ring's count read from a third thread can be caught between
- * its two indices and come out absurd: such a reading is taken again, then bounded. */
-static uint32_t s_queued (model_t *m)
-{
-    uint32_t depth = model_config (m)->queue_depth, q = 0;
-    for (int attempt = 0; attempt < 4; attempt++)
-        if ((q = dispatch_queued (m)) <= depth)
-            return q;
-    return depth;
-}
-
-/* The gauges of the models being served. Called with mu and the server lock held. */
-static void s_metrics_models (text_t *t, model_registry_t *models)
-{
-    char label[160];
-    size_t n = models ? model_registry_count (models) : 0;
-    s_family (t, "sigserve_queue_depth", "gauge", "Requests admitted and waiting for a worker of the model.");
-    for (size_t i = 0; i < n; i++) {
-        model_t *m = model_registry_at (models, i);
-        s_append (t, "sigserve_queue_depth{model=\"%s\"} %u\n", s_label (model_name (m), label, sizeof label),
-                  s_queued (m));
-    }
-    s_family (t, "sigserve_model_available", "gauge", "1 while at least one instance of the model can run.");
-    for (size_t i = 0; i < n; i++) {
-        model_t *m = model_registry_at (models, i);
-        s_append (t, "sigserve_model_available{model=\"%s\"} %d\n", s_label (model_name (m), label, sizeof label),
-                  model_available (m) ? 1 : 0);
-    }
-    s_family (t, "sigserve_instance_available", "gauge",
-              "1 while the instance (a worker with its own backend context) can run; device is \"cpu\" or \"cuda:N\".");
-    for (size_t i = 0; i < n; i++) {
-        model_t *m = model_registry_at (models, i);
-        s_label (model_name (m), label, sizeof label);
-        for (uint32_t k = 0; k < model_instance_count (m); k++) {
-            int device = model_instance_device (m, k);
-            char dev[32];
-            if (device < 0)
-                snprintf (dev, sizeof dev, "cpu");
-            else
-                snprintf (dev, sizeof dev, "cuda:%d", device);
-            s_append (t, "sigserve_instance_available{model=\"%s\",instance=\"%u\",device=\"%s\"} %d\n", label, k, dev,
-                      model_instance_available (m, k) ? 1 : 0);
-        }
-    }
-    s_family (t, "sigserve_instance_requests_total", "counter",
-              "Requests the instance computed (starts again from 0 when a reload loads the model anew).");
-    for (size_t i = 0; i < n; i++) {
-        model_t *m = model_registry_at (models, i);
-        s_label (model_name (m), label, sizeof label);
-        for (uint32_t k = 0; k < model_instance_count (m); k++) {
-            int device = model_instance_device (m, k);
-            char dev[32];
-            if (device < 0)
-                snprintf (dev, sizeof dev, "cpu");
-            else
-                snprintf (dev, sizeof dev, "cuda:%d", device);
-            s_append (t, "sigserve_instance_requests_total{model=\"%s\",instance=\"%u\",device=\"%s\"} %llu\n", label, k,
-                      dev, (unsigned long long) model_instance_requests (m, k));
-        }
-    }
-}
-
-static void s_metrics_process (text_t *t)
-{
-    stats_process_t p;
-    stats_process (&p);
-    s_family (t, "process_cpu_seconds_total", "counter", "User and system CPU time of every thread, in seconds.");
-    s_append (t, "process_cpu_seconds_total %.2f\n", p.cpu_seconds);
-    s_family (t, "process_resident_memory_bytes", "gauge", "Resident memory (RSS), in bytes.");
-    s_append (t, "process_resident_memory_bytes %llu\n", (unsigned long long) p.resident_bytes);
-    s_family (t, "process_virtual_memory_bytes", "gauge", "Virtual memory size, in bytes.");
-    s_append (t, "process_virtual_memory_bytes %llu\n", (unsigned long long) p.virtual_bytes);
-    s_family (t, "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.");
-    s_append (t, "process_start_time_seconds %.2f\n", p.start_time_seconds);
-    s_family (t, "process_open_fds", "gauge", "Open file descriptors.");
-    s_append (t, "process_open_fds %llu\n", (unsigned long long) p.open_fds);
-    if (p.max_fds) {
-        s_family (t, "process_max_fds", "gauge", "The most file descriptors the process may open.");
-        s_append (t, "process_max_fds %llu\n", (unsigned long long) p.max_fds);
-    }
-}
-
-static void s_metrics (http_t *self, text_t *t)
-{
-    s_family (t, "sigserve_build_info", "gauge", "Always 1: the version, and the CUDA runtime this build has (\"no\": none).");
-    s_append (t, "sigserve_build_info{version=\"%s\",cuda=\"%s\"} 1\n", SIGSERVE_VERSION, self->cuda);
-
-    size_t slots = stats_slot_count (self->stats);
-    s_metrics_requests (self, t, slots);
-    s_metrics_histograms (self, t, slots);
+    metrics_requests (t, self->stats);
+    metrics_histograms (t, self->stats);
 
     char why[REASON_MAX];
     pthread_mutex_lock (&self->mu);
     bool ready = s_readiness (self, why, sizeof why);
-    s_family (t, "sigserve_ready", "gauge", "1 when /readyz answers 200.");
-    s_append (t, "sigserve_ready %d\n", ready ? 1 : 0);
+    metrics_family (t, "sigserve_ready", "gauge", "1 when /readyz answers 200.");
+    metrics_append (t, "sigserve_ready %d\n", ready ? 1 : 0);
     /* While a reload loads models aside it holds the server lock: the per-model gauges are left
      * out of this scrape rather than make it wait (their families stay, without samples). */
     bool models = self->server && !self->reloading;
     if (models)
         server_lock (self->server);
-    s_metrics_models (t, models ? server_models (self->server) : NULL);
+    metrics_models (t, models ? server_models (self->server) : NULL);
     if (models)
         server_unlock (self->server);
-    s_family (t, "sigserve_reload_in_progress", "gauge", "1 while a configuration reload loads models aside.");
-    s_append (t, "sigserve_reload_in_progress %d\n", self->reloading ? 1 : 0);
+    metrics_family (t, "sigserve_reload_in_progress", "gauge", "1 while a configuration reload loads models aside.");
+    metrics_append (t, "sigserve_reload_in_progress %d\n", self->reloading ? 1 : 0);
     pthread_mutex_unlock (&self->mu);
 
-    s_family (t, "sigserve_config_reloads_total", "counter",
+    metrics_family (t, "sigserve_config_reloads_total", "counter",
               "Configuration reloads (SIGHUP, --watch), by result: error means nothing changed.");
-    s_append (t, "sigserve_config_reloads_total{result=\"ok\"} %llu\n",
+    metrics_append (t, "sigserve_config_reloads_total{result=\"ok\"} %llu\n",
               (unsigned long long) stats_reloads (self->stats, true));
-    s_append (t, "sigserve_config_reloads_total{result=\"error\"} %llu\n",
+    metrics_append (t, "sigserve_config_reloads_total{result=\"error\"} %llu\n",
               (unsigned long long) stats_reloads (self->stats, false));
-    s_family (t, "sigserve_reply_send_failures_total", "counter",
+    metrics_family (t, "sigserve_reply_send_failures_total", "counter",
               "Replies ZeroMQ refused (the client gone, or not reading its replies): lost.");
-    s_append (t, "sigserve_reply_send_failures_total %llu\n", (unsigned long long) stats_send_failures (self->stats));
-    s_metrics_process (t);
+    metrics_append (t, "sigserve_reply_send_failures_total %llu\n", (unsigned long long) stats_send_failures (self->stats));
+    metrics_process (t);
 }
 
 /* ---------------------------------------------------------------- /models */
@@ -376,7 +164,7 @@ static cJSON *s_model_json (model_t *m, model_info_t *info)
     cJSON_AddNumberToObject (j, "max_batch_rows", info->max_batch_rows);
     cJSON_AddNumberToObject (j, "instances", info->instances);
     cJSON_AddNumberToObject (j, "queue_depth", info->queue_depth);
-    cJSON_AddNumberToObject (j, "queued", s_queued (m));
+    cJSON_AddNumberToObject (j, "queued", metrics_queued (m));
     cJSON_AddBoolToObject (j, "available", info->available);
     cJSON_AddStringToObject (j, "selected_by", info->selected_by);
     cJSON *candidates = cJSON_AddArrayToObject (j, "candidates");
@@ -434,6 +222,8 @@ static char *s_models (http_t *self, unsigned *status, char *why, size_t len)
         cJSON *root = cJSON_CreateObject ();
         cJSON *list = root ? cJSON_AddArrayToObject (root, "models") : NULL;
         model_info_t *info = malloc (sizeof *info);     /* 10 KiB: not on a thread's stack */
+        if (!info)
+            list = NULL;                                /* answered 500 below */
         server_lock (self->server);
         model_registry_t *models = server_models (self->server);
         for (size_t i = 0; list && info && i < model_registry_count (models); i++) {
@@ -517,7 +307,7 @@ static enum MHD_Result s_handle (void *cls, struct MHD_Connection *c, const char
         return s_reply_text (c, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, ready ? "ready" : why);
     }
     if (strcmp (url, "/metrics") == 0) {
-        text_t t = { 0 };
+        metrics_text_t t = { 0 };
         s_metrics (self, &t);
         if (t.failed || !t.data) {
             free (t.data);

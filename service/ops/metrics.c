@@ -1,0 +1,210 @@
+/* The Prometheus text of /metrics (metrics.h): what http.c's scrape is made of. */
+#define _GNU_SOURCE
+#include "ops/metrics.h"
+
+#include "serving/dispatch.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void metrics_append (metrics_text_t *t, const char *fmt, ...)
+{
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start (ap, fmt);
+        int n = vsnprintf (t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
+        va_end (ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if (t->data && t->len + (size_t) n < t->cap) {
+            t->len += (size_t) n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap : 16384;
+        while (cap <= t->len + (size_t) n)
+            cap *= 2;
+        char *data = realloc (t->data, cap);
+        if (!data) {
+            t->failed = true;
+            return;
+        }
+        t->data = data;
+        t->cap = cap;
+    }
+}
+
+/* A Prometheus label value: backslash, double quote and newline escaped. */
+const char *metrics_label (const char *value, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (const char *c = value; *c && n + 3 < cap; c++) {
+        if (*c == '\\' || *c == '"' || *c == '\n') {
+            buf[n++] = '\\';
+            buf[n++] = *c == '\n' ? 'n' : *c;
+        } else
+            buf[n++] = *c;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* "ok", "bad_shape", ...: the wire name, lower case, without "STATUS_". */
+static const char *s_status_label (sig_status_t st, char *buf, size_t cap)
+{
+    const char *name = sig_status_name (st);
+    if (strncmp (name, "STATUS_", 7) == 0)
+        name += 7;
+    size_t n = 0;
+    for (; name[n] && n + 1 < cap; n++)
+        buf[n] = (char) (name[n] >= 'A' && name[n] <= 'Z' ? name[n] - 'A' + 'a' : name[n]);
+    buf[n] = '\0';
+    return buf;
+}
+
+void metrics_family (metrics_text_t *t, const char *name, const char *type, const char *help)
+{
+    metrics_append (t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void metrics_requests (metrics_text_t *t, stats_t *stats)
+{
+    const size_t slots = stats_slot_count (stats);
+    metrics_family (t, "sigserve_requests_total", "counter",
+              "Infer requests answered, by model and status (unknown models and undecodable requests "
+              "count under model=\"_unknown\").");
+    char label[160], status[32];
+    for (size_t slot = 0; slot < slots; slot++) {
+        metrics_label (stats_slot_name (stats, slot), label, sizeof label);
+        for (int st = 0; st < STATS_STATUS_COUNT; st++)
+            metrics_append (t, "sigserve_requests_total{model=\"%s\",status=\"%s\"} %llu\n", label,
+                      s_status_label ((sig_status_t) st, status, sizeof status),
+                      (unsigned long long) stats_requests (stats, slot, (sig_status_t) st));
+    }
+}
+
+void metrics_histograms (metrics_text_t *t, stats_t *stats)
+{
+    const size_t slots = stats_slot_count (stats);
+    static const char *stages[STAGE_COUNT] = { [STAGE_QUEUE] = "queue", [STAGE_COMPUTE] = "compute",
+                                               [STAGE_SERVER] = "server" };
+    char label[160];
+    metrics_family (t, "sigserve_request_duration_seconds", "histogram",
+              "Time of the requests a worker answered, by stage: queue (receipt to the start of the "
+              "launch), compute (the launch), server (receipt to the reply's send).");
+    for (size_t slot = 0; slot < slots; slot++) {
+        metrics_label (stats_slot_name (stats, slot), label, sizeof label);
+        for (int stage = 0; stage < STAGE_COUNT; stage++) {
+            uint64_t cumulative[STATS_LE_COUNT + 1], sum_ns;
+            stats_histogram (stats, slot, (stats_stage_t) stage, cumulative, &sum_ns);
+            for (int b = 0; b < STATS_LE_COUNT; b++)
+                metrics_append (t, "sigserve_request_duration_seconds_bucket{model=\"%s\",stage=\"%s\",le=\"%g\"} %llu\n",
+                          label, stages[stage], stats_le_seconds[b], (unsigned long long) cumulative[b]);
+            metrics_append (t, "sigserve_request_duration_seconds_bucket{model=\"%s\",stage=\"%s\",le=\"+Inf\"} %llu\n",
+                      label, stages[stage], (unsigned long long) cumulative[STATS_LE_COUNT]);
+            metrics_append (t, "sigserve_request_duration_seconds_sum{model=\"%s\",stage=\"%s\"} %llu.%09llu\n", label,
+                      stages[stage], (unsigned long long) (sum_ns / 1000000000ull),
+                      (unsigned long long) (sum_ns % 1000000000ull));
+            metrics_append (t, "sigserve_request_duration_seconds_count{model=\"%s\",stage=\"%s\"} %llu\n", label,
+                      stages[stage], (unsigned long long) cumulative[STATS_LE_COUNT]);
+        }
+    }
+    metrics_family (t, "sigserve_batch_rows", "histogram",
+              "Rows of the launch each computed request was part of (its own and those batched with it).");
+    for (size_t slot = 0; slot < slots; slot++) {
+        metrics_label (stats_slot_name (stats, slot), label, sizeof label);
+        uint64_t cumulative[STATS_ROWS_LE_COUNT + 1], sum_rows;
+        stats_batch_histogram (stats, slot, cumulative, &sum_rows);
+        for (int b = 0; b < STATS_ROWS_LE_COUNT; b++)
+            metrics_append (t, "sigserve_batch_rows_bucket{model=\"%s\",le=\"%u\"} %llu\n", label, stats_le_rows[b],
+                      (unsigned long long) cumulative[b]);
+        metrics_append (t, "sigserve_batch_rows_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", label,
+                  (unsigned long long) cumulative[STATS_ROWS_LE_COUNT]);
+        metrics_append (t, "sigserve_batch_rows_sum{model=\"%s\"} %llu\n", label, (unsigned long long) sum_rows);
+        metrics_append (t, "sigserve_batch_rows_count{model=\"%s\"} %llu\n", label,
+                  (unsigned long long) cumulative[STATS_ROWS_LE_COUNT]);
+    }
+}
+
+/* Requests waiting for a worker. A ring's count read from a third thread can be caught between
+ * its two indices and come out absurd: such a reading is taken again, then bounded. */
+uint32_t metrics_queued (model_t *m)
+{
+    uint32_t depth = model_config (m)->queue_depth, q = 0;
+    for (int attempt = 0; attempt < 4; attempt++)
+        if ((q = dispatch_queued (m)) <= depth)
+            return q;
+    return depth;
+}
+
+/* One sample per instance of every model of MODELS: NAME{model,instance,device} with its
+ * availability, or (REQUESTS) the requests it computed. */
+static void s_instances (metrics_text_t *t, model_registry_t *models, const char *name, bool requests)
+{
+    char label[160], dev[32];
+    for (size_t i = 0; models && i < model_registry_count (models); i++) {
+        model_t *m = model_registry_at (models, i);
+        metrics_label (model_name (m), label, sizeof label);
+        for (uint32_t k = 0; k < model_instance_count (m); k++) {
+            const int device = model_instance_device (m, k);
+            if (device < 0)
+                snprintf (dev, sizeof dev, "cpu");
+            else
+                snprintf (dev, sizeof dev, "cuda:%d", device);
+            metrics_append (t, "%s{model=\"%s\",instance=\"%u\",device=\"%s\"} %llu\n", name, label, k, dev,
+                            requests ? (unsigned long long) model_instance_requests (m, k)
+                                     : (unsigned long long) model_instance_available (m, k));
+        }
+    }
+}
+
+/* The gauges of the models being served. Called with the server lock held. */
+void metrics_models (metrics_text_t *t, model_registry_t *models)
+{
+    char label[160];
+    size_t n = models ? model_registry_count (models) : 0;
+    metrics_family (t, "sigserve_queue_depth", "gauge", "Requests admitted and waiting for a worker of the model.");
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        metrics_append (t, "sigserve_queue_depth{model=\"%s\"} %u\n", metrics_label (model_name (m), label, sizeof label),
+                  metrics_queued (m));
+    }
+    metrics_family (t, "sigserve_model_available", "gauge", "1 while at least one instance of the model can run.");
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        metrics_append (t, "sigserve_model_available{model=\"%s\"} %d\n", metrics_label (model_name (m), label, sizeof label),
+                  model_available (m) ? 1 : 0);
+    }
+    metrics_family (t, "sigserve_instance_available", "gauge",
+                    "1 while the instance (a worker with its own backend context) can run; device is \"cpu\" or "
+                    "\"cuda:N\".");
+    s_instances (t, models, "sigserve_instance_available", false);
+    metrics_family (t, "sigserve_instance_requests_total", "counter",
+                    "Requests the instance computed (starts again from 0 when a reload loads the model anew).");
+    s_instances (t, models, "sigserve_instance_requests_total", true);
+}
+
+void metrics_process (metrics_text_t *t)
+{
+    stats_process_t p;
+    stats_process (&p);
+    metrics_family (t, "process_cpu_seconds_total", "counter", "User and system CPU time of every thread, in seconds.");
+    metrics_append (t, "process_cpu_seconds_total %.2f\n", p.cpu_seconds);
+    metrics_family (t, "process_resident_memory_bytes", "gauge", "Resident memory (RSS), in bytes.");
+    metrics_append (t, "process_resident_memory_bytes %llu\n", (unsigned long long) p.resident_bytes);
+    metrics_family (t, "process_virtual_memory_bytes", "gauge", "Virtual memory size, in bytes.");
+    metrics_append (t, "process_virtual_memory_bytes %llu\n", (unsigned long long) p.virtual_bytes);
+    metrics_family (t, "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.");
+    metrics_append (t, "process_start_time_seconds %.2f\n", p.start_time_seconds);
+    metrics_family (t, "process_open_fds", "gauge", "Open file descriptors.");
+    metrics_append (t, "process_open_fds %llu\n", (unsigned long long) p.open_fds);
+    if (p.max_fds) {
+        metrics_family (t, "process_max_fds", "gauge", "The most file descriptors the process may open.");
+        metrics_append (t, "process_max_fds %llu\n", (unsigned long long) p.max_fds);
+    }
+}
