@@ -16,6 +16,7 @@
 #include "base/config.h"
 #include "ops/http.h"
 #include "base/log.h"
+#include "clock.h"
 #include "ops/notify.h"
 #include "serving/registry.h"
 #include "front/server.h"
@@ -190,13 +191,6 @@ typedef struct {
     uint64_t requests_before[STATS_SLOTS];
 } control_t;
 
-static uint64_t s_now_ns (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
 static void s_remember_file (control_t *c)
 {
     struct stat st;
@@ -285,7 +279,7 @@ static void s_stats_line (control_t *c, uint64_t now)
 /* Until SIGTERM/SIGINT: signals, --watch, the stats line, retired model sets. */
 static void s_control_loop (control_t *c, const sigset_t *signals)
 {
-    uint64_t last_watch = s_now_ns ();
+    uint64_t last_watch = clock_now_ns ();
     c->last_stats = last_watch;
     for (;;) {
         struct timespec tick = { .tv_sec = 0, .tv_nsec = 250000000 };
@@ -299,7 +293,7 @@ static void s_control_loop (control_t *c, const sigset_t *signals)
         }
         if (sig == SIGHUP)
             s_reload (c, "SIGHUP");
-        uint64_t now = s_now_ns ();
+        uint64_t now = clock_now_ns ();
         if (c->opt->watch && now - last_watch >= WATCH_INTERVAL_NS) {
             last_watch = now;
             if (s_file_changed (c))

@@ -5,8 +5,9 @@
 #define SIGSERVE_BACKEND_H
 
 #include "base/config.h"
-#include "weights/weights.h"
 #include "base/status.h"
+#include "weights/weights.h"
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,18 @@ extern const backend_iface_t backend_cpu_iface;
 static inline uint32_t backend_stream_slots (const model_config_t *cfg)
 {
     return (cfg->max_streams + cfg->instances - 1) / (cfg->instances ? cfg->instances : 1);
+}
+
+/* act (V) in float32, as the CPU backends apply it. */
+static inline float backend_activate (float v, activation_t a)
+{
+    switch (a) {
+    case ACTIVATION_RELU: return v > 0.0f ? v : 0.0f;
+    case ACTIVATION_SIGMOID: return 1.0f / (1.0f + expf (-v));
+    case ACTIVATION_TANH: return tanhf (v);
+    case ACTIVATION_NONE: break;
+    }
+    return v;
 }
 
 /* The most rows one infer call takes: a request's max_rows, or a batch of several requests. */

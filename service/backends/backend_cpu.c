@@ -8,6 +8,7 @@
  *   blas: OpenBLAS sgemv (rows == 1) / sgemm (rows > 1) with one thread, then bias + activation.
  * Everything is allocated at load; infer allocates nothing. */
 #include "backends/backend.h"
+#include "base/floats.h"
 #include "base/log.h"
 
 #include <cblas.h>
@@ -40,26 +41,6 @@ struct backend_model {
 
 static size_t s_pad (size_t n) { return (n + VEC - 1) / VEC * VEC; }
 
-static void *s_alloc_floats (size_t n)
-{
-    size_t bytes = (n * sizeof (float) + 63) & ~(size_t) 63;
-    float *p = aligned_alloc (64, bytes ? bytes : 64);
-    if (p)
-        memset (p, 0, bytes ? bytes : 64);
-    return p;
-}
-
-static inline float s_activate (float v, activation_t a)
-{
-    switch (a) {
-    case ACTIVATION_RELU: return v > 0.0f ? v : 0.0f;
-    case ACTIVATION_SIGMOID: return 1.0f / (1.0f + expf (-v));
-    case ACTIVATION_TANH: return tanhf (v);
-    case ACTIVATION_NONE: break;
-    }
-    return v;
-}
-
 #define ROWS_PER_BLOCK 8   /* independent accumulator chains: enough to keep both FMA ports busy */
 
 typedef float v8 __attribute__ ((vector_size (32)));
@@ -87,7 +68,7 @@ static inline __attribute__ ((always_inline)) void s_block (const cpu_layer_t *L
             a[r] += w[(size_t) r * n + k] * xk;
     }
     for (int r = 0; r < ROWS_PER_BLOCK; r++)
-        y[o + r] = s_activate (s_hsum (a[r]) + L->bias[o + r], L->activation);
+        y[o + r] = backend_activate (s_hsum (a[r]) + L->bias[o + r], L->activation);
 }
 
 /* Output o alone (the tail past the last whole block). */
@@ -103,7 +84,7 @@ static inline __attribute__ ((always_inline)) void s_single (const cpu_layer_t *
     }
     if (k < n)
         a += w[k] * xv[k];
-    y[o] = s_activate (s_hsum (a + b) + L->bias[o], L->activation);
+    y[o] = backend_activate (s_hsum (a + b) + L->bias[o], L->activation);
 }
 
 /* y[r][o] = act(W[o] . x[r] + b[o]) for ROWS rows STRIDE floats apart. One pass over the weights:
@@ -121,11 +102,11 @@ static void s_dense (const cpu_layer_t *L, const float *restrict x, uint32_t row
             s_single (L, o, (const v16 *) __builtin_assume_aligned (x + (size_t) r * stride, 64), y + (size_t) r * stride);
 }
 
-static void s_bias_activate (const cpu_layer_t *L, float *y, uint32_t rows, uint32_t stride)
+static void s_biabackend_activate (const cpu_layer_t *L, float *y, uint32_t rows, uint32_t stride)
 {
     for (uint32_t r = 0; r < rows; r++)
         for (uint32_t o = 0; o < L->out; o++)
-            y[(size_t) r * stride + o] = s_activate (y[(size_t) r * stride + o] + L->bias[o], L->activation);
+            y[(size_t) r * stride + o] = backend_activate (y[(size_t) r * stride + o] + L->bias[o], L->activation);
 }
 
 static void s_dense_blas (const cpu_layer_t *L, const float *x, uint32_t x_stride, float *y,
@@ -137,7 +118,7 @@ static void s_dense_blas (const cpu_layer_t *L, const float *x, uint32_t x_strid
     else
         cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) rows, (int) L->out, (int) L->in,
                      1.0f, x, (int) x_stride, L->weight, (int) L->in, 0.0f, y, (int) y_stride);
-    s_bias_activate (L, y, rows, y_stride);
+    s_biabackend_activate (L, y, rows, y_stride);
 }
 
 static void s_cpu_destroy (backend_model_t **m_p)
@@ -162,8 +143,8 @@ static int s_copy_layer (cpu_layer_t *dst, const dense_layer_t *src, cpu_kernel_
     dst->out = src->out;
     dst->activation = src->activation;
     dst->in_pad = kernel == CPU_KERNEL_LOOP ? (uint32_t) s_pad (src->in) : src->in;
-    dst->weight = s_alloc_floats ((size_t) src->out * dst->in_pad);
-    dst->bias = s_alloc_floats (src->out);
+    dst->weight = floats_zeroed ((size_t) src->out * dst->in_pad);
+    dst->bias = floats_zeroed (src->out);
     if (!dst->weight || !dst->bias)
         return -1;
     for (uint32_t o = 0; o < src->out; o++)
@@ -203,8 +184,8 @@ static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cf
     m->output_size = w->output_size;
     m->act_stride = (uint32_t) s_pad (w->widest);
     m->layers = calloc (w->layer_count, sizeof *m->layers);
-    m->act[0] = s_alloc_floats ((size_t) m->max_rows * m->act_stride);
-    m->act[1] = s_alloc_floats ((size_t) m->max_rows * m->act_stride);
+    m->act[0] = floats_zeroed ((size_t) m->max_rows * m->act_stride);
+    m->act[1] = floats_zeroed ((size_t) m->max_rows * m->act_stride);
     if (!m->layers || !m->act[0] || !m->act[1])
         goto oom;
     for (size_t i = 0; i < w->layer_count; i++)
@@ -215,7 +196,7 @@ static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cf
         s_warn_generic_openblas ();
     }
     /* Warm: page in the weights and buffers, and let the loader resolve the kernel clones. */
-    float *probe_out = s_alloc_floats ((size_t) m->max_rows * m->output_size);
+    float *probe_out = floats_zeroed ((size_t) m->max_rows * m->output_size);
     if (!probe_out)
         goto oom;
     for (int i = 0; i < 8; i++)

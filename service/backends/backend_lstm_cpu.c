@@ -21,6 +21,7 @@
  * error ~1e-7). Measured against float64: test_lstm. Compiled for AVX-512, AVX2 and baseline
  * x86-64 (the loader picks at start). Everything is allocated at load; nothing after. */
 #include "backends/backend_lstm.h"
+#include "base/floats.h"
 
 #include "weights/lstm.h"
 
@@ -74,15 +75,6 @@ struct backend_model {
 
 static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-static void *s_alloc_floats (size_t n)
-{
-    size_t bytes = s_pad ((n ? n : 1) * sizeof (float), 64);
-    float *p = aligned_alloc (64, bytes);
-    if (p)
-        memset (p, 0, bytes);
-    return p;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Vector math (always inlined: compiled once per target clone) */
 
@@ -124,17 +116,6 @@ INLINE v16 s_exp (v16 x)
 
 INLINE v16 s_sigmoid (v16 x) { return s_splat (1.0f) / (s_splat (1.0f) + s_exp (-x)); }
 INLINE v16 s_tanh (v16 x) { return s_splat (2.0f) * s_sigmoid (x + x) - s_splat (1.0f); }
-
-static float s_activate (float v, activation_t a)
-{
-    switch (a) {
-    case ACTIVATION_RELU: return v > 0.0f ? v : 0.0f;
-    case ACTIVATION_SIGMOID: return 1.0f / (1.0f + expf (-v));
-    case ACTIVATION_TANH: return tanhf (v);
-    case ACTIVATION_NONE: break;
-    }
-    return v;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * Kernels */
@@ -237,7 +218,7 @@ static void s_head (const backend_model_t *m, const float *h, float *out)
         float s = 0.0f;
         for (int k = 0; k < VEC; k++)
             s += acc[k];
-        out[o] = s_activate (s + m->head_b[o], m->head_act);
+        out[o] = backend_activate (s + m->head_b[o], m->head_act);
     }
 }
 
@@ -365,8 +346,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         const lstm_layer_t *src = &lw->layers[k];
         cpu_lstm_layer_t *dst = &m->layers[k];
         dst->in = src->in;
-        if (!(dst->wih = s_alloc_floats ((size_t) src->in * N)) || !(dst->whh = s_alloc_floats ((size_t) m->H * N))
-            || !(dst->bias = s_alloc_floats (N)))
+        if (!(dst->wih = floats_zeroed ((size_t) src->in * N)) || !(dst->whh = floats_zeroed ((size_t) m->H * N))
+            || !(dst->bias = floats_zeroed (N)))
             goto oom;
         s_transpose (src->w_ih, src->in, m->H, m->N, dst->wih);
         s_transpose (src->w_hh, m->H, m->H, m->N, dst->whh);
@@ -374,16 +355,16 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
             for (uint32_t j = 0; j < m->H; j++)
                 dst->bias[s_col (q, j)] = src->bias[(size_t) q * m->H + j];
     }
-    if (!(m->head_w = s_alloc_floats ((size_t) m->out * Hp)) || !(m->head_b = s_alloc_floats (m->out)))
+    if (!(m->head_w = floats_zeroed ((size_t) m->out * Hp)) || !(m->head_b = floats_zeroed (m->out)))
         goto oom;
     for (uint32_t o = 0; o < m->out; o++)
         memcpy (m->head_w + (size_t) o * Hp, lw->head.weight + (size_t) o * m->H, m->H * sizeof (float));
     memcpy (m->head_b, lw->head.bias, m->out * sizeof (float));
-    if (!(m->slots = s_alloc_floats ((size_t) m->slot_count * m->slot_floats)) || !(m->slot = calloc (m->slot_count ? m->slot_count : 1, sizeof *m->slot))
-        || !(m->reset_state = s_alloc_floats (L * N + L * Hp)) || !(m->proj = s_alloc_floats (W * N))
-        || !(m->proj0 = s_alloc_floats (W * N)) || !(m->seq[0] = s_alloc_floats (W * Hp))
-        || !(m->seq[1] = s_alloc_floats (W * Hp)) || !(m->h = s_alloc_floats (L * Hp)) || !(m->c = s_alloc_floats (L * Hp))
-        || !(m->gates = s_alloc_floats (N)) || !(m->zeros = s_alloc_floats (N))
+    if (!(m->slots = floats_zeroed ((size_t) m->slot_count * m->slot_floats)) || !(m->slot = calloc (m->slot_count ? m->slot_count : 1, sizeof *m->slot))
+        || !(m->reset_state = floats_zeroed (L * N + L * Hp)) || !(m->proj = floats_zeroed (W * N))
+        || !(m->proj0 = floats_zeroed (W * N)) || !(m->seq[0] = floats_zeroed (W * Hp))
+        || !(m->seq[1] = floats_zeroed (W * Hp)) || !(m->h = floats_zeroed (L * Hp)) || !(m->c = floats_zeroed (L * Hp))
+        || !(m->gates = floats_zeroed (N)) || !(m->zeros = floats_zeroed (N))
         || !(m->p0 = calloc (W, sizeof *m->p0)))
         goto oom;
     /* The state of a window of zeros: its W - 1 steps project to 0. */
@@ -394,8 +375,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     for (uint32_t s = 0; s < m->slot_count; s++)
         s_reset (m, s);
     /* Warm: page in everything, let the loader resolve the clones. */
-    float *probe = s_alloc_floats ((size_t) m->max_rows * m->out);
-    float *x = s_alloc_floats ((size_t) m->max_rows * W * m->in);
+    float *probe = floats_zeroed ((size_t) m->max_rows * m->out);
+    float *x = floats_zeroed ((size_t) m->max_rows * W * m->in);
     if (!probe || !x) {
         free (probe);
         free (x);

@@ -68,9 +68,10 @@ static inline void *ring_pop (ring_t *r)
     return item;
 }
 
-/* How many items are in the ring: exact for the producer and the consumer; from any other thread
- * a value that was true at some moment between the two loads (head first: tail only grows, so
- * the difference can never go negative). */
+/* How many items are in the ring: exact for the producer and the consumer. From any other thread
+ * only an estimate: head and tail are read one after the other, and both may move in between (a
+ * push and a pop make the reading too high; a reader that wants a bound re-reads, as the metrics
+ * do, metrics_queued). */
 static inline size_t ring_count (ring_t *r)
 {
     size_t head = atomic_load_explicit (&r->head, memory_order_acquire);

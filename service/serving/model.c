@@ -4,6 +4,7 @@
 
 #include "backends/autoselect.h"
 #include "backends/backends.h"
+#include "base/floats.h"
 #include "base/log.h"
 #include "weights/lstm.h"
 #include "weights/weights.h"
@@ -14,15 +15,6 @@
 
 /* Bytes a packed InferRequest adds to its features: request id, model name, rows, deadline, tags. */
 #define REQUEST_FRAMING 128
-
-static float *s_floats (size_t n)
-{
-    size_t bytes = (n * sizeof (float) + 63) & ~(size_t) 63;
-    float *p = aligned_alloc (64, bytes ? bytes : 64);
-    if (p)
-        memset (p, 0, bytes ? bytes : 64);
-    return p;
-}
 
 /* The backend CFG names, or the one "auto" measures fastest (CFG updated to it). */
 static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
@@ -74,9 +66,9 @@ static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const we
     snprintf (in->state, sizeof in->state, "serving");
     uint32_t rows = backend_rows (cfg);
     if (ring_init (&in->requests, m->job_count) != 0 || ring_init (&in->done, m->job_count) != 0
-        || waker_init (&in->wake) != 0 || !(in->batch_in = s_floats ((size_t) rows * m->input_size))
-        || !(in->batch_out = s_floats ((size_t) rows * m->output_size))
-        || !(in->warm_in = s_floats (m->input_size)) || !(in->taken = calloc (m->batch_rows, sizeof *in->taken))) {
+        || waker_init (&in->wake) != 0 || !(in->batch_in = floats_zeroed ((size_t) rows * m->input_size))
+        || !(in->batch_out = floats_zeroed ((size_t) rows * m->output_size))
+        || !(in->warm_in = floats_zeroed (m->input_size)) || !(in->taken = calloc (m->batch_rows, sizeof *in->taken))) {
         sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", cfg->name, index);
         return -1;
     }
@@ -98,7 +90,7 @@ static int s_jobs_init (model_t *m, char *err, size_t errlen)
     per_job = (per_job + 15) & ~(size_t) 15;    /* each job's floats start 64-byte aligned */
     m->jobs = calloc (m->job_count, sizeof *m->jobs);
     m->free_jobs = calloc (m->job_count, sizeof *m->free_jobs);
-    m->job_floats = s_floats (per_job * m->job_count);
+    m->job_floats = floats_zeroed (per_job * m->job_count);
     if (!m->jobs || !m->free_jobs || !m->job_floats) {
         sig_set_error (err, errlen, "model \"%s\": out of memory for %u request buffers", m->cfg.name, m->job_count);
         return -1;
