@@ -7,10 +7,11 @@ inputs). Not named test_*.py: tests/run.sh would run it with the system python, 
 1. Models are built with onnx.helper, fresh random weights each run (the seed is printed): MLPs of
    irregular shapes with every activation, Gemm (transB 0 and 1, bias [N], [1, N] or none) and
    MatMul (+ Add, bias on either side), Flatten/Reshape no-ops, float16 weights through Cast, a
-   float64 graph; LSTMs of 1 and 2 layers, batch-first (Transpose) and sequence-first inputs, static
-   and dynamic sequence lengths (--window), heads on Y's last step (Gather, Slice), on Y_h and on
-   torch's h_n (Concat + Gather), zero initial states as initializers or ConstantOfShape, no head
-   (an identity head is written).
+   float64 graph; LSTMs of 1, 2 and 3 layers, batch-first (Transpose) and sequence-first inputs,
+   static and dynamic sequence lengths (--window), layers joined as both torch exporters join them
+   (Squeeze; Transpose + a Reshape whose shape is computed from Shape), heads on Y's last step
+   (Gather, Slice), on Y_h and on torch's h_n (Concat + Gather), zero initial states as
+   initializers, ConstantOfShape or Expand, no head (an identity head is written).
 2. Each is converted with `sigclient-py convert`, served together by the real sigserve (CPU
    backend, a free loopback port) and sent random inputs with the Python client (MLP rows 1 and 3;
    LSTM whole windows, rows 1 and 3, stream_id 0). The outputs must match (a) a float64 evaluator
@@ -18,9 +19,10 @@ inputs). Not named test_*.py: tests/run.sh would run it with the system python, 
    the ONNX initializers: nothing shared with the converter's mapping) and (b) onnxruntime, both
    within 1e-5 relative (||out - ref|| / ||ref||).
 3. Every refusal: exit code 2 and a message naming the node, op and attribute (exact substrings).
-4. Where torch imports: nn.Sequential MLPs and nn.LSTM(batch_first=True) + nn.Linear on the last
-   step, exported with torch.onnx.export, converted and served the same way (skipped, with a
-   line saying why, where torch is missing).
+4. Where torch imports: an nn.Sequential MLP, nn.LSTM(batch_first=True) + nn.Linear on y[:, -1, :]
+   and on h_n[-1], exported with torch.onnx.export (the TorchScript exporter, and the dynamo one
+   where onnxscript imports), converted and served, compared with PyTorch in float64 (skipped,
+   with a line saying why, where torch is missing).
 Last line "N passed, N failed".
 """
 import contextlib
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import time
 import unittest
+import warnings
 
 import numpy as np
 import onnx
@@ -177,9 +180,11 @@ def lstm_node(g, x, n_in, hidden, name, bias=True, h0="", c0="", p="", **attrs):
 
 
 def build_lstm(n_in, hidden, layers, window, batch_first=True, read="y_gather", head="gemm", init="none",
-               opset=OPSET, lstm_attrs=None, bias=(True, True), hiddens=None, peephole=None, batch="N"):
-    """A stack of LAYERS ONNX LSTMs as torch.onnx.export writes them (Transpose in for batch_first,
-    Squeeze of num_directions between layers), then READ: y_gather (Squeeze, Transpose, Gather -1
+               opset=OPSET, lstm_attrs=None, bias=(True, True), hiddens=None, peephole=None, batch="N",
+               between="squeeze"):
+    """A stack of LAYERS ONNX LSTMs as torch.onnx.export writes them (Transpose in for batch_first;
+    BETWEEN layers: Squeeze of num_directions, the TorchScript exporter's, or "dynamo", the dynamo
+    exporter's Transpose and a Reshape whose shape it computes from Shape), then READ: y_gather (Squeeze, Transpose, Gather -1
     on the step axis), y_slice (Slice [-1:] of Y, Squeeze [0, 1]), y_h (Squeeze of the last Y_h),
     h_n (Concat of every Y_h, Gather -1) or y_all (Y of every step, for refusals); then HEAD: gemm,
     matmul_tanh (MatMul + Add + Tanh), two (two dense layers), or none. INIT: none, zeros (zero
@@ -206,7 +211,14 @@ def build_lstm(n_in, hidden, layers, window, batch_first=True, read="y_gather", 
         y, yh, yc = lstm_node(g, x, size, hk, f"lstm{k}", bias=bias[k % len(bias)], h0=h0, c0=c0, p=p,
                               **(lstm_attrs or {}))
         outs.append((y, yh, yc))
-        x = g.squeeze(y, [1], name=f"squeeze{k}")
+        if between == "dynamo":
+            t = g.node("Transpose", [y], perm=[0, 2, 1, 3])
+            shape = g.node("Shape", [t])
+            dims = [g.node("Slice", [shape, g.ints([i]), g.ints([i + 1])]) for i in range(4)]
+            merged = g.node("Reshape", [g.node("Mul", [dims[2], dims[3]]), g.ints([-1])])
+            x = g.node("Reshape", [t, g.node("Concat", [dims[0], dims[1], merged], axis=0)])
+        else:
+            x = g.squeeze(y, [1], name=f"squeeze{k}")
         size = hk
     y, yh, yc = outs[-1]
     if read == "y_gather":
@@ -217,6 +229,9 @@ def build_lstm(n_in, hidden, layers, window, batch_first=True, read="y_gather", 
         last = g.node("Gather", [seq, g.init(np.array(0, np.int64), "first")], name="first_step", axis=1)
     elif read == "y_slice":
         sl = g.node("Slice", [y, g.ints([-1]), g.ints([INT64_MAX]), g.ints([0])])
+        last = g.squeeze(sl, [0, 1])
+    elif read == "y_slice_first":
+        sl = g.node("Slice", [y, g.ints([0]), g.ints([1]), g.ints([0])], name="first_slice")
         last = g.squeeze(sl, [0, 1])
     elif read == "y_h":
         last = g.squeeze(yh, [0])
@@ -334,7 +349,9 @@ def evaluate(model, x):
         elif op == "Concat":
             out = [np.concatenate(i, axis=a.get("axis", 0))]
         elif op == "Shape":
-            out = [np.array(i[0].shape, np.int64)]
+            out = [np.array(i[0].shape[a.get("start", 0):a.get("end")], np.int64)]
+        elif op == "Mul":
+            out = [i[0] * i[1]]
         elif op == "ConstantOfShape":
             out = [np.zeros([int(d) for d in i[0]])]
         elif op == "Expand":
@@ -388,7 +405,7 @@ ACCEPTED = {
     "lstm2_hn": (lambda: build_lstm(5, 8, 2, 6, read="h_n", head="sigmoid", opset=11, bias=(False, True)), [], "lstm"),
     "lstm_slice": (lambda: build_lstm(3, 4, 1, 4, batch_first=False, read="y_slice", head="none", peephole=0.0),
                    [], "lstm_seq"),
-    "lstm3_dyn": (lambda: build_lstm(6, 10, 3, None, read="y_gather", head="gemm", init="shape"),
+    "lstm3_dyn": (lambda: build_lstm(6, 10, 3, None, read="y_gather", head="gemm", init="shape", between="dynamo"),
                   ["--window", 3], "lstm"),
 }
 
@@ -620,7 +637,8 @@ def refused_models():
                                                         name="fc0", transB=1)), [],
                            'Gemm node "fc0": bias C has shape [3, 4]; expected [4] or [1, 4]')
     cases["reshape_batch"] = (mlp_with(lambda g, x: g.node("Reshape", [gemm(g, x), g.ints([-1, 2])], name="rs")), [],
-                              'Reshape node "rs": shape [-1, 2] on a [batch, 4] tensor changes it')
+                              'Reshape node "rs": shape [-1, 2] on a tensor of axes [batch, features] changes it: '
+                              'only a Reshape that adds or drops axes of size 1 is supported')
     cases["flatten0"] = (mlp_with(lambda g, x: gemm(g, g.node("Flatten", [x], name="flat", axis=0))), [],
                          'Flatten node "flat": axis = 0 on a tensor of rank 2 changes its shape')
     cases["int_weight"] = (mlp_with(lambda g, x: g.node("Gemm", [x, g.init(np.ones((4, 5), np.int32)),
@@ -690,6 +708,8 @@ def refused_models():
     cases["all_steps"] = (lstm(read="y_all", head="all_steps"), [],
                           'MatMul node "head" reads the LSTM output at every step (axes [batch, steps, hidden]): '
                           "sigserve's head reads the last layer's hidden state at the last step only")
+    cases["slice_first_step"] = (build_lstm(3, 4, 1, 5, read="y_slice_first"), [],
+                                 'Slice node "first_slice": takes step 0 of the LSTM output')
     cases["first_step"] = (lstm(read="y_first"), [],
                            'Gather node "first_step": takes step 0 of the LSTM output; sigserve\'s head reads the '
                            'last step (4 or -1 with window 5)')
@@ -711,20 +731,20 @@ def refused_models():
 
 
 class Test2Refused(unittest.TestCase):
-    """Every refusal: exit code 2, the message names the node, op and attribute."""
+    """Every refusal: exit code 2, the message names the node, op and attribute, nothing written.
+    One test per case (test_refuses_NAME), made from refused_models() below the class."""
 
-    def test_refusals(self):
-        for name, (model, options, text) in refused_models().items():
-            with self.subTest(case=name):
-                path = os.path.join(tmp, f"bad_{name}.onnx")
-                with open(path, "wb") as f:
-                    f.write(model if isinstance(model, bytes) else model.SerializeToString())
-                rc, out, err = convert_cli(path, os.path.join(tmp, f"bad_{name}"), *options)
-                self.assertEqual(rc, 2, f"{name}: {out}{err}")
-                self.assertIn(text, err)
-                self.assertTrue(err.startswith("sigclient-py: "), err)
-                self.assertFalse(os.path.exists(os.path.join(tmp, f"bad_{name}.json")))
-                print(f"    {name}: {err.strip()}", flush=True)
+    def check_refused(self, name, model, options, text):
+        path = os.path.join(tmp, f"bad_{name}.onnx")
+        with open(path, "wb") as f:
+            f.write(model if isinstance(model, bytes) else model.SerializeToString())
+        rc, out, err = convert_cli(path, os.path.join(tmp, f"bad_{name}"), *options)
+        self.assertEqual((rc, out), (2, ""), f"{name}: {out}{err}")
+        self.assertIn(text, err)
+        self.assertTrue(err.startswith("sigclient-py: "), err)
+        self.assertFalse(os.path.exists(os.path.join(tmp, f"bad_{name}.json")))
+        self.assertFalse(os.path.exists(os.path.join(tmp, f"bad_{name}.safetensors")))
+        print(f"    {err.strip()}", flush=True)
 
     def test_missing_file(self):
         missing = os.path.join(tmp, "missing.onnx")
@@ -733,68 +753,133 @@ class Test2Refused(unittest.TestCase):
         self.assertEqual(err, f"sigclient-py: cannot read {missing}: No such file or directory\n")
 
 
+def _refusal_test(name, model, options, text):
+    def test(self):
+        self.check_refused(name, model, options, text)
+    return test
+
+
+for _name, _case in refused_models().items():
+    setattr(Test2Refused, f"test_refuses_{_name}", _refusal_test(_name, *_case))
+
+
 # ---------------------------------------------------------------- torch.onnx.export, where torch is
 
+def start_server(config_path):
+    """sigserve on CONFIG_PATH, ready (health polled, 30 s at most), or an AssertionError."""
+    with open(config_path) as f:
+        endpoint = json.load(f)["server"]["endpoints"][0]
+    log = open(config_path + ".log", "w")
+    proc = subprocess.Popen([os.path.join(BUILD, "sigserve"), "--config", config_path], stdout=log,
+                            stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    with SigClient(endpoint, timeout_ms=200) as client:
+        while True:
+            if proc.poll() is not None:
+                with open(config_path + ".log") as f:
+                    raise AssertionError(f"sigserve exited {proc.returncode}:\n{f.read()[-3000:]}")
+            try:
+                if client.health().ready:
+                    return proc
+            except Exception:       # Timeout while it starts
+                pass
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("sigserve not ready within 30 s")
+            time.sleep(0.05)
+
+
 class Test3Torch(unittest.TestCase):
+    """torch.onnx.export's graphs (the TorchScript exporter and, where onnxscript imports, the dynamo
+    one, torch's default since 2.9), converted and served, answer what PyTorch answers in float64."""
+
     def test_torch_export(self):
         try:
             import torch
         except ImportError as e:
             print(f"    torch export case skipped: torch does not import here ({e}); not counted as a failure")
             return
+        import copy
         torch.manual_seed(SEED)
 
-        class Seq(torch.nn.Module):
-            def __init__(self):
+        class Last(torch.nn.Module):        # y[:, -1, :] of a batch-first LSTM, then a Linear
+            def __init__(self, inputs, hidden, layers, outputs):
                 super().__init__()
-                self.lstm = torch.nn.LSTM(7, 13, num_layers=2, batch_first=True)
-                self.head = torch.nn.Linear(13, 3)
+                self.lstm = torch.nn.LSTM(inputs, hidden, num_layers=layers, batch_first=True)
+                self.head = torch.nn.Linear(hidden, outputs)
 
             def forward(self, x):
                 return self.head(self.lstm(x)[0][:, -1, :])
 
-        cases = [("torch_mlp", torch.nn.Sequential(torch.nn.Linear(37, 19), torch.nn.ReLU(), torch.nn.Linear(19, 5),
-                                                   torch.nn.Tanh(), torch.nn.Linear(5, 1), torch.nn.Sigmoid()),
-                  (2, 37)),
-                 ("torch_lstm", Seq(), (2, 5, 7))]
-        port = free_port()
-        snippets = []
-        for name, net, shape in cases:
+        class HN(Last):                     # h_n[-1]: the last layer's last hidden state
+            def forward(self, x):
+                _, (h, _) = self.lstm(x)
+                return self.head(h[-1])
+
+        cases = [("mlp", torch.nn.Sequential(torch.nn.Linear(37, 19), torch.nn.ReLU(), torch.nn.Linear(19, 5),
+                                             torch.nn.Tanh(), torch.nn.Linear(5, 1), torch.nn.Sigmoid()), (2, 37)),
+                 ("lstm2", Last(7, 13, 2, 3), (2, 5, 7)),
+                 ("lstm_hn", HN(16, 32, 2, 1), (2, 8, 16)),
+                 ("lstm1_b1", Last(4, 6, 1, 2), (1, 3, 4))]
+        exporters = []
+        if "dynamo" in torch.onnx.export.__code__.co_varnames:
+            exporters.append("torchscript")
+            try:
+                import onnxscript  # noqa: F401
+                exporters.append("dynamo")
+            except ImportError as e:
+                print(f"    the dynamo exporter is left out: onnxscript does not import ({e})")
+        else:
+            exporters.append("torchscript")
+        served, snippets = [], []
+        for case, net, shape in cases:
             net = net.float().eval()
-            path = os.path.join(tmp, f"{name}.onnx")
-            kwargs = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
-            torch.onnx.export(net, torch.zeros(shape), path, input_names=["x"], output_names=["y"],
-                              dynamic_axes={"x": {0: "N"}, "y": {0: "N"}}, **kwargs)
-            rc, out, err = convert_cli(path, os.path.join(tmp, name))
-            self.assertEqual(rc, 0, err)
-            with open(os.path.join(tmp, name + ".json")) as f:
-                snippets.append(dict(json.load(f), backend="cpu"))
-        config = {"server": {"endpoints": [f"tcp://127.0.0.1:{port}"], "log_level": "warn"}, "models": snippets}
+            for exporter in exporters:
+                name = f"torch_{case}_{exporter}"
+                path = os.path.join(tmp, name + ".onnx")
+                x0 = torch.zeros(shape)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                        if exporter == "dynamo":
+                            dyn = ({0: torch.export.Dim("N")},) if shape[0] > 1 else None
+                            torch.onnx.export(net, (x0,), path, input_names=["x"], output_names=["y"],
+                                              dynamic_shapes=dyn, dynamo=True)
+                        else:
+                            kw = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
+                            dyn = {"x": {0: "N"}, "y": {0: "N"}} if shape[0] > 1 else None
+                            torch.onnx.export(net, x0, path, input_names=["x"], output_names=["y"],
+                                              dynamic_axes=dyn, **kw)
+                ops = sorted({n.op_type for n in onnx.load(path).graph.node})
+                rc, out, err = convert_cli(path, os.path.join(tmp, name))
+                self.assertEqual(rc, 0, f"{name} ({', '.join(ops)}): {err}")
+                with open(os.path.join(tmp, name + ".json")) as f:
+                    snippets.append(dict(json.load(f), backend="cpu"))
+                served.append((name, net, shape, path, ops))
         cfg = os.path.join(tmp, "torch.json")
         with open(cfg, "w") as f:
-            json.dump(config, f)
-        proc = subprocess.Popen([os.path.join(BUILD, "sigserve"), "--config", cfg], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+            json.dump({"server": {"endpoints": [f"tcp://127.0.0.1:{free_port()}"], "log_level": "warn"},
+                       "models": snippets}, f)
+        proc = start_server(cfg)
         try:
-            with SigClient(f"tcp://127.0.0.1:{port}", timeout_ms=200) as client:
-                deadline = time.monotonic() + 30
-                while True:
-                    self.assertIsNone(proc.poll(), "sigserve exited")
-                    try:
-                        if client.health().ready:
-                            break
-                    except Exception:
-                        pass
-                    self.assertLess(time.monotonic(), deadline, "sigserve not ready")
-                    time.sleep(0.05)
-                for name, net, shape in cases:
-                    x = torch.rand((3,) + shape[1:]) * 2 - 1
-                    got = np.array(client.infer(name, x.numpy().ravel().tolist(), rows=3).outputs)
+            with SigClient(json.load(open(cfg))["server"]["endpoints"][0], timeout_ms=5000) as client:
+                for name, net, shape, path, ops in served:
+                    rows = 3
+                    x = torch.rand((rows,) + shape[1:]) * 2 - 1
+                    got = np.array(client.infer(name, x.numpy().ravel().tolist(), rows=rows).outputs)
+                    ref_net = copy.deepcopy(net).double()
                     with torch.no_grad():
-                        ref = net.double()(x.double()).numpy().ravel()
+                        ref = torch.cat([ref_net(x[r:r + 1].double()) for r in range(rows)]).numpy()
                     err = rel(got, ref)
-                    self.assertLessEqual(err, TOL, f"{name}: {err}")
-                    print(f"    {name}: vs torch float64 {err:.2g}")
+                    self.assertLessEqual(err, TOL, f"{name}: vs torch float64 {err:.3g}")
+                    line = f"{name} ({' '.join(ops)}): vs torch float64 {err:.2g}"
+                    if onnxruntime is not None:
+                        ort = np.concatenate([run_onnxruntime(path, x[r:r + 1].numpy(), np.float32)
+                                              for r in range(rows)])
+                        e2 = rel(got, ort)
+                        self.assertLessEqual(e2, TOL, f"{name}: vs onnxruntime {e2:.3g}")
+                        line += f", vs onnxruntime {e2:.2g}"
+                    print("   ", line, flush=True)
         finally:
             proc.terminate()
             proc.wait(10)

@@ -450,55 +450,138 @@ class _Graph:
         return {"S": self.window, "D": 1, "1": 1, "H": v.sources[0].hidden if v.sources[0] is not _INPUT else None,
                 "K": len(v.sources), "B": self.batch}.get(label)
 
+    # Sizes are followed symbolically where a graph computes a Reshape's shape (torch's dynamo
+    # exporter does): a size is (c, b), the value c x B**b with B the dynamic batch size.
+
+    def size_of(self, label, v):
+        """The symbolic size of axis LABEL of V, or None where it is not known."""
+        if label == "B":
+            return (self.batch, 0) if self.batch is not None else (1, 1)
+        if label.startswith("x"):
+            dims = self.input_dims(self.input_name)
+            d = dims[int(label[1:])]
+            return (d, 0) if d is not None else None
+        n = self.axis_size(label, v)
+        return (n, 0) if n is not None else None
+
+    def shape_vector(self, name):
+        """Tensor NAME as a list of symbolic sizes where it is a shape computation this follows
+        (constants, Shape, Slice, Gather, Concat, Mul, and Reshape/Squeeze/Unsqueeze/Identity/Cast
+        of those), else None."""
+        c = self.const(name)
+        if c is not None:
+            return [(int(x), 0) for x in c.ravel()] if c.dtype.kind in "iu" else None
+        if name not in self.producer:
+            return None
+        node, _ = self.producer[name]
+        op, a = node.op_type, self.attrs(node)
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        if op == "Shape":
+            v = self.data_input(node)
+            sizes = ([self.size_of("B", v), (v.n, 0)] if isinstance(v, _Rows)
+                     else [self.size_of(label, v) for label in v.axes])
+            return sizes[slice(a.get("start", 0), a.get("end"))]
+        if op in ("Reshape", "Squeeze", "Unsqueeze", "Identity", "Cast"):
+            return self.shape_vector(node.input[0])
+        if op == "Concat":
+            parts = [self.shape_vector(i) for i in node.input]
+            return None if any(p is None for p in parts) else [x for p in parts for x in p]
+        if op == "Mul":
+            x, y = self.shape_vector(node.input[0]), self.shape_vector(node.input[1])
+            if x is None or y is None or None in x + y or (len(x) != len(y) and 1 not in (len(x), len(y))):
+                return None
+            n = max(len(x), len(y))
+            x, y = (x * n if len(x) == 1 else x), (y * n if len(y) == 1 else y)
+            return [(p[0] * q[0], p[1] + q[1]) for p, q in zip(x, y)]
+        if op == "Gather":
+            x, index = self.shape_vector(node.input[0]), self.const(node.input[1])
+            if x is None or index is None or index.dtype.kind not in "iu":
+                return None
+            try:
+                return [x[int(i)] for i in index.ravel()]
+            except IndexError:
+                return None
+        if op == "Slice" and "starts" not in a:
+            x = self.shape_vector(node.input[0])
+            args = [self.const(i) if i else None for i in (list(node.input[1:5]) + [""] * 4)[:4]]
+            if x is None or args[0] is None or args[1] is None or any(
+                    v is not None and (v.dtype.kind not in "iu" or v.size != 1) for v in args):
+                return None
+            if args[2] is not None and int(args[2].ravel()[0]) not in (0, -1):
+                return None
+            step = int(args[3].ravel()[0]) if args[3] is not None else 1
+            if step == 0:
+                return None
+            return x[int(args[0].ravel()[0]):int(args[1].ravel()[0]):step]
+        return None
+
     def _op_Reshape(self, node, k):
         v = self.data_input(node)
-        shape = self.ints(node.input[1], node, "the shape")
+        try:
+            shape = self.ints(node.input[1], node, "the shape")
+            entries = [(t, 0) for t in shape]
+        except ConvertError:
+            entries = self.shape_vector(node.input[1])
+            if entries is None or None in entries:
+                raise
+            shape = [f"{c}" if b == 0 else ("batch" if c == 1 else f"{c} x batch") for c, b in entries]
         allowzero = self.attrs(node).get("allowzero", 0)
-        if isinstance(v, _Seq) and v.sources == [_INPUT]:
+        if isinstance(v, _Seq) and v.sources == [_INPUT] and len(v.axes) == 2:
             v = self.rows(v, self.desc(node))
         if isinstance(v, _Rows):
-            # a no-op only: [batch, n] stays [batch, n]
-            if len(shape) == 2:
-                s0, s1 = shape
-                first_ok = (s0 == 0 and not allowzero) or s0 == -1 or (self.batch is not None and s0 == self.batch)
-                second_ok = s1 == v.n or (s1 == 0 and not allowzero) or (s1 == -1 and s0 != -1)
-                if first_ok and second_ok:
-                    return v
-            raise ConvertError(f"{self.desc(node)}: shape {shape} on a [batch, {v.n}] tensor changes it; only a "
-                               f"Reshape that leaves [batch, features] as it is is supported")
-        axes, sizes = v.axes, [self.axis_size(a, v) for a in v.axes]
-        refuse = ConvertError(f"{self.desc(node)}: shape {shape} on a tensor of axes {self.axes_text(axes)} is not "
-                              f"a reshape that only adds or drops axes of size 1")
-        out = []        # per target entry: an input axis index, "1" (a unit axis), or "?" (-1)
-        for i, t in enumerate(shape):
-            if t == 0 and not allowzero and i < len(axes):
-                out.append(i)
-            elif t == -1:
-                out.append("?")
-            elif t == 1:
-                out.append("1")
-            elif t > 1:
-                out.append(("#", t))
+            axes, sizes, unit = ["B", "F"], [self.size_of("B", v), (v.n, 0)], [False, False]
+        else:
+            axes, sizes, unit = v.axes, [self.size_of(a, v) for a in v.axes], [self.unit(a, v) for a in v.axes]
+        refuse = ConvertError(
+            f"{self.desc(node)}: shape [{', '.join(str(x) for x in shape)}] on a tensor of axes "
+            f"{'[batch, features]' if isinstance(v, _Rows) else self.axes_text(axes)} changes it: only a Reshape "
+            f"that adds or drops axes of size 1 is supported")
+        resolved = []       # ("copy", input axis) | ("?",) | ("size", symbolic size)
+        for i, (c, b) in enumerate(entries):
+            if b == 0 and c == 0 and not allowzero:
+                if i >= len(axes):
+                    raise refuse
+                resolved.append(("copy", i))
+            elif b == 0 and c == -1:
+                resolved.append(("?",))
+            elif c >= 1:
+                resolved.append(("size", (c, b)))
             else:
                 raise refuse
-        if out.count("?") > 1:
+        if resolved.count(("?",)) > 1:
             raise refuse
-        unit = [self.unit(a, v) for a in axes]
         kept = [i for i in range(len(axes)) if not unit[i]]
-        targets = [j for j, e in enumerate(out) if e != "1" and not (isinstance(e, int) and unit[e])]
-        if len(kept) != len(targets):
-            raise refuse
-        labels = []
-        for j, e in enumerate(out):
-            if e == "1" or (isinstance(e, int) and unit[e]):
+
+        def definite(e):     # an entry that must be one of the kept axes
+            return e[0] == "?" or (e[0] == "copy" and not unit[e[1]]) or (e[0] == "size" and e[1] != (1, 0))
+        labels, p = [], 0
+        for j, e in enumerate(resolved):
+            if e[0] == "copy" and unit[e[1]]:
                 labels.append("1")
                 continue
-            i = kept[targets.index(j)]
-            if isinstance(e, int) and e != i:
+            if e[0] == "size" and e[1] == (1, 0):
+                # a 1: a new unit axis, or a kept axis of size 1 (a static batch of 1) the rest cannot cover
+                later = sum(definite(x) for x in resolved[j + 1:])
+                if p < len(kept) and later < len(kept) - p and sizes[kept[p]] == (1, 0):
+                    labels.append(axes[kept[p]])
+                    p += 1
+                else:
+                    labels.append("1")
+                continue
+            if p >= len(kept):
                 raise refuse
-            if isinstance(e, tuple) and e[1] != sizes[i]:
+            i = kept[p]
+            if (e[0] == "copy" and e[1] != i) or (e[0] == "size" and e[1] != sizes[i]):
                 raise refuse
             labels.append(axes[i])
+            p += 1
+        if p != len(kept):
+            raise refuse
+        if isinstance(v, _Rows):
+            if labels != ["B", "F"]:
+                raise refuse
+            return v
         return _Seq(labels, v.sources)
 
     def _op_Transpose(self, node, k):
@@ -631,7 +714,7 @@ class _Graph:
                 raise ConvertError(f"{self.desc(node)}: slices [{start}:{end}:{step}] of the "
                                    f"{self.axes_text([label])} axis (size {size}); supported: all of it, or the "
                                    f"last step")
-            v = self.pick(node, v, axis, taken[0] - size if label == "S" else taken[0], keep=True)
+            v = self.pick(node, v, axis, taken[0], keep=True)
         return v
 
     def _op_Concat(self, node, k):
