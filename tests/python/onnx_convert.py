@@ -26,6 +26,7 @@ inputs). Not named test_*.py: tests/run.sh would run it with the system python, 
 Last line "N passed, N failed".
 """
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -184,12 +185,13 @@ def build_lstm(n_in, hidden, layers, window, batch_first=True, read="y_gather", 
                between="squeeze"):
     """A stack of LAYERS ONNX LSTMs as torch.onnx.export writes them (Transpose in for batch_first;
     BETWEEN layers: Squeeze of num_directions, the TorchScript exporter's, or "dynamo", the dynamo
-    exporter's Transpose and a Reshape whose shape it computes from Shape), then READ: y_gather (Squeeze, Transpose, Gather -1
-    on the step axis), y_slice (Slice [-1:] of Y, Squeeze [0, 1]), y_h (Squeeze of the last Y_h),
-    h_n (Concat of every Y_h, Gather -1) or y_all (Y of every step, for refusals); then HEAD: gemm,
-    matmul_tanh (MatMul + Add + Tanh), two (two dense layers), or none. INIT: none, zeros (zero
-    initializers, for a static BATCH), shape (ConstantOfShape from the input's Shape, torch's
-    dynamic-batch form)."""
+    exporter's Transpose and a Reshape whose shape it computes from Shape), then READ: y_gather
+    (Squeeze, Transpose, Gather -1 on the step axis), y_slice (Slice [-1:] of Y, Squeeze [0, 1]),
+    y_h (Squeeze of the last Y_h), h_n (Concat of every Y_h, Gather -1), or for refusals y_all,
+    y_first, y_slice_first, y_c, h_n_first, tanh; then HEAD: gemm, matmul_tanh (MatMul + Add +
+    Tanh), sigmoid, two (two dense layers), all_steps, or none. INIT: none, zeros (zero
+    initializers, for a static BATCH), shape (ConstantOfShape and Expand from the input's Shape,
+    torch's dynamic-batch form). PEEPHOLE: a value for every element of P, else no P."""
     g = G(opset)
     hiddens = hiddens or [hidden] * layers
     x = g.node("Transpose", ["x"], perm=[1, 0, 2]) if batch_first else "x"
@@ -398,6 +400,7 @@ ACCEPTED = {
     "mlp_gemm_nobias": (lambda: build_mlp([9, 4, 2], ["gemm1_nobias", "gemm0"], ["tanh", "none"], batch="batch"),
                         [], "mlp"),
     "mlp_mixed": (build_mlp_mixed, [], "mlp"),
+    "mlp_wide": (lambda: build_mlp([2048, 3], ["gemm1"], ["tanh"]), [], "mlp"),
     "mlp_f64": (build_mlp_f64, [], "mlp"),
     "lstm1": (lambda: build_lstm(7, 13, 1, 5, init="zeros", batch=1), [], "lstm"),
     "lstm2": (lambda: build_lstm(16, 32, 2, None, batch_first=False, read="y_h", head="matmul_tanh", init="shape"),
@@ -433,7 +436,7 @@ def setUpModule():
         models[name] = dict(model=model, path=path, snippet=snippet, kind=kind, out=out, dims=input_info(model))
     port = free_port()
     config = {"server": {"endpoints": [f"tcp://127.0.0.1:{port}"], "log_level": "warn"},
-              "models": [dict(m["snippet"], backend="cpu", max_rows=8) for m in models.values()]}
+              "models": [dict({"max_rows": 8}, **m["snippet"], backend="cpu") for m in models.values()]}
     with open(os.path.join(tmp, "sigserve.json"), "w") as f:
         json.dump(config, f, indent=2)
     log = open(os.path.join(tmp, "sigserve.log"), "w")
@@ -521,6 +524,14 @@ class Test1Served(unittest.TestCase):
     def test_mlp_mixed(self):
         self.check_mlp("mlp_mixed")
 
+    def test_mlp_wide(self):
+        """2048 inputs: 16 rows would not fit the default max_message_bytes, so convert sets max_rows."""
+        self.check_mlp("mlp_wide")
+        self.assertEqual(models["mlp_wide"]["snippet"]["max_rows"], 7)
+        self.assertIn('note: "max_rows": 7, the most rows of 2048 features a request can carry within the default '
+                      'server.max_message_bytes (65536)', models["mlp_wide"]["out"])
+        self.assertNotIn("max_rows", models["mlp_gemm"]["snippet"])
+
     def test_mlp_f64(self):
         self.check_mlp("mlp_f64")
         self.assertIn("float64 with every value a float32: converted exactly", models["mlp_f64"]["out"])
@@ -577,8 +588,8 @@ class Test1Served(unittest.TestCase):
         cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "sigclient"]
         sub = os.path.join(tmp, "sub")
         os.makedirs(sub, exist_ok=True)
-        p = subprocess.run(cmd + ["convert", models["lstm1"]["path"], os.path.join(sub, "seq.json"), "--name", "tick_seq"],
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(cmd + ["convert", models["lstm1"]["path"], os.path.join(sub, "seq.json"),
+                                  "--name", "tick_seq"], capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p)
         with open(os.path.join(sub, "seq.json")) as f:
             s = json.load(f)
@@ -655,7 +666,8 @@ def refused_models():
     g3 = G()
     g3.node("Gemm", ["x", g3.weight([4, 5])], name="fc0", transB=1)
     cases["rank3"] = (g3.model(["N", 3, 5], "fc0_out"), [],
-                      'Gemm node "fc0" reads the graph input "x" as [input axis 0, input axis 1, input axis 2] (rank 3)')
+                      'Gemm node "fc0" reads the graph input "x" as [input axis 0, input axis 1, input axis 2] '
+                      '(rank 3)')
     g2 = G()
     g2.node("Gemm", ["x", g2.weight([4, 5])], name="fc0", transB=1)
     g2.node("Relu", ["fc0_out"], name="r")
@@ -825,7 +837,7 @@ class Test3Torch(unittest.TestCase):
         if "dynamo" in torch.onnx.export.__code__.co_varnames:
             exporters.append("torchscript")
             try:
-                import onnxscript  # noqa: F401
+                importlib.import_module("onnxscript")
                 exporters.append("dynamo")
             except ImportError as e:
                 print(f"    the dynamo exporter is left out: onnxscript does not import ({e})")
