@@ -450,7 +450,8 @@ def run_convert(opts: Options) -> int:
         converted.write(out)
     except ConvertError as e:
         text = str(e)
-        _say(text if text.startswith(("cannot read", model, "converting needs", "model name", "--window"))
+        _say(text if text.startswith(("cannot read", "cannot write", model, "converting needs", "model name",
+                                      "--window"))
              else f"{model}: {text}")
         return EXIT_USAGE
     print(f"wrote {converted.weights_path} ({len(converted.tensors)} tensors, {converted.weights_bytes} bytes)")

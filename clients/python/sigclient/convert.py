@@ -115,13 +115,15 @@ class Converted:
         self.weights_path, self.config_path = out_prefix + ".safetensors", out_prefix + ".json"
         folder = os.path.dirname(os.path.abspath(self.config_path))
         self.snippet["weights"] = os.path.relpath(os.path.abspath(self.weights_path), folder)
+        target = self.weights_path
         try:
             self.weights_bytes = write_safetensors(self.weights_path, self.tensors)
+            target = self.config_path
             with open(self.config_path + ".tmp", "w") as f:
                 f.write(json.dumps(self.snippet, indent=2) + "\n")
             os.replace(self.config_path + ".tmp", self.config_path)
         except OSError as e:
-            raise ConvertError(f"cannot write {e.filename or out_prefix}: {e.strerror or e}") from None
+            raise ConvertError(f"cannot write {target}: {e.strerror or e}") from None
         return self.snippet
 
 
