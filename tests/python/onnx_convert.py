@@ -2,7 +2,8 @@
 
 Run by tests/python/test_convert.sh with a venv that has onnx (and onnxruntime where it installs);
 by hand: BUILD=build VENV/bin/python tests/python/onnx_convert.py (SEED=N repeats a run's weights and
-inputs). Not named test_*.py: tests/run.sh would run it with the system python, which has no onnx.
+inputs; KEEP=1 keeps its temporary folder). Not named test_*.py: tests/run.sh would run it with the
+system python, which has no onnx.
 
 1. Models are built with onnx.helper, fresh random weights each run (the seed is printed): MLPs of
    irregular shapes with every activation, Gemm (transB 0 and 1, bias [N], [1, N] or none) and
@@ -25,11 +26,13 @@ inputs). Not named test_*.py: tests/run.sh would run it with the system python, 
    with a line saying why, where torch is missing).
 Last line "N passed, N failed".
 """
+import atexit
 import contextlib
 import importlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +66,8 @@ INT64_MAX = (1 << 63) - 1
 print(f"seed {SEED} (SEED={SEED} repeats this run's weights and inputs)", flush=True)
 RNG = np.random.default_rng(SEED)
 tmp = tempfile.mkdtemp(prefix="sigserve-convert-")
+if not os.environ.get("KEEP"):      # KEEP=1 leaves the models, the converted files and the logs
+    atexit.register(shutil.rmtree, tmp, True)
 
 
 # ---------------------------------------------------------------- building ONNX graphs

@@ -78,7 +78,8 @@ options:
                    p50 p90 p99 p99.9 min max mean sd (us) on stderr
   --warmup W       with --repeat: send W more requests first and leave them out (default 0)
   --deadline-us D  the server drops the request if still queued after D us (default: none)
-  --name N         convert: the model's name in OUT.json (default: MODEL's file name)
+  --name N         convert: the model's name in OUT.json (default: MODEL's file name
+                   without .onnx)
   --window W       convert: the LSTM's window in steps (1 to 4096), where the ONNX
                    model's sequence length is dynamic
   --help           this text
