@@ -18,7 +18,7 @@ system python, which has no onnx.
    LSTM whole windows, rows 1 and 3, stream_id 0). The outputs must match (a) a float64 evaluator
    of the ONNX graph written below (its own Gemm/MatMul/LSTM in ONNX's gate order i, o, f, c, from
    the ONNX initializers: nothing shared with the converter's mapping) and (b) onnxruntime, both
-   within 1e-5 relative (||out - ref|| / ||ref||).
+   within 1e-5 relative (||out - ref|| / ||ref||, pooled over the two requests).
 3. Every refusal: exit code 2 and a message naming the node, op and attribute (exact substrings).
 4. Where torch imports: an nn.Sequential MLP, nn.LSTM(batch_first=True) + nn.Linear on y[:, -1, :]
    and on h_n[-1], exported with torch.onnx.export (the TorchScript exporter, and the dynamo one
