@@ -10,6 +10,11 @@ values.
 The options are parsed as getopt_long parses the C CLI's (options before or after the command,
 --name=value, unique prefixes), not by argparse, so that the same command lines are accepted and
 rejected with the same messages and exit codes.
+
+One command the C CLI does not have: convert MODEL.onnx OUT turns an ONNX model into
+OUT.safetensors and OUT.json, the model's entry for a sigserve config (sigclient.convert). Its
+options (--name, --window) are matched as prefixes only where no option of the C CLI matches, so
+every command line of the C CLI still means the same here.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ UINT64_MAX = (1 << 64) - 1
 INT_MAX = (1 << 31) - 1
 MAX_RANDOM_FEATURES = 1 << 28
 MAX_REPEAT = 100_000_000
+MAX_WINDOW = 4096           # config: an LSTM's "window"
 
 SYNOPSIS = (
     f"usage: {PROG} [--endpoint E]... [--timeout MS] [--retry N]\n"
@@ -45,6 +51,7 @@ SYNOPSIS = (
     "        [--repeat K [--warmup W]] [--deadline-us D]\n"
     "  health\n"
     "  models\n"
+    "  convert MODEL.onnx OUT [--name N] [--window W]\n"
     f"       {PROG} --help | --version\n")
 
 USAGE = SYNOPSIS + f"""
@@ -71,23 +78,35 @@ options:
                    p50 p90 p99 p99.9 min max mean sd (us) on stderr
   --warmup W       with --repeat: send W more requests first and leave them out (default 0)
   --deadline-us D  the server drops the request if still queued after D us (default: none)
+  --name N         convert: the model's name in OUT.json (default: MODEL's file name
+                   without .onnx)
+  --window W       convert: the LSTM's window in steps (1 to 4096), where the ONNX
+                   model's sequence length is dynamic
   --help           this text
   --version        print sigclient-py's version and libzmq's, then exit
 
 infer prints the outputs on stdout, one row per line, and the timings on stderr
 (round trips and server times in microseconds, the server's stages in nanoseconds).
+
+convert reads an ONNX model (needs the onnx package) and writes OUT.safetensors and OUT.json,
+the model object for a config's "models" list ("weights" relative to OUT.json's folder); it
+prints what it wrote and the model's shape. Supported: MLPs of Gemm or MatMul (+ Add) layers with
+Relu, Tanh, Sigmoid or none; forward LSTMs (one or stacked) with one such layer on the last step's
+hidden state. Anything else is refused naming the node, op and attribute (exit code 2).
 exit codes: 0 ok, 1 the server replied with an error status (or is not ready), 2 usage or input error,
 3 timeout or transport error.
 """
 
-# name -> (takes a value, counts as an option of infer)
+# name -> (takes a value, the command it belongs to: None for every command)
 _OPTIONS = {
-    "endpoint": (True, False), "timeout": (True, False), "model": (True, True), "file": (True, True),
-    "stdin": (False, True), "random": (True, True), "rows": (True, True), "seed": (True, True),
-    "repeat": (True, True), "warmup": (True, True), "deadline-us": (True, True), "help": (False, False),
-    "version": (False, False), "retry": (True, False), "curve-server": (True, False),
-    "curve-client": (True, False),
+    "endpoint": (True, None), "timeout": (True, None), "model": (True, "infer"), "file": (True, "infer"),
+    "stdin": (False, "infer"), "random": (True, "infer"), "rows": (True, "infer"), "seed": (True, "infer"),
+    "repeat": (True, "infer"), "warmup": (True, "infer"), "deadline-us": (True, "infer"), "help": (False, None),
+    "version": (False, None), "retry": (True, None), "curve-server": (True, None),
+    "curve-client": (True, None),
 }
+# Options the C CLI does not have: a prefix means one of these only where it matches none above.
+_CONVERT_OPTIONS = {"name": (True, "convert"), "window": (True, "convert")}
 _DECIMAL = re.compile(r"[0-9]+")
 
 
@@ -131,15 +150,22 @@ class Options:
         self.repeat = 1
         self.warmup = 0
         self.deadline_us = 0
+        self.convert_args: list[str] = []  # MODEL.onnx, OUT
+        self.name: str | None = None
+        self.window: int | None = None
 
 
 def _match_option(name: str, arg: str) -> str:
-    """The long option NAME (from ARG) names: itself, or the one option it is a unique prefix of."""
-    if name in _OPTIONS:
+    """The long option NAME (from ARG) names: itself, or the one option it is a unique prefix of (the
+    C CLI's options first, so that their prefixes keep their meaning)."""
+    if name in _OPTIONS or name in _CONVERT_OPTIONS:
         return name
-    found = [o for o in _OPTIONS if o.startswith(name)] if name else []
-    if len(found) == 1:
-        return found[0]
+    for table in (_OPTIONS, _CONVERT_OPTIONS):
+        found = [o for o in table if o.startswith(name)] if name else []
+        if len(found) == 1:
+            return found[0]
+        if found:
+            break
     raise _usage_error(f"unknown option '{arg}'")       # ambiguous too, as getopt_long with opterr 0
 
 
@@ -147,7 +173,8 @@ def parse_options(argv: Sequence[str]) -> Options:
     """The command line as the C CLI reads it; raises _Exit for --help, --version and usage errors."""
     opts = Options()
     positional: list[str] = []
-    sources = infer_options = 0
+    sources = 0
+    owners: set[str] = set()            # the commands whose own options were given
     args = list(argv)
     i = 0
     while i < len(args):
@@ -165,7 +192,7 @@ def parse_options(argv: Sequence[str]) -> Options:
             continue
         name, eq, value = arg[2:].partition("=")
         name = _match_option(name, arg)
-        takes_value, of_infer = _OPTIONS[name]
+        takes_value, owner = _OPTIONS.get(name) or _CONVERT_OPTIONS[name]
         if takes_value and not eq:
             if i >= len(args):
                 raise _usage_error(f"{arg} needs a value")
@@ -173,7 +200,8 @@ def parse_options(argv: Sequence[str]) -> Options:
             i += 1
         elif not takes_value and eq:
             raise _usage_error(f"unknown option '{arg}'")
-        infer_options += of_infer
+        if owner:
+            owners.add(owner)
         if name == "help":
             print(USAGE, end="")
             raise _Exit(EXIT_OK)
@@ -212,15 +240,27 @@ def parse_options(argv: Sequence[str]) -> Options:
             opts.warmup = _u64(name, value, 0, MAX_REPEAT)
         elif name == "deadline-us":
             opts.deadline_us = _u64(name, value, 0, UINT32_MAX)
+        elif name == "name":
+            opts.name = value
+        elif name == "window":
+            opts.window = _u64(name, value, 1, MAX_WINDOW, f" (1 to {MAX_WINDOW})")
     if not positional:
         raise _usage_error("no command")
     opts.command = positional[0]
-    if len(positional) > 1:
-        raise _usage_error(f"unexpected argument '{positional[1]}'")
+    takes = 2 if opts.command == "convert" else 0
+    if len(positional) > 1 + takes:
+        raise _usage_error(f"unexpected argument '{positional[1 + takes]}'")
+    if opts.command == "convert":
+        if len(positional) != 3:
+            raise _usage_error("convert needs MODEL.onnx and OUT")
+        opts.convert_args = positional[1:]
     if not opts.endpoints:
         opts.endpoints = [DEFAULT_ENDPOINT]
     if (opts.curve_server is None) != (opts.curve_client is None):
         raise _usage_error("CURVE needs both --curve-server and --curve-client")
+    others = owners - {opts.command}
+    if opts.command in ("infer", "health", "models", "convert") and others:
+        raise _usage_error(f"options of {'infer' if 'infer' in others else 'convert'} given to '{opts.command}'")
     if opts.command == "infer":
         if opts.model is None:
             raise _usage_error("infer needs --model")
@@ -228,10 +268,7 @@ def parse_options(argv: Sequence[str]) -> Options:
             raise _usage_error("infer needs one of --file, --stdin, --random")
         if opts.seed != 1 and not opts.random_n:      # as the C CLI: --seed 1 is the default, allowed
             raise _usage_error("--seed is only for --random")
-    elif opts.command in ("health", "models"):
-        if infer_options:
-            raise _usage_error(f"options of infer given to '{opts.command}'")
-    else:
+    elif opts.command not in ("health", "models", "convert"):
         raise _usage_error(f"unknown command '{opts.command}'")
     return opts
 
@@ -406,10 +443,32 @@ def _connect(opts: Options) -> SigClient:
         raise _Exit(EXIT_USAGE if usage else EXIT_TRANSPORT) from None
 
 
+def run_convert(opts: Options) -> int:
+    from .convert import ConvertError, load
+    model, out = opts.convert_args
+    try:
+        converted = load(model, name=opts.name, window=opts.window)
+        converted.write(out)
+    except ConvertError as e:
+        text = str(e)
+        _say(text if text.startswith(("cannot read", "cannot write", model, "converting needs", "model name",
+                                      "--window"))
+             else f"{model}: {text}")
+        return EXIT_USAGE
+    print(f"wrote {converted.weights_path} ({len(converted.tensors)} tensors, {converted.weights_bytes} bytes)")
+    print(f"wrote {converted.config_path} (model \"{converted.snippet['name']}\": put it in a config's \"models\")")
+    print(converted.shape)
+    for note in converted.notes:
+        print(f"note: {note}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The sigclient-py command: returns its exit code (ARGV without the program name; None: sys.argv)."""
     try:
         opts = parse_options(sys.argv[1:] if argv is None else argv)
+        if opts.command == "convert":
+            return run_convert(opts)
         with _connect(opts) as client:
             if opts.command == "infer":
                 return run_infer(client, opts)

@@ -1,0 +1,233 @@
+"""sigclient.convert: an ONNX model into what sigserve serves (a safetensors file and a config entry).
+
+    from sigclient.convert import convert, ConvertError
+
+    snippet = convert("model.onnx", "out/model")     # writes out/model.safetensors and out/model.json
+    # snippet: the model object for the config's "models" list, as written to out/model.json
+
+``sigclient-py convert MODEL.onnx OUT [--name N] [--window W]`` is the same from a shell. Needs the
+``onnx`` package (and numpy, which it brings); nothing else: the safetensors file is written here.
+
+What converts (the graph is followed backwards from its one output, so only what the output
+depends on matters; everything on that path must be one of these):
+
+- MLP: a chain of dense layers on a [batch, features] input: ``Gemm`` (transA 0, transB 0 or 1,
+  alpha 1, bias C of shape [N] or [1, N] with beta 1, or none) or ``MatMul`` with a constant
+  right-hand side [in, out] (transposed into sigserve's [out, in]), optionally ``Add`` of a constant
+  bias, each optionally followed by ``Relu``, ``Tanh``, ``Sigmoid``; ``Identity`` anywhere;
+  ``Flatten`` (axis 1) and ``Reshape`` only where they leave a [batch, features] tensor as it is.
+- LSTM: one or more ``LSTM`` nodes in a chain (forward, default activations, no clip, layout 0,
+  input_forget 0, no sequence_lens, no peepholes (a P of zeros is taken), initial states absent or
+  provably zero: zero constants, or ConstantOfShape / Expand of zero as torch writes them), their
+  input the graph's [batch, steps, features] (or [steps, batch, features]) through ``Transpose``,
+  stacked layers joined as torch.onnx.export joins them (``Squeeze`` of num_directions, or
+  ``Transpose`` + ``Reshape`` whose shape may be computed by Shape/Slice/Gather/Mul/Concat, the
+  dynamo exporter's way), then a head (one dense layer as above, optionally with an activation)
+  on the last layer's hidden state at the last step: ``Y`` reduced to its last step by ``Gather``
+  or ``Slice`` on the step axis, or ``Y_h``, through ``Squeeze``/``Unsqueeze``/``Transpose``/
+  ``Reshape`` and, for torch's h_n, a ``Concat`` of the layers' ``Y_h`` and a ``Gather`` of the
+  last. Without a head the converter writes an identity head (hidden -> hidden). ONNX's gate
+  order i, o, f, c is reordered to PyTorch's i, f, g, o; B's first half (Wb) goes to bias_ih, its
+  second (Rb) to bias_hh. The window is the input's static sequence length, else ``window``.
+
+Everything else is refused with a ConvertError that names the node, the op and the attribute or
+input: other ops, other attribute values, a head that reads anything but the last step of the last
+layer, initial states not provably zero, weights that are not constants, non-float32 weights
+unless float16 (always exact) or float64 whose every value is a float32 (both converted, with a
+note). Weights must be initializers or Constant nodes (through Identity or Cast), as
+torch.onnx.export writes them with constant folding on (its default).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+
+from ._onnx_graph import INPUT, MAX_WINDOW, ConvertError, Graph, Seq
+
+__all__ = ["ConvertError", "Converted", "load", "convert", "write_safetensors", "model_name"]
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+
+
+def model_name(stem: str) -> str:
+    """A config model name (1 to 63 bytes of A-Z a-z 0-9 _ . -) from a file name's stem."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:63]
+    return name or "model"
+
+
+def _max_rows(features: int, notes: list) -> dict:
+    """{"max_rows": N} where the default max_rows (16) of FEATURES-wide rows would not fit the default
+    server.max_message_bytes, which sigserve refuses to start with (service/model.c); else {}."""
+    default_rows, default_bytes, framing = 16, 65536, 128
+    fit = (default_bytes - framing) // (4 * features)
+    if fit >= default_rows:
+        return {}
+    if fit >= 1:
+        notes.append(f'"max_rows": {fit}, the most rows of {features} features a request can carry within the '
+                     f'default server.max_message_bytes ({default_bytes}); raise both for more')
+        return {"max_rows": fit}
+    notes.append(f"one row of {features} features takes {4 * features + framing} bytes: set "
+                 f"server.max_message_bytes to at least that")
+    return {"max_rows": 1}
+
+
+def write_safetensors(path: str, tensors: dict) -> int:
+    """Writes TENSORS (name -> numpy array) as an F32 safetensors file: an 8-byte little-endian header
+    length, a JSON header (dtype, shape, data_offsets per tensor, padded with spaces to a multiple of
+    8), then the raw little-endian float32 data in the header's order. Returns the file's size."""
+    import numpy as np
+    header, blobs, offset = {}, [], 0
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for data in blobs:
+            f.write(data)
+    os.replace(tmp, path)
+    return 8 + len(text) + offset
+
+
+class Converted:
+    """What the converter makes of an ONNX model: TENSORS (name -> float32 array) for the safetensors
+    file, SNIPPET (the config's model object, "weights" filled in by write), KIND ("mlp" or
+    "lstm"), SHAPE (one line describing it) and NOTES (conversions the user should know of)."""
+
+    def __init__(self, kind, tensors, snippet, shape, notes):
+        self.kind, self.tensors, self.snippet, self.shape, self.notes = kind, tensors, snippet, shape, notes
+        self.weights_path = self.config_path = None
+        self.weights_bytes = 0
+
+    def write(self, out_prefix: str) -> dict:
+        """Writes OUT_PREFIX.safetensors and OUT_PREFIX.json (the snippet, "weights" relative to the
+        JSON's folder); returns the snippet."""
+        for suffix in (".json", ".safetensors"):
+            if out_prefix.endswith(suffix):
+                out_prefix = out_prefix[:-len(suffix)]
+        self.weights_path, self.config_path = out_prefix + ".safetensors", out_prefix + ".json"
+        folder = os.path.dirname(os.path.abspath(self.config_path))
+        self.snippet["weights"] = os.path.relpath(os.path.abspath(self.weights_path), folder)
+        target = self.weights_path
+        try:
+            self.weights_bytes = write_safetensors(self.weights_path, self.tensors)
+            target = self.config_path
+            with open(self.config_path + ".tmp", "w") as f:
+                f.write(json.dumps(self.snippet, indent=2) + "\n")
+            os.replace(self.config_path + ".tmp", self.config_path)
+        except OSError as e:
+            raise ConvertError(f"cannot write {target}: {e.strerror or e}") from None
+        return self.snippet
+
+
+def load(onnx_path: str, name: str | None = None, window: int | None = None) -> Converted:
+    """Reads and converts ONNX_PATH (nothing written). NAME: the model's name (default: the file's
+    stem); WINDOW: the LSTM's window where the model's sequence length is dynamic. Raises ConvertError."""
+    try:
+        import numpy as np
+        import onnx
+        import onnx.numpy_helper  # noqa: F401
+    except ImportError as e:
+        raise ConvertError(f"converting needs the onnx package (pip install onnx): {e}") from None
+    if name is None:
+        name = model_name(os.path.splitext(os.path.basename(onnx_path))[0])
+    elif not _NAME_RE.fullmatch(name):
+        raise ConvertError(f"model name '{name}': expected 1 to 63 of A-Z a-z 0-9 _ . -")
+    if window is not None and not 1 <= window <= MAX_WINDOW:
+        raise ConvertError(f"--window {window}: expected 1 to {MAX_WINDOW}")
+    try:
+        model = onnx.load(onnx_path)
+    except OSError as e:
+        raise ConvertError(f"cannot read {onnx_path}: {e.strerror or e}") from None
+    except Exception as e:      # onnx raises DecodeError and others for a file that is not a model
+        raise ConvertError(f"{onnx_path}: not an ONNX model ({type(e).__name__}: {e})") from None
+    g = Graph(model, window, onnx, np)
+    graph = model.graph
+    if len(graph.output) != 1:
+        raise ConvertError(f"the graph has {len(graph.output)} outputs ({', '.join(o.name for o in graph.output)}); "
+                           f"a sigserve model has one")
+    out_name = graph.output[0].name
+    reader = f'the graph output "{out_name}"'
+    rows = g.rows(g.value(out_name, reader), reader)
+    if len(g.inputs) != 1:
+        raise ConvertError(f"the graph has {len(g.inputs)} inputs ({', '.join(g.inputs)}); a sigserve model has one")
+    (input_name,) = g.inputs
+    elem = g.inputs[input_name].type.tensor_type.elem_type
+    elem_name = onnx.TensorProto.DataType.Name(elem)
+    if elem_name in ("FLOAT16", "DOUBLE"):
+        g.notes.append(f'graph input "{input_name}" is {elem_name}: sigserve takes and computes float32')
+    elif elem_name != "FLOAT":
+        raise ConvertError(f'graph input "{input_name}" has element type {elem_name}; sigserve takes float32')
+    acts = [layer["activation"] for layer in rows.layers]
+    if rows.origin is INPUT:
+        if not rows.layers:
+            raise ConvertError("the graph has no dense layer between its input and its output")
+        if window is not None:
+            raise ConvertError("--window is only for LSTM models; this one is an MLP")
+        tensors, layers = {}, []
+        for k, layer in enumerate(rows.layers):
+            tensors[f"{k}.weight"] = layer["weight"]
+            if layer["bias"] is not None:
+                tensors[f"{k}.bias"] = layer["bias"]
+            layers.append({"weight": f"{k}.weight", "bias": f"{k}.bias" if layer["bias"] is not None else None,
+                           "activation": layer["activation"]})
+        sizes = [rows.layers[0]["weight"].shape[1]] + [layer["weight"].shape[0] for layer in rows.layers]
+        shape = "mlp: " + " -> ".join([str(sizes[0])] + [f"{s} ({a})" for s, a in zip(sizes[1:], acts)])
+        snippet = {"name": name, "weights": None, **_max_rows(sizes[0], g.notes), "layers": layers}
+        return Converted("mlp", tensors, snippet, shape, g.notes)
+    stack, top = [], rows.origin
+    while top is not None:
+        stack.insert(0, top)
+        top = top.below
+    in_stack = {id(layer.node) for layer in stack}
+    for node in graph.node:         # an LSTM on top of the one the head reads: the head skips a layer
+        if node.op_type == "LSTM" and id(node) not in in_stack and node.input:
+            try:
+                above = g.value(node.input[0], g.desc(node))
+            except ConvertError:
+                continue
+            if isinstance(above, Seq) and above.sources == [rows.origin]:
+                raise ConvertError(f"the head reads {rows.origin.desc}, below {g.desc(node)} in the stack; "
+                                   f"sigserve's head reads the last layer")
+    if len(rows.layers) > 1:
+        raise ConvertError(f"after the LSTM the graph has {len(rows.layers)} dense layers "
+                           f"({', '.join(layer['nodes'][0] for layer in rows.layers)}); sigserve's LSTM head is one "
+                           f"dense layer")
+    hidden = stack[0].hidden
+    tensors = {}
+    for k, layer in enumerate(stack):
+        tensors[f"lstm.weight_ih_l{k}"] = layer.w_ih
+        tensors[f"lstm.weight_hh_l{k}"] = layer.w_hh
+        tensors[f"lstm.bias_ih_l{k}"] = layer.b_ih
+        tensors[f"lstm.bias_hh_l{k}"] = layer.b_hh
+    if rows.layers:
+        head = rows.layers[0]
+    else:
+        head = {"weight": np.eye(hidden, dtype=np.float32), "bias": None, "activation": "none"}
+        g.notes.append(f"no dense layer after the LSTM: an identity head ({hidden} -> {hidden}) was written")
+    tensors["head.weight"] = head["weight"]
+    if head["bias"] is not None:
+        tensors["head.bias"] = head["bias"]
+    inputs = stack[0].inputs
+    snippet = {"name": name, "type": "lstm", "weights": None, **_max_rows(g.window * inputs, g.notes),
+               "lstm": "lstm.", "window": g.window,
+               "head": {"weight": "head.weight", "bias": "head.bias" if head["bias"] is not None else None,
+                        "activation": head["activation"]}}
+    shape = (f"lstm: {len(stack)} layer{'s' if len(stack) > 1 else ''}, {inputs} inputs a step, hidden {hidden}, "
+             f"window {g.window}, head {hidden} -> {head['weight'].shape[0]} ({head['activation']}); a request row "
+             f"is one window: {g.window} x {inputs} = {g.window * inputs} features, step after step (the ONNX "
+             f"input is [{g.input_layout}])")
+    return Converted("lstm", tensors, snippet, shape, g.notes)
+
+
+def convert(onnx_path: str, out_prefix: str, name: str | None = None, window: int | None = None) -> dict:
+    """Converts ONNX_PATH into OUT_PREFIX.safetensors and OUT_PREFIX.json; returns the config snippet
+    (the model object for sigserve's "models" list). Raises ConvertError naming what is refused."""
+    return load(onnx_path, name=name, window=window).write(out_prefix)
