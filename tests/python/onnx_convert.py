@@ -1,8 +1,8 @@
 """sigclient-py convert: ONNX models built here answer in sigserve what they answer in ONNX.
 
 Run by tests/python/test_convert.sh with a venv that has onnx (and onnxruntime where it installs);
-by hand: BUILD=build VENV/bin/python tests/python/onnx_convert.py (SEED=N repeats a run's weights and
-inputs; KEEP=1 keeps its temporary folder). Not named test_*.py: tests/run.sh would run it with the
+by hand: BUILD=build VENV/bin/python tests/python/onnx_convert.py [--seed N] [--keep] (--seed repeats a
+run's weights and inputs; --keep leaves its temporary folder). Not named test_*.py: tests/run.sh would run it with the
 system python, which has no onnx.
 
 1. Models are built with onnx.helper, fresh random weights each run (the seed is printed): MLPs of
@@ -59,14 +59,15 @@ except ImportError as e:
     onnxruntime, ORT_WHY = None, str(e)
 
 BUILD = os.path.abspath(os.environ.get("BUILD", "build"))
-SEED = int(os.environ.get("SEED", time.time_ns() % (1 << 31)))
+ARGS = sys.argv[1:]
+SEED = int(ARGS[ARGS.index("--seed") + 1]) if "--seed" in ARGS else time.time_ns() % (1 << 31)
 TOL = 1e-5
 OPSET = 17
 INT64_MAX = (1 << 63) - 1
-print(f"seed {SEED} (SEED={SEED} repeats this run's weights and inputs)", flush=True)
+print(f"seed {SEED} (--seed {SEED} repeats this run's weights and inputs)", flush=True)
 RNG = np.random.default_rng(SEED)
 tmp = tempfile.mkdtemp(prefix="sigserve-convert-")
-if not os.environ.get("KEEP"):      # KEEP=1 leaves the models, the converted files and the logs
+if "--keep" not in ARGS:            # --keep leaves the models, the converted files and the logs
     atexit.register(shutil.rmtree, tmp, True)
 
 
