@@ -69,26 +69,8 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
- * PTX: scopes and semantics said exactly */
+ * PTX: scopes and semantics said exactly (and in sig_device.cuh, what the MLP's kernel uses too) */
 
-__device__ __forceinline__ uint32_t l_cluster_rank (void)
-{
-    uint32_t r;
-    asm volatile ("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t l_smem_addr (const void *p) { return (uint32_t) __cvta_generic_to_shared (p); }
-__device__ __forceinline__ uint32_t l_mapa (uint32_t addr, uint32_t rank)
-{
-    uint32_t r;
-    asm volatile ("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ void l_cluster_sync (void)
-{
-    asm volatile ("barrier.cluster.arrive.release;" ::: "memory");
-    asm volatile ("barrier.cluster.wait.acquire;" ::: "memory");
-}
 __device__ __forceinline__ void l_st_cluster_u64 (uint32_t addr, uint64_t v)
 {
     asm volatile ("st.relaxed.cluster.shared::cluster.u64 [%0], %1;" ::"r"(addr), "l"(v) : "memory");
@@ -96,7 +78,7 @@ __device__ __forceinline__ void l_st_cluster_u64 (uint32_t addr, uint64_t v)
 __device__ __forceinline__ uint64_t l_ld_local_u64 (const uint64_t *p)
 {
     uint64_t v;
-    asm volatile ("ld.relaxed.cluster.shared::cta.u64 %0, [%1];" : "=l"(v) : "r"(l_smem_addr (p)) : "memory");
+    asm volatile ("ld.relaxed.cluster.shared::cta.u64 %0, [%1];" : "=l"(v) : "r"(sig_smem_addr (p)) : "memory");
     return v;
 }
 __device__ __forceinline__ uint64_t l_ld_gpu_u64 (const uint64_t *p)
@@ -124,14 +106,6 @@ __device__ __forceinline__ float l_ld_sys_f32 (const void *p)
     float v;
     asm volatile ("ld.relaxed.sys.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
-}
-__device__ __forceinline__ void l_st_sys_u32 (void *p, uint32_t v)
-{
-    asm volatile ("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void l_st_sys_f32 (void *p, float v)
-{
-    asm volatile ("st.relaxed.sys.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 __device__ __forceinline__ void l_fence_sys (void) { asm volatile ("fence.acq_rel.sys;" ::: "memory"); }
 
@@ -299,9 +273,9 @@ template <int MODE> __device__ __forceinline__ void l_publish (const l_ctx_t &c,
     if (MODE == SIG_LSTM_GRID) {
         l_st_gpu_u64 (l_ag<MODE> (c) + idx, w);
     } else {
-        const uint32_t addr = l_smem_addr (l_ag<MODE> (c) + idx);
+        const uint32_t addr = sig_smem_addr (l_ag<MODE> (c) + idx);
         for (uint32_t r = 0; r < c.B; ++r)
-            l_st_cluster_u64 (l_mapa (addr, r), w);
+            l_st_cluster_u64 (sig_mapa (addr, r), w);
     }
 }
 
@@ -348,11 +322,11 @@ template <int MODE> __device__ __forceinline__ void l_broadcast (l_ctx_t &c, uin
         for (uint32_t i = c.t; i < nw; i += L_T)
             l_st_gpu_u64 (bc + i, tag | (i == 0u ? cw0 : i == 1u ? cw1 : __float_as_uint (xf[l_xmap (P, i - 2u)])));
     } else {
-        const uint32_t addr = l_smem_addr (bc);
+        const uint32_t addr = sig_smem_addr (bc);
         for (uint32_t i = c.t; i < nw * (c.B - 1u); i += L_T) {
             const uint32_t r = i / nw, k = i - r * nw;
             const uint64_t w = tag | (k == 0u ? cw0 : k == 1u ? cw1 : __float_as_uint (xf[l_xmap (P, k - 2u)]));
-            l_st_cluster_u64 (l_mapa (addr + 8u * k, r + 1u), w);
+            l_st_cluster_u64 (sig_mapa (addr + 8u * k, r + 1u), w);
         }
     }
 }
@@ -472,7 +446,7 @@ __device__ __forceinline__ void l_head (const l_ctx_t &c, float *dst, bool fence
         acc = sig_warp_sum (acc);
         if (lane == 0u) {
             const float bias = P.head_in_smem ? hb[o] : __ldg (hb + o);
-            l_st_sys_f32 (dst + o, sig_activate (acc + bias, (int) P.head_act));
+            sig_st_sys_f32 (dst + o, sig_activate (acc + bias, (int) P.head_act));
             if (fence)
                 l_fence_sys ();
         }
@@ -678,7 +652,7 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
     c.xchg = xchg;
     c.t = threadIdx.x;
     c.B = P.blocks;
-    c.b = MODE == SIG_LSTM_CLUSTER && P.blocks > 1u ? l_cluster_rank () : blockIdx.x;
+    c.b = MODE == SIG_LSTM_CLUSTER && P.blocks > 1u ? sig_cluster_rank () : blockIdx.x;
     c.u0 = (uint32_t) ((uint64_t) P.hidden * c.b / c.B);
     c.nu = (uint32_t) ((uint64_t) P.hidden * (c.b + 1u) / c.B) - c.u0;
     c.j = c.t / P.group;
@@ -715,9 +689,9 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
     }
     __syncthreads ();
     if (MODE == SIG_LSTM_CLUSTER && c.B > 1u)
-        l_cluster_sync ();   /* nobody stores into a block that has not zeroed its buffers */
+        sig_cluster_sync ();   /* nobody stores into a block that has not zeroed its buffers */
     if (c.t == 0u)
-        l_st_sys_u32 (box + lay.ready + 4u * c.b, 1u);
+        sig_st_sys_u32 (box + lay.ready + 4u * c.b, 1u);
 
     uint32_t n = 0u;                 /* block 0: commands taken from the ring */
     uint32_t hot = 0xffffffffu;      /* the slot whose state is in shared memory */
@@ -731,8 +705,8 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
                 ++n;
             if (op == SIG_LSTM_OP_PING) {
                 if (c.t == 0u) {
-                    l_st_sys_f32 (entry + lay.outputs, l_at<float> (c, P.off_xf)[0]);
-                    l_st_sys_u32 (entry + lay.done, n);
+                    sig_st_sys_f32 (entry + lay.outputs, l_at<float> (c, P.off_xf)[0]);
+                    sig_st_sys_u32 (entry + lay.done, n);
                 }
                 continue;
             }
@@ -766,7 +740,7 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
         case SIG_LSTM_OP_STEP:
             l_step<DT, MODE> (c, slot, pos, hot, reinterpret_cast<float *> (entry + lay.outputs));
             if (c.b == 0u && c.t == 0u)
-                l_st_sys_u32 (entry + lay.done, n);
+                sig_st_sys_u32 (entry + lay.done, n);
             break;
         case SIG_LSTM_OP_RESET:
         case SIG_LSTM_OP_ADVANCE:
@@ -776,22 +750,22 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
             l_sequence<DT, MODE> (c, slot, (pos + 1u) % P.window, P.window - 1u);
             l_store_state<DT> (c, slot, hot);
             if (c.b == 0u && c.t == 0u)
-                l_st_sys_u32 (entry + lay.done, n);
+                sig_st_sys_u32 (entry + lay.done, n);
             break;
         case SIG_LSTM_OP_WINDOW:
             l_window<DT, MODE> (c, lay, slot, s_cw);
             __syncthreads ();
             if (c.b == 0u && c.t == 0u) {
                 l_fence_sys ();
-                l_st_sys_u32 (entry + lay.done, n);
+                sig_st_sys_u32 (entry + lay.done, n);
             }
             break;
         }
     }
     if (MODE == SIG_LSTM_CLUSTER && c.B > 1u)
-        l_cluster_sync ();   /* nobody leaves while another may still store into it */
+        sig_cluster_sync ();   /* nobody leaves while another may still store into it */
     if (c.t == 0u)
-        l_st_sys_u32 (box + lay.exited + 4u * c.b, 1u);
+        sig_st_sys_u32 (box + lay.exited + 4u * c.b, 1u);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -818,25 +792,13 @@ extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void
     const void *fn = l_kernel_for (p->dtype, p->mode);
     if (!fn)
         return (int) cudaErrorInvalidValue;
-    cudaLaunchAttribute attr[1];
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3 (p->blocks);
-    cfg.blockDim = dim3 (L_T);
-    cfg.dynamicSmemBytes = p->smem_bytes;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 0;
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = sig_cluster_config (p->blocks, L_T, p->smem_bytes, stream, &attr);
     if (p->mode == SIG_LSTM_GRID) {   /* every block resident at once, or the launch fails */
-        attr[0].id = cudaLaunchAttributeCooperative;
-        attr[0].val.cooperative = 1;
-        cfg.numAttrs = 1;
-    } else if (p->blocks > 1u) {
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = p->blocks;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.numAttrs = 1;
-    }
+        attr.id = cudaLaunchAttributeCooperative;
+        attr.val.cooperative = 1;
+    } else if (p->blocks == 1u)
+        cfg.numAttrs = 0;             /* one block: no cluster */
     const l_header_t *img = static_cast<const l_header_t *> (image);
     char *st = static_cast<char *> (state);
     uint64_t *xc = static_cast<uint64_t *> (xchg);

@@ -4,6 +4,7 @@
  * instantiations the plan queries). Shared definitions: lstm_persistent_impl.cuh. */
 #include "kernels.h"
 #include "lstm_persistent_impl.cuh"
+#include "sig_device.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -137,17 +138,8 @@ static cudaError_t l_placeable (const sig_lstm_plan_t *p, int device, int sms, b
         *ok = per_sm >= 1 && (int) p->blocks <= sms;
         return cudaSuccess;
     }
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = p->blocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3 (p->blocks);
-    cfg.blockDim = dim3 (L_T);
-    cfg.dynamicSmemBytes = p->smem_bytes;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = sig_cluster_config (p->blocks, L_T, p->smem_bytes, 0, &attr);
     int clusters = 0;
     cudaError_t e = cudaOccupancyMaxActiveClusters (&clusters, fn, &cfg);
     if (e != cudaSuccess) {

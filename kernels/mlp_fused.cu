@@ -498,18 +498,8 @@ static int s_mlp_fused (const sig_fused_net_t *net, const float *x, float *y, fl
 {
     if (!net || !x || !y || !scratch || rows == 0u)
         return (int) cudaErrorInvalidValue;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = FUSED_CLUSTER_BLOCKS;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3 (FUSED_CLUSTER_BLOCKS);   /* exactly one cluster */
-    cfg.blockDim = dim3 (FUSED_THREADS);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = sig_cluster_config (FUSED_CLUSTER_BLOCKS, FUSED_THREADS, 0, stream, &attr);
     const cudaError_t launched = cudaLaunchKernelEx (&cfg, s_mlp_fused_kernel, net, x, y, scratch, rows);
     const cudaError_t last = cudaGetLastError ();   /* clears what the failed launch left, if anything */
     return (int) (launched != cudaSuccess ? launched : last);

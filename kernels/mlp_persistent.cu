@@ -84,24 +84,18 @@
 enum { OP_RUN = 1u, OP_STOP = 2u };
 
 /* ---------------------------------------------------------------------------------------------
- * Device helpers: PTX for what the runtime headers do not say exactly (scope, semantics) */
+ * Device helpers: PTX for what the runtime headers do not say exactly (scope, semantics); the ones
+ * both persistent kernels use are in sig_device.cuh */
 
-__device__ __forceinline__ uint32_t s_rank (void)
+/* Every thread of the block (C = 1) or of the cluster. */
+__device__ __forceinline__ void s_barrier (uint32_t blocks)
 {
-    uint32_t r;
-    asm volatile ("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t s_smem_addr (const void *p)
-{
-    return (uint32_t) __cvta_generic_to_shared (p);
-}
-/* The address of the same shared-memory location in block RANK of the cluster. */
-__device__ __forceinline__ uint32_t s_mapa (uint32_t addr, uint32_t rank)
-{
-    uint32_t r;
-    asm volatile ("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
+    if (blocks > 1u) {
+        sig_cluster_arrive ();
+        sig_cluster_wait ();
+    } else {
+        __syncthreads ();
+    }
 }
 __device__ __forceinline__ void s_st_cluster_f32 (uint32_t addr, float v)
 {
@@ -118,25 +112,6 @@ __device__ __forceinline__ void s_st_cluster_v4u (uint32_t addr, uint4 v)
     asm volatile ("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
                   "r"(v.w)
                   : "memory");
-}
-/* Not .aligned: the poller warp arrives later than the rest of its block. */
-__device__ __forceinline__ void s_cluster_arrive (void)
-{
-    asm volatile ("barrier.cluster.arrive.release;" ::: "memory");
-}
-__device__ __forceinline__ void s_cluster_wait (void)
-{
-    asm volatile ("barrier.cluster.wait.acquire;" ::: "memory");
-}
-/* Every thread of the block (C = 1) or of the cluster. */
-__device__ __forceinline__ void s_barrier (uint32_t blocks)
-{
-    if (blocks > 1u) {
-        s_cluster_arrive ();
-        s_cluster_wait ();
-    } else {
-        __syncthreads ();
-    }
 }
 __device__ __forceinline__ uint64_t s_ld_acquire_sys_u64 (const void *p)
 {
@@ -159,15 +134,6 @@ __device__ __forceinline__ float4 s_ld_relaxed_sys_v4 (const float4 *p)
                   : "memory");
     return v;
 }
-__device__ __forceinline__ void s_st_relaxed_sys_u32 (void *p, uint32_t v)
-{
-    asm volatile ("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void s_st_relaxed_sys_f32 (float *p, float v)
-{
-    asm volatile ("st.relaxed.sys.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-}
-
 /* Warp 0 of block 0 (all 32 lanes, in step): waits for request WANT in SLOT, or stop. Returns
  * OP_RUN (ROWS set) or OP_STOP. A stall keeps it polling (still honouring stop). */
 __device__ __forceinline__ uint32_t s_poll (const char *box, const sig_persistent_layout_t &lay, uint32_t slot,
@@ -225,7 +191,7 @@ __device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m,
         return false;
     }
     if (o.host_relaxed)
-        s_st_relaxed_sys_f32 (p, v);
+        sig_st_sys_f32 (p, v);
     else
         *p = v;
     return true;
@@ -377,7 +343,7 @@ __device__ __forceinline__ void s_read_scatter (const float4 *hx, uint32_t rs, u
             const uint32_t r = rows == 1u ? 0u : t / in4, kc = t - r * in4;
             const float4 v = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
             const uint32_t k = s_owner (kc, in4, W);
-            s_st_cluster_v4f (s_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
+            s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
         }
         return;
     }
@@ -391,7 +357,7 @@ __device__ __forceinline__ void s_read_scatter (const float4 *hx, uint32_t rs, u
                 const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
                 v[u] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
                 const uint32_t k = s_owner (kc, in4, W);
-                at[u] = s_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u);
+                at[u] = sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u);
             }
         }
 #pragma unroll
@@ -413,7 +379,7 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
     extern __shared__ float4 s_dyn[];
     float *const sf = reinterpret_cast<float *> (s_dyn);
     const uint32_t t = threadIdx.x, warp = t >> 5, lane = t & 31u;
-    const uint32_t b = s_rank ();
+    const uint32_t b = sig_cluster_rank ();
     const bool leader = b == 0u;
 
     {   /* the header, word by word */
@@ -464,7 +430,7 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
     s_barrier (C);   /* every block runs and is set up before anyone stores into its shared memory */
     const sig_persistent_layout_t &lay = s_h.box;
     if (leader && t == 0u) {
-        s_st_relaxed_sys_u32 (box + lay.status, 1u);
+        sig_st_sys_u32 (box + lay.status, 1u);
         s_fence_sys ();
     }
 
@@ -483,7 +449,7 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
     /* what the leader's read needs, out of shared memory before the loop */
     const char *const features0 = box + lay.slots + lay.features;
     const uint32_t slot_bytes = lay.slot_bytes, rs0 = lay.row_floats / 4u, in4_0 = s_div_up (s_h.in_[0], 4u);
-    const uint32_t xs0 = s_h.layer[0].xs, slice_addr = s_smem_addr (slice);
+    const uint32_t xs0 = s_h.layer[0].xs, slice_addr = sig_smem_addr (slice);
     uint32_t x_kc0 = 0u, x_nk = 0u;
     if (!leader && s_h.layer[0].spread) {
         const uint32_t in4 = s_div_up (s_h.in_[0], 4u);
@@ -501,7 +467,7 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
                 if (lane == 0u)
                     s_cmd = cmd;
             } else if (lane < C) {
-                s_st_cluster_v4u (s_mapa (s_smem_addr (&s_cmd), lane), cmd);
+                s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), cmd);
             }
             next_slot = next_slot + 1u == lay.ring ? 0u : next_slot + 1u;
             ++next_seq;
@@ -513,7 +479,7 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
                 s_read_scatter (reinterpret_cast<const float4 *> (features0 + (size_t) cmd.z * slot_bytes), rs0, in4_0,
                                 cmd.y, W, slice_addr, xs0);
             if (warp == 0u && lane >= 1u && lane < C)
-                s_st_cluster_v4u (s_mapa (s_smem_addr (&s_cmd), lane), cmd);
+                s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), cmd);
         }
         s_barrier (C);   /* start */
         const uint4 cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
@@ -541,7 +507,7 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
                     s_out_t po;
                     po.kind = OUT_PARTIAL;
                     po.stride = s_h.mpad;
-                    po.remote = s_mapa (s_smem_addr (part + (size_t) w * s_h.part_stride), 0u);
+                    po.remote = sig_mapa (sig_smem_addr (part + (size_t) w * s_h.part_stride), 0u);
                     po.host_relaxed = 0u;
                     po.dst = nullptr;
                     po.bias = nullptr;
@@ -589,13 +555,13 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
                 if (leader) {   /* act0 + cur holds rows x out4 chunks; worker k gets its slice */
                     const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
                     const uint32_t n4 = s_div_up (out, 4u);
-                    const uint32_t saddr = s_smem_addr (slice);
+                    const uint32_t saddr = sig_smem_addr (slice);
                     const float4 *src = act0 + cur * act_step;
                     for (uint32_t i = t; i < rows * n4; i += P_T) {
                         const uint32_t r = i / n4, kc = i - r * n4;
                         const uint32_t k = s_owner (kc, n4, W);
                         const uint32_t j = kc - n4 * k / W;
-                        s_st_cluster_v4f (s_mapa (saddr + 16u * (r * N.xs + j), k + 1u), src[(size_t) r * n4 + kc]);
+                        s_st_cluster_v4f (sig_mapa (saddr + 16u * (r * N.xs + j), k + 1u), src[(size_t) r * n4 + kc]);
                     }
                 }
                 s_barrier (C);   /* scatter */
@@ -607,12 +573,12 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
             __syncthreads ();
             if (t == 0u) {
                 s_fence_sys ();
-                s_st_relaxed_sys_u32 (sb + lay.done, cmd.w);
+                sig_st_sys_u32 (sb + lay.done, cmd.w);
             }
         }
     }
     if (leader && t == 0u) {
-        s_st_relaxed_sys_u32 (box + lay.status + 4u, 1u);
+        sig_st_sys_u32 (box + lay.status + 4u, 1u);
         s_fence_sys ();
     }
 }
@@ -631,7 +597,7 @@ s_pingpong_kernel (char *box, sig_persistent_layout_t lay, uint32_t in, uint32_t
     const bool seq_done = done_mode == SIG_DONE_SEQUENCE;
     const bool output = flags != 0u || !seq_done;
     if (t == 0u) {
-        s_st_relaxed_sys_u32 (box + lay.status, 1u);
+        sig_st_sys_u32 (box + lay.status, 1u);
         s_fence_sys ();
     }
     uint32_t next_slot = 0u, next_seq = 1u;
@@ -677,18 +643,18 @@ s_pingpong_kernel (char *box, sig_persistent_layout_t lay, uint32_t in, uint32_t
                 if (seq_done)
                     *hy = y;
                 else
-                    s_st_relaxed_sys_f32 (hy, y);
+                    sig_st_sys_f32 (hy, y);
             }
             if (seq_done) {
                 if (output)
                     s_fence_sys ();
-                s_st_relaxed_sys_u32 (sb + lay.done, cmd.w);
+                sig_st_sys_u32 (sb + lay.done, cmd.w);
             }
         }
         __syncthreads ();   /* s_cmd and s_part are rewritten next round */
     }
     if (t == 0u) {
-        s_st_relaxed_sys_u32 (box + lay.status + 4u, 1u);
+        sig_st_sys_u32 (box + lay.status + 4u, 1u);
         s_fence_sys ();
     }
 }
@@ -717,17 +683,8 @@ int p_placeable (const sig_persistent_plan_t *plan, int optin, uint32_t static_s
     if (e != cudaSuccess)
         return (int) e;
     /* Can a cluster of this size with this much shared memory be placed at all? */
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = plan->cluster_blocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3 (plan->cluster_blocks);
-    cfg.blockDim = dim3 (P_T);
-    cfg.dynamicSmemBytes = plan->smem_bytes;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = sig_cluster_config (plan->cluster_blocks, P_T, plan->smem_bytes, 0, &attr);
     int clusters = 0;
     e = cudaOccupancyMaxActiveClusters (&clusters, (void *) s_persistent_kernel, &cfg);
     if (e != cudaSuccess)
@@ -740,18 +697,8 @@ extern "C" int sig_persistent_launch (const void *image, void *box, const sig_pe
 {
     if (!image || !box || !plan || plan->cluster_blocks < 1u || plan->cluster_blocks > SIG_PERSISTENT_MAX_BLOCKS)
         return (int) cudaErrorInvalidValue;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = plan->cluster_blocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3 (plan->cluster_blocks);   /* exactly one cluster */
-    cfg.blockDim = dim3 (P_T);
-    cfg.dynamicSmemBytes = plan->smem_bytes;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = sig_cluster_config (plan->cluster_blocks, P_T, plan->smem_bytes, stream, &attr);
     const cudaError_t launched = cudaLaunchKernelEx (&cfg, s_persistent_kernel, static_cast<const p_header_t *> (image),
                                                      static_cast<char *> (box));
     const cudaError_t last = cudaGetLastError ();

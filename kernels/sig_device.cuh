@@ -151,4 +151,61 @@ __host__ __device__ __forceinline__ bool sig_aligned16 (const void *p)
     return (reinterpret_cast<uintptr_t> (p) & 15u) == 0u;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * PTX for what the runtime headers do not say exactly (scope, semantics): the thread-block
+ * cluster, distributed shared memory, and the mapped host memory the persistent kernels poll. */
+
+__device__ __forceinline__ uint32_t sig_cluster_rank (void)
+{
+    uint32_t r;
+    asm volatile ("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t sig_smem_addr (const void *p) { return (uint32_t) __cvta_generic_to_shared (p); }
+/* The address of the same shared-memory location in block RANK of the cluster. */
+__device__ __forceinline__ uint32_t sig_mapa (uint32_t addr, uint32_t rank)
+{
+    uint32_t r;
+    asm volatile ("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+/* Not .aligned: a poller warp may arrive later than the rest of its block. */
+__device__ __forceinline__ void sig_cluster_arrive (void) { asm volatile ("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void sig_cluster_wait (void) { asm volatile ("barrier.cluster.wait.acquire;" ::: "memory"); }
+__device__ __forceinline__ void sig_cluster_sync (void)
+{
+    sig_cluster_arrive ();
+    sig_cluster_wait ();
+}
+__device__ __forceinline__ void sig_st_sys_u32 (void *p, uint32_t v)
+{
+    asm volatile ("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void sig_st_sys_f32 (void *p, float v)
+{
+    asm volatile ("st.relaxed.sys.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Host: launching one thread-block cluster */
+
+/* The configuration of a launch of one cluster of BLOCKS blocks of THREADS threads with SMEM bytes
+ * of dynamic shared memory on STREAM; ATTR holds its cluster attribute. */
+static inline cudaLaunchConfig_t sig_cluster_config (uint32_t blocks, uint32_t threads, size_t smem,
+                                                     cudaStream_t stream, cudaLaunchAttribute *attr)
+{
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = blocks;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3 (blocks);
+    cfg.blockDim = dim3 (threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 #endif
