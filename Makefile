@@ -91,8 +91,10 @@ test-all: test
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_ALL_FUZZ_SECONDS) FUZZ_JOBS=2
 
-# Runs every suite already built; tests/run.sh prints one summary line.
+# The house rules of service/ (tools/check-house.py: layers, no call cycle, file sizes), then every
+# suite already built; tests/run.sh prints one summary line.
 check: all
+	@$(PYTHON) tools/check-house.py $(BUILD)
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./tests/run.sh $(TESTS)
 
 # The benchmark tables (docs/perf.md says how they were taken). One core, the demo model.

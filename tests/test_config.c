@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -834,6 +835,72 @@ START_TEST (test_long_values_are_cut_in_messages)
 }
 END_TEST
 
+/* config/README.md is the reference: every key of the tables has its row ("| `key` |") in the
+ * section whose heading names the object that holds it ("## `server.curve`: ..."; a heading may
+ * name several), and every top-level key a heading of its own. */
+typedef struct {
+    char *text;
+    char missing[4096];
+    size_t count;
+} doc_t;
+
+/* Whether TEXT has, under a "## " heading that names SECTION in backticks (before the heading's
+ * colon), a row for KEY; a top-level key (SECTION "") a heading of its own. */
+static bool s_doc_has (const char *text, const char *section, const char *key)
+{
+    char want_heading[160], want_row[96], top[96];
+    snprintf (want_heading, sizeof want_heading, "`%s`", section);
+    snprintf (want_row, sizeof want_row, "| `%s` |", key);
+    snprintf (top, sizeof top, "## `%s`", key);
+    bool in = false;
+    for (const char *line = text; *line;) {
+        const char *end = strchr (line, '\n');
+        size_t len = end ? (size_t) (end - line) : strlen (line);
+        char copy[512];
+        snprintf (copy, sizeof copy, "%.*s", (int) len, line);
+        if (strncmp (copy, "## ", 3) == 0) {
+            if (section[0] == '\0' && strncmp (copy, top, strlen (top)) == 0)
+                return true;
+            char *colon = strstr (copy, "`:");   /* the names end where the description starts */
+            if (colon)
+                colon[1] = '\0';
+            in = section[0] != '\0' && strstr (copy, want_heading) != NULL;
+        } else if (in && strncmp (copy, want_row, strlen (want_row)) == 0)
+            return true;
+        line += len + (end ? 1 : 0);
+    }
+    return false;
+}
+
+static void s_doc_key (const char *section, const char *key, void *arg)
+{
+    doc_t *d = arg;
+    d->count++;
+    if (s_doc_has (d->text, section, key))
+        return;
+    size_t used = strlen (d->missing);
+    snprintf (d->missing + used, sizeof d->missing - used, "%s%s%s%s", used ? ", " : "", section,
+              section[0] ? "." : "", key);
+}
+
+START_TEST (test_readme_documents_every_key)
+{
+    FILE *f = fopen ("config/README.md", "r");
+    ck_assert_msg (f != NULL, "config/README.md: %s (run from the repository root)", strerror (errno));
+    doc_t d = { .text = calloc (1, 1 << 20) };
+    size_t n = fread (d.text, 1, (1 << 20) - 1, f);
+    fclose (f);
+    ck_assert_uint_gt (n, 1000);
+    config_each_key (s_doc_key, &d);
+    ck_assert_uint_ge (d.count, 50);
+    ck_assert_msg (d.missing[0] == '\0', "config/README.md has no row for: %s", d.missing);
+    /* and the check can fail: a key that is not there */
+    ck_assert (!s_doc_has (d.text, "server", "no_such_key"));
+    ck_assert (!s_doc_has (d.text, "server.curve", "endpoints"));
+    free (d.text);
+}
+END_TEST
+
 START_TEST (test_names)
 {
     ck_assert_str_eq (activation_name (ACTIVATION_NONE), "none");
@@ -882,6 +949,7 @@ static Suite *s_suite (void)
     tcase_add_test (tc, test_small_or_no_error_buffer);
     tcase_add_test (tc, test_long_values_are_cut_in_messages);
     tcase_add_test (tc, test_names);
+    tcase_add_test (tc, test_readme_documents_every_key);
     suite_add_tcase (s, tc);
     return s;
 }

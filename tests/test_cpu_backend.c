@@ -2,6 +2,9 @@
 #include "rng.h"
 #include "reference.h"
 #include "backends/backend.h"
+#include "base/config.h"
+#include "backends/backends.h"
+#include "serving/model.h"
 #include "weights/weights.h"
 #include "testutil.h"
 
@@ -119,6 +122,40 @@ START_TEST (kernel_names_and_destroy_twice)
 }
 END_TEST
 
+/* weight_dtype is a promise about how the weights are held: a backend that holds f32 only refuses
+ * f16 and bf16 by name at load, whether configured or measured by "auto" (before, the CPU backend
+ * took "f16" without a word and computed in f32). */
+START_TEST (half_precision_weights_refused_by_f32_backends)
+{
+    static const char *const cases[][3] = {
+        /* backend, weight_dtype, expected text */
+        { "cpu", "f16", "model \"m\": weight_dtype \"f16\": backend \"cpu\" (loop) holds weights in f32 only; use "
+                        "\"weight_dtype\": \"f32\"" },
+        { "cpu", "bf16", "model \"m\": weight_dtype \"bf16\": backend \"cpu\" (loop) holds weights in f32 only" },
+        { "auto", "f16", "(cpu: not loaded: holds weights in f32 only, not f16)" },
+    };
+    char path[1024];
+    snprintf (path, sizeof path, "%s/models/tick_mlp.safetensors", tu_build_abs ());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[2048], err[1024] = "";
+        snprintf (json, sizeof json,
+                  "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:1\"] }, \"models\": [ { \"name\": \"m\", "
+                  "\"backend\": \"%s\", \"weight_dtype\": \"%s\", \"weights\": \"%s\", \"layers\": [ "
+                  "{ \"weight\": \"0.weight\", \"activation\": \"relu\" }, { \"weight\": \"2.weight\", "
+                  "\"activation\": \"relu\" }, { \"weight\": \"4.weight\" } ] } ] }",
+                  cases[i][0], cases[i][1], path);
+        config_t *cfg = config_parse (json, "t.json", NULL, err, sizeof err);
+        ck_assert_msg (cfg != NULL, "%s", err);
+        if (strcmp (cases[i][0], "auto") == 0 && backends_gpu)
+            cfg->models[0].devices[0] = 63;     /* no GPU candidate here either: the CPU's refusal decides */
+        model_t *m = model_new (&cfg->models[0], &cfg->server, NULL, err, sizeof err);
+        ck_assert_ptr_null (m);
+        ck_assert_msg (strstr (err, cases[i][2]) != NULL, "case %zu: %s", i, err);
+        config_destroy (&cfg);
+    }
+}
+END_TEST
+
 int main (void)
 {
     s_seed = (uint64_t) time (NULL) ^ ((uint64_t) clock () << 32);
@@ -129,6 +166,7 @@ int main (void)
     tcase_add_loop_test (tc, single_layer_matches_reference, 0, (int) (sizeof s_shapes / sizeof s_shapes[0]));
     tcase_add_test (tc, chains_match_reference);
     tcase_add_test (tc, kernel_names_and_destroy_twice);
+    tcase_add_test (tc, half_precision_weights_refused_by_f32_backends);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

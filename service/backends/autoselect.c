@@ -101,7 +101,12 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
         memset (c, 0, sizeof *c);
         snprintf (c->backend, sizeof c->backend, "%s", opts[i].iface->name);
         char why_not[256] = "";
-        backend_model_t *impl = opts[i].iface->load (w, &opts[i].cfg, device, why_not, sizeof why_not);
+        backend_model_t *impl = NULL;
+        if (!backend_holds (opts[i].iface, cfg->weight_dtype))
+            snprintf (why_not, sizeof why_not, "model: holds weights in f32 only, not %s",
+                      weight_dtype_name (cfg->weight_dtype));
+        else
+            impl = opts[i].iface->load (w, &opts[i].cfg, device, why_not, sizeof why_not);
         if (!impl) {
             snprintf (c->kernel, sizeof c->kernel, "%s%s", opts[i].cfg.backend == BACKEND_CPU
                       ? cpu_kernel_name (opts[i].cfg.cpu_kernel) : cuda_kernel_name (opts[i].cfg.kernel),

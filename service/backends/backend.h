@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "weights/weights.h"
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,8 @@ typedef enum { BACKEND_DEVICE_CPU = 0, BACKEND_DEVICE_GPU } backend_device_t;
 typedef struct {
     const char *name;   /* "cpu", "cuda" */
     backend_device_t device;
+    /* The weight_dtypes it can hold the weights in besides f32: a bit per weight_dtype_t (0: f32 only). */
+    uint32_t weight_dtypes;
     /* Builds one ready-to-serve instance of a model on DEVICE (CUDA; ignored by the CPU): weights
      * in the backend's layout, its own buffers (and stream, graphs) for up to backend_rows (cfg)
      * rows, warmed. NULL with ERR on failure. Nothing is allocated later. Instances are
@@ -50,6 +53,12 @@ extern const backend_iface_t backend_cpu_iface;
 static inline uint32_t backend_stream_slots (const model_config_t *cfg)
 {
     return (cfg->max_streams + cfg->instances - 1) / (cfg->instances ? cfg->instances : 1);
+}
+
+/* Whether B can hold weights in D (every backend holds f32). */
+static inline bool backend_holds (const backend_iface_t *b, weight_dtype_t d)
+{
+    return d == WEIGHT_DTYPE_F32 || (b->weight_dtypes & (1u << d)) != 0;
 }
 
 /* act (V) in float32, as the CPU backends apply it. */

@@ -360,6 +360,27 @@ static int s_resolve (parser_t *p, config_t *cfg)
 
 /* ---------------------------------------------------------------- public API */
 
+/* The keys of table T in SECTION (ARRAY: SECTION is an array of such objects, so the sections
+ * below it index an element: "models" -> "models[i].layers"). */
+static void s_each_key (const table_t *t, const char *section, bool array,
+                        void (*fn) (const char *, const char *, void *), void *arg)
+{
+    for (size_t i = 0; i < t->count; i++) {
+        const key_spec_t *k = &t->keys[i];
+        fn (section, k->name, arg);
+        if (!k->sub)
+            continue;
+        char sub[128];
+        snprintf (sub, sizeof sub, "%s%s%s%s", section, array ? "[i]" : "", section[0] ? "." : "", k->name);
+        s_each_key (k->sub, sub, k->type == KEY_OBJECT_ARRAY, fn, arg);
+    }
+}
+
+void config_each_key (void (*fn) (const char *section, const char *key, void *arg), void *arg)
+{
+    s_each_key (&s_root_table, "", false, fn, arg);
+}
+
 config_t *config_parse (const char *json, const char *name, const char *base_dir, char *err, size_t errlen)
 {
     parser_t p = { .file = name ? name : "(config)", .base_dir = base_dir, .err = err, .errlen = errlen };

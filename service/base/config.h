@@ -117,6 +117,11 @@ typedef struct {
 config_t *config_load (const char *path, char *err, size_t errlen);
 /* Same from a JSON text; BASE_DIR resolves relative weight paths; NAME is used in messages. */
 config_t *config_parse (const char *json, const char *name, const char *base_dir, char *err, size_t errlen);
+/* Every key the configuration knows, from its tables, in table order: FN (SECTION, KEY, ARG) with
+ * SECTION the JSON path of the object that holds it ("" for the top level, "server",
+ * "server.curve", "models", "models[i].layers", "models[i].head"). config/README.md must have a row
+ * for each (tests/test_config.c checks it). */
+void config_each_key (void (*fn) (const char *section, const char *key, void *arg), void *arg);
 /* 1-based line and column of POS in TEXT, for messages (config_load's and config_parse's). */
 void config_text_position (const char *text, const char *pos, size_t *line, size_t *column);
 void config_destroy (config_t **self_p);

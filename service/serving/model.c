@@ -28,6 +28,15 @@ static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg,
                            backend_kind_name (cfg->backend), why);
             return NULL;
         }
+        if (!backend_holds (iface, cfg->weight_dtype)) {
+            sig_set_error (err, errlen, "model \"%s\": weight_dtype \"%s\": backend \"%s\" (%s) holds weights in f32 "
+                           "only; use \"weight_dtype\": \"f32\"%s", cfg->name, weight_dtype_name (cfg->weight_dtype),
+                           backend_kind_name (cfg->backend), cfg->type == MODEL_TYPE_LSTM ? "the LSTM loop" :
+                           cfg->backend == BACKEND_CPU ? cpu_kernel_name (cfg->cpu_kernel) : cuda_kernel_name (cfg->kernel),
+                           cfg->type == MODEL_TYPE_LSTM ? ", or \"backend\": \"cuda\" (its LSTM kernel holds f16 and bf16)"
+                                                        : "");
+            return NULL;
+        }
         int count = 0;
         if (iface->device == BACKEND_DEVICE_GPU && backends_gpu->device_count (&count, why, sizeof why) == 0)
             for (size_t i = 0; i < cfg->device_count; i++)

@@ -443,6 +443,7 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
 const backend_iface_t backend_lstm_cuda_iface = {
     .name = "cuda",
     .device = BACKEND_DEVICE_GPU,
+    .weight_dtypes = 1u << WEIGHT_DTYPE_F16 | 1u << WEIGHT_DTYPE_BF16,
     .load = s_load,
     .infer = s_infer,
     .kernel_name = s_kernel_name,
