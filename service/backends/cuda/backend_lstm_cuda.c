@@ -336,18 +336,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         return NULL;
     }
     const lstm_weights_t *lw = w->lstm;
-    if (cuda_device_check (device, cfg->name, err, errlen) != 0)
+    if (persistent_device_ok (device, cfg->name, "the CUDA LSTM kernel", "use \"backend\": \"cpu\"", err, errlen) != 0)
         return NULL;
-    int major = 0, minor = 0;
-    if (!sig_clusters_supported (device, 1, &major, &minor)) {
-        struct cudaDeviceProp prop;
-        if (cudaGetDeviceProperties (&prop, device) != cudaSuccess)
-            snprintf (prop.name, sizeof prop.name, "?");
-        sig_set_error (err, errlen, "model \"%s\": the CUDA LSTM kernel needs a GPU of compute capability 9.0 (H100, "
-                       "H200: thread-block clusters, built for sm_90) and device %d (%s) has %d.%d; use \"backend\": "
-                       "\"cpu\"", cfg->name, device, prop.name, major, minor);
-        return NULL;
-    }
     if (lw->layer_count > SIG_LSTM_MAX_LAYERS) {
         sig_set_error (err, errlen, "model \"%s\": the CUDA LSTM kernel takes at most %d layers, the model has %zu",
                        cfg->name, SIG_LSTM_MAX_LAYERS, lw->layer_count);

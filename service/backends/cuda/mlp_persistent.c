@@ -230,18 +230,9 @@ static int s_launch_mlp (void *arg)
 backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t *cfg, int device, char *err,
                                        size_t errlen)
 {
-    int major = 0, minor = 0;
-    if (cuda_device_check (device, cfg->name, err, errlen) != 0)
+    if (persistent_device_ok (device, cfg->name, "kernel \"persistent\"", "use kernel \"fused\" or \"warp\"", err,
+                              errlen) != 0)
         return NULL;
-    if (!sig_clusters_supported (device, 1, &major, &minor)) {
-        struct cudaDeviceProp prop;
-        if (cudaGetDeviceProperties (&prop, device) != cudaSuccess)
-            snprintf (prop.name, sizeof prop.name, "?");
-        sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\" needs a GPU of compute capability 9.0 "
-                       "(thread-block clusters; built for sm_90) and device %d (%s) has %d.%d; use kernel \"fused\" "
-                       "or \"warp\"", cfg->name, device, prop.name, major, minor);
-        return NULL;
-    }
     if (w->layer_count > SIG_FUSED_MAX_LAYERS) {
         sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\" takes at most %d layers, the model has %zu",
                        cfg->name, SIG_FUSED_MAX_LAYERS, w->layer_count);

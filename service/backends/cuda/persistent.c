@@ -4,6 +4,7 @@
 
 #include "backends/cuda/device.h"
 #include "base/log.h"
+#include "kernels.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -54,6 +55,23 @@ static void s_box_keep (uint8_t *p, size_t bytes)
     else    /* cannot be freed safely while anything is resident: handed to the device level */
         cuda_device_release (-1, CUDA_RELEASE_HOST, p);
     pthread_mutex_unlock (&s_lock);
+}
+
+int persistent_device_ok (int device, const char *model, const char *what, const char *instead, char *err,
+                          size_t errlen)
+{
+    if (cuda_device_check (device, model, err, errlen) != 0)
+        return -1;
+    int major = 0, minor = 0;
+    if (sig_clusters_supported (device, 1, &major, &minor))
+        return 0;
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties (&prop, device) != cudaSuccess)
+        snprintf (prop.name, sizeof prop.name, "?");
+    sig_set_error (err, errlen, "model \"%s\": %s needs a GPU of compute capability 9.0 (H100, H200: thread-block "
+                   "clusters, built for sm_90) and device %d (%s) has %d.%d; %s", model, what, device, prop.name, major,
+                   minor, instead);
+    return -1;
 }
 
 cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_offset)

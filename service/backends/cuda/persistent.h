@@ -49,6 +49,10 @@ typedef struct {
     bool hung;                      /* the watchdog fired */
 } persistent_t;
 
+/* Whether DEVICE exists and runs the persistent kernels (compute capability 9.0 with cluster launch).
+ * 0, or -1 with ERR: "model \"MODEL\": WHAT needs a GPU of compute capability 9.0 ... ; INSTEAD". */
+int persistent_device_ok (int device, const char *model, const char *what, const char *instead, char *err,
+                          size_t errlen);
 /* A stream for the kernel and a zeroed mailbox of at least BOX_BYTES (a kept one, or a new one),
  * the stop word at STOP_OFFSET. cudaSuccess or the failing call's error. */
 cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_offset);
