@@ -396,27 +396,25 @@ int main (int argc, char **argv)
         config_destroy (&cfg);
         return 2;
     }
-    model_registry_t *models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
-    if (!models) {
-        log_error ("%s: %s", opt.config_path, err);
-        auth_destroy (&auth);
-        http_destroy (&http);
-        stats_destroy (&stats);
-        free (before);
-        config_destroy (&cfg);
-        return 2;
-    }
+    model_registry_t *models = NULL;
     if (opt.check_only) {
-        s_check (opt.config_path, cfg, models);
+        models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
+        if (models)
+            s_check (opt.config_path, cfg, models);
+        else
+            log_error ("%s: %s", opt.config_path, err);
+        rc = models ? 0 : 2;
         model_registry_destroy (&models);
         stats_destroy (&stats);
         free (before);
         config_destroy (&cfg);
-        return 0;
+        return rc;
     }
 
+    /* The endpoints are bound before the models load: a port that cannot be bound fails the start
+     * at once, and clients get answers while the models load (ready false, infer "loading"). */
     s_fit_connections (&cfg->server);
-    server_t *server = server_new (&cfg->server, models, stats, auth, err, sizeof err);
+    server_t *server = server_new (&cfg->server, NULL, stats, auth, err, sizeof err);
     if (!server) {
         log_error ("%s: %s", opt.config_path, err);
         /* a CURVE endpoint that cannot prove it refuses unknown keys is a configuration error */
@@ -429,16 +427,25 @@ int main (int argc, char **argv)
             rc = 1;
         } else {
             http_attach (http, server);
-            log_info ("sigserve %s ready", SIGSERVE_VERSION);
-            notify_ready ("serving");
-            control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .http = http,
-                                  .auth = auth, .before = before };
-            s_remember_file (&control);
-            s_control_loop (&control, &signals);
-            pthread_join (thread, NULL);
-            cfg = control.cfg;
-            models = server_models (server);
-            rc = front.rc == 0 ? 0 : 1;
+            models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
+            if (!models) {
+                log_error ("%s: %s", opt.config_path, err);
+                server_stop (server);
+                pthread_join (thread, NULL);
+                rc = 2;
+            } else {
+                server_serve (server, models);
+                log_info ("sigserve %s ready", SIGSERVE_VERSION);
+                notify_ready ("serving");
+                control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .http = http,
+                                      .auth = auth, .before = before };
+                s_remember_file (&control);
+                s_control_loop (&control, &signals);
+                pthread_join (thread, NULL);
+                cfg = control.cfg;
+                models = server_models (server);
+                rc = front.rc == 0 ? 0 : 1;
+            }
         }
         /* The endpoint lets go of the server before it goes; it answers (draining) to the end. */
         http_draining (http);

@@ -82,7 +82,7 @@ static void s_reply_health (server_t *self, message_t *msg)
     reply.body_case = SIGSERVE__V1__REPLY__BODY_HEALTH;
     reply.health = &health;
     health.live = 1;
-    health.ready = self->state == FRONT_SERVING && model_registry_ready (self->models);
+    health.ready = server_ready (self);
     health.version = (char *) SIGSERVE_VERSION;
     front_send (self, msg->socket, self->frames, msg->nframes - 1, &reply);
 }
@@ -126,7 +126,14 @@ static void s_admit (server_t *self, message_t *msg, const Sigserve__V1__InferRe
     model_t *m = NULL;
     uint32_t rows = 0;
     const int envelope = msg->nframes - 1;
-    sig_status_t st = request_check_infer (self->models, req, &m, &rows, self->error, ERROR_MAX);
+    sig_status_t st = SIG_OK;
+    if (atomic_load_explicit (&self->loading, memory_order_relaxed)) {   /* no model is known yet */
+        snprintf (self->error, ERROR_MAX, "loading: this sigserve is still loading and warming its models; retry "
+                  "shortly (health says ready once it serves)");
+        st = SIG_UNAVAILABLE;
+    }
+    if (st == SIG_OK)
+        st = request_check_infer (self->models, req, &m, &rows, self->error, ERROR_MAX);
     if (st == SIG_OK)
         st = s_taking (self, msg);
     client_id_t client;

@@ -42,6 +42,12 @@ void front_command (server_t *self)
                   "they are answered", RETIRING_MAX);
         endpoints_drop_added (self->endpoints);
         rc = -1;
+    } else if (cmd == CMD_SERVE) {
+        if (front_reply_buffer (self, self->command_models, self->command_error, ERROR_MAX) != 0)
+            log_error ("serving: %s", self->command_error);
+        self->models = self->command_models;
+        front_answering (self);
+        atomic_store (&self->loading, false);
     } else if (cmd == CMD_SWAP) {
         /* A reply buffer too small for the new models' outputs would answer their requests
          * INTERNAL (front_send); growing it can only fail when memory is gone. */
@@ -147,6 +153,14 @@ int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen
     log_info ("reload: serving %zu model(s) (%zu unchanged, %zu loaded) on %zu endpoint(s)",
               model_registry_count (next), reused, model_registry_count (next) - reused, cfg->server.endpoint_count);
     return 0;
+}
+
+void server_serve (server_t *self, model_registry_t *models)
+{
+    char why[ERROR_MAX];
+    pthread_mutex_lock (&self->lock);
+    s_call (self, CMD_SERVE, &self->cfg, models, why, sizeof why);
+    pthread_mutex_unlock (&self->lock);
 }
 
 void server_collect_retired (server_t *self)

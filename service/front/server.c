@@ -152,6 +152,12 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
         return NULL;
     }
     self->cfg = *cfg;
+    atomic_init (&self->loading, models == NULL);
+    if (!models && !(models = self->placeholder = model_registry_empty ())) {
+        snprintf (err, errlen, "out of memory");
+        free (self);
+        return NULL;
+    }
     self->models = models;
     self->stats = stats;
     self->wake.fd = self->command_done.fd = -1;
@@ -203,6 +209,7 @@ void server_destroy (server_t **self_p)
     if (self->retired.items)
         server_collect_retired (self);
     ring_release (&self->retired);
+    model_registry_destroy (&self->placeholder);
     codec_destroy (&self->codec);
     free (self->listing);
     clients_destroy (&self->clients);
@@ -222,7 +229,11 @@ model_registry_t *server_models (server_t *self) { return self->models; }
 void server_lock (server_t *self) { pthread_mutex_lock (&self->lock); }
 void server_unlock (server_t *self) { pthread_mutex_unlock (&self->lock); }
 
+bool server_loading (server_t *self) { return atomic_load (&self->loading); }
+
 bool server_ready (server_t *self)
 {
+    if (atomic_load (&self->loading))
+        return false;
     return atomic_load (&self->serving) && !atomic_load (&self->stop_requested) && model_registry_ready (self->models);
 }

@@ -31,9 +31,17 @@ typedef struct {
 
 /* Binds every endpoint of CFG (with AUTH, not NULL, every one a CURVE server: endpoint.h).
  * MODELS stays the caller's (a reload replaces it: see server_reload); STATS may be NULL.
- * NULL with ERR on failure. */
+ * NULL with ERR on failure. With MODELS NULL the server starts loading: it binds and serves at
+ * once, answering health (ready false) and every infer request STATUS_UNAVAILABLE ("loading")
+ * until server_serve hands it the models, so a port that cannot be bound fails the start before
+ * any model loads. */
 server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, auth_t *auth,
                       char *err, size_t errlen);
+/* The control thread, while server_run runs: the models, loaded, to serve from now on (between two
+ * requests); loading ends. MODELS stays the caller's as in server_new. */
+void server_serve (server_t *self, model_registry_t *models);
+/* True from server_new without models until server_serve. */
+bool server_loading (server_t *self);
 void server_destroy (server_t **self_p);
 
 /* Serves on the calling thread (pinned to server.cpus) until *STOP becomes non-zero or

@@ -26,7 +26,7 @@
 #define ANSWERING_MAX (CONFIG_MAX_MODELS * (RETIRING_MAX + 1))
 
 typedef enum { FRONT_SERVING, FRONT_DRAINING, FRONT_ABORTING, FRONT_DONE } front_state_t;
-typedef enum { CMD_NONE = 0, CMD_BIND, CMD_UNBIND_ADDED, CMD_SWAP } command_t;
+typedef enum { CMD_NONE = 0, CMD_BIND, CMD_UNBIND_ADDED, CMD_SWAP, CMD_SERVE } command_t;
 
 /* One message as received: its first MAX_FRAMES frames (in the server's frames[]) and the size of
  * the whole. */
@@ -63,6 +63,8 @@ struct _server_t {
     front_state_t state;
     _Atomic bool serving;               /* state == FRONT_SERVING, for other threads */
     _Atomic bool stop_requested;
+    _Atomic bool loading;               /* no models yet (server_new without them): infer answers UNAVAILABLE */
+    model_registry_t *placeholder;      /* the empty set served while loading (the front's own) */
     uint64_t drain_until;
     uint64_t last_message;              /* CLOCK_MONOTONIC ns of the last message taken */
     uint64_t last_activity;

@@ -90,6 +90,10 @@ static bool s_readiness (http_t *self, char *why, size_t len)
         snprintf (why, len, "loading models");
         return false;
     }
+    if (server_loading (self->server)) {
+        snprintf (why, len, "loading models");
+        return false;
+    }
     if (!self->reloading) {
         server_lock (self->server);
         self->ready = server_ready (self->server);
@@ -212,7 +216,7 @@ static char *s_models (http_t *self, unsigned *status, char *why, size_t len)
     while (self->reloading && pthread_cond_timedwait (&self->reload_done, &self->mu, &until) != ETIMEDOUT)
         ;
     char *text = NULL;
-    if (!self->server) {
+    if (!self->server || server_loading (self->server)) {
         *status = MHD_HTTP_SERVICE_UNAVAILABLE;
         snprintf (why, len, "%s", self->draining ? "draining" : "loading models");
     } else if (self->reloading) {

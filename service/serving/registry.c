@@ -79,6 +79,8 @@ model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, mode
     return self;
 }
 
+model_registry_t *model_registry_empty (void) { return calloc (1, sizeof (model_registry_t)); }
+
 model_registry_t *model_registry_new (const config_t *cfg, char *err, size_t errlen)
 {
     return model_registry_load (cfg, NULL, NULL, NULL, err, errlen);

@@ -21,6 +21,8 @@ model_registry_t *model_registry_new (const config_t *cfg, char *err, size_t err
  * PREVIOUS is left as it was. *REUSED (may be NULL) counts the models taken over. */
 model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, model_registry_t *previous, size_t *reused,
                                        char *err, size_t errlen);
+/* A set of no models: what a server serves while its models load. NULL when memory runs out. */
+model_registry_t *model_registry_empty (void);
 /* Destroys the models it still owns (their workers stop first). */
 void model_registry_destroy (model_registry_t **self_p);
 
