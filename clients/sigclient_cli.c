@@ -27,7 +27,8 @@ enum { EXIT_OK = 0, EXIT_STATUS = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3 };
     "                 [--curve-server FILE --curve-client FILE_secret] COMMAND\n" \
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n" \
     "        [--repeat K [--warmup W]] [--deadline-us D]\n" \
-    "  infer --model M --stream ID [--step N] (--file F | --stdin | --random N [--repeat K [--warmup W]])\n" \
+    "  infer --model M --stream ID [--step N]\n" \
+    "        (--file F | --stdin | --random N [--repeat K [--warmup W]]) [--deadline-us D]\n" \
     "  health\n" \
     "  models\n" \
     "       sigclient --help | --version\n"

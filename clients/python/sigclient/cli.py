@@ -43,7 +43,8 @@ SYNOPSIS = (
     f"{' ' * len(PROG)}        [--curve-server FILE --curve-client FILE_secret] COMMAND\n"
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n"
     "        [--repeat K [--warmup W]] [--deadline-us D]\n"
-    "  infer --model M --stream ID [--step N] (--file F | --stdin | --random N [--repeat K [--warmup W]])\n"
+    "  infer --model M --stream ID [--step N]\n"
+    "        (--file F | --stdin | --random N [--repeat K [--warmup W]]) [--deadline-us D]\n"
     "  health\n"
     "  models\n"
     f"       {PROG} --help | --version\n")
