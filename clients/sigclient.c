@@ -357,8 +357,15 @@ static int s_send_infer (sigclient_t *self, const char *model, const float *feat
 
 /* ---- receiving ---- */
 
+static const char *s_name (const sigclient_t *self, const char *name)
+{
+    return name ? name : self->endpoints;
+}
+
 /* Receives one frame from SOCKET into self->frame, waiting at most until DEADLINE_NS. RESOLVE:
- * dns:// names are resolved when due during a long wait (the round-robin socket only). */
+ * dns:// names are resolved when due during a long wait (the round-robin socket only). NAME: what
+ * SOCKET is connected to, for messages; NULL for self->endpoints, read afresh at each use (a
+ * resolution rewrites it). */
 static int s_recv_on (sigclient_t *self, void *socket, const char *name, int64_t deadline_ns, bool resolve)
 {
     while (true) {
@@ -368,19 +375,21 @@ static int s_recv_on (sigclient_t *self, void *socket, const char *name, int64_t
             size_t parts = 1;   /* the rest of a multipart message is already here: drop it */
             while (zmq_msg_more (&self->frame) && zmq_msg_recv (&self->frame, socket, ZMQ_DONTWAIT) >= 0)
                 parts++;
-            return client_fail (self, SIGCLIENT_ERR_PROTOCOL, "a reply of %zu frames from %s, expected one", parts, name);
+            return client_fail (self, SIGCLIENT_ERR_PROTOCOL, "a reply of %zu frames from %s, expected one", parts,
+                                s_name (self, name));
         }
         if (errno != EAGAIN && errno != EINTR)
-            return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot receive from %s: %s", name, zmq_strerror (errno));
+            return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot receive from %s: %s", s_name (self, name),
+                                zmq_strerror (errno));
         int64_t left_ns = deadline_ns - client_now_ns ();
         if (left_ns <= 0 && self->largest_unanswered > S_SERVER_DEFAULT_MAX_MESSAGE)
             return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms waiting for a reply from %s "
                                 "(a request was %zu bytes: a server drops requests over its max_message_bytes, "
-                                "%d by default, without a reply)", self->timeout_ms, name,
+                                "%d by default, without a reply)", self->timeout_ms, s_name (self, name),
                                 self->largest_unanswered, S_SERVER_DEFAULT_MAX_MESSAGE);
         if (left_ns <= 0)
             return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms waiting for a reply from %s%s",
-                                self->timeout_ms, name,
+                                self->timeout_ms, s_name (self, name),
                                 self->curve ? " (CURVE: a server that does not allow this client's key, or whose "
                                               "key is not the one given, never answers)" : "");
         /* A long wait still resolves dns:// names on time: poll up to when they are due. */
@@ -393,19 +402,21 @@ static int s_recv_on (sigclient_t *self, void *socket, const char *name, int64_t
         if (wait_ns < 0) wait_ns = 0;
         zmq_pollitem_t item = { .socket = socket, .events = ZMQ_POLLIN };
         if (zmq_poll (&item, 1, (long) ((wait_ns + 999999) / 1000000)) < 0 && errno != EINTR)
-            return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot poll %s: %s", name, zmq_strerror (errno));
+            return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot poll %s: %s", s_name (self, name),
+                                zmq_strerror (errno));
     }
 }
 
 static int s_recv_frame (sigclient_t *self, int64_t deadline_ns)
 {
-    return s_recv_on (self, self->socket, self->endpoints, deadline_ns, true);
+    return s_recv_on (self, self->socket, NULL, deadline_ns, true);
 }
 
 int client_recv_reply_on (sigclient_t *self, void *socket, const char *name, int64_t deadline_ns, bool resolve,
                           reply_t **reply_p)
 {
     if (s_recv_on (self, socket, name, deadline_ns, resolve) != 0) return -1;
+    if (!name) name = self->endpoints;      /* no resolution from here on */
     size_t size = zmq_msg_size (&self->frame);
     reply_t *reply = sigserve__v1__reply__unpack (NULL, size, zmq_msg_data (&self->frame));
     if (!reply)
@@ -421,7 +432,7 @@ int client_recv_reply_on (sigclient_t *self, void *socket, const char *name, int
 /* Receives and decodes one Reply from the round-robin socket; the caller frees *REPLY_P. */
 static int s_recv_reply (sigclient_t *self, int64_t deadline_ns, reply_t **reply_p)
 {
-    return client_recv_reply_on (self, self->socket, self->endpoints, deadline_ns, true, reply_p);
+    return client_recv_reply_on (self, self->socket, NULL, deadline_ns, true, reply_p);
 }
 
 int64_t client_deadline (const sigclient_t *self)

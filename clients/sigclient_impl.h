@@ -79,7 +79,8 @@ void *client_socket_new (sigclient_t *self);
 int client_send_infer_on (sigclient_t *self, void *socket, const char *name, const client_infer_args_t *args,
                           uint64_t *request_id);
 /* Receives and decodes one Reply from SOCKET by DEADLINE_NS; the caller frees *REPLY_P. RESOLVE:
- * whether dns:// names may be resolved while waiting (never while a stream socket is in use). */
+ * whether dns:// names may be resolved while waiting (never while a stream socket is in use). NAME
+ * NULL: self->endpoints, which a resolution rewrites (so it is read afresh, never kept). */
 int client_recv_reply_on (sigclient_t *self, void *socket, const char *name, int64_t deadline_ns, bool resolve,
                           reply_t **reply_p);
 int64_t client_deadline (const sigclient_t *self);

@@ -573,8 +573,10 @@ int main (int argc, char **argv)
 {
     options_t opt;
     int rc = options_parse (argc, argv, &opt);
-    if (rc != 0)
+    if (rc != 0) {
+        free (opt.schedule_ns);     /* help, a dry run, or a usage error after --schedule was read */
         return rc < 0 ? EXIT_OK : rc;
+    }
     if (opt.n_serve_echo > 0)
         return echo_serve (&opt);
 
