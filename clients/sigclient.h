@@ -101,7 +101,10 @@ typedef enum {
 #define SIGCLIENT_ADDRESS_MAX 46            /* bytes of a numeric IPv6 address and its NUL */
 #define SIGCLIENT_KEY_TEXT 41               /* bytes of a CURVE key in Z85 text and its NUL */
 
-/* What one InferReply said. Strings are copied and NUL-terminated (truncated if longer). */
+/* The structs below may gain fields at their end while the version is 0.x (sigclient_model_info_t
+ * did with LSTM models): a program is built against the header of the library it links.
+ *
+ * What one InferReply said. Strings are copied and NUL-terminated (truncated if longer). */
 typedef struct {
     uint64_t request_id;        /* echoed by the server; 0 when it could not decode the request */
     int status;                 /* sigserve.v1.Status value (SIGCLIENT_OK ... SIGCLIENT_INTERNAL) */
