@@ -53,7 +53,8 @@ else
   CORE_SRC := $(filter-out service/backends/cuda/%.c,$(CORE_SRC))
 endif
 CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ)
-CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/clients/sigclient_cert.o $(PROTO_OBJ)
+CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/clients/sigclient_cert.o \
+              $(BUILD)/obj/clients/sigclient_dns.o $(BUILD)/obj/clients/sigclient_stream.o $(PROTO_OBJ)
 HISTOGRAM_OBJ := $(BUILD)/obj/clients/histogram.o
 SIGLOAD_OBJ := $(call obj,$(or $(wildcard clients/sigload/*.c),$(wildcard clients/sigload.c))) $(HISTOGRAM_OBJ)
 CLIENT_LIBS := $(shell pkg-config --libs libzmq libprotobuf-c 2>/dev/null) -lpthread -lm

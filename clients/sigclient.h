@@ -36,6 +36,29 @@
  * peer, usually another server. Each attempt is a new request with a new request id; the call
  * takes the first answer to any of its attempts (a slow first server may still win) and waits at
  * most the timeout for each attempt, so a call lasts at most (retries + 1) x the timeout.
+ *
+ * LSTM streams (sigclient_infer_stream, sigclient_stream_t). A stream is a model's series of
+ * steps under one stream_id: the server that holds it keeps its window and answers each step with
+ * the output for the window ending there (README, "LSTM models"). So every step of a stream must
+ * reach the same server, and in order. Round-robin cannot promise that, so streams do not use the
+ * round-robin socket: the client keeps one more DEALER per address (opened at the first stream
+ * routed there), and routes a stream the first time it sees its id: to address
+ * mix64 (stream_id) mod N of the N addresses it sends to then, in the order of
+ * sigclient_endpoints (the static endpoints as given, then each dns:// name's addresses, sorted;
+ * mix64 is splitmix64's finalizer; the Python client routes the same way, so both reach the same
+ * server from the same endpoint list). The route is kept until sigclient_forget_stream: a later
+ * change of the addresses (a dns:// name gaining or losing pods) never moves a stream. When its
+ * address vanishes from its dns:// name, the stream's next call fails with SIGCLIENT_ERR_STREAM_GONE
+ * naming the address (its state went with that server): forget the stream and start it again (from
+ * step 1) on a current address.
+ *
+ * Steps are numbered (InferRequest.step, counted from 1) so that the server can refuse a duplicate
+ * or out-of-order step (STATUS_BAD_REQUEST naming the expected number) instead of applying it. A
+ * step answered with any status but OK was not applied: send it again with the same number.
+ * Stream calls are NEVER retried automatically, whatever sigclient_set_retry says: an attempt that
+ * timed out may have been applied, and a copy that reached another server would start the stream
+ * there. After a timeout the caller decides (sending the same step again is safe against a server
+ * that checks step numbers: a duplicate is refused, not applied).
  */
 #ifndef SIGCLIENT_H
 #define SIGCLIENT_H
@@ -68,6 +91,7 @@ typedef enum {
     SIGCLIENT_ERR_ARGUMENT = -5,        /* a bad argument from the caller */
     SIGCLIENT_ERR_NOMEM = -6,
     SIGCLIENT_ERR_CAPACITY = -7,        /* the reply does not fit the caller's buffer */
+    SIGCLIENT_ERR_STREAM_GONE = -8,     /* a stream's server is no longer listed (see LSTM streams) */
 } sigclient_status_t;
 
 #define SIGCLIENT_DEFAULT_TIMEOUT_MS 5000
@@ -77,7 +101,10 @@ typedef enum {
 #define SIGCLIENT_ADDRESS_MAX 46            /* bytes of a numeric IPv6 address and its NUL */
 #define SIGCLIENT_KEY_TEXT 41               /* bytes of a CURVE key in Z85 text and its NUL */
 
-/* What one InferReply said. Strings are copied and NUL-terminated (truncated if longer). */
+/* The structs below may gain fields at their end while the version is 0.x (sigclient_model_info_t
+ * did with LSTM models): a program is built against the header of the library it links.
+ *
+ * What one InferReply said. Strings are copied and NUL-terminated (truncated if longer). */
 typedef struct {
     uint64_t request_id;        /* echoed by the server; 0 when it could not decode the request */
     int status;                 /* sigserve.v1.Status value (SIGCLIENT_OK ... SIGCLIENT_INTERNAL) */
@@ -105,6 +132,9 @@ typedef struct {
     uint32_t output_size;       /* outputs per row */
     uint32_t max_rows;
     bool available;
+    char type[8];               /* "mlp" or "lstm" ("" from a server that predates LSTM models) */
+    uint32_t window;            /* lstm: time steps of a window (input_size = window x step_size) */
+    uint32_t step_size;         /* lstm: features of one step, what a stream step carries */
 } sigclient_model_info_t;
 
 /* Connects one DEALER socket to COUNT endpoints ("tcp://host:port", "ipc://path",
@@ -149,8 +179,9 @@ void sigclient_set_deadline_us (sigclient_t *self, uint32_t deadline_us);
 
 /* Retries (0, the default, to SIGCLIENT_MAX_RETRY) of sigclient_infer, sigclient_health and
  * sigclient_list_models: an attempt answered STATUS_UNAVAILABLE (infer) or not answered within the
- * timeout (all three) is sent again, at most RETRIES times (see above). The pipelined calls never
- * retry: match their replies by id and send again yourself. -1 (ERR_ARGUMENT) out of range. */
+ * timeout (all three) is sent again, at most RETRIES times (see above). The pipelined calls and
+ * the stream calls never retry: match pipelined replies by id and send again yourself; a stream
+ * step sent twice could be applied twice (see LSTM streams above). -1 (ERR_ARGUMENT) out of range. */
 int sigclient_set_retry (sigclient_t *self, int retries);
 /* How often dns:// endpoints are resolved again, in ms; 0 never (only at sigclient_new);
  * < 0 means SIGCLIENT_DEFAULT_RESOLVE_MS. */
@@ -209,6 +240,44 @@ int sigclient_send_infer (sigclient_t *self, const char *model, const float *fea
                           uint32_t rows, uint32_t deadline_us, uint64_t *request_id);
 int sigclient_recv_infer (sigclient_t *self, float *outputs, size_t out_capacity, size_t *n_outputs,
                           sigclient_result_t *result);
+
+/* ---- LSTM streams (see the top of this file) ---- */
+
+/* Runs one step of stream STREAM_ID (not 0) of MODEL and waits for its reply: FEATURES holds the
+ * model's step_size floats, STEP is the step's number in the stream (from 1; 0 sends it unnumbered,
+ * which the server never checks). Outputs, RESULT and the return value as sigclient_infer. Sent
+ * once, on the stream's own socket, never retried (see above); the deadline of
+ * sigclient_set_deadline_us goes with it. -1 with SIGCLIENT_ERR_STREAM_GONE when the stream's
+ * address has vanished, SIGCLIENT_ERR_TRANSPORT when the client has no address at all to route a
+ * new stream to, SIGCLIENT_ERR_ARGUMENT for stream_id 0. */
+int sigclient_infer_stream (sigclient_t *self, const char *model, uint64_t stream_id, uint64_t step,
+                            const float *features, size_t n_features, float *outputs, size_t out_capacity,
+                            size_t *n_outputs, sigclient_result_t *result);
+/* Where STREAM_ID's steps go ("tcp://10.0.0.7:5555"), routing it now if it is new; NULL when there
+ * is no address (sigclient_error says why). Borrowed: valid until the client is destroyed. */
+const char *sigclient_stream_endpoint (sigclient_t *self, uint64_t stream_id);
+/* Drops STREAM_ID's route: its next step is routed afresh over the current addresses. The server
+ * keeps the stream's state until it has been idle for the model's stream_idle_s; a stream forgotten
+ * after SIGCLIENT_ERR_STREAM_GONE starts again from step 1. */
+void sigclient_forget_stream (sigclient_t *self, uint64_t stream_id);
+
+/* A stream that numbers its steps: step 1, 2, 3... on its client (borrowed: it must outlive the
+ * stream). The number goes up after every step that was applied (the server answered OK, also when
+ * the outputs did not fit: SIGCLIENT_ERR_CAPACITY) and stays after any other outcome, so the next
+ * call sends the same step again (a server error status: not applied; a timeout or transport
+ * error: unknown, see above). NULL with errno EINVAL (no client or model, stream_id 0) or ENOMEM. */
+typedef struct _sigclient_stream_t sigclient_stream_t;
+sigclient_stream_t *sigclient_stream_new (sigclient_t *client, const char *model, uint64_t stream_id);
+/* Frees the helper; the client keeps the stream's route (sigclient_forget_stream drops it). */
+void sigclient_stream_destroy (sigclient_stream_t **self_p);
+/* sigclient_infer_stream with the stream's model, id and next step number. */
+int sigclient_stream_step (sigclient_stream_t *self, const float *features, size_t n_features, float *outputs,
+                           size_t out_capacity, size_t *n_outputs, sigclient_result_t *result);
+/* The number the next step will carry (1 for a new stream). */
+uint64_t sigclient_stream_next_step (const sigclient_stream_t *self);
+/* Sets it: to continue a stream another process started, or to move past a step the server
+ * reported applied (a duplicate refused after a timeout). */
+void sigclient_stream_set_next_step (sigclient_stream_t *self, uint64_t step);
 
 /* Asks whether the server is live and ready. 0 when it replied (OUT tells how it is). */
 int sigclient_health (sigclient_t *self, sigclient_health_t *out);

@@ -27,6 +27,8 @@ enum { EXIT_OK = 0, EXIT_STATUS = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3 };
     "                 [--curve-server FILE --curve-client FILE_secret] COMMAND\n" \
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n" \
     "        [--repeat K [--warmup W]] [--deadline-us D]\n" \
+    "  infer --model M --stream ID [--step N]\n" \
+    "        (--file F | --stdin | --random N [--repeat K [--warmup W]]) [--deadline-us D]\n" \
     "  health\n" \
     "  models\n" \
     "       sigclient --help | --version\n"
@@ -56,10 +58,19 @@ static const char *s_usage =
     "                   p50 p90 p99 p99.9 min max mean sd (us) on stderr\n"
     "  --warmup W       with --repeat: send W more requests first and leave them out (default 0)\n"
     "  --deadline-us D  the server drops the request if still queued after D us (default: none)\n"
+    "  --stream ID      LSTM models: send the features as steps of stream ID (1 or more), in\n"
+    "                   order, one request a step, each step the model's step_size values (from\n"
+    "                   the server's model list): --file/--stdin hold the steps one after another\n"
+    "                   (one a line, by habit), --random N --repeat K sends K random steps of N.\n"
+    "                   Prints one line of outputs per step. Every step of a stream goes to the\n"
+    "                   same server, and none is sent twice (--retry does not apply to them)\n"
+    "  --step N         with --stream: the first step's number (default 1: a new stream; the\n"
+    "                   server refuses a step that is not the one it expects, naming it); the\n"
+    "                   steps after it count up from there. 0 sends the steps unnumbered\n"
     "  --help           this text\n"
     "  --version        print sigclient's version and libzmq's, then exit\n"
     "\n"
-    "infer prints the outputs on stdout, one row per line, and the timings on stderr\n"
+    "infer prints the outputs on stdout, one row (or stream step) per line, and the timings on stderr\n"
     "(round trips and server times in microseconds, the server's stages in nanoseconds).\n"
     "exit codes: 0 ok, 1 the server replied with an error status (or is not ready), 2 usage or input error,\n"
     "3 timeout or transport error.\n";
@@ -80,6 +91,9 @@ typedef struct {
     uint64_t repeat;
     uint64_t warmup;
     uint64_t deadline_us;
+    uint64_t stream_id;         /* 0: not a stream */
+    uint64_t step;              /* the first step's number (--step; default 1) */
+    bool rows_given, step_given, repeat_given, warmup_given;
     int infer_options;          /* how many infer-only options were given */
 } options_t;
 
@@ -107,7 +121,8 @@ static int s_parse_u64 (const char *text, uint64_t min, uint64_t max, uint64_t *
 static int s_parse_options (int argc, char **argv, options_t *opts)
 {
     enum { O_ENDPOINT = 256, O_TIMEOUT, O_MODEL, O_FILE, O_STDIN, O_RANDOM, O_ROWS, O_SEED,
-           O_REPEAT, O_WARMUP, O_DEADLINE, O_HELP, O_VERSION, O_RETRY, O_CURVE_SERVER, O_CURVE_CLIENT };
+           O_REPEAT, O_WARMUP, O_DEADLINE, O_HELP, O_VERSION, O_RETRY, O_CURVE_SERVER, O_CURVE_CLIENT,
+           O_STREAM, O_STEP };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "timeout", required_argument, NULL, O_TIMEOUT },
@@ -123,11 +138,13 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
         { "retry", required_argument, NULL, O_RETRY },
         { "curve-server", required_argument, NULL, O_CURVE_SERVER },
         { "curve-client", required_argument, NULL, O_CURVE_CLIENT },
+        { "stream", required_argument, NULL, O_STREAM },
+        { "step", required_argument, NULL, O_STEP },
         { "help", no_argument, NULL, O_HELP },
         { "version", no_argument, NULL, O_VERSION },
         { NULL, 0, NULL, 0 },
     };
-    *opts = (options_t) { .timeout_ms = SIGCLIENT_DEFAULT_TIMEOUT_MS, .rows = 1, .seed = 1, .repeat = 1 };
+    *opts = (options_t) { .timeout_ms = SIGCLIENT_DEFAULT_TIMEOUT_MS, .rows = 1, .seed = 1, .repeat = 1, .step = 1 };
     opts->endpoints = calloc ((size_t) argc + 1, sizeof *opts->endpoints);
     if (!opts->endpoints) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
     int sources = 0, c;
@@ -159,6 +176,7 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
             case O_ROWS:
                 if (s_parse_u64 (optarg, 1, UINT32_MAX, &opts->rows))
                     return s_usage_error ("bad --rows '%s'", optarg);
+                opts->rows_given = true;
                 opts->infer_options++;
                 break;
             case O_SEED:
@@ -169,16 +187,29 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
             case O_REPEAT:
                 if (s_parse_u64 (optarg, 1, MAX_REPEAT, &opts->repeat))
                     return s_usage_error ("bad --repeat '%s'", optarg);
+                opts->repeat_given = true;
                 opts->infer_options++;
                 break;
             case O_WARMUP:
                 if (s_parse_u64 (optarg, 0, MAX_REPEAT, &opts->warmup))
                     return s_usage_error ("bad --warmup '%s'", optarg);
+                opts->warmup_given = true;
                 opts->infer_options++;
                 break;
             case O_DEADLINE:
                 if (s_parse_u64 (optarg, 0, UINT32_MAX, &opts->deadline_us))
                     return s_usage_error ("bad --deadline-us '%s'", optarg);
+                opts->infer_options++;
+                break;
+            case O_STREAM:
+                if (s_parse_u64 (optarg, 1, UINT64_MAX, &opts->stream_id))
+                    return s_usage_error ("bad --stream '%s' (a stream id from 1 to 18446744073709551615)", optarg);
+                opts->infer_options++;
+                break;
+            case O_STEP:
+                if (s_parse_u64 (optarg, 0, UINT64_MAX, &opts->step))
+                    return s_usage_error ("bad --step '%s'", optarg);
+                opts->step_given = true;
                 opts->infer_options++;
                 break;
             case 'h': case O_HELP: fputs (s_usage, stdout); return EXIT_OK;
@@ -202,6 +233,12 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
         if (!opts->model) return s_usage_error ("%s", "infer needs --model");
         if (sources != 1) return s_usage_error ("%s", "infer needs one of --file, --stdin, --random");
         if (opts->seed != 1 && !opts->random_n) return s_usage_error ("%s", "--seed is only for --random");
+        if (opts->step_given && !opts->stream_id) return s_usage_error ("%s", "--step is only for --stream");
+        if (opts->stream_id && opts->rows_given)
+            return s_usage_error ("%s", "--rows: a stream step is one row; --stream takes no --rows");
+        if (opts->stream_id && !opts->random_n && (opts->repeat_given || opts->warmup_given))
+            return s_usage_error ("%s", "--repeat and --warmup with --stream are for --random: the steps of "
+                                        "--file or --stdin are the file's");
     }
     else if (strcmp (opts->command, "health") == 0 || strcmp (opts->command, "models") == 0) {
         if (opts->infer_options) return s_usage_error ("options of infer given to '%s'", opts->command);
@@ -242,19 +279,84 @@ static int s_load_features (const options_t *opts, float **out, size_t *count)
 
 /* ---- commands ---- */
 
-/* Reports the client's last failure; returns the exit code it maps to. */
-static int s_client_failure (const sigclient_t *client)
+/* Reports the client's last failure (after CONTEXT, "" or "stream 7 step 3: "); returns the exit
+ * code it maps to. */
+static int s_client_failure_in (const sigclient_t *client, const char *context)
 {
     int status = sigclient_last_status (client);
     if (status > 0) {
         /* sigclient_error reads "server replied STATUS_X: text"; the CLI's form is shorter. */
         const char *text = sigclient_error (client);
         const char *colon = strstr (text, ": ");
-        fprintf (stderr, "sigclient: %s: %s\n", sigclient_status_name (status), colon ? colon + 2 : text);
+        fprintf (stderr, "sigclient: %s%s: %s\n", context, sigclient_status_name (status), colon ? colon + 2 : text);
         return EXIT_STATUS;
     }
-    fprintf (stderr, "sigclient: %s\n", sigclient_error (client));
+    fprintf (stderr, "sigclient: %s%s\n", context, sigclient_error (client));
     return status == SIGCLIENT_ERR_ARGUMENT ? EXIT_USAGE : EXIT_TRANSPORT;
+}
+
+static int s_client_failure (const sigclient_t *client)
+{
+    return s_client_failure_in (client, "");
+}
+
+/* The server's model list (grown to fit); 0, or -1 with the client's failure to report. */
+static int s_list (sigclient_t *client, sigclient_model_info_t **models, size_t *count)
+{
+    size_t cap = 64;
+    *models = malloc (cap * sizeof **models);
+    if (!*models) return -1;
+    int r = sigclient_list_models (client, *models, cap, count);
+    if (r != 0 && sigclient_last_status (client) == SIGCLIENT_ERR_CAPACITY) {
+        sigclient_model_info_t *grown = realloc (*models, *count * sizeof **models);
+        if (grown) {
+            *models = grown;
+            r = sigclient_list_models (client, *models, *count, count);
+        }
+    }
+    if (r != 0) {
+        free (*models);
+        *models = NULL;
+    }
+    return r;
+}
+
+/* MODEL's entry in the server's list: 0 when listed, 1 when not, -1 when there is no list. */
+static int s_find_model (sigclient_t *client, const char *model, sigclient_model_info_t *out)
+{
+    sigclient_model_info_t *models;
+    size_t count = 0;
+    if (s_list (client, &models, &count) != 0) return -1;
+    int rc = 1;
+    for (size_t i = 0; i < count && rc; i++)
+        if (strcmp (models[i].name, model) == 0) {
+            *out = models[i];
+            rc = 0;
+        }
+    free (models);
+    return rc;
+}
+
+/* After STATUS_BAD_SHAPE for N values: what the user probably meant, from the model's sizes (the
+ * server's text stays as it is; this line comes after it). Nothing when the sizes say nothing. */
+static void s_shape_hint (sigclient_t *client, const options_t *opts, size_t n)
+{
+    sigclient_model_info_t m;
+    if (s_find_model (client, opts->model, &m) != 0 || m.input_size == 0) return;
+    bool lstm = strcmp (m.type, "lstm") == 0;
+    if (!opts->rows_given && n % m.input_size == 0 && n / m.input_size > 1) {
+        size_t rows = n / m.input_size;
+        if (opts->random_n)
+            fprintf (stderr, "sigclient: hint: --random gives N features per row, and model \"%s\" takes %u: "
+                             "--random %u --rows %zu\n", opts->model, m.input_size, m.input_size, rows);
+        else
+            fprintf (stderr, "sigclient: hint: %zu values are %zu rows of model \"%s\"'s %u inputs: add --rows %zu%s\n",
+                     n, rows, opts->model, m.input_size, rows, m.max_rows && rows > m.max_rows
+                     ? " (more than its max_rows: split them over several requests)" : "");
+    }
+    else if (lstm && m.step_size && n == (size_t) opts->rows * m.step_size)
+        fprintf (stderr, "sigclient: hint: %zu values are one step of LSTM model \"%s\" (window %u x step_size %u): "
+                         "add --stream ID to send them as a step of stream ID\n", n, opts->model, m.window, m.step_size);
 }
 
 static void s_print_outputs (const float *outputs, size_t n, uint32_t rows)
@@ -262,6 +364,108 @@ static void s_print_outputs (const float *outputs, size_t n, uint32_t rows)
     size_t per_row = rows && n % rows == 0 ? n / rows : n;
     for (size_t i = 0; i < n; i++)
         printf ("%.9g%s", (double) outputs[i], (i + 1) % per_row == 0 || i + 1 == n ? "\n" : " ");
+}
+
+/* With K > 1 samples: the round-trip and server-time percentiles on stderr. */
+static void s_print_summary (double *round_trips, double *server_times, uint64_t k, uint64_t warmup)
+{
+    if (k <= 1) return;
+    latency_summary_t rt, srv;
+    latency_summarize (round_trips, k, &rt);
+    latency_summarize (server_times, k, &srv);
+    const struct { const char *what; const latency_summary_t *s; } lines[] = { { "round_trip_us", &rt }, { "server_us", &srv } };
+    for (int l = 0; l < 2; l++)
+        fprintf (stderr, "repeat=%llu warmup=%llu %s p50=%.1f p90=%.1f p99=%.1f p99.9=%.1f min=%.1f max=%.1f "
+                 "mean=%.1f sd=%.1f\n", (unsigned long long) k, (unsigned long long) warmup,
+                 lines[l].what, lines[l].s->p50, lines[l].s->p90, lines[l].s->p99, lines[l].s->p999,
+                 lines[l].s->min, lines[l].s->max, lines[l].s->mean, lines[l].s->sd);
+}
+
+static void s_print_timing (const sigclient_result_t *result, double round_trip_us)
+{
+    fprintf (stderr, "request_id=%llu status=%s rows=%u queue_ns=%llu compute_ns=%llu server_ns=%llu "
+             "round_trip_us=%.1f model_version=%s",
+             (unsigned long long) result->request_id, sigclient_status_name (result->status), result->rows,
+             (unsigned long long) result->queue_ns, (unsigned long long) result->compute_ns,
+             (unsigned long long) result->server_ns, round_trip_us, result->model_version);
+}
+
+/* --stream: the features as steps of one stream, in order, one output line per step. The step
+ * size comes from the server's model list (unknown for a model it does not list as an LSTM: then
+ * the whole input is one step, and the server's answer says what is wrong). */
+static int s_infer_stream (sigclient_t *client, const options_t *opts)
+{
+    sigclient_model_info_t m;
+    int found = s_find_model (client, opts->model, &m);
+    if (found < 0) return s_client_failure (client);
+    size_t step_size = found == 0 && strcmp (m.type, "lstm") == 0 ? m.step_size : 0;
+    float *features = NULL;
+    size_t n_features = 0, n_steps;
+    uint64_t warmup = 0;
+    if (opts->random_n) {
+        step_size = (size_t) opts->random_n;
+        n_steps = (size_t) (opts->warmup + opts->repeat);
+        warmup = opts->warmup;
+        if (!(features = malloc (step_size * sizeof *features))) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
+    } else {
+        int rc = s_load_features (opts, &features, &n_features);
+        if (rc != EXIT_OK) return rc;
+        if (step_size == 0) step_size = n_features;
+        if (n_features % step_size != 0) {
+            fprintf (stderr, "sigclient: %s: %zu values are not a whole number of steps of model \"%s\" (step_size %zu): "
+                             "%zu steps and %zu values over\n", strcmp (opts->file, "-") == 0 ? "stdin" : opts->file,
+                     n_features, opts->model, step_size, n_features / step_size, n_features % step_size);
+            free (features);
+            return EXIT_USAGE;
+        }
+        n_steps = n_features / step_size;
+    }
+    sigclient_set_deadline_us (client, (uint32_t) opts->deadline_us);
+    size_t cap = found == 0 && m.output_size > 1024 ? m.output_size : 1024, n_outputs = 0;
+    float *outputs = malloc (cap * sizeof *outputs);
+    double *round_trips = malloc (n_steps * sizeof *round_trips);
+    double *server_times = malloc (n_steps * sizeof *server_times);
+    sigclient_stream_t *stream = sigclient_stream_new (client, opts->model, opts->stream_id);
+    sigclient_result_t result = { 0 };
+    double round_trip = 0;
+    int rc = EXIT_OK;
+    if (!outputs || !round_trips || !server_times || !stream) { fprintf (stderr, "sigclient: out of memory\n"); rc = EXIT_TRANSPORT; goto done; }
+    sigclient_stream_set_next_step (stream, opts->step);
+    uint64_t state = opts->seed, measured = 0;
+    for (size_t k = 0; k < n_steps; k++) {
+        const float *f = features + (opts->random_n ? 0 : k * step_size);
+        if (opts->random_n)
+            for (size_t i = 0; i < step_size; i++) features[i] = rng_uniform (&state, -1.0f, 1.0f);
+        uint64_t number = sigclient_stream_next_step (stream);
+        double start = clock_now_us ();
+        int r = sigclient_stream_step (stream, f, step_size, outputs, cap, &n_outputs, &result);
+        round_trip = clock_now_us () - start;
+        if (r != 0) {
+            char context[96];
+            snprintf (context, sizeof context, "stream %llu step %llu: ", (unsigned long long) opts->stream_id,
+                      (unsigned long long) number);
+            fflush (stdout);
+            rc = s_client_failure_in (client, context);
+            goto done;
+        }
+        s_print_outputs (outputs, n_outputs, 1);
+        if (k >= warmup) {
+            round_trips[measured] = round_trip;
+            server_times[measured++] = (double) result.server_ns / 1e3;
+        }
+    }
+    fflush (stdout);
+    s_print_timing (&result, round_trip);
+    fprintf (stderr, " stream_id=%llu step=%llu\n", (unsigned long long) opts->stream_id,
+             (unsigned long long) (sigclient_stream_next_step (stream) ? sigclient_stream_next_step (stream) - 1 : 0));
+    s_print_summary (round_trips, server_times, measured, warmup);
+done:
+    sigclient_stream_destroy (&stream);
+    free (server_times);
+    free (round_trips);
+    free (outputs);
+    free (features);
+    return rc;
 }
 
 static int s_infer (sigclient_t *client, const options_t *opts)
@@ -295,26 +499,17 @@ static int s_infer (sigclient_t *client, const options_t *opts)
         }
         round_trips[i] = clock_now_us () - start;
         server_times[i] = (double) result.server_ns / 1e3;
-        if (r != 0) { rc = s_client_failure (client); goto done; }
+        if (r != 0) {
+            rc = s_client_failure (client);
+            if (sigclient_last_status (client) == SIGCLIENT_BAD_SHAPE) s_shape_hint (client, opts, n_features);
+            goto done;
+        }
     }
     s_print_outputs (outputs, n_outputs, result.rows ? result.rows : (uint32_t) opts->rows);
     fflush (stdout);
-    fprintf (stderr, "request_id=%llu status=%s rows=%u queue_ns=%llu compute_ns=%llu server_ns=%llu "
-             "round_trip_us=%.1f model_version=%s\n",
-             (unsigned long long) result.request_id, sigclient_status_name (result.status), result.rows,
-             (unsigned long long) result.queue_ns, (unsigned long long) result.compute_ns,
-             (unsigned long long) result.server_ns, round_trips[opts->repeat - 1], result.model_version);
-    if (opts->repeat > 1) {
-        latency_summary_t rt, srv;
-        latency_summarize (round_trips, opts->repeat, &rt);
-        latency_summarize (server_times, opts->repeat, &srv);
-        const struct { const char *what; const latency_summary_t *s; } lines[] = { { "round_trip_us", &rt }, { "server_us", &srv } };
-        for (int l = 0; l < 2; l++)
-            fprintf (stderr, "repeat=%llu warmup=%llu %s p50=%.1f p90=%.1f p99=%.1f p99.9=%.1f min=%.1f max=%.1f "
-                     "mean=%.1f sd=%.1f\n", (unsigned long long) opts->repeat, (unsigned long long) opts->warmup,
-                     lines[l].what, lines[l].s->p50, lines[l].s->p90, lines[l].s->p99, lines[l].s->p999,
-                     lines[l].s->min, lines[l].s->max, lines[l].s->mean, lines[l].s->sd);
-    }
+    s_print_timing (&result, round_trips[opts->repeat - 1]);
+    fprintf (stderr, "\n");
+    s_print_summary (round_trips, server_times, opts->repeat, opts->warmup);
 done:
     free (server_times);
     free (round_trips);
@@ -340,18 +535,12 @@ static int s_width (size_t current, const char *text)
 
 static int s_models (sigclient_t *client)
 {
-    size_t cap = 64, count = 0;
-    sigclient_model_info_t *models = malloc (cap * sizeof *models);
-    if (!models) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
-    int r = sigclient_list_models (client, models, cap, &count);
-    if (r != 0 && sigclient_last_status (client) == SIGCLIENT_ERR_CAPACITY) {
-        sigclient_model_info_t *grown = realloc (models, count * sizeof *models);
-        if (!grown) { free (models); fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
-        models = grown;
-        cap = count;
-        r = sigclient_list_models (client, models, cap, &count);
+    sigclient_model_info_t *models;
+    size_t count = 0;
+    if (s_list (client, &models, &count) != 0) {
+        if (sigclient_last_status (client) == SIGCLIENT_OK) { fprintf (stderr, "sigclient: out of memory\n"); return EXIT_TRANSPORT; }
+        return s_client_failure (client);
     }
-    if (r != 0) { free (models); return s_client_failure (client); }
     int wn = 4, wv = 7, wb = 7, wk = 6;
     for (size_t i = 0; i < count; i++) {
         wn = s_width ((size_t) wn, models[i].name);
@@ -359,12 +548,16 @@ static int s_models (sigclient_t *client)
         wb = s_width ((size_t) wb, models[i].backend);
         wk = s_width ((size_t) wk, models[i].kernel);
     }
-    printf ("%-*s  %-*s  %-*s  %-*s  %6s  %6s  %8s  %s\n", wn, "name", wv, "version", wb, "backend",
-            wk, "kernel", "input", "output", "max_rows", "available");
+    printf ("%-*s  %-*s  %-*s  %-*s  %6s  %6s  %8s  %-9s  %-4s  %6s  %9s\n", wn, "name", wv, "version", wb, "backend",
+            wk, "kernel", "input", "output", "max_rows", "available", "type", "window", "step_size");
     for (size_t i = 0; i < count; i++) {
         const sigclient_model_info_t *m = &models[i];
-        printf ("%-*s  %-*s  %-*s  %-*s  %6u  %6u  %8u  %s\n", wn, m->name, wv, m->version, wb, m->backend,
-                wk, m->kernel, m->input_size, m->output_size, m->max_rows, m->available ? "yes" : "no");
+        char window[16] = "-", step[16] = "-";
+        if (m->window) snprintf (window, sizeof window, "%u", m->window);
+        if (m->step_size) snprintf (step, sizeof step, "%u", m->step_size);
+        printf ("%-*s  %-*s  %-*s  %-*s  %6u  %6u  %8u  %-9s  %-4s  %6s  %9s\n", wn, m->name, wv, m->version, wb,
+                m->backend, wk, m->kernel, m->input_size, m->output_size, m->max_rows, m->available ? "yes" : "no",
+                m->type[0] ? m->type : "-", window, step);
     }
     free (models);
     return EXIT_OK;
@@ -400,7 +593,7 @@ int main (int argc, char **argv)
             rc = err == EINVAL || err == EPROTONOSUPPORT ? EXIT_USAGE : EXIT_TRANSPORT;
         }
         else {
-            if (strcmp (opts.command, "infer") == 0) rc = s_infer (client, &opts);
+            if (strcmp (opts.command, "infer") == 0) rc = opts.stream_id ? s_infer_stream (client, &opts) : s_infer (client, &opts);
             else if (strcmp (opts.command, "health") == 0) rc = s_health (client);
             else rc = s_models (client);
             sigclient_destroy (&client);

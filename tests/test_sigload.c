@@ -1,13 +1,15 @@
 /* sigload, run as a subprocess the way a user runs it, against (a) the real sigserve started by
- * the fixture (CPU backend, the demo model) and (b) test servers written here: a ROUTER thread in
- * the test process that answers with status OK but stalls once, or answers with error statuses,
- * or with a wrong request_id.
+ * the fixture (CPU backend, the demo model and an LSTM model "seq") and (b) test servers written
+ * here: a ROUTER thread in the test process that answers with status OK but stalls once, or
+ * answers with error statuses, or with a wrong request_id, and records what it received (stream
+ * ids and step numbers, the connection, the arrival time) for the --streams and --schedule tests.
  *
  * What is asserted is what a user reads: the summary CSV (one row per step), the .hgrm files,
  * the markdown table, plots.gp, the progress line, the settings --dry-run prints, and the exit
  * code. Timing assertions are limited to what a loaded 2-core machine holds: pacing at 2000
  * requests/s, and a 200 ms stall that is 100x the normal latency. */
 #define _GNU_SOURCE
+#include "lstm_reference.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
 
@@ -45,6 +47,11 @@ static void s_setup (void)
     ck_assert_int_gt (port, 0);
     snprintf (s_endpoint, sizeof s_endpoint, "tcp://127.0.0.1:%d", port);
     const char *build = tu_build_dir ();
+    /* an LSTM beside the demo model, for --streams: 2 layers, window 8, steps of 8, 16 units */
+    char lstm_path[4200], err[512];
+    snprintf (lstm_path, sizeof lstm_path, "%s/seq.safetensors", s_dir);
+    const lstm_shape_t shape = { .layers = 2, .step_size = 8, .hidden = 16, .out = 1, .window = 8 };
+    ck_assert_msg (lstm_random_file (lstm_path, &shape, 5, err, sizeof err) == 0, "%s", err);
     char json[4096];
     snprintf (json, sizeof json,
               "{ \"server\": { \"endpoints\": [\"%s\"], \"max_message_bytes\": 65536, \"log_level\": \"warn\" },\n"
@@ -53,7 +60,10 @@ static void s_setup (void)
               "     \"weights\": \"%s%s%s/models/tick_mlp.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
               "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"
-              "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] } ] }\n",
+              "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] },\n"
+              "   { \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"weights\": \"seq.safetensors\",\n"
+              "     \"lstm\": \"lstm.\", \"window\": 8, \"head\": { \"weight\": \"head.weight\", \"bias\": \"head.bias\" },\n"
+              "     \"instances\": 2, \"max_streams\": 64 } ] }\n",
               s_endpoint, build[0] == '/' ? "" : (getenv ("PWD") ? getenv ("PWD") : "."), build[0] == '/' ? "" : "/",
               build);
     char *path = tu_write_file (s_dir, "server.json", json, -1);
@@ -323,6 +333,16 @@ static long long s_hgrm_check (const run_t *run, const char *name, double *max_u
 
 /* ---- test servers ---- */
 
+#define LOG_MAX 8192
+
+/* One inference as a test server received it. */
+typedef struct {
+    uint64_t request_id, stream_id, step;
+    size_t n_features;
+    int conn;                               /* which connection (identity) it came on, from 0 */
+    int64_t at_ns;                          /* when (CLOCK_MONOTONIC) */
+} received_t;
+
 typedef struct {
     char endpoint[128];
     void *ctx, *socket;
@@ -330,10 +350,42 @@ typedef struct {
     atomic_bool stop;
     int stall_at, stall_ms;                 /* stall once, before answering the Nth inference */
     int overloaded_every, deadline_every;   /* answer every Nth inference with that status */
+    int errors_from;                        /* ... counting only inferences after this many */
     int overloaded_after;                   /* answer every inference after the Nth OVERLOADED */
     int wrong_id_at;                        /* answer the Nth inference with another id */
+    bool lstm;                              /* list "test" as an LSTM: window 4, step_size 8 */
     int infers;                             /* inferences seen */
+    /* what it received, read by the test after s_test_server_stop */
+    received_t log[LOG_MAX];
+    int n_log;
+    uint8_t identities[16][64];
+    size_t identity_len[16];
+    int n_identities;
 } test_server_t;
+
+static int64_t s_now_ns (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void s_record (test_server_t *ts, zmq_msg_t *identity, const Sigserve__V1__InferRequest *r)
+{
+    int conn = -1;
+    size_t len = zmq_msg_size (identity) < 64 ? zmq_msg_size (identity) : 64;
+    for (int i = 0; i < ts->n_identities && conn < 0; i++)
+        if (ts->identity_len[i] == len && memcmp (ts->identities[i], zmq_msg_data (identity), len) == 0)
+            conn = i;
+    if (conn < 0 && ts->n_identities < 16) {
+        conn = ts->n_identities++;
+        memcpy (ts->identities[conn], zmq_msg_data (identity), len);
+        ts->identity_len[conn] = len;
+    }
+    if (ts->n_log < LOG_MAX)
+        ts->log[ts->n_log++] = (received_t) { .request_id = r->request_id, .stream_id = r->stream_id, .step = r->step,
+                                              .n_features = r->n_features, .conn = conn, .at_ns = s_now_ns () };
+}
 
 static void s_answer (test_server_t *ts, zmq_msg_t *identity, const Sigserve__V1__Request *req)
 {
@@ -353,20 +405,26 @@ static void s_answer (test_server_t *ts, zmq_msg_t *identity, const Sigserve__V1
         reply.body_case = SIGSERVE__V1__REPLY__BODY_LIST_MODELS;
         reply.list_models = &list;
         info.name = (char *) "test";
-        info.input_size = 8;
+        info.input_size = ts->lstm ? 32 : 8;
         info.output_size = 1;
+        info.type = (char *) (ts->lstm ? "lstm" : "mlp");
+        info.window = ts->lstm ? 4 : 0;
+        info.step_size = ts->lstm ? 8 : 0;
         info.max_rows = 16;
         info.available = 1;
         list.n_models = 1;
         list.models = infos;
     } else {
         int n = ++ts->infers;
+        s_record (ts, identity, req->infer);
+        int counted = n - ts->errors_from;
         if (n == ts->stall_at)
             usleep ((useconds_t) ts->stall_ms * 1000);
         reply.body_case = SIGSERVE__V1__REPLY__BODY_INFER;
         reply.infer = &infer;
         infer.request_id = req->infer->request_id + (n == ts->wrong_id_at ? 1000000 : 0);
-        if ((ts->overloaded_every && n % ts->overloaded_every == 0) || (ts->overloaded_after && n > ts->overloaded_after)) {
+        if ((ts->overloaded_every && counted > 0 && counted % ts->overloaded_every == 0)
+            || (ts->overloaded_after && n > ts->overloaded_after)) {
             infer.status = SIGSERVE__V1__STATUS__STATUS_OVERLOADED;
             infer.error = (char *) "queue full";
         } else if (ts->deadline_every && n % ts->deadline_every == 0) {
@@ -527,9 +585,9 @@ START_TEST (unknown_model_counted_by_status)
                            "--warmup", "0", NULL };
     s_sigload ("unknown", args, &run);
     EXPECT_STATUS (&run, 1);
-    EXPECT_IN (run.err, "does not list model \"nope\" (served: tick_mlp)");
+    EXPECT_IN (run.err, "does not list model \"nope\" (served: tick_mlp, seq)");
     EXPECT_IN (run.out, "| 300 (STATUS_UNKNOWN_MODEL 300) |");
-    EXPECT_IN (run.out, "closed-2: 300 x STATUS_UNKNOWN_MODEL, first: model: \"nope\" is not served here (served: tick_mlp)");
+    EXPECT_IN (run.out, "closed-2: 300 x STATUS_UNKNOWN_MODEL, first: model: \"nope\" is not served here (served: tick_mlp, seq)");
     csv_t csv;
     s_csv_read (&run, &csv);
     ck_assert_double_eq (s_csv_num (&csv, 0, "requests"), 300);
@@ -550,7 +608,7 @@ START_TEST (several_models_take_turns)
                            "300", "--warmup", "0", NULL };
     s_sigload ("models", args, &run);
     EXPECT_STATUS (&run, 1);
-    EXPECT_IN (run.err, "does not list model \"nope\" (served: tick_mlp)\n");
+    EXPECT_IN (run.err, "does not list model \"nope\" (served: tick_mlp, seq)\n");
     EXPECT_IN (run.out, "| 150 (STATUS_UNKNOWN_MODEL 150) |");
     csv_t csv;
     s_csv_read (&run, &csv);
@@ -767,6 +825,9 @@ START_TEST (outputs_checked_against_expected_file)
     s_csv_read (&run, &csv);
     ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 200);
     ck_assert_str_eq (s_csv (&csv, 0, "errors_by_status"), "OUTPUT_MISMATCH:100");
+    /* which request and output, what was expected, what came, and the tolerance */
+    EXPECT_IN (run.out, "closed-1: 100 x OUTPUT_MISMATCH, first: request 3 of --features, output 0: expected 1, got 0 "
+                        "(tolerance 0.0001 x max(1, |expected|))\n");
     free (csv.text);
     s_run_free (&run);
     free (features);
@@ -805,6 +866,205 @@ START_TEST (saturated_steps_stay_off_the_plot_scale)
     EXPECT_IN (gp, "'closed-1.hgrm' using 4:1");
     EXPECT_NOT_IN (gp, "'closed-2.hgrm'");
     EXPECT_NOT_IN (gp, "echo floor");
+    free (gp);
+    s_run_free (&run);
+}
+END_TEST
+
+/* ---- LSTM streams and schedules ---- */
+
+/* Asserts that LOG holds N_STREAMS streams (ids BASE...) of STEPS steps each, every stream on one
+ * connection, its steps 1..STEPS in arrival order; stream k on the connection of stream k mod C. */
+static void s_expect_streams (const test_server_t *ts, uint64_t base, int n_streams, int steps, int connections)
+{
+    int next[64] = { 0 }, conn_of[64];
+    for (int k = 0; k < n_streams; k++)
+        conn_of[k] = -1;
+    for (int i = 0; i < ts->n_log; i++) {
+        const received_t *r = &ts->log[i];
+        ck_assert_msg (r->stream_id >= base && r->stream_id < base + (uint64_t) n_streams, "stream_id %llu",
+                       (unsigned long long) r->stream_id);
+        int k = (int) (r->stream_id - base);
+        ck_assert_msg (conn_of[k] == -1 || conn_of[k] == r->conn, "stream %llu came on two connections",
+                       (unsigned long long) r->stream_id);
+        conn_of[k] = r->conn;
+        ck_assert_msg (r->step == (uint64_t) ++next[k], "stream %llu: step %llu arrived where %d was due",
+                       (unsigned long long) r->stream_id, (unsigned long long) r->step, next[k]);
+        ck_assert_uint_eq (r->n_features, 8);     /* one step of the model's step_size */
+    }
+    for (int k = 0; k < n_streams; k++) {
+        ck_assert_int_eq (next[k], steps);
+        ck_assert_int_eq (conn_of[k], conn_of[k % connections]);
+        if (k < connections && k > 0)
+            ck_assert_int_ne (conn_of[k], conn_of[0]);
+    }
+}
+
+START_TEST (streams_send_each_streams_steps_in_order_on_one_connection)
+{
+    /* open loop: 4 streams over 2 connections (2 threads), 200 requests: 50 steps a stream */
+    test_server_t *ts = calloc (1, sizeof *ts);
+    ts->lstm = true;
+    s_test_server_start (ts);
+    run_t run;
+    const char *open_args[] = { "--endpoint", ts->endpoint, "--model", "test", "--streams", "4", "--connections", "2",
+                                "--rate", "2000", "--requests", "200", "--warmup", "0", NULL };
+    s_sigload ("streams-open", open_args, &run);
+    s_test_server_stop (ts);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "Streams: 4 (ids 1 to 4), stream k on connection k mod 2, steps of 8 features numbered from 1");
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "requests"), 200);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 200);
+    free (csv.text);
+    s_run_free (&run);
+    ck_assert_int_eq (ts->n_log, 200);
+    ck_assert_int_eq (ts->n_identities, 2);
+    s_expect_streams (ts, 1, 4, 50, 2);
+
+    /* closed loop, ids from --stream-base, numbering carried across the warm-up: 3 streams on one
+     * connection, 2 outstanding */
+    memset (ts, 0, sizeof *ts);
+    ts->lstm = true;
+    s_test_server_start (ts);
+    const char *closed_args[] = { "--endpoint", ts->endpoint, "--model", "test", "--streams", "3", "--stream-base",
+                                  "1000", "--concurrency", "2", "--requests", "90", "--warmup", "0", NULL };
+    s_sigload ("streams-closed", closed_args, &run);
+    s_test_server_stop (ts);
+    EXPECT_STATUS (&run, 0);
+    ck_assert_int_eq (ts->n_log, 90);
+    s_expect_streams (ts, 1000, 3, 30, 1);
+    s_run_free (&run);
+    free (ts);
+}
+END_TEST
+
+START_TEST (streams_against_an_lstm_model)
+{
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "seq", "--streams", "4", "--connections", "2",
+                           "--rate", "1000", "--duration", "1", "--warmup", "0.2", NULL };
+    s_sigload ("streams-seq", args, &run);
+    EXPECT_STATUS (&run, 0);
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "requests"), 1000);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 1000);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "errors"), 0);
+    free (csv.text);
+    s_run_free (&run);
+    /* a model that keeps no streams */
+    const char *mlp[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--streams", "2", "--concurrency", "1",
+                          "--requests", "10", NULL };
+    s_sigload (NULL, mlp, &run);
+    EXPECT_STATUS (&run, 1);
+    EXPECT_IN (run.err, "--streams: model \"tick_mlp\" is of type mlp; only lstm models keep streams");
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (schedule_sends_at_the_listed_offsets)
+{
+    char *good = tu_write_file (s_dir, "schedule.txt",
+                                "# offsets in microseconds from the start\n"
+                                "0\n"
+                                "0   # two at once\n"
+                                "\n"
+                                "1000\n"
+                                "2000.5\n"
+                                "300000\n", -1);
+    test_server_t *ts = calloc (1, sizeof *ts);
+    s_test_server_start (ts);
+    run_t run;
+    const char *args[] = { "--endpoint", ts->endpoint, "--model", "test", "--schedule", good, NULL };
+    int64_t launched = s_now_ns ();
+    s_sigload ("schedule", args, &run);
+    s_test_server_stop (ts);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "Schedule: 5 requests from ");
+    EXPECT_IN (run.out, "| schedule | open loop | schedule (");
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_str_eq (s_csv (&csv, 0, "step"), "schedule");
+    ck_assert_double_eq (s_csv_num (&csv, 0, "requests"), 5);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 5);
+    ck_assert_int_eq (s_hgrm_check (&run, "schedule", NULL), 5);
+    /* sent in the file's order; the last not before its offset (sigload never sends early) */
+    ck_assert_int_eq (ts->n_log, 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_uint_eq (ts->log[i].request_id & ((UINT64_C (1) << 40) - 1), (uint64_t) i + 1);
+    ck_assert_msg (ts->log[4].at_ns - launched >= 300000000LL, "the request listed at 300 ms arrived after %.1f ms",
+                   (double) (ts->log[4].at_ns - launched) / 1e6);
+    free (csv.text);
+    s_run_free (&run);
+    free (ts);
+
+    /* --dry-run says what it would send */
+    const char *dry[] = { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--schedule", good, "--dry-run", NULL };
+    s_sigload (NULL, dry, &run);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "load: open loop, send times from --schedule\n");
+    EXPECT_IN (run.out, "schedule: 5 requests from ");
+    EXPECT_IN (run.out, ", the last at 300.000 ms\n");
+    s_run_free (&run);
+
+    /* errors name the file and the line */
+    static const struct { const char *name, *text, *message; } bad[] = {
+        { "not-a-number.txt", "0\n# fine\n10\nabc\n", "not-a-number.txt:4: expected an offset in microseconds from 0 to "
+                                                     "86400000000 (one a line), got \"abc\"" },
+        { "negative.txt", "-5\n", "negative.txt:1: expected an offset in microseconds" },
+        { "two-on-a-line.txt", "0\n10 20\n", "two-on-a-line.txt:2: expected an offset in microseconds" },
+        { "decreasing.txt", "0\n2000\n1000\n", "decreasing.txt:3: 1000 us comes before the line above's 2000 us: "
+                                               "offsets are absolute (microseconds from the start), not intervals" },
+        { "empty.txt", "# nothing\n\n", "empty.txt: no offsets" },
+        { "missing/none.txt", NULL, "--schedule: cannot open " },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *path = bad[i].text ? tu_write_file (s_dir, bad[i].name, bad[i].text, -1) : NULL;
+        if (!path && asprintf (&path, "%s/%s", s_dir, bad[i].name) < 0)
+            ck_abort ();
+        const char *a[] = { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--schedule", path, NULL };
+        s_sigload (NULL, a, &run);
+        EXPECT_STATUS (&run, 2);
+        EXPECT_IN (run.err, bad[i].message);
+        s_run_free (&run);
+        free (path);
+    }
+    free (good);
+}
+END_TEST
+
+START_TEST (the_knee_is_plotted_and_marked_saturated)
+{
+    /* closed-1: 200 OK; closed-2 and closed-3: every other reply OVERLOADED, so both saturated
+     * (errors) with OK replies. closed-2 is the knee: a point marked "saturated"; closed-3 is past
+     * it: a vertical line, off the latency scale. */
+    test_server_t *ts = calloc (1, sizeof *ts);
+    ts->overloaded_every = 2;
+    ts->errors_from = 200;
+    s_test_server_start (ts);
+    run_t run;
+    const char *args[] = { "--endpoint", ts->endpoint, "--model", "test", "--concurrency", "1,2,3", "--requests", "200",
+                           "--warmup", "0", NULL };
+    s_sigload ("knee", args, &run);
+    s_test_server_stop (ts);
+    free (ts);
+    EXPECT_STATUS (&run, 1);
+    char path[4400];
+    snprintf (path, sizeof path, "%s/plots.gp", run.dir);
+    char *gp = s_slurp (path);
+    char *block = s_block (gp, "$sigserve_closed << EOD\n");
+    EXPECT_IN (block, " closed-1\n");
+    EXPECT_IN (block, " closed-2");
+    EXPECT_NOT_IN (block, "closed-3");
+    free (block);
+    EXPECT_IN (gp, "# knee: closed-2 (100 errors), the first saturated step of sigserve closed loop\n");
+    EXPECT_IN (gp, "set label \"saturated: closed-2\" at first ");
+    EXPECT_IN (gp, "# saturated: closed-3 (100 errors)");
+    EXPECT_IN (gp, "set label \"saturated: closed-3, p99 ");
+    EXPECT_NOT_IN (gp, "# saturated: closed-2");
+    EXPECT_IN (gp, "'closed-2.hgrm' using 4:1 with lines lw 2 title 'closed-2 (saturated)'");
     free (gp);
     s_run_free (&run);
 }
@@ -888,6 +1148,14 @@ START_TEST (usage_errors_exit_2)
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--curve-server", "x", NULL },
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--curve-server", "/nonexistent/s",
           "--curve-client", "/nonexistent/c_secret", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--streams", "0", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--streams", "2", "--connections", "3", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--streams", "2", "--rows", "2", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "a,b", "--streams", "2", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--streams", "2", "--expect", "x", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--stream-base", "5", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--schedule", "x", "--rate", "5", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--schedule", "x", "--requests", "5", NULL },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_t run;
@@ -903,6 +1171,9 @@ START_TEST (usage_errors_exit_2)
     EXPECT_IN (run.out, "coordinated omission");
     EXPECT_IN (run.out, "--serve-echo E");
     EXPECT_IN (run.out, "affinity mask");
+    EXPECT_IN (run.out, "--streams N");
+    EXPECT_IN (run.out, "--schedule FILE");
+    EXPECT_IN (run.out, "perf_analyzer's --request-intervals");
     s_run_free (&run);
 }
 END_TEST
@@ -923,6 +1194,10 @@ int main (void)
     tcase_add_test (tc, wrong_request_id_is_unmatched_and_times_out);
     tcase_add_test (tc, outputs_checked_against_expected_file);
     tcase_add_test (tc, saturated_steps_stay_off_the_plot_scale);
+    tcase_add_test (tc, streams_send_each_streams_steps_in_order_on_one_connection);
+    tcase_add_test (tc, streams_against_an_lstm_model);
+    tcase_add_test (tc, schedule_sends_at_the_listed_offsets);
+    tcase_add_test (tc, the_knee_is_plotted_and_marked_saturated);
     tcase_add_test (tc, default_threads_follow_the_affinity_mask);
     tcase_add_test (tc, progress_counts_warmup_apart);
     tcase_add_test (tc, usage_errors_exit_2);

@@ -232,8 +232,15 @@ too_many:
     return -1;
 }
 
-/* Asks the server for the model's input and output sizes. 0 when it lists the model. */
-static int s_model_sizes (void *socket, const char *model, int timeout_ms, uint32_t *in, uint32_t *out,
+/* What the server's model list says of a model. */
+typedef struct {
+    uint32_t in, out;               /* features and outputs per row */
+    uint32_t step_size;             /* lstm: features of one step */
+    char type[8];                   /* "mlp", "lstm", or "" from an older server */
+} model_sizes_t;
+
+/* Asks the server for the model's sizes. 0 when it lists the model. */
+static int s_model_sizes (void *socket, const char *model, int timeout_ms, model_sizes_t *sizes,
                           char *served, size_t served_len)
 {
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
@@ -254,8 +261,8 @@ static int s_model_sizes (void *socket, const char *model, int timeout_ms, uint3
         for (size_t i = 0; i < rep->list_models->n_models; i++) {
             const Sigserve__V1__ModelInfo *m = rep->list_models->models[i];
             if (strcmp (m->name, model) == 0) {
-                *in = m->input_size;
-                *out = m->output_size;
+                *sizes = (model_sizes_t) { .in = m->input_size, .out = m->output_size, .step_size = m->step_size };
+                snprintf (sizes->type, sizeof sizes->type, "%s", m->type ? m->type : "");
                 rc = 0;
             }
             int w = snprintf (served + used, served_len - used, "%s%s", i ? ", " : "", m->name);
@@ -337,6 +344,10 @@ static int s_prepare_payloads (sigload_t *L, uint32_t input_size)
     infer.features = L->pool;
     infer.rows = opt->rows;
     infer.deadline_us = opt->deadline_us;
+    if (opt->streams) {
+        infer.stream_id = UINT64_MAX;
+        infer.step = UINT64_MAX;
+    }
     L->echo_len = sigserve__v1__request__get_packed_size (&req);
     if (L->echo_len < 8)
         L->echo_len = 8;
@@ -364,9 +375,11 @@ static void s_run_step (sigload_t *L)
     int64_t start = (int64_t) clock_now_ns ();
     L->step.t0 = start + 20 * 1000000LL;   /* every worker is past the barrier by then */
     L->step.measure_start = L->step.t0 + (int64_t) (opt->warmup_s * 1e9);
-    L->step.measure_end = opt->requests ? INT64_MAX : L->step.measure_start + (int64_t) (opt->duration_s * 1e9);
-    double expected_s = opt->requests ? (L->step.mode == MODE_OPEN ? opt->warmup_s + (double) opt->requests / L->step.target : 0)
-                                      : opt->warmup_s + opt->duration_s;
+    L->step.measure_end = opt->requests || opt->schedule_file ? INT64_MAX
+                                                              : L->step.measure_start + (int64_t) (opt->duration_s * 1e9);
+    double expected_s = opt->schedule_file ? (double) opt->schedule_ns[opt->n_schedule - 1] / 1e9
+                        : opt->requests ? (L->step.mode == MODE_OPEN ? opt->warmup_s + (double) opt->requests / L->step.target : 0)
+                                        : opt->warmup_s + opt->duration_s;
     bool progress = !opt->quiet && (expected_s > 2 || expected_s == 0);
     pthread_barrier_wait (&L->start);
     int64_t next_progress = start + 1000000000LL;
@@ -391,6 +404,10 @@ static void s_run_step (sigload_t *L)
 
 static void s_step_name (step_t *st, bool floor_step)
 {
+    if (st->schedule) {
+        snprintf (st->name, sizeof st->name, "%sschedule", floor_step || st->echo ? "echo-" : "");
+        return;
+    }
     char value[32];
     snprintf (value, sizeof value, "%.10g", st->target);
     snprintf (st->name, sizeof st->name, "%s%s-%s", floor_step || st->echo ? "echo-" : "",
@@ -408,7 +425,7 @@ static void s_saturation (const options_t *opt, const result_t *r, double *first
     double limit = opt->saturation_p99_us > 0 ? opt->saturation_p99_us
                                               : (10 * *first_p99_us > 1000 ? 10 * *first_p99_us : 1000);
     why[0] = 0;
-    if (opt->mode == MODE_OPEN && r->achieved < 0.9 * r->step.target)
+    if (opt->mode == MODE_OPEN && !r->step.schedule && r->achieved < 0.9 * r->step.target)
         snprintf (why, len, "achieved %.0f req/s, less than 90%% of %.10g", r->achieved, r->step.target);
     else if (r->errors)
         snprintf (why, len, "%" PRIu64 " errors", r->errors);
@@ -427,7 +444,8 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
         bool floor_step = opt->floor && i == 0;
         size_t v = opt->floor ? (i == 0 ? 0 : i - 1) : i;
         L->step = (step_t) { .mode = opt->mode, .set = floor_step ? SET_FLOOR : SET_TARGET,
-                             .echo = opt->echo || floor_step, .target = opt->values[v], .requests = opt->requests };
+                             .echo = opt->echo || floor_step, .target = opt->values[v], .requests = opt->requests,
+                             .schedule = opt->schedule_file != NULL, .streams = opt->streams && !floor_step };
         s_step_name (&L->step, floor_step);
         s_run_step (L);
         result_t *r = &results[n++];
@@ -453,19 +471,28 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
     return n;
 }
 
-/* The features per row: --input-size, else the server's model list, else 512. The model's
- * outputs per row in *OUTPUT_SIZE (0 when unknown). 0 (said why) when --model's models differ. */
+/* The features per row (with --streams, per step): --input-size, else the server's model list,
+ * else 512. The model's outputs per row in *OUTPUT_SIZE (0 when unknown). 0 (said why) when
+ * --model's models differ, or --streams names a model that keeps no streams. */
 static uint32_t s_input_size (sigload_t *L, uint32_t *output_size)
 {
     const options_t *opt = L->opt;
     uint32_t input_size = opt->input_size;
     uint32_t first_in = 0;
     for (size_t k = 0; k < opt->n_models && !opt->echo; k++) {
-        uint32_t in = 0, out = 0;
+        model_sizes_t m = { 0 };
         char served[1024];
         const char *model = opt->models[k];
-        if (s_model_sizes (L->workers[0].conns[SET_TARGET][0].socket, model, (int) opt->timeout_ms, &in, &out,
+        if (s_model_sizes (L->workers[0].conns[SET_TARGET][0].socket, model, (int) opt->timeout_ms, &m,
                            served, sizeof served) == 0) {
+            uint32_t in = m.in, out = m.out;
+            if (opt->streams && strcmp (m.type, "lstm") != 0) {
+                fprintf (stderr, "sigload: --streams: model \"%s\" is of type %s; only lstm models keep streams\n",
+                         model, m.type[0] ? m.type : "unknown");
+                return 0;
+            }
+            if (opt->streams)
+                in = m.step_size;
             if (first_in && (in != first_in || out != *output_size)) {
                 fprintf (stderr, "sigload: model \"%s\" takes %u features and gives %u outputs per row, "
                                  "model \"%s\" %u and %u: --model's models must have the same sizes\n",
@@ -510,7 +537,9 @@ static void s_print_banner (const sigload_t *L, uint32_t input_size)
 {
     const options_t *opt = L->opt;
     char duration[64];
-    if (opt->requests)
+    if (opt->schedule_file)
+        snprintf (duration, sizeof duration, "the schedule's %zu requests", opt->n_schedule);
+    else if (opt->requests)
         snprintf (duration, sizeof duration, "%" PRIu64 " requests measured per step", opt->requests);
     else
         snprintf (duration, sizeof duration, "%.3g s measured per step", opt->duration_s);
@@ -520,9 +549,19 @@ static void s_print_banner (const sigload_t *L, uint32_t input_size)
             opt->floor ? opt->floor : "", opt->echo ? "-" : opt->model, opt->rows, input_size, L->echo_len,
             opt->connections, opt->threads,
             opt->mode == MODE_CLOSED ? "closed loop"
+            : opt->schedule_file     ? "open loop, send times from --schedule"
             : opt->poisson           ? "open loop, Poisson arrivals"
                                      : "open loop, constant arrivals",
             opt->warmup_s, duration);
+    if (opt->schedule_file)
+        printf ("Schedule: %zu requests from %s, the last at %.3f ms from the start.\n\n", opt->n_schedule,
+                opt->schedule_file, (double) opt->schedule_ns[opt->n_schedule - 1] / 1e6);
+    if (opt->streams)
+        printf ("Streams: %" PRIu64 " (ids %" PRIu64 " to %" PRIu64 "), stream k on connection k mod %u, steps of %zu "
+                "features numbered from 1; each stream %s.\n\n", opt->streams, opt->stream_base,
+                opt->stream_base + opt->streams - 1, opt->connections, L->per_request,
+                opt->schedule_file ? "takes its turn among its thread's streams"
+                : opt->mode == MODE_OPEN ? "gets 1/N of the rate" : "takes its turn on its connection");
     printf ("Latency in microseconds: %s.\n\n",
             opt->mode == MODE_OPEN ? "open loop, from each request's scheduled send time (coordinated-omission safe)"
                                    : "closed loop, from each request's actual send: a slow reply delays the requests "
@@ -534,8 +573,10 @@ int main (int argc, char **argv)
 {
     options_t opt;
     int rc = options_parse (argc, argv, &opt);
-    if (rc != 0)
+    if (rc != 0) {
+        free (opt.schedule_ns);     /* help, a dry run, or a usage error after --schedule was read */
         return rc < 0 ? EXIT_OK : rc;
+    }
     if (opt.n_serve_echo > 0)
         return echo_serve (&opt);
 
@@ -645,5 +686,6 @@ done:
     free (L.pool);
     free (L.expect);
     free (L.echo_payloads);
+    free (opt.schedule_ns);
     return exit_code;
 }

@@ -15,7 +15,8 @@
 
 #define SYNOPSIS \
     "usage: sigload --endpoint E [--endpoint E2 ...] --model M\n" \
-    "               [--rate R[,R2,...] [--arrivals constant|poisson] | --concurrency N[,N2,...]]\n" \
+    "               [--rate R[,R2,...] [--arrivals constant|poisson] | --concurrency N[,N2,...]\n" \
+    "                | --schedule FILE] [--streams N [--stream-base B]]\n" \
     "               [--warmup S] [--duration S | --requests N] [--connections C] [--threads T]\n" \
     "               [--rows R] [--features FILE] [--expect FILE] [--floor E] [--out DIR] [options]\n" \
     "               [--curve-server FILE --curve-client FILE_secret]\n" \
@@ -36,6 +37,15 @@ static const char *s_help =
     "                        hidden (no coordinated omission).\n"
     "  --arrivals A          open loop: constant (evenly spaced, the default) or poisson\n"
     "                        (exponential gaps).\n"
+    "  --schedule FILE       open loop: replay FILE's send times instead of a rate, one step named\n"
+    "                        \"schedule\". One offset per line, in microseconds from the start of the\n"
+    "                        step: absolute times, not the intervals between requests that\n"
+    "                        perf_analyzer's --request-intervals takes (\"0\", \"250\", \"250\", \"1000\"\n"
+    "                        sends two requests together at 250 us); offsets must not decrease;\n"
+    "                        '#' starts a comment, blank lines are skipped; an error names the line.\n"
+    "                        Latency is measured from each listed time, as for --rate. The\n"
+    "                        requests are the file's (no --duration or --requests); with --warmup S\n"
+    "                        those listed before S are sent and checked, not recorded (default 0).\n"
     "  --concurrency N[,N2,...]\n"
     "                        closed loop: N requests outstanding at all times; the next request\n"
     "                        leaves when a reply comes. Latency is from the actual send, so a slow\n"
@@ -76,9 +86,23 @@ static const char *s_help =
     "Requests:\n"
     "  --model M[,M2,...]    the model to run (required unless --echo); several: request k goes to\n"
     "                        model k mod N (they must take the same input size; no --expect).\n"
+    "  --streams N           LSTM models: every request is the next step of one of N streams\n"
+    "                        (stream ids B..B+N-1), steps numbered from 1 (InferRequest.step), the\n"
+    "                        way STAC-ML drives an LSTM. Stream k is carried by connection k mod C\n"
+    "                        alone, so its steps reach one server in order; a thread sends to its\n"
+    "                        streams in turn, each stream getting 1/N of --rate (open loop: steps are\n"
+    "                        sent on schedule, never waiting for the stream's previous reply).\n"
+    "                        Needs at least one stream per connection (N >= C), one --model and\n"
+    "                        --rows 1; features are step_size values a request (the model list).\n"
+    "                        Numbering carries on across the warm-up and the steps of a sweep; a\n"
+    "                        reply whose status is not OK is counted by status as any other.\n"
+    "  --stream-base B       the first stream id (default 1). The server keeps a stream until it\n"
+    "                        has been idle for the model's stream_idle_s and expects a held stream's\n"
+    "                        next step: a second run within that time needs other ids.\n"
     "  --rows R              rows per request (default 1).\n"
     "  --input-size N        features per row (default: the server's model list; 512 when the\n"
-    "                        server does not list the model, or with --echo).\n"
+    "                        server does not list the model, or with --echo); with --streams,\n"
+    "                        features per step (default: the model's step_size).\n"
     "  --features FILE       requests' features from FILE: floats separated by spaces, commas or\n"
     "                        newlines ('#' starts a comment), a multiple of rows x input size;\n"
     "                        requests cycle through them. Default: 64 random requests, uniform in\n"
@@ -86,7 +110,8 @@ static const char *s_help =
     "  --expect FILE         check every OK reply's outputs against FILE: the expected outputs of\n"
     "                        each request of --features, in the same order and format.\n"
     "  --tolerance X         with --expect: |output - expected| <= X * max(1, |expected|)\n"
-    "                        (default 1e-4).\n"
+    "                        (default 1e-4). The first mismatch's text names the request, the\n"
+    "                        output index, the expected and the received value.\n"
     "  --deadline-us D       the deadline sent with every request (default: none).\n"
     "  --seed S              seed of the random features and Poisson arrivals (default 1).\n"
     "\n"
@@ -104,10 +129,11 @@ static const char *s_help =
     "                        total latency, in microseconds), DIR/summary.csv (one row per step),\n"
     "                        DIR/plots.gp and, when gnuplot is installed, DIR/percentiles.png\n"
     "                        (every step's percentile spectrum) and DIR/latency_vs_throughput.png\n"
-    "                        (the --floor step as a dashed baseline; saturated steps, by the rule\n"
-    "                        of --stop-when-saturated, marked by a vertical line instead of\n"
-    "                        stretching the latency axis). Titles carry the host, the model, the\n"
-    "                        connections and the date (UTC).\n"
+    "                        (the --floor step as a dashed baseline; the first saturated step of\n"
+    "                        each curve, by the rule of --stop-when-saturated, plotted as the knee\n"
+    "                        and marked \"saturated\"; saturated steps past it marked by a vertical\n"
+    "                        line instead of stretching the latency axis). Titles carry the host,\n"
+    "                        the model, the connections and the date (UTC).\n"
     "  --stop-when-saturated stop the sweep after a step that achieved less than 90% of its\n"
     "                        target rate, saw errors, or whose p99 exceeded --saturation-p99.\n"
     "  --saturation-p99 US   (default: 10 x the first step's p99, at least 1000 us).\n"
@@ -117,7 +143,7 @@ static const char *s_help =
     "                        among them) and exit without connecting.\n"
     "  --help                this text.\n"
     "\n"
-    "Steps are named open-<rate> or closed-<concurrency>. The table gives, in microseconds, the\n"
+    "Steps are named open-<rate>, closed-<concurrency> or schedule. The table gives, in microseconds, the\n"
     "percentiles of the total latency, and the means of the server's own time (server_ns in the\n"
     "replies), of the network time (round trip - server time: wire and both ZeroMQ stacks) and\n"
     "of the send lag (actual - scheduled send, open loop). Achieved throughput is the measured\n"
@@ -192,7 +218,7 @@ enum {
     OPT_IO_THREADS, OPT_WARMUP, OPT_DURATION, OPT_REQUESTS, OPT_FEATURES, OPT_EXPECT, OPT_TOLERANCE, OPT_ROWS,
     OPT_INPUT_SIZE, OPT_DEADLINE, OPT_TIMEOUT, OPT_MAX_OUTSTANDING, OPT_SEED, OPT_OUT, OPT_ECHO, OPT_FLOOR,
     OPT_SERVE_ECHO, OPT_STOP, OPT_SAT_P99, OPT_BUSY, OPT_SPIN, OPT_QUIET, OPT_DRY_RUN, OPT_HELP,
-    OPT_CURVE_SERVER, OPT_CURVE_CLIENT,
+    OPT_CURVE_SERVER, OPT_CURVE_CLIENT, OPT_SCHEDULE, OPT_STREAMS, OPT_STREAM_BASE,
 };
 
 static const struct option s_long_options[] = {
@@ -229,8 +255,71 @@ static const struct option s_long_options[] = {
     { "help", no_argument, NULL, OPT_HELP },
     { "curve-server", required_argument, NULL, OPT_CURVE_SERVER },
     { "curve-client", required_argument, NULL, OPT_CURVE_CLIENT },
+    { "schedule", required_argument, NULL, OPT_SCHEDULE },
+    { "streams", required_argument, NULL, OPT_STREAMS },
+    { "stream-base", required_argument, NULL, OPT_STREAM_BASE },
     { NULL, 0, NULL, 0 },
 };
+
+/* Reads --schedule FILE into opt->schedule_ns: one offset per line in microseconds from the start,
+ * absolute and non-decreasing; '#' comments and blank lines skipped. 0, or the exit code after a
+ * message that names FILE:LINE. */
+static int s_read_schedule (const char *path, options_t *opt)
+{
+    FILE *f = fopen (path, "r");
+    if (!f) {
+        fprintf (stderr, "sigload: --schedule: cannot open %s: %s\n", path, strerror (errno));
+        return EXIT_USAGE;
+    }
+    char line[4096];
+    size_t cap = 0, lineno = 0;
+    int rc = 0;
+    double last_us = 0;
+    while (rc == 0 && fgets (line, sizeof line, f)) {
+        lineno++;
+        line[strcspn (line, "#\r\n")] = 0;
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) continue;
+        char *end;
+        errno = 0;
+        double us = strtod (p, &end);
+        while (*end == ' ' || *end == '\t') end++;
+        if (end == p || *end || errno || !isfinite (us) || us < 0 || us > 86400e6) {
+            fprintf (stderr, "sigload: %s:%zu: expected an offset in microseconds from 0 to 86400000000 "
+                             "(one a line), got \"%s\"\n", path, lineno, p);
+            rc = EXIT_USAGE;
+        } else if (opt->n_schedule && us < last_us) {
+            fprintf (stderr, "sigload: %s:%zu: %.10g us comes before the line above's %.10g us: offsets are "
+                             "absolute (microseconds from the start), not intervals, and must not decrease\n",
+                     path, lineno, us, last_us);
+            rc = EXIT_USAGE;
+        } else {
+            if (opt->n_schedule == cap) {
+                cap = cap ? 2 * cap : 1024;
+                int64_t *grown = realloc (opt->schedule_ns, cap * sizeof *grown);
+                if (!grown) {
+                    fprintf (stderr, "sigload: --schedule: out of memory at %s:%zu\n", path, lineno);
+                    rc = EXIT_ERRORS;
+                    break;
+                }
+                opt->schedule_ns = grown;
+            }
+            opt->schedule_ns[opt->n_schedule++] = (int64_t) llround (us * 1e3);
+            last_us = us;
+        }
+    }
+    if (rc == 0 && ferror (f)) {
+        fprintf (stderr, "sigload: --schedule: cannot read %s\n", path);
+        rc = EXIT_USAGE;
+    }
+    fclose (f);
+    if (rc == 0 && opt->n_schedule == 0) {
+        fprintf (stderr, "sigload: %s: no offsets (one a line, in microseconds from the start)\n", path);
+        rc = EXIT_USAGE;
+    }
+    return rc;
+}
 
 int options_parse (int argc, char **argv, options_t *opt)
 {
@@ -238,6 +327,7 @@ int options_parse (int argc, char **argv, options_t *opt)
                          .tolerance = 1e-4, .timeout_ms = 2000, .max_outstanding = 8192, .seed = 1,
                          .spin_us = 50 };
     const char *rate_text = NULL, *conc_text = NULL;
+    bool warmup_given = false, arrivals_given = false, rows_given = false, base_given = false;
     double d;
     unsigned u;
     int c;
@@ -259,6 +349,7 @@ int options_parse (int argc, char **argv, options_t *opt)
         case OPT_RATE: rate_text = arg; break;
         case OPT_CONCURRENCY: conc_text = arg; break;
         case OPT_ARRIVALS:
+            arrivals_given = true;
             if (strcmp (arg, "constant") == 0)
                 opt->poisson = false;
             else if (strcmp (arg, "poisson") == 0)
@@ -282,6 +373,7 @@ int options_parse (int argc, char **argv, options_t *opt)
         case OPT_WARMUP:
             if (s_parse_number (arg, 0, 3600, false, &opt->warmup_s))
                 return s_usage_error ("--warmup: expected 0 to 3600 seconds, got \"%s\"", arg);
+            warmup_given = true;
             break;
         case OPT_DURATION:
             if (s_parse_number (arg, 0.001, 86400, false, &opt->duration_s))
@@ -302,6 +394,7 @@ int options_parse (int argc, char **argv, options_t *opt)
         case OPT_ROWS:
             if (s_parse_uint (arg, 1, 65536, &opt->rows))
                 return s_usage_error ("--rows: expected 1 to 65536, got \"%s\"", arg);
+            rows_given = true;
             break;
         case OPT_INPUT_SIZE:
             if (s_parse_uint (arg, 1, 1 << 24, &opt->input_size))
@@ -342,6 +435,23 @@ int options_parse (int argc, char **argv, options_t *opt)
         case OPT_CURVE_SERVER: opt->curve_server = arg; break;
         case OPT_CURVE_CLIENT: opt->curve_client = arg; break;
         case OPT_DRY_RUN: opt->dry_run = true; break;
+        case OPT_SCHEDULE: opt->schedule_file = arg; break;
+        case OPT_STREAMS:
+            if (s_parse_number (arg, 1, MAX_STREAMS, true, &d) || d != floor (d))
+                return s_usage_error ("--streams: expected a whole number from 1 to 1000000, got \"%s\"", arg);
+            opt->streams = (uint64_t) d;
+            break;
+        case OPT_STREAM_BASE: {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull (arg, &end, 10);
+            if (arg[0] < '1' || arg[0] > '9' || *end || errno)
+                return s_usage_error ("--stream-base: expected a stream id from 1 to 18446744073709551615, got \"%s\"",
+                                      arg);
+            opt->stream_base = v;
+            base_given = true;
+            break;
+        }
         case OPT_HELP:
             fputs (s_help, stdout);
             return -1;
@@ -390,7 +500,23 @@ int options_parse (int argc, char **argv, options_t *opt)
     }
     if (rate_text && conc_text)
         return s_usage_error ("%s: give --rate (open loop) or --concurrency (closed loop), not both", "--rate");
-    if (rate_text) {
+    if (opt->schedule_file) {
+        if (rate_text || conc_text || arrivals_given)
+            return s_usage_error ("%s: the file gives the send times; no --rate, --concurrency or --arrivals",
+                                  "--schedule");
+        if (opt->requests || opt->duration_given)
+            return s_usage_error ("%s: the file gives the requests; no --duration or --requests", "--schedule");
+        if (!warmup_given)
+            opt->warmup_s = 0;
+        int rc = s_read_schedule (opt->schedule_file, opt);
+        if (rc != 0)
+            return rc;
+        /* the step's target: the schedule's mean rate (its requests over its span) */
+        double span_s = (double) opt->schedule_ns[opt->n_schedule - 1] / 1e9;
+        opt->mode = MODE_OPEN;
+        opt->values[0] = span_s > 0 ? (double) opt->n_schedule / span_s : (double) opt->n_schedule;
+        opt->n_values = 1;
+    } else if (rate_text) {
         opt->mode = MODE_OPEN;
         if (s_parse_list (rate_text, false, 0.001, 1e9, opt))
             return s_usage_error ("--rate: expected requests/s from 0.001 to 1e9, comma-separated, got \"%s\"",
@@ -410,6 +536,25 @@ int options_parse (int argc, char **argv, options_t *opt)
         return s_usage_error ("%s: an echo server returns the request, not outputs", "--expect");
     if (opt->poisson && opt->mode == MODE_CLOSED)
         return s_usage_error ("%s: arrivals are for open loop (--rate)", "--arrivals");
+    if (base_given && !opt->streams)
+        return s_usage_error ("%s: --stream-base is for --streams", "--stream-base");
+    if (opt->streams) {
+        if (opt->echo)
+            return s_usage_error ("%s: an echo server keeps no streams", "--streams");
+        if (opt->n_models > 1)
+            return s_usage_error ("%s: streams belong to one model; give one --model", "--streams");
+        if (opt->expect_file)
+            return s_usage_error ("%s: a stream's outputs depend on its steps so far; no --expect", "--streams");
+        if (rows_given && opt->rows != 1)
+            return s_usage_error ("%s: a stream step is one row; give --rows 1 or none", "--streams");
+        if (opt->streams < opt->connections)
+            return s_usage_error ("%s: every connection carries streams of its own: give at least one stream "
+                                  "per connection (--streams >= --connections)", "--streams");
+        if (!base_given)
+            opt->stream_base = 1;
+        if (opt->stream_base - 1 > UINT64_MAX - opt->streams)
+            return s_usage_error ("%s: the stream ids would pass 2^64 - 1", "--stream-base");
+    }
     /* One thread per CPU we may run on, at most one per connection: each thread spins before
      * its sends, so two on one CPU take turns and both send late. */
     opt->affinity_cpus = options_affinity_cpus ();
@@ -457,7 +602,14 @@ void options_print (FILE *out, const options_t *opt)
     if (opt->curve_server)
         fprintf (out, "curve: server %s, client %s\n", opt->curve_server, opt->curve_client);
     fprintf (out, "load: %s\n", opt->mode == MODE_CLOSED ? "closed loop"
+                               : opt->schedule_file ? "open loop, send times from --schedule"
                                : opt->poisson ? "open loop, Poisson arrivals" : "open loop, constant arrivals");
+    if (opt->schedule_file)
+        fprintf (out, "schedule: %zu requests from %s, the last at %.3f ms\n", opt->n_schedule, opt->schedule_file,
+                 (double) opt->schedule_ns[opt->n_schedule - 1] / 1e6);
+    if (opt->streams)
+        fprintf (out, "streams: %" PRIu64 " (ids %" PRIu64 " to %" PRIu64 "), stream k on connection k mod %u\n",
+                 opt->streams, opt->stream_base, opt->stream_base + opt->streams - 1, opt->connections);
     fprintf (out, "steps:");
     for (size_t i = 0; i < opt->n_values; i++)
         fprintf (out, "%s %.10g%s", i ? "," : "", opt->values[i], opt->mode == MODE_OPEN ? "/s" : " outstanding");
@@ -473,11 +625,12 @@ void options_print (FILE *out, const options_t *opt)
         fprintf (out, "threads: %u (default: the smaller of %u connection(s) and %u CPU(s) in the affinity mask)\n",
                  opt->threads, opt->connections, opt->affinity_cpus);
     fprintf (out, "io threads: %u\n", opt->io_threads);
-    fprintf (out, "rows: %u, input size: ", opt->rows);
+    fprintf (out, "rows: %u, %s: ", opt->rows, opt->streams ? "step size" : "input size");
     if (opt->input_size)
         fprintf (out, "%u\n", opt->input_size);
     else
-        fprintf (out, "%s\n", opt->echo ? "512" : "from the server's model list");
+        fprintf (out, "%s\n", opt->echo ? "512" : opt->streams ? "the model's step_size, from the server's model list"
+                                                                : "from the server's model list");
     fprintf (out, "timeout: %u ms, max outstanding: %u per connection, %s, spin: %u us\n", opt->timeout_ms,
              opt->max_outstanding, opt->busy_poll ? "busy poll" : "ppoll", opt->spin_us);
     if (opt->out_dir)

@@ -60,7 +60,9 @@ void report_merge (const sigload_t *L, result_t *r)
 
 static void s_format_target (const step_t *st, char *buf, size_t len)
 {
-    if (st->mode == MODE_OPEN)
+    if (st->schedule)
+        snprintf (buf, len, "schedule (%.10g/s mean)", st->target);
+    else if (st->mode == MODE_OPEN)
         snprintf (buf, len, "%.10g/s", st->target);
     else
         snprintf (buf, len, "%.10g outstanding", st->target);
@@ -230,10 +232,12 @@ static bool s_plot_percentiles (FILE *f, const char *where, const char *what, co
     return true;
 }
 
-/* Latency against achieved throughput. Steps past saturation would stretch the latency axis by
- * orders of magnitude and flatten every other point: they are left out of the points and shown
- * as a vertical line at their throughput instead (unless every step saturated). The --floor step
- * is a dashed horizontal baseline at its p50 and p99. */
+/* Latency against achieved throughput. The first saturated step of each curve is its knee: it is
+ * plotted with the others and marked "saturated". Steps past it would stretch the latency axis by
+ * orders of magnitude and flatten every other point: they are left out of the points and shown as
+ * a vertical line at their throughput instead (unless every step saturated). A saturated step with
+ * no OK reply has no latency to plot: a vertical line too. The --floor step is a dashed horizontal
+ * baseline at its p50 and p99. */
 static bool s_plot_throughput (FILE *f, const char *where, const char *what, const result_t *results, size_t n)
 {
     static const struct { bool echo; load_mode_t mode; const char *block, *label; } series[] = {
@@ -265,14 +269,24 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
     }
     /* every step with latencies saturated: plot them as they are, there is nothing else */
     bool all_saturated = unsaturated == 0 && with_data > 0;
-    fprintf (f, "# Latency against achieved throughput: the steps below saturation, one data block per kind\n"
-                "# and mode (columns: achieved req/s, p50, p99, p99.9 in us, the step).\n");
+    fprintf (f, "# Latency against achieved throughput: the steps below saturation and each curve's first\n"
+                "# saturated step (its knee), one data block per kind and mode (columns: achieved req/s,\n"
+                "# p50, p99, p99.9 in us, the step).\n");
     bool present[sizeof series / sizeof series[0]] = { false };
+    /* each curve's knee: its first saturated step with latencies (plotted, marked) */
+    const result_t *knee[sizeof series / sizeof series[0]] = { NULL };
+    for (size_t s = 0; s < sizeof series / sizeof series[0] && !all_saturated; s++)
+        for (size_t i = 0; i < n && !knee[s]; i++) {
+            const result_t *r = &results[i];
+            if (!s_is_floor (r) && r->step.echo == series[s].echo && r->step.mode == series[s].mode && r->saturated
+                && histogram_count (r->total) > 0)
+                knee[s] = r;
+        }
     for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
         for (size_t i = 0; i < n; i++) {
             const result_t *r = &results[i];
             if (s_is_floor (r) || r->step.echo != series[s].echo || r->step.mode != series[s].mode
-                || histogram_count (r->total) == 0 || (r->saturated && !all_saturated))
+                || histogram_count (r->total) == 0 || (r->saturated && !all_saturated && r != knee[s]))
                 continue;
             if (!present[s])
                 fprintf (f, "$%s << EOD\n", series[s].block);
@@ -293,9 +307,23 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
         double pad = hi > lo ? 0.05 * (hi - lo) : (hi > 0 ? 0.1 * hi : 1);
         fprintf (f, "set xrange [%.3f:%.3f]\n", lo - pad > 0 ? lo - pad : 0, hi + pad);
     }
+    for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
+        const result_t *r = knee[s];
+        if (!r)
+            continue;
+        char why[512];
+        s_gp_escape (why, sizeof why, r->saturation);
+        double p99 = sigload_us (histogram_value_at_percentile (r->total, 99));
+        fprintf (f, "# knee: %s (%s), the first saturated step of %s\n"
+                    "set label \"saturated: %s\" at first %.3f, first %.3f point pt 6 ps 3 lc rgb 'red' "
+                    "offset 1,1 tc rgb 'red'\n", r->step.name, why, series[s].label, r->step.name, r->achieved, p99);
+    }
     for (size_t i = 0; i < n && !all_saturated; i++) {
         const result_t *r = &results[i];
-        if (s_is_floor (r) || !r->saturated)
+        bool is_knee = false;
+        for (size_t s = 0; s < sizeof series / sizeof series[0]; s++)
+            is_knee = is_knee || knee[s] == r;
+        if (s_is_floor (r) || !r->saturated || is_knee)
             continue;
         char why[512], p99[64] = "";
         s_gp_escape (why, sizeof why, r->saturation);

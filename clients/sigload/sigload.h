@@ -14,12 +14,18 @@
  * send is due (or spin with --busy-poll).
  *
  *  - Open loop: each request has an intended send time t_k from the arrival process (constant or
- *    Poisson, each thread 1/T of the rate, phase-shifted so that constant arrivals interleave).
+ *    Poisson, each thread 1/T of the rate, phase-shifted so that constant arrivals interleave), or
+ *    from --schedule (absolute offsets from the step's start; entry i to thread i mod T).
  *    The sender sends when now >= t_k; latency is receive time - t_k. A sender (or a server) that
  *    falls behind therefore shows as latency instead of being hidden: no coordinated omission.
  *    A request that cannot even be sent within --timeout of t_k counts as a timeout.
  *  - Closed loop: every connection keeps its share of the concurrency outstanding and sends the
  *    next request when a reply comes; latency is from the actual send, and the output says so.
+ *  - --streams N (LSTM models): stream k (id base + k) belongs to connection k mod C alone, so its
+ *    steps leave on one pipe, in order, and reach one server in order; each request is the next step
+ *    of the thread's next stream (in turn), numbered from 1 (InferRequest.step) across warm-up and
+ *    sweep steps. A thread's share of the rate is its streams' share, so each stream sends at R/N.
+ *    Open loop never waits for a stream's previous reply: the pipe keeps the order.
  *  - A request id is thread (8 bits) | connection within the thread (16 bits) | sequence (40
  *    bits). Each connection keeps a ring of outstanding requests indexed by sequence (scheduled
  *    and actual send times), bounded by --max-outstanding: a full ring holds the sender back,
@@ -63,6 +69,7 @@ enum { EXIT_OK = 0, EXIT_ERRORS = 1, EXIT_USAGE = 2 };
 #define MAX_CONNECTIONS 4096
 #define MAX_CONNS_PER_THREAD 65535      /* the connection's field is 16 bits */
 #define ERROR_TEXT 160
+#define MAX_STREAMS 1000000             /* --streams */
 
 /* Outcomes: 0..8 are the server's Status values, then the client's own. */
 enum {
@@ -119,6 +126,11 @@ typedef struct {
     unsigned spin_us;               /* open loop: spin this long before each scheduled send */
     bool quiet;
     bool dry_run;                   /* print the effective settings and exit */
+    uint64_t streams;               /* --streams: LSTM streams, 0 for none */
+    uint64_t stream_base;           /* the first stream id */
+    const char *schedule_file;      /* --schedule */
+    int64_t *schedule_ns;           /* its send offsets from the step's start, non-decreasing */
+    size_t n_schedule;
 } options_t;
 
 /* ---- per-request state ---- */
@@ -133,6 +145,12 @@ typedef struct {
     uint8_t measured;               /* sent in the measurement window */
 } slot_t;
 
+/* One LSTM stream (--streams): its id and the number its next step carries. */
+typedef struct {
+    uint64_t id;
+    uint64_t next_step;             /* from 1; counts every step sent, warm-up included */
+} stream_t;
+
 typedef struct {
     void *socket;                   /* DEALER */
     slot_t *ring;                   /* outstanding requests by sequence */
@@ -144,6 +162,9 @@ typedef struct {
     uint32_t global;                /* across threads */
     uint32_t closed_target;         /* closed loop: this connection's share of the concurrency */
     unsigned n_peers;               /* endpoints it connects to */
+    stream_t *streams;              /* --streams: the streams it alone carries (target set only) */
+    uint32_t n_streams;
+    uint32_t stream_rr;             /* closed loop: its stream that sends next */
 } connection_t;
 
 /* What a step counted; workers fill their own, the main thread sums them. */
@@ -170,6 +191,8 @@ typedef struct {
     int64_t measure_start;          /* t0 + warm-up */
     int64_t measure_end;            /* INT64_MAX with --requests */
     uint64_t requests;              /* --requests, 0 by duration */
+    bool schedule;                  /* --schedule: send times from the file */
+    bool streams;                   /* requests are steps of the connections' streams */
 } step_t;
 
 typedef struct _sigload_t sigload_t;
@@ -191,7 +214,10 @@ typedef struct {
     int64_t phase_ns;
     int64_t spin_ns;                /* spun before each scheduled send */
     bool sched_done, blocked;
+    size_t sched_index;             /* --schedule: the entry of this thread's next request */
     uint64_t quota;                 /* --requests: this thread's share */
+    struct { connection_t *conn; stream_t *stream; } *streams;   /* its connections' streams, in turn */
+    size_t n_streams, stream_rr;    /* open loop: the stream that sends next */
     uint32_t closed_total;          /* closed loop: this thread's share of the concurrency */
     size_t rr;                      /* round robin over connections */
     uint64_t rng;                   /* Poisson gaps (common/rng.h) */
@@ -219,6 +245,7 @@ struct _sigload_t {
     size_t n_sets, per_request;
     float *expect;                  /* n_sets x out_per_request, or NULL */
     size_t out_per_request;
+    size_t stream_step_size;        /* --streams: features of one step */
     uint8_t *echo_payloads;         /* n_sets x echo_len */
     size_t echo_len;
     size_t send_cap;

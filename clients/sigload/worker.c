@@ -59,6 +59,42 @@ void *connection_socket_new (void *ctx, const options_t *opt)
     return s;
 }
 
+/* --streams: stream k (id base + k) to connection k mod C; each worker takes its connections'
+ * streams in turn, the first of every connection, then the second..., so that the steps of one
+ * connection's streams are spread in time. */
+static int s_streams_assign (sigload_t *L)
+{
+    const options_t *opt = L->opt;
+    uint64_t C = opt->connections;
+    for (size_t t = 0; t < L->n_workers; t++) {
+        worker_t *w = &L->workers[t];
+        size_t total = 0, most = 0;
+        for (size_t i = 0; i < w->n_conns; i++) {
+            connection_t *c = &w->conns[SET_TARGET][i];
+            c->n_streams = (uint32_t) (opt->streams / C + (c->global < opt->streams % C));
+            c->streams = calloc (c->n_streams, sizeof *c->streams);
+            if (!c->streams)
+                return -1;
+            for (uint32_t k = 0; k < c->n_streams; k++)
+                c->streams[k] = (stream_t) { .id = opt->stream_base + c->global + k * C, .next_step = 1 };
+            total += c->n_streams;
+            most = c->n_streams > most ? c->n_streams : most;
+        }
+        w->streams = calloc (total, sizeof *w->streams);
+        if (!w->streams)
+            return -1;
+        for (size_t k = 0; k < most; k++)
+            for (size_t i = 0; i < w->n_conns; i++) {
+                connection_t *c = &w->conns[SET_TARGET][i];
+                if (k < c->n_streams) {
+                    w->streams[w->n_streams].conn = c;
+                    w->streams[w->n_streams++].stream = &c->streams[k];
+                }
+            }
+    }
+    return 0;
+}
+
 int workers_connect (sigload_t *L, int set, const char *const *eps, size_t n_eps)
 {
     const options_t *opt = L->opt;
@@ -88,7 +124,7 @@ int workers_connect (sigload_t *L, int set, const char *const *eps, size_t n_eps
         zmq_getsockopt (c->socket, ZMQ_FD, &fd, &fd_len);
         w->pfds[set][c->index] = (struct pollfd) { .fd = fd, .events = POLLIN };
     }
-    return 0;
+    return set == SET_TARGET && opt->streams ? s_streams_assign (L) : 0;
 }
 
 /* ---- the hot path ---- */
@@ -116,8 +152,9 @@ static void s_count_error (worker_t *w, bool measured, int outcome, const char *
 
 enum { SEND_OK, SEND_FULL, SEND_BLOCKED, SEND_FAILED };
 
-/* Sends the connection's next request. T_SCHED < 0: closed loop, scheduled = actual send. */
-static int s_send (worker_t *w, connection_t *c, int64_t t_sched, bool measured)
+/* Sends the connection's next request (the next step of STREAM when not NULL). T_SCHED < 0: closed
+ * loop, scheduled = actual send. */
+static int s_send (worker_t *w, connection_t *c, stream_t *stream, int64_t t_sched, bool measured)
 {
     sigload_t *L = w->load;
     uint64_t seq = c->next_seq;
@@ -135,6 +172,8 @@ static int s_send (worker_t *w, connection_t *c, int64_t t_sched, bool measured)
         if (L->opt->n_models > 1)
             w->infer.model = (char *) L->opt->models[seq % L->opt->n_models];
         w->infer.features = L->pool + set * L->per_request;
+        w->infer.stream_id = stream ? stream->id : 0;
+        w->infer.step = stream ? stream->next_step : 0;
         len = sigserve__v1__request__pack (&w->req, w->send_buf);
     }
     int64_t now = (int64_t) clock_now_ns ();
@@ -152,16 +191,23 @@ static int s_send (worker_t *w, connection_t *c, int64_t t_sched, bool measured)
     c->next_seq++;
     c->outstanding++;
     w->counts.sent++;
+    if (stream)
+        stream->next_step++;
     return SEND_OK;
 }
 
-/* Open loop: the next connection (round robin) that takes the request. */
+/* Open loop: the next connection (round robin) that takes the request; with streams, the next
+ * stream (in turn) whose connection takes it. */
 static int s_send_any (worker_t *w, connection_t *conns, int64_t t_sched, bool measured)
 {
-    for (size_t tries = 0; tries < w->n_conns; tries++) {
-        connection_t *c = &conns[w->rr];
-        w->rr = w->rr + 1 == w->n_conns ? 0 : w->rr + 1;
-        int rc = s_send (w, c, t_sched, measured);
+    bool streams = w->load->step.streams;
+    size_t n = streams ? w->n_streams : w->n_conns;
+    for (size_t tries = 0; tries < n; tries++) {
+        size_t *rr = streams ? &w->stream_rr : &w->rr;
+        size_t i = *rr;
+        *rr = i + 1 == n ? 0 : i + 1;
+        int rc = streams ? s_send (w, w->streams[i].conn, w->streams[i].stream, t_sched, measured)
+                         : s_send (w, &conns[i], NULL, t_sched, measured);
         if (rc == SEND_OK || rc == SEND_FAILED)
             return rc;
     }
@@ -171,7 +217,15 @@ static int s_send_any (worker_t *w, connection_t *conns, int64_t t_sched, bool m
 static void s_schedule_advance (worker_t *w, const step_t *st)
 {
     w->sched_k++;
-    if (w->load->opt->poisson) {
+    const options_t *opt = w->load->opt;
+    if (st->schedule) {
+        /* this thread's entries are every T-th of the file, from its index */
+        w->sched_index += w->load->n_workers;
+        if (w->sched_index >= opt->n_schedule)
+            w->sched_done = true;
+        else
+            w->sched_next = st->t0 + opt->schedule_ns[w->sched_index];
+    } else if (opt->poisson) {
         w->sched_offset_ns += -log (rng_unit_open (&w->rng)) * w->period_ns;
         w->sched_next = st->t0 + (int64_t) w->sched_offset_ns;
     } else
@@ -228,7 +282,10 @@ static int s_closed_send (worker_t *w, connection_t *conns, int64_t now)
         connection_t *c = &conns[i];
         while (c->outstanding < c->closed_target && s_closed_active (w, now)) {
             bool measured = now >= st->measure_start;
-            int rc = s_send (w, c, -1, measured);
+            stream_t *stream = st->streams ? &c->streams[c->stream_rr] : NULL;
+            int rc = s_send (w, c, stream, -1, measured);
+            if (rc == SEND_OK && stream)
+                c->stream_rr = c->stream_rr + 1 == c->n_streams ? 0 : c->stream_rr + 1;
             if (rc == SEND_FAILED) {
                 s_count_error (w, measured, OUT_SEND_FAILED, zmq_strerror (zmq_errno ()));
                 if (measured)
@@ -245,15 +302,32 @@ static int s_closed_send (worker_t *w, connection_t *conns, int64_t now)
     return sent;
 }
 
-static bool s_outputs_match (const sigload_t *L, uint64_t seq, const float *out, size_t n)
+/* Whether OUT matches the expected outputs of request SEQ; when not, and *WHY is still empty (the
+ * first mismatch of its kind), says which output, what was expected and what came. */
+static bool s_outputs_match (const sigload_t *L, uint64_t seq, const float *out, size_t n, char *why)
 {
-    if (n != L->out_per_request)
+    size_t set = (size_t) (seq % L->n_sets);
+    char text[256];
+    if (n != L->out_per_request) {
+        if (!why[0]) {
+            snprintf (text, sizeof text, "request %zu of --features: %zu outputs, --expect holds %zu", set + 1, n,
+                      L->out_per_request);
+            counts_copy_error (why, text);
+        }
         return false;
-    const float *e = L->expect + (size_t) (seq % L->n_sets) * n;
+    }
+    const float *e = L->expect + set * n;
     float tol = (float) L->opt->tolerance;
     for (size_t i = 0; i < n; i++)
-        if (!(fabsf (out[i] - e[i]) <= tol * fmaxf (1.0f, fabsf (e[i]))))
+        if (!(fabsf (out[i] - e[i]) <= tol * fmaxf (1.0f, fabsf (e[i])))) {
+            if (!why[0]) {
+                snprintf (text, sizeof text, "request %zu of --features, output %zu: expected %.9g, got %.9g "
+                          "(tolerance %.3g x max(1, |expected|))", set + 1, i, (double) e[i], (double) out[i],
+                          L->opt->tolerance);
+                counts_copy_error (why, text);
+            }
             return false;
+        }
     return true;
 }
 
@@ -317,10 +391,11 @@ static void s_reply (worker_t *w, connection_t *c, size_t n, int64_t now)
         w->counts.answered++;
         w->counts.last_answer = now;
     }
-    if (status == OUT_OK && L->expect && !s_outputs_match (L, seq, outputs, n_outputs))
+    if (status == OUT_OK && L->expect && !s_outputs_match (L, seq, outputs, n_outputs,
+                                                            w->counts.first_error[OUT_MISMATCH]))
         status = OUT_MISMATCH;
     if (status != OUT_OK) {
-        s_count_error (w, measured, status, status == OUT_MISMATCH ? "outputs differ from --expect" : error);
+        s_count_error (w, measured, status, status == OUT_MISMATCH ? NULL : error);
         return;
     }
     if (!measured)
@@ -401,13 +476,29 @@ static void s_step_begin (worker_t *w, connection_t *conns)
     w->counts.last_answer = st->measure_start;
     w->rr = 0;
     w->blocked = false;
+    w->stream_rr = 0;
     if (st->mode == MODE_OPEN) {
-        double rate = st->target / (double) T;
+        /* each thread's share of the rate: 1/T, or with streams its streams' share (1/N a stream) */
+        double share = st->streams ? (double) w->n_streams / (double) opt->streams : 1.0 / (double) T;
+        double rate = st->target * share;
         w->period_ns = 1e9 / rate;
         w->phase_ns = opt->poisson ? 0 : (int64_t) ((double) t * 1e9 / st->target);
         w->sched_k = 0;
-        w->quota = st->requests / T + (t < st->requests % T);
-        w->sched_done = st->requests && w->quota == 0;
+        if (st->streams) {
+            uint64_t R = st->requests, before = 0;
+            for (size_t u = 0; u < (size_t) t; u++)
+                before += w->load->workers[u].n_streams;
+            w->quota = (uint64_t) ((long double) R * (before + w->n_streams) / opt->streams)
+                       - (uint64_t) ((long double) R * before / opt->streams);
+        } else
+            w->quota = st->requests / T + (t < st->requests % T);
+        w->sched_done = (st->requests && w->quota == 0) || (st->schedule && t >= opt->n_schedule);
+        if (st->schedule) {
+            w->sched_index = (size_t) t;
+            w->sched_next = w->sched_done ? INT64_MAX : st->t0 + opt->schedule_ns[t];
+            w->spin_ns = L->spin_ns;
+            return;
+        }
         /* spin only while it costs at most a tenth of this thread's time */
         w->spin_ns = w->period_ns >= 10.0 * (double) L->spin_ns ? L->spin_ns : 0;
         if (opt->poisson) {
@@ -568,6 +659,7 @@ void workers_destroy (sigload_t *L)
                 if (w->conns[set][i].socket)
                     zmq_close (w->conns[set][i].socket);
                 free (w->conns[set][i].ring);
+                free (w->conns[set][i].streams);
             }
             free (w->conns[set]);
             free (w->pfds[set]);
@@ -575,6 +667,7 @@ void workers_destroy (sigload_t *L)
         histogram_destroy (&w->total);
         histogram_destroy (&w->server);
         histogram_destroy (&w->network);
+        free (w->streams);
         free (w->send_buf);
         free (w->recv_buf);
         arena_destroy (&w->arena);

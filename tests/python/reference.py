@@ -105,3 +105,65 @@ def run_in_order(classes):
     sys.stdout.flush()
     print(f"{result.passed} passed, {failed} failed", flush=True)
     return 0 if failed == 0 and result.passed > 0 else 1
+
+
+# ---- LSTM (service/lstm.h's equations, PyTorch's nn.LSTM gate order i, f, g, o) ----
+
+def _act(name, v):
+    if name == "relu":
+        return v if v > 0.0 else 0.0
+    if name == "tanh":
+        return math.tanh(v)
+    if name == "sigmoid":
+        return 1.0 / (1.0 + math.exp(-v))
+    return v
+
+
+def load_lstm(path, window, prefix="lstm.", head="head.", head_act="none"):
+    """An LSTM with a linear head from an F32 safetensors file (PyTorch's state-dict names) for
+    lstm_window() and lstm_stream()."""
+    tensors = load_safetensors(path)
+
+    def rows(name):
+        (n_rows, n_cols), values = tensors[name]
+        return [values[r * n_cols:(r + 1) * n_cols] for r in range(n_rows)]
+
+    layers, k = [], 0
+    while f"{prefix}weight_ih_l{k}" in tensors:
+        bias = [a + b for a, b in zip(tensors[f"{prefix}bias_ih_l{k}"][1], tensors[f"{prefix}bias_hh_l{k}"][1])]
+        layers.append((rows(f"{prefix}weight_ih_l{k}"), rows(f"{prefix}weight_hh_l{k}"), bias))
+        k += 1
+    head_w = rows(f"{head}weight")
+    head_b = tensors[f"{head}bias"][1] if f"{head}bias" in tensors else (0.0,) * len(head_w)
+    return {"layers": layers, "window": window, "step_size": len(layers[0][0][0]), "hidden": len(layers[0][1][0]),
+            "head": (head_w, head_b, head_act)}
+
+
+def lstm_window(model, steps):
+    """The float64 output for one window: STEPS is `window` lists of step_size floats, oldest first;
+    zero state at the start."""
+    hidden = model["hidden"]
+    h = [[0.0] * hidden for _ in model["layers"]]
+    c = [[0.0] * hidden for _ in model["layers"]]
+    for x in steps:
+        for i, (w_ih, w_hh, bias) in enumerate(model["layers"]):
+            g = [sum(map(operator.mul, wi, x)) + sum(map(operator.mul, wh, h[i])) + b
+                 for wi, wh, b in zip(w_ih, w_hh, bias)]
+            sig = lambda v: 1.0 / (1.0 + math.exp(-v))  # noqa: E731
+            for u in range(hidden):
+                i_g, f_g = sig(g[u]), sig(g[hidden + u])
+                g_g, o_g = math.tanh(g[2 * hidden + u]), sig(g[3 * hidden + u])
+                c[i][u] = f_g * c[i][u] + i_g * g_g
+                h[i][u] = o_g * math.tanh(c[i][u])
+            x = h[i]
+    w, b, act = model["head"]
+    return [_act(act, sum(map(operator.mul, row, h[-1])) + bias) for row, bias in zip(w, b)]
+
+
+def lstm_stream(model, steps, count):
+    """The output a stream answers after its first COUNT steps (STEPS: lists of step_size floats):
+    the window of the last `window` of them, zeros standing in for steps before the first."""
+    window = model["window"]
+    zeros = [0.0] * model["step_size"]
+    recent = list(steps[max(0, count - window):count])
+    return lstm_window(model, [zeros] * (window - len(recent)) + recent)

@@ -37,9 +37,9 @@ import zmq
 
 import sigclient
 import sigclient.cli
-from reference import f32, forward, free_port, load_model, rel_error, run_in_order
+from reference import f32, forward, free_port, load_lstm, load_model, lstm_stream, rel_error, run_in_order
 from sigclient import (BadRequest, BadShape, BadValue, DeadlineExceeded, InferResult, InternalError, Overloaded,
-                       ProtocolError, ServerError, SigClient, SigServeError, Status, Timeout, Unavailable,
+                       ProtocolError, ServerError, SigClient, SigServeError, Status, StreamGone, Timeout, Unavailable,
                        UnknownModel)
 
 BUILD = os.path.abspath(os.environ.get("BUILD", "build"))
@@ -487,6 +487,7 @@ class Test4HealthModels(ClientTest):
         self.assertEqual(got, [("tick_mlp", "1", "cpu", "loop", 512, 1, 8, True),
                                ("odd", "7b", "cpu", "loop", 33, 3, 7, True),
                                ("slow", "1", "cpu", "loop", 1024, 1024, 15, True)])
+        self.assertEqual([(m.type, m.window, m.step_size) for m in models], [("mlp", 0, 0)] * 3)
 
     def test_late_infer_reply_skipped_by_health(self):
         rid = self.client.send_infer("tick_mlp", random_features(512))
@@ -742,10 +743,10 @@ def fields(line):
 TIMING_KEYS = ["request_id", "status", "rows", "queue_ns", "compute_ns", "server_ns", "round_trip_us", "model_version"]
 REPEAT_KEYS = ["repeat", "warmup", None, "p50", "p90", "p99", "p99.9", "min", "max", "mean", "sd"]
 MODELS_TABLE = (
-    "name      version  backend  kernel   input  output  max_rows  available\n"
-    "tick_mlp  1        cpu      loop       512       1         8  yes\n"
-    "odd       7b       cpu      loop        33       3         7  yes\n"
-    "slow      1        cpu      loop      1024    1024        15  yes\n")
+    "name      version  backend  kernel   input  output  max_rows  available  type  window  step_size\n"
+    "tick_mlp  1        cpu      loop       512       1         8  yes        mlp        -          -\n"
+    "odd       7b       cpu      loop        33       3         7  yes        mlp        -          -\n"
+    "slow      1        cpu      loop      1024    1024        15  yes        mlp        -          -\n")
 SYNOPSIS_LINE = "usage: sigclient-py [--endpoint E]... [--timeout MS] [--retry N]"
 
 
@@ -883,6 +884,28 @@ class Test8Cli(unittest.TestCase):
         self.assertEqual((py.rc, py.out, py.err), (1, "", f"sigclient-py: STATUS_UNKNOWN_MODEL: {TEXT_UNKNOWN}\n"))
         self.assert_same_as_c(py, *args)
 
+    def test_bad_shape_hints_at_rows(self):
+        """1024 values for a 512-input model and no --rows: the server's text, then the hint."""
+        text = " ".join("0.5" for _ in range(1024))
+        cases = [
+            (("--stdin",), text, 1024, 'hint: 1024 values are 2 rows of model "tick_mlp"\'s 512 inputs: add --rows 2'),
+            (("--random", 1536), "", 1536,
+             'hint: --random gives N features per row, and model "tick_mlp" takes 512: --random 512 --rows 3'),
+        ]
+        for extra, stdin_text, n, hint in cases:
+            with self.subTest(args=extra):
+                args = self.e() + ("infer", "--model", "tick_mlp") + extra
+                py = py_cli(*args, stdin_text=stdin_text)
+                count = TEXT_COUNT_511.replace("got 511", f"got {n}")
+                want = f"sigclient-py: STATUS_BAD_SHAPE: {count}\nsigclient-py: {hint}\n"
+                self.assertEqual((py.rc, py.out, py.err), (1, "", want))
+                c = c_cli(*args, stdin_text=stdin_text)
+                if c is not None:
+                    self.assertEqual((c.rc, c.err), (1, want.replace("sigclient-py", "sigclient")))
+        py = py_cli(*self.e(), "infer", "--model", "tick_mlp", "--stdin", "--rows", 3, stdin_text=text)
+        self.assertEqual(py.rc, 1, py)
+        self.assertNotIn("hint", py.err)
+
     def test_input_errors_exit_2(self):
         nul = os.path.join(workdir, "nul.txt")
         with open(nul, "wb") as f:
@@ -1009,12 +1032,15 @@ class Test9Shutdown(unittest.TestCase):
 # ---- dns:// endpoints and retries ----
 
 class FakeServer:
-    """A ROUTER thread on tcp://ADDRESS:PORT that answers infer requests OK with one output, TAG (which
-    server answered), or STATUS_UNAVAILABLE, or not at all (mode "ok", "unavailable", "silent"); health
-    always. Counts the infer requests it received."""
+    """A ROUTER thread on tcp://ADDRESS:PORT that answers infer requests OK with the outputs TAG (which
+    server answered), stream_id and step, or STATUS_UNAVAILABLE, or not at all (mode "ok",
+    "unavailable", "silent"), or STATUS_BAD_VALUE when the first feature is NaN; health always; the
+    model list with one LSTM model "seq" (window 4, step_size 3). Counts the infer requests it
+    received and keeps them in ``seen`` (connection identity, the InferRequest) in arrival order."""
 
     def __init__(self, address, port, tag, mode="ok"):
         self.tag, self.mode, self.requests = tag, mode, 0
+        self.seen = []
         self._stop = threading.Event()
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
@@ -1033,6 +1059,7 @@ class FakeServer:
             reply = sigclient.pb.Reply()
             if req.WhichOneof("body") == "infer":
                 self.requests += 1
+                self.seen.append((identity, req.infer))
                 if self.mode == "silent":
                     continue
                 reply.infer.request_id = req.infer.request_id
@@ -1040,8 +1067,15 @@ class FakeServer:
                 if self.mode == "unavailable":
                     reply.infer.status = Status.STATUS_UNAVAILABLE
                     reply.infer.error = "draining: this server is stopping"
+                elif req.infer.features and math.isnan(req.infer.features[0]):
+                    reply.infer.status = Status.STATUS_BAD_VALUE
+                    reply.infer.error = "features[0] (row 0, column 0) is NaN; every feature must be finite"
                 else:
-                    reply.infer.outputs.append(self.tag)
+                    reply.infer.outputs.extend([self.tag, req.infer.stream_id, req.infer.step])
+            elif req.WhichOneof("body") == "list_models":
+                m = reply.list_models.models.add()
+                m.name, m.version, m.backend, m.kernel, m.type = "seq", "1", "cpu", "lstm", "lstm"
+                m.window, m.step_size, m.input_size, m.output_size, m.max_rows, m.available = 4, 3, 12, 2, 1, True
             else:
                 reply.health.live = reply.health.ready = True
             self._sock.send_multipart([identity, reply.SerializeToString()])
@@ -1211,11 +1245,308 @@ class TestADnsRetry(unittest.TestCase):
         self.assertTrue(r.out.startswith("live=1 ready=1"), r)
 
 
+# ---- LSTM streams ----
+
+def wait_for(predicate, cap_s=10.0):
+    """Polls PREDICATE every millisecond until it holds or CAP_S passes; its last value."""
+    deadline = time.monotonic() + cap_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return predicate()
+
+
+class TestBStreamsWire(unittest.TestCase):
+    """What the client sends for a stream, read on fake servers' ROUTER sockets: stream_id and step
+    (field 7) numbered 1, 2, 3...; one endpoint and one connection per stream while plain requests
+    alternate; routed as the C client routes; never retried; failing, not moving, when its address
+    vanishes."""
+
+    def setUp(self):
+        self.fakes = []
+
+    def tearDown(self):
+        for f in self.fakes:
+            f.close()
+
+    def fake(self, tag, address="127.0.0.1", port=None, mode="ok"):
+        port = port or free_port()
+        f = FakeServer(address, port, tag, mode)
+        f.endpoint = f"tcp://{address}:{port}"
+        self.fakes.append(f)
+        return f
+
+    def test_steps_are_numbered_from_1(self):
+        f = self.fake(1.0)
+        with SigClient(f.endpoint) as c:
+            s = c.stream("seq", 7)
+            for k in (1, 2, 3):
+                self.assertEqual(s.next_step, k)
+                self.assertEqual(s.step([k, 0.5, 0.25]).outputs, [1.0, 7.0, float(k)])
+            with self.assertRaises(BadValue):        # refused: not applied, the same number goes again
+                s.step([math.nan, 0, 0])
+            self.assertEqual(s.next_step, 4)
+            self.assertEqual(s.step([4, 0, 0]).outputs, [1.0, 7.0, 4.0])
+            self.assertEqual(c.infer("seq", [9, 9, 9], stream_id=9).outputs, [1.0, 9.0, 0.0])   # unnumbered
+            for bad in (dict(stream_id=0, step=1), dict(step=2), dict(stream_id=-1), dict(stream_id=1 << 64)):
+                with self.subTest(bad=bad), self.assertRaises(ValueError):
+                    c.infer("seq", [1, 2, 3], **bad)
+            with self.assertRaises(ValueError):
+                c.stream("seq", 0)
+        got = [(r.stream_id, r.step, r.model, len(r.features), r.request_id) for _, r in f.seen]
+        self.assertEqual(got, [(7, 1, "seq", 3, 1), (7, 2, "seq", 3, 2), (7, 3, "seq", 3, 3), (7, 4, "seq", 3, 4),
+                               (7, 4, "seq", 3, 5), (9, 0, "seq", 3, 6)])
+        self.assertTrue(math.isnan(f.seen[3][1].features[0]))
+
+    def test_a_stream_sticks_while_round_robin_alternates(self):
+        a, b = self.fake(1.0), self.fake(2.0)
+        with SigClient([a.endpoint, b.endpoint]) as c:
+            streams = [c.stream("seq", 100 + k) for k in range(8)]
+            for step in range(1, 5):
+                for s in streams:
+                    s.step([step, 0, 0])
+                for _ in range(5):
+                    c.infer("m", [1, 2, 3])
+            self.assertEqual([sum(r.stream_id == 0 for _, r in f.seen) for f in (a, b)], [10, 10])
+            used = set()
+            for s in streams:
+                where = [(i, ident, r.step) for i, f in enumerate((a, b)) for ident, r in f.seen
+                         if r.stream_id == s.stream_id]
+                self.assertEqual(len({(i, ident) for i, ident, _ in where}), 1, f"stream {s.stream_id}: {where}")
+                self.assertEqual([step for _, _, step in where], [1, 2, 3, 4])
+                at = where[0][0]
+                used.add(at)
+                self.assertEqual(s.endpoint, (a, b)[at].endpoint)
+                self.assertEqual(at, sigclient.client._mix64(s.stream_id) % 2)
+            self.assertEqual(used, {0, 1})
+
+    def test_the_c_client_routes_alike(self):
+        """The same endpoint list and stream id reach the same server from sigclient (C) and Python."""
+        a, b = self.fake(1.0), self.fake(2.0)
+        if c_cli("--version") is None:
+            self.skipTest("the C sigclient is not built")
+        with SigClient([a.endpoint, b.endpoint]) as c:
+            want = {sid: c.stream_endpoint(sid) for sid in range(200, 206)}
+        for sid in want:
+            r = c_cli("--endpoint", a.endpoint, "--endpoint", b.endpoint, "infer", "--model", "seq", "--stream", sid,
+                      "--random", 3)
+            self.assertEqual(r.rc, 0, r)
+            self.assertEqual(r.out.split()[1:], [str(sid), "1"], r)
+        for sid, endpoint in want.items():
+            f = a if endpoint == a.endpoint else b
+            self.assertTrue(wait_for(lambda: any(r.stream_id == sid for _, r in f.seen)), f"stream {sid} not at {endpoint}")
+
+    def test_stream_steps_are_never_retried(self):
+        f = self.fake(1.0, mode="silent")
+        with SigClient(f.endpoint, timeout_ms=300, retries=3) as c:
+            s = c.stream("seq", 5)
+            with self.assertRaisesRegex(Timeout, r"^timed out after 300 ms waiting for a reply from tcp://.* "
+                                                 r"\(stream 5, step 1: stream steps are never retried; it may have "
+                                                 r"been applied\)$"):
+                s.step([1, 2, 3])
+            self.assertEqual(s.next_step, 1)
+            f.mode = "ok"
+            self.assertEqual(s.step([1, 2, 3]).outputs, [1.0, 5.0, 1.0])
+            # answered on the same connection after the first: every request sent before is read
+            self.assertEqual([(r.stream_id, r.step) for _, r in f.seen], [(5, 1), (5, 1)])
+            f.mode = "silent"
+            with self.assertRaisesRegex(Timeout, r"\(after 4 attempts\)$"):
+                c.infer("seq", [1, 2, 3])
+            self.assertTrue(wait_for(lambda: len(f.seen) >= 6))
+            self.assertEqual(len(f.seen), 6)
+
+    def test_a_vanished_address_fails_its_streams(self):
+        port = free_port()
+        a, b = self.fake(1.0, "127.0.0.1", port), self.fake(2.0, "127.0.0.2", port)
+        fleet = Fleet("127.0.0.1", "127.0.0.2")
+        with SigClient(f"dns://fleet:{port}", resolver=fleet, resolve_interval_ms=1) as c:
+            on = {}
+            for sid in range(1, 65):
+                on.setdefault(c.stream_endpoint(sid), sid)
+            self.assertEqual(sorted(on), [a.endpoint, b.endpoint])
+            sa, sb = c.stream("seq", on[a.endpoint]), c.stream("seq", on[b.endpoint])
+            sa.step([1, 0, 0])
+            sb.step([1, 0, 0])
+            fleet.addresses = ["127.0.0.2"]
+
+            def gone():
+                try:
+                    sa.step([2, 0, 0])
+                    return False
+                except StreamGone as e:
+                    self.error = str(e)
+                    return True
+            self.assertTrue(wait_for(gone))
+            self.assertIn(f"stream {sa.stream_id}: its server {a.endpoint} is no longer listed", self.error)
+            at_a = len(a.seen)
+            self.assertEqual(sb.step([2, 0, 0]).outputs[0], 2.0)
+            c.forget_stream(sa.stream_id)
+            sa.next_step = 1
+            self.assertEqual(sa.step([3, 0, 0]).outputs, [2.0, float(sa.stream_id), 1.0])
+            self.assertEqual(sa.endpoint, b.endpoint)
+            self.assertEqual(len(a.seen), at_a)
+
+
+LSTM_WINDOW, LSTM_STEP, LSTM_HIDDEN, LSTM_OUT = 5, 4, 6, 2
+
+
+class TestCStreamsServer(unittest.TestCase):
+    """An LSTM model served by a sigserve of this class's own: streams through SigClient, sigclient-py
+    and the C sigclient answer what a float64 LSTM in pure Python (tests/python/reference.py) gives
+    for the stream so far, within 1e-5."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sigserve-pystream-")
+        r = random.Random(5)
+        bound = 1.0 / math.sqrt(LSTM_HIDDEN)
+        tensors = {}
+        for k, n_in in enumerate((LSTM_STEP, LSTM_HIDDEN)):
+            for name, shape in ((f"weight_ih_l{k}", (4 * LSTM_HIDDEN, n_in)), (f"weight_hh_l{k}", (4 * LSTM_HIDDEN, LSTM_HIDDEN)),
+                                (f"bias_ih_l{k}", (4 * LSTM_HIDDEN,)), (f"bias_hh_l{k}", (4 * LSTM_HIDDEN,))):
+                tensors["lstm." + name] = (shape, [r.uniform(-bound, bound) for _ in range(math.prod(shape))])
+        tensors["head.weight"] = ((LSTM_OUT, LSTM_HIDDEN), [r.uniform(-bound, bound) for _ in range(LSTM_OUT * LSTM_HIDDEN)])
+        tensors["head.bias"] = ((LSTM_OUT,), [r.uniform(-bound, bound) for _ in range(LSTM_OUT)])
+        path = os.path.join(cls.dir, "seq.safetensors")
+        write_safetensors(path, tensors)
+        cls.model = load_lstm(path, LSTM_WINDOW, head_act="tanh")
+        cls.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        config = {"server": {"endpoints": [cls.endpoint], "log_level": "warn"},
+                  "models": [{"name": "seq", "type": "lstm", "backend": "cpu", "weights": "seq.safetensors",
+                              "lstm": "lstm.", "window": LSTM_WINDOW, "instances": 2, "max_streams": 64,
+                              "head": {"weight": "head.weight", "bias": "head.bias", "activation": "tanh"}}]}
+        config_path = os.path.join(cls.dir, "server.json")
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        cls.log = os.path.join(cls.dir, "sigserve.log")
+        with open(cls.log, "w") as log:
+            cls.server = subprocess.Popen([SIGSERVE, "--config", config_path], stdout=log, stderr=subprocess.STDOUT)
+
+        def ready():
+            try:
+                with SigClient(cls.endpoint, timeout_ms=200) as c:
+                    return c.health().ready
+            except Timeout:
+                return cls.server.poll() is not None
+        if not wait_for(ready, 20) or cls.server.poll() is not None:
+            with open(cls.log) as f:
+                raise RuntimeError(f"the LSTM sigserve did not start:\n{f.read()}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.send_signal(signal.SIGTERM)
+        cls.server.wait(timeout=10)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def steps(self, n):
+        return [f32([rng.uniform(-1, 1) for _ in range(LSTM_STEP)]) for _ in range(n)]
+
+    def test_model_info(self):
+        with SigClient(self.endpoint) as c:
+            (m,) = c.list_models()
+        self.assertEqual((m.name, m.type, m.window, m.step_size, m.input_size, m.output_size),
+                         ("seq", "lstm", LSTM_WINDOW, LSTM_STEP, LSTM_WINDOW * LSTM_STEP, LSTM_OUT))
+
+    def test_streams_match_the_reference(self):
+        """Two Streams and one numbered by hand, 2.5 windows each, interleaved."""
+        n = 5 * LSTM_WINDOW // 2
+        steps = [self.steps(n) for _ in range(3)]
+        pool = Pool()
+        with SigClient(self.endpoint) as c:
+            streams = [c.stream("seq", 51), c.stream("seq", 52)]
+            for t in range(n):
+                for k in range(3):
+                    r = streams[k].step(steps[k][t]) if k < 2 else c.infer("seq", steps[k][t], stream_id=53, step=t + 1)
+                    self.assertEqual((r.rows, len(r.outputs)), (1, LSTM_OUT))
+                    pool.add(r.outputs, lstm_stream(self.model, steps[k], t + 1))
+            pool.check(self)
+            self.assertEqual(streams[0].next_step, n + 1)
+            with self.assertRaisesRegex(BadShape, r'expected one step of 4 values for model "seq" \(stream_id 51\)'):
+                streams[0].step([0.0] * (LSTM_STEP + 1))
+            self.assertEqual(streams[0].next_step, n + 1)
+
+    def test_cli_streams_match_the_reference(self):
+        n = 9
+        steps = self.steps(n)
+        text = "# 9 steps\n" + "".join(" ".join(f"{v:.9g}" for v in step) + "\n" for step in steps)
+        runs = [("sigclient-py", py_cli("--endpoint", self.endpoint, "infer", "--model", "seq", "--stream", 61,
+                                        "--stdin", stdin_text=text))]
+        c = c_cli("--endpoint", self.endpoint, "infer", "--model", "seq", "--stream", 62, "--step", 1, "--stdin",
+                  stdin_text=text)
+        if c is not None:
+            runs.append(("sigclient", c))
+        for name, run in runs:
+            with self.subTest(cli=name):
+                self.assertEqual(run.rc, 0, run)
+                lines = run.out.splitlines()
+                self.assertEqual(len(lines), n, run)
+                pool = Pool()
+                for t, line in enumerate(lines):
+                    pool.add([float(v) for v in line.split()], lstm_stream(self.model, steps, t + 1))
+                pool.check(self)
+                self.assertEqual(keys(run.err.splitlines()[0]), TIMING_KEYS + ["stream_id", "step"])
+                self.assertEqual(fields(run.err.splitlines()[0])["step"], str(n))
+        if c is not None:
+            self.assertEqual(runs[0][1].out, runs[1][1].out)   # the same steps, the same arithmetic
+        # --random N --repeat K: K steps drawn from the seed
+        py = py_cli("--endpoint", self.endpoint, "infer", "--model", "seq", "--stream", 63, "--random", LSTM_STEP,
+                    "--repeat", 4, "--seed", 3)
+        self.assertEqual(py.rc, 0, py)
+        gen = random.Random(3)
+        steps = [[gen.uniform(-1.0, 1.0) for _ in range(LSTM_STEP)] for _ in range(4)]
+        pool = Pool()
+        for t, line in enumerate(py.out.splitlines()):
+            pool.add([float(v) for v in line.split()], lstm_stream(self.model, [f32(s) for s in steps], t + 1))
+        pool.check(self)
+        self.assertIn("repeat=4 warmup=0 round_trip_us p50=", py.err)
+
+    def test_cli_errors_and_hint(self):
+        e = ("--endpoint", self.endpoint)
+        cases = [
+            ((*e, "infer", "--model", "seq", "--random", LSTM_STEP), 1,
+             f'STATUS_BAD_SHAPE: features: expected rows x window x step size = 1 x {LSTM_WINDOW} x {LSTM_STEP} = '
+             f'{LSTM_WINDOW * LSTM_STEP} values for model "seq" (whole windows; one step goes with a stream_id), got '
+             f'{LSTM_STEP}\n'
+             f'sigclient-py: hint: {LSTM_STEP} values are one step of LSTM model "seq" (window {LSTM_WINDOW} x '
+             f'step_size {LSTM_STEP}): add --stream ID to send them as a step of stream ID'),
+            ((*e, "infer", "--model", "seq", "--stream", 70, "--stdin"), 2,
+             'stdin: 6 values are not a whole number of steps of model "seq" (step_size 4): 1 steps and 2 values over'),
+            ((*e, "infer", "--model", "seq", "--step", 2, "--random", 4), 2, "--step is only for --stream"),
+            ((*e, "infer", "--model", "seq", "--stream", 3, "--rows", 2, "--random", 4), 2,
+             "--rows: a stream step is one row; --stream takes no --rows"),
+            ((*e, "infer", "--model", "seq", "--stream", 3, "--repeat", 2, "--stdin"), 2,
+             "--repeat and --warmup with --stream are for --random: the steps of --file or --stdin are the file's"),
+            ((*e, "infer", "--model", "seq", "--stream", 0, "--random", 4), 2,
+             "bad --stream '0' (a stream id from 1 to 18446744073709551615)"),
+        ]
+        for args, rc, text in cases:
+            with self.subTest(args=args):
+                py = py_cli(*args, stdin_text="1 2 3 4 5 6")
+                self.assertEqual((py.rc, py.out), (rc, ""), py)
+                self.assertEqual(py.err.splitlines()[0], "sigclient-py: " + text.splitlines()[0])
+                if rc == 1:
+                    self.assertEqual(py.err, "sigclient-py: " + text + "\n")
+                c = c_cli(*args, stdin_text="1 2 3 4 5 6")
+                if c is not None:
+                    self.assertEqual((c.rc, c.err.splitlines()[0]), (rc, py.err.splitlines()[0].replace("-py", "")))
+                    if rc == 1:
+                        self.assertEqual(c.err, py.err.replace("sigclient-py", "sigclient"))
+        py = py_cli(*e, "models")
+        self.assertEqual(py.rc, 0, py)
+        self.assertTrue(py.out.splitlines()[1].endswith(f"yes        lstm       {LSTM_WINDOW}          {LSTM_STEP}"), py)
+        self.assert_same_models(py)
+
+    def assert_same_models(self, py):
+        c = c_cli("--endpoint", self.endpoint, "models")
+        if c is not None:
+            self.assertEqual(c.out, py.out)
+
+
 def main():
     try:
         # In this order: the last one stops the server.
         return run_in_order((Test0Package, Test1Infer, Test2Errors, Test3Pipelined, Test4HealthModels, Test5Timeouts,
-                             Test6Deadline, Test7Lifetime, Test8Cli, TestADnsRetry, Test9Shutdown))
+                             Test6Deadline, Test7Lifetime, Test8Cli, TestADnsRetry, TestBStreamsWire, TestCStreamsServer,
+                             Test9Shutdown))
     finally:
         tearDownModule()    # also when interrupted; unittest calls it too, and twice is harmless
 

@@ -148,8 +148,8 @@ else fail "sigclient-py health (exit $rc)" "$tmp/out" "$tmp/err"; fi
 
 cli models; rc=$?
 if [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/out")" -eq 2 ] &&
-   head -n 1 "$tmp/out" | grep -Eq '^name +version +backend +kernel +input +output +max_rows +available$' &&
-   tail -n 1 "$tmp/out" | grep -Eq '^tick_mlp +1 +cpu +loop +512 +1 +8 +yes$'; then
+   head -n 1 "$tmp/out" | grep -Eq '^name +version +backend +kernel +input +output +max_rows +available +type +window +step_size$' &&
+   tail -n 1 "$tmp/out" | grep -Eq '^tick_mlp +1 +cpu +loop +512 +1 +8 +yes +mlp +- +-$'; then
     pass "sigclient-py models: $(tail -n 1 "$tmp/out" | tr -s ' ')"
 else fail "sigclient-py models (exit $rc)" "$tmp/out" "$tmp/err"; fi
 

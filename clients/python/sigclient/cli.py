@@ -1,7 +1,7 @@
 """sigclient-py: one-shot requests to sigserve from a shell, the Python twin of the C `sigclient`.
 
 Same commands, options, output and exit codes as clients/sigclient_cli.c, so scripts and probes can
-use either: infer prints the outputs on stdout (one row per line, %.9g) and one line of the server's
+use either: infer prints the outputs on stdout (one row, or stream step, per line, %.9g) and one line of the server's
 timings on stderr; --repeat adds round-trip and server-time percentiles in microseconds. Exit codes:
 0 ok, 1 the server answered an error status (or is not ready), 2 usage or input error, 3 timeout,
 transport or protocol error. --random draws from Python's generator, not the C one: same seed, other
@@ -31,8 +31,8 @@ from typing import Sequence
 import zmq
 
 from . import __version__
-from .client import (DEFAULT_TIMEOUT_MS, MAX_RETRY, ServerError, SigClient, SigServeError, TransportError,
-                     load_curve_keys)
+from .client import (DEFAULT_TIMEOUT_MS, MAX_RETRY, BadShape, ServerError, SigClient, SigServeError,
+                     TransportError, load_curve_keys)
 
 PROG = "sigclient-py"
 EXIT_OK, EXIT_STATUS, EXIT_USAGE, EXIT_TRANSPORT = 0, 1, 2, 3
@@ -49,6 +49,8 @@ SYNOPSIS = (
     f"{' ' * len(PROG)}        [--curve-server FILE --curve-client FILE_secret] COMMAND\n"
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n"
     "        [--repeat K [--warmup W]] [--deadline-us D]\n"
+    "  infer --model M --stream ID [--step N]\n"
+    "        (--file F | --stdin | --random N [--repeat K [--warmup W]]) [--deadline-us D]\n"
     "  health\n"
     "  models\n"
     "  convert MODEL.onnx OUT [--name N] [--window W]\n"
@@ -78,6 +80,15 @@ options:
                    p50 p90 p99 p99.9 min max mean sd (us) on stderr
   --warmup W       with --repeat: send W more requests first and leave them out (default 0)
   --deadline-us D  the server drops the request if still queued after D us (default: none)
+  --stream ID      LSTM models: send the features as steps of stream ID (1 or more), in
+                   order, one request a step, each step the model's step_size values (from
+                   the server's model list): --file/--stdin hold the steps one after another
+                   (one a line, by habit), --random N --repeat K sends K random steps of N.
+                   Prints one line of outputs per step. Every step of a stream goes to the
+                   same server, and none is sent twice (--retry does not apply to them)
+  --step N         with --stream: the first step's number (default 1: a new stream; the
+                   server refuses a step that is not the one it expects, naming it); the
+                   steps after it count up from there. 0 sends the steps unnumbered
   --name N         convert: the model's name in OUT.json (default: MODEL's file name
                    without .onnx)
   --window W       convert: the LSTM's window in steps (1 to 4096), where the ONNX
@@ -85,7 +96,7 @@ options:
   --help           this text
   --version        print sigclient-py's version and libzmq's, then exit
 
-infer prints the outputs on stdout, one row per line, and the timings on stderr
+infer prints the outputs on stdout, one row (or stream step) per line, and the timings on stderr
 (round trips and server times in microseconds, the server's stages in nanoseconds).
 
 convert reads an ONNX model (needs the onnx package) and writes OUT.safetensors and OUT.json,
@@ -103,7 +114,7 @@ _OPTIONS = {
     "stdin": (False, "infer"), "random": (True, "infer"), "rows": (True, "infer"), "seed": (True, "infer"),
     "repeat": (True, "infer"), "warmup": (True, "infer"), "deadline-us": (True, "infer"), "help": (False, None),
     "version": (False, None), "retry": (True, None), "curve-server": (True, None),
-    "curve-client": (True, None),
+    "curve-client": (True, None), "stream": (True, "infer"), "step": (True, "infer"),
 }
 # Options the C CLI does not have: a prefix means one of these only where it matches none above.
 _CONVERT_OPTIONS = {"name": (True, "convert"), "window": (True, "convert")}
@@ -153,6 +164,9 @@ class Options:
         self.convert_args: list[str] = []  # MODEL.onnx, OUT
         self.name: str | None = None
         self.window: int | None = None
+        self.stream_id = 0                 # 0: not a stream
+        self.step = 1                      # the first step's number
+        self.given: set[str] = set()       # the options given (rows, step, repeat, warmup matter)
 
 
 def _match_option(name: str, arg: str) -> str:
@@ -202,6 +216,7 @@ def parse_options(argv: Sequence[str]) -> Options:
             raise _usage_error(f"unknown option '{arg}'")
         if owner:
             owners.add(owner)
+        opts.given.add(name)
         if name == "help":
             print(USAGE, end="")
             raise _Exit(EXIT_OK)
@@ -244,6 +259,10 @@ def parse_options(argv: Sequence[str]) -> Options:
             opts.name = value
         elif name == "window":
             opts.window = _u64(name, value, 1, MAX_WINDOW, f" (1 to {MAX_WINDOW})")
+        elif name == "stream":
+            opts.stream_id = _u64(name, value, 1, UINT64_MAX, f" (a stream id from 1 to {UINT64_MAX})")
+        elif name == "step":
+            opts.step = _u64(name, value, 0, UINT64_MAX)
     if not positional:
         raise _usage_error("no command")
     opts.command = positional[0]
@@ -268,6 +287,13 @@ def parse_options(argv: Sequence[str]) -> Options:
             raise _usage_error("infer needs one of --file, --stdin, --random")
         if opts.seed != 1 and not opts.random_n:      # as the C CLI: --seed 1 is the default, allowed
             raise _usage_error("--seed is only for --random")
+        if "step" in opts.given and not opts.stream_id:
+            raise _usage_error("--step is only for --stream")
+        if opts.stream_id and "rows" in opts.given:
+            raise _usage_error("--rows: a stream step is one row; --stream takes no --rows")
+        if opts.stream_id and not opts.random_n and ({"repeat", "warmup"} & opts.given):
+            raise _usage_error("--repeat and --warmup with --stream are for --random: the steps of --file or "
+                               "--stdin are the file's")
     elif opts.command not in ("health", "models", "convert"):
         raise _usage_error(f"unknown command '{opts.command}'")
     return opts
@@ -369,14 +395,116 @@ def summary_fields(samples: Sequence[float]) -> str:
 
 # ---- commands ----
 
+def timing_line(result, round_trip_us: float) -> str:
+    return (f"request_id={result.request_id} status={result.status_name} rows={result.rows} "
+            f"queue_ns={result.queue_ns} compute_ns={result.compute_ns} server_ns={result.server_ns} "
+            f"round_trip_us={round_trip_us:.1f} model_version={result.model_version}")
+
+
+def print_summary(round_trips_us: Sequence[float], server_us: Sequence[float], warmup: int) -> None:
+    if len(round_trips_us) > 1:
+        for what, samples in (("round_trip_us", round_trips_us), ("server_us", server_us)):
+            print(f"repeat={len(round_trips_us)} warmup={warmup} {what} {summary_fields(samples)}", file=sys.stderr)
+
+
+def find_model(client: SigClient, name: str):
+    """NAME's entry in the server's model list, or None."""
+    return next((m for m in client.list_models() if m.name == name), None)
+
+
+def shape_hint(client: SigClient, opts: Options, n: int) -> None:
+    """After STATUS_BAD_SHAPE for N values: what the user probably meant (the C CLI's s_shape_hint)."""
+    try:
+        m = find_model(client, opts.model)
+    except SigServeError:
+        return
+    if m is None or not m.input_size:
+        return
+    if "rows" not in opts.given and n % m.input_size == 0 and n // m.input_size > 1:
+        rows = n // m.input_size
+        if opts.random_n:
+            _say(f'hint: --random gives N features per row, and model "{opts.model}" takes {m.input_size}: '
+                 f"--random {m.input_size} --rows {rows}")
+        else:
+            split = " (more than its max_rows: split them over several requests)" if m.max_rows and rows > m.max_rows else ""
+            _say(f'hint: {n} values are {rows} rows of model "{opts.model}"\'s {m.input_size} inputs: '
+                 f"add --rows {rows}{split}")
+    elif m.type == "lstm" and m.step_size and n == opts.rows * m.step_size:
+        _say(f'hint: {n} values are one step of LSTM model "{opts.model}" (window {m.window} x step_size '
+             f"{m.step_size}): add --stream ID to send them as a step of stream ID")
+
+
+def run_infer_stream(client: SigClient, opts: Options) -> int:
+    """--stream: the features as steps of one stream, in order, one output line per step (the C CLI's
+    s_infer_stream)."""
+    m = find_model(client, opts.model)
+    step_size = m.step_size if m is not None and m.type == "lstm" else 0
+    rng = values = None
+    warmup = 0
+    if opts.random_n:
+        step_size, n_steps, warmup = opts.random_n, opts.warmup + opts.repeat, opts.warmup
+        rng = random.Random(opts.seed)
+    else:
+        values = load_features(opts)
+        step_size = step_size or len(values)
+        if len(values) % step_size:
+            name = "stdin" if opts.file == "-" else opts.file
+            _say(f'{name}: {len(values)} values are not a whole number of steps of model "{opts.model}" '
+                 f"(step_size {step_size}): {len(values) // step_size} steps and {len(values) % step_size} "
+                 f"values over")
+            return EXIT_USAGE
+        n_steps = len(values) // step_size
+    stream = client.stream(opts.model, opts.stream_id, opts.step)
+    round_trips_us: list[float] = []
+    server_us: list[float] = []
+    result, elapsed_us = None, 0.0
+    for k in range(n_steps):
+        if rng is not None:
+            features = [rng.uniform(-1.0, 1.0) for _ in range(step_size)]
+        else:
+            features = values[k * step_size:(k + 1) * step_size]
+        number = stream.next_step
+        start = time.perf_counter_ns()
+        try:
+            result = stream.step(features, deadline_us=opts.deadline_us)
+        except ServerError as e:
+            sys.stdout.flush()
+            _say(f"stream {opts.stream_id} step {number}: {e.status_name}: {e.message}")
+            return EXIT_STATUS
+        except (ValueError, TypeError) as e:
+            _say(f"stream {opts.stream_id} step {number}: {e}")
+            return EXIT_USAGE
+        except SigServeError as e:
+            sys.stdout.flush()
+            _say(f"stream {opts.stream_id} step {number}: {e}")
+            return EXIT_TRANSPORT
+        elapsed_us = (time.perf_counter_ns() - start) / 1e3
+        print(" ".join(f"{v:.9g}" for v in result.outputs))
+        if k >= warmup:
+            round_trips_us.append(elapsed_us)
+            server_us.append(result.server_ns / 1e3)
+    sys.stdout.flush()
+    last = stream.next_step - 1 if stream.next_step else 0
+    print(f"{timing_line(result, elapsed_us)} stream_id={opts.stream_id} step={last}", file=sys.stderr)
+    print_summary(round_trips_us, server_us, warmup)
+    return EXIT_OK
+
+
 def run_infer(client: SigClient, opts: Options) -> int:
+    if opts.stream_id:
+        return run_infer_stream(client, opts)
     features = load_features(opts)
     round_trips_us: list[float] = []
     server_us: list[float] = []
     result = None
     for k in range(opts.warmup + opts.repeat):
         start = time.perf_counter_ns()
-        result = client.infer(opts.model, features, rows=opts.rows, deadline_us=opts.deadline_us)
+        try:
+            result = client.infer(opts.model, features, rows=opts.rows, deadline_us=opts.deadline_us)
+        except BadShape as e:
+            _say(f"{e.status_name}: {e.message}")
+            shape_hint(client, opts, len(features))
+            return EXIT_STATUS
         elapsed_us = (time.perf_counter_ns() - start) / 1e3
         if k >= opts.warmup:        # warm-up requests are left out
             round_trips_us.append(elapsed_us)
@@ -387,12 +515,8 @@ def run_infer(client: SigClient, opts: Options) -> int:
     for r in range(0, n, per_row or 1):
         print(" ".join(f"{v:.9g}" for v in result.outputs[r:r + per_row]))
     sys.stdout.flush()      # the outputs before the timings, when both go to one terminal
-    print(f"request_id={result.request_id} status={result.status_name} rows={result.rows} "
-          f"queue_ns={result.queue_ns} compute_ns={result.compute_ns} server_ns={result.server_ns} "
-          f"round_trip_us={round_trips_us[-1]:.1f} model_version={result.model_version}", file=sys.stderr)
-    if opts.repeat > 1:
-        for what, samples in (("round_trip_us", round_trips_us), ("server_us", server_us)):
-            print(f"repeat={opts.repeat} warmup={opts.warmup} {what} {summary_fields(samples)}", file=sys.stderr)
+    print(timing_line(result, round_trips_us[-1]), file=sys.stderr)
+    print_summary(round_trips_us, server_us, opts.warmup)
     return EXIT_OK
 
 
@@ -410,10 +534,11 @@ def run_models(client: SigClient) -> int:
     wb = max([7] + [len(m.backend) for m in models])
     wk = max([6] + [len(m.kernel) for m in models])
     print(f"{'name':<{wn}}  {'version':<{wv}}  {'backend':<{wb}}  {'kernel':<{wk}}  {'input':>6}  {'output':>6}  "
-          f"{'max_rows':>8}  available")
+          f"{'max_rows':>8}  {'available':<9}  {'type':<4}  {'window':>6}  {'step_size':>9}")
     for m in models:
         print(f"{m.name:<{wn}}  {m.version:<{wv}}  {m.backend:<{wb}}  {m.kernel:<{wk}}  {m.input_size:>6}  "
-              f"{m.output_size:>6}  {m.max_rows:>8}  {'yes' if m.available else 'no'}")
+              f"{m.output_size:>6}  {m.max_rows:>8}  {'yes' if m.available else 'no':<9}  {m.type or '-':<4}  "
+              f"{m.window or '-':>6}  {m.step_size or '-':>9}")
     return EXIT_OK
 
 

@@ -37,12 +37,33 @@ dns:// endpoint the socket sets ZMQ_IMMEDIATE (for every endpoint): requests go 
 connection is up, so a listed address that does not answer takes no share. ``peers`` lists the
 tcp:// endpoints connected now. ``resolve_endpoint`` expands one endpoint without connecting.
 
+LSTM streams (the server keeps each stream's window; README, "LSTM models")::
+
+    stream = client.stream("seq", stream_id=7)      # numbers the steps 1, 2, 3...
+    for step in steps:                               # each the model's step_size floats
+        print(stream.step(step).outputs)             # the output for the window ending here
+    client.infer("seq", step, stream_id=8, step=1)   # the same, numbering yourself
+
+Every step of a stream must reach the server that holds it, in order, so streams do not use the
+round-robin socket: the client keeps a DEALER per address (opened when the first stream is routed
+there) and routes a stream the first time it sees its id, to address ``mix64(stream_id) mod N`` of
+the N addresses of ``peers`` then (splitmix64's finalizer; the C client routes alike). The route is
+kept until ``forget_stream``: a dns:// name changing never moves a stream; when a stream's address
+vanishes from its name, its next step raises StreamGone (its state went with that server). Steps
+carry their number (InferRequest.step, from 1) so that the server refuses a duplicate or an
+out-of-order step (STATUS_BAD_REQUEST naming the expected one) instead of applying it; a step
+answered with any status but OK was not applied and goes again with the same number, which is what
+``Stream.step`` does (its ``next_step`` moves on only after an OK). Stream steps are NEVER retried,
+whatever ``retries`` says: an attempt that timed out may have been applied, and a copy that reached
+another server would start the stream there.
+
 ``retries`` (0 to 16, default 0) makes ``infer`` send a request again when it is answered
 STATUS_UNAVAILABLE (a draining server) or not answered within the timeout, and ``health`` /
 ``list_models`` on a timeout: inference has no side effect, and round-robin hands the new copy to
 the next peer. Each attempt is a new request with a new id; the call takes the first answer to any
 of its attempts and waits up to the timeout for each, so it lasts at most (retries + 1) x the
-timeout. ``InferResult.attempts`` says how many it took. Pipelined calls never retry.
+timeout. ``InferResult.attempts`` says how many it took. Pipelined calls and stream steps never
+retry.
 
 CURVE (a server with ``server.curve`` on)::
 
@@ -70,7 +91,8 @@ Results and errors:
   what is not a reply: Timeout, ProtocolError, TransportError.
 - Timeout (also a builtin TimeoutError): no reply, or no room to send, within the timeout.
 - ProtocolError: a reply that does not decode as a sigserve.v1.Reply, has several frames or no body.
-- TransportError: a ZeroMQ call failed (bad endpoint, closed context, ...).
+- TransportError: a ZeroMQ call failed (bad endpoint, closed context, ...). StreamGone, a subclass:
+  the address a stream was routed to has vanished from its dns:// name.
 - ValueError / TypeError: bad arguments (rows or deadline_us out of uint32 range, ragged rows, ...).
 
 Request ids start at 1 and grow by one per request (0 is what the server puts in the reply to a
@@ -104,6 +126,7 @@ __all__ = [
     "SigClient", "InferResult", "Health", "ModelInfo", "Status", "status_name", "exception_for_status",
     "SigServeError", "ServerError", "BadRequest", "UnknownModel", "BadShape", "BadValue", "Overloaded",
     "DeadlineExceeded", "Unavailable", "InternalError", "Timeout", "ProtocolError", "TransportError",
+    "StreamGone", "Stream",
     "DEFAULT_TIMEOUT_MS", "DEFAULT_RESOLVE_MS", "MAX_RETRY", "resolve_endpoint", "load_curve_keys",
 ]
 
@@ -113,6 +136,7 @@ MAX_RETRY = 16
 _EMPTY_RETRY_MS = 200            # a name with no address connected is tried this often
 _DNS_PREFIX = "dns://"
 UINT32_MAX = (1 << 32) - 1
+UINT64_MAX = (1 << 64) - 1
 # sigserve's default max_message_bytes: a larger request is dropped by ZeroMQ without a reply, so a
 # timeout after one is worth a hint.
 _SERVER_DEFAULT_MAX_MESSAGE = 65536
@@ -211,6 +235,11 @@ class TransportError(SigServeError):
     """A ZeroMQ call failed."""
 
 
+class StreamGone(TransportError):
+    """The address a stream was routed to has vanished from its dns:// name, and the stream's state
+    with it: ``forget_stream``, then start the stream again from step 1."""
+
+
 _EXCEPTIONS: dict[int, type[ServerError]] = {
     Status.STATUS_BAD_REQUEST: BadRequest,
     Status.STATUS_UNKNOWN_MODEL: UnknownModel,
@@ -293,6 +322,59 @@ class ModelInfo:
     output_size: int     # outputs per row
     max_rows: int
     available: bool
+    type: str = ""       # "mlp" or "lstm" ("" from a server that predates LSTM models)
+    window: int = 0      # lstm: time steps of a window (input_size = window x step_size)
+    step_size: int = 0   # lstm: features of one step, what a stream step carries
+
+
+def _mix64(z: int) -> int:
+    """splitmix64's finalizer (as the C client's s_mix64): how a stream id picks its address."""
+    z = (z + 0x9E3779B97F4A7C15) & UINT64_MAX
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & UINT64_MAX
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & UINT64_MAX
+    return z ^ (z >> 31)
+
+
+class _StreamPeer:
+    """The socket of the streams routed to one address: a DEALER connected there alone."""
+
+    def __init__(self, endpoint: str, sock):
+        self.endpoint = endpoint
+        self.socket = sock
+        self.gone = False
+
+
+class Stream:
+    """One stream of an LSTM model on a SigClient (``client.stream(model, stream_id)``): ``step``
+    sends the next step numbered ``next_step`` (1 for a new stream) and moves the number on only
+    after an OK answer; after a ServerError the step was not applied and the same number goes
+    again; after Timeout or TransportError nobody knows: the number stays too (a server that checks
+    numbers refuses a duplicate rather than apply it; set ``next_step`` to move past it)."""
+
+    def __init__(self, client: SigClient, model: str, stream_id: int, first_step: int = 1):
+        if not isinstance(model, str):
+            raise TypeError(f"model: expected a str, got {type(model).__name__}")
+        self.client = client
+        self.model = model
+        self.stream_id = _stream_id(stream_id)
+        self.next_step = _uint64("first_step", first_step)
+
+    def step(self, features: Sequence[float], deadline_us: int = 0) -> InferResult:
+        """Sends one step (the model's step_size floats) and returns the output for the window that
+        ends with it. Raises as ``SigClient.infer``."""
+        result = self.client.infer(self.model, features, deadline_us=deadline_us, stream_id=self.stream_id,
+                                   step=self.next_step)
+        if self.next_step:
+            self.next_step += 1
+        return result
+
+    @property
+    def endpoint(self) -> str:
+        """The address this stream's steps go to."""
+        return self.client.stream_endpoint(self.stream_id)
+
+    def __repr__(self) -> str:
+        return f"Stream({self.model!r}, stream_id={self.stream_id}, next_step={self.next_step})"
 
 
 # ---- dns:// endpoints ----
@@ -399,6 +481,20 @@ def _uint32(name: str, value: int) -> int:
     return value
 
 
+def _uint64(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if not 0 <= value <= UINT64_MAX:
+        raise ValueError(f"{name}: expected 0 to {UINT64_MAX}, got {value}")
+    return value
+
+
+def _stream_id(value: int) -> int:
+    if _uint64("stream_id", value) == 0:
+        raise ValueError("stream_id: 0 is not a stream (a whole window goes without one)")
+    return value
+
+
 def _timeout(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected an int (milliseconds), got {type(value).__name__}")
@@ -461,6 +557,8 @@ class SigClient:
         self._next_id = 1
         self._sent_at: dict[int, int] = {}     # pipelined request id -> send time (ns)
         self._largest_unanswered = 0           # bytes of the largest request since the last reply
+        self._stream_peers: list[_StreamPeer] = []     # every address a stream was routed to
+        self._stream_routes: dict[int, _StreamPeer] = {}   # stream id -> its peer, until forgotten
         self.discarded_replies = 0             # late replies the synchronous calls skipped
         try:
             self._socket = self._context.socket(zmq.DEALER)
@@ -486,6 +584,12 @@ class SigClient:
     def close(self) -> None:
         """Closes the socket at once (pending messages are dropped), and the context if the client
         made it. Safe to call twice."""
+        for peer in self._stream_peers:
+            if peer.socket is not None:
+                peer.socket.close(linger=0)
+                peer.socket = None
+        self._stream_peers.clear()
+        self._stream_routes.clear()
         if self._socket is not None:
             self._socket.close(linger=0)
             self._socket = None
@@ -543,10 +647,21 @@ class SigClient:
 
     # -- inference --
 
-    def infer(self, model: str, features: Sequence[float], rows: int = 1, deadline_us: int = 0) -> InferResult:
+    def infer(self, model: str, features: Sequence[float], rows: int = 1, deadline_us: int = 0, *,
+              stream_id: int = 0, step: int = 0) -> InferResult:
         """Runs one request of ROWS rows (FEATURES: rows x the model's input size, row-major; rows 0
         means 1) and waits for its reply. Raises the ServerError subclass for a non-OK status,
-        Timeout when no reply comes within the timeout."""
+        Timeout when no reply comes within the timeout.
+
+        With a STREAM_ID (an LSTM model): FEATURES is one step of that stream (the model's step_size
+        floats) and STEP its number in the stream (from 1; 0 sends it unnumbered, never checked).
+        Sent once, on the stream's own socket (see the module docstring), never retried; raises
+        StreamGone when the stream's address has vanished."""
+        if stream_id:
+            return self._infer_stream(model, features, rows, deadline_us, _stream_id(stream_id),
+                                      _uint64("step", step))
+        if step:
+            raise ValueError("step: only a stream's steps are numbered; give stream_id too")
         # Attempt k is request first + k: one call's ids are consecutive.
         first = self._send_infer(model, features, rows, deadline_us)
         sent = self._sent_at.pop(first)
@@ -583,6 +698,22 @@ class SigClient:
                 except ServerError as e:
                     raise _after_attempts(e, len(ids))
             self._discard(reply)
+
+    def stream(self, model: str, stream_id: int, first_step: int = 1) -> Stream:
+        """A Stream of MODEL under STREAM_ID that numbers its steps from FIRST_STEP."""
+        return Stream(self, model, stream_id, first_step)
+
+    def stream_endpoint(self, stream_id: int) -> str:
+        """The address STREAM_ID's steps go to, routing it now if it is new (TransportError when there
+        is no address at all)."""
+        self._check_open()
+        self._resolve_if_due()
+        return self._stream_route(_stream_id(stream_id)).endpoint
+
+    def forget_stream(self, stream_id: int) -> None:
+        """Drops STREAM_ID's route: its next step is routed afresh over the current addresses (after
+        StreamGone: start the stream again from step 1)."""
+        self._stream_routes.pop(stream_id, None)
 
     def infer_rows(self, model: str, rows: Sequence[Sequence[float]], deadline_us: int = 0) -> list[list[float]]:
         """One request with one row per feature vector; returns the outputs row by row."""
@@ -631,7 +762,8 @@ class SigClient:
         reply = self._call(req, "list_models")
         return [ModelInfo(name=m.name, version=m.version, backend=m.backend, kernel=m.kernel,
                           input_size=m.input_size, output_size=m.output_size, max_rows=m.max_rows,
-                          available=m.available) for m in reply.list_models.models]
+                          available=m.available, type=m.type, window=m.window, step_size=m.step_size)
+                for m in reply.list_models.models]
 
     # -- raw frames (tests, diagnostics) --
 
@@ -658,6 +790,13 @@ class SigClient:
     def _resolve_all(self) -> None:
         for d in self._dns:
             d.refresh(self._socket, self._resolver)
+        listed = set(self.peers)
+        for peer in self._stream_peers:
+            if not peer.gone and peer.endpoint not in listed:
+                # its streams' state is on that server: they fail from now on rather than move
+                peer.gone = True
+                peer.socket.close(linger=0)
+                peer.socket = None
         wait_ms = self._resolve_interval_ms
         if not self.peers:
             wait_ms = min(wait_ms, _EMPTY_RETRY_MS)
@@ -667,7 +806,8 @@ class SigClient:
         if self._dns and self._resolve_interval_ms > 0 and time.monotonic_ns() >= self._next_resolve_ns:
             self._resolve_all()
 
-    def _send_infer(self, model: str, features: Sequence[float], rows: int, deadline_us: int) -> int:
+    def _infer_request(self, model: str, features: Sequence[float], rows: int, deadline_us: int,
+                       stream_id: int = 0, step: int = 0) -> bytes:
         if not isinstance(model, str):
             raise TypeError(f"model: expected a str, got {type(model).__name__}")
         req = pb.Request()
@@ -677,7 +817,12 @@ class SigClient:
         inf.features.extend(features)
         inf.rows = _uint32("rows", rows)
         inf.deadline_us = _uint32("deadline_us", deadline_us)
-        sent_ns = self._send(req.SerializeToString())
+        inf.stream_id = stream_id
+        inf.step = step
+        return req.SerializeToString()
+
+    def _send_infer(self, model: str, features: Sequence[float], rows: int, deadline_us: int) -> int:
+        sent_ns = self._send(self._infer_request(model, features, rows, deadline_us))
         request_id = self._next_id
         self._sent_at[request_id] = sent_ns
         self._next_id = self._next_id + 1 if self._next_id < (1 << 64) - 1 else 1
@@ -689,20 +834,100 @@ class SigClient:
         self._resolve_if_due()
         if not self.peers:
             raise TransportError(f"no address to send to: {self._describe()}")
+        return self._send_on(sock, payload, self._describe())
+
+    def _send_on(self, sock, payload: bytes, name: str) -> int:
         self._largest_unanswered = max(self._largest_unanswered, len(payload))
         try:
             # Room to send: a DEALER queues for endpoints not up yet, up to its high-water mark.
             if not sock.poll(self._timeout_ms, zmq.POLLOUT):
-                raise Timeout(f"timed out after {self._timeout_ms} ms sending to {self._describe()} "
-                              f"(send queue full)")
+                raise Timeout(f"timed out after {self._timeout_ms} ms sending to {name} (send queue full)")
             sent_ns = time.monotonic_ns()     # before: the reply may arrive before send() returns
             sock.send(payload, zmq.NOBLOCK)
             return sent_ns
         except zmq.Again as e:
-            raise Timeout(f"timed out after {self._timeout_ms} ms sending to {self._describe()} "
-                          f"(send queue full)") from e
+            raise Timeout(f"timed out after {self._timeout_ms} ms sending to {name} (send queue full)") from e
         except zmq.ZMQError as e:
-            raise TransportError(f"cannot send to {self._describe()}: {e}") from e
+            raise TransportError(f"cannot send to {name}: {e}") from e
+
+    # -- streams --
+
+    def _stream_route(self, stream_id: int) -> _StreamPeer:
+        """STREAM_ID's peer: its route, or a new one to address mix64(id) mod N of ``peers`` now."""
+        peer = self._stream_routes.get(stream_id)
+        if peer is not None:
+            return peer
+        addresses = self.peers
+        if not addresses:
+            raise TransportError(f"no address to send stream {stream_id} to: {self._describe()}")
+        endpoint = addresses[_mix64(stream_id) % len(addresses)]
+        peer = next((p for p in self._stream_peers if not p.gone and p.endpoint == endpoint), None)
+        if peer is None:
+            sock = self._context.socket(zmq.DEALER)
+            try:
+                sock.setsockopt(zmq.LINGER, 0)
+                if self._curve:
+                    sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self._curve
+                if self._dns:
+                    sock.setsockopt(zmq.IPV6, 1)
+                    sock.setsockopt(zmq.IMMEDIATE, 1)
+                sock.connect(endpoint)
+            except zmq.ZMQError as e:
+                sock.close(linger=0)
+                raise TransportError(f"cannot connect a stream socket to {endpoint}: {e}") from e
+            peer = _StreamPeer(endpoint, sock)
+            self._stream_peers.append(peer)
+        self._stream_routes[stream_id] = peer
+        return peer
+
+    def _infer_stream(self, model: str, features: Sequence[float], rows: int, deadline_us: int, stream_id: int,
+                      step: int) -> InferResult:
+        self._check_open()
+        payload = self._infer_request(model, features, rows, deadline_us, stream_id, step)
+        self._resolve_if_due()
+        peer = self._stream_route(stream_id)
+        if peer.gone:
+            raise StreamGone(f"stream {stream_id}: its server {peer.endpoint} is no longer listed "
+                             f"({self._describe()}) and the stream's state went with it; forget_stream, then "
+                             f"start the stream again from step 1")
+        request_id = self._next_id
+        self._next_id = self._next_id + 1 if self._next_id < UINT64_MAX else 1
+        sent = self._send_on(peer.socket, payload, peer.endpoint)
+        deadline = sent + self._timeout_ms * 1_000_000
+        while True:
+            try:
+                frame = self._recv_stream_frame(peer, deadline)
+            except Timeout as e:
+                e.args = (f"{e.args[0]} (stream {stream_id}, step {step}: stream steps are never retried; "
+                          f"it may have been applied)",)
+                raise
+            reply = self._parse_reply(frame, peer.endpoint)
+            if reply.WhichOneof("body") == "infer" and (reply.infer.request_id == request_id
+                                                       or self._is_rejection(reply)):
+                return self._result(reply.infer, sent).raise_for_status()
+            self._discard(reply)     # a late reply to a step that timed out
+
+    def _recv_stream_frame(self, peer: _StreamPeer, deadline_ns: int) -> bytes:
+        """The next frame on a stream's socket; no resolution while waiting (it could close it)."""
+        try:
+            while True:
+                left_ms = math.ceil((deadline_ns - time.monotonic_ns()) / 1e6)
+                if left_ms <= 0:
+                    hint = (" (CURVE: a server that does not allow this client's key, or whose key is not the "
+                            "one given, never answers)") if self._curve else ""
+                    raise Timeout(f"timed out after {self._timeout_ms} ms waiting for a reply from "
+                                  f"{peer.endpoint}{hint}")
+                if peer.socket.poll(left_ms, zmq.POLLIN):
+                    try:
+                        frames = peer.socket.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        continue
+                    self._largest_unanswered = 0
+                    if len(frames) != 1:
+                        raise ProtocolError(f"a reply of {len(frames)} frames from {peer.endpoint}, expected one")
+                    return frames[0]
+        except zmq.ZMQError as e:
+            raise TransportError(f"cannot receive from {peer.endpoint}: {e}") from e
 
     def _recv_frame(self, deadline_ns: int, what: str, wait_ms: int | None = None) -> bytes:
         sock = self._check_open()
@@ -739,15 +964,17 @@ class SigClient:
             raise TransportError(f"cannot receive from {self._describe()}: {e}") from e
 
     def _recv_reply(self, deadline_ns: int, what: str, wait_ms: int | None = None):
-        frame = self._recv_frame(deadline_ns, what, wait_ms)
+        return self._parse_reply(self._recv_frame(deadline_ns, what, wait_ms), self._describe())
+
+    @staticmethod
+    def _parse_reply(frame: bytes, name: str):
         reply = pb.Reply()
         try:
             reply.ParseFromString(frame)
         except Exception as e:  # google.protobuf.message.DecodeError, or a runtime's own error
-            raise ProtocolError(f"cannot decode a reply of {len(frame)} bytes from {self._describe()}: "
-                                f"{e}") from e
+            raise ProtocolError(f"cannot decode a reply of {len(frame)} bytes from {name}: {e}") from e
         if reply.WhichOneof("body") is None:
-            raise ProtocolError(f"a reply with no body ({len(frame)} bytes) from {self._describe()}")
+            raise ProtocolError(f"a reply with no body ({len(frame)} bytes) from {name}")
         return reply
 
     @staticmethod
