@@ -1,7 +1,8 @@
 /* LSTM models served over real sockets (CPU backend): the model list, whole windows, streams
  * (interleaved, longer than the window, split over two instances) against the float64 reference,
- * shape errors naming the step and window sizes, the stream limit and idle streams giving their
- * slots up. Order and counts are asserted, never times. */
+ * shape errors naming the step and window sizes, numbered steps (duplicates and gaps refused, not
+ * applied), the stream limit and idle streams giving their slots up. Order and counts are
+ * asserted, never times; waits are on the condition. */
 #define _GNU_SOURCE
 #include "lstm_reference.h"
 #include "rng.h"
@@ -40,8 +41,8 @@ static void *s_socket (int timeout_ms)
     return s;
 }
 
-static Sigserve__V1__InferReply *s_infer (void *s, const char *model, const float *f, size_t n, uint32_t rows,
-                                          uint64_t stream, uint64_t id, Sigserve__V1__Reply **holder)
+static Sigserve__V1__InferReply *s_infer_step (void *s, const char *model, const float *f, size_t n, uint32_t rows,
+                                               uint64_t stream, uint64_t step, uint64_t id, Sigserve__V1__Reply **holder)
 {
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
     Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
@@ -51,6 +52,7 @@ static Sigserve__V1__InferReply *s_infer (void *s, const char *model, const floa
     inf.n_features = n;
     inf.rows = rows;
     inf.stream_id = stream;
+    inf.step = step;
     req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
     req.infer = &inf;
     static uint8_t buf[1 << 16];
@@ -62,6 +64,12 @@ static Sigserve__V1__InferReply *s_infer (void *s, const char *model, const floa
     ck_assert_ptr_nonnull (*holder);
     ck_assert_uint_eq ((*holder)->infer->request_id, id);
     return (*holder)->infer;
+}
+
+static Sigserve__V1__InferReply *s_infer (void *s, const char *model, const float *f, size_t n, uint32_t rows,
+                                          uint64_t stream, uint64_t id, Sigserve__V1__Reply **holder)
+{
+    return s_infer_step (s, model, f, n, rows, stream, 0, id, holder);
 }
 
 static void s_random (float *f, size_t n)
@@ -185,32 +193,105 @@ START_TEST (shape_errors_name_the_sizes)
 }
 END_TEST
 
+/* Sends step T of stream ID until it is accepted (its new stream finds a slot once another stream
+ * has been idle for stream_idle_s): every refusal is OVERLOADED naming max_streams, none is applied.
+ * Waits on the condition, at most 30 s. */
+static void s_until_accepted (void *s, uint64_t id, const float *f, uint64_t *request)
+{
+    for (int tries = 0;; tries++) {
+        Sigserve__V1__Reply *r;
+        Sigserve__V1__InferReply *rep = s_infer (s, "seq", f, STEP, 1, id, (*request)++, &r);
+        const int st = rep->status;
+        ck_assert_msg (st == SIGSERVE__V1__STATUS__STATUS_OK || (st == SIGSERVE__V1__STATUS__STATUS_OVERLOADED
+                       && strstr (rep->error, "holds max_streams = 4 streams")), "stream %llu: %d %s",
+                       (unsigned long long) id, st, rep->error);
+        sigserve__v1__reply__free_unpacked (r, NULL);
+        if (st == SIGSERVE__V1__STATUS__STATUS_OK)
+            return;
+        ck_assert_msg (tries < 3000, "stream %llu was refused for 30 s", (unsigned long long) id);
+        usleep (10000);
+    }
+}
+
 START_TEST (stream_limit_and_idle_streams)
 {
-    /* max_streams 4 over 2 instances: 2 slots each. Three streams with even ids fill instance 0's
-     * two slots and are refused a third; an odd id still fits on instance 1; after stream_idle_s
-     * (1 s) the even ids' slots are free again. */
+    /* max_streams 4 over 2 instances: 2 slots each. Two streams with even ids fill instance 0's
+     * slots (once the streams of the tests before have been idle stream_idle_s = 3 s) and a third is
+     * refused; an odd id still fits on instance 1; once the even ids are idle in turn, the third
+     * takes a slot. */
     void *s = s_socket (5000);
     float f[STEP] = { 0.5f };
+    uint64_t request = 1;
     Sigserve__V1__Reply *r;
-    sleep (2);      /* the streams of the tests before are idle: their slots are for the taking */
-    for (uint64_t id = 1000; id <= 1002; id += 2) {
-        ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, id, 1, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
-        sigserve__v1__reply__free_unpacked (r, NULL);
-    }
-    Sigserve__V1__InferReply *rep = s_infer (s, "seq", f, STEP, 1, 1004, 2, &r);
+    s_until_accepted (s, 1000, f, &request);
+    s_until_accepted (s, 1002, f, &request);
+    /* both just stepped (1000 again: it may have waited for 1002's slot): neither is idle */
+    ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, 1000, request++, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    Sigserve__V1__InferReply *rep = s_infer (s, "seq", f, STEP, 1, 1004, request++, &r);
     ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OVERLOADED);
     ck_assert_str_eq (rep->error, "stream_id 1004: model \"seq\" holds max_streams = 4 streams (2 on this instance) "
-                                  "and none has been idle for stream_idle_s = 1 s; a new stream is refused until one is");
+                                  "and none has been idle for stream_idle_s = 3 s; a new stream is refused until one is");
     sigserve__v1__reply__free_unpacked (r, NULL);
-    ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, 1005, 3, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
-    sigserve__v1__reply__free_unpacked (r, NULL);
+    s_until_accepted (s, 1005, f, &request);
     /* A known stream keeps going while new ones are refused. */
-    ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, 1000, 4, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, 1000, request++, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
     sigserve__v1__reply__free_unpacked (r, NULL);
-    sleep (2);
-    ck_assert_int_eq (s_infer (s, "seq", f, STEP, 1, 1004, 5, &r)->status, SIGSERVE__V1__STATUS__STATUS_OK);
-    sigserve__v1__reply__free_unpacked (r, NULL);
+    s_until_accepted (s, 1004, f, &request);
+    zmq_close (s);
+}
+END_TEST
+
+/* Numbered steps (InferRequest.step): a stream the server does not hold expects 1; then each step
+ * must be the one after the steps applied; a duplicate or out-of-order step is answered BAD_REQUEST
+ * naming the expected number and not applied (the outputs after it equal the reference over the
+ * accepted steps only); unnumbered steps count too. Stream 2001 lives on instance 1. */
+START_TEST (numbered_steps_refuse_duplicates_and_gaps)
+{
+    void *s = s_socket (5000);
+    static float x[6][STEP], accepted[6 * STEP];
+    for (int i = 0; i < 6; i++)
+        s_random (x[i], STEP);
+    size_t applied = 0;
+    uint64_t request = 500;
+    struct { int x; uint64_t step; int status; const char *error; } cases[] = {
+        { 0, 2, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST,
+          "step: model \"seq\" holds no stream 2001 (a new stream, or one given up after stream_idle_s = 3 s without a "
+          "step): it expects step 1, got 2; it was not applied" },
+        { 0, 1, SIGSERVE__V1__STATUS__STATUS_OK, NULL },
+        { 1, 1, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST,
+          "step: stream 2001 of model \"seq\" expects step 2, got 1 (a step already applied: its reply may have been "
+          "lost); it was not applied" },
+        { 1, 3, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST,
+          "step: stream 2001 of model \"seq\" expects step 2, got 3 (a step is missing before it); it was not "
+          "applied" },
+        { 1, 2, SIGSERVE__V1__STATUS__STATUS_OK, NULL },
+        { 2, 0, SIGSERVE__V1__STATUS__STATUS_OK, NULL },     /* unnumbered: applied, counted */
+        { 3, 4, SIGSERVE__V1__STATUS__STATUS_OK, NULL },
+        { 4, 4, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST,
+          "step: stream 2001 of model \"seq\" expects step 5, got 4 (a step already applied: its reply may have been "
+          "lost); it was not applied" },
+        { 4, 5, SIGSERVE__V1__STATUS__STATUS_OK, NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Sigserve__V1__Reply *r;
+        Sigserve__V1__InferReply *rep = s_infer_step (s, "seq", x[cases[i].x], STEP, 1, 2001, cases[i].step,
+                                                      request++, &r);
+        ck_assert_msg ((int) rep->status == cases[i].status, "case %zu: status %d: %s", i, rep->status, rep->error);
+        if (cases[i].error) {
+            ck_assert_str_eq (rep->error, cases[i].error);
+            ck_assert_uint_eq (rep->n_outputs, 0);
+        } else {
+            memcpy (accepted + applied * STEP, x[cases[i].x], sizeof x[0]);
+            applied++;
+            double ref[OUTS];
+            ck_assert_int_eq (lstm_reference_stream (s_w, accepted, applied, ref), 0);
+            ck_assert_msg (s_rel (rep->outputs, ref, OUTS) <= 1e-5, "case %zu: relative error %.3g", i,
+                           s_rel (rep->outputs, ref, OUTS));
+        }
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    ck_assert_uint_eq (applied, 5);
     zmq_close (s);
 }
 END_TEST
@@ -237,7 +318,7 @@ static void s_setup (void)
               "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"warn\", \"stats_interval_s\": 0 },"
               "  \"models\": [ { \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"weights\": \"seq.safetensors\","
               "    \"lstm\": \"lstm.\", \"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"tanh\" },"
-              "    \"instances\": 2, \"max_rows\": 3, \"max_streams\": 4, \"stream_idle_s\": 1 },"
+              "    \"instances\": 2, \"max_rows\": 3, \"max_streams\": 4, \"stream_idle_s\": 3 },"
               "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"weights\": \"%s/models/tick_mlp.safetensors\","
               "    \"layers\": [ { \"weight\": \"0.weight\" }, { \"weight\": \"2.weight\" }, { \"weight\": \"4.weight\" } ] } ] }",
               s_endpoint, WINDOW, tu_build_abs ());
@@ -258,14 +339,15 @@ static void s_teardown (void)
 int main (void)
 {
     Suite *s = suite_create ("lstm-serve");
-    TCase *tc = tcase_create ("server");
+    TCase *tc = tcase_create ("lstm_over_sockets");
     tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
     tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
-    tcase_set_timeout (tc, 60);
+    tcase_set_timeout (tc, 120);
     tcase_add_test (tc, list_describes_the_lstm);
     tcase_add_test (tc, whole_windows_match_the_reference);
     tcase_add_test (tc, interleaved_streams_match_the_reference);
     tcase_add_test (tc, shape_errors_name_the_sizes);
+    tcase_add_test (tc, numbered_steps_refuse_duplicates_and_gaps);
     tcase_add_test (tc, stream_limit_and_idle_streams);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);

@@ -1,3 +1,4 @@
+/* LSTM stream slots (streams.h). */
 #include "serving/streams.h"
 
 #include <stdlib.h>
@@ -15,6 +16,7 @@ struct _streams_t {
     entry_t *table;
     uint32_t *free_slots;
     uint32_t free_count;
+    uint64_t *steps;            /* [slots]: steps applied since the slot was given to its stream */
 };
 
 streams_t *streams_new (uint32_t slots, uint64_t idle_ns)
@@ -30,7 +32,8 @@ streams_t *streams_new (uint32_t slots, uint64_t idle_ns)
     self->mask = n - 1;
     self->table = calloc (n, sizeof *self->table);
     self->free_slots = calloc (slots ? slots : 1, sizeof *self->free_slots);
-    if (!self->table || !self->free_slots) {
+    self->steps = calloc (slots ? slots : 1, sizeof *self->steps);
+    if (!self->table || !self->free_slots || !self->steps) {
         streams_destroy (&self);
         return NULL;
     }
@@ -44,6 +47,7 @@ void streams_destroy (streams_t **self_p)
     if (self_p && *self_p) {
         free ((*self_p)->table);
         free ((*self_p)->free_slots);
+        free ((*self_p)->steps);
         free (*self_p);
         *self_p = NULL;
     }
@@ -102,8 +106,20 @@ int streams_slot (streams_t *self, uint64_t id, uint64_t now, bool *fresh)
             i = (i + 1) & self->mask;
     }
     self->table[i] = (entry_t) { .id = id, .last = now, .slot = self->free_slots[--self->free_count] };
+    self->steps[self->table[i].slot] = 0;
     *fresh = true;
     return (int) self->table[i].slot;
 }
+
+int streams_lookup (const streams_t *self, uint64_t id)
+{
+    size_t i = s_home (self, id);
+    while (self->table[i].id && self->table[i].id != id)
+        i = (i + 1) & self->mask;
+    return self->table[i].id == id ? (int) self->table[i].slot : -1;
+}
+
+uint64_t streams_steps (const streams_t *self, int slot) { return self->steps[slot]; }
+void streams_applied (streams_t *self, int slot) { self->steps[slot]++; }
 
 uint32_t streams_active (const streams_t *self) { return self->slots - self->free_count; }

@@ -16,6 +16,12 @@ void streams_destroy (streams_t **self_p);
 /* The slot of stream ID at time NOW: *FRESH is true when it was just given a slot (the caller
  * resets it). -1 when every slot belongs to a stream active within idle_ns. */
 int streams_slot (streams_t *self, uint64_t id, uint64_t now, bool *fresh);
+/* The slot stream ID holds, or -1 when it holds none (never seen, or given up); nothing changes. */
+int streams_lookup (const streams_t *self, uint64_t id);
+/* Steps applied to SLOT since it was given to its stream (0 when just given); streams_applied
+ * counts one more. The numbering of steps (InferRequest.step) is checked against it. */
+uint64_t streams_steps (const streams_t *self, int slot);
+void streams_applied (streams_t *self, int slot);
 /* Streams holding a slot. */
 uint32_t streams_active (const streams_t *self);
 

@@ -162,6 +162,30 @@ static void s_keep_warm (instance_t *in)
         atomic_fetch_add_explicit (&in->warm_runs, 1, memory_order_relaxed);
 }
 
+/* Whether J's step number is the one its stream expects next: 1 for a stream this instance does not
+ * hold (new, or given up after stream_idle_s), else one past the steps applied to it. If not, J is
+ * answered BAD_REQUEST naming the expected number (a duplicate or out-of-order step is never
+ * applied: applying it would move the window twice or out of order). */
+static bool s_step_expected (instance_t *in, job_t *j)
+{
+    const model_t *m = in->model;
+    const int held = streams_lookup (in->streams, j->stream_id);
+    const uint64_t expected = held >= 0 ? streams_steps (in->streams, held) + 1 : 1;
+    if (j->step == expected)
+        return true;
+    j->status = SIG_BAD_REQUEST;
+    if (held >= 0)
+        snprintf (j->error, sizeof j->error, "step: stream %llu of model \"%s\" expects step %llu, got %llu (%s); it "
+                  "was not applied", (unsigned long long) j->stream_id, m->cfg.name, (unsigned long long) expected,
+                  (unsigned long long) j->step, j->step < expected ? "a step already applied: its reply may have "
+                  "been lost" : "a step is missing before it");
+    else
+        snprintf (j->error, sizeof j->error, "step: model \"%s\" holds no stream %llu (a new stream, or one given up "
+                  "after stream_idle_s = %u s without a step): it expects step 1, got %llu; it was not applied",
+                  m->cfg.name, (unsigned long long) j->stream_id, m->cfg.stream_idle_s, (unsigned long long) j->step);
+    return false;
+}
+
 /* One step of an LSTM stream: the critical path (one step per layer from the state the last
  * advance left), the reply handed to the front, and only then the advance for the next step. */
 static void s_stream_step (instance_t *in, job_t *j)
@@ -183,6 +207,8 @@ static void s_stream_step (instance_t *in, job_t *j)
         j->status = SIG_UNAVAILABLE;
         snprintf (j->error, sizeof j->error, "model \"%s\" is unavailable on instance %u: %.200s", m->cfg.name,
                   in->index, in->state);
+    } else if (j->step && !s_step_expected (in, j)) {
+        /* refused in s_step_expected: not applied, the stream unchanged */
     } else if ((slot = streams_slot (in->streams, j->stream_id, now, &fresh)) < 0) {
         j->status = SIG_OVERLOADED;
         snprintf (j->error, sizeof j->error, "stream_id %llu: model \"%s\" holds max_streams = %u streams (%u on this "
@@ -201,6 +227,7 @@ static void s_stream_step (instance_t *in, job_t *j)
         j->batch_rows = 1;
         j->status = st;
         if (st == SIG_OK) {
+            streams_applied (in->streams, slot);
             s_check_outputs (m, j);
             atomic_fetch_add_explicit (&in->served, 1, memory_order_relaxed);
         } else {
