@@ -37,6 +37,7 @@ struct _stats_t {
     _Atomic size_t count;           /* slots in use; published after the name is written */
     slot_t slots[STATS_SLOTS];
     _Atomic uint64_t send_failures;
+    _Atomic uint64_t auth_failures[AUTH_FAIL_COUNT];
     _Atomic uint64_t reloads[2];    /* [0] error, [1] ok */
 };
 
@@ -134,6 +135,12 @@ void stats_observe_batch (stats_t *self, int slot, uint32_t rows)
 }
 
 void stats_count_send_failure (stats_t *self) { s_bump (&self->send_failures, 1); }
+void stats_count_auth_failure (stats_t *self, stats_auth_failure_t why) { s_bump (&self->auth_failures[why], 1); }
+
+const char *const stats_auth_failure_names[AUTH_FAIL_COUNT] = {
+    [AUTH_FAIL_DENIED] = "denied", [AUTH_FAIL_PLAINTEXT] = "plaintext_client",
+    [AUTH_FAIL_WRONG_KEY] = "wrong_server_key", [AUTH_FAIL_PROTOCOL] = "protocol",
+};
 void stats_count_reload (stats_t *self, bool ok) { s_bump (&self->reloads[ok ? 1 : 0], 1); }
 
 uint64_t stats_requests (const stats_t *self, size_t slot, sig_status_t status)
@@ -142,6 +149,7 @@ uint64_t stats_requests (const stats_t *self, size_t slot, sig_status_t status)
 }
 
 uint64_t stats_send_failures (const stats_t *self) { return s_get (&self->send_failures); }
+uint64_t stats_auth_failures (const stats_t *self, stats_auth_failure_t why) { return s_get (&self->auth_failures[why]); }
 uint64_t stats_reloads (const stats_t *self, bool ok) { return s_get (&self->reloads[ok ? 1 : 0]); }
 
 void stats_histogram (const stats_t *self, size_t slot, stats_stage_t stage, uint64_t cumulative[STATS_LE_COUNT + 1],

@@ -21,6 +21,15 @@
 #define STATS_FINE_BUCKETS 320
 
 typedef enum { STAGE_QUEUE = 0, STAGE_COMPUTE, STAGE_SERVER, STAGE_COUNT } stats_stage_t;
+/* Why a CURVE handshake was refused (sigserve_auth_failures_total's reason label). */
+typedef enum {
+    AUTH_FAIL_DENIED = 0,       /* a valid handshake from a key not in server.curve.allowed_clients */
+    AUTH_FAIL_PLAINTEXT,        /* a client without CURVE (another security mechanism) */
+    AUTH_FAIL_WRONG_KEY,        /* a client using another server key: its hello cannot be decrypted */
+    AUTH_FAIL_PROTOCOL,         /* any other handshake error */
+    AUTH_FAIL_COUNT
+} stats_auth_failure_t;
+extern const char *const stats_auth_failure_names[AUTH_FAIL_COUNT];
 
 typedef struct _stats_t stats_t;
 
@@ -38,12 +47,14 @@ void stats_count (stats_t *self, int slot, sig_status_t status);
 void stats_observe (stats_t *self, int slot, stats_stage_t stage, uint64_t ns);
 void stats_observe_batch (stats_t *self, int slot, uint32_t batch_rows);
 void stats_count_send_failure (stats_t *self);
+void stats_count_auth_failure (stats_t *self, stats_auth_failure_t why);
 /* Writer: the thread that reloads. */
 void stats_count_reload (stats_t *self, bool ok);
 
 /* Readers. */
 uint64_t stats_requests (const stats_t *self, size_t slot, sig_status_t status);
 uint64_t stats_send_failures (const stats_t *self);
+uint64_t stats_auth_failures (const stats_t *self, stats_auth_failure_t why);
 uint64_t stats_reloads (const stats_t *self, bool ok);
 /* Upper bounds of the Prometheus buckets, in seconds (STATS_LE_COUNT of them) / in rows. */
 extern const double stats_le_seconds[STATS_LE_COUNT];

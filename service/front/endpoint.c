@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -32,6 +33,9 @@ struct _endpoints_t {
     void *ctx;
     bool own_ctx;
     auth_t *auth;               /* CURVE (NULL: off) */
+    stats_t *stats;             /* auth failures are counted here (may be NULL) */
+    uint64_t last_auth_warn;    /* the refused-handshake warning, at most once a second ... */
+    uint64_t auth_since_warn[AUTH_FAIL_COUNT];     /* ... with the counts since the last one */
     server_config_t cfg;        /* the socket options */
     slot_t slots[SLOTS];
     zmq_pollitem_t items[2 * SLOTS + 1];
@@ -73,6 +77,42 @@ static int s_ipc_check (const char *endpoint, char *err, size_t errlen)
     if (e == ECONNREFUSED && unlink (path) == 0)
         log_info ("%s: removed a stale socket file nobody listened on", endpoint);
     return 0;
+}
+
+/* Whether ENDPOINT can be reached only from this host: ipc://, inproc://, tcp:// on a loopback
+ * address or the loopback interface. */
+static bool s_local (const char *endpoint)
+{
+    if (strncmp (endpoint, "tcp://", 6) != 0)
+        return true;
+    const char *host = endpoint + 6;
+    return strncmp (host, "127.", 4) == 0 || strncmp (host, "[::1]:", 6) == 0 || strncmp (host, "lo:", 3) == 0
+           || strncmp (host, "localhost:", 10) == 0;
+}
+
+/* A tcp:// endpoint that names a host where ZeroMQ wants an address or an interface (ENODEV): the
+ * address to use instead, into HINT. */
+static void s_host_hint (const char *endpoint, char *hint, size_t len)
+{
+    if (strncmp (endpoint, "tcp://", 6) != 0)
+        return;
+    const char *host = endpoint + 6, *colon = strrchr (host, ':');
+    if (!colon || colon == host || host[0] == '[')
+        return;
+    char name[CONFIG_ENDPOINT_MAX + 1];
+    snprintf (name, sizeof name, "%.*s", (int) (colon - host), host);
+    struct addrinfo want = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *found = NULL;
+    char addr[INET_ADDRSTRLEN] = "";
+    if (getaddrinfo (name, NULL, &want, &found) == 0 && found) {
+        inet_ntop (AF_INET, &((struct sockaddr_in *) found->ai_addr)->sin_addr, addr, sizeof addr);
+        freeaddrinfo (found);
+    }
+    if (addr[0])
+        snprintf (hint, len, " (ZeroMQ binds an address or an interface name, not a host name: \"%.64s\" is %s, so "
+                  "use tcp://%s%.8s, or tcp://*%.8s for every interface)", name, addr, addr, colon, colon);
+    else
+        snprintf (hint, len, " (ZeroMQ binds an address or an interface name, not a host name: use "
+                  "tcp://ADDRESS%.8s, or tcp://*%.8s for every interface)", colon, colon);
 }
 
 /* With CURVE: a client with an unknown key must be refused on the address just bound (a wildcard
@@ -127,23 +167,33 @@ static void *s_bind (endpoints_t *self, const char *endpoint, void **monitor, ch
     if (rc == 0)
         rc = zmq_bind (s, endpoint);
     if (rc != 0) {
-        snprintf (err, errlen, "server.endpoints: cannot bind %s: %s", endpoint, zmq_strerror (zmq_errno ()));
+        const int e = zmq_errno ();
+        char hint[1024] = "";
+        if (e == ENODEV)
+            s_host_hint (endpoint, hint, sizeof hint);
+        snprintf (err, errlen, "server.endpoints: cannot bind %s: %s%s", endpoint, zmq_strerror (e), hint);
         if (s)
             zmq_close (s);
         return NULL;
     }
+    if (!self->auth && !s_local (endpoint))
+        log_warn ("%s serves plaintext on an address other hosts can reach: anyone who reaches the port can send "
+                  "requests and read the replies; bind 127.0.0.1, or set server.curve (docs/security.md)", endpoint);
     if (self->auth && s_prove (self, s, err, errlen) != 0) {
         zmq_close (s);
         return NULL;
     }
     *monitor = NULL;
-    if (self->cfg.max_connections) {
+    if (self->cfg.max_connections || self->auth) {
         static int count;
         char name[64];
         snprintf (name, sizeof name, "inproc://sigserve-connections-%d", count++);
         void *pair = zmq_socket (self->ctx, ZMQ_PAIR);
         int zero = 0;
-        if (!pair || zmq_socket_monitor (s, name, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0
+        int events = (self->cfg.max_connections ? ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED : 0)
+                     | (self->auth ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                         | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH : 0);
+        if (!pair || zmq_socket_monitor (s, name, events) != 0
             || zmq_setsockopt (pair, ZMQ_LINGER, &zero, sizeof zero) != 0 || zmq_connect (pair, name) != 0) {
             snprintf (err, errlen, "server.max_connections: cannot watch the connections of %s: %s", endpoint,
                       zmq_strerror (zmq_errno ()));
@@ -191,7 +241,7 @@ static void s_close (endpoints_t *self, int i, uint32_t linger_ms)
     memset (sl, 0, sizeof *sl);
 }
 
-endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, char *err, size_t errlen)
+endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, stats_t *stats, char *err, size_t errlen)
 {
     endpoints_t *self = calloc (1, sizeof *self);
     if (!self) {
@@ -200,6 +250,7 @@ endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, char *err,
     }
     self->cfg = *cfg;
     self->auth = auth;
+    self->stats = stats;
     self->ctx = auth ? auth_context (auth) : NULL;
     if (!self->ctx) {
         self->ctx = zmq_ctx_new ();
@@ -370,13 +421,45 @@ static bool s_event (void *monitor, uint16_t *event, int32_t *value)
     return ok;
 }
 
+/* A refused CURVE handshake on SL: EVENT with VALUE (a ZAP status code, or a protocol error). */
+static void s_auth_failed (endpoints_t *self, const slot_t *sl, uint16_t event, uint32_t value, uint64_t now_ns)
+{
+    stats_auth_failure_t why = AUTH_FAIL_PROTOCOL;
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        why = AUTH_FAIL_DENIED;
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        why = AUTH_FAIL_PLAINTEXT;
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+        why = AUTH_FAIL_WRONG_KEY;
+    if (self->stats)
+        stats_count_auth_failure (self->stats, why);
+    self->auth_since_warn[why]++;
+    if (now_ns - self->last_auth_warn < 1000000000ull)
+        return;
+    log_warn ("%s: CURVE handshakes refused since the last warning: %llu denied (a key not in "
+              "server.curve.allowed_clients), %llu from plaintext clients, %llu with another server key, %llu "
+              "protocol errors", sl->name, (unsigned long long) self->auth_since_warn[AUTH_FAIL_DENIED],
+              (unsigned long long) self->auth_since_warn[AUTH_FAIL_PLAINTEXT],
+              (unsigned long long) self->auth_since_warn[AUTH_FAIL_WRONG_KEY],
+              (unsigned long long) self->auth_since_warn[AUTH_FAIL_PROTOCOL]);
+    memset (self->auth_since_warn, 0, sizeof self->auth_since_warn);
+    self->last_auth_warn = now_ns;
+}
+
 void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns)
 {
     for (int i = 0; i < SLOTS; i++) {
         slot_t *sl = &self->slots[i];
-        uint16_t event;
-        int32_t fd;
+        uint16_t event = 0;
+        int32_t fd = -1;
         while (sl->monitor && s_event (sl->monitor, &event, &fd)) {
+            if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                         | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)) {
+                s_auth_failed (self, sl, event, (uint32_t) fd, now_ns);
+                continue;
+            }
+            if (!self->cfg.max_connections)
+                continue;
             if (event == ZMQ_EVENT_DISCONNECTED) {
                 size_t k = 0;
                 while (k < self->refused_count && self->refused[k] != fd)

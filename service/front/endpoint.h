@@ -11,8 +11,9 @@
 #ifndef SIGSERVE_ENDPOINT_H
 #define SIGSERVE_ENDPOINT_H
 
-#include "front/auth.h"
 #include "base/config.h"
+#include "base/stats.h"
+#include "front/auth.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <zmq.h>
@@ -21,8 +22,11 @@ typedef struct _endpoints_t endpoints_t;
 
 /* Binds every endpoint of CFG in a context of its own (io_threads I/O threads), or with AUTH (not
  * NULL: server.curve) in czmq's, every socket a CURVE server and every new endpoint proved to
- * refuse an unknown key before it serves. NULL with ERR naming the endpoint on failure. */
-endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, char *err, size_t errlen);
+ * refuse an unknown key before it serves. NULL with ERR naming the endpoint on failure (a host name
+ * where ZeroMQ wants an address gets the address to use). Without AUTH, an endpoint reachable from
+ * other hosts (tcp:// on anything but loopback) is warned about at start: it serves plaintext.
+ * STATS (may be NULL) counts the CURVE handshakes refused (endpoints_watch_connections). */
+endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, stats_t *stats, char *err, size_t errlen);
 /* Closes every socket, letting queued replies go for at most LINGER_MS. */
 void endpoints_destroy (endpoints_t **self_p, uint32_t linger_ms);
 /* The context the sockets live in. */
@@ -51,9 +55,11 @@ bool endpoints_any_closing (const endpoints_t *self);
 /* Closes the closing slots that have nothing in flight. */
 void endpoints_close_idle (endpoints_t *self);
 
-/* server.max_connections: takes the connection events of every socket; a connection past the
- * limit is shut down at once (logged at warn at most once a second). Cheap when nothing happened;
- * the front calls it a few times a second. */
+/* Takes the connection events of every socket. server.max_connections: a connection past the
+ * limit is shut down at once (logged at warn at most once a second). With CURVE: a refused
+ * handshake is counted by reason (stats_count_auth_failure) and logged at warn at most once a
+ * second with the counts since. Cheap when nothing happened; the front calls it a few times a
+ * second and whenever a monitor polls readable. */
 void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns);
 uint32_t endpoints_connections (const endpoints_t *self);
 

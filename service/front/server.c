@@ -186,7 +186,7 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
         server_destroy (&self);
         return NULL;
     }
-    self->endpoints = endpoints_new (cfg, auth, err, errlen);
+    self->endpoints = endpoints_new (cfg, auth, self->stats, err, errlen);
     if (!self->endpoints) {
         server_destroy (&self);
         return NULL;
