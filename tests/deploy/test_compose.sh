@@ -26,15 +26,17 @@ cleanup () {
 }
 trap cleanup EXIT INT TERM
 
-# The config compose mounts by default is the image's own default.
-sed -e 's|@DATADIR@|/usr/share/sigserve|' -e 's|@LOG_FORMAT@|json|' deploy/sigserve.json.in |
-    cmp -s - deploy/compose-sigserve.json || fail "deploy/compose-sigserve.json is not the image's default config"
+# The config compose mounts by default is the image's own default, on loopback: both services use
+# the host's network, so * would be every interface of the host (docs/security.md).
+sed -e 's|@DATADIR@|/usr/share/sigserve|' -e 's|@LOG_FORMAT@|json|' -e 's|@ENDPOINT@|tcp://127.0.0.1:5555|' \
+    deploy/sigserve.json.in | cmp -s - deploy/compose-sigserve.json ||
+    fail "deploy/compose-sigserve.json is not the image's default config on tcp://127.0.0.1:5555"
 if [ "${IMAGE_BUILT:-0}" != 1 ]; then      # IMAGE_BUILT=1: use the image already built
     make_build image-cpu IMAGE_ENGINE=$engine >"$tmp/build.log" 2>&1 || { tail -n 40 "$tmp/build.log"; fail "make image-cpu"; }
 fi
 
 port=$(free_port)
-sed "s|tcp://\*:5555|tcp://127.0.0.1:$port|" deploy/compose-sigserve.json >"$tmp/sigserve.json"
+sed "s|tcp://127.0.0.1:5555|tcp://127.0.0.1:$port|" deploy/compose-sigserve.json >"$tmp/sigserve.json"
 chmod 644 "$tmp/sigserve.json"
 export SIGSERVE_PORT=$port SIGSERVE_CONFIG=$tmp/sigserve.json SIGLOAD_RATES=500,1k SIGLOAD_SECONDS=2
 dc up -d >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log"; fail "$compose up -d"; }

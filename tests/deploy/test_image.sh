@@ -107,7 +107,7 @@ else
 fi
 
 port=$(free_port)
-sed -e "s|tcp://\*:5555|tcp://127.0.0.1:$port|" -e 's|@LOG_FORMAT@|text|' -e 's|@DATADIR@|/usr/share/sigserve|' \
+sed -e "s|@ENDPOINT@|tcp://127.0.0.1:$port|" -e 's|@LOG_FORMAT@|text|' -e 's|@DATADIR@|/usr/share/sigserve|' \
     deploy/sigserve.json.in >"$tmp/sigserve.json"
 chmod 644 "$tmp/sigserve.json"
 run sigserve:cpu "sigserve-test-mount-$id" "$port" "$tmp/sigserve.json"
