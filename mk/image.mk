@@ -66,7 +66,7 @@ image-context:
 	else \
 	    tar -cf - $(IMAGE_SOURCES) | tar -xf - -C $(IMAGE_CONTEXT)/src; \
 	fi
-	@cp deploy/install-deps.sh $(IMAGE_CONTEXT)/deploy/
+	@cp deploy/install-deps.sh deploy/entrypoint.sh $(IMAGE_CONTEXT)/deploy/
 	@test -f $(IMAGE_CONTEXT)/src/Makefile || { echo "make image-context: nothing staged in $(IMAGE_CONTEXT)/src" >&2; exit 1; }
 
 # The installer's layer under a tag of its own: the cache that matters survives image-prune.

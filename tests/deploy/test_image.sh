@@ -2,8 +2,12 @@
 # The container images as a user runs them, built the way `make image` builds them but under the
 # test run's own tags (tests/deploy/images.sh: sigserve-test:cpu-RUN, never sigserve:cpu): `run
 # --network host` answers health and infers tick_mlp on port 5555, the HEALTHCHECK passes, a config
-# mounted at /etc/sigserve/sigserve.json replaces the default, and `stop` drains and exits 0. With a
-# CUDA build (BUILD holds CUDA objects), the same for the cuda image, which must start without a GPU, say that there is none,
+# mounted at /etc/sigserve/sigserve.json replaces the default, and `stop` drains and exits 0. A
+# user's weights as safetensors writes them (0600, owned by the user) mounted read-only: the
+# container as its default user says which --user to run as and stops; run that way (docs/deploy.md,
+# `--user "$(id -u):$(id -g)"`), it serves them, giving the answers of this build's sigserve on the
+# host, and as that arbitrary uid it can write where it needs to. With a CUDA build (BUILD holds CUDA
+# objects), the same for the cuda image, which must start without a GPU, say that there is none,
 # and serve tick_mlp on the CPU. Needs docker or podman (SKIP otherwise); containers use the host's
 # network, as they must on the project's machines.
 set -eu
@@ -128,6 +132,60 @@ healthy "sigserve-test-mount-$id"
 $engine logs "sigserve-test-mount-$id" 2>&1 | grep -q '^{' && fail "the mounted config's text log format was not used"
 stops "sigserve-test-mount-$id"
 ok "a config mounted at /etc/sigserve/sigserve.json replaces the default (port $port); healthy; stop exits 0"
+
+# ---- Your weights: a file as safetensors writes it (0600, the user's), mounted read-only ----
+# The user is the one running the test; when that is root, who reads anything, a made-up user who
+# owns the file, as another user's file would be.
+owner=$(id -u):$(id -g)
+[ "$(id -u)" != 0 ] || owner=54321:54321
+mkdir -m 0755 "$tmp/models"
+cp "$BUILD/models/tick_mlp.safetensors" "$tmp/models/mine.safetensors"
+chmod 0600 "$tmp/models/mine.safetensors"
+[ "$(id -u)" != 0 ] || chown "$owner" "$tmp/models/mine.safetensors"
+wport=$(free_port)
+sed -e "s|@ENDPOINT@|tcp://127.0.0.1:$wport|" -e 's|@LOG_FORMAT@|text|' -e 's|@DATADIR@/models/tick_mlp.safetensors|/models/mine.safetensors|' \
+    -e 's|"backend": "auto"|"backend": "cpu"|' deploy/sigserve.json.in >"$tmp/mine.json"
+chmod 644 "$tmp/mine.json"
+grep -q '"weights": "/models/mine.safetensors"' "$tmp/mine.json" || fail "could not point the config at /models/mine.safetensors"
+
+# As the image's own user (uid 10001): sigserve cannot read it; the entrypoint says what to do.
+start_container "$cpu" "sigserve-test-denied-$id" "$wport" "$tmp/mine.json" -v "$tmp/models:/models:ro"
+code=$(timeout 60 $engine wait "sigserve-test-denied-$id" 2>/dev/null | tail -n 1) || fail "the container without --user did not stop"
+$engine logs "sigserve-test-denied-$id" >"$tmp/denied.log" 2>&1
+[ "$code" != 0 ] || { cat "$tmp/denied.log"; fail "sigserve as uid 10001 served a 0600 file of uid ${owner%%:*}"; }
+grep -q 'Permission denied' "$tmp/denied.log" || { cat "$tmp/denied.log"; fail "no 'Permission denied' in the log"; }
+grep -q -- "--user $owner " "$tmp/denied.log" || { cat "$tmp/denied.log"; fail "the entrypoint did not say --user $owner"; }
+ok "weights 0600 of uid ${owner%%:*} mounted :ro: as uid 10001 the container exits $code and says: $(grep -o 'run the container as its owner, --user [0-9:]*' "$tmp/denied.log" | head -n 1)"
+
+# The reference: this build's sigserve on the host, same weights and backend, same request.
+ref_port=$(free_port)
+sed -e "s|tcp://127.0.0.1:$wport|tcp://127.0.0.1:$ref_port|" -e "s|/models/mine.safetensors|$tmp/models/mine.safetensors|" \
+    "$tmp/mine.json" >"$tmp/reference.json"
+"$BUILD/sigserve" --config "$tmp/reference.json" >"$tmp/reference.log" 2>&1 &
+host_server=$!
+wait_ready "$client" "tcp://127.0.0.1:$ref_port" 30 || { cat "$tmp/reference.log"; fail "sigserve on the host not ready"; }
+"$client" --endpoint "tcp://127.0.0.1:$ref_port" infer --model tick_mlp --random 512 --rows 3 --seed 7 >"$tmp/reference.out" 2>/dev/null ||
+    fail "infer on the host's sigserve"
+kill "$host_server"; wait "$host_server" || true; host_server=
+
+# The documented way: as the file's owner. Then the uid has no passwd entry in the image: what it
+# must be able to write (/tmp, /var/lib/sigserve) it can.
+run "$cpu" "sigserve-test-user-$id" "$wport" "$tmp/mine.json" -v "$tmp/models:/models:ro" --user "$owner"
+serves "sigserve-test-user-$id" "$wport"
+"$client" --endpoint "tcp://127.0.0.1:$wport" infer --model tick_mlp --random 512 --rows 3 --seed 7 >"$tmp/container.out" 2>/dev/null ||
+    fail "infer (3 rows) on the container run with --user $owner"
+"$PYTHON" - "$tmp/reference.out" "$tmp/container.out" <<'PY' || fail "the container's outputs differ from the host's"
+import sys
+ref, got = ([float(x) for x in open(p).read().split()] for p in sys.argv[1:3])
+if len(ref) != 3 or len(got) != len(ref) or any(abs(a - b) > 1e-5 * max(1.0, abs(a)) for a, b in zip(ref, got)):
+    sys.exit(f"host {ref} container {got}")
+PY
+inside=$($engine exec "sigserve-test-user-$id" sh -c 'id -u; touch /tmp/w /var/lib/sigserve/w && echo writable') ||
+    fail "as uid ${owner%%:*}, /tmp or /var/lib/sigserve is not writable: $inside"
+[ "$(echo "$inside" | head -n 1)" = "${owner%%:*}" ] || fail "the container runs as uid $(echo "$inside" | head -n 1), not ${owner%%:*}"
+healthy "sigserve-test-user-$id"
+stops "sigserve-test-user-$id"
+ok "run with --user $owner it serves them: 3 rows equal to this build's sigserve on the host ($(head -n 1 "$tmp/container.out") ...), /tmp and /var/lib/sigserve writable, healthy, stop exits 0"
 
 if [ -d "$BUILD/obj/kernels" ]; then
     cuda=$(test_image cuda) || fail "the cuda image did not build"
