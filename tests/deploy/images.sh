@@ -20,6 +20,11 @@
 #                                 planted images and any sigserve:cpu / sigserve:cuda are as they were
 #                                 at begin; then remove the planted ones
 #
+# While working on a test, keep a run's images across tries:
+#   sh tests/deploy/images.sh begin /tmp/r
+#   SIGSERVE_TEST_IMAGES=/tmp/r sh tests/deploy/test_image.sh       (as often as needed)
+#   sh tests/deploy/images.sh end /tmp/r
+#
 # What a build created is told apart from what another build running at the same time on the same
 # store created: an image counts as the run's when it is new since the build started and the
 # build's own log names its ID (podman and docker print one per step; BuildKit makes none but the
