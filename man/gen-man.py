@@ -20,9 +20,16 @@ PAGES = {
     "sigload": "open- and closed-loop ZeroMQ load generator for sigserve, with latency curves",
 }
 SEE_ALSO = {
-    "sigserve": ["sigclient", "sigload", "systemd.service"],
-    "sigclient": ["sigserve", "sigload"],
-    "sigload": ["sigserve", "sigclient", "gnuplot"],
+    "sigserve": [("sigserve.json", 5), ("sigclient", 1), ("sigload", 1), ("libsigclient", 3), ("systemd.service", 5)],
+    "sigclient": [("sigserve", 1), ("sigload", 1), ("libsigclient", 3)],
+    "sigload": [("sigserve", 1), ("sigclient", 1), ("gnuplot", 1)],
+}
+# The page's last words: where the rest is.
+MORE = {
+    "sigserve": "See sigserve.json(5) for every configuration key, and docs/deploy.md in the sigserve "
+                "sources for the container image, compose, systemd and Kubernetes.",
+    "sigclient": "The C API behind it is libsigclient(3); the README of the sigserve sources has examples.",
+    "sigload": "docs/perf.md in the sigserve sources says how the project's latency curves were measured.",
 }
 
 
@@ -56,9 +63,9 @@ def page(name: str, help_text: str, version: str) -> str:
     out += [".fi", ".SH DESCRIPTION", ".nf"]
     out += [roff_text(line) for line in lines]
     out += [".fi", ".SH SEE ALSO",
-            ",\n".join(f".BR {p} ({5 if p == 'systemd.service' else 1})" for p in SEE_ALSO[name]),
+            ",\n".join(f".BR {p} ({section})" for p, section in SEE_ALSO[name]),
             ".PP",
-            "The sigserve README, config/README.md (every configuration key) and docs/deploy.md."]
+            MORE[name]]
     return "\n".join(out) + "\n"
 
 

@@ -12,6 +12,12 @@
 #   IMAGE_PRUNE=0                 do not prune after a build (it does by default: with podman's vfs
 #                                 storage every step is a full copy of the image, gigabytes a build)
 #   IMAGE_ENGINE=podman           choose the engine
+#   IMAGE_CPU_TAGS=... IMAGE_CUDA_TAGS=... IMAGE_DEPS_TAG=...
+#                                 the tags (default $(IMAGE_NAME):cpu and :$(VERSION)-cpu, the same
+#                                 for cuda, and :build-deps). The deploy tests build under tags of
+#                                 their own, sigserve-test:cpu-RUN and so on, with IMAGE_PRUNE=0, and
+#                                 remove exactly what they built (tests/deploy/images.sh): make test
+#                                 never retags or prunes the user's images
 #   IMAGE_BUILD_FLAGS=...         extra flags for `build` (default --network host: the build stage
 #                                 reaches Debian's archive through the host's network)
 #   DEBIAN_IMAGE=...              the base (default debian:bookworm-slim; deploy/build-base.sh
@@ -30,6 +36,9 @@ DEBIAN_IMAGE      ?= debian:bookworm-slim
 IMAGE_CONTEXT     := $(BUILD)/image/context
 IMAGE_PRUNE       ?= 1
 IMAGE_PRUNE_AGE   ?= 10m
+IMAGE_CPU_TAGS    ?= $(IMAGE_NAME):cpu $(IMAGE_NAME):$(VERSION)-cpu
+IMAGE_CUDA_TAGS   ?= $(IMAGE_NAME):cuda $(IMAGE_NAME):$(VERSION)-cuda
+IMAGE_DEPS_TAG    ?= $(IMAGE_NAME):build-deps
 IMAGE_FORMAT       = $(if $(filter podman,$(IMAGE_ENGINE)),--format docker)
 IMAGE_BUILD        = $(IMAGE_ENGINE) build $(IMAGE_FORMAT) $(IMAGE_BUILD_FLAGS) --build-arg DEBIAN_IMAGE=$(DEBIAN_IMAGE) \
                      --build-arg VERSION=$(VERSION) -f deploy/Dockerfile
@@ -43,9 +52,10 @@ image-engine:
 	    echo "make image: neither 'docker info' nor 'podman info' answers: start Docker, or install podman" \
 	         "(on the project's machines: ../shared/tools/oci-setup.sh)" >&2; exit 1; fi
 
-# What the build stage needs; everything else stays out of the image's cache key.
+# What the build stage needs (config/README.md: make install generates sigserve.json(5) from it);
+# everything else stays out of the image's cache key.
 IMAGE_SOURCES := Makefile VERSION mk proto common support service kernels clients tools man \
-                 deploy/install-deps.sh deploy/sigserve.json.in deploy/systemd
+                 deploy/install-deps.sh deploy/sigserve.json.in deploy/systemd config/README.md
 
 # Rebuilt on every run (cheap): the engines cache by content, so an unchanged file costs nothing.
 image-context:
@@ -56,15 +66,15 @@ image-context:
 	else \
 	    tar -cf - $(IMAGE_SOURCES) | tar -xf - -C $(IMAGE_CONTEXT)/src; \
 	fi
-	@cp deploy/install-deps.sh $(IMAGE_CONTEXT)/deploy/
+	@cp deploy/install-deps.sh deploy/entrypoint.sh $(IMAGE_CONTEXT)/deploy/
 	@test -f $(IMAGE_CONTEXT)/src/Makefile || { echo "make image-context: nothing staged in $(IMAGE_CONTEXT)/src" >&2; exit 1; }
 
 # The installer's layer under a tag of its own: the cache that matters survives image-prune.
 image-deps: image-engine image-context
-	$(IMAGE_BUILD) --target deps -t $(IMAGE_NAME):build-deps $(IMAGE_CONTEXT)
+	$(IMAGE_BUILD) --target deps -t $(IMAGE_DEPS_TAG) $(IMAGE_CONTEXT)
 
 image-cpu: image-deps
-	$(IMAGE_BUILD) --target cpu -t $(IMAGE_NAME):cpu -t $(IMAGE_NAME):$(VERSION)-cpu $(IMAGE_CONTEXT)
+	$(IMAGE_BUILD) --target cpu $(addprefix -t ,$(IMAGE_CPU_TAGS)) $(IMAGE_CONTEXT)
 	@if [ "$(IMAGE_PRUNE)" = 1 ]; then $(MAKE) --no-print-directory image-prune; fi
 
 # The host's CUDA build of sigserve and the toolkit libraries it loads (not the driver's libcuda,
@@ -80,7 +90,7 @@ image-cuda: image-deps $(BUILD)/sigserve
 	if [ -z "$$libs" ]; then echo "make image-cuda: $(BUILD)/sigserve loads no CUDA library" >&2; exit 1; fi; \
 	mkdir -p $(IMAGE_CONTEXT)/cuda$$runpath; \
 	for l in $$libs; do echo "cp -L $$l $(IMAGE_CONTEXT)/cuda$$runpath/"; cp -L $$l $(IMAGE_CONTEXT)/cuda$$runpath/; done
-	$(IMAGE_BUILD) --target cuda -t $(IMAGE_NAME):cuda -t $(IMAGE_NAME):$(VERSION)-cuda $(IMAGE_CONTEXT)
+	$(IMAGE_BUILD) --target cuda $(addprefix -t ,$(IMAGE_CUDA_TAGS)) $(IMAGE_CONTEXT)
 	@if [ "$(IMAGE_PRUNE)" = 1 ]; then $(MAKE) --no-print-directory image-prune; fi
 
 image-size: image-engine

@@ -1,5 +1,8 @@
 # Installation: `make install` (PREFIX, DESTDIR and the directories below), `make uninstall`, and
-# the man pages, generated from the programs' --help and kept in man/ (`make man`, `make man-check`).
+# the man pages: sigserve(1), sigclient(1) and sigload(1) are generated from the programs' --help and
+# kept in man/ (`make man`, `make man-check`); sigserve.json(5) and libsigclient(3) are generated at
+# build time into $(BUILD)/man/ from the references they repeat, config/README.md (man/md2man.py)
+# and the comments of clients/sigclient.h (man/h2man.py), so they cannot fall behind them.
 #
 #   make install                                  binaries, library, header, pkg-config file, default
 #                                                 config and demo model, man pages, systemd unit
@@ -13,8 +16,12 @@
 #   $(DATADIR)         sigserve.json (the default config) and models/tick_mlp.safetensors (the demo)
 #   $(SYSCONFDIR)/sigserve/sigserve.json
 #                      the config the systemd unit starts with: the default, installed only when
-#                      there is none yet (an operator's config is never overwritten)
+#                      there is none yet (an operator's config is never overwritten). It listens on
+#                      SIGSERVE_ENDPOINT, loopback unless told otherwise: plaintext on every
+#                      interface is a choice to make knowingly (docs/security.md); the image's
+#                      build sets tcp://*:5555, where the container's own network is what it binds
 #   $(MANDIR)/man1     sigserve.1 sigclient.1 sigload.1
+#   $(MANDIR)/man5     sigserve.json.5;  $(MANDIR)/man3: libsigclient.3
 #   $(SYSTEMDUNITDIR)  sigserve.service; $(SYSUSERSDIR)/sigserve.conf (the sigserve user)
 #
 # libsigclient.so exports the sigclient_* functions only (a version script), so a program that
@@ -34,6 +41,8 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 # "text" suits the journal; the container image sets "json".
 SIGSERVE_LOG_FORMAT ?= text
+# Where the installed config listens; the container image sets tcp://*:5555.
+SIGSERVE_ENDPOINT   ?= tcp://127.0.0.1:5555
 INSTALL        ?= install
 
 SIGCLIENT_SOVERSION := $(firstword $(subst ., ,$(VERSION)))
@@ -44,12 +53,26 @@ SIGCLIENT_PC        := $(BUILD)/libsigclient.pc
 SIGSERVE_CONFIG     := $(BUILD)/deploy/sigserve.json
 SIGSERVE_UNIT       := $(BUILD)/deploy/sigserve.service
 MAN_PAGES           := man/sigserve.1 man/sigclient.1 man/sigload.1
+MAN5_PAGE           := $(BUILD)/man/sigserve.json.5
+MAN3_PAGE           := $(BUILD)/man/libsigclient.3
 INSTALL_DEPS        := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(BUILD)/libsigclient.a \
-                       $(SIGCLIENT_SOFILE) $(SIGCLIENT_PC) $(DEMO) $(SIGSERVE_CONFIG) $(SIGSERVE_UNIT)
+                       $(SIGCLIENT_SOFILE) $(SIGCLIENT_PC) $(DEMO) $(SIGSERVE_CONFIG) $(SIGSERVE_UNIT) \
+                       $(MAN5_PAGE) $(MAN3_PAGE)
 
 # Written by the recipes from the values of this make run: a change of PREFIX or VERSION must
 # rewrite them, so they are always remade (cheap) and only replaced when their text changes.
-.PHONY: install uninstall man man-check FORCE-INSTALL-TEXT
+.PHONY: install install-man uninstall man man-check FORCE-INSTALL-TEXT
+
+all: $(MAN5_PAGE) $(MAN3_PAGE)
+
+# The pages made from the references they repeat (see the top of this file).
+$(MAN5_PAGE): config/README.md man/md2man.py VERSION
+	@mkdir -p $(dir $@)
+	$(PYTHON) man/md2man.py config/README.md $(VERSION) $@
+
+$(MAN3_PAGE): clients/sigclient.h man/h2man.py VERSION
+	@mkdir -p $(dir $@)
+	$(PYTHON) man/h2man.py clients/sigclient.h $(VERSION) $@
 
 # The shared library, with its SONAME and the exported symbols limited to the API.
 $(SIGCLIENT_MAP):
@@ -79,7 +102,8 @@ $(SIGCLIENT_PC): FORCE-INSTALL-TEXT
 
 $(SIGSERVE_CONFIG): deploy/sigserve.json.in FORCE-INSTALL-TEXT
 	@mkdir -p $(dir $@)
-	@sed -e 's|@DATADIR@|$(DATADIR)|g' -e 's|@LOG_FORMAT@|$(SIGSERVE_LOG_FORMAT)|g' $< > $@.tmp
+	@sed -e 's|@DATADIR@|$(DATADIR)|g' -e 's|@LOG_FORMAT@|$(SIGSERVE_LOG_FORMAT)|g' \
+	     -e 's|@ENDPOINT@|$(SIGSERVE_ENDPOINT)|g' $< > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; echo "wrote $@"; fi
 
 $(SIGSERVE_UNIT): deploy/systemd/sigserve.service FORCE-INSTALL-TEXT
@@ -90,9 +114,9 @@ $(SIGSERVE_UNIT): deploy/systemd/sigserve.service FORCE-INSTALL-TEXT
 
 FORCE-INSTALL-TEXT:
 
-install: $(INSTALL_DEPS)
+install: $(INSTALL_DEPS) install-man
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(INCLUDEDIR) \
-	    $(DESTDIR)$(DATADIR)/models $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+	    $(DESTDIR)$(DATADIR)/models $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/sigserve
 	$(INSTALL) -m 0755 $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(DESTDIR)$(BINDIR)/
 	$(INSTALL) -m 0755 $(SIGCLIENT_SOFILE) $(DESTDIR)$(LIBDIR)/
@@ -109,10 +133,16 @@ install: $(INSTALL_DEPS)
 	    echo "$(INSTALL) -m 0644 $(SIGSERVE_CONFIG) $(DESTDIR)$(SYSCONFDIR)/sigserve/sigserve.json"; \
 	    $(INSTALL) -m 0644 $(SIGSERVE_CONFIG) $(DESTDIR)$(SYSCONFDIR)/sigserve/sigserve.json; \
 	fi
-	$(INSTALL) -m 0644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -m 0644 $(SIGSERVE_UNIT) $(DESTDIR)$(SYSTEMDUNITDIR)/sigserve.service
 	$(INSTALL) -m 0644 deploy/systemd/sigserve.sysusers $(DESTDIR)$(SYSUSERSDIR)/sigserve.conf
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null 2>&1; then ldconfig; fi
+
+# The manual alone (make install does it too): tests/deploy/test_man.sh reads it through MANPATH.
+install-man: $(MAN5_PAGE) $(MAN3_PAGE)
+	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5
+	$(INSTALL) -m 0644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
+	$(INSTALL) -m 0644 $(MAN3_PAGE) $(DESTDIR)$(MANDIR)/man3/
+	$(INSTALL) -m 0644 $(MAN5_PAGE) $(DESTDIR)$(MANDIR)/man5/
 
 # The config in SYSCONFDIR is the operator's: left in place.
 uninstall:
@@ -121,7 +151,8 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/$(notdir $(SIGCLIENT_SOFILE)) $(DESTDIR)$(LIBDIR)/libsigclient.a \
 	      $(DESTDIR)$(PKGCONFIGDIR)/libsigclient.pc $(DESTDIR)$(INCLUDEDIR)/sigclient.h
 	rm -rf $(DESTDIR)$(DATADIR)
-	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN_PAGES)))
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN_PAGES))) \
+	      $(DESTDIR)$(MANDIR)/man3/libsigclient.3 $(DESTDIR)$(MANDIR)/man5/sigserve.json.5
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/sigserve.service $(DESTDIR)$(SYSUSERSDIR)/sigserve.conf
 
 # The man pages say what --help says (man/gen-man.py); regenerate after changing a usage text.

@@ -28,6 +28,11 @@ for t in "$@"; do
         tail -n 5 "$log"
     fi
 done
+# The deploy tests that need container images share those of one run, built under the run's own
+# tags and removed at its end with every image the run's builds created (tests/deploy/images.sh):
+# make test leaves the user's images (sigserve:cpu, sigserve:cuda, their build cache) as they were.
+# The end is a suite of its own, deploy_images, which checks that.
+images=""
 for py in tests/python/test_*.py tests/python/test_*.sh tests/deploy/test_*.sh; do
     [ -f "$py" ] || continue
     name=$(basename "${py%.*}")
@@ -38,7 +43,15 @@ for py in tests/python/test_*.py tests/python/test_*.sh tests/deploy/test_*.sh; 
         1:tests/deploy/*)
             skipped=$((skipped + 1)); echo "SKIP  $name (a sanitizer build is not packaged; make test runs it)"
             continue ;;
+        *:tests/deploy/*)
+            if [ -z "$images" ]; then
+                images=$BUILD/tests/images
+                SIGSERVE_TEST_IMAGES=$images BUILD=$BUILD PYTHON=$PYTHON sh tests/deploy/images.sh begin "$images" \
+                    >"$BUILD/tests/deploy_images_begin.log" 2>&1 || cat "$BUILD/tests/deploy_images_begin.log"
+                export SIGSERVE_TEST_IMAGES="$images"
+            fi ;;
     esac
+    start=$(date +%s)
     case $py in
         *.sh) BUILD=$BUILD PYTHON=$PYTHON sh "$py" >"$log" 2>&1 ;;
         *) BUILD=$BUILD PYTHONPATH="$BUILD/gen/py:clients/python" "$PYTHON" "$py" >"$log" 2>&1 ;;
@@ -46,9 +59,18 @@ for py in tests/python/test_*.py tests/python/test_*.sh tests/deploy/test_*.sh; 
     rc=$?
     if [ $rc -eq 0 ] && grep -q '^SKIP:' "$log"; then
         skipped=$((skipped + 1)); echo "SKIP  $name ($(grep '^SKIP:' "$log" | head -n 1 | cut -c7-))"
-    elif [ $rc -eq 0 ]; then passed=$((passed + 1)); echo "PASS  $name  $(tail -n 1 "$log")"
+    elif [ $rc -eq 0 ]; then passed=$((passed + 1)); echo "PASS  $name  $(tail -n 1 "$log") ($(( $(date +%s) - start ))s)"
     else failed=$((failed + 1)); failed_names="$failed_names $name"; echo "FAIL  $name"; tail -n 30 "$log"; fi
 done
+if [ -n "$images" ]; then
+    name=deploy_images; log="$BUILD/tests/$name.log"
+    BUILD=$BUILD PYTHON=$PYTHON sh tests/deploy/images.sh end "$images" >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^SKIP:' "$log"; then
+        skipped=$((skipped + 1)); echo "SKIP  $name ($(grep '^SKIP:' "$log" | head -n 1 | cut -c7-))"
+    elif [ $rc -eq 0 ]; then passed=$((passed + 1)); echo "PASS  $name  $(tail -n 1 "$log")"
+    else failed=$((failed + 1)); failed_names="$failed_names $name"; echo "FAIL  $name"; tail -n 30 "$log"; fi
+fi
 echo
 [ -n "$failed_names" ] && echo "failed suites:$failed_names"
 echo "$passed passed, $failed failed, $skipped skipped"

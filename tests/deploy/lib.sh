@@ -45,3 +45,27 @@ make_build () {
     [ -d "$BUILD/obj/kernels" ] || set -- NVCC= "$@"
     make --no-print-directory BUILD="$BUILD" "$@"
 }
+
+# Container images under test (tests/deploy/images.sh): those of the run that tests/run.sh or
+# `make test-deploy` began (SIGSERVE_TEST_IMAGES), or, for a test started alone, a run of its own
+# that images_done ends. Never sigserve:cpu or sigserve:cuda, which are the user's.
+images_begin () {
+    if [ -z "${SIGSERVE_TEST_IMAGES:-}" ]; then
+        SIGSERVE_TEST_IMAGES=$(mktemp -d "${TMPDIR:-/tmp}/sigserve-images.XXXXXX")
+        export SIGSERVE_TEST_IMAGES
+        images_own=1
+        sh tests/deploy/images.sh begin "$SIGSERVE_TEST_IMAGES" || fail "tests/deploy/images.sh begin"
+    fi
+}
+
+# test_image cpu|cuda: the run's image, built by the first test that asks; prints its tag.
+test_image () { sh tests/deploy/images.sh build "$SIGSERVE_TEST_IMAGES" "$1"; }
+
+# images_done: ends a run of the test's own (its images removed and checked); 1 if that failed.
+images_done () {
+    if [ "${images_own:-0}" = 1 ]; then
+        images_own=0
+        sh tests/deploy/images.sh end "$SIGSERVE_TEST_IMAGES" || return 1
+    fi
+    return 0
+}

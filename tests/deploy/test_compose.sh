@@ -2,7 +2,8 @@
 # deploy/compose.yaml: `up` starts sigserve (healthy) and the sigload job, which runs against it and
 # writes its latency curves (<step>.hgrm, summary.csv, plots.gp) into the "curves" volume; `stop`
 # ends sigserve with exit code 0. Uses `docker compose` or podman-compose (SKIP without either), the
-# image from `make image-cpu`, and a free port through SIGSERVE_PORT/SIGSERVE_CONFIG.
+# test run's cpu image (tests/deploy/images.sh) through SIGSERVE_IMAGE, and a free port through
+# SIGSERVE_PORT/SIGSERVE_CONFIG.
 set -eu
 . tests/deploy/lib.sh
 if docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then engine=docker; compose="docker compose"
@@ -21,22 +22,27 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/sigserve-compose.XXXXXX")
 project=sigserve-test-$$
 dc () { $compose -p "$project" -f deploy/compose.yaml "$@"; }
 cleanup () {
+    rc=$?
     dc down -v >/dev/null 2>&1 || true
     rm -rf "$tmp"
+    images_done || rc=1
+    exit $rc
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+images_begin
 
-# The config compose mounts by default is the image's own default.
-sed -e 's|@DATADIR@|/usr/share/sigserve|' -e 's|@LOG_FORMAT@|json|' deploy/sigserve.json.in |
-    cmp -s - deploy/compose-sigserve.json || fail "deploy/compose-sigserve.json is not the image's default config"
-if [ "${IMAGE_BUILT:-0}" != 1 ]; then      # IMAGE_BUILT=1: use the image already built
-    make_build image-cpu IMAGE_ENGINE=$engine >"$tmp/build.log" 2>&1 || { tail -n 40 "$tmp/build.log"; fail "make image-cpu"; }
-fi
+# The config compose mounts by default is the image's own default, on loopback: both services use
+# the host's network, so * would be every interface of the host (docs/security.md).
+sed -e 's|@DATADIR@|/usr/share/sigserve|' -e 's|@LOG_FORMAT@|json|' -e 's|@ENDPOINT@|tcp://127.0.0.1:5555|' \
+    deploy/sigserve.json.in | cmp -s - deploy/compose-sigserve.json ||
+    fail "deploy/compose-sigserve.json is not the image's default config on tcp://127.0.0.1:5555"
+image=$(test_image cpu) || fail "the cpu image did not build"
 
 port=$(free_port)
-sed "s|tcp://\*:5555|tcp://127.0.0.1:$port|" deploy/compose-sigserve.json >"$tmp/sigserve.json"
+sed "s|tcp://127.0.0.1:5555|tcp://127.0.0.1:$port|" deploy/compose-sigserve.json >"$tmp/sigserve.json"
 chmod 644 "$tmp/sigserve.json"
-export SIGSERVE_PORT=$port SIGSERVE_CONFIG=$tmp/sigserve.json SIGLOAD_RATES=500,1k SIGLOAD_SECONDS=2
+export SIGSERVE_IMAGE=$image SIGSERVE_PORT=$port SIGSERVE_CONFIG=$tmp/sigserve.json SIGLOAD_RATES=500,1k SIGLOAD_SECONDS=2
 dc up -d >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log"; fail "$compose up -d"; }
 wait_ready "$BUILD/sigclient" "tcp://127.0.0.1:$port" 60 || { cat "$tmp/up.log"; fail "sigserve (compose) not ready on port $port"; }
 ok "$compose up: sigserve answers on tcp://127.0.0.1:$port"
@@ -61,12 +67,12 @@ ok "the sigload job ran both steps against sigserve and exited 0"
 
 volume=$($engine volume ls --format '{{.Name}}' | grep -E "^${project}_curves\$" | head -n 1)
 [ -n "$volume" ] || fail "no volume ${project}_curves: $($engine volume ls --format '{{.Name}}' | tr '\n' ' ')"
-files=$($engine run --rm --no-healthcheck --network host -v "$volume:/var/lib/sigserve" --entrypoint ls sigserve:cpu \
+files=$($engine run --rm --no-healthcheck --network host -v "$volume:/var/lib/sigserve" --entrypoint ls "$image" \
     /var/lib/sigserve/curves)
 for f in open-500.hgrm open-1000.hgrm summary.csv plots.gp; do
     echo "$files" | grep -qx "$f" || fail "the curves volume lacks $f (has: $(echo "$files" | tr '\n' ' '))"
 done
-rows=$($engine run --rm --no-healthcheck --network host -v "$volume:/var/lib/sigserve" --entrypoint cat sigserve:cpu \
+rows=$($engine run --rm --no-healthcheck --network host -v "$volume:/var/lib/sigserve" --entrypoint cat "$image" \
     /var/lib/sigserve/curves/summary.csv | wc -l)
 [ "$rows" = 3 ] || fail "summary.csv has $rows lines, expected a header and 2 steps"
 ok "the curves are in the volume $volume: $(echo "$files" | tr '\n' ' ')"

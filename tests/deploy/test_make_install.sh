@@ -18,7 +18,8 @@ make_build install PREFIX="$prefix" SYSCONFDIR="$tmp/etc" >"$tmp/install.log" 2>
 for f in bin/sigserve bin/sigclient bin/sigload lib/libsigclient.so.$version lib/libsigclient.a \
          lib/pkgconfig/libsigclient.pc include/sigclient.h share/sigserve/sigserve.json \
          share/sigserve/models/tick_mlp.safetensors share/man/man1/sigserve.1 share/man/man1/sigclient.1 \
-         share/man/man1/sigload.1 lib/systemd/system/sigserve.service lib/sysusers.d/sigserve.conf; do
+         share/man/man1/sigload.1 share/man/man3/libsigclient.3 share/man/man5/sigserve.json.5 \
+         lib/systemd/system/sigserve.service lib/sysusers.d/sigserve.conf; do
     [ -f "$prefix/$f" ] || fail "make install did not install $prefix/$f"
 done
 [ "$(readlink "$prefix/lib/libsigclient.so.0")" = "libsigclient.so.$version" ] || fail "libsigclient.so.0 link"
@@ -35,11 +36,14 @@ ok "libsigclient.so.$version: SONAME libsigclient.so.0, exports sigclient_* only
 
 grep -q "\"weights\": \"$prefix/share/sigserve/models/tick_mlp.safetensors\"" "$tmp/etc/sigserve/sigserve.json" ||
     fail "the installed config does not name the installed model"
+# Plaintext on every interface is not a default a package should make (docs/security.md).
+grep -q '"endpoints": \["tcp://127.0.0.1:5555"\]' "$tmp/etc/sigserve/sigserve.json" ||
+    fail "the installed config does not listen on loopback only: $(grep endpoints "$tmp/etc/sigserve/sigserve.json")"
 grep -q "ExecStart=$prefix/bin/sigserve --config $tmp/etc/sigserve/sigserve.json" \
     "$prefix/lib/systemd/system/sigserve.service" || fail "the installed unit does not start the installed sigserve"
 "$prefix/bin/sigserve" --check-config "$tmp/etc/sigserve/sigserve.json" >"$tmp/check.log" 2>&1 ||
     { cat "$tmp/check.log"; fail "sigserve --check-config on the installed config"; }
-ok "the installed config and unit name the installed paths; --check-config passes"
+ok "the installed config and unit name the installed paths, it listens on 127.0.0.1:5555; --check-config passes"
 
 # A client program, built only through pkg-config.
 cat >"$tmp/client.c" <<'C'
@@ -76,7 +80,7 @@ ldd "$tmp/client" | grep -q "libsigclient.so.0 => $prefix/lib/libsigclient.so.0"
 ok "a program built with \$(pkg-config --cflags --libs libsigclient) links against libsigclient.so.0"
 
 port=$(free_port)
-sed "s|tcp://\*:5555|tcp://127.0.0.1:$port|" "$tmp/etc/sigserve/sigserve.json" >"$tmp/serve.json"
+sed "s|tcp://127.0.0.1:5555|tcp://127.0.0.1:$port|" "$tmp/etc/sigserve/sigserve.json" >"$tmp/serve.json"
 "$prefix/bin/sigserve" --config "$tmp/serve.json" >"$tmp/server.log" 2>&1 &
 server=$!
 wait_ready "$prefix/bin/sigclient" "tcp://127.0.0.1:$port" 30 || { cat "$tmp/server.log"; fail "installed sigserve not ready"; }

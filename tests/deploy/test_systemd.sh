@@ -23,10 +23,12 @@ done
 ok "the unit: Type=notify, a dedicated user, restart policy, hardening, commented CPU affinity and real-time options"
 if command -v systemd-analyze >/dev/null 2>&1; then
     # As installed: the paths rewritten to this build's sigserve, the man pages where man finds them.
-    mkdir -p "$tmp/unit" "$tmp/man/man1"
+    mkdir -p "$tmp/unit" "$tmp/man/man1" "$tmp/man/man5"
     sed -e "s|/usr/local/bin/sigserve|$(pwd)/$BUILD/sigserve|" -e "s|/etc/sigserve/sigserve.json|$tmp/sigserve.json|" \
         $unit_src >"$tmp/unit/sigserve.service"
     cp man/*.1 "$tmp/man/man1/"
+    make_build "$BUILD/man/sigserve.json.5" >/dev/null || fail "make $BUILD/man/sigserve.json.5"
+    cp "$BUILD/man/sigserve.json.5" "$tmp/man/man5/"
     # Documentation=man:... is checked with man(1) where man-db is installed.
     man=yes; command -v man >/dev/null 2>&1 || man=no
     if MANPATH="$tmp/man" systemd-analyze verify --man=$man "$tmp/unit/sigserve.service" >"$tmp/verify.log" 2>&1 &&
