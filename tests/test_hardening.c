@@ -399,7 +399,7 @@ START_TEST (live_ipc_path_is_never_taken_over)
 }
 END_TEST
 
-START_TEST (per_client_in_flight_limit)
+START_TEST (requests_past_max_inflight_per_client_are_answered_overloaded)
 {
     int p0 = tu_free_port (), p1 = tu_free_port ();
     char *path = tu_fixture_config (&s_fx, "inflight.json", p0, p1);
@@ -600,7 +600,8 @@ int main (void)
         { "message_framing", { many_frames_or_bytes_answered_on_the_routing_id_alone,
                                million_empty_frames_refused_and_memory_given_back } },
         { "bad_content", { error_texts_stay_valid_utf8, non_finite_outputs_answered_internal } },
-        { "client_limits", { per_client_in_flight_limit, full_client_pipe_counted_and_warned_once_a_second,
+        { "client_limits", { requests_past_max_inflight_per_client_are_answered_overloaded,
+                             full_client_pipe_counted_and_warned_once_a_second,
                              connections_past_max_connections_are_closed_until_one_leaves } },
         { "endpoints", { live_ipc_path_is_never_taken_over } },
     };

@@ -206,7 +206,7 @@ START_TEST (req_outputs_match_reference)
 }
 END_TEST
 
-START_TEST (health_and_list_models)
+START_TEST (health_and_list_models_describe_the_server)
 {
     void *s = s_socket (ZMQ_DEALER, s_fx.endpoint[0], 5000);
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
@@ -278,7 +278,7 @@ static void s_expect_raw_error (const void *payload, size_t len, const char *tex
     zmq_close (s);
 }
 
-START_TEST (undecodable_empty_and_bodyless_payloads)
+START_TEST (undecodable_empty_and_bodyless_payloads_answered_bad_request)
 {
     const uint8_t junk[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02 };
     s_expect_raw_error (junk, sizeof junk, "payload: 7 bytes do not decode as a sigserve.v1.Request");
@@ -296,7 +296,7 @@ START_TEST (undecodable_empty_and_bodyless_payloads)
 }
 END_TEST
 
-START_TEST (unknown_model)
+START_TEST (unknown_model_answered_naming_the_served_ones)
 {
     float f[512] = { 0.5f };
     s_expect_error ("nope", f, 512, 1, SIGSERVE__V1__STATUS__STATUS_UNKNOWN_MODEL,
@@ -307,7 +307,7 @@ START_TEST (unknown_model)
 }
 END_TEST
 
-START_TEST (wrong_shapes)
+START_TEST (wrong_shapes_answered_naming_the_sizes)
 {
     float f[8 * 512];
     s_random (f, 8 * 512);
@@ -325,7 +325,7 @@ START_TEST (wrong_shapes)
 }
 END_TEST
 
-START_TEST (nan_and_inf_features)
+START_TEST (nan_and_inf_features_answered_naming_their_place)
 {
     float f[2 * 512];
     s_random (f, 2 * 512);
@@ -341,7 +341,7 @@ START_TEST (nan_and_inf_features)
 END_TEST
 
 /* A message over max_message_bytes: ZeroMQ drops it and that connection; others keep being served. */
-START_TEST (oversized_message_dropped)
+START_TEST (oversized_message_drops_only_its_connection)
 {
     /* big's own monitor tells when the server closed its connection: no reply can come after. */
     void *big = zmq_socket (s_ctx, ZMQ_DEALER), *events = zmq_socket (s_ctx, ZMQ_PAIR);
@@ -440,7 +440,7 @@ static void *s_pipe_client (void *arg)
     return NULL;
 }
 
-START_TEST (eight_clients_pipelining)
+START_TEST (eight_pipelining_clients_get_every_reply_once)
 {
     for (int v = 0; v < PIPE_VECTORS; v++) {
         s_random (s_pipe_in[v], 512);
@@ -710,13 +710,13 @@ int main (void)
     tcase_set_timeout (tc, 120);
     tcase_add_test (tc, dealer_outputs_match_reference);
     tcase_add_test (tc, req_outputs_match_reference);
-    tcase_add_test (tc, health_and_list_models);
-    tcase_add_test (tc, undecodable_empty_and_bodyless_payloads);
-    tcase_add_test (tc, unknown_model);
-    tcase_add_test (tc, wrong_shapes);
-    tcase_add_test (tc, nan_and_inf_features);
-    tcase_add_test (tc, oversized_message_dropped);
-    tcase_add_test (tc, eight_clients_pipelining);
+    tcase_add_test (tc, health_and_list_models_describe_the_server);
+    tcase_add_test (tc, undecodable_empty_and_bodyless_payloads_answered_bad_request);
+    tcase_add_test (tc, unknown_model_answered_naming_the_served_ones);
+    tcase_add_test (tc, wrong_shapes_answered_naming_the_sizes);
+    tcase_add_test (tc, nan_and_inf_features_answered_naming_their_place);
+    tcase_add_test (tc, oversized_message_drops_only_its_connection);
+    tcase_add_test (tc, eight_pipelining_clients_get_every_reply_once);
     tcase_add_test (tc, deadline_exceeded_when_queued);
     tcase_add_test (tc, deadline_counts_from_receipt_while_the_worker_is_busy);
     tcase_add_loop_test (tc, graceful_shutdown_answers_what_arrived, 0, 2);
