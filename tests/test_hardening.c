@@ -265,7 +265,7 @@ static double s_seconds (void)
     return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
-/* Requests of MODEL instance 0 of the server on ENDPOINT has computed (its list says so). */
+/* Requests instance 0 of MODEL has computed, as the server lists it (asked on PROBE). */
 static uint64_t s_computed (void *probe, const char *model)
 {
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
