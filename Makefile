@@ -167,6 +167,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(HISTOGR
 
 # Counts the allocations sigserve's own code makes (tests/test_noalloc.c wraps them).
 $(BUILD)/tests/test_noalloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign
+# Holds the workers' wake-ups, so admitted jobs stay queued until the test lets them run (tests/test_dispatch.c).
+$(BUILD)/tests/test_dispatch: LDFLAGS += -Wl,--wrap=waker_wake,--wrap=waker_sleep
 
 # The demo model's weights: generated deterministically, so the service runs with no user files.
 $(DEMO): $(BUILD)/gen_demo_weights

@@ -1,13 +1,15 @@
-/* Regression tests for the defects black-box probing found (issue 11), against the real server
- * over real sockets: each of them failed on the code of commit 7169570.
- *   - a message of millions of empty frames: refused with its real frame count, the memory given back
- *   - many frames or many bytes: answered BAD_REQUEST on the sender's routing id alone, never echoed
- *   - a model name of invalid UTF-8 or control bytes: the error text stays valid (escaped)
- *   - a reply the client's full pipe refuses: counted, and warned about at most once a second
- *   - finite features whose outputs overflow float32: INTERNAL "non-finite output", never OK
- *   - a second server on a live ipc:// path: refused, the first keeps it
- *   - server.max_inflight_per_client: the rest answered OVERLOADED
- * Order and counts are asserted, never times. */
+/* Bad input and limits, against the real server over real sockets:
+ *   - message framing: a message of millions of empty frames is refused with its real frame count
+ *     and the memory given back; too many frames or bytes are answered BAD_REQUEST on the sender's
+ *     routing id alone, never echoed
+ *   - bad content: a model name of invalid UTF-8 or control bytes comes back escaped in a valid
+ *     error text; finite features whose outputs overflow float32 are answered INTERNAL "non-finite
+ *     output", never OK
+ *   - client limits: a client that does not read has its lost replies counted and warned about at
+ *     most once a second; server.max_inflight_per_client answers the rest OVERLOADED;
+ *     server.max_connections closes the connections past it until one leaves
+ *   - endpoints: a second server on a live ipc:// path is refused, the first keeps it
+ * Order and counts are asserted, never times: a wait polls its condition with a generous cap. */
 #define _GNU_SOURCE
 #include "rng.h"
 #include "signal.pb-c.h"
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -255,6 +258,37 @@ START_TEST (non_finite_outputs_answered_internal)
 }
 END_TEST
 
+static double s_seconds (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+/* Requests instance 0 of MODEL has computed, as the server lists it (asked on PROBE). */
+static uint64_t s_computed (void *probe, const char *model)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
+    req.list_models = &l;
+    uint8_t buf[64];
+    size_t len = sigserve__v1__request__pack (&req, buf);
+    ck_assert_int_eq (zmq_send (probe, buf, len, 0), (int) len);
+    zmq_msg_t msg;
+    zmq_msg_init (&msg);
+    ck_assert_int_ge (zmq_msg_recv (&msg, probe, 0), 0);
+    Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert_ptr_nonnull (r);
+    uint64_t done = 0;
+    for (size_t m = 0; m < r->list_models->n_models; m++)
+        if (strcmp (r->list_models->models[m]->name, model) == 0)
+            done = r->list_models->models[m]->instance_states[0]->requests;
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    return done;
+}
+
 START_TEST (full_client_pipe_counted_and_warned_once_a_second)
 {
     /* A client that sends and never reads, with the smallest receive queue: replies (4 KiB each,
@@ -269,8 +303,8 @@ START_TEST (full_client_pipe_counted_and_warned_once_a_second)
     snprintf (sed, sizeof sed, "sed -i 's/\"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15,/&"
              " \"queue_depth\": 8192,/' %s", path);
     ck_assert_int_eq (system (sed), 0);     /* every request admitted: its reply is what piles up */
-    setenv ("SIGSERVE_TEST_LOG", "info", 1);     /* the warnings, and the "stopped:" counts */
-    pid_t pid = tu_server_start_logged (path, ep, 30000, log);
+    const double started = s_seconds ();
+    pid_t pid = tu_server_start_logged (path, ep, 30000, log, "info");   /* the warnings, the "stopped:" counts */
     ck_assert_int_gt (pid, 0);
     void *s = zmq_socket (s_ctx, ZMQ_DEALER);
     int hwm = 1, linger = 0, rcvbuf = 4096;
@@ -281,32 +315,17 @@ START_TEST (full_client_pipe_counted_and_warned_once_a_second)
     float f[1024] = { 0.5f };
     for (int i = 0; i < 5000; i++)
         s_send_infer (s, "slow", f, 1024, 1, (uint64_t) i);
-    /* Wait until the server has computed them all (its list says so), however slow this machine. */
+    /* Wait until the server has computed them all, however slow this machine (two minutes at most). */
     void *probe = s_dealer (ep, 10000);
     uint64_t done = 0;
-    for (int tries = 0; tries < 600 && done < 5000; tries++) {
-        Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-        Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
-        req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
-        req.list_models = &l;
-        uint8_t buf[64];
-        size_t len = sigserve__v1__request__pack (&req, buf);
-        zmq_send (probe, buf, len, 0);
-        zmq_msg_t msg;
-        zmq_msg_init (&msg);
-        ck_assert_int_ge (zmq_msg_recv (&msg, probe, 0), 0);
-        Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
-        zmq_msg_close (&msg);
-        for (size_t m = 0; m < r->list_models->n_models; m++)
-            if (strcmp (r->list_models->models[m]->name, "slow") == 0)
-                done = r->list_models->models[m]->instance_states[0]->requests;
-        sigserve__v1__reply__free_unpacked (r, NULL);
+    for (const double until = s_seconds () + 120; (done = s_computed (probe, "slow")) < 5000 && s_seconds () < until;)
         usleep (50000);
-    }
-    ck_assert_uint_eq (done, 5000);
+    ck_assert_msg (done == 5000, "the server computed %llu of the 5000 requests in two minutes",
+                   (unsigned long long) done);
     zmq_close (probe);
     zmq_close (s);
     ck_assert_int_eq (tu_server_stop (pid), 0);
+    const double lived = s_seconds () - started;
     FILE *fl = fopen (log, "r");
     char line[2048];
     int warnings = 0;
@@ -324,7 +343,10 @@ START_TEST (full_client_pipe_counted_and_warned_once_a_second)
         fclose (fl);
     ck_assert_uint_gt (failures, 100);      /* thousands of replies lost... */
     ck_assert_int_ge (warnings, 1);         /* ...said at warn level... */
-    ck_assert_int_le (warnings, 5);         /* ...once a second, not once each */
+    /* ...at most once a second of the server's life (measured around it, so never less than it
+     * lived), not once each */
+    ck_assert_msg (warnings <= (int) lived + 1, "%d warnings in %.1f s", warnings, lived);
+    ck_assert_uint_lt ((unsigned long long) warnings, failures);
     ck_assert_uint_eq (replied + failures, received);
     free (path);
 }
@@ -377,7 +399,7 @@ START_TEST (live_ipc_path_is_never_taken_over)
 }
 END_TEST
 
-START_TEST (per_client_in_flight_limit)
+START_TEST (requests_past_max_inflight_per_client_are_answered_overloaded)
 {
     int p0 = tu_free_port (), p1 = tu_free_port ();
     char *path = tu_fixture_config (&s_fx, "inflight.json", p0, p1);
@@ -431,7 +453,77 @@ START_TEST (per_client_in_flight_limit)
 }
 END_TEST
 
-START_TEST (connection_limit)
+/* A DEALER to ENDPOINT whose connection events (connected, disconnected) go to *EVENTS, a PAIR. */
+static void *s_watched_dealer (const char *endpoint, int n, void **events)
+{
+    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
+    int linger = 0, timeout = 30000;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    char name[64];
+    snprintf (name, sizeof name, "inproc://hardening-events-%d", n);
+    ck_assert_int_eq (zmq_socket_monitor (s, name, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED), 0);
+    *events = zmq_socket (s_ctx, ZMQ_PAIR);
+    zmq_setsockopt (*events, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (*events, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    ck_assert_int_eq (zmq_connect (*events, name), 0);
+    ck_assert_int_eq (zmq_connect (s, endpoint), 0);
+    return s;
+}
+
+/* Waits (30 s at most) until EVENTS reports that the server closed the connection. */
+static void s_wait_closed_by_server (void *events, const char *who)
+{
+    for (;;) {
+        zmq_msg_t msg;
+        zmq_msg_init (&msg);
+        ck_assert_msg (zmq_msg_recv (&msg, events, 0) >= 0, "%s: the server never closed its connection in 30 s", who);
+        uint16_t event = 0;
+        memcpy (&event, zmq_msg_data (&msg), 2);
+        while (zmq_msg_more (&msg))     /* the endpoint frame */
+            zmq_msg_recv (&msg, events, 0);
+        zmq_msg_close (&msg);
+        if (event == ZMQ_EVENT_DISCONNECTED)
+            return;
+    }
+}
+
+static bool s_has_reply (void *sock)
+{
+    zmq_pollitem_t item = { .socket = sock, .events = ZMQ_POLLIN };
+    return zmq_poll (&item, 1, 0) == 1;
+}
+
+/* Sends a tick_mlp request on each of the N sockets every second until one is answered OK (30 s at
+ * most): its index, or -1. A request sent on a connection the server then closes may be lost with
+ * it, and a DEALER whose connection was closed connects again by itself, so asking again covers
+ * both. Replies to earlier rounds may still come: the caller does not look for a particular id. */
+static int s_wait_served (void **socks, int n)
+{
+    float f[512] = { 0.1f };
+    zmq_pollitem_t items[4];
+    ck_assert_int_le (n, 4);
+    for (int round = 0; round < 30; round++) {
+        for (int i = 0; i < n; i++) {
+            s_send_infer (socks[i], "tick_mlp", f, 512, 1, (uint64_t) round);
+            items[i] = (zmq_pollitem_t) { .socket = socks[i], .events = ZMQ_POLLIN };
+        }
+        if (zmq_poll (items, n, 1000) <= 0)
+            continue;
+        for (int i = 0; i < n; i++)
+            if (items[i].revents & ZMQ_POLLIN) {
+                Sigserve__V1__Reply *r;
+                Sigserve__V1__InferReply *rep = s_recv_infer (socks[i], &r);
+                ck_assert_ptr_nonnull (rep);
+                ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "status %d: %s", rep->status, rep->error);
+                sigserve__v1__reply__free_unpacked (r, NULL);
+                return i;
+            }
+    }
+    return -1;
+}
+
+START_TEST (connections_past_max_connections_are_closed_until_one_leaves)
 {
     int p0 = tu_free_port (), p1 = tu_free_port ();
     char *path = tu_fixture_config (&s_fx, "conn.json", p0, p1);
@@ -441,39 +533,40 @@ START_TEST (connection_limit)
     ck_assert_int_eq (system (cmd), 0);
     snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", p0);
     snprintf (log, sizeof log, "%s/conn.log", s_fx.dir);
-    setenv ("SIGSERVE_TEST_LOG", "warn", 1);
-    pid_t pid = tu_server_start_logged (path, ep, 30000, log);
+    pid_t pid = tu_server_start_logged (path, ep, 30000, log, "warn");
     ck_assert_int_gt (pid, 0);
-    usleep (300000);        /* the start's own probe connections are gone */
-    void *c[6];
-    for (int i = 0; i < 6; i++) {
-        c[i] = s_dealer (ep, 1000);
-        usleep (50000);     /* in order */
+    float f[512] = { 0.1f };
+    /* Three clients, one after the other, each served: the three connections the limit allows. (A
+     * start-up probe the front has not yet seen leave may hold a place a moment.) */
+    void *held[3];
+    for (int i = 0; i < 3; i++) {
+        held[i] = s_dealer (ep, 30000);
+        ck_assert_msg (s_wait_served (&held[i], 1) == 0, "client %d was not served within 30 s", i);
     }
-    usleep (300000);        /* the front has read the connection events */
-    int answered = 0;
-    for (int i = 0; i < 6; i++) {
-        float f[512] = { 0.1f };
-        s_send_infer (c[i], "tick_mlp", f, 512, 1, (uint64_t) i);
-        Sigserve__V1__Reply *r;
-        if (s_recv_infer (c[i], &r)) {
-            answered++;
-            sigserve__v1__reply__free_unpacked (r, NULL);
-        }
+    /* Two more: each connection is closed by the server, and neither is answered. */
+    void *extra[2], *events[2];
+    for (int i = 0; i < 2; i++) {
+        extra[i] = s_watched_dealer (ep, i, &events[i]);
+        s_send_infer (extra[i], "tick_mlp", f, 512, 1, 100 + (uint64_t) i);
     }
-    ck_assert_int_eq (answered, 3);
-    for (int i = 0; i < 6; i++)
-        zmq_close (c[i]);
-    usleep (300000);        /* closed: room again */
+    for (int i = 0; i < 2; i++)
+        s_wait_closed_by_server (events[i], i ? "the fifth client" : "the fourth client");
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg (!s_has_reply (extra[i]), "client %d past the limit was answered", 3 + i);
+    /* The three keep being served. */
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg (s_wait_served (&held[i], 1) == 0, "client %d is no longer served", i);
     s_still_serving ();     /* (the fixture's own server: unaffected) */
-    void *again = s_dealer (ep, 5000);
-    usleep (300000);
-    float f[512] = { 0.2f };
-    s_send_infer (again, "tick_mlp", f, 512, 1, 77);
-    Sigserve__V1__Reply *r;
-    ck_assert_ptr_nonnull (s_recv_infer (again, &r));
-    sigserve__v1__reply__free_unpacked (r, NULL);
-    zmq_close (again);
+    /* One leaves: one of the two, which keep connecting again, gets its place. */
+    zmq_close (held[0]);
+    bool served = s_wait_served (extra, 2) >= 0;
+    ck_assert_msg (served, "no client got the place of the one that left within 30 s");
+    for (int i = 0; i < 2; i++) {
+        zmq_close (events[i]);
+        zmq_close (extra[i]);
+    }
+    zmq_close (held[1]);
+    zmq_close (held[2]);
     ck_assert_int_eq (tu_server_stop (pid), 0);
     FILE *fl = fopen (log, "r");
     char line[2048];
@@ -503,18 +596,23 @@ static void s_teardown (void) { tu_fixture_teardown (&s_fx); }
 int main (void)
 {
     Suite *s = suite_create ("hardening");
-    TCase *tc = tcase_create ("server");
-    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
-    tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
-    tcase_set_timeout (tc, 180);
-    tcase_add_test (tc, many_frames_or_bytes_answered_on_the_routing_id_alone);
-    tcase_add_test (tc, error_texts_stay_valid_utf8);
-    tcase_add_test (tc, non_finite_outputs_answered_internal);
-    tcase_add_test (tc, per_client_in_flight_limit);
-    tcase_add_test (tc, live_ipc_path_is_never_taken_over);
-    tcase_add_test (tc, full_client_pipe_counted_and_warned_once_a_second);
-    tcase_add_test (tc, million_empty_frames_refused_and_memory_given_back);
-    tcase_add_test (tc, connection_limit);
-    suite_add_tcase (s, tc);
+    struct { const char *name; const TTest *tests[4]; } cases[] = {
+        { "message_framing", { many_frames_or_bytes_answered_on_the_routing_id_alone,
+                               million_empty_frames_refused_and_memory_given_back } },
+        { "bad_content", { error_texts_stay_valid_utf8, non_finite_outputs_answered_internal } },
+        { "client_limits", { requests_past_max_inflight_per_client_are_answered_overloaded,
+                             full_client_pipe_counted_and_warned_once_a_second,
+                             connections_past_max_connections_are_closed_until_one_leaves } },
+        { "endpoints", { live_ipc_path_is_never_taken_over } },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        TCase *tc = tcase_create (cases[c].name);
+        tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+        tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
+        tcase_set_timeout (tc, 180);
+        for (size_t t = 0; t < 4 && cases[c].tests[t]; t++)
+            tcase_add_test (tc, cases[c].tests[t]);
+        suite_add_tcase (s, tc);
+    }
     return tu_run_suite (s);
 }

@@ -22,6 +22,13 @@
 #include <unistd.h>
 #include <zmq.h>
 
+/* Next to the fixture's models: "held", slow's weights with each 15-row request held a second
+ * waiting for a batch partner that cannot fit (max_batch_rows 16): busy for a known while. */
+#define HELD \
+    ",\n   { \"name\": \"held\", \"backend\": \"cpu\", \"max_rows\": 15, \"max_batch_rows\": 16,\n" \
+    "     \"batch_delay_us\": 1000000, \"weights\": \"slow.safetensors\",\n" \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] }"
+
 static tu_fixture_t s_fx;
 static uint64_t s_seed;
 static void *s_ctx;
@@ -199,7 +206,7 @@ START_TEST (req_outputs_match_reference)
 }
 END_TEST
 
-START_TEST (health_and_list_models)
+START_TEST (health_and_list_models_describe_the_server)
 {
     void *s = s_socket (ZMQ_DEALER, s_fx.endpoint[0], 5000);
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
@@ -223,7 +230,7 @@ START_TEST (health_and_list_models)
     zmq_send (s, buf, len, 0);
     r = s_recv_reply (s);
     ck_assert_int_eq (r->body_case, SIGSERVE__V1__REPLY__BODY_LIST_MODELS);
-    ck_assert_uint_eq (r->list_models->n_models, 3);
+    ck_assert_uint_eq (r->list_models->n_models, 4);
     Sigserve__V1__ModelInfo *m = r->list_models->models[0];
     ck_assert_str_eq (m->name, "tick_mlp");
     ck_assert_str_eq (m->version, "1");
@@ -271,7 +278,7 @@ static void s_expect_raw_error (const void *payload, size_t len, const char *tex
     zmq_close (s);
 }
 
-START_TEST (undecodable_empty_and_bodyless_payloads)
+START_TEST (undecodable_empty_and_bodyless_payloads_answered_bad_request)
 {
     const uint8_t junk[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02 };
     s_expect_raw_error (junk, sizeof junk, "payload: 7 bytes do not decode as a sigserve.v1.Request");
@@ -289,18 +296,18 @@ START_TEST (undecodable_empty_and_bodyless_payloads)
 }
 END_TEST
 
-START_TEST (unknown_model)
+START_TEST (unknown_model_answered_naming_the_served_ones)
 {
     float f[512] = { 0.5f };
     s_expect_error ("nope", f, 512, 1, SIGSERVE__V1__STATUS__STATUS_UNKNOWN_MODEL,
-                    "model: \"nope\" is not served here (served: tick_mlp, odd, slow)");
+                    "model: \"nope\" is not served here (served: tick_mlp, odd, slow, held)");
     s_expect_error ("", f, 512, 1, SIGSERVE__V1__STATUS__STATUS_UNKNOWN_MODEL,
-                    "model: \"\" is not served here (served: tick_mlp, odd, slow)");
+                    "model: \"\" is not served here (served: tick_mlp, odd, slow, held)");
     s_expect_still_serving ();
 }
 END_TEST
 
-START_TEST (wrong_shapes)
+START_TEST (wrong_shapes_answered_naming_the_sizes)
 {
     float f[8 * 512];
     s_random (f, 8 * 512);
@@ -318,7 +325,7 @@ START_TEST (wrong_shapes)
 }
 END_TEST
 
-START_TEST (nan_and_inf_features)
+START_TEST (nan_and_inf_features_answered_naming_their_place)
 {
     float f[2 * 512];
     s_random (f, 2 * 512);
@@ -334,9 +341,17 @@ START_TEST (nan_and_inf_features)
 END_TEST
 
 /* A message over max_message_bytes: ZeroMQ drops it and that connection; others keep being served. */
-START_TEST (oversized_message_dropped)
+START_TEST (oversized_message_drops_only_its_connection)
 {
-    void *big = s_socket (ZMQ_DEALER, s_fx.endpoint[0], 500);
+    /* big's own monitor tells when the server closed its connection: no reply can come after. */
+    void *big = zmq_socket (s_ctx, ZMQ_DEALER), *events = zmq_socket (s_ctx, ZMQ_PAIR);
+    int linger = 0, timeout = 30000;
+    zmq_setsockopt (big, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (events, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (events, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    ck_assert_int_eq (zmq_socket_monitor (big, "inproc://oversized-events", ZMQ_EVENT_DISCONNECTED), 0);
+    ck_assert_int_eq (zmq_connect (events, "inproc://oversized-events"), 0);
+    ck_assert_int_eq (zmq_connect (big, s_fx.endpoint[0]), 0);
     void *good = s_socket (ZMQ_DEALER, s_fx.endpoint[0], 5000);
     size_t n = 20000;   /* 80 KB of features > 64 KiB */
     float *f = calloc (n, sizeof (float));
@@ -348,8 +363,17 @@ START_TEST (oversized_message_dropped)
     s_check_outputs (s_fx.tick, g, 8, s_infer_reply (r));
     sigserve__v1__reply__free_unpacked (r, NULL);
     s_assert_pool ();
-    ck_assert_ptr_null (s_recv_reply (big));   /* no reply: the message never reached the server */
+    zmq_msg_t event;
+    zmq_msg_init (&event);
+    ck_assert_msg (zmq_msg_recv (&event, events, 0) >= 0, "the server kept the oversized sender's connection for 30 s");
+    while (zmq_msg_more (&event))
+        zmq_msg_recv (&event, events, 0);
+    zmq_msg_close (&event);
+    zmq_pollitem_t item = { .socket = big, .events = ZMQ_POLLIN };
+    ck_assert_int_eq (zmq_poll (&item, 1, 0), 0);  /* no reply: the message never reached the front */
     free (f);
+    zmq_socket_monitor (big, NULL, 0);
+    zmq_close (events);
     zmq_close (big);
     zmq_close (good);
     s_expect_still_serving ();
@@ -416,7 +440,7 @@ static void *s_pipe_client (void *arg)
     return NULL;
 }
 
-START_TEST (eight_clients_pipelining)
+START_TEST (eight_pipelining_clients_get_every_reply_once)
 {
     for (int v = 0; v < PIPE_VECTORS; v++) {
         s_random (s_pipe_in[v], 512);
@@ -437,64 +461,113 @@ END_TEST
 
 /* ---- deadlines ---- */
 
+/* The server answers nothing while stopped: whatever is sent meanwhile is all waiting when it
+ * resumes, so the order of events inside does not depend on how fast this client sends. */
+static void s_pause (void) { ck_assert_int_eq (kill (s_fx.server, SIGSTOP), 0); }
+static void s_resume (void) { ck_assert_int_eq (kill (s_fx.server, SIGCONT), 0); }
+
+/* "deadline_us: the request waited X us, past its deadline of D us; not run": X, checked whole. */
+static double s_waited_us (const Sigserve__V1__InferReply *rep, uint32_t deadline_us)
+{
+    double waited = 0;
+    char tail[128];
+    ck_assert_msg (sscanf (rep->error, "deadline_us: the request waited %lf us, %127[^\n]", &waited, tail) == 2, "%s",
+                   rep->error);
+    char want[128];
+    snprintf (want, sizeof want, "past its deadline of %u us; not run", deadline_us);
+    ck_assert_str_eq (tail, want);
+    return waited;
+}
+
 START_TEST (deadline_exceeded_when_queued)
 {
-    /* Ten slow requests (15 rows through 1024x1024x2, several ms each), then a slow one with a
-     * 1 ms deadline and a small one of another model: the slow one waits behind its model's queue
-     * and is answered DEADLINE_EXCEEDED without running; tick_mlp has its own worker and is not
-     * delayed by them (its 60 s deadline is never near). */
+    /* Sent while the server is stopped: ten slow requests (15 rows through 1024x1024x2, several
+     * ms each), a slow one with a 1 ms deadline, and a small one of another model. When it resumes
+     * the deadline request is behind ten requests none of which has started: slow's one worker
+     * runs them in order, then answers it DEADLINE_EXCEEDED without running it. tick_mlp has its
+     * own worker and is answered before the slow queue drains (its 60 s deadline is never near). */
     void *s = s_socket (ZMQ_DEALER, s_fx.endpoint[0], 30000);
     size_t n = 15 * 1024;   /* 15 rows: 60 KB, under the 64 KiB message limit */
     float *f = malloc (n * sizeof (float));
     s_random (f, n);
-    for (int i = 0; i < 10; i++)
-        s_send_infer (s, "slow", f, 15 * 1024, 15, 100 + (uint64_t) i, 0);
     float g[8 * 512];
     s_random (g, 8 * 512);
+    s_pause ();
+    for (int i = 0; i < 10; i++)
+        s_send_infer (s, "slow", f, 15 * 1024, 15, 100 + (uint64_t) i, 0);
     s_send_infer (s, "slow", f, 15 * 1024, 15, 200, 1000);
     s_send_infer (s, "tick_mlp", g, 8 * 512, 8, 201, 60000000);
-    int exceeded = 0, ok_tick = 0;
+    s_resume ();
+    uint64_t next_slow = 100;
+    bool tick = false;
     for (int i = 0; i < 12; i++) {
         Sigserve__V1__Reply *r = s_recv_reply (s);
         Sigserve__V1__InferReply *rep = s_infer_reply (r);
-        if (rep->request_id == 200) {
-            ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_DEADLINE_EXCEEDED);
-            ck_assert_ptr_nonnull (strstr (rep->error, "past its deadline of 1000 us; not run"));
-            ck_assert_str_eq (strstr (rep->error, "deadline_us: the request waited") ? "yes" : "no", "yes");
-            ck_assert_uint_eq (rep->n_outputs, 0);
-            ck_assert_uint_gt (rep->queue_ns, 1000000);
-            ck_assert_uint_eq (rep->compute_ns, 0);
-            ck_assert_str_eq (rep->model_version, "1");
-            exceeded = 1;
-        } else if (rep->request_id == 201) {
-            ck_assert_int_eq (exceeded, 0);     /* isolation: answered before the slow queue drained */
+        if (rep->request_id == 201) {
+            ck_assert_msg (next_slow <= 200, "tick_mlp was answered after the slow queue drained");
             s_check_outputs (s_fx.tick, g, 8, rep);
             s_assert_pool ();
-            ok_tick = 1;
-        } else
-            ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
-        sigserve__v1__reply__free_unpacked (r, NULL);
-    }
-    ck_assert (exceeded && ok_tick);
-
-    /* A request that arrives while others compute is stamped at receipt by the front: ten slow
-     * requests, then 2 ms later (mid-compute) a slow one with a 1 ms deadline. */
-    for (int i = 0; i < 10; i++)
-        s_send_infer (s, "slow", f, 15 * 1024, 15, 300 + (uint64_t) i, 0);
-    usleep (2000);
-    s_send_infer (s, "slow", f, 15 * 1024, 15, 400, 1000);
-    exceeded = 0;
-    for (int i = 0; i < 11; i++) {
-        Sigserve__V1__Reply *r = s_recv_reply (s);
-        Sigserve__V1__InferReply *rep = s_infer_reply (r);
-        if (rep->request_id == 400) {
-            ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_DEADLINE_EXCEEDED, "status %d, queue_ns %llu",
-                           rep->status, (unsigned long long) rep->queue_ns);
-            exceeded = 1;
+            tick = true;
+        } else {
+            /* slow's replies in the order sent: its worker takes them one at a time */
+            ck_assert_uint_eq (rep->request_id, next_slow);
+            next_slow = next_slow == 109 ? 200 : next_slow + 1;
+            if (rep->request_id < 200) {
+                ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
+                ck_assert_uint_eq (rep->n_outputs, 15 * 1024);
+            } else {
+                ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_DEADLINE_EXCEEDED);
+                ck_assert_double_gt (s_waited_us (rep, 1000), 1000);
+                ck_assert_uint_eq (rep->n_outputs, 0);
+                ck_assert_uint_gt (rep->queue_ns, 1000000);
+                ck_assert_uint_eq (rep->compute_ns, 0);
+                ck_assert_str_eq (rep->model_version, "1");
+            }
         }
         sigserve__v1__reply__free_unpacked (r, NULL);
     }
-    ck_assert (exceeded);
+    ck_assert (tick);
+    ck_assert_uint_eq (next_slow, 201);
+    free (f);
+    zmq_close (s);
+}
+END_TEST
+
+START_TEST (deadline_counts_from_receipt_while_the_worker_is_busy)
+{
+    /* "held" takes a 15-row request and waits a whole second for a batch partner that cannot
+     * fit (max_batch_rows 16). A request is sent on the same connection behind it, then a tick_mlp
+     * one: tick_mlp's reply proves both were taken off the socket, the first one held. Then one
+     * with a 1 ms deadline arrives while held's worker is busy with it: received, stamped and
+     * queued at once, it waits out the hold and is answered DEADLINE_EXCEEDED, its wait counted
+     * from its receipt (not from when the worker got to it, which would be no wait at all). */
+    void *s = s_socket (ZMQ_DEALER, s_fx.endpoint[0], 30000);
+    size_t n = 15 * 1024;
+    float *f = malloc (n * sizeof (float));
+    s_random (f, n);
+    float g[512];
+    s_random (g, 512);
+    s_send_infer (s, "held", f, n, 15, 300, 0);
+    s_send_infer (s, "tick_mlp", g, 512, 1, 301, 0);
+    Sigserve__V1__Reply *r = s_recv_reply (s);
+    ck_assert_msg (s_infer_reply (r)->request_id == 301, "held's request was answered before the hold ended");
+    ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    s_send_infer (s, "held", f, n, 15, 400, 1000);
+    r = s_recv_reply (s);
+    ck_assert_uint_eq (s_infer_reply (r)->request_id, 300);
+    ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    ck_assert_uint_eq (r->infer->batch_rows, 15);       /* it never found a partner */
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    r = s_recv_reply (s);
+    Sigserve__V1__InferReply *rep = s_infer_reply (r);
+    ck_assert_uint_eq (rep->request_id, 400);
+    ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_DEADLINE_EXCEEDED, "status %d, queue_ns %llu",
+                   rep->status, (unsigned long long) rep->queue_ns);
+    ck_assert_double_gt (s_waited_us (rep, 1000), 1000);
+    ck_assert_uint_gt (rep->queue_ns, 1000000);
+    ck_assert_uint_eq (rep->compute_ns, 0);
+    sigserve__v1__reply__free_unpacked (r, NULL);
     free (f);
     zmq_close (s);
 }
@@ -597,7 +670,7 @@ START_TEST (bad_config_exits_2_naming_the_key)
     ck_assert_ptr_nonnull (strstr (out, "unknown or incomplete argument \"--bogus\""));
     snprintf (cmd, sizeof cmd, "%s/sigserve --check-config %s 2>&1", tu_build_dir (), s_fx.config_path);
     ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 0);
-    ck_assert_msg (strstr (out, "ok: 2 endpoint(s), 3 model(s)") && strstr (out, "tick_mlp version 1: 512 -> 1"), "%s", out);
+    ck_assert_msg (strstr (out, "ok: 2 endpoint(s), 4 model(s)") && strstr (out, "tick_mlp version 1: 512 -> 1"), "%s", out);
     snprintf (cmd, sizeof cmd, "%s/sigserve --version", tu_build_dir ());
     ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 0);
     ck_assert_ptr_nonnull (strstr (out, "sigserve " SIGSERVE_VERSION));
@@ -620,7 +693,8 @@ END_TEST
 
 static void s_setup (void)
 {
-    const tu_fixture_options_t options = { .tick_backend = "auto", .odd_kernel = "blas", .slow = true, .queue_depth = 1024 };
+    const tu_fixture_options_t options = { .tick_backend = "auto", .odd_kernel = "blas", .slow = true, .queue_depth = 1024,
+                                           .extra_models = HELD };
     tu_fixture_setup (&s_fx, &options);
 }
 
@@ -630,20 +704,21 @@ int main (void)
 {
     s_seed = (uint64_t) time (NULL) * 2654435761u;
     Suite *s = suite_create ("integration");
-    TCase *tc = tcase_create ("server");
+    TCase *tc = tcase_create ("wire_errors_deadlines_shutdown");
     tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
     tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
     tcase_set_timeout (tc, 120);
     tcase_add_test (tc, dealer_outputs_match_reference);
     tcase_add_test (tc, req_outputs_match_reference);
-    tcase_add_test (tc, health_and_list_models);
-    tcase_add_test (tc, undecodable_empty_and_bodyless_payloads);
-    tcase_add_test (tc, unknown_model);
-    tcase_add_test (tc, wrong_shapes);
-    tcase_add_test (tc, nan_and_inf_features);
-    tcase_add_test (tc, oversized_message_dropped);
-    tcase_add_test (tc, eight_clients_pipelining);
+    tcase_add_test (tc, health_and_list_models_describe_the_server);
+    tcase_add_test (tc, undecodable_empty_and_bodyless_payloads_answered_bad_request);
+    tcase_add_test (tc, unknown_model_answered_naming_the_served_ones);
+    tcase_add_test (tc, wrong_shapes_answered_naming_the_sizes);
+    tcase_add_test (tc, nan_and_inf_features_answered_naming_their_place);
+    tcase_add_test (tc, oversized_message_drops_only_its_connection);
+    tcase_add_test (tc, eight_pipelining_clients_get_every_reply_once);
     tcase_add_test (tc, deadline_exceeded_when_queued);
+    tcase_add_test (tc, deadline_counts_from_receipt_while_the_worker_is_busy);
     tcase_add_loop_test (tc, graceful_shutdown_answers_what_arrived, 0, 2);
     tcase_add_test (tc, bad_config_exits_2_naming_the_key);
     tcase_add_test (tc, port_in_use_exits_1);

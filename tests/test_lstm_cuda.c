@@ -402,7 +402,8 @@ START_TEST (watchdog_and_stop)
     const double waited = (clock_now_us () / 1e6) - t0;
     printf ("  watchdog: %s (after %.1f ms)\n", err, waited * 1e3);
     ck_assert_msg (strstr (err, "watchdog") != NULL, "%s", err);
-    ck_assert_msg (waited >= 0.045 && waited < 1.0, "fired after %.3f s", waited);
+    /* At least the watchdog; the cap only tells a watchdog that never fires from one that does. */
+    ck_assert_msg (waited >= 0.045 && waited < 10.0, "fired after %.3f s", waited);
     ck_assert (lstm_cuda_lost (f.m));
     ck_assert_int_eq (B->infer (f.m, x, 1, &y, err, sizeof err), SIG_UNAVAILABLE);
     const double t1 = (clock_now_us () / 1e6);

@@ -200,7 +200,7 @@ END_TEST
 int main (void)
 {
     Suite *s = suite_create ("noalloc");
-    TCase *tc = tcase_create ("server");
+    TCase *tc = tcase_create ("no_allocation");
     tcase_set_timeout (tc, 60);
     tcase_add_test (tc, counter_counts_server_thread_allocations);
     tcase_add_test (tc, no_allocation_per_request_once_warm);

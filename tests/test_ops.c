@@ -1,11 +1,13 @@
-/* Operations: the real sigserve binary's HTTP endpoint (metrics, probes, the model list), hot
- * reload (SIGHUP and --watch) under traffic, and its logs. HTTP is spoken with a plain-socket
+/* Operations: the real sigserve binary's HTTP endpoint (metrics, probes, the model list), where
+ * it reports instances placed (a CPU LSTM on the CPU, pinned only when asked), hot reload (SIGHUP
+ * and --watch) under traffic, and its logs. HTTP is spoken with a plain-socket
  * client written here, and /metrics is read by a strict parser of the Prometheus text format
  * 0.0.4, so what a scraper would reject fails the test. Assertions are on counts and order,
  * never on wall-clock time: waits are bounded polls. */
 #define _GNU_SOURCE
 #include "base/config.h"
 #include "base/log.h"
+#include "lstm_reference.h"
 #include "reference.h"
 #include "signal.pb-c.h"
 #include "st_write.h"
@@ -15,6 +17,7 @@
 #include <arpa/inet.h>
 #include <cJSON.h>
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -602,7 +605,9 @@ static void s_teardown (void)
 {
     zmq_ctx_term (s_ctx);
     s_ctx = NULL;
-    if (!getenv ("SIGSERVE_TEST_KEEP"))     /* set it to look at the configs and logs of a failure */
+    /* In a process of its own a test reaches its teardown only when it passed: its folder goes. A
+     * failed test's stays, with its configs and logs, and tu_run_suite prints where. */
+    if (tu_forked ())
         tu_remove_tree (s_dir);
 }
 
@@ -787,6 +792,181 @@ START_TEST (metrics_counts_exact_and_exposition_strict)
     cJSON_Delete (j);
     s_http_free (&r);
 
+    s_stop (pid);
+    free (config);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- placement */
+
+/* The CPUs thread NAME of process PID may run on ("0", "0-1"), from /proc; -1 when no such thread. */
+static int s_thread_cpus (pid_t pid, const char *name, char *out, size_t cap)
+{
+    char dir[64];
+    snprintf (dir, sizeof dir, "/proc/%d/task", (int) pid);
+    DIR *d = opendir (dir);
+    struct dirent *e;
+    int found = -1;
+    while (d && found < 0 && (e = readdir (d)) != NULL) {
+        char path[600], comm[64] = "", line[256];
+        snprintf (path, sizeof path, "%s/%s/comm", dir, e->d_name);
+        FILE *f = fopen (path, "r");
+        if (!f)
+            continue;
+        if (fgets (comm, sizeof comm, f))
+            comm[strcspn (comm, "\n")] = 0;
+        fclose (f);
+        if (strcmp (comm, name) != 0)
+            continue;
+        snprintf (path, sizeof path, "%s/%s/status", dir, e->d_name);
+        f = fopen (path, "r");
+        while (f && fgets (line, sizeof line, f))
+            if (strncmp (line, "Cpus_allowed_list:", 18) == 0) {
+                snprintf (out, cap, "%s", line + 18 + strspn (line + 18, " \t"));
+                out[strcspn (out, "\n")] = 0;
+                found = 0;
+            }
+        if (f)
+            fclose (f);
+    }
+    if (d)
+        closedir (d);
+    return found;
+}
+
+/* The log line of PATH that contains WHAT, into LINE (without its newline); false when none. */
+static bool s_log_line (const char *path, const char *what, char *line, size_t cap)
+{
+    FILE *f = fopen (path, "r");
+    ck_assert_ptr_nonnull (f);
+    bool found = false;
+    while (!found && fgets (line, (int) cap, f))
+        found = strstr (line, what) != NULL;
+    fclose (f);
+    if (found)
+        line[strcspn (line, "\n")] = 0;
+    return found;
+}
+
+START_TEST (a_cpu_lstm_is_placed_on_the_cpu_and_pinned_only_when_asked)
+{
+    /* Two CPU LSTM models: "seq" (two instances, no "cpus") and "pinned" ("cpus": [0]). Each
+     * instance is on the CPU wherever the server reports it, the load line, /models and /metrics;
+     * seq's workers run wherever the process may, pinned's on CPU 0 only. */
+    const lstm_shape_t shape = { .layers = 1, .step_size = 3, .hidden = 4, .out = 2, .window = 4 };
+    char path[4200], err[512];
+    snprintf (path, sizeof path, "%s/seq.safetensors", s_dir);
+    ck_assert_msg (lstm_random_file (path, &shape, 31, err, sizeof err) == 0, "%s", err);
+    int zport, hport;
+    s_ports (&zport, &hport);
+    const char *models =
+        "{ \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"instances\": 2, \"weights\": \"seq.safetensors\", "
+        "\"lstm\": \"lstm.\", \"window\": 4, \"head\": { \"weight\": \"head.weight\", \"bias\": \"head.bias\" } }, "
+        "{ \"name\": \"pinned\", \"type\": \"lstm\", \"backend\": \"cpu\", \"cpus\": [0], \"weights\": \"seq.safetensors\", "
+        "\"lstm\": \"lstm.\", \"window\": 4, \"head\": { \"weight\": \"head.weight\", \"bias\": \"head.bias\" } }";
+    char *config = s_config ("lstm.json", zport, hport, "", models);
+    char log_path[4200];
+    snprintf (log_path, sizeof log_path, "%s/lstm.log", s_dir);
+    pid_t pid = s_spawn (config, log_path, false);
+    s_wait_ready (pid, hport);
+
+    /* The load lines: "cpu" per instance, "on cpu N" only where "cpus" asks for it. */
+    char line[4096];
+    ck_assert_msg (s_log_line (log_path, "model seq version 1: ", line, sizeof line), "no load line for seq in %s",
+                   log_path);
+    ck_assert_msg (strstr (line, ", 2 instance(s) [cpu, cpu]") && !strstr (line, "gpu") && !strstr (line, "on cpu"),
+                   "%s", line);
+    ck_assert_msg (s_log_line (log_path, "model pinned version 1: ", line, sizeof line), "no load line for pinned");
+    ck_assert_msg (strstr (line, ", 1 instance(s) [cpu on cpu 0]") && !strstr (line, "gpu"), "%s", line);
+
+    /* /models: device -1 for every instance. */
+    http_reply_t r;
+    ck_assert_int_eq (s_http (hport, "GET", "/models", &r), 0);
+    ck_assert_int_eq (r.status, 200);
+    cJSON *j = cJSON_Parse (r.body);
+    ck_assert_ptr_nonnull (j);
+    int instances = 0;
+    cJSON *m;
+    cJSON_ArrayForEach (m, cJSON_GetObjectItem (j, "models")) {
+        ck_assert_str_eq (cJSON_GetObjectItem (m, "type")->valuestring, "lstm");
+        ck_assert_str_eq (cJSON_GetObjectItem (m, "backend")->valuestring, "cpu");
+        cJSON *st;
+        cJSON_ArrayForEach (st, cJSON_GetObjectItem (m, "instance_states")) {
+            ck_assert_int_eq (cJSON_GetObjectItem (st, "device")->valueint, -1);
+            ck_assert_str_eq (cJSON_GetObjectItem (st, "state")->valuestring, "serving");
+            instances++;
+        }
+    }
+    ck_assert_int_eq (instances, 3);
+    cJSON_Delete (j);
+    s_http_free (&r);
+
+    /* One step on each of seq's instances (stream_id % 2), then /metrics: device="cpu" throughout. */
+    void *s = s_dealer (zport);
+    const float step[3] = { 0.1f, -0.2f, 0.3f };
+    for (uint64_t stream = 2; stream <= 3; stream++) {
+        Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+        Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
+        inf.request_id = stream;
+        inf.model = (char *) "seq";
+        inf.features = (float *) step;
+        inf.n_features = 3;
+        inf.stream_id = stream;
+        req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+        req.infer = &inf;
+        uint8_t buf[256];
+        size_t len = sigserve__v1__request__pack (&req, buf);
+        ck_assert_int_eq (zmq_send (s, buf, len, 0), (int) len);
+        Sigserve__V1__Reply *whole;
+        Sigserve__V1__InferReply *rep = s_recv (s, &whole);
+        ck_assert_ptr_nonnull (rep);
+        ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "%s", rep->error);
+        ck_assert_uint_eq (rep->n_outputs, 2);
+        sigserve__v1__reply__free_unpacked (whole, NULL);
+    }
+    zmq_close (s);
+    expo_t e;
+    s_scrape (hport, &e);
+    for (int i = 0; i < 2; i++) {
+        char labels[128];
+        snprintf (labels, sizeof labels, "model=seq,instance=%d,device=cpu", i);
+        ck_assert_double_eq (s_value (&e, "sigserve_instance_available", labels), 1);
+        ck_assert_double_eq (s_value (&e, "sigserve_instance_requests_total", labels), 1);
+    }
+    ck_assert_double_eq (s_value (&e, "sigserve_instance_available", "model=pinned,instance=0,device=cpu"), 1);
+    ck_assert_double_eq (s_value (&e, "sigserve_instance_requests_total", "model=pinned,instance=0,device=cpu"), 0);
+    size_t with_device = 0;
+    for (size_t i = 0; i < e.n; i++) {
+        const char *device = s_label_of (&e.samples[i], "device");
+        if (device) {
+            ck_assert_msg (strcmp (device, "cpu") == 0, "%s has device=\"%s\"", e.samples[i].name, device);
+            with_device++;
+        }
+    }
+    ck_assert_uint_eq (with_device, 2 * 3);     /* available and requests_total, for 3 instances */
+    s_expo_free (&e);
+
+    /* Workers: seq's unpinned (the process's own CPUs), pinned's on CPU 0. */
+    char own[256], cpus[256];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *f = fopen (path, "r");
+    own[0] = '\0';
+    while (f && fgets (line, sizeof line, f))
+        if (strncmp (line, "Cpus_allowed_list:", 18) == 0) {
+            snprintf (own, sizeof own, "%s", line + 18 + strspn (line + 18, " \t"));
+            own[strcspn (own, "\n")] = 0;
+        }
+    if (f)
+        fclose (f);
+    ck_assert_str_ne (own, "");
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        snprintf (name, sizeof name, "w%d-seq", i);
+        ck_assert_msg (s_thread_cpus (pid, name, cpus, sizeof cpus) == 0, "no thread %s", name);
+        ck_assert_msg (strcmp (cpus, own) == 0, "%s may run on %s, the process on %s", name, cpus, own);
+    }
+    ck_assert_int_eq (s_thread_cpus (pid, "w0-pinned", cpus, sizeof cpus), 0);
+    ck_assert_str_eq (cpus, "0");
     s_stop (pid);
     free (config);
 }
@@ -1398,6 +1578,7 @@ int main (void)
     tcase_set_timeout (tc, 180);
     tcase_add_test (tc, log_lines_are_json_whatever_the_message);
     tcase_add_test (tc, metrics_counts_exact_and_exposition_strict);
+    tcase_add_test (tc, a_cpu_lstm_is_placed_on_the_cpu_and_pinned_only_when_asked);
     tcase_add_test (tc, readyz_503_while_models_load_then_200);
     tcase_add_test (tc, readyz_503_draining_after_sigterm);
     tcase_add_test (tc, http_bind_failure_exits_2);

@@ -6,6 +6,7 @@
 #include "st_write.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <ftw.h>
 
 #include <arpa/inet.h>
@@ -23,14 +24,28 @@
 #include <unistd.h>
 #include <zmq.h>
 
-char *tu_tmpdir (void)
+/* The suite's folder (tu_run_suite makes it before the tests run, so that forked tests share it). */
+static char s_suite_dir[2048];
+static bool s_forked;
+
+static const char *s_tmp_base (void)
 {
     const char *base = getenv ("TMPDIR");
+    return base && *base ? base : "/tmp";
+}
+
+char *tu_tmpdir (void)
+{
     char tmpl[4096];
-    snprintf (tmpl, sizeof tmpl, "%s/sigserve-test-XXXXXX", base && *base ? base : "/tmp");
+    if (s_suite_dir[0])
+        snprintf (tmpl, sizeof tmpl, "%s/test-XXXXXX", s_suite_dir);
+    else
+        snprintf (tmpl, sizeof tmpl, "%s/sigserve-test-XXXXXX", s_tmp_base ());
     char *dir = mkdtemp (tmpl);
     return dir ? strdup (dir) : NULL;
 }
+
+bool tu_forked (void) { return s_forked; }
 
 char *tu_write_file (const char *dir, const char *name, const void *data, long len)
 {
@@ -109,7 +124,8 @@ static int s_health_ready (void *ctx, const char *endpoint)
     return ready;
 }
 
-pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int timeout_ms, const char *log_path)
+pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int timeout_ms, const char *log_path,
+                              const char *log_level)
 {
     char bin[4096];
     snprintf (bin, sizeof bin, "%s/sigserve", tu_build_dir ());
@@ -120,8 +136,7 @@ pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int
             FILE *f = freopen (log_path, "w", stderr);
             (void) f;
         }
-        const char *level = getenv ("SIGSERVE_TEST_LOG") ? getenv ("SIGSERVE_TEST_LOG") : "warn";
-        execl (bin, bin, "--config", config_path, "--log-level", level, (char *) NULL);
+        execl (bin, bin, "--config", config_path, "--log-level", log_level, (char *) NULL);
         _exit (127);
     }
     void *ctx = zmq_ctx_new ();
@@ -139,7 +154,7 @@ pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int
 
 pid_t tu_server_start (const char *config_path, const char *endpoint, int timeout_ms)
 {
-    return tu_server_start_logged (config_path, endpoint, timeout_ms, NULL);
+    return tu_server_start_logged (config_path, endpoint, timeout_ms, NULL, "warn");
 }
 
 int tu_server_stop (pid_t pid)
@@ -157,12 +172,36 @@ int tu_server_stop (pid_t pid)
     return -1;
 }
 
+static bool s_empty_dir (const char *dir)
+{
+    DIR *d = opendir (dir);
+    struct dirent *e;
+    bool empty = true;
+    while (d && empty && (e = readdir (d)) != NULL)
+        empty = strcmp (e->d_name, ".") == 0 || strcmp (e->d_name, "..") == 0;
+    if (d)
+        closedir (d);
+    return empty;
+}
+
 int tu_run_suite (Suite *suite)
 {
+    snprintf (s_suite_dir, sizeof s_suite_dir, "%s/sigserve-%s-XXXXXX", s_tmp_base (), program_invocation_short_name);
+    if (!mkdtemp (s_suite_dir))
+        s_suite_dir[0] = '\0';     /* tu_tmpdir then makes its folders under $TMPDIR directly */
     SRunner *sr = srunner_create (suite);
+    s_forked = srunner_fork_status (sr) == CK_FORK;
     srunner_run_all (sr, CK_NORMAL);
     int failed = srunner_ntests_failed (sr);
     srunner_free (sr);
+    if (s_suite_dir[0]) {
+        if (failed == 0 || s_empty_dir (s_suite_dir))
+            tu_remove_tree (s_suite_dir);
+        else
+            printf ("%s: what the failed tests left (configs, logs) is kept in %s\n", program_invocation_short_name,
+                    s_suite_dir);
+        s_suite_dir[0] = '\0';
+    }
     return failed ? 1 : 0;
 }
 

@@ -7,8 +7,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* A fresh folder under $TMPDIR (or /tmp); the caller frees the string. */
+/* A fresh folder, inside the suite's folder while tu_run_suite runs (else under $TMPDIR, or /tmp);
+ * the caller frees the string. */
 char *tu_tmpdir (void);
+/* Whether each test runs in a process of its own (Check's default; CK_FORK=no runs them in one).
+ * Then a checked teardown runs only after the test passed: the place to remove a test's folder
+ * while keeping a failed test's. */
+bool tu_forked (void);
 /* Writes LEN bytes (or strlen when LEN is -1) to DIR/NAME; returns the malloc'd full path. */
 char *tu_write_file (const char *dir, const char *name, const void *data, long len);
 /* A tcp port on 127.0.0.1 that was free a moment ago. */
@@ -21,8 +26,10 @@ const char *tu_build_dir (void);
 /* Starts BUILD/sigserve --config CONFIG_PATH and waits until ENDPOINT answers a health request
  * with ready (up to TIMEOUT_MS). Returns the child's pid, or -1. */
 pid_t tu_server_start (const char *config_path, const char *endpoint, int timeout_ms);
-/* The same with the server's stderr written to LOG_PATH. */
-pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int timeout_ms, const char *log_path);
+/* The same with the server's stderr written to LOG_PATH, at LOG_LEVEL ("info" for the lines a
+ * test reads; tu_server_start uses "warn"). */
+pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int timeout_ms, const char *log_path,
+                              const char *log_level);
 /* SIGTERM then wait; returns the exit status (or -1). */
 int tu_server_stop (pid_t pid);
 
@@ -64,7 +71,9 @@ char *tu_fixture_config (const tu_fixture_t *f, const char *name, int port0, int
 /* The build folder as an absolute path. */
 const char *tu_build_abs (void);
 
-/* Runs SUITE (Check's default fork mode unless CK_FORK says otherwise); the process exit code. */
+/* Runs SUITE (Check's default fork mode unless CK_FORK says otherwise); the process exit code.
+ * The suite's folders (tu_tmpdir) live in one folder for the run: removed when every test passed,
+ * kept with its path printed when one failed, so its configs and logs can be read. */
 struct Suite;
 int tu_run_suite (struct Suite *suite);
 /* Removes DIR and everything under it; 0 on success. */

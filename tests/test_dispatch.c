@@ -1,0 +1,529 @@
+/* serving/dispatch.h with serving/model.h, without sockets: a CPU MLP ("mlp", 5 -> 4 -> 2, three
+ * instances, queue_depth 8) and a CPU LSTM ("seq", window 4 of 3 inputs, three instances), loaded
+ * by model_new from a config written here. Admitted jobs come back through dispatch_next_done with
+ * the reference's outputs, their request ids and envelope frames; ties go round-robin and
+ * otherwise the least loaded instance takes a job; a stream always goes to instance stream_id % n;
+ * a full queue, or every request buffer in use, answers OVERLOADED with the exact message and
+ * takes nothing; dispatch_inflight and dispatch_queued count; dispatch_abort turns queued jobs into
+ * UNAVAILABLE "shutting down".
+ *
+ * Holding jobs in the queue without relying on time: the Makefile links this test with
+ * -Wl,--wrap=waker_wake,--wrap=waker_sleep. The wrappers count the workers inside waker_sleep, and
+ * while the test holds the wake-ups an admission wakes nobody (the waker it would have rung is
+ * recorded instead). A worker counted asleep has already looked at its queue for the last time
+ * before sleeping with no timeout, so every job admitted while the wake-ups are held stays queued,
+ * and the recorded wakers say which instance each admission chose, until the test rings them. */
+#define _GNU_SOURCE
+#include "serving/dispatch.h"
+#include "base/log.h"
+#include "clock.h"
+#include "lstm_reference.h"
+#include "reference.h"
+#include "rng.h"
+#include "st_write.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- the wrapped waker ---- */
+
+void __real_waker_wake (waker_t *w);
+void __real_waker_sleep (waker_t *w, uint64_t timeout_ns);
+
+#define RECORDED_MAX 1024
+
+static atomic_bool s_holding;
+static atomic_int s_asleep;                     /* workers inside waker_sleep */
+static waker_t *s_recorded[RECORDED_MAX];      /* the wakers admissions rang while held, in order */
+static int s_recorded_count;
+
+void __wrap_waker_wake (waker_t *w)
+{
+    if (atomic_load (&s_holding)) {
+        ck_assert_int_lt (s_recorded_count, RECORDED_MAX);
+        s_recorded[s_recorded_count++] = w;     /* only the test's thread admits */
+        return;
+    }
+    __real_waker_wake (w);
+}
+
+void __wrap_waker_sleep (waker_t *w, uint64_t timeout_ns)
+{
+    atomic_fetch_add (&s_asleep, 1);
+    __real_waker_sleep (w, timeout_ns);
+    atomic_fetch_sub (&s_asleep, 1);
+}
+
+/* Waits (10 s at most) until N workers sleep, then holds the wake-ups. */
+static void s_hold (int n)
+{
+    const uint64_t until = clock_now_ns () + 10000000000ull;
+    while (atomic_load (&s_asleep) != n && clock_now_ns () < until)
+        usleep (100);
+    ck_assert_msg (atomic_load (&s_asleep) == n, "%d of %d workers asleep after 10 s", atomic_load (&s_asleep), n);
+    s_recorded_count = 0;
+    atomic_store (&s_holding, true);
+}
+
+/* Rings the wakers recorded from FROM on (the workers they belong to take their queues). */
+static void s_release (int from)
+{
+    atomic_store (&s_holding, false);
+    for (int i = from; i < s_recorded_count; i++)
+        __real_waker_wake (s_recorded[i]);
+}
+
+/* ---- the models ---- */
+
+#define IN 5
+#define OUT 2
+#define MAX_ROWS 4
+#define DEPTH 8
+#define WINDOW 4
+#define STEP 3
+
+static char *s_dir;
+static config_t *s_cfg;
+static weights_t *s_mlp_w, *s_seq_w;
+
+static void s_setup (void)
+{
+    log_set_level (LOG_LEVEL_WARN);
+    s_dir = tu_tmpdir ();
+    ck_assert_ptr_nonnull (s_dir);
+    const uint32_t sizes[] = { IN, 4, OUT };
+    const activation_t acts[] = { ACTIVATION_TANH, ACTIVATION_NONE };
+    weights_t *w = weights_random (sizes, acts, 2, 17);
+    st_write_tensor_t t[4] = {
+        { "a.weight", 2, { 4, IN }, w->layers[0].weight }, { "a.bias", 1, { 4 }, w->layers[0].bias },
+        { "b.weight", 2, { OUT, 4 }, w->layers[1].weight }, { "b.bias", 1, { OUT }, w->layers[1].bias },
+    };
+    char path[4200], err[1024];
+    snprintf (path, sizeof path, "%s/mlp.safetensors", s_dir);
+    ck_assert_msg (safetensors_write_f32 (path, t, 4, err, sizeof err) == 0, "%s", err);
+    weights_destroy (&w);
+    const lstm_shape_t shape = { .layers = 1, .step_size = STEP, .hidden = 4, .out = OUT, .window = WINDOW };
+    snprintf (path, sizeof path, "%s/seq.safetensors", s_dir);
+    ck_assert_msg (lstm_random_file (path, &shape, 18, err, sizeof err) == 0, "%s", err);
+    char json[4096];
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:1\"] },\n"
+              "  \"models\": [\n"
+              "   { \"name\": \"mlp\", \"backend\": \"cpu\", \"instances\": 3, \"max_rows\": %d, \"queue_depth\": %d,\n"
+              "     \"weights\": \"mlp.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"
+              "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] },\n"
+              "   { \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"instances\": 3, \"max_rows\": 2,\n"
+              "     \"queue_depth\": 64, \"weights\": \"seq.safetensors\", \"lstm\": \"lstm.\", \"window\": %d,\n"
+              "     \"head\": { \"weight\": \"head.weight\", \"bias\": \"head.bias\" } } ] }\n",
+              MAX_ROWS, DEPTH, WINDOW);
+    char *config = tu_write_file (s_dir, "dispatch.json", json, -1);
+    s_cfg = config_load (config, err, sizeof err);
+    free (config);
+    ck_assert_msg (s_cfg != NULL, "%s", err);
+    s_mlp_w = weights_load (&s_cfg->models[0], err, sizeof err);
+    ck_assert_msg (s_mlp_w != NULL, "%s", err);
+    s_seq_w = weights_load (&s_cfg->models[1], err, sizeof err);
+    ck_assert_msg (s_seq_w != NULL && s_seq_w->lstm, "%s", err);
+}
+
+static void s_teardown (void)
+{
+    weights_destroy (&s_mlp_w);
+    weights_destroy (&s_seq_w);
+    config_destroy (&s_cfg);
+    tu_remove_tree (s_dir);
+    free (s_dir);
+}
+
+static model_t *s_model (int which)
+{
+    char err[1024];
+    model_t *m = model_new (&s_cfg->models[which], &s_cfg->server, NULL, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    ck_assert_uint_eq (model_instance_count (m), 3);
+    return m;
+}
+
+/* ---- requests as the front hands them over ---- */
+
+typedef struct {
+    zmq_msg_t envelope[2];          /* a ROUTER routing id ("client-ID") and a REQ delimiter */
+    float features[MAX_ROWS * WINDOW * STEP];
+    uint32_t rows;
+    uint64_t id, stream;
+    size_t feature_count;
+} request_t;
+
+static void s_request (request_t *r, uint64_t id, uint32_t rows, uint64_t stream, size_t per_row, uint64_t seed)
+{
+    memset (r, 0, sizeof *r);
+    char who[32];
+    int n = snprintf (who, sizeof who, "client-%llu", (unsigned long long) id);
+    ck_assert_int_eq (zmq_msg_init_size (&r->envelope[0], (size_t) n), 0);
+    memcpy (zmq_msg_data (&r->envelope[0]), who, (size_t) n);
+    ck_assert_int_eq (zmq_msg_init_size (&r->envelope[1], 0), 0);
+    r->id = id;
+    r->rows = rows;
+    r->stream = stream;
+    r->feature_count = rows * per_row;
+    for (size_t i = 0; i < r->feature_count; i++)
+        r->features[i] = rng_uniform (&seed, -2, 2);
+}
+
+static sig_status_t s_admit (model_t *m, request_t *r, char *err, size_t errlen)
+{
+    const admission_t a = { .socket = 3, .envelope = r->envelope, .envelope_count = 2, .request_id = r->id,
+                            .stream_id = r->stream, .t_recv = clock_now_ns (), .rows = r->rows,
+                            .features = r->features, .feature_count = r->feature_count };
+    err[0] = '\0';
+    return dispatch_admit (m, &a, err, errlen);
+}
+
+static void s_admit_ok (model_t *m, request_t *r)
+{
+    char err[512];
+    sig_status_t st = s_admit (m, r, err, sizeof err);
+    ck_assert_msg (st == SIG_OK, "request %llu: status %d: %s", (unsigned long long) r->id, st, err);
+    /* The frames moved into the job: the caller's are empty now. */
+    ck_assert_uint_eq (zmq_msg_size (&r->envelope[0]), 0);
+}
+
+/* Collects N finished jobs (10 s at most) into JOBS, in the order they came. */
+static void s_collect (model_t *m, job_t **jobs, int n)
+{
+    const uint64_t until = clock_now_ns () + 10000000000ull;
+    int got = 0;
+    while (got < n && clock_now_ns () < until) {
+        job_t *j = dispatch_next_done (m);
+        if (j)
+            jobs[got++] = j;
+        else
+            usleep (100);
+    }
+    ck_assert_msg (got == n, "%d of %d jobs came back in 10 s", got, n);
+    ck_assert_ptr_null (dispatch_next_done (m));
+}
+
+/* The envelope a job carries back is the request's: "client-ID", then the empty delimiter. */
+static void s_assert_envelope (job_t *j)
+{
+    char who[32];
+    int n = snprintf (who, sizeof who, "client-%llu", (unsigned long long) j->request_id);
+    ck_assert_int_eq (j->socket, 3);
+    ck_assert_int_eq (j->envelope_count, 2);
+    ck_assert_uint_eq (zmq_msg_size (&j->envelope[0]), (size_t) n);
+    ck_assert_mem_eq (zmq_msg_data (&j->envelope[0]), who, (size_t) n);
+    ck_assert_uint_eq (zmq_msg_size (&j->envelope[1]), 0);
+}
+
+/* What the front does once the reply is sent: the frames are gone, the job back in the pool. */
+static void s_return (model_t *m, job_t *j)
+{
+    for (int f = 0; f < j->envelope_count; f++) {
+        zmq_msg_close (&j->envelope[f]);
+        zmq_msg_init (&j->envelope[f]);
+    }
+    dispatch_job_return (m, j);
+}
+
+static request_t *s_find (request_t *reqs, int n, uint64_t id)
+{
+    for (int i = 0; i < n; i++)
+        if (reqs[i].id == id)
+            return &reqs[i];
+    ck_abort_msg ("a job for request %llu, never admitted", (unsigned long long) id);
+    return NULL;
+}
+
+/* ---- tests ---- */
+
+START_TEST (admitted_jobs_come_back_with_outputs_ids_and_envelopes)
+{
+    /* As many as the queue holds (more could find it full: the workers run meanwhile). */
+    model_t *m = s_model (0);
+    enum { N = DEPTH };
+    static request_t reqs[N];
+    ck_assert_uint_eq (dispatch_inflight (m), 0);
+    for (int i = 0; i < N; i++) {
+        s_request (&reqs[i], 100 + (uint64_t) i, 1 + (uint32_t) i % MAX_ROWS, 0, IN, 1000 + (uint64_t) i);
+        s_admit_ok (m, &reqs[i]);
+        ck_assert_uint_eq (dispatch_inflight (m), (uint32_t) i + 1);   /* out of the pool until returned */
+    }
+    job_t *jobs[N];
+    s_collect (m, jobs, N);
+    ck_assert_uint_eq (dispatch_inflight (m), N);
+    bool seen[N] = { false };
+    double num = 0, den = 0;
+    for (int k = 0; k < N; k++) {
+        job_t *j = jobs[k];
+        request_t *r = s_find (reqs, N, j->request_id);
+        ck_assert (!seen[r->id - 100]);
+        seen[r->id - 100] = true;
+        ck_assert_msg (j->status == SIG_OK, "request %llu: status %d: %s", (unsigned long long) r->id, j->status,
+                       j->error);
+        ck_assert_uint_eq (j->rows, r->rows);
+        ck_assert_uint_ge (j->batch_rows, j->rows);
+        ck_assert_uint_le (j->batch_rows, MAX_ROWS);
+        ck_assert_uint_eq (j->stream_id, 0);
+        s_assert_envelope (j);
+        double ref[MAX_ROWS * OUT];
+        ck_assert_int_eq (reference_forward (s_mlp_w, r->features, r->rows, ref), 0);
+        for (uint32_t o = 0; o < r->rows * OUT; o++) {
+            num += (j->outputs[o] - ref[o]) * (j->outputs[o] - ref[o]);
+            den += ref[o] * ref[o];
+        }
+        s_return (m, j);
+        ck_assert_uint_eq (dispatch_inflight (m), (uint32_t) (N - k - 1));
+    }
+    ck_assert_msg (sqrt (num / den) <= 1e-5, "relative error %.3g against the float64 reference", sqrt (num / den));
+    uint64_t computed = 0;
+    for (uint32_t i = 0; i < 3; i++)
+        computed += model_instance_requests (m, i);
+    ck_assert_uint_eq (computed, N);
+    for (int i = 0; i < N; i++)
+        zmq_msg_close (&reqs[i].envelope[0]), zmq_msg_close (&reqs[i].envelope[1]);
+    model_destroy (&m);
+}
+END_TEST
+
+START_TEST (ties_go_round_robin_and_otherwise_the_least_loaded_instance)
+{
+    model_t *m = s_model (0);
+    s_hold (3);
+    enum { N = 9 };
+    static request_t reqs[N];
+    for (int i = 0; i < N; i++)
+        s_request (&reqs[i], (uint64_t) i, 1, 0, IN, (uint64_t) i);
+    /* Six admissions on a fresh model with equal queues: instances 0, 1, 2, 0, 1, 2. */
+    for (int i = 0; i < 6; i++)
+        s_admit_ok (m, &reqs[i]);
+    ck_assert_int_eq (s_recorded_count, 6);
+    waker_t *inst[3] = { s_recorded[0], s_recorded[1], s_recorded[2] };
+    ck_assert (inst[0] != inst[1] && inst[1] != inst[2] && inst[0] != inst[2]);
+    for (int i = 3; i < 6; i++)
+        ck_assert_msg (s_recorded[i] == inst[i - 3], "admission %d did not go round-robin", i);
+    ck_assert_uint_eq (dispatch_queued (m), 6);
+    ck_assert_uint_eq (dispatch_inflight (m), 6);
+    /* Instance 1 alone takes its two; the others keep theirs queued. */
+    atomic_store (&s_holding, false);
+    __real_waker_wake (inst[1]);
+    job_t *jobs[N];
+    s_collect (m, jobs, 2);
+    ck_assert_uint_eq (jobs[0]->request_id, 1);
+    ck_assert_uint_eq (jobs[1]->request_id, 4);
+    ck_assert_uint_eq (model_instance_requests (m, 1), 2);
+    s_hold (3);             /* instance 1's worker is back asleep */
+    ck_assert_uint_eq (dispatch_queued (m), 4);
+    /* Queues 2, 0, 2 and round-robin would start at instance 0: the least loaded, 1, takes the next
+     * two (queues 2, 1, 2 after the first), then the tie at 2, 2, 2 goes on round-robin after 1. */
+    for (int i = 6; i < 9; i++)
+        s_admit_ok (m, &reqs[i]);
+    ck_assert_int_eq (s_recorded_count, 3);
+    ck_assert_msg (s_recorded[0] == inst[1], "the 7th admission did not go to the idle instance 1");
+    ck_assert_msg (s_recorded[1] == inst[1], "the 8th admission did not go to instance 1 (queues 2, 1, 2)");
+    ck_assert_msg (s_recorded[2] == inst[2], "the 9th admission did not go round-robin after instance 1");
+    for (int i = 0; i < 3; i++)
+        __real_waker_wake (inst[i]);
+    atomic_store (&s_holding, false);
+    s_collect (m, jobs + 2, N - 2);
+    for (int k = 0; k < N; k++) {
+        ck_assert_int_eq (jobs[k]->status, SIG_OK);
+        s_assert_envelope (jobs[k]);
+        s_return (m, jobs[k]);
+    }
+    ck_assert_uint_eq (model_instance_requests (m, 0), 2);      /* 0 and 3 */
+    ck_assert_uint_eq (model_instance_requests (m, 1), 4);      /* 1, 4, 6 and 7 */
+    ck_assert_uint_eq (model_instance_requests (m, 2), 3);      /* 2, 5 and 8 */
+    ck_assert_uint_eq (dispatch_inflight (m), 0);
+    model_destroy (&m);
+}
+END_TEST
+
+START_TEST (a_stream_always_goes_to_instance_stream_id_mod_n)
+{
+    model_t *m = s_model (1);
+    s_hold (3);
+    enum { N = 10 };
+    static request_t reqs[N];
+    /* A whole window first: on a fresh model, instance 0. Then streams 1 to 9, one step each. */
+    s_request (&reqs[0], 0, 1, 0, WINDOW * STEP, 50);
+    s_admit_ok (m, &reqs[0]);
+    for (int i = 1; i < N; i++) {
+        s_request (&reqs[i], (uint64_t) i, 1, (uint64_t) i, STEP, 50 + (uint64_t) i);
+        s_admit_ok (m, &reqs[i]);
+    }
+    ck_assert_int_eq (s_recorded_count, N);
+    waker_t *inst0 = s_recorded[0], *inst[3] = { s_recorded[3], s_recorded[1], s_recorded[2] };
+    ck_assert_msg (inst[0] == inst0, "stream 3 did not go to instance 0");
+    ck_assert (inst[0] != inst[1] && inst[1] != inst[2] && inst[0] != inst[2]);
+    for (int i = 1; i < N; i++)
+        ck_assert_msg (s_recorded[i] == inst[i % 3], "stream %d did not go to instance %d", i, i % 3);
+    /* Queues 4, 3, 3, and the streams did not move round-robin's start (1, after the window on
+     * 0): windows go to 1 and 2 (the least loaded), then, the queues even, round-robin: 0, 1, 2. */
+    static request_t windows[5];
+    const int want[5] = { 1, 2, 0, 1, 2 };
+    for (int i = 0; i < 5; i++) {
+        s_request (&windows[i], 100 + (uint64_t) i, 1, 0, WINDOW * STEP, 70 + (uint64_t) i);
+        s_admit_ok (m, &windows[i]);
+        ck_assert_msg (s_recorded[N + i] == inst[want[i]], "window %d did not go to instance %d", i, want[i]);
+    }
+    s_release (0);
+    job_t *jobs[N + 5];
+    s_collect (m, jobs, N + 5);
+    for (int k = 0; k < N + 5; k++) {
+        job_t *j = jobs[k];
+        ck_assert_msg (j->status == SIG_OK, "request %llu: %s", (unsigned long long) j->request_id, j->error);
+        s_assert_envelope (j);
+        double ref[OUT];
+        if (j->request_id >= 100) {
+            ck_assert_int_eq (lstm_reference_window (s_seq_w->lstm, windows[j->request_id - 100].features, 1, ref), 0);
+        } else if (j->request_id == 0) {
+            ck_assert_int_eq (lstm_reference_window (s_seq_w->lstm, reqs[0].features, 1, ref), 0);
+        } else {
+            ck_assert_uint_eq (j->stream_id, j->request_id);
+            /* a new stream: its window is zeros, then this one step */
+            ck_assert_int_eq (lstm_reference_stream (s_seq_w->lstm, reqs[j->request_id].features, 1, ref), 0);
+        }
+        ck_assert_msg (tu_rel_error (j->outputs, ref, OUT) <= 1e-4, "request %llu: relative error %.3g",
+                       (unsigned long long) j->request_id, tu_rel_error (j->outputs, ref, OUT));
+        s_return (m, j);
+    }
+    for (uint32_t i = 0; i < 3; i++)
+        ck_assert_uint_eq (model_instance_requests (m, i), 5);     /* 3 steps and 2 windows each */
+    model_destroy (&m);
+}
+END_TEST
+
+START_TEST (a_full_queue_answers_overloaded_and_takes_nothing)
+{
+    model_t *m = s_model (0);
+    s_hold (3);
+    static request_t reqs[DEPTH + 1];
+    for (int i = 0; i <= DEPTH; i++)
+        s_request (&reqs[i], (uint64_t) i, 2, 0, IN, (uint64_t) i);
+    for (int i = 0; i < DEPTH; i++) {
+        s_admit_ok (m, &reqs[i]);
+        ck_assert_uint_eq (dispatch_queued (m), (uint32_t) i + 1);
+    }
+    /* One more: refused at once, naming the model and the depth; nothing taken. */
+    char err[512];
+    request_t *extra = &reqs[DEPTH];
+    ck_assert_int_eq (s_admit (m, extra, err, sizeof err), SIG_OVERLOADED);
+    ck_assert_str_eq (err, "model \"mlp\": queue full: 8 requests waiting (queue_depth 8); retry later, or raise "
+                           "the model's queue_depth or instances");
+    ck_assert_uint_eq (dispatch_inflight (m), DEPTH);        /* no job taken from the pool */
+    ck_assert_uint_eq (dispatch_queued (m), DEPTH);
+    ck_assert_int_eq (s_recorded_count, DEPTH);              /* no worker rung for it */
+    ck_assert_uint_eq (zmq_msg_size (&extra->envelope[0]), strlen ("client-8"));     /* still the caller's */
+    ck_assert_mem_eq (zmq_msg_data (&extra->envelope[0]), "client-8", strlen ("client-8"));
+    /* The queued ones are all computed once the workers look. */
+    s_release (0);
+    job_t *jobs[DEPTH];
+    s_collect (m, jobs, DEPTH);
+    for (int k = 0; k < DEPTH; k++) {
+        ck_assert_int_eq (jobs[k]->status, SIG_OK);
+        ck_assert_uint_lt (jobs[k]->request_id, DEPTH);
+        s_return (m, jobs[k]);
+    }
+    ck_assert_uint_eq (dispatch_queued (m), 0);
+    /* Room again: the refused request is admitted now, its frames moved. */
+    s_admit_ok (m, extra);
+    s_collect (m, jobs, 1);
+    ck_assert_uint_eq (jobs[0]->request_id, DEPTH);
+    s_assert_envelope (jobs[0]);
+    s_return (m, jobs[0]);
+    for (int i = 0; i <= DEPTH; i++)
+        zmq_msg_close (&reqs[i].envelope[0]), zmq_msg_close (&reqs[i].envelope[1]);
+    model_destroy (&m);
+}
+END_TEST
+
+START_TEST (every_request_buffer_in_use_answers_overloaded)
+{
+    /* Finished jobs whose replies were never sent stay out of the pool. The pool holds queue_depth
+     * + instances x max_batch_rows + JOB_INTAKE_TURN jobs: after that many, with the queue empty,
+     * the next admission is refused for the buffers, not the queue. */
+    model_t *m = s_model (0);
+    const int pool = DEPTH + 3 * MAX_ROWS + JOB_INTAKE_TURN;
+    job_t **held = calloc ((size_t) pool, sizeof *held);
+    request_t r;
+    for (int i = 0; i < pool; i++) {
+        s_request (&r, (uint64_t) i, 1, 0, IN, (uint64_t) i);
+        s_admit_ok (m, &r);
+        s_collect (m, &held[i], 1);     /* computed, and kept: as if its reply were waiting to be sent */
+        zmq_msg_close (&r.envelope[0]);
+        zmq_msg_close (&r.envelope[1]);
+    }
+    ck_assert_uint_eq (dispatch_inflight (m), (uint32_t) pool);
+    ck_assert_uint_eq (dispatch_queued (m), 0);
+    char err[512];
+    s_request (&r, 9999, 1, 0, IN, 9);
+    ck_assert_int_eq (s_admit (m, &r, err, sizeof err), SIG_OVERLOADED);
+    ck_assert_str_eq (err, "model \"mlp\": every request buffer is in use (replies waiting to be sent); retry later");
+    ck_assert_uint_eq (zmq_msg_size (&r.envelope[0]), strlen ("client-9999"));      /* still the caller's */
+    s_return (m, held[0]);
+    s_admit_ok (m, &r);
+    s_collect (m, &held[0], 1);
+    ck_assert_uint_eq (held[0]->request_id, 9999);
+    for (int i = 0; i < pool; i++)
+        s_return (m, held[i]);
+    ck_assert_uint_eq (dispatch_inflight (m), 0);
+    zmq_msg_close (&r.envelope[0]);
+    zmq_msg_close (&r.envelope[1]);
+    free (held);
+    model_destroy (&m);
+}
+END_TEST
+
+START_TEST (abort_answers_queued_jobs_unavailable_without_running_them)
+{
+    model_t *m = s_model (0);
+    s_hold (3);
+    enum { N = 5 };
+    static request_t reqs[N];
+    for (int i = 0; i < N; i++) {
+        s_request (&reqs[i], (uint64_t) i, 1, 0, IN, (uint64_t) i);
+        s_admit_ok (m, &reqs[i]);
+    }
+    /* The wake-ups let through from here on: dispatch_abort rings every worker itself. */
+    atomic_store (&s_holding, false);
+    dispatch_abort (m, "shutting down");
+    job_t *jobs[N];
+    s_collect (m, jobs, N);
+    for (int k = 0; k < N; k++) {
+        ck_assert_int_eq (jobs[k]->status, SIG_UNAVAILABLE);
+        ck_assert_str_eq (jobs[k]->error, "model \"mlp\" is shutting down; the request was not run");
+        ck_assert_uint_eq (jobs[k]->compute_ns, 0);
+        ck_assert_uint_eq (jobs[k]->batch_rows, 0);
+        s_assert_envelope (jobs[k]);
+        s_return (m, jobs[k]);
+    }
+    for (uint32_t i = 0; i < 3; i++)
+        ck_assert_uint_eq (model_instance_requests (m, i), 0);      /* none was run */
+    ck_assert_uint_eq (dispatch_inflight (m), 0);
+    model_destroy (&m);
+}
+END_TEST
+
+int main (void)
+{
+    Suite *s = suite_create ("dispatch");
+    TCase *tc = tcase_create ("admission");
+    tcase_add_checked_fixture (tc, s_setup, s_teardown);
+    tcase_set_timeout (tc, 60);
+    tcase_add_test (tc, admitted_jobs_come_back_with_outputs_ids_and_envelopes);
+    tcase_add_test (tc, ties_go_round_robin_and_otherwise_the_least_loaded_instance);
+    tcase_add_test (tc, a_stream_always_goes_to_instance_stream_id_mod_n);
+    tcase_add_test (tc, a_full_queue_answers_overloaded_and_takes_nothing);
+    tcase_add_test (tc, every_request_buffer_in_use_answers_overloaded);
+    tcase_add_test (tc, abort_answers_queued_jobs_unavailable_without_running_them);
+    suite_add_tcase (s, tc);
+    return tu_run_suite (s);
+}
