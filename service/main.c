@@ -42,7 +42,7 @@ static const char *s_usage =
     "       sigserve --keygen PATH\n"
     "       sigserve --help | --version\n"
     "\n"
-    "Serves the models that FILE configures over ZeroMQ (see config/README.md).\n"
+    "Serves the models that FILE configures over ZeroMQ (every key: sigserve.json(5)).\n"
     "  --config FILE        load FILE, load and warm every model, bind, serve until SIGINT/SIGTERM\n"
     "  --check-config FILE  validate FILE and load every model, print a summary, exit\n"
     "  --log-level LEVEL    error, warn, info or debug (overrides server.log_level)\n"

@@ -484,9 +484,9 @@ static int s_probe (char *why, size_t len)
         close (fds[0]);
         int count = 0, ok = 0;
         char reason[400] = "";
-        cudaError_t e = cudaGetDeviceCount (&count);
-        if (e != cudaSuccess || count == 0)
-            snprintf (reason, sizeof reason, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString (e) : "none");
+        char why[300] = "";
+        if (cuda_device_count (&count, why, sizeof why) != 0)
+            snprintf (reason, sizeof reason, "no CUDA device: %s", why);
         else {
             struct cudaDeviceProp p;
             cudaGetDeviceProperties (&p, 0);

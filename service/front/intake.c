@@ -82,7 +82,7 @@ static void s_reply_health (server_t *self, message_t *msg)
     reply.body_case = SIGSERVE__V1__REPLY__BODY_HEALTH;
     reply.health = &health;
     health.live = 1;
-    health.ready = server_ready (self);
+    health.ready = front_ready (self);
     health.version = (char *) SIGSERVE_VERSION;
     front_send (self, msg->socket, self->frames, msg->nframes - 1, &reply);
 }

@@ -231,9 +231,4 @@ void server_unlock (server_t *self) { pthread_mutex_unlock (&self->lock); }
 
 bool server_loading (server_t *self) { return atomic_load (&self->loading); }
 
-bool server_ready (server_t *self)
-{
-    if (atomic_load (&self->loading))
-        return false;
-    return atomic_load (&self->serving) && !atomic_load (&self->stop_requested) && model_registry_ready (self->models);
-}
+bool server_ready (server_t *self) { return front_ready (self); }

@@ -14,6 +14,7 @@
 #include "front/server.h"
 #include "base/ring.h"
 #include "base/threads.h"
+#include "serving/registry.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -80,6 +81,14 @@ struct _server_t {
     waker_t command_done;
     pthread_mutex_t lock;               /* server_lock: reloads against other readers of models */
 };
+
+/* Whether the front serves (not loading, not draining or asked to stop) and every model can run:
+ * server_ready and health's answer. */
+static inline bool front_ready (server_t *self)
+{
+    return !atomic_load (&self->loading) && atomic_load (&self->serving) && !atomic_load (&self->stop_requested)
+           && model_registry_ready (self->models);
+}
 
 /* reply.c */
 /* Sends the envelope frames (moved into ZeroMQ, or closed when it refuses them) and REPLY. */

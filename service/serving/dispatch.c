@@ -46,6 +46,10 @@ static instance_t *s_instance (model_t *m, const admission_t *a)
 
 sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t errlen)
 {
+    if (a->stream_id && !m->iface->stream_step) {   /* request_check_infer refuses it first; never run it */
+        snprintf (err, errlen, "stream_id: model \"%s\" keeps no streams; send stream_id 0", m->cfg.name);
+        return SIG_BAD_SHAPE;
+    }
     instance_t *in = s_instance (m, a);
     if (!in) {
         snprintf (err, errlen, "model \"%s\" is unavailable on backend %s%s", m->cfg.name, m->iface->name,
