@@ -1021,6 +1021,22 @@ START_TEST (readyz_503_while_models_load_then_200)
             s_check_histograms (&e);
             s_expo_free (&e);
             ck_assert_int_eq (s_get_text (hport, "/models", body, sizeof body), 503);
+            /* The endpoints are bound before the models load: an infer request is answered at
+             * once, UNAVAILABLE "loading", not left waiting for the port. */
+            void *d = s_dealer (zport);
+            float f[512] = { 0.5f };
+            s_send (d, "tick_mlp", f, 512, 1, 77);
+            Sigserve__V1__Reply *whole;
+            Sigserve__V1__InferReply *rep = s_recv (d, &whole);
+            ck_assert_ptr_nonnull (rep);
+            if (rep->status == SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE)
+                ck_assert_str_eq (rep->error, "loading: this sigserve is still loading and warming its models; retry "
+                                              "shortly (health says ready once it serves)");
+            else    /* the load ended between the probe and the request: then it is served */
+                ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
+            ck_assert_uint_eq (rep->request_id, 77);
+            sigserve__v1__reply__free_unpacked (whole, NULL);
+            zmq_close (d);
             scraped = 1;
         }
         last = now;
