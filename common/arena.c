@@ -18,7 +18,7 @@ struct _arena_t {
 static void *s_pb_alloc (void *data, size_t size) { return arena_alloc (data, size); }
 static void s_pb_free (void *data, void *ptr) { (void) data, (void) ptr; }
 
-arena_t *arena_new (size_t capacity)
+arena_t *arena_new (size_t capacity, size_t touch)
 {
     arena_t *self = calloc (1, sizeof *self);
     if (!self)
@@ -29,7 +29,7 @@ arena_t *arena_new (size_t capacity)
         free (self);
         return NULL;
     }
-    memset (self->base, 0, capacity);
+    memset (self->base, 0, touch < capacity ? touch : capacity);
     self->allocator = (ProtobufCAllocator) { .alloc = s_pb_alloc, .free = s_pb_free, .allocator_data = self };
     return self;
 }

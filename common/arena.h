@@ -10,9 +10,10 @@
 
 typedef struct _arena_t arena_t;
 
-/* CAPACITY bytes, every page touched now (so the first large message does not fault them in).
+/* CAPACITY bytes, the first TOUCH of them touched now (so a message that needs no more does not
+ * fault pages in; the rest cost address space, not memory, until a large message uses them).
  * NULL when memory runs out. */
-arena_t *arena_new (size_t capacity);
+arena_t *arena_new (size_t capacity, size_t touch);
 void arena_destroy (arena_t **self_p);
 
 /* Forgets every allocation (and the exhausted flag); keeps the high-water mark. */

@@ -387,7 +387,8 @@ static const bad_case_t s_bad[] = {
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
       "cpu_kernel, graph, zero_copy, wait, device, devices, max_rows, instances, cpus, max_batch_rows, "
-      "batch_delay_us, queue_depth, keep_warm_us, watchdog_ms, weight_dtype, weights, layers, lstm, window, "
+      "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, keep_warm_us, watchdog_ms, weight_dtype, "
+      "weights, layers, lstm, window, "
       "head, max_streams, stream_idle_s)" },
     { "unknown layer key", WITH_LAYERS ("{'weight': '0.weight', 'act': 'relu'}"),
       "test.json: models[0].layers[0].act: unknown key (expected one of weight, bias, activation)" },

@@ -121,8 +121,12 @@ static void s_setup (void)
               "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] },\n"
               "   { \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"instances\": 3, \"max_rows\": 2,\n"
               "     \"queue_depth\": 64, \"weights\": \"seq.safetensors\", \"lstm\": \"lstm.\", \"window\": %d,\n"
-              "     \"head\": { \"weight\": \"head.weight\", \"bias\": \"head.bias\" } } ] }\n",
-              MAX_ROWS, DEPTH, WINDOW);
+              "     \"head\": { \"weight\": \"head.weight\", \"bias\": \"head.bias\" } },\n"
+              "   { \"name\": \"big\", \"backend\": \"cpu\", \"instances\": 3, \"max_rows\": %d, \"queue_depth\": %d,\n"
+              "     \"buffer_rows\": 1, \"large_buffers\": 2, \"weights\": \"mlp.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"
+              "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] } ] }\n",
+              MAX_ROWS, DEPTH, WINDOW, MAX_ROWS, DEPTH);
     char *config = tu_write_file (s_dir, "dispatch.json", json, -1);
     s_cfg = config_load (config, err, sizeof err);
     free (config);
@@ -482,6 +486,53 @@ START_TEST (every_request_buffer_in_use_answers_overloaded)
 }
 END_TEST
 
+/* Requests over buffer_rows borrow one of large_buffers buffers of max_rows rows for their whole
+ * life: with both out, a third large request is OVERLOADED naming the limit (nothing taken) while a
+ * one-row request still fits its own buffer; the answers are the reference's either way, and a
+ * returned job gives its large buffer back. Model "big": buffer_rows 1, large_buffers 2. */
+START_TEST (large_requests_borrow_the_large_buffers)
+{
+    model_t *m = s_model (2);
+    s_hold (3);
+    static request_t reqs[4];
+    s_request (&reqs[0], 1, MAX_ROWS, 0, IN, 31);
+    s_request (&reqs[1], 2, 2, 0, IN, 32);
+    s_request (&reqs[2], 3, 2, 0, IN, 33);
+    s_request (&reqs[3], 4, 1, 0, IN, 34);
+    s_admit_ok (m, &reqs[0]);
+    s_admit_ok (m, &reqs[1]);
+    char err[512];
+    ck_assert_int_eq (s_admit (m, &reqs[2], err, sizeof err), SIG_OVERLOADED);
+    char want[300];
+    snprintf (want, sizeof want, "model \"big\": every buffer for requests of more than 1 row(s) is in use (large_buffers "
+              "2, each max_rows = %d rows); retry later, or send fewer rows a request", MAX_ROWS);
+    ck_assert_str_eq (err, want);
+    ck_assert_uint_eq (zmq_msg_size (&reqs[2].envelope[0]), strlen ("client-3"));    /* still the caller's */
+    ck_assert_uint_eq (dispatch_inflight (m), 2);
+    s_admit_ok (m, &reqs[3]);                               /* one row: its own buffer */
+    s_release (0);
+    job_t *jobs[3];
+    s_collect (m, jobs, 3);
+    for (int k = 0; k < 3; k++) {
+        request_t *r = s_find (reqs, 4, jobs[k]->request_id);
+        ck_assert_int_eq (jobs[k]->status, SIG_OK);
+        double ref[MAX_ROWS * OUT];
+        ck_assert_int_eq (reference_forward (s_mlp_w, r->features, r->rows, ref), 0);
+        ck_assert_msg (tu_rel_error (jobs[k]->outputs, ref, r->rows * OUT) <= 1e-5, "request %llu",
+                       (unsigned long long) r->id);
+        s_return (m, jobs[k]);
+    }
+    /* both large buffers back: the refused request fits now */
+    s_admit_ok (m, &reqs[2]);
+    s_collect (m, jobs, 1);
+    ck_assert_uint_eq (jobs[0]->request_id, 3);
+    s_return (m, jobs[0]);
+    for (int i = 0; i < 4; i++)
+        zmq_msg_close (&reqs[i].envelope[0]), zmq_msg_close (&reqs[i].envelope[1]);
+    model_destroy (&m);
+}
+END_TEST
+
 START_TEST (abort_answers_queued_jobs_unavailable_without_running_them)
 {
     model_t *m = s_model (0);
@@ -524,6 +575,7 @@ int main (void)
     tcase_add_test (tc, a_full_queue_answers_overloaded_and_takes_nothing);
     tcase_add_test (tc, every_request_buffer_in_use_answers_overloaded);
     tcase_add_test (tc, abort_answers_queued_jobs_unavailable_without_running_them);
+    tcase_add_test (tc, large_requests_borrow_the_large_buffers);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -63,7 +63,8 @@ static void s_send (void *sock, const Sigserve__V1__Request *req)
 #define BURST 8
 #define PER_ROUND (11 + BURST)
 
-/* One round of every kind of request: good ones of 1 and 16 rows, each error, health, list, and a
+/* One round of every kind of request: good ones of 1 and 16 rows (over buffer_rows 4: a large buffer), each
+ * error, health, list, and a
  * burst of single-row requests. */
 static int s_round (void *sock, const float *features)
 {
@@ -125,7 +126,7 @@ START_TEST (no_allocation_per_request_once_warm)
     snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
     snprintf (json, sizeof json,
               "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"error\" },"
-              "  \"models\": [ { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 16,"
+              "  \"models\": [ { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 16, \"buffer_rows\": 4,"
               "    \"weights\": \"%s/models/tick_mlp.safetensors\","
               "    \"layers\": [ { \"weight\": \"0.weight\", \"activation\": \"relu\" },"
               "                 { \"weight\": \"2.weight\", \"activation\": \"relu\" }, { \"weight\": \"4.weight\" } ] } ] }",

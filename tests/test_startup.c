@@ -2,10 +2,15 @@
  * loads (a taken port fails the start at once, whatever the models); a host name where ZeroMQ wants
  * an address gets the address to use; an endpoint other hosts can reach without CURVE is warned
  * about, a loopback one is not; a CUDA model on a machine without a GPU or a build without CUDA says
- * which. Exit codes and messages are asserted exactly, never times. */
+ * which; a batch-scoring model (max_rows 4096) starts small and answers. Exit codes and messages are
+ * asserted exactly, never times. */
 #define _GNU_SOURCE
 #include "backends/backends.h"
+#include "base/config.h"
+#include "reference.h"
+#include "signal.pb-c.h"
 #include "testutil.h"
+#include "weights/weights.h"
 
 #include <check.h>
 #include <signal.h>
@@ -146,6 +151,106 @@ START_TEST (a_cuda_model_without_a_gpu_says_why)
 }
 END_TEST
 
+/* Resident memory of process PID in bytes (VmRSS), -1 when unreadable. */
+static long long s_rss (pid_t pid)
+{
+    char path[64], line[256];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *f = fopen (path, "r");
+    long long kib = -1;
+    while (f && fgets (line, sizeof line, f))
+        if (sscanf (line, "VmRSS: %lld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose (f);
+    return kib < 0 ? -1 : kib * 1024;
+}
+
+/* A batch-scoring model (max_rows 4096, 64 MiB messages): request buffers grow with the queue
+ * times a typical request (buffer_rows), not times the largest; it starts in a few hundred MB at
+ * most (it needed 35 GB and refused to start before), says what its buffers take, and answers a
+ * request of 4096 rows (a large buffer) equal to the float64 reference. */
+START_TEST (a_batch_scoring_model_starts_small_and_answers_4096_rows)
+{
+    char endpoint[64], json[4096], demo[2048], log[65536], logpath[2400], err[512];
+    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", tu_free_port ());
+    snprintf (demo, sizeof demo, "%s/models/tick_mlp.safetensors", tu_build_abs ());
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"%s\"], \"max_message_bytes\": 67108864, \"stats_interval_s\": 0 },"
+              "  \"models\": [ { \"name\": \"score\", \"backend\": \"cpu\", \"max_rows\": 4096, \"weights\": \"%s\","
+              "    \"layers\": [ { \"weight\": \"0.weight\", \"activation\": \"relu\" }, { \"weight\": \"2.weight\","
+              "    \"activation\": \"relu\" }, { \"weight\": \"4.weight\" } ] } ] }", endpoint, demo);
+    char *config = tu_write_file (s_dir, "score.json", json, -1);
+    /* what the process takes besides its models (libraries, runtimes): the demo model's server */
+    char small_at[64];
+    snprintf (small_at, sizeof small_at, "tcp://127.0.0.1:%d", tu_free_port ());
+    char *small = s_config ("small.json", small_at, "cpu", NULL);
+    pid_t pid = tu_server_start (small, small_at, 60000);
+    ck_assert_msg (pid > 0, "the demo model did not start");
+    const long long base = s_rss (pid);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    free (small);
+    snprintf (logpath, sizeof logpath, "%s/score.log", s_dir);
+    pid = tu_server_start_logged (config, endpoint, 60000, logpath, "info");
+    ck_assert_msg (pid > 0, "the batch-scoring model did not start");
+    const long long rss = s_rss (pid);
+    printf ("a_batch_scoring_model: %.1f MiB resident once ready, %.1f MiB more than the demo model's server\n",
+            rss / 1048576.0, (rss - base) / 1048576.0);
+    ck_assert_msg (base > 0 && rss > 0 && rss - base < 300ll * 1048576, "resident %lld bytes, the demo's %lld", rss,
+                   base);
+    /* 4096 rows of 512 random features: a large buffer; the answer is the reference's */
+    enum { ROWS = 4096, IN = 512 };
+    float *x = malloc ((size_t) ROWS * IN * sizeof (float));
+    uint64_t seed = 77;
+    for (size_t i = 0; i < (size_t) ROWS * IN; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float) ((seed >> 40) / 8388608.0 - 1.0);
+    }
+    size_t cap = (size_t) ROWS * IN * 4 + 1024;
+    uint8_t *buf = malloc (cap);
+    size_t len = tu_pack_infer (buf, cap, "score", x, (size_t) ROWS * IN, ROWS, 5, 0);
+    ck_assert_uint_gt (len, 0);
+    void *ctx = zmq_ctx_new (), *s = zmq_socket (ctx, ZMQ_DEALER);
+    int timeout = 60000, linger = 0;
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq (zmq_connect (s, endpoint), 0);
+    ck_assert_int_eq (zmq_send (s, buf, len, 0), (int) len);
+    zmq_msg_t m;
+    zmq_msg_init (&m);
+    ck_assert_int_gt (zmq_msg_recv (&m, s, 0), 0);
+    Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&m), zmq_msg_data (&m));
+    ck_assert_ptr_nonnull (r);
+    ck_assert_msg (r->infer->status == SIGSERVE__V1__STATUS__STATUS_OK, "%s", r->infer->error);
+    ck_assert_uint_eq (r->infer->n_outputs, ROWS);
+    config_t *cfg = config_load (config, err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    weights_t *w = weights_load (&cfg->models[0], err, sizeof err);
+    ck_assert_msg (w != NULL, "%s", err);
+    double *ref = malloc (ROWS * sizeof (double));
+    ck_assert_int_eq (reference_forward (w, x, ROWS, ref), 0);
+    ck_assert_msg (tu_rel_error (r->infer->outputs, ref, ROWS) <= 1e-5, "relative error %.3g",
+                   tu_rel_error (r->infer->outputs, ref, ROWS));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    zmq_msg_close (&m);
+    zmq_close (s);
+    zmq_ctx_term (ctx);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    FILE *f = fopen (logpath, "r");
+    size_t n = fread (log, 1, sizeof log - 1, f);
+    log[n] = '\0';
+    fclose (f);
+    /* queue_depth 64 + 1 instance x 4096 batch rows + 64 jobs of 16 rows, and 2 large buffers */
+    ck_assert_msg (strstr (log, "request buffers 4224 x 16 rows + 2 x 4096 rows (148.3 MiB)") != NULL, "%s", log);
+    free (ref);
+    free (x);
+    free (buf);
+    weights_destroy (&w);
+    config_destroy (&cfg);
+    free (config);
+}
+END_TEST
+
 int main (void)
 {
     s_dir = tu_tmpdir ();
@@ -156,6 +261,7 @@ int main (void)
     tcase_add_test (tc, a_host_name_gets_the_address_to_bind);
     tcase_add_test (tc, plaintext_for_other_hosts_is_warned_about);
     tcase_add_test (tc, a_cuda_model_without_a_gpu_says_why);
+    tcase_add_test (tc, a_batch_scoring_model_starts_small_and_answers_4096_rows);
     suite_add_tcase (s, tc);
     int rc = tu_run_suite (s);
     free (s_dir);

@@ -632,7 +632,7 @@ int workers_buffers (sigload_t *L)
         w->send_buf = malloc (L->send_cap);
         w->recv_cap = 65536 + L->echo_len;
         w->recv_buf = malloc (w->recv_cap);
-        w->arena = arena_new (2 * w->recv_cap + 65536);   /* its pages touched now, not on the first reply */
+        w->arena = arena_new (2 * w->recv_cap + 65536, SIZE_MAX);   /* its pages touched now, not on the first reply */
         if (!w->send_buf || !w->recv_buf || !w->arena)
             return -1;
         w->req = (Sigserve__V1__Request) SIGSERVE__V1__REQUEST__INIT;

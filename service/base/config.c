@@ -90,6 +90,14 @@ static const key_spec_t s_model_keys[] = {
       .min = 1, .max = 4096, .def = 0 },
     { .name = "batch_delay_us", .type = KEY_U32, FIELD (model_config_t, batch_delay_us),
       .min = 0, .max = 1000000, .def = 0 },
+    /* 0: not given (resolved to min (max_rows, 16)) */
+    { .name = "buffer_rows", .type = KEY_U32, FIELD (model_config_t, buffer_rows), .min = 1, .max = 4096, .def = 0 },
+    /* 0: not given (resolved to 2 x instances where max_rows is over buffer_rows) */
+    { .name = "large_buffers", .type = KEY_U32, FIELD (model_config_t, large_buffers), .min = 1, .max = 1024,
+      .def = 0 },
+    { .name = "graph_rows", .type = KEY_INT_ARRAY, FIELD (model_config_t, graph_rows),
+      .count_offset = offsetof (model_config_t, graph_rows_count), .min = 1, .max = CONFIG_MAX_GRAPH_ROWS,
+      .elem_min = 1, .elem_max = 4096, .what = "batch size", .unique = true },
     /* 0: not given (resolved to server.queue_depth) */
     { .name = "queue_depth", .type = KEY_U32, FIELD (model_config_t, queue_depth),
       .min = 1, .max = 65536, .def = 0 },
@@ -303,6 +311,44 @@ static int s_fail_at (parser_t *p, const char *path, const char *fmt, const char
     return config_fail (p, fmt, arg);
 }
 
+/* Request buffers and CUDA graph batch sizes, once max_rows and max_batch_rows are known. */
+static int s_resolve_buffers (parser_t *p, model_config_t *m, size_t index)
+{
+    char at[64];
+    if (m->buffer_rows == 0)
+        m->buffer_rows = m->max_rows < 16 ? m->max_rows : 16;
+    if (m->buffer_rows > m->max_rows)
+        return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].buffer_rows", index), at),
+                          "%s", "at most max_rows (a buffer larger than any request holds nothing more)");
+    if (m->max_rows <= m->buffer_rows)
+        m->large_buffers = 0;
+    else if (m->large_buffers == 0)
+        m->large_buffers = 2 * m->instances;
+    const uint32_t launch = m->max_batch_rows > m->max_rows ? m->max_batch_rows : m->max_rows;
+    if (m->graph_rows_count == 0) {     /* powers of two, and the largest launch itself */
+        for (uint32_t r = 1; r < launch && m->graph_rows_count < CONFIG_MAX_GRAPH_ROWS - 1; r *= 2)
+            m->graph_rows[m->graph_rows_count++] = (int) r;
+        m->graph_rows[m->graph_rows_count++] = (int) launch;
+        return 0;
+    }
+    for (size_t i = 1; i < m->graph_rows_count; i++)
+        if (m->graph_rows[i] <= m->graph_rows[i - 1])
+            return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].graph_rows", index), at),
+                              "%s", "expected batch sizes in increasing order");
+    if ((uint32_t) m->graph_rows[m->graph_rows_count - 1] < launch) {
+        char why[160];
+        snprintf (why, sizeof why, "the largest must be at least the largest launch, max (max_rows, max_batch_rows) = "
+                  "%u", launch);
+        return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].graph_rows", index), at), "%s", why);
+    }
+    if ((uint32_t) m->graph_rows[m->graph_rows_count - 1] > launch) {
+        char why[160];
+        snprintf (why, sizeof why, "at most the largest launch, max (max_rows, max_batch_rows) = %u", launch);
+        return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].graph_rows", index), at), "%s", why);
+    }
+    return 0;
+}
+
 /* One model, once every key is read: the defaults that depend on other keys, and the keys that
  * go (or must not go) with its type. */
 static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const server_config_t *server)
@@ -321,6 +367,8 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
         m->kernel = CUDA_KERNEL_WARP;
     if (m->max_batch_rows == 0)
         m->max_batch_rows = m->max_rows;
+    if (s_resolve_buffers (p, m, index) != 0)
+        return -1;
     if (m->queue_depth == 0)
         m->queue_depth = server->queue_depth;
     static const char *const lstm_only[] = { "window", "head" };

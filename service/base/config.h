@@ -19,6 +19,7 @@
 #define CONFIG_MAX_CPUS 256     /* entries of a "cpus" list */
 #define CONFIG_MAX_DEVICES 16   /* entries of a "devices" list */
 #define CONFIG_MAX_INSTANCES 64 /* worker instances of one model */
+#define CONFIG_MAX_GRAPH_ROWS 32 /* entries of a "graph_rows" list */
 
 typedef enum { ACTIVATION_NONE = 0, ACTIVATION_RELU, ACTIVATION_SIGMOID, ACTIVATION_TANH } activation_t;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU, BACKEND_CUDA } backend_kind_t;
@@ -61,6 +62,10 @@ typedef struct {
     uint32_t max_batch_rows;        /* resolved: most rows one launch computes (default max_rows) */
     uint32_t batch_delay_us;        /* how long a worker waits for more requests to batch (0: none) */
     uint32_t queue_depth;           /* resolved: requests waiting for a worker before OVERLOADED */
+    uint32_t buffer_rows;           /* resolved: rows of a request buffer (default min (max_rows, 16)) */
+    uint32_t large_buffers;         /* resolved: buffers of max_rows rows for requests over buffer_rows */
+    size_t graph_rows_count;        /* resolved: the batch sizes CUDA graphs are captured for, ascending; */
+    int graph_rows[CONFIG_MAX_GRAPH_ROWS];  /* a launch of r rows replays the first >= r, rows padded */
     uint32_t keep_warm_us;          /* idle this long, a worker runs the model once (0: off) */
     uint32_t watchdog_ms;           /* persistent kernel: no answer in this long = unavailable */
     weight_dtype_t weight_dtype;

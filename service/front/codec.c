@@ -102,7 +102,11 @@ codec_t *codec_new (size_t max_message_bytes)
     /* A hostile payload that needs more than a well-formed one (unknown fields cost protobuf-c
      * ~100 bytes of bookkeeping for as little as 2 wire bytes) is refused rather than let grow the
      * process. */
-    self->arena = arena_new (s_arena_bytes (max_message_bytes));
+    /* Touched now: what a message of up to 64 KiB (the default limit) needs. The rest of a larger
+     * limit's worst case (unpacked floats: ~7 bytes of bookkeeping a wire byte) is faulted in by the
+     * first message that needs it, so a 64 MiB limit costs memory only when used. */
+    self->arena = arena_new (s_arena_bytes (max_message_bytes),
+                             s_arena_bytes (max_message_bytes < 65536 ? max_message_bytes : 65536));
     if (!self->arena) {
         free (self);
         return NULL;

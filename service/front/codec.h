@@ -16,8 +16,9 @@ typedef struct _codec_t codec_t;
 
 /* MAX_MESSAGE_BYTES: the largest payload the server accepts; the arena is sized from it (from what
  * protobuf-c allocates while unpacking, codec.c says how) so that every well-formed request of
- * that size fits, features packed or unpacked: 7 to 14 x MAX_MESSAGE_BYTES + 64 KiB, all of it
- * touched here (about 650 KB for the default 65,536). NULL when memory runs out. */
+ * that size fits, features packed or unpacked: 7 to 14 x MAX_MESSAGE_BYTES + 64 KiB, of which what
+ * a 64 KiB message needs is touched here (about 650 KB); the rest takes memory only once a larger
+ * message needs it. NULL when memory runs out. */
 codec_t *codec_new (size_t max_message_bytes);
 void codec_destroy (codec_t **self_p);
 

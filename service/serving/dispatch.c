@@ -9,7 +9,16 @@
 
 void dispatch_attach (model_t *m, waker_t *front) { m->front = front; }
 
-void dispatch_job_return (model_t *m, job_t *j) { m->free_jobs[m->free_count++] = j; }
+void dispatch_job_return (model_t *m, job_t *j)
+{
+    if (j->large >= 0) {        /* the large buffer it borrowed goes back; its own is its again */
+        m->large_free[m->large_free_count++] = (uint32_t) j->large;
+        j->large = -1;
+        j->features = j->own_features;
+        j->outputs = j->own_outputs;
+    }
+    m->free_jobs[m->free_count++] = j;
+}
 
 uint32_t dispatch_inflight (const model_t *m) { return m->job_count - m->free_count; }
 
@@ -69,7 +78,22 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t
                   "later", m->cfg.name);
         return SIG_OVERLOADED;
     }
+    /* A request over buffer_rows rows borrows one of the large buffers (max_rows rows). */
+    const bool large = a->rows > m->buffer_rows;
+    if (large && m->large_free_count == 0) {
+        snprintf (err, errlen, "model \"%s\": every buffer for requests of more than %u row(s) is in use (large_buffers "
+                  "%u, each max_rows = %u rows); retry later, or send fewer rows a request", m->cfg.name,
+                  m->buffer_rows, m->large_count, m->max_rows);
+        return SIG_OVERLOADED;
+    }
     job_t *j = m->free_jobs[--m->free_count];
+    if (large) {
+        const uint32_t k = m->large_free[--m->large_free_count];
+        const size_t per_large = ((size_t) m->max_rows * (m->input_size + m->output_size) + 15) & ~(size_t) 15;
+        j->large = (int) k;
+        j->features = m->large_floats + per_large * k;
+        j->outputs = j->features + (size_t) m->max_rows * m->input_size;
+    }
     j->socket = a->socket;
     j->envelope_count = a->envelope_count;
     for (int f = 0; f < a->envelope_count; f++)

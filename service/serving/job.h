@@ -44,13 +44,16 @@ typedef struct job {
     uint32_t deadline_us;
     bool counted;                       /* counted against its client's in-flight limit ... */
     client_id_t client;                 /* ... as this client (set when counted) */
-    float *features;                    /* rows x input size (room for max_rows rows) */
+    float *features;                    /* rows x input size: its own buffer_rows rows, or a large buffer */
     /* worker */
     sig_status_t status;
     uint64_t t_start;                   /* the worker took it */
     uint64_t compute_ns;                /* its launch (the whole batch) */
     uint32_t batch_rows;                /* rows in that launch */
-    float *outputs;                     /* rows x output size */
+    float *outputs;                     /* rows x output size (beside features) */
+    /* the pool's: the job's own buffer (buffer_rows rows) and the large buffer it holds (-1: none) */
+    float *own_features, *own_outputs;
+    int large;
     char error[JOB_ERROR_MAX];          /* when status is not OK */
 } job_t;
 

@@ -90,24 +90,43 @@ static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const we
     return in->impl ? 0 : -1;
 }
 
+/* The request buffers' memory, in MiB. */
+static double s_buffer_mib (const model_t *m)
+{
+    const double row = 4.0 * (m->input_size + m->output_size);
+    return ((double) m->job_count * m->buffer_rows + (double) m->large_count * m->max_rows) * row / 1048576.0;
+}
+
 static int s_jobs_init (model_t *m, char *err, size_t errlen)
 {
     /* Queued requests, what every worker can hold in one batch, and what the front admits before it
      * collects finished jobs again: a free job exists whenever the queue has room. */
     m->job_count = m->cfg.queue_depth + m->instance_count * m->batch_rows + JOB_INTAKE_TURN;
-    size_t per_job = (size_t) m->max_rows * (m->input_size + m->output_size);
-    per_job = (per_job + 15) & ~(size_t) 15;    /* each job's floats start 64-byte aligned */
+    /* Each job owns buffer_rows rows; a larger request borrows one of large_count buffers of
+     * max_rows rows: memory grows with the queue times a typical request, not times the largest. */
+    m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
+    m->large_count = m->max_rows > m->buffer_rows ? m->cfg.large_buffers : 0;
+    const size_t row = m->input_size + m->output_size;
+    size_t per_job = ((size_t) m->buffer_rows * row + 15) & ~(size_t) 15;   /* 64-byte aligned starts */
+    size_t per_large = ((size_t) m->max_rows * row + 15) & ~(size_t) 15;
     m->jobs = calloc (m->job_count, sizeof *m->jobs);
     m->free_jobs = calloc (m->job_count, sizeof *m->free_jobs);
     m->job_floats = floats_zeroed (per_job * m->job_count);
-    if (!m->jobs || !m->free_jobs || !m->job_floats) {
-        sig_set_error (err, errlen, "model \"%s\": out of memory for %u request buffers", m->cfg.name, m->job_count);
+    m->large_free = calloc (m->large_count ? m->large_count : 1, sizeof *m->large_free);
+    m->large_floats = m->large_count ? floats_zeroed (per_large * m->large_count) : NULL;
+    if (!m->jobs || !m->free_jobs || !m->job_floats || !m->large_free || (m->large_count && !m->large_floats)) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory for %u request buffers of %u rows and %u of %u rows "
+                       "(%.0f MiB; lower queue_depth, buffer_rows or large_buffers)", m->cfg.name, m->job_count,
+                       m->buffer_rows, m->large_count, m->max_rows, s_buffer_mib (m));
         return -1;
     }
+    for (uint32_t i = 0; i < m->large_count; i++)
+        m->large_free[m->large_free_count++] = m->large_count - 1 - i;
     for (uint32_t i = 0; i < m->job_count; i++) {
         job_t *j = &m->jobs[i];
-        j->features = m->job_floats + per_job * i;
-        j->outputs = j->features + (size_t) m->max_rows * m->input_size;
+        j->features = j->own_features = m->job_floats + per_job * i;
+        j->outputs = j->own_outputs = j->features + (size_t) m->buffer_rows * m->input_size;
+        j->large = -1;
         for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
             zmq_msg_init (&j->envelope[f]);
         m->free_jobs[m->free_count++] = &m->jobs[m->job_count - 1 - i];
@@ -187,9 +206,10 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
                                        in->cpu_count > 1 ? "+" : "");
     }
     log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
-              "queue_depth %u, %u instance(s) [%s]", m->cfg.name, m->cfg.version, m->input_size, m->output_size,
-              m->iface->name, m->selected_by, m->kernel_name, m->max_rows, m->batch_rows, m->cfg.queue_depth,
-              m->instance_count, placement);
+              "queue_depth %u, %u instance(s) [%s]; request buffers %u x %u rows + %u x %u rows (%.1f MiB)",
+              m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
+              m->kernel_name, m->max_rows, m->batch_rows, m->cfg.queue_depth, m->instance_count, placement,
+              m->job_count, m->buffer_rows, m->large_count, m->max_rows, s_buffer_mib (m));
     return m;
 failed:
     weights_destroy (&w);
@@ -230,6 +250,8 @@ void model_destroy (model_t **self_p)
     free (m->jobs);
     free (m->free_jobs);
     free (m->job_floats);
+    free (m->large_floats);
+    free (m->large_free);
     free (m);
     *self_p = NULL;
 }

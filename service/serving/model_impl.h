@@ -60,6 +60,11 @@ struct _model_t {
     float *job_floats;                  /* every job's features and outputs, one block */
     job_t **free_jobs;
     uint32_t free_count;
+    uint32_t buffer_rows;               /* rows of each job's own buffer */
+    uint32_t large_count;               /* buffers of max_rows rows for larger requests ... */
+    float *large_floats;                /* ... one block ... */
+    uint32_t *large_free;               /* ... and the free ones */
+    uint32_t large_free_count;
     uint32_t next_instance;             /* round-robin start among equally loaded instances */
     uint32_t next_done;                 /* round-robin start when collecting */
     waker_t *front;                     /* rung by workers after handing jobs back */
