@@ -176,6 +176,49 @@ START_TEST (test_every_value_read)
 }
 END_TEST
 
+START_TEST (test_request_buffers_and_graph_sizes)
+{
+    char err[512];
+    /* max_rows 4096 over 3 instances: 16-row buffers, 6 large ones, graphs for the powers of two */
+    config_t *cfg = s_parse (WITH_MODEL (", 'max_rows': 4096, 'instances': 3"), err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    const model_config_t *m = &cfg->models[0];
+    ck_assert_uint_eq (m->buffer_rows, 16);
+    ck_assert_uint_eq (m->large_buffers, 6);
+    ck_assert_uint_eq (m->graph_rows_count, 13);
+    ck_assert_int_eq (m->graph_rows[0], 1);
+    ck_assert_int_eq (m->graph_rows[12], 4096);
+    config_destroy (&cfg);
+    /* given: kept as given */
+    cfg = s_parse (WITH_MODEL (", 'max_rows': 100, 'max_batch_rows': 200, 'buffer_rows': 4, 'large_buffers': 9, "
+                               "'graph_rows': [1, 10, 200]"), err, sizeof err);
+    ck_assert_msg (cfg != NULL, "%s", err);
+    m = &cfg->models[0];
+    ck_assert_uint_eq (m->buffer_rows, 4);
+    ck_assert_uint_eq (m->large_buffers, 9);
+    ck_assert_uint_eq (m->graph_rows_count, 3);
+    ck_assert_int_eq (m->graph_rows[1], 10);
+    config_destroy (&cfg);
+    const struct { const char *extra, *error; } bad[] = {
+        { ", 'max_rows': 8, 'graph_rows': [1, 4, 2, 8]",
+          "test.json: models[0].graph_rows: expected batch sizes in increasing order" },
+        { ", 'max_rows': 8, 'graph_rows': [1, 4]",
+          "test.json: models[0].graph_rows: the largest must be at least the largest launch, max (max_rows, "
+          "max_batch_rows) = 8" },
+        { ", 'max_rows': 8, 'graph_rows': [1, 16]",
+          "test.json: models[0].graph_rows: at most the largest launch, max (max_rows, max_batch_rows) = 8" },
+        { ", 'max_rows': 8, 'buffer_rows': 9",
+          "test.json: models[0].buffer_rows: at most max_rows (a buffer larger than any request holds nothing more)" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[1024];
+        snprintf (json, sizeof json, WITH_MODEL ("%s"), bad[i].extra);
+        ck_assert_ptr_null (s_parse (json, err, sizeof err));
+        ck_assert_str_eq (err, bad[i].error);
+    }
+}
+END_TEST
+
 START_TEST (test_serving_keys_and_resolved_defaults)
 {
     char err[512];
@@ -191,6 +234,13 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert_uint_eq (m->queue_depth, 64);
     ck_assert_uint_eq (m->keep_warm_us, 0);
     ck_assert_uint_eq (m->watchdog_ms, 1000);
+    /* request buffers of 12 rows (max_rows, under 16): no large ones; graphs for 1, 2, 4, 8, 12 rows */
+    ck_assert_uint_eq (m->buffer_rows, 12);
+    ck_assert_uint_eq (m->large_buffers, 0);
+    ck_assert_uint_eq (m->graph_rows_count, 5);
+    const int buckets[5] = { 1, 2, 4, 8, 12 };
+    for (int k = 0; k < 5; k++)
+        ck_assert_int_eq (m->graph_rows[k], buckets[k]);
     ck_assert_uint_eq (m->device_count, 1);
     ck_assert_int_eq (m->devices[0], 0);
     ck_assert_int_eq (m->device, 0);
@@ -951,6 +1001,7 @@ static Suite *s_suite (void)
     tcase_add_test (tc, test_long_values_are_cut_in_messages);
     tcase_add_test (tc, test_names);
     tcase_add_test (tc, test_readme_documents_every_key);
+    tcase_add_test (tc, test_request_buffers_and_graph_sizes);
     suite_add_tcase (s, tc);
     return s;
 }

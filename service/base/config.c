@@ -311,6 +311,16 @@ static int s_fail_at (parser_t *p, const char *path, const char *fmt, const char
     return config_fail (p, fmt, arg);
 }
 
+void config_graph_rows_default (model_config_t *m)
+{
+    if (m->graph_rows_count)
+        return;
+    const uint32_t launch = m->max_batch_rows > m->max_rows ? m->max_batch_rows : m->max_rows;
+    for (uint32_t r = 1; r < launch && m->graph_rows_count < CONFIG_MAX_GRAPH_ROWS - 1; r *= 2)
+        m->graph_rows[m->graph_rows_count++] = (int) r;
+    m->graph_rows[m->graph_rows_count++] = (int) (launch ? launch : 1);
+}
+
 /* Request buffers and CUDA graph batch sizes, once max_rows and max_batch_rows are known. */
 static int s_resolve_buffers (parser_t *p, model_config_t *m, size_t index)
 {
@@ -325,10 +335,8 @@ static int s_resolve_buffers (parser_t *p, model_config_t *m, size_t index)
     else if (m->large_buffers == 0)
         m->large_buffers = 2 * m->instances;
     const uint32_t launch = m->max_batch_rows > m->max_rows ? m->max_batch_rows : m->max_rows;
-    if (m->graph_rows_count == 0) {     /* powers of two, and the largest launch itself */
-        for (uint32_t r = 1; r < launch && m->graph_rows_count < CONFIG_MAX_GRAPH_ROWS - 1; r *= 2)
-            m->graph_rows[m->graph_rows_count++] = (int) r;
-        m->graph_rows[m->graph_rows_count++] = (int) launch;
+    if (m->graph_rows_count == 0) {
+        config_graph_rows_default (m);
         return 0;
     }
     for (size_t i = 1; i < m->graph_rows_count; i++)

@@ -122,6 +122,10 @@ typedef struct {
 config_t *config_load (const char *path, char *err, size_t errlen);
 /* Same from a JSON text; BASE_DIR resolves relative weight paths; NAME is used in messages. */
 config_t *config_parse (const char *json, const char *name, const char *base_dir, char *err, size_t errlen);
+/* CFG's graph_rows when none were given: the powers of two below the largest launch, max (max_rows,
+ * max_batch_rows), then that launch. Nothing when some were given. (Config files get it when read;
+ * a model config built in code, when its CUDA graphs are captured.) */
+void config_graph_rows_default (model_config_t *cfg);
 /* Every key the configuration knows, from its tables, in table order: FN (SECTION, KEY, ARG) with
  * SECTION the JSON path of the object that holds it ("" for the top level, "server",
  * "server.curve", "models", "models[i].layers", "models[i].head"). config/README.md must have a row

@@ -40,8 +40,13 @@ struct backend_model {
     sig_fused_net_t *d_net;     /* fused: the network description, in device memory */
     cublasHandle_t cublas;      /* cublas: handle bound to the stream, with its own workspace */
     void *cublas_workspace;
-    cudaGraphExec_t *e2e;       /* [rows]: H2D, layers, D2H with the pinned buffers */
-    cudaGraphExec_t *kernels;   /* [rows]: the layers only (benchmarks) */
+    /* CUDA graphs, one per batch size of graph_rows (ascending): a launch of r rows replays the
+     * first of at least r rows (bucket[r]), its rows past r computed on what the buffers hold */
+    uint32_t graph_count;
+    uint32_t graph_rows[CONFIG_MAX_GRAPH_ROWS];
+    uint8_t *bucket;            /* [max_rows + 1]: rows -> index into graph_rows */
+    cudaGraphExec_t *e2e;       /* [graph_count]: H2D, layers, D2H with the pinned buffers */
+    cudaGraphExec_t *kernels;   /* [graph_count]: the layers only (benchmarks) */
     bool lost;                  /* graph models: the context is unusable, every infer answers UNAVAILABLE */
     /* kernel "persistent" (and the ping-pong floor) */
     bool persistent;

@@ -130,7 +130,8 @@ int cuda_model_enqueue (backend_model_t *m, cuda_run_t what, bool graph, uint32_
         return s_enqueue_direct (m, what, rows, host_in, host_out);
     if (what == CUDA_RUN_END_TO_END && (host_in != m->h_in || host_out != m->h_out))
         return (int) cudaErrorInvalidValue;    /* the graphs were captured with the pinned buffers */
-    cudaGraphExec_t exec = what == CUDA_RUN_END_TO_END ? m->e2e[rows] : m->kernels[rows];
+    const uint32_t k = m->bucket[rows];
+    cudaGraphExec_t exec = what == CUDA_RUN_END_TO_END ? m->e2e[k] : m->kernels[k];
     return (int) cudaGraphLaunch (exec, m->stream);
 }
 
@@ -212,14 +213,15 @@ void cuda_graph_destroy (backend_model_t **m_p)
     cudaSetDevice (m->device);
     if (m->stream && !m->lost)
         cudaStreamSynchronize (m->stream);
-    for (uint32_t r = 0; r <= m->max_rows; r++) {
-        if (m->e2e && m->e2e[r])
-            cuda_device_release (m->device, CUDA_RELEASE_GRAPH, m->e2e[r]);
-        if (m->kernels && m->kernels[r])
-            cuda_device_release (m->device, CUDA_RELEASE_GRAPH, m->kernels[r]);
+    for (uint32_t k = 0; k < m->graph_count; k++) {
+        if (m->e2e && m->e2e[k])
+            cuda_device_release (m->device, CUDA_RELEASE_GRAPH, m->e2e[k]);
+        if (m->kernels && m->kernels[k])
+            cuda_device_release (m->device, CUDA_RELEASE_GRAPH, m->kernels[k]);
     }
     free (m->e2e);
     free (m->kernels);
+    free (m->bucket);
     for (size_t i = 0; m->layers && i < m->layer_count; i++) {
         cuda_device_free (m->stream, m->layers[i].w);
         cuda_device_free (m->stream, m->layers[i].b);
@@ -354,17 +356,32 @@ backend_model_t *cuda_graph_load (const weights_t *w, const model_config_t *cfg,
                        cfg->name, SIG_FUSED_MAX_LAYERS, w->layer_count);
         return NULL;
     }
+    model_config_t buckets = *cfg;
+    config_graph_rows_default (&buckets);
+    if ((uint32_t) buckets.graph_rows[buckets.graph_rows_count - 1] < backend_rows (cfg)) {
+        sig_set_error (err, errlen, "model \"%s\": graph_rows: the largest (%d) is below the largest launch (%u)",
+                       cfg->name, buckets.graph_rows[buckets.graph_rows_count - 1], backend_rows (cfg));
+        return NULL;
+    }
     backend_model_t *m = calloc (1, sizeof *m);
     if (!m || !(m->layers = calloc (w->layer_count, sizeof *m->layers))
-        || !(m->e2e = calloc (backend_rows (cfg) + 1, sizeof *m->e2e))
-        || !(m->kernels = calloc (backend_rows (cfg) + 1, sizeof *m->kernels))) {
+        || !(m->e2e = calloc (buckets.graph_rows_count, sizeof *m->e2e))
+        || !(m->kernels = calloc (buckets.graph_rows_count, sizeof *m->kernels))
+        || !(m->bucket = calloc (backend_rows (cfg) + 1, sizeof *m->bucket))) {
         sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
         if (m) {
             free (m->layers);
             free (m->e2e);
+            free (m->kernels);
             free (m);
         }
         return NULL;
+    }
+    m->graph_count = (uint32_t) buckets.graph_rows_count;
+    for (uint32_t k = 0, r = 1; k < m->graph_count; k++) {
+        m->graph_rows[k] = (uint32_t) buckets.graph_rows[k];
+        for (; r <= m->graph_rows[k] && r <= backend_rows (cfg); r++)
+            m->bucket[r] = (uint8_t) k;
     }
     snprintf (m->name, sizeof m->name, "%s", cfg->name);
     m->device = device;
@@ -385,12 +402,13 @@ backend_model_t *cuda_graph_load (const weights_t *w, const model_config_t *cfg,
         cuda_graph_destroy (&m);
         return NULL;
     }
-    /* One graph per batch size, for the request (copies included) and for the layers alone;
-     * each replayed a few times so the first request finds everything resident and warm. */
-    for (uint32_t r = 1; r <= m->max_rows; r++) {
-        int rc = s_capture (m, CUDA_RUN_END_TO_END, r, &m->e2e[r]);
+    /* One graph per batch size of graph_rows, for the request (copies included) and for the layers
+     * alone; each replayed a few times so the first request finds everything resident and warm. */
+    for (uint32_t k = 0; k < m->graph_count; k++) {
+        const uint32_t r = m->graph_rows[k];
+        int rc = s_capture (m, CUDA_RUN_END_TO_END, r, &m->e2e[k]);
         if (rc == 0)
-            rc = s_capture (m, CUDA_RUN_KERNELS, r, &m->kernels[r]);
+            rc = s_capture (m, CUDA_RUN_KERNELS, r, &m->kernels[k]);
         for (int i = 0; rc == 0 && i < 3; i++) {
             rc = cuda_model_enqueue (m, CUDA_RUN_END_TO_END, m->graph, r, m->h_in, m->h_out);
             if (rc == 0)
