@@ -58,6 +58,22 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     step memcheck_persistent timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --persistent-variants
 fi
+# A/B of the persistent request path against another build's sigbench (BASE_SIGBENCH), on the same
+# core, AB_ROUNDS rounds (default 2) in the order A B, B A, A B, ... so neither build always runs
+# first: a host-side change is judged in one run, p50/p99 per build (logs persist_{base,new}_N).
+if [ -n "${BASE_SIGBENCH:-}" ]; then
+    ab () {   # ab base|new ROUND
+        bin=$BUILD/sigbench; [ "$1" = base ] && bin=$BASE_SIGBENCH
+        step "persist_$1_$2" taskset -c 3 "$bin" --weights $BUILD/models/tick_mlp.safetensors --cpu 3 \
+            --iterations "$ITER" --only-persistent
+    }
+    for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+        if [ $((round % 2)) = 1 ]; then ab base "$round"; ab new "$round"; else ab new "$round"; ab base "$round"; fi
+    done
+    for f in "$LOGS"/persist_*.log; do
+        printf '%-18s %s\n' "$(basename "$f" .log)" "$(grep -E '^\| (persistent|ping-pong floor) ' "$f" | awk -F'|' '{printf "%s/%s ", $4, $6}')"
+    done >"$OUT/ab.txt"
+fi
 [ "${BENCH:-1}" = 1 ] && step bench $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER" \
     --persistent-variants
 if [ "${WAITS:-0}" = 1 ]; then
@@ -115,7 +131,7 @@ if [ "${SERVING:-0}" = 1 ]; then
         bash tools/gpu-serving.sh >"$LOGS/serving.log" 2>&1
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
-echo; cat "$OUT/env.txt"; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
+echo; cat "$OUT/env.txt"; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
 [ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log"; grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
 for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo; cat "$summary"
 rm -rf "$LOGS"
