@@ -498,6 +498,28 @@ static int s_after_attempts (sigclient_t *self, uint32_t attempts)
     return -1;
 }
 
+/* A call's retries (sigclient_set_retry): whether a failed receive may be tried again (a timeout,
+ * with retries left), and the next attempt: SEND (ARG) again, counted, its wait started anew. 0, or
+ * -1 when the send failed (the call ends with that error). */
+typedef int (*resend_fn) (sigclient_t *self, const void *arg);
+static bool s_may_retry (const sigclient_t *self, uint32_t attempts)
+{
+    return self->status == SIGCLIENT_ERR_TIMEOUT && attempts <= (uint32_t) self->retries;
+}
+static int s_attempt_again (sigclient_t *self, resend_fn send, const void *arg, uint32_t *attempts, int64_t *deadline)
+{
+    if (send (self, arg) != 0)
+        return s_after_attempts (self, *attempts);
+    (*attempts)++;
+    *deadline = client_deadline (self);
+    return 0;
+}
+static int s_resend_infer (sigclient_t *self, const void *args)
+{
+    return client_send_infer_on (self, NULL, NULL, args, NULL);
+}
+static int s_resend_request (sigclient_t *self, const void *req) { return s_send_request (self, req); }
+
 int sigclient_infer (sigclient_t *self, const char *model, const float *features, size_t n_features,
                      uint32_t rows, float *outputs, size_t out_capacity, size_t *n_outputs,
                      sigclient_result_t *result)
@@ -506,20 +528,19 @@ int sigclient_infer (sigclient_t *self, const char *model, const float *features
     client_reset (self);
     /* Attempt k has request id first + k: ids are consecutive within one call, so "a reply to any
      * of this call's attempts" is a range. */
-    uint64_t first = 0, id = 0;
-    if (s_send_infer (self, model, features, n_features, rows, self->deadline_us, &first) != 0) return -1;
+    const client_infer_args_t args = { .model = model, .features = features, .n_features = n_features,
+                                       .rows = rows, .deadline_us = self->deadline_us };
+    uint64_t first = 0;
+    if (client_send_infer_on (self, NULL, NULL, &args, &first) != 0) return -1;
     uint32_t attempts = 1;
     int64_t deadline = client_deadline (self);
     while (true) {
         reply_t *reply = NULL;
         if (s_recv_reply (self, deadline, &reply) != 0) {
-            if (self->status != SIGCLIENT_ERR_TIMEOUT || attempts > (uint32_t) self->retries)
+            if (!s_may_retry (self, attempts))
                 return s_after_attempts (self, attempts);
             client_reset (self);
-            if (s_send_infer (self, model, features, n_features, rows, self->deadline_us, &id) != 0)
-                return s_after_attempts (self, attempts);
-            attempts++;
-            deadline = client_deadline (self);
+            if (s_attempt_again (self, s_resend_infer, &args, &attempts, &deadline) != 0) return -1;
             continue;
         }
         bool ours = reply->body_case == SIGSERVE__V1__REPLY__BODY_INFER
@@ -531,10 +552,7 @@ int sigclient_infer (sigclient_t *self, const char *model, const float *features
         }
         if (unavailable && attempts <= (uint32_t) self->retries) {
             sigserve__v1__reply__free_unpacked (reply, NULL);
-            if (s_send_infer (self, model, features, n_features, rows, self->deadline_us, &id) != 0)
-                return s_after_attempts (self, attempts);
-            attempts++;
-            deadline = client_deadline (self);
+            if (s_attempt_again (self, s_resend_infer, &args, &attempts, &deadline) != 0) return -1;
             continue;
         }
         if (ours || client_is_rejection (reply)) {
@@ -585,12 +603,10 @@ static int s_call (sigclient_t *self, const Sigserve__V1__Request *req, Sigserve
     while (true) {
         reply_t *reply = NULL;
         if (s_recv_reply (self, deadline, &reply) != 0) {
-            if (self->status != SIGCLIENT_ERR_TIMEOUT || attempts > (uint32_t) self->retries)
+            if (!s_may_retry (self, attempts))
                 return s_after_attempts (self, attempts);
             client_reset (self);
-            if (s_send_request (self, req) != 0) return s_after_attempts (self, attempts);
-            attempts++;
-            deadline = client_deadline (self);
+            if (s_attempt_again (self, s_resend_request, req, &attempts, &deadline) != 0) return -1;
             continue;
         }
         if (reply->body_case == want) {

@@ -365,6 +365,30 @@ START_TEST (test_header_length)
 }
 END_TEST
 
+/* Files that are not safetensors at all get said so, with what they look like, instead of a
+ * nonsense header length ("header length 3832624001754279472 runs past the end of the file"). */
+START_TEST (test_not_safetensors)
+{
+    static const struct { const char *bytes; size_t len; const char *said; } cases[] = {
+        { "PK\x03\x04\x14\x00\x00\x00\x08\x00archive/data.pkl", 28,
+          "not a safetensors file (one starts with an 8-byte little-endian header length, then a JSON header "
+          "beginning with '{'; this one's first bytes are 50 4b 03 04 14 00 00 00 08). It is a zip archive: "
+          "torch.save writes those (.pt, .pth); save the state dict with safetensors.torch.save_file "
+          "(model.state_dict (), PATH) instead." },
+        { "\x80\x02\x8a\x0a" "lz\xfc\x9c" "F\xf9 j\xa8" "P\x19.", 16, "It starts like a Python pickle" },
+        { "\x89HDF\r\n\x1a\n\x00\x00\x00\x00", 12, "It is an HDF5 file (Keras)" },
+        { "weights, as text: 0.1 0.2 0.3\n", 30, "this one's first bytes are 77 65 69 67 68 74 73 2c 20)." },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *path = tu_write_file (s_dir, "not.safetensors", cases[i].bytes, (long) cases[i].len);
+        ck_assert_ptr_null (safetensors_open (path, err, sizeof err));
+        ASSERT_ERR (cases[i].said);
+        ASSERT_ERR ("not a safetensors file");
+        free (path);
+    }
+}
+END_TEST
+
 START_TEST (test_offsets_out_of_range)
 {
     float x[2] = { 1, 2 };
@@ -747,6 +771,7 @@ static Suite *s_suite (void)
     tcase_add_test (tc, test_truncated);
     tcase_add_test (tc, test_bad_json);
     tcase_add_test (tc, test_header_length);
+    tcase_add_test (tc, test_not_safetensors);
     tcase_add_test (tc, test_offsets_out_of_range);
     tcase_add_test (tc, test_size_disagrees_with_shape);
     tcase_add_test (tc, test_known_dtype_sizes);

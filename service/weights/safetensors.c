@@ -547,6 +547,26 @@ static int s_parse_entries (safetensors_t *self, const cJSON *root, uint64_t dat
     return s_check_tiling (self, data_size, err, errlen);
 }
 
+/* A file whose first 8 bytes make no sense as a header length and whose header does not start with
+ * '{': not a safetensors file at all. Says what it looks like, when it can tell. */
+static int s_not_safetensors (const safetensors_t *self, char *err, size_t errlen)
+{
+    const unsigned char *b = (const unsigned char *) self->map;
+    const char *looks = "";
+    if (b[0] == 'P' && b[1] == 'K')
+        looks = " It is a zip archive: torch.save writes those (.pt, .pth); save the state dict with "
+                "safetensors.torch.save_file (model.state_dict (), PATH) instead.";
+    else if (b[0] == 0x80)
+        looks = " It starts like a Python pickle (an older torch.save); save the state dict with "
+                "safetensors.torch.save_file (model.state_dict (), PATH) instead.";
+    else if (b[0] == 0x89 && b[1] == 'H' && b[2] == 'D' && b[3] == 'F')
+        looks = " It is an HDF5 file (Keras); export the weights to safetensors instead.";
+    sig_set_error (err, errlen, "%s: not a safetensors file (one starts with an 8-byte little-endian header length, "
+                   "then a JSON header beginning with '{'; this one's first bytes are %02x %02x %02x %02x %02x %02x "
+                   "%02x %02x %02x).%s", self->path, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], looks);
+    return -1;
+}
+
 static int s_parse (safetensors_t *self, char *err, size_t errlen)
 {
     uint64_t n = s_le64 (self->map);
@@ -555,6 +575,8 @@ static int s_parse (safetensors_t *self, char *err, size_t errlen)
         sig_set_error (err, errlen, "%s: header length is 0, expected at least 2 (\"{}\")", self->path);
         return -1;
     }
+    if (n > avail && avail > 0 && ((const char *) self->map)[8] != '{')
+        return s_not_safetensors (self, err, errlen);
     if (n > avail) {
         sig_set_error (err, errlen, "%s: header length %" PRIu64 " runs past the end of the file (%zu "
                 "bytes)", self->path, n, self->map_size);
