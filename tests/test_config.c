@@ -54,7 +54,7 @@ START_TEST (test_default_config_loads)
     ck_assert (!cfg->server.busy_poll);
     ck_assert_str_eq (cfg->server.log_level, "info");
     ck_assert_uint_eq (cfg->server.io_threads, 1);
-    ck_assert_uint_eq (cfg->server.queue_depth, 64);
+    ck_assert_uint_eq (cfg->server.queue_depth, 0);
     ck_assert_uint_eq (cfg->model_count, 1);
     const model_config_t *m = &cfg->models[0];
     ck_assert_str_eq (m->name, "tick_mlp");
@@ -112,7 +112,7 @@ START_TEST (test_defaults_when_absent)
     ck_assert (!cfg->server.busy_poll);
     ck_assert_str_eq (cfg->server.log_level, "info");
     ck_assert_uint_eq (cfg->server.io_threads, 1);
-    ck_assert_uint_eq (cfg->server.queue_depth, 64);
+    ck_assert_uint_eq (cfg->server.queue_depth, 0);
     const model_config_t *m = &cfg->models[0];
     ck_assert_str_eq (m->version, "1");
     ck_assert_int_eq (m->backend, BACKEND_AUTO);
@@ -222,7 +222,8 @@ END_TEST
 START_TEST (test_serving_keys_and_resolved_defaults)
 {
     char err[512];
-    /* Absent: one instance, unpinned, batches up to max_rows, the server's queue depth, device 0. */
+    /* Absent: one instance, unpinned, batches up to max_rows, a queue derived at load (0) with a wait
+     * of at most 10 ms, device 0. */
     config_t *cfg = s_parse (WITH_MODEL (", 'max_rows': 12"), err, sizeof err);
     ck_assert_msg (cfg != NULL, "%s", err);
     const model_config_t *m = &cfg->models[0];
@@ -231,7 +232,8 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert_uint_eq (m->cpu_count, 0);
     ck_assert_uint_eq (m->max_batch_rows, 12);
     ck_assert_uint_eq (m->batch_delay_us, 0);
-    ck_assert_uint_eq (m->queue_depth, 64);
+    ck_assert_uint_eq (m->queue_depth, 0);
+    ck_assert_uint_eq (m->max_queue_us, 10000);
     ck_assert_uint_eq (m->keep_warm_us, 0);
     ck_assert_uint_eq (m->watchdog_ms, 1000);
     /* request buffers of 12 rows (max_rows, under 16): no large ones; graphs for 1, 2, 4, 8, 12 rows */
@@ -245,7 +247,7 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert_int_eq (m->devices[0], 0);
     ck_assert_int_eq (m->device, 0);
     ck_assert (!cfg->server.queue_depth_given);
-    ck_assert_uint_eq (cfg->server.queue_depth, 64);
+    ck_assert_uint_eq (cfg->server.queue_depth, 0);
     ck_assert_uint_eq (cfg->server.drain_ms, 500);
     ck_assert_uint_eq (cfg->server.spin_us, 0);
     ck_assert_str_eq (cfg->server.http, "");
@@ -265,7 +267,7 @@ START_TEST (test_serving_keys_and_resolved_defaults)
                    "  'curve': {'secret_key_file': 'keys/server_secret', 'allowed_clients': '/etc/clients'}},"
                    " 'models': [" MODEL_WITH (", 'instances': 4, 'cpus': [2, 3], 'max_batch_rows': 64, "
                    "  'batch_delay_us': 20, 'keep_warm_us': 1000, 'devices': [1, 0], 'kernel': 'persistent', "
-                   "  'watchdog_ms': 250") ", "
+                   "  'watchdog_ms': 250, 'max_queue_us': 2500") ", "
                    "  {'name': 'n', 'weights': 'w', 'layers': [" LAYER_OK "], 'queue_depth': 3, 'device': 2}]}",
                    err, sizeof err);
     ck_assert_msg (cfg != NULL, "%s", err);
@@ -289,6 +291,7 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert_uint_eq (m->batch_delay_us, 20);
     ck_assert_uint_eq (m->keep_warm_us, 1000);
     ck_assert_uint_eq (m->queue_depth, 9);
+    ck_assert_uint_eq (m->max_queue_us, 2500);
     ck_assert_int_eq (m->kernel, CUDA_KERNEL_PERSISTENT);
     ck_assert_uint_eq (m->watchdog_ms, 250);
     ck_assert_uint_eq (m->device_count, 2);
@@ -437,7 +440,7 @@ static const bad_case_t s_bad[] = {
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
       "cpu_kernel, graph, zero_copy, wait, device, devices, max_rows, instances, cpus, max_batch_rows, "
-      "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, keep_warm_us, watchdog_ms, weight_dtype, "
+      "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, watchdog_ms, weight_dtype, "
       "weights, layers, lstm, window, "
       "head, max_streams, stream_idle_s)" },
     { "unknown layer key", WITH_LAYERS ("{'weight': '0.weight', 'act': 'relu'}"),
@@ -495,6 +498,10 @@ static const bad_case_t s_bad[] = {
       "test.json: server.queue_depth: expected an integer from 1 to 65536, got 65537" },
     { "model queue_depth low", WITH_MODEL (", 'queue_depth': 0"),
       "test.json: models[0].queue_depth: expected an integer from 1 to 65536, got 0" },
+    { "max_queue_us low", WITH_MODEL (", 'max_queue_us': 0"),
+      "test.json: models[0].max_queue_us: expected an integer from 1 to 60000000, got 0" },
+    { "max_queue_us high", WITH_MODEL (", 'max_queue_us': 60000001"),
+      "test.json: models[0].max_queue_us: expected an integer from 1 to 60000000, got 60000001" },
     { "instances low", WITH_MODEL (", 'instances': 0"),
       "test.json: models[0].instances: expected an integer from 1 to 64, got 0" },
     { "instances high", WITH_MODEL (", 'instances': 65"),

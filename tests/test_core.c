@@ -48,6 +48,8 @@ static void *s_ctx;
     "     \"weights\": \"odd.safetensors\",\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] },\n" \
     "   { \"name\": \"warm\", \"backend\": \"cpu\", \"keep_warm_us\": 1000, \"weights\": \"odd.safetensors\",\n" \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] },\n" \
+    "   { \"name\": \"stall\", \"backend\": \"cpu\", \"weights\": \"odd.safetensors\",\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] }"
 
 /* ---- helpers ---- */
@@ -214,6 +216,39 @@ START_TEST (full_queue_answers_overloaded_at_once)
     /* Refused at once by the front: every OVERLOADED reply precedes the first computed one. */
     ck_assert_int_lt (last_overloaded_at, first_ok_at);
     free (f);
+    zmq_close (s);
+}
+END_TEST
+
+/* A stall (the server stopped while 600 single-row requests arrive, over nine times the old fixed
+ * queue of 64) sheds nothing: model "stall" has the defaults, a queue derived from max_queue_us
+ * (10 ms) and admission by the expected wait, which for 600 rows of a small model is well under
+ * it. Every request is answered OK, each once. */
+START_TEST (a_stall_sheds_nothing_within_max_queue_us)
+{
+    enum { N = 600 };
+    void *s = s_socket (s_fx.endpoint[0], 60000);
+    Sigserve__V1__Reply *r;
+    Sigserve__V1__ModelInfo *info = s_find_info (s_list (s, &r), "stall");
+    ck_assert_uint_ge (info->queue_depth, N);       /* derived: 1024 for a model this small */
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    float f[33];
+    s_random (f, 33);
+    s_pause ();
+    for (int i = 0; i < N; i++)
+        s_send (s, "stall", f, 33, 1, (uint64_t) i);
+    s_resume ();
+    static bool seen[N];
+    memset (seen, 0, sizeof seen);
+    for (int i = 0; i < N; i++) {
+        Sigserve__V1__InferReply *rep = s_recv (s, &r);
+        ck_assert_uint_lt (rep->request_id, N);
+        ck_assert (!seen[rep->request_id]);
+        seen[rep->request_id] = true;
+        ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "request %llu: status %d: %s",
+                       (unsigned long long) rep->request_id, rep->status, rep->error);
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
     zmq_close (s);
 }
 END_TEST
@@ -534,6 +569,7 @@ int main (void)
     tcase_set_timeout (tc, 120);
     tcase_add_test (tc, slow_model_never_delays_another);
     tcase_add_test (tc, full_queue_answers_overloaded_at_once);
+    tcase_add_test (tc, a_stall_sheds_nothing_within_max_queue_us);
     tcase_add_test (tc, queued_requests_run_as_one_batch);
     tcase_add_test (tc, instances_share_the_load_on_their_cpus);
     tcase_add_test (tc, keep_warm_runs_while_idle);

@@ -87,6 +87,8 @@ static void s_release (int from)
 #define DEPTH 8
 #define WINDOW 4
 #define STEP 3
+#define TIMED_DEPTH 4096        /* model "timed": a queue deep enough that time refuses first */
+#define TIMED_MAX_QUEUE_US 20
 
 static char *s_dir;
 static config_t *s_cfg;
@@ -125,8 +127,12 @@ static void s_setup (void)
               "   { \"name\": \"big\", \"backend\": \"cpu\", \"instances\": 3, \"max_rows\": %d, \"queue_depth\": %d,\n"
               "     \"buffer_rows\": 1, \"large_buffers\": 2, \"weights\": \"mlp.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"
+              "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] },\n"
+              "   { \"name\": \"timed\", \"backend\": \"cpu\", \"instances\": 1, \"max_rows\": 1, \"max_batch_rows\": 1,\n"
+              "     \"queue_depth\": %d, \"max_queue_us\": %d, \"weights\": \"mlp.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"
               "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] } ] }\n",
-              MAX_ROWS, DEPTH, WINDOW, MAX_ROWS, DEPTH);
+              MAX_ROWS, DEPTH, WINDOW, MAX_ROWS, DEPTH, TIMED_DEPTH, TIMED_MAX_QUEUE_US);
     char *config = tu_write_file (s_dir, "dispatch.json", json, -1);
     s_cfg = config_load (config, err, sizeof err);
     free (config);
@@ -247,6 +253,112 @@ static request_t *s_find (request_t *reqs, int n, uint64_t id)
 }
 
 /* ---- tests ---- */
+
+static sig_status_t s_admit_by (model_t *m, request_t *r, uint32_t deadline_us, char *err, size_t errlen)
+{
+    const admission_t a = { .socket = 3, .envelope = r->envelope, .envelope_count = 2, .request_id = r->id,
+                            .t_recv = clock_now_ns (), .rows = r->rows, .deadline_us = deadline_us,
+                            .features = r->features, .feature_count = r->feature_count };
+    err[0] = '\0';
+    return dispatch_admit (m, &a, err, errlen);
+}
+
+/* Admission by time on model "timed" (one instance, batches of one row, max_queue_us 20, a queue
+ * of 4096): with its worker held, the expected wait is exactly the queued rows x the launch timed
+ * at load (model_describe says it; no launch has run since to move the drift). A request whose
+ * deadline_us is under it is DEADLINE_EXCEEDED at once, one whose deadline is over it is admitted;
+ * the first request that would wait over 20 us is OVERLOADED naming the model, the wait and the
+ * limit, long before the queue is full; each refusal takes nothing and is counted by reason. Once
+ * the worker has run the queue, the same request is admitted. */
+START_TEST (admission_by_time_refuses_what_would_wait_too_long)
+{
+    char err[512];
+    stats_t *stats = stats_new ();
+    model_t *m = model_new (&s_cfg->models[3], &s_cfg->server, stats, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    const int slot = model_stats_slot (m);
+    model_info_t *info = calloc (1, sizeof *info);
+    model_describe (m, info);
+    const uint64_t per = info->launch_ns + info->row_ns;   /* one row a launch */
+    ck_assert_uint_gt (per, 0);
+    ck_assert_uint_eq (info->max_queue_us, TIMED_MAX_QUEUE_US);
+    ck_assert_uint_eq (info->queue_depth, TIMED_DEPTH);
+    s_hold (1);
+    request_t r;
+    uint64_t id = 1, queued = 0;
+    /* Queue until the expected wait is at least 3 us (and within max_queue_us). */
+    while (queued * per < 3000) {
+        s_request (&r, id, 1, 0, IN, id);
+        id++;
+        s_admit_ok (m, &r);
+        queued++;
+    }
+    ck_assert_uint_le (queued * per, TIMED_MAX_QUEUE_US * 1000);   /* tiny models only: 3 us + one launch */
+    const uint64_t wait = queued * per;
+    const uint32_t under = (uint32_t) ((wait + 999) / 1000) - 1, over = 10000000;   /* 10 s */
+    s_request (&r, id, 1, 0, IN, id);
+    id++;
+    ck_assert_int_eq (s_admit_by (m, &r, under, err, sizeof err), SIG_DEADLINE_EXCEEDED);
+    char want[512];
+    snprintf (want, sizeof want, "deadline_us: model \"timed\": the expected wait for a worker is %.3f us (%llu row(s) "
+              "queued on instance 0), already over the request's deadline of %u us; not run", wait / 1e3,
+              (unsigned long long) queued, under);
+    ck_assert_str_eq (err, want);
+    char who[32];
+    snprintf (who, sizeof who, "client-%llu", (unsigned long long) (id - 1));
+    ck_assert_uint_eq (zmq_msg_size (&r.envelope[0]), strlen (who));       /* still the caller's */
+    ck_assert_uint_eq (dispatch_queued (m), queued);      /* nothing taken */
+    ck_assert_int_eq (s_admit_by (m, &r, over, err, sizeof err), SIG_OK);
+    queued++;
+    /* Fill up to max_queue_us: the next one is refused by time, not depth. */
+    while ((queued + 1) * per <= TIMED_MAX_QUEUE_US * 1000) {
+        s_request (&r, id, 1, 0, IN, id);
+        id++;
+        s_admit_ok (m, &r);
+        queued++;
+    }
+    ck_assert_uint_lt (queued, TIMED_DEPTH);
+    s_request (&r, id, 1, 0, IN, id);
+    id++;
+    const uint64_t full = queued * per;
+    if (full > TIMED_MAX_QUEUE_US * 1000) {
+        ck_assert_int_eq (s_admit_by (m, &r, 0, err, sizeof err), SIG_OVERLOADED);
+        snprintf (want, sizeof want, "model \"timed\": the expected wait for a worker is %.3f us (%llu row(s) queued on "
+                  "instance 0), over max_queue_us = %d; retry later, or raise the model's max_queue_us or instances",
+                  full / 1e3, (unsigned long long) queued, TIMED_MAX_QUEUE_US);
+        ck_assert_str_eq (err, want);
+    } else {        /* exactly 20 us queued: one more fits, the next is refused */
+        s_admit_ok (m, &r);
+        queued++;
+        s_request (&r, id, 1, 0, IN, id);
+        id++;
+        ck_assert_int_eq (s_admit_by (m, &r, 0, err, sizeof err), SIG_OVERLOADED);
+    }
+    ck_assert_uint_eq (dispatch_queued (m), queued);
+    ck_assert_uint_eq (dispatch_inflight (m), queued);
+    ck_assert_uint_eq (stats_sheds (stats, (size_t) slot, SHED_QUEUE_TIME), 1);
+    ck_assert_uint_eq (stats_sheds (stats, (size_t) slot, SHED_DEADLINE), 1);
+    ck_assert_uint_eq (stats_sheds (stats, (size_t) slot, SHED_QUEUE_DEPTH), 0);
+    /* The worker runs the queue; then the refused request is admitted. */
+    s_release (0);
+    job_t **jobs = calloc (queued, sizeof *jobs);
+    s_collect (m, jobs, (int) queued);
+    for (uint64_t k = 0; k < queued; k++) {
+        ck_assert_int_eq (jobs[k]->status, SIG_OK);
+        s_return (m, jobs[k]);
+    }
+    ck_assert_int_eq (s_admit_by (m, &r, 0, err, sizeof err), SIG_OK);
+    s_collect (m, jobs, 1);
+    ck_assert_uint_eq (jobs[0]->request_id, id - 1);
+    s_return (m, jobs[0]);
+    zmq_msg_close (&r.envelope[0]);
+    zmq_msg_close (&r.envelope[1]);
+    free (jobs);
+    free (info);
+    model_destroy (&m);
+    stats_destroy (&stats);
+}
+END_TEST
 
 START_TEST (admitted_jobs_come_back_with_outputs_ids_and_envelopes)
 {
@@ -576,6 +688,7 @@ int main (void)
     tcase_add_test (tc, every_request_buffer_in_use_answers_overloaded);
     tcase_add_test (tc, abort_answers_queued_jobs_unavailable_without_running_them);
     tcase_add_test (tc, large_requests_borrow_the_large_buffers);
+    tcase_add_test (tc, admission_by_time_refuses_what_would_wait_too_long);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -483,9 +483,11 @@ START_TEST (deadline_exceeded_when_queued)
 {
     /* Sent while the server is stopped: ten slow requests (15 rows through 1024x1024x2, several
      * ms each), a slow one with a 1 ms deadline, and a small one of another model. When it resumes
-     * the deadline request is behind ten requests none of which has started: slow's one worker
-     * runs them in order, then answers it DEADLINE_EXCEEDED without running it. tick_mlp has its
-     * own worker and is answered before the slow queue drains (its 60 s deadline is never near). */
+     * the deadline request finds slow requests queued before it (the ten, less those slow's worker
+     * has taken while the front read them), whose expected wait is far over its deadline: the front
+     * answers it DEADLINE_EXCEEDED at once, without queueing it. slow's one worker runs the ten in
+     * order; tick_mlp has its own worker and is answered before the slow queue drains (its 60 s
+     * deadline is never near). */
     void *s = s_socket (ZMQ_DEALER, s_fx.endpoint[0], 30000);
     size_t n = 15 * 1024;   /* 15 rows: 60 KB, under the 64 KiB message limit */
     float *f = malloc (n * sizeof (float));
@@ -499,35 +501,47 @@ START_TEST (deadline_exceeded_when_queued)
     s_send_infer (s, "tick_mlp", g, 8 * 512, 8, 201, 60000000);
     s_resume ();
     uint64_t next_slow = 100;
-    bool tick = false;
+    bool tick = false, refused = false;
     for (int i = 0; i < 12; i++) {
         Sigserve__V1__Reply *r = s_recv_reply (s);
         Sigserve__V1__InferReply *rep = s_infer_reply (r);
         if (rep->request_id == 201) {
-            ck_assert_msg (next_slow <= 200, "tick_mlp was answered after the slow queue drained");
+            ck_assert_msg (next_slow <= 109, "tick_mlp was answered after the slow queue drained");
             s_check_outputs (s_fx.tick, g, 8, rep);
             s_assert_pool ();
             tick = true;
         } else {
-            /* slow's replies in the order sent: its worker takes them one at a time */
-            ck_assert_uint_eq (rep->request_id, next_slow);
-            next_slow = next_slow == 109 ? 200 : next_slow + 1;
+            /* slow's replies in the order sent (its worker takes them one at a time), the refused
+             * one among them */
             if (rep->request_id < 200) {
+                ck_assert_uint_eq (rep->request_id, next_slow);
+                next_slow++;
                 ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_OK);
                 ck_assert_uint_eq (rep->n_outputs, 15 * 1024);
             } else {
                 ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_DEADLINE_EXCEEDED);
-                ck_assert_double_gt (s_waited_us (rep, 1000), 1000);
+                double wait_us = 0;
+                unsigned rows = 0;
+                char tail[128] = "";
+                ck_assert_msg (sscanf (rep->error, "deadline_us: model \"slow\": the expected wait for a worker is %lf us "
+                                       "(%u row(s) queued on instance 0), %127[^\n]", &wait_us, &rows, tail) == 3,
+                               "%s", rep->error);
+                ck_assert_str_eq (tail, "already over the request's deadline of 1000 us; not run");
+                ck_assert_double_gt (wait_us, 1000);
+                /* 15 rows a request, at least the last one sent before it still queued */
+                ck_assert_msg (rows % 15 == 0 && rows >= 15 && rows <= 150, "%u rows queued", rows);
+                ck_assert (!refused);
+                refused = true;
                 ck_assert_uint_eq (rep->n_outputs, 0);
-                ck_assert_uint_gt (rep->queue_ns, 1000000);
                 ck_assert_uint_eq (rep->compute_ns, 0);
+                ck_assert_uint_eq (rep->batch_rows, 0);
                 ck_assert_str_eq (rep->model_version, "1");
             }
         }
         sigserve__v1__reply__free_unpacked (r, NULL);
     }
-    ck_assert (tick);
-    ck_assert_uint_eq (next_slow, 201);
+    ck_assert (tick && refused);
+    ck_assert_uint_eq (next_slow, 110);
     free (f);
     zmq_close (s);
 }

@@ -713,6 +713,16 @@ START_TEST (metrics_counts_exact_and_exposition_strict)
     ck_assert_uint_eq (s_count_samples (&e, "sigserve_model_available"), 2);
     ck_assert_double_eq (s_value (&e, "sigserve_instance_available", "model=tick_mlp,instance=0,device=cpu"), 1);
     ck_assert_double_eq (s_value (&e, "sigserve_instance_requests_total", "model=odd,instance=0,device=cpu"), 7);
+    /* Nothing was refused before running: every model x reason present, all 0. */
+    ck_assert_uint_eq (s_count_samples (&e, "sigserve_shed_total"), 3 * 5);
+    static const char *reasons[] = { "queue_time", "deadline", "queue_depth", "buffers", "client" };
+    for (int m = 0; m < 3; m++)
+        for (int k = 0; k < 5; k++) {
+            char labels[128];
+            snprintf (labels, sizeof labels, "model=%s,reason=%s", names[m], reasons[k]);
+            ck_assert_double_eq (s_value (&e, "sigserve_shed_total", labels), 0);
+        }
+    ck_assert_uint_eq (s_count_samples (&e, "sigserve_inline_total"), 2);     /* the models, not _unknown */
     ck_assert_double_eq (s_value (&e, "sigserve_ready", ""), 1);
     ck_assert_double_eq (s_value (&e, "sigserve_config_reloads_total", "result=ok"), 0);
     ck_assert_double_eq (s_value (&e, "sigserve_config_reloads_total", "result=error"), 0);
@@ -734,7 +744,8 @@ START_TEST (metrics_counts_exact_and_exposition_strict)
         { "sigserve_model_available", "gauge" }, { "sigserve_config_reloads_total", "counter" },
         { "sigserve_reply_send_failures_total", "counter" }, { "sigserve_build_info", "gauge" },
         { "process_cpu_seconds_total", "counter" }, { "process_resident_memory_bytes", "gauge" },
-        { "process_start_time_seconds", "gauge" },
+        { "process_start_time_seconds", "gauge" }, { "sigserve_shed_total", "counter" },
+        { "sigserve_inline_total", "counter" },
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         family_t *fam = s_family_find (&e, types[i][0]);
@@ -1056,13 +1067,14 @@ START_TEST (readyz_503_draining_after_sigterm)
     s_weights ("slow.safetensors", 1024, 1024, 1024, 12);
     int zport, hport;
     s_ports (&zport, &hport);
-    const char *slow = "{ \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15, \"queue_depth\": 512, "
+    const char *slow = "{ \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15, \"queue_depth\": 512, \"max_queue_us\": 60000000, "
                        "\"weights\": \"slow.safetensors\", \"layers\": [ { \"weight\": \"a.weight\", "
                        "\"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] }";
     char *config = s_config ("drain.json", zport, hport, ", \"drain_ms\": 120000", slow);
     pid_t pid = s_spawn (config, NULL, false);
     s_wait_ready (pid, hport);
-    /* 150 requests of 15 rows through 1024 x 1024 x 2: seconds of work for one core. */
+    /* 150 requests of 15 rows through 1024 x 1024 x 2: seconds of work for one core (max_queue_us lets
+     * them all wait). */
     enum { N = 150 };
     float *f = malloc (15 * 1024 * sizeof (float));
     for (int i = 0; i < 15 * 1024; i++)

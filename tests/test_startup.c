@@ -240,8 +240,18 @@ START_TEST (a_batch_scoring_model_starts_small_and_answers_4096_rows)
     size_t n = fread (log, 1, sizeof log - 1, f);
     log[n] = '\0';
     fclose (f);
-    /* queue_depth 64 + 1 instance x 4096 batch rows + 64 jobs of 16 rows, and 2 large buffers */
-    ck_assert_msg (strstr (log, "request buffers 4224 x 16 rows + 2 x 4096 rows (148.3 MiB)") != NULL, "%s", log);
+    /* queue_depth (derived from max_queue_us: at most 1024) + 1 instance x 4096 batch rows + 64 jobs
+     * of 16 rows, and 2 large buffers of 4096 rows, each row 513 floats */
+    const char *at = strstr (log, "; max_queue_us 10000, queue_depth ");
+    ck_assert_msg (at != NULL, "%s", log);
+    unsigned depth = 0, jobs = 0;
+    double mib = 0;
+    ck_assert_msg (sscanf (at, "; max_queue_us 10000, queue_depth %u (derived); request buffers %u x 16 rows + 2 x 4096 "
+                           "rows (%lf MiB)", &depth, &jobs, &mib) == 3, "%s", at);
+    ck_assert_uint_ge (depth, 64);
+    ck_assert_uint_le (depth, 1024);
+    ck_assert_uint_eq (jobs, depth + 4096 + 64);
+    ck_assert_double_eq_tol (mib, ((double) jobs * 16 + 2 * 4096) * 513 * 4 / 1048576.0, 0.051);
     free (ref);
     free (x);
     free (buf);

@@ -278,7 +278,8 @@ char *tu_fixture_config (const tu_fixture_t *f, const char *name, int port0, int
               "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] }%s%s ] }\n",
               port0, port1, o->tick_backend ? o->tick_backend : "cpu", depth, tu_build_abs (),
               o->odd_kernel ? o->odd_kernel : "loop", depth,
-              o->slow ? ",\n   { \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15, \"weights\": \"slow.safetensors\",\n"
+              o->slow ? ",\n   { \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15, \"max_queue_us\": 60000000,\n"
+                        "     \"weights\": \"slow.safetensors\",\n"
                         "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] }"
                       : "",
               o->extra_models ? o->extra_models : "");

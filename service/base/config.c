@@ -98,9 +98,11 @@ static const key_spec_t s_model_keys[] = {
     { .name = "graph_rows", .type = KEY_INT_ARRAY, FIELD (model_config_t, graph_rows),
       .count_offset = offsetof (model_config_t, graph_rows_count), .min = 1, .max = CONFIG_MAX_GRAPH_ROWS,
       .elem_min = 1, .elem_max = 4096, .what = "batch size", .unique = true },
-    /* 0: not given (resolved to server.queue_depth) */
+    /* 0: not given (server.queue_depth where that is given, else derived at load from max_queue_us) */
     { .name = "queue_depth", .type = KEY_U32, FIELD (model_config_t, queue_depth),
       .min = 1, .max = 65536, .def = 0 },
+    { .name = "max_queue_us", .type = KEY_U32, FIELD (model_config_t, max_queue_us),
+      .min = 1, .max = 60000000, .def = CONFIG_MAX_QUEUE_US_DEFAULT },
     { .name = "keep_warm_us", .type = KEY_U32, FIELD (model_config_t, keep_warm_us),
       .min = 0, .max = 60000000, .def = 0 },
     { .name = "watchdog_ms", .type = KEY_U32, FIELD (model_config_t, watchdog_ms),
@@ -378,7 +380,7 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
     if (s_resolve_buffers (p, m, index) != 0)
         return -1;
     if (m->queue_depth == 0)
-        m->queue_depth = server->queue_depth;
+        m->queue_depth = server->queue_depth;   /* 0 unless the deprecated server key is given */
     static const char *const lstm_only[] = { "window", "head" };
     bool has_lstm[2] = { m->window > 0, m->head.weight[0] != '\0' };
     if (m->type == MODEL_TYPE_MLP) {
@@ -405,8 +407,6 @@ static int s_resolve (parser_t *p, config_t *cfg)
 {
     server_config_t *server = &cfg->server;
     server->queue_depth_given = server->queue_depth != 0;
-    if (!server->queue_depth_given)
-        server->queue_depth = 64;
     server->ipc_file_mode = (unsigned) strtoul (server->ipc_mode, NULL, 8);
     for (size_t i = 0; i < cfg->model_count; i++)
         if (s_resolve_model (p, &cfg->models[i], i, server) != 0)

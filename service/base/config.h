@@ -12,6 +12,8 @@
 #define CONFIG_MAX_ENDPOINTS 16
 #define CONFIG_MAX_MODELS 64
 #define CONFIG_MAX_LAYERS 64
+/* A request that would wait longer than this for a worker is refused OVERLOADED at once (max_queue_us). */
+#define CONFIG_MAX_QUEUE_US_DEFAULT 10000
 #define CONFIG_NAME_MAX 64      /* model names, versions, tensor names: bytes incl. NUL */
 #define CONFIG_PATH_MAX 4096
 #define CONFIG_ENDPOINT_MAX 256
@@ -61,7 +63,8 @@ typedef struct {
     int cpus[CONFIG_MAX_CPUS];      /* instance i runs on cpus[i % cpu_count] */
     uint32_t max_batch_rows;        /* resolved: most rows one launch computes (default max_rows) */
     uint32_t batch_delay_us;        /* how long a worker waits for more requests to batch (0: none) */
-    uint32_t queue_depth;           /* resolved: requests waiting for a worker before OVERLOADED */
+    uint32_t queue_depth;           /* requests waiting for a worker (a memory bound); 0: derived at load */
+    uint32_t max_queue_us;          /* OVERLOADED when a request's expected wait for a worker is longer */
     uint32_t buffer_rows;           /* resolved: rows of a request buffer (default min (max_rows, 16)) */
     uint32_t large_buffers;         /* resolved: buffers of max_rows rows for requests over buffer_rows */
     size_t graph_rows_count;        /* resolved: the batch sizes CUDA graphs are captured for, ascending; */
@@ -93,7 +96,7 @@ typedef struct {
     uint32_t spin_us;               /* without busy_poll: how long an idle thread spins before it sleeps */
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;
-    uint32_t queue_depth;           /* resolved: the default of every model's queue_depth */
+    uint32_t queue_depth;           /* deprecated: the default of every model's queue_depth (0: not given) */
     bool queue_depth_given;         /* given in the file (deprecated there: a per-model key now) */
     size_t cpu_count;               /* 0: the front thread is not pinned */
     int cpus[CONFIG_MAX_CPUS];      /* the front thread's CPUs */

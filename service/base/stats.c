@@ -31,6 +31,8 @@ typedef struct {
     histogram_t stage[STAGE_COUNT];
     _Atomic uint64_t rows_le[STATS_ROWS_LE_COUNT + 1];
     _Atomic uint64_t rows_sum;
+    _Atomic uint64_t sheds[SHED_COUNT];
+    _Atomic uint64_t inline_runs;
 } slot_t;
 
 struct _stats_t {
@@ -85,6 +87,19 @@ int stats_slot (stats_t *self, const char *name)
 
 size_t stats_slot_count (const stats_t *self) { return atomic_load_explicit (&((stats_t *) self)->count, memory_order_acquire); }
 const char *stats_slot_name (const stats_t *self, size_t slot) { return self->slots[slot].name; }
+
+const char *const stats_shed_names[SHED_COUNT] = { "queue_time", "deadline", "queue_depth", "buffers", "client" };
+
+void stats_count_shed (stats_t *self, int slot, stats_shed_t why)
+{
+    if ((unsigned) why < SHED_COUNT)
+        s_bump (&self->slots[slot].sheds[why], 1);
+}
+
+void stats_count_inline (stats_t *self, int slot) { s_bump (&self->slots[slot].inline_runs, 1); }
+
+uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why) { return s_get (&self->slots[slot].sheds[why]); }
+uint64_t stats_inline (const stats_t *self, size_t slot) { return s_get (&self->slots[slot].inline_runs); }
 
 void stats_count (stats_t *self, int slot, sig_status_t status)
 {

@@ -30,6 +30,17 @@ typedef enum {
     AUTH_FAIL_COUNT
 } stats_auth_failure_t;
 extern const char *const stats_auth_failure_names[AUTH_FAIL_COUNT];
+/* Why the front refused a request OVERLOADED or DEADLINE_EXCEEDED before it ran (sigserve_shed_total's
+ * reason label). */
+typedef enum {
+    SHED_QUEUE_TIME = 0,        /* the expected wait for a worker is over the model's max_queue_us */
+    SHED_DEADLINE,              /* the expected wait is already over the request's deadline_us */
+    SHED_QUEUE_DEPTH,           /* queue_depth requests wait already */
+    SHED_BUFFERS,               /* every request buffer (or every large one) is in use */
+    SHED_CLIENT,                /* the client has max_inflight_per_client requests in flight */
+    SHED_COUNT
+} stats_shed_t;
+extern const char *const stats_shed_names[SHED_COUNT];
 
 typedef struct _stats_t stats_t;
 
@@ -48,6 +59,9 @@ void stats_observe (stats_t *self, int slot, stats_stage_t stage, uint64_t ns);
 void stats_observe_batch (stats_t *self, int slot, uint32_t batch_rows);
 void stats_count_send_failure (stats_t *self);
 void stats_count_auth_failure (stats_t *self, stats_auth_failure_t why);
+void stats_count_shed (stats_t *self, int slot, stats_shed_t why);
+/* A request the front computed itself (server.inline_us) instead of handing it to a worker. */
+void stats_count_inline (stats_t *self, int slot);
 /* Writer: the thread that reloads. */
 void stats_count_reload (stats_t *self, bool ok);
 
@@ -55,6 +69,8 @@ void stats_count_reload (stats_t *self, bool ok);
 uint64_t stats_requests (const stats_t *self, size_t slot, sig_status_t status);
 uint64_t stats_send_failures (const stats_t *self);
 uint64_t stats_auth_failures (const stats_t *self, stats_auth_failure_t why);
+uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why);
+uint64_t stats_inline (const stats_t *self, size_t slot);
 uint64_t stats_reloads (const stats_t *self, bool ok);
 /* Upper bounds of the Prometheus buckets, in seconds (STATS_LE_COUNT of them) / in rows. */
 extern const double stats_le_seconds[STATS_LE_COUNT];

@@ -146,6 +146,8 @@ static void s_admit (server_t *self, message_t *msg, const Sigserve__V1__InferRe
             st = SIG_OVERLOADED;
             snprintf (self->error, ERROR_MAX, "client: %u requests in flight, the most server.max_inflight_per_client "
                       "allows; wait for replies before sending more", self->cfg.max_inflight_per_client);
+            if (self->stats)
+                stats_count_shed (self->stats, model_stats_slot (m), SHED_CLIENT);
         }
     }
     if (st == SIG_OK) {

@@ -171,7 +171,7 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
     }
     size_t jobs = 0;
     for (size_t i = 0; i < model_registry_count (models); i++)
-        jobs += model_config (model_registry_at (models, i))->queue_depth
+        jobs += model_queue_depth (model_registry_at (models, i))
                 + (size_t) model_instance_count (model_registry_at (models, i)) * 64;
     self->codec = codec_new (cfg->max_message_bytes);
     self->listing = calloc (1, sizeof *self->listing);

@@ -115,6 +115,7 @@ static void s_metrics (http_t *self, metrics_text_t *t)
 
     metrics_requests (t, self->stats);
     metrics_histograms (t, self->stats);
+    metrics_front (t, self->stats);
 
     char why[REASON_MAX];
     pthread_mutex_lock (&self->mu);
@@ -175,6 +176,9 @@ static cJSON *s_model_json (model_t *m, model_info_t *info)
     cJSON_AddNumberToObject (j, "instances", info->instances);
     cJSON_AddNumberToObject (j, "queue_depth", info->queue_depth);
     cJSON_AddNumberToObject (j, "queued", metrics_queued (m));
+    cJSON_AddNumberToObject (j, "max_queue_us", info->max_queue_us);
+    cJSON_AddNumberToObject (j, "launch_us", (double) info->launch_ns / 1e3);   /* timed at load */
+    cJSON_AddNumberToObject (j, "row_us", (double) info->row_ns / 1e3);
     cJSON_AddBoolToObject (j, "available", info->available);
     cJSON_AddStringToObject (j, "selected_by", info->selected_by);
     cJSON *candidates = cJSON_AddArrayToObject (j, "candidates");

@@ -88,6 +88,31 @@ void metrics_requests (metrics_text_t *t, stats_t *stats)
     }
 }
 
+/* What the front did instead of handing a request to a worker: refused it (by reason), or ran it
+ * itself. */
+void metrics_front (metrics_text_t *t, stats_t *stats)
+{
+    const size_t slots = stats_slot_count (stats);
+    char label[160];
+    metrics_family (t, "sigserve_shed_total", "counter",
+                    "Infer requests refused before they ran, by model and reason: queue_time (the expected wait "
+                    "for a worker over max_queue_us; OVERLOADED), deadline (the expected wait over the request's "
+                    "deadline_us; DEADLINE_EXCEEDED), queue_depth, buffers, client (max_inflight_per_client).");
+    for (size_t slot = 0; slot < slots; slot++) {
+        metrics_label (stats_slot_name (stats, slot), label, sizeof label);
+        for (int why = 0; why < SHED_COUNT; why++)
+            metrics_append (t, "sigserve_shed_total{model=\"%s\",reason=\"%s\"} %llu\n", label, stats_shed_names[why],
+                            (unsigned long long) stats_sheds (stats, slot, (stats_shed_t) why));
+    }
+    metrics_family (t, "sigserve_inline_total", "counter",
+                    "Infer requests the front computed itself (server.inline_us: the model had nothing queued and "
+                    "runs in less than that), without a hand-off to a worker.");
+    for (size_t slot = 1; slot < slots; slot++)
+        metrics_append (t, "sigserve_inline_total{model=\"%s\"} %llu\n",
+                        metrics_label (stats_slot_name (stats, slot), label, sizeof label),
+                        (unsigned long long) stats_inline (stats, slot));
+}
+
 void metrics_histograms (metrics_text_t *t, stats_t *stats)
 {
     const size_t slots = stats_slot_count (stats);
@@ -135,7 +160,7 @@ void metrics_histograms (metrics_text_t *t, stats_t *stats)
  * its two indices and come out absurd: such a reading is taken again, then bounded. */
 uint32_t metrics_queued (model_t *m)
 {
-    uint32_t depth = model_config (m)->queue_depth, q = 0;
+    uint32_t depth = model_queue_depth (m), q = 0;
     for (int attempt = 0; attempt < 4; attempt++)
         if ((q = dispatch_queued (m)) <= depth)
             return q;

@@ -27,6 +27,8 @@ const char *metrics_label (const char *value, char *buf, size_t cap);
 void metrics_requests (metrics_text_t *t, stats_t *stats);
 /* sigserve_request_duration_seconds by model and stage, and sigserve_batch_rows. */
 void metrics_histograms (metrics_text_t *t, stats_t *stats);
+/* sigserve_shed_total{model,reason} and sigserve_inline_total{model}. */
+void metrics_front (metrics_text_t *t, stats_t *stats);
 /* The gauges of MODELS (NULL: the families alone): queue depth, availability, per instance. */
 void metrics_models (metrics_text_t *t, model_registry_t *models);
 /* process_* (CPU time, memory, descriptors, start time). */

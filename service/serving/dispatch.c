@@ -4,6 +4,9 @@
 #include "serving/dispatch.h"
 #include "serving/model_impl.h"
 
+#include "base/log.h"
+#include "clock.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +56,48 @@ static instance_t *s_instance (model_t *m, const admission_t *a)
     return best;
 }
 
+#define SHED_LOG_INTERVAL_NS 1000000000ull
+
+/* A request refused before it ran: counted by reason, and logged at most once a second per model
+ * with how many since and the last one's message. */
+static sig_status_t s_shed (model_t *m, stats_shed_t why, sig_status_t status, const char *err)
+{
+    if (m->stats)
+        stats_count_shed (m->stats, m->stats_slot, why);
+    m->shed_unlogged++;
+    const uint64_t now = clock_now_ns ();
+    if (now - m->shed_logged_at >= SHED_LOG_INTERVAL_NS) {
+        log_warn ("model %s: %llu request(s) refused since the last such line (%s), the last: %s", m->cfg.name,
+                  (unsigned long long) m->shed_unlogged, stats_shed_names[why], err);
+        m->shed_logged_at = now;
+        m->shed_unlogged = 0;
+    }
+    return status;
+}
+
+/* Admission by time: OVERLOADED when the rows queued on IN would keep A waiting longer than
+ * max_queue_us, DEADLINE_EXCEEDED when longer than A's own deadline; SIG_OK otherwise. */
+static sig_status_t s_check_wait (model_t *m, const instance_t *in, const admission_t *a, char *err, size_t errlen)
+{
+    const uint64_t wait = model_expected_wait (m, in);
+    if (wait == 0)
+        return SIG_OK;
+    const unsigned long long queued = in->rows_admitted - atomic_load_explicit (&in->rows_taken, memory_order_relaxed);
+    if (wait > m->max_queue_ns) {
+        snprintf (err, errlen, "model \"%s\": the expected wait for a worker is %.3f us (%llu row(s) queued on instance "
+                  "%u), over max_queue_us = %u; retry later, or raise the model's max_queue_us or instances", m->cfg.name,
+                  wait / 1e3, queued, in->index, m->cfg.max_queue_us);
+        return s_shed (m, SHED_QUEUE_TIME, SIG_OVERLOADED, err);
+    }
+    if (a->deadline_us && wait > (uint64_t) a->deadline_us * 1000) {
+        snprintf (err, errlen, "deadline_us: model \"%s\": the expected wait for a worker is %.3f us (%llu row(s) queued "
+                  "on instance %u), already over the request's deadline of %u us; not run", m->cfg.name, wait / 1e3,
+                  queued, in->index, a->deadline_us);
+        return s_shed (m, SHED_DEADLINE, SIG_DEADLINE_EXCEEDED, err);
+    }
+    return SIG_OK;
+}
+
 sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t errlen)
 {
     if (a->stream_id && !m->iface->stream_step) {   /* request_check_infer refuses it first; never run it */
@@ -69,14 +114,17 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t
     if (queued >= m->cfg.queue_depth) {
         snprintf (err, errlen, "model \"%s\": queue full: %u requests waiting (queue_depth %u); retry later, or raise "
                   "the model's queue_depth or instances", m->cfg.name, queued, m->cfg.queue_depth);
-        return SIG_OVERLOADED;
+        return s_shed (m, SHED_QUEUE_DEPTH, SIG_OVERLOADED, err);
     }
+    const sig_status_t waiting = s_check_wait (m, in, a, err, errlen);
+    if (waiting != SIG_OK)
+        return waiting;
     /* The pool holds queue_depth + what the workers and one intake turn can hold (model.c): with room
      * in the queue, a job is free unless finished ones wait to be sent. */
     if (m->free_count == 0) {
         snprintf (err, errlen, "model \"%s\": every request buffer is in use (replies waiting to be sent); retry "
                   "later", m->cfg.name);
-        return SIG_OVERLOADED;
+        return s_shed (m, SHED_BUFFERS, SIG_OVERLOADED, err);
     }
     /* A request over buffer_rows rows borrows one of the large buffers (max_rows rows). */
     const bool large = a->rows > m->buffer_rows;
@@ -84,7 +132,7 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t
         snprintf (err, errlen, "model \"%s\": every buffer for requests of more than %u row(s) is in use (large_buffers "
                   "%u, each max_rows = %u rows); retry later, or send fewer rows a request", m->cfg.name,
                   m->buffer_rows, m->large_count, m->max_rows);
-        return SIG_OVERLOADED;
+        return s_shed (m, SHED_BUFFERS, SIG_OVERLOADED, err);
     }
     job_t *j = m->free_jobs[--m->free_count];
     if (large) {
@@ -110,6 +158,7 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t
     memcpy (j->features, a->features, a->feature_count * sizeof (float));
     if (!a->stream_id)
         m->next_instance = (in->index + 1) % m->instance_count;
+    in->rows_admitted += j->rows;   /* before the worker can take it: rows_taken never passes it */
     ring_push (&in->requests, j);   /* cannot fail: the ring holds every job of the model */
     waker_wake (&in->wake);
     return SIG_OK;

@@ -55,7 +55,9 @@ static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg,
     return iface;
 }
 
-static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const weights_t *w, char *err, size_t errlen)
+/* Instance INDEX's placement and backend context (before the job pool exists: the timing that
+ * sizes it runs on instance 0). */
+static int s_instance_load (model_t *m, instance_t *in, uint32_t index, const weights_t *w, char *err, size_t errlen)
 {
     const model_config_t *cfg = &m->cfg;
     in->model = m;
@@ -71,23 +73,52 @@ static int s_instance_init (model_t *m, instance_t *in, uint32_t index, const we
     atomic_init (&in->available, true);
     atomic_init (&in->served, 0);
     atomic_init (&in->warm_runs, 0);
+    atomic_init (&in->rows_taken, 0);
     in->wake.fd = -1;
     snprintf (in->state, sizeof in->state, "serving");
+    in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
+    return in->impl ? 0 : -1;
+}
+
+/* Its rings (which hold every job of the model), buffers and streams. */
+static int s_instance_queues (model_t *m, instance_t *in, char *err, size_t errlen)
+{
+    const model_config_t *cfg = &m->cfg;
     uint32_t rows = backend_rows (cfg);
     if (ring_init (&in->requests, m->job_count) != 0 || ring_init (&in->done, m->job_count) != 0
         || waker_init (&in->wake) != 0 || !(in->batch_in = floats_zeroed ((size_t) rows * m->input_size))
         || !(in->batch_out = floats_zeroed ((size_t) rows * m->output_size))
         || !(in->warm_in = floats_zeroed (m->input_size)) || !(in->taken = calloc (m->batch_rows, sizeof *in->taken))) {
-        sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", cfg->name, index);
+        sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", cfg->name, in->index);
         return -1;
     }
     if (m->iface->stream_step
         && !(in->streams = streams_new (backend_stream_slots (cfg), (uint64_t) cfg->stream_idle_s * 1000000000ull))) {
-        sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u's streams", cfg->name, index);
+        sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u's streams", cfg->name, in->index);
         return -1;
     }
-    in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
-    return in->impl ? 0 : -1;
+    return 0;
+}
+
+/* queue_depth when neither the model nor the server gives it: the requests that fit max_queue_us
+ * at the timed cost of a full batch (at least one row each), at least QUEUE_DEPTH_MIN, at most
+ * QUEUE_DEPTH_MAX and what QUEUE_BYTES_MAX of buffers hold. Admission by time refuses first; this
+ * only bounds memory. */
+#define QUEUE_DEPTH_MIN 64u
+#define QUEUE_DEPTH_MAX 1024u
+#define QUEUE_BYTES_MAX (64u << 20)
+static uint32_t s_queue_depth_default (const model_t *m)
+{
+    const uint64_t batch = m->batch_rows ? m->batch_rows : 1;
+    const uint64_t per_row = (m->launch_ns + batch * m->row_ns) / batch;
+    uint64_t depth = per_row ? m->max_queue_ns / per_row * m->instance_count : QUEUE_DEPTH_MAX;
+    const uint64_t buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
+    const uint64_t job_bytes = buffer_rows * (m->input_size + m->output_size) * 4;
+    if (depth > QUEUE_BYTES_MAX / job_bytes)
+        depth = QUEUE_BYTES_MAX / job_bytes;
+    if (depth > QUEUE_DEPTH_MAX)
+        depth = QUEUE_DEPTH_MAX;
+    return depth < QUEUE_DEPTH_MIN ? QUEUE_DEPTH_MIN : (uint32_t) depth;
 }
 
 /* The request buffers' memory, in MiB. */
@@ -174,12 +205,25 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
         goto failed;
     m->instance_count = cfg->instances;
     m->instances = calloc (m->instance_count, sizeof *m->instances);
-    if (!m->instances || s_jobs_init (m, err, errlen) != 0)
+    if (!m->instances) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
         goto failed;
+    }
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (s_instance_init (m, &m->instances[i], i, w, err, errlen) != 0)
+        if (s_instance_load (m, &m->instances[i], i, w, err, errlen) != 0)
             goto failed;
     weights_destroy (&w);
+    m->max_queue_ns = (uint64_t) cfg->max_queue_us * 1000;
+    if (model_time (m, err, errlen) != 0)
+        goto failed;
+    bool derived = m->cfg.queue_depth == 0;
+    if (derived)
+        m->cfg.queue_depth = s_queue_depth_default (m);
+    if (s_jobs_init (m, err, errlen) != 0)
+        goto failed;
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (s_instance_queues (m, &m->instances[i], err, errlen) != 0)
+            goto failed;
     snprintf (m->kernel_name, sizeof m->kernel_name, "%s", m->iface->kernel_name (m->instances[0].impl));
     for (uint32_t i = 0; i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
@@ -206,10 +250,12 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
                                        in->cpu_count > 1 ? "+" : "");
     }
     log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
-              "queue_depth %u, %u instance(s) [%s]; request buffers %u x %u rows + %u x %u rows (%.1f MiB)",
+              "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row; max_queue_us %u, queue_depth %u%s; "
+              "request buffers %u x %u rows + %u x %u rows (%.1f MiB)",
               m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
-              m->kernel_name, m->max_rows, m->batch_rows, m->cfg.queue_depth, m->instance_count, placement,
-              m->job_count, m->buffer_rows, m->large_count, m->max_rows, s_buffer_mib (m));
+              m->kernel_name, m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
+              m->row_ns / 1e3, m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
+              m->buffer_rows, m->large_count, m->max_rows, s_buffer_mib (m));
     return m;
 failed:
     weights_destroy (&w);
@@ -264,6 +310,7 @@ uint32_t model_input_size (const model_t *m) { return m->input_size; }
 uint32_t model_output_size (const model_t *m) { return m->output_size; }
 uint32_t model_max_rows (const model_t *m) { return m->max_rows; }
 uint32_t model_instance_count (const model_t *m) { return m->instance_count; }
+uint32_t model_queue_depth (const model_t *m) { return m->cfg.queue_depth; }
 model_type_t model_type (const model_t *m) { return m->cfg.type; }
 uint32_t model_window (const model_t *m) { return m->window; }
 uint32_t model_step_size (const model_t *m) { return m->step_size; }
@@ -291,6 +338,9 @@ void model_describe (model_t *m, model_info_t *info)
     info->max_rows = m->max_rows;
     info->max_batch_rows = m->batch_rows;
     info->queue_depth = m->cfg.queue_depth;
+    info->max_queue_us = m->cfg.max_queue_us;
+    info->launch_ns = m->launch_ns;
+    info->row_ns = m->row_ns;
     info->instances = m->instance_count;
     info->window = m->window;
     info->step_size = m->step_size;

@@ -35,6 +35,8 @@ model_type_t model_type (const model_t *m);
 uint32_t model_window (const model_t *m);
 uint32_t model_step_size (const model_t *m);
 uint32_t model_instance_count (const model_t *m);
+/* Requests that may wait for a worker: as configured, or derived at load from max_queue_us. */
+uint32_t model_queue_depth (const model_t *m);
 /* The configuration as given (before "auto" resolved the backend). */
 const model_config_t *model_config (const model_t *m);
 /* True while at least one instance can run. */
@@ -61,6 +63,8 @@ typedef struct {
     const char *selected_by;        /* "config" or "measurement" */
     uint32_t input_size, output_size, max_rows, max_batch_rows, queue_depth, instances;
     uint32_t window, step_size;     /* lstm; 0 for an mlp */
+    uint32_t max_queue_us;
+    uint64_t launch_ns, row_ns;     /* a launch of r rows, as timed at load: launch_ns + r x row_ns */
     bool available;
     size_t candidate_count;         /* what "auto" measured, fastest first */
     const autoselect_candidate_t *candidates;

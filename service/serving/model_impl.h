@@ -19,6 +19,8 @@ typedef struct {
     int cpus[CONFIG_MAX_CPUS];          /* cpus[i % n] of the model, or the GPU's NUMA node */
     backend_model_t *impl;              /* this instance's backend context */
     ring_t requests;                    /* front -> worker: admitted jobs */
+    uint64_t rows_admitted;             /* front: rows of the jobs pushed onto requests, ever ... */
+    _Atomic uint64_t rows_taken;        /* ... and (worker) of those popped: the difference waits */
     ring_t done;                        /* worker -> front: finished jobs */
     waker_t wake;                       /* the worker sleeps on it when idle */
     pthread_t thread;
@@ -44,6 +46,13 @@ struct _model_t {
     uint32_t window, step_size;         /* lstm; 0 for an mlp */
     uint32_t max_rows;                  /* rows one request may carry */
     uint32_t batch_rows;                /* rows one launch may carry (max_batch_rows) */
+    /* A launch of r rows takes about (launch_ns + r x row_ns) x drift / 1024: the first two timed at
+     * load (model_time.c), drift the workers' running ratio of measured to predicted (1024 = as timed). */
+    uint64_t launch_ns, row_ns;
+    _Atomic uint32_t drift;
+    uint64_t max_queue_ns;              /* cfg.max_queue_us */
+    uint64_t shed_logged_at;            /* front: the last shed log line, and sheds since */
+    uint64_t shed_unlogged;
     bool busy_poll;                     /* workers spin instead of sleeping when idle */
     uint64_t spin_ns;                   /* without busy_poll: spin this long idle before sleeping */
     stats_t *stats;
@@ -73,5 +82,13 @@ struct _model_t {
 
 /* worker.c */
 void *worker_main (void *instance);
+
+/* model_time.c: times a launch of 1 and of up to max_batch_rows rows on instance 0 (launch_ns,
+ * row_ns); 0, or -1 with ERR when the backend fails. */
+int model_time (model_t *m, char *err, size_t errlen);
+/* The expected time (ns) before the rows queued on IN start, from the launch cost model. */
+uint64_t model_expected_wait (const model_t *m, const instance_t *in);
+/* A worker's launch of ROWS rows took NS: the drift follows it. */
+void model_observe_launch (model_t *m, uint32_t rows, uint64_t ns);
 
 #endif

@@ -23,6 +23,14 @@ static void s_finish (instance_t *in, job_t *j)
         _mm_pause ();
 }
 
+/* Takes the head of the queue (already peeked), counting its rows as no longer waiting. */
+static void s_pop (instance_t *in, job_t *j)
+{
+    ring_pop (&in->requests);
+    atomic_store_explicit (&in->rows_taken, atomic_load_explicit (&in->rows_taken, memory_order_relaxed) + j->rows,
+                           memory_order_relaxed);
+}
+
 static void s_fail_job (job_t *j, sig_status_t status, const char *fmt, const char *arg)
 {
     j->status = status;
@@ -41,7 +49,7 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
             break;      /* a stream step goes alone (s_stream_step), after what was taken */
         if (n > 0 && *rows + j->rows > m->batch_rows)
             break;
-        ring_pop (&in->requests);
+        s_pop (in, j);
         uint64_t now = clock_now_ns ();
         j->t_start = now;
         j->compute_ns = 0;
@@ -129,8 +137,10 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
         }
         at += (size_t) j->rows * out_row;
     }
-    if (st == SIG_OK)
+    if (st == SIG_OK) {
         atomic_fetch_add_explicit (&in->served, n, memory_order_relaxed);
+        model_observe_launch (m, rows, t1 - t0);
+    }
     if (m->cfg.keep_warm_us) {
         job_t *last = in->taken[n - 1];
         memcpy (in->warm_in, last->features, in_row * sizeof (float));
@@ -197,6 +207,7 @@ static void s_stream_step (instance_t *in, job_t *j)
     j->batch_rows = 0;
     int slot = -1;
     bool fresh = false;
+    uint64_t t_step = 0;
     if (atomic_load_explicit (&in->abort, memory_order_relaxed))
         s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
     else if (j->deadline_us && now - j->t_recv > (uint64_t) j->deadline_us * 1000) {
@@ -219,7 +230,7 @@ static void s_stream_step (instance_t *in, job_t *j)
         if (fresh)
             m->iface->stream_reset (in->impl, (uint32_t) slot);
         char err[JOB_ERROR_MAX];
-        uint64_t t0 = clock_now_ns ();
+        uint64_t t0 = t_step = clock_now_ns ();
         sig_status_t st = m->iface->stream_step (in->impl, (uint32_t) slot, j->features, j->outputs, err, sizeof err);
         uint64_t t1 = clock_now_ns ();
         j->t_start = t0;
@@ -242,8 +253,10 @@ static void s_stream_step (instance_t *in, job_t *j)
     s_finish (in, j);
     if (m->front)
         waker_wake (m->front);
-    if (slot >= 0 && j->status == SIG_OK)
+    if (slot >= 0 && j->status == SIG_OK) {
         m->iface->stream_advance (in->impl, (uint32_t) slot);
+        model_observe_launch (m, 1, clock_now_ns () - t_step);     /* the step and the advance: the worker's time */
+    }
 }
 
 void *worker_main (void *arg)
@@ -261,7 +274,7 @@ void *worker_main (void *arg)
         uint32_t rows = 0, finished = 0;
         job_t *head = ring_peek (&in->requests);
         if (head && head->stream_id) {
-            ring_pop (&in->requests);
+            s_pop (in, head);
             s_stream_step (in, head);
             last_active = clock_now_ns ();
             continue;
