@@ -971,7 +971,7 @@ START_TEST (a_cpu_lstm_is_placed_on_the_cpu_and_pinned_only_when_asked)
         fclose (f);
     ck_assert_str_ne (own, "");
     for (int i = 0; i < 2; i++) {
-        char name[16];
+        char name[32];
         snprintf (name, sizeof name, "w%d-seq", i);
         ck_assert_msg (s_thread_cpus (pid, name, cpus, sizeof cpus) == 0, "no thread %s", name);
         ck_assert_msg (strcmp (cpus, own) == 0, "%s may run on %s, the process on %s", name, cpus, own);
