@@ -250,6 +250,7 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert_uint_eq (cfg->server.queue_depth, 0);
     ck_assert_uint_eq (cfg->server.drain_ms, 500);
     ck_assert_uint_eq (cfg->server.spin_us, 0);
+    ck_assert_uint_eq (cfg->server.inline_us, 20);
     ck_assert_str_eq (cfg->server.http, "");
     ck_assert_int_eq (cfg->server.log_format, LOG_FORMAT_TEXT);
     ck_assert_uint_eq (cfg->server.stats_interval_s, 60);
@@ -261,7 +262,7 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     config_destroy (&cfg);
 
     /* Given: every value lands, and a server queue_depth is the models' default. */
-    cfg = s_parse ("{'server': {" ENDPOINT ", 'queue_depth': 9, 'cpus': [1, 0], 'drain_ms': 0, 'spin_us': 75, "
+    cfg = s_parse ("{'server': {" ENDPOINT ", 'queue_depth': 9, 'cpus': [1, 0], 'drain_ms': 0, 'spin_us': 75, 'inline_us': 0, "
                    "  'http': '0.0.0.0:9464', 'log_format': 'json', 'stats_interval_s': 0, 'heartbeat_ms': 0,"
                    "  'max_connections': 0, 'max_inflight_per_client': 100, 'ipc_mode': '660',"
                    "  'curve': {'secret_key_file': 'keys/server_secret', 'allowed_clients': '/etc/clients'}},"
@@ -273,6 +274,7 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert_msg (cfg != NULL, "%s", err);
     ck_assert (cfg->server.queue_depth_given);
     ck_assert_uint_eq (cfg->server.spin_us, 75);
+    ck_assert_uint_eq (cfg->server.inline_us, 0);
     ck_assert_uint_eq (cfg->server.cpu_count, 2);
     ck_assert_int_eq (cfg->server.cpus[0], 1);
     ck_assert_int_eq (cfg->server.cpus[1], 0);
@@ -435,7 +437,7 @@ static const bad_case_t s_bad[] = {
       "test.json: modles: unknown key (expected one of server, models)" },
     { "unknown server key", WITH_SERVER (", 'bogus': 1"),
       "test.json: server.bogus: unknown key (expected one of endpoints, max_message_bytes, busy_poll, "
-      "spin_us, log_level, log_format, io_threads, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, "
+      "spin_us, inline_us, log_level, log_format, io_threads, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, "
       "heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode)" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
@@ -498,6 +500,8 @@ static const bad_case_t s_bad[] = {
       "test.json: server.queue_depth: expected an integer from 1 to 65536, got 65537" },
     { "model queue_depth low", WITH_MODEL (", 'queue_depth': 0"),
       "test.json: models[0].queue_depth: expected an integer from 1 to 65536, got 0" },
+    { "inline_us high", WITH_SERVER (", 'inline_us': 10001"),
+      "test.json: server.inline_us: expected an integer from 0 to 10000, got 10001" },
     { "max_queue_us low", WITH_MODEL (", 'max_queue_us': 0"),
       "test.json: models[0].max_queue_us: expected an integer from 1 to 60000000, got 0" },
     { "max_queue_us high", WITH_MODEL (", 'max_queue_us': 60000001"),

@@ -552,8 +552,10 @@ static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
 
 static void s_setup (void)
 {
+    /* Every request to a worker: these tests are about the workers (isolation, batching, instances,
+     * keep-warm); test_dispatch and test_noalloc cover what the front runs itself. */
     const tu_fixture_options_t options = { .tick_backend = "auto", .odd_kernel = "loop", .slow = true,
-                                           .queue_depth = 256, .extra_models = EXTRA_MODELS };
+                                           .queue_depth = 256, .extra_models = EXTRA_MODELS, .no_inline = true };
     tu_fixture_setup (&s_fx, &options);
 }
 

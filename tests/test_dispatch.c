@@ -89,6 +89,7 @@ static void s_release (int from)
 #define STEP 3
 #define TIMED_DEPTH 4096        /* model "timed": a queue deep enough that time refuses first */
 #define TIMED_MAX_QUEUE_US 20
+#define WIDE 1536               /* model "wide": 5 -> 1536 -> 1536 -> 2, far over inline_us (20) a launch */
 
 static char *s_dir;
 static config_t *s_cfg;
@@ -109,6 +110,16 @@ static void s_setup (void)
     char path[4200], err[1024];
     snprintf (path, sizeof path, "%s/mlp.safetensors", s_dir);
     ck_assert_msg (safetensors_write_f32 (path, t, 4, err, sizeof err) == 0, "%s", err);
+    weights_destroy (&w);
+    const uint32_t wide_sizes[] = { IN, WIDE, WIDE, OUT };
+    const activation_t wide_acts[] = { ACTIVATION_TANH, ACTIVATION_TANH, ACTIVATION_NONE };
+    w = weights_random (wide_sizes, wide_acts, 3, 19);
+    st_write_tensor_t wt[3] = {
+        { "a.weight", 2, { WIDE, IN }, w->layers[0].weight }, { "b.weight", 2, { WIDE, WIDE }, w->layers[1].weight },
+        { "c.weight", 2, { OUT, WIDE }, w->layers[2].weight },
+    };
+    snprintf (path, sizeof path, "%s/wide.safetensors", s_dir);
+    ck_assert_msg (safetensors_write_f32 (path, wt, 3, err, sizeof err) == 0, "%s", err);
     weights_destroy (&w);
     const lstm_shape_t shape = { .layers = 1, .step_size = STEP, .hidden = 4, .out = OUT, .window = WINDOW };
     snprintf (path, sizeof path, "%s/seq.safetensors", s_dir);
@@ -131,7 +142,11 @@ static void s_setup (void)
               "   { \"name\": \"timed\", \"backend\": \"cpu\", \"instances\": 1, \"max_rows\": 1, \"max_batch_rows\": 1,\n"
               "     \"queue_depth\": %d, \"max_queue_us\": %d, \"weights\": \"mlp.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"
-              "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] } ] }\n",
+              "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] },\n"
+              "   { \"name\": \"wide\", \"backend\": \"cpu\", \"max_rows\": 1, \"weights\": \"wide.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": null, \"activation\": \"tanh\" },\n"
+              "                 { \"weight\": \"b.weight\", \"bias\": null, \"activation\": \"tanh\" },\n"
+              "                 { \"weight\": \"c.weight\", \"bias\": null } ] } ] }\n",
               MAX_ROWS, DEPTH, WINDOW, MAX_ROWS, DEPTH, TIMED_DEPTH, TIMED_MAX_QUEUE_US);
     char *config = tu_write_file (s_dir, "dispatch.json", json, -1);
     s_cfg = config_load (config, err, sizeof err);
@@ -193,7 +208,7 @@ static sig_status_t s_admit (model_t *m, request_t *r, char *err, size_t errlen)
                             .stream_id = r->stream, .t_recv = clock_now_ns (), .rows = r->rows,
                             .features = r->features, .feature_count = r->feature_count };
     err[0] = '\0';
-    return dispatch_admit (m, &a, err, errlen);
+    return dispatch_admit (m, &a, NULL, err, errlen);
 }
 
 static void s_admit_ok (model_t *m, request_t *r)
@@ -260,7 +275,7 @@ static sig_status_t s_admit_by (model_t *m, request_t *r, uint32_t deadline_us, 
                             .t_recv = clock_now_ns (), .rows = r->rows, .deadline_us = deadline_us,
                             .features = r->features, .feature_count = r->feature_count };
     err[0] = '\0';
-    return dispatch_admit (m, &a, err, errlen);
+    return dispatch_admit (m, &a, NULL, err, errlen);
 }
 
 /* Admission by time on model "timed" (one instance, batches of one row, max_queue_us 20, a queue
@@ -561,6 +576,119 @@ START_TEST (a_full_queue_answers_overloaded_and_takes_nothing)
 }
 END_TEST
 
+static sig_status_t s_admit_inline (model_t *m, request_t *r, uint64_t t_recv, uint32_t deadline_us, job_t **ran,
+                                    char *err, size_t errlen)
+{
+    const admission_t a = { .socket = 3, .envelope = r->envelope, .envelope_count = 2, .request_id = r->id,
+                            .stream_id = r->stream, .step = r->stream ? 1 : 0, .t_recv = t_recv, .rows = r->rows,
+                            .deadline_us = deadline_us, .features = r->features, .feature_count = r->feature_count,
+                            .may_inline = true };
+    err[0] = '\0';
+    return dispatch_admit (m, &a, ran, err, errlen);
+}
+
+/* Run to completion (server.inline_us 20, the default): a request the front may inline, of a CPU
+ * model with nothing queued whose launch is predicted under 20 us, is computed at admission on the
+ * front's own context and handed back finished (no worker rung, no instance counts it, the stats
+ * do), its outputs the reference's and bit for bit what a worker computes from the same features;
+ * one past its deadline is DEADLINE_EXCEEDED as a worker would answer it. Not inlined: when the
+ * front may not (under load), when a request of the model waits already, a stream step (an LSTM
+ * keeps no front context), and a model whose launch is predicted over inline_us ("wide"). */
+START_TEST (inline_runs_on_the_front_only_when_nothing_waits)
+{
+    char err[512];
+    stats_t *stats = stats_new ();
+    ck_assert_uint_eq (s_cfg->server.inline_us, 20);
+    model_t *m = model_new (&s_cfg->models[0], &s_cfg->server, stats, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    model_t *seq = s_model (1);
+    model_t *wide = model_new (&s_cfg->models[4], &s_cfg->server, stats, err, sizeof err);
+    ck_assert_msg (wide != NULL, "%s", err);
+    const int slot = model_stats_slot (m);
+    s_hold (3 + 3 + 1);
+    static request_t reqs[8];
+    job_t *ran = NULL;
+    /* 1. Inlined: finished at admission, equal to the reference. */
+    s_request (&reqs[0], 1, 3, 0, IN, 41);
+    ck_assert_int_eq (s_admit_inline (m, &reqs[0], clock_now_ns (), 0, &ran, err, sizeof err), SIG_OK);
+    ck_assert_ptr_nonnull (ran);
+    ck_assert_int_eq (ran->status, SIG_OK);
+    ck_assert_uint_eq (ran->request_id, 1);
+    ck_assert_uint_eq (ran->batch_rows, 3);
+    ck_assert_uint_gt (ran->compute_ns, 0);
+    s_assert_envelope (ran);
+    double ref[MAX_ROWS * OUT];
+    ck_assert_int_eq (reference_forward (s_mlp_w, reqs[0].features, 3, ref), 0);
+    ck_assert_msg (tu_rel_error (ran->outputs, ref, 3 * OUT) <= 1e-5, "relative error %.3g",
+                   tu_rel_error (ran->outputs, ref, 3 * OUT));
+    float inlined[MAX_ROWS * OUT];
+    memcpy (inlined, ran->outputs, sizeof (float) * 3 * OUT);
+    ck_assert_int_eq (s_recorded_count, 0);                 /* no worker rung */
+    ck_assert_uint_eq (dispatch_inflight (m), 1);           /* its job, until the reply is sent */
+    ck_assert_uint_eq (stats_inline (stats, (size_t) slot), 1);
+    s_return (m, ran);
+    /* 2. Past its deadline at admission: not run, answered as a worker would. */
+    s_request (&reqs[1], 2, 1, 0, IN, 42);
+    ck_assert_int_eq (s_admit_inline (m, &reqs[1], clock_now_ns () - 5000000, 1000, &ran, err, sizeof err), SIG_OK);
+    ck_assert_ptr_nonnull (ran);
+    ck_assert_int_eq (ran->status, SIG_DEADLINE_EXCEEDED);
+    ck_assert_msg (strncmp (ran->error, "deadline_us: the request waited ", 32) == 0, "%s", ran->error);
+    ck_assert_uint_eq (ran->compute_ns, 0);
+    s_return (m, ran);
+    /* 3. The front may not (busy): queued for a worker. Then with that one waiting, a request that
+     * may is queued too. */
+    s_request (&reqs[2], 3, 3, 0, IN, 41);     /* the same features as request 1 */
+    const admission_t busy = { .socket = 3, .envelope = reqs[2].envelope, .envelope_count = 2, .request_id = 3,
+                               .t_recv = clock_now_ns (), .rows = 3, .features = reqs[2].features,
+                               .feature_count = reqs[2].feature_count, .may_inline = false };
+    ck_assert_int_eq (dispatch_admit (m, &busy, &ran, err, sizeof err), SIG_OK);
+    ck_assert_ptr_null (ran);
+    s_request (&reqs[3], 4, 1, 0, IN, 43);
+    ck_assert_int_eq (s_admit_inline (m, &reqs[3], clock_now_ns (), 0, &ran, err, sizeof err), SIG_OK);
+    ck_assert_ptr_null (ran);
+    ck_assert_int_eq (s_recorded_count, 2);
+    ck_assert_uint_eq (dispatch_queued (m), 2);
+    /* 4. A stream step, and a model over inline_us: queued. */
+    s_request (&reqs[4], 5, 1, 77, STEP, 44);
+    ck_assert_int_eq (s_admit_inline (seq, &reqs[4], clock_now_ns (), 0, &ran, err, sizeof err), SIG_OK);
+    ck_assert_ptr_null (ran);
+    model_info_t *info = calloc (1, sizeof *info);
+    model_describe (wide, info);
+    ck_assert_msg (info->launch_ns + info->row_ns > 20000, "wide takes %llu ns a row: not over inline_us",
+                   (unsigned long long) (info->launch_ns + info->row_ns));
+    s_request (&reqs[5], 6, 1, 0, IN, 45);
+    ck_assert_int_eq (s_admit_inline (wide, &reqs[5], clock_now_ns (), 0, &ran, err, sizeof err), SIG_OK);
+    ck_assert_ptr_null (ran);
+    ck_assert_int_eq (s_recorded_count, 4);
+    ck_assert_uint_eq (stats_inline (stats, (size_t) slot), 2);     /* 1 and 2 */
+    ck_assert_uint_eq (stats_inline (stats, (size_t) model_stats_slot (wide)), 0);
+    /* The workers' answers: request 3 bit for bit request 1's. */
+    s_release (0);
+    job_t *jobs[2];
+    s_collect (m, jobs, 2);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq (jobs[k]->status, SIG_OK);
+        if (jobs[k]->request_id == 3)
+            ck_assert_mem_eq (jobs[k]->outputs, inlined, sizeof (float) * 3 * OUT);
+        s_return (m, jobs[k]);
+    }
+    s_collect (seq, jobs, 1);
+    ck_assert_int_eq (jobs[0]->status, SIG_OK);
+    s_return (seq, jobs[0]);
+    s_collect (wide, jobs, 1);
+    ck_assert_int_eq (jobs[0]->status, SIG_OK);
+    s_return (wide, jobs[0]);
+    ck_assert_uint_eq (model_instance_requests (m, 0) + model_instance_requests (m, 1) + model_instance_requests (m, 2), 2);
+    for (int i = 0; i < 6; i++)
+        zmq_msg_close (&reqs[i].envelope[0]), zmq_msg_close (&reqs[i].envelope[1]);
+    free (info);
+    model_destroy (&wide);
+    model_destroy (&seq);
+    model_destroy (&m);
+    stats_destroy (&stats);
+}
+END_TEST
+
 START_TEST (every_request_buffer_in_use_answers_overloaded)
 {
     /* Finished jobs whose replies were never sent stay out of the pool. The pool holds queue_depth
@@ -689,6 +817,7 @@ int main (void)
     tcase_add_test (tc, abort_answers_queued_jobs_unavailable_without_running_them);
     tcase_add_test (tc, large_requests_borrow_the_large_buffers);
     tcase_add_test (tc, admission_by_time_refuses_what_would_wait_too_long);
+    tcase_add_test (tc, inline_runs_on_the_front_only_when_nothing_waits);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

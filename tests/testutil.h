@@ -53,6 +53,7 @@ typedef struct {
     bool slow;
     uint32_t queue_depth;           /* tick_mlp's and odd's (0: the default) */
     const char *extra_models;       /* NULL or ", { ... }" */
+    bool no_inline;                 /* server.inline_us 0: every request goes to a worker */
 } tu_fixture_options_t;
 typedef struct {
     tu_fixture_options_t options;

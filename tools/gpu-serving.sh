@@ -6,7 +6,7 @@
 # keep-warm, metrics scraped vs not, and (with two GPUs) 1 vs 2 GPUs. Binaries and libraries come
 # from tools/gpu-libs.sh (.gpubuild, .devlibs); pyzmq for the peers as a wheel in .whl.
 #
-#   OUT=... STEPS="floor sweeps scale models lowload peers warm metrics gpus" bash tools/gpu-serving.sh
+#   OUT=... STEPS="floor sweeps scale models lowload peers warm metrics core gpus" bash tools/gpu-serving.sh
 #
 # Every step writes its sigload tables to $OUT/logs/<step>.log; a summary table is printed last.
 # Cores: the host has 16 (x2 host: 32). sigload runs on the last 8, servers on the first ones.
@@ -167,6 +167,34 @@ metrics)    # metrics on and scraped every second, against off, same run
         [ -n "$scraper" ] && kill "$scraper"
         stop
     done
+    ;;
+core)       # issue 18: the default config (tick_mlp on the CPU) against the echo floor in the same sigload
+            # call at 1k/s and 10k/s, server.inline_us 0 (every request handed to a worker) vs the
+            # default, CORE_ROUNDS interleaved rounds; the model in process (sigbench); the CPU an idle
+            # server uses; three 15 ms stalls (SIGSTOP) during 10k/s, counting what is shed.
+    taskset -c 1 "$B/sigbench" --weights "$WEIGHTS" --cpu 1 --iterations 20000 >"$LOGS/core-inprocess.log" 2>&1
+    { echo "### core-inprocess"; grep -E '^\|' "$LOGS/core-inprocess.log"; echo; } >>"$SUMMARY"
+    for round in $(seq 1 "${CORE_ROUNDS:-5}"); do
+        for v in handoff default; do
+            s='"endpoints": ["tcp://127.0.0.1:5555"]'
+            [ "$v" = handoff ] && s="$s, \"inline_us\": 0"
+            config "core-$v" "$s" "$(model tick_mlp '"backend": "cpu",')"
+            serve "core-$v" 0-5 || continue
+            load "core-$v-r$round" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" --connections 1 \
+                --rate 1k,10k
+            stop
+        done
+    done
+    config core-idle '"endpoints": ["tcp://127.0.0.1:5555"]' "$(model tick_mlp '"backend": "cpu",')"
+    if serve core-idle 0-5; then
+        sleep 1
+        t0=$(awk '{print $14 + $15}' "/proc/$SERVER/stat"); sleep 5; t1=$(awk '{print $14 + $15}' "/proc/$SERVER/stat")
+        echo "idle: $((t1 - t0)) clock ticks of CPU in 5 s ($(getconf CLK_TCK) a second)" | tee -a "$SUMMARY" >"$LOGS/core-idle.log"
+        ( sleep "$(awk "BEGIN { print $WARMUP + 1 }")"; for _ in 1 2 3; do kill -STOP "$SERVER"; sleep 0.015; kill -CONT "$SERVER"; sleep 0.4; done ) &
+        load core-stalls --endpoint tcp://127.0.0.1:5555 --model tick_mlp --connections 1 --rate 10k --duration 3
+        wait $!
+        stop
+    fi
     ;;
 gpus)       # two GPUs: one model's instances on GPU 0, then on GPUs 0 and 1
     for d in '[0]' '[0, 1]'; do

@@ -145,6 +145,8 @@ static const key_spec_t s_server_keys[] = {
       .min = 64, .max = 64 * 1024 * 1024, .def = 65536 },
     { .name = "busy_poll", .type = KEY_BOOL, FIELD (server_config_t, busy_poll), .def = false },
     { .name = "spin_us", .type = KEY_U32, FIELD (server_config_t, spin_us), .min = 0, .max = 100000, .def = 0 },
+    { .name = "inline_us", .type = KEY_U32, FIELD (server_config_t, inline_us), .min = 0, .max = 10000,
+      .def = CONFIG_INLINE_US_DEFAULT },
     { .name = "log_level", .type = KEY_ENUM_NAME, FIELD (server_config_t, log_level),
       .choices = s_log_level_names, .def = 2 /* info */ },
     { .name = "log_format", .type = KEY_ENUM, FIELD (server_config_t, log_format),

@@ -14,6 +14,8 @@
 #define CONFIG_MAX_LAYERS 64
 /* A request that would wait longer than this for a worker is refused OVERLOADED at once (max_queue_us). */
 #define CONFIG_MAX_QUEUE_US_DEFAULT 10000
+/* A CPU model's request that takes less than this (timed at load) runs on the front when nothing waits. */
+#define CONFIG_INLINE_US_DEFAULT 20
 #define CONFIG_NAME_MAX 64      /* model names, versions, tensor names: bytes incl. NUL */
 #define CONFIG_PATH_MAX 4096
 #define CONFIG_ENDPOINT_MAX 256
@@ -94,6 +96,7 @@ typedef struct {
     uint32_t max_message_bytes;
     bool busy_poll;
     uint32_t spin_us;               /* without busy_poll: how long an idle thread spins before it sleeps */
+    uint32_t inline_us;             /* the front runs a CPU model's request itself when it takes less (0: never) */
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;
     uint32_t queue_depth;           /* deprecated: the default of every model's queue_depth (0: not given) */

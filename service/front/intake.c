@@ -155,13 +155,21 @@ static void s_admit (server_t *self, message_t *msg, const Sigserve__V1__InferRe
                                 .request_id = req->request_id, .stream_id = req->stream_id, .step = req->step,
                                 .t_recv = msg->t_recv, .rows = rows, .deadline_us = req->deadline_us,
                                 .features = req->features, .feature_count = req->n_features,
-                                .client = limited ? &client : NULL };
-        st = dispatch_admit (m, &a, self->error, ERROR_MAX);
+                                .client = limited ? &client : NULL,
+                                /* the only message of its turn, after a turn of at most one: under load
+                                 * the front hands requests off rather than compute them one by one */
+                                .may_inline = self->turn_taken == 0 && self->last_turn_taken <= 1 };
+        job_t *ran = NULL;
+        st = dispatch_admit (m, &a, &ran, self->error, ERROR_MAX);
         if (st == SIG_OK) {
             if (limited)
                 clients_add (self->clients, &client);
             endpoints_hold (self->endpoints, msg->socket);
             self->counters.admitted++;
+            if (ran) {
+                self->counters.inlined++;
+                front_send_job (self, m, ran);
+            }
             return;
         }
     }
@@ -200,6 +208,7 @@ bool front_intake (server_t *self)
 {
     message_t msg;
     int taken = 0, progress = 1;
+    self->turn_taken = 0;
     while (progress && taken < JOB_INTAKE_TURN) {
         progress = 0;
         for (int s = endpoints_first (self->endpoints); s >= 0 && taken < JOB_INTAKE_TURN;
@@ -207,9 +216,11 @@ bool front_intake (server_t *self)
             if (s_recv (self, s, &msg)) {
                 s_handle (self, &msg);
                 taken++;
+                self->turn_taken = taken;
                 progress = 1;
             }
     }
+    self->last_turn_taken = taken;
     if (taken)
         self->last_message = clock_now_ns ();
     return taken > 0;

@@ -118,6 +118,9 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
     if (strcmp (now->http, next->http) != 0)
         log_warn ("reload: server.http changed (\"%s\" -> \"%s\"): takes effect at the next restart; kept \"%s\"",
                   now->http, next->http, now->http);
+    if (now->inline_us != next->inline_us)
+        log_warn ("reload: server.inline_us changed (%u -> %u): applies to the models loaded from now on (new or "
+                  "changed ones); the others keep %u", now->inline_us, next->inline_us, now->inline_us);
     if (now->busy_poll != next->busy_poll)
         log_warn ("reload: server.busy_poll changed: takes effect at the next restart; kept %s",
                   now->busy_poll ? "true" : "false");

@@ -82,8 +82,7 @@ void front_send_error (server_t *self, int socket, zmq_msg_t *envelope, int coun
     front_send (self, socket, envelope, count, &reply);
 }
 
-/* The reply of a job a worker finished. */
-static void s_send_job (server_t *self, model_t *m, job_t *j)
+void front_send_job (server_t *self, model_t *m, job_t *j)
 {
     Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
     Sigserve__V1__InferReply infer = SIGSERVE__V1__INFER_REPLY__INIT;
@@ -131,7 +130,7 @@ bool front_collect (server_t *self)
         model_t *m = self->answering[i];
         job_t *j;
         while ((j = dispatch_next_done (m)) != NULL) {
-            s_send_job (self, m, j);
+            front_send_job (self, m, j);
             any = true;
         }
     }

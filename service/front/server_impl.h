@@ -68,6 +68,7 @@ struct _server_t {
     model_registry_t *placeholder;      /* the empty set served while loading (the front's own) */
     uint64_t drain_until;
     uint64_t last_message;              /* CLOCK_MONOTONIC ns of the last message taken */
+    int turn_taken, last_turn_taken;    /* messages taken in this intake turn so far, and in the last one */
     uint64_t last_activity;
     uint64_t last_warn;                 /* rate limit of the send-failure warning */
     uint64_t last_watch;                /* the connection events were last read */
@@ -98,6 +99,8 @@ void front_send_error (server_t *self, int socket, zmq_msg_t *envelope, int coun
                        sig_status_t status, const char *model_version, int slot, uint64_t t_recv);
 /* Sends the replies of every finished job. True when there were any. */
 bool front_collect (server_t *self);
+/* The reply of job J of M, finished by a worker or run on the front (inline); J goes back to the pool. */
+void front_send_job (server_t *self, model_t *m, job_t *j);
 /* The reply buffer grown for MODELS' largest reply. 0, or -1 with ERR. */
 int front_reply_buffer (server_t *self, model_registry_t *models, char *err, size_t errlen);
 

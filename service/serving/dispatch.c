@@ -98,8 +98,10 @@ static sig_status_t s_check_wait (model_t *m, const instance_t *in, const admiss
     return SIG_OK;
 }
 
-sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t errlen)
+sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char *err, size_t errlen)
 {
+    if (ran)
+        *ran = NULL;
     if (a->stream_id && !m->iface->stream_step) {   /* request_check_infer refuses it first; never run it */
         snprintf (err, errlen, "stream_id: model \"%s\" keeps no streams; send stream_id 0", m->cfg.name);
         return SIG_BAD_SHAPE;
@@ -156,6 +158,14 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, char *err, size_t
     if (a->client)
         j->client = *a->client;
     memcpy (j->features, a->features, a->feature_count * sizeof (float));
+    if (ran && a->may_inline && m->inline_ns && !a->stream_id && dispatch_queued (m) == 0
+        && model_launch_ns (m, a->rows) <= m->inline_ns) {
+        worker_run_inline (m, j);
+        if (m->stats)
+            stats_count_inline (m->stats, m->stats_slot);
+        *ran = j;
+        return SIG_OK;
+    }
     if (!a->stream_id)
         m->next_instance = (in->index + 1) % m->instance_count;
     in->rows_admitted += j->rows;   /* before the worker can take it: rows_taken never passes it */

@@ -212,6 +212,14 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
     for (uint32_t i = 0; i < m->instance_count; i++)
         if (s_instance_load (m, &m->instances[i], i, w, err, errlen) != 0)
             goto failed;
+    /* The front's own context, for the requests it runs itself: CPU models without streams (a
+     * stream's window lives in its instance) and without keep_warm_us (which keeps the workers warm
+     * for the next request: that request must then go to them). */
+    if (server->inline_us && m->iface->device == BACKEND_DEVICE_CPU && !m->iface->stream_step && !cfg->keep_warm_us) {
+        if (!(m->front_impl = m->iface->load (w, &m->cfg, 0, err, errlen)))
+            goto failed;
+        m->inline_ns = (uint64_t) server->inline_us * 1000;
+    }
     weights_destroy (&w);
     m->max_queue_ns = (uint64_t) cfg->max_queue_us * 1000;
     if (model_time (m, err, errlen) != 0)
@@ -250,11 +258,13 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
                                        in->cpu_count > 1 ? "+" : "");
     }
     log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
-              "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row; max_queue_us %u, queue_depth %u%s; "
+              "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
               "request buffers %u x %u rows + %u x %u rows (%.1f MiB)",
               m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
               m->kernel_name, m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
-              m->row_ns / 1e3, m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
+              m->row_ns / 1e3, !m->inline_ns ? "" : model_launch_ns (m, 1) <= m->inline_ns ? " (run on the front when idle)"
+                                                  : " (over server.inline_us: never run on the front)",
+              m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
               m->buffer_rows, m->large_count, m->max_rows, s_buffer_mib (m));
     return m;
 failed:
@@ -276,6 +286,8 @@ void model_destroy (model_t **self_p)
             pthread_join (in->thread, NULL);
         }
     }
+    if (m->front_impl)
+        m->iface->destroy (&m->front_impl);
     for (uint32_t i = 0; m->instances && i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
         if (in->impl)

@@ -51,6 +51,10 @@ struct _model_t {
     uint64_t launch_ns, row_ns;
     _Atomic uint32_t drift;
     uint64_t max_queue_ns;              /* cfg.max_queue_us */
+    /* Run to completion on the front (server.inline_us): a request whose launch is predicted under
+     * inline_ns, when nothing of the model waits, runs on front_impl, the front's own context. */
+    uint64_t inline_ns;                 /* 0: never (not a CPU model, an LSTM, keep_warm_us, or inline_us 0) */
+    backend_model_t *front_impl;
     uint64_t shed_logged_at;            /* front: the last shed log line, and sheds since */
     uint64_t shed_unlogged;
     bool busy_poll;                     /* workers spin instead of sleeping when idle */
@@ -83,11 +87,16 @@ struct _model_t {
 /* worker.c */
 void *worker_main (void *instance);
 
+/* worker.c: runs J (admitted, not queued) on the front's own context, as a worker would. */
+void worker_run_inline (model_t *m, job_t *j);
+
 /* model_time.c: times a launch of 1 and of up to max_batch_rows rows on instance 0 (launch_ns,
  * row_ns); 0, or -1 with ERR when the backend fails. */
 int model_time (model_t *m, char *err, size_t errlen);
 /* The expected time (ns) before the rows queued on IN start, from the launch cost model. */
 uint64_t model_expected_wait (const model_t *m, const instance_t *in);
+/* The predicted time (ns) of one launch of ROWS rows. */
+uint64_t model_launch_ns (const model_t *m, uint32_t rows);
 /* A worker's launch of ROWS rows took NS: the drift follows it. */
 void model_observe_launch (model_t *m, uint32_t rows, uint64_t ns);
 

@@ -94,6 +94,11 @@ uint64_t model_expected_wait (const model_t *m, const instance_t *in)
     return s_cost (m, queued) * atomic_load_explicit (&m->drift, memory_order_relaxed) / DRIFT_ONE;
 }
 
+uint64_t model_launch_ns (const model_t *m, uint32_t rows)
+{
+    return (m->launch_ns + rows * m->row_ns) * atomic_load_explicit (&m->drift, memory_order_relaxed) / DRIFT_ONE;
+}
+
 void model_observe_launch (model_t *m, uint32_t rows, uint64_t ns)
 {
     const uint64_t predicted = m->launch_ns + rows * m->row_ns;

@@ -37,6 +37,17 @@ static void s_fail_job (job_t *j, sig_status_t status, const char *fmt, const ch
     snprintf (j->error, sizeof j->error, fmt, arg);
 }
 
+/* Whether J waited past its deadline_us by NOW; if so it is answered DEADLINE_EXCEEDED, not run. */
+static bool s_past_deadline (job_t *j, uint64_t now)
+{
+    if (!j->deadline_us || now - j->t_recv <= (uint64_t) j->deadline_us * 1000)
+        return false;
+    j->status = SIG_DEADLINE_EXCEEDED;
+    snprintf (j->error, sizeof j->error, "deadline_us: the request waited %.1f us, past its deadline of %u us; not run",
+              (double) (now - j->t_recv) / 1e3, j->deadline_us);
+    return true;
+}
+
 /* Takes what is queued into in->taken, up to the batch's rows (a request larger than the batch
  * goes alone). Requests past their deadline, or arriving after an abort, are answered at once.
  * Returns how many were taken to run; *FINISHED counts those answered without running. */
@@ -60,10 +71,7 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
             (*finished)++;
             continue;
         }
-        if (j->deadline_us && now - j->t_recv > (uint64_t) j->deadline_us * 1000) {
-            j->status = SIG_DEADLINE_EXCEEDED;
-            snprintf (j->error, sizeof j->error, "deadline_us: the request waited %.1f us, past its deadline of %u us; "
-                      "not run", (double) (now - j->t_recv) / 1e3, j->deadline_us);
+        if (s_past_deadline (j, now)) {
             s_finish (in, j);
             (*finished)++;
             continue;
@@ -148,6 +156,28 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
     }
 }
 
+void worker_run_inline (model_t *m, job_t *j)
+{
+    const uint64_t t0 = clock_now_ns ();
+    j->t_start = t0;
+    j->compute_ns = 0;
+    j->batch_rows = 0;
+    if (s_past_deadline (j, t0))
+        return;
+    char err[JOB_ERROR_MAX];
+    const sig_status_t st = m->iface->infer (m->front_impl, j->features, j->rows, j->outputs, err, sizeof err);
+    const uint64_t t1 = clock_now_ns ();
+    j->compute_ns = t1 - t0;
+    j->batch_rows = j->rows;
+    j->status = st;
+    if (st != SIG_OK) {
+        memcpy (j->error, err, sizeof j->error);
+        return;
+    }
+    s_check_outputs (m, j);
+    model_observe_launch (m, j->rows, t1 - t0);
+}
+
 /* With batch_delay_us: after the first request, wait up to that long (from its receipt by this
  * worker) for more, until the batch is full. */
 static uint32_t s_gather_more (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *finished)
@@ -210,10 +240,8 @@ static void s_stream_step (instance_t *in, job_t *j)
     uint64_t t_step = 0;
     if (atomic_load_explicit (&in->abort, memory_order_relaxed))
         s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
-    else if (j->deadline_us && now - j->t_recv > (uint64_t) j->deadline_us * 1000) {
-        j->status = SIG_DEADLINE_EXCEEDED;
-        snprintf (j->error, sizeof j->error, "deadline_us: the request waited %.1f us, past its deadline of %u us; "
-                  "not run", (double) (now - j->t_recv) / 1e3, j->deadline_us);
+    else if (s_past_deadline (j, now)) {
+        /* answered in s_past_deadline */
     } else if (!atomic_load_explicit (&in->available, memory_order_relaxed)) {
         j->status = SIG_UNAVAILABLE;
         snprintf (j->error, sizeof j->error, "model \"%s\" is unavailable on instance %u: %.200s", m->cfg.name,
