@@ -170,18 +170,23 @@ metrics)    # metrics on and scraped every second, against off, same run
     ;;
 core)       # issue 18: the default config (tick_mlp on the CPU) against the echo floor in the same sigload
             # call at 1k/s and 10k/s, server.inline_us 0 (every request handed to a worker) vs the
-            # default, CORE_ROUNDS interleaved rounds; the model in process (sigbench); the CPU an idle
-            # server uses; three 15 ms stalls (SIGSTOP) during 10k/s, counting what is shed.
+            # default, and the same with busy_poll at 10k/s, CORE_ROUNDS interleaved rounds (medians:
+            # tools/core-medians.py); the model in process (sigbench); the CPU an idle server uses;
+            # three 15 ms stalls (SIGSTOP) during 10k/s, counting what is shed.
     taskset -c 1 "$B/sigbench" --weights "$WEIGHTS" --cpu 1 --iterations 20000 >"$LOGS/core-inprocess.log" 2>&1
     { echo "### core-inprocess"; grep -E '^\|' "$LOGS/core-inprocess.log"; echo; } >>"$SUMMARY"
     for round in $(seq 1 "${CORE_ROUNDS:-5}"); do
-        for v in handoff default; do
-            s='"endpoints": ["tcp://127.0.0.1:5555"]'
-            [ "$v" = handoff ] && s="$s, \"inline_us\": 0"
-            config "core-$v" "$s" "$(model tick_mlp '"backend": "cpu",')"
+        for v in ${CORE_VARIANTS:-handoff default busypoll-handoff busypoll}; do
+            s='"endpoints": ["tcp://127.0.0.1:5555"]'; m='"backend": "cpu",'; rates="1k 10k"
+            case $v in busypoll*) s="$s, \"busy_poll\": true, \"cpus\": [2]"; m="$m \"cpus\": [3],"; rates=10k ;; esac
+            case $v in spin*) s="$s, \"spin_us\": ${v#spin}" ;; esac     # spinN: spin_us N
+            case $v in *handoff) s="$s, \"inline_us\": 0" ;; esac
+            config "core-$v" "$s" "$(model tick_mlp "$m")"
             serve "core-$v" 0-5 || continue
-            load "core-$v-r$round" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" --connections 1 \
-                --rate 1k,10k
+            for rate in $rates; do      # the floor at each rate, in the same sigload call
+                load "core-$v-$rate-r$round" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" \
+                    --connections 1 --rate "$rate"
+            done
             stop
         done
     done
