@@ -28,7 +28,8 @@ static tu_fixture_t s_fx;
 static uint64_t s_seed;
 static void *s_ctx;
 
-/* Models next to the fixture's: slower (4x slow's work, and each 15-row request held 400 ms
+/* Models next to the fixture's, each allowed to queue a minute of work (max_queue_us: these tests
+ * build long queues on purpose; "stall" keeps the default): slower (4x slow's work, and each 15-row request held 400 ms
  * waiting for a batch partner that cannot fit, so that it is slow however loaded the machine
  * running the test is); slow_q4, a 4-deep queue whose worker
  * holds each request 300 ms waiting for a batch partner that cannot fit (2-row requests, batches
@@ -39,12 +40,15 @@ static void *s_ctx;
     "     \"batch_delay_us\": 400000, \"weights\": \"slower.safetensors\",\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] },\n" \
     "   { \"name\": \"slow_q4\", \"backend\": \"cpu\", \"max_rows\": 2, \"queue_depth\": 4, \"max_batch_rows\": 3,\n" \
+    "     \"max_queue_us\": 60000000,\n" \
     "     \"batch_delay_us\": 300000, \"weights\": \"slow.safetensors\",\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] },\n" \
     "   { \"name\": \"batcher\", \"backend\": \"cpu\", \"max_rows\": 8, \"max_batch_rows\": 64, \"batch_delay_us\": 20000,\n" \
+    "     \"max_queue_us\": 60000000,\n" \
     "     \"queue_depth\": 256, \"weights\": \"odd.safetensors\",\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] },\n" \
     "   { \"name\": \"pair\", \"backend\": \"cpu\", \"instances\": 2, \"cpus\": [0], \"queue_depth\": 1024,\n" \
+    "     \"max_queue_us\": 60000000,\n" \
     "     \"weights\": \"odd.safetensors\",\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] },\n" \
     "   { \"name\": \"warm\", \"backend\": \"cpu\", \"keep_warm_us\": 1000, \"weights\": \"odd.safetensors\",\n" \

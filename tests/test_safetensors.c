@@ -370,7 +370,7 @@ END_TEST
 START_TEST (test_not_safetensors)
 {
     static const struct { const char *bytes; size_t len; const char *said; } cases[] = {
-        { "PK\x03\x04\x14\x00\x00\x00\x08\x00archive/data.pkl", 28,
+        { "PK\x03\x04\x14\x00\x00\x00\x08\x00archive/data.pkl", 26,
           "not a safetensors file (one starts with an 8-byte little-endian header length, then a JSON header "
           "beginning with '{'; this one's first bytes are 50 4b 03 04 14 00 00 00 08). It is a zip archive: "
           "torch.save writes those (.pt, .pth); save the state dict with safetensors.torch.save_file "

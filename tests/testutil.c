@@ -269,11 +269,12 @@ char *tu_fixture_config (const tu_fixture_t *f, const char *name, int port0, int
               "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:%d\", \"tcp://127.0.0.1:%d\"],\n"
               "              \"max_message_bytes\": 65536, \"log_level\": \"warn\", \"stats_interval_s\": 0%s },\n"
               "  \"models\": [\n"
-              "   { \"name\": \"tick_mlp\", \"backend\": \"%s\", \"max_rows\": 8, %s\"weights\": \"%s/models/tick_mlp.safetensors\",\n"
+              "   { \"name\": \"tick_mlp\", \"backend\": \"%s\", \"max_rows\": 8, \"max_queue_us\": 60000000, %s\"weights\": \"%s/models/tick_mlp.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
               "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"
               "                 { \"weight\": \"4.weight\", \"bias\": \"4.bias\", \"activation\": \"none\" } ] },\n"
-              "   { \"name\": \"odd\", \"backend\": \"cpu\", \"cpu_kernel\": \"%s\", \"version\": \"7b\", \"max_rows\": 7, %s\n"
+              "   { \"name\": \"odd\", \"backend\": \"cpu\", \"cpu_kernel\": \"%s\", \"version\": \"7b\", \"max_rows\": 7,\n"
+              "     \"max_queue_us\": 60000000, %s\n"
               "     \"weights\": \"odd.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] }%s%s ] }\n",
               port0, port1, o->no_inline ? ", \"inline_us\": 0" : "", o->tick_backend ? o->tick_backend : "cpu", depth,
