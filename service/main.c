@@ -16,6 +16,7 @@
 #include "base/config.h"
 #include "ops/http.h"
 #include "base/log.h"
+#include "base/spin.h"
 #include "clock.h"
 #include "ops/notify.h"
 #include "serving/registry.h"
@@ -200,6 +201,20 @@ static void s_remember_file (control_t *c)
     }
 }
 
+/* How long the serving threads may spin (base/spin.h): server.spin_us when each of them (the front,
+ * ZeroMQ's I/O threads and every model instance's worker) has a CPU of those this process may use. */
+static void s_resolve_spin (config_t *cfg, bool say)
+{
+    int threads = 1 + (int) cfg->server.io_threads;
+    for (size_t i = 0; i < cfg->model_count; i++)
+        threads += (int) cfg->models[i].instances;
+    char why[256];
+    cfg->server.spin_cap_ns = spin_cap ((uint64_t) cfg->server.spin_us * 1000, threads, spin_cpus_available (), why,
+                                        sizeof why);
+    if (say && !cfg->server.busy_poll)
+        log_info ("adaptive spinning: %s", why);
+}
+
 static void s_reload (control_t *c, const char *why)
 {
     char err[1024];
@@ -207,6 +222,8 @@ static void s_reload (control_t *c, const char *why)
     notify_reloading ();
     s_remember_file (c);
     config_t *next = config_load (c->opt->config_path, err, sizeof err);
+    if (next)
+        s_resolve_spin (next, false);
     int rc = -1;
     bool curve_now = c->auth != NULL, curve_next = next && next->server.curve.secret_key_file[0];
     if (next && curve_now != curve_next) {
@@ -344,6 +361,7 @@ int main (int argc, char **argv)
         config_destroy (&cfg);
         return 2;
     }
+    s_resolve_spin (cfg, true);
     if (cfg->server.queue_depth_given)
         log_warn ("%s: server.queue_depth is deprecated: it is now the default of each model's queue_depth "
                   "(requests waiting for a worker before STATUS_OVERLOADED); set it per model", opt.config_path);

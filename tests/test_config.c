@@ -249,7 +249,8 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert (!cfg->server.queue_depth_given);
     ck_assert_uint_eq (cfg->server.queue_depth, 0);
     ck_assert_uint_eq (cfg->server.drain_ms, 500);
-    ck_assert_uint_eq (cfg->server.spin_us, 0);
+    ck_assert_uint_eq (cfg->server.spin_us, 1000);
+    ck_assert_uint_eq (cfg->server.spin_cap_ns, 0);     /* resolved by main, from the machine */
     ck_assert_uint_eq (cfg->server.inline_us, 20);
     ck_assert_str_eq (cfg->server.http, "");
     ck_assert_int_eq (cfg->server.log_format, LOG_FORMAT_TEXT);

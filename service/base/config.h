@@ -16,6 +16,8 @@
 #define CONFIG_MAX_QUEUE_US_DEFAULT 10000
 /* A CPU model's request that takes less than this (timed at load) runs on the front when nothing waits. */
 #define CONFIG_INLINE_US_DEFAULT 20
+/* The most an idle serving thread spins before it sleeps (base/spin.h says when it does). */
+#define CONFIG_SPIN_US_DEFAULT 1000
 #define CONFIG_NAME_MAX 64      /* model names, versions, tensor names: bytes incl. NUL */
 #define CONFIG_PATH_MAX 4096
 #define CONFIG_ENDPOINT_MAX 256
@@ -95,7 +97,8 @@ typedef struct {
     char endpoints[CONFIG_MAX_ENDPOINTS][CONFIG_ENDPOINT_MAX];
     uint32_t max_message_bytes;
     bool busy_poll;
-    uint32_t spin_us;               /* without busy_poll: how long an idle thread spins before it sleeps */
+    uint32_t spin_us;               /* without busy_poll: the most an idle thread spins before it sleeps */
+    uint64_t spin_cap_ns;           /* resolved by main (not a key): spin_us where the CPUs allow it, else 0 */
     uint32_t inline_us;             /* the front runs a CPU model's request itself when it takes less (0: never) */
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;

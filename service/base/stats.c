@@ -41,6 +41,7 @@ struct _stats_t {
     _Atomic uint64_t send_failures;
     _Atomic uint64_t auth_failures[AUTH_FAIL_COUNT];
     _Atomic uint64_t reloads[2];    /* [0] error, [1] ok */
+    _Atomic uint64_t spin_sleeps[2];    /* [0] the front, [1] workers */
 };
 
 /* One writer per counter: a relaxed load and store, no read-modify-write instruction. */
@@ -97,6 +98,13 @@ void stats_count_shed (stats_t *self, int slot, stats_shed_t why)
 }
 
 void stats_count_inline (stats_t *self, int slot) { s_bump (&self->slots[slot].inline_runs, 1); }
+
+void stats_count_spin_sleep (stats_t *self, bool worker)
+{
+    atomic_fetch_add_explicit (&self->spin_sleeps[worker], 1, memory_order_relaxed);
+}
+
+uint64_t stats_spin_sleeps (const stats_t *self, bool worker) { return s_get (&self->spin_sleeps[worker]); }
 
 uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why) { return s_get (&self->slots[slot].sheds[why]); }
 uint64_t stats_inline (const stats_t *self, size_t slot) { return s_get (&self->slots[slot].inline_runs); }

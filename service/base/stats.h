@@ -62,6 +62,9 @@ void stats_count_auth_failure (stats_t *self, stats_auth_failure_t why);
 void stats_count_shed (stats_t *self, int slot, stats_shed_t why);
 /* A request the front computed itself (server.inline_us) instead of handing it to a worker. */
 void stats_count_inline (stats_t *self, int slot);
+/* A serving thread that spun (base/spin.h) and then went to sleep: the front's, or a worker's (any
+ * thread: an atomic add). */
+void stats_count_spin_sleep (stats_t *self, bool worker);
 /* Writer: the thread that reloads. */
 void stats_count_reload (stats_t *self, bool ok);
 
@@ -71,6 +74,7 @@ uint64_t stats_send_failures (const stats_t *self);
 uint64_t stats_auth_failures (const stats_t *self, stats_auth_failure_t why);
 uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why);
 uint64_t stats_inline (const stats_t *self, size_t slot);
+uint64_t stats_spin_sleeps (const stats_t *self, bool worker);
 uint64_t stats_reloads (const stats_t *self, bool ok);
 /* Upper bounds of the Prometheus buckets, in seconds (STATS_LE_COUNT of them) / in rows. */
 extern const double stats_le_seconds[STATS_LE_COUNT];

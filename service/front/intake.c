@@ -221,7 +221,9 @@ bool front_intake (server_t *self)
             }
     }
     self->last_turn_taken = taken;
-    if (taken)
+    if (taken) {
         self->last_message = clock_now_ns ();
+        spin_arrival (&self->spin, self->last_message);
+    }
     return taken > 0;
 }

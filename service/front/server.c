@@ -33,11 +33,12 @@ static bool s_any_done (server_t *self)
     return false;
 }
 
-/* Nothing to do: spin (busy_poll, or for spin_us), then sleep in zmq_poll on the sockets and the
+/* Nothing to do: spin (busy_poll; or as base/spin.h says, for a reply of its own up to spin_us,
+ * else for twice the recent time between requests), then sleep in zmq_poll on the sockets and the
  * wake-up fd. */
 static void s_idle (server_t *self, uint64_t now)
 {
-    if (self->cfg.busy_poll || now - self->last_activity < (uint64_t) self->cfg.spin_us * 1000) {
+    if (self->cfg.busy_poll || spin_idle (&self->spin, now, s_inflight (self) > 0)) {
         _mm_pause ();
         return;
     }
@@ -47,6 +48,8 @@ static void s_idle (server_t *self, uint64_t now)
         waker_cancel (&self->wake);
         return;
     }
+    if (spin_ended (&self->spin) && self->stats)
+        stats_count_spin_sleep (self->stats, false);
     zmq_pollitem_t *items;
     int n = endpoints_poll_items (self->endpoints, self->wake.fd, &items);
     int rc = zmq_poll (items, n, timeout_ms);
@@ -152,6 +155,7 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
         return NULL;
     }
     self->cfg = *cfg;
+    spin_init (&self->spin, cfg->spin_cap_ns);
     atomic_init (&self->loading, models == NULL);
     if (!models && !(models = self->placeholder = model_registry_empty ())) {
         snprintf (err, errlen, "out of memory");

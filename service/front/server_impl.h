@@ -14,6 +14,7 @@
 #include "front/server.h"
 #include "base/ring.h"
 #include "base/threads.h"
+#include "base/spin.h"
 #include "serving/registry.h"
 
 #include <pthread.h>
@@ -69,6 +70,7 @@ struct _server_t {
     uint64_t drain_until;
     uint64_t last_message;              /* CLOCK_MONOTONIC ns of the last message taken */
     int turn_taken, last_turn_taken;    /* messages taken in this intake turn so far, and in the last one */
+    spin_t spin;                        /* how long the front spins idle (base/spin.h) */
     uint64_t last_activity;
     uint64_t last_warn;                 /* rate limit of the send-failure warning */
     uint64_t last_watch;                /* the connection events were last read */

@@ -104,6 +104,13 @@ void metrics_front (metrics_text_t *t, stats_t *stats)
             metrics_append (t, "sigserve_shed_total{model=\"%s\",reason=\"%s\"} %llu\n", label, stats_shed_names[why],
                             (unsigned long long) stats_sheds (stats, slot, (stats_shed_t) why));
     }
+    metrics_family (t, "sigserve_spin_sleeps_total", "counter",
+                    "Times an idle serving thread spun (server.spin_us, where each has a CPU of its own) and then "
+                    "went to sleep because no work came within its spin: thread is front or worker.");
+    metrics_append (t, "sigserve_spin_sleeps_total{thread=\"front\"} %llu\n",
+                    (unsigned long long) stats_spin_sleeps (stats, false));
+    metrics_append (t, "sigserve_spin_sleeps_total{thread=\"worker\"} %llu\n",
+                    (unsigned long long) stats_spin_sleeps (stats, true));
     metrics_family (t, "sigserve_inline_total", "counter",
                     "Infer requests the front computed itself (server.inline_us: the model had nothing queued and "
                     "runs in less than that), without a hand-off to a worker.");

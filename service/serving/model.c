@@ -75,6 +75,7 @@ static int s_instance_load (model_t *m, instance_t *in, uint32_t index, const we
     atomic_init (&in->warm_runs, 0);
     atomic_init (&in->rows_taken, 0);
     in->wake.fd = -1;
+    spin_init (&in->spin, m->spin_ns);
     snprintf (in->state, sizeof in->state, "serving");
     in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
     return in->impl ? 0 : -1;
@@ -177,7 +178,7 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
     m->given = *cfg;
     m->cfg = *cfg;
     m->busy_poll = server->busy_poll;
-    m->spin_ns = (uint64_t) server->spin_us * 1000;
+    m->spin_ns = server->spin_cap_ns;
     m->stats = stats;
     m->stats_slot = STATS_UNKNOWN;
     weights_t *w = weights_load (cfg, err, errlen);

@@ -5,6 +5,7 @@
 
 #include "serving/model.h"
 #include "base/ring.h"
+#include "base/spin.h"
 #include "serving/streams.h"
 #include "base/threads.h"
 
@@ -22,7 +23,8 @@ typedef struct {
     uint64_t rows_admitted;             /* front: rows of the jobs pushed onto requests, ever ... */
     _Atomic uint64_t rows_taken;        /* ... and (worker) of those popped: the difference waits */
     ring_t done;                        /* worker -> front: finished jobs */
-    waker_t wake;                       /* the worker sleeps on it when idle */
+    waker_t wake;                       /* the worker sleeps on it when idle ... */
+    spin_t spin;                        /* ... after spinning for as long as base/spin.h says */
     pthread_t thread;
     bool started;
     _Atomic bool stop;                  /* set once nothing more will be queued: exit when empty */
@@ -58,7 +60,7 @@ struct _model_t {
     uint64_t shed_logged_at;            /* front: the last shed log line, and sheds since */
     uint64_t shed_unlogged;
     bool busy_poll;                     /* workers spin instead of sleeping when idle */
-    uint64_t spin_ns;                   /* without busy_poll: spin this long idle before sleeping */
+    uint64_t spin_ns;                   /* without busy_poll: the most an idle worker spins (0: never) */
     stats_t *stats;
     int stats_slot;
     char kernel_name[48];

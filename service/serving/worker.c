@@ -303,11 +303,14 @@ void *worker_main (void *arg)
         job_t *head = ring_peek (&in->requests);
         if (head && head->stream_id) {
             s_pop (in, head);
+            spin_arrival (&in->spin, clock_now_ns ());
             s_stream_step (in, head);
             last_active = clock_now_ns ();
             continue;
         }
         uint32_t n = s_take (in, 0, &rows, &finished);
+        if (n + finished > 0)
+            spin_arrival (&in->spin, clock_now_ns ());
         if (n > 0 && m->cfg.batch_delay_us && rows < m->batch_rows)
             n = s_gather_more (in, n, &rows, &finished);
         if (n > 0) {
@@ -329,11 +332,10 @@ void *worker_main (void *arg)
             last_active = clock_now_ns ();
             continue;
         }
-        /* Idle: spin (busy_poll, or for spin_us), else sleep until the front wakes us. Spinning
-         * saves the wake-up only when this thread has a core to itself: on shared cores it takes
-         * the time the others need (measured on the 2-core VM: 24 us server time without
-         * spinning, 128 us with a 50 us spin), hence off by default. */
-        if (m->busy_poll || now - last_active < m->spin_ns) {
+        /* Idle: spin (busy_poll, or as base/spin.h says: never where the threads do not each have a
+         * CPU, since on shared cores spinning takes the time the others need: 24 -> 128 us server
+         * time on the 2-core VM with a fixed 50 us spin), else sleep until the front wakes us. */
+        if (m->busy_poll || spin_idle (&in->spin, now, false)) {
             _mm_pause ();
             continue;
         }
@@ -342,6 +344,8 @@ void *worker_main (void *arg)
             waker_cancel (&in->wake);
             continue;
         }
+        if (spin_ended (&in->spin) && m->stats)
+            stats_count_spin_sleep (m->stats, true);
         waker_sleep (&in->wake, keep_warm_ns ? keep_warm_ns - (now - last_active) : 0);
     }
     return NULL;
