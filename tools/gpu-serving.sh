@@ -177,7 +177,7 @@ core)       # issue 18: the default config (tick_mlp on the CPU) against the ech
     { echo "### core-inprocess"; grep -E '^\|' "$LOGS/core-inprocess.log"; echo; } >>"$SUMMARY"
     for round in $(seq 1 "${CORE_ROUNDS:-5}"); do
         for v in ${CORE_VARIANTS:-handoff default busypoll-handoff busypoll}; do
-            s='"endpoints": ["tcp://127.0.0.1:5555"]'; m='"backend": "cpu",'; rates="1k 10k"
+            s='"endpoints": ["tcp://127.0.0.1:5555"]'; m='"backend": "cpu",'; rates=${CORE_RATES:-"1k 10k"}
             case $v in busypoll*) s="$s, \"busy_poll\": true, \"cpus\": [2]"; m="$m \"cpus\": [3],"; rates=10k ;; esac
             case $v in spin*) s="$s, \"spin_us\": ${v#spin}" ;; esac     # spinN: spin_us N
             case $v in *handoff) s="$s, \"inline_us\": 0" ;; esac
