@@ -496,6 +496,12 @@ START_TEST (deadline_exceeded_when_queued)
     s_random (f, n);
     float g[8 * 512];
     s_random (g, 8 * 512);
+    /* t connected before the pause: a connection still being made when the server stops would be
+     * made only after it resumes, behind everything else */
+    s_send_infer (t, "tick_mlp", g, 8 * 512, 8, 300, 0);
+    Sigserve__V1__Reply *hello = s_recv_reply (t);
+    ck_assert_int_eq (s_infer_reply (hello)->status, SIGSERVE__V1__STATUS__STATUS_OK);
+    sigserve__v1__reply__free_unpacked (hello, NULL);
     s_pause ();
     for (int i = 0; i < 10; i++)
         s_send_infer (s, "slow", f, 15 * 1024, 15, 100 + (uint64_t) i, 0);
