@@ -475,21 +475,22 @@ void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns)
                 continue;
             }
             /* One too many: shut it down under libzmq, which then closes it as a peer that left
-             * (closing the fd here would race libzmq's own use of it). */
+             * (closing the fd here would race libzmq's own use of it). The peer's address is read
+             * first: once the peer has answered the shutdown, the socket has none. */
+            char peer[INET6_ADDRSTRLEN + 8] = "?";
+            struct sockaddr_storage a;
+            socklen_t len = sizeof a;
+            if (getpeername (fd, (struct sockaddr *) &a, &len) == 0) {
+                if (a.ss_family == AF_INET)
+                    inet_ntop (AF_INET, &((struct sockaddr_in *) &a)->sin_addr, peer, sizeof peer);
+                else if (a.ss_family == AF_INET6)
+                    inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &a)->sin6_addr, peer, sizeof peer);
+            }
             shutdown (fd, SHUT_RDWR);
             if (self->refused_count < sizeof self->refused / sizeof self->refused[0])
                 self->refused[self->refused_count++] = fd;
             self->refused_since_warn++;
             if (now_ns - self->last_limit_warn >= 1000000000ull) {
-                char peer[INET6_ADDRSTRLEN + 8] = "?";
-                struct sockaddr_storage a;
-                socklen_t len = sizeof a;
-                if (getpeername (fd, (struct sockaddr *) &a, &len) == 0) {
-                    if (a.ss_family == AF_INET)
-                        inet_ntop (AF_INET, &((struct sockaddr_in *) &a)->sin_addr, peer, sizeof peer);
-                    else if (a.ss_family == AF_INET6)
-                        inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &a)->sin6_addr, peer, sizeof peer);
-                }
                 log_warn ("%s: connection limit reached (server.max_connections = %u): closed a connection from %s; "
                           "%llu refused since the last warning", sl->name, self->cfg.max_connections, peer,
                           (unsigned long long) self->refused_since_warn);
