@@ -37,7 +37,7 @@ static void *s_ctx;
  * pinned instances, and keep-warm. */
 #define EXTRA_MODELS \
     ",\n   { \"name\": \"slower\", \"backend\": \"cpu\", \"max_rows\": 15, \"max_batch_rows\": 16,\n" \
-    "     \"batch_delay_us\": 400000, \"weights\": \"slower.safetensors\",\n" \
+    "     \"batch_delay_us\": 400000, \"max_queue_us\": 60000000, \"weights\": \"slower.safetensors\",\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] },\n" \
     "   { \"name\": \"slow_q4\", \"backend\": \"cpu\", \"max_rows\": 2, \"queue_depth\": 4, \"max_batch_rows\": 3,\n" \
     "     \"max_queue_us\": 60000000,\n" \
