@@ -60,6 +60,19 @@ static void s_send (void *sock, const Sigserve__V1__Request *req)
     ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
 }
 
+static void s_send_one (void *sock, const float *features)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+    req.infer = &inf;
+    inf.model = (char *) "tick_mlp";
+    inf.features = (float *) features;
+    inf.n_features = 512;
+    inf.rows = 1;
+    s_send (sock, &req);
+}
+
 #define BURST 8
 #define PER_ROUND (11 + BURST)
 
@@ -99,28 +112,9 @@ static int s_round (void *sock, const float *features)
     zmq_send (sock, "\xff\xff\xff", 3, 0);   /* undecodable */
     zmq_send (sock, "", 0, 0);               /* empty */
     /* A burst the worker takes as batches of several requests. */
-    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
-    req.infer = &inf;   /* the body is a oneof: health and list_models took its place */
-    inf.model = (char *) "tick_mlp";
-    inf.features = (float *) features;
-    inf.n_features = 512;
-    inf.rows = 1;
     for (int b = 0; b < BURST; b++)
-        s_send (sock, &req);
+        s_send_one (sock, features);
     return sent + 4 + BURST;
-}
-
-static void s_send_one (void *sock, const float *features)
-{
-    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
-    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
-    req.infer = &inf;
-    inf.model = (char *) "tick_mlp";
-    inf.features = (float *) features;
-    inf.n_features = 512;
-    inf.rows = 1;
-    s_send (sock, &req);
 }
 
 static void s_drain (void *sock, int n)

@@ -9,7 +9,8 @@
  *   - after its last arrival, for twice the recent time between arrivals, up to the cap: work that
  *     comes that often is caught spinning, and a thread whose work stopped coming sleeps within the
  *     cap, so an idle server sleeps.
- * busy_poll is the other extreme (never sleep) and is not this module's business. */
+ * Cgroup v2 only (a v1 quota is not read: then the affinity mask alone counts). busy_poll is the
+ * other extreme (never sleep) and is not this module's business. */
 #ifndef SIGSERVE_SPIN_H
 #define SIGSERVE_SPIN_H
 
