@@ -79,10 +79,11 @@ static sig_status_t s_shed (model_t *m, stats_shed_t why, sig_status_t status, c
  * max_queue_us, DEADLINE_EXCEEDED when longer than A's own deadline; SIG_OK otherwise. */
 static sig_status_t s_check_wait (model_t *m, const instance_t *in, const admission_t *a, char *err, size_t errlen)
 {
-    const uint64_t wait = model_expected_wait (m, in);
+    const uint64_t rows = model_queued_rows (in);
+    const uint64_t wait = model_expected_wait (m, rows);
     if (wait == 0)
         return SIG_OK;
-    const unsigned long long queued = in->rows_admitted - atomic_load_explicit (&in->rows_taken, memory_order_relaxed);
+    const unsigned long long queued = rows;
     if (wait > m->max_queue_ns) {
         snprintf (err, errlen, "model \"%s\": the expected wait for a worker is %.3f us (%llu row(s) queued on instance "
                   "%u), over max_queue_us = %u; retry later, or raise the model's max_queue_us or instances", m->cfg.name,
@@ -158,7 +159,7 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     if (a->client)
         j->client = *a->client;
     memcpy (j->features, a->features, a->feature_count * sizeof (float));
-    if (ran && a->may_inline && m->inline_ns && !a->stream_id && dispatch_queued (m) == 0
+    if (ran && a->may_inline && m->inline_ns && !a->stream_id && queued == 0
         && model_launch_ns (m, a->rows) <= m->inline_ns) {
         worker_run_inline (m, j);
         if (m->stats)

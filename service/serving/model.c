@@ -113,8 +113,7 @@ static uint32_t s_queue_depth_default (const model_t *m)
     const uint64_t batch = m->batch_rows ? m->batch_rows : 1;
     const uint64_t per_row = (m->launch_ns + batch * m->row_ns) / batch;
     uint64_t depth = per_row ? m->max_queue_ns / per_row * m->instance_count : QUEUE_DEPTH_MAX;
-    const uint64_t buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
-    const uint64_t job_bytes = buffer_rows * (m->input_size + m->output_size) * 4;
+    const uint64_t job_bytes = (uint64_t) m->buffer_rows * (m->input_size + m->output_size) * 4;
     if (depth > QUEUE_BYTES_MAX / job_bytes)
         depth = QUEUE_BYTES_MAX / job_bytes;
     if (depth > QUEUE_DEPTH_MAX)
@@ -136,7 +135,6 @@ static int s_jobs_init (model_t *m, char *err, size_t errlen)
     m->job_count = m->cfg.queue_depth + m->instance_count * m->batch_rows + JOB_INTAKE_TURN;
     /* Each job owns buffer_rows rows; a larger request borrows one of large_count buffers of
      * max_rows rows: memory grows with the queue times a typical request, not times the largest. */
-    m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
     m->large_count = m->max_rows > m->buffer_rows ? m->cfg.large_buffers : 0;
     const size_t row = m->input_size + m->output_size;
     size_t per_job = ((size_t) m->buffer_rows * row + 15) & ~(size_t) 15;   /* 64-byte aligned starts */
@@ -202,6 +200,7 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
     }
     m->max_rows = cfg->max_rows;
     m->batch_rows = cfg->max_batch_rows;
+    m->buffer_rows = cfg->buffer_rows ? cfg->buffer_rows : m->max_rows;
     if (!(m->iface = s_choose_backend (m, &m->cfg, w, err, errlen)))
         goto failed;
     m->instance_count = cfg->instances;

@@ -95,8 +95,10 @@ void worker_run_inline (model_t *m, job_t *j);
 /* model_time.c: times a launch of 1 and of up to max_batch_rows rows on instance 0 (launch_ns,
  * row_ns); 0, or -1 with ERR when the backend fails. */
 int model_time (model_t *m, char *err, size_t errlen);
-/* The expected time (ns) before the rows queued on IN start, from the launch cost model. */
-uint64_t model_expected_wait (const model_t *m, const instance_t *in);
+/* Rows admitted to IN and not yet taken by its worker (exact on the front). */
+uint64_t model_queued_rows (const instance_t *in);
+/* The expected time (ns) before QUEUED rows on one instance start, from the launch cost model. */
+uint64_t model_expected_wait (const model_t *m, uint64_t queued);
 /* The predicted time (ns) of one launch of ROWS rows. */
 uint64_t model_launch_ns (const model_t *m, uint32_t rows);
 /* A worker's launch of ROWS rows took NS: the drift follows it. */

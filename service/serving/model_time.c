@@ -7,6 +7,7 @@
 
 #include "base/floats.h"
 #include "clock.h"
+#include "latency.h"
 
 #include <stdlib.h>
 
@@ -16,12 +17,6 @@
 #define DRIFT_ONE 1024u
 #define DRIFT_MIN (DRIFT_ONE / 8)
 #define DRIFT_MAX (DRIFT_ONE * 64)
-
-static int s_cmp_u64 (const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-    return x < y ? -1 : x > y;
-}
 
 /* The median time of launches of ROWS rows on instance 0 (after one untimed run), or 0 on failure. */
 static uint64_t s_median (model_t *m, const float *x, float *y, uint32_t rows, char *err, size_t errlen)
@@ -36,15 +31,16 @@ static uint64_t s_median (model_t *m, const float *x, float *y, uint32_t rows, c
         runs = TIME_RUNS_MAX;
     if (runs < 1)
         runs = 1;
-    uint64_t t[TIME_RUNS_MAX];
+    double t[TIME_RUNS_MAX];
     for (uint64_t k = 0; k < runs; k++) {
         t0 = clock_now_ns ();
         if (m->iface->infer (impl, x, rows, y, err, errlen) != SIG_OK)
             return 0;
-        t[k] = clock_now_ns () - t0;
+        t[k] = (double) (clock_now_ns () - t0);
     }
-    qsort (t, runs, sizeof t[0], s_cmp_u64);
-    return t[runs / 2] ? t[runs / 2] : 1;
+    latency_summary_t s;
+    latency_summarize (t, runs, &s);
+    return s.p50 >= 1 ? (uint64_t) s.p50 : 1;
 }
 
 int model_time (model_t *m, char *err, size_t errlen)
@@ -86,9 +82,13 @@ static uint64_t s_cost (const model_t *m, uint64_t rows)
     return launches * m->launch_ns + rows * m->row_ns;
 }
 
-uint64_t model_expected_wait (const model_t *m, const instance_t *in)
+uint64_t model_queued_rows (const instance_t *in)
 {
-    const uint64_t queued = in->rows_admitted - atomic_load_explicit (&in->rows_taken, memory_order_relaxed);
+    return in->rows_admitted - atomic_load_explicit (&in->rows_taken, memory_order_relaxed);
+}
+
+uint64_t model_expected_wait (const model_t *m, uint64_t queued)
+{
     if (queued == 0)
         return 0;
     return s_cost (m, queued) * atomic_load_explicit (&m->drift, memory_order_relaxed) / DRIFT_ONE;
