@@ -62,7 +62,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a
-BINS     := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS)
+BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS)
 DEMO     := $(BUILD)/models/tick_mlp.safetensors
 
 .PHONY: all deps run test test-all check asan test-asan bench curves clean
@@ -149,6 +149,15 @@ $(BUILD)/libsigclient.so: $(CLIENT_OBJ)
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -o $@ $^ $(CLIENT_LIBS)
 
 $(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# sigserve with the test hooks (fault injection: POST /debug/fault; CPU models in a device process):
+# tests only, never installed or shipped.
+$(BUILD)/obj/service/main-test.o: service/main.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSIGSERVE_TEST_HOOKS -fPIC -c $< -o $@
+
+$(BUILD)/sigserve-test: $(BUILD)/obj/service/main-test.o $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a

@@ -19,6 +19,7 @@
 #include "base/spin.h"
 #include "clock.h"
 #include "ops/notify.h"
+#include "serving/devices.h"
 #include "serving/registry.h"
 #include "front/server.h"
 #include "base/stats.h"
@@ -33,6 +34,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #define WATCH_INTERVAL_NS 1000000000ull
@@ -60,6 +62,7 @@ typedef struct {
     const char *level_override;
     bool check_only;
     bool watch;
+    bool cpu_device_process;    /* sigserve-test: CPU models in a device process too */
 } options_t;
 
 static int s_usage_error (const char *fmt, const char *arg)
@@ -86,7 +89,7 @@ static void s_version (void)
 /* -1 to go on, or an exit code. */
 static int s_parse (int argc, char **argv, options_t *o)
 {
-    enum { O_CONFIG = 256, O_CHECK, O_LEVEL, O_WATCH, O_KEYGEN, O_VERSION, O_HELP };
+    enum { O_CONFIG = 256, O_CHECK, O_LEVEL, O_WATCH, O_KEYGEN, O_VERSION, O_HELP, O_CPU_DEVICE };
     static const struct option longopts[] = {
         { "config", required_argument, NULL, O_CONFIG },
         { "check-config", required_argument, NULL, O_CHECK },
@@ -95,6 +98,9 @@ static int s_parse (int argc, char **argv, options_t *o)
         { "keygen", required_argument, NULL, O_KEYGEN },
         { "version", no_argument, NULL, O_VERSION },
         { "help", no_argument, NULL, O_HELP },
+#ifdef SIGSERVE_TEST_HOOKS
+        { "test-cpu-device-process", no_argument, NULL, O_CPU_DEVICE },
+#endif
         { NULL, 0, NULL, 0 },
     };
     opterr = 0;
@@ -106,6 +112,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         case O_LEVEL: o->level_override = optarg; break;
         case O_WATCH: o->watch = true; break;
         case O_KEYGEN: o->keygen_path = optarg; break;
+        case O_CPU_DEVICE: o->cpu_device_process = true; break;
         case O_VERSION: s_version (); return 0;
         case 'h': case O_HELP: fputs (s_usage, stdout); return 0;
         case ':': return s_usage_error ("%s needs a value", argv[optind - 1]);
@@ -335,6 +342,74 @@ static void s_forward_signal (int sig)
     pthread_kill (s_control_thread, sig);   /* async-signal-safe; blocked there, so it waits for sigtimedwait */
 }
 
+#ifdef SIGSERVE_TEST_HOOKS
+/* sigserve-test's fault injection (tests/test_gpu_faults.c), in the device process. */
+static int s_test_fault (int device, uint32_t fault, backend_model_t *mlp, char *err, size_t errlen)
+{
+    if (fault == DEV_FAULT_EXIT)
+        return 0;       /* the device process kills itself once it has answered */
+    if (fault == DEV_FAULT_TRAP) {
+        if (!backends_gpu || !mlp) {
+            snprintf (err, errlen, "device %d holds no CUDA MLP instance to trap", device);
+            return -1;
+        }
+        int rc = backends_gpu->inject_fault (mlp);
+        if (rc != 0)
+            snprintf (err, errlen, "device %d: the trapping kernel did not launch (CUDA error %d)", device, rc);
+        return rc == 0 ? 0 : -1;
+    }
+    snprintf (err, errlen, "fault %u is not one of trap, exit", fault);
+    return -1;
+}
+
+/* POST /debug/fault?device=N&kind=trap|kill: the server's side. */
+static int s_debug_fault (const char *device, const char *kind, char *out, size_t outlen)
+{
+    devices_t *d = devices_current ();
+    uint32_t fault = strcmp (kind, "trap") == 0 ? DEV_FAULT_TRAP : strcmp (kind, "kill") == 0 ? DEV_FAULT_EXIT : 0;
+    char *end = NULL;
+    long n = strcmp (device, "cpu") == 0 ? DEVICE_CPU_TEST : strtol (device, &end, 10);
+    if (!d) {
+        snprintf (out, outlen, "no device processes (server.gpu_processes false, or no GPU)");
+        return 409;
+    }
+    if (!fault || (end && (*end || end == device))) {
+        snprintf (out, outlen, "expected device=N (or cpu) and kind=trap or kill, got device=\"%s\" kind=\"%s\"", device,
+                  kind);
+        return 400;
+    }
+    if (devices_inject (d, (int) n, fault, out, outlen) != 0)
+        return 409;
+    snprintf (out, outlen, "ok");
+    return 200;
+}
+#endif
+
+/* Device processes (serving/devices.h) when the configuration wants them and the host has an NVIDIA
+ * device node (asked of the file system: the server's process makes no CUDA call). */
+static devices_t *s_start_devices (const options_t *opt, const config_t *cfg)
+{
+    const bool gpu_host = access ("/dev/nvidiactl", F_OK) == 0 || access ("/dev/nvidia0", F_OK) == 0;
+    if (!opt->cpu_device_process && (!cfg->server.gpu_processes || !backends_gpu || !gpu_host))
+        return NULL;
+    char exe[256], err[512];
+    ssize_t n = readlink ("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        log_warn ("server.gpu_processes: cannot find this binary (/proc/self/exe); GPU work runs in this process");
+        return NULL;
+    }
+    exe[n] = 0;
+    devices_t *d = devices_new (exe, opt->level_override ? opt->level_override : cfg->server.log_level,
+                                cfg->server.log_format == LOG_FORMAT_JSON ? "json" : "text", err, sizeof err);
+    if (!d) {
+        log_warn ("server.gpu_processes: %s; GPU work runs in this process", err);
+        return NULL;
+    }
+    devices_place_cpu_models (d, opt->cpu_device_process);
+    log_info ("GPU work runs in one process per device%s", opt->cpu_device_process ? " (CPU models too: a test build)" : "");
+    return d;
+}
+
 static void *s_front_main (void *arg)
 {
     front_t *f = arg;
@@ -344,6 +419,11 @@ static void *s_front_main (void *arg)
 
 int main (int argc, char **argv)
 {
+#ifdef SIGSERVE_TEST_HOOKS
+    devices_set_fault_handler (s_test_fault);
+#endif
+    if (argc > 1 && strcmp (argv[1], "--device-process") == 0)
+        return devices_process_main (argc, argv);
     options_t opt = { 0 };
     int rc = s_parse (argc, argv, &opt);
     if (rc >= 0)
@@ -429,6 +509,12 @@ int main (int argc, char **argv)
         return rc;
     }
 
+    /* Before the server: its front sleeps on the waker the device processes share. */
+    devices_t *devices = s_start_devices (&opt, cfg);
+#ifdef SIGSERVE_TEST_HOOKS
+    if (http)
+        http_set_debug (http, s_debug_fault);
+#endif
     /* The endpoints are bound before the models load: a port that cannot be bound fails the start
      * at once, and clients get answers while the models load (ready false, infer "loading"). */
     s_fit_connections (&cfg->server);
@@ -471,6 +557,7 @@ int main (int argc, char **argv)
         server_destroy (&server);
     }
     model_registry_destroy (&models);
+    devices_destroy (&devices);
     auth_destroy (&auth);
     http_destroy (&http);
     stats_destroy (&stats);

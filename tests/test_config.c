@@ -438,7 +438,7 @@ static const bad_case_t s_bad[] = {
       "test.json: modles: unknown key (expected one of server, models)" },
     { "unknown server key", WITH_SERVER (", 'bogus': 1"),
       "test.json: server.bogus: unknown key (expected one of endpoints, max_message_bytes, busy_poll, "
-      "spin_us, inline_us, log_level, log_format, io_threads, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, "
+      "spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, "
       "heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode)" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "

@@ -19,6 +19,9 @@ typedef struct {
     size_t (*device_cpus) (int device, int *cpus, size_t cap);
     /* DEVICE's fault (its context lost, a trap) as text, or NULL while it has none. */
     const char *(*device_fault) (int device);
+    /* Tests (sigserve-test's fault injection): launches a trapping kernel on an instance of its MLP
+     * backend; the context is lost once it runs. 0 or a cudaError_t. */
+    int (*inject_fault) (backend_model_t *mlp);
     /* The runtime's version ("13.0") into BUF. */
     void (*runtime_version) (char *buf, size_t len);
 } gpu_backend_t;

@@ -100,6 +100,7 @@ typedef struct {
     uint32_t spin_us;               /* without busy_poll: the most an idle thread spins before it sleeps */
     uint64_t spin_cap_ns;           /* resolved by main (not a key): spin_us where the CPUs allow it, else 0 */
     uint32_t inline_us;             /* the front runs a CPU model's request itself when it takes less (0: never) */
+    bool gpu_processes;             /* GPU work runs in one process per device (serving/devices.h) */
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;
     uint32_t queue_depth;           /* deprecated: the default of every model's queue_depth (0: not given) */

@@ -31,6 +31,25 @@ static inline int ring_init (ring_t *r, size_t capacity)
     return r->items ? 0 : -1;
 }
 
+/* Slots a ring of CAPACITY items has (a power of two): what ring_init_at needs. */
+static inline size_t ring_slots (size_t capacity)
+{
+    size_t n = 1;
+    while (n < capacity)
+        n <<= 1;
+    return n;
+}
+
+/* A ring over ITEMS, SLOTS of them (ring_slots), owned by the caller (shared memory): no
+ * ring_release. */
+static inline void ring_init_at (ring_t *r, void **items, size_t slots)
+{
+    atomic_init (&r->head, 0);
+    atomic_init (&r->tail, 0);
+    r->mask = slots - 1;
+    r->items = items;
+}
+
 static inline void ring_release (ring_t *r)
 {
     free (r->items);

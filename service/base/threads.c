@@ -1,4 +1,6 @@
 #define _GNU_SOURCE
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include "base/threads.h"
 
 #include <errno.h>
@@ -50,8 +52,24 @@ int threads_pin (int cpu, char *err, size_t errlen) { return threads_pin_set (&c
 int waker_init (waker_t *w)
 {
     atomic_init (&w->sleeping, 0);
+    atomic_init (&w->seq, 0);
     w->fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
     return w->fd >= 0 ? 0 : -1;
+}
+
+int waker_init_inheritable (waker_t *w)
+{
+    atomic_init (&w->sleeping, 0);
+    atomic_init (&w->seq, 0);
+    w->fd = eventfd (0, EFD_NONBLOCK);
+    return w->fd >= 0 ? 0 : -1;
+}
+
+void waker_init_futex (waker_t *w)
+{
+    atomic_init (&w->sleeping, 0);
+    atomic_init (&w->seq, 0);
+    w->fd = -1;
 }
 
 void waker_release (waker_t *w)
@@ -63,6 +81,8 @@ void waker_release (waker_t *w)
 
 void waker_clear (waker_t *w)
 {
+    if (w->fd < 0)
+        return;
     uint64_t v;
     while (read (w->fd, &v, sizeof v) == sizeof v)
         ;
@@ -70,8 +90,13 @@ void waker_clear (waker_t *w)
 
 void waker_sleep (waker_t *w, uint64_t timeout_ns)
 {
-    struct pollfd p = { .fd = w->fd, .events = POLLIN };
     struct timespec ts = { .tv_sec = (time_t) (timeout_ns / 1000000000ull), .tv_nsec = (long) (timeout_ns % 1000000000ull) };
+    if (w->fd < 0) {    /* shared between processes: no FUTEX_PRIVATE_FLAG */
+        syscall (SYS_futex, &w->seq, FUTEX_WAIT, w->snap, timeout_ns ? &ts : NULL, NULL, 0);
+        atomic_store (&w->sleeping, 0);
+        return;
+    }
+    struct pollfd p = { .fd = w->fd, .events = POLLIN };
     ppoll (&p, 1, timeout_ns ? &ts : NULL, NULL);
     atomic_store (&w->sleeping, 0);
     waker_clear (w);
@@ -84,6 +109,11 @@ void waker_wake (waker_t *w)
      * in between would never be woken. */
     atomic_thread_fence (memory_order_seq_cst);
     if (atomic_load_explicit (&w->sleeping, memory_order_relaxed) && atomic_exchange (&w->sleeping, 0)) {
+        if (w->fd < 0) {
+            atomic_fetch_add (&w->seq, 1);
+            syscall (SYS_futex, &w->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+            return;
+        }
         uint64_t one = 1;
         ssize_t n = write (w->fd, &one, sizeof one);
         (void) n;   /* EAGAIN: a wake-up is already pending, which is all we need */

@@ -24,15 +24,26 @@ int threads_pin_set (const int *cpus, size_t count, char *err, size_t errlen);
  * waker_sleep; the other side calls waker_wake after publishing work, which costs one atomic
  * exchange when nobody sleeps and a write(2) to an eventfd when somebody does. The sequentially
  * consistent store/load pair on each side guarantees that either the sleeper sees the work or the
- * waker sees the sleeper. The eventfd can also sit in a zmq_poll set (the front does that). */
+ * waker sees the sleeper. The eventfd can also sit in a zmq_poll set (the front does that).
+ * A waker in memory shared between processes (base/shm.h) works across them: a futex one
+ * (waker_init_futex: no descriptor, the word itself is shared), or an eventfd one that child
+ * processes inherit at the same number (waker_init_inheritable). */
 typedef struct {
     _Alignas (64) _Atomic int sleeping;
-    int fd;                     /* eventfd, non-blocking */
+    int fd;                     /* eventfd, non-blocking; -1: a futex on seq */
+    _Atomic uint32_t seq;       /* futex: bumped by each wake-up of a sleeper */
+    uint32_t snap;              /* futex: seq when the sleeper announced itself */
 } waker_t;
 
 int waker_init (waker_t *w);
+int waker_init_inheritable (waker_t *w);
+void waker_init_futex (waker_t *w);
 void waker_release (waker_t *w);
-static inline void waker_prepare (waker_t *w) { atomic_store (&w->sleeping, 1); }
+static inline void waker_prepare (waker_t *w)
+{
+    atomic_store (&w->sleeping, 1);
+    w->snap = atomic_load (&w->seq);    /* a wake-up after this makes the futex wait return at once */
+}
 static inline void waker_cancel (waker_t *w) { atomic_store (&w->sleeping, 0); }
 /* Sleeps until woken or TIMEOUT_NS pass (0: no limit); clears the wake-up either way. */
 void waker_sleep (waker_t *w, uint64_t timeout_ns);

@@ -23,7 +23,7 @@ void front_answering (server_t *self)
                 self->answering[n++] = model_registry_at (self->retiring[r], i);
     self->answering_count = n;
     for (size_t i = 0; i < n; i++)
-        dispatch_attach (self->answering[i], &self->wake);
+        dispatch_attach (self->answering[i], self->wake);
 }
 
 void front_command (server_t *self)
@@ -94,7 +94,7 @@ static int s_call (server_t *self, command_t cmd, const server_config_t *cfg, mo
     self->command_cfg = cfg;
     self->command_models = models;
     atomic_store_explicit (&self->command, cmd, memory_order_release);
-    waker_wake (&self->wake);
+    waker_wake (self->wake);
     for (;;) {
         waker_prepare (&self->command_done);
         if (atomic_load_explicit (&self->command, memory_order_acquire) == CMD_NONE) {
@@ -121,6 +121,9 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
     if (now->inline_us != next->inline_us)
         log_warn ("reload: server.inline_us changed (%u -> %u): applies to the models loaded from now on (new or "
                   "changed ones); the others keep %u", now->inline_us, next->inline_us, now->inline_us);
+    if (now->gpu_processes != next->gpu_processes)
+        log_warn ("reload: server.gpu_processes changed: takes effect at the next restart; kept %s",
+                  now->gpu_processes ? "true" : "false");
     if (now->busy_poll != next->busy_poll)
         log_warn ("reload: server.busy_poll changed: takes effect at the next restart; kept %s",
                   now->busy_poll ? "true" : "false");

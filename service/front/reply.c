@@ -129,6 +129,7 @@ bool front_collect (server_t *self)
     for (size_t i = 0; i < self->answering_count; i++) {
         model_t *m = self->answering[i];
         job_t *j;
+        dispatch_reclaim (m);
         while ((j = dispatch_next_done (m)) != NULL) {
             front_send_job (self, m, j);
             any = true;

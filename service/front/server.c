@@ -3,6 +3,7 @@
  * socket binding and its policies live in endpoint.c, what a request means in request.c. */
 #define _GNU_SOURCE
 #include "front/server_impl.h"
+#include "serving/devices.h"
 
 #include "base/log.h"
 #include "clock.h"
@@ -43,19 +44,19 @@ static void s_idle (server_t *self, uint64_t now)
         return;
     }
     long timeout_ms = self->state == FRONT_SERVING ? 100 : 1;   /* the stop flag is looked at this often */
-    waker_prepare (&self->wake);
+    waker_prepare (self->wake);
     if (s_any_done (self) || atomic_load (&self->command) != CMD_NONE) {
-        waker_cancel (&self->wake);
+        waker_cancel (self->wake);
         return;
     }
     if (spin_ended (&self->spin) && self->stats)
         stats_count_spin_sleep (self->stats, false);
     zmq_pollitem_t *items;
-    int n = endpoints_poll_items (self->endpoints, self->wake.fd, &items);
+    int n = endpoints_poll_items (self->endpoints, self->wake->fd, &items);
     int rc = zmq_poll (items, n, timeout_ms);
-    waker_cancel (&self->wake);
+    waker_cancel (self->wake);
     if (rc > 0) {
-        waker_clear (&self->wake);
+        waker_clear (self->wake);
         endpoints_watch_connections (self->endpoints, clock_now_ns ());
     }
 }
@@ -141,7 +142,7 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
 void server_stop (server_t *self)
 {
     atomic_store (&self->stop_requested, true);
-    waker_wake (&self->wake);
+    waker_wake (self->wake);
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -164,7 +165,10 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
     }
     self->models = models;
     self->stats = stats;
-    self->wake.fd = self->command_done.fd = -1;
+    /* With device processes, their workers ring the waker they share with us (serving/devices.h). */
+    devices_t *devices = devices_current ();
+    self->wake = devices ? devices_front_waker (devices) : &self->own_wake;
+    self->own_wake.fd = self->command_done.fd = -1;
     atomic_init (&self->command, CMD_NONE);
     atomic_init (&self->stop_requested, false);
     atomic_init (&self->serving, true);
@@ -183,7 +187,7 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
     for (int f = 0; f < MAX_FRAMES; f++)
         zmq_msg_init (&self->frames[f]);
     zmq_msg_init (&self->spare);
-    if (!self->stats || !self->codec || !self->listing || !self->clients || waker_init (&self->wake) != 0
+    if (!self->stats || !self->codec || !self->listing || !self->clients || (!devices && waker_init (self->wake) != 0)
         || waker_init (&self->command_done) != 0 || ring_init (&self->retired, RETIRING_MAX) != 0
         || front_reply_buffer (self, models, err, errlen) != 0) {
         snprintf (err, errlen, "out of memory");
@@ -217,7 +221,7 @@ void server_destroy (server_t **self_p)
     codec_destroy (&self->codec);
     free (self->listing);
     clients_destroy (&self->clients);
-    waker_release (&self->wake);
+    waker_release (&self->own_wake);
     waker_release (&self->command_done);
     if (self->own_stats)
         stats_destroy (&self->stats);

@@ -53,7 +53,9 @@ struct _server_t {
     bool own_stats;
     clients_t *clients;
     endpoints_t *endpoints;
-    waker_t wake;                       /* workers and the control thread wake the front */
+    waker_t *wake;                      /* workers and the control thread wake the front: own_wake, or the
+                                           device processes' (in the shared region: serving/devices.h) */
+    waker_t own_wake;
     codec_t *codec;
     codec_models_t *listing;            /* list_models replies are built here */
     zmq_msg_t frames[MAX_FRAMES];

@@ -48,7 +48,10 @@ struct _http_t {
     bool reloading;
     bool ready;                     /* readiness as last seen under the server lock ... */
     char not_ready[REASON_MAX];     /* ... and why not */
+    http_debug_fn debug;            /* sigserve-test only: POST /debug/fault */
 };
+
+void http_set_debug (http_t *self, http_debug_fn fn) { self->debug = fn; }
 
 /* ---------------------------------------------------------------- readiness */
 
@@ -130,6 +133,7 @@ static void s_metrics (http_t *self, metrics_text_t *t)
     metrics_models (t, models ? server_models (self->server) : NULL);
     if (models)
         server_unlock (self->server);
+    metrics_devices (t);
     metrics_family (t, "sigserve_reload_in_progress", "gauge", "1 while a configuration reload loads models aside.");
     metrics_append (t, "sigserve_reload_in_progress %d\n", self->reloading ? 1 : 0);
     pthread_mutex_unlock (&self->mu);
@@ -296,7 +300,8 @@ static enum MHD_Result s_handle (void *cls, struct MHD_Connection *c, const char
     (void) version, (void) upload_data;
     http_t *self = cls;
     char why[REASON_MAX];
-    if (strcmp (method, MHD_HTTP_METHOD_GET) != 0 && strcmp (method, MHD_HTTP_METHOD_HEAD) != 0) {
+    const bool debug = self->debug && strcmp (method, MHD_HTTP_METHOD_POST) == 0 && strcmp (url, "/debug/fault") == 0;
+    if (!debug && strcmp (method, MHD_HTTP_METHOD_GET) != 0 && strcmp (method, MHD_HTTP_METHOD_HEAD) != 0) {
         snprintf (why, sizeof why, "method %.32s not allowed: GET or HEAD", method);
         return s_reply_text (c, MHD_HTTP_METHOD_NOT_ALLOWED, why);
     }
@@ -311,6 +316,12 @@ static enum MHD_Result s_handle (void *cls, struct MHD_Connection *c, const char
     if (*upload_data_size) {
         *upload_data_size = 0;      /* a body on a GET is read and ignored */
         return MHD_YES;
+    }
+    if (debug) {
+        const char *device = MHD_lookup_connection_value (c, MHD_GET_ARGUMENT_KIND, "device");
+        const char *kind = MHD_lookup_connection_value (c, MHD_GET_ARGUMENT_KIND, "kind");
+        unsigned status = (unsigned) self->debug (device ? device : "", kind ? kind : "", why, sizeof why);
+        return s_reply_text (c, status, why);
     }
     if (strcmp (url, "/healthz") == 0)
         return s_reply_text (c, MHD_HTTP_OK, "ok");

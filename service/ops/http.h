@@ -38,6 +38,10 @@ void http_destroy (http_t **self_p);
 /* The server whose models are reported (NULL: none any more; returns once no request uses the
  * previous one). */
 void http_attach (http_t *self, server_t *server);
+/* sigserve-test only (built with SIGSERVE_TEST_HOOKS; a release build never sets it, and the route
+ * answers 404): POST /debug/fault?device=N&kind=K calls FN, which answers an HTTP status and a text. */
+typedef int (*http_debug_fn) (const char *device, const char *kind, char *out, size_t outlen);
+void http_set_debug (http_t *self, http_debug_fn fn);
 /* From now on /readyz says "draining". */
 void http_draining (http_t *self);
 /* Around server_reload, on the thread that calls it (not while holding the server lock). */

@@ -1,6 +1,7 @@
 /* The Prometheus text of /metrics (metrics.h): what http.c's scrape is made of. */
 #define _GNU_SOURCE
 #include "ops/metrics.h"
+#include "serving/devices.h"
 
 #include "serving/dispatch.h"
 
@@ -196,6 +197,15 @@ static void s_instances (metrics_text_t *t, model_registry_t *models, const char
 }
 
 /* The gauges of the models being served. Called with the server lock held. */
+static const char *s_device_label (int device, char *buf, size_t len)
+{
+    if (device == DEVICE_CPU_TEST)
+        snprintf (buf, len, "cpu");
+    else
+        snprintf (buf, len, "cuda:%d", device);
+    return buf;
+}
+
 void metrics_models (metrics_text_t *t, model_registry_t *models)
 {
     char label[160];
@@ -219,6 +229,47 @@ void metrics_models (metrics_text_t *t, model_registry_t *models)
     metrics_family (t, "sigserve_instance_requests_total", "counter",
                     "Requests the instance computed (starts again from 0 when a reload loads the model anew).");
     s_instances (t, models, "sigserve_instance_requests_total", true);
+    bool degraded = false;
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        for (uint32_t k = 0; k < model_instance_count (m); k++)
+            degraded |= !model_instance_available (m, k);
+    }
+    metrics_family (t, "sigserve_degraded", "gauge",
+                    "1 while an instance of a served model cannot run (a lost device, its process restarting): "
+                    "/models says which and why.");
+    metrics_append (t, "sigserve_degraded %d\n", degraded ? 1 : 0);
+}
+
+void metrics_devices (metrics_text_t *t)
+{
+    devices_t *d = devices_current ();
+    devices_info_t info[DEVICES_MAX];
+    const size_t n = d ? devices_list (d, info, DEVICES_MAX) : 0;
+    char dev[32];
+    metrics_family (t, "sigserve_device_process_up", "gauge",
+                    "1 while the device's process (server.gpu_processes) runs.");
+    for (size_t i = 0; i < n; i++)
+        metrics_append (t, "sigserve_device_process_up{device=\"%s\"} %d\n", s_device_label (info[i].device, dev, sizeof dev),
+                        info[i].running ? 1 : 0);
+    metrics_family (t, "sigserve_device_losses_total", "counter",
+                    "Times the device's process was lost: it exited, its context trapped, or a launch ran past watchdog_ms.");
+    for (size_t i = 0; i < n; i++)
+        metrics_append (t, "sigserve_device_losses_total{device=\"%s\"} %llu\n", s_device_label (info[i].device, dev, sizeof dev),
+                        (unsigned long long) info[i].losses);
+    metrics_family (t, "sigserve_device_restarts_total", "counter",
+                    "Times the device's process was started again and every model it held rejoined.");
+    for (size_t i = 0; i < n; i++)
+        metrics_append (t, "sigserve_device_restarts_total{device=\"%s\",result=\"ok\"} %llu\n",
+                        s_device_label (info[i].device, dev, sizeof dev), (unsigned long long) info[i].restarts);
+    for (size_t i = 0; i < n; i++)
+        metrics_append (t, "sigserve_device_restarts_total{device=\"%s\",result=\"failed\"} %llu\n",
+                        s_device_label (info[i].device, dev, sizeof dev), (unsigned long long) info[i].failed_restarts);
+    metrics_family (t, "sigserve_device_recovery_seconds", "gauge",
+                    "The last recovery of the device's process: from its loss to every model rejoined.");
+    for (size_t i = 0; i < n; i++)
+        metrics_append (t, "sigserve_device_recovery_seconds{device=\"%s\"} %.4f\n",
+                        s_device_label (info[i].device, dev, sizeof dev), info[i].last_recovery_ms / 1e3);
 }
 
 void metrics_process (metrics_text_t *t)

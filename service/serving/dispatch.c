@@ -29,7 +29,7 @@ uint32_t dispatch_queued (model_t *m)
 {
     uint32_t q = 0;
     for (uint32_t i = 0; i < m->instance_count; i++)
-        q += (uint32_t) ring_count (&m->instances[i].requests);
+        q += (uint32_t) ring_count (&m->instances[i].sh->requests);
     return q;
 }
 
@@ -39,15 +39,15 @@ static instance_t *s_instance (model_t *m, const admission_t *a)
 {
     if (a->stream_id) {
         instance_t *in = &m->instances[a->stream_id % m->instance_count];
-        return atomic_load_explicit (&in->available, memory_order_relaxed) ? in : NULL;
+        return atomic_load_explicit (&in->sh->available, memory_order_relaxed) ? in : NULL;
     }
     instance_t *best = NULL;
     size_t best_load = (size_t) -1;
     for (uint32_t k = 0; k < m->instance_count; k++) {
         instance_t *in = &m->instances[(m->next_instance + k) % m->instance_count];
-        if (!atomic_load_explicit (&in->available, memory_order_relaxed))
+        if (!atomic_load_explicit (&in->sh->available, memory_order_relaxed))
             continue;
-        size_t load = ring_count (&in->requests);
+        size_t load = ring_count (&in->sh->requests);
         if (load < best_load) {
             best = in;
             best_load = load;
@@ -170,15 +170,16 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     if (!a->stream_id)
         m->next_instance = (in->index + 1) % m->instance_count;
     in->rows_admitted += j->rows;   /* before the worker can take it: rows_taken never passes it */
-    ring_push (&in->requests, j);   /* cannot fail: the ring holds every job of the model */
-    waker_wake (&in->wake);
+    j->instance = (int32_t) in->index;
+    ring_push (&in->sh->requests, j);   /* cannot fail: the ring holds every job of the model */
+    waker_wake (&in->sh->wake);
     return SIG_OK;
 }
 
 bool dispatch_has_done (model_t *m)
 {
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (ring_count (&m->instances[i].done))
+        if (ring_count (&m->instances[i].sh->done))
             return true;
     return false;
 }
@@ -187,8 +188,9 @@ job_t *dispatch_next_done (model_t *m)
 {
     for (uint32_t k = 0; k < m->instance_count; k++) {
         uint32_t i = (m->next_done + k) % m->instance_count;
-        job_t *j = ring_pop (&m->instances[i].done);
+        job_t *j = ring_pop (&m->instances[i].sh->done);
         if (j) {
+            j->instance = -1;
             m->next_done = (i + 1) % m->instance_count;
             return j;
         }
@@ -196,11 +198,55 @@ job_t *dispatch_next_done (model_t *m)
     return NULL;
 }
 
+/* IN's device process is gone: whatever it held and had not handed back is answered UNAVAILABLE,
+ * through the done ring (the front is its only producer now), and its queue is emptied. */
+static void s_reclaim_instance (model_t *m, instance_t *in)
+{
+    instance_shared_t *sh = in->sh;
+    const int32_t mine = (int32_t) in->index;
+    /* what the dead process handed back is answered as it finished: skip those */
+    size_t head = atomic_load (&sh->done.head), tail = atomic_load (&sh->done.tail);
+    for (size_t k = head; k != tail; k++)
+        ((job_t *) sh->done.items[k & sh->done.mask])->instance = -2;
+    uint32_t answered = 0;
+    for (uint32_t i = 0; i < m->job_count; i++) {
+        job_t *j = &m->jobs[i];
+        if (j->instance != mine)
+            continue;
+        j->status = SIG_UNAVAILABLE;
+        j->compute_ns = 0;
+        j->batch_rows = 0;
+        snprintf (j->error, sizeof j->error, "model \"%s\" instance %u: %s; the request was not answered by it",
+                  m->cfg.name, in->index, sh->state);
+        j->instance = -2;
+        ring_push (&sh->done, j);
+        answered++;
+    }
+    for (size_t k = head; k != tail; k++)
+        ((job_t *) sh->done.items[k & sh->done.mask])->instance = mine;
+    atomic_store (&sh->requests.head, atomic_load (&sh->requests.tail));
+    atomic_store (&sh->rows_taken, in->rows_admitted);
+    if (answered)
+        log_warn ("model %s instance %u: %u request(s) held by its lost device process answered UNAVAILABLE",
+                  m->cfg.name, in->index, answered);
+    atomic_store (&in->lost, 2);
+}
+
+void dispatch_reclaim (model_t *m)
+{
+    if (!atomic_load_explicit (&m->lost_pending, memory_order_acquire))
+        return;
+    atomic_store (&m->lost_pending, false);
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (atomic_load (&m->instances[i].lost) == 1)
+            s_reclaim_instance (m, &m->instances[i]);
+}
+
 void dispatch_abort (model_t *m, const char *why)
 {
     snprintf (m->abort_reason, sizeof m->abort_reason, "%s", why);
     for (uint32_t i = 0; i < m->instance_count; i++) {
-        atomic_store (&m->instances[i].abort, true);
-        waker_wake (&m->instances[i].wake);
+        atomic_store (&m->instances[i].sh->abort, true);
+        waker_wake (&m->instances[i].sh->wake);
     }
 }

@@ -40,6 +40,10 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
 bool dispatch_has_done (model_t *m);
 /* The next finished job of any instance, or NULL. */
 job_t *dispatch_next_done (model_t *m);
+/* When an instance's device process was lost (serving/devices.h): answers every job it held and
+ * had not handed back UNAVAILABLE, as finished jobs (dispatch_next_done then returns them). Front
+ * thread; costs one atomic load when nothing was lost. */
+void dispatch_reclaim (model_t *m);
 /* Back to the pool, once its reply is sent (the envelope frames must be closed or moved). */
 void dispatch_job_return (model_t *m, job_t *j);
 /* Jobs out of the pool (queued, computing or finished but not yet returned). */

@@ -45,6 +45,7 @@ typedef struct job {
     bool counted;                       /* counted against its client's in-flight limit ... */
     client_id_t client;                 /* ... as this client (set when counted) */
     float *features;                    /* rows x input size: its own buffer_rows rows, or a large buffer */
+    int32_t instance;                   /* the instance it was handed to, until collected back (-1: none) */
     /* worker */
     sig_status_t status;
     uint64_t t_start;                   /* the worker took it */

@@ -17,8 +17,8 @@
 #define REQUEST_FRAMING 128
 
 /* The backend CFG names, or the one "auto" measures fastest (CFG updated to it). */
-static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
-                                                size_t errlen)
+const backend_iface_t *model_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
+                                             size_t errlen)
 {
     if (cfg->backend != BACKEND_AUTO) {
         char why[256];
@@ -57,37 +57,41 @@ static const backend_iface_t *s_choose_backend (model_t *m, model_config_t *cfg,
 
 /* Instance INDEX's placement and backend context (before the job pool exists: the timing that
  * sizes it runs on instance 0). */
-static int s_instance_load (model_t *m, instance_t *in, uint32_t index, const weights_t *w, char *err, size_t errlen)
+int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weights_t *w, char *err, size_t errlen)
 {
     const model_config_t *cfg = &m->cfg;
     in->model = m;
     in->index = index;
+    in->here = true;
+    in->sh = &in->own;
     in->device = m->iface->device == BACKEND_DEVICE_GPU ? cfg->devices[index % cfg->device_count] : -1;
     if (cfg->cpu_count) {
         in->cpus[0] = cfg->cpus[index % cfg->cpu_count];
         in->cpu_count = 1;
     } else if (in->device >= 0)     /* by default a GPU's workers run on the CPUs of its NUMA node */
         in->cpu_count = backends_gpu->device_cpus (in->device, in->cpus, CONFIG_MAX_CPUS);
-    atomic_init (&in->stop, false);
-    atomic_init (&in->abort, false);
-    atomic_init (&in->available, true);
-    atomic_init (&in->served, 0);
-    atomic_init (&in->warm_runs, 0);
-    atomic_init (&in->rows_taken, 0);
-    in->wake.fd = -1;
+    atomic_init (&in->sh->stop, false);
+    atomic_init (&in->sh->abort, false);
+    atomic_init (&in->sh->available, true);
+    atomic_init (&in->sh->served, 0);
+    atomic_init (&in->sh->warm_runs, 0);
+    atomic_init (&in->sh->rows_taken, 0);
+    in->sh->wake.fd = -1;
+    atomic_init (&in->sh->busy_since, 0);
     spin_init (&in->spin, m->spin_ns);
-    snprintf (in->state, sizeof in->state, "serving");
+    snprintf (in->sh->state, sizeof in->sh->state, "serving");
     in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
     return in->impl ? 0 : -1;
 }
 
 /* Its rings (which hold every job of the model), buffers and streams. */
-static int s_instance_queues (model_t *m, instance_t *in, char *err, size_t errlen)
+int model_instance_queues (model_t *m, instance_t *in, char *err, size_t errlen)
 {
     const model_config_t *cfg = &m->cfg;
     uint32_t rows = backend_rows (cfg);
-    if (ring_init (&in->requests, m->job_count) != 0 || ring_init (&in->done, m->job_count) != 0
-        || waker_init (&in->wake) != 0 || !(in->batch_in = floats_zeroed ((size_t) rows * m->input_size))
+    const bool own = in->sh == &in->own;    /* else the server made them in the shared region */
+    if ((own && (ring_init (&in->sh->requests, m->job_count) != 0 || ring_init (&in->sh->done, m->job_count) != 0
+                 || waker_init (&in->sh->wake) != 0)) || !(in->batch_in = floats_zeroed ((size_t) rows * m->input_size))
         || !(in->batch_out = floats_zeroed ((size_t) rows * m->output_size))
         || !(in->warm_in = floats_zeroed (m->input_size)) || !(in->taken = calloc (m->batch_rows, sizeof *in->taken))) {
         sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", cfg->name, in->index);
@@ -108,7 +112,7 @@ static int s_instance_queues (model_t *m, instance_t *in, char *err, size_t errl
 #define QUEUE_DEPTH_MIN 64u
 #define QUEUE_DEPTH_MAX 1024u
 #define QUEUE_BYTES_MAX (64u << 20)
-static uint32_t s_queue_depth_default (const model_t *m)
+uint32_t model_queue_depth_default (const model_t *m)
 {
     const uint64_t batch = m->batch_rows ? m->batch_rows : 1;
     const uint64_t per_row = (m->launch_ns + batch * m->row_ns) / batch;
@@ -122,13 +126,13 @@ static uint32_t s_queue_depth_default (const model_t *m)
 }
 
 /* The request buffers' memory, in MiB. */
-static double s_buffer_mib (const model_t *m)
+double model_buffer_mib (const model_t *m)
 {
     const double row = 4.0 * (m->input_size + m->output_size);
     return ((double) m->job_count * m->buffer_rows + (double) m->large_count * m->max_rows) * row / 1048576.0;
 }
 
-static int s_jobs_init (model_t *m, char *err, size_t errlen)
+int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen)
 {
     /* Queued requests, what every worker can hold in one batch, and what the front admits before it
      * collects finished jobs again: a free job exists whenever the queue has room. */
@@ -139,15 +143,15 @@ static int s_jobs_init (model_t *m, char *err, size_t errlen)
     const size_t row = m->input_size + m->output_size;
     size_t per_job = ((size_t) m->buffer_rows * row + 15) & ~(size_t) 15;   /* 64-byte aligned starts */
     size_t per_large = ((size_t) m->max_rows * row + 15) & ~(size_t) 15;
-    m->jobs = calloc (m->job_count, sizeof *m->jobs);
+    m->jobs = alloc (arg, m->job_count * sizeof *m->jobs);
     m->free_jobs = calloc (m->job_count, sizeof *m->free_jobs);
-    m->job_floats = floats_zeroed (per_job * m->job_count);
+    m->job_floats = alloc (arg, per_job * m->job_count * sizeof (float));
     m->large_free = calloc (m->large_count ? m->large_count : 1, sizeof *m->large_free);
-    m->large_floats = m->large_count ? floats_zeroed (per_large * m->large_count) : NULL;
+    m->large_floats = m->large_count ? alloc (arg, per_large * m->large_count * sizeof (float)) : NULL;
     if (!m->jobs || !m->free_jobs || !m->job_floats || !m->large_free || (m->large_count && !m->large_floats)) {
         sig_set_error (err, errlen, "model \"%s\": out of memory for %u request buffers of %u rows and %u of %u rows "
                        "(%.0f MiB; lower queue_depth, buffer_rows or large_buffers)", m->cfg.name, m->job_count,
-                       m->buffer_rows, m->large_count, m->max_rows, s_buffer_mib (m));
+                       m->buffer_rows, m->large_count, m->max_rows, model_buffer_mib (m));
         return -1;
     }
     for (uint32_t i = 0; i < m->large_count; i++)
@@ -157,6 +161,7 @@ static int s_jobs_init (model_t *m, char *err, size_t errlen)
         j->features = j->own_features = m->job_floats + per_job * i;
         j->outputs = j->own_outputs = j->features + (size_t) m->buffer_rows * m->input_size;
         j->large = -1;
+        j->instance = -1;
         for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
             zmq_msg_init (&j->envelope[f]);
         m->free_jobs[m->free_count++] = &m->jobs[m->job_count - 1 - i];
@@ -164,8 +169,55 @@ static int s_jobs_init (model_t *m, char *err, size_t errlen)
     return 0;
 }
 
-model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
-                    size_t errlen)
+void *model_heap_alloc (void *arg, size_t bytes)
+{
+    (void) arg;
+    return floats_zeroed ((bytes + sizeof (float) - 1) / sizeof (float));
+}
+
+int model_start_workers (model_t *m, char *err, size_t errlen)
+{
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        instance_t *in = &m->instances[i];
+        if (!in->here)
+            continue;
+        if (pthread_create (&in->thread, NULL, worker_main, in) != 0) {
+            sig_set_error (err, errlen, "model \"%s\": cannot start the worker of instance %u", m->cfg.name, i);
+            return -1;
+        }
+        in->started = true;
+    }
+    return 0;
+}
+
+void model_log_loaded (const model_t *m, bool derived)
+{
+    char placement[512] = "";
+    size_t used = 0;
+    for (uint32_t i = 0; i < m->instance_count && used < sizeof placement; i++) {
+        const instance_t *in = &m->instances[i];
+        char where[32] = "cpu";
+        if (in->device >= 0)
+            snprintf (where, sizeof where, "gpu %d", in->device);
+        used += (size_t) snprintf (placement + used, sizeof placement - used, "%s%s%s", i ? ", " : "", where,
+                                   m->remote ? " (device process)" : "");
+        if (in->cpu_count && used < sizeof placement)
+            used += (size_t) snprintf (placement + used, sizeof placement - used, " on cpu %d%s", in->cpus[0],
+                                       in->cpu_count > 1 ? "+" : "");
+    }
+    log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
+              "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
+              "request buffers %u x %u rows + %u x %u rows (%.1f MiB)",
+              m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
+              m->kernel_name, m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
+              m->row_ns / 1e3, !m->inline_ns ? "" : model_launch_ns (m, 1) <= m->inline_ns ? " (run on the front when idle)"
+                                                  : " (over server.inline_us: never run on the front)",
+              m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
+              m->buffer_rows, m->large_count, m->max_rows, model_buffer_mib (m));
+}
+
+model_t *model_local_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
+                          size_t errlen)
 {
     const uint32_t max_message_bytes = server->max_message_bytes;
     model_t *m = calloc (1, sizeof *m);
@@ -179,6 +231,7 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
     m->spin_ns = server->spin_cap_ns;
     m->stats = stats;
     m->stats_slot = STATS_UNKNOWN;
+    m->drift = &m->own_drift;
     weights_t *w = weights_load (cfg, err, errlen);
     if (!w)
         goto failed;
@@ -201,7 +254,7 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
     m->max_rows = cfg->max_rows;
     m->batch_rows = cfg->max_batch_rows;
     m->buffer_rows = cfg->buffer_rows ? cfg->buffer_rows : m->max_rows;
-    if (!(m->iface = s_choose_backend (m, &m->cfg, w, err, errlen)))
+    if (!(m->iface = model_choose_backend (m, &m->cfg, w, err, errlen)))
         goto failed;
     m->instance_count = cfg->instances;
     m->instances = calloc (m->instance_count, sizeof *m->instances);
@@ -210,7 +263,7 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
         goto failed;
     }
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (s_instance_load (m, &m->instances[i], i, w, err, errlen) != 0)
+        if (model_instance_load (m, &m->instances[i], i, w, err, errlen) != 0)
             goto failed;
     /* The front's own context, for the requests it runs itself: CPU models without streams (a
      * stream's window lives in its instance) and without keep_warm_us (which keeps the workers warm
@@ -226,54 +279,28 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
         goto failed;
     bool derived = m->cfg.queue_depth == 0;
     if (derived)
-        m->cfg.queue_depth = s_queue_depth_default (m);
-    if (s_jobs_init (m, err, errlen) != 0)
+        m->cfg.queue_depth = model_queue_depth_default (m);
+    if (model_jobs_init (m, model_heap_alloc, NULL, err, errlen) != 0)
         goto failed;
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (s_instance_queues (m, &m->instances[i], err, errlen) != 0)
+        if (model_instance_queues (m, &m->instances[i], err, errlen) != 0)
             goto failed;
     snprintf (m->kernel_name, sizeof m->kernel_name, "%s", m->iface->kernel_name (m->instances[0].impl));
-    for (uint32_t i = 0; i < m->instance_count; i++) {
-        instance_t *in = &m->instances[i];
-        if (pthread_create (&in->thread, NULL, worker_main, in) != 0) {
-            sig_set_error (err, errlen, "model \"%s\": cannot start the worker of instance %u", cfg->name, i);
-            goto failed;
-        }
-        in->started = true;
-    }
+    if (model_start_workers (m, err, errlen) != 0)
+        goto failed;
     if (stats) {
         int slot = stats_slot (stats, cfg->name);
         m->stats_slot = slot < 0 ? STATS_UNKNOWN : slot;
     }
-    char placement[512] = "";
-    size_t used = 0;
-    for (uint32_t i = 0; i < m->instance_count && used < sizeof placement; i++) {
-        const instance_t *in = &m->instances[i];
-        char where[32] = "cpu";
-        if (in->device >= 0)
-            snprintf (where, sizeof where, "gpu %d", in->device);
-        used += (size_t) snprintf (placement + used, sizeof placement - used, "%s%s", i ? ", " : "", where);
-        if (in->cpu_count && used < sizeof placement)
-            used += (size_t) snprintf (placement + used, sizeof placement - used, " on cpu %d%s", in->cpus[0],
-                                       in->cpu_count > 1 ? "+" : "");
-    }
-    log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
-              "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
-              "request buffers %u x %u rows + %u x %u rows (%.1f MiB)",
-              m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
-              m->kernel_name, m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
-              m->row_ns / 1e3, !m->inline_ns ? "" : model_launch_ns (m, 1) <= m->inline_ns ? " (run on the front when idle)"
-                                                  : " (over server.inline_us: never run on the front)",
-              m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
-              m->buffer_rows, m->large_count, m->max_rows, s_buffer_mib (m));
+    model_log_loaded (m, derived);
     return m;
 failed:
     weights_destroy (&w);
-    model_destroy (&m);
+    model_local_destroy (&m);
     return NULL;
 }
 
-void model_destroy (model_t **self_p)
+void model_local_destroy (model_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
@@ -281,8 +308,8 @@ void model_destroy (model_t **self_p)
     for (uint32_t i = 0; m->instances && i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
         if (in->started) {
-            atomic_store (&in->stop, true);
-            waker_wake (&in->wake);
+            atomic_store (&in->sh->stop, true);
+            waker_wake (&in->sh->wake);
             pthread_join (in->thread, NULL);
         }
     }
@@ -292,23 +319,27 @@ void model_destroy (model_t **self_p)
         instance_t *in = &m->instances[i];
         if (in->impl)
             m->iface->destroy (&in->impl);
-        ring_release (&in->requests);
-        ring_release (&in->done);
-        waker_release (&in->wake);
+        if (in->sh == &in->own) {
+            ring_release (&in->own.requests);
+            ring_release (&in->own.done);
+            waker_release (&in->own.wake);
+        }
         free (in->batch_in);
         free (in->batch_out);
         free (in->warm_in);
         free (in->taken);
         streams_destroy (&in->streams);
     }
-    for (uint32_t i = 0; m->jobs && i < m->job_count; i++)
-        for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
-            zmq_msg_close (&m->jobs[i].envelope[f]);
+    if (!m->remote) {
+        for (uint32_t i = 0; m->jobs && i < m->job_count; i++)
+            for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
+                zmq_msg_close (&m->jobs[i].envelope[f]);
+        free (m->jobs);
+        free (m->job_floats);
+        free (m->large_floats);
+    }
     free (m->instances);
-    free (m->jobs);
     free (m->free_jobs);
-    free (m->job_floats);
-    free (m->large_floats);
     free (m->large_free);
     free (m);
     *self_p = NULL;
@@ -332,7 +363,7 @@ int model_stats_slot (const model_t *m) { return m->stats_slot; }
 bool model_available (const model_t *m)
 {
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (atomic_load_explicit (&m->instances[i].available, memory_order_relaxed))
+        if (atomic_load_explicit (&m->instances[i].sh->available, memory_order_relaxed))
             return true;
     return false;
 }
@@ -366,19 +397,19 @@ void model_describe (model_t *m, model_info_t *info)
         ii->device = in->device;
         ii->available = model_instance_available (m, i);
         snprintf (ii->state, sizeof ii->state, "%s", model_instance_state (m, i));
-        ii->requests = atomic_load_explicit (&in->served, memory_order_relaxed);
-        ii->warm_runs = atomic_load_explicit (&in->warm_runs, memory_order_relaxed);
+        ii->requests = atomic_load_explicit (&in->sh->served, memory_order_relaxed);
+        ii->warm_runs = atomic_load_explicit (&in->sh->warm_runs, memory_order_relaxed);
     }
 }
 
-bool model_instance_available (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].available); }
+bool model_instance_available (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].sh->available); }
 /* The text is written once, before available drops (release), so it is read only after seeing
  * the drop (acquire): never while being written. */
 const char *model_instance_state (const model_t *m, uint32_t i)
 {
-    return atomic_load (&m->instances[i].available) ? "serving" : m->instances[i].state;
+    return atomic_load (&m->instances[i].sh->available) ? "serving" : m->instances[i].sh->state;
 }
-uint64_t model_instance_requests (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].served); }
+uint64_t model_instance_requests (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].sh->served); }
 int model_instance_device (const model_t *m, uint32_t i) { return m->instances[i].device; }
 
 backend_model_t *model_backend_handle (model_t *m) { return m->instances[0].impl; }
@@ -388,14 +419,14 @@ sig_status_t model_infer_instance (model_t *m, uint32_t i, const float *in, uint
                                    size_t errlen)
 {
     instance_t *in_ = &m->instances[i];
-    if (!atomic_load (&in_->available)) {
-        sig_set_error (err, errlen, "model \"%s\" is unavailable on instance %u: %s", m->cfg.name, i, in_->state);
+    if (!atomic_load (&in_->sh->available)) {
+        sig_set_error (err, errlen, "model \"%s\" is unavailable on instance %u: %s", m->cfg.name, i, in_->sh->state);
         return SIG_UNAVAILABLE;
     }
     sig_status_t st = m->iface->infer (in_->impl, in, rows, out, err, errlen);
     if (st == SIG_UNAVAILABLE) {
-        snprintf (in_->state, sizeof in_->state, "%.127s", err);
-        atomic_store (&in_->available, false);
+        snprintf (in_->sh->state, sizeof in_->sh->state, "%.127s", err);
+        atomic_store (&in_->sh->available, false);
         log_error ("model %s instance %u marked unavailable: %s", m->cfg.name, i, err);
     }
     return st;

@@ -12,32 +12,45 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* What an instance's worker and the front share: the rings, the worker's waker, the counters and the
+ * state. In the server's own process it is the instance's `own`; an instance run by a device process
+ * (serving/devices.h) has it in the shared region, at the same address in both processes. */
 typedef struct {
-    model_t *model;
-    uint32_t index;
-    int device;                         /* CUDA device, -1 on the CPU */
-    size_t cpu_count;                   /* CPUs it is pinned to (0: not pinned) */
-    int cpus[CONFIG_MAX_CPUS];          /* cpus[i % n] of the model, or the GPU's NUMA node */
-    backend_model_t *impl;              /* this instance's backend context */
     ring_t requests;                    /* front -> worker: admitted jobs */
-    uint64_t rows_admitted;             /* front: rows of the jobs pushed onto requests, ever ... */
-    _Atomic uint64_t rows_taken;        /* ... and (worker) of those popped: the difference waits */
+    _Atomic uint64_t rows_taken;        /* (worker) rows of the jobs popped: rows_admitted - this waits */
     ring_t done;                        /* worker -> front: finished jobs */
-    waker_t wake;                       /* the worker sleeps on it when idle ... */
-    spin_t spin;                        /* ... after spinning for as long as base/spin.h says */
-    pthread_t thread;
-    bool started;
+    waker_t wake;                       /* the worker sleeps on it when idle */
     _Atomic bool stop;                  /* set once nothing more will be queued: exit when empty */
     _Atomic bool abort;                 /* answer queued jobs UNAVAILABLE without running them */
     _Atomic bool available;             /* false once the backend said it cannot run */
     _Atomic uint64_t served;            /* requests computed */
+    _Atomic uint64_t warm_runs;         /* keep_warm runs */
+    _Atomic uint64_t busy_since;        /* CLOCK_MONOTONIC ns a launch began, 0 between launches */
     char state[128];                    /* "serving" or why not (written once, before available drops) */
+} instance_shared_t;
+
+typedef struct {
+    model_t *model;
+    uint32_t index;
+    int device;                         /* CUDA device, -1 on the CPU */
+    bool here;                          /* its worker runs in this process (a device process runs some) */
+    size_t cpu_count;                   /* CPUs it is pinned to (0: not pinned) */
+    int cpus[CONFIG_MAX_CPUS];          /* cpus[i % n] of the model, or the GPU's NUMA node */
+    backend_model_t *impl;              /* this instance's backend context */
+    instance_shared_t *sh;              /* &own, or in the region shared with a device process */
+    instance_shared_t own;
+    uint64_t rows_admitted;             /* front: rows of the jobs pushed onto requests, ever */
+    spin_t spin;                        /* the worker spins for as long as base/spin.h says, then sleeps */
+    pthread_t thread;
+    bool started;
     float *batch_in, *batch_out;        /* backend_rows rows: gathered inputs, outputs of a batch */
     float *warm_in;                     /* keep_warm: the last request's first row */
     bool have_warm;
-    _Atomic uint64_t warm_runs;         /* keep_warm runs */
     job_t **taken;                      /* the batch being computed: up to max_batch_rows jobs */
     streams_t *streams;                 /* LSTM: stream_id -> backend slot (NULL for other models) */
+    /* the server's, for an instance in a device process: 1 once the process is lost (the front then
+     * answers what it held: dispatch_reclaim), 2 when answered, 0 serving */
+    _Atomic int lost;
 } instance_t;
 
 struct _model_t {
@@ -51,7 +64,8 @@ struct _model_t {
     /* A launch of r rows takes about (launch_ns + r x row_ns) x drift / 1024: the first two timed at
      * load (model_time.c), drift the workers' running ratio of measured to predicted (1024 = as timed). */
     uint64_t launch_ns, row_ns;
-    _Atomic uint32_t drift;
+    _Atomic uint32_t *drift;            /* &own_drift, or in the region shared with a device process */
+    _Atomic uint32_t own_drift;
     uint64_t max_queue_ns;              /* cfg.max_queue_us */
     /* Run to completion on the front (server.inline_us): a request whose launch is predicted under
      * inline_ns, when nothing of the model waits, runs on front_impl, the front's own context. */
@@ -84,7 +98,34 @@ struct _model_t {
     uint32_t next_done;                 /* round-robin start when collecting */
     waker_t *front;                     /* rung by workers after handing jobs back */
     char abort_reason[64];
+    /* Device processes (serving/devices.h): on the server, REMOTE when the instances run in them
+     * (jobs, rings and drift in the shared region); in a device process, DEVICE_SIDE. */
+    bool remote, device_side;
+    _Atomic bool lost_pending;          /* an instance is lost: the front answers what it held */
 };
+
+/* model.c, for model_remote.c */
+const backend_iface_t *model_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
+                                             size_t errlen);
+int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weights_t *w, char *err, size_t errlen);
+int model_instance_queues (model_t *m, instance_t *in, char *err, size_t errlen);
+uint32_t model_queue_depth_default (const model_t *m);
+double model_buffer_mib (const model_t *m);
+void *model_heap_alloc (void *arg, size_t bytes);
+int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen);
+int model_start_workers (model_t *m, char *err, size_t errlen);
+void model_log_loaded (const model_t *m, bool derived);
+model_t *model_local_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
+                          size_t errlen);
+/* Stops the workers of this process and frees what this process holds (model_destroy: also what
+ * device processes hold, first). */
+void model_local_destroy (model_t **self_p);
+
+/* model_remote.c: the server's side of a model whose instances run in device processes */
+bool model_remote_wanted (const model_config_t *cfg);
+model_t *model_remote_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
+                           size_t errlen);
+void model_remote_release (model_t *m);
 
 /* worker.c */
 void *worker_main (void *instance);

@@ -18,10 +18,17 @@
 #define DRIFT_MIN (DRIFT_ONE / 8)
 #define DRIFT_MAX (DRIFT_ONE * 64)
 
-/* The median time of launches of ROWS rows on instance 0 (after one untimed run), or 0 on failure. */
+/* The median time of launches of ROWS rows on the first instance loaded in this process (after one
+ * untimed run), or 0 on failure. */
 static uint64_t s_median (model_t *m, const float *x, float *y, uint32_t rows, char *err, size_t errlen)
 {
-    backend_model_t *impl = m->instances[0].impl;
+    backend_model_t *impl = NULL;
+    for (uint32_t i = 0; i < m->instance_count && !impl; i++)
+        impl = m->instances[i].impl;
+    if (!impl) {
+        snprintf (err, errlen, "model \"%s\": no instance to time", m->cfg.name);
+        return 0;
+    }
     uint64_t t0 = clock_now_ns ();
     if (m->iface->infer (impl, x, rows, y, err, errlen) != SIG_OK)
         return 0;
@@ -66,7 +73,7 @@ int model_time (model_t *m, char *err, size_t errlen)
     /* one = a + b, many = a + wide x b; noise can make many < one: then the rows cost nothing extra */
     m->row_ns = wide > 1 && many > one ? (many - one) / (wide - 1) : 0;
     m->launch_ns = one > m->row_ns ? one - m->row_ns : 1;
-    atomic_store (&m->drift, DRIFT_ONE);
+    atomic_store (m->drift, DRIFT_ONE);
     rc = 0;
 done:
     free (x);
@@ -84,19 +91,19 @@ static uint64_t s_cost (const model_t *m, uint64_t rows)
 
 uint64_t model_queued_rows (const instance_t *in)
 {
-    return in->rows_admitted - atomic_load_explicit (&in->rows_taken, memory_order_relaxed);
+    return in->rows_admitted - atomic_load_explicit (&in->sh->rows_taken, memory_order_relaxed);
 }
 
 uint64_t model_expected_wait (const model_t *m, uint64_t queued)
 {
     if (queued == 0)
         return 0;
-    return s_cost (m, queued) * atomic_load_explicit (&m->drift, memory_order_relaxed) / DRIFT_ONE;
+    return s_cost (m, queued) * atomic_load_explicit (m->drift, memory_order_relaxed) / DRIFT_ONE;
 }
 
 uint64_t model_launch_ns (const model_t *m, uint32_t rows)
 {
-    return (m->launch_ns + rows * m->row_ns) * atomic_load_explicit (&m->drift, memory_order_relaxed) / DRIFT_ONE;
+    return (m->launch_ns + rows * m->row_ns) * atomic_load_explicit (m->drift, memory_order_relaxed) / DRIFT_ONE;
 }
 
 void model_observe_launch (model_t *m, uint32_t rows, uint64_t ns)
@@ -107,7 +114,7 @@ void model_observe_launch (model_t *m, uint32_t rows, uint64_t ns)
     /* A running average over ~16 launches, each counted as at most twice or half the current ratio: a
      * launch that was preempted moves it by 1/16, a lasting change within tens of launches. Instances
      * of one model may race here; a lost update only slows the average. */
-    const uint32_t old = atomic_load_explicit (&m->drift, memory_order_relaxed);
+    const uint32_t old = atomic_load_explicit (m->drift, memory_order_relaxed);
     uint64_t ratio = ns * DRIFT_ONE / predicted;
     if (ratio > 2ull * old)
         ratio = 2ull * old;
@@ -118,5 +125,5 @@ void model_observe_launch (model_t *m, uint32_t rows, uint64_t ns)
     if (ratio > DRIFT_MAX)
         ratio = DRIFT_MAX;
     const int64_t next = (int64_t) old + ((int64_t) ratio - (int64_t) old) / 16;
-    atomic_store_explicit (&m->drift, (uint32_t) next, memory_order_relaxed);
+    atomic_store_explicit (m->drift, (uint32_t) next, memory_order_relaxed);
 }

@@ -19,15 +19,15 @@
 
 static void s_finish (instance_t *in, job_t *j)
 {
-    while (!ring_push (&in->done, j))   /* cannot happen: the ring holds every job of the model */
+    while (!ring_push (&in->sh->done, j))   /* cannot happen: the ring holds every job of the model */
         _mm_pause ();
 }
 
 /* Takes the head of the queue (already peeked), counting its rows as no longer waiting. */
 static void s_pop (instance_t *in, job_t *j)
 {
-    ring_pop (&in->requests);
-    atomic_store_explicit (&in->rows_taken, atomic_load_explicit (&in->rows_taken, memory_order_relaxed) + j->rows,
+    ring_pop (&in->sh->requests);
+    atomic_store_explicit (&in->sh->rows_taken, atomic_load_explicit (&in->sh->rows_taken, memory_order_relaxed) + j->rows,
                            memory_order_relaxed);
 }
 
@@ -55,7 +55,7 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
 {
     model_t *m = in->model;
     job_t *j;
-    while (n < m->batch_rows && (j = ring_peek (&in->requests)) != NULL) {
+    while (n < m->batch_rows && (j = ring_peek (&in->sh->requests)) != NULL) {
         if (j->stream_id)
             break;      /* a stream step goes alone (s_stream_step), after what was taken */
         if (n > 0 && *rows + j->rows > m->batch_rows)
@@ -65,7 +65,7 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
         j->t_start = now;
         j->compute_ns = 0;
         j->batch_rows = 0;
-        if (atomic_load_explicit (&in->abort, memory_order_relaxed)) {
+        if (atomic_load_explicit (&in->sh->abort, memory_order_relaxed)) {
             s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
             s_finish (in, j);
             (*finished)++;
@@ -118,15 +118,18 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
     char err[JOB_ERROR_MAX];
     sig_status_t st;
     uint64_t t0 = clock_now_ns ();
-    if (!atomic_load_explicit (&in->available, memory_order_relaxed)) {
+    if (!atomic_load_explicit (&in->sh->available, memory_order_relaxed)) {
         st = SIG_UNAVAILABLE;
-        snprintf (err, sizeof err, "model \"%s\" is unavailable on instance %u: %s", m->cfg.name, in->index, in->state);
-    } else
+        snprintf (err, sizeof err, "model \"%s\" is unavailable on instance %u: %s", m->cfg.name, in->index, in->sh->state);
+    } else {
+        atomic_store_explicit (&in->sh->busy_since, t0, memory_order_relaxed);     /* the server's watchdog reads it */
         st = m->iface->infer (in->impl, x, rows, y, err, sizeof err);
+        atomic_store_explicit (&in->sh->busy_since, 0, memory_order_relaxed);
+    }
     uint64_t t1 = clock_now_ns ();
-    if (st == SIG_UNAVAILABLE && atomic_load (&in->available)) {
-        snprintf (in->state, sizeof in->state, "%.127s", err);
-        atomic_store (&in->available, false);
+    if (st == SIG_UNAVAILABLE && atomic_load (&in->sh->available)) {
+        snprintf (in->sh->state, sizeof in->sh->state, "%.127s", err);
+        atomic_store (&in->sh->available, false);
         log_error ("model %s instance %u marked unavailable: %s", m->cfg.name, in->index, err);
     }
     size_t at = 0;
@@ -146,7 +149,7 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
         at += (size_t) j->rows * out_row;
     }
     if (st == SIG_OK) {
-        atomic_fetch_add_explicit (&in->served, n, memory_order_relaxed);
+        atomic_fetch_add_explicit (&in->sh->served, n, memory_order_relaxed);
         model_observe_launch (m, rows, t1 - t0);
     }
     if (m->cfg.keep_warm_us) {
@@ -197,9 +200,9 @@ static void s_keep_warm (instance_t *in)
 {
     model_t *m = in->model;
     char err[JOB_ERROR_MAX];
-    if (in->have_warm && atomic_load_explicit (&in->available, memory_order_relaxed)
+    if (in->have_warm && atomic_load_explicit (&in->sh->available, memory_order_relaxed)
         && m->iface->infer (in->impl, in->warm_in, 1, in->batch_out, err, sizeof err) == SIG_OK)
-        atomic_fetch_add_explicit (&in->warm_runs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit (&in->sh->warm_runs, 1, memory_order_relaxed);
 }
 
 /* Whether J's step number is the one its stream expects next: 1 for a stream this instance does not
@@ -238,14 +241,14 @@ static void s_stream_step (instance_t *in, job_t *j)
     int slot = -1;
     bool fresh = false;
     uint64_t t_step = 0;
-    if (atomic_load_explicit (&in->abort, memory_order_relaxed))
+    if (atomic_load_explicit (&in->sh->abort, memory_order_relaxed))
         s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
     else if (s_past_deadline (j, now)) {
         /* answered in s_past_deadline */
-    } else if (!atomic_load_explicit (&in->available, memory_order_relaxed)) {
+    } else if (!atomic_load_explicit (&in->sh->available, memory_order_relaxed)) {
         j->status = SIG_UNAVAILABLE;
         snprintf (j->error, sizeof j->error, "model \"%s\" is unavailable on instance %u: %.200s", m->cfg.name,
-                  in->index, in->state);
+                  in->index, in->sh->state);
     } else if (j->step && !s_step_expected (in, j)) {
         /* refused in s_step_expected: not applied, the stream unchanged */
     } else if ((slot = streams_slot (in->streams, j->stream_id, now, &fresh)) < 0) {
@@ -259,7 +262,9 @@ static void s_stream_step (instance_t *in, job_t *j)
             m->iface->stream_reset (in->impl, (uint32_t) slot);
         char err[JOB_ERROR_MAX];
         uint64_t t0 = t_step = clock_now_ns ();
+        atomic_store_explicit (&in->sh->busy_since, t0, memory_order_relaxed);
         sig_status_t st = m->iface->stream_step (in->impl, (uint32_t) slot, j->features, j->outputs, err, sizeof err);
+        atomic_store_explicit (&in->sh->busy_since, 0, memory_order_relaxed);
         uint64_t t1 = clock_now_ns ();
         j->t_start = t0;
         j->compute_ns = t1 - t0;
@@ -268,12 +273,12 @@ static void s_stream_step (instance_t *in, job_t *j)
         if (st == SIG_OK) {
             streams_applied (in->streams, slot);
             s_check_outputs (m, j);
-            atomic_fetch_add_explicit (&in->served, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit (&in->sh->served, 1, memory_order_relaxed);
         } else {
             memcpy (j->error, err, sizeof j->error);
-            if (st == SIG_UNAVAILABLE && atomic_load (&in->available)) {
-                snprintf (in->state, sizeof in->state, "%.127s", err);
-                atomic_store (&in->available, false);
+            if (st == SIG_UNAVAILABLE && atomic_load (&in->sh->available)) {
+                snprintf (in->sh->state, sizeof in->sh->state, "%.127s", err);
+                atomic_store (&in->sh->available, false);
                 log_error ("model %s instance %u marked unavailable: %s", m->cfg.name, in->index, err);
             }
         }
@@ -300,7 +305,7 @@ void *worker_main (void *arg)
     uint64_t last_active = clock_now_ns ();
     for (;;) {
         uint32_t rows = 0, finished = 0;
-        job_t *head = ring_peek (&in->requests);
+        job_t *head = ring_peek (&in->sh->requests);
         if (head && head->stream_id) {
             s_pop (in, head);
             spin_arrival (&in->spin, clock_now_ns ());
@@ -324,7 +329,7 @@ void *worker_main (void *arg)
             last_active = clock_now_ns ();
             continue;
         }
-        if (atomic_load_explicit (&in->stop, memory_order_acquire) && ring_count (&in->requests) == 0)
+        if (atomic_load_explicit (&in->sh->stop, memory_order_acquire) && ring_count (&in->sh->requests) == 0)
             break;
         uint64_t now = clock_now_ns ();
         if (keep_warm_ns && now - last_active >= keep_warm_ns) {
@@ -339,14 +344,14 @@ void *worker_main (void *arg)
             _mm_pause ();
             continue;
         }
-        waker_prepare (&in->wake);
-        if (ring_count (&in->requests) > 0 || atomic_load (&in->stop)) {
-            waker_cancel (&in->wake);
+        waker_prepare (&in->sh->wake);
+        if (ring_count (&in->sh->requests) > 0 || atomic_load (&in->sh->stop)) {
+            waker_cancel (&in->sh->wake);
             continue;
         }
         if (spin_ended (&in->spin) && m->stats)
             stats_count_spin_sleep (m->stats, true);
-        waker_sleep (&in->wake, keep_warm_ns ? keep_warm_ns - (now - last_active) : 0);
+        waker_sleep (&in->sh->wake, keep_warm_ns ? keep_warm_ns - (now - last_active) : 0);
     }
     return NULL;
 }

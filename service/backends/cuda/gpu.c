@@ -8,13 +8,11 @@
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 
+/* The version built against, not asked of the runtime: the server's process makes no CUDA call when
+ * GPU work runs in device processes (serving/devices.h). */
 static void s_runtime_version (char *buf, size_t len)
 {
-    int v = 0;
-    if (cudaRuntimeGetVersion (&v) == cudaSuccess)
-        snprintf (buf, len, "%d.%d", v / 1000, v % 1000 / 10);
-    else
-        snprintf (buf, len, "unknown");
+    snprintf (buf, len, "%d.%d", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
 }
 
 static const gpu_backend_t s_cuda = {
@@ -24,6 +22,7 @@ static const gpu_backend_t s_cuda = {
     .device_count = cuda_device_count,
     .device_cpus = cuda_device_cpus,
     .device_fault = cuda_device_fault,
+    .inject_fault = cuda_model_inject_fault,
     .runtime_version = s_runtime_version,
 };
 

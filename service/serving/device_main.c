@@ -1,0 +1,282 @@
+/* A device process (serving/devices.h): maps the server's shared region, then answers the server's
+ * control calls (load, start, unload the model instances placed on its device) and runs their
+ * workers. It exits when the server closes the control socket (after unloading everything) or
+ * dies (PR_SET_PDEATHSIG), and with status 70 as soon as its device's context is lost or one of its
+ * instances can no longer run: the server then answers what it held and starts it again. */
+#define _GNU_SOURCE
+#include "serving/devices.h"
+#include "serving/model_impl.h"
+
+#include "backends/backends.h"
+#include "base/log.h"
+#include "weights/lstm.h"
+#include "weights/weights.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MODELS_MAX 256
+#define HEALTH_MS 20
+#define EXIT_LOST 70
+
+typedef struct {
+    uint64_t token;
+    model_t *m;
+} held_t;
+
+static held_t s_held[MODELS_MAX];
+static size_t s_held_count;
+static devices_fault_fn s_fault_fn;
+
+void devices_set_fault_handler (devices_fault_fn fn) { s_fault_fn = fn; }
+
+static held_t *s_find (uint64_t token)
+{
+    for (size_t i = 0; i < s_held_count; i++)
+        if (s_held[i].token == token)
+            return &s_held[i];
+    return NULL;
+}
+
+static void s_forget (uint64_t token)
+{
+    held_t *h = s_find (token);
+    if (h) {
+        model_destroy (&h->m);
+        *h = s_held[--s_held_count];
+    }
+}
+
+/* DEV_LOAD: the instances of RQ->here that run on DEVICE, loaded and timed; "auto" resolved. */
+static int s_load (const dev_request_t *rq, int device, dev_reply_t *rp)
+{
+    s_forget (rq->token);       /* a rejoin after a failed start */
+    char *err = rp->error;
+    const size_t errlen = sizeof rp->error;
+    model_t *m = calloc (1, sizeof *m);
+    if (!m) {
+        snprintf (err, errlen, "model \"%s\": out of memory in device process", rq->cfg.name);
+        return -1;
+    }
+    m->given = m->cfg = rq->cfg;
+    m->device_side = true;
+    m->busy_poll = rq->busy_poll;
+    m->spin_ns = rq->spin_ns;
+    m->stats_slot = STATS_UNKNOWN;
+    m->drift = &m->own_drift;
+    m->instance_count = rq->cfg.instances;
+    weights_t *w = weights_load (&m->cfg, err, errlen);
+    if (!w)
+        goto failed;
+    m->input_size = w->input_size;
+    m->output_size = w->output_size;
+    if (w->lstm) {
+        m->window = w->lstm->window;
+        m->step_size = w->lstm->step_size;
+    }
+    m->max_rows = m->cfg.max_rows;
+    m->batch_rows = m->cfg.max_batch_rows;
+    m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
+    if (!(m->iface = model_choose_backend (m, &m->cfg, w, err, errlen)))
+        goto failed;
+    rp->cfg = m->cfg;
+    rp->on_gpu = m->iface->device == BACKEND_DEVICE_GPU;
+    snprintf (rp->selected_by, sizeof rp->selected_by, "%s", m->selected_by);
+    rp->candidate_count = (uint32_t) m->candidate_count;
+    memcpy (rp->candidates, m->candidates, sizeof rp->candidates);
+    rp->input_size = m->input_size;
+    rp->output_size = m->output_size;
+    rp->window = m->window;
+    rp->step_size = m->step_size;
+    for (int i = 0; i < CONFIG_MAX_INSTANCES; i++)
+        rp->cpus[i] = -1;
+    if (!rp->on_gpu && device != DEVICE_CPU_TEST) {    /* the server runs it */
+        weights_destroy (&w);
+        model_destroy (&m);
+        return 0;
+    }
+    if (!(m->instances = calloc (m->instance_count, sizeof *m->instances))) {
+        snprintf (err, errlen, "model \"%s\": out of memory in device process", rq->cfg.name);
+        goto failed;
+    }
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        if (!(rq->here >> i & 1))
+            continue;
+        if (model_instance_load (m, &m->instances[i], i, w, err, errlen) != 0)
+            goto failed;
+        rp->cpus[i] = m->instances[i].cpu_count ? m->instances[i].cpus[0] : -1;
+    }
+    weights_destroy (&w);
+    if (model_time (m, err, errlen) != 0)
+        goto failed;
+    rp->launch_ns = m->launch_ns;
+    rp->row_ns = m->row_ns;
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (m->instances[i].impl) {
+            snprintf (rp->kernel, sizeof rp->kernel, "%s", m->iface->kernel_name (m->instances[i].impl));
+            break;
+        }
+    if (s_held_count == MODELS_MAX) {
+        snprintf (err, errlen, "model \"%s\": a device process holds at most %d models", rq->cfg.name, MODELS_MAX);
+        goto failed;
+    }
+    s_held[s_held_count++] = (held_t) { .token = rq->token, .m = m };
+    return 0;
+failed:
+    weights_destroy (&w);
+    model_destroy (&m);
+    return -1;
+}
+
+/* DEV_START: the loaded instances onto the server's rings, their workers started. */
+static int s_start (const dev_request_t *rq, dev_reply_t *rp)
+{
+    held_t *h = s_find (rq->token);
+    if (!h) {
+        snprintf (rp->error, sizeof rp->error, "start: no model loaded for this token");
+        return -1;
+    }
+    model_t *m = h->m;
+    m->job_count = rq->job_count;
+    m->drift = (_Atomic uint32_t *) rq->drift;
+    m->front = (waker_t *) rq->front;
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        instance_t *in = &m->instances[i];
+        if (!in->here)
+            continue;
+        in->sh = (instance_shared_t *) rq->shared[i];
+        if (model_instance_queues (m, in, rp->error, sizeof rp->error) != 0)
+            return -1;
+    }
+    return model_start_workers (m, rp->error, sizeof rp->error);
+}
+
+static int s_fault (const dev_request_t *rq, int device, dev_reply_t *rp)
+{
+    if (!s_fault_fn) {
+        snprintf (rp->error, sizeof rp->error, "fault injection exists in test builds only (sigserve-test)");
+        return -1;
+    }
+    backend_model_t *target = NULL;
+    for (size_t k = 0; k < s_held_count && !target; k++) {
+        model_t *m = s_held[k].m;
+        for (uint32_t i = 0; i < m->instance_count && !target; i++)
+            if (m->instances[i].impl && m->cfg.type == MODEL_TYPE_MLP)
+                target = m->instances[i].impl;
+    }
+    return s_fault_fn (device, rq->fault, target, rp->error, sizeof rp->error);
+}
+
+/* Whether this process must go: its device's context is lost, or an instance cannot run. */
+static bool s_lost (int device, char *why, size_t len)
+{
+    const char *fault = device >= 0 && backends_gpu ? backends_gpu->device_fault (device) : NULL;
+    if (fault) {
+        snprintf (why, len, "device %d: %s", device, fault);
+        return true;
+    }
+    for (size_t k = 0; k < s_held_count; k++) {
+        model_t *m = s_held[k].m;
+        for (uint32_t i = 0; i < m->instance_count; i++) {
+            instance_t *in = &m->instances[i];
+            if (in->started && !atomic_load (&in->sh->available)) {
+                snprintf (why, len, "model %s instance %u: %s", m->cfg.name, i, in->sh->state);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+int devices_process_main (int argc, char **argv)
+{
+    int device = 0, control = -1, region_fd = -1;
+    unsigned long base = 0;
+    size_t size = 0;
+    pid_t parent = 0;
+    const char *level = "info", *format = "text";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp (argv[i], "--device-process") == 0)
+            device = atoi (argv[i + 1]);
+        else if (strcmp (argv[i], "--control") == 0)
+            control = atoi (argv[i + 1]);
+        else if (strcmp (argv[i], "--region") == 0)
+            sscanf (argv[i + 1], "%d:%lx:%zu", &region_fd, &base, &size);
+        else if (strcmp (argv[i], "--parent") == 0)
+            parent = (pid_t) atoi (argv[i + 1]);
+        else if (strcmp (argv[i], "--log-level") == 0)
+            level = argv[i + 1];
+        else if (strcmp (argv[i], "--log-format") == 0)
+            format = argv[i + 1];
+    }
+    /* the region first: nothing else (CUDA least of all) may take its addresses */
+    char err[512];
+    shm_t *shm = control >= 0 && region_fd >= 0 ? shm_attach (region_fd, base, size, err, sizeof err) : NULL;
+    if (!shm) {
+        fprintf (stderr, "sigserve --device-process: %s\n", control < 0 ? "started by hand: the server starts it" : err);
+        return 2;
+    }
+    prctl (PR_SET_PDEATHSIG, SIGKILL);
+    if (parent && getppid () != parent)
+        return 1;
+    /* the server drains at SIGINT/SIGTERM and then closes the control socket: only that stops us */
+    signal (SIGINT, SIG_IGN);
+    signal (SIGTERM, SIG_IGN);
+    signal (SIGHUP, SIG_IGN);
+    log_level_t lv;
+    if (log_level_from_name (level, &lv) == 0)
+        log_set_level (lv);
+    log_set_format (strcmp (format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
+    char role[16];
+    snprintf (role, sizeof role, device == DEVICE_CPU_TEST ? "dev-cpu" : "dev%d", device);
+    threads_set_role (role);
+    dev_request_t *rq = calloc (1, sizeof *rq);
+    dev_reply_t *rp = calloc (1, sizeof *rp);
+    if (!rq || !rp)
+        return 1;
+    for (;;) {
+        struct pollfd p = { .fd = control, .events = POLLIN };
+        int n = poll (&p, 1, HEALTH_MS);
+        char why[256];
+        if (s_lost (device, why, sizeof why)) {
+            log_error ("device process %d: %s; exiting so the server starts it again", (int) getpid (), why);
+            _exit (EXIT_LOST);      /* no clean-up: a lost context may hang in it */
+        }
+        if (n <= 0)
+            continue;
+        ssize_t got = recv (control, rq, sizeof *rq, 0);
+        if (got == 0 || (got < 0 && errno != EINTR))
+            break;
+        if (got != (ssize_t) sizeof *rq)
+            continue;
+        memset (rp, 0, sizeof *rp);
+        int rc = 0;
+        switch (rq->op) {
+        case DEV_LOAD: rc = s_load (rq, device, rp); break;
+        case DEV_START: rc = s_start (rq, rp); break;
+        case DEV_UNLOAD: s_forget (rq->token); break;
+        case DEV_FAULT: rc = s_fault (rq, device, rp); break;
+        default:
+            snprintf (rp->error, sizeof rp->error, "unknown control operation %u", rq->op);
+            rc = -1;
+        }
+        rp->status = rc;
+        if (send (control, rp, sizeof *rp, MSG_NOSIGNAL) != (ssize_t) sizeof *rp)
+            break;
+        if (rq->op == DEV_FAULT && rc == 0 && rq->fault == DEV_FAULT_EXIT)
+            raise (SIGKILL);
+    }
+    while (s_held_count)
+        s_forget (s_held[0].token);
+    free (rq);
+    free (rp);
+    shm_destroy (&shm);
+    return 0;
+}

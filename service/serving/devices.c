@@ -1,0 +1,405 @@
+/* The device processes, the server's side (devices.h): starting them, the control calls, and the
+ * supervisor thread that notices a lost process, has the front answer what it held, and starts it
+ * again. */
+#define _GNU_SOURCE
+#include "serving/devices.h"
+
+#include "base/log.h"
+#include "clock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define REGION_BYTES (64ull << 30)      /* reserved; used as blocks are written */
+#define TENANTS_MAX 256
+#define RESTART_ATTEMPTS 5
+#define RESTART_FIRST_DELAY_MS 100
+#define SWEEP_WAIT_NS 2000000000ull     /* the front answers what a lost process held within this */
+#define SUPERVISE_MS 20
+
+typedef struct {
+    int device;                         /* CUDA device, or DEVICE_CPU_TEST */
+    bool used;
+    pid_t pid;                          /* 0: not running */
+    bool reaped;                        /* its exit status was collected already */
+    int fd;                             /* the control socket, -1 when not running */
+    bool gave_up;
+    uint64_t losses, restarts, failed_restarts;
+    double last_recovery_ms;
+} proc_t;
+
+typedef struct {
+    int device;
+    dev_tenant_t t;
+} tenant_t;
+
+struct _devices_t {
+    shm_t *shm;
+    waker_t *front;
+    char exe[256], log_level[16], log_format[16];
+    pthread_mutex_t lock;               /* calls, process starts and the tenant list */
+    proc_t procs[DEVICES_MAX];
+    tenant_t tenants[TENANTS_MAX];
+    size_t tenant_count;
+    bool cpu_models;
+    pthread_t supervisor;
+    _Atomic bool stopping;
+};
+
+static devices_t *s_current;
+
+devices_t *devices_current (void) { return s_current; }
+void devices_place_cpu_models (devices_t *self, bool on) { self->cpu_models = on; }
+bool devices_cpu_models_placed (const devices_t *self) { return self && self->cpu_models; }
+void *devices_alloc (devices_t *self, size_t bytes) { return shm_alloc (self->shm, bytes); }
+void devices_free (devices_t *self, void *block) { shm_free (self->shm, block); }
+waker_t *devices_front_waker (devices_t *self) { return self->front; }
+
+static const char *s_device_name (int device, char *buf, size_t len)
+{
+    if (device == DEVICE_CPU_TEST)
+        snprintf (buf, len, "cpu (test)");
+    else
+        snprintf (buf, len, "%d", device);
+    return buf;
+}
+
+static proc_t *s_proc (devices_t *self, int device, bool create)
+{
+    for (int i = 0; i < DEVICES_MAX; i++)
+        if (self->procs[i].used && self->procs[i].device == device)
+            return &self->procs[i];
+    if (!create)
+        return NULL;
+    for (int i = 0; i < DEVICES_MAX; i++)
+        if (!self->procs[i].used) {
+            self->procs[i] = (proc_t) { .device = device, .used = true, .fd = -1 };
+            return &self->procs[i];
+        }
+    return NULL;
+}
+
+/* Starts P's process (lock held). 0, or -1 with ERR. */
+static int s_spawn (devices_t *self, proc_t *p, char *err, size_t errlen)
+{
+    char name[32];
+    int sv[2];
+    if (socketpair (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        snprintf (err, errlen, "device %s: cannot make the control socket: %s", s_device_name (p->device, name, sizeof name),
+                  strerror (errno));
+        return -1;
+    }
+    /* The child's end crosses exec; the parent closes its copy right after, so no later child has it. */
+    fcntl (sv[1], F_SETFD, 0);
+    char device[16], control[16], region[64], parent[16];
+    snprintf (device, sizeof device, "%d", p->device);
+    snprintf (control, sizeof control, "%d", sv[1]);
+    snprintf (region, sizeof region, "%d:%#lx:%zu", shm_fd (self->shm), (unsigned long) shm_base (self->shm),
+              shm_size (self->shm));
+    snprintf (parent, sizeof parent, "%d", (int) getpid ());
+    char *argv[] = { self->exe, "--device-process", device, "--control", control, "--region", region,
+                     "--parent", parent, "--log-level", self->log_level, "--log-format", self->log_format, NULL };
+    pid_t pid;
+    int rc = posix_spawn (&pid, self->exe, NULL, NULL, argv, environ);
+    close (sv[1]);
+    if (rc != 0) {
+        close (sv[0]);
+        snprintf (err, errlen, "device %s: cannot start its process (%s): %s", s_device_name (p->device, name, sizeof name),
+                  self->exe, strerror (rc));
+        return -1;
+    }
+    p->pid = pid;
+    p->fd = sv[0];
+    p->gave_up = false;
+    log_info ("device %s: process %d started", s_device_name (p->device, name, sizeof name), (int) pid);
+    return 0;
+}
+
+/* Ends P's process (lock held): closing the control socket makes it unload and exit; KILL: at once. */
+static void s_reap (proc_t *p, bool kill_it)
+{
+    if (p->pid > 0 && !p->reaped) {
+        if (kill_it)
+            kill (p->pid, SIGKILL);
+        if (p->fd >= 0)
+            close (p->fd);
+        p->fd = -1;
+        int status;
+        uint64_t until = clock_now_ns () + 5000000000ull;
+        while (waitpid (p->pid, &status, WNOHANG) == 0) {
+            if (clock_now_ns () > until) {
+                kill (p->pid, SIGKILL);
+                waitpid (p->pid, &status, 0);
+                break;
+            }
+            usleep (1000);
+        }
+    }
+    if (p->fd >= 0)
+        close (p->fd);
+    p->fd = -1;
+    p->pid = 0;
+    p->reaped = false;
+}
+
+/* One request and its reply on P (lock held). */
+static int s_exchange (proc_t *p, const dev_request_t *rq, dev_reply_t *rp, char *err, size_t errlen)
+{
+    char name[32];
+    if (send (p->fd, rq, sizeof *rq, MSG_NOSIGNAL) != (ssize_t) sizeof *rq) {
+        snprintf (err, errlen, "device %s: its process is gone (%s)", s_device_name (p->device, name, sizeof name),
+                  strerror (errno));
+        return -1;
+    }
+    for (;;) {
+        ssize_t n = recv (p->fd, rp, sizeof *rp, 0);
+        if (n == (ssize_t) sizeof *rp)
+            break;
+        if (n < 0 && errno == EINTR)
+            continue;
+        snprintf (err, errlen, "device %s: its process exited during the call", s_device_name (p->device, name, sizeof name));
+        return -1;
+    }
+    if (rp->status != 0) {
+        snprintf (err, errlen, "%s", rp->error);
+        return -1;
+    }
+    return 0;
+}
+
+int devices_call (devices_t *self, int device, const dev_request_t *rq, dev_reply_t *rp, char *err, size_t errlen)
+{
+    /* the supervisor calls it from a tenant's rejoin, with the lock held */
+    const bool locked = pthread_equal (pthread_self (), self->supervisor);
+    if (!locked)
+        pthread_mutex_lock (&self->lock);
+    proc_t *p = s_proc (self, device, true);
+    int rc = -1;
+    if (!p)
+        snprintf (err, errlen, "more than %d devices", DEVICES_MAX);
+    else if (p->gave_up && p->pid == 0)
+        snprintf (err, errlen, "device %d: its process could not be started again after %d attempts; restart the "
+                  "server", device, RESTART_ATTEMPTS);
+    else if (p->pid > 0 || s_spawn (self, p, err, errlen) == 0)
+        rc = s_exchange (p, rq, rp, err, errlen);
+    if (!locked)
+        pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+void devices_add_tenant (devices_t *self, int device, const dev_tenant_t *tenant)
+{
+    pthread_mutex_lock (&self->lock);
+    if (self->tenant_count < TENANTS_MAX)
+        self->tenants[self->tenant_count++] = (tenant_t) { .device = device, .t = *tenant };
+    pthread_mutex_unlock (&self->lock);
+}
+
+void devices_remove_tenant (devices_t *self, int device, void *arg)
+{
+    pthread_mutex_lock (&self->lock);
+    for (size_t i = 0; i < self->tenant_count; i++)
+        if (self->tenants[i].device == device && self->tenants[i].t.arg == arg) {
+            self->tenants[i] = self->tenants[--self->tenant_count];
+            break;
+        }
+    pthread_mutex_unlock (&self->lock);
+}
+
+/* P's process is gone or must go (lock held): its tenants lose it, the front answers what it held,
+ * and it is started again with backoff until every tenant rejoined. */
+static void s_recover (devices_t *self, proc_t *p, const char *why)
+{
+    char name[32];
+    s_device_name (p->device, name, sizeof name);
+    const uint64_t t0 = clock_now_ns ();
+    p->losses++;
+    log_error ("device %s: process %d lost (%s); its instances are unavailable until it is back", name, (int) p->pid, why);
+    s_reap (p, true);
+    for (size_t i = 0; i < self->tenant_count; i++)
+        if (self->tenants[i].device == p->device)
+            self->tenants[i].t.lost (self->tenants[i].t.arg, p->device, why);
+    waker_wake (self->front);
+    for (size_t i = 0; i < self->tenant_count; i++)
+        while (self->tenants[i].device == p->device && !self->tenants[i].t.swept (self->tenants[i].t.arg, p->device)
+               && clock_now_ns () - t0 < SWEEP_WAIT_NS && !atomic_load (&self->stopping))
+            usleep (200);
+    unsigned delay_ms = RESTART_FIRST_DELAY_MS;
+    for (int attempt = 1; attempt <= RESTART_ATTEMPTS && !atomic_load (&self->stopping); attempt++) {
+        char err[512] = "";
+        int rc = s_spawn (self, p, err, sizeof err);
+        size_t rejoined = 0;
+        for (size_t i = 0; rc == 0 && i < self->tenant_count; i++)
+            if (self->tenants[i].device == p->device) {
+                rc = self->tenants[i].t.rejoin (self->tenants[i].t.arg, p->device, err, sizeof err);
+                rejoined += rc == 0;
+            }
+        if (rc == 0) {
+            p->restarts++;
+            p->last_recovery_ms = (clock_now_ns () - t0) / 1e6;
+            log_info ("device %s: back after %.1f ms (attempt %d): process %d, %zu model(s) rejoined", name,
+                      p->last_recovery_ms, attempt, (int) p->pid, rejoined);
+            return;
+        }
+        p->failed_restarts++;
+        log_error ("device %s: attempt %d of %d to start it again failed: %s", name, attempt, RESTART_ATTEMPTS, err);
+        s_reap (p, true);
+        pthread_mutex_unlock (&self->lock);
+        for (unsigned waited = 0; waited < delay_ms && !atomic_load (&self->stopping); waited += 10)
+            usleep (10000);
+        pthread_mutex_lock (&self->lock);
+        delay_ms *= 2;
+    }
+    p->gave_up = true;
+    log_error ("device %s: gave up after %d attempts; its models stay unavailable there until the server restarts",
+               name, RESTART_ATTEMPTS);
+}
+
+static void *s_supervise (void *arg)
+{
+    devices_t *self = arg;
+    threads_set_role ("devices");
+    while (!atomic_load (&self->stopping)) {
+        struct pollfd fds[DEVICES_MAX];
+        int which[DEVICES_MAX], n = 0;
+        pthread_mutex_lock (&self->lock);
+        for (int i = 0; i < DEVICES_MAX; i++)
+            if (self->procs[i].used && self->procs[i].fd >= 0) {
+                fds[n] = (struct pollfd) { .fd = self->procs[i].fd, .events = POLLRDHUP };
+                which[n++] = i;
+            }
+        pthread_mutex_unlock (&self->lock);
+        poll (fds, (nfds_t) n, SUPERVISE_MS);
+        pthread_mutex_lock (&self->lock);
+        const uint64_t now = clock_now_ns ();
+        for (int k = 0; k < n && !atomic_load (&self->stopping); k++) {
+            proc_t *p = &self->procs[which[k]];
+            if (p->fd != fds[k].fd)
+                continue;       /* restarted or stopped meanwhile */
+            if (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
+                int status = 0;
+                char why[128] = "its control socket closed";
+                if (waitpid (p->pid, &status, WNOHANG) == p->pid) {
+                    if (WIFSIGNALED (status))
+                        snprintf (why, sizeof why, "killed by signal %d", WTERMSIG (status));
+                    else
+                        snprintf (why, sizeof why, "exited with status %d%s", WEXITSTATUS (status),
+                                  WEXITSTATUS (status) == 70 ? ": its GPU context was lost (a trap or a lost device)" : "");
+                    p->reaped = true;   /* s_reap must not wait for it */
+                }
+                s_recover (self, p, why);
+                continue;
+            }
+            bool hung = false;
+            for (size_t i = 0; i < self->tenant_count && !hung; i++)
+                hung = self->tenants[i].device == p->device && self->tenants[i].t.hung (self->tenants[i].t.arg, p->device, now);
+            if (hung)
+                s_recover (self, p, "a launch ran past its model's watchdog_ms; the process was killed");
+        }
+        pthread_mutex_unlock (&self->lock);
+    }
+    return NULL;
+}
+
+devices_t *devices_new (const char *exe, const char *log_level, const char *log_format, char *err, size_t errlen)
+{
+    devices_t *self = calloc (1, sizeof *self);
+    if (!self) {
+        snprintf (err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init (&self->lock, NULL);
+    atomic_init (&self->stopping, false);
+    snprintf (self->exe, sizeof self->exe, "%s", exe);
+    snprintf (self->log_level, sizeof self->log_level, "%s", log_level);
+    snprintf (self->log_format, sizeof self->log_format, "%s", log_format);
+    if (!(self->shm = shm_new (REGION_BYTES, err, errlen))) {
+        free (self);
+        return NULL;
+    }
+    self->front = shm_alloc (self->shm, sizeof *self->front);
+    if (!self->front || waker_init_inheritable (self->front) != 0) {
+        snprintf (err, errlen, "cannot make the front's waker: %s", strerror (errno));
+        shm_destroy (&self->shm);
+        free (self);
+        return NULL;
+    }
+    if (pthread_create (&self->supervisor, NULL, s_supervise, self) != 0) {
+        snprintf (err, errlen, "cannot start the device supervisor thread");
+        waker_release (self->front);
+        shm_destroy (&self->shm);
+        free (self);
+        return NULL;
+    }
+    s_current = self;
+    return self;
+}
+
+void devices_destroy (devices_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    devices_t *self = *self_p;
+    atomic_store (&self->stopping, true);
+    pthread_join (self->supervisor, NULL);
+    for (int i = 0; i < DEVICES_MAX; i++)
+        if (self->procs[i].used)
+            s_reap (&self->procs[i], false);
+    if (s_current == self)
+        s_current = NULL;
+    waker_release (self->front);
+    shm_destroy (&self->shm);
+    pthread_mutex_destroy (&self->lock);
+    free (self);
+    *self_p = NULL;
+}
+
+size_t devices_list (devices_t *self, devices_info_t *out, size_t cap)
+{
+    size_t n = 0;
+    pthread_mutex_lock (&self->lock);
+    for (int i = 0; i < DEVICES_MAX && n < cap; i++) {
+        const proc_t *p = &self->procs[i];
+        if (p->used)
+            out[n++] = (devices_info_t) { .device = p->device, .running = p->pid > 0, .pid = p->pid, .losses = p->losses,
+                                          .restarts = p->restarts, .failed_restarts = p->failed_restarts,
+                                          .last_recovery_ms = p->last_recovery_ms };
+    }
+    pthread_mutex_unlock (&self->lock);
+    return n;
+}
+
+int devices_inject (devices_t *self, int device, uint32_t fault, char *err, size_t errlen)
+{
+    pthread_mutex_lock (&self->lock);
+    proc_t *p = s_proc (self, device, false);
+    int rc = -1;
+    if (!p || p->pid <= 0)
+        snprintf (err, errlen, "device %d has no running process", device);
+    else {
+        dev_request_t *rq = calloc (1, sizeof *rq);
+        dev_reply_t *rp = calloc (1, sizeof *rp);
+        if (rq && rp) {
+            rq->op = DEV_FAULT;
+            rq->fault = fault;
+            rc = s_exchange (p, rq, rp, err, errlen);
+        }
+        free (rq);
+        free (rp);
+    }
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}

@@ -1,0 +1,52 @@
+/* The control messages between the server and a device process (serving/devices.h), one datagram
+ * each way per call on a SOCK_SEQPACKET pair. Both ends are the same binary (the device process is
+ * /proc/self/exe), so the messages are plain structs. Addresses are in the shared region
+ * (base/shm.h), valid in both processes. Private to serving/. */
+#ifndef SIGSERVE_DEVPROTO_H
+#define SIGSERVE_DEVPROTO_H
+
+#include "backends/autoselect.h"
+#include "base/config.h"
+#include "serving/model.h"
+
+#include <stdint.h>
+
+typedef enum {
+    DEV_LOAD = 1,       /* load the model's instances that run here, time them; resolve "auto" */
+    DEV_START,          /* start their workers on the shared rings */
+    DEV_UNLOAD,         /* stop their workers (after what is queued) and free them */
+    DEV_FAULT,          /* test builds only: trap this device's context, or exit */
+} dev_op_t;
+
+typedef enum { DEV_FAULT_TRAP = 1, DEV_FAULT_EXIT, DEV_FAULT_HANG } dev_fault_t;
+
+typedef struct {
+    uint32_t op;
+    uint64_t token;                     /* the server's name for the model in later messages */
+    model_config_t cfg;                 /* DEV_LOAD: as configured, or resolved by an earlier load */
+    bool busy_poll;
+    uint64_t spin_ns;
+    uint32_t max_message_bytes;
+    uint64_t here;                      /* bit i: instance i runs on this device */
+    uint32_t job_count;                 /* DEV_START: the model's jobs (rings hold that many) */
+    uintptr_t shared[CONFIG_MAX_INSTANCES];     /* DEV_START: each instance's instance_shared_t */
+    uintptr_t drift;                    /* DEV_START: the model's drift word */
+    uintptr_t front;                    /* DEV_START: the waker the workers ring (the front's) */
+    uint32_t fault;                     /* DEV_FAULT: dev_fault_t */
+} dev_request_t;
+
+typedef struct {
+    int32_t status;                     /* 0, or -1 with error */
+    char error[512];
+    model_config_t cfg;                 /* as resolved ("auto": backend and kernel chosen) */
+    bool on_gpu;                        /* the resolved backend runs on a GPU (else: the server loads it) */
+    char kernel[48];
+    char selected_by[16];
+    uint32_t input_size, output_size, window, step_size;
+    uint64_t launch_ns, row_ns;
+    uint32_t candidate_count;
+    autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];
+    int cpus[CONFIG_MAX_INSTANCES];     /* each instance here: the first CPU it is pinned to (-1: none) */
+} dev_reply_t;
+
+#endif

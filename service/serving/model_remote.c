@@ -1,0 +1,397 @@
+/* The server's side of a model whose instances run in device processes (serving/devices.h): the
+ * model as the front sees it (its jobs, rings and drift in the shared region, no worker threads
+ * here), loading and starting it in each device process it uses, and what happens to it when one
+ * of those processes is lost and comes back. */
+#define _GNU_SOURCE
+#include "serving/model_impl.h"
+
+#include "backends/backend_lstm.h"
+#include "backends/backends.h"
+#include "base/log.h"
+#include "clock.h"
+#include "serving/devices.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DRIFT_AS_TIMED 1024u    /* model_time.c's DRIFT_ONE */
+
+typedef struct {
+    dev_request_t rq;
+    dev_reply_t rp;
+} call_t;
+
+bool model_remote_wanted (const model_config_t *cfg)
+{
+    devices_t *d = devices_current ();
+    if (!d)
+        return false;
+    if (cfg->backend == BACKEND_CPU)
+        return devices_cpu_models_placed (d);
+    return backends_gpu != NULL;    /* "cuda", or "auto": measured where the GPU is */
+}
+
+/* The device process instance I of M runs in (M's cfg resolved; GPU: where its backend runs). */
+static int s_device (const model_config_t *cfg, bool gpu, uint32_t i)
+{
+    return gpu ? cfg->devices[i % cfg->device_count] : DEVICE_CPU_TEST;
+}
+
+static uint64_t s_here (const model_config_t *cfg, bool gpu, int device)
+{
+    uint64_t mask = 0;
+    for (uint32_t i = 0; i < cfg->instances; i++)
+        if (s_device (cfg, gpu, i) == device)
+            mask |= 1ull << i;
+    return mask;
+}
+
+/* The distinct devices M's instances use, in instance order; how many. */
+static size_t s_devices (const model_t *m, int *out)
+{
+    size_t n = 0;
+    const bool gpu = m->iface->device == BACKEND_DEVICE_GPU;
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        int d = s_device (&m->cfg, gpu, i), k = 0;
+        while (k < (int) n && out[k] != d)
+            k++;
+        if (k == (int) n)
+            out[n++] = d;
+    }
+    return n;
+}
+
+static void s_load_request (dev_request_t *rq, const model_t *m, const model_config_t *cfg, uint64_t here)
+{
+    memset (rq, 0, sizeof *rq);
+    rq->op = DEV_LOAD;
+    rq->token = (uintptr_t) m;
+    rq->cfg = *cfg;
+    rq->busy_poll = m->busy_poll;
+    rq->spin_ns = m->spin_ns;
+    rq->here = here;
+}
+
+/* DEV_START for DEVICE: the shared addresses of M's instances. */
+static int s_start (model_t *m, int device, call_t *c, char *err, size_t errlen)
+{
+    const bool gpu = m->iface->device == BACKEND_DEVICE_GPU;
+    memset (&c->rq, 0, sizeof c->rq);
+    c->rq.op = DEV_START;
+    c->rq.token = (uintptr_t) m;
+    c->rq.here = s_here (&m->cfg, gpu, device);
+    c->rq.job_count = m->job_count;
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        c->rq.shared[i] = (uintptr_t) m->instances[i].sh;
+    c->rq.drift = (uintptr_t) m->drift;
+    c->rq.front = (uintptr_t) devices_front_waker (devices_current ());
+    return devices_call (devices_current (), device, &c->rq, &c->rp, err, errlen);
+}
+
+/* ------------------------------------------------------------ lost and back (supervisor thread) */
+
+static void s_lost (void *arg, int device, const char *why)
+{
+    model_t *m = arg;
+    const bool gpu = m->iface->device == BACKEND_DEVICE_GPU;
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        instance_t *in = &m->instances[i];
+        if (s_device (&m->cfg, gpu, i) != device || !atomic_load (&in->sh->available))
+            continue;
+        snprintf (in->sh->state, sizeof in->sh->state, "device process lost (%.80s); starting it again", why);
+        atomic_store (&in->sh->available, false);
+    }
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (s_device (&m->cfg, gpu, i) == device)
+            atomic_store (&m->instances[i].lost, 1);
+    atomic_store (&m->lost_pending, true);
+}
+
+static bool s_swept (void *arg, int device)
+{
+    model_t *m = arg;
+    const bool gpu = m->iface->device == BACKEND_DEVICE_GPU;
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (s_device (&m->cfg, gpu, i) == device && atomic_load (&m->instances[i].lost) == 1)
+            return false;
+    return true;
+}
+
+static int s_rejoin (void *arg, int device, char *err, size_t errlen)
+{
+    model_t *m = arg;
+    const bool gpu = m->iface->device == BACKEND_DEVICE_GPU;
+    call_t *c = calloc (1, sizeof *c);
+    if (!c) {
+        snprintf (err, errlen, "out of memory");
+        return -1;
+    }
+    s_load_request (&c->rq, m, &m->cfg, s_here (&m->cfg, gpu, device));
+    int rc = devices_call (devices_current (), device, &c->rq, &c->rp, err, errlen);
+    if (rc == 0) {
+        for (uint32_t i = 0; i < m->instance_count; i++)
+            if (s_device (&m->cfg, gpu, i) == device)
+                atomic_store (&m->instances[i].sh->busy_since, 0);
+        rc = s_start (m, device, c, err, errlen);
+    }
+    free (c);
+    if (rc != 0)
+        return -1;
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        instance_t *in = &m->instances[i];
+        if (s_device (&m->cfg, gpu, i) != device)
+            continue;
+        snprintf (in->sh->state, sizeof in->sh->state, "serving");
+        atomic_store (&in->lost, 0);
+        atomic_store (&in->sh->available, true);
+    }
+    return 0;
+}
+
+static bool s_hung (void *arg, int device, uint64_t now)
+{
+    model_t *m = arg;
+    const bool gpu = m->iface->device == BACKEND_DEVICE_GPU;
+    const uint64_t limit = (uint64_t) (m->cfg.watchdog_ms ? m->cfg.watchdog_ms : 1000) * 1000000ull;
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        const uint64_t since = atomic_load_explicit (&m->instances[i].sh->busy_since, memory_order_relaxed);
+        if (s_device (&m->cfg, gpu, i) == device && since && now > since && now - since > limit) {
+            log_error ("model %s instance %u: a launch has run %.0f ms, over watchdog_ms = %u", m->cfg.name, i,
+                       (now - since) / 1e6, m->cfg.watchdog_ms);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------------------ load and release */
+
+static void *s_region_alloc (void *arg, size_t bytes) { return devices_alloc (arg, bytes); }
+
+/* Instance I's side of the region: its rings (every job of the model fits each), its futex waker. */
+static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const dev_reply_t *rp)
+{
+    instance_t *in = &m->instances[i];
+    in->model = m;
+    in->index = i;
+    in->here = false;
+    in->device = m->iface->device == BACKEND_DEVICE_GPU ? m->cfg.devices[i % m->cfg.device_count] : -1;
+    if (rp->cpus[i] >= 0) {
+        in->cpus[0] = rp->cpus[i];
+        in->cpu_count = 1;
+    }
+    const size_t slots = ring_slots (m->job_count);
+    instance_shared_t *sh = devices_alloc (d, sizeof *sh);
+    void **requests = devices_alloc (d, slots * sizeof (void *)), **done = devices_alloc (d, slots * sizeof (void *));
+    if (!sh || !requests || !done) {
+        devices_free (d, sh);
+        devices_free (d, requests);
+        devices_free (d, done);
+        return -1;
+    }
+    ring_init_at (&sh->requests, requests, slots);
+    ring_init_at (&sh->done, done, slots);
+    waker_init_futex (&sh->wake);
+    atomic_init (&sh->rows_taken, 0);
+    atomic_init (&sh->stop, false);
+    atomic_init (&sh->abort, false);
+    atomic_init (&sh->available, true);
+    atomic_init (&sh->served, 0);
+    atomic_init (&sh->warm_runs, 0);
+    atomic_init (&sh->busy_since, 0);
+    snprintf (sh->state, sizeof sh->state, "serving");
+    in->sh = sh;
+    atomic_init (&in->lost, 0);
+    return 0;
+}
+
+/* M as the device process of its first instance resolved it (RP): sizes, kernel, timing, "auto"'s
+ * measurements. */
+static void s_take_reply (model_t *m, const dev_reply_t *rp)
+{
+    m->cfg = rp->cfg;
+    const bool lstm = m->cfg.type == MODEL_TYPE_LSTM;
+    if (rp->on_gpu)
+        m->iface = lstm ? backends_gpu->lstm : backends_gpu->mlp;
+    else
+        m->iface = lstm ? &backend_lstm_cpu_iface : &backend_cpu_iface;
+    m->input_size = rp->input_size;
+    m->output_size = rp->output_size;
+    m->window = rp->window;
+    m->step_size = rp->step_size;
+    m->launch_ns = rp->launch_ns;
+    m->row_ns = rp->row_ns;
+    snprintf (m->kernel_name, sizeof m->kernel_name, "%s", rp->kernel);
+    snprintf (m->selected_by, sizeof m->selected_by, "%s", rp->selected_by);
+    m->candidate_count = rp->candidate_count;
+    memcpy (m->candidates, rp->candidates, sizeof m->candidates);
+}
+
+model_t *model_remote_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
+                           size_t errlen)
+{
+    devices_t *d = devices_current ();
+    call_t *c = calloc (1, sizeof *c);
+    model_t *m = calloc (1, sizeof *m);
+    if (!c || !m) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+        free (c);
+        free (m);
+        return NULL;
+    }
+    m->given = *cfg;
+    m->cfg = *cfg;
+    m->remote = true;
+    m->busy_poll = server->busy_poll;
+    m->spin_ns = server->spin_cap_ns;
+    m->stats = stats;
+    m->stats_slot = STATS_UNKNOWN;
+    m->instance_count = cfg->instances;
+    int loaded[DEVICES_MAX];
+    size_t loaded_count = 0;
+    /* The first instance's process loads and resolves it ("auto" measures there). */
+    const bool asked_gpu = cfg->backend != BACKEND_CPU;
+    const int first = s_device (cfg, asked_gpu, 0);
+    s_load_request (&c->rq, m, cfg, s_here (cfg, asked_gpu, first));
+    if (devices_call (d, first, &c->rq, &c->rp, err, errlen) != 0)
+        goto failed;
+    if (!c->rp.on_gpu && !devices_cpu_models_placed (d)) {
+        /* "auto" chose the CPU: the server runs it itself, with what was measured */
+        model_t *local = model_local_new (&c->rp.cfg, server, stats, err, errlen);
+        if (local) {
+            local->given = *cfg;
+            snprintf (local->selected_by, sizeof local->selected_by, "%s", c->rp.selected_by);
+            local->candidate_count = c->rp.candidate_count;
+            memcpy (local->candidates, c->rp.candidates, sizeof local->candidates);
+        }
+        free (c);
+        free (m);
+        return local;
+    }
+    if (c->rp.on_gpu == asked_gpu)
+        loaded[loaded_count++] = first;
+    dev_reply_t *first_reply = malloc (sizeof *first_reply);
+    if (!first_reply) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+        goto failed;
+    }
+    *first_reply = c->rp;
+    s_take_reply (m, first_reply);
+    m->drift = devices_alloc (d, sizeof *m->drift);
+    m->instances = calloc (m->instance_count, sizeof *m->instances);
+    if (!m->drift || !m->instances) {
+        free (first_reply);
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+        goto failed;
+    }
+    atomic_store (m->drift, DRIFT_AS_TIMED);
+    /* every other device its instances use loads them too (as resolved) */
+    int devs[DEVICES_MAX];
+    const size_t dev_count = s_devices (m, devs);
+    const bool gpu = m->iface->device == BACKEND_DEVICE_GPU;
+    for (size_t k = 0; k < dev_count; k++) {
+        bool done = false;
+        for (size_t l = 0; l < loaded_count; l++)
+            done |= loaded[l] == devs[k];
+        if (done)
+            continue;
+        s_load_request (&c->rq, m, &m->cfg, s_here (&m->cfg, gpu, devs[k]));
+        if (devices_call (d, devs[k], &c->rq, &c->rp, err, errlen) != 0) {
+            free (first_reply);
+            goto failed;
+        }
+        loaded[loaded_count++] = devs[k];
+        for (uint32_t i = 0; i < m->instance_count; i++)
+            if (s_device (&m->cfg, gpu, i) == devs[k])
+                first_reply->cpus[i] = c->rp.cpus[i];
+    }
+    m->max_rows = m->cfg.max_rows;
+    m->batch_rows = m->cfg.max_batch_rows;
+    m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
+    const uint64_t need = (uint64_t) m->cfg.max_rows * m->input_size * 4 + 128;
+    if (need > server->max_message_bytes) {
+        free (first_reply);
+        sig_set_error (err, errlen, "model \"%s\": max_rows: a request of %u rows x %u features takes up to %llu bytes, "
+                       "over server.max_message_bytes (%u); lower max_rows or raise max_message_bytes", cfg->name,
+                       m->cfg.max_rows, m->input_size, (unsigned long long) need, server->max_message_bytes);
+        goto failed;
+    }
+    m->max_queue_ns = (uint64_t) m->cfg.max_queue_us * 1000;
+    const bool derived = m->cfg.queue_depth == 0;
+    if (derived)
+        m->cfg.queue_depth = model_queue_depth_default (m);
+    if (model_jobs_init (m, s_region_alloc, d, err, errlen) != 0) {
+        free (first_reply);
+        goto failed;
+    }
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (s_instance_shared (m, d, i, first_reply) != 0) {
+            free (first_reply);
+            sig_set_error (err, errlen, "model \"%s\": the shared region is full (instance %u's rings)", cfg->name, i);
+            goto failed;
+        }
+    free (first_reply);
+    for (size_t k = 0; k < dev_count; k++)
+        if (s_start (m, devs[k], c, err, errlen) != 0)
+            goto failed;
+    for (size_t k = 0; k < dev_count; k++)
+        devices_add_tenant (d, devs[k], &(dev_tenant_t) { .arg = m, .lost = s_lost, .swept = s_swept, .rejoin = s_rejoin,
+                                                          .hung = s_hung });
+    if (stats) {
+        int slot = stats_slot (stats, cfg->name);
+        m->stats_slot = slot < 0 ? STATS_UNKNOWN : slot;
+    }
+    model_log_loaded (m, derived);
+    free (c);
+    return m;
+failed:
+    free (c);
+    model_remote_release (m);
+    model_local_destroy (&m);
+    return NULL;
+}
+
+void model_remote_release (model_t *m)
+{
+    devices_t *d = devices_current ();
+    if (!d)
+        return;
+    int devs[DEVICES_MAX];
+    const size_t dev_count = m->instances && m->iface ? s_devices (m, devs) : 0;
+    for (size_t k = 0; k < dev_count; k++)
+        devices_remove_tenant (d, devs[k], m);
+    for (uint32_t i = 0; m->instances && i < m->instance_count; i++)
+        if (m->instances[i].sh) {
+            atomic_store (&m->instances[i].sh->stop, true);
+            waker_wake (&m->instances[i].sh->wake);
+        }
+    call_t *c = calloc (1, sizeof *c);
+    char err[512];
+    for (size_t k = 0; c && k < dev_count; k++) {
+        c->rq.op = DEV_UNLOAD;
+        c->rq.token = (uintptr_t) m;
+        if (devices_call (d, devs[k], &c->rq, &c->rp, err, sizeof err) != 0)
+            log_warn ("model %s: unloading it from device %d: %s", m->cfg.name, devs[k], err);
+    }
+    free (c);
+    for (uint32_t i = 0; m->jobs && i < m->job_count; i++)
+        for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
+            zmq_msg_close (&m->jobs[i].envelope[f]);
+    devices_free (d, m->jobs);
+    devices_free (d, m->job_floats);
+    devices_free (d, m->large_floats);
+    m->jobs = NULL;
+    m->job_floats = m->large_floats = NULL;
+    for (uint32_t i = 0; m->instances && i < m->instance_count; i++) {
+        instance_shared_t *sh = m->instances[i].sh;
+        if (sh) {
+            devices_free (d, sh->requests.items);
+            devices_free (d, sh->done.items);
+            devices_free (d, sh);
+        }
+        m->instances[i].sh = NULL;
+    }
+    devices_free (d, (void *) m->drift);
+    m->drift = NULL;
+}
