@@ -278,10 +278,13 @@ static void s_load (server_t *s, load_t *l)
             }
         } else if (rep->status == SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE) {
             l->unavailable[which]++;
-            if (strstr (rep->error, "device process lost") && strstr (rep->error, "the request was not answered by it"))
-                l->unavailable_lost++;
-            else if (strstr (rep->error, "is unavailable"))
+            /* refused at admission (no instance could take it), else held by the instance that was lost:
+             * answered by the front for the lost process, or by its worker before the process went */
+            if (strstr (rep->error, "is unavailable on backend"))
                 l->unavailable_admission++;
+            else if ((strstr (rep->error, "device process lost") && strstr (rep->error, "the request was not answered by it"))
+                     || strstr (rep->error, "is unavailable on instance") || strstr (rep->error, "launch failure"))
+                l->unavailable_lost++;
             else
                 ck_abort_msg ("UNAVAILABLE with an unexpected message: %s", rep->error);
         } else {

@@ -6,7 +6,7 @@
 set -eu
 B=${BUILD:-build}
 mkdir -p .devlibs
-for bin in "$B"/sigserve "$B"/sigclient "$B"/sigbench "$B"/sigload "$B"/lstmbench "$B"/tests/test_*; do
+for bin in "$B"/sigserve "$B"/sigserve-test "$B"/sigclient "$B"/sigbench "$B"/sigload "$B"/lstmbench "$B"/tests/test_*; do
     case "$bin" in *.log) continue;; esac
     [ -f "$bin" ] || continue
     ldd "$bin" | awk '/=> \//{print $3}'
@@ -15,7 +15,7 @@ done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libgcc_s
 du -sh .devlibs
 # The binaries and the demo weights alone (not the objects): what tools/gpu-run.sh runs, as BUILD.
 rm -rf .gpubuild && mkdir -p .gpubuild/tests .gpubuild/models
-for b in sigserve sigclient sigbench sigload lstmbench; do [ -f "$B/$b" ] && cp "$B/$b" .gpubuild/; done
+for b in sigserve sigserve-test sigclient sigbench sigload lstmbench; do [ -f "$B/$b" ] && cp "$B/$b" .gpubuild/; done
 cp "$B"/models/tick_mlp.safetensors .gpubuild/models/
 for t in "$B"/tests/test_*; do case "$t" in *.log) ;; *) cp "$t" .gpubuild/tests/;; esac; done
 strip --strip-debug .gpubuild/sig* .gpubuild/tests/* .devlibs/*

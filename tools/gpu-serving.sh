@@ -201,6 +201,31 @@ core)       # issue 18: the default config (tick_mlp on the CPU) against the ech
         stop
     fi
     ;;
+procs)      # issue 20: the process boundary (server.gpu_processes) against threads, every GPU path, PROCS_ROUNDS
+            # interleaved rounds (medians: tools/core-medians.py), the floor in the same sigload call:
+            # graph (warp, graph) and persistent at 10k/s one connection, default config; persistent with
+            # busy_poll; batching (fused, max_batch_rows 64, 2 instances) at 100k/s over 8 connections.
+    for round in $(seq 1 "${PROCS_ROUNDS:-3}"); do
+        for path in graph persistent persistent-busypoll batching; do
+            for v in threads processes; do
+                s='"endpoints": ["tcp://127.0.0.1:5555"]'
+                [ "$v" = threads ] && s="$s, \"gpu_processes\": false"
+                conn=1; rate=10k
+                case $path in
+                    graph) m='"backend": "cuda", "kernel": "warp", "graph": true,' ;;
+                    persistent) m='"backend": "cuda", "kernel": "persistent",' ;;
+                    persistent-busypoll) s="$s, \"busy_poll\": true, \"cpus\": [2]"; m='"backend": "cuda", "kernel": "persistent", "cpus": [3],' ;;
+                    batching) s="$s, \"io_threads\": 2"; m='"backend": "cuda", "kernel": "fused", "instances": 2, "max_batch_rows": 64, "queue_depth": 4096,'; conn=8; rate=100k ;;
+                esac
+                config "procs-$path-$v" "$s" "$(model tick_mlp "$m")"
+                serve "procs-$path-$v" 0-5 || continue
+                load "core-procs-$path-$v-$rate-r$round" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" \
+                    --connections "$conn" --rate "$rate"
+                stop
+            done
+        done
+    done
+    ;;
 gpus)       # two GPUs: one model's instances on GPU 0, then on GPUs 0 and 1
     for d in '[0]' '[0, 1]'; do
         name=gpus-$(echo "$d" | tr -cd '0-9')

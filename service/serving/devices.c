@@ -292,7 +292,12 @@ static void *s_supervise (void *arg)
             if (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
                 int status = 0;
                 char why[128] = "its control socket closed";
-                if (waitpid (p->pid, &status, WNOHANG) == p->pid) {
+                /* the socket closes as the process exits, a moment before its status can be collected */
+                bool exited = false;
+                for (int waited = 0; waited < 500 && !exited; waited++)
+                    if (!(exited = waitpid (p->pid, &status, WNOHANG) == p->pid))
+                        usleep (1000);
+                if (exited) {
                     if (WIFSIGNALED (status))
                         snprintf (why, sizeof why, "killed by signal %d", WTERMSIG (status));
                     else
