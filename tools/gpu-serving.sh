@@ -3,13 +3,16 @@
 # the echo floor, latency-vs-throughput sweeps for CPU and CUDA with 1, 2 and 4 instances with
 # and without batching, the >= 200k/s configuration, 1 -> 8 models, low load against the floor
 # (default, busy-polling, persistent), the peers (PyTorch CUDA graph and eager, ONNX Runtime),
-# keep-warm, metrics scraped vs not, and (with two GPUs) 1 vs 2 GPUs. Binaries and libraries come
-# from tools/gpu-libs.sh (.gpubuild, .devlibs); pyzmq for the peers as a wheel in .whl.
+# keep-warm, metrics scraped vs not, the GPU-bound model of examples/gpu-bound on 1 and 2 GPUs
+# (gpus), and tick_mlp on 1 vs 2 GPUs (gpus-tick). Binaries and libraries come from
+# tools/gpu-libs.sh (.gpubuild, .devlibs); pyzmq for the peers as a wheel in .whl; the gpus step
+# makes its weights with python3 (numpy or torch, examples/gpu-bound/make-weights.py).
 #
-#   OUT=... STEPS="floor sweeps scale models lowload peers warm metrics core gpus" bash tools/gpu-serving.sh
+#   OUT=... STEPS="floor sweeps scale models lowload peers warm metrics core gpus gpus-tick" bash tools/gpu-serving.sh
 #
 # Every step writes its sigload tables to $OUT/logs/<step>.log; a summary table is printed last.
-# Cores: the host has 16 (x2 host: 32). sigload runs on the last 8, servers on the first ones.
+# Cores: the host has 16 (x2 host: 32). sigload runs on the last 8, servers on the first ones
+# (SERVER_CPUS, where the gpus step pins its workers).
 set -u
 OUT=${OUT:-/tmp/gpu-serving}
 B=${BUILD:-.gpubuild}
@@ -19,6 +22,10 @@ WARMUP=${WARMUP:-0.5}
 DURATION=${DURATION:-2}
 NCPU=$(nproc)
 LOAD_CPUS=${LOAD_CPUS:-$((NCPU - 8))-$((NCPU - 1))}
+SERVER_CPUS=${SERVER_CPUS:-0-$((NCPU - 9))}
+GPUS_OUTSTANDING=${GPUS_OUTSTANDING:-64}     # gpus: the closed loop's requests in flight, every row
+GPUS_DURATION=${GPUS_DURATION:-5}           # gpus: seconds measured a row
+GPU_BOUND_DIR=${GPU_BOUND_DIR:-/tmp/gpu-bound}  # gpus: where its 545 MB of weights are made (kept for a next call)
 LOGS=$OUT/logs
 mkdir -p "$LOGS" "$OUT/curves"
 SUMMARY=$OUT/summary.md
@@ -57,12 +64,68 @@ serve () {
     return 1
 }
 stop () { kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; }
-# load NAME ARGS...: one sigload run (the floor step first when --floor is given), table kept
-load () {
+# gpu_bound_config NAME INSTANCES DEVICES WEIGHTS: /tmp/NAME.json, examples/gpu-bound/sigserve.json
+# with INSTANCES instances over DEVICES ("0" or "0,1"; instance i on the (i mod n)-th), WEIGHTS, no
+# shedding by time (a closed loop holds at most GPUS_OUTSTANDING requests) and each worker pinned
+# to a CPU of its own among SERVER_CPUS, one next to its GPU where sysfs says which: the default
+# placement (the GPU's NUMA node) could put a spinning worker on sigload's CPUs. Prints the placement.
+gpu_bound_config () {
+    python3 - "$1" "$2" "$3" "$4" "$SERVER_CPUS" <<'PY'
+import json, subprocess, sys
+name, instances, devices, weights, server_cpus = sys.argv[1:6]
+
+
+def cpulist(text):
+    out = []
+    for part in text.strip().split(","):
+        if part:
+            a, _, b = part.partition("-")
+            out += range(int(a), int(b or a) + 1)
+    return out
+
+
+allowed = cpulist(server_cpus)
+devices = [int(d) for d in devices.split(",")]
+near = {}       # GPU index -> the CPUs of its NUMA node that the server may use
+try:
+    query = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
+                           capture_output=True, text=True, check=False).stdout
+    for line in query.splitlines():
+        index, bus = (f.strip() for f in line.split(","))
+        bus = bus.lower()[-12:]         # 00000000:3B:00.0 -> 0000:3b:00.0, as sysfs names it
+        with open(f"/sys/bus/pci/devices/{bus}/numa_node") as f:
+            node = int(f.read())
+        if node >= 0:
+            with open(f"/sys/devices/system/node/node{node}/cpulist") as f:
+                near[int(index)] = [c for c in cpulist(f.read()) if c in allowed]
+except (OSError, ValueError):
+    pass
+cpus = []
+for i in range(int(instances)):
+    free = [c for c in near.get(devices[i % len(devices)], []) + allowed if c not in cpus]
+    cpus.append(free[0] if free else allowed[i % len(allowed)])
+with open("examples/gpu-bound/sigserve.json") as f:
+    config = json.load(f)
+config["server"].update({"log_level": "warn", "stats_interval_s": 0})
+config["models"][0].update({"instances": int(instances), "devices": devices, "weights": weights, "cpus": cpus,
+                            "max_queue_us": 60000000})
+with open(f"/tmp/{name}.json", "w") as f:
+    json.dump(config, f, indent=1)
+print(f"{name}: {instances} instance(s) over GPU(s) {devices}, workers on CPUs {cpus}; "
+      f"the GPUs' NUMA CPUs among {server_cpus}: {near or 'unknown'}")
+PY
+}
+# run_load NAME ARGS...: one sigload run (the floor step first when --floor is given): its table in
+# $LOGS/NAME.log, its CSV in $OUT/curves/NAME/summary.csv
+run_load () {
     name=$1; shift
     taskset -c "$LOAD_CPUS" "$B/sigload" --warmup "$WARMUP" --duration "$DURATION" "$@" --out "$OUT/curves/$name" \
         >"$LOGS/$name.log" 2>&1
-    { echo "### $name"; grep -E '^\| (echo-)?(open|closed)|^saturated|^\| step' "$LOGS/$name.log"; echo; } >>"$SUMMARY"
+}
+# load NAME ARGS...: run_load, its table kept in the summary
+load () {
+    run_load "$@"
+    { echo "### $1"; grep -E '^\| (echo-)?(open|closed)|^saturated|^\| step' "$LOGS/$1.log"; echo; } >>"$SUMMARY"
 }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -n 2
@@ -226,9 +289,67 @@ procs)      # issue 20: the process boundary (server.gpu_processes) against thre
         done
     done
     ;;
-gpus)       # two GPUs: one model's instances on GPU 0, then on GPUs 0 and 1
+gpus)       # issue 20: the GPU-bound model of examples/gpu-bound (an MLP 256 -> 8192 x 3 -> 1, 545 MB of
+            # float32, cuBLAS, 4 rows a launch) at one closed-loop load, GPUS_OUTSTANDING requests
+            # outstanding: 1, 2, 4 and 8 instances on GPU 0, then 2, 4 and 8 over GPUs 0 and 1
+            # (instance i on GPU i % 2; skipped with fewer than 2 GPUs); the best of each and the ratio.
+            # The weights are made here, once, outside $OUT (GPU_BOUND_DIR: too large to come back).
+    weights=$GPU_BOUND_DIR/gpu_bound.safetensors
+    mkdir -p "$GPU_BOUND_DIR"
+    { python3 examples/gpu-bound/make-weights.py --self-test
+      if [ -f "$weights" ]; then
+          echo "$weights: made by an earlier call, reused"; sha256sum "$weights"
+      else
+          python3 examples/gpu-bound/make-weights.py --out "$weights"
+      fi; } >"$LOGS/gpus-weights.log" 2>&1
+    { echo "### gpus: weights"; cat "$LOGS/gpus-weights.log"; echo; } | tee -a "$SUMMARY"
+    if [ ! -f "$weights" ]; then
+        echo "gpus: no weights, step skipped: $(tail -n 2 "$LOGS/gpus-weights.log")" | tee -a "$SUMMARY"
+        continue
+    fi
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    rows="0:1 0:2 0:4 0:8"
+    if [ "$ngpu" -ge 2 ]; then rows="$rows 0,1:2 0,1:4 0,1:8"
+    else echo "gpus: $ngpu GPU(s) visible (nvidia-smi -L): the two-GPU rows are skipped" | tee -a "$SUMMARY"; fi
+    results=$LOGS/gpus-results.txt
+    : >"$results"
+    for row in $rows; do
+        devs=${row%%:*}; inst=${row#*:}
+        name=gpus-d$(echo "$devs" | tr -d ,)-i$inst
+        gpu_bound_config "$name" "$inst" "$devs" "$weights" >>"$LOGS/gpus-placement.log" 2>&1 || continue
+        serve "$name" "$SERVER_CPUS" || { stop; echo "$devs $inst nostart" >>"$results"; continue; }
+        if [ "$row" = 0:1 ]; then     # the outputs are O(1) numbers, for the record
+            "$B/sigclient" infer --model gpu_bound --random 256 --rows 4 >"$LOGS/gpus-outputs.log" 2>&1
+        fi
+        run_load "$name" --endpoint tcp://127.0.0.1:5555 --model gpu_bound --concurrency "$GPUS_OUTSTANDING" \
+            --connections 8 --io-threads 2 --duration "$GPUS_DURATION"
+        stop
+        # summary.csv: step,kind,mode,target,achieved_rps,requests,ok,errors,p50_us,p90_us,p99_us,...
+        line=$(awk -F, -v d="$devs" -v i="$inst" '$2 == "sigserve" { print d, i, $5, $9, $11, $8 }' \
+            "$OUT/curves/$name/summary.csv" 2>/dev/null)
+        echo "${line:-$devs $inst noresult}" >>"$results"
+    done
+    awk -v n="$GPUS_OUTSTANDING" -v s="$GPUS_DURATION" '
+        BEGIN { print "### gpus: examples/gpu-bound (MLP 256 -> 8192 x 3 -> 1, cuBLAS, max_batch_rows 4), closed loop, " \
+                      n " outstanding, 8 connections, " s " s a row"
+                print "| devices | instances | req/s | p50 us | p99 us |"; print "| --- | ---: | ---: | ---: | ---: |" }
+        { dev = $1 == "0" ? "[0]" : "[0, 1]" }
+        $3 == "nostart" { print "| " dev " | " $2 " | did not start (logs/sigserve_gpus-*.log) | | |"; next }
+        $3 == "noresult" { print "| " dev " | " $2 " | no result (logs/gpus-*.log) | | |"; next }
+        { printf "| %s | %s | %.0f | %.1f | %.1f |\n", dev, $2, $3, $4, $5
+          if ($6 > 0) notes = notes dev " x " $2 ": " $6 " errors (its log in logs/ says which)\n"
+          g = $1 == "0" ? 1 : 2
+          if (!(g in best) || $3 > best[g]) { best[g] = $3; at[g] = $2 } }
+        END { printf "\n%s", notes
+              if (1 in best) printf "best one GPU: %d instance(s), %.0f req/s\n", at[1], best[1]
+              if (2 in best) printf "best two GPUs: %d instance(s), %.0f req/s\n", at[2], best[2]
+              if (best[1] > 0 && best[2] > 0) printf "two GPUs / one GPU: %.2fx\n", best[2] / best[1]
+              print "" }' "$results" | tee -a "$SUMMARY"
+    { echo "outputs of 4 random rows (1 instance on GPU 0):"; grep -v '^$' "$LOGS/gpus-outputs.log"; echo; } >>"$SUMMARY" 2>/dev/null
+    ;;
+gpus-tick)  # the transport-bound model on two GPUs (issue 14): tick_mlp's instances on GPU 0, then on GPUs 0 and 1
     for d in '[0]' '[0, 1]'; do
-        name=gpus-$(echo "$d" | tr -cd '0-9')
+        name=gpus-tick-$(echo "$d" | tr -cd '0-9')
         config "$name" '"endpoints": ["tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"], "io_threads": 4' \
             "$(model tick_mlp "\"backend\": \"cuda\", \"kernel\": \"fused\", \"devices\": $d, \"instances\": 4, \"max_batch_rows\": 64, \"queue_depth\": 4096,")"
         serve "$name" 0-15 || continue
