@@ -209,6 +209,23 @@ static bool s_gone (pid_t pid)
     return state == 'Z' || state == 'X';
 }
 
+/* Whether PID has a /dev/nvidia* file open: a process that initialised CUDA holds /dev/nvidiactl. */
+static bool s_holds_nvidia (pid_t pid)
+{
+    char dir[64], link[96], target[256];
+    snprintf (dir, sizeof dir, "/proc/%d/fd", (int) pid);
+    bool found = false;
+    for (int fd = 0; fd < 4096 && !found; fd++) {
+        snprintf (link, sizeof link, "%s/%d", dir, fd);
+        ssize_t n = readlink (link, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = 0;
+            found = strncmp (target, "/dev/nvidia", 11) == 0;
+        }
+    }
+    return found;
+}
+
 static void s_random (float *f, size_t n, unsigned *seed)
 {
     for (size_t i = 0; i < n; i++)
@@ -462,6 +479,9 @@ START_TEST (trap_on_a_gpu_leaves_the_cpu_model_serving)
     server_t s;
     s_start (&s, s_models, false);
     ck_assert (s_log_has (&s, "device 0: process"));
+    /* the server's own process made no CUDA call; its device process did */
+    ck_assert (!s_holds_nvidia (s.pid));
+    ck_assert (s_holds_nvidia (s_device_pid (&s, "0")));
     load_t l = { .models = { "gpu", "cpu" }, .model_count = 2, .total = 4000, .fault_after = 400,
                  .fault = "device=0&kind=trap", .check_outputs = true };
     s_load (&s, &l);

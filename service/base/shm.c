@@ -13,7 +13,7 @@
 
 #define EXTENTS_MAX 1024
 #define ALIGN 64u
-#define SHM_HINT 0x100000000000ull    /* 16 TiB */
+#define SHM_HINT 0x300000000000ull    /* 48 TiB */
 
 typedef struct {
     size_t at, len;
@@ -50,8 +50,9 @@ shm_t *shm_new (size_t size, char *err, size_t errlen)
         shm_destroy (&self);
         return NULL;
     }
-    /* At 16 TiB: far from where the kernel puts the binary and its heap (near 85 TiB with PIE) and
-     * libraries, stacks and other mappings (down from 128 TiB), so a child finds the range free. */
+    /* At 48 TiB: far from the binary and its heap (near 85 TiB with PIE) and from libraries, stacks
+     * and other mappings (down from 128 TiB), so a child finds the range free; and inside what
+     * AddressSanitizer leaves to the program (its shadow ends near 16 TiB). */
     void *p = mmap ((void *) SHM_HINT, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
                     self->fd, 0);
     if (p == MAP_FAILED)
