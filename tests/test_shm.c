@@ -1,0 +1,150 @@
+/* The shared region (base/shm.h) and what crosses it between processes: blocks handed out zeroed
+ * and aligned, freed ones merged and reused, the region full; a second process mapping it at the
+ * same address (and refused where the range is taken); a ring of pointers and a futex waker in it
+ * working across two processes, as the server and a device process use them. */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include "base/ring.h"
+#include "base/shm.h"
+#include "base/threads.h"
+
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SIZE (1u << 20)
+
+START_TEST (blocks_are_zeroed_aligned_merged_and_reused)
+{
+    char err[256];
+    shm_t *r = shm_new (SIZE, err, sizeof err);
+    ck_assert_msg (r != NULL, "%s", err);
+    uint8_t *a = shm_alloc (r, 100), *b = shm_alloc (r, 5000), *c = shm_alloc (r, 64);
+    ck_assert (a && b && c);
+    ck_assert_uint_eq ((uintptr_t) a % 64, 0);
+    ck_assert_uint_eq ((uintptr_t) b % 64, 0);
+    ck_assert_ptr_eq (a, (uint8_t *) shm_base (r));     /* first fit */
+    ck_assert_ptr_eq (b, a + 128);                      /* 100 rounded up to 128 */
+    ck_assert_ptr_eq (c, b + 5056);
+    ck_assert_uint_eq (shm_used (r), 128 + 5056 + 64);
+    memset (b, 0xab, 5000);
+    shm_free (r, a);
+    shm_free (r, b);                                    /* merged with a's extent */
+    ck_assert_uint_eq (shm_used (r), 64);
+    uint8_t *d = shm_alloc (r, 128 + 5056);             /* exactly the merged hole */
+    ck_assert_ptr_eq (d, a);
+    for (size_t i = 0; i < 128 + 5056; i++)
+        ck_assert_uint_eq (d[i], 0);                    /* zeroed again */
+    ck_assert_ptr_null (shm_alloc (r, SIZE));           /* full */
+    ck_assert_ptr_null (shm_alloc (r, 0));
+    shm_free (r, c);
+    shm_free (r, d);
+    ck_assert_uint_eq (shm_used (r), 0);
+    ck_assert_ptr_eq (shm_alloc (r, SIZE), (void *) shm_base (r));     /* everything merged back */
+    shm_destroy (&r);
+    ck_assert_ptr_null (r);
+}
+END_TEST
+
+START_TEST (another_process_maps_it_at_the_same_address)
+{
+    char err[256];
+    shm_t *r = shm_new (SIZE, err, sizeof err);
+    ck_assert_msg (r != NULL, "%s", err);
+    /* where the range is taken (here: by the region itself), attaching says so */
+    ck_assert_ptr_null (shm_attach (dup (shm_fd (r)), shm_base (r), shm_size (r), err, sizeof err));
+    ck_assert_ptr_nonnull (strstr (err, "cannot map the shared region at 0x"));
+    uint64_t *word = shm_alloc (r, sizeof *word);
+    pid_t pid = fork ();
+    if (pid == 0) {
+        /* a fresh process would find the range free: make it so, then attach as a device process does */
+        munmap ((void *) shm_base (r), shm_size (r));
+        shm_t *mine = shm_attach (shm_fd (r), shm_base (r), shm_size (r), err, sizeof err);
+        if (!mine)
+            _exit (2);
+        *word = 0x5157;                 /* the same pointer, in the child's own mapping */
+        _exit (shm_base (mine) == shm_base (r) ? 0 : 3);
+    }
+    int status;
+    ck_assert_int_eq (waitpid (pid, &status, 0), pid);
+    ck_assert (WIFEXITED (status));
+    ck_assert_int_eq (WEXITSTATUS (status), 0);
+    ck_assert_uint_eq (*word, 0x5157);
+    shm_destroy (&r);
+}
+END_TEST
+
+/* A ring and a futex waker in the region: the child (a worker) sleeps until the parent (the front)
+ * pushes, N times; it answers each item on the second ring. */
+START_TEST (ring_and_futex_waker_work_across_processes)
+{
+    enum { N = 2000 };
+    char err[256];
+    shm_t *r = shm_new (SIZE, err, sizeof err);
+    ck_assert_msg (r != NULL, "%s", err);
+    typedef struct {
+        ring_t to, from;
+        waker_t wake;
+        uint64_t items[N];
+    } shared_t;
+    shared_t *sh = shm_alloc (r, sizeof *sh);
+    ring_init_at (&sh->to, shm_alloc (r, 64 * sizeof (void *)), 64);
+    ring_init_at (&sh->from, shm_alloc (r, 64 * sizeof (void *)), 64);
+    waker_init_futex (&sh->wake);
+    pid_t pid = fork ();
+    if (pid == 0) {
+        for (int got = 0; got < N;) {
+            uint64_t *item = ring_pop (&sh->to);
+            if (item) {
+                *item += 1;             /* the answer, written through the shared pointer */
+                while (!ring_push (&sh->from, item))
+                    ;
+                got++;
+                continue;
+            }
+            waker_prepare (&sh->wake);
+            if (ring_count (&sh->to)) {
+                waker_cancel (&sh->wake);
+                continue;
+            }
+            waker_sleep (&sh->wake, 0);
+        }
+        _exit (0);
+    }
+    int answered = 0;
+    for (int i = 0; i < N; i++) {
+        sh->items[i] = (uint64_t) i * 10;
+        while (!ring_push (&sh->to, &sh->items[i]))
+            ;
+        waker_wake (&sh->wake);
+        if (i % 7 == 0)             /* now and then wait for the answer, so the child sleeps between */
+            while (answered <= i)
+                answered += ring_pop (&sh->from) != NULL;
+    }
+    while (answered < N)
+        answered += ring_pop (&sh->from) != NULL;
+    int status;
+    ck_assert_int_eq (waitpid (pid, &status, 0), pid);
+    ck_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq (sh->items[i], (uint64_t) i * 10 + 1);
+    shm_destroy (&r);
+}
+END_TEST
+
+int main (void)
+{
+    Suite *s = suite_create ("shm");
+    TCase *c = tcase_create ("shm");
+    tcase_set_timeout (c, 60);
+    tcase_add_test (c, blocks_are_zeroed_aligned_merged_and_reused);
+    tcase_add_test (c, another_process_maps_it_at_the_same_address);
+    tcase_add_test (c, ring_and_futex_waker_work_across_processes);
+    suite_add_tcase (s, c);
+    return tu_run_suite (s);
+}
