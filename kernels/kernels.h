@@ -83,6 +83,8 @@ int sig_empty_kernel (cudaStream_t stream);
 
 /* A kernel that executes a trap: the context is lost (tests of the unavailable path only). */
 int sig_fault_kernel (cudaStream_t stream);
+/* A kernel that spins for MS ms (tests of a launch that hangs past a model's watchdog_ms). */
+int sig_hang_kernel (cudaStream_t stream, unsigned ms);
 
 /* persistent: one resident launch per model instance (mlp_persistent.cu says how it works). A
  * thread-block cluster of 1, 2, 4 or 8 blocks of SIG_PERSISTENT_THREADS threads loads the weights

@@ -358,15 +358,26 @@ static int s_test_fault (int device, uint32_t fault, backend_model_t *mlp, char 
             snprintf (err, errlen, "device %d: the trapping kernel did not launch (CUDA error %d)", device, rc);
         return rc == 0 ? 0 : -1;
     }
-    snprintf (err, errlen, "fault %u is not one of trap, exit", fault);
+    if (fault == DEV_FAULT_HANG) {
+        if (!backends_gpu || !mlp) {
+            snprintf (err, errlen, "device %d holds no CUDA MLP instance to hang", device);
+            return -1;
+        }
+        int rc = backends_gpu->inject_hang (mlp, 60000);
+        if (rc != 0)
+            snprintf (err, errlen, "device %d: the spinning kernel did not launch (CUDA error %d)", device, rc);
+        return rc == 0 ? 0 : -1;
+    }
+    snprintf (err, errlen, "fault %u is not one of trap, exit, hang", fault);
     return -1;
 }
 
-/* POST /debug/fault?device=N&kind=trap|kill: the server's side. */
+/* POST /debug/fault?device=N&kind=trap|kill|hang: the server's side. */
 static int s_debug_fault (const char *device, const char *kind, char *out, size_t outlen)
 {
     devices_t *d = devices_current ();
-    uint32_t fault = strcmp (kind, "trap") == 0 ? DEV_FAULT_TRAP : strcmp (kind, "kill") == 0 ? DEV_FAULT_EXIT : 0;
+    uint32_t fault = strcmp (kind, "trap") == 0 ? DEV_FAULT_TRAP : strcmp (kind, "kill") == 0 ? DEV_FAULT_EXIT
+                   : strcmp (kind, "hang") == 0 ? DEV_FAULT_HANG : 0;
     char *end = NULL;
     long n = strcmp (device, "cpu") == 0 ? DEVICE_CPU_TEST : strtol (device, &end, 10);
     if (!d) {
@@ -374,7 +385,7 @@ static int s_debug_fault (const char *device, const char *kind, char *out, size_
         return 409;
     }
     if (!fault || (end && (*end || end == device))) {
-        snprintf (out, outlen, "expected device=N (or cpu) and kind=trap or kill, got device=\"%s\" kind=\"%s\"", device,
+        snprintf (out, outlen, "expected device=N (or cpu) and kind=trap, kill or hang, got device=\"%s\" kind=\"%s\"", device,
                   kind);
         return 400;
     }

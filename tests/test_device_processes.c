@@ -7,6 +7,7 @@
  *   - SIGTERM with requests in a device process: every one answered, the process gone;
  * and on GPU hosts (skipped elsewhere, saying why):
  *   - a trap on GPU 0: the CPU model beside it answers OK throughout, the GPU model comes back;
+ *   - a launch that hangs past watchdog_ms: the device process killed and started again, the same;
  *   - two GPUs, a trap on GPU 1: GPU 0's instance keeps answering OK, GPU 1's comes back and
  *     serves again. */
 #define _GNU_SOURCE
@@ -501,6 +502,36 @@ START_TEST (trap_on_a_gpu_leaves_the_cpu_model_serving)
 }
 END_TEST
 
+START_TEST (hung_launch_past_the_watchdog_restarts_the_device)
+{
+    if (s_gpus () < 1) {
+        printf ("hung_launch_past_the_watchdog_restarts_the_device: skipped: no GPU here\n");
+        return;
+    }
+    snprintf (s_models, sizeof s_models, "%s, %s",
+              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"warp\", \"devices\": [0], \"watchdog_ms\": 300,"),
+              s_model ("cpu", "\"backend\": \"cpu\","));
+    server_t s;
+    s_start (&s, s_models, false);
+    load_t l = { .models = { "gpu", "cpu" }, .model_count = 2, .total = 2000, .fault_after = 200,
+                 .fault = "device=0&kind=hang", .check_outputs = true };
+    s_load (&s, &l);
+    printf ("hang on GPU 0: gpu %u OK / %u UNAVAILABLE (%u held, %u refused), cpu %u OK\n", l.ok[0], l.unavailable[0],
+            l.unavailable_lost, l.unavailable_admission, l.ok[1]);
+    ck_assert_uint_eq (l.ok[1], 1000);
+    ck_assert_uint_eq (l.ok[0] + l.unavailable[0], 1000);
+    ck_assert_uint_gt (l.unavailable_lost, 0);          /* what the hung instance held */
+    ck_assert (s_log_has (&s, "over watchdog_ms = 300"));
+    ck_assert (s_log_has (&s, "a launch ran past its model's watchdog_ms; the process was killed"));
+    ck_assert_msg (s_wait_serving (&s, 60000), "GPU 0 did not come back (log: %s)", s.log);
+    printf ("hang on GPU 0: recovered in %.1f ms\n", s_metric (&s, "sigserve_device_recovery_seconds{device=\"cuda:0\"}") * 1e3);
+    load_t again = { .models = { "gpu" }, .model_count = 1, .total = 200, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 200);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 START_TEST (trap_on_gpu_1_leaves_gpu_0_serving)
 {
     if (s_gpus () < 2) {
@@ -550,6 +581,7 @@ static Suite *s_suite (void)
     TCase *g = tcase_create ("gpu");
     tcase_set_timeout (g, 300);
     tcase_add_test (g, trap_on_a_gpu_leaves_the_cpu_model_serving);
+    tcase_add_test (g, hung_launch_past_the_watchdog_restarts_the_device);
     tcase_add_test (g, trap_on_gpu_1_leaves_gpu_0_serving);
     suite_add_tcase (suite, g);
     return suite;

@@ -18,6 +18,12 @@ int cuda_model_inject_fault (backend_model_t *m)
     return sig_fault_kernel (m->persistent ? m->side : m->stream);
 }
 
+int cuda_model_inject_hang (backend_model_t *m, unsigned ms)
+{
+    cudaSetDevice (m->device);
+    return sig_hang_kernel (m->persistent ? m->side : m->stream, ms);
+}
+
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
     if (cuda_device_check (device, cfg->name, err, errlen) != 0)

@@ -23,6 +23,7 @@ static const gpu_backend_t s_cuda = {
     .device_cpus = cuda_device_cpus,
     .device_fault = cuda_device_fault,
     .inject_fault = cuda_model_inject_fault,
+    .inject_hang = cuda_model_inject_hang,
     .runtime_version = s_runtime_version,
 };
 
