@@ -550,6 +550,14 @@ size_t tol_outside (const float *out, const double *ref, const double *bound, si
     return first;
 }
 
+void tol_pair (const float *a, const double *bound, size_t n, double *as_ref, double *bound2)
+{
+    for (size_t i = 0; i < n; i++) {
+        as_ref[i] = a[i];
+        bound2[i] = 2 * bound[i];
+    }
+}
+
 const char *tol_describe (const float *out, const double *ref, const double *bound, size_t i, size_t row_len)
 {
     static char text[320];

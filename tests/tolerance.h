@@ -57,6 +57,12 @@ void tol_round_lstm (lstm_weights_t *w, weight_dtype_t d);
  * every output is within. */
 size_t tol_outside (const float *out, const double *ref, const double *bound, size_t n, double *worst);
 
+/* For checking two float32 outputs of the same function with each other (two kernels; a stream and
+ * the same window in full), each within BOUND of the reference: AS_REF gets A as doubles and
+ * BOUND2 twice BOUND, so TOL_ASSERT (b, as_ref, bound2, ...) checks |b - a| <= 2 x TOL_SAFETY x
+ * bound. */
+void tol_pair (const float *a, const double *bound, size_t n, double *as_ref, double *bound2);
+
 /* Output I for a message, ROW_LEN outputs a row: "row R output O: OUT, reference REF, bound
  * TOL_SAFETY x B (error E, X times the bound)". A static buffer: one at a time. */
 const char *tol_describe (const float *out, const double *ref, const double *bound, size_t i, size_t row_len);
