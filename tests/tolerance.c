@@ -560,7 +560,7 @@ void tol_pair (const float *a, const double *bound, size_t n, double *as_ref, do
 
 const char *tol_describe (const float *out, const double *ref, const double *bound, size_t i, size_t row_len)
 {
-    static char text[320];
+    static __thread char text[320];
     const double d = fabs ((double) out[i] - ref[i]);
     row_len = row_len ? row_len : 1;
     snprintf (text, sizeof text, "row %zu output %zu: %.9g, reference %.9g, bound %g x %.3g (error %.3g, %.3g times "

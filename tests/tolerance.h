@@ -64,7 +64,7 @@ size_t tol_outside (const float *out, const double *ref, const double *bound, si
 void tol_pair (const float *a, const double *bound, size_t n, double *as_ref, double *bound2);
 
 /* Output I for a message, ROW_LEN outputs a row: "row R output O: OUT, reference REF, bound
- * TOL_SAFETY x B (error E, X times the bound)". A static buffer: one at a time. */
+ * TOL_SAFETY x B (error E, X times the bound)". A buffer of the calling thread's: one at a time. */
 const char *tol_describe (const float *out, const double *ref, const double *bound, size_t i, size_t row_len);
 
 /* The check itself, in the suites: each of N outputs (ROW_LEN a row) within its bound, or the test
