@@ -267,7 +267,7 @@ int tol_mlp (const weights_t *w, const float *in, uint32_t rows, double *ref, do
  * most: the GPU's __fdividef (1, 1 + __expf (-z)) (__expf within 2 + 1.173 |z| ulps, __fdividef 2
  * ulps: CUDA's table; an ulp is at most 2 u relative); the CPU's Cephes expf (1 ulp) and IEEE
  * division are within it. With e = exp (-z) off by E u relative, 1 + e rounded and the quotient
- * off by D u, s^ = s (1 - s E d_e - d_1 + d_D) to first order (s e / (1 + e) = 1 - s), so
+ * off by D u, s^ = s (1 - (1 - s) d_e - d_1 + d_D) to first order (e / (1 + e) = 1 - s), so
  * |s^ - s| <= u s ((1 - s) E + 1 + D) with E = 4 + 2.4 |z|, D = 4. FLT_MIN for an overflowed
  * exp. */
 static double s_sig_err (double z)
