@@ -1,8 +1,9 @@
 /* GPU suite: every CUDA kernel, direct and graph, against the float64 reference on fresh random
- * inputs with poisoned outputs, every output within its error bound (tolerance.h); every batch size; the wait modes; backend selection;
- * a lost context; and the real server serving CUDA models over sockets with the same outputs as
- * the CPU backend. Prints "SKIP: <why>" and passes where there is no CUDA build or no device.
- * CUDA does not survive fork(): only the forked tests touch it, never the parent. */
+ * inputs with poisoned outputs, every output within its error bound (tolerance.h); every batch
+ * size; the wait modes; backend selection; a lost context; and the real server serving CUDA
+ * models over sockets with the same outputs as the CPU backend. Prints "SKIP: <why>" and passes
+ * where there is no CUDA build or no device. CUDA does not survive fork(): only the forked tests
+ * touch it, never the parent. */
 #include "rng.h"
 #include "st_write.h"
 #include "reference.h"
@@ -492,7 +493,8 @@ START_TEST (server_serves_cuda_like_cpu)
             if (k == 0)
                 tol_pair (r->infer->outputs, bound, rows, cpu_ref, bound2);
             else
-                TOL_ASSERT (r->infer->outputs, cpu_ref, bound2, rows, 1, "%s against on_cpu, round %d", names[k], round);
+                TOL_ASSERT (r->infer->outputs, cpu_ref, bound2, rows, 1, "%s against on_cpu, round %d", names[k],
+                            round);
             sigserve__v1__reply__free_unpacked (r, NULL);
         }
     }

@@ -511,8 +511,8 @@ START_TEST (a_stream_always_goes_to_instance_stream_id_mod_n)
         double ref[OUT], bound[OUT];
         const lstm_weights_t *l = s_seq_w->lstm;
         if (j->request_id >= 100) {
-            ck_assert_int_eq (tol_lstm_window (l, WEIGHT_DTYPE_F32, windows[j->request_id - 100].features, 1, ref, bound),
-                              0);
+            const float *x = windows[j->request_id - 100].features;
+            ck_assert_int_eq (tol_lstm_window (l, WEIGHT_DTYPE_F32, x, 1, ref, bound), 0);
         } else if (j->request_id == 0) {
             ck_assert_int_eq (tol_lstm_window (l, WEIGHT_DTYPE_F32, reqs[0].features, 1, ref, bound), 0);
         } else {

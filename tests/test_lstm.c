@@ -190,8 +190,8 @@ static void s_check_streams (const lstm_shape_t *shape, uint32_t streams, uint32
                 continue;
             for (uint32_t o = 0; o < out; o++)
                 ck_assert_msg (isfinite (y[o]), "stream %u step %u output %u not written", s, i, o);
-            ck_assert_int_eq (tol_lstm_stream (l, WEIGHT_DTYPE_F32, hist + (size_t) s * steps * in, count[s], ref, bound),
-                              0);
+            const float *mine = hist + (size_t) s * steps * in;
+            ck_assert_int_eq (tol_lstm_stream (l, WEIGHT_DTYPE_F32, mine, count[s], ref, bound), 0);
             TOL_ASSERT (y, ref, bound, out, out, "%u streams x %u steps (window %u, %zu layers, %u units): stream %u "
                         "step %u", streams, steps, W, l->layer_count, l->hidden, s, i);
             /* the same window as a full-window request */

@@ -200,7 +200,8 @@ static void s_check_streams (fixture_t *f, uint32_t streams, uint32_t steps, uin
                 continue;
             const float *mine = hist + (size_t) s * steps * in;
             ck_assert_int_eq (tol_lstm_stream (f->wr->lstm, WEIGHT_DTYPE_F32, mine, count[s], rr, br), 0);
-            TOL_ASSERT (y, rr, br, out, out, "%s %s stream %u step %u (rounded weights)", label, s_dtype_names[d], s, i);
+            TOL_ASSERT (y, rr, br, out, out, "%s %s stream %u step %u (rounded weights)", label, s_dtype_names[d], s,
+                        i);
             s_worst (&worst->rounded, y, rr, br, out);
             if (self) {
                 for (uint32_t t = 0; t < W; t++) {

@@ -195,9 +195,10 @@ START_TEST (mlp_cancellation)
         const double e = tu_rel_error (y[k], ref, TRIALS * 8);
         printf ("cancellation, kernel %s: relative error %.3g (sums up to %.3g, outputs up to %.3g)\n",
                 cpu_kernel_name ((cpu_kernel_t) k), e, mag, fabs (ref[0]));
-        ck_assert_msg (e > 1e-5, "kernel %s: relative error %.3g: the case does not cancel", cpu_kernel_name ((cpu_kernel_t) k),
-                       e);
-        TOL_ASSERT (y[k], ref, bound, TRIALS * 8, 8, "cancelling outputs, kernel %s", cpu_kernel_name ((cpu_kernel_t) k));
+        ck_assert_msg (e > 1e-5, "kernel %s: relative error %.3g: the case does not cancel",
+                       cpu_kernel_name ((cpu_kernel_t) k), e);
+        TOL_ASSERT (y[k], ref, bound, TRIALS * 8, 8, "cancelling outputs, kernel %s",
+                    cpu_kernel_name ((cpu_kernel_t) k));
     }
     weights_destroy (&w);
 }
@@ -367,8 +368,8 @@ START_TEST (lstm_cpu_within_bound)
     s_fill (hist, (size_t) steps * l->step_size);
     backend_lstm_cpu_iface.stream_reset (m, 0);
     for (uint32_t i = 0; i < steps; i++) {
-        ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m, 0, hist + (size_t) i * l->step_size, y, err, sizeof err),
-                          SIG_OK);
+        const float *x_i = hist + (size_t) i * l->step_size;
+        ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m, 0, x_i, y, err, sizeof err), SIG_OK);
         backend_lstm_cpu_iface.stream_advance (m, 0);
         if (i % 3 != 0 && i + 1 < steps)
             continue;
@@ -413,7 +414,8 @@ START_TEST (lstm_half_weights)
         TOL_ASSERT (y, ref, bound, N, 3, "%s weights against the f32 weights", weight_dtype_name ((weight_dtype_t) d));
         TOL_ASSERT (y, ref_r, bound_r, N, 3, "%s weights against themselves", weight_dtype_name ((weight_dtype_t) d));
         if (d == WEIGHT_DTYPE_BF16)
-            ck_assert_msg (tol_outside (y, ref, bound_f32, N, NULL) < N, "bf16: within the f32 bound, rounding and all");
+            ck_assert_msg (tol_outside (y, ref, bound_f32, N, NULL) < N,
+                           "bf16: within the f32 bound, rounding and all");
         for (int i = 0; i < N; i++)
             ck_assert (bound[i] > bound_f32[i]);
         backend_lstm_cpu_iface.destroy (&m);
