@@ -169,8 +169,10 @@ $(BUILD)/sigload: $(SIGLOAD_OBJ) $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(HISTOGRAM_OBJ) $(BUILD)/libsigsupport.a \
-                  $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
+# Every suite links testutil.o (shared helpers) and tolerance.o (the kernel checks' error bounds).
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/tolerance.o \
+                  $(HISTOGRAM_OBJ) $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a \
+                  $(BUILD)/libsigcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

@@ -7,8 +7,9 @@
  * moving; the CLI's --stream and --step.
  *
  * Against the real sigserve (an LSTM model on the CPU backend): steps sent through the library
- * and the CLI answer what the float64 reference (support/lstm_reference.c) gives for the stream
- * so far, within 1e-5; list_models describes the LSTM; the CLI's hints after STATUS_BAD_SHAPE.
+ * and the CLI answer what the float64 reference (weights/reference.h) gives for the stream so
+ * far, each output within its error bound (tolerance.h); list_models describes the LSTM; the
+ * CLI's hints after STATUS_BAD_SHAPE.
  * Nothing here waits a fixed time: waits poll with a generous cap. */
 #define _GNU_SOURCE
 #include "lstm_reference.h"
@@ -16,6 +17,7 @@
 #include "sigclient.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
+#include "tolerance.h"
 
 #include <check.h>
 #include <errno.h>
@@ -35,7 +37,6 @@
 #define STEP 8
 #define HIDDEN 12
 #define OUTS 2
-#define TOLERANCE 1e-5
 #define WAIT_CAP_MS 10000       /* the most any poll below waits */
 
 static char s_dir[2048];        /* this suite's files (stderr of the CLI, features) */
@@ -576,17 +577,17 @@ static void s_server_teardown (void)
     ck_assert_int_eq (rc, 0);
 }
 
-/* Outputs of steps and their references, pooled for one norm-wise comparison. */
+/* Outputs of steps with their references and error bounds, checked together. */
 typedef struct {
     float out[4096];
-    double ref[4096];
+    double ref[4096], bound[4096];
     size_t n;
 } pool_t;
 
 static void s_pool_add (pool_t *p, const float *steps, uint64_t count, const float *out)
 {
     ck_assert_uint_le (p->n + OUTS, sizeof p->out / sizeof *p->out);
-    ck_assert_int_eq (lstm_reference_stream (s_w, steps, count, p->ref + p->n), 0);
+    ck_assert_int_eq (tol_lstm_stream (s_w, WEIGHT_DTYPE_F32, steps, count, p->ref + p->n, p->bound + p->n), 0);
     memcpy (p->out + p->n, out, OUTS * sizeof *out);
     p->n += OUTS;
 }
@@ -594,8 +595,7 @@ static void s_pool_add (pool_t *p, const float *steps, uint64_t count, const flo
 static void s_pool_check (const pool_t *p, const char *what)
 {
     ck_assert_uint_ge (p->n, 4);
-    double e = tu_rel_error (p->out, p->ref, p->n);
-    ck_assert_msg (e <= TOLERANCE, "%s: relative error %.3g over %zu outputs", what, e, p->n);
+    TOL_ASSERT (p->out, p->ref, p->bound, p->n, OUTS, "%s, %zu outputs", what, p->n);
 }
 
 START_TEST (list_models_describes_the_lstm)

@@ -22,6 +22,7 @@
 #include "rng.h"
 #include "st_write.h"
 #include "testutil.h"
+#include "tolerance.h"
 
 #include <check.h>
 #include <math.h>
@@ -391,7 +392,6 @@ START_TEST (admitted_jobs_come_back_with_outputs_ids_and_envelopes)
     s_collect (m, jobs, N);
     ck_assert_uint_eq (dispatch_inflight (m), N);
     bool seen[N] = { false };
-    double num = 0, den = 0;
     for (int k = 0; k < N; k++) {
         job_t *j = jobs[k];
         request_t *r = s_find (reqs, N, j->request_id);
@@ -404,16 +404,12 @@ START_TEST (admitted_jobs_come_back_with_outputs_ids_and_envelopes)
         ck_assert_uint_le (j->batch_rows, MAX_ROWS);
         ck_assert_uint_eq (j->stream_id, 0);
         s_assert_envelope (j);
-        double ref[MAX_ROWS * OUT];
-        ck_assert_int_eq (reference_forward (s_mlp_w, r->features, r->rows, ref), 0);
-        for (uint32_t o = 0; o < r->rows * OUT; o++) {
-            num += (j->outputs[o] - ref[o]) * (j->outputs[o] - ref[o]);
-            den += ref[o] * ref[o];
-        }
+        double ref[MAX_ROWS * OUT], bound[MAX_ROWS * OUT];
+        ck_assert_int_eq (tol_mlp (s_mlp_w, r->features, r->rows, ref, bound), 0);
+        TOL_ASSERT (j->outputs, ref, bound, r->rows * OUT, OUT, "request %llu", (unsigned long long) r->id);
         s_return (m, j);
         ck_assert_uint_eq (dispatch_inflight (m), (uint32_t) (N - k - 1));
     }
-    ck_assert_msg (sqrt (num / den) <= 1e-5, "relative error %.3g against the float64 reference", sqrt (num / den));
     uint64_t computed = 0;
     for (uint32_t i = 0; i < 3; i++)
         computed += model_instance_requests (m, i);
@@ -512,18 +508,19 @@ START_TEST (a_stream_always_goes_to_instance_stream_id_mod_n)
         job_t *j = jobs[k];
         ck_assert_msg (j->status == SIG_OK, "request %llu: %s", (unsigned long long) j->request_id, j->error);
         s_assert_envelope (j);
-        double ref[OUT];
+        double ref[OUT], bound[OUT];
+        const lstm_weights_t *l = s_seq_w->lstm;
         if (j->request_id >= 100) {
-            ck_assert_int_eq (lstm_reference_window (s_seq_w->lstm, windows[j->request_id - 100].features, 1, ref), 0);
+            const float *x = windows[j->request_id - 100].features;
+            ck_assert_int_eq (tol_lstm_window (l, WEIGHT_DTYPE_F32, x, 1, ref, bound), 0);
         } else if (j->request_id == 0) {
-            ck_assert_int_eq (lstm_reference_window (s_seq_w->lstm, reqs[0].features, 1, ref), 0);
+            ck_assert_int_eq (tol_lstm_window (l, WEIGHT_DTYPE_F32, reqs[0].features, 1, ref, bound), 0);
         } else {
             ck_assert_uint_eq (j->stream_id, j->request_id);
             /* a new stream: its window is zeros, then this one step */
-            ck_assert_int_eq (lstm_reference_stream (s_seq_w->lstm, reqs[j->request_id].features, 1, ref), 0);
+            ck_assert_int_eq (tol_lstm_stream (l, WEIGHT_DTYPE_F32, reqs[j->request_id].features, 1, ref, bound), 0);
         }
-        ck_assert_msg (tu_rel_error (j->outputs, ref, OUT) <= 1e-4, "request %llu: relative error %.3g",
-                       (unsigned long long) j->request_id, tu_rel_error (j->outputs, ref, OUT));
+        TOL_ASSERT (j->outputs, ref, bound, OUT, OUT, "request %llu", (unsigned long long) j->request_id);
         s_return (m, j);
     }
     for (uint32_t i = 0; i < 3; i++)
@@ -617,10 +614,9 @@ START_TEST (inline_runs_on_the_front_only_when_nothing_waits)
     ck_assert_uint_eq (ran->batch_rows, 3);
     ck_assert_uint_gt (ran->compute_ns, 0);
     s_assert_envelope (ran);
-    double ref[MAX_ROWS * OUT];
-    ck_assert_int_eq (reference_forward (s_mlp_w, reqs[0].features, 3, ref), 0);
-    ck_assert_msg (tu_rel_error (ran->outputs, ref, 3 * OUT) <= 1e-5, "relative error %.3g",
-                   tu_rel_error (ran->outputs, ref, 3 * OUT));
+    double ref[MAX_ROWS * OUT], bound[MAX_ROWS * OUT];
+    ck_assert_int_eq (tol_mlp (s_mlp_w, reqs[0].features, 3, ref, bound), 0);
+    TOL_ASSERT (ran->outputs, ref, bound, 3 * OUT, OUT, "the inlined request");
     float inlined[MAX_ROWS * OUT];
     memcpy (inlined, ran->outputs, sizeof (float) * 3 * OUT);
     ck_assert_int_eq (s_recorded_count, 0);                 /* no worker rung */
@@ -756,10 +752,9 @@ START_TEST (large_requests_borrow_the_large_buffers)
     for (int k = 0; k < 3; k++) {
         request_t *r = s_find (reqs, 4, jobs[k]->request_id);
         ck_assert_int_eq (jobs[k]->status, SIG_OK);
-        double ref[MAX_ROWS * OUT];
-        ck_assert_int_eq (reference_forward (s_mlp_w, r->features, r->rows, ref), 0);
-        ck_assert_msg (tu_rel_error (jobs[k]->outputs, ref, r->rows * OUT) <= 1e-5, "request %llu",
-                       (unsigned long long) r->id);
+        double ref[MAX_ROWS * OUT], bound[MAX_ROWS * OUT];
+        ck_assert_int_eq (tol_mlp (s_mlp_w, r->features, r->rows, ref, bound), 0);
+        TOL_ASSERT (jobs[k]->outputs, ref, bound, r->rows * OUT, OUT, "request %llu", (unsigned long long) r->id);
         s_return (m, jobs[k]);
     }
     /* both large buffers back: the refused request fits now */
