@@ -383,7 +383,12 @@ START_TEST (instances_spread_over_gpus)
 }
 END_TEST
 
-START_TEST (lost_gpu_leaves_the_other_serving)
+/* In one process, a trap on GPU 1 loses GPU 1's instances, each saying so. What it does to GPU 0's
+ * context in the same process CUDA leaves undefined (cudaErrorLaunchFailure: "the process must be
+ * terminated"), and on an H100 pair GPU 0's instances failed too: that is why the server runs each
+ * device's work in a process of its own (test_device_processes: trap_on_gpu_1_leaves_gpu_0_serving
+ * checks GPU 0 keeps serving there). Nothing is asserted here about GPU 0. */
+START_TEST (lost_gpu_marks_its_instances_unavailable)
 {
     if (s_devices () < 2) {
         printf ("multi-GPU: not run here: needs 2 CUDA devices, this machine has %d\n", s_devices ());
@@ -395,25 +400,16 @@ START_TEST (lost_gpu_leaves_the_other_serving)
     weights_t *w = weights_random (sizes, acts, 3, rng_next (&s_seed));
     model_t *m = s_two_gpu_model (dir, w, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
-    /* A trap on GPU 1 (instance 1) loses that device's context, and only that one. */
     ck_assert_int_eq (cuda_model_inject_fault (model_instance_handle (m, 1)), 0);
     float in[512], out[1];
-    double ref, bound;
     for (int k = 0; k < 512; k++)
         in[k] = rng_uniform (&s_seed, -1, 1);
-    ck_assert_int_eq (tol_mlp (w, in, 1, &ref, &bound), 0);
     ck_assert_int_eq (model_infer_instance (m, 1, in, 1, out, err, sizeof err), SIG_UNAVAILABLE);
     ck_assert_int_eq (model_infer_instance (m, 3, in, 1, out, err, sizeof err), SIG_UNAVAILABLE);
     ck_assert (!model_instance_available (m, 1));
     ck_assert (!model_instance_available (m, 3));
-    ck_assert (model_available (m));         /* GPU 0's instances still serve it */
-    for (uint32_t i = 0; i < 4; i += 2) {
-        ck_assert (model_instance_available (m, i));
-        ck_assert_int_eq (model_infer_instance (m, i, in, 1, out, err, sizeof err), SIG_OK);
-        TOL_ASSERT (out, &ref, &bound, 1, 1, "instance %u (GPU 0) after GPU 1 was lost", i);
-    }
     ck_assert_ptr_nonnull (strstr (model_instance_state (m, 1), "CUDA"));
-    ck_assert_str_eq (model_instance_state (m, 0), "serving");
+    ck_assert_ptr_nonnull (strstr (model_instance_state (m, 3), "CUDA"));
     model_destroy (&m);
     weights_destroy (&w);
     tu_remove_tree (dir);
@@ -1151,7 +1147,7 @@ int main (int argc, char **argv)
     tcase_set_timeout (tl, 120);
     tcase_add_test (tl, lost_context_marks_model_unavailable);
     tcase_add_test (tl, persistent_trapped_context);
-    tcase_add_test (tl, lost_gpu_leaves_the_other_serving);
+    tcase_add_test (tl, lost_gpu_marks_its_instances_unavailable);
     const char *fork_mode = getenv ("CK_FORK");
     const bool shared = fork_mode && strcmp (fork_mode, "no") == 0;
     if (!shared || getenv ("CK_RUN_CASE")) {
