@@ -37,7 +37,7 @@ step test_cuda env CK_FORK=no timeout 400 $BUILD/tests/test_cuda
 for t in $BUILD/tests/test_*; do
     n=$(basename "$t"); [ "$n" = test_cuda ] && continue; case "$n" in *.log) continue;; esac
     if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $n "*) ;; *) continue;; esac; fi
-    case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no timeout 150 "$t" ;; *) step "$n" timeout 300 "$t" ;; esac
+    case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no timeout 600 "$t" ;; *) step "$n" timeout 300 "$t" ;; esac
 done
 step torch_export python3 tests/python/test_torch_export.py
 [ -f "$BUILD/lstmbench" ] && step torch_lstm timeout 60 python3 tests/python/test_lstm_torch.py
