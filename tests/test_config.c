@@ -442,7 +442,7 @@ static const bad_case_t s_bad[] = {
       "heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode)" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
-      "cpu_kernel, graph, zero_copy, wait, device, devices, max_rows, instances, cpus, max_batch_rows, "
+      "cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, max_batch_rows, "
       "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, watchdog_ms, weight_dtype, "
       "weights, layers, lstm, window, "
       "head, max_streams, stream_idle_s)" },

@@ -92,6 +92,14 @@ static void s_release (int from)
 #define TIMED_MAX_QUEUE_US 20
 #define WIDE 1536               /* model "wide": 5 -> 1536 -> 1536 -> 2, far over inline_us (20) a launch */
 
+/* Models 5, 6, 7: the mlp in group "g", one row a launch (so a turn takes one request); model 8:
+ * "wide" in a group of its own ("slow"). */
+#define GROUPED(name, group)                                                                              \
+    "   { \"name\": \"" name "\", \"group\": \"" group "\", \"backend\": \"cpu\", \"max_rows\": 1, "                \
+    "\"max_batch_rows\": 1,\n     \"queue_depth\": 64, \"weights\": \"mlp.safetensors\",\n"                        \
+    "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"           \
+    "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] }"
+
 static char *s_dir;
 static config_t *s_cfg;
 static weights_t *s_mlp_w, *s_seq_w;
@@ -125,7 +133,7 @@ static void s_setup (void)
     const lstm_shape_t shape = { .layers = 1, .step_size = STEP, .hidden = 4, .out = OUT, .window = WINDOW };
     snprintf (path, sizeof path, "%s/seq.safetensors", s_dir);
     ck_assert_msg (lstm_random_file (path, &shape, 18, err, sizeof err) == 0, "%s", err);
-    char json[4096];
+    char json[8192];
     snprintf (json, sizeof json,
               "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:1\"] },\n"
               "  \"models\": [\n"
@@ -145,6 +153,12 @@ static void s_setup (void)
               "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": \"a.bias\", \"activation\": \"tanh\" },\n"
               "                 { \"weight\": \"b.weight\", \"bias\": \"b.bias\" } ] },\n"
               "   { \"name\": \"wide\", \"backend\": \"cpu\", \"max_rows\": 1, \"weights\": \"wide.safetensors\",\n"
+              "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": null, \"activation\": \"tanh\" },\n"
+              "                 { \"weight\": \"b.weight\", \"bias\": null, \"activation\": \"tanh\" },\n"
+              "                 { \"weight\": \"c.weight\", \"bias\": null } ] },\n"
+              GROUPED ("g1", "g") ",\n" GROUPED ("g2", "g") ",\n" GROUPED ("g3", "g") ",\n"
+              "   { \"name\": \"slow\", \"group\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 1,\n"
+              "     \"max_queue_us\": 60000000, \"weights\": \"wide.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"a.weight\", \"bias\": null, \"activation\": \"tanh\" },\n"
               "                 { \"weight\": \"b.weight\", \"bias\": null, \"activation\": \"tanh\" },\n"
               "                 { \"weight\": \"c.weight\", \"bias\": null } ] } ] }\n",
@@ -798,6 +812,94 @@ START_TEST (abort_answers_queued_jobs_unavailable_without_running_them)
 }
 END_TEST
 
+
+static model_t *s_model_at (int which)
+{
+    char err[1024];
+    model_t *m = model_new (&s_cfg->models[which], &s_cfg->server, NULL, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    return m;
+}
+
+static int s_by_start (const void *a, const void *b)
+{
+    const job_t *x = *(job_t *const *) a, *y = *(job_t *const *) b;
+    return x->t_start < y->t_start ? -1 : x->t_start > y->t_start;
+}
+
+/* Three models in one group: one worker for the three (every admission rings the same waker), and
+ * it takes their requests in the order they arrived across the models, each computed right. */
+START_TEST (a_group_serves_its_models_in_order_of_arrival)
+{
+    model_t *g[3] = { s_model_at (5), s_model_at (6), s_model_at (7) };
+    s_hold (1);                                 /* the group's one worker */
+    enum { N = 12 };
+    static request_t reqs[N];
+    for (int i = 0; i < N; i++) {
+        s_request (&reqs[i], (uint64_t) i, 1, 0, IN, 100 + (uint64_t) i);
+        s_admit_ok (g[(i * 7 + i / 3) % 3], &reqs[i]);     /* the models in a shuffled order */
+    }
+    ck_assert_int_eq (s_recorded_count, N);
+    for (int i = 1; i < N; i++)
+        ck_assert_ptr_eq (s_recorded[i], s_recorded[0]);
+    int per[3] = { 0, 0, 0 };
+    for (int i = 0; i < N; i++)
+        per[(i * 7 + i / 3) % 3]++;
+    s_release (0);
+    job_t *jobs[N];
+    int got = 0;
+    for (int k = 0; k < 3; k++) {
+        s_collect (g[k], jobs + got, per[k]);
+        got += per[k];
+    }
+    qsort (jobs, N, sizeof *jobs, s_by_start);
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg (jobs[i]->request_id == (uint64_t) i, "the %d-th request taken was request %llu", i,
+                       (unsigned long long) jobs[i]->request_id);
+        ck_assert_int_eq (jobs[i]->status, SIG_OK);
+        double ref[OUT], bound[OUT];
+        ck_assert_int_eq (tol_mlp (s_mlp_w, reqs[i].features, 1, ref, bound), 0);
+        TOL_ASSERT (jobs[i]->outputs, ref, bound, OUT, OUT, "request %d, served by the group", i);
+    }
+    for (int i = 0; i < N; i++)
+        s_return (g[(jobs[i]->request_id * 7 + jobs[i]->request_id / 3) % 3], jobs[i]);
+    for (int k = 0; k < 3; k++)
+        model_destroy (&g[k]);
+}
+END_TEST
+
+/* A slow model in a group of its own does not hold up the other group: while its worker computes
+ * eight slow requests, the fast model's three are served. */
+START_TEST (a_slow_model_holds_up_only_its_own_group)
+{
+    model_t *fast = s_model_at (5), *slow = s_model_at (8);
+    static request_t reqs[11];
+    for (int i = 0; i < 8; i++) {
+        s_request (&reqs[i], (uint64_t) i, 1, 0, IN, 200 + (uint64_t) i);
+        s_admit_ok (slow, &reqs[i]);
+    }
+    for (int i = 8; i < 11; i++) {
+        s_request (&reqs[i], (uint64_t) i, 1, 0, IN, 200 + (uint64_t) i);
+        s_admit_ok (fast, &reqs[i]);
+    }
+    job_t *f[3], *w[8];
+    s_collect (fast, f, 3);
+    s_collect (slow, w, 8);
+    qsort (w, 8, sizeof *w, s_by_start);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq (f[i]->status, SIG_OK);
+        ck_assert_msg (f[i]->t_start < w[7]->t_start, "fast request %llu waited for the slow group",
+                       (unsigned long long) f[i]->request_id);
+    }
+    for (int i = 0; i < 3; i++)
+        s_return (fast, f[i]);
+    for (int i = 0; i < 8; i++)
+        s_return (slow, w[i]);
+    model_destroy (&fast);
+    model_destroy (&slow);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("dispatch");
@@ -813,6 +915,8 @@ int main (void)
     tcase_add_test (tc, large_requests_borrow_the_large_buffers);
     tcase_add_test (tc, admission_by_time_refuses_what_would_wait_too_long);
     tcase_add_test (tc, inline_runs_on_the_front_only_when_nothing_waits);
+    tcase_add_test (tc, a_group_serves_its_models_in_order_of_arrival);
+    tcase_add_test (tc, a_slow_model_holds_up_only_its_own_group);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -177,6 +177,26 @@ models)     # 1 -> 8 models at once, the same total rate
         stop
     done
     ;;
+groups)     # issue 18 item 2: 1 -> 8 models at the same total 40k/s, each model its own worker ("own") against
+            # one group for all ("group": a worker for every model), GROUPS_ROUNDS interleaved rounds
+            # (tools/groups-medians.py); the front on CPU 6, the workers on 0-5 as in `models`
+    for round in $(seq 1 "${GROUPS_ROUNDS:-3}"); do
+        for n in 1 2 4 8; do
+            for v in own group; do
+                ms=""; names=""
+                for i in $(seq 1 "$n"); do
+                    g=""; [ "$v" = group ] && g='"group": "all",'
+                    ms="$ms${ms:+, }$(model "m$i" "\"backend\": \"cpu\", $g")"
+                    names="$names${names:+,}m$i"
+                done
+                config "groups-$v-$n" '"endpoints": ["tcp://127.0.0.1:5555"], "io_threads": 2, "cpus": [6]' "$ms"
+                serve "groups-$v-$n" 0-6 || continue
+                load "groups-$v-$n-r$round" --endpoint tcp://127.0.0.1:5555 --model "$names" --connections 8 --rate 40k
+                stop
+            done
+        done
+    done
+    ;;
 lowload)    # 10k/s against the echo floor in the same run
     for v in default busypoll fused-zc persistent; do
         case $v in

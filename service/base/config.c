@@ -78,6 +78,8 @@ static const key_spec_t s_model_keys[] = {
     { .name = "devices", .type = KEY_INT_ARRAY, FIELD (model_config_t, devices),
       .count_offset = offsetof (model_config_t, device_count), .min = 1, .max = CONFIG_MAX_DEVICES,
       .elem_min = 0, .elem_max = 63, .what = "device", .unique = true },
+    { .name = "group", .type = KEY_STRING, FIELD (model_config_t, group),
+      .len_min = 0, .len_max = CONFIG_NAME_MAX - 1, .def_str = "", .check = s_check_printable },
     { .name = "max_rows", .type = KEY_U32, FIELD (model_config_t, max_rows),
       .min = 1, .max = 4096, .def = 16 },
     { .name = "instances", .type = KEY_U32, FIELD (model_config_t, instances),

@@ -50,6 +50,7 @@ typedef struct {
 typedef struct {
     char name[CONFIG_NAME_MAX];
     char version[CONFIG_NAME_MAX];
+    char group[CONFIG_NAME_MAX];    /* "": its own workers; else the workers of the models that name it */
     model_type_t type;
     backend_kind_t backend;
     cuda_kernel_t kernel;

@@ -152,6 +152,7 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
         if (!in->here)
             continue;
         in->sh = (instance_shared_t *) rq->shared[i];
+        in->wake = &in->sh->wake;
         if (model_instance_queues (m, in, rp->error, sizeof rp->error) != 0)
             return -1;
     }

@@ -172,7 +172,7 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     in->rows_admitted += j->rows;   /* before the worker can take it: rows_taken never passes it */
     j->instance = (int32_t) in->index;
     ring_push (&in->sh->requests, j);   /* cannot fail: the ring holds every job of the model */
-    waker_wake (&in->sh->wake);
+    waker_wake (in->wake);
     return SIG_OK;
 }
 
@@ -247,6 +247,6 @@ void dispatch_abort (model_t *m, const char *why)
     snprintf (m->abort_reason, sizeof m->abort_reason, "%s", why);
     for (uint32_t i = 0; i < m->instance_count; i++) {
         atomic_store (&m->instances[i].sh->abort, true);
-        waker_wake (&m->instances[i].sh->wake);
+        waker_wake (m->instances[i].wake);
     }
 }

@@ -64,6 +64,7 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
     in->index = index;
     in->here = true;
     in->sh = &in->own;
+    in->wake = &in->own.wake;
     in->device = m->iface->device == BACKEND_DEVICE_GPU ? cfg->devices[index % cfg->device_count] : -1;
     if (cfg->cpu_count) {
         in->cpus[0] = cfg->cpus[index % cfg->cpu_count];
@@ -181,6 +182,11 @@ int model_start_workers (model_t *m, char *err, size_t errlen)
         instance_t *in = &m->instances[i];
         if (!in->here)
             continue;
+        if (m->cfg.group[0] && !m->device_side) {
+            if (group_join (in, err, errlen) != 0)
+                return -1;
+            continue;
+        }
         if (pthread_create (&in->thread, NULL, worker_main, in) != 0) {
             sig_set_error (err, errlen, "model \"%s\": cannot start the worker of instance %u", m->cfg.name, i);
             return -1;
@@ -232,6 +238,11 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
     m->stats = stats;
     m->stats_slot = STATS_UNKNOWN;
     m->drift = &m->own_drift;
+    if (cfg->group[0] && cfg->keep_warm_us) {
+        sig_set_error (err, errlen, "model \"%s\": keep_warm_us: a model in a group (\"%s\") is served by the group's "
+                       "workers, which keep no one model warm; remove keep_warm_us or group", cfg->name, cfg->group);
+        goto failed;
+    }
     weights_t *w = weights_load (cfg, err, errlen);
     if (!w)
         goto failed;
@@ -311,7 +322,8 @@ void model_local_destroy (model_t **self_p)
             atomic_store (&in->sh->stop, true);
             waker_wake (&in->sh->wake);
             pthread_join (in->thread, NULL);
-        }
+        } else if (in->group)
+            group_leave (in);
     }
     if (m->front_impl)
         m->iface->destroy (&m->front_impl);

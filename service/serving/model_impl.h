@@ -29,11 +29,15 @@ typedef struct {
     char state[128];                    /* "serving" or why not (written once, before available drops) */
 } instance_shared_t;
 
+typedef struct group_worker group_worker_t;
+
 typedef struct {
     model_t *model;
     uint32_t index;
     int device;                         /* CUDA device, -1 on the CPU */
-    bool here;                          /* its worker runs in this process (a device process runs some) */
+    bool here;
+    waker_t *wake;                      /* what the front rings after queuing: &sh->wake, or its group worker's */
+    group_worker_t *group;              /* the group worker that serves it ("group"), or NULL: its own thread */                          /* its worker runs in this process (a device process runs some) */
     size_t cpu_count;                   /* CPUs it is pinned to (0: not pinned) */
     int cpus[CONFIG_MAX_CPUS];          /* cpus[i % n] of the model, or the GPU's NUMA node */
     backend_model_t *impl;              /* this instance's backend context */
@@ -103,6 +107,30 @@ struct _model_t {
     bool remote, device_side;
     _Atomic bool lost_pending;          /* an instance is lost: the front answers what it held */
 };
+
+/* A worker of a group of models (group.c): serves instance `index` of every member model, in
+ * order of arrival (worker.c: worker_group_main). */
+#define GROUP_MEMBERS_MAX 256
+struct group_worker {
+    char name[CONFIG_NAME_MAX];
+    uint32_t index;
+    pthread_t thread;
+    waker_t wake;
+    spin_t spin;
+    bool busy_poll;
+    pthread_mutex_t lock;               /* the member list; the worker copies it when version moves */
+    instance_t *members[GROUP_MEMBERS_MAX];
+    size_t member_count;
+    _Atomic uint64_t version, version_seen;
+    _Atomic bool stop;
+};
+void *worker_group_main (void *worker);
+/* group.c: IN (of a model whose cfg.group is set) served by its group's worker IN->index, started
+ * when it is the first; 0, or -1 with ERR. */
+int group_join (instance_t *in, char *err, size_t errlen);
+/* After IN's model stopped taking requests: once the worker has served what IN holds, IN leaves; the
+ * last member stops the worker. */
+void group_leave (instance_t *in);
 
 /* model.c, for model_remote.c */
 const backend_iface_t *model_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,

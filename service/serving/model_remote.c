@@ -202,6 +202,7 @@ static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const dev_re
     atomic_init (&sh->busy_since, 0);
     snprintf (sh->state, sizeof sh->state, "serving");
     in->sh = sh;
+    in->wake = &sh->wake;
     atomic_init (&in->lost, 0);
     return 0;
 }

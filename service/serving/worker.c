@@ -292,6 +292,35 @@ static void s_stream_step (instance_t *in, job_t *j)
     }
 }
 
+/* One turn of IN's queue: a stream step, or what is queued taken (up to a batch), run and handed
+ * back, the front woken. Whether there was anything. SPIN hears of the arrival. */
+static bool s_turn (instance_t *in, spin_t *spin)
+{
+    model_t *m = in->model;
+    uint32_t rows = 0, finished = 0;
+    job_t *head = ring_peek (&in->sh->requests);
+    if (head && head->stream_id) {
+        s_pop (in, head);
+        spin_arrival (spin, clock_now_ns ());
+        s_stream_step (in, head);
+        return true;
+    }
+    uint32_t n = s_take (in, 0, &rows, &finished);
+    if (n + finished == 0)
+        return false;
+    spin_arrival (spin, clock_now_ns ());
+    if (n > 0 && m->cfg.batch_delay_us && rows < m->batch_rows)
+        n = s_gather_more (in, n, &rows, &finished);
+    if (n > 0) {
+        s_run (in, n, rows);
+        for (uint32_t k = 0; k < n; k++)
+            s_finish (in, in->taken[k]);
+    }
+    if (m->front)
+        waker_wake (m->front);
+    return true;
+}
+
 void *worker_main (void *arg)
 {
     instance_t *in = arg;
@@ -304,28 +333,7 @@ void *worker_main (void *arg)
     const uint64_t keep_warm_ns = (uint64_t) m->cfg.keep_warm_us * 1000;
     uint64_t last_active = clock_now_ns ();
     for (;;) {
-        uint32_t rows = 0, finished = 0;
-        job_t *head = ring_peek (&in->sh->requests);
-        if (head && head->stream_id) {
-            s_pop (in, head);
-            spin_arrival (&in->spin, clock_now_ns ());
-            s_stream_step (in, head);
-            last_active = clock_now_ns ();
-            continue;
-        }
-        uint32_t n = s_take (in, 0, &rows, &finished);
-        if (n + finished > 0)
-            spin_arrival (&in->spin, clock_now_ns ());
-        if (n > 0 && m->cfg.batch_delay_us && rows < m->batch_rows)
-            n = s_gather_more (in, n, &rows, &finished);
-        if (n > 0) {
-            s_run (in, n, rows);
-            for (uint32_t k = 0; k < n; k++)
-                s_finish (in, in->taken[k]);
-        }
-        if (n + finished > 0) {
-            if (m->front)
-                waker_wake (m->front);
+        if (s_turn (in, &in->spin)) {
             last_active = clock_now_ns ();
             continue;
         }
@@ -352,6 +360,57 @@ void *worker_main (void *arg)
         if (spin_ended (&in->spin) && m->stats)
             stats_count_spin_sleep (m->stats, true);
         waker_sleep (&in->sh->wake, keep_warm_ns ? keep_warm_ns - (now - last_active) : 0);
+    }
+    return NULL;
+}
+
+/* A group's worker (serving/group.c): the instances of its members, served in order of arrival:
+ * each turn takes the member whose oldest queued request came first. */
+void *worker_group_main (void *arg)
+{
+    group_worker_t *w = arg;
+    char role[16];
+    snprintf (role, sizeof role, "g%u-%.10s", w->index % 100, w->name);
+    threads_set_role (role);
+    instance_t *members[GROUP_MEMBERS_MAX];
+    size_t count = 0;
+    uint64_t seen = (uint64_t) -1;
+    for (;;) {
+        const uint64_t version = atomic_load (&w->version);
+        if (version != seen) {      /* joined or left: take the new list (the leaver waits for this) */
+            pthread_mutex_lock (&w->lock);
+            count = w->member_count;
+            memcpy (members, w->members, count * sizeof *members);
+            seen = atomic_load (&w->version);
+            pthread_mutex_unlock (&w->lock);
+            atomic_store (&w->version_seen, seen);
+        }
+        instance_t *first = NULL;
+        uint64_t oldest = UINT64_MAX;
+        for (size_t k = 0; k < count; k++) {
+            const job_t *head = ring_peek (&members[k]->sh->requests);
+            if (head && head->t_recv < oldest) {
+                oldest = head->t_recv;
+                first = members[k];
+            }
+        }
+        if (first && s_turn (first, &w->spin))
+            continue;
+        if (atomic_load (&w->stop))
+            break;
+        if (w->busy_poll || spin_idle (&w->spin, clock_now_ns (), false)) {
+            _mm_pause ();
+            continue;
+        }
+        waker_prepare (&w->wake);
+        bool work = atomic_load (&w->version) != seen || atomic_load (&w->stop);
+        for (size_t k = 0; k < count && !work; k++)
+            work = ring_count (&members[k]->sh->requests) > 0;
+        if (work) {
+            waker_cancel (&w->wake);
+            continue;
+        }
+        waker_sleep (&w->wake, 0);
     }
     return NULL;
 }
