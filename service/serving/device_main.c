@@ -144,6 +144,9 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
         return -1;
     }
     model_t *m = h->m;
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (m->instances[i].started)
+            return 0;       /* started already (a rejoin came first): once only */
     m->job_count = rq->job_count;
     m->drift = (_Atomic uint32_t *) rq->drift;
     m->front = (waker_t *) rq->front;

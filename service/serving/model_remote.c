@@ -333,12 +333,13 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
             goto failed;
         }
     free (first_reply);
-    for (size_t k = 0; k < dev_count; k++)
-        if (s_start (m, devs[k], c, err, errlen) != 0)
-            goto failed;
+    /* tenants before the start: a process lost from here on brings the model back with it */
     for (size_t k = 0; k < dev_count; k++)
         devices_add_tenant (d, devs[k], &(dev_tenant_t) { .arg = m, .lost = s_lost, .swept = s_swept, .rejoin = s_rejoin,
                                                           .hung = s_hung });
+    for (size_t k = 0; k < dev_count; k++)
+        if (s_start (m, devs[k], c, err, errlen) != 0)
+            goto failed;
     if (stats) {
         int slot = stats_slot (stats, cfg->name);
         m->stats_slot = slot < 0 ? STATS_UNKNOWN : slot;
