@@ -105,11 +105,14 @@ int sig_hang_kernel (cudaStream_t stream, unsigned ms);
 #define SIG_PERSISTENT_RING 4
 #define SIG_PERSISTENT_THREADS 256
 #define SIG_PERSISTENT_MAX_BLOCKS 8
-/* SIG_DONE_OUTPUTS: the host sets every output word it waits for to this NaN before publishing and
- * the kernel's stores of the outputs themselves are the completion (no fence, no sequence). No
- * arithmetic produces this payload (the GPU's NaNs are 0x7fffffff). */
+/* SIG_DONE_OUTPUTS (the default): the host sets every output word it waits for to this NaN before
+ * publishing and the kernel's stores of the outputs themselves are the completion (no fence, no
+ * sequence: 1.3 us less a request, docs/perf.md). No arithmetic produces this payload (the GPU's
+ * NaNs are 0x7fffffff), and the kernels store any output that holds it as the canonical NaN
+ * (sig_st_sys_output), so no value the model computes can leave the host waiting.
+ * SIG_DONE_SEQUENCE: the outputs, a system fence, then the request's sequence in the done word. */
 #define SIG_PERSISTENT_SENTINEL 0x7fbadbadu
-enum { SIG_DONE_SEQUENCE = 0, SIG_DONE_OUTPUTS = 1 };
+enum { SIG_DONE_OUTPUTS = 0, SIG_DONE_SEQUENCE = 1 };
 
 typedef struct {            /* byte offsets in the mailbox */
     uint32_t ctrl, status;
@@ -130,7 +133,7 @@ typedef struct {
     uint32_t spread_all;      /* 1: split every layer over the cluster (exercises the scatter path) */
     uint32_t no_registers;    /* 0: registers only when shared memory cannot hold the plan; 1: never;
                                  2: always (one layer per role, its first 20 slots) */
-    uint32_t done_mode;       /* SIG_DONE_SEQUENCE (default) or SIG_DONE_OUTPUTS */
+    uint32_t done_mode;       /* SIG_DONE_OUTPUTS (default) or SIG_DONE_SEQUENCE */
     uint32_t read_workers;    /* 1: each worker reads its own features from host memory (else the
                                  leader reads them all and scatters them through DSMEM) */
     uint32_t ring;            /* 0: SIG_PERSISTENT_RING slots; else 1..SIG_PERSISTENT_RING */

@@ -446,7 +446,7 @@ __device__ __forceinline__ void l_head (const l_ctx_t &c, float *dst, bool fence
         acc = sig_warp_sum (acc);
         if (lane == 0u) {
             const float bias = P.head_in_smem ? hb[o] : __ldg (hb + o);
-            sig_st_sys_f32 (dst + o, sig_activate (acc + bias, (int) P.head_act));
+            sig_st_sys_output (dst + o, sig_activate (acc + bias, (int) P.head_act));
             if (fence)
                 l_fence_sys ();
         }
@@ -705,7 +705,7 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
                 ++n;
             if (op == SIG_LSTM_OP_PING) {
                 if (c.t == 0u) {
-                    sig_st_sys_f32 (entry + lay.outputs, l_at<float> (c, P.off_xf)[0]);
+                    sig_st_sys_output (entry + lay.outputs, l_at<float> (c, P.off_xf)[0]);
                     sig_st_sys_u32 (entry + lay.done, n);
                 }
                 continue;

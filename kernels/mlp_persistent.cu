@@ -191,7 +191,7 @@ __device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m,
         return false;
     }
     if (o.host_relaxed)
-        sig_st_sys_f32 (p, v);
+        sig_st_sys_output (p, v);
     else
         *p = v;
     return true;
@@ -643,7 +643,7 @@ s_pingpong_kernel (char *box, sig_persistent_layout_t lay, uint32_t in, uint32_t
                 if (seq_done)
                     *hy = y;
                 else
-                    sig_st_sys_f32 (hy, y);
+                    sig_st_sys_output (hy, y);
             }
             if (seq_done) {
                 if (output)

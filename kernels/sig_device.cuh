@@ -186,6 +186,13 @@ __device__ __forceinline__ void sig_st_sys_f32 (void *p, float v)
     asm volatile ("st.relaxed.sys.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 
+/* An output the host may wait on (SIG_DONE_OUTPUTS): one that holds the sentinel's bits goes out as
+ * the canonical NaN, so a value never reads as "not written yet" (the worker then refuses the NaN). */
+__device__ __forceinline__ void sig_st_sys_output (void *p, float v)
+{
+    sig_st_sys_f32 (p, __float_as_uint (v) == SIG_PERSISTENT_SENTINEL ? __uint_as_float (0x7fffffffu) : v);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Host: launching one thread-block cluster */
 

@@ -507,7 +507,7 @@ END_TEST
 
 /* ---- kernel "persistent": a resident cluster serving requests through mapped memory ---- */
 
-static const sig_persistent_tuning_t s_default_tuning = { 0, 0, 0, SIG_DONE_SEQUENCE, 0, 0 };
+static const sig_persistent_tuning_t s_default_tuning = { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0 };
 
 static model_config_t s_pconfig (uint32_t max_rows, uint32_t watchdog_ms)
 {
@@ -748,6 +748,42 @@ static double s_ms (void)
 /* A stalled persistent kernel: its model answers UNAVAILABLE after about the watchdog, and at once
  * from then on; a graph model on the same GPU and a CPU model keep answering correctly; the
  * stalled kernel still stops when destroyed. */
+/* Completion by the outputs (the default): a NaN among the outputs, even one carrying the host's
+ * sentinel payload in the features, completes the request (not a watchdog), and no output word
+ * comes back holding the sentinel. */
+START_TEST (persistent_nan_outputs_complete)
+{
+    printf ("test %s\n", __func__);
+    fflush (stdout);
+    const uint32_t sizes[] = { 9, 7, 3 };
+    const activation_t acts[] = { ACTIVATION_NONE, ACTIVATION_NONE };
+    weights_t *w = weights_random (sizes, acts, 2, rng_next (&s_seed));
+    char err[1024] = "";
+    model_config_t pcfg = s_pconfig (2, 2000);
+    backend_model_t *p = s_pload (w, &pcfg, err, sizeof err);
+    ck_assert_msg (p != NULL, "%s", err);
+    float in[18], out[6];
+    for (int i = 0; i < 18; i++)
+        in[i] = rng_uniform (&s_seed, -1, 1);
+    const uint32_t sentinel = SIG_PERSISTENT_SENTINEL;
+    memcpy (&in[4], &sentinel, 4);              /* row 0 carries the sentinel's NaN, row 1 is finite */
+    for (int round = 0; round < 50; round++) {
+        ck_assert_int_eq (backend_cuda_iface.infer (p, in, 2, out, err, sizeof err), SIG_OK);
+        for (int o = 0; o < 3; o++) {
+            uint32_t bits;
+            memcpy (&bits, &out[o], 4);
+            ck_assert_msg (isnan (out[o]) && bits != SIG_PERSISTENT_SENTINEL, "output %d: %08x", o, bits);
+        }
+        double ref[3], bound[3];
+        ck_assert_int_eq (tol_mlp (w, in + 9, 1, ref, bound), 0);
+        TOL_ASSERT (out + 3, ref, bound, 3, 3, "the finite row beside the NaN one, round %d", round);
+    }
+    ck_assert (!cuda_model_lost (p));
+    backend_cuda_iface.destroy (&p);
+    weights_destroy (&w);
+}
+END_TEST
+
 START_TEST (persistent_watchdog)
 {
     printf ("test %s\n", __func__);   /* progress, for a run that times out */
@@ -1138,6 +1174,7 @@ int main (int argc, char **argv)
     tcase_add_test (tp, persistent_100k_requests);
     tcase_add_test (tp, persistent_stop_and_start);
     tcase_add_test (tp, persistent_wait_modes);
+    tcase_add_test (tp, persistent_nan_outputs_complete);
     tcase_add_test (tp, persistent_watchdog);
     tcase_add_test (tp, persistent_coexists);
     suite_add_tcase (s, tp);
