@@ -175,10 +175,12 @@ def setUpModule():
     config = {
         "server": {"endpoints": endpoints, "max_message_bytes": 65536, "log_level": "warn"},
         "models": [
-            {"name": "tick_mlp", "backend": "cpu", "max_rows": 8, "queue_depth": 256, "weights": WEIGHTS,
-             "layers": layers(TICK_LAYERS)},
-            {"name": "odd", "backend": "cpu", "version": "7b", "max_rows": 7, "weights": "odd.safetensors",
-             "layers": layers(ODD_LAYERS)},
+            # the pipelining tests queue 200 requests at once and expect every one answered OK, in a
+            # sanitizer's build too (~10x slower): admission by time must not refuse them
+            {"name": "tick_mlp", "backend": "cpu", "max_rows": 8, "queue_depth": 256, "max_queue_us": 60_000_000,
+             "weights": WEIGHTS, "layers": layers(TICK_LAYERS)},
+            {"name": "odd", "backend": "cpu", "version": "7b", "max_rows": 7, "max_queue_us": 60_000_000,
+             "weights": "odd.safetensors", "layers": layers(ODD_LAYERS)},
             # a queue of slow requests is what the deadline tests need: let them all wait
             {"name": "slow", "backend": "cpu", "max_rows": 15, "max_queue_us": 60_000_000,
              "weights": "slow.safetensors", "layers": layers(SLOW_LAYERS)},
