@@ -137,7 +137,23 @@ typedef struct {
     uint32_t read_workers;    /* 1: each worker reads its own features from host memory (else the
                                  leader reads them all and scatters them through DSMEM) */
     uint32_t ring;            /* 0: SIG_PERSISTENT_RING slots; else 1..SIG_PERSISTENT_RING */
+    uint64_t trace;           /* sigbench --trace: the device address of SIG_TRACE_RING x SIG_TRACE_STAMPS
+                                 clock64 stamps; the traced instantiation of the kernel runs (0: the
+                                 serving kernel) */
 } sig_persistent_tuning_t;
+
+/* The trace of one request (index sequence % SIG_TRACE_RING), in the leader SM's clock64 cycles,
+ * taken by its thread 0 (0: the phase did not happen): seen (its poll returned), started (the start
+ * barrier passed), per layer l the gather barrier passed (split layers), the leader's share computed,
+ * the scatter barrier passed (before a split layer), and the end (the outputs stored). */
+#define SIG_TRACE_RING 4096u
+#define SIG_TRACE_STAMPS 64u
+enum { SIG_TRACE_SEEN = 0, SIG_TRACE_STARTED = 1, SIG_TRACE_LAYER0 = 2, SIG_TRACE_END = 63 };
+#define SIG_TRACE_GATHER(l) (SIG_TRACE_LAYER0 + 3u * (l))
+#define SIG_TRACE_COMPUTED(l) (SIG_TRACE_LAYER0 + 3u * (l) + 1u)
+#define SIG_TRACE_SCATTER(l) (SIG_TRACE_LAYER0 + 3u * (l) + 2u)
+/* The smallest step of %globaltimer seen over N reads on DEVICE, in ns (into *NS); 0 or a cudaError_t. */
+int sig_globaltimer_step (int device, uint32_t n, unsigned long long *ns);
 
 /* What the load-time plan decided, per layer and for the launch (filled by sig_persistent_plan). */
 typedef struct {
@@ -162,6 +178,7 @@ typedef struct {
     uint32_t done_mode;
     uint32_t read_leader;       /* the leader reads the features and scatters them (split layer 0) */
     uint32_t ring;
+    uint64_t trace;             /* the tuning's trace buffer (0: none) */
     uint64_t image_bytes;       /* what sig_persistent_pack writes */
     uint64_t weight_bytes;      /* the model's fp32 weights and biases */
     uint64_t need_bytes;        /* on chip: every block's shared memory + the registers used */

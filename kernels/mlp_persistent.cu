@@ -372,7 +372,11 @@ __device__ __forceinline__ void s_fence_sys (void)   /* a release (and acquire) 
     asm volatile ("fence.acq_rel.sys;" ::: "memory");
 }
 
-static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_header_t *__restrict__ img, char *box)
+/* TRACE: the instantiation sigbench --trace runs (stamps into TRACE, kernels.h); the serving kernel
+ * is the other one, with every stamp compiled out. */
+template <bool TRACE>
+static __global__ void __launch_bounds__ (P_T, 1)
+s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned long long *trace)
 {
     __shared__ p_header_t s_h;
     __shared__ uint4 s_cmd;
@@ -458,9 +462,13 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
     }
 
     for (;;) {
+        unsigned long long *st = nullptr;   /* this request's stamps (TRACE, the leader's thread 0) */
+        unsigned long long seen = 0ull;
         if (leader && warp == 0u) {
             uint32_t rows = 0u;
             const uint32_t op = s_poll (box, lay, next_slot, next_seq, rows);
+            if (TRACE && t == 0u)
+                seen = clock64 ();
             rows = rows < 1u ? 1u : rows > s_h.max_rows ? s_h.max_rows : rows;
             const uint4 cmd = make_uint4 (op, rows, next_slot, next_seq);
             if (C == 1u || read_leader) {
@@ -485,6 +493,13 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
         const uint4 cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
         if (cmd.x != OP_RUN)
             break;
+        if (TRACE && leader && t == 0u) {
+            st = trace + (size_t) (cmd.w % SIG_TRACE_RING) * SIG_TRACE_STAMPS;
+            for (uint32_t k = 0; k < SIG_TRACE_STAMPS; ++k)
+                st[k] = 0ull;
+            st[SIG_TRACE_SEEN] = seen;
+            st[SIG_TRACE_STARTED] = clock64 ();
+        }
         const uint32_t rows = cmd.y;
         char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
         bool wrote = false;
@@ -515,6 +530,8 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
                     s_gemv_any (L, out, s_dyn + L.w_smem, wr, slice, rows, po);
                 }
                 s_barrier (C);   /* gather */
+                if (TRACE && st)
+                    st[SIG_TRACE_GATHER (l)] = clock64 ();
             }
             if (leader) {
                 /* where this layer's final values go */
@@ -550,6 +567,8 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
                 }
                 cur ^= 1u;
                 __syncthreads ();   /* this layer's act writes before the next layer (or scatter) reads */
+                if (TRACE && st)
+                    st[SIG_TRACE_COMPUTED (l)] = clock64 ();
             }
             if (next_spread) {
                 if (leader) {   /* act0 + cur holds rows x out4 chunks; worker k gets its slice */
@@ -565,8 +584,12 @@ static __global__ void __launch_bounds__ (P_T, 1) s_persistent_kernel (const p_h
                     }
                 }
                 s_barrier (C);   /* scatter */
+                if (TRACE && st)
+                    st[SIG_TRACE_SCATTER (l)] = clock64 ();
             }
         }
+        if (TRACE && st)
+            st[SIG_TRACE_END] = clock64 ();
         if (leader && seq_done) {
             if (wrote)
                 s_fence_sys ();
@@ -666,7 +689,7 @@ s_pingpong_kernel (char *box, sig_persistent_layout_t lay, uint32_t in, uint32_t
 uint32_t p_static_smem (void)
 {
     cudaFuncAttributes a;
-    if (cudaFuncGetAttributes (&a, s_persistent_kernel) != cudaSuccess) {
+    if (cudaFuncGetAttributes (&a, s_persistent_kernel<false>) != cudaSuccess) {
         (void) cudaGetLastError ();
         return (uint32_t) (sizeof (p_header_t) + 64u);
     }
@@ -678,15 +701,18 @@ int p_placeable (const sig_persistent_plan_t *plan, int optin, uint32_t static_s
 {
     /* The kernel may take up to the whole opt-in limit (set once, the same for every model: a
      * smaller value set by another load could otherwise race with this launch). */
-    cudaError_t e = cudaFuncSetAttribute (s_persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute (s_persistent_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           optin - (int) static_smem);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute (s_persistent_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  optin - (int) static_smem);
     if (e != cudaSuccess)
         return (int) e;
     /* Can a cluster of this size with this much shared memory be placed at all? */
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = sig_cluster_config (plan->cluster_blocks, P_T, plan->smem_bytes, 0, &attr);
     int clusters = 0;
-    e = cudaOccupancyMaxActiveClusters (&clusters, (void *) s_persistent_kernel, &cfg);
+    e = cudaOccupancyMaxActiveClusters (&clusters, (void *) s_persistent_kernel<false>, &cfg);
     if (e != cudaSuccess)
         return (int) e;
     return clusters >= 1 ? (int) cudaSuccess : (int) cudaErrorMemoryAllocation;
@@ -699,8 +725,12 @@ extern "C" int sig_persistent_launch (const void *image, void *box, const sig_pe
         return (int) cudaErrorInvalidValue;
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = sig_cluster_config (plan->cluster_blocks, P_T, plan->smem_bytes, stream, &attr);
-    const cudaError_t launched = cudaLaunchKernelEx (&cfg, s_persistent_kernel, static_cast<const p_header_t *> (image),
-                                                     static_cast<char *> (box));
+    unsigned long long *trace = reinterpret_cast<unsigned long long *> (plan->trace);
+    const cudaError_t launched
+        = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true>, static_cast<const p_header_t *> (image),
+                                      static_cast<char *> (box), trace)
+                : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false>, static_cast<const p_header_t *> (image),
+                                      static_cast<char *> (box), trace);
     const cudaError_t last = cudaGetLastError ();
     return (int) (launched != cudaSuccess ? launched : last);
 }
@@ -713,4 +743,38 @@ extern "C" int sig_pingpong_launch (void *box, const sig_persistent_layout_t *la
     s_pingpong_kernel<<<1, PP_T, 0, stream>>> (static_cast<char *> (box), *layout, in, flags, done_mode);
     CUDA_TRY_LAUNCH ();
     return (int) cudaSuccess;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * %globaltimer's step on this device: whether it can time phases of a microsecond (sigbench --trace). */
+
+static __global__ void s_globaltimer_probe (uint32_t n, unsigned long long *out)
+{
+    unsigned long long prev, now, step = ~0ull;
+    asm volatile ("mov.u64 %0, %%globaltimer;" : "=l"(prev));
+    for (uint32_t i = 0; i < n; ++i) {
+        asm volatile ("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now != prev) {
+            step = now - prev < step ? now - prev : step;
+            prev = now;
+        }
+    }
+    *out = step;
+}
+
+extern "C" int sig_globaltimer_step (int device, uint32_t n, unsigned long long *ns)
+{
+    unsigned long long *d = nullptr;
+    cudaError_t e = cudaSetDevice (device);
+    if (e == cudaSuccess)
+        e = cudaMalloc (&d, sizeof *d);
+    if (e == cudaSuccess) {
+        s_globaltimer_probe<<<1, 1>>> (n, d);
+        e = cudaGetLastError ();
+    }
+    if (e == cudaSuccess)
+        e = cudaMemcpy (ns, d, sizeof *ns, cudaMemcpyDeviceToHost);
+    if (d)
+        cudaFree (d);
+    return (int) e;
 }

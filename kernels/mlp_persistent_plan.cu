@@ -108,6 +108,7 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, 
     p->max_rows = max_rows;
     p->done_mode = tu->done_mode;
     p->ring = tu->ring ? tu->ring : SIG_PERSISTENT_RING;
+    p->trace = tu->trace;
     p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
     p->smem_limit = limit;
     p->max_cluster = C;
@@ -243,7 +244,7 @@ extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_row
 {
     if (!net || !plan || max_rows < 1u || max_rows > 4096u || !s_net_ok (net))
         return (int) cudaErrorInvalidValue;
-    const sig_persistent_tuning_t none = { 0u, 0u, 0u, 0u, 0u, 0u };
+    const sig_persistent_tuning_t none = { 0u, 0u, 0u, 0u, 0u, 0u, 0u };
     const sig_persistent_tuning_t *tu = tuning ? tuning : &none;
     if (tu->cluster_blocks != 0u && tu->cluster_blocks != 1u && tu->cluster_blocks != 2u && tu->cluster_blocks != 4u
         && tu->cluster_blocks != 8u)

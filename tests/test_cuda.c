@@ -507,7 +507,7 @@ END_TEST
 
 /* ---- kernel "persistent": a resident cluster serving requests through mapped memory ---- */
 
-static const sig_persistent_tuning_t s_default_tuning = { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0 };
+static const sig_persistent_tuning_t s_default_tuning = { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0 };
 
 static model_config_t s_pconfig (uint32_t max_rows, uint32_t watchdog_ms)
 {
@@ -560,9 +560,9 @@ static bool s_check_persistent (const weights_t *w, const sig_persistent_tuning_
  * (On the GPU, 2026-11-23, the same list ran with 0 meaning "always registers".) */
 /* { cluster, spread_all, no_registers (0 auto, 1 never, 2 always), done, read_workers, ring } */
 static const sig_persistent_tuning_t s_tunings[] = {
-    { 0, 0, 0, SIG_DONE_SEQUENCE, 0, 0 }, { 1, 0, 2, SIG_DONE_SEQUENCE, 0, 0 }, { 2, 0, 2, SIG_DONE_SEQUENCE, 0, 0 },
-    { 4, 0, 2, SIG_DONE_SEQUENCE, 1, 0 }, { 8, 1, 2, SIG_DONE_SEQUENCE, 0, 1 }, { 8, 0, 1, SIG_DONE_SEQUENCE, 1, 0 },
-    { 0, 0, 2, SIG_DONE_OUTPUTS, 0, 2 },  { 2, 1, 1, SIG_DONE_OUTPUTS, 1, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 0 },
+    { 0, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0 }, { 1, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0 }, { 2, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0 },
+    { 4, 0, 2, SIG_DONE_SEQUENCE, 1, 0, 0 }, { 8, 1, 2, SIG_DONE_SEQUENCE, 0, 1, 0 }, { 8, 0, 1, SIG_DONE_SEQUENCE, 1, 0, 0 },
+    { 0, 0, 2, SIG_DONE_OUTPUTS, 0, 2, 0 },  { 2, 1, 1, SIG_DONE_OUTPUTS, 1, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0 },
 };
 #define TUNINGS (sizeof s_tunings / sizeof s_tunings[0])
 

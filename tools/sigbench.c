@@ -46,6 +46,7 @@ typedef struct {
     int gpu;            /* 0: CPU tables only */
     int only_persistent;    /* the persistent rows and floors alone (memcheck, quick looks) */
     int variants;           /* also persistent variants: cluster sizes, completion, registers, reads */
+    int trace;              /* also the traced instantiation of the persistent kernel: where its time goes */
     int devices[16];        /* --devices: the GPU tables once per device */
     int device_count;
     int device;             /* the device the tables run on now */
@@ -77,6 +78,9 @@ static void s_usage (FILE *out)
              "  --persistent-variants  also time the persistent kernel at other cluster sizes, with\n"
              "               completion by the outputs, with weights in registers, with the workers\n"
              "               reading their own features, with a ring of one slot\n"
+             "  --trace      also run the traced instantiation of the persistent kernel (the serving\n"
+             "               kernel's row stays beside it, unchanged) and print each phase's p50 in\n"
+             "               ns: seen -> started -> per layer (gather, computed, scatter) -> outputs\n"
              "Prints a markdown table in microseconds.\n");
 }
 
@@ -111,7 +115,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         { "seed", required_argument, NULL, 'S' }, { "wait", required_argument, NULL, 'W' },
         { "no-gpu", no_argument, NULL, 'G' }, { "help", no_argument, NULL, 'h' },
         { "only-persistent", no_argument, NULL, 'P' }, { "persistent-variants", no_argument, NULL, 'V' },
-        { "devices", required_argument, NULL, 'D' },
+        { "devices", required_argument, NULL, 'D' }, { "trace", no_argument, NULL, 'T' },
         { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
@@ -132,6 +136,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         case 'G': o->gpu = 0; break;
         case 'P': o->only_persistent = 1; break;
         case 'V': o->variants = 1; break;
+        case 'T': o->trace = 1; break;
         case 'D': {
             o->device_count = 0;
             for (char *t = strtok (optarg, ","); t && o->device_count < 16; t = strtok (NULL, ","))
@@ -528,6 +533,108 @@ static void s_persistent_label (backend_model_t *m, const char *what, char *labe
               p->done_mode == SIG_DONE_SEQUENCE ? "sequence" : "outputs");
 }
 
+static int s_by_value (const void *a, const void *b)
+{
+    const double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+/* The traced instantiation of the default persistent kernel: the same run as its row, then each
+ * phase's p50 (ns, from the leader SM's clock64 at the SM clock the device reports) over the requests
+ * whose stamps the ring still holds. Returns the run's relative error (or INFINITY). */
+static double s_bench_trace (const options_t *o, const weights_t *w, float *const *in, const double *const *ref)
+{
+    unsigned long long step = 0;
+    if (sig_globaltimer_step (o->device, 100000, &step) == 0)
+        printf ("\n%%globaltimer on device %d: steps of %llu ns (clock64 used: cycles of the leader's SM)\n", o->device,
+                step);
+    unsigned long long *d_trace = NULL;
+    const size_t bytes = (size_t) SIG_TRACE_RING * SIG_TRACE_STAMPS * sizeof (unsigned long long);
+    if (cudaMalloc ((void **) &d_trace, bytes) != cudaSuccess || cudaMemset (d_trace, 0, bytes) != cudaSuccess) {
+        fprintf (stderr, "sigbench: --trace: no device memory for the trace\n");
+        return INFINITY;
+    }
+    sig_persistent_tuning_t tu = { 0 };
+    tu.trace = (uint64_t) (uintptr_t) d_trace;
+    backend_model_t *m = s_load_persistent (o, w, &tu);
+    if (!m) {
+        cudaFree (d_trace);
+        return INFINITY;
+    }
+    latency_summary_t sum;
+    char label[200];
+    const double e = s_bench_e2e (o, m, w, E2E_PINNED_GRAPH, in, ref, &sum);
+    const sig_persistent_plan_t *p = cuda_model_persistent_plan (m);
+    const uint32_t layers = p->layer_count;
+    s_persistent_label (m, "traced (clock64 stamps)", label, sizeof label);
+    latency_print_row (stdout, label, &sum);
+    backend_cuda_iface.destroy (&m);     /* the kernel stops: the trace can be read */
+    unsigned long long *h = malloc (bytes);
+    int khz = 0;
+    cudaDeviceGetAttribute (&khz, cudaDevAttrClockRate, o->device);
+    if (!h || cudaMemcpy (h, d_trace, bytes, cudaMemcpyDeviceToHost) != cudaSuccess || khz <= 0) {
+        free (h);
+        cudaFree (d_trace);
+        return e;
+    }
+    const double ns_per_cycle = 1e6 / khz;
+    /* phases: from each present stamp to the next present one, named by the later */
+    enum { PHASES = SIG_TRACE_STAMPS };
+    double *d = malloc ((size_t) SIG_TRACE_RING * sizeof (double));
+    printf ("\n| phase (%u layer(s), cluster %u; SM clock %.0f MHz) | requests | p50 ns | p99 ns |\n| --- | ---: | ---: | ---: |\n",
+            layers, p->cluster_blocks, khz / 1e3);
+    static const char *kinds[3] = { "gather barrier passed", "the leader's share computed", "scatter barrier passed" };
+    uint32_t order[PHASES], n_order = 0;
+    order[n_order++] = SIG_TRACE_SEEN;
+    order[n_order++] = SIG_TRACE_STARTED;
+    for (uint32_t l = 0; l < layers; l++)
+        for (uint32_t k = 0; k < 3; k++)
+            order[n_order++] = SIG_TRACE_LAYER0 + 3 * l + k;
+    order[n_order++] = SIG_TRACE_END;
+    for (uint32_t i = 1; i < n_order; i++) {
+        size_t n = 0;
+        for (uint32_t r = 0; r < SIG_TRACE_RING; r++) {
+            const unsigned long long *st = h + (size_t) r * SIG_TRACE_STAMPS;
+            if (!st[SIG_TRACE_SEEN] || !st[order[i]])
+                continue;
+            uint32_t j = i;     /* the previous stamp this request has */
+            while (j > 0 && !st[order[j - 1]])
+                j--;
+            if (j == 0)
+                continue;
+            d[n++] = (double) (st[order[i]] - st[order[j - 1]]) * ns_per_cycle;
+        }
+        if (!n)
+            continue;
+        qsort (d, n, sizeof *d, s_by_value);
+        char name[96];
+        if (order[i] == SIG_TRACE_STARTED)
+            snprintf (name, sizeof name, "seen -> start barrier passed");
+        else if (order[i] == SIG_TRACE_END)
+            snprintf (name, sizeof name, "-> outputs stored (completion)");
+        else
+            snprintf (name, sizeof name, "-> layer %u: %s", (order[i] - SIG_TRACE_LAYER0) / 3,
+                      kinds[(order[i] - SIG_TRACE_LAYER0) % 3]);
+        printf ("| %s | %zu | %.0f | %.0f |\n", name, n, d[n / 2], d[(size_t) (n * 0.99)]);
+    }
+    size_t n = 0;
+    for (uint32_t r = 0; r < SIG_TRACE_RING; r++) {
+        const unsigned long long *st = h + (size_t) r * SIG_TRACE_STAMPS;
+        if (st[SIG_TRACE_SEEN] && st[SIG_TRACE_END])
+            d[n++] = (double) (st[SIG_TRACE_END] - st[SIG_TRACE_SEEN]) * ns_per_cycle;
+    }
+    if (n) {
+        qsort (d, n, sizeof *d, s_by_value);
+        printf ("| seen -> outputs stored, in all | %zu | %.0f | %.0f |\n", n, d[n / 2], d[(size_t) (n * 0.99)]);
+    }
+    printf ("(the host's side: publish -> seen and outputs stored -> seen by the host are the rest of the "
+            "round trip: the ping-pong floor's)\n\n");
+    free (d);
+    free (h);
+    cudaFree (d_trace);
+    return e;
+}
+
 /* The persistent rows of the end-to-end table (and the floors beside them). 0, or -1 when an
  * error bound was missed. */
 static int s_bench_persistent (const options_t *o, const weights_t *w, float *const *in, const double *const *ref)
@@ -560,14 +667,16 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
     }
     double e_var[16];
     size_t nvar = 0;
+    if (o->trace)
+        e_var[nvar++] = s_bench_trace (o, w, in, ref);
     if (o->variants) {
         /* cluster, spread_all, no_registers (0 auto, 1 never, 2 always), completion, read by the
          * workers, ring */
         const sig_persistent_tuning_t variants[] = {
-            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 0 },
-            { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 1 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 1 },
-            { 4, 0, 0, SIG_DONE_SEQUENCE, 0, 0 }, { 8, 0, 2, SIG_DONE_SEQUENCE, 0, 0 },
-            { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 1, 0 } };
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 0, 0 },
+            { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 1, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 1, 0 },
+            { 4, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0 }, { 8, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0 },
+            { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 1, 0, 0 } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
                                "variant: workers read" };
