@@ -43,22 +43,50 @@ def load_model(path, layers):
     return chain
 
 
+class Outputs(list):
+    """Reference outputs, with .bound: for each, how far a float32 computation of the same chain may
+    be from it (forward's error bound)."""
+    bound = None
+
+
+U32 = 2.0 ** -24        # float32's unit roundoff
+
+
 def forward(chain, features, rows):
-    """The float64 reference: rows x output size values."""
+    """The float64 reference: rows x output size values (an Outputs, with .bound).
+
+    The bound is first-order and follows |W| through the chain, as tests/tolerance.c does for the C
+    suites in its simpler form: a dot product of n terms in float32, in any order, is off by at most
+    gamma_n (|w| . |x| + |b|), gamma_n = n u / (1 - n u); an error e in a layer's inputs moves its
+    outputs by at most |W| e; relu, none and tanh have slope at most 1, sigmoid 1/4; tanh and sigmoid
+    in float32 add 8 u |y|. A correct float32 result is within the bound; the tests allow twice it."""
     in_size = len(chain[0][0][0])
-    outputs = []
+    outputs, bounds = Outputs(), []
     for r in range(rows):
         x = features[r * in_size:(r + 1) * in_size]
+        mag = [abs(v) for v in x]           # |x| through the chain: the magnitude pass
+        err = [0.0] * len(x)                # the float32 computation's error bound so far
         for w, b, act in chain:
+            n = len(x) + 1
+            gamma = n * U32 / (1.0 - n * U32)
             y = [sum(map(operator.mul, row, x)) + bias for row, bias in zip(w, b)]
+            abs_rows = [[abs(v) for v in row] for row in w]
+            m = [sum(map(operator.mul, row, mag)) + abs(bias) for row, bias in zip(abs_rows, b)]
+            e = [sum(map(operator.mul, row, err)) + gamma * mv for row, mv in zip(abs_rows, m)]
             if act == "relu":
                 y = [v if v > 0.0 else 0.0 for v in y]
             elif act == "tanh":
                 y = [math.tanh(v) for v in y]
+                e = [ev + 8 * U32 * abs(v) for ev, v in zip(e, y)]
+                m = [min(1.0, mv) for mv in m]
             elif act == "sigmoid":
                 y = [1.0 / (1.0 + math.exp(-v)) for v in y]
-            x = y
+                e = [0.25 * ev + 8 * U32 * abs(v) for ev, v in zip(e, y)]
+                m = [1.0] * len(m)
+            x, mag, err = y, m, e
         outputs.extend(x)
+        bounds.extend(err)
+    outputs.bound = bounds
     return outputs
 
 

@@ -11,9 +11,9 @@ Where $BUILD/sigclient (the C CLI) exists, sigclient-py's output and exit codes 
 The server serves three CPU models on two tcp endpoints: the demo tick_mlp (512 -> 256 -> 64 -> 1),
 "odd" (33 -> 31 -> 3, tanh then none; written here) for several outputs per row, and "slow"
 (1024 -> 1024 -> 1024, 15 rows a request) to keep the server busy for the deadline tests. Outputs
-are compared with a float64 reference computed in pure Python from the safetensors files, by the
-norm-wise relative error pooled over at least 4 outputs (one near-zero output alone measures
-float32 cancellation, not correctness).
+are compared with a float64 reference computed in pure Python from the safetensors files: each
+output within twice its forward error bound (reference.forward: gamma_n |W||x| through the chain, as
+tests/tolerance.c does), the LSTM ones by the norm-wise relative error pooled over at least 4 outputs.
 """
 import ast
 import contextlib
@@ -107,19 +107,32 @@ def random_features(n, scale=2.0):
 
 
 class Pool:
-    """Outputs and references pooled for one norm-wise check over at least 4 outputs."""
+    """Outputs and their references for one check: each output within twice its error bound where
+    the reference carries one (forward's), else the norm-wise relative error pooled over at least 4
+    outputs (the LSTM references)."""
 
     def __init__(self):
-        self.got, self.ref = [], []
+        self.got, self.ref, self.bound = [], [], []
 
     def add(self, got, ref):
         self.got.extend(got)
         self.ref.extend(ref)
+        bound = getattr(ref, "bound", None)
+        self.bound.extend(bound if bound is not None else [None] * len(ref))
 
     def check(self, test):
         test.assertGreaterEqual(len(self.got), 4, "pool at least 4 outputs")
-        e = rel_error(self.got, self.ref)
-        test.assertLessEqual(e, TOLERANCE, f"relative error {e:.3g} over {len(self.got)} outputs (seed {SEED})")
+        pooled_got, pooled_ref = [], []
+        for i, (g, r, b) in enumerate(zip(self.got, self.ref, self.bound)):
+            if b is None:
+                pooled_got.append(g)
+                pooled_ref.append(r)
+            else:
+                test.assertTrue(not math.isnan(g) and abs(g - r) <= 2 * b,
+                                f"output {i}: {g!r}, reference {r!r}, bound 2 x {b:.3g} (seed {SEED})")
+        if pooled_got:
+            e = rel_error(pooled_got, pooled_ref)
+            test.assertLessEqual(e, TOLERANCE, f"relative error {e:.3g} over {len(pooled_got)} outputs (seed {SEED})")
 
 
 # ---- the server ----
@@ -381,12 +394,15 @@ class Test2Errors(ClientTest):
                 with self.assertRaises(BadRequest) as cm:
                     r.raise_for_status()
                 self.assertEqual(cm.exception.message, text)
-        # a synchronous call takes a rejection (request_id 0) as its answer, as the C client does
-        self.client.send_raw(JUNK)
-        with self.assertRaises(BadRequest) as cm:
-            self.client.health()
-        self.assertEqual(cm.exception.message, TEXT_UNDECODABLE)
-        self.assertTrue(self.client.health().ready)
+        # a synchronous call takes a rejection (request_id 0) as its answer, as the C client does (one
+        # endpoint: over two, the junk and the call go to different ones and may be answered in either
+        # order)
+        with SigClient(endpoints[:1], timeout_ms=5000) as one:
+            one.send_raw(JUNK)
+            with self.assertRaises(BadRequest) as cm:
+                one.health()
+            self.assertEqual(cm.exception.message, TEXT_UNDECODABLE)
+            self.assertTrue(one.health().ready)
         self.assert_still_serving()
 
     def test_status_to_exception_mapping(self):
