@@ -9,7 +9,6 @@
 
 #include "backends/backends.h"
 #include "base/log.h"
-#include "weights/lstm.h"
 #include "weights/weights.h"
 
 #include <errno.h>
@@ -75,15 +74,7 @@ static int s_load (const dev_request_t *rq, int device, dev_reply_t *rp)
     weights_t *w = weights_load (&m->cfg, err, errlen);
     if (!w)
         goto failed;
-    m->input_size = w->input_size;
-    m->output_size = w->output_size;
-    if (w->lstm) {
-        m->window = w->lstm->window;
-        m->step_size = w->lstm->step_size;
-    }
-    m->max_rows = m->cfg.max_rows;
-    m->batch_rows = m->cfg.max_batch_rows;
-    m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
+    model_take_sizes (m, w);
     if (!(m->iface = model_choose_backend (m, &m->cfg, w, err, errlen)))
         goto failed;
     rp->cfg = m->cfg;

@@ -170,6 +170,19 @@ int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void 
     return 0;
 }
 
+void model_take_sizes (model_t *m, const weights_t *w)
+{
+    m->input_size = w->input_size;
+    m->output_size = w->output_size;
+    if (w->lstm) {
+        m->window = w->lstm->window;
+        m->step_size = w->lstm->step_size;
+    }
+    m->max_rows = m->cfg.max_rows;
+    m->batch_rows = m->cfg.max_batch_rows;
+    m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
+}
+
 void *model_heap_alloc (void *arg, size_t bytes)
 {
     (void) arg;
@@ -256,15 +269,7 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
                        (unsigned long long) fit);
         goto failed;
     }
-    m->input_size = w->input_size;
-    m->output_size = w->output_size;
-    if (w->lstm) {
-        m->window = w->lstm->window;
-        m->step_size = w->lstm->step_size;
-    }
-    m->max_rows = cfg->max_rows;
-    m->batch_rows = cfg->max_batch_rows;
-    m->buffer_rows = cfg->buffer_rows ? cfg->buffer_rows : m->max_rows;
+    model_take_sizes (m, w);
     if (!(m->iface = model_choose_backend (m, &m->cfg, w, err, errlen)))
         goto failed;
     m->instance_count = cfg->instances;

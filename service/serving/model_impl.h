@@ -139,6 +139,8 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
 int model_instance_queues (model_t *m, instance_t *in, char *err, size_t errlen);
 uint32_t model_queue_depth_default (const model_t *m);
 double model_buffer_mib (const model_t *m);
+/* M's sizes from its weights W (input, output, LSTM window and step) and its row limits from its cfg. */
+void model_take_sizes (model_t *m, const weights_t *w);
 void *model_heap_alloc (void *arg, size_t bytes);
 int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen);
 int model_start_workers (model_t *m, char *err, size_t errlen);
