@@ -212,9 +212,7 @@ static void s_remember_file (control_t *c)
  * ZeroMQ's I/O threads and every model instance's worker) has a CPU of those this process may use. */
 static void s_resolve_spin (config_t *cfg, bool say)
 {
-    int threads = 1 + (int) cfg->server.io_threads;
-    for (size_t i = 0; i < cfg->model_count; i++)
-        threads += (int) cfg->models[i].instances;
+    const int threads = (int) config_serving_threads (cfg);
     char why[256];
     cfg->server.spin_cap_ns = spin_cap ((uint64_t) cfg->server.spin_us * 1000, threads, spin_cpus_available (), why,
                                         sizeof why);

@@ -964,6 +964,27 @@ START_TEST (test_readme_documents_every_key)
 }
 END_TEST
 
+/* What adaptive spinning counts: the front, the I/O threads, each own-worker model's instances, and
+ * each group once, with as many workers as its largest member has instances. */
+START_TEST (test_serving_threads_count_a_group_once)
+{
+    char err[512];
+#define NAMED(n, extra) "{'name': '" n "', 'weights': 'w.safetensors', 'layers': [" LAYER_OK "]" extra "}"
+    config_t *cfg = s_parse ("{'server': {" ENDPOINT ", 'io_threads': 2}, 'models': ["
+                             NAMED ("a", ", 'instances': 3") ","
+                             NAMED ("b", ", 'group': 'g'") "," NAMED ("c", ", 'group': 'g', 'instances': 2") ","
+                             NAMED ("d", ", 'group': 'h'") "," NAMED ("e", ", 'group': 'g'") "]}",
+                             err, sizeof err);
+#undef NAMED
+    ck_assert_msg (cfg != NULL, "%s", err);
+    ck_assert_str_eq (cfg->models[1].group, "g");
+    ck_assert_str_eq (cfg->models[0].group, "");
+    /* 1 front + 2 I/O + 3 (a) + 2 (group g: its largest member, c) + 1 (group h) */
+    ck_assert_uint_eq (config_serving_threads (cfg), 9);
+    config_destroy (&cfg);
+}
+END_TEST
+
 START_TEST (test_names)
 {
     ck_assert_str_eq (activation_name (ACTIVATION_NONE), "none");
@@ -1012,6 +1033,7 @@ static Suite *s_suite (void)
     tcase_add_test (tc, test_small_or_no_error_buffer);
     tcase_add_test (tc, test_long_values_are_cut_in_messages);
     tcase_add_test (tc, test_names);
+    tcase_add_test (tc, test_serving_threads_count_a_group_once);
     tcase_add_test (tc, test_readme_documents_every_key);
     tcase_add_test (tc, test_request_buffers_and_graph_sizes);
     suite_add_tcase (s, tc);

@@ -499,3 +499,26 @@ const char *cpu_kernel_name (cpu_kernel_t k) { return S_NAME (s_cpu_kernel_names
 const char *cuda_wait_name (cuda_wait_t w) { return S_NAME (s_cuda_wait_names, w); }
 const char *model_type_name (model_type_t t) { return S_NAME (s_model_type_names, t); }
 const char *weight_dtype_name (weight_dtype_t d) { return S_NAME (s_weight_dtype_names, d); }
+
+uint32_t config_serving_threads (const config_t *cfg)
+{
+    uint32_t threads = 1 + cfg->server.io_threads;
+    for (size_t i = 0; i < cfg->model_count; i++) {
+        const model_config_t *mc = &cfg->models[i];
+        if (!mc->group[0]) {
+            threads += mc->instances;
+            continue;
+        }
+        bool first = true;      /* a group counts once, at its first member */
+        uint32_t most = 0;
+        for (size_t k = 0; k < cfg->model_count; k++)
+            if (strcmp (cfg->models[k].group, mc->group) == 0) {
+                first &= k >= i;
+                most = cfg->models[k].instances > most ? cfg->models[k].instances : most;
+            }
+        if (first)
+            threads += most;
+    }
+    return threads;
+}
+

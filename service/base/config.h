@@ -145,6 +145,10 @@ void config_each_key (void (*fn) (const char *section, const char *key, void *ar
 /* 1-based line and column of POS in TEXT, for messages (config_load's and config_parse's). */
 void config_text_position (const char *text, const char *pos, size_t *line, size_t *column);
 void config_destroy (config_t **self_p);
+/* The threads that serve CFG (what adaptive spinning counts against the CPUs): the front, ZeroMQ's
+ * I/O threads, a worker per instance of each model with its own, and each group's workers (as many
+ * as its largest member has instances). */
+uint32_t config_serving_threads (const config_t *cfg);
 
 const char *activation_name (activation_t a);
 const char *backend_kind_name (backend_kind_t b);
