@@ -94,6 +94,8 @@ void histogram_destroy (histogram_t **self_p)
     }
 }
 
+size_t histogram_bytes (void) { return sizeof (histogram_t); }
+
 void histogram_reset (histogram_t *self)
 {
     memset (self, 0, sizeof *self);

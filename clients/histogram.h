@@ -44,6 +44,9 @@ void histogram_record (histogram_t *self, int64_t value_ns);
 void histogram_merge (histogram_t *self, const histogram_t *from);
 /* Back to empty. */
 void histogram_reset (histogram_t *self);
+/* The bytes a histogram takes: one may live in memory the caller provides (histogram_reset makes it
+ * empty), e.g. shared with another process; it holds no pointers. */
+size_t histogram_bytes (void);
 
 uint64_t histogram_count (const histogram_t *self);
 /* How many recorded values were outside [0, HISTOGRAM_HIGHEST_NS] and clamped. */

@@ -1129,6 +1129,50 @@ START_TEST (progress_counts_warmup_apart)
 }
 END_TEST
 
+/* --processes: the load from several processes, one table: every step's counts are the sum of
+ * theirs (exact with --requests), the target the whole load's, the histograms merged. */
+START_TEST (processes_merge_into_one_table)
+{
+    int port = tu_free_port ();
+    char echo[128], out_path[4300], err_path[4300];
+    snprintf (echo, sizeof echo, "tcp://127.0.0.1:%d", port);
+    snprintf (out_path, sizeof out_path, "%s/echo-procs.out", s_dir);
+    snprintf (err_path, sizeof err_path, "%s/echo-procs.err", s_dir);
+    const char *serve[] = { "--serve-echo", echo, NULL };
+    pid_t pid = s_spawn (serve, out_path, err_path);
+    ck_assert_int_gt (pid, 0);
+    run_t run;
+    const char *open_args[] = { "--endpoint", echo, "--echo", "--processes", "2", "--connections", "3", "--rate",
+                                "1000,2000", "--requests", "1001", "--warmup", "0.1", NULL };
+    s_sigload_with ("procs-open", open_args, &run, RUN_VERBOSE);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "in each of 2 processes (1/2 of the load each)");
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_int_eq (csv.n_rows, 2);
+    ck_assert_str_eq (s_csv (&csv, 0, "step"), "echo-open-1000");
+    ck_assert_double_eq (s_csv_num (&csv, 0, "target"), 1000);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 1001);     /* 501 + 500 */
+    ck_assert_str_eq (s_csv (&csv, 1, "step"), "echo-open-2000");
+    ck_assert_double_eq (s_csv_num (&csv, 1, "ok"), 1001);
+    ck_assert_int_eq (s_hgrm_check (&run, "echo-open-2000", NULL), 1001);
+    free (csv.text);
+    s_run_free (&run);
+    const char *closed_args[] = { "--endpoint", echo, "--echo", "--processes", "3", "--connections", "3",
+                                  "--concurrency", "7", "--requests", "3001", "--warmup", "0", NULL };
+    s_sigload ("procs-closed", closed_args, &run);
+    EXPECT_STATUS (&run, 0);
+    s_csv_read (&run, &csv);
+    ck_assert_str_eq (s_csv (&csv, 0, "step"), "echo-closed-7");
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 3001);
+    free (csv.text);
+    s_run_free (&run);
+    kill (pid, SIGTERM);
+    int status = 0;
+    ck_assert_int_eq (waitpid (pid, &status, 0), pid);
+}
+END_TEST
+
 START_TEST (usage_errors_exit_2)
 {
     static const char *const cases[][12] = {
@@ -1156,6 +1200,10 @@ START_TEST (usage_errors_exit_2)
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--stream-base", "5", NULL },
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--schedule", "x", "--rate", "5", NULL },
         { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--schedule", "x", "--requests", "5", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--processes", "2", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--processes", "17", "--connections", "17", NULL },
+        { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--processes", "2", "--connections", "2", "--streams",
+          "2", NULL },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_t run;
@@ -1201,6 +1249,7 @@ int main (void)
     tcase_add_test (tc, default_threads_follow_the_affinity_mask);
     tcase_add_test (tc, progress_counts_warmup_apart);
     tcase_add_test (tc, usage_errors_exit_2);
+    tcase_add_test (tc, processes_merge_into_one_table);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -367,13 +367,14 @@ static int s_prepare_payloads (sigload_t *L, uint32_t input_size)
 /* ---- the sweep ---- */
 
 /* Runs L->step on every worker and waits for them. */
-static void s_run_step (sigload_t *L)
+/* Runs L->step from T0 (every worker is past the barrier by then). */
+static void s_run_step (sigload_t *L, int64_t t0)
 {
     const options_t *opt = L->opt;
     for (size_t t = 0; t < L->n_workers; t++)
         atomic_store (&L->workers[t].done, 0);
     int64_t start = (int64_t) clock_now_ns ();
-    L->step.t0 = start + 20 * 1000000LL;   /* every worker is past the barrier by then */
+    L->step.t0 = t0;
     L->step.measure_start = L->step.t0 + (int64_t) (opt->warmup_s * 1e9);
     L->step.measure_end = opt->requests || opt->schedule_file ? INT64_MAX
                                                               : L->step.measure_start + (int64_t) (opt->duration_s * 1e9);
@@ -447,9 +448,15 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
                              .echo = opt->echo || floor_step, .target = opt->values[v], .requests = opt->requests,
                              .schedule = opt->schedule_file != NULL, .streams = opt->streams && !floor_step };
         s_step_name (&L->step, floor_step);
-        s_run_step (L);
+        /* with --processes, every process starts the step at process 0's time, or stops there */
+        const int64_t t0 = procs_step_begin (opt, (int64_t) clock_now_ns () + 20 * 1000000LL, false);
+        if (t0 == 0)
+            break;
+        s_run_step (L, t0);
         result_t *r = &results[n++];
         report_merge (L, r);
+        procs_step_end (opt, r);
+        s_step_name (&r->step, floor_step);     /* the whole load's value (--processes) */
         report_table_row (stdout, r);
         if (csv)
             report_csv_row (csv, r);
@@ -465,6 +472,7 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
             snprintf (saturated, saturated_len, "saturated at %s (%s): the sweep stopped there", r->step.name,
                       r->saturation);
             fprintf (stderr, "sigload: %s\n", saturated);
+            procs_step_begin (opt, 0, true);    /* the other processes stop here too */
             break;
         }
     }
@@ -543,11 +551,15 @@ static void s_print_banner (const sigload_t *L, uint32_t input_size)
         snprintf (duration, sizeof duration, "%" PRIu64 " requests measured per step", opt->requests);
     else
         snprintf (duration, sizeof duration, "%.3g s measured per step", opt->duration_s);
+    char procs_note[96] = "";
+    if (opt->processes > 1)
+        snprintf (procs_note, sizeof procs_note, " in each of %u processes (1/%u of the load each)", opt->processes,
+                  opt->processes);
     printf ("sigload%s: %zu endpoint(s)%s%s, model %s, %u row(s) of %u features (%zu-byte requests), %u "
-            "connection(s), %u thread(s), %s, warm-up %.3g s, %s\n\n",
+            "connection(s), %u thread(s)%s, %s, warm-up %.3g s, %s\n\n",
             opt->echo ? " (echo)" : "", opt->n_endpoints, opt->floor ? ", echo floor at " : "",
             opt->floor ? opt->floor : "", opt->echo ? "-" : opt->model, opt->rows, input_size, L->echo_len,
-            opt->connections, opt->threads,
+            opt->connections, opt->threads, procs_note,
             opt->mode == MODE_CLOSED ? "closed loop"
             : opt->schedule_file     ? "open loop, send times from --schedule"
             : opt->poisson           ? "open loop, Poisson arrivals"
@@ -579,6 +591,8 @@ int main (int argc, char **argv)
     }
     if (opt.n_serve_echo > 0)
         return echo_serve (&opt);
+    if ((rc = procs_start (&opt)) != 0)    /* before any ZeroMQ context: fork */
+        return rc;
 
     sigload_t L = { .opt = &opt, .timeout_ns = (int64_t) opt.timeout_ms * 1000000,
                     .spin_ns = (int64_t) opt.spin_us * 1000 };
@@ -687,5 +701,6 @@ done:
     free (L.expect);
     free (L.echo_payloads);
     free (opt.schedule_ns);
-    return exit_code;
+    const int others = procs_finish (&opt);
+    return others > exit_code ? others : exit_code;
 }

@@ -137,6 +137,11 @@ static const char *s_help =
     "  --stop-when-saturated stop the sweep after a step that achieved less than 90% of its\n"
     "                        target rate, saw errors, or whose p99 exceeded --saturation-p99.\n"
     "  --saturation-p99 US   (default: 10 x the first step's p99, at least 1000 us).\n"
+    "  --processes N         the load from N processes (1 to 16, default 1), where one process\n"
+    "                        saturates before the server does: each carries 1/N of the rate (or\n"
+    "                        concurrency), the connections, the threads and --requests; every step\n"
+    "                        starts at one time in all of them, and their histograms and counts are\n"
+    "                        merged into one table. Not with --schedule or --streams.\n"
     "  --quiet               no progress line on stderr (otherwise one per second in steps longer\n"
     "                        than 2 s, counting the warm-up and the measured part separately).\n"
     "  --dry-run             check the options, print the effective settings (the thread count\n"
@@ -217,7 +222,7 @@ enum {
     OPT_ENDPOINT = 256, OPT_MODEL, OPT_RATE, OPT_CONCURRENCY, OPT_ARRIVALS, OPT_CONNECTIONS, OPT_THREADS,
     OPT_IO_THREADS, OPT_WARMUP, OPT_DURATION, OPT_REQUESTS, OPT_FEATURES, OPT_EXPECT, OPT_TOLERANCE, OPT_ROWS,
     OPT_INPUT_SIZE, OPT_DEADLINE, OPT_TIMEOUT, OPT_MAX_OUTSTANDING, OPT_SEED, OPT_OUT, OPT_ECHO, OPT_FLOOR,
-    OPT_SERVE_ECHO, OPT_STOP, OPT_SAT_P99, OPT_BUSY, OPT_SPIN, OPT_QUIET, OPT_DRY_RUN, OPT_HELP,
+    OPT_SERVE_ECHO, OPT_STOP, OPT_SAT_P99, OPT_BUSY, OPT_SPIN, OPT_QUIET, OPT_DRY_RUN, OPT_HELP, OPT_PROCESSES,
     OPT_CURVE_SERVER, OPT_CURVE_CLIENT, OPT_SCHEDULE, OPT_STREAMS, OPT_STREAM_BASE,
 };
 
@@ -252,6 +257,7 @@ static const struct option s_long_options[] = {
     { "spin-us", required_argument, NULL, OPT_SPIN },
     { "quiet", no_argument, NULL, OPT_QUIET },
     { "dry-run", no_argument, NULL, OPT_DRY_RUN },
+    { "processes", required_argument, NULL, OPT_PROCESSES },
     { "help", no_argument, NULL, OPT_HELP },
     { "curve-server", required_argument, NULL, OPT_CURVE_SERVER },
     { "curve-client", required_argument, NULL, OPT_CURVE_CLIENT },
@@ -435,6 +441,10 @@ int options_parse (int argc, char **argv, options_t *opt)
         case OPT_CURVE_SERVER: opt->curve_server = arg; break;
         case OPT_CURVE_CLIENT: opt->curve_client = arg; break;
         case OPT_DRY_RUN: opt->dry_run = true; break;
+        case OPT_PROCESSES:
+            if (s_parse_uint (arg, 1, 16, &opt->processes))
+                return s_usage_error ("--processes: expected 1 to 16, got \"%s\"", arg);
+            break;
         case OPT_SCHEDULE: opt->schedule_file = arg; break;
         case OPT_STREAMS:
             if (s_parse_number (arg, 1, MAX_STREAMS, true, &d) || d != floor (d))
@@ -555,6 +565,16 @@ int options_parse (int argc, char **argv, options_t *opt)
         if (opt->stream_base - 1 > UINT64_MAX - opt->streams)
             return s_usage_error ("%s: the stream ids would pass 2^64 - 1", "--stream-base");
     }
+    if (opt->processes > 1) {
+        if (opt->schedule_file || opt->streams)
+            return s_usage_error ("--processes: %s keeps one process's order; run it from one process",
+                                  opt->schedule_file ? "--schedule" : "--streams");
+        if (opt->connections < opt->processes)
+            return s_usage_error ("--processes: each process needs a connection; raise --connections to at least %s",
+                                  "the process count");
+    }
+    if (opt->processes == 0)
+        opt->processes = 1;
     /* One thread per CPU we may run on, at most one per connection: each thread spins before
      * its sends, so two on one CPU take turns and both send late. */
     opt->affinity_cpus = options_affinity_cpus ();
@@ -625,6 +645,8 @@ void options_print (FILE *out, const options_t *opt)
         fprintf (out, "threads: %u (default: the smaller of %u connection(s) and %u CPU(s) in the affinity mask)\n",
                  opt->threads, opt->connections, opt->affinity_cpus);
     fprintf (out, "io threads: %u\n", opt->io_threads);
+    if (opt->processes > 1)
+        fprintf (out, "processes: %u, each 1/%u of the load, connections and threads\n", opt->processes, opt->processes);
     fprintf (out, "rows: %u, %s: ", opt->rows, opt->streams ? "step size" : "input size");
     if (opt->input_size)
         fprintf (out, "%u\n", opt->input_size);

@@ -4,6 +4,7 @@
  *   worker.c   connections and the worker threads' hot loop: send, receive, pace, record
  *   report.c   merging the workers' results; the table, summary.csv, .hgrm, plots, progress line
  *   echo.c     --serve-echo: the plain ZeroMQ echo server of the transport floor
+ *   procs.c    --processes N: N copies of the load in N processes, one start per step, one report
  *   main.c     main: readiness checks, the requests' payloads, the sweep
  *
  * Design. The main thread parses the options, connects every DEALER socket, checks that each
@@ -131,6 +132,8 @@ typedef struct {
     const char *schedule_file;      /* --schedule */
     int64_t *schedule_ns;           /* its send offsets from the step's start, non-decreasing */
     size_t n_schedule;
+    unsigned processes;             /* --processes: copies of the load, each 1/N of it (procs.c) */
+    unsigned process;               /* this copy's index (0: the one that reports) */
 } options_t;
 
 /* ---- per-request state ---- */
@@ -280,6 +283,21 @@ int options_parse (int argc, char **argv, options_t *opt);
 unsigned options_affinity_cpus (void);
 /* The effective settings (--dry-run), one per line. */
 void options_print (FILE *out, const options_t *opt);
+
+/* ---- procs.c ---- */
+
+/* --processes N (N > 1): forks N - 1 copies before any ZeroMQ context exists; each process (this
+ * one too) then carries its share of the rate or concurrency, the connections, the threads and
+ * --requests, and sets opt->process. 0, or an exit code. */
+int procs_start (options_t *opt);
+/* Every process: waits for the others before a step; the step's start time T0 is process 0's (it
+ * passes its own), and whether to stop instead (process 0 decides: STOP). Returns the shared T0, or
+ * 0 when the sweep ends here. */
+int64_t procs_step_begin (const options_t *opt, int64_t t0, bool stop);
+/* After a step: the others hand their results to process 0, which merges them into R. */
+void procs_step_end (const options_t *opt, result_t *r);
+/* Process 0 at the end: waits for the others; their worst exit code. Others: nothing. */
+int procs_finish (const options_t *opt);
 
 /* ---- echo.c ---- */
 
