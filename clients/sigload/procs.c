@@ -161,31 +161,9 @@ void procs_step_end (const options_t *opt, result_t *r)
     }
     if (!s_barrier () || me != 0)
         return;
-    for (unsigned k = 1; k < s_shared->n; k++) {
-        const counts_t *c = &s_shared->slots[k].counts;
-        histogram_merge (r->total, s_hist (k, 0));
-        histogram_merge (r->server, s_hist (k, 1));
-        histogram_merge (r->network, s_hist (k, 2));
-        for (int o = 0; o < OUT_COUNT; o++) {
-            r->counts.outcomes[o] += c->outcomes[o];
-            counts_copy_error (r->counts.first_error[o], c->first_error[o]);
-        }
-        r->counts.requests += c->requests;
-        r->counts.answered += c->answered;
-        r->counts.sent += c->sent;
-        r->counts.warmup_errors += c->warmup_errors;
-        r->counts.late += c->late;
-        r->counts.lag_sum += c->lag_sum;
-        if (c->last_answer > r->counts.last_answer)
-            r->counts.last_answer = c->last_answer;
-        if (c->lag_max > r->counts.lag_max)
-            r->counts.lag_max = c->lag_max;
-    }
-    r->errors = 0;
-    for (int o = 1; o < OUT_COUNT; o++)
-        r->errors += r->counts.outcomes[o];
-    const double seconds = (double) (r->counts.last_answer - r->step.measure_start) / 1e9;
-    r->achieved = r->counts.answered && seconds > 0 ? (double) r->counts.answered / seconds : 0;
+    for (unsigned k = 1; k < s_shared->n; k++)
+        report_add (r, &s_shared->slots[k].counts, s_hist (k, 0), s_hist (k, 1), s_hist (k, 2));
+    report_totals (r);
     /* the step's value as the whole load's, not process 0's share */
     for (size_t i = 0; i < MAX_STEPS; i++)
         if (s_shared->share0[i] == r->step.target && s_shared->total[i] > 0) {

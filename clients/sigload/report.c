@@ -32,29 +32,39 @@ void report_merge (const sigload_t *L, result_t *r)
     r->counts.last_answer = L->step.measure_start;
     for (size_t t = 0; t < L->n_workers; t++) {
         const worker_t *w = &L->workers[t];
-        const counts_t *c = &w->counts;
-        histogram_merge (r->total, w->total);
-        histogram_merge (r->server, w->server);
-        histogram_merge (r->network, w->network);
-        for (int o = 0; o < OUT_COUNT; o++) {
-            r->counts.outcomes[o] += c->outcomes[o];
-            counts_copy_error (r->counts.first_error[o], c->first_error[o]);
-        }
-        r->counts.requests += c->requests;
-        r->counts.answered += c->answered;
-        r->counts.sent += c->sent;
-        r->counts.warmup_errors += c->warmup_errors;
-        r->counts.late += c->late;
-        r->counts.lag_sum += c->lag_sum;
-        if (c->last_answer > r->counts.last_answer)
-            r->counts.last_answer = c->last_answer;
-        if (c->lag_max > r->counts.lag_max)
-            r->counts.lag_max = c->lag_max;
+        report_add (r, &w->counts, w->total, w->server, w->network);
     }
+    report_totals (r);
+}
+
+void report_add (result_t *r, const counts_t *c, const histogram_t *total, const histogram_t *server,
+                 const histogram_t *network)
+{
+    histogram_merge (r->total, total);
+    histogram_merge (r->server, server);
+    histogram_merge (r->network, network);
+    for (int o = 0; o < OUT_COUNT; o++) {
+        r->counts.outcomes[o] += c->outcomes[o];
+        counts_copy_error (r->counts.first_error[o], c->first_error[o]);
+    }
+    r->counts.requests += c->requests;
+    r->counts.answered += c->answered;
+    r->counts.sent += c->sent;
+    r->counts.warmup_errors += c->warmup_errors;
+    r->counts.late += c->late;
+    r->counts.lag_sum += c->lag_sum;
+    if (c->last_answer > r->counts.last_answer)
+        r->counts.last_answer = c->last_answer;
+    if (c->lag_max > r->counts.lag_max)
+        r->counts.lag_max = c->lag_max;
+}
+
+void report_totals (result_t *r)
+{
     r->errors = 0;
     for (int o = 1; o < OUT_COUNT; o++)
         r->errors += r->counts.outcomes[o];
-    double seconds = (double) (r->counts.last_answer - L->step.measure_start) / 1e9;
+    double seconds = (double) (r->counts.last_answer - r->step.measure_start) / 1e9;
     r->achieved = r->counts.answered && seconds > 0 ? (double) r->counts.answered / seconds : 0;
 }
 

@@ -324,6 +324,11 @@ void *worker_main (void *arg);
 
 /* Sums the workers' histograms and counts of L->step into R. */
 void report_merge (const sigload_t *L, result_t *r);
+/* Adds one worker's (or one process's) counts C and histograms into R. */
+void report_add (result_t *r, const counts_t *c, const histogram_t *total, const histogram_t *server,
+                 const histogram_t *network);
+/* R's errors and achieved rate from its counts. */
+void report_totals (result_t *r);
 void report_table_header (FILE *out);
 void report_table_row (FILE *out, const result_t *r);
 void report_csv_header (FILE *out);

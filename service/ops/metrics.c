@@ -177,6 +177,16 @@ uint32_t metrics_queued (model_t *m)
 
 /* One sample per instance of every model of MODELS: NAME{model,instance,device} with its
  * availability, or (REQUESTS) the requests it computed. */
+/* A device label: "cpu" (an instance on the CPU, or the test build's CPU device process), "cuda:N". */
+static const char *s_device_label (int device, char *buf, size_t len)
+{
+    if (device < 0)
+        snprintf (buf, len, "cpu");
+    else
+        snprintf (buf, len, "cuda:%d", device);
+    return buf;
+}
+
 static void s_instances (metrics_text_t *t, model_registry_t *models, const char *name, bool requests)
 {
     char label[160], dev[32];
@@ -184,11 +194,7 @@ static void s_instances (metrics_text_t *t, model_registry_t *models, const char
         model_t *m = model_registry_at (models, i);
         metrics_label (model_name (m), label, sizeof label);
         for (uint32_t k = 0; k < model_instance_count (m); k++) {
-            const int device = model_instance_device (m, k);
-            if (device < 0)
-                snprintf (dev, sizeof dev, "cpu");
-            else
-                snprintf (dev, sizeof dev, "cuda:%d", device);
+            s_device_label (model_instance_device (m, k), dev, sizeof dev);
             metrics_append (t, "%s{model=\"%s\",instance=\"%u\",device=\"%s\"} %llu\n", name, label, k, dev,
                             requests ? (unsigned long long) model_instance_requests (m, k)
                                      : (unsigned long long) model_instance_available (m, k));
@@ -197,14 +203,6 @@ static void s_instances (metrics_text_t *t, model_registry_t *models, const char
 }
 
 /* The gauges of the models being served. Called with the server lock held. */
-static const char *s_device_label (int device, char *buf, size_t len)
-{
-    if (device == DEVICE_CPU_TEST)
-        snprintf (buf, len, "cpu");
-    else
-        snprintf (buf, len, "cuda:%d", device);
-    return buf;
-}
 
 void metrics_models (metrics_text_t *t, model_registry_t *models)
 {

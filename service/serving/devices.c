@@ -379,7 +379,7 @@ size_t devices_list (devices_t *self, devices_info_t *out, size_t cap)
     for (int i = 0; i < DEVICES_MAX && n < cap; i++) {
         const proc_t *p = &self->procs[i];
         if (p->used)
-            out[n++] = (devices_info_t) { .device = p->device, .running = p->pid > 0, .pid = p->pid, .losses = p->losses,
+            out[n++] = (devices_info_t) { .device = p->device, .running = p->pid > 0, .losses = p->losses,
                                           .restarts = p->restarts, .failed_restarts = p->failed_restarts,
                                           .last_recovery_ms = p->last_recovery_ms };
     }

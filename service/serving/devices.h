@@ -77,7 +77,6 @@ void devices_remove_tenant (devices_t *self, int device, void *arg);
 typedef struct {
     int device;
     bool running;
-    int pid;
     uint64_t losses, restarts, failed_restarts;
     double last_recovery_ms;            /* lost -> every model rejoined, the last time */
 } devices_info_t;

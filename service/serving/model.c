@@ -178,9 +178,29 @@ void model_take_sizes (model_t *m, const weights_t *w)
         m->window = w->lstm->window;
         m->step_size = w->lstm->step_size;
     }
+    model_take_limits (m);
+}
+
+void model_take_limits (model_t *m)
+{
     m->max_rows = m->cfg.max_rows;
     m->batch_rows = m->cfg.max_batch_rows;
     m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
+}
+
+/* A request of max_rows rows that ZeroMQ would drop for its size could never be answered. */
+int model_check_message_size (const model_t *m, uint32_t max_message_bytes, char *err, size_t errlen)
+{
+    const model_config_t *cfg = &m->cfg;
+    uint64_t need = (uint64_t) cfg->max_rows * m->input_size * 4 + REQUEST_FRAMING;
+    if (need <= max_message_bytes)
+        return 0;
+    uint64_t fit = (max_message_bytes - REQUEST_FRAMING) / (4ull * m->input_size);
+    sig_set_error (err, errlen, "model \"%s\": max_rows: a request of %u rows x %u features takes up to %llu "
+                   "bytes, over server.max_message_bytes (%u); lower max_rows to %llu or raise max_message_bytes",
+                   cfg->name, cfg->max_rows, m->input_size, (unsigned long long) need, max_message_bytes,
+                   (unsigned long long) fit);
+    return -1;
 }
 
 void *model_heap_alloc (void *arg, size_t bytes)
@@ -259,17 +279,9 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
     weights_t *w = weights_load (cfg, err, errlen);
     if (!w)
         goto failed;
-    /* A request of max_rows rows that ZeroMQ would drop for its size could never be answered. */
-    uint64_t need = (uint64_t) cfg->max_rows * w->input_size * 4 + REQUEST_FRAMING;
-    if (need > max_message_bytes) {
-        uint64_t fit = (max_message_bytes - REQUEST_FRAMING) / (4ull * w->input_size);
-        sig_set_error (err, errlen, "model \"%s\": max_rows: a request of %u rows x %u features takes up to %llu "
-                       "bytes, over server.max_message_bytes (%u); lower max_rows to %llu or raise max_message_bytes",
-                       cfg->name, cfg->max_rows, w->input_size, (unsigned long long) need, max_message_bytes,
-                       (unsigned long long) fit);
-        goto failed;
-    }
     model_take_sizes (m, w);
+    if (model_check_message_size (m, max_message_bytes, err, errlen) != 0)
+        goto failed;
     if (!(m->iface = model_choose_backend (m, &m->cfg, w, err, errlen)))
         goto failed;
     m->instance_count = cfg->instances;

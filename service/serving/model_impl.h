@@ -141,6 +141,10 @@ uint32_t model_queue_depth_default (const model_t *m);
 double model_buffer_mib (const model_t *m);
 /* M's sizes from its weights W (input, output, LSTM window and step) and its row limits from its cfg. */
 void model_take_sizes (model_t *m, const weights_t *w);
+/* Its row limits from its cfg (max_rows, max_batch_rows, buffer_rows). */
+void model_take_limits (model_t *m);
+/* 0 when a request of max_rows rows fits MAX_MESSAGE_BYTES; else -1 with ERR saying what to change. */
+int model_check_message_size (const model_t *m, uint32_t max_message_bytes, char *err, size_t errlen);
 void *model_heap_alloc (void *arg, size_t bytes);
 int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen);
 int model_start_workers (model_t *m, char *err, size_t errlen);

@@ -170,15 +170,15 @@ static bool s_hung (void *arg, int device, uint64_t now)
 static void *s_region_alloc (void *arg, size_t bytes) { return devices_alloc (arg, bytes); }
 
 /* Instance I's side of the region: its rings (every job of the model fits each), its futex waker. */
-static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const dev_reply_t *rp)
+static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const int *cpus)
 {
     instance_t *in = &m->instances[i];
     in->model = m;
     in->index = i;
     in->here = false;
     in->device = m->iface->device == BACKEND_DEVICE_GPU ? m->cfg.devices[i % m->cfg.device_count] : -1;
-    if (rp->cpus[i] >= 0) {
-        in->cpus[0] = rp->cpus[i];
+    if (cpus[i] >= 0) {
+        in->cpus[0] = cpus[i];
         in->cpu_count = 1;
     }
     const size_t slots = ring_slots (m->job_count);
@@ -272,17 +272,12 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
     }
     if (c->rp.on_gpu == asked_gpu)
         loaded[loaded_count++] = first;
-    dev_reply_t *first_reply = malloc (sizeof *first_reply);
-    if (!first_reply) {
-        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
-        goto failed;
-    }
-    *first_reply = c->rp;
-    s_take_reply (m, first_reply);
+    s_take_reply (m, &c->rp);
+    int cpus[CONFIG_MAX_INSTANCES];     /* each instance's CPU, as its device process pinned it */
+    memcpy (cpus, c->rp.cpus, sizeof cpus);
     m->drift = devices_alloc (d, sizeof *m->drift);
     m->instances = calloc (m->instance_count, sizeof *m->instances);
     if (!m->drift || !m->instances) {
-        free (first_reply);
         sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
         goto failed;
     }
@@ -298,41 +293,27 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
         if (done)
             continue;
         s_load_request (&c->rq, m, &m->cfg, s_here (&m->cfg, gpu, devs[k]));
-        if (devices_call (d, devs[k], &c->rq, &c->rp, err, errlen) != 0) {
-            free (first_reply);
+        if (devices_call (d, devs[k], &c->rq, &c->rp, err, errlen) != 0)
             goto failed;
-        }
         loaded[loaded_count++] = devs[k];
         for (uint32_t i = 0; i < m->instance_count; i++)
             if (s_device (&m->cfg, gpu, i) == devs[k])
-                first_reply->cpus[i] = c->rp.cpus[i];
+                cpus[i] = c->rp.cpus[i];
     }
-    m->max_rows = m->cfg.max_rows;
-    m->batch_rows = m->cfg.max_batch_rows;
-    m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
-    const uint64_t need = (uint64_t) m->cfg.max_rows * m->input_size * 4 + 128;
-    if (need > server->max_message_bytes) {
-        free (first_reply);
-        sig_set_error (err, errlen, "model \"%s\": max_rows: a request of %u rows x %u features takes up to %llu bytes, "
-                       "over server.max_message_bytes (%u); lower max_rows or raise max_message_bytes", cfg->name,
-                       m->cfg.max_rows, m->input_size, (unsigned long long) need, server->max_message_bytes);
+    model_take_limits (m);
+    if (model_check_message_size (m, server->max_message_bytes, err, errlen) != 0)
         goto failed;
-    }
     m->max_queue_ns = (uint64_t) m->cfg.max_queue_us * 1000;
     const bool derived = m->cfg.queue_depth == 0;
     if (derived)
         m->cfg.queue_depth = model_queue_depth_default (m);
-    if (model_jobs_init (m, s_region_alloc, d, err, errlen) != 0) {
-        free (first_reply);
+    if (model_jobs_init (m, s_region_alloc, d, err, errlen) != 0)
         goto failed;
-    }
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (s_instance_shared (m, d, i, first_reply) != 0) {
-            free (first_reply);
+        if (s_instance_shared (m, d, i, cpus) != 0) {
             sig_set_error (err, errlen, "model \"%s\": the shared region is full (instance %u's rings)", cfg->name, i);
             goto failed;
         }
-    free (first_reply);
     /* tenants before the start: a process lost from here on brings the model back with it */
     for (size_t k = 0; k < dev_count; k++)
         devices_add_tenant (d, devs[k], &(dev_tenant_t) { .arg = m, .lost = s_lost, .swept = s_swept, .rejoin = s_rejoin,
