@@ -438,8 +438,12 @@ static const bad_case_t s_bad[] = {
       "test.json: modles: unknown key (expected one of server, models)" },
     { "unknown server key", WITH_SERVER (", 'bogus': 1"),
       "test.json: server.bogus: unknown key (expected one of endpoints, max_message_bytes, busy_poll, "
-      "spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, "
-      "heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode)" },
+      "spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, fronts, queue_depth, cpus, drain_ms, http, "
+      "stats_interval_s, curve, heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode)" },
+    { "more fronts than endpoints", WITH_SERVER (", 'fronts': 2"),
+      "test.json: server.fronts: 2 fronts need at least 2 endpoints (an endpoint's socket belongs to one front); got 1: "
+      "add endpoints or lower fronts" },
+    { "fronts 0", WITH_SERVER (", 'fronts': 0"), "test.json: server.fronts: expected an integer from 1 to 8, got 0" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
       "cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, max_batch_rows, "

@@ -241,14 +241,14 @@ static void s_collect (model_t *m, job_t **jobs, int n)
     const uint64_t until = clock_now_ns () + 10000000000ull;
     int got = 0;
     while (got < n && clock_now_ns () < until) {
-        job_t *j = dispatch_next_done (m);
+        job_t *j = dispatch_next_done (m, 0);
         if (j)
             jobs[got++] = j;
         else
             usleep (100);
     }
     ck_assert_msg (got == n, "%d of %d jobs came back in 10 s", got, n);
-    ck_assert_ptr_null (dispatch_next_done (m));
+    ck_assert_ptr_null (dispatch_next_done (m, 0));
 }
 
 /* The envelope a job carries back is the request's: "client-ID", then the empty delimiter. */
@@ -365,7 +365,7 @@ START_TEST (admission_by_time_refuses_what_would_wait_too_long)
         ck_assert_int_eq (s_admit_by (m, &r, 0, err, sizeof err), SIG_OVERLOADED);
     }
     ck_assert_uint_eq (dispatch_queued (m), queued);
-    ck_assert_uint_eq (dispatch_inflight (m), queued);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), queued);
     ck_assert_uint_eq (stats_sheds (stats, (size_t) slot, SHED_QUEUE_TIME), 1);
     ck_assert_uint_eq (stats_sheds (stats, (size_t) slot, SHED_DEADLINE), 1);
     ck_assert_uint_eq (stats_sheds (stats, (size_t) slot, SHED_QUEUE_DEPTH), 0);
@@ -396,15 +396,15 @@ START_TEST (admitted_jobs_come_back_with_outputs_ids_and_envelopes)
     model_t *m = s_model (0);
     enum { N = DEPTH };
     static request_t reqs[N];
-    ck_assert_uint_eq (dispatch_inflight (m), 0);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), 0);
     for (int i = 0; i < N; i++) {
         s_request (&reqs[i], 100 + (uint64_t) i, 1 + (uint32_t) i % MAX_ROWS, 0, IN, 1000 + (uint64_t) i);
         s_admit_ok (m, &reqs[i]);
-        ck_assert_uint_eq (dispatch_inflight (m), (uint32_t) i + 1);   /* out of the pool until returned */
+        ck_assert_uint_eq (dispatch_inflight (m, 0), (uint32_t) i + 1);   /* out of the pool until returned */
     }
     job_t *jobs[N];
     s_collect (m, jobs, N);
-    ck_assert_uint_eq (dispatch_inflight (m), N);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), N);
     bool seen[N] = { false };
     for (int k = 0; k < N; k++) {
         job_t *j = jobs[k];
@@ -422,7 +422,7 @@ START_TEST (admitted_jobs_come_back_with_outputs_ids_and_envelopes)
         ck_assert_int_eq (tol_mlp (s_mlp_w, r->features, r->rows, ref, bound), 0);
         TOL_ASSERT (j->outputs, ref, bound, r->rows * OUT, OUT, "request %llu", (unsigned long long) r->id);
         s_return (m, j);
-        ck_assert_uint_eq (dispatch_inflight (m), (uint32_t) (N - k - 1));
+        ck_assert_uint_eq (dispatch_inflight (m, 0), (uint32_t) (N - k - 1));
     }
     uint64_t computed = 0;
     for (uint32_t i = 0; i < 3; i++)
@@ -451,7 +451,7 @@ START_TEST (ties_go_round_robin_and_otherwise_the_least_loaded_instance)
     for (int i = 3; i < 6; i++)
         ck_assert_msg (s_recorded[i] == inst[i - 3], "admission %d did not go round-robin", i);
     ck_assert_uint_eq (dispatch_queued (m), 6);
-    ck_assert_uint_eq (dispatch_inflight (m), 6);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), 6);
     /* Instance 1 alone takes its two; the others keep theirs queued. */
     atomic_store (&s_holding, false);
     __real_waker_wake (inst[1]);
@@ -482,7 +482,7 @@ START_TEST (ties_go_round_robin_and_otherwise_the_least_loaded_instance)
     ck_assert_uint_eq (model_instance_requests (m, 0), 2);      /* 0 and 3 */
     ck_assert_uint_eq (model_instance_requests (m, 1), 4);      /* 1, 4, 6 and 7 */
     ck_assert_uint_eq (model_instance_requests (m, 2), 3);      /* 2, 5 and 8 */
-    ck_assert_uint_eq (dispatch_inflight (m), 0);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), 0);
     model_destroy (&m);
 }
 END_TEST
@@ -560,7 +560,7 @@ START_TEST (a_full_queue_answers_overloaded_and_takes_nothing)
     ck_assert_int_eq (s_admit (m, extra, err, sizeof err), SIG_OVERLOADED);
     ck_assert_str_eq (err, "model \"mlp\": queue full: 8 requests waiting (queue_depth 8); retry later, or raise "
                            "the model's queue_depth or instances");
-    ck_assert_uint_eq (dispatch_inflight (m), DEPTH);        /* no job taken from the pool */
+    ck_assert_uint_eq (dispatch_inflight (m, 0), DEPTH);        /* no job taken from the pool */
     ck_assert_uint_eq (dispatch_queued (m), DEPTH);
     ck_assert_int_eq (s_recorded_count, DEPTH);              /* no worker rung for it */
     ck_assert_uint_eq (zmq_msg_size (&extra->envelope[0]), strlen ("client-8"));     /* still the caller's */
@@ -634,7 +634,7 @@ START_TEST (inline_runs_on_the_front_only_when_nothing_waits)
     float inlined[MAX_ROWS * OUT];
     memcpy (inlined, ran->outputs, sizeof (float) * 3 * OUT);
     ck_assert_int_eq (s_recorded_count, 0);                 /* no worker rung */
-    ck_assert_uint_eq (dispatch_inflight (m), 1);           /* its job, until the reply is sent */
+    ck_assert_uint_eq (dispatch_inflight (m, 0), 1);           /* its job, until the reply is sent */
     ck_assert_uint_eq (stats_inline (stats, (size_t) slot), 1);
     s_return (m, ran);
     /* 2. Past its deadline at admission: not run, answered as a worker would. */
@@ -715,7 +715,7 @@ START_TEST (every_request_buffer_in_use_answers_overloaded)
         zmq_msg_close (&r.envelope[0]);
         zmq_msg_close (&r.envelope[1]);
     }
-    ck_assert_uint_eq (dispatch_inflight (m), (uint32_t) pool);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), (uint32_t) pool);
     ck_assert_uint_eq (dispatch_queued (m), 0);
     char err[512];
     s_request (&r, 9999, 1, 0, IN, 9);
@@ -728,7 +728,7 @@ START_TEST (every_request_buffer_in_use_answers_overloaded)
     ck_assert_uint_eq (held[0]->request_id, 9999);
     for (int i = 0; i < pool; i++)
         s_return (m, held[i]);
-    ck_assert_uint_eq (dispatch_inflight (m), 0);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), 0);
     zmq_msg_close (&r.envelope[0]);
     zmq_msg_close (&r.envelope[1]);
     free (held);
@@ -758,7 +758,7 @@ START_TEST (large_requests_borrow_the_large_buffers)
               "2, each max_rows = %d rows); retry later, or send fewer rows a request", MAX_ROWS);
     ck_assert_str_eq (err, want);
     ck_assert_uint_eq (zmq_msg_size (&reqs[2].envelope[0]), strlen ("client-3"));    /* still the caller's */
-    ck_assert_uint_eq (dispatch_inflight (m), 2);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), 2);
     s_admit_ok (m, &reqs[3]);                               /* one row: its own buffer */
     s_release (0);
     job_t *jobs[3];
@@ -807,7 +807,7 @@ START_TEST (abort_answers_queued_jobs_unavailable_without_running_them)
     }
     for (uint32_t i = 0; i < 3; i++)
         ck_assert_uint_eq (model_instance_requests (m, i), 0);      /* none was run */
-    ck_assert_uint_eq (dispatch_inflight (m), 0);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), 0);
     model_destroy (&m);
 }
 END_TEST

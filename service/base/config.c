@@ -156,6 +156,8 @@ static const key_spec_t s_server_keys[] = {
     { .name = "log_format", .type = KEY_ENUM, FIELD (server_config_t, log_format),
       .choices = s_log_format_names, .def = LOG_FORMAT_TEXT },
     { .name = "io_threads", .type = KEY_U32, FIELD (server_config_t, io_threads), .min = 1, .max = 16, .def = 1 },
+    { .name = "fronts", .type = KEY_U32, FIELD (server_config_t, fronts), .min = 1, .max = CONFIG_MAX_FRONTS,
+      .def = 1 },
     /* 0: not given (resolved to 64) */
     { .name = "queue_depth", .type = KEY_U32, FIELD (server_config_t, queue_depth),
       .min = 1, .max = 65536, .def = 0 },
@@ -414,6 +416,12 @@ static int s_resolve (parser_t *p, config_t *cfg)
     server_config_t *server = &cfg->server;
     server->queue_depth_given = server->queue_depth != 0;
     server->ipc_file_mode = (unsigned) strtoul (server->ipc_mode, NULL, 8);
+    if (server->fronts > server->endpoint_count) {
+        char why[160];
+        snprintf (why, sizeof why, "%u fronts need at least %u endpoints (an endpoint's socket belongs to one front); "
+                  "got %zu: add endpoints or lower fronts", server->fronts, server->fronts, server->endpoint_count);
+        return s_fail_at (p, "server.fronts", "%s", why);
+    }
     for (size_t i = 0; i < cfg->model_count; i++)
         if (s_resolve_model (p, &cfg->models[i], i, server) != 0)
             return -1;
@@ -502,7 +510,9 @@ const char *weight_dtype_name (weight_dtype_t d) { return S_NAME (s_weight_dtype
 
 uint32_t config_serving_threads (const config_t *cfg)
 {
-    uint32_t threads = 1 + cfg->server.io_threads;
+    /* each front, and the I/O threads of its ZeroMQ context */
+    const uint32_t fronts = cfg->server.fronts ? cfg->server.fronts : 1;
+    uint32_t threads = fronts * (1 + cfg->server.io_threads);
     for (size_t i = 0; i < cfg->model_count; i++) {
         const model_config_t *mc = &cfg->models[i];
         if (!mc->group[0]) {

@@ -16,6 +16,7 @@
 #define CONFIG_MAX_QUEUE_US_DEFAULT 10000
 /* A CPU model's request that takes less than this (timed at load) runs on the front when nothing waits. */
 #define CONFIG_INLINE_US_DEFAULT 20
+#define CONFIG_MAX_FRONTS 8      /* server.fronts: front threads, each owning some of the endpoints */
 /* The most an idle serving thread spins before it sleeps (base/spin.h says when it does). */
 #define CONFIG_SPIN_US_DEFAULT 1000
 #define CONFIG_NAME_MAX 64      /* model names, versions, tensor names: bytes incl. NUL */
@@ -104,6 +105,7 @@ typedef struct {
     bool gpu_processes;             /* GPU work runs in one process per device (serving/devices.h) */
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;
+    uint32_t fronts;                /* front threads (each owns endpoints k, k + fronts, ...); 0 is read as 1 */
     uint32_t queue_depth;           /* deprecated: the default of every model's queue_depth (0: not given) */
     bool queue_depth_given;         /* given in the file (deprecated there: a per-model key now) */
     size_t cpu_count;               /* 0: the front thread is not pinned */

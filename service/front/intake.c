@@ -18,7 +18,7 @@
 #define HUGE_MESSAGE_FRAMES 1024    /* after refusing a message this large, give its memory back */
 
 /* Takes one whole message from socket slot SOCKET. 1 when one was there, 0 when none. */
-static int s_recv (server_t *self, int socket, message_t *msg)
+static int s_recv (front_t *self, int socket, message_t *msg)
 {
     void *s = endpoints_socket (self->endpoints, socket);
     msg->socket = socket;
@@ -44,7 +44,7 @@ static int s_recv (server_t *self, int socket, message_t *msg)
     }
 }
 
-static void s_release_frames (server_t *self, message_t *msg)
+static void s_release_frames (front_t *self, message_t *msg)
 {
     for (int f = 0; f < msg->nframes; f++) {
         zmq_msg_close (&self->frames[f]);
@@ -56,7 +56,7 @@ static void s_release_frames (server_t *self, message_t *msg)
 /* A message too large or of too many frames. Answered on the shortest envelope that still
  * reaches the sender (its routing id, and a REQ client's empty delimiter): echoing the rest
  * would send a hostile sender's frames back to it. */
-static void s_refuse_message (server_t *self, message_t *msg)
+static void s_refuse_message (front_t *self, message_t *msg)
 {
     int count = 1;
     if (msg->nframes >= 3 && zmq_msg_size (&self->frames[1]) == 0)
@@ -75,7 +75,7 @@ static void s_refuse_message (server_t *self, message_t *msg)
     s_release_frames (self, msg);
 }
 
-static void s_reply_health (server_t *self, message_t *msg)
+static void s_reply_health (front_t *self, message_t *msg)
 {
     Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
     Sigserve__V1__HealthReply health = SIGSERVE__V1__HEALTH_REPLY__INIT;
@@ -87,7 +87,7 @@ static void s_reply_health (server_t *self, message_t *msg)
     front_send (self, msg->socket, self->frames, msg->nframes - 1, &reply);
 }
 
-static void s_reply_list (server_t *self, message_t *msg)
+static void s_reply_list (front_t *self, message_t *msg)
 {
     Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
     Sigserve__V1__ListModelsReply list = SIGSERVE__V1__LIST_MODELS_REPLY__INIT;
@@ -105,7 +105,7 @@ static void s_reply_list (server_t *self, message_t *msg)
 }
 
 /* Why the front takes no new request on MSG's socket now (into self->error), or SIG_OK. */
-static sig_status_t s_taking (server_t *self, const message_t *msg)
+static sig_status_t s_taking (front_t *self, const message_t *msg)
 {
     if (self->state != FRONT_SERVING) {
         snprintf (self->error, ERROR_MAX, "shutting down: this sigserve is draining and takes no new requests; "
@@ -121,7 +121,7 @@ static sig_status_t s_taking (server_t *self, const message_t *msg)
 }
 
 /* An infer request: checked, then admitted to its model (or answered at once). */
-static void s_admit (server_t *self, message_t *msg, const Sigserve__V1__InferRequest *req)
+static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferRequest *req)
 {
     model_t *m = NULL;
     uint32_t rows = 0;
@@ -151,7 +151,7 @@ static void s_admit (server_t *self, message_t *msg, const Sigserve__V1__InferRe
         }
     }
     if (st == SIG_OK) {
-        const admission_t a = { .socket = msg->socket, .envelope = self->frames, .envelope_count = envelope,
+        const admission_t a = { .lane = self->index, .socket = msg->socket, .envelope = self->frames, .envelope_count = envelope,
                                 .request_id = req->request_id, .stream_id = req->stream_id, .step = req->step,
                                 .t_recv = msg->t_recv, .rows = rows, .deadline_us = req->deadline_us,
                                 .features = req->features, .feature_count = req->n_features,
@@ -177,7 +177,7 @@ static void s_admit (server_t *self, message_t *msg, const Sigserve__V1__InferRe
                       m ? model_stats_slot (m) : STATS_UNKNOWN, msg->t_recv);
 }
 
-static void s_handle (server_t *self, message_t *msg)
+static void s_handle (front_t *self, message_t *msg)
 {
     self->counters.received++;
     if (msg->total_frames < 2) {
@@ -204,7 +204,7 @@ static void s_handle (server_t *self, message_t *msg)
     s_release_frames (self, msg);
 }
 
-bool front_intake (server_t *self)
+bool front_intake (front_t *self)
 {
     message_t msg;
     int taken = 0, progress = 1;

@@ -1,7 +1,8 @@
 /* Reloads (server.h: server_reload, server_collect_retired; server_impl.h): the control thread posts
- * a command (bind new endpoints, unbind them again, swap the model set) into the front's mailbox and
- * waits; the front runs it between two requests. Replaced model sets retire once every request they
- * admitted is answered, and go back to the control thread to be destroyed. */
+ * a command (bind new endpoints, unbind them again, swap the model set) into each front's mailbox in
+ * turn and waits; the front runs it between two requests. A replaced model set retires from a front
+ * once every request it admitted there is answered; once every front let go of it, the control
+ * thread destroys it. */
 #define _GNU_SOURCE
 #include "front/server_impl.h"
 
@@ -10,9 +11,10 @@
 #include "serving/registry.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-void front_answering (server_t *self)
+void front_answering (front_t *self)
 {
     size_t n = 0;
     for (size_t i = 0; i < model_registry_count (self->models); i++)
@@ -23,10 +25,10 @@ void front_answering (server_t *self)
                 self->answering[n++] = model_registry_at (self->retiring[r], i);
     self->answering_count = n;
     for (size_t i = 0; i < n; i++)
-        dispatch_attach (self->answering[i], self->wake);
+        dispatch_attach (self->answering[i], self->index, self->wake);
 }
 
-void front_command (server_t *self)
+void front_command (front_t *self)
 {
     int cmd = atomic_load_explicit (&self->command, memory_order_acquire);
     if (cmd == CMD_NONE)
@@ -66,7 +68,7 @@ void front_command (server_t *self)
     waker_wake (&self->command_done);
 }
 
-void front_retire (server_t *self)
+void front_retire (front_t *self)
 {
     bool changed = false;
     for (size_t r = 0; r < self->retiring_count;) {
@@ -74,7 +76,7 @@ void front_retire (server_t *self)
         uint32_t inflight = 0;
         for (size_t i = 0; i < model_registry_count (set); i++)
             if (model_registry_owns (set, i))
-                inflight += dispatch_inflight (model_registry_at (set, i));
+                inflight += dispatch_inflight (model_registry_at (set, i), self->index);
         if (inflight == 0 && ring_push (&self->retired, set)) {
             self->retiring[r] = self->retiring[--self->retiring_count];
             changed = true;
@@ -88,7 +90,7 @@ void front_retire (server_t *self)
 }
 
 /* Posts CMD to the front and waits for it to be done. */
-static int s_call (server_t *self, command_t cmd, const server_config_t *cfg, model_registry_t *models, char *err,
+static int s_call (front_t *self, command_t cmd, const server_config_t *cfg, model_registry_t *models, char *err,
                    size_t errlen)
 {
     self->command_cfg = cfg;
@@ -121,6 +123,9 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
     if (now->inline_us != next->inline_us)
         log_warn ("reload: server.inline_us changed (%u -> %u): applies to the models loaded from now on (new or "
                   "changed ones); the others keep %u", now->inline_us, next->inline_us, now->inline_us);
+    if (now->fronts != next->fronts)
+        log_warn ("reload: server.fronts changed (%u -> %u): takes effect at the next restart; kept %u", now->fronts,
+                  next->fronts, now->fronts);
     if (now->gpu_processes != next->gpu_processes)
         log_warn ("reload: server.gpu_processes changed: takes effect at the next restart; kept %s",
                   now->gpu_processes ? "true" : "false");
@@ -134,27 +139,82 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
                   "folder is re-read on every connection");
 }
 
+/* Which front takes each endpoint of NEXT (OWNER[e]): the one serving it now, else the one with the
+ * fewest so far; self->next[k] is NEXT with front k's endpoints only. */
+static void s_assign (server_t *self, const server_config_t *next, int *owner)
+{
+    uint32_t count[CONFIG_MAX_FRONTS] = { 0 };
+    for (size_t e = 0; e < next->endpoint_count; e++) {
+        owner[e] = -1;
+        for (size_t c = 0; c < self->cfg.endpoint_count && owner[e] < 0; c++)
+            if (strcmp (next->endpoints[e], self->cfg.endpoints[c]) == 0)
+                owner[e] = self->endpoint_front[c];
+        if (owner[e] >= 0)
+            count[owner[e]]++;
+    }
+    for (size_t e = 0; e < next->endpoint_count; e++)
+        if (owner[e] < 0) {
+            uint32_t least = 0;
+            for (uint32_t k = 1; k < self->front_count; k++)
+                least = count[k] < count[least] ? k : least;
+            owner[e] = (int) least;
+            count[least]++;
+        }
+    for (uint32_t k = 0; k < self->front_count; k++) {
+        self->next[k] = *next;
+        self->next[k].fronts = self->front_count;
+        self->next[k].endpoint_count = 0;
+    }
+    for (size_t e = 0; e < next->endpoint_count; e++) {
+        server_config_t *mine = &self->next[owner[e]];
+        memcpy (mine->endpoints[mine->endpoint_count++], next->endpoints[e], CONFIG_ENDPOINT_MAX);
+    }
+}
+
 int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen)
 {
     s_log_restart_keys (&self->cfg, &cfg->server);
     char why[ERROR_MAX];
-    /* 1. New endpoints, bound next to the old ones (nothing is unbound yet). */
-    if (s_call (self, CMD_BIND, &cfg->server, NULL, why, sizeof why) != 0) {
-        snprintf (err, errlen, "%s", why);
-        return -1;
-    }
-    /* 2. New and changed models, loaded and warmed aside; unchanged ones taken over. */
+    int owner[CONFIG_MAX_ENDPOINTS];
+    s_assign (self, &cfg->server, owner);
+    /* 1. New endpoints, bound next to the old ones by the fronts that take them (nothing is unbound yet). */
+    for (uint32_t k = 0; k < self->front_count; k++)
+        if (s_call (self->fronts[k], CMD_BIND, &self->next[k], NULL, why, sizeof why) != 0) {
+            for (uint32_t b = 0; b < k; b++)
+                s_call (self->fronts[b], CMD_UNBIND_ADDED, NULL, NULL, err, errlen);
+            snprintf (err, errlen, "%s", why);
+            return -1;
+        }
+    /* 2. New and changed models, loaded and warmed aside (with a lane for each front there is: the
+     * count of fronts changes at a restart only); unchanged ones taken over. */
+    config_t *load = malloc (sizeof *load);
     size_t reused = 0;
-    model_registry_t *next = model_registry_load (cfg, self->stats, self->models, &reused, why, sizeof why);
+    model_registry_t *next = NULL;
+    if (!load)
+        snprintf (why, sizeof why, "out of memory");
+    else {
+        *load = *cfg;
+        load->server.fronts = self->front_count;
+        next = model_registry_load (load, self->stats, self->models, &reused, why, sizeof why);
+        free (load);
+    }
     if (!next) {
-        s_call (self, CMD_UNBIND_ADDED, NULL, NULL, err, errlen);
+        for (uint32_t k = 0; k < self->front_count; k++)
+            s_call (self->fronts[k], CMD_UNBIND_ADDED, NULL, NULL, err, errlen);
         snprintf (err, errlen, "%s", why);
         return -1;
     }
-    /* 3. The switch, between two requests (it cannot fail: the bind step checked for room). The
-     * lock keeps readers of server_models (the HTTP thread) off the set while it changes. */
+    /* 3. The switch, front by front between two of its requests (it cannot fail: the bind step
+     * checked for room). The lock keeps readers of server_models (the HTTP thread) off the set while
+     * it changes. */
     pthread_mutex_lock (&self->lock);
-    s_call (self, CMD_SWAP, &cfg->server, next, why, sizeof why);
+    for (uint32_t k = 0; k < self->front_count; k++)
+        s_call (self->fronts[k], CMD_SWAP, &self->next[k], next, why, sizeof why);
+    self->models = next;
+    const uint32_t fronts = self->cfg.fronts;
+    self->cfg = cfg->server;
+    self->cfg.fronts = fronts;
+    memcpy (self->endpoint_front, owner, sizeof owner);
     pthread_mutex_unlock (&self->lock);
     log_info ("reload: serving %zu model(s) (%zu unchanged, %zu loaded) on %zu endpoint(s)",
               model_registry_count (next), reused, model_registry_count (next) - reused, cfg->server.endpoint_count);
@@ -165,21 +225,38 @@ void server_serve (server_t *self, model_registry_t *models)
 {
     char why[ERROR_MAX];
     pthread_mutex_lock (&self->lock);
-    s_call (self, CMD_SERVE, &self->cfg, models, why, sizeof why);
+    for (uint32_t k = 0; k < self->front_count; k++)
+        s_call (self->fronts[k], CMD_SERVE, &self->fronts[k]->cfg, models, why, sizeof why);
+    self->models = models;
+    atomic_store (&self->loading, false);
     pthread_mutex_unlock (&self->lock);
+}
+
+/* SET was let go of by one more front: destroyed once every front has. */
+static void s_retired (server_t *self, model_registry_t *set)
+{
+    size_t i = 0;
+    while (i < self->retired_count && self->retired[i].set != set)
+        i++;
+    if (i == self->retired_count)
+        self->retired[self->retired_count++] = (retired_t) { .set = set, .fronts = 0 };
+    if (++self->retired[i].fronts < self->front_count)
+        return;
+    self->retired[i] = self->retired[--self->retired_count];
+    size_t owned = 0;
+    for (size_t m = 0; m < model_registry_count (set); m++)
+        owned += model_registry_owns (set, m);
+    model_registry_destroy (&set);
+    if (owned)
+        log_info ("reload: %zu model(s) no longer served are unloaded", owned);
 }
 
 void server_collect_retired (server_t *self)
 {
     model_registry_t *set;
     pthread_mutex_lock (&self->lock);
-    while ((set = ring_pop (&self->retired)) != NULL) {
-        size_t owned = 0;
-        for (size_t i = 0; i < model_registry_count (set); i++)
-            owned += model_registry_owns (set, i);
-        model_registry_destroy (&set);
-        if (owned)
-            log_info ("reload: %zu model(s) no longer served are unloaded", owned);
-    }
+    for (uint32_t k = 0; k < self->front_count; k++)
+        while ((set = ring_pop (&self->fronts[k]->retired)) != NULL)
+            s_retired (self, set);
     pthread_mutex_unlock (&self->lock);
 }

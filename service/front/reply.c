@@ -14,7 +14,7 @@
 
 #define WARN_INTERVAL_NS 1000000000ull
 
-void front_send (server_t *self, int socket, zmq_msg_t *envelope, int count, const Sigserve__V1__Reply *reply)
+void front_send (front_t *self, int socket, zmq_msg_t *envelope, int count, const Sigserve__V1__Reply *reply)
 {
     size_t len = codec_encode_reply (reply, self->reply_buf, self->reply_cap);
     if (len == 0) {
@@ -61,7 +61,7 @@ void front_send (server_t *self, int socket, zmq_msg_t *envelope, int count, con
     }
 }
 
-void front_send_error (server_t *self, int socket, zmq_msg_t *envelope, int count, uint64_t request_id,
+void front_send_error (front_t *self, int socket, zmq_msg_t *envelope, int count, uint64_t request_id,
                        sig_status_t status, const char *model_version, int slot, uint64_t t_recv)
 {
     Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
@@ -82,7 +82,7 @@ void front_send_error (server_t *self, int socket, zmq_msg_t *envelope, int coun
     front_send (self, socket, envelope, count, &reply);
 }
 
-void front_send_job (server_t *self, model_t *m, job_t *j)
+void front_send_job (front_t *self, model_t *m, job_t *j)
 {
     Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
     Sigserve__V1__InferReply infer = SIGSERVE__V1__INFER_REPLY__INIT;
@@ -123,14 +123,14 @@ void front_send_job (server_t *self, model_t *m, job_t *j)
     dispatch_job_return (m, j);
 }
 
-bool front_collect (server_t *self)
+bool front_collect (front_t *self)
 {
     bool any = false;
     for (size_t i = 0; i < self->answering_count; i++) {
         model_t *m = self->answering[i];
         job_t *j;
-        dispatch_reclaim (m);
-        while ((j = dispatch_next_done (m)) != NULL) {
+        dispatch_reclaim (m, self->index);
+        while ((j = dispatch_next_done (m, self->index)) != NULL) {
             front_send_job (self, m, j);
             any = true;
         }
@@ -138,7 +138,7 @@ bool front_collect (server_t *self)
     return any;
 }
 
-int front_reply_buffer (server_t *self, model_registry_t *models, char *err, size_t errlen)
+int front_reply_buffer (front_t *self, model_registry_t *models, char *err, size_t errlen)
 {
     /* Packed floats (4 bytes each, plus a length), the error text, the version and the fixed
      * fields; a ListModelsReply fits too (< 2 KiB per model with its candidates and instances). */

@@ -1,6 +1,7 @@
-/* The front (server.h): the loop, the drain and the lifecycle. What it does with a message is in
- * intake.c, its replies in reply.c, reloads in reload.c (server_impl.h says how they share it);
- * socket binding and its policies live in endpoint.c, what a request means in request.c. */
+/* The fronts (server.h): the loop, the drain, the lifecycle and the fronts' threads. What a front
+ * does with a message is in intake.c, its replies in reply.c, reloads in reload.c (server_impl.h says
+ * how they share it); socket binding and its policies live in endpoint.c, what a request means in
+ * request.c. */
 #define _GNU_SOURCE
 #include "front/server_impl.h"
 #include "serving/devices.h"
@@ -18,18 +19,18 @@
 #define QUIET_NS 100000000ull       /* draining: nothing left and the sockets quiet this long = done */
 #define WATCH_NS 100000000ull       /* the connection events (max_connections) are read this often */
 
-static uint32_t s_inflight (server_t *self)
+static uint32_t s_inflight (front_t *self)
 {
     uint32_t n = 0;
     for (size_t i = 0; i < self->answering_count; i++)
-        n += dispatch_inflight (self->answering[i]);
+        n += dispatch_inflight (self->answering[i], self->index);
     return n;
 }
 
-static bool s_any_done (server_t *self)
+static bool s_any_done (front_t *self)
 {
     for (size_t i = 0; i < self->answering_count; i++)
-        if (dispatch_has_done (self->answering[i]))
+        if (dispatch_has_done (self->answering[i], self->index))
             return true;
     return false;
 }
@@ -37,7 +38,7 @@ static bool s_any_done (server_t *self)
 /* Nothing to do: spin (busy_poll; or as base/spin.h says, for a reply of its own up to spin_us,
  * else for twice the recent time between requests), then sleep in zmq_poll on the sockets and the
  * wake-up fd. */
-static void s_idle (server_t *self, uint64_t now)
+static void s_idle (front_t *self, uint64_t now)
 {
     if (self->cfg.busy_poll || spin_idle (&self->spin, now, s_inflight (self) > 0)) {
         _mm_pause ();
@@ -61,16 +62,16 @@ static void s_idle (server_t *self, uint64_t now)
     }
 }
 
-static void s_begin_drain (server_t *self)
+static void s_begin_drain (front_t *self)
 {
     self->state = FRONT_DRAINING;
     atomic_store (&self->serving, false);
     self->drain_until = clock_now_ns () + (uint64_t) self->cfg.drain_ms * 1000000ull;
-    log_info ("stopping: draining for up to %u ms (new requests are answered UNAVAILABLE, %u admitted are finishing)",
-              self->cfg.drain_ms, s_inflight (self));
+    log_info ("stopping: %s draining for up to %u ms (new requests are answered UNAVAILABLE, %u admitted are "
+              "finishing)", self->server->front_count > 1 ? "a front is" : "", self->cfg.drain_ms, s_inflight (self));
 }
 
-static void s_abort_all (server_t *self, const char *why)
+static void s_abort_all (front_t *self, const char *why)
 {
     for (size_t i = 0; i < self->answering_count; i++)
         dispatch_abort (self->answering[i], why);
@@ -79,7 +80,7 @@ static void s_abort_all (server_t *self, const char *why)
 /* The drain's progress: DRAINING until nothing is in flight and the sockets have been quiet, or
  * drain_ms is over (then the workers answer what is still queued UNAVAILABLE: ABORTING), DONE
  * when every admitted request is answered. */
-static void s_drain_step (server_t *self, uint64_t now)
+static void s_drain_step (front_t *self, uint64_t now)
 {
     uint32_t inflight = s_inflight (self);
     if (self->state == FRONT_DRAINING) {
@@ -99,15 +100,32 @@ static void s_drain_step (server_t *self, uint64_t now)
         self->state = FRONT_DONE;
 }
 
-int server_run (server_t *self, volatile sig_atomic_t *stop)
+/* Front K's CPUs: its share of server.cpus when there are at least as many as fronts, else all. */
+static void s_pin (front_t *self)
 {
-    threads_set_role ("front");
+    const server_config_t *cfg = &self->server->cfg;
+    if (!cfg->cpu_count)
+        return;
+    const uint32_t fronts = self->server->front_count;
+    size_t first = 0, count = cfg->cpu_count;
+    if (cfg->cpu_count >= fronts) {
+        first = cfg->cpu_count * self->index / fronts;
+        count = cfg->cpu_count * (self->index + 1) / fronts - first;
+    }
     char err[256];
-    if (self->cfg.cpu_count && threads_pin_set (self->cfg.cpus, self->cfg.cpu_count, err, sizeof err) != 0)
-        log_warn ("server.cpus: %s; the front runs unpinned", err);
-    log_info ("serving %zu model(s) on %zu endpoint(s)%s", model_registry_count (self->models),
-              self->cfg.endpoint_count, self->cfg.busy_poll ? ", busy-polling" : "");
+    if (threads_pin_set (cfg->cpus + first, count, err, sizeof err) != 0)
+        log_warn ("server.cpus: %s; front %u runs unpinned", err, self->index);
+}
+
+/* One front's loop, until it has drained. */
+static void s_front_run (front_t *self)
+{
+    char role[16];
+    snprintf (role, sizeof role, self->index ? "front%u" : "front", self->index);
+    threads_set_role (role);
+    s_pin (self);
     self->last_activity = self->last_message = clock_now_ns ();
+    server_t *server = self->server;
     while (self->state != FRONT_DONE) {
         bool busy = front_collect (self);
         busy |= front_intake (self);
@@ -119,7 +137,7 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
             endpoints_watch_connections (self->endpoints, now);
             self->last_watch = now;
         }
-        if (self->state == FRONT_SERVING && ((stop && *stop) || atomic_load (&self->stop_requested)))
+        if (self->state == FRONT_SERVING && ((self->stop && *self->stop) || atomic_load (&server->stop_requested)))
             s_begin_drain (self);
         if (self->state != FRONT_SERVING)
             s_drain_step (self, now);
@@ -129,54 +147,106 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
             s_idle (self, now);
     }
     front_collect (self);
+}
+
+static void *s_front_thread (void *arg)
+{
+    s_front_run (arg);
+    return NULL;
+}
+
+int server_run (server_t *self, volatile sig_atomic_t *stop)
+{
+    log_info ("serving %zu model(s) on %zu endpoint(s)%s%s", model_registry_count (self->models),
+              self->cfg.endpoint_count, self->front_count > 1 ? ", fronts " : "",
+              self->cfg.busy_poll ? ", busy-polling" : "");
+    if (self->front_count > 1)
+        for (uint32_t k = 0; k < self->front_count; k++) {
+            char list[512] = "";
+            size_t used = 0;
+            for (size_t e = 0; e < self->fronts[k]->cfg.endpoint_count && used < sizeof list; e++)
+                used += (size_t) snprintf (list + used, sizeof list - used, "%s%s", e ? ", " : "",
+                                           self->fronts[k]->cfg.endpoints[e]);
+            log_info ("front %u: %s", k, list);
+        }
+    for (uint32_t k = 0; k < self->front_count; k++)
+        self->fronts[k]->stop = stop;
+    for (uint32_t k = 1; k < self->front_count; k++) {
+        front_t *f = self->fronts[k];
+        f->started = pthread_create (&f->thread, NULL, s_front_thread, f) == 0;
+        if (!f->started) {      /* its endpoints would go unanswered: stop the others too */
+            log_error ("front %u: cannot start its thread; stopping", k);
+            server_stop (self);
+        }
+    }
+    s_front_run (self->fronts[0]);
+    for (uint32_t k = 1; k < self->front_count; k++)
+        if (self->fronts[k]->started) {
+            pthread_join (self->fronts[k]->thread, NULL);
+            self->fronts[k]->started = false;
+        }
+    const server_stats_t *c = server_stats (self);
     uint64_t infer_replies = 0;
     for (int st = 0; st < 16; st++)
-        infer_replies += self->counters.by_status[st];
+        infer_replies += c->by_status[st];
     log_info ("stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), %llu send failures, "
-              "%llu dropped", (unsigned long long) self->counters.received, (unsigned long long) self->counters.admitted,
-              (unsigned long long) self->counters.replied, (unsigned long long) infer_replies,
-              (unsigned long long) self->counters.send_failures, (unsigned long long) self->counters.dropped);
+              "%llu dropped", (unsigned long long) c->received, (unsigned long long) c->admitted,
+              (unsigned long long) c->replied, (unsigned long long) infer_replies,
+              (unsigned long long) c->send_failures, (unsigned long long) c->dropped);
     return 0;
 }
 
 void server_stop (server_t *self)
 {
     atomic_store (&self->stop_requested, true);
-    waker_wake (self->wake);
+    for (uint32_t k = 0; k < self->front_count; k++)
+        waker_wake (self->fronts[k]->wake);
 }
 
 /* ---------------------------------------------------------------- lifecycle */
 
-server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, auth_t *auth,
-                      char *err, size_t errlen)
+static void s_front_destroy (front_t **self_p)
 {
-    server_t *self = calloc (1, sizeof *self);
+    if (!self_p || !*self_p)
+        return;
+    front_t *self = *self_p;
+    endpoints_destroy (&self->endpoints, self->cfg.drain_ms);
+    for (int f = 0; f < MAX_FRAMES; f++)
+        zmq_msg_close (&self->frames[f]);
+    zmq_msg_close (&self->spare);
+    ring_release (&self->retired);
+    codec_destroy (&self->codec);
+    free (self->listing);
+    clients_destroy (&self->clients);
+    waker_release (&self->own_wake);
+    waker_release (&self->command_done);
+    free (self->reply_buf);
+    free (self);
+    *self_p = NULL;
+}
+
+/* Front INDEX of SERVER, serving MODELS on the endpoints of CFG (its own only). */
+static front_t *s_front_new (server_t *server, uint32_t index, const server_config_t *cfg, model_registry_t *models,
+                             auth_t *auth, char *err, size_t errlen)
+{
+    front_t *self = calloc (1, sizeof *self);
     if (!self) {
         snprintf (err, errlen, "out of memory");
         return NULL;
     }
+    self->server = server;
+    self->index = index;
     self->cfg = *cfg;
     spin_init (&self->spin, cfg->spin_cap_ns);
-    atomic_init (&self->loading, models == NULL);
-    if (!models && !(models = self->placeholder = model_registry_empty ())) {
-        snprintf (err, errlen, "out of memory");
-        free (self);
-        return NULL;
-    }
+    atomic_init (&self->loading, atomic_load (&server->loading));
     self->models = models;
-    self->stats = stats;
-    /* With device processes, their workers ring the waker they share with us (serving/devices.h). */
+    self->stats = server->stats;
+    /* With device processes, their workers ring the wakers they share with us (serving/devices.h). */
     devices_t *devices = devices_current ();
-    self->wake = devices ? devices_front_waker (devices) : &self->own_wake;
+    self->wake = devices ? devices_front_waker (devices, index) : &self->own_wake;
     self->own_wake.fd = self->command_done.fd = -1;
     atomic_init (&self->command, CMD_NONE);
-    atomic_init (&self->stop_requested, false);
     atomic_init (&self->serving, true);
-    pthread_mutex_init (&self->lock, NULL);
-    if (!self->stats) {
-        self->stats = stats_new ();
-        self->own_stats = true;
-    }
     size_t jobs = 0;
     for (size_t i = 0; i < model_registry_count (models); i++)
         jobs += model_queue_depth (model_registry_at (models, i))
@@ -187,19 +257,80 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
     for (int f = 0; f < MAX_FRAMES; f++)
         zmq_msg_init (&self->frames[f]);
     zmq_msg_init (&self->spare);
-    if (!self->stats || !self->codec || !self->listing || !self->clients || (!devices && waker_init (self->wake) != 0)
+    if (!self->codec || !self->listing || !self->clients || (!devices && waker_init (self->wake) != 0)
         || waker_init (&self->command_done) != 0 || ring_init (&self->retired, RETIRING_MAX) != 0
         || front_reply_buffer (self, models, err, errlen) != 0) {
         snprintf (err, errlen, "out of memory");
-        server_destroy (&self);
+        s_front_destroy (&self);
         return NULL;
     }
     self->endpoints = endpoints_new (cfg, auth, self->stats, err, errlen);
     if (!self->endpoints) {
-        server_destroy (&self);
+        s_front_destroy (&self);
         return NULL;
     }
     front_answering (self);
+    return self;
+}
+
+server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, auth_t *auth,
+                      char *err, size_t errlen)
+{
+    server_t *self = calloc (1, sizeof *self);
+    if (!self) {
+        snprintf (err, errlen, "out of memory");
+        return NULL;
+    }
+    self->cfg = *cfg;
+    self->front_count = cfg->fronts == 0 ? 1 : cfg->fronts;
+    self->cfg.fronts = self->front_count;
+    atomic_init (&self->stop_requested, false);
+    atomic_init (&self->loading, models == NULL);
+    pthread_mutex_init (&self->lock, NULL);
+    if (self->front_count > CONFIG_MAX_FRONTS || self->front_count > cfg->endpoint_count) {
+        snprintf (err, errlen, "server.fronts: %u fronts need %u endpoints at least (at most %d fronts); got %zu",
+                  self->front_count, self->front_count, CONFIG_MAX_FRONTS, cfg->endpoint_count);
+        server_destroy (&self);
+        return NULL;
+    }
+    if (!models && !(models = self->placeholder = model_registry_empty ())) {
+        snprintf (err, errlen, "out of memory");
+        server_destroy (&self);
+        return NULL;
+    }
+    for (size_t i = 0; i < model_registry_count (models); i++)
+        if (dispatch_lanes (model_registry_at (models, i)) < self->front_count) {
+            snprintf (err, errlen, "model \"%s\" was loaded for %u front(s), the server has %u (load the models "
+                      "with the same server configuration)", model_name (model_registry_at (models, i)),
+                      dispatch_lanes (model_registry_at (models, i)), self->front_count);
+            server_destroy (&self);
+            return NULL;
+        }
+    self->models = models;
+    self->stats = stats;
+    if (!self->stats) {
+        self->stats = stats_new ();
+        self->own_stats = true;
+        if (!self->stats) {
+            snprintf (err, errlen, "out of memory");
+            server_destroy (&self);
+            return NULL;
+        }
+    }
+    /* front k: endpoints k, k + fronts, ... */
+    for (uint32_t k = 0; k < self->front_count; k++) {
+        server_config_t *mine = &self->next[k];
+        *mine = self->cfg;
+        mine->endpoint_count = 0;
+        for (size_t e = k; e < cfg->endpoint_count; e += self->front_count) {
+            memcpy (mine->endpoints[mine->endpoint_count++], cfg->endpoints[e], CONFIG_ENDPOINT_MAX);
+            self->endpoint_front[e] = (int) k;
+        }
+        if (!(self->fronts[k] = s_front_new (self, k, mine, models, auth, err, errlen))) {
+            server_destroy (&self);
+            return NULL;
+        }
+    }
     return self;
 }
 
@@ -208,30 +339,47 @@ void server_destroy (server_t **self_p)
     if (!self_p || !*self_p)
         return;
     server_t *self = *self_p;
-    endpoints_destroy (&self->endpoints, self->cfg.drain_ms);
-    for (int f = 0; f < MAX_FRAMES; f++)
-        zmq_msg_close (&self->frames[f]);
-    zmq_msg_close (&self->spare);
-    for (size_t r = 0; r < self->retiring_count; r++)
-        model_registry_destroy (&self->retiring[r]);
-    if (self->retired.items)
-        server_collect_retired (self);
-    ring_release (&self->retired);
+    /* every set some front still retires, once */
+    server_collect_retired (self);
+    for (uint32_t k = 0; k < self->front_count; k++)
+        for (size_t r = 0; self->fronts[k] && r < self->fronts[k]->retiring_count; r++) {
+            model_registry_t *set = self->fronts[k]->retiring[r];
+            bool seen = false;
+            for (size_t i = 0; i < self->retired_count && !seen; i++)
+                seen = self->retired[i].set == set;
+            if (!seen && self->retired_count < sizeof self->retired / sizeof self->retired[0])
+                self->retired[self->retired_count++] = (retired_t) { .set = set };
+        }
+    for (size_t i = 0; i < self->retired_count; i++)
+        model_registry_destroy (&self->retired[i].set);
+    for (uint32_t k = 0; k < self->front_count; k++)
+        s_front_destroy (&self->fronts[k]);
     model_registry_destroy (&self->placeholder);
-    codec_destroy (&self->codec);
-    free (self->listing);
-    clients_destroy (&self->clients);
-    waker_release (&self->own_wake);
-    waker_release (&self->command_done);
     if (self->own_stats)
         stats_destroy (&self->stats);
     pthread_mutex_destroy (&self->lock);
-    free (self->reply_buf);
     free (self);
     *self_p = NULL;
 }
 
-const server_stats_t *server_stats (const server_t *self) { return &self->counters; }
+/* The fronts' counters summed (exact once server_run has returned). */
+const server_stats_t *server_stats (const server_t *self)
+{
+    static _Thread_local server_stats_t sum;
+    memset (&sum, 0, sizeof sum);
+    for (uint32_t k = 0; k < self->front_count; k++) {
+        const server_stats_t *c = &self->fronts[k]->counters;
+        sum.received += c->received;
+        sum.replied += c->replied;
+        sum.send_failures += c->send_failures;
+        sum.dropped += c->dropped;
+        sum.admitted += c->admitted;
+        sum.inlined += c->inlined;
+        for (int st = 0; st < 16; st++)
+            sum.by_status[st] += c->by_status[st];
+    }
+    return &sum;
+}
 
 model_registry_t *server_models (server_t *self) { return self->models; }
 void server_lock (server_t *self) { pthread_mutex_lock (&self->lock); }
@@ -239,4 +387,12 @@ void server_unlock (server_t *self) { pthread_mutex_unlock (&self->lock); }
 
 bool server_loading (server_t *self) { return atomic_load (&self->loading); }
 
-bool server_ready (server_t *self) { return front_ready (self); }
+bool server_ready (server_t *self)
+{
+    if (atomic_load (&self->loading) || atomic_load (&self->stop_requested) || !model_registry_ready (self->models))
+        return false;
+    for (uint32_t k = 0; k < self->front_count; k++)
+        if (!atomic_load (&self->fronts[k]->serving))
+            return false;
+    return true;
+}

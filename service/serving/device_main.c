@@ -140,7 +140,9 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
             return 0;       /* started already (a rejoin came first): once only */
     m->job_count = rq->job_count;
     m->drift = (_Atomic uint32_t *) rq->drift;
-    m->front = (waker_t *) rq->front;
+    m->lane_count = rq->lane_count;
+    for (uint32_t k = 0; k < m->lane_count && k < CONFIG_MAX_FRONTS; k++)
+        m->lanes[k].front = (waker_t *) rq->front[k];
     for (uint32_t i = 0; i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
         if (!in->here)

@@ -48,7 +48,7 @@ typedef struct {
 
 struct _devices_t {
     shm_t *shm;
-    waker_t *front;
+    waker_t *fronts;                    /* CONFIG_MAX_FRONTS of them, in the region */
     char exe[256], log_level[16], log_format[16];
     pthread_mutex_t lock;               /* calls, process starts and the tenant list */
     proc_t procs[DEVICES_MAX];
@@ -66,7 +66,13 @@ void devices_place_cpu_models (devices_t *self, bool on) { self->cpu_models = on
 bool devices_cpu_models_placed (const devices_t *self) { return self && self->cpu_models; }
 void *devices_alloc (devices_t *self, size_t bytes) { return shm_alloc (self->shm, bytes); }
 void devices_free (devices_t *self, void *block) { shm_free (self->shm, block); }
-waker_t *devices_front_waker (devices_t *self) { return self->front; }
+waker_t *devices_front_waker (devices_t *self, uint32_t front) { return &self->fronts[front]; }
+
+static void s_release_fronts (devices_t *self)
+{
+    for (int k = 0; self->fronts && k < CONFIG_MAX_FRONTS; k++)
+        waker_release (&self->fronts[k]);
+}
 
 static const char *s_device_name (int device, char *buf, size_t len)
 {
@@ -232,7 +238,8 @@ static void s_recover (devices_t *self, proc_t *p, const char *why)
     for (size_t i = 0; i < self->tenant_count; i++)
         if (self->tenants[i].device == p->device)
             self->tenants[i].t.lost (self->tenants[i].t.arg, p->device, why);
-    waker_wake (self->front);
+    for (int k = 0; k < CONFIG_MAX_FRONTS; k++)
+        waker_wake (&self->fronts[k]);
     for (size_t i = 0; i < self->tenant_count; i++)
         while (self->tenants[i].device == p->device && !self->tenants[i].t.swept (self->tenants[i].t.arg, p->device)
                && clock_now_ns () - t0 < SWEEP_WAIT_NS && !atomic_load (&self->stopping))
@@ -335,16 +342,23 @@ devices_t *devices_new (const char *exe, const char *log_level, const char *log_
         free (self);
         return NULL;
     }
-    self->front = shm_alloc (self->shm, sizeof *self->front);
-    if (!self->front || waker_init_inheritable (self->front) != 0) {
-        snprintf (err, errlen, "cannot make the front's waker: %s", strerror (errno));
+    /* a waker for each front there may be (server.fronts), every one's eventfd inherited */
+    self->fronts = shm_alloc (self->shm, CONFIG_MAX_FRONTS * sizeof *self->fronts);
+    bool made = self->fronts != NULL;
+    for (int k = 0; self->fronts && k < CONFIG_MAX_FRONTS; k++)
+        self->fronts[k].fd = -1;
+    for (int k = 0; made && k < CONFIG_MAX_FRONTS; k++)
+        made = waker_init_inheritable (&self->fronts[k]) == 0;
+    if (!made) {
+        snprintf (err, errlen, "cannot make the fronts' wakers: %s", strerror (errno));
+        s_release_fronts (self);
         shm_destroy (&self->shm);
         free (self);
         return NULL;
     }
     if (pthread_create (&self->supervisor, NULL, s_supervise, self) != 0) {
         snprintf (err, errlen, "cannot start the device supervisor thread");
-        waker_release (self->front);
+        s_release_fronts (self);
         shm_destroy (&self->shm);
         free (self);
         return NULL;
@@ -365,7 +379,7 @@ void devices_destroy (devices_t **self_p)
             s_reap (&self->procs[i], false);
     if (s_current == self)
         s_current = NULL;
-    waker_release (self->front);
+    s_release_fronts (self);
     shm_destroy (&self->shm);
     pthread_mutex_destroy (&self->lock);
     free (self);

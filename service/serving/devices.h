@@ -61,8 +61,9 @@ bool devices_cpu_models_placed (const devices_t *self);
 /* The shared region's blocks (base/shm.h). */
 void *devices_alloc (devices_t *self, size_t bytes);
 void devices_free (devices_t *self, void *block);
-/* The waker the front sleeps on: in the region, its eventfd inherited by every device process. */
-waker_t *devices_front_waker (devices_t *self);
+/* The waker front FRONT (< CONFIG_MAX_FRONTS) sleeps on: in the region, its eventfd inherited by every
+ * device process. */
+waker_t *devices_front_waker (devices_t *self, uint32_t front);
 
 /* One control call to DEVICE's process, started if it is not running. 0, or -1 with ERR (the
  * process could not start, died during the call, or answered an error: RP->error). Serialised:

@@ -31,7 +31,8 @@ typedef struct {
     uint32_t job_count;                 /* DEV_START: the model's jobs (rings hold that many) */
     uintptr_t shared[CONFIG_MAX_INSTANCES];     /* DEV_START: each instance's instance_shared_t */
     uintptr_t drift;                    /* DEV_START: the model's drift word */
-    uintptr_t front;                    /* DEV_START: the waker the workers ring (the front's) */
+    uint32_t lane_count;                /* DEV_START: the fronts (a lane each: instance_shared_t) */
+    uintptr_t front[CONFIG_MAX_FRONTS]; /* DEV_START: the waker the workers ring for each lane (its front's) */
     uint32_t fault;                     /* DEV_FAULT: dev_fault_t */
 } dev_request_t;
 

@@ -1,6 +1,6 @@
-/* The front's side of a model (dispatch.h). The job pool is the front's alone: it takes jobs at
- * admission and returns them after sending the reply, so the free list needs no synchronisation.
- * The rings carry the jobs to and from the workers. */
+/* The fronts' side of a model (dispatch.h). Each lane's job pool is its front's alone: it takes
+ * jobs at admission and returns them after sending the reply, so the free list needs no
+ * synchronisation. The lane's rings carry the jobs to and from the workers. */
 #include "serving/dispatch.h"
 #include "serving/model_impl.h"
 
@@ -10,32 +10,35 @@
 #include <stdio.h>
 #include <string.h>
 
-void dispatch_attach (model_t *m, waker_t *front) { m->front = front; }
+void dispatch_attach (model_t *m, uint32_t lane, waker_t *front) { m->lanes[lane].front = front; }
+
+uint32_t dispatch_lanes (const model_t *m) { return m->lane_count; }
 
 void dispatch_job_return (model_t *m, job_t *j)
 {
+    lane_t *l = &m->lanes[j->lane];
     if (j->large >= 0) {        /* the large buffer it borrowed goes back; its own is its again */
-        m->large_free[m->large_free_count++] = (uint32_t) j->large;
+        l->large_free[l->large_free_count++] = (uint32_t) j->large;
         j->large = -1;
         j->features = j->own_features;
         j->outputs = j->own_outputs;
     }
-    m->free_jobs[m->free_count++] = j;
+    l->free_jobs[l->free_count++] = j;
 }
 
-uint32_t dispatch_inflight (const model_t *m) { return m->job_count - m->free_count; }
+uint32_t dispatch_inflight (const model_t *m, uint32_t lane) { return m->job_count - m->lanes[lane].free_count; }
 
 uint32_t dispatch_queued (model_t *m)
 {
     uint32_t q = 0;
     for (uint32_t i = 0; i < m->instance_count; i++)
-        q += (uint32_t) ring_count (&m->instances[i].sh->requests);
+        q += (uint32_t) instance_queued (&m->instances[i]);
     return q;
 }
 
 /* The instance that takes A: a stream's own (the one holding its window), else the least loaded
  * available one, ties round-robin so that equal instances share the work. NULL when none can. */
-static instance_t *s_instance (model_t *m, const admission_t *a)
+static instance_t *s_instance (model_t *m, lane_t *l, const admission_t *a)
 {
     if (a->stream_id) {
         instance_t *in = &m->instances[a->stream_id % m->instance_count];
@@ -44,10 +47,10 @@ static instance_t *s_instance (model_t *m, const admission_t *a)
     instance_t *best = NULL;
     size_t best_load = (size_t) -1;
     for (uint32_t k = 0; k < m->instance_count; k++) {
-        instance_t *in = &m->instances[(m->next_instance + k) % m->instance_count];
+        instance_t *in = &m->instances[(l->next_instance + k) % m->instance_count];
         if (!atomic_load_explicit (&in->sh->available, memory_order_relaxed))
             continue;
-        size_t load = ring_count (&in->sh->requests);
+        size_t load = instance_queued (in);
         if (load < best_load) {
             best = in;
             best_load = load;
@@ -60,24 +63,25 @@ static instance_t *s_instance (model_t *m, const admission_t *a)
 
 /* A request refused before it ran: counted by reason, and logged at most once a second per model
  * with how many since and the last one's message. */
-static sig_status_t s_shed (model_t *m, stats_shed_t why, sig_status_t status, const char *err)
+static sig_status_t s_shed (model_t *m, lane_t *l, stats_shed_t why, sig_status_t status, const char *err)
 {
     if (m->stats)
         stats_count_shed (m->stats, m->stats_slot, why);
-    m->shed_unlogged++;
+    l->shed_unlogged++;
     const uint64_t now = clock_now_ns ();
-    if (now - m->shed_logged_at >= SHED_LOG_INTERVAL_NS) {
+    if (now - l->shed_logged_at >= SHED_LOG_INTERVAL_NS) {
         log_warn ("model %s: %llu request(s) refused since the last such line (%s), the last: %s", m->cfg.name,
-                  (unsigned long long) m->shed_unlogged, stats_shed_names[why], err);
-        m->shed_logged_at = now;
-        m->shed_unlogged = 0;
+                  (unsigned long long) l->shed_unlogged, stats_shed_names[why], err);
+        l->shed_logged_at = now;
+        l->shed_unlogged = 0;
     }
     return status;
 }
 
 /* Admission by time: OVERLOADED when the rows queued on IN would keep A waiting longer than
  * max_queue_us, DEADLINE_EXCEEDED when longer than A's own deadline; SIG_OK otherwise. */
-static sig_status_t s_check_wait (model_t *m, const instance_t *in, const admission_t *a, char *err, size_t errlen)
+static sig_status_t s_check_wait (model_t *m, lane_t *l, const instance_t *in, const admission_t *a, char *err,
+                                  size_t errlen)
 {
     const uint64_t rows = model_queued_rows (in);
     const uint64_t wait = model_expected_wait (m, rows);
@@ -88,13 +92,13 @@ static sig_status_t s_check_wait (model_t *m, const instance_t *in, const admiss
         snprintf (err, errlen, "model \"%s\": the expected wait for a worker is %.3f us (%llu row(s) queued on instance "
                   "%u), over max_queue_us = %u; retry later, or raise the model's max_queue_us or instances", m->cfg.name,
                   wait / 1e3, queued, in->index, m->cfg.max_queue_us);
-        return s_shed (m, SHED_QUEUE_TIME, SIG_OVERLOADED, err);
+        return s_shed (m, l, SHED_QUEUE_TIME, SIG_OVERLOADED, err);
     }
     if (a->deadline_us && wait > (uint64_t) a->deadline_us * 1000) {
         snprintf (err, errlen, "deadline_us: model \"%s\": the expected wait for a worker is %.3f us (%llu row(s) queued "
                   "on instance %u), already over the request's deadline of %u us; not run", m->cfg.name, wait / 1e3,
                   queued, in->index, a->deadline_us);
-        return s_shed (m, SHED_DEADLINE, SIG_DEADLINE_EXCEEDED, err);
+        return s_shed (m, l, SHED_DEADLINE, SIG_DEADLINE_EXCEEDED, err);
     }
     return SIG_OK;
 }
@@ -107,7 +111,8 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
         snprintf (err, errlen, "stream_id: model \"%s\" keeps no streams; send stream_id 0", m->cfg.name);
         return SIG_BAD_SHAPE;
     }
-    instance_t *in = s_instance (m, a);
+    lane_t *l = &m->lanes[a->lane];
+    instance_t *in = s_instance (m, l, a);
     if (!in) {
         snprintf (err, errlen, "model \"%s\" is unavailable on backend %s%s", m->cfg.name, m->iface->name,
                   a->stream_id ? " (the instance holding this stream cannot run)" : "");
@@ -117,32 +122,32 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     if (queued >= m->cfg.queue_depth) {
         snprintf (err, errlen, "model \"%s\": queue full: %u requests waiting (queue_depth %u); retry later, or raise "
                   "the model's queue_depth or instances", m->cfg.name, queued, m->cfg.queue_depth);
-        return s_shed (m, SHED_QUEUE_DEPTH, SIG_OVERLOADED, err);
+        return s_shed (m, l, SHED_QUEUE_DEPTH, SIG_OVERLOADED, err);
     }
-    const sig_status_t waiting = s_check_wait (m, in, a, err, errlen);
+    const sig_status_t waiting = s_check_wait (m, l, in, a, err, errlen);
     if (waiting != SIG_OK)
         return waiting;
     /* The pool holds queue_depth + what the workers and one intake turn can hold (model.c): with room
      * in the queue, a job is free unless finished ones wait to be sent. */
-    if (m->free_count == 0) {
+    if (l->free_count == 0) {
         snprintf (err, errlen, "model \"%s\": every request buffer is in use (replies waiting to be sent); retry "
                   "later", m->cfg.name);
-        return s_shed (m, SHED_BUFFERS, SIG_OVERLOADED, err);
+        return s_shed (m, l, SHED_BUFFERS, SIG_OVERLOADED, err);
     }
     /* A request over buffer_rows rows borrows one of the large buffers (max_rows rows). */
     const bool large = a->rows > m->buffer_rows;
-    if (large && m->large_free_count == 0) {
+    if (large && l->large_free_count == 0) {
         snprintf (err, errlen, "model \"%s\": every buffer for requests of more than %u row(s) is in use (large_buffers "
                   "%u, each max_rows = %u rows); retry later, or send fewer rows a request", m->cfg.name,
                   m->buffer_rows, m->large_count, m->max_rows);
-        return s_shed (m, SHED_BUFFERS, SIG_OVERLOADED, err);
+        return s_shed (m, l, SHED_BUFFERS, SIG_OVERLOADED, err);
     }
-    job_t *j = m->free_jobs[--m->free_count];
+    job_t *j = l->free_jobs[--l->free_count];
     if (large) {
-        const uint32_t k = m->large_free[--m->large_free_count];
+        const uint32_t k = l->large_free[--l->large_free_count];
         const size_t per_large = ((size_t) m->max_rows * (m->input_size + m->output_size) + 15) & ~(size_t) 15;
         j->large = (int) k;
-        j->features = m->large_floats + per_large * k;
+        j->features = l->large_floats + per_large * k;
         j->outputs = j->features + (size_t) m->max_rows * m->input_size;
     }
     j->socket = a->socket;
@@ -159,50 +164,55 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     if (a->client)
         j->client = *a->client;
     memcpy (j->features, a->features, a->feature_count * sizeof (float));
-    if (ran && a->may_inline && m->inline_ns && !a->stream_id && queued == 0
+    if (ran && a->may_inline && l->front_impl && !a->stream_id && queued == 0
         && model_launch_ns (m, a->rows) <= m->inline_ns) {
-        worker_run_inline (m, j);
+        worker_run_inline (m, l->front_impl, j);
         if (m->stats)
             stats_count_inline (m->stats, m->stats_slot);
         *ran = j;
         return SIG_OK;
     }
     if (!a->stream_id)
-        m->next_instance = (in->index + 1) % m->instance_count;
-    in->rows_admitted += j->rows;   /* before the worker can take it: rows_taken never passes it */
+        l->next_instance = (in->index + 1) % m->instance_count;
+    /* before the worker can take it: rows_taken never passes it */
+    _Atomic uint64_t *admitted = &in->rows_admitted[a->lane];
+    atomic_store_explicit (admitted, atomic_load_explicit (admitted, memory_order_relaxed) + j->rows,
+                           memory_order_relaxed);
     j->instance = (int32_t) in->index;
-    ring_push (&in->sh->requests, j);   /* cannot fail: the ring holds every job of the model */
+    ring_push (&in->sh->lanes[a->lane].requests, j);   /* cannot fail: the ring holds every job of the lane */
     waker_wake (in->wake);
     return SIG_OK;
 }
 
-bool dispatch_has_done (model_t *m)
+bool dispatch_has_done (model_t *m, uint32_t lane)
 {
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (ring_count (&m->instances[i].sh->done))
+        if (ring_count (&m->instances[i].sh->lanes[lane].done))
             return true;
     return false;
 }
 
-job_t *dispatch_next_done (model_t *m)
+job_t *dispatch_next_done (model_t *m, uint32_t lane)
 {
+    lane_t *l = &m->lanes[lane];
     for (uint32_t k = 0; k < m->instance_count; k++) {
-        uint32_t i = (m->next_done + k) % m->instance_count;
-        job_t *j = ring_pop (&m->instances[i].sh->done);
+        uint32_t i = (l->next_done + k) % m->instance_count;
+        job_t *j = ring_pop (&m->instances[i].sh->lanes[lane].done);
         if (j) {
             j->instance = -1;
-            m->next_done = (i + 1) % m->instance_count;
+            l->next_done = (i + 1) % m->instance_count;
             return j;
         }
     }
     return NULL;
 }
 
-/* IN's device process is gone: whatever it held and had not handed back is answered UNAVAILABLE,
- * through the done ring (the front is its only producer now), and its queue is emptied. */
-static void s_reclaim_instance (model_t *m, instance_t *in)
+/* IN's device process is gone: whatever it held of LANE and had not handed back is answered
+ * UNAVAILABLE, through the lane's done ring (its front is its only producer now), and the lane's queue
+ * is emptied. */
+static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
 {
-    instance_shared_t *sh = in->sh;
+    lane_rings_t *sh = &in->sh->lanes[lane];
     const int32_t mine = (int32_t) in->index;
     /* what the dead process handed back is answered as it finished: skip those */
     size_t head = atomic_load (&sh->done.head), tail = atomic_load (&sh->done.tail);
@@ -210,14 +220,14 @@ static void s_reclaim_instance (model_t *m, instance_t *in)
         ((job_t *) sh->done.items[k & sh->done.mask])->instance = -2;
     uint32_t answered = 0;
     for (uint32_t i = 0; i < m->job_count; i++) {
-        job_t *j = &m->jobs[i];
+        job_t *j = &m->lanes[lane].jobs[i];
         if (j->instance != mine)
             continue;
         j->status = SIG_UNAVAILABLE;
         j->compute_ns = 0;
         j->batch_rows = 0;
         snprintf (j->error, sizeof j->error, "model \"%s\" instance %u: %s; the request was not answered by it",
-                  m->cfg.name, in->index, sh->state);
+                  m->cfg.name, in->index, in->sh->state);
         j->instance = -2;
         ring_push (&sh->done, j);
         answered++;
@@ -225,21 +235,25 @@ static void s_reclaim_instance (model_t *m, instance_t *in)
     for (size_t k = head; k != tail; k++)
         ((job_t *) sh->done.items[k & sh->done.mask])->instance = mine;
     atomic_store (&sh->requests.head, atomic_load (&sh->requests.tail));
-    atomic_store (&sh->rows_taken, in->rows_admitted);
+    atomic_store (&sh->rows_taken, atomic_load (&in->rows_admitted[lane]));
     if (answered)
         log_warn ("model %s instance %u: %u request(s) held by its lost device process answered UNAVAILABLE",
                   m->cfg.name, in->index, answered);
-    atomic_store (&in->lost, 2);
+    /* the last lane to answer marks the instance answered (the supervisor waits for it: s_swept) */
+    const uint32_t all = (1u << m->lane_count) - 1;
+    if ((atomic_fetch_or (&in->reclaimed, 1u << lane) | 1u << lane) == all)
+        atomic_store (&in->lost, 2);
 }
 
-void dispatch_reclaim (model_t *m)
+void dispatch_reclaim (model_t *m, uint32_t lane)
 {
-    if (!atomic_load_explicit (&m->lost_pending, memory_order_acquire))
+    lane_t *l = &m->lanes[lane];
+    if (!atomic_load_explicit (&l->lost_pending, memory_order_acquire))
         return;
-    atomic_store (&m->lost_pending, false);
+    atomic_store (&l->lost_pending, false);
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (atomic_load (&m->instances[i].lost) == 1)
-            s_reclaim_instance (m, &m->instances[i]);
+        if (atomic_load (&m->instances[i].lost) == 1 && !(atomic_load (&m->instances[i].reclaimed) & 1u << lane))
+            s_reclaim_instance (m, lane, &m->instances[i]);
 }
 
 void dispatch_abort (model_t *m, const char *why)

@@ -1,18 +1,22 @@
-/* The front's side of a model: admitting a request into a job on one of its instances, and
- * collecting finished jobs. Every function is for the front thread (the single producer of every
- * instance's request ring and single consumer of every done ring), except dispatch_queued, which
- * any thread may call for an estimate (the metrics do), and dispatch_abort. */
+/* The fronts' side of a model: admitting a request into a job on one of its instances, and
+ * collecting finished jobs. Each front (server.fronts) has a lane of its own: its pool of jobs and,
+ * to every instance, a request ring it alone produces and a done ring it alone consumes; a lane's
+ * functions are for its front's thread only, except dispatch_queued, which any thread may call for
+ * an estimate (the metrics do), and dispatch_abort. */
 #ifndef SIGSERVE_DISPATCH_H
 #define SIGSERVE_DISPATCH_H
 
 #include "serving/model.h"
 
-/* The waker the workers ring after handing back finished jobs (the front sleeps on it). */
-void dispatch_attach (model_t *m, waker_t *front);
+/* The waker the workers ring after handing back LANE's finished jobs (its front sleeps on it). */
+void dispatch_attach (model_t *m, uint32_t lane, waker_t *front);
+/* The lanes M has (server.fronts when it was loaded). */
+uint32_t dispatch_lanes (const model_t *m);
 
 /* One checked request, as the front took it. */
 typedef struct {
-    int socket;                     /* the front's socket slot it came from */
+    uint32_t lane;                  /* the front that took it */
+    int socket;                     /* that front's socket slot it came from */
     zmq_msg_t *envelope;            /* its routing frames, moved into the job when admitted */
     int envelope_count;
     uint64_t request_id, stream_id, step;
@@ -36,18 +40,18 @@ typedef struct {
  * finished one. RAN may be NULL (never inline). */
 sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char *err, size_t errlen);
 
-/* Whether a finished job waits to be collected. */
-bool dispatch_has_done (model_t *m);
-/* The next finished job of any instance, or NULL. */
-job_t *dispatch_next_done (model_t *m);
+/* Whether a finished job of LANE waits to be collected. */
+bool dispatch_has_done (model_t *m, uint32_t lane);
+/* LANE's next finished job of any instance, or NULL. */
+job_t *dispatch_next_done (model_t *m, uint32_t lane);
 /* When an instance's device process was lost (serving/devices.h): answers every job it held and
- * had not handed back UNAVAILABLE, as finished jobs (dispatch_next_done then returns them). Front
- * thread; costs one atomic load when nothing was lost. */
-void dispatch_reclaim (model_t *m);
-/* Back to the pool, once its reply is sent (the envelope frames must be closed or moved). */
+ * had not handed back on LANE UNAVAILABLE, as finished jobs (dispatch_next_done then returns them).
+ * LANE's front; costs one atomic load when nothing was lost. */
+void dispatch_reclaim (model_t *m, uint32_t lane);
+/* Back to its lane's pool, once its reply is sent (the envelope frames must be closed or moved). */
 void dispatch_job_return (model_t *m, job_t *j);
-/* Jobs out of the pool (queued, computing or finished but not yet returned). */
-uint32_t dispatch_inflight (const model_t *m);
+/* LANE's jobs out of its pool (queued, computing or finished but not yet returned). */
+uint32_t dispatch_inflight (const model_t *m, uint32_t lane);
 /* How many of its requests wait for a worker. Exact on the front; from another thread an estimate
  * that may be off by what moved while it counted (each ring's count is read without a lock). */
 uint32_t dispatch_queued (model_t *m);

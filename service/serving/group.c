@@ -81,7 +81,7 @@ void group_leave (instance_t *in)
     if (!w)
         return;
     /* what it holds is served first (nothing more comes: the model no longer takes requests) */
-    while (ring_count (&in->sh->requests) > 0) {
+    while (instance_queued (in) > 0) {
         waker_wake (&w->wake);
         usleep (200);
     }

@@ -33,7 +33,8 @@ typedef struct _model_t model_t;
 
 typedef struct job {
     /* front */
-    int socket;                         /* the front's socket slot the request came from */
+    uint8_t lane;                       /* the front (its lane) that admitted it, and takes it back */
+    int socket;                         /* that front's socket slot the request came from */
     int envelope_count;
     zmq_msg_t envelope[JOB_ENVELOPE_MAX];
     uint64_t request_id;

@@ -76,7 +76,8 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
     atomic_init (&in->sh->available, true);
     atomic_init (&in->sh->served, 0);
     atomic_init (&in->sh->warm_runs, 0);
-    atomic_init (&in->sh->rows_taken, 0);
+    for (uint32_t k = 0; k < LANES_MAX; k++)
+        atomic_init (&in->sh->lanes[k].rows_taken, 0);
     in->sh->wake.fd = -1;
     atomic_init (&in->sh->busy_since, 0);
     spin_init (&in->spin, m->spin_ns);
@@ -91,8 +92,11 @@ int model_instance_queues (model_t *m, instance_t *in, char *err, size_t errlen)
     const model_config_t *cfg = &m->cfg;
     uint32_t rows = backend_rows (cfg);
     const bool own = in->sh == &in->own;    /* else the server made them in the shared region */
-    if ((own && (ring_init (&in->sh->requests, m->job_count) != 0 || ring_init (&in->sh->done, m->job_count) != 0
-                 || waker_init (&in->sh->wake) != 0)) || !(in->batch_in = floats_zeroed ((size_t) rows * m->input_size))
+    bool rings = true;
+    for (uint32_t k = 0; own && k < m->lane_count; k++)
+        rings = rings && ring_init (&in->sh->lanes[k].requests, m->job_count) == 0
+                && ring_init (&in->sh->lanes[k].done, m->job_count) == 0;
+    if ((own && (!rings || waker_init (&in->sh->wake) != 0)) || !(in->batch_in = floats_zeroed ((size_t) rows * m->input_size))
         || !(in->batch_out = floats_zeroed ((size_t) rows * m->output_size))
         || !(in->warm_in = floats_zeroed (m->input_size)) || !(in->taken = calloc (m->batch_rows, sizeof *in->taken))) {
         sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", cfg->name, in->index);
@@ -126,11 +130,17 @@ uint32_t model_queue_depth_default (const model_t *m)
     return depth < QUEUE_DEPTH_MIN ? QUEUE_DEPTH_MIN : (uint32_t) depth;
 }
 
-/* The request buffers' memory, in MiB. */
+/* The request buffers' memory over every lane, in MiB. */
 double model_buffer_mib (const model_t *m)
 {
     const double row = 4.0 * (m->input_size + m->output_size);
-    return ((double) m->job_count * m->buffer_rows + (double) m->large_count * m->max_rows) * row / 1048576.0;
+    return ((double) m->job_count * m->buffer_rows + (double) m->large_count * m->max_rows) * row * m->lane_count
+           / 1048576.0;
+}
+
+uint32_t model_lanes (const server_config_t *server)
+{
+    return server->fronts == 0 ? 1 : server->fronts > LANES_MAX ? LANES_MAX : server->fronts;
 }
 
 int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen)
@@ -144,30 +154,44 @@ int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void 
     const size_t row = m->input_size + m->output_size;
     size_t per_job = ((size_t) m->buffer_rows * row + 15) & ~(size_t) 15;   /* 64-byte aligned starts */
     size_t per_large = ((size_t) m->max_rows * row + 15) & ~(size_t) 15;
-    m->jobs = alloc (arg, m->job_count * sizeof *m->jobs);
-    m->free_jobs = calloc (m->job_count, sizeof *m->free_jobs);
-    m->job_floats = alloc (arg, per_job * m->job_count * sizeof (float));
-    m->large_free = calloc (m->large_count ? m->large_count : 1, sizeof *m->large_free);
-    m->large_floats = m->large_count ? alloc (arg, per_large * m->large_count * sizeof (float)) : NULL;
-    if (!m->jobs || !m->free_jobs || !m->job_floats || !m->large_free || (m->large_count && !m->large_floats)) {
-        sig_set_error (err, errlen, "model \"%s\": out of memory for %u request buffers of %u rows and %u of %u rows "
-                       "(%.0f MiB; lower queue_depth, buffer_rows or large_buffers)", m->cfg.name, m->job_count,
-                       m->buffer_rows, m->large_count, m->max_rows, model_buffer_mib (m));
-        return -1;
-    }
-    for (uint32_t i = 0; i < m->large_count; i++)
-        m->large_free[m->large_free_count++] = m->large_count - 1 - i;
-    for (uint32_t i = 0; i < m->job_count; i++) {
-        job_t *j = &m->jobs[i];
-        j->features = j->own_features = m->job_floats + per_job * i;
-        j->outputs = j->own_outputs = j->features + (size_t) m->buffer_rows * m->input_size;
-        j->large = -1;
-        j->instance = -1;
-        for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
-            zmq_msg_init (&j->envelope[f]);
-        m->free_jobs[m->free_count++] = &m->jobs[m->job_count - 1 - i];
+    for (uint32_t k = 0; k < m->lane_count; k++) {     /* a pool for each front */
+        lane_t *l = &m->lanes[k];
+        l->jobs = alloc (arg, m->job_count * sizeof *l->jobs);
+        l->free_jobs = calloc (m->job_count, sizeof *l->free_jobs);
+        l->job_floats = alloc (arg, per_job * m->job_count * sizeof (float));
+        l->large_free = calloc (m->large_count ? m->large_count : 1, sizeof *l->large_free);
+        l->large_floats = m->large_count ? alloc (arg, per_large * m->large_count * sizeof (float)) : NULL;
+        if (!l->jobs || !l->free_jobs || !l->job_floats || !l->large_free || (m->large_count && !l->large_floats)) {
+            sig_set_error (err, errlen, "model \"%s\": out of memory for %u request buffers of %u rows and %u of %u "
+                           "rows for each of %u front(s) (%.0f MiB; lower queue_depth, buffer_rows or large_buffers)",
+                           m->cfg.name, m->job_count, m->buffer_rows, m->large_count, m->max_rows, m->lane_count,
+                           model_buffer_mib (m));
+            return -1;
+        }
+        for (uint32_t i = 0; i < m->large_count; i++)
+            l->large_free[l->large_free_count++] = m->large_count - 1 - i;
+        for (uint32_t i = 0; i < m->job_count; i++) {
+            job_t *j = &l->jobs[i];
+            j->lane = (uint8_t) k;
+            j->features = j->own_features = l->job_floats + per_job * i;
+            j->outputs = j->own_outputs = j->features + (size_t) m->buffer_rows * m->input_size;
+            j->large = -1;
+            j->instance = -1;
+            for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
+                zmq_msg_init (&j->envelope[f]);
+            l->free_jobs[l->free_count++] = &l->jobs[m->job_count - 1 - i];
+        }
     }
     return 0;
+}
+
+/* Closes the envelopes of every lane's jobs (those admitted and never answered). */
+void model_jobs_close (model_t *m)
+{
+    for (uint32_t k = 0; k < m->lane_count; k++)
+        for (uint32_t i = 0; m->lanes[k].jobs && i < m->job_count; i++)
+            for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
+                zmq_msg_close (&m->lanes[k].jobs[i].envelope[f]);
 }
 
 void model_take_sizes (model_t *m, const weights_t *w)
@@ -246,13 +270,14 @@ void model_log_loaded (const model_t *m, bool derived)
     }
     log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
               "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
-              "request buffers %u x %u rows + %u x %u rows (%.1f MiB)",
+              "request buffers %u x %u rows + %u x %u rows%s (%.1f MiB)",
               m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
               m->kernel_name, m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
               m->row_ns / 1e3, !m->inline_ns ? "" : model_launch_ns (m, 1) <= m->inline_ns ? " (run on the front when idle)"
                                                   : " (over server.inline_us: never run on the front)",
               m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
-              m->buffer_rows, m->large_count, m->max_rows, model_buffer_mib (m));
+              m->buffer_rows, m->large_count, m->max_rows, m->lane_count > 1 ? " for each front" : "",
+              model_buffer_mib (m));
 }
 
 model_t *model_local_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
@@ -271,6 +296,7 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
     m->stats = stats;
     m->stats_slot = STATS_UNKNOWN;
     m->drift = &m->own_drift;
+    m->lane_count = model_lanes (server);
     if (cfg->group[0] && cfg->keep_warm_us) {
         sig_set_error (err, errlen, "model \"%s\": keep_warm_us: a model in a group (\"%s\") is served by the group's "
                        "workers, which keep no one model warm; remove keep_warm_us or group", cfg->name, cfg->group);
@@ -297,8 +323,9 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
      * stream's window lives in its instance) and without keep_warm_us (which keeps the workers warm
      * for the next request: that request must then go to them). */
     if (server->inline_us && m->iface->device == BACKEND_DEVICE_CPU && !m->iface->stream_step && !cfg->keep_warm_us) {
-        if (!(m->front_impl = m->iface->load (w, &m->cfg, 0, err, errlen)))
-            goto failed;
+        for (uint32_t k = 0; k < m->lane_count; k++)     /* one for each front */
+            if (!(m->lanes[k].front_impl = m->iface->load (w, &m->cfg, 0, err, errlen)))
+                goto failed;
         m->inline_ns = (uint64_t) server->inline_us * 1000;
     }
     weights_destroy (&w);
@@ -342,15 +369,18 @@ void model_local_destroy (model_t **self_p)
         } else if (in->group)
             group_leave (in);
     }
-    if (m->front_impl)
-        m->iface->destroy (&m->front_impl);
+    for (uint32_t k = 0; k < m->lane_count; k++)
+        if (m->lanes[k].front_impl)
+            m->iface->destroy (&m->lanes[k].front_impl);
     for (uint32_t i = 0; m->instances && i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
         if (in->impl)
             m->iface->destroy (&in->impl);
         if (in->sh == &in->own) {
-            ring_release (&in->own.requests);
-            ring_release (&in->own.done);
+            for (uint32_t k = 0; k < LANES_MAX; k++) {
+                ring_release (&in->own.lanes[k].requests);
+                ring_release (&in->own.lanes[k].done);
+            }
             waker_release (&in->own.wake);
         }
         free (in->batch_in);
@@ -360,16 +390,18 @@ void model_local_destroy (model_t **self_p)
         streams_destroy (&in->streams);
     }
     if (!m->remote) {
-        for (uint32_t i = 0; m->jobs && i < m->job_count; i++)
-            for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
-                zmq_msg_close (&m->jobs[i].envelope[f]);
-        free (m->jobs);
-        free (m->job_floats);
-        free (m->large_floats);
+        model_jobs_close (m);
+        for (uint32_t k = 0; k < m->lane_count; k++) {
+            free (m->lanes[k].jobs);
+            free (m->lanes[k].job_floats);
+            free (m->lanes[k].large_floats);
+        }
     }
     free (m->instances);
-    free (m->free_jobs);
-    free (m->large_free);
+    for (uint32_t k = 0; k < m->lane_count; k++) {
+        free (m->lanes[k].free_jobs);
+        free (m->lanes[k].large_free);
+    }
     free (m);
     *self_p = NULL;
 }

@@ -15,10 +15,17 @@
 /* What an instance's worker and the front share: the rings, the worker's waker, the counters and the
  * state. In the server's own process it is the instance's `own`; an instance run by a device process
  * (serving/devices.h) has it in the shared region, at the same address in both processes. */
+/* Each front (server.fronts) has a lane to every instance: a ring pair and the rows its worker took
+ * from it. A lane's rings hold every job of the front's pool. */
+#define LANES_MAX CONFIG_MAX_FRONTS
 typedef struct {
     ring_t requests;                    /* front -> worker: admitted jobs */
     _Atomic uint64_t rows_taken;        /* (worker) rows of the jobs popped: rows_admitted - this waits */
     ring_t done;                        /* worker -> front: finished jobs */
+} lane_rings_t;
+
+typedef struct {
+    lane_rings_t lanes[LANES_MAX];      /* the model's lane_count of them are used */
     waker_t wake;                       /* the worker sleeps on it when idle */
     _Atomic bool stop;                  /* set once nothing more will be queued: exit when empty */
     _Atomic bool abort;                 /* answer queued jobs UNAVAILABLE without running them */
@@ -30,6 +37,25 @@ typedef struct {
 } instance_shared_t;
 
 typedef struct group_worker group_worker_t;
+
+/* One front's side of a model (dispatch.c): its pool of jobs and what it collects. Only that front
+ * touches it, except `front` and `lost_pending`. */
+typedef struct {
+    job_t *jobs;
+    float *job_floats;                  /* every job's features and outputs, one block */
+    job_t **free_jobs;
+    uint32_t free_count;
+    float *large_floats;                /* large_count buffers of max_rows rows, one block ... */
+    uint32_t *large_free;               /* ... and the free ones */
+    uint32_t large_free_count;
+    uint32_t next_instance;             /* round-robin start among equally loaded instances */
+    uint32_t next_done;                 /* round-robin start when collecting */
+    waker_t *front;                     /* rung by workers after handing this lane's jobs back */
+    backend_model_t *front_impl;        /* the front's own context for requests run inline (or NULL) */
+    uint64_t shed_logged_at;            /* the last shed log line, and sheds since */
+    uint64_t shed_unlogged;
+    _Atomic bool lost_pending;          /* an instance is lost: this front answers what it held */
+} lane_t;
 
 typedef struct {
     model_t *model;
@@ -43,7 +69,7 @@ typedef struct {
     backend_model_t *impl;              /* this instance's backend context */
     instance_shared_t *sh;              /* &own, or in the region shared with a device process */
     instance_shared_t own;
-    uint64_t rows_admitted;             /* front: rows of the jobs pushed onto requests, ever */
+    _Atomic uint64_t rows_admitted[LANES_MAX];  /* front k: rows of the jobs it pushed onto its lane, ever */
     spin_t spin;                        /* the worker spins for as long as base/spin.h says, then sleeps */
     pthread_t thread;
     bool started;
@@ -52,9 +78,10 @@ typedef struct {
     bool have_warm;
     job_t **taken;                      /* the batch being computed: up to max_batch_rows jobs */
     streams_t *streams;                 /* LSTM: stream_id -> backend slot (NULL for other models) */
-    /* the server's, for an instance in a device process: 1 once the process is lost (the front then
-     * answers what it held: dispatch_reclaim), 2 when answered, 0 serving */
+    /* the server's, for an instance in a device process: 1 once the process is lost (each front then
+     * answers what its lane held: dispatch_reclaim, a bit each in reclaimed), 2 when all have, 0 serving */
     _Atomic int lost;
+    _Atomic uint32_t reclaimed;
 } instance_t;
 
 struct _model_t {
@@ -72,11 +99,8 @@ struct _model_t {
     _Atomic uint32_t own_drift;
     uint64_t max_queue_ns;              /* cfg.max_queue_us */
     /* Run to completion on the front (server.inline_us): a request whose launch is predicted under
-     * inline_ns, when nothing of the model waits, runs on front_impl, the front's own context. */
+     * inline_ns, when nothing of the model waits, runs on its lane's front_impl, the front's own context. */
     uint64_t inline_ns;                 /* 0: never (not a CPU model, an LSTM, keep_warm_us, or inline_us 0) */
-    backend_model_t *front_impl;
-    uint64_t shed_logged_at;            /* front: the last shed log line, and sheds since */
-    uint64_t shed_unlogged;
     bool busy_poll;                     /* workers spin instead of sleeping when idle */
     uint64_t spin_ns;                   /* without busy_poll: the most an idle worker spins (0: never) */
     stats_t *stats;
@@ -87,26 +111,26 @@ struct _model_t {
     autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];   /* what "auto" measured, fastest first */
     uint32_t instance_count;
     instance_t *instances;
-    /* the front's (dispatch.c) */
-    uint32_t job_count;
-    job_t *jobs;
-    float *job_floats;                  /* every job's features and outputs, one block */
-    job_t **free_jobs;
-    uint32_t free_count;
+    /* the fronts' (dispatch.c): a lane each, with a pool of job_count jobs */
+    uint32_t lane_count;                /* server.fronts when loaded */
+    lane_t lanes[LANES_MAX];
+    uint32_t job_count;                 /* jobs of each lane */
     uint32_t buffer_rows;               /* rows of each job's own buffer */
-    uint32_t large_count;               /* buffers of max_rows rows for larger requests ... */
-    float *large_floats;                /* ... one block ... */
-    uint32_t *large_free;               /* ... and the free ones */
-    uint32_t large_free_count;
-    uint32_t next_instance;             /* round-robin start among equally loaded instances */
-    uint32_t next_done;                 /* round-robin start when collecting */
-    waker_t *front;                     /* rung by workers after handing jobs back */
+    uint32_t large_count;               /* each lane's buffers of max_rows rows for larger requests */
     char abort_reason[64];
     /* Device processes (serving/devices.h): on the server, REMOTE when the instances run in them
      * (jobs, rings and drift in the shared region); in a device process, DEVICE_SIDE. */
     bool remote, device_side;
-    _Atomic bool lost_pending;          /* an instance is lost: the front answers what it held */
 };
+
+/* Jobs queued on IN over every lane (exact only when no front pushes meanwhile). */
+static inline size_t instance_queued (const instance_t *in)
+{
+    size_t n = 0;
+    for (uint32_t k = 0; k < in->model->lane_count; k++)
+        n += ring_count (&in->sh->lanes[k].requests);
+    return n;
+}
 
 /* A worker of a group of models (group.c): serves instance `index` of every member model, in
  * order of arrival (worker.c: worker_group_main). */
@@ -146,7 +170,12 @@ void model_take_limits (model_t *m);
 /* 0 when a request of max_rows rows fits MAX_MESSAGE_BYTES; else -1 with ERR saying what to change. */
 int model_check_message_size (const model_t *m, uint32_t max_message_bytes, char *err, size_t errlen);
 void *model_heap_alloc (void *arg, size_t bytes);
+/* A pool of job_count jobs for each lane (with ALLOC: the server's heap, or the shared region). */
 int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen);
+/* Closes the envelopes every lane's jobs still hold. */
+void model_jobs_close (model_t *m);
+/* The lanes a model gets: server.fronts (0 read as 1). */
+uint32_t model_lanes (const server_config_t *server);
 int model_start_workers (model_t *m, char *err, size_t errlen);
 void model_log_loaded (const model_t *m, bool derived);
 model_t *model_local_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
@@ -164,13 +193,13 @@ void model_remote_release (model_t *m);
 /* worker.c */
 void *worker_main (void *instance);
 
-/* worker.c: runs J (admitted, not queued) on the front's own context, as a worker would. */
-void worker_run_inline (model_t *m, job_t *j);
+/* worker.c: runs J (admitted, not queued) on IMPL, its front's own context, as a worker would. */
+void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j);
 
 /* model_time.c: times a launch of 1 and of up to max_batch_rows rows on instance 0 (launch_ns,
  * row_ns); 0, or -1 with ERR when the backend fails. */
 int model_time (model_t *m, char *err, size_t errlen);
-/* Rows admitted to IN and not yet taken by its worker (exact on the front). */
+/* Rows admitted to IN and not yet taken by its worker, over every lane (exact with one front). */
 uint64_t model_queued_rows (const instance_t *in);
 /* The expected time (ns) before QUEUED rows on one instance start, from the launch cost model. */
 uint64_t model_expected_wait (const model_t *m, uint64_t queued);

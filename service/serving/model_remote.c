@@ -85,7 +85,9 @@ static int s_start (model_t *m, int device, call_t *c, char *err, size_t errlen)
     for (uint32_t i = 0; i < m->instance_count; i++)
         c->rq.shared[i] = (uintptr_t) m->instances[i].sh;
     c->rq.drift = (uintptr_t) m->drift;
-    c->rq.front = (uintptr_t) devices_front_waker (devices_current ());
+    c->rq.lane_count = m->lane_count;
+    for (uint32_t k = 0; k < m->lane_count; k++)
+        c->rq.front[k] = (uintptr_t) devices_front_waker (devices_current (), k);
     return devices_call (devices_current (), device, &c->rq, &c->rp, err, errlen);
 }
 
@@ -103,9 +105,12 @@ static void s_lost (void *arg, int device, const char *why)
         atomic_store (&in->sh->available, false);
     }
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (s_device (&m->cfg, gpu, i) == device)
+        if (s_device (&m->cfg, gpu, i) == device) {
+            atomic_store (&m->instances[i].reclaimed, 0);
             atomic_store (&m->instances[i].lost, 1);
-    atomic_store (&m->lost_pending, true);
+        }
+    for (uint32_t k = 0; k < m->lane_count; k++)    /* each front answers what its lane held */
+        atomic_store (&m->lanes[k].lost_pending, true);
 }
 
 static bool s_swept (void *arg, int device)
@@ -183,17 +188,22 @@ static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const int *c
     }
     const size_t slots = ring_slots (m->job_count);
     instance_shared_t *sh = devices_alloc (d, sizeof *sh);
-    void **requests = devices_alloc (d, slots * sizeof (void *)), **done = devices_alloc (d, slots * sizeof (void *));
-    if (!sh || !requests || !done) {
-        devices_free (d, sh);
-        devices_free (d, requests);
-        devices_free (d, done);
+    if (!sh)
         return -1;
+    memset (sh, 0, sizeof *sh);
+    in->sh = sh;    /* from here model_remote_release frees what was made */
+    for (uint32_t k = 0; k < m->lane_count; k++) {
+        void **requests = devices_alloc (d, slots * sizeof (void *)), **done = devices_alloc (d, slots * sizeof (void *));
+        if (!requests || !done) {
+            devices_free (d, requests);
+            devices_free (d, done);
+            return -1;
+        }
+        ring_init_at (&sh->lanes[k].requests, requests, slots);
+        ring_init_at (&sh->lanes[k].done, done, slots);
+        atomic_init (&sh->lanes[k].rows_taken, 0);
     }
-    ring_init_at (&sh->requests, requests, slots);
-    ring_init_at (&sh->done, done, slots);
     waker_init_futex (&sh->wake);
-    atomic_init (&sh->rows_taken, 0);
     atomic_init (&sh->stop, false);
     atomic_init (&sh->abort, false);
     atomic_init (&sh->available, true);
@@ -201,7 +211,6 @@ static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const int *c
     atomic_init (&sh->warm_runs, 0);
     atomic_init (&sh->busy_since, 0);
     snprintf (sh->state, sizeof sh->state, "serving");
-    in->sh = sh;
     in->wake = &sh->wake;
     atomic_init (&in->lost, 0);
     return 0;
@@ -248,6 +257,7 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
     m->spin_ns = server->spin_cap_ns;
     m->stats = stats;
     m->stats_slot = STATS_UNKNOWN;
+    m->lane_count = model_lanes (server);
     m->instance_count = cfg->instances;
     int loaded[DEVICES_MAX];
     size_t loaded_count = 0;
@@ -358,19 +368,22 @@ void model_remote_release (model_t *m)
             log_warn ("model %s: unloading it from device %d: %s", m->cfg.name, devs[k], err);
     }
     free (c);
-    for (uint32_t i = 0; m->jobs && i < m->job_count; i++)
-        for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
-            zmq_msg_close (&m->jobs[i].envelope[f]);
-    devices_free (d, m->jobs);
-    devices_free (d, m->job_floats);
-    devices_free (d, m->large_floats);
-    m->jobs = NULL;
-    m->job_floats = m->large_floats = NULL;
+    model_jobs_close (m);
+    for (uint32_t k = 0; k < m->lane_count; k++) {
+        lane_t *l = &m->lanes[k];
+        devices_free (d, l->jobs);
+        devices_free (d, l->job_floats);
+        devices_free (d, l->large_floats);
+        l->jobs = NULL;
+        l->job_floats = l->large_floats = NULL;
+    }
     for (uint32_t i = 0; m->instances && i < m->instance_count; i++) {
         instance_shared_t *sh = m->instances[i].sh;
         if (sh) {
-            devices_free (d, sh->requests.items);
-            devices_free (d, sh->done.items);
+            for (uint32_t k = 0; k < m->lane_count; k++) {
+                devices_free (d, sh->lanes[k].requests.items);
+                devices_free (d, sh->lanes[k].done.items);
+            }
             devices_free (d, sh);
         }
         m->instances[i].sh = NULL;

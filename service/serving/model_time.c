@@ -91,7 +91,15 @@ static uint64_t s_cost (const model_t *m, uint64_t rows)
 
 uint64_t model_queued_rows (const instance_t *in)
 {
-    return in->rows_admitted - atomic_load_explicit (&in->sh->rows_taken, memory_order_relaxed);
+    /* exact for the calling front's own lane; another front's may move while it is read (taken can
+     * then pass the admitted count read before it: counted as none) */
+    uint64_t rows = 0;
+    for (uint32_t k = 0; k < in->model->lane_count; k++) {
+        const uint64_t admitted = atomic_load_explicit (&in->rows_admitted[k], memory_order_relaxed);
+        const uint64_t taken = atomic_load_explicit (&in->sh->lanes[k].rows_taken, memory_order_relaxed);
+        rows += admitted > taken ? admitted - taken : 0;
+    }
+    return rows;
 }
 
 uint64_t model_expected_wait (const model_t *m, uint64_t queued)

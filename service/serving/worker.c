@@ -17,17 +17,44 @@
 #include <string.h>
 
 
-static void s_finish (instance_t *in, job_t *j)
+/* Hands J back on its front's lane; *WOKEN gains the lane's bit (its front is woken after the turn). */
+static void s_finish (instance_t *in, job_t *j, uint32_t *woken)
 {
-    while (!ring_push (&in->sh->done, j))   /* cannot happen: the ring holds every job of the model */
+    while (!ring_push (&in->sh->lanes[j->lane].done, j))   /* cannot happen: the ring holds every job of the lane */
         _mm_pause ();
+    *woken |= 1u << j->lane;
 }
 
-/* Takes the head of the queue (already peeked), counting its rows as no longer waiting. */
-static void s_pop (instance_t *in, job_t *j)
+/* Wakes the fronts of the lanes in WOKEN. */
+static void s_wake_fronts (model_t *m, uint32_t woken)
 {
-    ring_pop (&in->sh->requests);
-    atomic_store_explicit (&in->sh->rows_taken, atomic_load_explicit (&in->sh->rows_taken, memory_order_relaxed) + j->rows,
+    for (uint32_t k = 0; woken; k++, woken >>= 1)
+        if ((woken & 1u) && m->lanes[k].front)
+            waker_wake (m->lanes[k].front);
+}
+
+/* The oldest head of IN's lanes (one ring per front), or NULL; *LANE says whose. */
+static job_t *s_peek (instance_t *in, uint32_t *lane)
+{
+    const uint32_t lanes = in->model->lane_count;
+    job_t *first = ring_peek (&in->sh->lanes[0].requests);
+    *lane = 0;
+    for (uint32_t k = 1; k < lanes; k++) {
+        job_t *j = ring_peek (&in->sh->lanes[k].requests);
+        if (j && (!first || j->t_recv < first->t_recv)) {
+            first = j;
+            *lane = k;
+        }
+    }
+    return first;
+}
+
+/* Takes the head of LANE's queue (already peeked), counting its rows as no longer waiting. */
+static void s_pop (instance_t *in, uint32_t lane, job_t *j)
+{
+    lane_rings_t *r = &in->sh->lanes[lane];
+    ring_pop (&r->requests);
+    atomic_store_explicit (&r->rows_taken, atomic_load_explicit (&r->rows_taken, memory_order_relaxed) + j->rows,
                            memory_order_relaxed);
 }
 
@@ -48,31 +75,33 @@ static bool s_past_deadline (job_t *j, uint64_t now)
     return true;
 }
 
-/* Takes what is queued into in->taken, up to the batch's rows (a request larger than the batch
- * goes alone). Requests past their deadline, or arriving after an abort, are answered at once.
- * Returns how many were taken to run; *FINISHED counts those answered without running. */
-static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *finished)
+/* Takes what is queued into in->taken, oldest first over the lanes, up to the batch's rows (a
+ * request larger than the batch goes alone). Requests past their deadline, or arriving after an
+ * abort, are answered at once. Returns how many were taken to run; *FINISHED counts those answered
+ * without running, *WOKEN the lanes they went back on. */
+static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *finished, uint32_t *woken)
 {
     model_t *m = in->model;
     job_t *j;
-    while (n < m->batch_rows && (j = ring_peek (&in->sh->requests)) != NULL) {
+    uint32_t lane;
+    while (n < m->batch_rows && (j = s_peek (in, &lane)) != NULL) {
         if (j->stream_id)
             break;      /* a stream step goes alone (s_stream_step), after what was taken */
         if (n > 0 && *rows + j->rows > m->batch_rows)
             break;
-        s_pop (in, j);
+        s_pop (in, lane, j);
         uint64_t now = clock_now_ns ();
         j->t_start = now;
         j->compute_ns = 0;
         j->batch_rows = 0;
         if (atomic_load_explicit (&in->sh->abort, memory_order_relaxed)) {
             s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
-            s_finish (in, j);
+            s_finish (in, j, woken);
             (*finished)++;
             continue;
         }
         if (s_past_deadline (j, now)) {
-            s_finish (in, j);
+            s_finish (in, j, woken);
             (*finished)++;
             continue;
         }
@@ -159,7 +188,7 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
     }
 }
 
-void worker_run_inline (model_t *m, job_t *j)
+void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j)
 {
     const uint64_t t0 = clock_now_ns ();
     j->t_start = t0;
@@ -168,7 +197,7 @@ void worker_run_inline (model_t *m, job_t *j)
     if (s_past_deadline (j, t0))
         return;
     char err[JOB_ERROR_MAX];
-    const sig_status_t st = m->iface->infer (m->front_impl, j->features, j->rows, j->outputs, err, sizeof err);
+    const sig_status_t st = m->iface->infer (impl, j->features, j->rows, j->outputs, err, sizeof err);
     const uint64_t t1 = clock_now_ns ();
     j->compute_ns = t1 - t0;
     j->batch_rows = j->rows;
@@ -183,13 +212,13 @@ void worker_run_inline (model_t *m, job_t *j)
 
 /* With batch_delay_us: after the first request, wait up to that long (from its receipt by this
  * worker) for more, until the batch is full. */
-static uint32_t s_gather_more (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *finished)
+static uint32_t s_gather_more (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *finished, uint32_t *woken)
 {
     model_t *m = in->model;
     uint64_t until = clock_now_ns () + (uint64_t) m->cfg.batch_delay_us * 1000;
     while (*rows < m->batch_rows && clock_now_ns () < until) {
         uint32_t before = n;
-        n = s_take (in, n, rows, finished);
+        n = s_take (in, n, rows, finished, woken);
         if (n == before)
             _mm_pause ();
     }
@@ -283,9 +312,9 @@ static void s_stream_step (instance_t *in, job_t *j)
             }
         }
     }
-    s_finish (in, j);
-    if (m->front)
-        waker_wake (m->front);
+    uint32_t woken = 0;
+    s_finish (in, j, &woken);
+    s_wake_fronts (m, woken);
     if (slot >= 0 && j->status == SIG_OK) {
         m->iface->stream_advance (in->impl, (uint32_t) slot);
         model_observe_launch (m, 1, clock_now_ns () - t_step);     /* the step and the advance: the worker's time */
@@ -297,27 +326,26 @@ static void s_stream_step (instance_t *in, job_t *j)
 static bool s_turn (instance_t *in, spin_t *spin)
 {
     model_t *m = in->model;
-    uint32_t rows = 0, finished = 0;
-    job_t *head = ring_peek (&in->sh->requests);
+    uint32_t rows = 0, finished = 0, woken = 0, lane;
+    job_t *head = s_peek (in, &lane);
     if (head && head->stream_id) {
-        s_pop (in, head);
+        s_pop (in, lane, head);
         spin_arrival (spin, clock_now_ns ());
         s_stream_step (in, head);
         return true;
     }
-    uint32_t n = s_take (in, 0, &rows, &finished);
+    uint32_t n = s_take (in, 0, &rows, &finished, &woken);
     if (n + finished == 0)
         return false;
     spin_arrival (spin, clock_now_ns ());
     if (n > 0 && m->cfg.batch_delay_us && rows < m->batch_rows)
-        n = s_gather_more (in, n, &rows, &finished);
+        n = s_gather_more (in, n, &rows, &finished, &woken);
     if (n > 0) {
         s_run (in, n, rows);
         for (uint32_t k = 0; k < n; k++)
-            s_finish (in, in->taken[k]);
+            s_finish (in, in->taken[k], &woken);
     }
-    if (m->front)
-        waker_wake (m->front);
+    s_wake_fronts (m, woken);
     return true;
 }
 
@@ -337,7 +365,7 @@ void *worker_main (void *arg)
             last_active = clock_now_ns ();
             continue;
         }
-        if (atomic_load_explicit (&in->sh->stop, memory_order_acquire) && ring_count (&in->sh->requests) == 0)
+        if (atomic_load_explicit (&in->sh->stop, memory_order_acquire) && instance_queued (in) == 0)
             break;
         uint64_t now = clock_now_ns ();
         if (keep_warm_ns && now - last_active >= keep_warm_ns) {
@@ -353,7 +381,7 @@ void *worker_main (void *arg)
             continue;
         }
         waker_prepare (&in->sh->wake);
-        if (ring_count (&in->sh->requests) > 0 || atomic_load (&in->sh->stop)) {
+        if (instance_queued (in) > 0 || atomic_load (&in->sh->stop)) {
             waker_cancel (&in->sh->wake);
             continue;
         }
@@ -388,7 +416,8 @@ void *worker_group_main (void *arg)
         instance_t *first = NULL;
         uint64_t oldest = UINT64_MAX;
         for (size_t k = 0; k < count; k++) {
-            const job_t *head = ring_peek (&members[k]->sh->requests);
+            uint32_t lane;
+            const job_t *head = s_peek (members[k], &lane);
             if (head && head->t_recv < oldest) {
                 oldest = head->t_recv;
                 first = members[k];
@@ -405,7 +434,7 @@ void *worker_group_main (void *arg)
         waker_prepare (&w->wake);
         bool work = atomic_load (&w->version) != seen || atomic_load (&w->stop);
         for (size_t k = 0; k < count && !work; k++)
-            work = ring_count (&members[k]->sh->requests) > 0;
+            work = instance_queued (members[k]) > 0;
         if (work) {
             waker_cancel (&w->wake);
             continue;
