@@ -407,16 +407,31 @@ START_TEST (keep_warm_runs_while_idle)
 }
 END_TEST
 
-/* ---- shutdown under a flood ---- */
+/* ---- shutdown under a flood, with one front and with two ---- */
+
+#define FLOOD_IDS (1 << 20)
 
 typedef struct {
     const char *endpoint;
     atomic_bool stop;
     atomic_long replies;            /* read by the test while the flood runs */
-    atomic_long expect;             /* once stopped: the infer replies the server says it sent (-1: not known) */
-    long sent, ok, unavailable, other;
+    atomic_long *all;               /* the replies of every flood of the test */
+    atomic_long *expect;            /* once stopped: the infer replies the server says it sent (-1: not known) */
+    long sent, ok, unavailable, other, wrong;
     bool duplicate;
+    uint8_t *seen;                  /* FLOOD_IDS: replies per request id */
+    char first_other[600];          /* the first reply neither OK nor UNAVAILABLE */
 } flood_t;
+
+/* Request ID's features (odd's 33), the same on every call. */
+static void s_flood_features (uint64_t id, float *f)
+{
+    uint64_t x = id * 0x9E3779B97F4A7C15ull + 1;
+    for (int i = 0; i < 33; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        f[i] = (float) ((double) (x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+}
 
 static void *s_flood (void *arg)
 {
@@ -427,21 +442,22 @@ static void *s_flood (void *arg)
     zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
     zmq_connect (s, fl->endpoint);
-    static uint8_t seen[1 << 20];
-    float f[512] = { 0.25f };
+    float f[33];
     uint8_t buf[4096];
     zmq_pollitem_t item = { .socket = s, .events = ZMQ_POLLIN };
     for (uint64_t until = 0;;) {
         const bool stopping = atomic_load (&fl->stop);
-        if (!stopping && fl->sent - fl->replies < 256 && fl->sent < (1 << 20)) {
-            size_t len = tu_pack_infer (buf, sizeof buf, "tick_mlp", f, 512, 1, (uint64_t) fl->sent, 0);
+        /* 100 in flight each: two floods stay within odd's queue_depth of 256 */
+        if (!stopping && fl->sent - fl->replies < 100 && fl->sent < FLOOD_IDS) {
+            s_flood_features ((uint64_t) fl->sent, f);
+            size_t len = tu_pack_infer (buf, sizeof buf, "odd", f, 33, 1, (uint64_t) fl->sent, 0);
             if (zmq_send (s, buf, len, ZMQ_DONTWAIT) == (int) len)
                 fl->sent++;
         }
         if (stopping) {     /* the server is gone: take in what it sent, all of it (30 s at most) */
             if (!until)
                 until = clock_now_ns () + 30000000000ull;
-            if (atomic_load (&fl->replies) >= atomic_load (&fl->expect) || clock_now_ns () > until)
+            if (atomic_load (fl->all) >= atomic_load (fl->expect) || clock_now_ns () > until)
                 break;
         }
         if (zmq_poll (&item, 1, stopping ? 100 : 0) <= 0)
@@ -451,54 +467,75 @@ static void *s_flood (void *arg)
         if (!r)
             continue;
         uint64_t id = r->infer->request_id;
-        if (id < (1u << 20) && seen[id]++)
+        if (id >= FLOOD_IDS || fl->seen[id]++)
             fl->duplicate = true;
         atomic_fetch_add (&fl->replies, 1);
-        if (r->infer->status == SIGSERVE__V1__STATUS__STATUS_OK)
+        atomic_fetch_add (fl->all, 1);
+        if (r->infer->status == SIGSERVE__V1__STATUS__STATUS_OK) {
             fl->ok++;
-        else if (r->infer->status == SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE)
+            double ref[3], bound[3];
+            s_flood_features (id, f);
+            bool right = r->infer->n_outputs == 3 && tol_mlp (s_fx.odd, f, 1, ref, bound) == 0;
+            for (int o = 0; right && o < 3; o++)
+                right = fabs (r->infer->outputs[o] - ref[o]) <= bound[o];
+            fl->wrong += !right;
+        } else if (r->infer->status == SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE)
             fl->unavailable++;
-        else
-            fl->other++;
+        else if (fl->other++ == 0)
+            snprintf (fl->first_other, sizeof fl->first_other, "%d: %s", r->infer->status, r->infer->error);
         sigserve__v1__reply__free_unpacked (r, NULL);
     }
     zmq_close (s);
     return NULL;
 }
 
+/* A flood on both endpoints, served by one front (_i 0) or by two (_i 1: a front each), then
+ * SIGTERM: every request taken is answered, once, on the endpoint it came from; no reply lost or
+ * duplicated; every OK output within its bound of the reference. */
 START_TEST (flood_neither_loses_replies_nor_delays_exit)
 {
-    /* Its own server (this test stops it): drain_ms 200. */
+    const int fronts = 1 + _i;
     int p0 = tu_free_port (), p1 = tu_free_port ();
-    char *path = tu_fixture_config (&s_fx, "flood.json", p0, p1);
-    char ep[64], cmd[4400];
-    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", p0);
-    snprintf (cmd, sizeof cmd, "sed -i 's/\"stats_interval_s\": 0/\"stats_interval_s\": 0, \"drain_ms\": 200/' %s", path);
+    char name[32];
+    snprintf (name, sizeof name, "flood%d.json", fronts);
+    char *path = tu_fixture_config (&s_fx, name, p0, p1);
+    char ep[2][64], cmd[4400];
+    snprintf (ep[0], sizeof ep[0], "tcp://127.0.0.1:%d", p0);
+    snprintf (ep[1], sizeof ep[1], "tcp://127.0.0.1:%d", p1);
+    snprintf (cmd, sizeof cmd, "sed -i 's/\"stats_interval_s\": 0/\"stats_interval_s\": 0, \"drain_ms\": 200, "
+              "\"fronts\": %d/' %s", fronts, path);
     ck_assert_int_eq (system (cmd), 0);
     char log[2400];
-    snprintf (log, sizeof log, "%s/flood.log", s_fx.dir);
-    pid_t pid = tu_server_start_logged (path, ep, 30000, log, "info");   /* info: the "stopped:" line */
+    snprintf (log, sizeof log, "%s/flood%d.log", s_fx.dir, fronts);
+    pid_t pid = tu_server_start_logged (path, ep[0], 30000, log, "info");   /* info: the "stopped:" line */
     ck_assert_int_gt (pid, 0);
-    flood_t fl = { .endpoint = ep };
-    atomic_init (&fl.stop, false);
-    atomic_init (&fl.replies, 0);
-    atomic_init (&fl.expect, -1);
-    pthread_t th;
-    pthread_create (&th, NULL, s_flood, &fl);
-    /* The flood is under way (256 requests in flight, a thousand answered) when the signal comes. */
-    for (int i = 0; i < 3000 && atomic_load (&fl.replies) < 1000; i++)
+    flood_t fl[2];
+    pthread_t th[2];
+    atomic_long all, expect;
+    atomic_init (&all, 0);
+    atomic_init (&expect, -1);
+    for (int k = 0; k < 2; k++) {
+        fl[k] = (flood_t) { .endpoint = ep[k], .seen = calloc (FLOOD_IDS, 1), .all = &all, .expect = &expect };
+        atomic_init (&fl[k].stop, false);
+        atomic_init (&fl[k].replies, 0);
+        pthread_create (&th[k], NULL, s_flood, &fl[k]);
+    }
+    /* The floods are under way (100 requests in flight each, a thousand answered) when the signal comes. */
+    for (int i = 0; i < 3000 && (atomic_load (&fl[0].replies) < 1000 || atomic_load (&fl[1].replies) < 1000); i++)
         usleep (10000);
-    ck_assert_msg (atomic_load (&fl.replies) >= 1000, "the flood got %ld replies in 30 s",
-                   (long) atomic_load (&fl.replies));
+    ck_assert_msg (atomic_load (&fl[0].replies) >= 1000 && atomic_load (&fl[1].replies) >= 1000,
+                   "the floods got %ld and %ld replies in 30 s", (long) atomic_load (&fl[0].replies),
+                   (long) atomic_load (&fl[1].replies));
     ck_assert_int_eq (kill (pid, SIGTERM), 0);
     int status;
     ck_assert_int_eq (waitpid (pid, &status, 0), pid);     /* returns: the flood did not hold it up */
     ck_assert (WIFEXITED (status));
     ck_assert_int_eq (WEXITSTATUS (status), 0);
-    /* Every request the server took off its socket was answered: its own count says so. */
+    /* Every request the server took off its sockets was answered: its own count says so. */
     FILE *f = fopen (log, "r");
     char line[1024];
     unsigned long long received = 0, replied = 1, infer_replies = 0;
+    int front_lines = 0;
     while (f && fgets (line, sizeof line, f)) {
         const char *p = strstr (line, "stopped: ");
         unsigned long long admitted, failures, dropped;
@@ -506,18 +543,31 @@ START_TEST (flood_neither_loses_replies_nor_delays_exit)
             ck_assert_int_eq (sscanf (p, "stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), "
                                       "%llu send failures, %llu dropped", &received, &admitted, &replied, &infer_replies,
                                       &failures, &dropped), 6);
+        for (int k = 0; k < 2; k++) {   /* with two fronts, each owns one endpoint */
+            char says[200];
+            snprintf (says, sizeof says, "front %d: %s\n", k, ep[k]);
+            front_lines += strstr (line, says) != NULL;
+        }
     }
     if (f)
         fclose (f);
+    ck_assert_int_eq (front_lines, fronts == 2 ? 2 : 0);
     ck_assert_uint_eq (received, replied);      /* readiness probes included */
-    /* And every one of them reached the client, once: it collects until it has them all. */
-    atomic_store (&fl.expect, (long) infer_replies);
-    atomic_store (&fl.stop, true);
-    pthread_join (th, NULL);
-    ck_assert (!fl.duplicate);
-    ck_assert_int_eq (fl.other, 0);
-    ck_assert_int_gt (fl.ok, 0);
-    ck_assert_uint_eq (infer_replies, (unsigned long long) atomic_load (&fl.replies));
+    /* And every one of them reached its client, once: they collect until they have them all. */
+    atomic_store (&expect, (long) infer_replies);
+    atomic_store (&fl[0].stop, true);
+    atomic_store (&fl[1].stop, true);
+    pthread_join (th[0], NULL);
+    pthread_join (th[1], NULL);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg (!fl[k].duplicate, "flood %d: a reply came twice", k);
+        ck_assert_msg (fl[k].other == 0, "flood %d: %ld replies neither OK nor UNAVAILABLE, the first %s", k,
+                       fl[k].other, fl[k].first_other);
+        ck_assert_int_eq (fl[k].wrong, 0);
+        ck_assert_int_gt (fl[k].ok, 0);
+        free (fl[k].seen);
+    }
+    ck_assert_uint_eq (infer_replies, (unsigned long long) (atomic_load (&fl[0].replies) + atomic_load (&fl[1].replies)));
     free (path);
 }
 END_TEST
@@ -575,7 +625,7 @@ int main (void)
     tcase_add_test (tc, queued_requests_run_as_one_batch);
     tcase_add_test (tc, instances_share_the_load_on_their_cpus);
     tcase_add_test (tc, keep_warm_runs_while_idle);
-    tcase_add_test (tc, flood_neither_loses_replies_nor_delays_exit);
+    tcase_add_loop_test (tc, flood_neither_loses_replies_nor_delays_exit, 0, 2);
     tcase_add_test (tc, server_queue_depth_is_a_deprecated_default);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);

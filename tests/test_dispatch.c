@@ -25,6 +25,8 @@
 #include "tolerance.h"
 
 #include <check.h>
+#include <pthread.h>
+#include <sched.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -912,6 +914,175 @@ START_TEST (a_slow_model_holds_up_only_its_own_group)
 }
 END_TEST
 
+/* ---- two fronts: a lane each ---- */
+
+/* Model CFG_INDEX loaded for two fronts (server.fronts 2), allowed a deep queue and a minute's wait. */
+static model_t *s_model_two_fronts (int cfg_index)
+{
+    char err[1024];
+    server_config_t server = s_cfg->server;
+    server.fronts = 2;
+    model_config_t cfg = s_cfg->models[cfg_index];
+    cfg.queue_depth = 256;
+    cfg.max_queue_us = 60000000;
+    model_t *m = model_new (&cfg, &server, NULL, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    ck_assert_uint_eq (dispatch_lanes (m), 2);
+    return m;
+}
+
+/* Collects N finished jobs of LANE (10 s at most) into JOBS. */
+static void s_collect_lane (model_t *m, uint32_t lane, job_t **jobs, int n)
+{
+    const uint64_t until = clock_now_ns () + 10000000000ull;
+    int got = 0;
+    while (got < n && clock_now_ns () < until) {
+        job_t *j = dispatch_next_done (m, lane);
+        if (j)
+            jobs[got++] = j;
+        else
+            usleep (100);
+    }
+    ck_assert_msg (got == n, "%d of %d jobs came back on lane %u in 10 s", got, n, lane);
+    ck_assert_ptr_null (dispatch_next_done (m, lane));
+}
+
+/* "timed" (one instance, one row a launch) for two fronts, its worker held: requests admitted on
+ * lanes 1, 0, 1, 0 (received in that order) run in that order, each comes back on the lane that
+ * admitted it, and each lane counts only its own jobs in flight. */
+START_TEST (the_worker_takes_the_oldest_request_across_fronts)
+{
+    model_t *m = s_model_two_fronts (3);
+    enum { N = 6 };
+    static request_t reqs[N];
+    s_hold (1);
+    const uint64_t t0 = clock_now_ns ();
+    char err[512];
+    for (int i = 0; i < N; i++) {
+        const uint32_t lane = i % 2 ? 0 : 1;
+        s_request (&reqs[i], 500 + (uint64_t) i, 1, 0, IN, 77 + (uint64_t) i);
+        const admission_t a = { .lane = lane, .socket = 3, .envelope = reqs[i].envelope, .envelope_count = 2,
+                                .request_id = reqs[i].id, .t_recv = t0 + (uint64_t) i, .rows = 1,
+                                .features = reqs[i].features, .feature_count = reqs[i].feature_count };
+        ck_assert_msg (dispatch_admit (m, &a, NULL, err, sizeof err) == SIG_OK, "%s", err);
+    }
+    ck_assert_uint_eq (dispatch_inflight (m, 0), N / 2);
+    ck_assert_uint_eq (dispatch_inflight (m, 1), N / 2);
+    ck_assert_uint_eq (dispatch_queued (m), N);
+    s_release (0);
+    job_t *jobs[2][N / 2];
+    s_collect_lane (m, 0, jobs[0], N / 2);
+    s_collect_lane (m, 1, jobs[1], N / 2);
+    uint64_t started[N] = { 0 };
+    for (uint32_t lane = 0; lane < 2; lane++)
+        for (int k = 0; k < N / 2; k++) {
+            job_t *j = jobs[lane][k];
+            const int i = (int) (j->request_id - 500);
+            ck_assert_int_eq (i % 2 ? 0 : 1, (int) lane);       /* back on the lane that admitted it */
+            ck_assert_uint_eq (j->lane, lane);
+            ck_assert_msg (j->status == SIG_OK, "%s", j->error);
+            double ref[OUT], bound[OUT];
+            ck_assert_int_eq (tol_mlp (s_mlp_w, reqs[i].features, 1, ref, bound), 0);
+            TOL_ASSERT (j->outputs, ref, bound, OUT, OUT, "request %d", i);
+            started[i] = j->t_start;
+        }
+    for (int i = 1; i < N; i++)     /* one row a launch: each launch starts after the one before */
+        ck_assert_msg (started[i] > started[i - 1], "request %d started before request %d", i, i - 1);
+    for (uint32_t lane = 0; lane < 2; lane++)
+        for (int k = 0; k < N / 2; k++)
+            s_return (m, jobs[lane][k]);
+    ck_assert_uint_eq (dispatch_inflight (m, 0), 0);
+    ck_assert_uint_eq (dispatch_inflight (m, 1), 0);
+    model_destroy (&m);
+}
+END_TEST
+
+/* Two fronts admitting and collecting at once (a thread each, as the fronts do), on "mlp" (three
+ * instances): every job comes back once, on its own lane, with its own outputs. */
+typedef struct {
+    model_t *m;
+    uint32_t lane;
+    int admitted, returned, wrong, refused;
+    char why[512];
+} producer_t;
+
+static void *s_producer (void *arg)
+{
+    producer_t *p = arg;
+    enum { TOTAL = 2000, OUTSTANDING = 16 };
+    request_t *reqs = calloc (TOTAL, sizeof *reqs);
+    bool *seen = calloc (TOTAL, sizeof *seen);
+    int next = 0;
+    uint64_t seed = 1000 + p->lane;
+    while (p->returned < TOTAL) {
+        if (next < TOTAL && next - p->returned < OUTSTANDING) {
+            request_t *r = &reqs[next];
+            s_request (r, (uint64_t) p->lane * 100000 + (uint64_t) next, 1 + (uint32_t) next % MAX_ROWS, 0, IN,
+                       seed++);
+            const admission_t a = { .lane = p->lane, .socket = 3, .envelope = r->envelope, .envelope_count = 2,
+                                    .request_id = r->id, .t_recv = clock_now_ns (), .rows = r->rows,
+                                    .features = r->features, .feature_count = r->feature_count };
+            char err[512];
+            if (dispatch_admit (p->m, &a, NULL, err, sizeof err) != SIG_OK) {
+                if (p->refused++ == 0)
+                    snprintf (p->why, sizeof p->why, "%s", err);
+                break;
+            }
+            next++;
+            p->admitted++;
+            continue;
+        }
+        job_t *j = dispatch_next_done (p->m, p->lane);
+        if (!j) {
+            sched_yield ();
+            continue;
+        }
+        const uint64_t i = j->request_id - (uint64_t) p->lane * 100000;
+        request_t *r = &reqs[i < TOTAL ? i : 0];
+        double ref[MAX_ROWS * OUT], bound[MAX_ROWS * OUT];
+        bool right = i < TOTAL && !seen[i] && j->lane == p->lane && j->status == SIG_OK && r->id == j->request_id
+                     && tol_mlp (s_mlp_w, r->features, r->rows, ref, bound) == 0;
+        for (uint32_t o = 0; right && o < r->rows * OUT; o++)
+            right = fabs (j->outputs[o] - ref[o]) <= bound[o];
+        if (i < TOTAL)
+            seen[i] = true;
+        p->wrong += !right;
+        s_return (p->m, j);
+        p->returned++;
+    }
+    for (int i = 0; i < TOTAL; i++) {
+        zmq_msg_close (&reqs[i].envelope[0]);
+        zmq_msg_close (&reqs[i].envelope[1]);
+    }
+    free (reqs);
+    free (seen);
+    return NULL;
+}
+
+START_TEST (two_fronts_admit_and_collect_at_once)
+{
+    model_t *m = s_model_two_fronts (0);
+    producer_t p[2] = { { .m = m, .lane = 0 }, { .m = m, .lane = 1 } };
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq (pthread_create (&th[k], NULL, s_producer, &p[k]), 0);
+    for (int k = 0; k < 2; k++)
+        pthread_join (th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg (p[k].refused == 0, "lane %d: refused: %s", k, p[k].why);
+        ck_assert_int_eq (p[k].admitted, 2000);
+        ck_assert_int_eq (p[k].returned, 2000);
+        ck_assert_int_eq (p[k].wrong, 0);
+        ck_assert_uint_eq (dispatch_inflight (m, (uint32_t) k), 0);
+    }
+    uint64_t computed = 0;
+    for (uint32_t i = 0; i < 3; i++)
+        computed += model_instance_requests (m, i);
+    ck_assert_uint_eq (computed, 4000);
+    model_destroy (&m);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("dispatch");
@@ -929,6 +1100,8 @@ int main (void)
     tcase_add_test (tc, inline_runs_on_the_front_only_when_nothing_waits);
     tcase_add_test (tc, a_group_serves_its_models_in_order_of_arrival);
     tcase_add_test (tc, a_slow_model_holds_up_only_its_own_group);
+    tcase_add_test (tc, the_worker_takes_the_oldest_request_across_fronts);
+    tcase_add_test (tc, two_fronts_admit_and_collect_at_once);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -124,20 +124,24 @@ static void s_drain (void *sock, int n)
         ck_assert_int_gt (zmq_recv (sock, buf, sizeof buf, 0), 0);
 }
 
+/* With one front (_i 0) and with two (_i 1: a front on each of two endpoints, the rounds going to
+ * both in turn). */
 START_TEST (no_allocation_per_request_once_warm)
 {
+    const int fronts = 1 + _i;
     char *dir = tu_tmpdir ();
-    int port = tu_free_port ();
-    char json[8192], weights[4096], endpoint[64];
+    char json[8192], weights[4096], endpoint[2][64];
     ck_assert_ptr_nonnull (realpath (tu_build_dir (), weights));
-    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    for (int k = 0; k < 2; k++)
+        snprintf (endpoint[k], sizeof endpoint[k], "tcp://127.0.0.1:%d", tu_free_port ());
     snprintf (json, sizeof json,
-              "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"error\", \"inline_us\": 10000 },"
+              "{ \"server\": { \"endpoints\": [\"%s\", \"%s\"], \"fronts\": %d, \"log_level\": \"error\", "
+              "\"inline_us\": 10000 },"
               "  \"models\": [ { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 16, \"buffer_rows\": 4,"
               "    \"weights\": \"%s/models/tick_mlp.safetensors\","
               "    \"layers\": [ { \"weight\": \"0.weight\", \"activation\": \"relu\" },"
               "                 { \"weight\": \"2.weight\", \"activation\": \"relu\" }, { \"weight\": \"4.weight\" } ] } ] }",
-              endpoint, weights);
+              endpoint[0], endpoint[1], fronts, weights);
     char *path = tu_write_file (dir, "noalloc.json", json, -1);
     log_set_level (LOG_LEVEL_ERROR);
     char err[1024];
@@ -151,11 +155,14 @@ START_TEST (no_allocation_per_request_once_warm)
     pthread_create (&th, NULL, s_serve, server);
 
     void *ctx = zmq_ctx_new ();
-    void *sock = zmq_socket (ctx, ZMQ_DEALER);
-    int timeout = 10000, linger = 0;
-    zmq_setsockopt (sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    zmq_setsockopt (sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_connect (sock, endpoint);
+    void *socks[2];
+    for (int k = 0; k < 2; k++) {
+        socks[k] = zmq_socket (ctx, ZMQ_DEALER);
+        int timeout = 10000, linger = 0;
+        zmq_setsockopt (socks[k], ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+        zmq_setsockopt (socks[k], ZMQ_LINGER, &linger, sizeof linger);
+        zmq_connect (socks[k], endpoint[k]);
+    }
     static float features[17 * 512];
     uint64_t seed = 5;
     for (size_t i = 0; i < sizeof features / sizeof features[0]; i++)
@@ -163,20 +170,20 @@ START_TEST (no_allocation_per_request_once_warm)
     features[16 * 512 + 100] = NAN;
 
     for (int r = 0; r < 50; r++)   /* warm */
-        s_drain (sock, s_round (sock, features));
+        s_drain (socks[r % 2], s_round (socks[r % 2], features));
     atomic_store (&s_counting, 1);
     long requests = 0;
     for (int r = 0; r < 200; r++) {
-        int n = s_round (sock, features);
-        s_drain (sock, n);
+        int n = s_round (socks[r % 2], features);
+        s_drain (socks[r % 2], n);
         requests += n;
     }
     /* One request at a time: the front runs each itself (server.inline_us, 10 ms here so that a
      * sanitizer's build inlines them too), on its own context. */
     const uint64_t inlined_before = server_stats (server)->inlined;
     for (int r = 0; r < 200; r++) {
-        s_send_one (sock, features);
-        s_drain (sock, 1);
+        s_send_one (socks[r % 2], features);
+        s_drain (socks[r % 2], 1);
     }
     atomic_store (&s_counting, 0);
     ck_assert_int_eq (server_stats (server)->received, 250 * PER_ROUND + 200);
@@ -188,7 +195,8 @@ START_TEST (no_allocation_per_request_once_warm)
 
     s_stop = 1;
     pthread_join (th, NULL);
-    zmq_close (sock);
+    zmq_close (socks[0]);
+    zmq_close (socks[1]);
     zmq_ctx_term (ctx);
     server_destroy (&server);
     model_registry_destroy (&models);
@@ -219,7 +227,7 @@ int main (void)
     TCase *tc = tcase_create ("no_allocation");
     tcase_set_timeout (tc, 60);
     tcase_add_test (tc, counter_counts_server_thread_allocations);
-    tcase_add_test (tc, no_allocation_per_request_once_warm);
+    tcase_add_loop_test (tc, no_allocation_per_request_once_warm, 0, 2);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

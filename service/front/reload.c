@@ -256,7 +256,7 @@ void server_collect_retired (server_t *self)
     model_registry_t *set;
     pthread_mutex_lock (&self->lock);
     for (uint32_t k = 0; k < self->front_count; k++)
-        while ((set = ring_pop (&self->fronts[k]->retired)) != NULL)
+        while (self->fronts[k] && (set = ring_pop (&self->fronts[k]->retired)) != NULL)
             s_retired (self, set);
     pthread_mutex_unlock (&self->lock);
 }
