@@ -498,15 +498,26 @@ static const char *s_odd = "{ \"name\": \"odd\", \"backend\": \"cpu\", \"max_row
                            "\"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] }";
 
 /* DIR/NAME: endpoint tcp://127.0.0.1:ZPORT, http on HPORT, SERVER_EXTRA (", \"k\": v" or ""), MODELS. */
-static char *s_config (const char *name, int zport, int hport, const char *server_extra, const char *models)
+/* A configuration on the loopback ports ZPORTS (COUNT of them). */
+static char *s_config_on (const char *name, const int *zports, int count, int hport, const char *server_extra,
+                          const char *models)
 {
-    char json[8192];
+    char json[8192], endpoints[512] = "";
+    size_t used = 0;
+    for (int k = 0; k < count; k++)
+        used += (size_t) snprintf (endpoints + used, sizeof endpoints - used, "%s\"tcp://127.0.0.1:%d\"", k ? ", " : "",
+                                   zports[k]);
     snprintf (json, sizeof json,
-              "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:%d\"], \"http\": \"127.0.0.1:%d\", "
-              "\"log_level\": \"info\"%s },\n  \"models\": [ %s ] }\n", zport, hport, server_extra, models);
+              "{ \"server\": { \"endpoints\": [%s], \"http\": \"127.0.0.1:%d\", "
+              "\"log_level\": \"info\"%s },\n  \"models\": [ %s ] }\n", endpoints, hport, server_extra, models);
     char *path = tu_write_file (s_dir, name, json, -1);
     ck_assert_ptr_nonnull (path);
     return path;
+}
+
+static char *s_config (const char *name, int zport, int hport, const char *server_extra, const char *models)
+{
+    return s_config_on (name, &zport, 1, hport, server_extra, models);
 }
 
 static pid_t s_spawn (const char *config, const char *log_path, bool watch)
@@ -1423,6 +1434,99 @@ START_TEST (reload_adds_removes_and_survives_a_broken_file)
 }
 END_TEST
 
+/* Two fronts (a front each on two endpoints), a pipelined stream on each: a reload adding a model
+ * and a third endpoint (served by one of them at once), then one removing the model and the first
+ * endpoint. Every request of the streams is answered OK, the new endpoint answers, the removed
+ * model's set is unloaded once (both fronts let go of it), and SIGTERM exits 0. */
+START_TEST (reload_with_two_fronts)
+{
+    int hport, z[3];
+    s_ports (&z[0], &hport);
+    do
+        z[1] = tu_free_port ();
+    while (z[1] == z[0] || z[1] == hport);
+    do
+        z[2] = tu_free_port ();
+    while (z[2] == z[0] || z[2] == z[1] || z[2] == hport);
+    const char *extra = ", \"fronts\": 2";
+    char *config = s_config_on ("fronts.json", z, 2, hport, extra, s_tick);
+    char log_path[4096];
+    snprintf (log_path, sizeof log_path, "%s/fronts.log", s_dir);
+    pid_t pid = s_spawn (config, log_path, false);
+    s_wait_ready (pid, hport);
+    float f[512], g[33];
+    for (int i = 0; i < 512; i++)
+        f[i] = (float) ((i % 11) - 5) / 5.0f;
+    for (int i = 0; i < 33; i++)
+        g[i] = (float) (i % 5) / 5.0f;
+    stream_t st[2] = { { .zport = z[0], .model = "tick_mlp", .features = f, .n = 512, .window = 32 },
+                       { .zport = z[1], .model = "tick_mlp", .features = f, .n = 512, .window = 32 } };
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++)
+        pthread_create (&th[k], NULL, s_stream, &st[k]);
+    s_wait_replies (&st[0], 500);
+    s_wait_replies (&st[1], 500);
+    /* 1. a model and an endpoint added */
+    char models[4096];
+    snprintf (models, sizeof models, "%s, %s", s_tick, s_odd);
+    free (s_config_on ("fronts.json", z, 3, hport, extra, models));
+    kill (pid, SIGHUP);
+    ck_assert_double_eq (s_wait_metric (hport, "sigserve_config_reloads_total", "result=ok", 1), 1);
+    for (int k = 0; k < 2; k++)
+        s_wait_replies (&st[k], atomic_load (&st[k].replies) + 500);
+    void *s = s_dealer (z[2]);
+    s_send (s, "odd", g, 33, 1, 9);
+    Sigserve__V1__Reply *whole;
+    Sigserve__V1__InferReply *r = s_recv (s, &whole);
+    ck_assert_ptr_nonnull (r);
+    ck_assert_msg (r->status == SIGSERVE__V1__STATUS__STATUS_OK, "%s", r->error);
+    ck_assert_uint_eq (r->request_id, 9);
+    sigserve__v1__reply__free_unpacked (whole, NULL);
+    zmq_close (s);
+    /* 2. the model and the first endpoint removed (its stream stopped first) */
+    atomic_store (&st[0].stop, 1);
+    pthread_join (th[0], NULL);
+    free (s_config_on ("fronts.json", z + 1, 2, hport, extra, s_tick));
+    kill (pid, SIGHUP);
+    ck_assert_double_eq (s_wait_metric (hport, "sigserve_config_reloads_total", "result=ok", 2), 2);
+    s_wait_replies (&st[1], atomic_load (&st[1].replies) + 500);
+    atomic_store (&st[1].stop, 1);
+    pthread_join (th[1], NULL);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg (!st[k].failed && st[k].other == 0, "stream %d: %s", k, st[k].why);
+        ck_assert_uint_eq (st[k].ok, st[k].sent);
+    }
+    ck_assert (!s_models_has (hport, "odd"));
+    /* the removed model's set, unloaded once: both fronts let go of it */
+    int unloaded = 0;
+    for (int i = 0; i < POLL_MAX && unloaded == 0; i++) {
+        FILE *lf = fopen (log_path, "r");
+        char line[2048];
+        unloaded = 0;
+        while (lf && fgets (line, sizeof line, lf))
+            unloaded += strstr (line, "reload: 1 model(s) no longer served are unloaded") != NULL;
+        if (lf)
+            fclose (lf);
+        if (!unloaded)
+            usleep (POLL_US);
+    }
+    s_stop (pid);
+    FILE *lf = fopen (log_path, "r");
+    char line[2048];
+    int fronts_named = 0;
+    unloaded = 0;
+    while (lf && fgets (line, sizeof line, lf)) {
+        unloaded += strstr (line, "no longer served are unloaded") != NULL;
+        fronts_named += strstr (line, "front 0: ") != NULL || strstr (line, "front 1: ") != NULL;
+    }
+    if (lf)
+        fclose (lf);
+    ck_assert_int_eq (unloaded, 1);
+    ck_assert_int_eq (fronts_named, 2);
+    free (config);
+}
+END_TEST
+
 START_TEST (watch_reloads_when_the_file_changes)
 {
     int zport, hport;
@@ -1619,6 +1723,7 @@ int main (void)
     tcase_add_test (tc, readyz_503_draining_after_sigterm);
     tcase_add_test (tc, http_bind_failure_exits_2);
     tcase_add_test (tc, reload_adds_removes_and_survives_a_broken_file);
+    tcase_add_test (tc, reload_with_two_fronts);
     tcase_add_test (tc, watch_reloads_when_the_file_changes);
     tcase_add_test (tc, probes_answer_during_a_reload);
     suite_add_tcase (s, tc);
