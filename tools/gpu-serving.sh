@@ -8,7 +8,7 @@
 # tools/gpu-libs.sh (.gpubuild, .devlibs); pyzmq for the peers as a wheel in .whl; the gpus step
 # makes its weights with python3 (numpy or torch, examples/gpu-bound/make-weights.py).
 #
-#   OUT=... STEPS="floor sweeps scale models lowload peers warm metrics core gpus gpus-tick" bash tools/gpu-serving.sh
+#   OUT=... STEPS="floor sweeps scale fronts models lowload peers warm metrics core gpus gpus-tick" bash tools/gpu-serving.sh
 #
 # Every step writes its sigload tables to $OUT/logs/<step>.log; a summary table is printed last.
 # Cores: the host has 16 (x2 host: 32). sigload runs on the last 8, servers on the first ones
@@ -161,6 +161,42 @@ scale)      # >= 200k single-row requests/s: endpoints, io_threads, instances, b
         serve "scale-e$ep" 0-7 tcp://127.0.0.1:5560 || continue
         load "scale-e$ep" $sl --model tick_mlp --connections 16 --threads 8 --io-threads 2 \
             --rate 100k,150k,200k,250k,300k,350k --stop-when-saturated
+        stop
+    done
+    ;;
+fronts)     # issue 18 item 4: single-row tick_mlp (CPU, 4 instances, batching up to 64 rows) from two sigload
+            # processes over 2 endpoints, fronts 1 and 2 (and 4 endpoints with fronts 4), to saturation;
+            # the echo floor from the same two processes: the usual echo (one thread, two endpoints) and
+            # two echo processes (a thread each, as two fronts have). Server on CPUs 0-7, load on 8-15.
+    taskset -c 4 "$B/sigload" --serve-echo tcp://127.0.0.1:56010 >"$LOGS/echo-a.log" 2>&1 &
+    PIDS="$PIDS $!"
+    taskset -c 5 "$B/sigload" --serve-echo tcp://127.0.0.1:56011 >"$LOGS/echo-b.log" 2>&1 &
+    PIDS="$PIDS $!"
+    taskset -c 6,7 "$B/sigload" --serve-echo tcp://127.0.0.1:56020 --serve-echo tcp://127.0.0.1:56021 \
+        >"$LOGS/echo-one.log" 2>&1 &
+    PIDS="$PIDS $!"
+    sleep 1
+    rates=${FRONTS_RATES:-100k,150k,200k,250k,300k,350k,400k,450k}
+    load fronts-echo-one --endpoint tcp://127.0.0.1:56020 --endpoint tcp://127.0.0.1:56021 --echo --processes 2 \
+        --connections 16 --threads 8 --io-threads 2 --rate "$rates" --stop-when-saturated
+    load fronts-echo-two --endpoint tcp://127.0.0.1:56010 --endpoint tcp://127.0.0.1:56011 --echo --processes 2 \
+        --connections 16 --threads 8 --io-threads 2 --rate "$rates" --stop-when-saturated
+    for v in ${FRONTS_VARIANTS:-f1 f2 f2-i6 f4}; do
+        eps='"tcp://127.0.0.1:5560", "tcp://127.0.0.1:5561"'; sl="--endpoint tcp://127.0.0.1:5560 --endpoint tcp://127.0.0.1:5561"
+        inst=4
+        case $v in
+            f1) s='"io_threads": 2' ;;
+            f2) s='"fronts": 2, "io_threads": 1' ;;
+            f2-i6) s='"fronts": 2, "io_threads": 1'; inst=6 ;;
+            f4) s='"fronts": 4, "io_threads": 1'; inst=2
+                eps="$eps, \"tcp://127.0.0.1:5562\", \"tcp://127.0.0.1:5563\""
+                sl="$sl --endpoint tcp://127.0.0.1:5562 --endpoint tcp://127.0.0.1:5563" ;;
+        esac
+        config "fronts-$v" "\"endpoints\": [$eps], $s" \
+            "$(model tick_mlp "\"backend\": \"cpu\", \"instances\": $inst, \"max_batch_rows\": 64, \"queue_depth\": 4096,")"
+        serve "fronts-$v" 0-7 tcp://127.0.0.1:5560 || continue
+        load "fronts-$v" $sl --model tick_mlp --processes 2 --connections 16 --threads 8 --io-threads 2 \
+            --rate "$rates" --stop-when-saturated
         stop
     done
     ;;
