@@ -51,6 +51,12 @@ model () {
     printf '{ "name": "%s", "weights": "%s", %s "layers": [ { "weight": "0.weight", "bias": "0.bias", "activation": "relu" }, { "weight": "2.weight", "bias": "2.bias", "activation": "relu" }, { "weight": "4.weight", "bias": "4.bias" } ] }' \
         "$1" "$WEIGHTS" "$2"
 }
+# tiny_model NAME EXTRA_JSON: tick_mlp's last layer alone (64 -> 1, 260 bytes of weights): a model whose
+# compute (~0.1 us) and cache footprint vanish, so what is left is the serving core's own cost
+tiny_model () {
+    printf '{ "name": "%s", "weights": "%s", %s "layers": [ { "weight": "4.weight", "bias": "4.bias" } ] }' \
+        "$1" "$WEIGHTS" "$2"
+}
 # serve NAME CPUS: starts sigserve on /tmp/NAME.json pinned to CPUS, waits until it answers
 serve () {
     taskset -c "$2" "$B/sigserve" --config "/tmp/$1.json" >"$LOGS/sigserve_$1.log" 2>&1 &
@@ -215,14 +221,17 @@ models)     # 1 -> 8 models at once, the same total rate
     ;;
 groups)     # issue 18 item 2: 1 -> 8 models at the same total 40k/s, each model its own worker ("own") against
             # one group for all ("group": a worker for every model), GROUPS_ROUNDS interleaved rounds
-            # (tools/groups-medians.py); the front on CPU 6, the workers on 0-5 as in `models`
+            # (tools/groups-medians.py); the front on CPU 6, the workers on 0-5 as in `models`.
+            # GROUPS_MODEL=tiny: tick_mlp's last layer alone (tiny_model), to tell the serving core's
+            # share from the models' (eight tick_mlp hold 4.7 MB of weights, over a core's L2)
     for round in $(seq 1 "${GROUPS_ROUNDS:-3}"); do
         for n in 1 2 4 8; do
             for v in own group; do
                 ms=""; names=""
                 for i in $(seq 1 "$n"); do
                     g=""; [ "$v" = group ] && g='"group": "all",'
-                    ms="$ms${ms:+, }$(model "m$i" "\"backend\": \"cpu\", $g")"
+                    mk=model; [ "${GROUPS_MODEL:-}" = tiny ] && mk=tiny_model
+                    ms="$ms${ms:+, }$($mk "m$i" "\"backend\": \"cpu\", $g")"
                     names="$names${names:+,}m$i"
                 done
                 config "groups-$v-$n" '"endpoints": ["tcp://127.0.0.1:5555"], "io_threads": 2, "cpus": [6]' "$ms"
