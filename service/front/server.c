@@ -67,8 +67,11 @@ static void s_begin_drain (front_t *self)
     self->state = FRONT_DRAINING;
     atomic_store (&self->serving, false);
     self->drain_until = clock_now_ns () + (uint64_t) self->cfg.drain_ms * 1000000ull;
-    log_info ("stopping: %s draining for up to %u ms (new requests are answered UNAVAILABLE, %u admitted are "
-              "finishing)", self->server->front_count > 1 ? "a front is" : "", self->cfg.drain_ms, s_inflight (self));
+    char who[16] = "";
+    if (self->server->front_count > 1)
+        snprintf (who, sizeof who, "front %u ", self->index);
+    log_info ("stopping: %sdraining for up to %u ms (new requests are answered UNAVAILABLE, %u admitted are "
+              "finishing)", who, self->cfg.drain_ms, s_inflight (self));
 }
 
 static void s_abort_all (front_t *self, const char *why)
@@ -157,9 +160,11 @@ static void *s_front_thread (void *arg)
 
 int server_run (server_t *self, volatile sig_atomic_t *stop)
 {
+    char fronts[32] = "";
+    if (self->front_count > 1)
+        snprintf (fronts, sizeof fronts, " by %u fronts", self->front_count);
     log_info ("serving %zu model(s) on %zu endpoint(s)%s%s", model_registry_count (self->models),
-              self->cfg.endpoint_count, self->front_count > 1 ? ", fronts " : "",
-              self->cfg.busy_poll ? ", busy-polling" : "");
+              self->cfg.endpoint_count, fronts, self->cfg.busy_poll ? ", busy-polling" : "");
     if (self->front_count > 1)
         for (uint32_t k = 0; k < self->front_count; k++) {
             char list[512] = "";
