@@ -194,7 +194,7 @@ fronts)     # issue 18 item 4: single-row tick_mlp (CPU, 4 instances, batching u
             f1) s='"io_threads": 2' ;;
             f2) s='"fronts": 2, "io_threads": 1' ;;
             f2-i6) s='"fronts": 2, "io_threads": 1'; inst=6 ;;
-            f4) s='"fronts": 4, "io_threads": 1'; inst=2
+            f4*) s='"fronts": 4, "io_threads": 1'; inst=2; [ "$v" = f4-i4 ] && inst=4
                 eps="$eps, \"tcp://127.0.0.1:5562\", \"tcp://127.0.0.1:5563\""
                 sl="$sl --endpoint tcp://127.0.0.1:5562 --endpoint tcp://127.0.0.1:5563" ;;
         esac
@@ -203,6 +203,7 @@ fronts)     # issue 18 item 4: single-row tick_mlp (CPU, 4 instances, batching u
         serve "fronts-$v" 0-7 tcp://127.0.0.1:5560 || continue
         load "fronts-$v" $sl --model tick_mlp --processes 2 --connections 16 --threads 8 --io-threads 2 \
             --rate "$rates" --stop-when-saturated
+        ps -L -o tid,comm,psr,time -p "$SERVER" >"$LOGS/fronts-threads-$v.txt" 2>&1    # which thread used the CPU
         stop
     done
     ;;
