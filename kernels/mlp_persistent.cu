@@ -79,6 +79,7 @@
 #include "mlp_persistent_impl.cuh"
 #include "sig_device.cuh"
 
+#include <cuda_fp16.h>
 #include <stddef.h>
 
 enum { OP_RUN = 1u, OP_STOP = 2u };
@@ -197,15 +198,56 @@ __device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m,
     return true;
 }
 
+/* Half weights: two of them (one 32-bit word) widened to two floats, exactly. */
+template <int DT>
+__device__ __forceinline__ float2 s_widen2 (uint32_t bits)
+{
+    if constexpr (DT == SIG_DTYPE_F16) {
+        __half2 h;
+        memcpy (&h, &bits, 4u);
+        return __half22float2 (h);
+    } else {
+        return make_float2 (__uint_as_float (bits << 16), __uint_as_float (bits & 0xffff0000u));
+    }
+}
+/* One slot of weights as four floats: WS points to the slots (float4 in f32; uint2, 8 bytes, in
+ * f16 and bf16), I is the slot's index. */
+template <int DT>
+__device__ __forceinline__ float4 s_wslot (const void *__restrict__ ws, size_t i)
+{
+    if constexpr (DT == SIG_DTYPE_F32) {
+        return static_cast<const float4 *> (ws)[i];
+    } else {
+        const uint2 u = static_cast<const uint2 *> (ws)[i];
+        const float2 a = s_widen2<DT> (u.x), b = s_widen2<DT> (u.y);
+        return make_float4 (a.x, a.y, b.x, b.y);
+    }
+}
+/* Register slot S (a constant) of the bank: f32, wr[s]; f16 and bf16, half of wr[s / 2]. */
+template <int DT>
+__device__ __forceinline__ float4 s_wreg (const float4 (&wr)[P_BANK], uint32_t s)
+{
+    if constexpr (DT == SIG_DTYPE_F32) {
+        return wr[s];
+    } else {
+        const float4 v = wr[s >> 1];
+        const uint32_t lo = __float_as_uint ((s & 1u) ? v.z : v.x), hi = __float_as_uint ((s & 1u) ? v.w : v.y);
+        const float2 a = s_widen2<DT> (lo), b = s_widen2<DT> (hi);
+        return make_float4 (a.x, a.y, b.x, b.y);
+    }
+}
+
 /* One layer's share of this block: for every row, every output this thread has, the dot product of
  * its slots with the input X (shared memory, row stride L.xs float4), reduced over the G threads of
  * the output, stored through O. BANKED: the first L.regs slots are in WR (the plan banks only
- * single-pass layers). Whole warps call it (active % 32 == 0). */
-template <bool BANKED>
+ * single-pass layers). DT: the weights' type (SIG_DTYPE_*); the products and sums are fp32 FMAs
+ * in every case. Whole warps call it (active % 32 == 0). */
+template <bool BANKED, int DT>
 __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
                                         const float4 (&wr)[P_BANK], const float4 *__restrict__ x, uint32_t rows,
                                         const s_out_t &o)
 {
+    constexpr uint32_t NB = p_bank_slots (DT);   /* slots the bank holds */
     const uint32_t t = threadIdx.x;
     if (t >= L.active)
         return false;
@@ -214,8 +256,8 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
     bool wrote = false;
     for (uint32_t p = 0; p < L.passes; ++p) {
         const uint32_t m = p * (P_T >> glog) + (t >> glog);
-        /* slot s >= R of pass p: wsm[(p * S + s - R) * A + t] */
-        const float4 *wp = wsm + (size_t) (p * S) * A + t;
+        /* slot s >= R of pass p: slot (p * S + s - R) * A + t of the shared-memory slots */
+        const size_t wp = (size_t) (p * S) * A + t;
         for (uint32_t r = 0; r < rows; ++r) {
             const float4 *xr = x + (size_t) r * L.xs + g;
             float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
@@ -224,7 +266,7 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
                  * registers and push loop-invariant values out to local memory (seen in ptxas -v);
                  * the empty asm keeps the next group's loads behind this group's. */
 #pragma unroll
-                for (uint32_t s0 = 0; s0 < P_BANK; s0 += P_XGROUP) {
+                for (uint32_t s0 = 0; s0 < NB; s0 += P_XGROUP) {
                     float4 xv[P_XGROUP];
 #pragma unroll
                     for (uint32_t u = 0; u < P_XGROUP; ++u)
@@ -233,14 +275,15 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
 #pragma unroll
                     for (uint32_t u = 0; u < P_XGROUP; ++u) {
                         if (s0 + u < R) {
+                            const float4 wv = s_wreg<DT> (wr, s0 + u);
                             if (u % 4u == 0u)
-                                a0 = sig_fma4 (wr[s0 + u], xv[u], a0);
+                                a0 = sig_fma4 (wv, xv[u], a0);
                             else if (u % 4u == 1u)
-                                a1 = sig_fma4 (wr[s0 + u], xv[u], a1);
+                                a1 = sig_fma4 (wv, xv[u], a1);
                             else if (u % 4u == 2u)
-                                a2 = sig_fma4 (wr[s0 + u], xv[u], a2);
+                                a2 = sig_fma4 (wv, xv[u], a2);
                             else
-                                a3 = sig_fma4 (wr[s0 + u], xv[u], a3);
+                                a3 = sig_fma4 (wv, xv[u], a3);
                         }
                     }
                     asm volatile ("" ::: "memory");
@@ -248,8 +291,10 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
             }
             uint32_t s = R;
             for (; s + 4u <= S; s += 4u) {   /* four loads of each in flight */
-                const float4 w0 = wp[(size_t) (s - R) * A], w1 = wp[(size_t) (s + 1u - R) * A];
-                const float4 w2 = wp[(size_t) (s + 2u - R) * A], w3 = wp[(size_t) (s + 3u - R) * A];
+                const float4 w0 = s_wslot<DT> (wsm, wp + (size_t) (s - R) * A);
+                const float4 w1 = s_wslot<DT> (wsm, wp + (size_t) (s + 1u - R) * A);
+                const float4 w2 = s_wslot<DT> (wsm, wp + (size_t) (s + 2u - R) * A);
+                const float4 w3 = s_wslot<DT> (wsm, wp + (size_t) (s + 3u - R) * A);
                 const float4 x0 = xr[s << glog], x1 = xr[(s + 1u) << glog];
                 const float4 x2 = xr[(s + 2u) << glog], x3 = xr[(s + 3u) << glog];
                 a0 = sig_fma4 (w0, x0, a0);
@@ -258,7 +303,7 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
                 a3 = sig_fma4 (w3, x3, a3);
             }
             for (; s < S; ++s)
-                a0 = sig_fma4 (wp[(size_t) (s - R) * A], xr[s << glog], a0);
+                a0 = sig_fma4 (s_wslot<DT> (wsm, wp + (size_t) (s - R) * A), xr[s << glog], a0);
             float acc = (a0 + a1) + (a2 + a3);
             for (uint32_t off = G >> 1; off > 0u; off >>= 1)
                 acc += __shfl_xor_sync (SIG_FULL_MASK, acc, off);
@@ -269,10 +314,11 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
     return wrote;
 }
 
+template <int DT>
 __device__ __forceinline__ bool s_gemv_any (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *wsm,
                                             const float4 (&wr)[P_BANK], const float4 *x, uint32_t rows, const s_out_t &o)
 {
-    return L.bank == 0u ? s_gemv<true> (L, out, wsm, wr, x, rows, o) : s_gemv<false> (L, out, wsm, wr, x, rows, o);
+    return L.bank == 0u ? s_gemv<true, DT> (L, out, wsm, wr, x, rows, o) : s_gemv<false, DT> (L, out, wsm, wr, x, rows, o);
 }
 
 /* Chunks [kc0, kc0 + nk) of ROWS feature rows (row stride RS float4) from host memory into DST
@@ -373,8 +419,9 @@ __device__ __forceinline__ void s_fence_sys (void)   /* a release (and acquire) 
 }
 
 /* TRACE: the instantiation sigbench --trace runs (stamps into TRACE, kernels.h); the serving kernel
- * is the other one, with every stamp compiled out. */
-template <bool TRACE>
+ * is the other one, with every stamp compiled out. DT: how the weights are held (SIG_DTYPE_*), one
+ * instantiation each, so that no dtype's code adds to another's registers. */
+template <bool TRACE, int DT>
 static __global__ void __launch_bounds__ (P_T, 1)
 s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned long long *trace)
 {
@@ -394,7 +441,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
     }
     __syncthreads ();
     const uint32_t C = s_h.blocks, W = C - 1u, layers = s_h.layers;
-    if (s_h.magic != P_MAGIC)
+    if (s_h.magic != P_MAGIC || s_h.dtype != (uint32_t) DT)
         return;   /* every block the same: nobody waits at a barrier */
 
     /* Buffers zeroed (padding must hold finite values); this block's weights copied in, the
@@ -416,14 +463,33 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
         const float4 *src = payload + L.image + (L.spread ? (uint64_t) (b - 1u) * L.per_block : 0u);
         const uint32_t R = L.bank == 0u ? L.regs : 0u;
         if (L.bank == 0u && t < L.active) {
+            if constexpr (DT == SIG_DTYPE_F32) {
 #pragma unroll
-            for (uint32_t s = 0; s < P_BANK; ++s)
-                if (s < R)
-                    wr[s] = __ldg (src + (size_t) s * L.active + t);
+                for (uint32_t s = 0; s < P_BANK; ++s)
+                    if (s < R)
+                        wr[s] = __ldg (src + (size_t) s * L.active + t);
+            } else {   /* two 8-byte slots a register */
+                const uint2 *src2 = reinterpret_cast<const uint2 *> (src);
+#pragma unroll
+                for (uint32_t s = 0; s < p_bank_slots (DT); ++s)
+                    if (s < R) {
+                        const uint2 u = __ldg (src2 + (size_t) s * L.active + t);
+                        if (s & 1u) {
+                            wr[s >> 1].z = __uint_as_float (u.x);
+                            wr[s >> 1].w = __uint_as_float (u.y);
+                        } else {
+                            wr[s >> 1].x = __uint_as_float (u.x);
+                            wr[s >> 1].y = __uint_as_float (u.y);
+                        }
+                    }
+            }
         }
-        const uint64_t n = (uint64_t) (L.passes * L.slots - R) * L.active;
+        /* the rest, 16 bytes at a time (R slots x active threads is a multiple of 16 bytes) */
+        constexpr uint32_t WB = DT == SIG_DTYPE_F32 ? 16u : 8u;
+        const uint64_t n = (uint64_t) (L.passes * L.slots - R) * L.active * WB / 16u;
+        const float4 *rest = src + (uint64_t) R * L.active * WB / 16u;
         for (uint64_t i = t; i < n; i += P_T)
-            s_dyn[L.w_smem + i] = __ldg (src + (uint64_t) R * L.active + i);
+            s_dyn[L.w_smem + i] = __ldg (rest + i);
     }
     if (leader) {
         const float *bsrc = reinterpret_cast<const float *> (payload) + s_h.bias_image;
@@ -527,7 +593,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                     po.dst = nullptr;
                     po.bias = nullptr;
                     po.act = 0;
-                    s_gemv_any (L, out, s_dyn + L.w_smem, wr, slice, rows, po);
+                    s_gemv_any<DT> (L, out, s_dyn + L.w_smem, wr, slice, rows, po);
                 }
                 s_barrier (C);   /* gather */
                 if (TRACE && st)
@@ -563,7 +629,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                                      in4, rows, act0 + cur * act_step, L.xs);
                         __syncthreads ();
                     }
-                    wrote |= s_gemv_any (L, out, s_dyn + L.w_smem, wr, act0 + cur * act_step, rows, fin);
+                    wrote |= s_gemv_any<DT> (L, out, s_dyn + L.w_smem, wr, act0 + cur * act_step, rows, fin);
                 }
                 cur ^= 1u;
                 __syncthreads ();   /* this layer's act writes before the next layer (or scatter) reads */
@@ -689,7 +755,7 @@ s_pingpong_kernel (char *box, sig_persistent_layout_t lay, uint32_t in, uint32_t
 uint32_t p_static_smem (void)
 {
     cudaFuncAttributes a;
-    if (cudaFuncGetAttributes (&a, s_persistent_kernel<false>) != cudaSuccess) {
+    if (cudaFuncGetAttributes (&a, s_persistent_kernel<false, SIG_DTYPE_F32>) != cudaSuccess) {
         (void) cudaGetLastError ();
         return (uint32_t) (sizeof (p_header_t) + 64u);
     }
@@ -701,18 +767,22 @@ int p_placeable (const sig_persistent_plan_t *plan, int optin, uint32_t static_s
 {
     /* The kernel may take up to the whole opt-in limit (set once, the same for every model: a
      * smaller value set by another load could otherwise race with this launch). */
-    cudaError_t e = cudaFuncSetAttribute (s_persistent_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          optin - (int) static_smem);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute (s_persistent_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  optin - (int) static_smem);
+    const void *const kernels[] = { (const void *) s_persistent_kernel<false, SIG_DTYPE_F32>,
+                                    (const void *) s_persistent_kernel<true, SIG_DTYPE_F32>,
+                                    (const void *) s_persistent_kernel<false, SIG_DTYPE_F16>,
+                                    (const void *) s_persistent_kernel<true, SIG_DTYPE_F16>,
+                                    (const void *) s_persistent_kernel<false, SIG_DTYPE_BF16>,
+                                    (const void *) s_persistent_kernel<true, SIG_DTYPE_BF16> };
+    cudaError_t e = cudaSuccess;
+    for (size_t k = 0; k < sizeof kernels / sizeof kernels[0] && e == cudaSuccess; ++k)
+        e = cudaFuncSetAttribute (kernels[k], cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int) static_smem);
     if (e != cudaSuccess)
         return (int) e;
     /* Can a cluster of this size with this much shared memory be placed at all? */
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = sig_cluster_config (plan->cluster_blocks, P_T, plan->smem_bytes, 0, &attr);
     int clusters = 0;
-    e = cudaOccupancyMaxActiveClusters (&clusters, (void *) s_persistent_kernel<false>, &cfg);
+    e = cudaOccupancyMaxActiveClusters (&clusters, kernels[2u * (plan->dtype <= SIG_DTYPE_BF16 ? plan->dtype : 0u)], &cfg);
     if (e != cudaSuccess)
         return (int) e;
     return clusters >= 1 ? (int) cudaSuccess : (int) cudaErrorMemoryAllocation;
@@ -726,11 +796,24 @@ extern "C" int sig_persistent_launch (const void *image, void *box, const sig_pe
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = sig_cluster_config (plan->cluster_blocks, P_T, plan->smem_bytes, stream, &attr);
     unsigned long long *trace = reinterpret_cast<unsigned long long *> (plan->trace);
-    const cudaError_t launched
-        = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true>, static_cast<const p_header_t *> (image),
-                                      static_cast<char *> (box), trace)
-                : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false>, static_cast<const p_header_t *> (image),
-                                      static_cast<char *> (box), trace);
+    const p_header_t *img = static_cast<const p_header_t *> (image);
+    char *b = static_cast<char *> (box);
+    cudaError_t launched = cudaErrorInvalidValue;
+    switch (plan->dtype) {
+    case SIG_DTYPE_F32:
+        launched = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true, SIG_DTYPE_F32>, img, b, trace)
+                         : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false, SIG_DTYPE_F32>, img, b, trace);
+        break;
+    case SIG_DTYPE_F16:
+        launched = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true, SIG_DTYPE_F16>, img, b, trace)
+                         : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false, SIG_DTYPE_F16>, img, b, trace);
+        break;
+    case SIG_DTYPE_BF16:
+        launched = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true, SIG_DTYPE_BF16>, img, b, trace)
+                         : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false, SIG_DTYPE_BF16>, img, b, trace);
+        break;
+    default: break;
+    }
     const cudaError_t last = cudaGetLastError ();
     return (int) (launched != cudaSuccess ? launched : last);
 }

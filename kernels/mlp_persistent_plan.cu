@@ -5,6 +5,9 @@
 #include "kernels.h"
 #include "mlp_persistent_impl.cuh"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -85,23 +88,27 @@ static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, sig_per
     L->regs = 0u;
 }
 
-static uint64_t s_layer_smem (const sig_persistent_layer_plan_t *L)   /* bytes of slots in shared memory */
+/* Bytes of slots in shared memory, and in registers (per block), at WB bytes a slot. Both are
+ * multiples of 16: active is a multiple of 32. */
+static uint64_t s_layer_smem (const sig_persistent_layer_plan_t *L, uint32_t wb)
 {
-    return ((uint64_t) L->passes * L->slots - (L->bank == 0u ? L->regs : 0u)) * L->active * 16u;
+    return ((uint64_t) L->passes * L->slots - (L->bank == 0u ? L->regs : 0u)) * L->active * wb;
 }
-static uint64_t s_layer_regs (const sig_persistent_layer_plan_t *L)   /* bytes of slots in registers, per block */
+static uint64_t s_layer_regs (const sig_persistent_layer_plan_t *L, uint32_t wb)
 {
-    return (L->bank == 0u ? (uint64_t) L->regs : 0u) * L->active * 16u;
+    return (L->bank == 0u ? (uint64_t) L->regs : 0u) * L->active * wb;
 }
 
 /* One candidate: every offset of a plan with this cluster size and placement. Returns whether it
  * fits STATIC_SMEM + the dynamic part in LIMIT; fills COST (clocks, a rough estimate). */
-static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, const bool *spread, bool registers,
-                     const sig_persistent_tuning_t *tu, uint32_t limit, uint32_t static_smem,
+static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t dtype, uint32_t C, const bool *spread,
+                     bool registers, const sig_persistent_tuning_t *tu, uint32_t limit, uint32_t static_smem,
                      sig_persistent_plan_t *p, uint64_t *cost)
 {
-    const uint32_t n = net->layer_count, W = C > 1u ? C - 1u : 1u;
+    const uint32_t n = net->layer_count, W = C > 1u ? C - 1u : 1u, wb = p_slot_bytes (dtype);
+    const uint32_t bank_slots = p_bank_slots (dtype);
     memset (p, 0, sizeof *p);
+    p->dtype = dtype;
     p->cluster_blocks = C;
     p->threads = P_T;
     p->layer_count = n;
@@ -128,7 +135,7 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, 
         }
         if (best < n) {
             p->layers[best].bank = 0u;
-            p->layers[best].regs = p->layers[best].slots < P_BANK ? p->layers[best].slots : P_BANK;
+            p->layers[best].regs = p->layers[best].slots < bank_slots ? p->layers[best].slots : bank_slots;
         }
     }
     /* Shared memory (the same layout in every block): the weight area (the leader's local layers
@@ -141,9 +148,9 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, 
         sig_persistent_layer_plan_t *L = &p->layers[l];
         const uint32_t role = L->spread, out4 = s_div_up (net->layers[l].out, 4u);
         L->w_smem = (uint32_t) w4[role];
-        w4[role] += s_layer_smem (L) / 16u;
-        regs[role] += s_layer_regs (L);
-        L->per_block = (uint64_t) L->passes * L->slots * L->active;
+        w4[role] += s_layer_smem (L, wb) / 16u;
+        regs[role] += s_layer_regs (L, wb);
+        L->per_block = (uint64_t) L->passes * L->slots * L->active * wb / 16u;
         L->image = img4;
         img4 += (L->spread ? W : 1u) * L->per_block;
         L->bias = (uint32_t) bias;
@@ -200,14 +207,15 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, 
 }
 
 /* Tries cluster size C: the placement grows from "big layers split" until the leader fits. */
-static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, const sig_persistent_tuning_t *tu,
-                   uint32_t limit, uint32_t static_smem, sig_persistent_plan_t *p, uint64_t *cost)
+static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t dtype, uint32_t C,
+                   const sig_persistent_tuning_t *tu, uint32_t limit, uint32_t static_smem, sig_persistent_plan_t *p,
+                   uint64_t *cost)
 {
     const uint32_t n = net->layer_count;
     bool spread[SIG_FUSED_MAX_LAYERS];
     uint32_t count = 0;
     for (uint32_t l = 0; l < n; ++l) {
-        const uint64_t bytes = 4u * (uint64_t) net->layers[l].in * net->layers[l].out;
+        const uint64_t bytes = p_slot_bytes (dtype) / 4u * (uint64_t) net->layers[l].in * net->layers[l].out;
         spread[l] = C > 1u && (tu->spread_all || bytes > P_LOCAL_MAX_BYTES);
         count += spread[l] ? 1u : 0u;
     }
@@ -223,9 +231,9 @@ static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, co
         /* Registers only when shared memory alone cannot hold it (tuning: never, or always). The
          * register path is the faster one on paper, but measured slower on tick_mlp (10.52 us p50
          * without, 11.03 with, H100, same run: docs/persistent-notes.md). */
-        if (tu->no_registers != 2u && s_build (net, max_rows, C, spread, false, tu, limit, static_smem, p, cost))
+        if (tu->no_registers != 2u && s_build (net, max_rows, dtype, C, spread, false, tu, limit, static_smem, p, cost))
             return true;
-        if (tu->no_registers != 1u && s_build (net, max_rows, C, spread, true, tu, limit, static_smem, p, cost))
+        if (tu->no_registers != 1u && s_build (net, max_rows, dtype, C, spread, true, tu, limit, static_smem, p, cost))
             return true;
         if (C == 1u || count == n)
             return false;
@@ -239,10 +247,10 @@ static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, co
     }
 }
 
-extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device,
+extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device, uint32_t dtype,
                                     const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan)
 {
-    if (!net || !plan || max_rows < 1u || max_rows > 4096u || !s_net_ok (net))
+    if (!net || !plan || max_rows < 1u || max_rows > 4096u || !s_net_ok (net) || dtype > SIG_DTYPE_BF16)
         return (int) cudaErrorInvalidValue;
     const sig_persistent_tuning_t none = { 0u, 0u, 0u, 0u, 0u, 0u, 0u };
     const sig_persistent_tuning_t *tu = tuning ? tuning : &none;
@@ -265,7 +273,7 @@ extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_row
         if (tu->cluster_blocks != 0u && C != tu->cluster_blocks)
             continue;
         uint64_t cost = 0;
-        const bool fits = s_try (net, max_rows, C, tu, (uint32_t) optin, static_smem, &cand, &cost);
+        const bool fits = s_try (net, max_rows, dtype, C, tu, (uint32_t) optin, static_smem, &cand, &cost);
         if (fits && (!found || cost < best_cost)) {
             *plan = cand;
             best_cost = cost;
@@ -280,12 +288,54 @@ extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_row
     return p_placeable (plan, optin, static_smem);
 }
 
+/* Weight E of the slot at C, V rounded to nearest even in DTYPE (f16, bf16: 2 bytes each, the
+ * kernel widens each to fp32 exactly). */
+static void s_put_weight (char *c, uint32_t e, uint32_t dtype, float v)
+{
+    if (dtype == SIG_DTYPE_F32) {
+        memcpy (c + 4u * e, &v, 4u);
+        return;
+    }
+    uint16_t bits;
+    if (dtype == SIG_DTYPE_F16) {
+        const __half_raw r = __float2half_rn (v);
+        bits = r.x;
+    } else {
+        const __nv_bfloat16_raw r = __float2bfloat16_rn (v);
+        bits = r.x;
+    }
+    memcpy (c + 2u * e, &bits, 2u);
+}
+
+extern "C" int sig_persistent_dtype_check (const sig_fused_net_t *net, uint32_t dtype, uint32_t *layer, uint64_t *index)
+{
+    if (!net || dtype == SIG_DTYPE_F32)
+        return 0;
+    for (uint32_t l = 0; l < net->layer_count; ++l) {
+        const sig_fused_layer_t *N = &net->layers[l];
+        for (uint64_t i = 0; i < (uint64_t) N->in * N->out; ++i) {
+            const float v = N->w[i];
+            const bool over = dtype == SIG_DTYPE_F16 ? !(fabsf (v) <= 65504.0f)
+                                                     : isfinite (v) && !isfinite (__bfloat162float (__float2bfloat16_rn (v)));
+            if (over) {
+                if (layer)
+                    *layer = l;
+                if (index)
+                    *index = i;
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persistent_plan_t *plan,
                                     const sig_persistent_layout_t *layout, void *image)
 {
     if (!net || !plan || !layout || !image || plan->layer_count != net->layer_count || plan->smem_bytes == UINT32_MAX)
         return (int) cudaErrorInvalidValue;
     const uint32_t C = plan->cluster_blocks, W = C > 1u ? C - 1u : 1u, n = plan->layer_count;
+    const uint32_t dtype = plan->dtype, wb = p_slot_bytes (dtype);
     memset (image, 0, plan->image_bytes);
     p_header_t *h = static_cast<p_header_t *> (image);
     h->magic = P_MAGIC;
@@ -306,6 +356,7 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
     h->slice_off = plan->slice_off;
     h->work_end = plan->work_end;
     h->read_leader = plan->read_leader;
+    h->dtype = dtype;
     h->payload = s_align (sizeof (p_header_t), 16u);
     h->bias_image = plan->bias_image;
     h->box = *layout;
@@ -320,18 +371,18 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
         const uint32_t in4 = s_div_up (N->in, 4u), G = 1u << L->glog;
         for (uint32_t blk = 0; blk < (L->spread ? W : 1u); ++blk) {
             const uint32_t kc0 = L->spread ? in4 * blk / W : 0u, kc1 = L->spread ? in4 * (blk + 1u) / W : in4;
-            float *dst = payload + 4u * (L->image + (uint64_t) blk * L->per_block);
+            char *dst = reinterpret_cast<char *> (payload) + 16u * (L->image + (uint64_t) blk * L->per_block);
             for (uint32_t p = 0; p < L->passes; ++p)
                 for (uint32_t s = 0; s < L->slots; ++s)
                     for (uint32_t t = 0; t < L->active; ++t) {
                         const uint32_t m = p * (P_T >> L->glog) + (t >> L->glog);
                         const uint32_t kc = kc0 + (t & (G - 1u)) + s * G;
-                        float *c = dst + 4u * (((uint64_t) p * L->slots + s) * L->active + t);
+                        char *c = dst + (size_t) wb * (((uint64_t) p * L->slots + s) * L->active + t);
                         if (m >= N->out || kc >= kc1)
                             continue;   /* zeros */
                         for (uint32_t e = 0; e < 4u; ++e)
                             if (4u * kc + e < N->in)
-                                c[e] = N->w[(size_t) m * N->in + 4u * kc + e];
+                                s_put_weight (c, e, dtype, N->w[(size_t) m * N->in + 4u * kc + e]);
                     }
         }
         memcpy (payload + plan->bias_image + L->bias, N->b, N->out * sizeof (float));
