@@ -56,7 +56,8 @@ static model_config_t s_config (cuda_kernel_t kernel, bool graph, uint32_t max_r
  * never write shows as NaN; every output within its error bound of the float64 reference
  * (tolerance.h: an output that cancels to near zero is judged by the sums it came from). WHAT
  * names the case in a failure. */
-static void s_check_outputs (backend_model_t *m, const weights_t *w, uint32_t rows, const char *what)
+static void s_check_outputs_held (backend_model_t *m, const weights_t *w, weight_dtype_t held, uint32_t rows,
+                                  const char *what)
 {
     size_t nin = (size_t) rows * w->input_size, nout = (size_t) rows * w->output_size;
     int rounds = nout >= 64 ? 4 : (int) ((256 + nout - 1) / nout);
@@ -73,13 +74,19 @@ static void s_check_outputs (backend_model_t *m, const weights_t *w, uint32_t ro
         ck_assert_msg (st == SIG_OK, "infer: %s", err);
         for (size_t i = 0; i < nout; i++)
             ck_assert_msg (isfinite (out[i]), "output %zu of %zu not written (rows %u)", i, nout, rows);
-        ck_assert_int_eq (tol_mlp (w, in, rows, ref, bound), 0);
-        TOL_ASSERT (out, ref, bound, nout, w->output_size, "%s rows %u round %d", what, rows, round);
+        ck_assert_int_eq (tol_mlp_held (w, held, in, rows, ref, bound), 0);
+        TOL_ASSERT (out, ref, bound, nout, w->output_size, "%s rows %u round %d (weights in %s)", what, rows, round,
+                    weight_dtype_name (held));
     }
     free (in);
     free (out);
     free (ref);
     free (bound);
+}
+
+static void s_check_outputs (backend_model_t *m, const weights_t *w, uint32_t rows, const char *what)
+{
+    s_check_outputs_held (m, w, WEIGHT_DTYPE_F32, rows, what);
 }
 
 static void s_check_model_zc (const uint32_t *sizes, const activation_t *acts, size_t layers, cuda_kernel_t kernel,
@@ -521,13 +528,15 @@ static backend_model_t *s_pload (const weights_t *w, const model_config_t *cfg, 
     return backend_cuda_iface.load (w, cfg, cfg->device, err, errlen);
 }
 
-/* Loads W as a persistent model with TUNING; when it fits, checks rows 1, 3 and max_rows and the
- * kernel name, and returns true; when it does not, checks the message and returns false. */
-static bool s_check_persistent (const weights_t *w, const sig_persistent_tuning_t *tuning, uint32_t max_rows,
-                                const char *label)
+/* Loads W as a persistent model with TUNING, its weights held in HELD; when it fits, checks rows 1,
+ * 3 and max_rows (each output within its bound: tol_mlp_held) and the kernel name, and returns
+ * true; when it does not, checks the message and returns false. */
+static bool s_check_persistent_held (const weights_t *w, weight_dtype_t held, const sig_persistent_tuning_t *tuning,
+                                     uint32_t max_rows, const char *label)
 {
     cuda_persistent_tuning (tuning);
     model_config_t cfg = s_pconfig (max_rows, 1000);
+    cfg.weight_dtype = held;
     char err[1024] = "";
     backend_model_t *m = s_pload (w, &cfg, err, sizeof err);
     cuda_persistent_tuning (NULL);
@@ -540,19 +549,29 @@ static bool s_check_persistent (const weights_t *w, const sig_persistent_tuning_
     ck_assert_str_eq (backend_cuda_iface.kernel_name (m), "persistent");
     const sig_persistent_plan_t *plan = cuda_model_persistent_plan (m);
     ck_assert_ptr_nonnull (plan);
+    ck_assert_uint_eq (plan->dtype, (uint32_t) held);
     if (tuning->cluster_blocks)
         ck_assert_uint_eq (plan->cluster_blocks, tuning->cluster_blocks);
     const uint32_t rows[] = { 1, 3, max_rows };
+    bool regs = false;
+    for (uint32_t l = 0; l < plan->layer_count; l++)
+        regs |= plan->layers[l].bank == 0 && plan->layers[l].regs > 0;
     char what[256];
-    snprintf (what, sizeof what, "%s: persistent (cluster %u, spread_all %u, no_registers %u, done %u, read by the %s, "
-              "ring %u)", label, plan->cluster_blocks, tuning->spread_all, tuning->no_registers, plan->done_mode,
-              plan->read_leader ? "leader" : "workers", plan->ring);
+    snprintf (what, sizeof what, "%s: persistent (cluster %u, spread_all %u, no_registers %u%s, done %u, read by the "
+              "%s, ring %u)", label, plan->cluster_blocks, tuning->spread_all, tuning->no_registers,
+              regs ? " (banked)" : "", plan->done_mode, plan->read_leader ? "leader" : "workers", plan->ring);
     for (size_t r = 0; r < 3; r++)
         if (rows[r] <= max_rows)
-            s_check_outputs (m, w, rows[r], what);
+            s_check_outputs_held (m, w, held, rows[r], what);
     backend_cuda_iface.destroy (&m);
     ck_assert_ptr_null (m);
     return true;
+}
+
+static bool s_check_persistent (const weights_t *w, const sig_persistent_tuning_t *tuning, uint32_t max_rows,
+                                const char *label)
+{
+    return s_check_persistent_held (w, WEIGHT_DTYPE_F32, tuning, max_rows, label);
 }
 
 /* The tunings every shape runs under: the service's choice, each cluster size, every layer split,
@@ -605,6 +624,122 @@ START_TEST (persistent_chains)
             s_check_persistent (w, &s_tunings[t], 7, nets[n].label);
         weights_destroy (&w);
     }
+}
+END_TEST
+
+/* Weights held in f16 and bf16 (_i: 0 f16, 1 bf16): tick_mlp's shape, odd chains and single
+ * layers under every tuning, each output of rows 1, 3 and 7 within the bound that adds the weights'
+ * rounding to the f32 weights' reference (tol_mlp_held), fresh inputs each round; then every batch
+ * size 1..9 of tick_mlp's shape. */
+START_TEST (persistent_half_weights)
+{
+    printf ("test %s %d\n", __func__, _i);   /* progress, for a run that times out */
+    fflush (stdout);
+    const weight_dtype_t held = _i == 0 ? WEIGHT_DTYPE_F16 : WEIGHT_DTYPE_BF16;
+    const uint32_t demo[] = { 512, 256, 64, 1 }, a[] = { 37, 19, 5 }, b[] = { 293, 61, 3 };
+    const uint32_t odd[] = { 293, 597, 31, 33, 1 }, wide[] = { 64, 512, 256, 2 };
+    const uint32_t s1[] = { 1, 1 }, s2[] = { 31, 33 }, s3[] = { 293, 597 }, s4[] = { 8192, 3 }, s5[] = { 129, 300 };
+    const activation_t demo_acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
+    const activation_t odd_acts[] = { ACTIVATION_TANH, ACTIVATION_RELU, ACTIVATION_SIGMOID, ACTIVATION_NONE };
+    const struct { const uint32_t *sizes; const activation_t *acts; size_t layers; const char *label; } nets[] = {
+        { demo, demo_acts, 3, "512-256-64-1" }, { a, odd_acts, 2, "37-19-5" }, { b, demo_acts, 2, "293-61-3" },
+        { odd, odd_acts, 4, "293-597-31-33-1" }, { wide, odd_acts, 3, "64-512-256-2" },
+        { s1, demo_acts + 2, 1, "1x1" }, { s2, odd_acts, 1, "33x31" }, { s3, odd_acts + 1, 1, "597x293" },
+        { s4, odd_acts + 2, 1, "3x8192" }, { s5, demo_acts, 1, "300x129" } };
+    for (size_t n = 0; n < sizeof nets / sizeof nets[0]; n++) {
+        weights_t *w = weights_random (nets[n].sizes, nets[n].acts, nets[n].layers, rng_next (&s_seed));
+        char label[96];
+        snprintf (label, sizeof label, "%s, %s weights", nets[n].label, weight_dtype_name (held));
+        ck_assert_msg (s_check_persistent_held (w, held, &s_default_tuning, 7, label), "%s refused", label);
+        for (size_t t = 0; t < TUNINGS; t++)
+            s_check_persistent_held (w, held, &s_tunings[t], 7, label);
+        weights_destroy (&w);
+    }
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *w = weights_random (demo, acts, 3, rng_next (&s_seed));
+    model_config_t cfg = s_pconfig (9, 1000);
+    cfg.weight_dtype = held;
+    char err[1024] = "";
+    backend_model_t *m = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    for (uint32_t rows = 1; rows <= 9; rows++)
+        s_check_outputs_held (m, w, held, rows, "every rows");
+    backend_cuda_iface.destroy (&m);
+    weights_destroy (&w);
+}
+END_TEST
+
+/* What half precision refuses: a weight f16 cannot hold (named: tensor, index, value), every CUDA
+ * kernel but persistent (named), the CPU backend; and "auto" with f16 measures persistent alone. */
+START_TEST (persistent_half_refusals)
+{
+    printf ("test %s\n", __func__);
+    fflush (stdout);
+    const uint32_t sizes[] = { 37, 19, 5 };
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *w = weights_random (sizes, acts, 2, rng_next (&s_seed));
+    w->layers[1].weight[2 * 19 + 7] = 70000.0f;
+    model_config_t cfg = s_pconfig (3, 1000);
+    cfg.weight_dtype = WEIGHT_DTYPE_F16;
+    cfg.layer_count = 2;
+    strcpy (cfg.layers[0].weight, "0.weight");
+    strcpy (cfg.layers[1].weight, "2.weight");
+    char err[1024] = "";
+    backend_model_t *m = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_ptr_null (m);
+    ck_assert_msg (strstr (err, "model \"gpu-persistent\": weight_dtype \"f16\": weight \"2.weight\" [2][7] = 70000 "
+                                "does not fit in f16 (largest finite 65504)"), "%s", err);
+    /* bf16 holds it (its range is f32's); within its bound */
+    ck_assert (s_check_persistent_held (w, WEIGHT_DTYPE_BF16, &s_default_tuning, 3, "bf16 with a weight of 70000"));
+    w->layers[1].weight[2 * 19 + 7] = 65504.0f;   /* the largest f16: held */
+    ck_assert (s_check_persistent_held (w, WEIGHT_DTYPE_F16, &s_default_tuning, 3, "f16 with a weight of 65504"));
+    weights_destroy (&w);
+    /* every other CUDA kernel refuses f16 and bf16, naming itself */
+    const uint32_t demo[] = { 512, 256, 64, 1 };
+    const activation_t dacts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
+    w = weights_random (demo, dacts, 3, rng_next (&s_seed));
+    for (int k = 0; k < CUDA_KERNEL_COUNT; k++) {
+        if (k == CUDA_KERNEL_PERSISTENT)
+            continue;
+        for (int d = WEIGHT_DTYPE_F16; d <= WEIGHT_DTYPE_BF16; d++) {
+            model_config_t c = s_config ((cuda_kernel_t) k, true, 2);
+            c.weight_dtype = (weight_dtype_t) d;
+            char want[256];
+            snprintf (want, sizeof want, "weight_dtype \"%s\": kernel \"%s\" holds weights in f32 only; use "
+                      "\"kernel\": \"persistent\"", weight_dtype_name ((weight_dtype_t) d), cuda_kernel_name ((cuda_kernel_t) k));
+            m = backend_cuda_iface.load (w, &c, 0, err, sizeof err);
+            ck_assert_ptr_null (m);
+            ck_assert_msg (strstr (err, want), "kernel %s: %s", cuda_kernel_name ((cuda_kernel_t) k), err);
+        }
+    }
+    /* auto with f16: the CPU and every kernel but persistent are noted as not loaded; persistent wins */
+    model_config_t a = s_config (CUDA_KERNEL_WARP, true, 2);
+    a.backend = BACKEND_AUTO;
+    a.weight_dtype = WEIGHT_DTYPE_F16;
+    autoselect_candidate_t c[16];
+    size_t n = 0;
+    const backend_iface_t *chosen = autoselect_choose (w, &a, 0, c, 16, &n, err, sizeof err);
+    ck_assert_msg (chosen == &backend_cuda_iface, "%s", err);
+    ck_assert_int_eq (a.kernel, CUDA_KERNEL_PERSISTENT);
+    ck_assert_int_eq (a.weight_dtype, WEIGHT_DTYPE_F16);
+    size_t measured = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!c[i].note[0]) {
+            ck_assert_str_eq (c[i].kernel, "persistent");
+            measured++;
+        } else
+            ck_assert_msg (strstr (c[i].note, "not loaded: ") && strstr (c[i].note, "f32 only"), "%s %s: %s",
+                           c[i].backend, c[i].kernel, c[i].note);
+    }
+    ck_assert_uint_eq (measured, 1);
+    /* auto with f32 never holds half weights: whatever it picks, the plan (if persistent) is f32 */
+    a = s_config (CUDA_KERNEL_PERSISTENT, true, 2);
+    a.backend = BACKEND_AUTO;
+    a.kernel_given = true;
+    chosen = autoselect_choose (w, &a, 0, c, 16, &n, err, sizeof err);
+    ck_assert_msg (chosen != NULL, "%s", err);
+    ck_assert_int_eq (a.weight_dtype, WEIGHT_DTYPE_F32);
+    weights_destroy (&w);
 }
 END_TEST
 
@@ -1170,6 +1305,8 @@ int main (int argc, char **argv)
     tcase_add_test (tp, persistent_single_layers);
     tcase_add_test (tp, persistent_chains);
     tcase_add_test (tp, persistent_every_batch_size);
+    tcase_add_loop_test (tp, persistent_half_weights, 0, 2);
+    tcase_add_test (tp, persistent_half_refusals);
     tcase_add_test (tp, persistent_refuses_over_budget);
     tcase_add_test (tp, persistent_100k_requests);
     tcase_add_test (tp, persistent_stop_and_start);
