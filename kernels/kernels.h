@@ -147,6 +147,9 @@ typedef struct {
     uint64_t trace;           /* sigbench --trace: the device address of SIG_TRACE_RING x SIG_TRACE_STAMPS
                                  clock64 stamps; the traced instantiation of the kernel runs (0: the
                                  serving kernel) */
+    uint32_t split_by;        /* a split layer divided by 0: whichever holds fewer bytes, 1: input columns,
+                                 2: outputs (exercises that path) */
+    uint32_t pad0;
 } sig_persistent_tuning_t;
 
 /* The trace of one request (index sequence % SIG_TRACE_RING), in the leader SM's clock64 cycles,
@@ -167,10 +170,16 @@ typedef struct {
     uint32_t spread;        /* split by input columns over the workers (blocks 1..C-1); else the leader's */
     uint32_t glog;          /* log2 of the threads per output (G <= 32) */
     uint32_t passes;        /* outputs per thread (more than the block has threads: > 1) */
-    uint32_t active;        /* threads with work, a multiple of 32; the slot array's row length */
+    uint32_t active;        /* threads with work, a multiple of 32; the slot array's row length (every
+                               pass but the last: SIG_PERSISTENT_THREADS when there are several) */
+    uint32_t last_active;   /* the same for the last pass (the rest of the outputs, rounded up to a warp):
+                               pass p's slots start at p x slots x active */
+    uint32_t by_out;        /* a split layer divided by outputs (worker w: outputs out w / W .. out (w + 1) / W,
+                               every input) instead of by input columns: for narrow inputs, where
+                               columns do not divide evenly over the workers */
     uint32_t slots;         /* weight slots per thread and pass: 4 weights each (16 bytes in f32, 8 in f16 and
                                bf16), for one float4 chunk of the input */
-    uint32_t bank;          /* 0: the first `regs` slots live in registers; 2: none do */
+    uint32_t bank;          /* 0: the first `regs` slots (of the first pass) live in registers; 2: none do */
     uint32_t regs;
     uint32_t xs;            /* the input's row stride in float4 (slots << glog) */
     uint32_t w_smem;        /* float4 offset of the layer's shared-memory slots */
@@ -195,8 +204,15 @@ typedef struct {
     uint64_t cluster_bytes;     /* what the cluster offers: blocks x smem_limit + those registers */
     uint32_t max_cluster;       /* the largest cluster tried (for the message) */
     uint32_t layer_count, max_rows;
+    uint32_t chunk_rows;        /* rows computed at a time (<= max_rows): a request of more rows runs in
+                                   chunks, one start barrier each; every buffer holds this many rows */
+    uint32_t pad1;
+    uint64_t budget_bytes;      /* the fp32 weights the plan promises to hold: the largest cluster's shared
+                                   memory (blocks x (smem_limit - static)); every model whose raw fp32 weights
+                                   are within 90% of it is accepted (registers cover the layout's overhead) */
     /* float offsets in dynamic shared memory, each role its own layout after its weights: the
-     * leader's biases, two activation buffers, the partials (workers x max_rows x mpad) and its end;
+     * leader's biases, two activation buffers, the partials (chunk_rows x mpad floats: per split layer,
+     * W areas of chunk_rows x its outputs rounded up to 4, or one area when split by outputs) and its end;
      * a worker's input slice and its end */
     uint32_t bias_off, act_off0, act_off1, part_off, lead_end, part_stride, mpad;
     uint32_t slice_off, work_end;

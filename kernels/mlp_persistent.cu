@@ -173,6 +173,7 @@ struct s_out_t {
     uint32_t stride;       /* floats per row of the destination */
     uint32_t remote;       /* OUT_PARTIAL: shared::cluster address of this block's rows in block 0 */
     uint32_t host_relaxed; /* OUT_HOST: st.relaxed.sys (SIG_DONE_OUTPUTS) instead of a plain store */
+    uint32_t m0;           /* OUT_PARTIAL: this block's first output (a layer split by outputs) */
     float *dst;            /* OUT_ACT, OUT_HOST */
     const float *bias;     /* OUT_ACT, OUT_HOST: the layer's */
     int act;
@@ -182,7 +183,7 @@ struct s_out_t {
 __device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m, float acc)
 {
     if (o.kind == OUT_PARTIAL) {
-        s_st_cluster_f32 (o.remote + 4u * (r * o.stride + m), acc);
+        s_st_cluster_f32 (o.remote + 4u * (r * o.stride + o.m0 + m), acc);
         return false;
     }
     const float v = sig_activate (acc + o.bias[m], o.act);
@@ -251,13 +252,19 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
     const uint32_t t = threadIdx.x;
     if (t >= L.active)
         return false;
-    const uint32_t glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots, A = L.active;
-    const uint32_t R = BANKED ? L.regs : 0u;
+    const uint32_t glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots;
+    const uint32_t R0 = BANKED ? L.regs : 0u;   /* the banked slots: the first pass's first R0 */
     bool wrote = false;
     for (uint32_t p = 0; p < L.passes; ++p) {
+        /* pass p's slots start at p S active (every pass before the last has `active` threads);
+         * the last pass has last_active (whole warps: the outputs left), G = 1 when passes > 1 */
+        const uint32_t A = p + 1u == L.passes ? L.last_active : L.active;
+        if (t >= A)
+            break;
+        const uint32_t R = p == 0u ? R0 : 0u;
         const uint32_t m = p * (P_T >> glog) + (t >> glog);
-        /* slot s >= R of pass p: slot (p * S + s - R) * A + t of the shared-memory slots */
-        const size_t wp = (size_t) (p * S) * A + t;
+        /* slot s >= R of pass p: slot p S active + s A + t - R0 active of the shared-memory slots */
+        const size_t wp = (size_t) p * S * L.active + t - (size_t) R0 * L.active;
         for (uint32_t r = 0; r < rows; ++r) {
             const float4 *xr = x + (size_t) r * L.xs + g;
             float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
@@ -291,10 +298,10 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
             }
             uint32_t s = R;
             for (; s + 4u <= S; s += 4u) {   /* four loads of each in flight */
-                const float4 w0 = s_wslot<DT> (wsm, wp + (size_t) (s - R) * A);
-                const float4 w1 = s_wslot<DT> (wsm, wp + (size_t) (s + 1u - R) * A);
-                const float4 w2 = s_wslot<DT> (wsm, wp + (size_t) (s + 2u - R) * A);
-                const float4 w3 = s_wslot<DT> (wsm, wp + (size_t) (s + 3u - R) * A);
+                const float4 w0 = s_wslot<DT> (wsm, wp + (size_t) s * A);
+                const float4 w1 = s_wslot<DT> (wsm, wp + (size_t) (s + 1u) * A);
+                const float4 w2 = s_wslot<DT> (wsm, wp + (size_t) (s + 2u) * A);
+                const float4 w3 = s_wslot<DT> (wsm, wp + (size_t) (s + 3u) * A);
                 const float4 x0 = xr[s << glog], x1 = xr[(s + 1u) << glog];
                 const float4 x2 = xr[(s + 2u) << glog], x3 = xr[(s + 3u) << glog];
                 a0 = sig_fma4 (w0, x0, a0);
@@ -303,7 +310,7 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
                 a3 = sig_fma4 (w3, x3, a3);
             }
             for (; s < S; ++s)
-                a0 = sig_fma4 (s_wslot<DT> (wsm, wp + (size_t) (s - R) * A), xr[s << glog], a0);
+                a0 = sig_fma4 (s_wslot<DT> (wsm, wp + (size_t) s * A), xr[s << glog], a0);
             float acc = (a0 + a1) + (a2 + a3);
             for (uint32_t off = G >> 1; off > 0u; off >>= 1)
                 acc += __shfl_xor_sync (SIG_FULL_MASK, acc, off);
@@ -376,40 +383,56 @@ __device__ __forceinline__ uint32_t s_owner (uint32_t kc, uint32_t in4, uint32_t
     return ((kc + 1u) * W + in4 - 1u) / in4 - 1u;
 }
 
+/* Stores chunk KC of row R of a split layer's input (IN4 chunks, slice row stride XS float4) into
+ * the slice (shared-memory address SLICE, the same in every block) of the worker owning it, or of
+ * every worker when the layer is split by outputs (BCAST). */
+__device__ __forceinline__ void s_st_slice (uint32_t slice, uint32_t r, uint32_t kc, uint32_t in4, uint32_t W,
+                                            uint32_t xs, bool bcast, float4 v)
+{
+    if (bcast) {
+        for (uint32_t k = 0; k < W; ++k)
+            s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc), k + 1u), v);
+        return;
+    }
+    const uint32_t k = s_owner (kc, in4, W);
+    s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
+}
+
 /* The leader: every chunk of ROWS feature rows (IN4 chunks, row stride RS float4) from host memory,
  * stored straight into the slice of the worker owning it (DSMEM; W workers, slice row stride XS
- * float4, SLICE the slice's shared-memory address, the same in every block). Up to 4 loads per
- * thread in flight before any store: one round trip for up to 4 x 256 chunks. Block-wide. */
+ * float4, SLICE the slice's shared-memory address, the same in every block; BCAST: every worker's,
+ * a layer 0 split by outputs). Up to 4 loads per thread in flight before any store: one round
+ * trip for up to 4 x 256 chunks. Block-wide. */
 __device__ __forceinline__ void s_read_scatter (const float4 *hx, uint32_t rs, uint32_t in4, uint32_t rows, uint32_t W,
-                                                uint32_t slice, uint32_t xs)
+                                                uint32_t slice, uint32_t xs, bool bcast)
 {
     const uint32_t t = threadIdx.x, n = rows * in4;
     if (n <= P_T) {   /* the usual case: one chunk per thread at most, its load issued first */
         if (t < n) {
             const uint32_t r = rows == 1u ? 0u : t / in4, kc = t - r * in4;
             const float4 v = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
-            const uint32_t k = s_owner (kc, in4, W);
-            s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
+            s_st_slice (slice, r, kc, in4, W, xs, bcast, v);
         }
         return;
     }
     for (uint32_t base = 0; base < n; base += 4u * P_T) {
         float4 v[4];
-        uint32_t at[4];
 #pragma unroll
         for (uint32_t u = 0; u < 4u; ++u) {
             const uint32_t i = base + u * P_T + t;
             if (i < n) {
                 const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
                 v[u] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
-                const uint32_t k = s_owner (kc, in4, W);
-                at[u] = sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u);
             }
         }
 #pragma unroll
-        for (uint32_t u = 0; u < 4u; ++u)
-            if (base + u * P_T + t < n)
-                s_st_cluster_v4f (at[u], v[u]);
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = base + u * P_T + t;
+            if (i < n) {
+                const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
+                s_st_slice (slice, r, kc, in4, W, xs, bcast, v[u]);
+            }
+        }
     }
 }
 
@@ -486,7 +509,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
         }
         /* the rest, 16 bytes at a time (R slots x active threads is a multiple of 16 bytes) */
         constexpr uint32_t WB = DT == SIG_DTYPE_F32 ? 16u : 8u;
-        const uint64_t n = (uint64_t) (L.passes * L.slots - R) * L.active * WB / 16u;
+        const uint64_t n = L.per_block - (uint64_t) R * L.active * WB / 16u;
         const float4 *rest = src + (uint64_t) R * L.active * WB / 16u;
         for (uint64_t i = t; i < n; i += P_T)
             s_dyn[L.w_smem + i] = __ldg (rest + i);
@@ -519,13 +542,14 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
     /* what the leader's read needs, out of shared memory before the loop */
     const char *const features0 = box + lay.slots + lay.features;
     const uint32_t slot_bytes = lay.slot_bytes, rs0 = lay.row_floats / 4u, in4_0 = s_div_up (s_h.in_[0], 4u);
-    const uint32_t xs0 = s_h.layer[0].xs, slice_addr = sig_smem_addr (slice);
+    const uint32_t xs0 = s_h.layer[0].xs, slice_addr = sig_smem_addr (slice), chunk = s_h.chunk_rows;
     uint32_t x_kc0 = 0u, x_nk = 0u;
     if (!leader && s_h.layer[0].spread) {
         const uint32_t in4 = s_div_up (s_h.in_[0], 4u);
-        x_kc0 = in4 * (b - 1u) / W;
-        x_nk = in4 * b / W - x_kc0;
+        x_kc0 = s_h.layer[0].by_out ? 0u : in4 * (b - 1u) / W;
+        x_nk = s_h.layer[0].by_out ? in4 : in4 * b / W - x_kc0;
     }
+    const bool bcast0 = s_h.layer[0].by_out != 0u;
 
     for (;;) {
         unsigned long long *st = nullptr;   /* this request's stamps (TRACE, the leader's thread 0) */
@@ -546,114 +570,130 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
             next_slot = next_slot + 1u == lay.ring ? 0u : next_slot + 1u;
             ++next_seq;
         }
-        if (leader && read_leader) {   /* the leader reads every feature and scatters the slices */
-            __syncthreads ();
-            const uint4 cmd = s_cmd;
-            if (cmd.x == OP_RUN)
-                s_read_scatter (reinterpret_cast<const float4 *> (features0 + (size_t) cmd.z * slot_bytes), rs0, in4_0,
-                                cmd.y, W, slice_addr, xs0);
-            if (warp == 0u && lane >= 1u && lane < C)
-                s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), cmd);
+        /* The request's rows, chunk_rows at a time (every buffer holds that many): each chunk is
+         * what a request of that many rows would be, from its start barrier to its last layer. */
+        uint4 cmd;
+        bool wrote = false;
+        for (uint32_t r0 = 0u;;) {
+            if (leader && read_leader) {   /* the leader reads every feature and scatters the slices */
+                __syncthreads ();
+                const uint4 c = s_cmd;
+                if (c.x == OP_RUN)
+                    s_read_scatter (reinterpret_cast<const float4 *> (features0 + (size_t) c.z * slot_bytes) + (size_t) r0 * rs0,
+                                    rs0, in4_0, min (chunk, c.y - r0), W, slice_addr, xs0, bcast0);
+                if (r0 == 0u && warp == 0u && lane >= 1u && lane < C)
+                    s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), c);
+            }
+            s_barrier (C);   /* start */
+            cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
+            if (cmd.x != OP_RUN)
+                break;
+            if (TRACE && leader && t == 0u && r0 == 0u) {
+                st = trace + (size_t) (cmd.w % SIG_TRACE_RING) * SIG_TRACE_STAMPS;
+                for (uint32_t k = 0; k < SIG_TRACE_STAMPS; ++k)
+                    st[k] = 0ull;
+                st[SIG_TRACE_SEEN] = seen;
+                st[SIG_TRACE_STARTED] = clock64 ();
+            }
+            const uint32_t rows = min (chunk, cmd.y - r0);
+            char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
+            const float4 *const feat = reinterpret_cast<const float4 *> (sb + lay.features) + (size_t) r0 * (lay.row_floats / 4u);
+            float *const outp = reinterpret_cast<float *> (sb + lay.outputs) + (size_t) r0 * s_h.out;
+            uint32_t cur = 0u;   /* leader: the act buffer holding this layer's input */
+
+            for (uint32_t l = 0; l < layers; ++l) {
+                const sig_persistent_layer_plan_t &L = s_h.layer[l];
+                const uint32_t in4 = s_div_up (s_h.in_[l], 4u);
+                const uint32_t out = s_h.out_[l];
+                const bool last = l + 1u == layers;
+                const bool next_spread = !last && s_h.layer[l + 1u].spread != 0u;
+                if (L.spread) {
+                    if (!leader) {
+                        const uint32_t w = b - 1u;
+                        if (l == 0u && !read_leader) {
+                            s_read_host (feat, lay.row_floats / 4u, x_kc0, x_nk, rows, slice, L.xs);
+                            __syncthreads ();
+                        }
+                        s_out_t po;
+                        po.kind = OUT_PARTIAL;
+                        /* worker w's partials at part + w x chunk x mpad (row stride mpad, the layer's
+                         * outputs rounded up to 4); by outputs, everyone's in the first area */
+                        po.stride = 4u * s_div_up (out, 4u);
+                        po.remote = sig_mapa (sig_smem_addr (part + (L.by_out ? 0u : (size_t) w * chunk * po.stride)), 0u);
+                        po.host_relaxed = 0u;
+                        po.m0 = L.by_out ? out * w / W : 0u;
+                        po.dst = nullptr;
+                        po.bias = nullptr;
+                        po.act = 0;
+                        s_gemv_any<DT> (L, L.by_out ? out * (w + 1u) / W - po.m0 : out, s_dyn + L.w_smem, wr, slice,
+                                        rows, po);
+                    }
+                    s_barrier (C);   /* gather */
+                    if (TRACE && st)
+                        st[SIG_TRACE_GATHER (l)] = clock64 ();
+                }
+                if (leader) {
+                    /* where this layer's final values go */
+                    s_out_t fin;
+                    fin.remote = 0u;
+                    fin.host_relaxed = seq_done ? 0u : 1u;
+                    fin.bias = bias + L.bias;
+                    fin.act = s_h.act[l];
+                    if (last) {
+                        fin.kind = OUT_HOST;
+                        fin.dst = outp;
+                        fin.stride = out;
+                    } else {
+                        fin.kind = OUT_ACT;
+                        fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
+                        fin.stride = 4u * (next_spread ? s_div_up (out, 4u) : s_h.layer[l + 1u].xs);
+                    }
+                    if (L.spread) {
+                        for (uint32_t i = t; i < rows * out; i += P_T) {
+                            const uint32_t r = rows == 1u ? 0u : i / out, m = i - r * out;
+                            float v = 0.0f;
+                            const uint32_t mpad = 4u * s_div_up (out, 4u);
+                            if (L.by_out)   /* the one worker holding output m computed all of it */
+                                v = part[r * mpad + m];
+                            else
+                                for (uint32_t k = 0; k < W; ++k)
+                                    v += part[(size_t) k * chunk * mpad + r * mpad + m];
+                            wrote |= s_put (fin, r, m, v);
+                        }
+                    } else {
+                        if (l == 0u) {
+                            s_read_host (feat, lay.row_floats / 4u, 0u, in4, rows, act0 + cur * act_step, L.xs);
+                            __syncthreads ();
+                        }
+                        wrote |= s_gemv_any<DT> (L, out, s_dyn + L.w_smem, wr, act0 + cur * act_step, rows, fin);
+                    }
+                    cur ^= 1u;
+                    __syncthreads ();   /* this layer's act writes before the next layer (or scatter) reads */
+                    if (TRACE && st)
+                        st[SIG_TRACE_COMPUTED (l)] = clock64 ();
+                }
+                if (next_spread) {
+                    if (leader) {   /* act0 + cur holds rows x out4 chunks; worker k gets its slice */
+                        const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
+                        const uint32_t n4 = s_div_up (out, 4u);
+                        const uint32_t saddr = sig_smem_addr (slice);
+                        const float4 *src = act0 + cur * act_step;
+                        for (uint32_t i = t; i < rows * n4; i += P_T) {
+                            const uint32_t r = i / n4, kc = i - r * n4;
+                            s_st_slice (saddr, r, kc, n4, W, N.xs, N.by_out != 0u, src[(size_t) r * n4 + kc]);
+                        }
+                    }
+                    s_barrier (C);   /* scatter */
+                    if (TRACE && st)
+                        st[SIG_TRACE_SCATTER (l)] = clock64 ();
+                }
+            }
+            r0 += chunk;
+            if (r0 >= cmd.y)
+                break;
         }
-        s_barrier (C);   /* start */
-        const uint4 cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
         if (cmd.x != OP_RUN)
             break;
-        if (TRACE && leader && t == 0u) {
-            st = trace + (size_t) (cmd.w % SIG_TRACE_RING) * SIG_TRACE_STAMPS;
-            for (uint32_t k = 0; k < SIG_TRACE_STAMPS; ++k)
-                st[k] = 0ull;
-            st[SIG_TRACE_SEEN] = seen;
-            st[SIG_TRACE_STARTED] = clock64 ();
-        }
-        const uint32_t rows = cmd.y;
-        char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
-        bool wrote = false;
-        uint32_t cur = 0u;   /* leader: the act buffer holding this layer's input */
-
-        for (uint32_t l = 0; l < layers; ++l) {
-            const sig_persistent_layer_plan_t &L = s_h.layer[l];
-            const uint32_t in4 = s_div_up (s_h.in_[l], 4u);
-            const uint32_t out = s_h.out_[l];
-            const bool last = l + 1u == layers;
-            const bool next_spread = !last && s_h.layer[l + 1u].spread != 0u;
-            if (L.spread) {
-                if (!leader) {
-                    const uint32_t w = b - 1u;
-                    if (l == 0u && !read_leader) {
-                        s_read_host (reinterpret_cast<const float4 *> (sb + lay.features), lay.row_floats / 4u, x_kc0,
-                                     x_nk, rows, slice, L.xs);
-                        __syncthreads ();
-                    }
-                    s_out_t po;
-                    po.kind = OUT_PARTIAL;
-                    po.stride = s_h.mpad;
-                    po.remote = sig_mapa (sig_smem_addr (part + (size_t) w * s_h.part_stride), 0u);
-                    po.host_relaxed = 0u;
-                    po.dst = nullptr;
-                    po.bias = nullptr;
-                    po.act = 0;
-                    s_gemv_any<DT> (L, out, s_dyn + L.w_smem, wr, slice, rows, po);
-                }
-                s_barrier (C);   /* gather */
-                if (TRACE && st)
-                    st[SIG_TRACE_GATHER (l)] = clock64 ();
-            }
-            if (leader) {
-                /* where this layer's final values go */
-                s_out_t fin;
-                fin.remote = 0u;
-                fin.host_relaxed = seq_done ? 0u : 1u;
-                fin.bias = bias + L.bias;
-                fin.act = s_h.act[l];
-                if (last) {
-                    fin.kind = OUT_HOST;
-                    fin.dst = reinterpret_cast<float *> (sb + lay.outputs);
-                    fin.stride = out;
-                } else {
-                    fin.kind = OUT_ACT;
-                    fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
-                    fin.stride = 4u * (next_spread ? s_div_up (out, 4u) : s_h.layer[l + 1u].xs);
-                }
-                if (L.spread) {
-                    for (uint32_t i = t; i < rows * out; i += P_T) {
-                        const uint32_t r = rows == 1u ? 0u : i / out, m = i - r * out;
-                        float v = 0.0f;
-                        for (uint32_t k = 0; k < W; ++k)
-                            v += part[(size_t) k * s_h.part_stride + r * s_h.mpad + m];
-                        wrote |= s_put (fin, r, m, v);
-                    }
-                } else {
-                    if (l == 0u) {
-                        s_read_host (reinterpret_cast<const float4 *> (sb + lay.features), lay.row_floats / 4u, 0u,
-                                     in4, rows, act0 + cur * act_step, L.xs);
-                        __syncthreads ();
-                    }
-                    wrote |= s_gemv_any<DT> (L, out, s_dyn + L.w_smem, wr, act0 + cur * act_step, rows, fin);
-                }
-                cur ^= 1u;
-                __syncthreads ();   /* this layer's act writes before the next layer (or scatter) reads */
-                if (TRACE && st)
-                    st[SIG_TRACE_COMPUTED (l)] = clock64 ();
-            }
-            if (next_spread) {
-                if (leader) {   /* act0 + cur holds rows x out4 chunks; worker k gets its slice */
-                    const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
-                    const uint32_t n4 = s_div_up (out, 4u);
-                    const uint32_t saddr = sig_smem_addr (slice);
-                    const float4 *src = act0 + cur * act_step;
-                    for (uint32_t i = t; i < rows * n4; i += P_T) {
-                        const uint32_t r = i / n4, kc = i - r * n4;
-                        const uint32_t k = s_owner (kc, n4, W);
-                        const uint32_t j = kc - n4 * k / W;
-                        s_st_cluster_v4f (sig_mapa (saddr + 16u * (r * N.xs + j), k + 1u), src[(size_t) r * n4 + kc]);
-                    }
-                }
-                s_barrier (C);   /* scatter */
-                if (TRACE && st)
-                    st[SIG_TRACE_SCATTER (l)] = clock64 ();
-            }
-        }
         if (TRACE && st)
             st[SIG_TRACE_END] = clock64 ();
         if (leader && seq_done) {
@@ -662,7 +702,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
             __syncthreads ();
             if (t == 0u) {
                 s_fence_sys ();
-                sig_st_sys_u32 (sb + lay.done, cmd.w);
+                sig_st_sys_u32 (box + lay.slots + (size_t) cmd.z * lay.slot_bytes + lay.done, cmd.w);
             }
         }
     }

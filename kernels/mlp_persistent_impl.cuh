@@ -29,8 +29,10 @@ struct p_header_t {
     uint32_t magic, layers, blocks, max_rows;
     uint32_t in, out, done_mode, dyn_bytes;
     uint32_t bias_off, act_off0, act_off1, part_off;    /* float offsets in dynamic shared memory: the leader's */
-    uint32_t lead_end, part_stride, mpad, slice_off;    /* part: workers x [max_rows][mpad] floats */
-    uint32_t work_end, read_leader, dtype, pad0;        /* a worker's: slice_off .. work_end; SIG_DTYPE_* */
+    uint32_t lead_end, part_stride, mpad, slice_off;    /* part: chunk_rows x mpad floats (the kernel lays out
+                                                           each split layer's partials itself) */
+    uint32_t work_end, read_leader, dtype, chunk_rows;  /* a worker's: slice_off .. work_end; SIG_DTYPE_*;
+                                                           rows computed at a time */
     uint64_t payload;     /* byte offset of the slots in the image */
     uint64_t bias_image;  /* float offset of the biases from the payload */
     sig_persistent_layout_t box;
@@ -44,7 +46,8 @@ static_assert (sizeof (p_header_t) % 16 == 0, "the payload after it stays 16-byt
 static_assert (sizeof (sig_persistent_layer_plan_t) % 8 == 0, "plan entries are copied as words");
 
 #ifndef P_BANK_HALF
-#define P_BANK_HALF 15u        /* of those registers, the ones f16 and bf16 use: 30 slots (all 20: 200 bytes of spills) */
+#define P_BANK_HALF 10u        /* of those registers, the ones f16 and bf16 use: 20 slots (ptxas -v: all 20
+                                  spilled 200 bytes, 15 spilled 24 once the chunk loop came, 10 none) */
 #endif
 static_assert (P_BANK_HALF <= P_BANK && (2u * P_BANK_HALF) % P_XGROUP == 0u, "whole groups");
 /* Slots the register bank holds in DTYPE. */

@@ -514,7 +514,7 @@ END_TEST
 
 /* ---- kernel "persistent": a resident cluster serving requests through mapped memory ---- */
 
-static const sig_persistent_tuning_t s_default_tuning = { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0 };
+static const sig_persistent_tuning_t s_default_tuning = { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, 0 };
 
 static model_config_t s_pconfig (uint32_t max_rows, uint32_t watchdog_ms)
 {
@@ -579,9 +579,11 @@ static bool s_check_persistent (const weights_t *w, const sig_persistent_tuning_
  * (On the GPU, 2026-11-23, the same list ran with 0 meaning "always registers".) */
 /* { cluster, spread_all, no_registers (0 auto, 1 never, 2 always), done, read_workers, ring } */
 static const sig_persistent_tuning_t s_tunings[] = {
-    { 0, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0 }, { 1, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0 }, { 2, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0 },
-    { 4, 0, 2, SIG_DONE_SEQUENCE, 1, 0, 0 }, { 8, 1, 2, SIG_DONE_SEQUENCE, 0, 1, 0 }, { 8, 0, 1, SIG_DONE_SEQUENCE, 1, 0, 0 },
-    { 0, 0, 2, SIG_DONE_OUTPUTS, 0, 2, 0 },  { 2, 1, 1, SIG_DONE_OUTPUTS, 1, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0 },
+    { 0, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 }, { 1, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 }, { 2, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 },
+    { 4, 0, 2, SIG_DONE_SEQUENCE, 1, 0, 0, 0, 0 }, { 8, 1, 2, SIG_DONE_SEQUENCE, 0, 1, 0, 0, 0 }, { 8, 0, 1, SIG_DONE_SEQUENCE, 1, 0, 0, 0, 0 },
+    { 0, 0, 2, SIG_DONE_OUTPUTS, 0, 2, 0, 0, 0 },  { 2, 1, 1, SIG_DONE_OUTPUTS, 1, 0, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 },
+    /* split layers divided by outputs: every layer split, leader reads; registers and workers reading */
+    { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 2, 0 },  { 4, 0, 2, SIG_DONE_SEQUENCE, 1, 0, 0, 2, 0 },
 };
 #define TUNINGS (sizeof s_tunings / sizeof s_tunings[0])
 
@@ -769,6 +771,79 @@ START_TEST (persistent_refuses_over_budget)
                        && strstr (err, "KiB on chip, the cluster holds ") && strstr (err, "(8 blocks x 227 KiB")
                        && strstr (err, "; use kernel \"fused\" or \"warp\""),
                    "%s", err);
+    weights_destroy (&w);
+}
+END_TEST
+
+/* The planner takes every model whose raw fp32 weights are within 90% of the budget it reports (the
+ * largest cluster's shared memory): two- and three-layer nets of growing width, narrow and wide
+ * inputs (a narrow input splits by outputs), up to 0.9 x budget, each loaded and every output of
+ * rows 1 and 3 within its bound; the issue's 293-597-31-3 at max_rows 16 (its partials of 16 rows
+ * do not fit beside the leader's weights: it runs in chunks of rows, so rows 16 checks the
+ * chunks); past what the whole cluster holds (shared memory and every register bank) refused,
+ * with the message. */
+START_TEST (persistent_accepts_within_budget)
+{
+    printf ("test %s\n", __func__);
+    fflush (stdout);
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_TANH, ACTIVATION_NONE };
+    char err[1024] = "";
+    /* the budget, from a small model's plan */
+    const uint32_t small[] = { 8, 8 };
+    weights_t *w = weights_random (small, acts + 2, 1, 1);
+    model_config_t cfg = s_pconfig (3, 1000);
+    backend_model_t *m = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    const uint64_t budget = cuda_model_persistent_plan (m)->budget_bytes;
+    backend_cuda_iface.destroy (&m);
+    weights_destroy (&w);
+    ck_assert_uint_ge (budget, 512u << 10);
+    const struct { uint32_t in, out, hidden; } fams[] = { { 512, 1, 1 }, { 293, 3, 1 }, { 37, 5, 1 }, { 1000, 7, 1 },
+                                                         { 64, 2, 2 }, { 293, 3, 2 } };
+    const double fractions[] = { 0.3, 0.6, 0.9 };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
+        for (size_t k = 0; k < sizeof fractions / sizeof fractions[0]; k++) {
+            /* the widest N with raw fp32 weights (and biases) within the fraction of the budget */
+            const double limit = fractions[k] * (double) budget;
+            uint32_t N = 1;
+            for (uint32_t step = 1u << 16; step; step >>= 1) {
+                const uint64_t n = N + step;
+                const uint64_t raw = 4 * (fams[f].hidden == 1 ? n * (fams[f].in + 1) + fams[f].out * (n + 1)
+                                                                : n * (fams[f].in + 1) + n * (n + 1) + fams[f].out * (n + 1));
+                if ((double) raw <= limit)
+                    N = (uint32_t) n;
+            }
+            uint32_t sizes[4] = { fams[f].in, N, N, fams[f].out };
+            if (fams[f].hidden == 1)
+                sizes[2] = fams[f].out;
+            w = weights_random (sizes, acts, fams[f].hidden + 1, rng_next (&s_seed));
+            char label[128];
+            snprintf (label, sizeof label, "%u-%u%s-%u (%.0f%% of the budget of %llu KiB)", fams[f].in, N,
+                      fams[f].hidden == 2 ? "-N" : "", fams[f].out, 100 * fractions[k], (unsigned long long) (budget >> 10));
+            ck_assert_msg (s_check_persistent (w, &s_default_tuning, 3, label), "%s refused", label);
+            weights_destroy (&w);
+        }
+    const uint32_t issue[] = { 293, 597, 31, 3 };
+    w = weights_random (issue, acts, 3, rng_next (&s_seed));
+    ck_assert_msg (s_check_persistent (w, &s_default_tuning, 16, "293-597-31-3 at max_rows 16"), "refused");
+    cfg = s_pconfig (16, 1000);
+    m = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    ck_assert_uint_lt (cuda_model_persistent_plan (m)->chunk_rows, 16);   /* the rows-16 check ran in chunks */
+    for (uint32_t rows = 1; rows <= 16; rows++)
+        s_check_outputs (m, w, rows, "293-597-31-3, every rows up to 16");
+    backend_cuda_iface.destroy (&m);
+    weights_destroy (&w);
+    /* more than the whole cluster holds, every register bank included: refused, with the message */
+    const uint64_t over = budget + budget / 2;
+    const uint32_t wide[] = { 512, (uint32_t) (over / (4 * 513)), 1 };
+    w = weights_random (wide, acts, 2, rng_next (&s_seed));
+    cfg = s_pconfig (3, 1000);
+    m = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_ptr_null (m);
+    ck_assert_msg (strstr (err, "kernel \"persistent\": the weights need ") && strstr (err, " KiB on chip, the cluster holds ")
+                       && strstr (err, "use kernel \"fused\" or \"warp\""), "%s", err);
+    printf ("over the budget: %s\n", err);
     weights_destroy (&w);
 }
 END_TEST
@@ -1308,6 +1383,7 @@ int main (int argc, char **argv)
     tcase_add_loop_test (tp, persistent_half_weights, 0, 2);
     tcase_add_test (tp, persistent_half_refusals);
     tcase_add_test (tp, persistent_refuses_over_budget);
+    tcase_add_test (tp, persistent_accepts_within_budget);
     tcase_add_test (tp, persistent_100k_requests);
     tcase_add_test (tp, persistent_stop_and_start);
     tcase_add_test (tp, persistent_wait_modes);

@@ -64,6 +64,12 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     step memcheck_persistent timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --persistent-variants \
         --dtypes "${DTYPES:-f32}"
+    # A layer split by outputs (a narrow input), and a request run in chunks of rows (the leader's
+    # partials of 16 rows do not fit: 293-597-31-3 runs 7 rows at a time).
+    step memcheck_by_outputs timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 37,6669,5 --rows 3 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
+    step memcheck_chunks timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 293,597,31,3 --rows 16 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
 fi
 # A/B of the persistent request path against another build's sigbench (BASE_SIGBENCH), on the same
 # core, AB_ROUNDS rounds (default 2) in the order A B, B A, A B, ... so neither build always runs

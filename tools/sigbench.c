@@ -714,7 +714,7 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
         if (dtypes[d] == WEIGHT_DTYPE_F32)
             continue;
         for (uint32_t c = 1; c <= 8; c *= 2) {
-            const sig_persistent_tuning_t tu = { c, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0 };
+            const sig_persistent_tuning_t tu = { c, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, 0 };
             backend_model_t *vm = s_load_persistent (o, w, &tu, dtypes[d]);
             if (!vm)
                 continue;
@@ -729,13 +729,14 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
         /* cluster, spread_all, no_registers (0 auto, 1 never, 2 always), completion, read by the
          * workers, ring */
         const sig_persistent_tuning_t variants[] = {
-            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 0, 0 },
-            { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 1, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 1, 0 },
-            { 4, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0 }, { 8, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0 },
-            { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 1, 0, 0 } };
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 0, 0, 0, 0 },
+            { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 1, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 1, 0, 0, 0 },
+            { 4, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 }, { 8, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 },
+            { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 1, 0, 0, 0, 0 },
+            { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 2, 0 } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
-                               "variant: workers read" };
+                               "variant: workers read", "variant: every layer split, by outputs" };
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             backend_model_t *vm = s_load_persistent (o, w, &variants[v], WEIGHT_DTYPE_F32);
             if (!vm)
