@@ -592,7 +592,7 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
     char label[200];
     const double e = s_bench_e2e (o, m, w, E2E_PINNED_GRAPH, in, ref, &sum);
     const sig_persistent_plan_t *p = cuda_model_persistent_plan (m);
-    const uint32_t layers = p->layer_count;
+    const uint32_t layers = p->layer_count, blocks = p->cluster_blocks;   /* P goes with the model */
     s_persistent_label (m, "traced (clock64 stamps)", label, sizeof label);
     latency_print_row (stdout, label, &sum);
     backend_cuda_iface.destroy (&m);     /* the kernel stops: the trace can be read */
@@ -609,7 +609,7 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
     enum { PHASES = SIG_TRACE_STAMPS };
     double *d = malloc ((size_t) SIG_TRACE_RING * sizeof (double));
     printf ("\n| phase (%u layer(s), cluster %u; SM clock %.0f MHz) | requests | p50 ns | p99 ns |\n| --- | ---: | ---: | ---: |\n",
-            layers, p->cluster_blocks, khz / 1e3);
+            layers, blocks, khz / 1e3);
     static const char *kinds[3] = { "gather barrier passed", "the leader's share computed", "scatter barrier passed" };
     uint32_t order[PHASES], n_order = 0;
     order[n_order++] = SIG_TRACE_SEEN;
