@@ -113,6 +113,13 @@ int sig_hang_kernel (cudaStream_t stream, unsigned ms);
  * SIG_DONE_SEQUENCE: the outputs, a system fence, then the request's sequence in the done word. */
 #define SIG_PERSISTENT_SENTINEL 0x7fbadbadu
 enum { SIG_DONE_OUTPUTS = 0, SIG_DONE_SEQUENCE = 1 };
+/* How the persistent MLP holds its weights on chip (= weight_dtype_t): f32, or f16 / bf16 (each
+ * weight rounded to nearest even once at load, half the bytes of shared memory and registers).
+ * The arithmetic is fp32 in every case: each pair of half weights is widened to two floats (exact)
+ * and multiplied into fp32 accumulators with FMA, the features, activations, biases and outputs
+ * stay fp32. So the only error beyond an fp32 kernel's is the weights' own rounding:
+ * |w~ - w| <= u_w |w| + eta_w, u_w = 2^-11 (f16, eta_w = 2^-25 for its subnormals) or 2^-8 (bf16). */
+enum { SIG_DTYPE_F32 = 0, SIG_DTYPE_F16 = 1, SIG_DTYPE_BF16 = 2 };
 
 typedef struct {            /* byte offsets in the mailbox */
     uint32_t ctrl, status;
@@ -140,6 +147,9 @@ typedef struct {
     uint64_t trace;           /* sigbench --trace: the device address of SIG_TRACE_RING x SIG_TRACE_STAMPS
                                  clock64 stamps; the traced instantiation of the kernel runs (0: the
                                  serving kernel) */
+    uint32_t split_by;        /* a split layer divided by 0: whichever holds fewer bytes, 1: input columns,
+                                 2: outputs (exercises that path) */
+    uint32_t pad0;
 } sig_persistent_tuning_t;
 
 /* The trace of one request (index sequence % SIG_TRACE_RING), in the leader SM's clock64 cycles,
@@ -160,15 +170,22 @@ typedef struct {
     uint32_t spread;        /* split by input columns over the workers (blocks 1..C-1); else the leader's */
     uint32_t glog;          /* log2 of the threads per output (G <= 32) */
     uint32_t passes;        /* outputs per thread (more than the block has threads: > 1) */
-    uint32_t active;        /* threads with work, a multiple of 32; the slot array's row length */
-    uint32_t slots;         /* float4 weight slots per thread and pass */
-    uint32_t bank;          /* 0: the first `regs` slots live in registers; 2: none do */
+    uint32_t active;        /* threads with work, a multiple of 32; the slot array's row length (every
+                               pass but the last: SIG_PERSISTENT_THREADS when there are several) */
+    uint32_t last_active;   /* the same for the last pass (the rest of the outputs, rounded up to a warp):
+                               pass p's slots start at p x slots x active */
+    uint32_t by_out;        /* a split layer divided by outputs (worker w: outputs out w / W .. out (w + 1) / W,
+                               every input) instead of by input columns: for narrow inputs, where
+                               columns do not divide evenly over the workers */
+    uint32_t slots;         /* weight slots per thread and pass: 4 weights each (16 bytes in f32, 8 in f16 and
+                               bf16), for one float4 chunk of the input */
+    uint32_t bank;          /* 0: the first `regs` slots (of the first pass) live in registers; 2: none do */
     uint32_t regs;
     uint32_t xs;            /* the input's row stride in float4 (slots << glog) */
     uint32_t w_smem;        /* float4 offset of the layer's shared-memory slots */
     uint32_t bias;          /* float offset of its bias in the leader's bias area */
-    uint64_t image;         /* float4 offset of its slots in the image (worker w at + w * per_block) */
-    uint64_t per_block;
+    uint64_t image;         /* 16-byte offset of its slots in the image (worker w at + w * per_block) */
+    uint64_t per_block;     /* 16-byte units of one block's slots */
 } sig_persistent_layer_plan_t;
 typedef struct {
     uint32_t cluster_blocks, threads;
@@ -178,6 +195,8 @@ typedef struct {
     uint32_t done_mode;
     uint32_t read_leader;       /* the leader reads the features and scatters them (split layer 0) */
     uint32_t ring;
+    uint32_t dtype;             /* SIG_DTYPE_*: how the weights are held on chip */
+    uint32_t pad0;
     uint64_t trace;             /* the tuning's trace buffer (0: none) */
     uint64_t image_bytes;       /* what sig_persistent_pack writes */
     uint64_t weight_bytes;      /* the model's fp32 weights and biases */
@@ -185,8 +204,15 @@ typedef struct {
     uint64_t cluster_bytes;     /* what the cluster offers: blocks x smem_limit + those registers */
     uint32_t max_cluster;       /* the largest cluster tried (for the message) */
     uint32_t layer_count, max_rows;
+    uint32_t chunk_rows;        /* rows computed at a time (<= max_rows): a request of more rows runs in
+                                   chunks, one start barrier each; every buffer holds this many rows */
+    uint32_t pad1;
+    uint64_t budget_bytes;      /* the fp32 weights the plan promises to hold: the largest cluster's shared
+                                   memory (blocks x (smem_limit - static)); every model whose raw fp32 weights
+                                   are within 90% of it is accepted (registers cover the layout's overhead) */
     /* float offsets in dynamic shared memory, each role its own layout after its weights: the
-     * leader's biases, two activation buffers, the partials (workers x max_rows x mpad) and its end;
+     * leader's biases, two activation buffers, the partials (chunk_rows x mpad floats: per split layer,
+     * W areas of chunk_rows x its outputs rounded up to 4, or one area when split by outputs) and its end;
      * a worker's input slice and its end */
     uint32_t bias_off, act_off0, act_off1, part_off, lead_end, part_stride, mpad;
     uint32_t slice_off, work_end;
@@ -195,13 +221,17 @@ typedef struct {
 } sig_persistent_plan_t;
 
 /* Plans NET (host pointers: w and b in host memory, the fused descriptor's checks) for MAX_ROWS rows
- * on DEVICE. 0 when it fits; cudaErrorInvalidValue for a bad descriptor; cudaErrorMemoryAllocation
- * when it does not fit on chip (need_bytes and cluster_bytes say by how much); another cudaError_t
- * when the device cannot be queried. */
-int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device,
+ * on DEVICE, its weights held in DTYPE (SIG_DTYPE_*). 0 when it fits; cudaErrorInvalidValue for a
+ * bad descriptor or dtype; cudaErrorMemoryAllocation when it does not fit on chip (need_bytes and
+ * cluster_bytes say by how much); another cudaError_t when the device cannot be queried. */
+int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device, uint32_t dtype,
                          const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan);
+/* The first weight of NET that DTYPE cannot hold (f16: |w| > 65504, which would round to
+ * infinity; bf16: a finite weight that would round to infinity), as its layer and index (row-major
+ * [out][in]); 0 when every weight fits, -1 when one does not. */
+int sig_persistent_dtype_check (const sig_fused_net_t *net, uint32_t dtype, uint32_t *layer, uint64_t *index);
 /* Writes the device image (plan->image_bytes, host memory): a header with the plan and LAYOUT,
- * every layer's weights in the kernel's slot order, the biases. */
+ * every layer's weights in the kernel's slot order (rounded to plan->dtype), the biases (fp32). */
 int sig_persistent_pack (const sig_fused_net_t *net, const sig_persistent_plan_t *plan,
                          const sig_persistent_layout_t *layout, void *image);
 /* Launches the resident kernel: IMAGE in device memory, BOX the device address of the mapped

@@ -79,6 +79,7 @@
 #include "mlp_persistent_impl.cuh"
 #include "sig_device.cuh"
 
+#include <cuda_fp16.h>
 #include <stddef.h>
 
 enum { OP_RUN = 1u, OP_STOP = 2u };
@@ -172,6 +173,7 @@ struct s_out_t {
     uint32_t stride;       /* floats per row of the destination */
     uint32_t remote;       /* OUT_PARTIAL: shared::cluster address of this block's rows in block 0 */
     uint32_t host_relaxed; /* OUT_HOST: st.relaxed.sys (SIG_DONE_OUTPUTS) instead of a plain store */
+    uint32_t m0;           /* OUT_PARTIAL: this block's first output (a layer split by outputs) */
     float *dst;            /* OUT_ACT, OUT_HOST */
     const float *bias;     /* OUT_ACT, OUT_HOST: the layer's */
     int act;
@@ -181,7 +183,7 @@ struct s_out_t {
 __device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m, float acc)
 {
     if (o.kind == OUT_PARTIAL) {
-        s_st_cluster_f32 (o.remote + 4u * (r * o.stride + m), acc);
+        s_st_cluster_f32 (o.remote + 4u * (r * o.stride + o.m0 + m), acc);
         return false;
     }
     const float v = sig_activate (acc + o.bias[m], o.act);
@@ -197,25 +199,72 @@ __device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m,
     return true;
 }
 
+/* Half weights: two of them (one 32-bit word) widened to two floats, exactly. */
+template <int DT>
+__device__ __forceinline__ float2 s_widen2 (uint32_t bits)
+{
+    if constexpr (DT == SIG_DTYPE_F16) {
+        __half2 h;
+        memcpy (&h, &bits, 4u);
+        return __half22float2 (h);
+    } else {
+        return make_float2 (__uint_as_float (bits << 16), __uint_as_float (bits & 0xffff0000u));
+    }
+}
+/* One slot of weights as four floats: WS points to the slots (float4 in f32; uint2, 8 bytes, in
+ * f16 and bf16), I is the slot's index. */
+template <int DT>
+__device__ __forceinline__ float4 s_wslot (const void *__restrict__ ws, size_t i)
+{
+    if constexpr (DT == SIG_DTYPE_F32) {
+        return static_cast<const float4 *> (ws)[i];
+    } else {
+        const uint2 u = static_cast<const uint2 *> (ws)[i];
+        const float2 a = s_widen2<DT> (u.x), b = s_widen2<DT> (u.y);
+        return make_float4 (a.x, a.y, b.x, b.y);
+    }
+}
+/* Register slot S (a constant) of the bank: f32, wr[s]; f16 and bf16, half of wr[s / 2]. */
+template <int DT>
+__device__ __forceinline__ float4 s_wreg (const float4 (&wr)[P_BANK], uint32_t s)
+{
+    if constexpr (DT == SIG_DTYPE_F32) {
+        return wr[s];
+    } else {
+        const float4 v = wr[s >> 1];
+        const uint32_t lo = __float_as_uint ((s & 1u) ? v.z : v.x), hi = __float_as_uint ((s & 1u) ? v.w : v.y);
+        const float2 a = s_widen2<DT> (lo), b = s_widen2<DT> (hi);
+        return make_float4 (a.x, a.y, b.x, b.y);
+    }
+}
+
 /* One layer's share of this block: for every row, every output this thread has, the dot product of
  * its slots with the input X (shared memory, row stride L.xs float4), reduced over the G threads of
  * the output, stored through O. BANKED: the first L.regs slots are in WR (the plan banks only
- * single-pass layers). Whole warps call it (active % 32 == 0). */
-template <bool BANKED>
+ * single-pass layers). DT: the weights' type (SIG_DTYPE_*); the products and sums are fp32 FMAs
+ * in every case. Whole warps call it (active % 32 == 0). */
+template <bool BANKED, int DT>
 __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
                                         const float4 (&wr)[P_BANK], const float4 *__restrict__ x, uint32_t rows,
                                         const s_out_t &o)
 {
+    constexpr uint32_t NB = p_bank_slots (DT);   /* slots the bank holds */
     const uint32_t t = threadIdx.x;
     if (t >= L.active)
         return false;
-    const uint32_t glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots, A = L.active;
-    const uint32_t R = BANKED ? L.regs : 0u;
+    const uint32_t glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots;
+    const uint32_t R0 = BANKED ? L.regs : 0u;   /* the banked slots: the first pass's first R0 */
     bool wrote = false;
     for (uint32_t p = 0; p < L.passes; ++p) {
+        /* pass p's slots start at p S active (every pass before the last has `active` threads);
+         * the last pass has last_active (whole warps: the outputs left), G = 1 when passes > 1 */
+        const uint32_t A = p + 1u == L.passes ? L.last_active : L.active;
+        if (t >= A)
+            break;
+        const uint32_t R = p == 0u ? R0 : 0u;
         const uint32_t m = p * (P_T >> glog) + (t >> glog);
-        /* slot s >= R of pass p: wsm[(p * S + s - R) * A + t] */
-        const float4 *wp = wsm + (size_t) (p * S) * A + t;
+        /* slot s >= R of pass p: slot p S active + s A + t - R0 active of the shared-memory slots */
+        const size_t wp = (size_t) p * S * L.active + t - (size_t) R0 * L.active;
         for (uint32_t r = 0; r < rows; ++r) {
             const float4 *xr = x + (size_t) r * L.xs + g;
             float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
@@ -224,7 +273,7 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
                  * registers and push loop-invariant values out to local memory (seen in ptxas -v);
                  * the empty asm keeps the next group's loads behind this group's. */
 #pragma unroll
-                for (uint32_t s0 = 0; s0 < P_BANK; s0 += P_XGROUP) {
+                for (uint32_t s0 = 0; s0 < NB; s0 += P_XGROUP) {
                     float4 xv[P_XGROUP];
 #pragma unroll
                     for (uint32_t u = 0; u < P_XGROUP; ++u)
@@ -233,14 +282,15 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
 #pragma unroll
                     for (uint32_t u = 0; u < P_XGROUP; ++u) {
                         if (s0 + u < R) {
+                            const float4 wv = s_wreg<DT> (wr, s0 + u);
                             if (u % 4u == 0u)
-                                a0 = sig_fma4 (wr[s0 + u], xv[u], a0);
+                                a0 = sig_fma4 (wv, xv[u], a0);
                             else if (u % 4u == 1u)
-                                a1 = sig_fma4 (wr[s0 + u], xv[u], a1);
+                                a1 = sig_fma4 (wv, xv[u], a1);
                             else if (u % 4u == 2u)
-                                a2 = sig_fma4 (wr[s0 + u], xv[u], a2);
+                                a2 = sig_fma4 (wv, xv[u], a2);
                             else
-                                a3 = sig_fma4 (wr[s0 + u], xv[u], a3);
+                                a3 = sig_fma4 (wv, xv[u], a3);
                         }
                     }
                     asm volatile ("" ::: "memory");
@@ -248,8 +298,10 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
             }
             uint32_t s = R;
             for (; s + 4u <= S; s += 4u) {   /* four loads of each in flight */
-                const float4 w0 = wp[(size_t) (s - R) * A], w1 = wp[(size_t) (s + 1u - R) * A];
-                const float4 w2 = wp[(size_t) (s + 2u - R) * A], w3 = wp[(size_t) (s + 3u - R) * A];
+                const float4 w0 = s_wslot<DT> (wsm, wp + (size_t) s * A);
+                const float4 w1 = s_wslot<DT> (wsm, wp + (size_t) (s + 1u) * A);
+                const float4 w2 = s_wslot<DT> (wsm, wp + (size_t) (s + 2u) * A);
+                const float4 w3 = s_wslot<DT> (wsm, wp + (size_t) (s + 3u) * A);
                 const float4 x0 = xr[s << glog], x1 = xr[(s + 1u) << glog];
                 const float4 x2 = xr[(s + 2u) << glog], x3 = xr[(s + 3u) << glog];
                 a0 = sig_fma4 (w0, x0, a0);
@@ -258,7 +310,7 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
                 a3 = sig_fma4 (w3, x3, a3);
             }
             for (; s < S; ++s)
-                a0 = sig_fma4 (wp[(size_t) (s - R) * A], xr[s << glog], a0);
+                a0 = sig_fma4 (s_wslot<DT> (wsm, wp + (size_t) s * A), xr[s << glog], a0);
             float acc = (a0 + a1) + (a2 + a3);
             for (uint32_t off = G >> 1; off > 0u; off >>= 1)
                 acc += __shfl_xor_sync (SIG_FULL_MASK, acc, off);
@@ -269,10 +321,11 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
     return wrote;
 }
 
+template <int DT>
 __device__ __forceinline__ bool s_gemv_any (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *wsm,
                                             const float4 (&wr)[P_BANK], const float4 *x, uint32_t rows, const s_out_t &o)
 {
-    return L.bank == 0u ? s_gemv<true> (L, out, wsm, wr, x, rows, o) : s_gemv<false> (L, out, wsm, wr, x, rows, o);
+    return L.bank == 0u ? s_gemv<true, DT> (L, out, wsm, wr, x, rows, o) : s_gemv<false, DT> (L, out, wsm, wr, x, rows, o);
 }
 
 /* Chunks [kc0, kc0 + nk) of ROWS feature rows (row stride RS float4) from host memory into DST
@@ -330,40 +383,56 @@ __device__ __forceinline__ uint32_t s_owner (uint32_t kc, uint32_t in4, uint32_t
     return ((kc + 1u) * W + in4 - 1u) / in4 - 1u;
 }
 
+/* Stores chunk KC of row R of a split layer's input (IN4 chunks, slice row stride XS float4) into
+ * the slice (shared-memory address SLICE, the same in every block) of the worker owning it, or of
+ * every worker when the layer is split by outputs (BCAST). */
+__device__ __forceinline__ void s_st_slice (uint32_t slice, uint32_t r, uint32_t kc, uint32_t in4, uint32_t W,
+                                            uint32_t xs, bool bcast, float4 v)
+{
+    if (bcast) {
+        for (uint32_t k = 0; k < W; ++k)
+            s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc), k + 1u), v);
+        return;
+    }
+    const uint32_t k = s_owner (kc, in4, W);
+    s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
+}
+
 /* The leader: every chunk of ROWS feature rows (IN4 chunks, row stride RS float4) from host memory,
  * stored straight into the slice of the worker owning it (DSMEM; W workers, slice row stride XS
- * float4, SLICE the slice's shared-memory address, the same in every block). Up to 4 loads per
- * thread in flight before any store: one round trip for up to 4 x 256 chunks. Block-wide. */
+ * float4, SLICE the slice's shared-memory address, the same in every block; BCAST: every worker's,
+ * a layer 0 split by outputs). Up to 4 loads per thread in flight before any store: one round
+ * trip for up to 4 x 256 chunks. Block-wide. */
 __device__ __forceinline__ void s_read_scatter (const float4 *hx, uint32_t rs, uint32_t in4, uint32_t rows, uint32_t W,
-                                                uint32_t slice, uint32_t xs)
+                                                uint32_t slice, uint32_t xs, bool bcast)
 {
     const uint32_t t = threadIdx.x, n = rows * in4;
     if (n <= P_T) {   /* the usual case: one chunk per thread at most, its load issued first */
         if (t < n) {
             const uint32_t r = rows == 1u ? 0u : t / in4, kc = t - r * in4;
             const float4 v = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
-            const uint32_t k = s_owner (kc, in4, W);
-            s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
+            s_st_slice (slice, r, kc, in4, W, xs, bcast, v);
         }
         return;
     }
     for (uint32_t base = 0; base < n; base += 4u * P_T) {
         float4 v[4];
-        uint32_t at[4];
 #pragma unroll
         for (uint32_t u = 0; u < 4u; ++u) {
             const uint32_t i = base + u * P_T + t;
             if (i < n) {
                 const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
                 v[u] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
-                const uint32_t k = s_owner (kc, in4, W);
-                at[u] = sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u);
             }
         }
 #pragma unroll
-        for (uint32_t u = 0; u < 4u; ++u)
-            if (base + u * P_T + t < n)
-                s_st_cluster_v4f (at[u], v[u]);
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = base + u * P_T + t;
+            if (i < n) {
+                const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
+                s_st_slice (slice, r, kc, in4, W, xs, bcast, v[u]);
+            }
+        }
     }
 }
 
@@ -373,8 +442,9 @@ __device__ __forceinline__ void s_fence_sys (void)   /* a release (and acquire) 
 }
 
 /* TRACE: the instantiation sigbench --trace runs (stamps into TRACE, kernels.h); the serving kernel
- * is the other one, with every stamp compiled out. */
-template <bool TRACE>
+ * is the other one, with every stamp compiled out. DT: how the weights are held (SIG_DTYPE_*), one
+ * instantiation each, so that no dtype's code adds to another's registers. */
+template <bool TRACE, int DT>
 static __global__ void __launch_bounds__ (P_T, 1)
 s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned long long *trace)
 {
@@ -394,7 +464,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
     }
     __syncthreads ();
     const uint32_t C = s_h.blocks, W = C - 1u, layers = s_h.layers;
-    if (s_h.magic != P_MAGIC)
+    if (s_h.magic != P_MAGIC || s_h.dtype != (uint32_t) DT)
         return;   /* every block the same: nobody waits at a barrier */
 
     /* Buffers zeroed (padding must hold finite values); this block's weights copied in, the
@@ -416,14 +486,33 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
         const float4 *src = payload + L.image + (L.spread ? (uint64_t) (b - 1u) * L.per_block : 0u);
         const uint32_t R = L.bank == 0u ? L.regs : 0u;
         if (L.bank == 0u && t < L.active) {
+            if constexpr (DT == SIG_DTYPE_F32) {
 #pragma unroll
-            for (uint32_t s = 0; s < P_BANK; ++s)
-                if (s < R)
-                    wr[s] = __ldg (src + (size_t) s * L.active + t);
+                for (uint32_t s = 0; s < P_BANK; ++s)
+                    if (s < R)
+                        wr[s] = __ldg (src + (size_t) s * L.active + t);
+            } else {   /* two 8-byte slots a register */
+                const uint2 *src2 = reinterpret_cast<const uint2 *> (src);
+#pragma unroll
+                for (uint32_t s = 0; s < p_bank_slots (DT); ++s)
+                    if (s < R) {
+                        const uint2 u = __ldg (src2 + (size_t) s * L.active + t);
+                        if (s & 1u) {
+                            wr[s >> 1].z = __uint_as_float (u.x);
+                            wr[s >> 1].w = __uint_as_float (u.y);
+                        } else {
+                            wr[s >> 1].x = __uint_as_float (u.x);
+                            wr[s >> 1].y = __uint_as_float (u.y);
+                        }
+                    }
+            }
         }
-        const uint64_t n = (uint64_t) (L.passes * L.slots - R) * L.active;
+        /* the rest, 16 bytes at a time (R slots x active threads is a multiple of 16 bytes) */
+        constexpr uint32_t WB = DT == SIG_DTYPE_F32 ? 16u : 8u;
+        const uint64_t n = L.per_block - (uint64_t) R * L.active * WB / 16u;
+        const float4 *rest = src + (uint64_t) R * L.active * WB / 16u;
         for (uint64_t i = t; i < n; i += P_T)
-            s_dyn[L.w_smem + i] = __ldg (src + (uint64_t) R * L.active + i);
+            s_dyn[L.w_smem + i] = __ldg (rest + i);
     }
     if (leader) {
         const float *bsrc = reinterpret_cast<const float *> (payload) + s_h.bias_image;
@@ -453,13 +542,14 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
     /* what the leader's read needs, out of shared memory before the loop */
     const char *const features0 = box + lay.slots + lay.features;
     const uint32_t slot_bytes = lay.slot_bytes, rs0 = lay.row_floats / 4u, in4_0 = s_div_up (s_h.in_[0], 4u);
-    const uint32_t xs0 = s_h.layer[0].xs, slice_addr = sig_smem_addr (slice);
+    const uint32_t xs0 = s_h.layer[0].xs, slice_addr = sig_smem_addr (slice), chunk = s_h.chunk_rows;
     uint32_t x_kc0 = 0u, x_nk = 0u;
     if (!leader && s_h.layer[0].spread) {
         const uint32_t in4 = s_div_up (s_h.in_[0], 4u);
-        x_kc0 = in4 * (b - 1u) / W;
-        x_nk = in4 * b / W - x_kc0;
+        x_kc0 = s_h.layer[0].by_out ? 0u : in4 * (b - 1u) / W;
+        x_nk = s_h.layer[0].by_out ? in4 : in4 * b / W - x_kc0;
     }
+    const bool bcast0 = s_h.layer[0].by_out != 0u;
 
     for (;;) {
         unsigned long long *st = nullptr;   /* this request's stamps (TRACE, the leader's thread 0) */
@@ -480,114 +570,130 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
             next_slot = next_slot + 1u == lay.ring ? 0u : next_slot + 1u;
             ++next_seq;
         }
-        if (leader && read_leader) {   /* the leader reads every feature and scatters the slices */
-            __syncthreads ();
-            const uint4 cmd = s_cmd;
-            if (cmd.x == OP_RUN)
-                s_read_scatter (reinterpret_cast<const float4 *> (features0 + (size_t) cmd.z * slot_bytes), rs0, in4_0,
-                                cmd.y, W, slice_addr, xs0);
-            if (warp == 0u && lane >= 1u && lane < C)
-                s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), cmd);
+        /* The request's rows, chunk_rows at a time (every buffer holds that many): each chunk is
+         * what a request of that many rows would be, from its start barrier to its last layer. */
+        uint4 cmd;
+        bool wrote = false;
+        for (uint32_t r0 = 0u;;) {
+            if (leader && read_leader) {   /* the leader reads every feature and scatters the slices */
+                __syncthreads ();
+                const uint4 c = s_cmd;
+                if (c.x == OP_RUN)
+                    s_read_scatter (reinterpret_cast<const float4 *> (features0 + (size_t) c.z * slot_bytes) + (size_t) r0 * rs0,
+                                    rs0, in4_0, min (chunk, c.y - r0), W, slice_addr, xs0, bcast0);
+                if (r0 == 0u && warp == 0u && lane >= 1u && lane < C)
+                    s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), c);
+            }
+            s_barrier (C);   /* start */
+            cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
+            if (cmd.x != OP_RUN)
+                break;
+            if (TRACE && leader && t == 0u && r0 == 0u) {
+                st = trace + (size_t) (cmd.w % SIG_TRACE_RING) * SIG_TRACE_STAMPS;
+                for (uint32_t k = 0; k < SIG_TRACE_STAMPS; ++k)
+                    st[k] = 0ull;
+                st[SIG_TRACE_SEEN] = seen;
+                st[SIG_TRACE_STARTED] = clock64 ();
+            }
+            const uint32_t rows = min (chunk, cmd.y - r0);
+            char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
+            const float4 *const feat = reinterpret_cast<const float4 *> (sb + lay.features) + (size_t) r0 * (lay.row_floats / 4u);
+            float *const outp = reinterpret_cast<float *> (sb + lay.outputs) + (size_t) r0 * s_h.out;
+            uint32_t cur = 0u;   /* leader: the act buffer holding this layer's input */
+
+            for (uint32_t l = 0; l < layers; ++l) {
+                const sig_persistent_layer_plan_t &L = s_h.layer[l];
+                const uint32_t in4 = s_div_up (s_h.in_[l], 4u);
+                const uint32_t out = s_h.out_[l];
+                const bool last = l + 1u == layers;
+                const bool next_spread = !last && s_h.layer[l + 1u].spread != 0u;
+                if (L.spread) {
+                    if (!leader) {
+                        const uint32_t w = b - 1u;
+                        if (l == 0u && !read_leader) {
+                            s_read_host (feat, lay.row_floats / 4u, x_kc0, x_nk, rows, slice, L.xs);
+                            __syncthreads ();
+                        }
+                        s_out_t po;
+                        po.kind = OUT_PARTIAL;
+                        /* worker w's partials at part + w x chunk x mpad (row stride mpad, the layer's
+                         * outputs rounded up to 4); by outputs, everyone's in the first area */
+                        po.stride = 4u * s_div_up (out, 4u);
+                        po.remote = sig_mapa (sig_smem_addr (part + (L.by_out ? 0u : (size_t) w * chunk * po.stride)), 0u);
+                        po.host_relaxed = 0u;
+                        po.m0 = L.by_out ? out * w / W : 0u;
+                        po.dst = nullptr;
+                        po.bias = nullptr;
+                        po.act = 0;
+                        s_gemv_any<DT> (L, L.by_out ? out * (w + 1u) / W - po.m0 : out, s_dyn + L.w_smem, wr, slice,
+                                        rows, po);
+                    }
+                    s_barrier (C);   /* gather */
+                    if (TRACE && st)
+                        st[SIG_TRACE_GATHER (l)] = clock64 ();
+                }
+                if (leader) {
+                    /* where this layer's final values go */
+                    s_out_t fin;
+                    fin.remote = 0u;
+                    fin.host_relaxed = seq_done ? 0u : 1u;
+                    fin.bias = bias + L.bias;
+                    fin.act = s_h.act[l];
+                    if (last) {
+                        fin.kind = OUT_HOST;
+                        fin.dst = outp;
+                        fin.stride = out;
+                    } else {
+                        fin.kind = OUT_ACT;
+                        fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
+                        fin.stride = 4u * (next_spread ? s_div_up (out, 4u) : s_h.layer[l + 1u].xs);
+                    }
+                    if (L.spread) {
+                        for (uint32_t i = t; i < rows * out; i += P_T) {
+                            const uint32_t r = rows == 1u ? 0u : i / out, m = i - r * out;
+                            float v = 0.0f;
+                            const uint32_t mpad = 4u * s_div_up (out, 4u);
+                            if (L.by_out)   /* the one worker holding output m computed all of it */
+                                v = part[r * mpad + m];
+                            else
+                                for (uint32_t k = 0; k < W; ++k)
+                                    v += part[(size_t) k * chunk * mpad + r * mpad + m];
+                            wrote |= s_put (fin, r, m, v);
+                        }
+                    } else {
+                        if (l == 0u) {
+                            s_read_host (feat, lay.row_floats / 4u, 0u, in4, rows, act0 + cur * act_step, L.xs);
+                            __syncthreads ();
+                        }
+                        wrote |= s_gemv_any<DT> (L, out, s_dyn + L.w_smem, wr, act0 + cur * act_step, rows, fin);
+                    }
+                    cur ^= 1u;
+                    __syncthreads ();   /* this layer's act writes before the next layer (or scatter) reads */
+                    if (TRACE && st)
+                        st[SIG_TRACE_COMPUTED (l)] = clock64 ();
+                }
+                if (next_spread) {
+                    if (leader) {   /* act0 + cur holds rows x out4 chunks; worker k gets its slice */
+                        const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
+                        const uint32_t n4 = s_div_up (out, 4u);
+                        const uint32_t saddr = sig_smem_addr (slice);
+                        const float4 *src = act0 + cur * act_step;
+                        for (uint32_t i = t; i < rows * n4; i += P_T) {
+                            const uint32_t r = i / n4, kc = i - r * n4;
+                            s_st_slice (saddr, r, kc, n4, W, N.xs, N.by_out != 0u, src[(size_t) r * n4 + kc]);
+                        }
+                    }
+                    s_barrier (C);   /* scatter */
+                    if (TRACE && st)
+                        st[SIG_TRACE_SCATTER (l)] = clock64 ();
+                }
+            }
+            r0 += chunk;
+            if (r0 >= cmd.y)
+                break;
         }
-        s_barrier (C);   /* start */
-        const uint4 cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
         if (cmd.x != OP_RUN)
             break;
-        if (TRACE && leader && t == 0u) {
-            st = trace + (size_t) (cmd.w % SIG_TRACE_RING) * SIG_TRACE_STAMPS;
-            for (uint32_t k = 0; k < SIG_TRACE_STAMPS; ++k)
-                st[k] = 0ull;
-            st[SIG_TRACE_SEEN] = seen;
-            st[SIG_TRACE_STARTED] = clock64 ();
-        }
-        const uint32_t rows = cmd.y;
-        char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
-        bool wrote = false;
-        uint32_t cur = 0u;   /* leader: the act buffer holding this layer's input */
-
-        for (uint32_t l = 0; l < layers; ++l) {
-            const sig_persistent_layer_plan_t &L = s_h.layer[l];
-            const uint32_t in4 = s_div_up (s_h.in_[l], 4u);
-            const uint32_t out = s_h.out_[l];
-            const bool last = l + 1u == layers;
-            const bool next_spread = !last && s_h.layer[l + 1u].spread != 0u;
-            if (L.spread) {
-                if (!leader) {
-                    const uint32_t w = b - 1u;
-                    if (l == 0u && !read_leader) {
-                        s_read_host (reinterpret_cast<const float4 *> (sb + lay.features), lay.row_floats / 4u, x_kc0,
-                                     x_nk, rows, slice, L.xs);
-                        __syncthreads ();
-                    }
-                    s_out_t po;
-                    po.kind = OUT_PARTIAL;
-                    po.stride = s_h.mpad;
-                    po.remote = sig_mapa (sig_smem_addr (part + (size_t) w * s_h.part_stride), 0u);
-                    po.host_relaxed = 0u;
-                    po.dst = nullptr;
-                    po.bias = nullptr;
-                    po.act = 0;
-                    s_gemv_any (L, out, s_dyn + L.w_smem, wr, slice, rows, po);
-                }
-                s_barrier (C);   /* gather */
-                if (TRACE && st)
-                    st[SIG_TRACE_GATHER (l)] = clock64 ();
-            }
-            if (leader) {
-                /* where this layer's final values go */
-                s_out_t fin;
-                fin.remote = 0u;
-                fin.host_relaxed = seq_done ? 0u : 1u;
-                fin.bias = bias + L.bias;
-                fin.act = s_h.act[l];
-                if (last) {
-                    fin.kind = OUT_HOST;
-                    fin.dst = reinterpret_cast<float *> (sb + lay.outputs);
-                    fin.stride = out;
-                } else {
-                    fin.kind = OUT_ACT;
-                    fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
-                    fin.stride = 4u * (next_spread ? s_div_up (out, 4u) : s_h.layer[l + 1u].xs);
-                }
-                if (L.spread) {
-                    for (uint32_t i = t; i < rows * out; i += P_T) {
-                        const uint32_t r = rows == 1u ? 0u : i / out, m = i - r * out;
-                        float v = 0.0f;
-                        for (uint32_t k = 0; k < W; ++k)
-                            v += part[(size_t) k * s_h.part_stride + r * s_h.mpad + m];
-                        wrote |= s_put (fin, r, m, v);
-                    }
-                } else {
-                    if (l == 0u) {
-                        s_read_host (reinterpret_cast<const float4 *> (sb + lay.features), lay.row_floats / 4u, 0u,
-                                     in4, rows, act0 + cur * act_step, L.xs);
-                        __syncthreads ();
-                    }
-                    wrote |= s_gemv_any (L, out, s_dyn + L.w_smem, wr, act0 + cur * act_step, rows, fin);
-                }
-                cur ^= 1u;
-                __syncthreads ();   /* this layer's act writes before the next layer (or scatter) reads */
-                if (TRACE && st)
-                    st[SIG_TRACE_COMPUTED (l)] = clock64 ();
-            }
-            if (next_spread) {
-                if (leader) {   /* act0 + cur holds rows x out4 chunks; worker k gets its slice */
-                    const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
-                    const uint32_t n4 = s_div_up (out, 4u);
-                    const uint32_t saddr = sig_smem_addr (slice);
-                    const float4 *src = act0 + cur * act_step;
-                    for (uint32_t i = t; i < rows * n4; i += P_T) {
-                        const uint32_t r = i / n4, kc = i - r * n4;
-                        const uint32_t k = s_owner (kc, n4, W);
-                        const uint32_t j = kc - n4 * k / W;
-                        s_st_cluster_v4f (sig_mapa (saddr + 16u * (r * N.xs + j), k + 1u), src[(size_t) r * n4 + kc]);
-                    }
-                }
-                s_barrier (C);   /* scatter */
-                if (TRACE && st)
-                    st[SIG_TRACE_SCATTER (l)] = clock64 ();
-            }
-        }
         if (TRACE && st)
             st[SIG_TRACE_END] = clock64 ();
         if (leader && seq_done) {
@@ -596,7 +702,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
             __syncthreads ();
             if (t == 0u) {
                 s_fence_sys ();
-                sig_st_sys_u32 (sb + lay.done, cmd.w);
+                sig_st_sys_u32 (box + lay.slots + (size_t) cmd.z * lay.slot_bytes + lay.done, cmd.w);
             }
         }
     }
@@ -689,7 +795,7 @@ s_pingpong_kernel (char *box, sig_persistent_layout_t lay, uint32_t in, uint32_t
 uint32_t p_static_smem (void)
 {
     cudaFuncAttributes a;
-    if (cudaFuncGetAttributes (&a, s_persistent_kernel<false>) != cudaSuccess) {
+    if (cudaFuncGetAttributes (&a, s_persistent_kernel<false, SIG_DTYPE_F32>) != cudaSuccess) {
         (void) cudaGetLastError ();
         return (uint32_t) (sizeof (p_header_t) + 64u);
     }
@@ -701,18 +807,22 @@ int p_placeable (const sig_persistent_plan_t *plan, int optin, uint32_t static_s
 {
     /* The kernel may take up to the whole opt-in limit (set once, the same for every model: a
      * smaller value set by another load could otherwise race with this launch). */
-    cudaError_t e = cudaFuncSetAttribute (s_persistent_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          optin - (int) static_smem);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute (s_persistent_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  optin - (int) static_smem);
+    const void *const kernels[] = { (const void *) s_persistent_kernel<false, SIG_DTYPE_F32>,
+                                    (const void *) s_persistent_kernel<true, SIG_DTYPE_F32>,
+                                    (const void *) s_persistent_kernel<false, SIG_DTYPE_F16>,
+                                    (const void *) s_persistent_kernel<true, SIG_DTYPE_F16>,
+                                    (const void *) s_persistent_kernel<false, SIG_DTYPE_BF16>,
+                                    (const void *) s_persistent_kernel<true, SIG_DTYPE_BF16> };
+    cudaError_t e = cudaSuccess;
+    for (size_t k = 0; k < sizeof kernels / sizeof kernels[0] && e == cudaSuccess; ++k)
+        e = cudaFuncSetAttribute (kernels[k], cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int) static_smem);
     if (e != cudaSuccess)
         return (int) e;
     /* Can a cluster of this size with this much shared memory be placed at all? */
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = sig_cluster_config (plan->cluster_blocks, P_T, plan->smem_bytes, 0, &attr);
     int clusters = 0;
-    e = cudaOccupancyMaxActiveClusters (&clusters, (void *) s_persistent_kernel<false>, &cfg);
+    e = cudaOccupancyMaxActiveClusters (&clusters, kernels[2u * (plan->dtype <= SIG_DTYPE_BF16 ? plan->dtype : 0u)], &cfg);
     if (e != cudaSuccess)
         return (int) e;
     return clusters >= 1 ? (int) cudaSuccess : (int) cudaErrorMemoryAllocation;
@@ -726,11 +836,24 @@ extern "C" int sig_persistent_launch (const void *image, void *box, const sig_pe
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = sig_cluster_config (plan->cluster_blocks, P_T, plan->smem_bytes, stream, &attr);
     unsigned long long *trace = reinterpret_cast<unsigned long long *> (plan->trace);
-    const cudaError_t launched
-        = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true>, static_cast<const p_header_t *> (image),
-                                      static_cast<char *> (box), trace)
-                : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false>, static_cast<const p_header_t *> (image),
-                                      static_cast<char *> (box), trace);
+    const p_header_t *img = static_cast<const p_header_t *> (image);
+    char *b = static_cast<char *> (box);
+    cudaError_t launched = cudaErrorInvalidValue;
+    switch (plan->dtype) {
+    case SIG_DTYPE_F32:
+        launched = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true, SIG_DTYPE_F32>, img, b, trace)
+                         : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false, SIG_DTYPE_F32>, img, b, trace);
+        break;
+    case SIG_DTYPE_F16:
+        launched = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true, SIG_DTYPE_F16>, img, b, trace)
+                         : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false, SIG_DTYPE_F16>, img, b, trace);
+        break;
+    case SIG_DTYPE_BF16:
+        launched = trace ? cudaLaunchKernelEx (&cfg, s_persistent_kernel<true, SIG_DTYPE_BF16>, img, b, trace)
+                         : cudaLaunchKernelEx (&cfg, s_persistent_kernel<false, SIG_DTYPE_BF16>, img, b, trace);
+        break;
+    default: break;
+    }
     const cudaError_t last = cudaGetLastError ();
     return (int) (launched != cudaSuccess ? launched : last);
 }

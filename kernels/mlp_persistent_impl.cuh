@@ -9,7 +9,8 @@
 #include <stdint.h>
 
 #define P_T SIG_PERSISTENT_THREADS
-#define P_BANK 20u             /* float4 register slots of the one register-resident layer per role */
+#define P_BANK 20u             /* float4 registers of the one register-resident layer per role: 20 slots
+                                  of f32 weights, 40 of f16 or bf16 (two 8-byte slots a register) */
 #ifndef P_XGROUP
 #define P_XGROUP 5u            /* banked slots whose inputs are loaded together */
 #endif
@@ -28,8 +29,10 @@ struct p_header_t {
     uint32_t magic, layers, blocks, max_rows;
     uint32_t in, out, done_mode, dyn_bytes;
     uint32_t bias_off, act_off0, act_off1, part_off;    /* float offsets in dynamic shared memory: the leader's */
-    uint32_t lead_end, part_stride, mpad, slice_off;    /* part: workers x [max_rows][mpad] floats */
-    uint32_t work_end, read_leader, pad0[2];            /* a worker's: slice_off .. work_end */
+    uint32_t lead_end, part_stride, mpad, slice_off;    /* part: chunk_rows x mpad floats (the kernel lays out
+                                                           each split layer's partials itself) */
+    uint32_t work_end, read_leader, dtype, chunk_rows;  /* a worker's: slice_off .. work_end; SIG_DTYPE_*;
+                                                           rows computed at a time */
     uint64_t payload;     /* byte offset of the slots in the image */
     uint64_t bias_image;  /* float offset of the biases from the payload */
     sig_persistent_layout_t box;
@@ -41,6 +44,23 @@ struct p_header_t {
 };
 static_assert (sizeof (p_header_t) % 16 == 0, "the payload after it stays 16-byte aligned");
 static_assert (sizeof (sig_persistent_layer_plan_t) % 8 == 0, "plan entries are copied as words");
+
+#ifndef P_BANK_HALF
+#define P_BANK_HALF 10u        /* of those registers, the ones f16 and bf16 use: 20 slots (ptxas -v: all 20
+                                  spilled 200 bytes, 15 spilled 24 once the chunk loop came, 10 none) */
+#endif
+static_assert (P_BANK_HALF <= P_BANK && (2u * P_BANK_HALF) % P_XGROUP == 0u, "whole groups");
+/* Slots the register bank holds in DTYPE. */
+__host__ __device__ constexpr uint32_t p_bank_slots (uint32_t dtype)
+{
+    return dtype == SIG_DTYPE_F32 ? P_BANK : 2u * P_BANK_HALF;
+}
+
+/* Bytes of one weight slot (4 weights) in DTYPE. */
+__host__ __device__ __forceinline__ uint32_t p_slot_bytes (uint32_t dtype)
+{
+    return dtype == SIG_DTYPE_F32 ? 16u : 8u;
+}
 
 __host__ __device__ __forceinline__ uint32_t s_div_up (uint32_t a, uint32_t b)
 {

@@ -5,6 +5,9 @@
 #include "kernels.h"
 #include "mlp_persistent_impl.cuh"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -60,23 +63,29 @@ static bool s_net_ok (const sig_fused_net_t *n)
     return true;
 }
 
-/* Threads, slots and strides of one layer (its placement given; W workers). */
-static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, sig_persistent_layer_plan_t *L)
+/* Threads, slots and strides of one layer (its placement given; W workers; BY_OUT: a split layer
+ * divided by outputs, else by input columns). */
+static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, bool by_out, sig_persistent_layer_plan_t *L)
 {
     const uint32_t in4 = s_div_up (in, 4u);
-    const uint32_t k4 = spread ? s_div_up (in4, W) : in4;   /* the most chunks a block has */
+    const uint32_t k4 = spread && !by_out ? s_div_up (in4, W) : in4;   /* the most chunks a block has */
+    if (spread && by_out)
+        out = s_div_up (out, W);   /* the most outputs a worker has */
     uint32_t glog = 0u;
     memset (L, 0, sizeof *L);
     L->spread = spread ? 1u : 0u;
+    L->by_out = spread && by_out ? 1u : 0u;
     if (out <= P_T) {
         /* as many threads per output as the block has room for, up to a warp, no more than chunks */
         while ((1u << (glog + 1u)) <= P_GROUP_MAX && ((uint64_t) out << (glog + 1u)) <= P_T && (1u << glog) < k4)
             ++glog;
         L->passes = 1u;
         L->active = (uint32_t) s_align ((uint64_t) out << glog, 32u);
-    } else {
+        L->last_active = L->active;
+    } else {   /* full passes of T outputs, then the rest on as many warps as it needs */
         L->passes = s_div_up (out, P_T);
         L->active = P_T;
+        L->last_active = (uint32_t) s_align (out - (L->passes - 1u) * P_T, 32u);
     }
     L->glog = glog;
     L->slots = s_div_up (k4, 1u << glog);
@@ -85,50 +94,70 @@ static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, sig_per
     L->regs = 0u;
 }
 
-static uint64_t s_layer_smem (const sig_persistent_layer_plan_t *L)   /* bytes of slots in shared memory */
+/* Slots of one block (every pass); bytes of them in shared memory, and in registers (per block),
+ * at WB bytes a slot. Both are multiples of 16: active and last_active are multiples of 32. */
+static uint64_t s_layer_slots (const sig_persistent_layer_plan_t *L)
 {
-    return ((uint64_t) L->passes * L->slots - (L->bank == 0u ? L->regs : 0u)) * L->active * 16u;
+    return ((uint64_t) (L->passes - 1u) * L->active + L->last_active) * L->slots;
 }
-static uint64_t s_layer_regs (const sig_persistent_layer_plan_t *L)   /* bytes of slots in registers, per block */
+static uint64_t s_layer_smem (const sig_persistent_layer_plan_t *L, uint32_t wb)
 {
-    return (L->bank == 0u ? (uint64_t) L->regs : 0u) * L->active * 16u;
+    return (s_layer_slots (L) - (L->bank == 0u ? (uint64_t) L->regs * L->active : 0u)) * wb;
+}
+static uint64_t s_layer_regs (const sig_persistent_layer_plan_t *L, uint32_t wb)
+{
+    return (L->bank == 0u ? (uint64_t) L->regs : 0u) * L->active * wb;
 }
 
 /* One candidate: every offset of a plan with this cluster size and placement. Returns whether it
  * fits STATIC_SMEM + the dynamic part in LIMIT; fills COST (clocks, a rough estimate). */
-static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, const bool *spread, bool registers,
-                     const sig_persistent_tuning_t *tu, uint32_t limit, uint32_t static_smem,
-                     sig_persistent_plan_t *p, uint64_t *cost)
+static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t rows, uint32_t dtype, uint32_t C,
+                     const bool *spread, bool registers, const sig_persistent_tuning_t *tu, uint32_t limit,
+                     uint32_t static_smem, sig_persistent_plan_t *p, uint64_t *cost)
 {
-    const uint32_t n = net->layer_count, W = C > 1u ? C - 1u : 1u;
+    const uint32_t n = net->layer_count, W = C > 1u ? C - 1u : 1u, wb = p_slot_bytes (dtype);
+    const uint32_t bank_slots = p_bank_slots (dtype);
     memset (p, 0, sizeof *p);
+    p->dtype = dtype;
     p->cluster_blocks = C;
     p->threads = P_T;
     p->layer_count = n;
     p->max_rows = max_rows;
+    p->chunk_rows = rows;   /* every row buffer below holds this many */
     p->done_mode = tu->done_mode;
     p->ring = tu->ring ? tu->ring : SIG_PERSISTENT_RING;
     p->trace = tu->trace;
     p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
     p->smem_limit = limit;
     p->max_cluster = C;
-    for (uint32_t l = 0; l < n; ++l)
-        s_shape (net->layers[l].in, net->layers[l].out, W, spread[l], &p->layers[l]);
-    /* Registers: per role, the single-pass layer that would read most from shared memory. */
+    for (uint32_t l = 0; l < n; ++l) {
+        const sig_fused_layer_t *N = &net->layers[l];
+        s_shape (N->in, N->out, W, spread[l], false, &p->layers[l]);
+        if (!spread[l] || tu->split_by == 1u)
+            continue;
+        /* by outputs when that holds fewer bytes a worker (narrow inputs: columns that do not
+         * divide evenly leave most workers a padded chunk per output) */
+        sig_persistent_layer_plan_t M;
+        s_shape (N->in, N->out, W, true, true, &M);
+        if (tu->split_by == 2u || s_layer_slots (&M) < s_layer_slots (&p->layers[l]))
+            p->layers[l] = M;
+    }
+    /* Registers: per role, the layer that would read most from shared memory (its first pass's
+     * first slots). */
     for (uint32_t role = 0; role < 2u && registers; ++role) {
         uint32_t best = n;
         uint64_t best_bytes = 0;
         for (uint32_t l = 0; l < n; ++l) {
             const sig_persistent_layer_plan_t *L = &p->layers[l];
-            const uint64_t bytes = (uint64_t) L->slots * L->active;
-            if (L->spread == role && L->passes == 1u && bytes > best_bytes) {
+            const uint64_t bytes = s_layer_slots (L);
+            if (L->spread == role && bytes > best_bytes) {
                 best = l;
                 best_bytes = bytes;
             }
         }
         if (best < n) {
             p->layers[best].bank = 0u;
-            p->layers[best].regs = p->layers[best].slots < P_BANK ? p->layers[best].slots : P_BANK;
+            p->layers[best].regs = p->layers[best].slots < bank_slots ? p->layers[best].slots : bank_slots;
         }
     }
     /* Shared memory (the same layout in every block): the weight area (the leader's local layers
@@ -141,9 +170,9 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, 
         sig_persistent_layer_plan_t *L = &p->layers[l];
         const uint32_t role = L->spread, out4 = s_div_up (net->layers[l].out, 4u);
         L->w_smem = (uint32_t) w4[role];
-        w4[role] += s_layer_smem (L) / 16u;
-        regs[role] += s_layer_regs (L);
-        L->per_block = (uint64_t) L->passes * L->slots * L->active;
+        w4[role] += s_layer_smem (L, wb) / 16u;
+        regs[role] += s_layer_regs (L, wb);
+        L->per_block = s_layer_slots (L) * wb / 16u;
         L->image = img4;
         img4 += (L->spread ? W : 1u) * L->per_block;
         L->bias = (uint32_t) bias;
@@ -156,18 +185,20 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, 
         *a = *a > need ? *a : need;
         if (L->spread) {
             slice4 = slice4 > L->xs ? slice4 : L->xs;
-            mpad = mpad > 4u * out4 ? mpad : 4u * out4;
+            /* partials: W areas of rows x 4 out4 (by outputs: one, each output written once) */
+            const uint64_t pf = (L->by_out ? 1u : W) * 4u * (uint64_t) out4;
+            mpad = mpad > pf ? mpad : pf;
             barriers += l > 0u ? 2u : 1u;
         }
     }
     const uint64_t bias_off = 4u * w4[0];
     const uint64_t act0 = bias_off + bias;
-    const uint64_t act1 = act0 + 4u * act4[0] * max_rows;
-    const uint64_t part_off = act1 + 4u * act4[1] * max_rows;
-    const uint64_t part_stride = (uint64_t) max_rows * mpad;
-    const uint64_t lead_end = part_off + (C > 1u ? W * part_stride : 0u);
+    const uint64_t act1 = act0 + 4u * act4[0] * rows;
+    const uint64_t part_off = act1 + 4u * act4[1] * rows;
+    const uint64_t part_stride = (uint64_t) rows * mpad;   /* the whole area: every split layer's fits */
+    const uint64_t lead_end = part_off + (C > 1u ? part_stride : 0u);
     const uint64_t slice_off = 4u * w4[1];
-    const uint64_t work_end = C > 1u ? slice_off + 4u * slice4 * max_rows : 0u;
+    const uint64_t work_end = C > 1u ? slice_off + 4u * slice4 * rows : 0u;
     const uint64_t end = lead_end > work_end ? lead_end : work_end;
     const uint64_t dyn = 4u * end;
     const bool fits = dyn + static_smem <= limit && end < (1u << 28);
@@ -199,15 +230,19 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, 
     return fits;
 }
 
-/* Tries cluster size C: the placement grows from "big layers split" until the leader fits. */
-static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, const sig_persistent_tuning_t *tu,
-                   uint32_t limit, uint32_t static_smem, sig_persistent_plan_t *p, uint64_t *cost)
+/* Tries cluster size C: the placement grows from "big layers split" until the leader fits; each
+ * placement first with buffers for every row a launch may have, then for fewer (a request of more
+ * rows runs in chunks: one more start barrier per chunk, paid by big batches only, where splitting
+ * another layer would cost every request two barriers). */
+static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t dtype, uint32_t C,
+                   const sig_persistent_tuning_t *tu, uint32_t limit, uint32_t static_smem, sig_persistent_plan_t *p,
+                   uint64_t *cost)
 {
     const uint32_t n = net->layer_count;
     bool spread[SIG_FUSED_MAX_LAYERS];
     uint32_t count = 0;
     for (uint32_t l = 0; l < n; ++l) {
-        const uint64_t bytes = 4u * (uint64_t) net->layers[l].in * net->layers[l].out;
+        const uint64_t bytes = p_slot_bytes (dtype) / 4u * (uint64_t) net->layers[l].in * net->layers[l].out;
         spread[l] = C > 1u && (tu->spread_all || bytes > P_LOCAL_MAX_BYTES);
         count += spread[l] ? 1u : 0u;
     }
@@ -220,13 +255,22 @@ static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, co
             spread[big] = true;
             ++count;
         }
-        /* Registers only when shared memory alone cannot hold it (tuning: never, or always). The
-         * register path is the faster one on paper, but measured slower on tick_mlp (10.52 us p50
-         * without, 11.03 with, H100, same run: docs/persistent-notes.md). */
-        if (tu->no_registers != 2u && s_build (net, max_rows, C, spread, false, tu, limit, static_smem, p, cost))
-            return true;
-        if (tu->no_registers != 1u && s_build (net, max_rows, C, spread, true, tu, limit, static_smem, p, cost))
-            return true;
+        /* (The register path is the faster one on paper, but measured slower on tick_mlp: 10.52 us
+         * p50 without, 11.03 with, H100, same run: docs/persistent-notes.md.) */
+        /* Registers only when shared memory alone cannot hold it at any chunk size (tuning: never,
+         * or always): they cost every request (0.5 us on tick_mlp), a chunk only a large batch. */
+        for (int regs = 0; regs < 2; ++regs) {
+            if ((regs == 0 && tu->no_registers == 2u) || (regs == 1 && tu->no_registers == 1u))
+                continue;
+            for (uint32_t rows = max_rows;; rows = rows > 16u ? rows / 2u : rows - 1u) {
+                if (s_build (net, max_rows, rows, dtype, C, spread, regs == 1, tu, limit, static_smem, p, cost))
+                    return true;
+                if (rows == 1u)
+                    break;
+            }
+        }
+        /* the message reports the smallest need: one row at a time, registers unless ruled out */
+        (void) s_build (net, max_rows, 1u, dtype, C, spread, tu->no_registers != 1u, tu, limit, static_smem, p, cost);
         if (C == 1u || count == n)
             return false;
         uint32_t big = n;   /* split the largest local layer and try again */
@@ -239,12 +283,12 @@ static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t C, co
     }
 }
 
-extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device,
+extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device, uint32_t dtype,
                                     const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan)
 {
-    if (!net || !plan || max_rows < 1u || max_rows > 4096u || !s_net_ok (net))
+    if (!net || !plan || max_rows < 1u || max_rows > 4096u || !s_net_ok (net) || dtype > SIG_DTYPE_BF16)
         return (int) cudaErrorInvalidValue;
-    const sig_persistent_tuning_t none = { 0u, 0u, 0u, 0u, 0u, 0u, 0u };
+    const sig_persistent_tuning_t none = {};
     const sig_persistent_tuning_t *tu = tuning ? tuning : &none;
     if (tu->cluster_blocks != 0u && tu->cluster_blocks != 1u && tu->cluster_blocks != 2u && tu->cluster_blocks != 4u
         && tu->cluster_blocks != 8u)
@@ -265,7 +309,7 @@ extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_row
         if (tu->cluster_blocks != 0u && C != tu->cluster_blocks)
             continue;
         uint64_t cost = 0;
-        const bool fits = s_try (net, max_rows, C, tu, (uint32_t) optin, static_smem, &cand, &cost);
+        const bool fits = s_try (net, max_rows, dtype, C, tu, (uint32_t) optin, static_smem, &cand, &cost);
         if (fits && (!found || cost < best_cost)) {
             *plan = cand;
             best_cost = cost;
@@ -274,10 +318,52 @@ extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_row
         if (!found)   /* the largest tried is what the message reports */
             *plan = cand;
     }
+    plan->budget_bytes = (uint64_t) SIG_PERSISTENT_MAX_BLOCKS * ((uint64_t) optin - static_smem);
     if (!found)
         return (int) cudaErrorMemoryAllocation;
     /* The kernel's shared-memory limit, and whether the cluster can be placed (mlp_persistent.cu). */
     return p_placeable (plan, optin, static_smem);
+}
+
+/* Weight E of the slot at C, V rounded to nearest even in DTYPE (f16, bf16: 2 bytes each, the
+ * kernel widens each to fp32 exactly). */
+static void s_put_weight (char *c, uint32_t e, uint32_t dtype, float v)
+{
+    if (dtype == SIG_DTYPE_F32) {
+        memcpy (c + 4u * e, &v, 4u);
+        return;
+    }
+    uint16_t bits;
+    if (dtype == SIG_DTYPE_F16) {
+        const __half_raw r = __float2half_rn (v);
+        bits = r.x;
+    } else {
+        const __nv_bfloat16_raw r = __float2bfloat16_rn (v);
+        bits = r.x;
+    }
+    memcpy (c + 2u * e, &bits, 2u);
+}
+
+extern "C" int sig_persistent_dtype_check (const sig_fused_net_t *net, uint32_t dtype, uint32_t *layer, uint64_t *index)
+{
+    if (!net || dtype == SIG_DTYPE_F32)
+        return 0;
+    for (uint32_t l = 0; l < net->layer_count; ++l) {
+        const sig_fused_layer_t *N = &net->layers[l];
+        for (uint64_t i = 0; i < (uint64_t) N->in * N->out; ++i) {
+            const float v = N->w[i];
+            const bool over = dtype == SIG_DTYPE_F16 ? !(fabsf (v) <= 65504.0f)
+                                                     : isfinite (v) && !isfinite (__bfloat162float (__float2bfloat16_rn (v)));
+            if (over) {
+                if (layer)
+                    *layer = l;
+                if (index)
+                    *index = i;
+                return -1;
+            }
+        }
+    }
+    return 0;
 }
 
 extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persistent_plan_t *plan,
@@ -286,6 +372,7 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
     if (!net || !plan || !layout || !image || plan->layer_count != net->layer_count || plan->smem_bytes == UINT32_MAX)
         return (int) cudaErrorInvalidValue;
     const uint32_t C = plan->cluster_blocks, W = C > 1u ? C - 1u : 1u, n = plan->layer_count;
+    const uint32_t dtype = plan->dtype, wb = p_slot_bytes (dtype);
     memset (image, 0, plan->image_bytes);
     p_header_t *h = static_cast<p_header_t *> (image);
     h->magic = P_MAGIC;
@@ -306,6 +393,8 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
     h->slice_off = plan->slice_off;
     h->work_end = plan->work_end;
     h->read_leader = plan->read_leader;
+    h->dtype = dtype;
+    h->chunk_rows = plan->chunk_rows;
     h->payload = s_align (sizeof (p_header_t), 16u);
     h->bias_image = plan->bias_image;
     h->box = *layout;
@@ -319,20 +408,25 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
         h->act[l] = N->act;
         const uint32_t in4 = s_div_up (N->in, 4u), G = 1u << L->glog;
         for (uint32_t blk = 0; blk < (L->spread ? W : 1u); ++blk) {
-            const uint32_t kc0 = L->spread ? in4 * blk / W : 0u, kc1 = L->spread ? in4 * (blk + 1u) / W : in4;
-            float *dst = payload + 4u * (L->image + (uint64_t) blk * L->per_block);
-            for (uint32_t p = 0; p < L->passes; ++p)
+            const bool cols = L->spread && !L->by_out;
+            const uint32_t kc0 = cols ? in4 * blk / W : 0u, kc1 = cols ? in4 * (blk + 1u) / W : in4;
+            /* by outputs: this worker's are m0 .. m1 - 1 (its local output m is m0 + m) */
+            const uint32_t m0 = L->by_out ? N->out * blk / W : 0u, m1 = L->by_out ? N->out * (blk + 1u) / W : N->out;
+            char *dst = reinterpret_cast<char *> (payload) + 16u * (L->image + (uint64_t) blk * L->per_block);
+            for (uint32_t p = 0; p < L->passes; ++p) {
+                const uint32_t A = p + 1u == L->passes ? L->last_active : L->active;
                 for (uint32_t s = 0; s < L->slots; ++s)
-                    for (uint32_t t = 0; t < L->active; ++t) {
-                        const uint32_t m = p * (P_T >> L->glog) + (t >> L->glog);
+                    for (uint32_t t = 0; t < A; ++t) {
+                        const uint32_t m = m0 + p * (P_T >> L->glog) + (t >> L->glog);
                         const uint32_t kc = kc0 + (t & (G - 1u)) + s * G;
-                        float *c = dst + 4u * (((uint64_t) p * L->slots + s) * L->active + t);
-                        if (m >= N->out || kc >= kc1)
+                        char *c = dst + (size_t) wb * ((uint64_t) p * L->slots * L->active + (uint64_t) s * A + t);
+                        if (m >= m1 || kc >= kc1)
                             continue;   /* zeros */
                         for (uint32_t e = 0; e < 4u; ++e)
                             if (4u * kc + e < N->in)
-                                c[e] = N->w[(size_t) m * N->in + 4u * kc + e];
+                                s_put_weight (c, e, dtype, N->w[(size_t) m * N->in + 4u * kc + e]);
                     }
+            }
         }
         memcpy (payload + plan->bias_image + L->bias, N->b, N->out * sizeof (float));
     }

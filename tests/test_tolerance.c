@@ -157,6 +157,59 @@ START_TEST (mlp_float32_within_bound)
 }
 END_TEST
 
+/* _i: the chain. An MLP on half-precision weights (the persistent kernel's weight_dtype f16 / bf16):
+ * plain fp32 loops on W rounded to f16 or bf16 stand for the kernel (it widens each weight exactly
+ * and sums in fp32). Against the f32 weights' reference every output stays within the bound that
+ * adds the weights' rounding (tol_mlp_held), and the held bound is never below the f32 one. (The
+ * f32 bound charges n u for a sum of n terms; the weights' rounding errors of random data add up
+ * like sqrt (n) u_w, so on wide layers even bf16's often stays inside the f32 bound x 2: printed.) */
+START_TEST (mlp_half_weights)
+{
+    const size_t layers = s_chains[_i].layers;
+    for (int d = WEIGHT_DTYPE_F16; d <= WEIGHT_DTYPE_BF16; d++) {
+        activation_t acts[4];
+        for (size_t l = 0; l < layers; l++)
+            acts[l] = (activation_t) ((d + l) % 4);
+        const uint64_t seed = rng_next (&s_seed);
+        weights_t *w = weights_random (s_chains[_i].sizes, acts, layers, seed);
+        weights_t *wr = weights_random (s_chains[_i].sizes, acts, layers, seed);
+        tol_round_mlp (wr, (weight_dtype_t) d);
+        enum { ROWS = 16 };
+        const size_t nin = (size_t) ROWS * w->input_size, nout = (size_t) ROWS * w->output_size;
+        float *x = malloc (nin * sizeof *x), *y = malloc (nout * sizeof *y);
+        double *ref = malloc (nout * sizeof *ref), *bound = malloc (nout * sizeof *bound);
+        double *ref32 = malloc (nout * sizeof *ref32), *bound32 = malloc (nout * sizeof *bound32);
+        s_fill (x, nin);
+        ck_assert_int_eq (tol_mlp_held (w, (weight_dtype_t) d, x, ROWS, ref, bound), 0);
+        ck_assert_int_eq (tol_mlp (w, x, ROWS, ref32, bound32), 0);
+        ck_assert_msg (memcmp (ref, ref32, nout * sizeof *ref) == 0, "the reference stays the f32 weights'");
+        for (size_t i = 0; i < nout; i++)
+            ck_assert (bound[i] >= bound32[i]);
+        double worst = 0, q;
+        for (int reverse = 0; reverse < 2; reverse++) {
+            for (uint32_t r = 0; r < ROWS; r++)
+                s_f32_forward (wr, x + (size_t) r * w->input_size, y + (size_t) r * w->output_size, reverse);
+            TOL_ASSERT (y, ref, bound, nout, w->output_size, "chain %d: %s weights%s", _i,
+                        weight_dtype_name ((weight_dtype_t) d), reverse ? ", reversed sums" : "");
+            tol_outside (y, ref, bound, nout, &q);
+            worst = fmax (worst, q);
+        }
+        double worst32 = 0;
+        tol_outside (y, ref32, bound32, nout, &worst32);
+        printf ("mlp chain %d, %s weights: largest error %.3g of the bound x %g (%.3g of the f32 bound's)\n", _i,
+                weight_dtype_name ((weight_dtype_t) d), worst, TOL_SAFETY, worst32);
+        free (x);
+        free (y);
+        free (ref);
+        free (bound);
+        free (ref32);
+        free (bound32);
+        weights_destroy (&w);
+        weights_destroy (&wr);
+    }
+}
+END_TEST
+
 /* Outputs that cancel: the last layer's bias set to minus its sum (rounded to f32) on this very
  * input, so what is left is within an ulp of the sum's magnitude of zero. float32 gets those
  * outputs right only to its rounding of the sum, relative to the output itself ~1: a fixed
@@ -476,6 +529,7 @@ int main (void)
     tcase_set_timeout (tc, 120);
     tcase_add_test (tc, gamma_and_the_check);
     tcase_add_loop_test (tc, mlp_float32_within_bound, 0, (int) CHAINS);
+    tcase_add_loop_test (tc, mlp_half_weights, 0, (int) CHAINS);
     tcase_add_test (tc, mlp_cancellation);
     tcase_add_test (tc, mlp_perturbed_caught);
     tcase_add_test (tc, mlp_dropped_term_caught);

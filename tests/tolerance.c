@@ -35,6 +35,14 @@
  *
  *     |y^ - y| <= sum over units j of |dy / dz_j| (own rounding of z_j) + |dy / da_j| (act's)
  *
+ * Weights held in f16 / bf16 (the persistent kernel's weight_dtype: each weight rounded to nearest
+ * once, widened back to fp32 exactly, fp32 FMAs): |W~ - W| <= u_w |W| + eta_w elementwise (u_w =
+ * 2^-11 and eta_w = 2^-25 for f16, 2^-8 and 2^-134 for bf16, as for the LSTM below), so a unit's
+ * own error gains u_w |W| (|a| + e) + eta_w sum (|a| + e), the weights' rounding on the inputs as
+ * computed, and its sum's rounding is taken on (1 + u_w) |W| (the rounded weights' magnitudes).
+ * The reference stays the f32 weights' (the model as trained): the bound says how far a kernel
+ * holding the rounded weights may be from it, to first order in u_w (the product of two layers'
+ * weight roundings, u_w^2 relative, is left to TOL_SAFETY).
  * A relu whose interval holds 0 (it may switch) passes nothing back; its whole change, at most
  * ez, counts as its own error. Through relu and none the map from the rounding errors to y is
  * then linear over the whole region they span, so for such chains the bound is rigorous; tanh and
@@ -126,16 +134,19 @@ static double s_act_error (activation_t a, double mag)
  * activation's. */
 typedef struct {
     const weights_t *w;
+    double uw, etaw;                /* the held weights: |W~ - W| <= uw |W| + etaw (0, 0: f32) */
     size_t *off;
     double *Z, *A, *EZ, *EA, *RZ, *RA;
     double *ab, *zb;                /* the backward pass: adjoints of a layer's values, of its z */
     double *block;
 } mlp_run_t;
 
-static int s_mlp_open (mlp_run_t *r, const weights_t *w)
+static int s_mlp_open (mlp_run_t *r, const weights_t *w, weight_dtype_t held)
 {
     memset (r, 0, sizeof *r);
     r->w = w;
+    r->uw = held == WEIGHT_DTYPE_F16 ? 0x1p-11 : held == WEIGHT_DTYPE_BF16 ? 0x1p-8 : 0.0;
+    r->etaw = held == WEIGHT_DTYPE_F16 ? 0x1p-25 : held == WEIGHT_DTYPE_BF16 ? 0x1p-134 : 0.0;
     r->off = malloc ((w->layer_count + 1) * sizeof *r->off);
     size_t units = 0;
     for (size_t l = 0; r->off && l < w->layer_count; l++) {
@@ -169,15 +180,20 @@ static void s_mlp_forward (mlp_run_t *r, const float *x)
         for (uint32_t o = 0; o < L->out; o++) {
             const float *row = L->weight + (size_t) o * L->in;
             /* the reference's sum, in its order (reference_forward's values bit for bit) */
-            double acc = L->bias[o], mag = fabs ((double) L->bias[o]), carried = 0;
+            double acc = L->bias[o], mag = fabs ((double) L->bias[o]), carried = 0, wmag = 0, asum = 0;
             for (uint32_t i = 0; i < L->in; i++) {
                 const double a = l ? r->A[below + i] : x[i], e = l ? r->EA[below + i] : 0.0;
                 acc += (double) row[i] * a;
                 const double wa = fabs ((double) row[i]);
                 mag += wa * (fabs (a) + e);
+                wmag += wa * (fabs (a) + e);
+                asum += fabs (a) + e;
                 carried += wa * e;
             }
-            const double own = g * mag + (L->in + 1.0) * ETA, ez = own + carried;
+            /* held in f16 / bf16: the weights' rounding (on the inputs as computed), and the sum's
+             * rounding on the rounded weights' magnitudes (|W~| <= (1 + uw) |W| + etaw) */
+            const double held = r->uw * wmag + r->etaw * asum;
+            const double own = g * (mag + held) + held + (L->in + 1.0) * ETA, ez = own + carried;
             const double v = reference_activate (L->activation, acc), s = s_slope (L->activation, acc, ez);
             r->Z[at + o] = acc;
             r->A[at + o] = v;
@@ -241,10 +257,15 @@ static double s_mlp_backward (mlp_run_t *r, uint32_t o)
 
 int tol_mlp (const weights_t *w, const float *in, uint32_t rows, double *ref, double *bound)
 {
+    return tol_mlp_held (w, WEIGHT_DTYPE_F32, in, rows, ref, bound);
+}
+
+int tol_mlp_held (const weights_t *w, weight_dtype_t held, const float *in, uint32_t rows, double *ref, double *bound)
+{
     assert (w && w->layer_count >= 1);
     assert ((in && ref && bound) || rows == 0);
     mlp_run_t r;
-    if (s_mlp_open (&r, w) != 0)
+    if (s_mlp_open (&r, w, held) != 0)
         return -1;
     const dense_layer_t *top = &w->layers[w->layer_count - 1];
     const size_t at = r.off[w->layer_count - 1];
@@ -519,6 +540,15 @@ float tol_round (float v, weight_dtype_t d)
         memcpy (&v, &u, 4);
     }
     return v;
+}
+
+void tol_round_mlp (weights_t *w, weight_dtype_t d)
+{
+    for (size_t k = 0; k < w->layer_count; k++) {
+        dense_layer_t *L = &w->layers[k];
+        for (size_t i = 0; i < (size_t) L->out * L->in; i++)
+            L->weight[i] = tol_round (L->weight[i], d);
+    }
 }
 
 void tol_round_lstm (lstm_weights_t *w, weight_dtype_t d)

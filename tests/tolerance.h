@@ -34,6 +34,11 @@ double tol_gamma (uint64_t n);
  * reference_forward gives, bit for bit), BOUND the bound on |float32 output - REF|, rows x
  * output_size each. 0, or -1 when memory runs out. */
 int tol_mlp (const weights_t *w, const float *in, uint32_t rows, double *ref, double *bound);
+/* The same for a kernel that holds the weights in HELD (f16, bf16: each weight rounded to nearest,
+ * widened to fp32 exactly, fp32 arithmetic): REF stays the f32 weights' reference; BOUND adds the
+ * weights' rounding, u_w |W| |x| + eta_w sum |x| per unit (u_w = 2^-11 for f16, 2^-8 for bf16),
+ * carried to the outputs like every other rounding. HELD f32: tol_mlp. */
+int tol_mlp_held (const weights_t *w, weight_dtype_t held, const float *in, uint32_t rows, double *ref, double *bound);
 
 /* An LSTM over full windows (lstm_reference_window's values in REF) and a stream's output for the
  * window of its last `window` steps (lstm_reference_stream's): the bound on the float32 output of
@@ -48,6 +53,9 @@ int tol_lstm_stream (const lstm_weights_t *w, weight_dtype_t held, const float *
 
 /* V as a kernel holding weights in D holds it: rounded to nearest even in f16 or bf16 (f32: V). */
 float tol_round (float v, weight_dtype_t d);
+/* Every weight matrix of an MLP (the biases stay f32, as the persistent kernel holds them) rounded to
+ * D: the weights a kernel holding D computes with. */
+void tol_round_mlp (weights_t *w, weight_dtype_t d);
 /* W_ih and W_hh of W (biases and the head stay f32, as the CUDA LSTM kernel holds them) rounded
  * to D: the weights a kernel holding D computes with. */
 void tol_round_lstm (lstm_weights_t *w, weight_dtype_t d);

@@ -27,8 +27,13 @@ step () {   # step NAME COMMAND...: runs, logs to $OUT/NAME.log, notes the resul
   uname -r; nproc; grep -m1 'model name' /proc/cpuinfo; date -u; } >"$OUT/env.txt" 2>&1
 if [ "${TESTS:-1}" = 1 ]; then
 # The GPU suite in one process (CK_FORK=no: one CUDA context, as in the server), bounded: a test
-# that hangs next to a resident persistent kernel must not take the whole call.
-step test_cuda env CK_FORK=no timeout 400 $BUILD/tests/test_cuda
+# that hangs next to a resident persistent kernel must not take the whole call. CUDA_CASE names
+# one of its cases (kernels, persistent, lost) to run alone.
+if [ -n "${CUDA_CASE:-}" ]; then
+    step test_cuda env CK_FORK=no CK_RUN_CASE="$CUDA_CASE" timeout "${CUDA_TIMEOUT:-400}" $BUILD/tests/test_cuda
+else
+    step test_cuda env CK_FORK=no timeout "${CUDA_TIMEOUT:-400}" $BUILD/tests/test_cuda
+fi
 # Which CUDA calls wait for a resident persistent kernel, with lazy and eager module loading
 # (each probe in its own process, each call bounded: docs/persistent-notes.md).
 [ "${PROBE:-1}" = 1 ] && step probe timeout 300 $BUILD/tests/test_cuda --probe
@@ -39,8 +44,8 @@ for t in $BUILD/tests/test_*; do
     if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $n "*) ;; *) continue;; esac; fi
     case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no timeout 600 "$t" ;; *) step "$n" timeout 300 "$t" ;; esac
 done
-step torch_export python3 tests/python/test_torch_export.py
-[ -f "$BUILD/lstmbench" ] && step torch_lstm timeout 60 python3 tests/python/test_lstm_torch.py
+[ "${TORCH:-1}" = 1 ] && step torch_export python3 tests/python/test_torch_export.py
+[ "${TORCH:-1}" = 1 ] && [ -f "$BUILD/lstmbench" ] && step torch_lstm timeout 60 python3 tests/python/test_lstm_torch.py
 fi
 # LSTM streaming steps (issue 13): every size, f16 and f32 weights, floors in the same run; the
 # CPU rows beside them (tools/lstm-gpu.sh has the longer run).
@@ -55,8 +60,16 @@ if [ "${SANITIZE:-1}" = 1 ]; then
         --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4
     # The persistent kernel (split layer 0 over 7 workers, local layers, rows 7) and the ping-pong
     # floors; destroy raises stop, so the resident kernels exit and memcheck can finish.
+    # DTYPES (f32,f16,bf16) adds the half-weight kernels at every cluster size.
     step memcheck_persistent timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
-        --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --persistent-variants
+        --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --persistent-variants \
+        --dtypes "${DTYPES:-f32}"
+    # A layer split by outputs (a narrow input), and a request run in chunks of rows (the leader's
+    # partials of 16 rows do not fit: 293-597-31-3 runs 7 rows at a time).
+    step memcheck_by_outputs timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 37,6669,5 --rows 3 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
+    step memcheck_chunks timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 293,597,31,3 --rows 16 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
 fi
 # A/B of the persistent request path against another build's sigbench (BASE_SIGBENCH), on the same
 # core, AB_ROUNDS rounds (default 2) in the order A B, B A, A B, ... so neither build always runs
@@ -75,7 +88,13 @@ if [ -n "${BASE_SIGBENCH:-}" ]; then
     done >"$OUT/ab.txt"
 fi
 [ "${BENCH:-1}" = 1 ] && step bench $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER" \
-    --persistent-variants
+    --persistent-variants --dtypes "${DTYPES:-f32}"
+# The persistent rows alone (their floors in the same run), per weight dtype, PERSIST_RUNS times
+# (p99 is judged by the median of runs), with --trace when TRACE=1.
+for r in $(seq 1 "${PERSIST_RUNS:-0}"); do
+    step "persist_$r" taskset -c 3 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 \
+        --iterations "$ITER" --only-persistent --dtypes "${DTYPES:-f32}" $( [ "${TRACE:-0}" = 1 ] && echo --trace )
+done
 if [ "${WAITS:-0}" = 1 ]; then
     for w in yield block; do
         step "bench_$w" $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER" --wait $w
@@ -132,6 +151,9 @@ if [ "${SERVING:-0}" = 1 ]; then
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
 echo; cat "$OUT/env.txt"; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
-[ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log"; grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
-for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo; cat "$summary"
+[ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log";
+for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
+grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
+for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo
+grep -hE ':[FE]:' "$LOGS"/test_*.log 2>/dev/null | cut -c1-400 | head -n 20; cat "$summary"
 rm -rf "$LOGS"

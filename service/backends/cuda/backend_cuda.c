@@ -24,8 +24,21 @@ int cuda_model_inject_hang (backend_model_t *m, unsigned ms)
     return sig_hang_kernel (m->persistent ? m->side : m->stream, ms);
 }
 
+/* The kernels that hold weights in f16 and bf16: "persistent" alone (the iface's weight_dtypes says
+ * what the backend as a whole may hold; this says which of its kernels do). */
+static bool s_kernel_holds (cuda_kernel_t kernel, weight_dtype_t d)
+{
+    return d == WEIGHT_DTYPE_F32 || kernel == CUDA_KERNEL_PERSISTENT;
+}
+
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
+    if (!s_kernel_holds (cfg->kernel, cfg->weight_dtype)) {
+        sig_set_error (err, errlen, "model \"%s\": weight_dtype \"%s\": kernel \"%s\" holds weights in f32 only; use "
+                       "\"kernel\": \"persistent\" (it holds f16 and bf16) or \"weight_dtype\": \"f32\"", cfg->name,
+                       weight_dtype_name (cfg->weight_dtype), cuda_kernel_name (cfg->kernel));
+        return NULL;
+    }
     if (cuda_device_check (device, cfg->name, err, errlen) != 0)
         return NULL;
     return cfg->kernel == CUDA_KERNEL_PERSISTENT ? cuda_persistent_load (w, cfg, device, err, errlen)
@@ -62,6 +75,8 @@ static const char *s_kernel_name (const backend_model_t *m)
 const backend_iface_t backend_cuda_iface = {
     .name = "cuda",
     .device = BACKEND_DEVICE_GPU,
+    /* kernel "persistent" only: every other kernel refuses them at load, naming itself */
+    .weight_dtypes = 1u << WEIGHT_DTYPE_F16 | 1u << WEIGHT_DTYPE_BF16,
     .load = s_load,
     .infer = s_infer,
     .kernel_name = s_kernel_name,

@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert (SIG_DTYPE_F32 == (int) WEIGHT_DTYPE_F32 && SIG_DTYPE_F16 == (int) WEIGHT_DTYPE_F16
+                    && SIG_DTYPE_BF16 == (int) WEIGHT_DTYPE_BF16, "kernels.h's SIG_DTYPE_* = weight_dtype_t");
+
 /* Tests and benchmarks: the knobs every later load uses (cuda_persistent_tuning). */
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
 static sig_persistent_tuning_t s_tuning;
@@ -174,9 +177,11 @@ static bool s_ready (const void *arg)
 
 /* A few hundred requests through the kernel, rows 1 and max_rows in turn, two in every 16 checked
  * against the float64 reference: ||y - ref|| / ||ref|| pooled over them (as the tests judge) must
- * stay within 1e-5. 0, or -1 with ERR. */
-static int s_persistent_warm (backend_model_t *m, const weights_t *w, char *err, size_t errlen)
+ * stay within 1e-5 (f32 weights), 2e-2 (f16) or 1e-1 (bf16; the LSTM backend's limits: a sanity
+ * check of the load, the tests check each output against its bound). 0, or -1 with ERR. */
+static int s_persistent_warm (backend_model_t *m, const weights_t *w, weight_dtype_t dtype, char *err, size_t errlen)
 {
+    const double tol = dtype == WEIGHT_DTYPE_F32 ? 1e-5 : dtype == WEIGHT_DTYPE_F16 ? 2e-2 : 1e-1;
     const size_t nin = (size_t) m->max_rows * w->input_size, nout = (size_t) m->max_rows * w->output_size;
     float *x = malloc (nin * sizeof (float)), *y = malloc (nout * sizeof (float));
     double *ref = malloc (nout * sizeof (double));
@@ -210,9 +215,10 @@ static int s_persistent_warm (backend_model_t *m, const weights_t *w, char *err,
         }
     }
     const double rel = sqrt (num) / fmax (sqrt (den), 1e-30);
-    if (rc == 0 && !(rel <= 1e-5)) {
+    if (rc == 0 && !(rel <= tol)) {
         sig_set_error (err, errlen, "model \"%s\": the persistent kernel's warm-up answers differ from the reference "
-                       "(relative error %.3g over the checked requests)", m->name, rel);
+                       "(relative error %.3g over the checked requests, weights in %s)", m->name, rel,
+                       weight_dtype_name (dtype));
         rc = -1;
     }
     free (x);
@@ -245,6 +251,26 @@ backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t 
     for (size_t i = 0; i < w->layer_count; i++)
         net.layers[i] = (sig_fused_layer_t) { .w = w->layers[i].weight, .b = w->layers[i].bias, .in = w->layers[i].in,
                                               .out = w->layers[i].out, .act = (int) w->layers[i].activation };
+    /* A weight the dtype cannot hold is refused, naming the tensor and the value (rounding it to
+     * infinity, or clamping it, would change the model without a word). */
+    const uint32_t dtype = (uint32_t) cfg->weight_dtype;
+    uint32_t bad_layer = 0;
+    uint64_t bad_index = 0;
+    if (sig_persistent_dtype_check (&net, dtype, &bad_layer, &bad_index) != 0) {
+        const dense_layer_t *L = &w->layers[bad_layer];
+        char tensor[CONFIG_NAME_MAX + 32];
+        if (bad_layer < cfg->layer_count && cfg->layers[bad_layer].weight[0])
+            snprintf (tensor, sizeof tensor, "\"%s\"", cfg->layers[bad_layer].weight);
+        else
+            snprintf (tensor, sizeof tensor, "of layer %u", bad_layer);
+        sig_set_error (err, errlen, "model \"%s\": weight_dtype \"%s\": weight %s [%llu][%llu] = %.9g does not fit "
+                       "in %s (largest finite %s); use \"weight_dtype\": \"%s\"", cfg->name,
+                       weight_dtype_name (cfg->weight_dtype), tensor, (unsigned long long) (bad_index / L->in),
+                       (unsigned long long) (bad_index % L->in), (double) L->weight[bad_index],
+                       weight_dtype_name (cfg->weight_dtype), dtype == SIG_DTYPE_F16 ? "65504" : "3.39e38",
+                       dtype == SIG_DTYPE_F16 ? "bf16\" or \"f32" : "f32");
+        return NULL;
+    }
     sig_persistent_tuning_t tuning;
     pthread_mutex_lock (&s_lock);
     tuning = s_tuning;
@@ -252,7 +278,7 @@ backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t 
     sig_persistent_plan_t plan;
     cudaError_t e = cudaSetDevice (device);
     if (e == cudaSuccess)
-        e = (cudaError_t) sig_persistent_plan (&net, backend_rows (cfg), device, &tuning, &plan);
+        e = (cudaError_t) sig_persistent_plan (&net, backend_rows (cfg), device, dtype, &tuning, &plan);
     if (e == cudaErrorMemoryAllocation) {
         const uint64_t need = plan.need_bytes, have = plan.cluster_bytes;
         const uint64_t regs = have - (uint64_t) plan.max_cluster * plan.smem_limit;
@@ -263,9 +289,11 @@ backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t 
             snprintf (extra + strlen (extra), sizeof extra - strlen (extra), "; block 0 alone would need %llu KiB",
                       (unsigned long long) ((plan.smem_bytes == UINT32_MAX ? need : plan.smem_bytes) >> 10));
         sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\": the weights need %llu KiB on chip, the "
-                       "cluster holds %llu KiB (%u blocks x %u KiB%s); use kernel \"fused\" or \"warp\"", cfg->name,
+                       "cluster holds %llu KiB (%u blocks x %u KiB%s)%s%s%s; use kernel \"fused\" or \"warp\"", cfg->name,
                        (unsigned long long) (need >> 10), (unsigned long long) (have >> 10), plan.max_cluster,
-                       plan.smem_limit >> 10, extra);
+                       plan.smem_limit >> 10, extra, dtype != SIG_DTYPE_F32 ? " (weights in " : "",
+                       dtype != SIG_DTYPE_F32 ? weight_dtype_name (cfg->weight_dtype) : "",
+                       dtype != SIG_DTYPE_F32 ? ")" : "");
         return NULL;
     }
     if (e != cudaSuccess) {
@@ -296,7 +324,8 @@ backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t 
         cuda_persistent_destroy (&m);
         return NULL;
     }
-    if (persistent_started (&m->host, s_ready, m, err, errlen) != 0 || s_persistent_warm (m, w, err, errlen) != 0) {
+    if (persistent_started (&m->host, s_ready, m, err, errlen) != 0
+        || s_persistent_warm (m, w, cfg->weight_dtype, err, errlen) != 0) {
         cuda_persistent_destroy (&m);
         return NULL;
     }
