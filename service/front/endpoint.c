@@ -502,3 +502,14 @@ void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns)
 }
 
 uint32_t endpoints_connections (const endpoints_t *self) { return self->connections; }
+
+bool endpoints_refused (const endpoints_t *self, const zmq_msg_t *frame)
+{
+    if (self->refused_count == 0)
+        return false;
+    const int fd = zmq_msg_get (frame, ZMQ_SRCFD);
+    for (size_t k = 0; k < self->refused_count; k++)
+        if (self->refused[k] == fd)
+            return true;
+    return false;
+}

@@ -59,8 +59,11 @@ void endpoints_close_idle (endpoints_t *self);
  * limit is shut down at once (logged at warn at most once a second). With CURVE: a refused
  * handshake is counted by reason (stats_count_auth_failure) and logged at warn at most once a
  * second with the counts since. Cheap when nothing happened; the front calls it a few times a
- * second and whenever a monitor polls readable. */
+ * second, whenever a monitor polls readable, and before the first message of each intake turn. */
 void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns);
+/* Whether FRAME (a message's first) came on a connection closed for the limit (max_connections), whose
+ * messages are dropped unanswered: one look at the message's file descriptor while some are refused. */
+bool endpoints_refused (const endpoints_t *self, const zmq_msg_t *frame);
 uint32_t endpoints_connections (const endpoints_t *self);
 
 /* Who sent FRAME (a message's first frame): its CURVE public key when CURVE is on, else the

@@ -25,7 +25,7 @@ typedef struct {
     uint64_t replied;           /* replies handed to ZeroMQ */
     uint64_t by_status[16];     /* infer replies by status */
     uint64_t send_failures;     /* replies ZeroMQ refused (peer gone, its queue full) */
-    uint64_t dropped;           /* messages that could not be addressed */
+    uint64_t dropped;           /* messages that could not be addressed, or came past max_connections */
     uint64_t admitted;          /* infer requests admitted (handed to a worker, or run inline) */
     uint64_t inlined;           /* of those, run on the front itself (server.inline_us) */
 } server_stats_t;
