@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #define SLOTS (2 * CONFIG_MAX_ENDPOINTS)    /* room for a reload's new endpoints next to the old */
+#define KNOWN_FDS 65536                     /* connections on fds past this are not checked per message */
 
 typedef struct {
     void *socket;               /* NULL: free slot */
@@ -41,6 +42,7 @@ struct _endpoints_t {
     zmq_pollitem_t items[2 * SLOTS + 1];
     int refused[64];            /* fds shut down for the limit: their disconnection is not counted */
     size_t refused_count;
+    uint8_t known[KNOWN_FDS / 8];   /* fds of the connections counted (max_connections): a bit each */
 };
 
 /* ipc://PATH: a live listener there means another server owns it (refuse); a socket file nobody
@@ -446,12 +448,31 @@ static void s_auth_failed (endpoints_t *self, const slot_t *sl, uint16_t event, 
     self->last_auth_warn = now_ns;
 }
 
-void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns)
+static bool s_known (const endpoints_t *self, int fd) { return (self->known[fd / 8] >> (fd % 8)) & 1u; }
+
+static void s_set_known (endpoints_t *self, int fd, bool on)
+{
+    if (fd < 0 || fd >= KNOWN_FDS)
+        return;
+    if (on)
+        self->known[fd / 8] |= (uint8_t) (1u << (fd % 8));
+    else
+        self->known[fd / 8] &= (uint8_t) ~(1u << (fd % 8));
+}
+
+/* FORCE: have each monitor take in what its pipe holds first (libzmq's recv looks at its commands
+ * at most once a millisecond or so; getsockopt ZMQ_EVENTS does at once). */
+static void s_watch (endpoints_t *self, uint64_t now_ns, bool force)
 {
     for (int i = 0; i < SLOTS; i++) {
         slot_t *sl = &self->slots[i];
         uint16_t event = 0;
         int32_t fd = -1;
+        if (force && sl->monitor) {
+            int events = 0;
+            size_t len = sizeof events;
+            zmq_getsockopt (sl->monitor, ZMQ_EVENTS, &events, &len);
+        }
         while (sl->monitor && s_event (sl->monitor, &event, &fd)) {
             if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
                          | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)) {
@@ -468,10 +489,12 @@ void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns)
                     self->refused[k] = self->refused[--self->refused_count];
                 else if (self->connections)
                     self->connections--;
+                s_set_known (self, fd, false);
                 continue;
             }
             if (self->connections < self->cfg.max_connections) {
                 self->connections++;
+                s_set_known (self, fd, true);
                 continue;
             }
             /* One too many: shut it down under libzmq, which then closes it as a peer that left
@@ -501,13 +524,20 @@ void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns)
     }
 }
 
+void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns) { s_watch (self, now_ns, false); }
+
 uint32_t endpoints_connections (const endpoints_t *self) { return self->connections; }
 
-bool endpoints_refused (const endpoints_t *self, const zmq_msg_t *frame)
+bool endpoints_refused (endpoints_t *self, const zmq_msg_t *frame, uint64_t now_ns)
 {
-    if (self->refused_count == 0)
+    if (!self->cfg.max_connections)
         return false;
     const int fd = zmq_msg_get (frame, ZMQ_SRCFD);
+    if (fd < 0 || fd >= KNOWN_FDS || s_known (self, fd))
+        return false;   /* a connection counted already: the common case, one bit */
+    /* The first message of a connection not yet seen: its accept event came before it; take the
+     * events in now, so that a connection past the limit is shut down before it is answered. */
+    s_watch (self, now_ns, true);
     for (size_t k = 0; k < self->refused_count; k++)
         if (self->refused[k] == fd)
             return true;

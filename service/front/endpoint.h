@@ -59,11 +59,13 @@ void endpoints_close_idle (endpoints_t *self);
  * limit is shut down at once (logged at warn at most once a second). With CURVE: a refused
  * handshake is counted by reason (stats_count_auth_failure) and logged at warn at most once a
  * second with the counts since. Cheap when nothing happened; the front calls it a few times a
- * second, whenever a monitor polls readable, and before the first message of each intake turn. */
+ * second, whenever a monitor polls readable, and at the first message of a connection (endpoints_refused). */
 void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns);
-/* Whether FRAME (a message's first) came on a connection closed for the limit (max_connections), whose
- * messages are dropped unanswered: one look at the message's file descriptor while some are refused. */
-bool endpoints_refused (const endpoints_t *self, const zmq_msg_t *frame);
+/* Whether FRAME (a message's first) came on a connection shut down for the limit (max_connections),
+ * whose messages are dropped unanswered. One bit tested for a connection already counted; the first
+ * message of another takes the connection events in first (at once, whether the front sleeps in
+ * zmq_poll or spins). */
+bool endpoints_refused (endpoints_t *self, const zmq_msg_t *frame, uint64_t now_ns);
 uint32_t endpoints_connections (const endpoints_t *self);
 
 /* Who sent FRAME (a message's first frame): its CURVE public key when CURVE is on, else the

@@ -180,7 +180,7 @@ static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferReq
 static void s_handle (front_t *self, message_t *msg)
 {
     self->counters.received++;
-    if (endpoints_refused (self->endpoints, &self->frames[0])) {
+    if (endpoints_refused (self->endpoints, &self->frames[0], msg->t_recv)) {
         /* From a connection past max_connections, already shut down: no reply goes to it. */
         self->counters.dropped++;
     } else if (msg->total_frames < 2) {
@@ -217,11 +217,6 @@ bool front_intake (front_t *self)
         for (int s = endpoints_first (self->endpoints); s >= 0 && taken < JOB_INTAKE_TURN;
              s = endpoints_next (self->endpoints, s))
             if (s_recv (self, s, &msg)) {
-                /* The connection events first, once a turn: a connection past max_connections is
-                 * shut down (and its messages dropped) before any of its requests is answered,
-                 * whether the front slept in zmq_poll (which reads them) or spun. */
-                if (taken == 0 && self->cfg.max_connections)
-                    endpoints_watch_connections (self->endpoints, msg.t_recv);
                 s_handle (self, &msg);
                 taken++;
                 self->turn_taken = taken;
