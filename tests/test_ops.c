@@ -1320,6 +1320,15 @@ static bool s_log_has_stats_line (const char *path, const char *model)
     return found;
 }
 
+/* The features the reload tests send: F for tick_mlp (512), G for odd (33). */
+static void s_reload_features (float *f, float *g)
+{
+    for (int i = 0; i < 512; i++)
+        f[i] = (float) ((i % 11) - 5) / 5.0f;
+    for (int i = 0; i < 33; i++)
+        g[i] = (float) (i % 5) / 5.0f;
+}
+
 START_TEST (reload_adds_removes_and_survives_a_broken_file)
 {
     int zport, hport;
@@ -1331,10 +1340,7 @@ START_TEST (reload_adds_removes_and_survives_a_broken_file)
     pid_t pid = s_spawn (config, log_path, false);
     s_wait_ready (pid, hport);
     float f[512], g[33];
-    for (int i = 0; i < 512; i++)
-        f[i] = (float) ((i % 11) - 5) / 5.0f;
-    for (int i = 0; i < 33; i++)
-        g[i] = (float) (i % 5) / 5.0f;
+    s_reload_features (f, g);
 
     /* 1. A model added while a pipelined stream to another one runs: every request answered OK. */
     stream_t tick = { .zport = zport, .model = "tick_mlp", .features = f, .n = 512, .window = 32 };
@@ -1455,10 +1461,7 @@ START_TEST (reload_with_two_fronts)
     pid_t pid = s_spawn (config, log_path, false);
     s_wait_ready (pid, hport);
     float f[512], g[33];
-    for (int i = 0; i < 512; i++)
-        f[i] = (float) ((i % 11) - 5) / 5.0f;
-    for (int i = 0; i < 33; i++)
-        g[i] = (float) (i % 5) / 5.0f;
+    s_reload_features (f, g);
     stream_t st[2] = { { .zport = z[0], .model = "tick_mlp", .features = f, .n = 512, .window = 32 },
                        { .zport = z[1], .model = "tick_mlp", .features = f, .n = 512, .window = 32 } };
     pthread_t th[2];
