@@ -53,6 +53,12 @@ if [ "${LSTM:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
     step lstmbench timeout 150 taskset -c 2 $BUILD/lstmbench --backends cuda,cpu --dtypes f16,f32 --no-window \
         --iterations 10000 --warmup 500 --seconds 4
 fi
+# Several instances of one LSTM on one GPU, each driven at once by its own thread (issue 19 item 5):
+# small and medium in f16, 1, 2, 4 and 8 instances (INSTANCES=1).
+if [ "${INSTANCES:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+    step lstm_instances timeout 300 $BUILD/lstmbench --sizes small,medium --backends cuda --dtypes f16 --no-window \
+        --instances "${INSTANCE_COUNTS:-1,2,4,8}" --cpu 2 --iterations 10000 --warmup 500 --seconds 4
+fi
 # racecheck is left out: on the fused kernel (a 1024-thread, 8-block cluster) it did not finish in
 # 500 s on an H200 (2026-11-21); memcheck covers every kernel.
 if [ "${SANITIZE:-1}" = 1 ]; then

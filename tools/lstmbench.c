@@ -32,6 +32,7 @@
 
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,7 @@ typedef struct {
     int grid;
     uint32_t slots;
     int no_window, no_floors;
+    const char *instances;  /* CUDA: "" or a list of instance counts, each driven at once (a row each) */
     /* --check */
     const char *check, *backend, *dtype;
     uint32_t window;
@@ -64,6 +66,8 @@ static void s_usage (FILE *out)
              "usage: lstmbench [--sizes small,medium,large] [--dtypes f32,f16,bf16] [--backends cpu,cuda]\n"
              "                 [--iterations N] [--warmup N] [--seconds S] [--cpu CORE] [--seed N]\n"
              "                 [--blocks B1,B2,..] [--grid] [--slots N] [--no-window] [--no-floors]\n"
+             "                 [--instances N1,N2,..]   (CUDA: N instances on GPU 0, a thread each driving its own\n"
+             "                  stream at once, pinned to --cpu + k: one step row over all their steps per N)\n"
              "       lstmbench --check FILE --window W [--head-act none|relu|sigmoid|tanh] [--backend cpu|cuda]\n"
              "                 [--dtype f32|f16|bf16]   (floats on stdin: a window, then steps)\n"
              "sizes: small, medium, large (the issue's), or LAYERS:WINDOW:INPUTS:UNITS[:OUTPUTS]\n");
@@ -106,7 +110,7 @@ static void s_print (const char *label, row_t *r)
 {
     latency_summary_t s;
     latency_summarize (r->samples, r->n, &s);
-    char l[256];
+    char l[512];
     snprintf (l, sizeof l, "%s (n %zu%s%s)", label, r->n, r->note[0] ? ", " : "", r->note);
     latency_print_row (stdout, l, &s);
     fflush (stdout);
@@ -361,6 +365,92 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Several instances at once (issue 19 item 5): N instances of one model on GPU 0, each driven by
+ * its own thread (pinned to --cpu + k when --cpu is given), one stream each, at the same time. */
+
+typedef struct {
+    const options_t *o;
+    const backend_iface_t *B;
+    backend_model_t *m;
+    const lstm_weights_t *w;
+    int cpu;
+    uint64_t seed;
+    row_t r;
+    int rc;
+} driver_t;
+
+static void *s_drive (void *arg)
+{
+    driver_t *d = arg;
+    if (d->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO (&set);
+        CPU_SET (d->cpu, &set);
+        if (sched_setaffinity (0, sizeof set, &set) != 0)
+            fprintf (stderr, "lstmbench: could not pin a driver to CPU %d\n", d->cpu);
+    }
+    d->rc = s_bench_step (d->o, d->B, d->m, d->w, true, &d->seed, &d->r);
+    return NULL;
+}
+
+static int s_bench_instances (const options_t *o, const char *size, const char *dname, uint32_t n, const weights_t *w,
+                              model_config_t *cfg, uint64_t *seed)
+{
+    const backend_iface_t *B = s_iface ("cuda");
+    cfg->backend = BACKEND_CUDA;
+    cfg->weight_dtype = (weight_dtype_t) s_dtype (dname);
+    cfg->wait = o->wait;
+    cfg->max_streams = o->slots;
+    cfg->watchdog_ms = 10000;
+    driver_t *d = calloc (n, sizeof *d);
+    pthread_t *th = calloc (n, sizeof *th);
+    char err[512];
+    int rc = 0;
+    uint32_t loaded = 0;
+    for (; loaded < n; loaded++) {
+        d[loaded] = (driver_t) { .o = o, .B = B, .w = w->lstm, .cpu = o->cpu >= 0 ? o->cpu + (int) loaded : -1,
+                                 .seed = rng_next (seed),
+                                 .r = { .samples = malloc ((size_t) (o->iterations + 16) * sizeof (double)) } };
+        if (!(d[loaded].m = B->load (w, cfg, 0, err, sizeof err))) {
+            printf ("| %s cuda %s, %u instances at once: instance %u: %s | | | | | | | | |\n", size, dname, n, loaded, err);
+            break;
+        }
+    }
+    if (loaded == n) {
+        for (uint32_t k = 0; k < n; k++)
+            pthread_create (&th[k], NULL, s_drive, &d[k]);
+        for (uint32_t k = 0; k < n; k++)
+            pthread_join (th[k], NULL);
+        row_t all = { .samples = malloc ((size_t) n * (o->iterations + 16) * sizeof (double)) };
+        double worst = 0;
+        for (uint32_t k = 0; k < n; k++) {
+            rc |= d[k].rc;
+            memcpy (all.samples + all.n, d[k].r.samples, d[k].r.n * sizeof (double));
+            all.n += d[k].r.n;
+            latency_summary_t one;
+            latency_summarize (d[k].r.samples, d[k].r.n, &one);
+            worst = one.p99 > worst ? one.p99 : worst;
+        }
+        const sig_lstm_plan_t *p = lstm_cuda_plan (d[0].m);
+        char label[256];
+        snprintf (all.note, sizeof all.note, "the worst instance's p99 %.2f", worst);
+        snprintf (label, sizeof label, "%s cuda %s step, %u instance(s) at once [%s %u, %u KiB smem each]", size, dname, n,
+                  p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks, p->smem_bytes >> 10);
+        if (rc == 0)
+            s_print (label, &all);
+        free (all.samples);
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        if (d[k].m)
+            B->destroy (&d[k].m);
+        free (d[k].r.samples);
+    }
+    free (d);
+    free (th);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * One size: every backend and weight type asked for */
 
 static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, const char *dir)
@@ -399,6 +489,15 @@ static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, c
         char dl[64];
         snprintf (dl, sizeof dl, "%s", cuda ? o->dtypes : "f32");
         for (char *s2 = NULL, *dname = strtok_r (dl, ",", &s2); dname && rc == 0; dname = strtok_r (NULL, ",", &s2)) {
+#ifdef SIGSERVE_HAVE_CUDA
+            if (cuda && o->instances[0]) {      /* --instances: those rows instead of the usual ones */
+                char il[64];
+                snprintf (il, sizeof il, "%s", o->instances);
+                for (char *s4 = NULL, *nstr = strtok_r (il, ",", &s4); nstr && rc == 0; nstr = strtok_r (NULL, ",", &s4))
+                    rc = s_bench_instances (o, size, dname, (uint32_t) strtoul (nstr, NULL, 10), w, &cfg, seed);
+                continue;
+            }
+#endif
             char bl[128];
             snprintf (bl, sizeof bl, "%s", cuda && o->blocks[0] ? o->blocks : "0");
             for (char *s3 = NULL, *bstr = strtok_r (bl, ",", &s3); bstr && rc == 0; bstr = strtok_r (NULL, ",", &s3))
@@ -502,7 +601,8 @@ int main (int argc, char **argv)
     setenv ("CUDA_MODULE_LOADING", "EAGER", 0);
     options_t o = { .sizes = "small,medium,large", .dtypes = "f32,f16,bf16", .backends = "cpu,cuda",
                     .iterations = 10000, .warmup = 1000, .seconds = 60, .cpu = -1, .wait = CUDA_WAIT_SPIN,
-                    .slots = 4, .backend = "cpu", .dtype = "f32", .head_act = ACTIVATION_NONE, .blocks = "" };
+                    .slots = 4, .backend = "cpu", .dtype = "f32", .head_act = ACTIVATION_NONE, .blocks = "",
+                    .instances = "" };
     o.seed = (uint64_t) time (NULL) * 0x9e3779b97f4a7c15ull;
     static const struct option longs[] = {
         { "sizes", required_argument, 0, 's' },      { "dtypes", required_argument, 0, 'd' },
@@ -514,7 +614,8 @@ int main (int argc, char **argv)
         { "no-floors", no_argument, 0, 'F' },        { "check", required_argument, 0, 'k' },
         { "window", required_argument, 0, 'W' },     { "head-act", required_argument, 0, 'a' },
         { "backend", required_argument, 0, 'e' },    { "dtype", required_argument, 0, 't' },
-        { "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 },
+        { "instances", required_argument, 0, 'I' },  { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 },
     };
     for (int c; (c = getopt_long (argc, argv, "h", longs, NULL)) != -1;) {
         switch (c) {
@@ -539,6 +640,7 @@ int main (int argc, char **argv)
             break;
         case 'e': o.backend = optarg; break;
         case 't': o.dtype = optarg; break;
+        case 'I': o.instances = optarg; break;
         case 'h': s_usage (stdout); return 0;
         default: s_usage (stderr); return 2;
         }
