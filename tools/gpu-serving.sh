@@ -223,14 +223,16 @@ models)     # 1 -> 8 models at once, the same total rate
 groups)     # issue 18 item 2: 1 -> 8 models at the same total 40k/s, each model its own worker ("own") against
             # one group for all ("group": a worker for every model), GROUPS_ROUNDS interleaved rounds
             # (tools/groups-medians.py); the front on CPU 6, the workers on 0-5 as in `models`.
-            # GROUPS_MODEL=tiny: tick_mlp's last layer alone (tiny_model), to tell the serving core's
+            # GROUPS_VARIANTS adds "pairs" (models 1-2, 3-4, ... share a worker: two models' weights fit
+            # a core's L2). GROUPS_MODEL=tiny: tick_mlp's last layer alone (tiny_model), to tell the serving core's
             # share from the models' (eight tick_mlp hold 4.7 MB of weights, over a core's L2)
     for round in $(seq 1 "${GROUPS_ROUNDS:-3}"); do
         for n in 1 2 4 8; do
-            for v in own group; do
+            for v in ${GROUPS_VARIANTS:-own group}; do
                 ms=""; names=""
                 for i in $(seq 1 "$n"); do
                     g=""; [ "$v" = group ] && g='"group": "all",'
+                    [ "$v" = pairs ] && g="\"group\": \"g$(( (i + 1) / 2 ))\","    # two models a worker
                     mk=model; [ "${GROUPS_MODEL:-}" = tiny ] && mk=tiny_model
                     ms="$ms${ms:+, }$($mk "m$i" "\"backend\": \"cpu\", $g")"
                     names="$names${names:+,}m$i"

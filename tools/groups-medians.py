@@ -11,7 +11,7 @@ def main(path):
     runs = {}       # (variant, n) -> [(p50, p99, errors)]
     for block in re.split(r"^### ", open(path).read(), flags=re.M):
         name = block.split("\n", 1)[0].strip()
-        m = re.match(r"groups-(own|group)-(\d+)-r(\d+)$", name)
+        m = re.match(r"groups-(own|group|pairs)-(\d+)-r(\d+)$", name)
         if not m:
             continue
         for line in block.split("\n"):
@@ -20,7 +20,7 @@ def main(path):
                 runs.setdefault((m.group(1), int(m.group(2))), []).append((float(c[5]), float(c[7]), c[-1]))
     print("| variant | models | rounds | p50 | p99 | p99 / one model's |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for variant in ("own", "group"):
+    for variant in ("own", "group", "pairs"):
         base = None
         for n in sorted(k[1] for k in runs if k[0] == variant):
             r = runs[(variant, n)]
