@@ -10,6 +10,7 @@
 #include "base/threads.h"
 
 #include <check.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -103,7 +104,7 @@ START_TEST (ring_and_futex_waker_work_across_processes)
             if (item) {
                 *item += 1;             /* the answer, written through the shared pointer */
                 while (!ring_push (&sh->from, item))
-                    ;
+                    sched_yield ();
                 got++;
                 continue;
             }
@@ -116,18 +117,28 @@ START_TEST (ring_and_futex_waker_work_across_processes)
         }
         _exit (0);
     }
+    /* The parent's waits yield: on a loaded 2-core machine a spinning parent kept the child off the
+     * CPU long enough for the suite's 60 s timeout (once, beside other builds). */
     int answered = 0;
     for (int i = 0; i < N; i++) {
         sh->items[i] = (uint64_t) i * 10;
         while (!ring_push (&sh->to, &sh->items[i]))
-            ;
+            sched_yield ();
         waker_wake (&sh->wake);
         if (i % 7 == 0)             /* now and then wait for the answer, so the child sleeps between */
-            while (answered <= i)
-                answered += ring_pop (&sh->from) != NULL;
+            while (answered <= i) {
+                const bool got = ring_pop (&sh->from) != NULL;
+                answered += got;
+                if (!got)
+                    sched_yield ();
+            }
     }
-    while (answered < N)
-        answered += ring_pop (&sh->from) != NULL;
+    while (answered < N) {
+        const bool got = ring_pop (&sh->from) != NULL;
+        answered += got;
+        if (!got)
+            sched_yield ();
+    }
     int status;
     ck_assert_int_eq (waitpid (pid, &status, 0), pid);
     ck_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
