@@ -15,6 +15,7 @@
  * and the recorded wakers say which instance each admission chose, until the test rings them. */
 #define _GNU_SOURCE
 #include "serving/dispatch.h"
+#include "backends/backends.h"
 #include "base/log.h"
 #include "clock.h"
 #include "lstm_reference.h"
@@ -1002,34 +1003,63 @@ END_TEST
 typedef struct {
     model_t *m;
     uint32_t lane;
-    int admitted, returned, wrong, refused;
+    bool may_inline;                /* one request at a time, each offered to run inline */
+    int admitted, returned, wrong, refused, inlined;
     char why[512];
 } producer_t;
+
+/* LANE's job J (request I of REQS) checked against the reference, returned to the pool. */
+static void s_producer_check (producer_t *p, request_t *reqs, bool *seen, job_t *j)
+{
+    enum { TOTAL = 2000 };
+    const uint64_t i = j->request_id - (uint64_t) p->lane * 100000;
+    request_t *r = &reqs[i < TOTAL ? i : 0];
+    double ref[MAX_ROWS * OUT], bound[MAX_ROWS * OUT];
+    bool right = i < TOTAL && !seen[i] && j->lane == p->lane && j->status == SIG_OK && r->id == j->request_id
+                 && tol_mlp (s_mlp_w, r->features, r->rows, ref, bound) == 0;
+    for (uint32_t o = 0; right && o < r->rows * OUT; o++)
+        right = fabs (j->outputs[o] - ref[o]) <= bound[o];
+    if (!right && p->wrong == 0)
+        snprintf (p->why, sizeof p->why, "request %llu: status %d: %.400s", (unsigned long long) j->request_id, j->status,
+                  j->status == SIG_OK ? "outputs out of bound" : j->error);
+    if (i < TOTAL)
+        seen[i] = true;
+    p->wrong += !right;
+    s_return (p->m, j);
+    p->returned++;
+}
 
 static void *s_producer (void *arg)
 {
     producer_t *p = arg;
-    enum { TOTAL = 2000, OUTSTANDING = 16 };
+    enum { TOTAL = 2000 };
+    const int outstanding = p->may_inline ? 1 : 16;
     request_t *reqs = calloc (TOTAL, sizeof *reqs);
     bool *seen = calloc (TOTAL, sizeof *seen);
     int next = 0;
     uint64_t seed = 1000 + p->lane;
     while (p->returned < TOTAL) {
-        if (next < TOTAL && next - p->returned < OUTSTANDING) {
+        if (next < TOTAL && next - p->returned < outstanding) {
             request_t *r = &reqs[next];
             s_request (r, (uint64_t) p->lane * 100000 + (uint64_t) next, 1 + (uint32_t) next % MAX_ROWS, 0, IN,
                        seed++);
             const admission_t a = { .lane = p->lane, .socket = 3, .envelope = r->envelope, .envelope_count = 2,
                                     .request_id = r->id, .t_recv = clock_now_ns (), .rows = r->rows,
-                                    .features = r->features, .feature_count = r->feature_count };
+                                    .features = r->features, .feature_count = r->feature_count,
+                                    .may_inline = p->may_inline };
             char err[512];
-            if (dispatch_admit (p->m, &a, NULL, err, sizeof err) != SIG_OK) {
+            job_t *ran = NULL;
+            if (dispatch_admit (p->m, &a, p->may_inline ? &ran : NULL, err, sizeof err) != SIG_OK) {
                 if (p->refused++ == 0)
                     snprintf (p->why, sizeof p->why, "%s", err);
                 break;
             }
             next++;
             p->admitted++;
+            if (ran) {
+                p->inlined++;
+                s_producer_check (p, reqs, seen, ran);
+            }
             continue;
         }
         job_t *j = dispatch_next_done (p->m, p->lane);
@@ -1037,18 +1067,7 @@ static void *s_producer (void *arg)
             sched_yield ();
             continue;
         }
-        const uint64_t i = j->request_id - (uint64_t) p->lane * 100000;
-        request_t *r = &reqs[i < TOTAL ? i : 0];
-        double ref[MAX_ROWS * OUT], bound[MAX_ROWS * OUT];
-        bool right = i < TOTAL && !seen[i] && j->lane == p->lane && j->status == SIG_OK && r->id == j->request_id
-                     && tol_mlp (s_mlp_w, r->features, r->rows, ref, bound) == 0;
-        for (uint32_t o = 0; right && o < r->rows * OUT; o++)
-            right = fabs (j->outputs[o] - ref[o]) <= bound[o];
-        if (i < TOTAL)
-            seen[i] = true;
-        p->wrong += !right;
-        s_return (p->m, j);
-        p->returned++;
+        s_producer_check (p, reqs, seen, j);
     }
     for (int i = 0; i < TOTAL; i++) {
         zmq_msg_close (&reqs[i].envelope[0]);
@@ -1072,7 +1091,7 @@ START_TEST (two_fronts_admit_and_collect_at_once)
         ck_assert_msg (p[k].refused == 0, "lane %d: refused: %s", k, p[k].why);
         ck_assert_int_eq (p[k].admitted, 2000);
         ck_assert_int_eq (p[k].returned, 2000);
-        ck_assert_int_eq (p[k].wrong, 0);
+        ck_assert_msg (p[k].wrong == 0, "lane %d: %d wrong, the first: %s", k, p[k].wrong, p[k].why);
         ck_assert_uint_eq (dispatch_inflight (m, (uint32_t) k), 0);
     }
     uint64_t computed = 0;
@@ -1080,6 +1099,79 @@ START_TEST (two_fronts_admit_and_collect_at_once)
         computed += model_instance_requests (m, i);
     ck_assert_uint_eq (computed, 4000);
     model_destroy (&m);
+}
+END_TEST
+
+/* A GPU model in the server's own process (gpu_processes false), the persistent kernel, one instance:
+ * a front runs a request inline on the idle instance's own context (claimed from its worker), with
+ * the outputs a worker gives, counted; then one front offering every request inline while another
+ * hands its requests to the worker, at once, on that one instance: every request back once, on its
+ * own lane, in bound, some run inline and some by the worker. GPU hosts only. */
+START_TEST (a_gpu_model_runs_inline_on_its_idle_instance)
+{
+    int count = 0;
+    char why[256] = "no GPU backend in this build";
+    if (!backends_gpu || backends_gpu->device_count (&count, why, sizeof why) != 0 || count < 1) {
+        printf ("a_gpu_model_runs_inline_on_its_idle_instance: skipped: %s\n", why);
+        return;
+    }
+    char err[1024];
+    server_config_t server = s_cfg->server;
+    server.fronts = 2;
+    server.gpu_processes = false;
+    server.inline_us = 1000;
+    model_config_t cfg = s_cfg->models[0];
+    cfg.backend = BACKEND_CUDA;
+    cfg.kernel = CUDA_KERNEL_PERSISTENT;
+    cfg.instances = 1;
+    cfg.devices[0] = 0;
+    cfg.device_count = 1;
+    cfg.queue_depth = 256;
+    cfg.max_queue_us = 60000000;
+    stats_t *stats = stats_new ();
+    model_t *m = model_new (&cfg, &server, stats, err, sizeof err);
+    ck_assert_msg (m != NULL, "%s", err);
+    ck_assert_str_eq (model_kernel_name (m), "persistent");
+    const int slot = model_stats_slot (m);
+    /* one at a time: each runs on the front */
+    static request_t r;
+    for (int i = 0; i < 50; i++) {
+        s_request (&r, 700 + (uint64_t) i, 1 + (uint32_t) i % MAX_ROWS, 0, IN, 900 + (uint64_t) i);
+        const admission_t a = { .lane = 0, .socket = 3, .envelope = r.envelope, .envelope_count = 2, .request_id = r.id,
+                                .t_recv = clock_now_ns (), .rows = r.rows, .features = r.features,
+                                .feature_count = r.feature_count, .may_inline = true };
+        job_t *ran = NULL;
+        ck_assert_msg (dispatch_admit (m, &a, &ran, err, sizeof err) == SIG_OK, "%s", err);
+        ck_assert_msg (ran != NULL, "request %d was handed to the worker", i);
+        ck_assert_msg (ran->status == SIG_OK, "%s", ran->error);
+        double ref[MAX_ROWS * OUT], bound[MAX_ROWS * OUT];
+        ck_assert_int_eq (tol_mlp (s_mlp_w, r.features, r.rows, ref, bound), 0);
+        TOL_ASSERT (ran->outputs, ref, bound, r.rows * OUT, OUT, "inline request %d", i);
+        s_return (m, ran);
+    }
+    ck_assert_uint_eq (stats_inline (stats, (size_t) slot), 50);
+    ck_assert_uint_eq (model_instance_requests (m, 0), 0);     /* the worker ran none of them */
+    /* two fronts at once, one inlining, one handing off */
+    producer_t p[2] = { { .m = m, .lane = 0, .may_inline = true }, { .m = m, .lane = 1 } };
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq (pthread_create (&th[k], NULL, s_producer, &p[k]), 0);
+    for (int k = 0; k < 2; k++)
+        pthread_join (th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg (p[k].refused == 0, "lane %d: refused: %s", k, p[k].why);
+        ck_assert_int_eq (p[k].returned, 2000);
+        ck_assert_msg (p[k].wrong == 0, "lane %d: %d wrong, the first: %s", k, p[k].wrong, p[k].why);
+    }
+    printf ("gpu inline: lane 0 ran %d of 2000 inline, the worker the rest and lane 1's 2000\n", p[0].inlined);
+    ck_assert_int_eq (p[1].inlined, 0);
+    ck_assert_int_gt (p[0].inlined, 0);
+    ck_assert_uint_eq (stats_inline (stats, (size_t) slot), 50 + (uint64_t) p[0].inlined);
+    ck_assert_uint_eq (model_instance_requests (m, 0), 4000 - (uint64_t) p[0].inlined);
+    zmq_msg_close (&r.envelope[0]);
+    zmq_msg_close (&r.envelope[1]);
+    model_destroy (&m);
+    stats_destroy (&stats);
 }
 END_TEST
 
@@ -1102,6 +1194,7 @@ int main (void)
     tcase_add_test (tc, a_slow_model_holds_up_only_its_own_group);
     tcase_add_test (tc, the_worker_takes_the_oldest_request_across_fronts);
     tcase_add_test (tc, two_fronts_admit_and_collect_at_once);
+    tcase_add_test (tc, a_gpu_model_runs_inline_on_its_idle_instance);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -337,10 +337,13 @@ procs)      # issue 20: the process boundary (server.gpu_processes) against thre
             # graph (warp, graph) and persistent at 10k/s one connection, default config; persistent with
             # busy_poll; batching (fused, max_batch_rows 64, 2 instances) at 100k/s over 8 connections.
     for round in $(seq 1 "${PROCS_ROUNDS:-3}"); do
-        for path in graph persistent persistent-busypoll batching; do
-            for v in threads processes; do
+        for path in ${PROCS_PATHS:-graph persistent persistent-busypoll batching}; do
+            for v in ${PROCS_VARIANTS:-threads processes}; do
                 s='"endpoints": ["tcp://127.0.0.1:5555"]'
-                [ "$v" = threads ] && s="$s, \"gpu_processes\": false"
+                case $v in threads*) s="$s, \"gpu_processes\": false" ;; esac
+                # threads-handoff: every request to the worker (inline_us 0): what threads were before a
+                # GPU model in the server's process ran inline on its idle instance
+                [ "$v" = threads-handoff ] && s="$s, \"inline_us\": 0"
                 conn=1; rate=10k
                 case $path in
                     graph) m='"backend": "cuda", "kernel": "warp", "graph": true,' ;;

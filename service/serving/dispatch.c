@@ -164,13 +164,19 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     if (a->client)
         j->client = *a->client;
     memcpy (j->features, a->features, a->feature_count * sizeof (float));
-    if (ran && a->may_inline && l->front_impl && !a->stream_id && queued == 0
+    if (ran && a->may_inline && m->inline_ns && !a->stream_id && queued == 0
         && model_launch_ns (m, a->rows) <= m->inline_ns) {
-        worker_run_inline (m, l->front_impl, j);
-        if (m->stats)
-            stats_count_inline (m->stats, m->stats_slot);
-        *ran = j;
-        return SIG_OK;
+        bool done = l->front_impl != NULL;  /* a CPU model: the front's own context */
+        if (done)
+            worker_run_inline (m, l->front_impl, j);
+        else if (m->inline_shared)          /* a GPU model: the idle instance's own, unless its worker has it */
+            done = worker_run_inline_on (in, j);
+        if (done) {
+            if (m->stats)
+                stats_count_inline (m->stats, m->stats_slot);
+            *ran = j;
+            return SIG_OK;
+        }
     }
     if (!a->stream_id)
         l->next_instance = (in->index + 1) % m->instance_count;

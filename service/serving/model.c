@@ -80,6 +80,7 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
         atomic_init (&in->sh->lanes[k].rows_taken, 0);
     in->sh->wake.fd = -1;
     atomic_init (&in->sh->busy_since, 0);
+    atomic_init (&in->sh->claim, 0);
     spin_init (&in->spin, m->spin_ns);
     snprintf (in->sh->state, sizeof in->sh->state, "serving");
     in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
@@ -322,10 +323,13 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
     /* The front's own context, for the requests it runs itself: CPU models without streams (a
      * stream's window lives in its instance) and without keep_warm_us (which keeps the workers warm
      * for the next request: that request must then go to them). */
-    if (server->inline_us && m->iface->device == BACKEND_DEVICE_CPU && !m->iface->stream_step && !cfg->keep_warm_us) {
-        for (uint32_t k = 0; k < m->lane_count; k++)     /* one for each front */
-            if (!(m->lanes[k].front_impl = m->iface->load (w, &m->cfg, 0, err, errlen)))
-                goto failed;
+    if (server->inline_us && !m->iface->stream_step && !cfg->keep_warm_us) {
+        if (m->iface->device == BACKEND_DEVICE_CPU) {
+            for (uint32_t k = 0; k < m->lane_count; k++)     /* one for each front */
+                if (!(m->lanes[k].front_impl = m->iface->load (w, &m->cfg, 0, err, errlen)))
+                    goto failed;
+        } else
+            m->inline_shared = true;    /* a GPU model: on an idle instance's context (worker_run_inline_on) */
         m->inline_ns = (uint64_t) server->inline_us * 1000;
     }
     weights_destroy (&w);

@@ -33,6 +33,8 @@ typedef struct {
     _Atomic uint64_t served;            /* requests computed */
     _Atomic uint64_t warm_runs;         /* keep_warm runs */
     _Atomic uint64_t busy_since;        /* CLOCK_MONOTONIC ns a launch began, 0 between launches */
+    _Atomic uint32_t claim;             /* inline_shared: who runs on the instance's context (0 nobody, 1 its
+                                           worker, 2 a front running a request inline) */
     char state[128];                    /* "serving" or why not (written once, before available drops) */
 } instance_shared_t;
 
@@ -100,7 +102,11 @@ struct _model_t {
     uint64_t max_queue_ns;              /* cfg.max_queue_us */
     /* Run to completion on the front (server.inline_us): a request whose launch is predicted under
      * inline_ns, when nothing of the model waits, runs on its lane's front_impl, the front's own context. */
-    uint64_t inline_ns;                 /* 0: never (not a CPU model, an LSTM, keep_warm_us, or inline_us 0) */
+    uint64_t inline_ns;                 /* 0: never (an LSTM, keep_warm_us, in a device process, or inline_us 0) */
+    /* A GPU model in this process: no context of the front's own (one resident kernel or graph set per
+     * instance), so the front runs an inline request on an idle instance's context, claimed from its
+     * worker (instance_shared_t.claim). */
+    bool inline_shared;
     bool busy_poll;                     /* workers spin instead of sleeping when idle */
     uint64_t spin_ns;                   /* without busy_poll: the most an idle worker spins (0: never) */
     stats_t *stats;
@@ -195,6 +201,9 @@ void *worker_main (void *instance);
 
 /* worker.c: runs J (admitted, not queued) on IMPL, its front's own context, as a worker would. */
 void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j);
+/* worker.c (inline_shared): runs J on IN's own context when its worker is not using it (claimed for the
+ * run); false, with J untouched, when it is. */
+bool worker_run_inline_on (instance_t *in, job_t *j);
 
 /* model_time.c: times a launch of 1 and of up to max_batch_rows rows on instance 0 (launch_ns,
  * row_ns); 0, or -1 with ERR when the backend fails. */

@@ -126,6 +126,31 @@ static void s_check_outputs (model_t *m, job_t *j)
         }
 }
 
+/* inline_shared: the worker takes its instance's context from a front running a request on it
+ * (which holds it for at most one launch of at most inline_us), and gives it back. */
+static void s_claim (instance_t *in)
+{
+    if (!in->model->inline_shared)
+        return;
+    for (uint32_t free_ = 0; !atomic_compare_exchange_weak (&in->sh->claim, &free_, 1); free_ = 0)
+        _mm_pause ();
+}
+
+static void s_unclaim (instance_t *in)
+{
+    if (in->model->inline_shared)
+        atomic_store_explicit (&in->sh->claim, 0, memory_order_release);
+}
+
+static void s_mark_unavailable (instance_t *in, const char *why)
+{
+    if (!atomic_load (&in->sh->available))
+        return;
+    snprintf (in->sh->state, sizeof in->sh->state, "%.127s", why);
+    atomic_store (&in->sh->available, false);
+    log_error ("model %s instance %u marked unavailable: %s", in->model->cfg.name, in->index, why);
+}
+
 static void s_run (instance_t *in, uint32_t n, uint32_t rows)
 {
     model_t *m = in->model;
@@ -151,16 +176,16 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
         st = SIG_UNAVAILABLE;
         snprintf (err, sizeof err, "model \"%s\" is unavailable on instance %u: %s", m->cfg.name, in->index, in->sh->state);
     } else {
+        s_claim (in);
+        t0 = clock_now_ns ();
         atomic_store_explicit (&in->sh->busy_since, t0, memory_order_relaxed);     /* the server's watchdog reads it */
         st = m->iface->infer (in->impl, x, rows, y, err, sizeof err);
         atomic_store_explicit (&in->sh->busy_since, 0, memory_order_relaxed);
+        s_unclaim (in);
     }
     uint64_t t1 = clock_now_ns ();
-    if (st == SIG_UNAVAILABLE && atomic_load (&in->sh->available)) {
-        snprintf (in->sh->state, sizeof in->sh->state, "%.127s", err);
-        atomic_store (&in->sh->available, false);
-        log_error ("model %s instance %u marked unavailable: %s", m->cfg.name, in->index, err);
-    }
+    if (st == SIG_UNAVAILABLE)
+        s_mark_unavailable (in, err);
     size_t at = 0;
     for (uint32_t k = 0; k < n; k++) {
         job_t *j = in->taken[k];
@@ -208,6 +233,18 @@ void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j)
     }
     s_check_outputs (m, j);
     model_observe_launch (m, j->rows, t1 - t0);
+}
+
+bool worker_run_inline_on (instance_t *in, job_t *j)
+{
+    uint32_t free_ = 0;
+    if (!atomic_compare_exchange_strong (&in->sh->claim, &free_, 2))
+        return false;
+    worker_run_inline (in->model, in->impl, j);
+    if (j->status == SIG_UNAVAILABLE)
+        s_mark_unavailable (in, j->error);
+    atomic_store_explicit (&in->sh->claim, 0, memory_order_release);
+    return true;
 }
 
 /* With batch_delay_us: after the first request, wait up to that long (from its receipt by this
