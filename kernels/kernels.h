@@ -149,8 +149,17 @@ typedef struct {
                                  serving kernel) */
     uint32_t split_by;        /* a split layer divided by 0: whichever holds fewer bytes, 1: input columns,
                                  2: outputs (exercises that path) */
-    uint32_t pad0;
+    uint32_t old_sync;        /* 0: the plan's synchronisation; SIG_SYNC_* bits bring back the older one, for
+                                 comparison and tests */
 } sig_persistent_tuning_t;
+/* tuning.old_sync bits. OLD_TAIL: the leader's layers after the last split layer run one by one, a
+ * block barrier after each (else one compact loop, one warp alone on the one-warp layers at the end,
+ * handed over by a named barrier). CLUSTER_BARRIERS: the start, scatter and gather hand-offs are
+ * full cluster barriers (else DSMEM stores + remote mbarrier arrivals, when layer 0 is split and the
+ * leader reads the features). */
+enum { SIG_SYNC_OLD_TAIL = 1, SIG_SYNC_CLUSTER_BARRIERS = 2 };
+/* plan.sync bits (what the kernel does). */
+enum { SIG_PLAN_SYNC_TAIL = 1, SIG_PLAN_SYNC_MBAR = 2 };
 
 /* The trace of one request (index sequence % SIG_TRACE_RING), in the leader SM's clock64 cycles,
  * taken by its thread 0 (0: the phase did not happen): seen (its poll returned), started (the start
@@ -196,7 +205,7 @@ typedef struct {
     uint32_t read_leader;       /* the leader reads the features and scatters them (split layer 0) */
     uint32_t ring;
     uint32_t dtype;             /* SIG_DTYPE_*: how the weights are held on chip */
-    uint32_t pad0;
+    uint32_t sync;              /* SIG_PLAN_SYNC_* bits: the compact tail, mbarrier hand-offs */
     uint64_t trace;             /* the tuning's trace buffer (0: none) */
     uint64_t image_bytes;       /* what sig_persistent_pack writes */
     uint64_t weight_bytes;      /* the model's fp32 weights and biases */

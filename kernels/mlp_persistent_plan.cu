@@ -128,6 +128,10 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     p->ring = tu->ring ? tu->ring : SIG_PERSISTENT_RING;
     p->trace = tu->trace;
     p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
+    /* mbarrier hand-offs need the start to be the leader's (it reads and scatters) and a gather
+     * between any two hand-offs to the workers (layer 0 split): docs/persistent-notes.md */
+    p->sync = ((tu->old_sync & SIG_SYNC_OLD_TAIL) ? 0u : (uint32_t) SIG_PLAN_SYNC_TAIL) |
+              (p->read_leader && !(tu->old_sync & SIG_SYNC_CLUSTER_BARRIERS) ? (uint32_t) SIG_PLAN_SYNC_MBAR : 0u);
     p->smem_limit = limit;
     p->max_cluster = C;
     for (uint32_t l = 0; l < n; ++l) {
@@ -393,6 +397,7 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
     h->slice_off = plan->slice_off;
     h->work_end = plan->work_end;
     h->read_leader = plan->read_leader;
+    h->sync = plan->sync;
     h->dtype = dtype;
     h->chunk_rows = plan->chunk_rows;
     h->payload = s_align (sizeof (p_header_t), 16u);
