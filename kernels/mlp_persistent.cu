@@ -165,6 +165,10 @@ __device__ __forceinline__ void s_mbar_wait (uint32_t addr, uint32_t parity)
                       : "memory");
     } while (!done);
 }
+__device__ __forceinline__ void s_fence_cluster (void)
+{
+    asm volatile ("fence.acq_rel.cluster;" ::: "memory");
+}
 /* Named barrier ID over COUNT threads: the producers arrive (no wait), the consumers sync. */
 __device__ __forceinline__ void s_named_arrive (uint32_t id, uint32_t count)
 {
@@ -607,10 +611,13 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
      * input barrier completes when the leader's P_T / 32 warps have arrived; the leader's gather
      * when every worker's warps have. */
     const bool mbar = (s_h.sync & SIG_PLAN_SYNC_MBAR) != 0u && C > 1u;
+    /* one arrival per block (every thread fences at cluster scope, a block barrier, one thread
+     * arrives) instead of one per warp */
+    const bool mbar_block = mbar && (s_h.sync & SIG_PLAN_SYNC_MBAR_BLOCK) != 0u;
     const uint32_t mb_in = sig_smem_addr (&s_mb[0]), mb_gather = sig_smem_addr (&s_mb[1]);
     if (mbar && t == 0u) {
-        s_mbar_init (mb_in, P_T / 32u);
-        s_mbar_init (mb_gather, W * (P_T / 32u));
+        s_mbar_init (mb_in, mbar_block ? 1u : P_T / 32u);
+        s_mbar_init (mb_gather, mbar_block ? W : W * (P_T / 32u));
         s_mbar_init_fence ();
     }
     uint32_t ph_in = 0u, ph_gather = 0u;   /* the parity of the phase each waiter waits for next */
@@ -696,7 +703,12 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                                     rs0, in4_0, min (chunk, c.y - r0), W, slice_addr, xs0, bcast0);
                 if (r0 == 0u && warp == 0u && lane >= 1u && lane < C)
                     s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), c);
-                if (mbar) {   /* this warp's stores, then lane k arrives on worker k's input barrier */
+                if (mbar_block) {   /* every thread's stores, then warp 0's lane k arrives on worker k's */
+                    s_fence_cluster ();
+                    __syncthreads ();
+                    if (warp == 0u && lane >= 1u && lane < C)
+                        s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                } else if (mbar) {   /* this warp's stores, then lane k arrives on worker k's input barrier */
                     __syncwarp ();
                     if (lane >= 1u && lane < C)
                         s_mbar_arrive_remote (sig_mapa (mb_in, lane));
@@ -750,7 +762,12 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                         po.act = 0;
                         s_gemv_any<DT> (L, L.by_out ? out * (w + 1u) / W - po.m0 : out, s_dyn + L.w_smem, wr, slice,
                                         rows, po);
-                        if (mbar) {   /* this warp's partials (and its reads of the slice) done */
+                        if (mbar_block) {   /* the block's partials (and its reads of the slice) done */
+                            s_fence_cluster ();
+                            __syncthreads ();
+                            if (t == 0u)
+                                s_mbar_arrive_remote (mb_gather_lead);
+                        } else if (mbar) {   /* this warp's partials (and its reads of the slice) done */
                             __syncwarp ();
                             if (lane == 0u)
                                 s_mbar_arrive_remote (mb_gather_lead);
@@ -815,7 +832,12 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                             const uint32_t r = i / n4, kc = i - r * n4;
                             s_st_slice (saddr, r, kc, n4, W, N.xs, N.by_out != 0u, src[(size_t) r * n4 + kc]);
                         }
-                        if (mbar) {
+                        if (mbar_block) {
+                            s_fence_cluster ();
+                            __syncthreads ();
+                            if (warp == 0u && lane >= 1u && lane < C)
+                                s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                        } else if (mbar) {
                             __syncwarp ();
                             if (lane >= 1u && lane < C)
                                 s_mbar_arrive_remote (sig_mapa (mb_in, lane));
@@ -867,8 +889,20 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                         fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
                         fin.stride = 4u * s_h.layer[l + 1u].xs;
                     }
+                    if (TRACE && st && l < SIG_TRACE_SUB_LAYERS && (s_h.sync & SIG_PLAN_SYNC_REPEAT))
+                        st[SIG_TRACE_SUB (l, 0u)] = clock64 ();
                     if (t < L.active)
                         wrote |= s_tail_gemv<DT> (L, out, s_dyn + L.w_smem, act0 + cur * act_step, rows, fin);
+                    if (TRACE && l < SIG_TRACE_SUB_LAYERS && (s_h.sync & SIG_PLAN_SYNC_REPEAT)) {
+                        /* the same layer again, the same values stored again (the host may already
+                         * have taken them: the same bits; the slot is reused only 3 requests later) */
+                        if (st)
+                            st[SIG_TRACE_SUB (l, 1u)] = clock64 ();
+                        if (t < L.active)
+                            s_tail_gemv<DT> (L, out, s_dyn + L.w_smem, act0 + cur * act_step, rows, fin);
+                        if (st)
+                            st[SIG_TRACE_SUB (l, 2u)] = clock64 ();
+                    }
                     cur ^= 1u;
                     if (TRACE && st)
                         st[SIG_TRACE_COMPUTED (l)] = clock64 ();

@@ -129,9 +129,16 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     p->trace = tu->trace;
     p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
     /* mbarrier hand-offs need the start to be the leader's (it reads and scatters) and a gather
-     * between any two hand-offs to the workers (layer 0 split): docs/persistent-notes.md */
-    p->sync = ((tu->old_sync & SIG_SYNC_OLD_TAIL) ? 0u : (uint32_t) SIG_PLAN_SYNC_TAIL) |
-              (p->read_leader && !(tu->old_sync & SIG_SYNC_CLUSTER_BARRIERS) ? (uint32_t) SIG_PLAN_SYNC_MBAR : 0u);
+     * between any two hand-offs to the workers (layer 0 split): docs/persistent-notes.md. The default
+     * is cluster barriers (measured: docs/perf.md, "the compact tail and the hand-offs"). */
+    const uint32_t kind = (tu->sync & SIG_SYNC_KIND_MASK) ? (tu->sync & SIG_SYNC_KIND_MASK) : (uint32_t) SIG_SYNC_BARRIERS;
+    p->sync = (tu->sync & SIG_SYNC_OLD_TAIL) ? 0u : (uint32_t) SIG_PLAN_SYNC_TAIL;
+    if (p->read_leader && kind == SIG_SYNC_MBAR_WARPS)
+        p->sync |= SIG_PLAN_SYNC_MBAR;
+    if (p->read_leader && kind == SIG_SYNC_MBAR_BLOCKS)
+        p->sync |= SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_MBAR_BLOCK;
+    if (tu->sync & SIG_SYNC_TRACE_REPEAT)
+        p->sync |= SIG_PLAN_SYNC_REPEAT;
     p->smem_limit = limit;
     p->max_cluster = C;
     for (uint32_t l = 0; l < n; ++l) {

@@ -37,7 +37,7 @@ cat "$OUT/env.txt"
 for f in "$OUT"/trace*.log "$OUT"/variants.log; do
     [ -f "$f" ] || continue
     echo "== $(basename "$f")"
-    grep -E '^\| (persistent|ping-pong floor \| \+ read the features, output as)|^\| (seen|->)|^\| phase|relative error' "$f" | cut -c1-200
+    grep -E '^\| (persistent|ping-pong floor \| \+ read the features, output as)|^\| (seen|->|tail layer)|^\| phase|relative error' "$f" | cut -c1-200
 done
 grep -hE ':[FE]:' "$OUT"/test_cuda.log 2>/dev/null | cut -c1-300 | head -n 10
 cat "$S"
