@@ -15,6 +15,16 @@
  * tick_mlp (512 -> 256 -> 64 -> 1) at C = 8: layer 0 split over 7 workers (19 chunks each),
  * layers 1 and 2 local: two cluster barriers per request (start, gather).
  *
+ * THE TAIL. The leader's layers after the last split layer (single pass, no registers) run in one
+ * compact loop (s_tail_gemv: loops not unrolled), one block barrier before it; from the first layer
+ * of at most one warp's threads on (tick_mlp's 64 -> 1) warp 0 runs alone, handed over by a named
+ * barrier (bar.arrive / bar.sync 1, 256), __syncwarp between its layers. (Tuning sync |=
+ * SIG_SYNC_OLD_TAIL: every layer through the general path with a block barrier each; measured
+ * 0.25-0.45 us slower on tick_mlp.) The hand-offs can also be DSMEM stores + remote mbarrier
+ * arrivals (tuning sync = SIG_SYNC_MBAR_WARPS or _BLOCKS, when layer 0 is split and the leader
+ * reads): measured 0.3-0.7 us slower than the cluster barriers, so not the default
+ * (docs/persistent-notes.md has the ordering and parity argument and the numbers).
+ *
  * THREADS AND WEIGHTS. In a layer, G = 2^glog consecutive threads (G <= 32, same warp) share an
  * output: thread t has output m = p * (T / G) + t / G in pass p (more outputs than T / G: several
  * passes) and input chunks g, g + G, g + 2G, ... of its block's range (g = t % G): S "slots" of
