@@ -149,8 +149,27 @@ typedef struct {
                                  serving kernel) */
     uint32_t split_by;        /* a split layer divided by 0: whichever holds fewer bytes, 1: input columns,
                                  2: outputs (exercises that path) */
-    uint32_t pad0;
+    uint32_t sync;            /* how the cluster hands off and the leader runs its tail: 0, the plan's
+                                 default; else one of SIG_SYNC_BARRIERS.. SIG_SYNC_MBAR_BLOCKS, with the flags
+                                 SIG_SYNC_OLD_TAIL and SIG_SYNC_TRACE_REPEAT or-ed in */
 } sig_persistent_tuning_t;
+/* tuning.sync. The hand-offs (start and scatter: leader -> workers; gather: workers -> leader):
+ *   SIG_SYNC_BARRIERS: full cluster barriers (barrier.cluster arrive.release / wait.acquire);
+ *   SIG_SYNC_MBAR_WARPS: DSMEM stores + remote mbarrier arrivals, one per warp (each warp's lanes
+ *     __syncwarp, then one lane arrives on each receiving block's mbarrier);
+ *   SIG_SYNC_MBAR_BLOCKS: the same with one arrival per block (each thread fences at cluster scope,
+ *     a block barrier, then one thread arrives on each receiving block's mbarrier).
+ * The mbarrier kinds need layer 0 split and the leader reading the features (else the plan uses
+ * cluster barriers). Flags: SIG_SYNC_OLD_TAIL, the leader's layers after the last split layer one
+ * by one with a block barrier after each (else one compact loop, warp 0 alone on the one-warp
+ * layers at the end); SIG_SYNC_TRACE_REPEAT, the traced kernel computes each compact-tail layer
+ * twice and stamps both (sigbench --trace: is a layer's fixed cost cold code or data?). */
+enum {
+    SIG_SYNC_BARRIERS = 1, SIG_SYNC_MBAR_WARPS = 2, SIG_SYNC_MBAR_BLOCKS = 3, SIG_SYNC_KIND_MASK = 7,
+    SIG_SYNC_OLD_TAIL = 8, SIG_SYNC_TRACE_REPEAT = 16
+};
+/* plan.sync bits (what the kernel does). */
+enum { SIG_PLAN_SYNC_TAIL = 1, SIG_PLAN_SYNC_MBAR = 2, SIG_PLAN_SYNC_MBAR_BLOCK = 4, SIG_PLAN_SYNC_REPEAT = 8 };
 
 /* The trace of one request (index sequence % SIG_TRACE_RING), in the leader SM's clock64 cycles,
  * taken by its thread 0 (0: the phase did not happen): seen (its poll returned), started (the start
@@ -159,6 +178,10 @@ typedef struct {
 #define SIG_TRACE_RING 4096u
 #define SIG_TRACE_STAMPS 64u
 enum { SIG_TRACE_SEEN = 0, SIG_TRACE_STARTED = 1, SIG_TRACE_LAYER0 = 2, SIG_TRACE_END = 63 };
+/* SIG_SYNC_TRACE_REPEAT: for compact-tail layer l < SIG_TRACE_SUB_LAYERS, its start (after its
+ * hand-off), its first pass and its repeat */
+#define SIG_TRACE_SUB(l, k) (40u + 3u * (l) + (k))
+#define SIG_TRACE_SUB_LAYERS 7u
 #define SIG_TRACE_GATHER(l) (SIG_TRACE_LAYER0 + 3u * (l))
 #define SIG_TRACE_COMPUTED(l) (SIG_TRACE_LAYER0 + 3u * (l) + 1u)
 #define SIG_TRACE_SCATTER(l) (SIG_TRACE_LAYER0 + 3u * (l) + 2u)
@@ -196,7 +219,7 @@ typedef struct {
     uint32_t read_leader;       /* the leader reads the features and scatters them (split layer 0) */
     uint32_t ring;
     uint32_t dtype;             /* SIG_DTYPE_*: how the weights are held on chip */
-    uint32_t pad0;
+    uint32_t sync;              /* SIG_PLAN_SYNC_* bits: the compact tail, mbarrier hand-offs */
     uint64_t trace;             /* the tuning's trace buffer (0: none) */
     uint64_t image_bytes;       /* what sig_persistent_pack writes */
     uint64_t weight_bytes;      /* the model's fp32 weights and biases */

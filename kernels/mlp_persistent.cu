@@ -15,6 +15,16 @@
  * tick_mlp (512 -> 256 -> 64 -> 1) at C = 8: layer 0 split over 7 workers (19 chunks each),
  * layers 1 and 2 local: two cluster barriers per request (start, gather).
  *
+ * THE TAIL. The leader's layers after the last split layer (single pass, no registers) run in one
+ * compact loop (s_tail_gemv: loops not unrolled), one block barrier before it; from the first layer
+ * of at most one warp's threads on (tick_mlp's 64 -> 1) warp 0 runs alone, handed over by a named
+ * barrier (bar.arrive / bar.sync 1, 256), __syncwarp between its layers. (Tuning sync |=
+ * SIG_SYNC_OLD_TAIL: every layer through the general path with a block barrier each; measured
+ * 0.25-0.45 us slower on tick_mlp.) The hand-offs can also be DSMEM stores + remote mbarrier
+ * arrivals (tuning sync = SIG_SYNC_MBAR_WARPS or _BLOCKS, when layer 0 is split and the leader
+ * reads): measured 0.3-0.7 us slower than the cluster barriers, so not the default
+ * (docs/persistent-notes.md has the ordering and parity argument and the numbers).
+ *
  * THREADS AND WEIGHTS. In a layer, G = 2^glog consecutive threads (G <= 32, same warp) share an
  * output: thread t has output m = p * (T / G) + t / G in pass p (more outputs than T / G: several
  * passes) and input chunks g, g + G, g + 2G, ... of its block's range (g = t % G): S "slots" of
@@ -135,6 +145,50 @@ __device__ __forceinline__ float4 s_ld_relaxed_sys_v4 (const float4 *p)
                   : "memory");
     return v;
 }
+/* mbarriers (sm_90): the point-to-point hand-offs. One per direction and block: s_mb[0] (a worker's:
+ * the leader's warps arrive on it once they stored this block's input slice and command), s_mb[1]
+ * (the leader's: the workers' warps arrive once they stored their partial sums). Arrivals come from
+ * another block (mapa'd address, release at cluster scope); the waiters acquire at cluster scope. */
+__device__ __forceinline__ void s_mbar_init (uint32_t addr, uint32_t count)
+{
+    asm volatile ("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void s_mbar_init_fence (void)
+{
+    asm volatile ("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+/* ADDR: a shared::cluster address (sig_mapa) */
+__device__ __forceinline__ void s_mbar_arrive_remote (uint32_t addr)
+{
+    asm volatile ("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+/* Waits until the phase of parity PARITY of this block's mbarrier at ADDR has completed. */
+__device__ __forceinline__ void s_mbar_wait (uint32_t addr, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile ("{\n\t.reg .pred p;\n\t"
+                      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                      "selp.u32 %0, 1, 0, p;\n\t}"
+                      : "=r"(done)
+                      : "r"(addr), "r"(parity)
+                      : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void s_fence_cluster (void)
+{
+    asm volatile ("fence.acq_rel.cluster;" ::: "memory");
+}
+/* Named barrier ID over COUNT threads: the producers arrive (no wait), the consumers sync. */
+__device__ __forceinline__ void s_named_arrive (uint32_t id, uint32_t count)
+{
+    asm volatile ("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void s_named_sync (uint32_t id, uint32_t count)
+{
+    asm volatile ("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 /* Warp 0 of block 0 (all 32 lanes, in step): waits for request WANT in SLOT, or stop. Returns
  * OP_RUN (ROWS set) or OP_STOP. A stall keeps it polling (still honouring stop). */
 __device__ __forceinline__ uint32_t s_poll (const char *box, const sig_persistent_layout_t &lay, uint32_t slot,
@@ -321,6 +375,48 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
     return wrote;
 }
 
+/* The compact tail: one layer of the leader's tail (single pass, no registers), the same arithmetic
+ * as s_gemv<false, DT> in the same order (bit for bit the same sums), written as loops that are not
+ * unrolled, so the code a request walks stays small (docs/persistent-notes.md: the fixed ~0.8 us a
+ * layer). Threads below L.active call it. */
+template <int DT>
+__device__ __forceinline__ bool s_tail_gemv (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
+                                             const float4 *__restrict__ x, uint32_t rows, const s_out_t &o)
+{
+    const uint32_t t = threadIdx.x, glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots, A = L.active;
+    const uint32_t m = t >> glog, xs = L.xs;
+    bool wrote = false;
+#pragma unroll 1
+    for (uint32_t r = 0; r < rows; ++r) {
+        const float4 *xr = x + r * xs + g;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        uint32_t s = 0;
+#pragma unroll 1
+        for (; s + 4u <= S; s += 4u) {   /* four loads of each in flight */
+            const float4 w0 = s_wslot<DT> (wsm, t + s * A);
+            const float4 w1 = s_wslot<DT> (wsm, t + (s + 1u) * A);
+            const float4 w2 = s_wslot<DT> (wsm, t + (s + 2u) * A);
+            const float4 w3 = s_wslot<DT> (wsm, t + (s + 3u) * A);
+            const float4 x0 = xr[s << glog], x1 = xr[(s + 1u) << glog];
+            const float4 x2 = xr[(s + 2u) << glog], x3 = xr[(s + 3u) << glog];
+            a0 = sig_fma4 (w0, x0, a0);
+            a1 = sig_fma4 (w1, x1, a1);
+            a2 = sig_fma4 (w2, x2, a2);
+            a3 = sig_fma4 (w3, x3, a3);
+        }
+#pragma unroll 1
+        for (; s < S; ++s)
+            a0 = sig_fma4 (s_wslot<DT> (wsm, t + s * A), xr[s << glog], a0);
+        float acc = (a0 + a1) + (a2 + a3);
+#pragma unroll 1
+        for (uint32_t off = G >> 1; off > 0u; off >>= 1)
+            acc += __shfl_xor_sync (SIG_FULL_MASK, acc, off);
+        if (g == 0u && m < out)
+            wrote |= s_put (o, r, m, acc);
+    }
+    return wrote;
+}
+
 template <int DT>
 __device__ __forceinline__ bool s_gemv_any (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *wsm,
                                             const float4 (&wr)[P_BANK], const float4 *x, uint32_t rows, const s_out_t &o)
@@ -450,6 +546,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
 {
     __shared__ p_header_t s_h;
     __shared__ uint4 s_cmd;
+    __shared__ __align__ (8) uint64_t s_mb[2];   /* SIG_PLAN_SYNC_MBAR: [0] a worker's input, [1] the leader's gather */
     extern __shared__ float4 s_dyn[];
     float *const sf = reinterpret_cast<float *> (s_dyn);
     const uint32_t t = threadIdx.x, warp = t >> 5, lane = t & 31u;
@@ -519,6 +616,39 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
         for (uint32_t i = t; i < s_h.act_off0 - s_h.bias_off; i += P_T)
             sf[s_h.bias_off + i] = __ldg (bsrc + i);
     }
+    /* Hand-offs by mbarrier: each block's own, initialised before the setup barrier below (with the
+     * fence that makes the initialisation visible to the cluster's remote arrivals). A worker's
+     * input barrier completes when the leader's P_T / 32 warps have arrived; the leader's gather
+     * when every worker's warps have. */
+    const bool mbar = (s_h.sync & SIG_PLAN_SYNC_MBAR) != 0u && C > 1u;
+    /* one arrival per block (every thread fences at cluster scope, a block barrier, one thread
+     * arrives) instead of one per warp */
+    const bool mbar_block = mbar && (s_h.sync & SIG_PLAN_SYNC_MBAR_BLOCK) != 0u;
+    const uint32_t mb_in = sig_smem_addr (&s_mb[0]), mb_gather = sig_smem_addr (&s_mb[1]);
+    if (mbar && t == 0u) {
+        s_mbar_init (mb_in, mbar_block ? 1u : P_T / 32u);
+        s_mbar_init (mb_gather, mbar_block ? W : W * (P_T / 32u));
+        s_mbar_init_fence ();
+    }
+    uint32_t ph_in = 0u, ph_gather = 0u;   /* the parity of the phase each waiter waits for next */
+    const uint32_t mb_gather_lead = mbar ? sig_mapa (mb_gather, 0u) : 0u;   /* workers: the leader's */
+    /* The compact tail: the leader's layers from tail_from on (after the last split layer, single
+     * pass, no registers) run in one loop (s_tail_gemv); from solo_from on (one warp's worth of
+     * threads each) warp 0 alone runs them, handed over by a named barrier, the other warps go on. */
+    uint32_t tail_from = layers, solo_from = layers;
+    if (s_h.sync & SIG_PLAN_SYNC_TAIL) {
+        for (uint32_t l = layers; l-- > 1u;) {
+            const sig_persistent_layer_plan_t &L = s_h.layer[l];
+            if (L.spread != 0u || L.passes != 1u || L.bank == 0u)
+                break;
+            tail_from = l;
+        }
+        for (uint32_t l = layers; l-- > tail_from;) {
+            if (s_h.layer[l].active > 32u)
+                break;
+            solo_from = l;
+        }
+    }
     __syncthreads ();
     s_barrier (C);   /* every block runs and is set up before anyone stores into its shared memory */
     const sig_persistent_layout_t &lay = s_h.box;
@@ -583,8 +713,23 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                                     rs0, in4_0, min (chunk, c.y - r0), W, slice_addr, xs0, bcast0);
                 if (r0 == 0u && warp == 0u && lane >= 1u && lane < C)
                     s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), c);
+                if (mbar_block) {   /* every thread's stores, then warp 0's lane k arrives on worker k's */
+                    s_fence_cluster ();
+                    __syncthreads ();
+                    if (warp == 0u && lane >= 1u && lane < C)
+                        s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                } else if (mbar) {   /* this warp's stores, then lane k arrives on worker k's input barrier */
+                    __syncwarp ();
+                    if (lane >= 1u && lane < C)
+                        s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                }
             }
-            s_barrier (C);   /* start */
+            if (!mbar) {
+                s_barrier (C);   /* start */
+            } else if (!leader) {
+                s_mbar_wait (mb_in, ph_in);
+                ph_in ^= 1u;
+            }
             cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
             if (cmd.x != OP_RUN)
                 break;
@@ -601,7 +746,7 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
             float *const outp = reinterpret_cast<float *> (sb + lay.outputs) + (size_t) r0 * s_h.out;
             uint32_t cur = 0u;   /* leader: the act buffer holding this layer's input */
 
-            for (uint32_t l = 0; l < layers; ++l) {
+            for (uint32_t l = 0; l < tail_from; ++l) {
                 const sig_persistent_layer_plan_t &L = s_h.layer[l];
                 const uint32_t in4 = s_div_up (s_h.in_[l], 4u);
                 const uint32_t out = s_h.out_[l];
@@ -627,8 +772,23 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                         po.act = 0;
                         s_gemv_any<DT> (L, L.by_out ? out * (w + 1u) / W - po.m0 : out, s_dyn + L.w_smem, wr, slice,
                                         rows, po);
+                        if (mbar_block) {   /* the block's partials (and its reads of the slice) done */
+                            s_fence_cluster ();
+                            __syncthreads ();
+                            if (t == 0u)
+                                s_mbar_arrive_remote (mb_gather_lead);
+                        } else if (mbar) {   /* this warp's partials (and its reads of the slice) done */
+                            __syncwarp ();
+                            if (lane == 0u)
+                                s_mbar_arrive_remote (mb_gather_lead);
+                        }
                     }
-                    s_barrier (C);   /* gather */
+                    if (!mbar) {
+                        s_barrier (C);   /* gather */
+                    } else if (leader) {
+                        s_mbar_wait (mb_gather, ph_gather);
+                        ph_gather ^= 1u;
+                    }
                     if (TRACE && st)
                         st[SIG_TRACE_GATHER (l)] = clock64 ();
                 }
@@ -682,10 +842,80 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
                             const uint32_t r = i / n4, kc = i - r * n4;
                             s_st_slice (saddr, r, kc, n4, W, N.xs, N.by_out != 0u, src[(size_t) r * n4 + kc]);
                         }
+                        if (mbar_block) {
+                            s_fence_cluster ();
+                            __syncthreads ();
+                            if (warp == 0u && lane >= 1u && lane < C)
+                                s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                        } else if (mbar) {
+                            __syncwarp ();
+                            if (lane >= 1u && lane < C)
+                                s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                        }
                     }
-                    s_barrier (C);   /* scatter */
+                    if (!mbar) {
+                        s_barrier (C);   /* scatter */
+                    } else if (!leader) {
+                        s_mbar_wait (mb_in, ph_in);
+                        ph_in ^= 1u;
+                    }
                     if (TRACE && st)
                         st[SIG_TRACE_SCATTER (l)] = clock64 ();
+                }
+            }
+            if (leader && tail_from < layers) {
+                /* The compact tail (the layers before it ended with a __syncthreads). */
+#pragma unroll 1
+                for (uint32_t l = tail_from; l < layers; ++l) {
+                    if (l >= solo_from) {   /* warp 0 alone from here */
+                        if (l == solo_from) {
+                            if (warp != 0u) {   /* this warp's outputs of the layer before are stored */
+                                if (l > tail_from)
+                                    s_named_arrive (1u, P_T);
+                                break;
+                            }
+                            if (l > tail_from)
+                                s_named_sync (1u, P_T);
+                        } else {
+                            __syncwarp ();
+                        }
+                    } else if (l > tail_from) {
+                        __syncthreads ();
+                    }
+                    const sig_persistent_layer_plan_t &L = s_h.layer[l];
+                    const uint32_t out = s_h.out_[l];
+                    s_out_t fin;
+                    fin.remote = 0u;
+                    fin.m0 = 0u;
+                    fin.host_relaxed = seq_done ? 0u : 1u;
+                    fin.bias = bias + L.bias;
+                    fin.act = s_h.act[l];
+                    if (l + 1u == layers) {
+                        fin.kind = OUT_HOST;
+                        fin.dst = outp;
+                        fin.stride = out;
+                    } else {
+                        fin.kind = OUT_ACT;
+                        fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
+                        fin.stride = 4u * s_h.layer[l + 1u].xs;
+                    }
+                    if (TRACE && st && l < SIG_TRACE_SUB_LAYERS && (s_h.sync & SIG_PLAN_SYNC_REPEAT))
+                        st[SIG_TRACE_SUB (l, 0u)] = clock64 ();
+                    if (t < L.active)
+                        wrote |= s_tail_gemv<DT> (L, out, s_dyn + L.w_smem, act0 + cur * act_step, rows, fin);
+                    if (TRACE && l < SIG_TRACE_SUB_LAYERS && (s_h.sync & SIG_PLAN_SYNC_REPEAT)) {
+                        /* the same layer again, the same values stored again (the host may already
+                         * have taken them: the same bits; the slot is reused only 3 requests later) */
+                        if (st)
+                            st[SIG_TRACE_SUB (l, 1u)] = clock64 ();
+                        if (t < L.active)
+                            s_tail_gemv<DT> (L, out, s_dyn + L.w_smem, act0 + cur * act_step, rows, fin);
+                        if (st)
+                            st[SIG_TRACE_SUB (l, 2u)] = clock64 ();
+                    }
+                    cur ^= 1u;
+                    if (TRACE && st)
+                        st[SIG_TRACE_COMPUTED (l)] = clock64 ();
                 }
             }
             r0 += chunk;
@@ -706,6 +936,8 @@ s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned lon
             }
         }
     }
+    if (mbar)   /* no block leaves while another may still touch its shared memory */
+        sig_cluster_sync ();
     if (leader && t == 0u) {
         sig_st_sys_u32 (box + lay.status + 4u, 1u);
         s_fence_sys ();

@@ -36,7 +36,7 @@ struct p_header_t {
     uint64_t payload;     /* byte offset of the slots in the image */
     uint64_t bias_image;  /* float offset of the biases from the payload */
     sig_persistent_layout_t box;
-    uint32_t pad[1];
+    uint32_t sync;        /* SIG_PLAN_SYNC_* */
     sig_persistent_layer_plan_t layer[SIG_FUSED_MAX_LAYERS];
     /* the same per layer, which the kernel needs but the plan keeps elsewhere */
     uint32_t in_[SIG_FUSED_MAX_LAYERS], out_[SIG_FUSED_MAX_LAYERS];

@@ -128,6 +128,17 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     p->ring = tu->ring ? tu->ring : SIG_PERSISTENT_RING;
     p->trace = tu->trace;
     p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
+    /* mbarrier hand-offs need the start to be the leader's (it reads and scatters) and a gather
+     * between any two hand-offs to the workers (layer 0 split): docs/persistent-notes.md. The default
+     * is cluster barriers (measured: docs/perf.md, "the compact tail and the hand-offs"). */
+    const uint32_t kind = (tu->sync & SIG_SYNC_KIND_MASK) ? (tu->sync & SIG_SYNC_KIND_MASK) : (uint32_t) SIG_SYNC_BARRIERS;
+    p->sync = (tu->sync & SIG_SYNC_OLD_TAIL) ? 0u : (uint32_t) SIG_PLAN_SYNC_TAIL;
+    if (p->read_leader && kind == SIG_SYNC_MBAR_WARPS)
+        p->sync |= SIG_PLAN_SYNC_MBAR;
+    if (p->read_leader && kind == SIG_SYNC_MBAR_BLOCKS)
+        p->sync |= SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_MBAR_BLOCK;
+    if (tu->sync & SIG_SYNC_TRACE_REPEAT)
+        p->sync |= SIG_PLAN_SYNC_REPEAT;
     p->smem_limit = limit;
     p->max_cluster = C;
     for (uint32_t l = 0; l < n; ++l) {
@@ -393,6 +404,7 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
     h->slice_off = plan->slice_off;
     h->work_end = plan->work_end;
     h->read_leader = plan->read_leader;
+    h->sync = plan->sync;
     h->dtype = dtype;
     h->chunk_rows = plan->chunk_rows;
     h->payload = s_align (sizeof (p_header_t), 16u);

@@ -584,6 +584,15 @@ static const sig_persistent_tuning_t s_tunings[] = {
     { 0, 0, 2, SIG_DONE_OUTPUTS, 0, 2, 0, 0, 0 },  { 2, 1, 1, SIG_DONE_OUTPUTS, 1, 0, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 },
     /* split layers divided by outputs: every layer split, leader reads; registers and workers reading */
     { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 2, 0 },  { 4, 0, 2, SIG_DONE_SEQUENCE, 1, 0, 0, 2, 0 },
+    /* the synchronisation (every tuning above runs the compact tail and cluster barriers): the old
+     * tail; mbarrier hand-offs, an arrival a warp or a block, with every layer split too (scatters),
+     * completion by sequence, the old tail, registers */
+    { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS | SIG_SYNC_OLD_TAIL },
+    { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_WARPS },
+    { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, SIG_SYNC_MBAR_WARPS },
+    { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS },
+    { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS },
+    { 4, 0, 2, SIG_DONE_OUTPUTS, 0, 1, 0, 0, SIG_SYNC_MBAR_BLOCKS | SIG_SYNC_OLD_TAIL },
 };
 #define TUNINGS (sizeof s_tunings / sizeof s_tunings[0])
 

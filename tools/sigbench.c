@@ -551,9 +551,11 @@ static void s_persistent_label (backend_model_t *m, const char *what, char *labe
     for (uint32_t l = 0; l < p->layer_count; l++)
         regs |= p->layers[l].bank == 0 && p->layers[l].regs > 0;
     static const char *const dt[] = { "f32", "f16", "bf16" };
-    snprintf (label, len, "persistent | %s: %s weights, cluster %u, %u barrier%s/request, %s, %s, completion by %s",
+    snprintf (label, len, "persistent | %s: %s weights, cluster %u, %u %s/request, tail %s, %s, %s, completion by %s",
               what, p->dtype <= 2 ? dt[p->dtype] : "?", p->cluster_blocks, p->cluster_barriers,
-              p->cluster_barriers == 1 ? "" : "s",
+              (p->sync & SIG_PLAN_SYNC_MBAR_BLOCK) ? "mbarrier hand-offs (a block)"
+              : (p->sync & SIG_PLAN_SYNC_MBAR) ? "mbarrier hand-offs (a warp)" : "cluster barriers",
+              (p->sync & SIG_PLAN_SYNC_TAIL) ? "fused" : "by layer",
               p->cluster_blocks == 1 ? "one block" : p->read_leader ? "leader reads" : "workers read",
               regs ? "weights in registers + smem" : "weights in smem",
               p->done_mode == SIG_DONE_SEQUENCE ? "sequence" : "outputs");
@@ -568,8 +570,8 @@ static int s_by_value (const void *a, const void *b)
 /* The traced instantiation of the default persistent kernel: the same run as its row, then each
  * phase's p50 (ns, from the leader SM's clock64 at the SM clock the device reports) over the requests
  * whose stamps the ring still holds. Returns the run's relative error (or INFINITY). */
-static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtype_t dtype, float *const *in,
-                             const double *const *ref)
+static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtype_t dtype, uint32_t sync,
+                             float *const *in, const double *const *ref)
 {
     unsigned long long step = 0;
     if (sig_globaltimer_step (o->device, 100000, &step) == 0)
@@ -583,6 +585,7 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
     }
     sig_persistent_tuning_t tu = { 0 };
     tu.trace = (uint64_t) (uintptr_t) d_trace;
+    tu.sync = sync;
     backend_model_t *m = s_load_persistent (o, w, &tu, dtype);
     if (!m) {
         cudaFree (d_trace);
@@ -593,7 +596,12 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
     const double e = s_bench_e2e (o, m, w, E2E_PINNED_GRAPH, in, ref, &sum);
     const sig_persistent_plan_t *p = cuda_model_persistent_plan (m);
     const uint32_t layers = p->layer_count, blocks = p->cluster_blocks;   /* P goes with the model */
-    s_persistent_label (m, "traced (clock64 stamps)", label, sizeof label);
+    s_persistent_label (m, sync == 0 ? "traced (clock64 stamps)"
+                           : sync == (SIG_SYNC_BARRIERS | SIG_SYNC_OLD_TAIL) ? "traced, the old synchronisation (a block barrier a tail layer)"
+                           : sync == SIG_SYNC_MBAR_WARPS ? "traced, mbarriers (an arrival a warp)"
+                           : sync == SIG_SYNC_MBAR_BLOCKS ? "traced, mbarriers (an arrival a block)"
+                           : (sync & SIG_SYNC_TRACE_REPEAT) ? "traced, each tail layer twice" : "traced",
+                        label, sizeof label);
     latency_print_row (stdout, label, &sum);
     backend_cuda_iface.destroy (&m);     /* the kernel stops: the trace can be read */
     unsigned long long *h = malloc (bytes);
@@ -608,8 +616,8 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
     /* phases: from each present stamp to the next present one, named by the later */
     enum { PHASES = SIG_TRACE_STAMPS };
     double *d = malloc ((size_t) SIG_TRACE_RING * sizeof (double));
-    printf ("\n| phase (%u layer(s), cluster %u; SM clock %.0f MHz) | requests | p50 ns | p99 ns |\n| --- | ---: | ---: | ---: |\n",
-            layers, blocks, khz / 1e3);
+    printf ("\n| phase (%u layer(s), cluster %u; SM clock %.0f MHz; sync %u) | requests | p50 ns | p99 ns |\n| --- | ---: | ---: | ---: |\n",
+            layers, blocks, khz / 1e3, sync);
     static const char *kinds[3] = { "gather barrier passed", "the leader's share computed", "scatter barrier passed" };
     uint32_t order[PHASES], n_order = 0;
     order[n_order++] = SIG_TRACE_SEEN;
@@ -643,6 +651,25 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
             snprintf (name, sizeof name, "-> layer %u: %s", (order[i] - SIG_TRACE_LAYER0) / 3,
                       kinds[(order[i] - SIG_TRACE_LAYER0) % 3]);
         printf ("| %s | %zu | %.0f | %.0f |\n", name, n, d[n / 2], d[(size_t) (n * 0.99)]);
+    }
+    /* SIG_SYNC_TRACE_REPEAT: each compact-tail layer's hand-off (from the stamp before it), first
+     * pass and repeat */
+    for (uint32_t l = 0; l < layers && l < SIG_TRACE_SUB_LAYERS; l++) {
+        static const char *const sub[3] = { "hand-off (from the stamp before)", "first pass", "the same again" };
+        for (uint32_t k = 0; k < 3; k++) {
+            size_t n = 0;
+            for (uint32_t r = 0; r < SIG_TRACE_RING; r++) {
+                const unsigned long long *st = h + (size_t) r * SIG_TRACE_STAMPS;
+                const unsigned long long prev = k > 0 ? st[SIG_TRACE_SUB (l, k - 1)]
+                                                : l > 0 ? st[SIG_TRACE_COMPUTED (l - 1)] : 0;
+                if (st[SIG_TRACE_SUB (l, k)] && prev)
+                    d[n++] = (double) (st[SIG_TRACE_SUB (l, k)] - prev) * ns_per_cycle;
+            }
+            if (!n)
+                continue;
+            qsort (d, n, sizeof *d, s_by_value);
+            printf ("| tail layer %u: %s | %zu | %.0f | %.0f |\n", l, sub[k], n, d[n / 2], d[(size_t) (n * 0.99)]);
+        }
     }
     size_t n = 0;
     for (uint32_t r = 0; r < SIG_TRACE_RING; r++) {
@@ -706,9 +733,15 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
     }
     double e_var[48], lim_var[48];
     size_t nvar = 0;
+    /* the kernel as it serves, then (same run) its older synchronisation: the start and gather as
+     * cluster barriers and the tail a block barrier a layer, to compare phase by phase */
     for (int d = 0; d < ndt && o->trace; d++) {
-        lim_var[nvar] = s_dtype_limit (dtypes[d]);
-        e_var[nvar++] = s_bench_trace (o, w, dtypes[d], in, ref);
+        static const uint32_t olds[] = { 0, SIG_SYNC_BARRIERS | SIG_SYNC_OLD_TAIL, SIG_SYNC_MBAR_BLOCKS,
+                                         SIG_SYNC_TRACE_REPEAT };
+        for (size_t k = 0; k < sizeof olds / sizeof olds[0]; k++) {
+            lim_var[nvar] = s_dtype_limit (dtypes[d]);
+            e_var[nvar++] = s_bench_trace (o, w, dtypes[d], olds[k], in, ref);
+        }
     }
     for (int d = 0; d < ndt; d++) {   /* half weights: the cluster sizes (the plan's choice is above) */
         if (dtypes[d] == WEIGHT_DTYPE_F32)
@@ -733,10 +766,17 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
             { 8, 0, 0, SIG_DONE_SEQUENCE, 1, 1, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_SEQUENCE, 0, 1, 0, 0, 0 },
             { 4, 0, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 }, { 8, 0, 2, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 },
             { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 1, 0, 0, 0, 0 },
-            { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 2, 0 } };
+            { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 2, 0 },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS | SIG_SYNC_OLD_TAIL },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_WARPS },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS | SIG_SYNC_OLD_TAIL } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
-                               "variant: workers read", "variant: every layer split, by outputs" };
+                               "variant: workers read", "variant: every layer split, by outputs",
+                               "variant: the old synchronisation (cluster barriers, a block barrier a tail layer)",
+                               "variant: mbarriers, an arrival a warp", "variant: mbarriers, an arrival a block",
+                               "variant: mbarriers (a block), the old tail" };
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             backend_model_t *vm = s_load_persistent (o, w, &variants[v], WEIGHT_DTYPE_F32);
             if (!vm)
