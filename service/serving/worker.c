@@ -342,11 +342,8 @@ static void s_stream_step (instance_t *in, job_t *j)
             atomic_fetch_add_explicit (&in->sh->served, 1, memory_order_relaxed);
         } else {
             memcpy (j->error, err, sizeof j->error);
-            if (st == SIG_UNAVAILABLE && atomic_load (&in->sh->available)) {
-                snprintf (in->sh->state, sizeof in->sh->state, "%.127s", err);
-                atomic_store (&in->sh->available, false);
-                log_error ("model %s instance %u marked unavailable: %s", m->cfg.name, in->index, err);
-            }
+            if (st == SIG_UNAVAILABLE)
+                s_mark_unavailable (in, err);
         }
     }
     uint32_t woken = 0;
