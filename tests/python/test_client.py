@@ -616,12 +616,18 @@ class Test6Deadline(ClientTest):
             for rid in slow_ids:
                 self.check_slow(got[rid])
             r = got[short_id]
-            self.assertEqual(r.status, Status.STATUS_DEADLINE_EXCEEDED, r.error)
-            self.check_exceeded_text(r.error)
-            self.assertEqual(r.outputs, [])
-            self.assertEqual(r.compute_ns, 0)
-            with self.assertRaises(DeadlineExceeded):
-                r.raise_for_status()
+            if r.ok:
+                # The six slow requests (61 KB each) came in over TCP after the SIGCONT; once (make
+                # test beside an image build) the short one arrived only after the worker had run them
+                # all, and ran at once. A deadline kept then means it waited no longer than 1 ms.
+                self.assertLessEqual(r.queue_ns, 1_000_000, "answered OK after waiting past its deadline")
+            else:
+                self.assertEqual(r.status, Status.STATUS_DEADLINE_EXCEEDED, r.error)
+                self.check_exceeded_text(r.error)
+                self.assertEqual(r.outputs, [])
+                self.assertEqual(r.compute_ns, 0)
+                with self.assertRaises(DeadlineExceeded):
+                    r.raise_for_status()
             r = got[long_id]
             self.assertTrue(r.ok, r.error)
             self.assertLess(r.queue_ns, 60_000_000_000)
@@ -1192,7 +1198,15 @@ class TestADnsRetry(unittest.TestCase):
         with self.client(fleet, timeout_ms=300, retries=1, resolve_interval_ms=100) as c:
             self.assertEqual([c.infer("m", [0.0]).outputs[0] for _ in range(10)], [1.0] * 10)
             fleet.addresses = ["127.0.0.2"]
-            time.sleep(0.15)
+            # the client re-resolves every 100 ms; then its only peer is the new address, and the old
+            # pipe (whose requests the short timeout is for) is gone: a slow machine may take longer
+            # than 300 ms to connect (it did once, beside an image build), so wait for the switch and
+            # give the new connection a longer timeout
+            for _ in range(100):
+                if c.peers == [f"tcp://127.0.0.2:{self.port}"]:
+                    break
+                time.sleep(0.05)
+            c.timeout_ms = 5000
             self.assertEqual([c.infer("m", [0.0]).outputs[0] for _ in range(10)], [2.0] * 10)
             self.assertEqual(c.peers, [f"tcp://127.0.0.2:{self.port}"])
             self.assertLessEqual(a.requests, 11)
