@@ -139,15 +139,13 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
                   "folder is re-read on every connection");
 }
 
-/* Which front takes each endpoint of NEXT (OWNER[e]): the one serving it now, else the one with the
- * fewest so far; self->next[k] is NEXT with front k's endpoints only. */
-static void s_assign (server_t *self, const server_config_t *next, int *owner)
+void front_assign_endpoints (server_t *self, const server_config_t *now, const server_config_t *next, int *owner)
 {
     uint32_t count[CONFIG_MAX_FRONTS] = { 0 };
     for (size_t e = 0; e < next->endpoint_count; e++) {
         owner[e] = -1;
-        for (size_t c = 0; c < self->cfg.endpoint_count && owner[e] < 0; c++)
-            if (strcmp (next->endpoints[e], self->cfg.endpoints[c]) == 0)
+        for (size_t c = 0; now && c < now->endpoint_count && owner[e] < 0; c++)
+            if (strcmp (next->endpoints[e], now->endpoints[c]) == 0)
                 owner[e] = self->endpoint_front[c];
         if (owner[e] >= 0)
             count[owner[e]]++;
@@ -176,7 +174,7 @@ int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen
     s_log_restart_keys (&self->cfg, &cfg->server);
     char why[ERROR_MAX];
     int owner[CONFIG_MAX_ENDPOINTS];
-    s_assign (self, &cfg->server, owner);
+    front_assign_endpoints (self, &self->cfg, &cfg->server, owner);
     /* 1. New endpoints, bound next to the old ones by the fronts that take them (nothing is unbound yet). */
     for (uint32_t k = 0; k < self->front_count; k++)
         if (s_call (self->fronts[k], CMD_BIND, &self->next[k], NULL, why, sizeof why) != 0) {

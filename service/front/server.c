@@ -322,16 +322,9 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
             return NULL;
         }
     }
-    /* front k: endpoints k, k + fronts, ... */
+    front_assign_endpoints (self, NULL, &self->cfg, self->endpoint_front);     /* k, k + fronts, ... */
     for (uint32_t k = 0; k < self->front_count; k++) {
-        server_config_t *mine = &self->next[k];
-        *mine = self->cfg;
-        mine->endpoint_count = 0;
-        for (size_t e = k; e < cfg->endpoint_count; e += self->front_count) {
-            memcpy (mine->endpoints[mine->endpoint_count++], cfg->endpoints[e], CONFIG_ENDPOINT_MAX);
-            self->endpoint_front[e] = (int) k;
-        }
-        if (!(self->fronts[k] = s_front_new (self, k, mine, models, auth, err, errlen))) {
+        if (!(self->fronts[k] = s_front_new (self, k, &self->next[k], models, auth, err, errlen))) {
             server_destroy (&self);
             return NULL;
         }

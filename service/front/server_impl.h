@@ -150,5 +150,9 @@ void front_command (front_t *self);
 void front_retire (front_t *self);
 /* Rebuilds self->answering after the sets changed (and wires new models' workers to the front). */
 void front_answering (front_t *self);
+/* Which front takes each endpoint of NEXT (OWNER[e]): the one serving it in NOW (NULL at start: none),
+ * else the one with the fewest so far (so at start front k gets endpoints k, k + fronts, ...);
+ * self->next[k] is NEXT with front k's endpoints only. */
+void front_assign_endpoints (server_t *self, const server_config_t *now, const server_config_t *next, int *owner);
 
 #endif
