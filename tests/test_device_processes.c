@@ -9,7 +9,12 @@
  *   - a trap on GPU 0: the CPU model beside it answers OK throughout, the GPU model comes back;
  *   - a launch that hangs past watchdog_ms: the device process killed and started again, the same;
  *   - two GPUs, a trap on GPU 1: GPU 0's instance keeps answering OK, GPU 1's comes back and
- *     serves again. */
+ *     serves again;
+ *   - a persistent MLP in a device process run by the front through its mailbox in the shared
+ *     region: one request at a time, every one inline (counted) with outputs in bound; two fronts,
+ *     one running requests inline while the other hands them to the worker, both publishing into
+ *     the same mailbox: every request answered once, in bound; a trap while the front waits on
+ *     the mailbox: that request answered UNAVAILABLE once, the process started again, inline again. */
 #define _GNU_SOURCE
 #include "testutil.h"
 #include "tolerance.h"
@@ -39,7 +44,7 @@
 typedef struct {
     char dir[2048];
     char config[2200], log[2200];
-    char endpoint[64];
+    char endpoint[64], endpoint2[64];   /* endpoint2: with s_two_fronts */
     int http_port;
     pid_t pid;
     void *ctx;
@@ -47,6 +52,8 @@ typedef struct {
 } server_t;
 
 static char s_tick_path[4096];
+static bool s_two_fronts;               /* s_start: two endpoints, a front each */
+static const char *s_server_extra = ""; /* s_start: more keys of "server" (", \"inline_us\": 10000") */
 
 /* ------------------------------------------------------------------------------------- helpers */
 
@@ -132,10 +139,16 @@ static void s_start (server_t *s, const char *models, bool cpu_in_device_process
     int port = tu_free_port ();
     s->http_port = tu_free_port ();
     snprintf (s->endpoint, sizeof s->endpoint, "tcp://127.0.0.1:%d", port);
+    char endpoints[160];
+    if (s_two_fronts) {
+        snprintf (s->endpoint2, sizeof s->endpoint2, "tcp://127.0.0.1:%d", tu_free_port ());
+        snprintf (endpoints, sizeof endpoints, "\"%s\", \"%s\"], \"fronts\": 2", s->endpoint, s->endpoint2);
+    } else
+        snprintf (endpoints, sizeof endpoints, "\"%s\"]", s->endpoint);
     char json[24576];
     snprintf (json, sizeof json,
-              "{ \"server\": { \"endpoints\": [\"%s\"], \"http\": \"127.0.0.1:%d\", \"drain_ms\": 5000 },\n"
-              "  \"models\": [ %s ] }\n", s->endpoint, s->http_port, models);
+              "{ \"server\": { \"endpoints\": [%s, \"http\": \"127.0.0.1:%d\", \"drain_ms\": 5000%s },\n"
+              "  \"models\": [ %s ] }\n", endpoints, s->http_port, s_server_extra, models);
     char *path = tu_write_file (s->dir, "sigserve.json", json, -1);
     snprintf (s->config, sizeof s->config, "%s", path);
     free (path);
@@ -242,6 +255,8 @@ typedef struct {
     uint32_t fault_after;           /* replies before FAULT is posted (0: never) */
     const char *fault;              /* "device=cpu&kind=kill" */
     bool check_outputs;             /* every OK reply against the float64 reference */
+    uint32_t window;                /* requests in flight at most (0: OUTSTANDING) */
+    bool both_fronts;               /* requests alternate between endpoint and endpoint2 (s_two_fronts) */
     /* results */
     uint32_t ok[2], unavailable[2], other;
     uint32_t unavailable_lost, unavailable_admission;
@@ -249,14 +264,22 @@ typedef struct {
     char first_other[512];
 } load_t;
 
-/* Sends L->total requests, OUTSTANDING at a time, and checks every one is answered exactly once. */
-static void s_load (server_t *s, load_t *l)
+static void *s_dealer (server_t *s, const char *endpoint)
 {
     void *sock = zmq_socket (s->ctx, ZMQ_DEALER);
-    int linger = 0, timeout = REPLY_WAIT_MS;
+    int linger = 0;
     zmq_setsockopt (sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    ck_assert_int_eq (zmq_connect (sock, s->endpoint), 0);
+    ck_assert_int_eq (zmq_connect (sock, endpoint), 0);
+    return sock;
+}
+
+/* Sends L->total requests, L->window (OUTSTANDING) at a time, and checks every one is answered
+ * exactly once. */
+static void s_load (server_t *s, load_t *l)
+{
+    const int socks = l->both_fronts ? 2 : 1;
+    void *sock[2] = { s_dealer (s, s->endpoint), l->both_fronts ? s_dealer (s, s->endpoint2) : NULL };
+    const uint32_t window = l->window ? l->window : OUTSTANDING;
     uint8_t *seen = calloc (l->total, 1);
     float *sent = calloc ((size_t) l->total * 512, sizeof (float));
     uint32_t next = 0, received = 0;
@@ -264,17 +287,19 @@ static void s_load (server_t *s, load_t *l)
     unsigned seed = 7;
     static uint8_t buf[1 << 16];
     while (received < l->total) {
-        while (next < l->total && next - received < OUTSTANDING) {
+        while (next < l->total && next - received < window) {
             float *f = sent + (size_t) next * 512;
             s_random (f, 512, &seed);
             size_t len = tu_pack_infer (buf, sizeof buf, l->models[next % l->model_count], f, 512, 1, next, 0);
-            ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
+            ck_assert_int_eq (zmq_send (sock[next % socks], buf, len, 0), (int) len);
             next++;
         }
+        zmq_pollitem_t items[2] = { { sock[0], 0, ZMQ_POLLIN, 0 }, { sock[1], 0, ZMQ_POLLIN, 0 } };
+        ck_assert_msg (zmq_poll (items, socks, REPLY_WAIT_MS) > 0, "a request was not answered within %d ms (%u of %u "
+                       "answered)", REPLY_WAIT_MS, received, l->total);
         zmq_msg_t msg;
         zmq_msg_init (&msg);
-        ck_assert_msg (zmq_msg_recv (&msg, sock, 0) >= 0, "a request was not answered within %d ms (%u of %u answered)",
-                       REPLY_WAIT_MS, received, l->total);
+        ck_assert_int_ge (zmq_msg_recv (&msg, sock[items[0].revents & ZMQ_POLLIN ? 0 : 1], 0), 0);
         Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
         zmq_msg_close (&msg);
         ck_assert (r && r->body_case == SIGSERVE__V1__REPLY__BODY_INFER);
@@ -324,7 +349,8 @@ static void s_load (server_t *s, load_t *l)
     ck_assert_msg (l->other == 0, "%u replies neither OK nor UNAVAILABLE, the first: %s", l->other, l->first_other);
     free (seen);
     free (sent);
-    zmq_close (sock);
+    for (int k = 0; k < socks; k++)
+        zmq_close (sock[k]);
 }
 
 static char s_models[20000];
@@ -568,6 +594,102 @@ START_TEST (trap_on_gpu_1_leaves_gpu_0_serving)
 }
 END_TEST
 
+/* A persistent tick_mlp on GPU 0 in a device process, the front free to run any request inline. */
+static void s_start_persistent (server_t *s, bool two_fronts)
+{
+    s_two_fronts = two_fronts;
+    s_server_extra = ", \"inline_us\": 10000";
+    snprintf (s_models, sizeof s_models, "%s",
+              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0],"));
+    s_start (s, s_models, false);
+    s_two_fronts = false;
+    s_server_extra = "";
+    ck_assert (s_log_has (s, "kernel persistent"));
+    ck_assert (s_log_has (s, "1 instance(s) [gpu 0 (device process)"));
+    ck_assert (s_log_has (s, "(run on the front when idle)"));
+}
+
+#define INLINE_METRIC "sigserve_inline_total{model=\"gpu\"}"
+
+START_TEST (persistent_in_a_device_process_runs_inline)
+{
+    if (s_gpus () < 1) {
+        printf ("persistent_in_a_device_process_runs_inline: skipped: no GPU here\n");
+        return;
+    }
+    server_t s;
+    s_start_persistent (&s, false);
+    /* one at a time: nothing queued at each arrival, so the front publishes every one itself */
+    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 500, .window = 1, .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_uint_eq (l.ok[0], 500);
+    ck_assert_double_eq (s_metric (&s, INLINE_METRIC), 500);
+    ck_assert_double_eq (s_metric (&s, "sigserve_instance_requests_total{model=\"gpu\",instance=\"0\",device=\"cuda:0\"}"), 0);
+    /* a window of 32: still one front, still inline (it takes one message a turn while one waits) or
+     * handed to the worker when it took several: both paths publish into the same mailbox */
+    load_t w = { .models = { "gpu" }, .model_count = 1, .total = 3000, .check_outputs = true };
+    s_load (&s, &w);
+    ck_assert_uint_eq (w.ok[0], 3000);
+    const double inlined = s_metric (&s, INLINE_METRIC) - 500;
+    const double worker = s_metric (&s, "sigserve_instance_requests_total{model=\"gpu\",instance=\"0\",device=\"cuda:0\"}");
+    printf ("persistent in a device process, window 32: %.0f inline, %.0f by the worker\n", inlined, worker);
+    ck_assert_double_eq (inlined + worker, 3000);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
+START_TEST (two_fronts_and_the_worker_share_the_mailbox)
+{
+    if (s_gpus () < 1) {
+        printf ("two_fronts_and_the_worker_share_the_mailbox: skipped: no GPU here\n");
+        return;
+    }
+    server_t s;
+    s_start_persistent (&s, true);
+    /* requests alternate between the two fronts' endpoints, 32 in flight: a front finding the
+     * instance claimed by the other hands its request to the worker, which waits for the claim */
+    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 6000, .both_fronts = true, .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_uint_eq (l.ok[0], 6000);
+    const double inlined = s_metric (&s, INLINE_METRIC);
+    const double worker = s_metric (&s, "sigserve_instance_requests_total{model=\"gpu\",instance=\"0\",device=\"cuda:0\"}");
+    printf ("persistent, two fronts: %.0f inline, %.0f by the worker\n", inlined, worker);
+    ck_assert_double_eq (inlined + worker, 6000);
+    ck_assert_double_gt (inlined, 0);
+    ck_assert_double_gt (worker, 0);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
+START_TEST (trap_while_the_front_waits_on_the_mailbox)
+{
+    if (s_gpus () < 1) {
+        printf ("trap_while_the_front_waits_on_the_mailbox: skipped: no GPU here\n");
+        return;
+    }
+    server_t s;
+    s_start_persistent (&s, false);
+    const pid_t first = s_device_pid (&s, "0");
+    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 1000, .window = 1, .fault_after = 300,
+                 .fault = "device=0&kind=trap", .check_outputs = true };
+    s_load (&s, &l);
+    printf ("trap under inline requests: %u OK, %u UNAVAILABLE (%u held, %u refused)\n", l.ok[0], l.unavailable[0],
+            l.unavailable_lost, l.unavailable_admission);
+    ck_assert_uint_ge (l.ok[0], 300);
+    ck_assert_uint_eq (l.unavailable_lost + l.unavailable_admission, l.unavailable[0]);
+    ck_assert_uint_le (l.unavailable_lost, 1);      /* one in flight at most: the one the front waited on */
+    ck_assert_msg (s_wait_serving (&s, 60000), "GPU 0 did not come back (log: %s)", s.log);
+    ck_assert_int_ne (s_device_pid (&s, "0"), first);
+    ck_assert (s_log_has (&s, "back after"));
+    const double before = s_metric (&s, INLINE_METRIC);
+    load_t again = { .models = { "gpu" }, .model_count = 1, .total = 300, .window = 1, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 300);
+    ck_assert_double_eq (s_metric (&s, INLINE_METRIC) - before, 300);    /* inline again, on the new mailbox */
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 static Suite *s_suite (void)
 {
     Suite *suite = suite_create ("device_processes");
@@ -582,6 +704,9 @@ static Suite *s_suite (void)
     tcase_add_test (g, trap_on_a_gpu_leaves_the_cpu_model_serving);
     tcase_add_test (g, hung_launch_past_the_watchdog_restarts_the_device);
     tcase_add_test (g, trap_on_gpu_1_leaves_gpu_0_serving);
+    tcase_add_test (g, persistent_in_a_device_process_runs_inline);
+    tcase_add_test (g, two_fronts_and_the_worker_share_the_mailbox);
+    tcase_add_test (g, trap_while_the_front_waits_on_the_mailbox);
     suite_add_tcase (suite, g);
     return suite;
 }

@@ -52,6 +52,50 @@ START_TEST (blocks_are_zeroed_aligned_merged_and_reused)
 }
 END_TEST
 
+/* A device process's arena: an allocator over a range of the region, page-aligned blocks for the
+ * mailboxes it registers with CUDA; the aligned allocation splits its extent in three and the
+ * pieces merge back when freed; destroying the arena leaves the range mapped. */
+START_TEST (an_arena_hands_out_page_aligned_blocks_of_a_range)
+{
+    char err[256];
+    shm_t *r = shm_new (SIZE, err, sizeof err);
+    ck_assert_msg (r != NULL, "%s", err);
+    uint8_t *lead = shm_alloc (r, 64);
+    uint8_t *range = shm_alloc_aligned (r, 64 * 1024, 4096, false);
+    ck_assert_ptr_nonnull (range);
+    ck_assert_uint_eq ((uintptr_t) range % 4096, 0);
+    ck_assert_ptr_eq (range, lead + 4096);              /* the first page boundary after the 64 bytes */
+    uint8_t *after = shm_alloc (r, 64);
+    ck_assert_ptr_eq (after, lead + 64);                /* the part skipped stayed free: first fit */
+    shm_t *arena = shm_arena_new (range, 64 * 1024);
+    ck_assert_ptr_nonnull (arena);
+    ck_assert_ptr_eq ((void *) shm_base (arena), range);
+    uint8_t *a = shm_alloc_aligned (arena, 100, 64, true), *b = shm_alloc_aligned (arena, 5000, 4096, false);
+    ck_assert_ptr_eq (a, range);
+    ck_assert_ptr_eq (b, range + 4096);
+    uint8_t *c = shm_alloc_aligned (arena, 4096, 4096, false);
+    ck_assert_ptr_eq (c, range + 4096 + 8192);          /* 5000 rounded up to 5056, the next page after it */
+    uint8_t *d = shm_alloc (arena, 64);
+    ck_assert_ptr_eq (d, range + 128);                  /* the gap before b */
+    ck_assert_ptr_null (shm_alloc_aligned (arena, 64 * 1024, 4096, false));    /* no room */
+    ck_assert_ptr_null (shm_alloc_aligned (arena, 64, 100, false));            /* not a power of two */
+    memset (c, 0x5a, 4096);
+    shm_free (arena, a);
+    shm_free (arena, b);
+    shm_free (arena, c);
+    shm_free (arena, d);
+    ck_assert_uint_eq (shm_used (arena), 0);
+    ck_assert_ptr_eq (shm_alloc_aligned (arena, 64 * 1024, 4096, true), range);  /* merged back whole */
+    shm_destroy (&arena);
+    range[0] = 1;                                       /* still mapped: the region's */
+    shm_free (r, range);
+    shm_free (r, after);
+    shm_free (r, lead);
+    ck_assert_uint_eq (shm_used (r), 0);
+    shm_destroy (&r);
+}
+END_TEST
+
 START_TEST (another_process_maps_it_at_the_same_address)
 {
     char err[256];
@@ -154,6 +198,7 @@ int main (void)
     TCase *c = tcase_create ("shm");
     tcase_set_timeout (c, 60);
     tcase_add_test (c, blocks_are_zeroed_aligned_merged_and_reused);
+    tcase_add_test (c, an_arena_hands_out_page_aligned_blocks_of_a_range);
     tcase_add_test (c, another_process_maps_it_at_the_same_address);
     tcase_add_test (c, ring_and_futex_waker_work_across_processes);
     suite_add_tcase (s, c);

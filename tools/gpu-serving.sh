@@ -341,9 +341,10 @@ procs)      # issue 20: the process boundary (server.gpu_processes) against thre
             for v in ${PROCS_VARIANTS:-threads processes}; do
                 s='"endpoints": ["tcp://127.0.0.1:5555"]'
                 case $v in threads*) s="$s, \"gpu_processes\": false" ;; esac
-                # threads-handoff: every request to the worker (inline_us 0): what threads were before a
-                # GPU model in the server's process ran inline on its idle instance
-                [ "$v" = threads-handoff ] && s="$s, \"inline_us\": 0"
+                # threads-handoff, processes-handoff: every request to the worker (inline_us 0): what
+                # they were before the front ran a GPU model's requests inline on its idle instance
+                # (threads: its context; processes: a persistent MLP's mailbox in the shared region)
+                case $v in *-handoff) s="$s, \"inline_us\": 0" ;; esac
                 conn=1; rate=10k
                 case $path in
                     graph) m='"backend": "cuda", "kernel": "warp", "graph": true,' ;;

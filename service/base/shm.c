@@ -22,6 +22,7 @@ typedef struct {
 struct _shm_t {
     int fd;
     bool owner;
+    bool view;                          /* shm_arena_new: a range of a mapping made elsewhere */
     uint8_t *base;
     size_t size;
     pthread_mutex_t lock;
@@ -98,7 +99,7 @@ void shm_destroy (shm_t **self_p)
     if (!self_p || !*self_p)
         return;
     shm_t *self = *self_p;
-    if (self->base)
+    if (self->base && !self->view)
         munmap (self->base, self->size);
     if (self->fd >= 0)
         close (self->fd);
@@ -107,33 +108,62 @@ void shm_destroy (shm_t **self_p)
     *self_p = NULL;
 }
 
-void *shm_alloc (shm_t *self, size_t bytes)
+shm_t *shm_arena_new (void *base, size_t size)
 {
-    if (!self->owner || bytes == 0)
+    shm_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    pthread_mutex_init (&self->lock, NULL);
+    self->fd = -1;
+    self->owner = self->view = true;
+    self->base = base;
+    self->size = size;
+    self->free[0] = (extent_t) { 0, size };
+    self->free_count = 1;
+    return self;
+}
+
+void *shm_alloc_aligned (shm_t *self, size_t bytes, size_t align, bool zero)
+{
+    if (!self->owner || bytes == 0 || align < ALIGN || (align & (align - 1)))
         return NULL;
     bytes = (bytes + ALIGN - 1) & ~(size_t) (ALIGN - 1);
     void *p = NULL;
     pthread_mutex_lock (&self->lock);
     for (size_t i = 0; i < self->free_count && self->used_count < EXTENTS_MAX; i++) {
         extent_t *f = &self->free[i];
-        if (f->len < bytes)
+        const uintptr_t addr = (uintptr_t) self->base + f->at;
+        const size_t skip = (size_t) (((addr + align - 1) & ~(uintptr_t) (align - 1)) - addr);
+        if (f->len < skip + bytes || (skip && self->free_count == EXTENTS_MAX))
             continue;
-        self->used[self->used_count++] = (extent_t) { f->at, bytes };
-        p = self->base + f->at;
-        f->at += bytes;
-        f->len -= bytes;
-        if (f->len == 0) {
-            memmove (f, f + 1, (self->free_count - i - 1) * sizeof *f);
-            self->free_count--;
+        const size_t at = f->at + skip, rest = f->len - skip - bytes;
+        self->used[self->used_count++] = (extent_t) { at, bytes };
+        p = self->base + at;
+        if (skip) {     /* the part before stays free, and the part after becomes a free extent of its own */
+            f->len = skip;
+            if (rest) {
+                memmove (f + 2, f + 1, (self->free_count - i - 1) * sizeof *f);
+                f[1] = (extent_t) { at + bytes, rest };
+                self->free_count++;
+            }
+        } else {
+            f->at += bytes;
+            f->len -= bytes;
+            if (f->len == 0) {
+                memmove (f, f + 1, (self->free_count - i - 1) * sizeof *f);
+                self->free_count--;
+            }
         }
         self->used_bytes += bytes;
         break;
     }
     pthread_mutex_unlock (&self->lock);
-    if (p)
+    if (p && zero)
         memset (p, 0, bytes);
     return p;
 }
+
+void *shm_alloc (shm_t *self, size_t bytes) { return shm_alloc_aligned (self, bytes, ALIGN, true); }
 
 /* Returns the whole pages inside [at, at + len) to the system (they read as zeros again). */
 static void s_release_pages (shm_t *self, size_t at, size_t len)

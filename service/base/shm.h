@@ -18,10 +18,16 @@ shm_t *shm_new (size_t size, char *err, size_t errlen);
 /* The region FD of SIZE bytes mapped at BASE in this process (a child's view). NULL with ERR when that
  * range is taken here. */
 shm_t *shm_attach (int fd, uintptr_t base, size_t size, char *err, size_t errlen);
+/* An allocator over [BASE, BASE + SIZE) of a mapping made elsewhere (a device process's share of the
+ * region: its mailboxes), which shm_destroy leaves mapped. NULL when out of memory. */
+shm_t *shm_arena_new (void *base, size_t size);
 void shm_destroy (shm_t **self_p);
 
 /* BYTES zeroed bytes, 64-byte aligned, or NULL when the region is full. Thread-safe. */
 void *shm_alloc (shm_t *self, size_t bytes);
+/* BYTES bytes at an address that is a multiple of ALIGN (a power of two, >= 64), zeroed when ZERO
+ * (else as they are: a range never written reads zero), or NULL when no free range holds them. */
+void *shm_alloc_aligned (shm_t *self, size_t bytes, size_t align, bool zero);
 /* Gives back a block of shm_alloc (NULL: nothing). */
 void shm_free (shm_t *self, void *block);
 

@@ -140,6 +140,7 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
             return 0;       /* started already (a rejoin came first): once only */
     m->job_count = rq->job_count;
     m->drift = (_Atomic uint32_t *) rq->drift;
+    m->inline_shared = rq->inline_shared;
     m->lane_count = rq->lane_count;
     for (uint32_t k = 0; k < m->lane_count && k < CONFIG_MAX_FRONTS; k++)
         m->lanes[k].front = (waker_t *) rq->front[k];
@@ -151,6 +152,9 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
         in->wake = &in->sh->wake;
         if (model_instance_queues (m, in, rp->error, sizeof rp->error) != 0)
             return -1;
+        /* before its worker starts: from here on both publish through the region's copy */
+        if (m->inline_shared && backends_gpu && in->impl && backends_gpu->share_box (in->impl, &in->sh->box) == 0)
+            atomic_store (&in->sh->box_ready, true);
     }
     return model_start_workers (m, rp->error, sizeof rp->error);
 }
@@ -187,16 +191,25 @@ static bool s_lost (int device, char *why, size_t len)
                 snprintf (why, len, "model %s instance %u: %s", m->cfg.name, i, in->sh->state);
                 return true;
             }
+            /* a front waiting on its mailbox makes no CUDA call: its kernel's end shows here */
+            const char *stopped = in->started && atomic_load (&in->sh->box_ready) && backends_gpu
+                                      ? backends_gpu->kernel_stopped (in->impl) : NULL;
+            if (stopped) {
+                snprintf (why, len, "model %s instance %u: %s", m->cfg.name, i, stopped);
+                return true;
+            }
         }
     }
     return false;
 }
 
+static void *s_arena_alloc (void *arena, size_t bytes) { return shm_alloc_aligned (arena, bytes, 4096, false); }
+
 int devices_process_main (int argc, char **argv)
 {
     int device = 0, control = -1, region_fd = -1;
-    unsigned long base = 0;
-    size_t size = 0;
+    unsigned long base = 0, arena_base = 0;
+    size_t size = 0, arena_size = 0;
     pid_t parent = 0;
     const char *level = "info", *format = "text";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -206,6 +219,8 @@ int devices_process_main (int argc, char **argv)
             control = atoi (argv[i + 1]);
         else if (strcmp (argv[i], "--region") == 0)
             sscanf (argv[i + 1], "%d:%lx:%zu", &region_fd, &base, &size);
+        else if (strcmp (argv[i], "--arena") == 0)
+            sscanf (argv[i + 1], "%lx:%zu", &arena_base, &arena_size);
         else if (strcmp (argv[i], "--parent") == 0)
             parent = (pid_t) atoi (argv[i + 1]);
         else if (strcmp (argv[i], "--log-level") == 0)
@@ -231,6 +246,10 @@ int devices_process_main (int argc, char **argv)
     if (log_level_from_name (level, &lv) == 0)
         log_set_level (lv);
     log_set_format (strcmp (format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
+    /* the persistent kernels' mailboxes from this process's share of the region, for the fronts */
+    shm_t *arena = arena_base && arena_size ? shm_arena_new ((void *) arena_base, arena_size) : NULL;
+    if (arena && backends_gpu)
+        backends_gpu->box_source (s_arena_alloc, arena);
     char role[16];
     snprintf (role, sizeof role, device == DEVICE_CPU_TEST ? "dev-cpu" : "dev%d", device);
     threads_set_role (role);
@@ -274,6 +293,9 @@ int devices_process_main (int argc, char **argv)
         s_forget (s_held[0].token);
     free (rq);
     free (rp);
+    if (arena && backends_gpu)
+        backends_gpu->box_source (NULL, NULL);
+    shm_destroy (&arena);
     shm_destroy (&shm);
     return 0;
 }

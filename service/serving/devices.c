@@ -29,6 +29,10 @@ extern char **environ;
 #define RESTART_FIRST_DELAY_MS 100
 #define SWEEP_WAIT_NS 2000000000ull     /* the front answers what a lost process held within this */
 #define SUPERVISE_MS 20
+/* Each GPU's process takes the mailboxes of its persistent kernels from its own part of the region
+ * (a front writes requests into them too): reserved like the rest, used as mailboxes are made. */
+#define ARENA_BYTES (256ull << 20)
+#define ARENA_ALIGN 4096u
 
 typedef struct {
     int device;                         /* CUDA device, or DEVICE_CPU_TEST */
@@ -37,6 +41,7 @@ typedef struct {
     bool reaped;                        /* its exit status was collected already */
     int fd;                             /* the control socket, -1 when not running */
     bool gave_up;
+    void *arena;                        /* its share of the region (ARENA_BYTES; GPUs only), for good */
     uint64_t losses, restarts, failed_restarts;
     double last_recovery_ms;
 } proc_t;
@@ -110,14 +115,18 @@ static int s_spawn (devices_t *self, proc_t *p, char *err, size_t errlen)
     }
     /* The child's end crosses exec; the parent closes its copy right after, so no later child has it. */
     fcntl (sv[1], F_SETFD, 0);
-    char device[16], control[16], region[64], parent[16];
+    char device[16], control[16], region[64], arena[64], parent[16];
+    if (!p->arena && p->device >= 0)    /* kept across restarts: the new process starts it afresh */
+        p->arena = shm_alloc_aligned (self->shm, ARENA_BYTES, ARENA_ALIGN, false);
+    snprintf (arena, sizeof arena, "%#lx:%llu", (unsigned long) (uintptr_t) p->arena,
+              p->arena ? (unsigned long long) ARENA_BYTES : 0ull);
     snprintf (device, sizeof device, "%d", p->device);
     snprintf (control, sizeof control, "%d", sv[1]);
     snprintf (region, sizeof region, "%d:%#lx:%zu", shm_fd (self->shm), (unsigned long) shm_base (self->shm),
               shm_size (self->shm));
     snprintf (parent, sizeof parent, "%d", (int) getpid ());
     char *argv[] = { self->exe, "--device-process", device, "--control", control, "--region", region,
-                     "--parent", parent, "--log-level", self->log_level, "--log-format", self->log_format, NULL };
+                     "--arena", arena, "--parent", parent, "--log-level", self->log_level, "--log-format", self->log_format, NULL };
     pid_t pid;
     int rc = posix_spawn (&pid, self->exe, NULL, NULL, argv, environ);
     close (sv[1]);

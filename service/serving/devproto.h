@@ -33,6 +33,8 @@ typedef struct {
     uintptr_t drift;                    /* DEV_START: the model's drift word */
     uint32_t lane_count;                /* DEV_START: the fronts (a lane each: instance_shared_t) */
     uintptr_t front[CONFIG_MAX_FRONTS]; /* DEV_START: the waker the workers ring for each lane (its front's) */
+    bool inline_shared;                 /* DEV_START: fronts run requests inline on the instances (a persistent
+                                           MLP's mailbox: instance_shared_t.box), so workers claim them */
     uint32_t fault;                     /* DEV_FAULT: dev_fault_t */
 } dev_request_t;
 

@@ -4,6 +4,7 @@
 #define SIGSERVE_MODEL_IMPL_H
 
 #include "serving/model.h"
+#include "backends/persistent_box.h"
 #include "base/ring.h"
 #include "base/spin.h"
 #include "serving/streams.h"
@@ -35,6 +36,11 @@ typedef struct {
     _Atomic uint64_t busy_since;        /* CLOCK_MONOTONIC ns a launch began, 0 between launches */
     _Atomic uint32_t claim;             /* inline_shared: who runs on the instance's context (0 nobody, 1 its
                                            worker, 2 a front running a request inline) */
+    /* A persistent MLP in a device process whose mailbox lies in the region: its protocol state, where
+     * the device process's worker and a front that claimed the instance both publish requests
+     * (worker.c: worker_run_inline_on); box_ready once the device process put it there (DEV_START). */
+    persistent_box_t box;
+    _Atomic bool box_ready;
     char state[128];                    /* "serving" or why not (written once, before available drops) */
 } instance_shared_t;
 
@@ -105,7 +111,8 @@ struct _model_t {
     uint64_t inline_ns;                 /* 0: never (an LSTM, keep_warm_us, in a device process, or inline_us 0) */
     /* A GPU model in this process: no context of the front's own (one resident kernel or graph set per
      * instance), so the front runs an inline request on an idle instance's context, claimed from its
-     * worker (instance_shared_t.claim). */
+     * worker (instance_shared_t.claim). A persistent MLP in a device process: the same, through the
+     * instance's mailbox in the region (instance_shared_t.box). */
     bool inline_shared;
     bool busy_poll;                     /* workers spin instead of sleeping when idle */
     uint64_t spin_ns;                   /* without busy_poll: the most an idle worker spins (0: never) */

@@ -86,6 +86,7 @@ static int s_start (model_t *m, int device, call_t *c, char *err, size_t errlen)
         c->rq.shared[i] = (uintptr_t) m->instances[i].sh;
     c->rq.drift = (uintptr_t) m->drift;
     c->rq.lane_count = m->lane_count;
+    c->rq.inline_shared = m->inline_shared;
     for (uint32_t k = 0; k < m->lane_count; k++)
         c->rq.front[k] = (uintptr_t) devices_front_waker (devices_current (), k);
     return devices_call (devices_current (), device, &c->rq, &c->rp, err, errlen);
@@ -103,6 +104,7 @@ static void s_lost (void *arg, int device, const char *why)
             continue;
         snprintf (in->sh->state, sizeof in->sh->state, "device process lost (%.80s); starting it again", why);
         atomic_store (&in->sh->available, false);
+        atomic_store (&in->sh->box_ready, false);   /* its mailbox went with it */
     }
     for (uint32_t i = 0; i < m->instance_count; i++)
         if (s_device (&m->cfg, gpu, i) == device) {
@@ -136,8 +138,10 @@ static int s_rejoin (void *arg, int device, char *err, size_t errlen)
     int rc = devices_call (devices_current (), device, &c->rq, &c->rp, err, errlen);
     if (rc == 0) {
         for (uint32_t i = 0; i < m->instance_count; i++)
-            if (s_device (&m->cfg, gpu, i) == device)
+            if (s_device (&m->cfg, gpu, i) == device) {
                 atomic_store (&m->instances[i].sh->busy_since, 0);
+                atomic_store (&m->instances[i].sh->claim, 0);   /* no front holds it: it was unavailable */
+            }
         rc = s_start (m, device, c, err, errlen);
     }
     free (c);
@@ -238,6 +242,13 @@ static void s_take_reply (model_t *m, const dev_reply_t *rp)
     memcpy (m->candidates, rp->candidates, sizeof m->candidates);
 }
 
+/* Whether M (as resolved) is an MLP on the GPU's persistent kernel. */
+static bool s_persistent_mlp (const model_t *m)
+{
+    return m->cfg.type == MODEL_TYPE_MLP && m->iface->device == BACKEND_DEVICE_GPU
+           && strncmp (m->kernel_name, "persistent", 10) == 0;
+}
+
 model_t *model_remote_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
                            size_t errlen)
 {
@@ -313,6 +324,12 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
     model_take_limits (m);
     if (model_check_message_size (m, server->max_message_bytes, err, errlen) != 0)
         goto failed;
+    /* Run to completion on the front: a persistent MLP, through its mailbox in the region (the front
+     * makes no CUDA call); graphs need the device process's context, LSTM steps never run inline. */
+    if (server->inline_us && s_persistent_mlp (m) && !m->cfg.keep_warm_us) {
+        m->inline_shared = true;
+        m->inline_ns = (uint64_t) server->inline_us * 1000;
+    }
     m->max_queue_ns = (uint64_t) m->cfg.max_queue_us * 1000;
     const bool derived = m->cfg.queue_depth == 0;
     if (derived)

@@ -213,7 +213,11 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
     }
 }
 
-void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j)
+/* How an inline request runs: on a backend context, or through a mailbox in the region. */
+typedef sig_status_t (*inline_fn) (void *arg, job_t *j, char *err, size_t errlen);
+
+/* Runs J as a worker would (deadline, outputs checked, the launch observed), through RUN (ARG). */
+static void s_run_inline (model_t *m, job_t *j, inline_fn run, void *arg)
 {
     const uint64_t t0 = clock_now_ns ();
     j->t_start = t0;
@@ -222,7 +226,7 @@ void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j)
     if (s_past_deadline (j, t0))
         return;
     char err[JOB_ERROR_MAX];
-    const sig_status_t st = m->iface->infer (impl, j->features, j->rows, j->outputs, err, sizeof err);
+    const sig_status_t st = run (arg, j, err, sizeof err);
     const uint64_t t1 = clock_now_ns ();
     j->compute_ns = t1 - t0;
     j->batch_rows = j->rows;
@@ -235,12 +239,75 @@ void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j)
     model_observe_launch (m, j->rows, t1 - t0);
 }
 
+typedef struct {
+    model_t *m;
+    backend_model_t *impl;
+} on_context_t;
+
+static sig_status_t s_on_context (void *arg, job_t *j, char *err, size_t errlen)
+{
+    const on_context_t *c = arg;
+    return c->m->iface->infer (c->impl, j->features, j->rows, j->outputs, err, errlen);
+}
+
+void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j)
+{
+    on_context_t c = { m, impl };
+    s_run_inline (m, j, s_on_context, &c);
+}
+
+#define BOX_GRACE_NS 1000000000ull      /* past watchdog_ms, in case the supervisor did not end it */
+
+/* A persistent MLP in a device process, run by a front through the instance's mailbox in the region
+ * (backends/persistent_box.h): published, then polled until answered, or until the instance is lost
+ * (its process gone: the supervisor says so) or watchdog_ms + 1 s pass (the supervisor kills a
+ * process whose launch runs past watchdog_ms: busy_since is set for it). */
+static sig_status_t s_through_box (void *arg, job_t *j, char *err, size_t errlen)
+{
+    instance_t *in = arg;
+    const model_t *m = in->model;
+    const uint64_t t0 = clock_now_ns ();
+    const uint64_t limit = (uint64_t) (m->cfg.watchdog_ms ? m->cfg.watchdog_ms : 1000u) * 1000000ull + BOX_GRACE_NS;
+    atomic_store_explicit (&in->sh->busy_since, t0, memory_order_relaxed);
+    const pbox_answer_t a = pbox_publish (&in->sh->box, j->features, j->rows);
+    sig_status_t st = SIG_OK;
+    for (uint32_t spins = 1; !pbox_answered (&a); spins++) {
+        if ((spins & 63u) == 0u) {
+            if (atomic_load_explicit (&in->lost, memory_order_relaxed)
+                || !atomic_load_explicit (&in->sh->available, memory_order_relaxed)) {
+                snprintf (err, errlen, "model \"%s\" instance %u: %.200s; the request was not answered by it",
+                          m->cfg.name, in->index, in->sh->state);
+                st = SIG_UNAVAILABLE;
+                break;
+            }
+            if (clock_now_ns () - t0 > limit) {
+                snprintf (err, errlen, "model \"%s\" instance %u: its persistent kernel did not answer within "
+                          "watchdog_ms (%u) + 1 s; the model is unavailable there until its process is started "
+                          "again", m->cfg.name, in->index, m->cfg.watchdog_ms ? m->cfg.watchdog_ms : 1000u);
+                st = SIG_UNAVAILABLE;
+                break;
+            }
+        }
+        _mm_pause ();
+    }
+    if (st == SIG_OK)
+        pbox_read (&a, j->outputs);
+    atomic_store_explicit (&in->sh->busy_since, 0, memory_order_relaxed);
+    return st;
+}
+
 bool worker_run_inline_on (instance_t *in, job_t *j)
 {
+    const bool box = in->impl == NULL;  /* the instance runs in a device process */
+    if (box && !atomic_load_explicit (&in->sh->box_ready, memory_order_acquire))
+        return false;
     uint32_t free_ = 0;
     if (!atomic_compare_exchange_strong (&in->sh->claim, &free_, 2))
         return false;
-    worker_run_inline (in->model, in->impl, j);
+    if (box)
+        s_run_inline (in->model, j, s_through_box, in);
+    else
+        worker_run_inline (in->model, in->impl, j);
     if (j->status == SIG_UNAVAILABLE)
         s_mark_unavailable (in, j->error);
     atomic_store_explicit (&in->sh->claim, 0, memory_order_release);

@@ -12,6 +12,17 @@ int cuda_model_poison (backend_model_t *m)
     return m->persistent ? cuda_persistent_poison (m) : cuda_graph_poison (m);
 }
 
+int cuda_model_share_box (backend_model_t *m, persistent_box_t *dest) { return cuda_persistent_share (m, dest); }
+
+const char *cuda_model_kernel_stopped (backend_model_t *m)
+{
+    if (!m->persistent || m->pingpong || !m->host.stream)
+        return NULL;
+    cudaSetDevice (m->device);
+    const cudaError_t e = cudaStreamQuery (m->host.stream);
+    return e == cudaErrorNotReady ? NULL : e == cudaSuccess ? "its persistent kernel exited" : cudaGetErrorString (e);
+}
+
 int cuda_model_inject_fault (backend_model_t *m)
 {
     cudaSetDevice (m->device);

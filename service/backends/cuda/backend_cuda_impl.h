@@ -8,6 +8,7 @@
 
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/persistent.h"
+#include "backends/persistent_box.h"
 #include "kernels.h"
 
 #include <cublas_v2.h>
@@ -55,7 +56,9 @@ struct backend_model {
     void *d_image;              /* the weights image (device) */
     sig_persistent_layout_t layout;
     sig_persistent_plan_t plan;
-    uint64_t next;              /* requests published so far: request n uses slot n % RING, sequence n + 1 */
+    persistent_box_t own_box;   /* the mailbox protocol's state (its sequence included) ... */
+    persistent_box_t *pbox;     /* ... where it is used: &own_box, or its copy in the region shared with the
+                                   server once a front may publish too (cuda_persistent_share) */
     uint32_t done_mode;
     cudaStream_t side;          /* a second stream (the kernel's is its for good): test faults */
 };
@@ -75,5 +78,8 @@ sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_
                                     size_t errlen);
 void cuda_persistent_destroy (backend_model_t **m_p);
 int cuda_persistent_poison (backend_model_t *m);
+/* The protocol state moves to DEST (in the region shared with the server), for fronts to publish
+ * too: 0, or -1 when M is not a persistent MLP whose mailbox lies in that region. */
+int cuda_persistent_share (backend_model_t *m, persistent_box_t *dest);
 
 #endif

@@ -35,59 +35,28 @@ void cuda_persistent_tuning (const sig_persistent_tuning_t *tuning)
 
 /* ---- the request path ---- */
 
-static uint8_t *s_slot (backend_model_t *m, uint64_t n)
-{
-    return m->host.box + m->layout.slots + (size_t) (n % m->layout.ring) * m->layout.slot_bytes;
-}
-
-/* What a request waits for: its slot's completion. */
-typedef struct {
-    const uint8_t *done;            /* the slot's done word (SIG_DONE_SEQUENCE) */
-    const uint32_t *outputs;        /* its output words (SIG_DONE_OUTPUTS) */
-    uint32_t seq, words, mode;
-} answer_t;
-
-/* Whether the answer is complete (acquire loads: what the kernel wrote before is visible once this
- * says yes): the sequence in the done word, or no sentinel left in the outputs. */
-static bool s_answered (const void *arg)
-{
-    const answer_t *a = arg;
-    if (a->mode == SIG_DONE_SEQUENCE)
-        return __atomic_load_n ((const uint32_t *) a->done, __ATOMIC_ACQUIRE) == a->seq;
-    for (uint32_t i = 0; i < a->words; i++)
-        if (__atomic_load_n (&a->outputs[i], __ATOMIC_ACQUIRE) == SIG_PERSISTENT_SENTINEL)
-            return false;
-    return true;
-}
+_Static_assert (PBOX_SENTINEL == SIG_PERSISTENT_SENTINEL && (int) PBOX_DONE_OUTPUTS == (int) SIG_DONE_OUTPUTS
+                    && (int) PBOX_DONE_SEQUENCE == (int) SIG_DONE_SEQUENCE, "persistent_box.h speaks kernels.h's protocol");
 
 sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err,
                                     size_t errlen)
 {
     if (m->host.lost)
         return persistent_unavailable (&m->host, err, errlen);
-    const uint64_t n = m->next;
-    const uint32_t seq = (uint32_t) (n + 1u);
-    uint8_t *slot = s_slot (m, n);
-    float *x = (float *) (slot + m->layout.features);
-    if (m->layout.row_floats == m->input_size)
-        memcpy (x, in, (size_t) rows * m->input_size * sizeof (float));
-    else
-        for (uint32_t r = 0; r < rows; r++)   /* the padding of each row stays zero */
-            memcpy (x + (size_t) r * m->layout.row_floats, in + (size_t) r * m->input_size, m->input_size * sizeof (float));
-    const uint32_t words = rows * m->output_size;
-    float *y = (float *) (slot + m->layout.outputs);
-    if (m->done_mode == SIG_DONE_OUTPUTS)
-        for (uint32_t i = 0; i < words; i++)
-            ((uint32_t *) y)[i] = SIG_PERSISTENT_SENTINEL;
-    /* features (and sentinels) first, then the request word: a release store */
-    __atomic_store_n ((uint64_t *) (slot + m->layout.request), ((uint64_t) rows << 32) | seq, __ATOMIC_RELEASE);
-    m->next = n + 1u;
-    const answer_t answer = { .done = slot + m->layout.done, .outputs = (const uint32_t *) y, .seq = seq,
-                              .words = words, .mode = m->done_mode };
-    sig_status_t st = persistent_wait (&m->host, s_answered, &answer, err, errlen);
+    const pbox_answer_t answer = pbox_publish (m->pbox, in, rows);
+    sig_status_t st = persistent_wait (&m->host, pbox_answered, &answer, err, errlen);
     if (st == SIG_OK)
-        memcpy (out, y, (size_t) words * sizeof (float));
+        pbox_read (&answer, out);
     return st;
+}
+
+int cuda_persistent_share (backend_model_t *m, persistent_box_t *dest)
+{
+    if (!m || !m->persistent || m->pingpong || !m->host.box_shared || !dest)
+        return -1;
+    *dest = *m->pbox;
+    m->pbox = dest;
+    return 0;
 }
 
 int cuda_persistent_poison (backend_model_t *m)
@@ -155,9 +124,18 @@ static backend_model_t *s_persistent_new (const char *name, int device, uint32_t
     m->host.device = device;
     m->host.wait = wait;
     m->host.watchdog_ms = watchdog_ms;
+    m->host.shareable = true;
     cudaError_t e = (cudaError_t) sig_persistent_layout (in, out, rows, ring, &m->layout);
     if (e == cudaSuccess)
         e = persistent_open (&m->host, m->layout.total, m->layout.ctrl);
+    if (e == cudaSuccess)
+        m->own_box = (persistent_box_t) { .box = m->host.box, .slots = m->layout.slots,
+                                          .slot_bytes = m->layout.slot_bytes, .ring = m->layout.ring,
+                                          .request = m->layout.request, .features = m->layout.features,
+                                          .outputs = m->layout.outputs, .done = m->layout.done,
+                                          .row_floats = m->layout.row_floats, .input_size = in,
+                                          .output_size = out, .max_rows = rows };
+    m->pbox = &m->own_box;
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags (&m->side, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
@@ -306,7 +284,7 @@ backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t 
     if (!m)
         return NULL;
     m->plan = plan;
-    m->done_mode = plan.done_mode;
+    m->done_mode = m->own_box.done_mode = plan.done_mode;
     m->widest = w->widest;
     void *image = malloc (plan.image_bytes);
     e = image ? (cudaError_t) sig_persistent_pack (&net, &plan, &m->layout, image) : cudaErrorMemoryAllocation;
@@ -356,7 +334,7 @@ backend_model_t *cuda_pingpong_load (int device, uint32_t in, uint32_t flags, ui
     if (!m)
         return NULL;
     m->pingpong = true;
-    m->done_mode = done_mode;
+    m->done_mode = m->own_box.done_mode = done_mode;
     m->host.kernel = "ping-pong kernel";
     pingpong_args_t args = { m, in, flags, done_mode };
     cudaError_t e = persistent_launch (&m->host, s_launch_pingpong, &args);

@@ -14,23 +14,43 @@
                                    process may still be loading modules; compute-sanitizer is far slower) */
 #define KEPT_MAX 64
 
-/* Released mailboxes, for later loads: cudaFreeHost would wait for every resident kernel. */
+/* Released mailboxes, for later loads: cudaFreeHost (and cudaHostUnregister) would wait for every
+ * resident kernel. SHARED: registered memory of the box source's. */
 typedef struct {
     uint8_t *p;
     size_t bytes;
+    bool shared;
 } kept_box_t;
 
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
 static kept_box_t s_kept[KEPT_MAX];
 static size_t s_kept_count;
+static void *(*s_source) (void *arg, size_t bytes);
+static void *s_source_arg;
 
-/* The smallest kept mailbox of at least BYTES, or a new one. */
-static cudaError_t s_box_get (size_t bytes, uint8_t **p, size_t *got)
+void persistent_box_source (void *(*alloc) (void *arg, size_t bytes), void *arg)
 {
     pthread_mutex_lock (&s_lock);
+    s_source = alloc;
+    s_source_arg = arg;
+    pthread_mutex_unlock (&s_lock);
+}
+
+#define BOX_PAGE 4096u
+
+/* The smallest kept mailbox of at least BYTES (from the source when SHARED), or a new one: from the
+ * source, registered, when SHARED (*SHARED false when the source has no room: then pinned memory of
+ * its own, as without a source). */
+static cudaError_t s_box_get (size_t bytes, bool *shared, uint8_t **p, size_t *got)
+{
+    pthread_mutex_lock (&s_lock);
+    void *(*source) (void *, size_t) = s_source;
+    void *arg = s_source_arg;
+    *shared = *shared && source;
     size_t best = s_kept_count;
     for (size_t i = 0; i < s_kept_count; i++)
-        if (s_kept[i].bytes >= bytes && (best == s_kept_count || s_kept[i].bytes < s_kept[best].bytes))
+        if (s_kept[i].bytes >= bytes && s_kept[i].shared == *shared
+            && (best == s_kept_count || s_kept[i].bytes < s_kept[best].bytes))
             best = i;
     if (best < s_kept_count) {
         *p = s_kept[best].p;
@@ -40,20 +60,38 @@ static cudaError_t s_box_get (size_t bytes, uint8_t **p, size_t *got)
         return cudaSuccess;
     }
     pthread_mutex_unlock (&s_lock);
+    if (*shared) {
+        const size_t pages = (bytes + BOX_PAGE - 1) / BOX_PAGE * BOX_PAGE;   /* a registration owns its pages */
+        uint8_t *q = source (arg, pages);
+        if (q) {
+            cudaError_t e = cudaHostRegister (q, pages, cudaHostRegisterMapped | cudaHostRegisterPortable);
+            if (e == cudaSuccess) {
+                *p = q;
+                *got = pages;
+                return cudaSuccess;
+            }
+            log_warn ("a persistent kernel's mailbox in the region shared with the server: cudaHostRegister failed "
+                      "(%s); using pinned memory of this process (no front can run its requests inline)",
+                      cudaGetErrorString (e));
+            cudaGetLastError ();
+        }
+        *shared = false;
+    }
     *got = bytes;
     /* portable: mapped in every context, whichever device the model is on */
     return cudaHostAlloc ((void **) p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
 }
 
-static void s_box_keep (uint8_t *p, size_t bytes)
+static void s_box_keep (uint8_t *p, size_t bytes, bool shared)
 {
     if (!p)
         return;
     pthread_mutex_lock (&s_lock);
     if (s_kept_count < KEPT_MAX)
-        s_kept[s_kept_count++] = (kept_box_t) { p, bytes };
-    else    /* cannot be freed safely while anything is resident: handed to the device level */
+        s_kept[s_kept_count++] = (kept_box_t) { p, bytes, shared };
+    else if (!shared)   /* cannot be freed safely while anything is resident: handed to the device level */
         cuda_device_release (-1, CUDA_RELEASE_HOST, p);
+    /* else left registered (the region's memory, the process's to the end) */
     pthread_mutex_unlock (&s_lock);
 }
 
@@ -82,8 +120,9 @@ cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_of
     cudaError_t e = cudaSetDevice (p->device);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags (&p->stream, cudaStreamNonBlocking);
+    p->box_shared = p->shareable;
     if (e == cudaSuccess)
-        e = s_box_get (box_bytes, &p->box, &p->box_bytes);
+        e = s_box_get (box_bytes, &p->box_shared, &p->box, &p->box_bytes);
     if (e == cudaSuccess) {
         memset (p->box, 0, p->box_bytes);
         e = cudaHostGetDevicePointer (&p->d_box, p->box, 0);
@@ -219,7 +258,7 @@ void persistent_close (persistent_t *p)
     if (p->stream)
         cudaStreamDestroy (p->stream);   /* returns at once; what was queued on it still runs */
     p->stream = NULL;
-    s_box_keep (p->box, p->box_bytes);
+    s_box_keep (p->box, p->box_bytes, p->box_shared);
     p->box = NULL;
     p->d_box = NULL;
 }

@@ -1,0 +1,82 @@
+/* The host's half of the persistent MLP kernel's mailbox protocol (kernels/kernels.h, "persistent"),
+ * without CUDA: what the CUDA backend does for each request (backends/cuda/mlp_persistent.c), and
+ * what a front does when it runs a request inline on a persistent model that a device process
+ * serves (serving/worker.c: the mailbox then lies in the region shared with that process, and the
+ * descriptor below too, so both sides publish into the same ring).
+ *
+ * A request: its features copied into slot n % ring (each row padded with zeros to row_floats),
+ * the output words it waits for set to the sentinel (done by outputs), then the request word
+ * (rows << 32 | sequence n + 1) stored with release; complete when no output word holds the
+ * sentinel any more, or (done by sequence) when the slot's done word reads n + 1. Only one thread
+ * at a time may publish: the one that holds the instance (its worker, or a front that claimed it);
+ * `next` moves only under that hold. */
+#ifndef SIGSERVE_PERSISTENT_BOX_H
+#define SIGSERVE_PERSISTENT_BOX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PBOX_SENTINEL 0x7fbadbadu          /* = SIG_PERSISTENT_SENTINEL */
+enum { PBOX_DONE_OUTPUTS = 0, PBOX_DONE_SEQUENCE = 1 };   /* = SIG_DONE_* */
+
+typedef struct {
+    uint8_t *box;                       /* the mailbox's host address (NULL: none) */
+    uint32_t slots, slot_bytes, ring;   /* slot i at box + slots + i x slot_bytes */
+    uint32_t request, features, outputs, done;   /* byte offsets within a slot */
+    uint32_t row_floats;                /* floats a feature row takes (input_size rounded up) */
+    uint32_t input_size, output_size, max_rows;
+    uint32_t done_mode;                 /* PBOX_DONE_* */
+    uint64_t next;                      /* requests published: the next uses slot next % ring, sequence next + 1 */
+} persistent_box_t;
+
+/* What a published request waits for. */
+typedef struct {
+    const uint32_t *done;               /* its slot's done word (PBOX_DONE_SEQUENCE) */
+    const uint32_t *outputs;            /* its output words (PBOX_DONE_OUTPUTS) */
+    uint32_t seq, words, mode;
+} pbox_answer_t;
+
+/* Publishes ROWS rows of IN (rows x input_size floats, 1 <= rows <= max_rows) in B's next slot. */
+static inline pbox_answer_t pbox_publish (persistent_box_t *b, const float *in, uint32_t rows)
+{
+    const uint64_t n = b->next;
+    const uint32_t seq = (uint32_t) (n + 1u);
+    uint8_t *slot = b->box + b->slots + (size_t) (n % b->ring) * b->slot_bytes;
+    float *x = (float *) (slot + b->features);
+    if (b->row_floats == b->input_size)
+        memcpy (x, in, (size_t) rows * b->input_size * sizeof (float));
+    else
+        for (uint32_t r = 0; r < rows; r++)   /* the padding of each row stays zero */
+            memcpy (x + (size_t) r * b->row_floats, in + (size_t) r * b->input_size, b->input_size * sizeof (float));
+    const uint32_t words = rows * b->output_size;
+    uint32_t *y = (uint32_t *) (slot + b->outputs);
+    if (b->done_mode == PBOX_DONE_OUTPUTS)
+        for (uint32_t i = 0; i < words; i++)
+            y[i] = PBOX_SENTINEL;
+    /* features (and sentinels) first, then the request word: a release store */
+    __atomic_store_n ((uint64_t *) (slot + b->request), ((uint64_t) rows << 32) | seq, __ATOMIC_RELEASE);
+    b->next = n + 1u;
+    return (pbox_answer_t) { .done = (const uint32_t *) (slot + b->done), .outputs = y, .seq = seq, .words = words,
+                             .mode = b->done_mode };
+}
+
+/* Whether A is complete (acquire loads: what the kernel wrote before is visible once this says so). */
+static inline bool pbox_answered (const void *arg)
+{
+    const pbox_answer_t *a = arg;
+    if (a->mode == PBOX_DONE_SEQUENCE)
+        return __atomic_load_n (a->done, __ATOMIC_ACQUIRE) == a->seq;
+    for (uint32_t i = 0; i < a->words; i++)
+        if (__atomic_load_n (&a->outputs[i], __ATOMIC_ACQUIRE) == PBOX_SENTINEL)
+            return false;
+    return true;
+}
+
+/* A complete answer's outputs into OUT (rows x output_size floats). */
+static inline void pbox_read (const pbox_answer_t *a, float *out)
+{
+    memcpy (out, a->outputs, (size_t) a->words * sizeof (float));
+}
+
+#endif
