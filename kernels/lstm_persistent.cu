@@ -279,6 +279,30 @@ template <int MODE> __device__ __forceinline__ void l_publish (const l_ctx_t &c,
     }
 }
 
+/* Copies N LL words from SRC, each once it carries generation GEN, to DST[MAP (i)]: every thread its
+ * own words (i = t, t + T, ...), up to 4 loads in flight, spinning on a stale word alone; no block
+ * barrier inside (the caller meets at one after). */
+template <int MODE, typename Map>
+__device__ __forceinline__ void l_ll_copy (const uint64_t *src, uint32_t n, uint32_t gen, float *dst, Map map)
+{
+    for (uint32_t i0 = threadIdx.x; i0 < n; i0 += 4u * L_T) {
+        uint64_t w[4];
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u)
+            if (i0 + u * L_T < n)
+                w[u] = l_ll_load<MODE> (src + i0 + u * L_T);
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = i0 + u * L_T;
+            if (i < n) {
+                while ((uint32_t) (w[u] >> 32) != gen)
+                    w[u] = l_ll_load<MODE> (src + i);
+                dst[map (i)] = __uint_as_float ((uint32_t) w[u]);
+            }
+        }
+    }
+}
+
 /* Waits for the all-gather of layers [LO, HI) and copies it into the vectors. Block-wide. */
 template <int MODE> __device__ __forceinline__ void l_gather (l_ctx_t &c, uint32_t lo, uint32_t hi)
 {
@@ -288,23 +312,14 @@ template <int MODE> __device__ __forceinline__ void l_gather (l_ctx_t &c, uint32
         ++c.agg;
         return;
     }
-    const uint32_t H = P.hidden;
-    const uint64_t *ag = l_ag<MODE> (c) + (c.agg & 1u) * P.ag_words;
-    float *hv = l_at<float> (c, P.off_hv);
-    for (;;) {
-        bool bad = false;
-        for (uint32_t e = lo * H + c.t; e < hi * H; e += L_T) {
-            const uint64_t w = l_ll_load<MODE> (ag + e);
-            if ((uint32_t) (w >> 32) != c.agg) {
-                bad = true;
-            } else {
-                const uint32_t k = e / H;
-                hv[k * P.hs + (e - k * H)] = __uint_as_float ((uint32_t) w);
-            }
-        }
-        if (!__syncthreads_or (bad))
-            break;
-    }
+    const uint32_t H = P.hidden, hs = P.hs;
+    const uint64_t *ag = l_ag<MODE> (c) + (c.agg & 1u) * P.ag_words + lo * H;
+    float *hv = l_at<float> (c, P.off_hv) + lo * hs;
+    l_ll_copy<MODE> (ag, (hi - lo) * H, c.agg, hv, [H, hs] (uint32_t i) {
+        const uint32_t k = i / H;
+        return k * hs + (i - k * H);
+    });
+    __syncthreads ();
     ++c.agg;
 }
 
@@ -351,67 +366,77 @@ __device__ __forceinline__ void l_receive (l_ctx_t &c, bool command, uint32_t nx
     __syncthreads ();
     if (command)
         nx = (cw[0] & 0xffu) == SIG_LSTM_OP_STEP ? P.in : 0u;
-    float *xf = l_at<float> (c, P.off_xf);
-    for (;;) {
-        bool bad = false;
-        for (uint32_t e = c.t; e < nx; e += L_T) {
-            const uint64_t w = l_ll_load<MODE> (bc + 2u + e);
-            if ((uint32_t) (w >> 32) != c.bcg)
-                bad = true;
-            else
-                xf[l_xmap (P, e)] = __uint_as_float ((uint32_t) w);
+    l_ll_copy<MODE> (bc + 2u, nx, c.bcg, l_at<float> (c, P.off_xf), [&P] (uint32_t e) { return l_xmap (P, e); });
+    if (!command)
+        __syncthreads ();   /* a command's caller meets at a barrier after reading CW anyway */
+}
+
+/* Block 0: the features of the command with sequence SEQ (NW = 2 + in words from ENTRY, the first
+ * two the command words), into the input buffer: every thread its own 16-byte pairs of words, up
+ * to 4 loads in flight, re-reading a pair only while a word of it is stale (the host wrote the
+ * features before the command words, so the first pass normally finds them all). No block barrier
+ * inside. */
+__device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq, uint32_t nw, float *xf)
+{
+    const uint32_t pairs = (nw + 1u) / 2u;
+    for (uint32_t p0 = 1u + threadIdx.x; p0 < pairs; p0 += 4u * L_T) {
+        uint64_t w[4][2];
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u)
+            if (p0 + u * L_T < pairs)
+                l_ld_sys_v2 (entry + 16u * (p0 + u * L_T), w[u][0], w[u][1]);
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t p = p0 + u * L_T, i = 2u * p;   /* word i is feature i - 2 */
+            if (p >= pairs)
+                continue;
+            const bool two = i + 1u < nw;
+            while ((uint32_t) (w[u][0] >> 32) != seq || (two && (uint32_t) (w[u][1] >> 32) != seq))
+                l_ld_sys_v2 (entry + 16u * p, w[u][0], w[u][1]);
+            xf[i - 2u] = __uint_as_float ((uint32_t) w[u][0]);
+            if (two)
+                xf[i - 1u] = __uint_as_float ((uint32_t) w[u][1]);
         }
-        if (!__syncthreads_or (bad))
-            break;
     }
 }
 
-/* Block 0: waits for command N (sequence N + 1) in its ring entry, reading the command words and
- * the features in one pass (16 bytes a thread, all in flight at once), or for stop. Returns the
- * op (L_OP_STOP for stop); CW gets the command words, the input buffer a step's features. */
+/* Block 0: waits for command N (sequence N + 1) in its ring entry, or for stop. Thread 0 alone
+ * polls: the stop word and the entry's two command words (16 bytes), issued back to back, one
+ * round trip a poll and no block barrier per round (as the MLP kernel's poll); then a step's or a
+ * ping's features are read once by the whole block (l_read_features). Returns the op (L_OP_STOP
+ * for stop); CW gets the command words, the input buffer a step's features. Block-wide. */
 __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t n,
                                                  uint32_t *cw, uint32_t *flag)
 {
     const sig_lstm_plan_t &P = *c.P;
     const char *entry = c.box + lay.ring + (size_t) (n % SIG_LSTM_RING) * lay.entry_bytes + lay.cmd;
-    const uint32_t seq = n + 1u, nw = 2u + P.in, pairs = (nw + 1u) / 2u;
-    float *xf = l_at<float> (c, P.off_xf);
-    for (;;) {
-        bool bad = false;
-        for (uint32_t p = c.t; p < pairs; p += L_T) {
-            uint64_t w[2];
-            l_ld_sys_v2 (entry + 16u * p, w[0], w[1]);
-#pragma unroll
-            for (uint32_t h = 0; h < 2u; ++h) {
-                const uint32_t i = 2u * p + h;
-                if (i >= nw)
-                    continue;
-                const bool ok = (uint32_t) (w[h] >> 32) == seq;
-                if (i >= 2u) {
-                    if (ok)
-                        xf[i - 2u] = __uint_as_float ((uint32_t) w[h]);
-                    else
-                        bad = true;
-                } else if (ok) {
-                    cw[i] = (uint32_t) w[h];
-                }
+    const uint32_t seq = n + 1u;
+    if (c.t == 0u) {
+        uint32_t have = 0u;
+        for (;;) {
+            const uint32_t stop = l_ld_sys_u32 (c.box + lay.ctrl);   /* issued first: one round trip for both */
+            uint64_t w0, w1;
+            l_ld_sys_v2 (entry, w0, w1);
+            if ((uint32_t) (w0 >> 32) == seq && (uint32_t) (w1 >> 32) == seq) {
+                cw[0] = (uint32_t) w0;
+                cw[1] = (uint32_t) w1;
+                have = 1u;
+                break;
             }
-            if (p == 0u)
-                flag[0] = (uint32_t) (w[0] >> 32) == seq && (uint32_t) (w[1] >> 32) == seq;
+            if (stop)
+                break;
         }
-        if (c.t == 0u)
-            flag[1] = l_ld_sys_u32 (c.box + lay.ctrl);
-        const int anybad = __syncthreads_or (bad);
-        const uint32_t have = flag[0], stop = flag[1];
-        const uint32_t op = cw[0] & 0xffu;
-        __syncthreads ();   /* flag and cw are written again in the next round */
-        if (have) {
-            if (!((op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) && anybad))
-                return op;
-        } else if (stop) {
-            return L_OP_STOP;
-        }
+        flag[0] = have;
     }
+    __syncthreads ();
+    if (!flag[0])
+        return L_OP_STOP;
+    const uint32_t op = cw[0] & 0xffu;
+    if (op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) {
+        l_read_features (entry, seq, 2u + P.in, l_at<float> (c, P.off_xf));
+        __syncthreads ();   /* the features complete; flag and cw read by all before the next poll */
+    }
+    return op;
 }
 
 /* ---------------------------------------------------------------------------------------------

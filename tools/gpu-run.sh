@@ -59,6 +59,31 @@ if [ "${INSTANCES:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
     step lstm_instances timeout 300 $BUILD/lstmbench --sizes small,medium --backends cuda --dtypes f16 --no-window \
         --instances "${INSTANCE_COUNTS:-1,2,4,8}" --cpu 2 --iterations 10000 --warmup 500 --seconds 4
 fi
+# A/B of the LSTM kernel against another build's lstmbench (BASE_LSTMBENCH), the GPU step rows and
+# floors of LSTM_DTYPES (default f16,f32), core 2, LSTM_AB_ROUNDS rounds (default 2) in the order A B,
+# B A, ...; the p50/p99 of every row per build and round in $OUT/lstm_ab.txt. LSTM_ARGS adds options.
+if [ -n "${BASE_LSTMBENCH:-}" ] && [ -f "$BUILD/lstmbench" ]; then
+    lab () {   # lab base|new ROUND
+        bin=$BUILD/lstmbench; [ "$1" = base ] && bin=$BASE_LSTMBENCH
+        step "lstm_$1_$2" timeout 150 taskset -c 2 "$bin" --backends cuda --dtypes "${LSTM_DTYPES:-f16,f32}" --no-window \
+            --iterations 10000 --warmup 500 --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
+    }
+    for round in $(seq 1 "${LSTM_AB_ROUNDS:-2}"); do
+        if [ $((round % 2)) = 1 ]; then lab base "$round"; lab new "$round"; else lab new "$round"; lab base "$round"; fi
+    done
+    for f in "$LOGS"/lstm_base_*.log "$LOGS"/lstm_new_*.log; do
+        echo "$(basename "$f" .log)"
+        grep -E '^\| (small|medium|large)' "$f" | awk -F'|' '{sub(/ \(n [0-9]+[^)]*\)/, "", $2); printf "  %-62s %7s %7s\n", $2, $3, $5}'
+    done >"$OUT/lstm_ab.txt"
+fi
+# compute-sanitizer memcheck over the LSTM kernel (LSTM_SANITIZE=1): cluster 1 and 4 in f32 and bf16,
+# grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish.
+if [ "${LSTM_SANITIZE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+    step lstm_memcheck_cluster timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \
+        --backends cuda --sizes small,2:5:33:70 --dtypes f32,bf16 --blocks 1,4 --iterations 60 --warmup 5 --no-floors --seconds 5
+    step lstm_memcheck_grid timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \
+        --backends cuda --sizes 2:5:33:70 --dtypes f16 --grid --blocks 6 --iterations 60 --warmup 5 --no-floors --seconds 5
+fi
 # racecheck is left out: on the fused kernel (a 1024-thread, 8-block cluster) it did not finish in
 # 500 s on an H200 (2026-11-21); memcheck covers every kernel.
 if [ "${SANITIZE:-1}" = 1 ]; then
@@ -156,7 +181,7 @@ if [ "${SERVING:-0}" = 1 ]; then
         bash tools/gpu-serving.sh >"$LOGS/serving.log" 2>&1
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
-echo; cat "$OUT/env.txt"; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
+echo; cat "$OUT/env.txt"; [ -f "$OUT/lstm_ab.txt" ] && { echo "LSTM A/B, p50 / p99 per row:"; cat "$OUT/lstm_ab.txt"; }; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
 [ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log";
 for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
 grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
