@@ -177,7 +177,23 @@ struct l_ctx_t {
     bool lanes;                   /* t < active: this warp takes part in the dot products */
     bool unit;                    /* the unit lane of a unit this block owns */
     uint32_t bcg, agg;            /* LL generations: broadcasts, all-gathers */
+    uint64_t *stamps;             /* the traced instantiation's block 0: this command's stamps
+                                   * (thread 0's; SIG_LSTM_TRACE_STAMPS + 1, the last %globaltimer
+                                   * when seen), else nullptr: the serving kernel has no stamp code */
 };
+
+__device__ __forceinline__ uint64_t l_globaltimer (void)
+{
+    uint64_t t;
+    asm volatile ("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+/* Thread 0 of the traced block 0 notes stamp I (kernels.h: SIG_LSTM_TRACE_*). */
+__device__ __forceinline__ void l_stamp (const l_ctx_t &c, uint32_t i)
+{
+    if (c.stamps && c.t == 0u && i < SIG_LSTM_TRACE_STAMPS)
+        c.stamps[i] = (uint64_t) clock64 ();
+}
 
 template <typename T> __device__ __forceinline__ T *l_at (const l_ctx_t &c, uint32_t off)
 {
@@ -283,7 +299,8 @@ template <int MODE> __device__ __forceinline__ void l_publish (const l_ctx_t &c,
  * own words (i = t, t + T, ...), up to 4 loads in flight, spinning on a stale word alone; no block
  * barrier inside (the caller meets at one after). */
 template <int MODE, typename Map>
-__device__ __forceinline__ void l_ll_copy (const uint64_t *src, uint32_t n, uint32_t gen, float *dst, Map map)
+__device__ __forceinline__ void l_ll_copy (const uint64_t *src, uint32_t n, uint32_t gen, float *dst, Map map,
+                                           bool backoff)
 {
     for (uint32_t i0 = threadIdx.x; i0 < n; i0 += 4u * L_T) {
         uint64_t w[4];
@@ -295,11 +312,33 @@ __device__ __forceinline__ void l_ll_copy (const uint64_t *src, uint32_t n, uint
         for (uint32_t u = 0; u < 4u; ++u) {
             const uint32_t i = i0 + u * L_T;
             if (i < n) {
-                while ((uint32_t) (w[u] >> 32) != gen)
+                while ((uint32_t) (w[u] >> 32) != gen) {
+                    if (backoff)
+                        __nanosleep (64);   /* fewer loads queued on the buffer's few L2 lines */
                     w[u] = l_ll_load<MODE> (src + i);
+                }
                 dst[map (i)] = __uint_as_float ((uint32_t) w[u]);
             }
         }
+    }
+}
+
+/* The same in block-wide rounds, every word re-read until all are current (SIG_LSTM_SYNC_XCHG_ROUNDS,
+ * the synchronisation before plan 2). Block-wide. */
+template <int MODE, typename Map>
+__device__ __forceinline__ void l_ll_copy_rounds (const uint64_t *src, uint32_t n, uint32_t gen, float *dst, Map map)
+{
+    for (;;) {
+        bool bad = false;
+        for (uint32_t i = threadIdx.x; i < n; i += L_T) {
+            const uint64_t w = l_ll_load<MODE> (src + i);
+            if ((uint32_t) (w >> 32) != gen)
+                bad = true;
+            else
+                dst[map (i)] = __uint_as_float ((uint32_t) w);
+        }
+        if (!__syncthreads_or (bad))
+            break;
     }
 }
 
@@ -315,10 +354,14 @@ template <int MODE> __device__ __forceinline__ void l_gather (l_ctx_t &c, uint32
     const uint32_t H = P.hidden, hs = P.hs;
     const uint64_t *ag = l_ag<MODE> (c) + (c.agg & 1u) * P.ag_words + lo * H;
     float *hv = l_at<float> (c, P.off_hv) + lo * hs;
-    l_ll_copy<MODE> (ag, (hi - lo) * H, c.agg, hv, [H, hs] (uint32_t i) {
+    const auto at = [H, hs] (uint32_t i) {
         const uint32_t k = i / H;
         return k * hs + (i - k * H);
-    });
+    };
+    if (P.sync & SIG_LSTM_SYNC_XCHG_ROUNDS)
+        l_ll_copy_rounds<MODE> (ag, (hi - lo) * H, c.agg, hv, at);
+    else
+        l_ll_copy<MODE> (ag, (hi - lo) * H, c.agg, hv, at, P.sync & SIG_LSTM_SYNC_SPIN_BACKOFF);
     __syncthreads ();
     ++c.agg;
 }
@@ -366,9 +409,68 @@ __device__ __forceinline__ void l_receive (l_ctx_t &c, bool command, uint32_t nx
     __syncthreads ();
     if (command)
         nx = (cw[0] & 0xffu) == SIG_LSTM_OP_STEP ? P.in : 0u;
-    l_ll_copy<MODE> (bc + 2u, nx, c.bcg, l_at<float> (c, P.off_xf), [&P] (uint32_t e) { return l_xmap (P, e); });
+    const auto at = [&P] (uint32_t e) { return l_xmap (P, e); };
+    if (P.sync & SIG_LSTM_SYNC_XCHG_ROUNDS) {
+        l_ll_copy_rounds<MODE> (bc + 2u, nx, c.bcg, l_at<float> (c, P.off_xf), at);
+        return;
+    }
+    l_ll_copy<MODE> (bc + 2u, nx, c.bcg, l_at<float> (c, P.off_xf), at, P.sync & SIG_LSTM_SYNC_SPIN_BACKOFF);
     if (!command)
         __syncthreads ();   /* a command's caller meets at a barrier after reading CW anyway */
+}
+
+/* Block 0: waits for command N (sequence N + 1) in its ring entry, reading the command words and
+ * the features in one pass (16 bytes a thread, all in flight at once), or for stop. Returns the
+ * op (L_OP_STOP for stop); CW gets the command words, the input buffer a step's features. */
+__device__ __forceinline__ uint32_t l_poll_host_rounds (const l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t n,
+                                                        uint32_t *cw, uint32_t *flag)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    const char *entry = c.box + lay.ring + (size_t) (n % SIG_LSTM_RING) * lay.entry_bytes + lay.cmd;
+    const uint32_t seq = n + 1u, nw = 2u + P.in, pairs = (nw + 1u) / 2u;
+    float *xf = l_at<float> (c, P.off_xf);
+    for (;;) {
+        bool bad = false;
+        for (uint32_t p = c.t; p < pairs; p += L_T) {
+            uint64_t w[2];
+            l_ld_sys_v2 (entry + 16u * p, w[0], w[1]);
+#pragma unroll
+            for (uint32_t h = 0; h < 2u; ++h) {
+                const uint32_t i = 2u * p + h;
+                if (i >= nw)
+                    continue;
+                const bool ok = (uint32_t) (w[h] >> 32) == seq;
+                if (i >= 2u) {
+                    if (ok)
+                        xf[i - 2u] = __uint_as_float ((uint32_t) w[h]);
+                    else
+                        bad = true;
+                } else if (ok) {
+                    cw[i] = (uint32_t) w[h];
+                }
+            }
+            if (p == 0u)
+                flag[0] = (uint32_t) (w[0] >> 32) == seq && (uint32_t) (w[1] >> 32) == seq;
+        }
+        if (c.t == 0u)
+            flag[1] = l_ld_sys_u32 (c.box + lay.ctrl);
+        const int anybad = __syncthreads_or (bad);
+        const uint32_t have = flag[0], stop = flag[1];
+        const uint32_t op = cw[0] & 0xffu;
+        __syncthreads ();   /* flag and cw are written again in the next round */
+        if (have) {
+            if (!((op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) && anybad)) {
+                if (c.stamps) {
+                    c.stamps[SIG_LSTM_TRACE_STAMPS] = l_globaltimer ();
+                    l_stamp (c, 0u);
+                    l_stamp (c, 1u);
+                }
+                return op;
+            }
+        } else if (stop) {
+            return L_OP_STOP;
+        }
+    }
 }
 
 /* Block 0: the features of the command with sequence SEQ (NW = 2 + in words from ENTRY, the first
@@ -409,6 +511,8 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
                                                  uint32_t *cw, uint32_t *flag)
 {
     const sig_lstm_plan_t &P = *c.P;
+    if (P.sync & SIG_LSTM_SYNC_POLL_ROUNDS)
+        return l_poll_host_rounds (c, lay, n, cw, flag);
     const char *entry = c.box + lay.ring + (size_t) (n % SIG_LSTM_RING) * lay.entry_bytes + lay.cmd;
     const uint32_t seq = n + 1u;
     if (c.t == 0u) {
@@ -418,6 +522,10 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
             uint64_t w0, w1;
             l_ld_sys_v2 (entry, w0, w1);
             if ((uint32_t) (w0 >> 32) == seq && (uint32_t) (w1 >> 32) == seq) {
+                if (c.stamps) {
+                    c.stamps[SIG_LSTM_TRACE_STAMPS] = l_globaltimer ();
+                    l_stamp (c, 0u);
+                }
                 cw[0] = (uint32_t) w0;
                 cw[1] = (uint32_t) w1;
                 have = 1u;
@@ -435,6 +543,7 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
     if (op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) {
         l_read_features (entry, seq, 2u + P.in, l_at<float> (c, P.off_xf));
         __syncthreads ();   /* the features complete; flag and cw read by all before the next poll */
+        l_stamp (c, 1u);
     }
     return op;
 }
@@ -503,6 +612,7 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
         float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
         if (c.lanes)
             acc = l_reduce (l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc), P.group);
+        l_stamp (c, 3u + 3u * k);
         if (c.unit) {
             if (k == 0u)
                 *l_ring (c, slot, pos) = acc;   /* W_ih x, for the advances to come */
@@ -510,10 +620,14 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
             const float h = l_cell (l_add4 (acc, hot_g[k * U + c.j]), cc);
             l_publish<MODE> (c, k, h);
         }
+        l_stamp (c, 4u + 3u * k);
         l_gather<MODE> (c, k, k + 1u);
+        l_stamp (c, 5u + 3u * k);
     }
-    if (c.b == 0u)
+    if (c.b == 0u) {
         l_head (c, out, false);
+        l_stamp (c, 3u + 3u * P.layers);
+    }
 }
 
 /* T steps from a zero state, step t's layer-0 projection at ring position (FIRST + t) % W of
@@ -650,7 +764,26 @@ __device__ __forceinline__ void l_window (l_ctx_t &c, const sig_lstm_layout_t &l
     }
 }
 
-template <int DT, int MODE>
+/* One record of the traced block 0 (thread 0): op, when seen and now (%globaltimer), the stamps;
+ * the stamps cleared for the next command. */
+__device__ __forceinline__ void l_trace_record (const l_ctx_t &c, uint32_t op, uint32_t &traced)
+{
+    if (!c.stamps || c.t != 0u)
+        return;
+    uint64_t *rec = reinterpret_cast<uint64_t *> (c.P->trace)
+                    + (size_t) (traced++ % SIG_LSTM_TRACE_RECORDS) * SIG_LSTM_TRACE_WORDS;
+    rec[0] = op;
+    rec[1] = c.stamps[SIG_LSTM_TRACE_STAMPS];
+    rec[2] = l_globaltimer ();
+    for (uint32_t i = 0; i < SIG_LSTM_TRACE_STAMPS; ++i) {
+        rec[3u + i] = c.stamps[i];
+        c.stamps[i] = 0u;
+    }
+}
+
+/* TR: the traced instantiation (block 0 stamps its phases, kernels.h SIG_LSTM_TRACE_*); the serving
+ * one (TR false) has no stamp code (c.stamps is nullptr, known at compile time). */
+template <int DT, int MODE, bool TR>
 static __global__ void __launch_bounds__ (L_T, 1)
 l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, char *box)
 {
@@ -686,6 +819,12 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
     c.unit = c.lanes && c.l == 0u && c.j < c.nu;
     c.bcg = 0u;
     c.agg = 1u;
+    uint64_t stamps[TR ? SIG_LSTM_TRACE_STAMPS + 1u : 1u];   /* thread-local: no shared memory taken */
+    c.stamps = TR && c.b == 0u && P.trace ? stamps : nullptr;
+    if (c.stamps)
+        for (uint32_t i = 0; i < SIG_LSTM_TRACE_STAMPS; ++i)
+            stamps[i] = 0u;
+    uint32_t traced = 0u;   /* the traced block 0's records */
 
     /* Set up: everything zero (padding must hold finite values), this block's share of the
      * weights, its biases, the head (block 0 reads it; every block has the room). */
@@ -731,8 +870,10 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
             if (op == SIG_LSTM_OP_PING) {
                 if (c.t == 0u) {
                     sig_st_sys_output (entry + lay.outputs, l_at<float> (c, P.off_xf)[0]);
+                    l_stamp (c, 2u);
                     sig_st_sys_u32 (entry + lay.done, n);
                 }
+                l_trace_record (c, op, traced);
                 continue;
             }
             if (op == SIG_LSTM_OP_STALL) {
@@ -750,9 +891,11 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
             if (op != SIG_LSTM_OP_STEP && op != SIG_LSTM_OP_ADVANCE && op != SIG_LSTM_OP_RESET
                 && op != SIG_LSTM_OP_WINDOW)
                 op = L_OP_STOP;   /* an unknown command stops the kernel rather than guess */
-            if (c.B > 1u)
+            if (c.B > 1u) {
                 l_broadcast<MODE> (c, op == L_OP_STOP ? L_OP_STOP : s_cw[0], s_cw[1],
                                    op == SIG_LSTM_OP_STEP ? P.in : 0u);
+                l_stamp (c, 2u);
+            }
         } else {
             l_receive<MODE> (c, true, 0u, s_cw);
             op = s_cw[0] & 0xffu;
@@ -766,6 +909,7 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
             l_step<DT, MODE> (c, slot, pos, hot, reinterpret_cast<float *> (entry + lay.outputs));
             if (c.b == 0u && c.t == 0u)
                 sig_st_sys_u32 (entry + lay.done, n);
+            l_trace_record (c, op, traced);
             break;
         case SIG_LSTM_OP_RESET:
         case SIG_LSTM_OP_ADVANCE:
@@ -796,17 +940,22 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
 /* ---------------------------------------------------------------------------------------------
  * Host side: kernel lookup, device check, launch (plan, layout, pack: lstm_persistent_plan.cu) */
 
-const void *l_kernel_for (uint32_t dtype, uint32_t mode)
+template <bool TR> static const void *l_kernel_of (uint32_t dtype, uint32_t mode)
 {
     switch (dtype * 2u + mode) {
-    case 0: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_CLUSTER>;
-    case 1: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_GRID>;
-    case 2: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_CLUSTER>;
-    case 3: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_GRID>;
-    case 4: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_CLUSTER>;
-    case 5: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_GRID>;
+    case 0: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_CLUSTER, TR>;
+    case 1: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_GRID, TR>;
+    case 2: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_CLUSTER, TR>;
+    case 3: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_GRID, TR>;
+    case 4: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_CLUSTER, TR>;
+    case 5: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_GRID, TR>;
     default: return nullptr;
     }
+}
+
+const void *l_kernel_for (uint32_t dtype, uint32_t mode, bool traced)
+{
+    return traced ? l_kernel_of<true> (dtype, mode) : l_kernel_of<false> (dtype, mode);
 }
 
 extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void *box, const sig_lstm_plan_t *p,
@@ -814,7 +963,7 @@ extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void
 {
     if (!image || !state || !box || !p || !p->blocks || (p->mode == SIG_LSTM_GRID && !xchg))
         return (int) cudaErrorInvalidValue;
-    const void *fn = l_kernel_for (p->dtype, p->mode);
+    const void *fn = l_kernel_for (p->dtype, p->mode, p->trace != 0u);
     if (!fn)
         return (int) cudaErrorInvalidValue;
     cudaLaunchAttribute attr;
