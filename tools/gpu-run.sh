@@ -83,15 +83,21 @@ if [ -n "${BASE_LSTMBENCH:-}" ] && [ -f "$BUILD/lstmbench" ]; then
     done >"$OUT/lstm_ab.txt"
 fi
 # The LSTM kernel's synchronisation variants in one binary (LSTM_VARIANTS, lstmbench --sync: 0 today's,
-# 1 the old poll, 2 the old exchanges, 3 both, +4 spins with backoff), with LSTM_TRACE=1 the traced
-# instantiation's per-phase rows beside each; LSTM_DTYPES, LSTM_SECONDS as above; the p50/p99 of every
-# row in $OUT/lstm_variants.txt.
+# 1 the old poll, 2 a cluster's exchanges in rounds, 3 both, +8 tagged features); LSTM_TRACE=1: then
+# the traced instantiation of today's kernel (--sync 0 --trace), its per-phase rows beside the serving
+# rows; LSTM_DTYPES, LSTM_SECONDS as above; the p50/p99 of every row in $OUT/lstm_variants.txt.
+lstm_rows () { grep -hE '^\| (small|medium|large)' "$@" | awk -F'|' '{sub(/ \(n [0-9]+[^)]*\)/, "", $2); printf "%-100s %7s %7s\n", $2, $3, $5}'; }
 if [ -n "${LSTM_VARIANTS:-}" ] && [ -f "$BUILD/lstmbench" ]; then
     step lstm_variants timeout "${LSTM_VARIANTS_TIMEOUT:-200}" taskset -c 2 $BUILD/lstmbench --backends cuda \
-        --dtypes "${LSTM_DTYPES:-f16,f32}" --sync "$LSTM_VARIANTS" $( [ "${LSTM_TRACE:-0}" = 1 ] && echo --trace ) \
+        --dtypes "${LSTM_DTYPES:-f16,f32}" --sync "$LSTM_VARIANTS" \
         --no-window --iterations 10000 --warmup 500 --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
-    grep -E '^\| (small|medium|large)' "$LOGS/lstm_variants.log" \
-        | awk -F'|' '{sub(/ \(n [0-9]+[^)]*\)/, "", $2); printf "%-100s %7s %7s\n", $2, $3, $5}' >"$OUT/lstm_variants.txt"
+    lstm_rows "$LOGS/lstm_variants.log" >"$OUT/lstm_variants.txt"
+fi
+if [ "${LSTM_TRACE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+    step lstm_trace timeout "${LSTM_TRACE_TIMEOUT:-120}" taskset -c 2 $BUILD/lstmbench --backends cuda \
+        --dtypes "${LSTM_DTYPES:-f16,f32}" --sync 0 --trace \
+        --no-window --iterations 10000 --warmup 500 --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
+    lstm_rows "$LOGS/lstm_trace.log" >>"$OUT/lstm_variants.txt"
 fi
 # compute-sanitizer memcheck over the LSTM kernel (LSTM_SANITIZE=1): cluster 1 and 4 in f32 and bf16,
 # grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish.
