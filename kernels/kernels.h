@@ -275,16 +275,13 @@ int sig_pingpong_launch (void *box, const sig_persistent_layout_t *layout, uint3
  * block owning a range of hidden units (their four gate rows in every layer) with its weights in
  * shared memory (a prefix of each matrix; the rest read from device memory) in f32, f16 or bf16,
  * accumulating in fp32. Commands come through a ring of SIG_LSTM_RING entries in mapped pinned
- * memory, the command words tagged with the command's sequence (a word is current when its high
+ * memory, every 64-bit word tagged with the command's sequence (a word is current when its high
  * half equals the sequence: no separate flag). Compute capability 9.0 only.
  *
  * Mailbox (sig_lstm_layout): ctrl (u32 stop), ready[blocks] and exited[blocks] (u32 each, written by
  * the kernel), SIG_LSTM_RING entries (entry n % RING carries command n, sequence n + 1):
  *   cmd      2 + in u64 words: word 0 = seq << 32 | pos << 8 | op, word 1 = seq << 32 | slot (rows
- *            for a window), then a step's or a ping's features as plain floats from word 2 on,
- *            written before words 1 and 0 (word 0 last, a release store: the kernel's acquire load
- *            of it orders its reads of the features); with SIG_LSTM_SYNC_TAGGED_FEATURES (the
- *            earlier protocol) word 2 + i = seq << 32 | the bits of feature i instead
+ *            for a window), word 2 + i = seq << 32 | the bits of feature i (steps and pings)
  *   done     u32: the sequence, once the command is complete (steps: after their outputs)
  *   outputs  out floats: a step's; the host sets them to SIG_PERSISTENT_SENTINEL before publishing
  *            and each store of the kernel is its own completion (no fence on the critical path)
@@ -322,12 +319,11 @@ typedef struct {            /* tests and benchmarks; all zero is the plan's own 
     uint64_t trace;         /* device address of SIG_LSTM_TRACE_RECORDS x SIG_LSTM_TRACE_WORDS zeroed u64: the
                              * traced instantiation (lstmbench --trace), else 0 */
 } sig_lstm_tuning_t;
-/* The synchronisation before plans 1 and 2 (docs/lstm-notes.md), kept to compare: POLL_ROUNDS,
- * block 0 polls the whole ring entry (command words and tagged features) in block-wide rounds
- * (implies TAGGED_FEATURES); XCHG_ROUNDS, a cluster's exchanges too re-read every word in block-wide
- * rounds (__syncthreads_or) until all are current (a grid's always do: measured faster there);
- * TAGGED_FEATURES, every feature word tagged with the sequence (the mailbox's earlier layout). */
-enum { SIG_LSTM_SYNC_POLL_ROUNDS = 1, SIG_LSTM_SYNC_XCHG_ROUNDS = 2, SIG_LSTM_SYNC_TAGGED_FEATURES = 8 };
+/* The synchronisation before plans 1 and 2 (docs/lstm-notes.md), kept to compare in one binary:
+ * POLL_ROUNDS, block 0 polls the whole ring entry (command words and features) in block-wide
+ * rounds; XCHG_ROUNDS, a cluster's exchanges too re-read every word in block-wide rounds
+ * (__syncthreads_or) until all are current (a grid's always do: measured faster there). */
+enum { SIG_LSTM_SYNC_POLL_ROUNDS = 1, SIG_LSTM_SYNC_XCHG_ROUNDS = 2 };
 /* A trace record (block 0, thread 0, each step and ping): word 0 the op, 1 and 2 %globaltimer (ns)
  * when the command was seen and when its record was written, 3 + i clock64 at stamp i (0 where
  * not reached): 0 command seen, 1 features read, 2 broadcast to the other blocks sent, then per

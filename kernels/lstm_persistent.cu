@@ -34,25 +34,22 @@
  * shared memory (CLUSTER) or to device memory (GRID); readers poll and copy the floats into their
  * own vectors (CLUSTER: every thread spins on its own words alone, then one __syncthreads; GRID:
  * block-wide rounds until every word is current, measured faster where 132 blocks poll the same
- * few L2 lines; docs/lstm-notes.md, plan 2). Each kind has two buffers used by generation parity; a buffer is written again
- * two generations later, by which time every block has read it, because every block reads every
- * all-gather completely, and between two uses of a broadcast buffer there is always an
- * all-gather (commands end with one; the window batches add a one-word "ack"). Block 0 alone
- * talks to the host (several SMs reading mapped memory at once was measured much slower, see
- * docs/persistent-notes.md): its thread 0 alone polls the ring entry's two command words (as the
- * MLP kernel's poll: no block barrier per round), then the block reads a step's features once, all
- * loads in flight (docs/lstm-notes.md, plan 1), then broadcasts the command (and a step's features)
- * to the other blocks as LL words (CLUSTER: DSMEM; GRID: device memory, the receivers' thread 0
- * polling two words).
+ * few L2 lines; docs/lstm-notes.md, plan 2). Each kind has two buffers used by generation parity;
+ * a buffer is written again two generations later, by which time every block has read it, because
+ * every block reads every all-gather completely, and between two uses of a broadcast buffer there
+ * is always an all-gather (commands end with one; the window batches add a one-word "ack"). Block
+ * 0 alone talks to the host (several SMs reading mapped memory at once was measured much slower,
+ * see docs/persistent-notes.md): its thread 0 alone polls the ring entry's two command words (as
+ * the MLP kernel's poll: no block barrier per round), then the block reads a step's features once,
+ * all loads in flight, re-reading only a stale word (docs/lstm-notes.md, plan 1), then broadcasts
+ * the command (and a step's features) to the other blocks as LL words (CLUSTER: DSMEM; GRID:
+ * device memory, the receivers' thread 0 polling two words).
  *
- * MEMORY ORDERING. Host -> kernel: the host writes a step's features, then command word 1, then
- * word 0 with a release store (x86: in order); thread 0's ld.acquire.sys that sees word 0's
- * sequence synchronises with it, and the block reads the features (ld.relaxed.sys, never a stale
- * line) after a __syncthreads that follows it, so in causality order after the host's stores (the
- * MLP kernel's pattern). With SIG_LSTM_SYNC_TAGGED_FEATURES every feature word carries the
- * sequence and a stale one is read again. For WINDOW the plain window_in floats are read after a
- * fence.acq_rel.sys that follows the loads which saw the command, the host having written them
- * before the command's words.
+ * MEMORY ORDERING. Host -> kernel: tagged words only (no ordering needed: a stale word is read
+ * again); for WINDOW the plain window_in floats are read after a fence.acq_rel.sys that follows
+ * the relaxed loads which saw the command (the acquire pattern), the host having written them
+ * before the command's words. (Plain features after an ld.acquire.sys poll, as the MLP kernel,
+ * were measured slower: docs/lstm-notes.md.)
  * Kernel -> host: a step's outputs are st.relaxed.sys, each its own completion (host sentinel);
  * the done word follows (bookkeeping: ring reuse). WINDOW: each output writer fences at system
  * scope, __syncthreads, thread 0 fences again and stores done (release pattern, as the MLP kernel).
@@ -103,21 +100,6 @@ __device__ __forceinline__ void l_st_gpu_u64 (uint64_t *p, uint64_t v)
 __device__ __forceinline__ void l_ld_sys_v2 (const void *p, uint64_t &a, uint64_t &b)
 {
     asm volatile ("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-__device__ __forceinline__ uint64_t l_ld_acquire_sys_u64 (const void *p)
-{
-    uint64_t v;
-    asm volatile ("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ float4 l_ld_sys_v4f (const void *p)
-{
-    float4 v;
-    asm volatile ("ld.relaxed.sys.global.v4.f32 {%0, %1, %2, %3}, [%4];"
-                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                  : "l"(p)
-                  : "memory");
-    return v;
 }
 __device__ __forceinline__ uint32_t l_ld_sys_u32 (const void *p)
 {
@@ -530,32 +512,11 @@ __device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq
     }
 }
 
-/* Block 0: the IN plain features from ENTRY + 16 (the command words seen by an acquire load before
- * a barrier) into the input buffer, 16 bytes a thread, every load in flight at once up to 2,048
- * features (as the MLP kernel reads its features). No block barrier inside. */
-__device__ __forceinline__ void l_read_plain (const char *entry, uint32_t in, float *xf)
-{
-    const float4 *src = reinterpret_cast<const float4 *> (entry + 16u);
-    const uint32_t n4 = (in + 3u) / 4u;
-    for (uint32_t i = threadIdx.x; i < n4; i += L_T) {   /* one load a thread up to 2,048 features */
-        const float4 v = l_ld_sys_v4f (src + i);
-        const uint32_t f = 4u * i;   /* the last chunk may run past IN (still inside the cmd lines) */
-        xf[f] = v.x;
-        if (f + 1u < in)
-            xf[f + 1u] = v.y;
-        if (f + 2u < in)
-            xf[f + 2u] = v.z;
-        if (f + 3u < in)
-            xf[f + 3u] = v.w;
-    }
-}
-
 /* Block 0: waits for command N (sequence N + 1) in its ring entry, or for stop. Thread 0 alone
- * polls: the stop word and the entry's two command words, issued back to back, one round trip a
- * poll and no block barrier per round (as the MLP kernel's poll); then a step's or a ping's
- * features are read once by the whole block (l_read_plain; with SIG_LSTM_SYNC_TAGGED_FEATURES,
- * l_read_features). Returns the op (L_OP_STOP for stop); CW gets the command words, the input
- * buffer a step's features. Block-wide. */
+ * polls: the stop word and the entry's two command words (16 bytes), issued back to back, one
+ * round trip a poll and no block barrier per round (as the MLP kernel's poll); then a step's or a
+ * ping's features are read once by the whole block (l_read_features). Returns the op (L_OP_STOP
+ * for stop); CW gets the command words, the input buffer a step's features. Block-wide. */
 __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t n,
                                                  uint32_t *cw, uint32_t *flag)
 {
@@ -567,12 +528,9 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
     if (c.t == 0u) {
         uint32_t have = 0u;
         for (;;) {
-            /* stop and word 1 first, the acquire load of word 0 last: one round trip for the three
-             * (an acquire does not hold back the loads issued before it) */
-            const uint32_t stop = l_ld_sys_u32 (c.box + lay.ctrl);
-            uint64_t w1;
-            asm volatile ("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(w1) : "l"(entry + 8) : "memory");
-            const uint64_t w0 = l_ld_acquire_sys_u64 (entry);
+            const uint32_t stop = l_ld_sys_u32 (c.box + lay.ctrl);   /* issued first: one round trip for both */
+            uint64_t w0, w1;
+            l_ld_sys_v2 (entry, w0, w1);
             if ((uint32_t) (w0 >> 32) == seq && (uint32_t) (w1 >> 32) == seq) {
                 if (c.stamps) {
                     c.stamps[SIG_LSTM_TRACE_STAMPS] = l_globaltimer ();
@@ -593,10 +551,7 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
         return L_OP_STOP;
     const uint32_t op = cw[0] & 0xffu;
     if (op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) {
-        if (P.sync & SIG_LSTM_SYNC_TAGGED_FEATURES)
-            l_read_features (entry, seq, 2u + P.in, l_at<float> (c, P.off_xf));
-        else
-            l_read_plain (entry, P.in, l_at<float> (c, P.off_xf));
+        l_read_features (entry, seq, 2u + P.in, l_at<float> (c, P.off_xf));
         __syncthreads ();   /* the features complete; flag and cw read by all before the next poll */
         l_stamp (c, 1u);
     }

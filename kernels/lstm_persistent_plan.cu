@@ -241,9 +241,7 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         memcpy (plan->why, why, sizeof why);
         return (int) cudaErrorNotSupported;
     }
-    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS | SIG_LSTM_SYNC_TAGGED_FEATURES);
-    if (plan->sync & SIG_LSTM_SYNC_POLL_ROUNDS)   /* the one-pass poll needs every word tagged */
-        plan->sync |= SIG_LSTM_SYNC_TAGGED_FEATURES;
+    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS);
     plan->trace = tu->trace;
     return (int) cudaSuccess;
 }

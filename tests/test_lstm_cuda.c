@@ -291,7 +291,6 @@ START_TEST (launch_shapes)
         /* the synchronisation before plans 1 and 2, kept to compare (lstmbench --sync) */
         { { .blocks = 4, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "cluster 4, old sync" },
         { { .blocks = 6, .grid = 1, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "grid 6, old sync" },
-        { { .blocks = 2, .sync = SIG_LSTM_SYNC_TAGGED_FEATURES }, "cluster 2, tagged features" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int d = 0; d < 3; d++) {

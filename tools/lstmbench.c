@@ -71,7 +71,7 @@ static void s_usage (FILE *out)
              "                 [--instances N1,N2,..]   (CUDA: N instances on GPU 0, a thread each driving its own\n"
              "                  stream at once, pinned to --cpu + k: one step row over all their steps per N)\n"
              "                 [--sync S1,S2,..]   (CUDA: the rows once per synchronisation: 0 today's, 1 the old\n"
-             "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds, 3 both; + 8: tagged features)\n"
+             "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds (a grid's always), 3 both)\n"
              "                 [--trace]   (CUDA: also the traced instantiation of the kernel: where a step's and\n"
              "                  a ping's time goes in the kernel, a row per phase, beside the serving kernel's rows)\n"
              "       lstmbench --check FILE --window W [--head-act none|relu|sigmoid|tanh] [--backend cpu|cuda]\n"
@@ -433,9 +433,8 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
     if (cuda) {
         const sig_lstm_plan_t *p = lstm_cuda_plan (m);
         static const char *const syncs[4] = { "", ", old poll", ", old exchanges", ", old poll and exchanges" };
-        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks,
-                  p->smem_bytes >> 10, syncs[p->sync & 3u],
-                  (p->sync & SIG_LSTM_SYNC_TAGGED_FEATURES) ? ", tagged features" : "", trace ? ", TRACED" : "");
+        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks,
+                  p->smem_bytes >> 10, syncs[p->sync & 3u], trace ? ", TRACED" : "");
     }
 #endif
     fprintf (stderr, "lstmbench: %s %s %s loaded in %.0f ms (%s)\n", size, bname, dname, load_ms, how);

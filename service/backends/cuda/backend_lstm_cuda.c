@@ -3,10 +3,10 @@
  * One model instance = one resident kernel on its own stream, a mailbox in mapped pinned memory
  * (a ring of SIG_LSTM_RING command entries and the full-window area), the image (weights and
  * plan), the stream state (every slot's ring of projections, G and c) and, in GRID mode, the
- * exchange buffers, all in device memory. The request path makes no CUDA call: it writes the
- * features into the next ring entry, then its two command words tagged with the command's sequence
- * (word 0 last, a release store: the kernel polls the command words alone, and its acquire load
- * orders its reads of the features after them) and spins on the answer (a step's outputs, reset to a sentinel before the command,
+ * exchange buffers, all in device memory. The request path makes no CUDA call: it writes tagged
+ * 64-bit words into the next ring entry (features first, the command words last, each word
+ * carrying the command's sequence, so the kernel reads everything in one round trip and needs no
+ * separate flag) and spins on the answer (a step's outputs, reset to a sentinel before the command,
  * or the entry's done word), with the watchdog. Commands complete in order; an advance is posted
  * and not waited for (it runs after the reply, before the next command); a step on a slot whose
  * advance is owed posts it first; a slot never reset is reset first.
@@ -126,14 +126,10 @@ static sig_status_t s_post (backend_model_t *m, uint32_t op, uint32_t pos, uint3
     for (uint32_t i = 0; i < outs; i++)
         __atomic_store_n (&y[i], SENTINEL, __ATOMIC_RELAXED);
     uint64_t *w = (uint64_t *) (e + m->lay.cmd);
-    if (m->plan.sync & SIG_LSTM_SYNC_TAGGED_FEATURES) {   /* the earlier layout (kernels.h) */
-        for (uint32_t i = 0; i < nx; i++) {
-            uint32_t bits;
-            memcpy (&bits, &x[i], sizeof bits);
-            __atomic_store_n (&w[2 + i], tag | bits, __ATOMIC_RELAXED);
-        }
-    } else if (nx) {
-        memcpy (w + 2, x, (size_t) nx * sizeof (float));
+    for (uint32_t i = 0; i < nx; i++) {
+        uint32_t bits;
+        memcpy (&bits, &x[i], sizeof bits);
+        __atomic_store_n (&w[2 + i], tag | bits, __ATOMIC_RELAXED);
     }
     __atomic_store_n (&w[1], tag | slot, __ATOMIC_RELAXED);
     /* the sentinels before any word the kernel could act on: a release store last (x86: in order) */
