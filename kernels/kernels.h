@@ -276,7 +276,7 @@ int sig_pingpong_launch (void *box, const sig_persistent_layout_t *layout, uint3
  * shared memory (a prefix of each matrix; the rest read from device memory) in f32, f16 or bf16,
  * accumulating in fp32. Commands come through a ring of SIG_LSTM_RING entries in mapped pinned
  * memory, every 64-bit word tagged with the command's sequence (a word is current when its high
- * half equals the sequence: no separate flag, no extra round trip). Compute capability 9.0 only.
+ * half equals the sequence: no separate flag). Compute capability 9.0 only.
  *
  * Mailbox (sig_lstm_layout): ctrl (u32 stop), ready[blocks] and exited[blocks] (u32 each, written by
  * the kernel), SIG_LSTM_RING entries (entry n % RING carries command n, sequence n + 1):
@@ -315,7 +315,23 @@ typedef struct {            /* tests and benchmarks; all zero is the plan's own 
     uint32_t blocks;        /* cluster size (1..16) or grid size */
     uint32_t grid;          /* 1: GRID mode */
     uint32_t smem_cap;      /* bytes of shared memory per block the plan may use (0: the device's) */
+    uint32_t sync;          /* SIG_LSTM_SYNC_* bits: an earlier synchronisation, to compare (lstmbench --sync) */
+    uint64_t trace;         /* device address of SIG_LSTM_TRACE_RECORDS x SIG_LSTM_TRACE_WORDS zeroed u64: the
+                             * traced instantiation (lstmbench --trace), else 0 */
 } sig_lstm_tuning_t;
+/* The synchronisation before plans 1 and 2 (docs/lstm-notes.md), kept to compare in one binary:
+ * POLL_ROUNDS, block 0 polls the whole ring entry (command words and features) in block-wide
+ * rounds; XCHG_ROUNDS, a cluster's exchanges too re-read every word in block-wide rounds
+ * (__syncthreads_or) until all are current (a grid's always do: measured faster there). */
+enum { SIG_LSTM_SYNC_POLL_ROUNDS = 1, SIG_LSTM_SYNC_XCHG_ROUNDS = 2 };
+/* A trace record (block 0, thread 0, each step and ping): word 0 the op, 1 and 2 %globaltimer (ns)
+ * when the command was seen and when its record was written, 3 + i clock64 at stamp i (0 where
+ * not reached): 0 command seen, 1 features read, 2 broadcast to the other blocks sent, then per
+ * layer k 3 + 3k the gate sums reduced, 4 + 3k h published, 5 + 3k the layer's all-gather complete,
+ * and 3 + 3 L the head's output stored (a ping: 2 its output stored). Records wrap. */
+#define SIG_LSTM_TRACE_RECORDS 4096u
+#define SIG_LSTM_TRACE_WORDS 24u
+#define SIG_LSTM_TRACE_STAMPS (SIG_LSTM_TRACE_WORDS - 3u)
 
 typedef struct {            /* one weight matrix's share of every block: [S][4 gates][active] uint4 */
     uint32_t k;             /* its inputs (K) */
@@ -341,10 +357,12 @@ typedef struct {
     uint32_t max_rows;
     uint32_t smem_bytes, smem_limit;
     uint32_t off_bias, off_hot_g, off_gates, off_hot_c, off_c_run, off_xf, off_hv, off_head, off_bc, off_ag;
-    uint32_t head_in_smem, pad0;
+    uint32_t head_in_smem;
+    uint32_t sync;          /* SIG_LSTM_SYNC_* (tuning) */
     uint64_t image_bytes, bias_image, head_image;
     uint64_t state_bytes, state_g, state_c;
     uint64_t xchg_bytes;
+    uint64_t trace;                  /* tuning's: the traced instantiation's records, else 0 */
     uint64_t weight_bytes;           /* every matrix in this dtype, as packed */
     uint64_t smem_weight_bytes;      /* of which in shared memory (every block together) */
     uint64_t critical_smem_bytes, critical_global_bytes;   /* W_ih (the step's) per block */

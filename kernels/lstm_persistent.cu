@@ -32,18 +32,24 @@
  * barrier, no fence, no flag. All-gathers (a layer's h: every block writes its units' words to
  * every block, every block reads all H) go to each block's shared memory through distributed
  * shared memory (CLUSTER) or to device memory (GRID); readers poll and copy the floats into their
- * own vectors. Each kind has two buffers used by generation parity; a buffer is written again
- * two generations later, by which time every block has read it, because every block reads every
- * all-gather completely, and between two uses of a broadcast buffer there is always an
- * all-gather (commands end with one; the window batches add a one-word "ack"). Block 0 alone
- * talks to the host (several SMs reading mapped memory at once was measured much slower, see
- * docs/persistent-notes.md): it polls the ring entry as a whole (command words and features, one
- * round trip), then broadcasts the command (and a step's features) to the other blocks the same
- * way (CLUSTER: DSMEM; GRID: device memory, the receivers' thread 0 polling two words).
+ * own vectors (CLUSTER: every thread spins on its own words alone, then one __syncthreads; GRID:
+ * block-wide rounds until every word is current, measured faster where 132 blocks poll the same
+ * few L2 lines; docs/lstm-notes.md, plan 2). Each kind has two buffers used by generation parity;
+ * a buffer is written again two generations later, by which time every block has read it, because
+ * every block reads every all-gather completely, and between two uses of a broadcast buffer there
+ * is always an all-gather (commands end with one; the window batches add a one-word "ack"). Block
+ * 0 alone talks to the host (several SMs reading mapped memory at once was measured much slower,
+ * see docs/persistent-notes.md): its thread 0 alone polls the ring entry's two command words (as
+ * the MLP kernel's poll: no block barrier per round), then the block reads a step's features once,
+ * all loads in flight, re-reading only a stale word (docs/lstm-notes.md, plan 1), then broadcasts
+ * the command (and a step's features) to the other blocks as LL words (CLUSTER: DSMEM; GRID:
+ * device memory, the receivers' thread 0 polling two words).
  *
- * MEMORY ORDERING. Host -> kernel: tagged words only (no ordering needed); for WINDOW the plain
- * window_in floats are read after a fence.acq_rel.sys that follows the relaxed loads which saw
- * the command (the acquire pattern), the host having written them before the command's words.
+ * MEMORY ORDERING. Host -> kernel: tagged words only (no ordering needed: a stale word is read
+ * again); for WINDOW the plain window_in floats are read after a fence.acq_rel.sys that follows
+ * the relaxed loads which saw the command (the acquire pattern), the host having written them
+ * before the command's words. (Plain features after an ld.acquire.sys poll, as the MLP kernel,
+ * were measured slower: docs/lstm-notes.md.)
  * Kernel -> host: a step's outputs are st.relaxed.sys, each its own completion (host sentinel);
  * the done word follows (bookkeeping: ring reuse). WINDOW: each output writer fences at system
  * scope, __syncthreads, thread 0 fences again and stores done (release pattern, as the MLP kernel).
@@ -57,9 +63,11 @@
  *
  * This file: the kernel, its launch and l_kernel_for (the instantiations, for the planner's
  * queries); the plan, the layout and the packing are in lstm_persistent_plan.cu; what both share is
- * in lstm_persistent_impl.cuh. Which devices run it: sig_clusters_supported (caps.cu). */
+ * in lstm_persistent_impl.cuh; the stateless device helpers (PTX, arithmetic) in
+ * lstm_persistent_device.cuh. Which devices run it: sig_clusters_supported (caps.cu). */
 #include "cuda_check.h"
 #include "kernels.h"
+#include "lstm_persistent_device.cuh"
 #include "lstm_persistent_impl.cuh"
 #include "sig_device.cuh"
 
@@ -67,102 +75,6 @@
 #include <cuda_fp16.h>
 #include <stddef.h>
 #include <string.h>
-
-/* ---------------------------------------------------------------------------------------------
- * PTX: scopes and semantics said exactly (and in sig_device.cuh, what the MLP's kernel uses too) */
-
-__device__ __forceinline__ void l_st_cluster_u64 (uint32_t addr, uint64_t v)
-{
-    asm volatile ("st.relaxed.cluster.shared::cluster.u64 [%0], %1;" ::"r"(addr), "l"(v) : "memory");
-}
-__device__ __forceinline__ uint64_t l_ld_local_u64 (const uint64_t *p)
-{
-    uint64_t v;
-    asm volatile ("ld.relaxed.cluster.shared::cta.u64 %0, [%1];" : "=l"(v) : "r"(sig_smem_addr (p)) : "memory");
-    return v;
-}
-__device__ __forceinline__ uint64_t l_ld_gpu_u64 (const uint64_t *p)
-{
-    uint64_t v;
-    asm volatile ("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void l_st_gpu_u64 (uint64_t *p, uint64_t v)
-{
-    asm volatile ("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ void l_ld_sys_v2 (const void *p, uint64_t &a, uint64_t &b)
-{
-    asm volatile ("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-__device__ __forceinline__ uint32_t l_ld_sys_u32 (const void *p)
-{
-    uint32_t v;
-    asm volatile ("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ float l_ld_sys_f32 (const void *p)
-{
-    float v;
-    asm volatile ("ld.relaxed.sys.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void l_fence_sys (void) { asm volatile ("fence.acq_rel.sys;" ::: "memory"); }
-
-/* ---------------------------------------------------------------------------------------------
- * Arithmetic */
-
-/* ACC + the chunk's weights (W: 4 f32, or 8 f16 / bf16) times X0 (and X1) */
-template <int DT> __device__ __forceinline__ float l_fma (uint4 w, float4 x0, float4 x1, float acc);
-template <> __device__ __forceinline__ float l_fma<SIG_LSTM_F32> (uint4 w, float4 x0, float4, float acc)
-{
-    acc = fmaf (__uint_as_float (w.x), x0.x, acc);
-    acc = fmaf (__uint_as_float (w.y), x0.y, acc);
-    acc = fmaf (__uint_as_float (w.z), x0.z, acc);
-    return fmaf (__uint_as_float (w.w), x0.w, acc);
-}
-__device__ __forceinline__ float2 l_h2f (uint32_t u)
-{
-    __half2 h;
-    memcpy (&h, &u, sizeof h);
-    return __half22float2 (h);
-}
-template <> __device__ __forceinline__ float l_fma<SIG_LSTM_F16> (uint4 w, float4 x0, float4 x1, float acc)
-{
-    const float2 a = l_h2f (w.x), b = l_h2f (w.y), c = l_h2f (w.z), d = l_h2f (w.w);
-    acc = fmaf (a.x, x0.x, acc);
-    acc = fmaf (a.y, x0.y, acc);
-    acc = fmaf (b.x, x0.z, acc);
-    acc = fmaf (b.y, x0.w, acc);
-    acc = fmaf (c.x, x1.x, acc);
-    acc = fmaf (c.y, x1.y, acc);
-    acc = fmaf (d.x, x1.z, acc);
-    return fmaf (d.y, x1.w, acc);
-}
-__device__ __forceinline__ float l_bf_lo (uint32_t u) { return __uint_as_float (u << 16); }
-__device__ __forceinline__ float l_bf_hi (uint32_t u) { return __uint_as_float (u & 0xffff0000u); }
-template <> __device__ __forceinline__ float l_fma<SIG_LSTM_BF16> (uint4 w, float4 x0, float4 x1, float acc)
-{
-    acc = fmaf (l_bf_lo (w.x), x0.x, acc);
-    acc = fmaf (l_bf_hi (w.x), x0.y, acc);
-    acc = fmaf (l_bf_lo (w.y), x0.z, acc);
-    acc = fmaf (l_bf_hi (w.y), x0.w, acc);
-    acc = fmaf (l_bf_lo (w.z), x1.x, acc);
-    acc = fmaf (l_bf_hi (w.z), x1.y, acc);
-    acc = fmaf (l_bf_lo (w.w), x1.z, acc);
-    return fmaf (l_bf_hi (w.w), x1.w, acc);
-}
-
-__device__ __forceinline__ float l_sig (float x) { return __fdividef (1.0f, 1.0f + __expf (-x)); }
-__device__ __forceinline__ float l_tanh (float x) { return 2.0f * l_sig (2.0f * x) - 1.0f; }
-/* One cell update from the four gates: updates C, returns h. */
-__device__ __forceinline__ float l_cell (float4 g, float &c)
-{
-    const float i = l_sig (g.x), f = l_sig (g.y), gg = l_tanh (g.z), o = l_sig (g.w);
-    c = fmaf (f, c, i * gg);
-    return o * l_tanh (c);
-}
-__device__ __forceinline__ float4 l_add4 (float4 a, float4 b) { return make_float4 (a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 
 /* ---------------------------------------------------------------------------------------------
  * The per-thread context */
@@ -177,7 +89,17 @@ struct l_ctx_t {
     bool lanes;                   /* t < active: this warp takes part in the dot products */
     bool unit;                    /* the unit lane of a unit this block owns */
     uint32_t bcg, agg;            /* LL generations: broadcasts, all-gathers */
+    uint64_t *stamps;             /* the traced instantiation's block 0: this command's stamps
+                                   * (thread 0's; SIG_LSTM_TRACE_STAMPS + 1, the last %globaltimer
+                                   * when seen), else nullptr: the serving kernel has no stamp code */
 };
+
+/* Thread 0 of the traced block 0 notes stamp I (kernels.h: SIG_LSTM_TRACE_*). */
+__device__ __forceinline__ void l_stamp (const l_ctx_t &c, uint32_t i)
+{
+    if (c.stamps && c.t == 0u && i < SIG_LSTM_TRACE_STAMPS)
+        c.stamps[i] = (uint64_t) clock64 ();
+}
 
 template <typename T> __device__ __forceinline__ T *l_at (const l_ctx_t &c, uint32_t off)
 {
@@ -279,6 +201,57 @@ template <int MODE> __device__ __forceinline__ void l_publish (const l_ctx_t &c,
     }
 }
 
+/* Copies N LL words from SRC, each once it carries generation GEN, to DST[MAP (i)]: every thread its
+ * own words (i = t, t + T, ...), up to 4 loads in flight, spinning on a stale word alone; no block
+ * barrier inside (the caller meets at one after). */
+template <int MODE, typename Map>
+__device__ __forceinline__ void l_ll_copy (const uint64_t *src, uint32_t n, uint32_t gen, float *dst, Map map)
+{
+    for (uint32_t i0 = threadIdx.x; i0 < n; i0 += 4u * L_T) {
+        uint64_t w[4];
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u)
+            if (i0 + u * L_T < n)
+                w[u] = l_ll_load<MODE> (src + i0 + u * L_T);
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = i0 + u * L_T;
+            if (i < n) {
+                while ((uint32_t) (w[u] >> 32) != gen)
+                    w[u] = l_ll_load<MODE> (src + i);
+                dst[map (i)] = __uint_as_float ((uint32_t) w[u]);
+            }
+        }
+    }
+}
+
+/* The same in block-wide rounds, every word re-read until all are current (SIG_LSTM_SYNC_XCHG_ROUNDS,
+ * the synchronisation before plan 2). Block-wide. */
+template <int MODE, typename Map>
+__device__ __forceinline__ void l_ll_copy_rounds (const uint64_t *src, uint32_t n, uint32_t gen, float *dst, Map map)
+{
+    for (;;) {
+        bool bad = false;
+        for (uint32_t i = threadIdx.x; i < n; i += L_T) {
+            const uint64_t w = l_ll_load<MODE> (src + i);
+            if ((uint32_t) (w >> 32) != gen)
+                bad = true;
+            else
+                dst[map (i)] = __uint_as_float ((uint32_t) w);
+        }
+        if (!__syncthreads_or (bad))
+            break;
+    }
+}
+
+/* Whether exchanges go in block-wide rounds: a grid's always (every thread of 132 blocks spinning
+ * on the same few L2 lines was measured slower: docs/lstm-notes.md, plan 2), a cluster's under
+ * SIG_LSTM_SYNC_XCHG_ROUNDS. */
+template <int MODE> __device__ __forceinline__ bool l_rounds (const sig_lstm_plan_t &P)
+{
+    return MODE == SIG_LSTM_GRID || (P.sync & SIG_LSTM_SYNC_XCHG_ROUNDS);
+}
+
 /* Waits for the all-gather of layers [LO, HI) and copies it into the vectors. Block-wide. */
 template <int MODE> __device__ __forceinline__ void l_gather (l_ctx_t &c, uint32_t lo, uint32_t hi)
 {
@@ -288,23 +261,18 @@ template <int MODE> __device__ __forceinline__ void l_gather (l_ctx_t &c, uint32
         ++c.agg;
         return;
     }
-    const uint32_t H = P.hidden;
-    const uint64_t *ag = l_ag<MODE> (c) + (c.agg & 1u) * P.ag_words;
-    float *hv = l_at<float> (c, P.off_hv);
-    for (;;) {
-        bool bad = false;
-        for (uint32_t e = lo * H + c.t; e < hi * H; e += L_T) {
-            const uint64_t w = l_ll_load<MODE> (ag + e);
-            if ((uint32_t) (w >> 32) != c.agg) {
-                bad = true;
-            } else {
-                const uint32_t k = e / H;
-                hv[k * P.hs + (e - k * H)] = __uint_as_float ((uint32_t) w);
-            }
-        }
-        if (!__syncthreads_or (bad))
-            break;
-    }
+    const uint32_t H = P.hidden, hs = P.hs;
+    const uint64_t *ag = l_ag<MODE> (c) + (c.agg & 1u) * P.ag_words + lo * H;
+    float *hv = l_at<float> (c, P.off_hv) + lo * hs;
+    const auto at = [H, hs] (uint32_t i) {
+        const uint32_t k = i / H;
+        return k * hs + (i - k * H);
+    };
+    if (l_rounds<MODE> (P))
+        l_ll_copy_rounds<MODE> (ag, (hi - lo) * H, c.agg, hv, at);
+    else
+        l_ll_copy<MODE> (ag, (hi - lo) * H, c.agg, hv, at);
+    __syncthreads ();
     ++c.agg;
 }
 
@@ -351,26 +319,21 @@ __device__ __forceinline__ void l_receive (l_ctx_t &c, bool command, uint32_t nx
     __syncthreads ();
     if (command)
         nx = (cw[0] & 0xffu) == SIG_LSTM_OP_STEP ? P.in : 0u;
-    float *xf = l_at<float> (c, P.off_xf);
-    for (;;) {
-        bool bad = false;
-        for (uint32_t e = c.t; e < nx; e += L_T) {
-            const uint64_t w = l_ll_load<MODE> (bc + 2u + e);
-            if ((uint32_t) (w >> 32) != c.bcg)
-                bad = true;
-            else
-                xf[l_xmap (P, e)] = __uint_as_float ((uint32_t) w);
-        }
-        if (!__syncthreads_or (bad))
-            break;
+    const auto at = [&P] (uint32_t e) { return l_xmap (P, e); };
+    if (l_rounds<MODE> (P)) {
+        l_ll_copy_rounds<MODE> (bc + 2u, nx, c.bcg, l_at<float> (c, P.off_xf), at);
+        return;
     }
+    l_ll_copy<MODE> (bc + 2u, nx, c.bcg, l_at<float> (c, P.off_xf), at);
+    if (!command)
+        __syncthreads ();   /* a command's caller meets at a barrier after reading CW anyway */
 }
 
 /* Block 0: waits for command N (sequence N + 1) in its ring entry, reading the command words and
  * the features in one pass (16 bytes a thread, all in flight at once), or for stop. Returns the
  * op (L_OP_STOP for stop); CW gets the command words, the input buffer a step's features. */
-__device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t n,
-                                                 uint32_t *cw, uint32_t *flag)
+__device__ __forceinline__ uint32_t l_poll_host_rounds (const l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t n,
+                                                        uint32_t *cw, uint32_t *flag)
 {
     const sig_lstm_plan_t &P = *c.P;
     const char *entry = c.box + lay.ring + (size_t) (n % SIG_LSTM_RING) * lay.entry_bytes + lay.cmd;
@@ -406,12 +369,93 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
         const uint32_t op = cw[0] & 0xffu;
         __syncthreads ();   /* flag and cw are written again in the next round */
         if (have) {
-            if (!((op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) && anybad))
+            if (!((op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) && anybad)) {
+                if (c.stamps) {
+                    c.stamps[SIG_LSTM_TRACE_STAMPS] = l_globaltimer ();
+                    l_stamp (c, 0u);
+                    l_stamp (c, 1u);
+                }
                 return op;
+            }
         } else if (stop) {
             return L_OP_STOP;
         }
     }
+}
+
+/* Block 0: the features of the command with sequence SEQ (NW = 2 + in words from ENTRY, the first
+ * two the command words), into the input buffer: every thread its own 16-byte pairs of words, up
+ * to 4 loads in flight, re-reading a pair only while a word of it is stale (the host wrote the
+ * features before the command words, so the first pass normally finds them all). No block barrier
+ * inside. */
+__device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq, uint32_t nw, float *xf)
+{
+    const uint32_t pairs = (nw + 1u) / 2u;
+    for (uint32_t p0 = 1u + threadIdx.x; p0 < pairs; p0 += 4u * L_T) {
+        uint64_t w[4][2];
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u)
+            if (p0 + u * L_T < pairs)
+                l_ld_sys_v2 (entry + 16u * (p0 + u * L_T), w[u][0], w[u][1]);
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t p = p0 + u * L_T, i = 2u * p;   /* word i is feature i - 2 */
+            if (p >= pairs)
+                continue;
+            const bool two = i + 1u < nw;
+            while ((uint32_t) (w[u][0] >> 32) != seq || (two && (uint32_t) (w[u][1] >> 32) != seq))
+                l_ld_sys_v2 (entry + 16u * p, w[u][0], w[u][1]);
+            xf[i - 2u] = __uint_as_float ((uint32_t) w[u][0]);
+            if (two)
+                xf[i - 1u] = __uint_as_float ((uint32_t) w[u][1]);
+        }
+    }
+}
+
+/* Block 0: waits for command N (sequence N + 1) in its ring entry, or for stop. Thread 0 alone
+ * polls: the stop word and the entry's two command words (16 bytes), issued back to back, one
+ * round trip a poll and no block barrier per round (as the MLP kernel's poll); then a step's or a
+ * ping's features are read once by the whole block (l_read_features). Returns the op (L_OP_STOP
+ * for stop); CW gets the command words, the input buffer a step's features. Block-wide. */
+__device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t n,
+                                                 uint32_t *cw, uint32_t *flag)
+{
+    const sig_lstm_plan_t &P = *c.P;
+    if (P.sync & SIG_LSTM_SYNC_POLL_ROUNDS)
+        return l_poll_host_rounds (c, lay, n, cw, flag);
+    const char *entry = c.box + lay.ring + (size_t) (n % SIG_LSTM_RING) * lay.entry_bytes + lay.cmd;
+    const uint32_t seq = n + 1u;
+    if (c.t == 0u) {
+        uint32_t have = 0u;
+        for (;;) {
+            const uint32_t stop = l_ld_sys_u32 (c.box + lay.ctrl);   /* issued first: one round trip for both */
+            uint64_t w0, w1;
+            l_ld_sys_v2 (entry, w0, w1);
+            if ((uint32_t) (w0 >> 32) == seq && (uint32_t) (w1 >> 32) == seq) {
+                if (c.stamps) {
+                    c.stamps[SIG_LSTM_TRACE_STAMPS] = l_globaltimer ();
+                    l_stamp (c, 0u);
+                }
+                cw[0] = (uint32_t) w0;
+                cw[1] = (uint32_t) w1;
+                have = 1u;
+                break;
+            }
+            if (stop)
+                break;
+        }
+        flag[0] = have;
+    }
+    __syncthreads ();
+    if (!flag[0])
+        return L_OP_STOP;
+    const uint32_t op = cw[0] & 0xffu;
+    if (op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) {
+        l_read_features (entry, seq, 2u + P.in, l_at<float> (c, P.off_xf));
+        __syncthreads ();   /* the features complete; flag and cw read by all before the next poll */
+        l_stamp (c, 1u);
+    }
+    return op;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -478,6 +522,7 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
         float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
         if (c.lanes)
             acc = l_reduce (l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc), P.group);
+        l_stamp (c, 3u + 3u * k);
         if (c.unit) {
             if (k == 0u)
                 *l_ring (c, slot, pos) = acc;   /* W_ih x, for the advances to come */
@@ -485,10 +530,14 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
             const float h = l_cell (l_add4 (acc, hot_g[k * U + c.j]), cc);
             l_publish<MODE> (c, k, h);
         }
+        l_stamp (c, 4u + 3u * k);
         l_gather<MODE> (c, k, k + 1u);
+        l_stamp (c, 5u + 3u * k);
     }
-    if (c.b == 0u)
+    if (c.b == 0u) {
         l_head (c, out, false);
+        l_stamp (c, 3u + 3u * P.layers);
+    }
 }
 
 /* T steps from a zero state, step t's layer-0 projection at ring position (FIRST + t) % W of
@@ -625,7 +674,26 @@ __device__ __forceinline__ void l_window (l_ctx_t &c, const sig_lstm_layout_t &l
     }
 }
 
-template <int DT, int MODE>
+/* One record of the traced block 0 (thread 0): op, when seen and now (%globaltimer), the stamps;
+ * the stamps cleared for the next command. */
+__device__ __forceinline__ void l_trace_record (const l_ctx_t &c, uint32_t op, uint32_t &traced)
+{
+    if (!c.stamps || c.t != 0u)
+        return;
+    uint64_t *rec = reinterpret_cast<uint64_t *> (c.P->trace)
+                    + (size_t) (traced++ % SIG_LSTM_TRACE_RECORDS) * SIG_LSTM_TRACE_WORDS;
+    rec[0] = op;
+    rec[1] = c.stamps[SIG_LSTM_TRACE_STAMPS];
+    rec[2] = l_globaltimer ();
+    for (uint32_t i = 0; i < SIG_LSTM_TRACE_STAMPS; ++i) {
+        rec[3u + i] = c.stamps[i];
+        c.stamps[i] = 0u;
+    }
+}
+
+/* TR: the traced instantiation (block 0 stamps its phases, kernels.h SIG_LSTM_TRACE_*); the serving
+ * one (TR false) has no stamp code (c.stamps is nullptr, known at compile time). */
+template <int DT, int MODE, bool TR>
 static __global__ void __launch_bounds__ (L_T, 1)
 l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, char *box)
 {
@@ -661,6 +729,12 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
     c.unit = c.lanes && c.l == 0u && c.j < c.nu;
     c.bcg = 0u;
     c.agg = 1u;
+    uint64_t stamps[TR ? SIG_LSTM_TRACE_STAMPS + 1u : 1u];   /* thread-local: no shared memory taken */
+    c.stamps = TR && c.b == 0u && P.trace ? stamps : nullptr;
+    if (c.stamps)
+        for (uint32_t i = 0; i < SIG_LSTM_TRACE_STAMPS; ++i)
+            stamps[i] = 0u;
+    uint32_t traced = 0u;   /* the traced block 0's records */
 
     /* Set up: everything zero (padding must hold finite values), this block's share of the
      * weights, its biases, the head (block 0 reads it; every block has the room). */
@@ -706,8 +780,10 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
             if (op == SIG_LSTM_OP_PING) {
                 if (c.t == 0u) {
                     sig_st_sys_output (entry + lay.outputs, l_at<float> (c, P.off_xf)[0]);
+                    l_stamp (c, 2u);
                     sig_st_sys_u32 (entry + lay.done, n);
                 }
+                l_trace_record (c, op, traced);
                 continue;
             }
             if (op == SIG_LSTM_OP_STALL) {
@@ -725,9 +801,11 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
             if (op != SIG_LSTM_OP_STEP && op != SIG_LSTM_OP_ADVANCE && op != SIG_LSTM_OP_RESET
                 && op != SIG_LSTM_OP_WINDOW)
                 op = L_OP_STOP;   /* an unknown command stops the kernel rather than guess */
-            if (c.B > 1u)
+            if (c.B > 1u) {
                 l_broadcast<MODE> (c, op == L_OP_STOP ? L_OP_STOP : s_cw[0], s_cw[1],
                                    op == SIG_LSTM_OP_STEP ? P.in : 0u);
+                l_stamp (c, 2u);
+            }
         } else {
             l_receive<MODE> (c, true, 0u, s_cw);
             op = s_cw[0] & 0xffu;
@@ -741,6 +819,7 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
             l_step<DT, MODE> (c, slot, pos, hot, reinterpret_cast<float *> (entry + lay.outputs));
             if (c.b == 0u && c.t == 0u)
                 sig_st_sys_u32 (entry + lay.done, n);
+            l_trace_record (c, op, traced);
             break;
         case SIG_LSTM_OP_RESET:
         case SIG_LSTM_OP_ADVANCE:
@@ -771,17 +850,22 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
 /* ---------------------------------------------------------------------------------------------
  * Host side: kernel lookup, device check, launch (plan, layout, pack: lstm_persistent_plan.cu) */
 
-const void *l_kernel_for (uint32_t dtype, uint32_t mode)
+template <bool TR> static const void *l_kernel_of (uint32_t dtype, uint32_t mode)
 {
     switch (dtype * 2u + mode) {
-    case 0: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_CLUSTER>;
-    case 1: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_GRID>;
-    case 2: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_CLUSTER>;
-    case 3: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_GRID>;
-    case 4: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_CLUSTER>;
-    case 5: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_GRID>;
+    case 0: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_CLUSTER, TR>;
+    case 1: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_GRID, TR>;
+    case 2: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_CLUSTER, TR>;
+    case 3: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_GRID, TR>;
+    case 4: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_CLUSTER, TR>;
+    case 5: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_GRID, TR>;
     default: return nullptr;
     }
+}
+
+const void *l_kernel_for (uint32_t dtype, uint32_t mode, bool traced)
+{
+    return traced ? l_kernel_of<true> (dtype, mode) : l_kernel_of<false> (dtype, mode);
 }
 
 extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void *box, const sig_lstm_plan_t *p,
@@ -789,7 +873,7 @@ extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void
 {
     if (!image || !state || !box || !p || !p->blocks || (p->mode == SIG_LSTM_GRID && !xchg))
         return (int) cudaErrorInvalidValue;
-    const void *fn = l_kernel_for (p->dtype, p->mode);
+    const void *fn = l_kernel_for (p->dtype, p->mode, p->trace != 0u);
     if (!fn)
         return (int) cudaErrorInvalidValue;
     cudaLaunchAttribute attr;

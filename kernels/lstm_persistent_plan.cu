@@ -128,7 +128,7 @@ static bool l_build (const sig_lstm_net_t *n, uint32_t dtype, uint32_t mode, uin
 /* Whether the planned launch can be placed at all on DEVICE. */
 static cudaError_t l_placeable (const sig_lstm_plan_t *p, int device, int sms, bool *ok)
 {
-    const void *fn = l_kernel_for (p->dtype, p->mode);
+    const void *fn = l_kernel_for (p->dtype, p->mode, false);
     *ok = false;
     if (p->mode == SIG_LSTM_GRID || p->blocks == 1u) {
         int per_sm = 0;
@@ -169,7 +169,7 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
                   "window %u, weight type %u)", n->layers, n->hidden, n->in, n->out, n->window, dtype);
         return (int) cudaErrorInvalidValue;
     }
-    const sig_lstm_tuning_t none = { 0u, 0u, 0u };
+    const sig_lstm_tuning_t none = {};
     const sig_lstm_tuning_t *tu = tuning ? tuning : &none;
     int optin = 0, sms = 0;
     cudaError_t e = cudaDeviceGetAttribute (&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -178,13 +178,15 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
     if (e != cudaSuccess)
         return (int) e;
     /* every instantiation may take the whole opt-in limit (set once, the same value every time) */
-    uint32_t statics[2] = { 0u, 0u };
-    for (uint32_t mode = 0; mode < 2u; ++mode) {
-        const void *fn = l_kernel_for (dtype, mode);
+    uint32_t statics[2] = { 0u, 0u };   /* the larger of the serving and the traced instantiation's */
+    for (uint32_t v = 0; v < 4u; ++v) {
+        const uint32_t mode = v & 1u;
+        const void *fn = l_kernel_for (dtype, mode, v >= 2u);
         cudaFuncAttributes fa;
         if ((e = cudaFuncGetAttributes (&fa, fn)) != cudaSuccess)
             return (int) e;
-        statics[mode] = (uint32_t) fa.sharedSizeBytes;
+        if ((uint32_t) fa.sharedSizeBytes > statics[mode])
+            statics[mode] = (uint32_t) fa.sharedSizeBytes;
         if ((e = cudaFuncSetAttribute (fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int) fa.sharedSizeBytes))
                 != cudaSuccess)
             return (int) e;
@@ -239,6 +241,8 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         memcpy (plan->why, why, sizeof why);
         return (int) cudaErrorNotSupported;
     }
+    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS);
+    plan->trace = tu->trace;
     return (int) cudaSuccess;
 }
 

@@ -283,10 +283,14 @@ START_TEST (launch_shapes)
                                .head_act = ACTIVATION_TANH };
     const lstm_shape_t one = { .layers = 1, .step_size = 5, .hidden = 20, .out = 1, .window = 1 };
     const struct { sig_lstm_tuning_t t; const char *label; } cases[] = {
-        { { 1, 0, 0 }, "cluster 1" },  { { 2, 0, 0 }, "cluster 2" },  { { 4, 0, 0 }, "cluster 4" },
-        { { 8, 0, 0 }, "cluster 8" },  { { 16, 0, 0 }, "cluster 16" }, { { 6, 1, 0 }, "grid 6" },
-        { { 1, 0, 40960 }, "cluster 1, 40 KiB" }, { { 4, 0, 49152 }, "cluster 4, 48 KiB" },
-        { { 5, 1, 40960 }, "grid 5, 40 KiB" },
+        { { .blocks = 1 }, "cluster 1" },  { { .blocks = 2 }, "cluster 2" },  { { .blocks = 4 }, "cluster 4" },
+        { { .blocks = 8 }, "cluster 8" },  { { .blocks = 16 }, "cluster 16" }, { { .blocks = 6, .grid = 1 }, "grid 6" },
+        { { .blocks = 1, .smem_cap = 40960 }, "cluster 1, 40 KiB" },
+        { { .blocks = 4, .smem_cap = 49152 }, "cluster 4, 48 KiB" },
+        { { .blocks = 5, .grid = 1, .smem_cap = 40960 }, "grid 5, 40 KiB" },
+        /* the synchronisation before plans 1 and 2, kept to compare (lstmbench --sync) */
+        { { .blocks = 4, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "cluster 4, old sync" },
+        { { .blocks = 6, .grid = 1, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "grid 6, old sync" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int d = 0; d < 3; d++) {
@@ -301,7 +305,7 @@ END_TEST
  * the numbers must not. */
 START_TEST (small_every_cluster)
 {
-    const sig_lstm_tuning_t t[] = { { 1, 0, 0 }, { 2, 0, 0 }, { 4, 0, 0 }, { 8, 0, 0 }, { 16, 1, 0 } };
+    const sig_lstm_tuning_t t[] = { { .blocks = 1 }, { .blocks = 2 }, { .blocks = 4 }, { .blocks = 8 }, { .blocks = 16, .grid = 1 } };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         s_check_model (&LSTM_SHAPE_SMALL, WEIGHT_DTYPE_F16, &t[i], 3, 70, 3, 10, 1, "small, forced");
 }

@@ -29,7 +29,11 @@ if [ "${TESTS:-1}" = 1 ]; then
 # The GPU suite in one process (CK_FORK=no: one CUDA context, as in the server), bounded: a test
 # that hangs next to a resident persistent kernel must not take the whole call. CUDA_CASE names
 # one of its cases (kernels, persistent, lost) to run alone.
-if [ -n "${CUDA_CASE:-}" ]; then
+# Skipped when GPU_TESTS names suites and test_cuda is not one of them.
+case " ${GPU_TESTS:-test_cuda} " in *" test_cuda "*) run_cuda=1 ;; *) run_cuda=0 ;; esac
+if [ "$run_cuda" = 0 ]; then
+    :
+elif [ -n "${CUDA_CASE:-}" ]; then
     step test_cuda env CK_FORK=no CK_RUN_CASE="$CUDA_CASE" timeout "${CUDA_TIMEOUT:-400}" $BUILD/tests/test_cuda
 else
     step test_cuda env CK_FORK=no timeout "${CUDA_TIMEOUT:-400}" $BUILD/tests/test_cuda
@@ -42,10 +46,12 @@ fi
 for t in $BUILD/tests/test_*; do
     n=$(basename "$t"); [ "$n" = test_cuda ] && continue; case "$n" in *.log) continue;; esac
     if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $n "*) ;; *) continue;; esac; fi
-    case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no timeout 600 "$t" ;; *) step "$n" timeout 300 "$t" ;; esac
+    case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no timeout "${LSTM_TEST_TIMEOUT:-600}" "$t" ;; *) step "$n" timeout 300 "$t" ;; esac
 done
+# TORCH=lstm: the LSTM comparison alone.
 [ "${TORCH:-1}" = 1 ] && step torch_export python3 tests/python/test_torch_export.py
-[ "${TORCH:-1}" = 1 ] && [ -f "$BUILD/lstmbench" ] && step torch_lstm timeout 60 python3 tests/python/test_lstm_torch.py
+case "${TORCH:-1}" in 1|lstm) torch_lstm=1 ;; *) torch_lstm=0 ;; esac
+[ "$torch_lstm" = 1 ] && [ -f "$BUILD/lstmbench" ] && step torch_lstm timeout 60 python3 tests/python/test_lstm_torch.py
 fi
 # LSTM streaming steps (issue 13): every size, f16 and f32 weights, floors in the same run; the
 # CPU rows beside them (tools/lstm-gpu.sh has the longer run).
@@ -58,6 +64,48 @@ fi
 if [ "${INSTANCES:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
     step lstm_instances timeout 300 $BUILD/lstmbench --sizes small,medium --backends cuda --dtypes f16 --no-window \
         --instances "${INSTANCE_COUNTS:-1,2,4,8}" --cpu 2 --iterations 10000 --warmup 500 --seconds 4
+fi
+# A/B of the LSTM kernel against another build's lstmbench (BASE_LSTMBENCH), the GPU step rows and
+# floors of LSTM_DTYPES (default f16,f32), core 2, LSTM_AB_ROUNDS rounds (default 2) in the order A B,
+# B A, ...; the p50/p99 of every row per build and round in $OUT/lstm_ab.txt. LSTM_ARGS adds options.
+if [ -n "${BASE_LSTMBENCH:-}" ] && [ -f "$BUILD/lstmbench" ]; then
+    lab () {   # lab base|new ROUND
+        bin=$BUILD/lstmbench; [ "$1" = base ] && bin=$BASE_LSTMBENCH
+        step "lstm_$1_$2" timeout "${LSTM_AB_TIMEOUT:-150}" taskset -c 2 "$bin" --backends cuda --dtypes "${LSTM_DTYPES:-f16,f32}" --no-window \
+            --iterations 10000 --warmup 500 --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
+    }
+    for round in $(seq 1 "${LSTM_AB_ROUNDS:-2}"); do
+        if [ $((round % 2)) = 1 ]; then lab base "$round"; lab new "$round"; else lab new "$round"; lab base "$round"; fi
+    done
+    for f in "$LOGS"/lstm_base_*.log "$LOGS"/lstm_new_*.log; do
+        echo "$(basename "$f" .log)"
+        grep -E '^\| (small|medium|large)' "$f" | awk -F'|' '{sub(/ \(n [0-9]+[^)]*\)/, "", $2); printf "  %-62s %7s %7s\n", $2, $3, $5}'
+    done >"$OUT/lstm_ab.txt"
+fi
+# The LSTM kernel's synchronisation variants in one binary (LSTM_VARIANTS, lstmbench --sync: 0 today's,
+# 1 the old poll, 2 a cluster's exchanges in rounds, 3 both, +8 tagged features); LSTM_TRACE=1: then
+# the traced instantiation of today's kernel (--sync 0 --trace), its per-phase rows beside the serving
+# rows; LSTM_DTYPES, LSTM_SECONDS as above; the p50/p99 of every row in $OUT/lstm_variants.txt.
+lstm_rows () { grep -hE '^\| (small|medium|large)' "$@" | awk -F'|' '{sub(/ \(n [0-9]+[^)]*\)/, "", $2); printf "%-100s %7s %7s\n", $2, $3, $5}'; }
+if [ -n "${LSTM_VARIANTS:-}" ] && [ -f "$BUILD/lstmbench" ]; then
+    step lstm_variants timeout "${LSTM_VARIANTS_TIMEOUT:-200}" taskset -c 2 $BUILD/lstmbench --backends cuda \
+        --dtypes "${LSTM_DTYPES:-f16,f32}" --sync "$LSTM_VARIANTS" \
+        --no-window --iterations 10000 --warmup 500 --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
+    lstm_rows "$LOGS/lstm_variants.log" >"$OUT/lstm_variants.txt"
+fi
+if [ "${LSTM_TRACE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+    step lstm_trace timeout "${LSTM_TRACE_TIMEOUT:-120}" taskset -c 2 $BUILD/lstmbench --backends cuda \
+        --dtypes "${LSTM_DTYPES:-f16,f32}" --sync 0 --trace \
+        --no-window --iterations 10000 --warmup 500 --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
+    lstm_rows "$LOGS/lstm_trace.log" >>"$OUT/lstm_variants.txt"
+fi
+# compute-sanitizer memcheck over the LSTM kernel (LSTM_SANITIZE=1): cluster 1 and 4 in f32 and bf16,
+# grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish.
+if [ "${LSTM_SANITIZE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+    step lstm_memcheck_cluster timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \
+        --backends cuda --sizes small,2:5:33:70 --dtypes f32,bf16 --blocks 1,4 --iterations 60 --warmup 5 --no-floors --seconds 5
+    step lstm_memcheck_grid timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \
+        --backends cuda --sizes 2:5:33:70 --dtypes f16 --grid --blocks 6 --iterations 60 --warmup 5 --no-floors --seconds 5
 fi
 # racecheck is left out: on the fused kernel (a 1024-thread, 8-block cluster) it did not finish in
 # 500 s on an H200 (2026-11-21); memcheck covers every kernel.
@@ -156,7 +204,7 @@ if [ "${SERVING:-0}" = 1 ]; then
         bash tools/gpu-serving.sh >"$LOGS/serving.log" 2>&1
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
-echo; cat "$OUT/env.txt"; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
+echo; cat "$OUT/env.txt"; [ -f "$OUT/lstm_ab.txt" ] && { echo "LSTM A/B, p50 / p99 per row:"; cat "$OUT/lstm_ab.txt"; }; [ -f "$OUT/lstm_variants.txt" ] && { echo "LSTM variants, p50 / p99:"; cat "$OUT/lstm_variants.txt"; }; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
 [ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log";
 for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
 grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;

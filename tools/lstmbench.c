@@ -54,6 +54,8 @@ typedef struct {
     uint32_t slots;
     int no_window, no_floors;
     const char *instances;  /* CUDA: "" or a list of instance counts, each driven at once (a row each) */
+    const char *sync;       /* CUDA: a list of SIG_LSTM_SYNC_* values, the rows of each launch size per value */
+    int trace;              /* CUDA: also the traced instantiation, its phases as rows */
     /* --check */
     const char *check, *backend, *dtype;
     uint32_t window;
@@ -68,6 +70,10 @@ static void s_usage (FILE *out)
              "                 [--blocks B1,B2,..] [--grid] [--slots N] [--no-window] [--no-floors]\n"
              "                 [--instances N1,N2,..]   (CUDA: N instances on GPU 0, a thread each driving its own\n"
              "                  stream at once, pinned to --cpu + k: one step row over all their steps per N)\n"
+             "                 [--sync S1,S2,..]   (CUDA: the rows once per synchronisation: 0 today's, 1 the old\n"
+             "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds (a grid's always), 3 both)\n"
+             "                 [--trace]   (CUDA: also the traced instantiation of the kernel: where a step's and\n"
+             "                  a ping's time goes in the kernel, a row per phase, beside the serving kernel's rows)\n"
              "       lstmbench --check FILE --window W [--head-act none|relu|sigmoid|tanh] [--backend cpu|cuda]\n"
              "                 [--dtype f32|f16|bf16]   (floats on stdin: a window, then steps)\n"
              "sizes: small, medium, large (the issue's), or LAYERS:WINDOW:INPUTS:UNITS[:OUTPUTS]\n");
@@ -296,11 +302,104 @@ static int s_bench_pingpong (const options_t *o, uint32_t in, uint64_t *seed, ro
 }
 #endif
 
+#ifdef SIGSERVE_HAVE_CUDA
+/* The name of trace stamp I of a model of L layers (kernels.h: SIG_LSTM_TRACE_*). */
+static void s_stamp_name (uint32_t i, uint32_t L, bool ping, char *out, size_t len)
+{
+    if (i == 0)
+        snprintf (out, len, "seen");
+    else if (i == 1)
+        snprintf (out, len, "features read");
+    else if (i == 2)
+        snprintf (out, len, ping ? "output stored" : "broadcast sent");
+    else if (i == 3 + 3 * L)
+        snprintf (out, len, "output stored");
+    else
+        snprintf (out, len, "L%u %s", (i - 3) / 3, (i - 3) % 3 == 0 ? "gates" : (i - 3) % 3 == 1 ? "h published" : "gathered");
+}
+
+/* The records of the traced kernel (stopped) at device address TRACE: for the steps (or, when there
+ * are none, the pings) a row per phase, from each stamp to the next one reached, and seen -> output
+ * (the kernel's part of the critical path); clock64 converted at the clock measured over the records
+ * (%globaltimer against clock64). The buffer is zeroed again for the next use. */
+static int s_trace_rows (const options_t *o, const char *size, const char *dname, const char *how, uint64_t trace,
+                         size_t layers, row_t *r)
+{
+    const size_t words = (size_t) SIG_LSTM_TRACE_RECORDS * SIG_LSTM_TRACE_WORDS;
+    uint64_t *h = malloc (words * sizeof *h);
+    if (!h || cudaMemcpy (h, (void *) (uintptr_t) trace, words * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess
+        || cudaMemset ((void *) (uintptr_t) trace, 0, words * sizeof *h) != cudaSuccess) {
+        fprintf (stderr, "lstmbench: --trace: the records could not be read\n");
+        free (h);
+        return -1;
+    }
+    const uint32_t L = (uint32_t) layers, last = 3 + 3 * L < SIG_LSTM_TRACE_STAMPS ? 3 + 3 * L : SIG_LSTM_TRACE_STAMPS - 1;
+    uint32_t steps = 0, pings = 0;
+    double cycles = 0, ns = 0;
+    for (uint32_t k = 0; k < SIG_LSTM_TRACE_RECORDS; k++) {
+        const uint64_t *rec = h + (size_t) k * SIG_LSTM_TRACE_WORDS;
+        steps += rec[0] == SIG_LSTM_OP_STEP;
+        pings += rec[0] == SIG_LSTM_OP_PING;
+        const uint32_t end = rec[0] == SIG_LSTM_OP_PING ? 2 : last;
+        if (rec[0] && rec[3] && rec[3 + end] && rec[2] > rec[1]) {
+            cycles += (double) (rec[3 + end] - rec[3]);
+            ns += (double) (rec[2] - rec[1]);
+        }
+    }
+    const bool ping = steps == 0;
+    const uint64_t op = ping ? SIG_LSTM_OP_PING : SIG_LSTM_OP_STEP;
+    const double mhz = ns > 0 ? cycles / ns * 1e3 : 0;
+    if (!(steps || pings) || mhz <= 0) {
+        printf ("| %s cuda %s traced [%s]: no records | | | | | | | | |\n", size, dname, how);
+        free (h);
+        return 0;
+    }
+    char label[256], a[32], b[32];
+    const uint32_t end = ping ? 2 : last, cap = o->iterations + 16;
+    for (uint32_t i = 0; i <= end; i++) {   /* the phase ending at stamp i (i = 0: seen -> output) */
+        r->n = 0;
+        uint32_t shown = 0;                  /* the stamp the phase starts at, as first found */
+        for (uint32_t k = 0; k < SIG_LSTM_TRACE_RECORDS && r->n < cap; k++) {
+            const uint64_t *rec = h + (size_t) k * SIG_LSTM_TRACE_WORDS;
+            const uint32_t to = i == 0 ? end : i;
+            if (rec[0] != op || !rec[3 + to] || !rec[3])
+                continue;
+            uint32_t from = 0;
+            if (i > 0) {   /* the latest earlier stamp reached (no broadcast in one block) */
+                from = i - 1;
+                while (from > 0 && !rec[3 + from])
+                    from--;
+            }
+            if (r->n == 0)
+                shown = from;
+            r->samples[r->n++] = (double) (rec[3 + to] - rec[3 + from]) / mhz;
+        }
+        if (!r->n)
+            continue;
+        if (i == 0) {
+            s_stamp_name (end, L, ping, b, sizeof b);
+            snprintf (label, sizeof label, "%s cuda %s traced %s, in the kernel: seen -> %s [%s]", size, dname,
+                      ping ? "ping" : "step", b, how);
+        } else {
+            const uint32_t from = shown;
+            s_stamp_name (from, L, ping, a, sizeof a);
+            s_stamp_name (i, L, ping, b, sizeof b);
+            snprintf (label, sizeof label, "%s cuda %s traced %s: %s -> %s", size, dname, ping ? "ping" : "step", a, b);
+        }
+        snprintf (r->note, sizeof r->note, "SM clock %.0f MHz", mhz);
+        s_print (label, r);
+    }
+    free (h);
+    return 0;
+}
+#endif
+
 /* One backend, weight type and launch size (BLOCKS; 0: the plan's): load, the rows, destroy. A
  * model that does not load is a row saying why, not a failure. FIRST: the first launch size of
  * this weight type (the ping floor is measured once). */
 static int s_bench_model (const options_t *o, const char *size, const char *bname, const char *dname, uint32_t blocks,
-                          bool first, const weights_t *w, model_config_t *cfg, uint64_t *seed, row_t *r)
+                          uint32_t sync, uint64_t trace, bool first, const weights_t *w, model_config_t *cfg,
+                          uint64_t *seed, row_t *r)
 {
     const backend_iface_t *B = s_iface (bname);
     const bool cuda = strcmp (bname, "cuda") == 0;
@@ -313,12 +412,14 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
     cfg->watchdog_ms = 10000;
 #ifdef SIGSERVE_HAVE_CUDA
     if (cuda) {
-        const sig_lstm_tuning_t t = { blocks, (uint32_t) o->grid, 0 };
+        const sig_lstm_tuning_t t = { .blocks = blocks, .grid = (uint32_t) o->grid, .sync = sync, .trace = trace };
         lstm_cuda_tuning (&t);
     }
 #else
     (void) blocks;
     (void) first;
+    (void) sync;
+    (void) trace;
 #endif
     const double t0 = clock_now_us ();
     backend_model_t *m = B->load (w, cfg, 0, err, sizeof err);
@@ -331,8 +432,9 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
 #ifdef SIGSERVE_HAVE_CUDA
     if (cuda) {
         const sig_lstm_plan_t *p = lstm_cuda_plan (m);
-        snprintf (how, sizeof how, "%s %u, %u KiB smem", p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks,
-                  p->smem_bytes >> 10);
+        static const char *const syncs[4] = { "", ", old poll", ", old exchanges", ", old poll and exchanges" };
+        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks,
+                  p->smem_bytes >> 10, syncs[p->sync & 3u], trace ? ", TRACED" : "");
     }
 #endif
     fprintf (stderr, "lstmbench: %s %s %s loaded in %.0f ms (%s)\n", size, bname, dname, load_ms, how);
@@ -342,6 +444,26 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
     snprintf (label, sizeof label, "%s %s %s step, critical path [%s]", size, bname, dname, how);
     if (rc == 0)
         s_print (label, r);
+    if (rc == 0 && trace) {   /* the traced launch: its step row, then (f32) its pings; no window */
+#ifdef SIGSERVE_HAVE_CUDA
+        if (cuda && cfg->weight_dtype == WEIGHT_DTYPE_F32 && first) {
+            B->destroy (&m);   /* the step records are read once this kernel stops */
+            rc = s_trace_rows (o, size, dname, how, trace, l->layer_count, r);
+            if (rc == 0 && (m = B->load (w, cfg, 0, err, sizeof err)) == NULL) {
+                printf ("| %s %s %s: %s | | | | | | | | |\n", size, bname, dname, err);
+                return 0;
+            }
+            r->n = 0;
+            r->note[0] = 0;
+            if (rc == 0 && (rc = s_bench_ping (o, m, l->step_size, seed, r)) == 0) {
+                snprintf (label, sizeof label, "%s floor: LSTM ring ping, no compute [%s]", size, how);
+                s_print (label, r);
+            }
+        }
+        B->destroy (&m);
+        return rc == 0 ? s_trace_rows (o, size, dname, how, trace, l->layer_count, r) : rc;
+#endif
+    }
     if (rc == 0 && !o->no_window) {
         r->n = 0;
         r->note[0] = 0;
@@ -500,9 +622,28 @@ static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, c
 #endif
             char bl[128];
             snprintf (bl, sizeof bl, "%s", cuda && o->blocks[0] ? o->blocks : "0");
-            for (char *s3 = NULL, *bstr = strtok_r (bl, ",", &s3); bstr && rc == 0; bstr = strtok_r (NULL, ",", &s3))
-                rc = s_bench_model (o, size, bname, dname, (uint32_t) strtoul (bstr, NULL, 10), bstr == bl, w, &cfg,
-                                    seed, &r);
+            for (char *s3 = NULL, *bstr = strtok_r (bl, ",", &s3); bstr && rc == 0; bstr = strtok_r (NULL, ",", &s3)) {
+                char sl[64];
+                snprintf (sl, sizeof sl, "%s", cuda ? o->sync : "0");
+                for (char *s5 = NULL, *sy = strtok_r (sl, ",", &s5); sy && rc == 0; sy = strtok_r (NULL, ",", &s5)) {
+                    const uint32_t blocks = (uint32_t) strtoul (bstr, NULL, 10), sync = (uint32_t) strtoul (sy, NULL, 10);
+                    rc = s_bench_model (o, size, bname, dname, blocks, sync, 0, bstr == bl && sy == sl, w, &cfg, seed, &r);
+#ifdef SIGSERVE_HAVE_CUDA
+                    if (rc == 0 && cuda && o->trace) {   /* the traced instantiation, beside the serving rows */
+                        const size_t bytes = (size_t) SIG_LSTM_TRACE_RECORDS * SIG_LSTM_TRACE_WORDS * sizeof (uint64_t);
+                        void *d = NULL;
+                        if (cudaMalloc (&d, bytes) != cudaSuccess || cudaMemset (d, 0, bytes) != cudaSuccess) {
+                            fprintf (stderr, "lstmbench: --trace: no device memory for the records\n");
+                            rc = -1;
+                        } else {
+                            rc = s_bench_model (o, size, bname, dname, blocks, sync, (uint64_t) (uintptr_t) d,
+                                                bstr == bl && sy == sl, w, &cfg, seed, &r);
+                        }
+                        cudaFree (d);
+                    }
+#endif
+                }
+            }
         }
 #ifdef SIGSERVE_HAVE_CUDA
         if (rc == 0 && cuda && !o->no_floors) {   /* a failure here is reported, not fatal */
@@ -602,7 +743,7 @@ int main (int argc, char **argv)
     options_t o = { .sizes = "small,medium,large", .dtypes = "f32,f16,bf16", .backends = "cpu,cuda",
                     .iterations = 10000, .warmup = 1000, .seconds = 60, .cpu = -1, .wait = CUDA_WAIT_SPIN,
                     .slots = 4, .backend = "cpu", .dtype = "f32", .head_act = ACTIVATION_NONE, .blocks = "",
-                    .instances = "" };
+                    .instances = "", .sync = "0" };
     o.seed = (uint64_t) time (NULL) * 0x9e3779b97f4a7c15ull;
     static const struct option longs[] = {
         { "sizes", required_argument, 0, 's' },      { "dtypes", required_argument, 0, 'd' },
@@ -615,6 +756,7 @@ int main (int argc, char **argv)
         { "window", required_argument, 0, 'W' },     { "head-act", required_argument, 0, 'a' },
         { "backend", required_argument, 0, 'e' },    { "dtype", required_argument, 0, 't' },
         { "instances", required_argument, 0, 'I' },  { "help", no_argument, 0, 'h' },
+        { "sync", required_argument, 0, 'y' },       { "trace", no_argument, 0, 'T' },
         { 0, 0, 0, 0 },
     };
     for (int c; (c = getopt_long (argc, argv, "h", longs, NULL)) != -1;) {
@@ -641,6 +783,8 @@ int main (int argc, char **argv)
         case 'e': o.backend = optarg; break;
         case 't': o.dtype = optarg; break;
         case 'I': o.instances = optarg; break;
+        case 'y': o.sync = optarg; break;
+        case 'T': o.trace = 1; break;
         case 'h': s_usage (stdout); return 0;
         default: s_usage (stderr); return 2;
         }

@@ -1,0 +1,119 @@
+/* lstm persistent: the device helpers of lstm_persistent.cu that need none of its state: PTX with
+ * its scopes and semantics said exactly (sig_device.cuh has what the MLP's kernel uses too), the
+ * dot-product arithmetic per weight type, the cell update, and the trace's clock. Private to that
+ * file. */
+#ifndef SIGSERVE_LSTM_PERSISTENT_DEVICE_CUH
+#define SIGSERVE_LSTM_PERSISTENT_DEVICE_CUH
+
+#include "kernels.h"
+#include "sig_device.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * PTX: scopes and semantics said exactly (and in sig_device.cuh, what the MLP's kernel uses too) */
+
+__device__ __forceinline__ void l_st_cluster_u64 (uint32_t addr, uint64_t v)
+{
+    asm volatile ("st.relaxed.cluster.shared::cluster.u64 [%0], %1;" ::"r"(addr), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t l_ld_local_u64 (const uint64_t *p)
+{
+    uint64_t v;
+    asm volatile ("ld.relaxed.cluster.shared::cta.u64 %0, [%1];" : "=l"(v) : "r"(sig_smem_addr (p)) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint64_t l_ld_gpu_u64 (const uint64_t *p)
+{
+    uint64_t v;
+    asm volatile ("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void l_st_gpu_u64 (uint64_t *p, uint64_t v)
+{
+    asm volatile ("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void l_ld_sys_v2 (const void *p, uint64_t &a, uint64_t &b)
+{
+    asm volatile ("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+__device__ __forceinline__ uint32_t l_ld_sys_u32 (const void *p)
+{
+    uint32_t v;
+    asm volatile ("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ float l_ld_sys_f32 (const void *p)
+{
+    float v;
+    asm volatile ("ld.relaxed.sys.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void l_fence_sys (void) { asm volatile ("fence.acq_rel.sys;" ::: "memory"); }
+
+/* ---------------------------------------------------------------------------------------------
+ * Arithmetic */
+
+/* ACC + the chunk's weights (W: 4 f32, or 8 f16 / bf16) times X0 (and X1) */
+template <int DT> __device__ __forceinline__ float l_fma (uint4 w, float4 x0, float4 x1, float acc);
+template <> __device__ __forceinline__ float l_fma<SIG_LSTM_F32> (uint4 w, float4 x0, float4, float acc)
+{
+    acc = fmaf (__uint_as_float (w.x), x0.x, acc);
+    acc = fmaf (__uint_as_float (w.y), x0.y, acc);
+    acc = fmaf (__uint_as_float (w.z), x0.z, acc);
+    return fmaf (__uint_as_float (w.w), x0.w, acc);
+}
+__device__ __forceinline__ float2 l_h2f (uint32_t u)
+{
+    __half2 h;
+    memcpy (&h, &u, sizeof h);
+    return __half22float2 (h);
+}
+template <> __device__ __forceinline__ float l_fma<SIG_LSTM_F16> (uint4 w, float4 x0, float4 x1, float acc)
+{
+    const float2 a = l_h2f (w.x), b = l_h2f (w.y), c = l_h2f (w.z), d = l_h2f (w.w);
+    acc = fmaf (a.x, x0.x, acc);
+    acc = fmaf (a.y, x0.y, acc);
+    acc = fmaf (b.x, x0.z, acc);
+    acc = fmaf (b.y, x0.w, acc);
+    acc = fmaf (c.x, x1.x, acc);
+    acc = fmaf (c.y, x1.y, acc);
+    acc = fmaf (d.x, x1.z, acc);
+    return fmaf (d.y, x1.w, acc);
+}
+__device__ __forceinline__ float l_bf_lo (uint32_t u) { return __uint_as_float (u << 16); }
+__device__ __forceinline__ float l_bf_hi (uint32_t u) { return __uint_as_float (u & 0xffff0000u); }
+template <> __device__ __forceinline__ float l_fma<SIG_LSTM_BF16> (uint4 w, float4 x0, float4 x1, float acc)
+{
+    acc = fmaf (l_bf_lo (w.x), x0.x, acc);
+    acc = fmaf (l_bf_hi (w.x), x0.y, acc);
+    acc = fmaf (l_bf_lo (w.y), x0.z, acc);
+    acc = fmaf (l_bf_hi (w.y), x0.w, acc);
+    acc = fmaf (l_bf_lo (w.z), x1.x, acc);
+    acc = fmaf (l_bf_hi (w.z), x1.y, acc);
+    acc = fmaf (l_bf_lo (w.w), x1.z, acc);
+    return fmaf (l_bf_hi (w.w), x1.w, acc);
+}
+
+__device__ __forceinline__ float l_sig (float x) { return __fdividef (1.0f, 1.0f + __expf (-x)); }
+__device__ __forceinline__ float l_tanh (float x) { return 2.0f * l_sig (2.0f * x) - 1.0f; }
+/* One cell update from the four gates: updates C, returns h. */
+__device__ __forceinline__ float l_cell (float4 g, float &c)
+{
+    const float i = l_sig (g.x), f = l_sig (g.y), gg = l_tanh (g.z), o = l_sig (g.w);
+    c = fmaf (f, c, i * gg);
+    return o * l_tanh (c);
+}
+__device__ __forceinline__ float4 l_add4 (float4 a, float4 b) { return make_float4 (a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+__device__ __forceinline__ uint64_t l_globaltimer (void)
+{
+    uint64_t t;
+    asm volatile ("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+#endif
