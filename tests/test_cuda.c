@@ -634,6 +634,43 @@ START_TEST (persistent_specialised)
 }
 END_TEST
 
+/* Loading a module next to a resident kernel waits forever (test_cuda --probe 18): a model of new
+ * shapes loaded while another persistent kernel runs gets the generic kernel, and answers; shapes whose
+ * module was loaded before any kernel was resident get the specialised one there too. */
+START_TEST (persistent_specialised_next_to_resident)
+{
+    const uint32_t a[] = { 64, 32, 2 }, b[] = { 71, 13, 3 }, c[] = { 45, 9, 1 };
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *wa = weights_random (a, acts, 2, 1), *wb = weights_random (b, acts, 2, 2), *wc = weights_random (c, acts, 2, 3);
+    model_config_t cfg = s_pconfig (2, 1000);
+    cfg.specialise = true;
+    char err[2048] = "";
+    backend_model_t *mc = s_pload (wc, &cfg, err, sizeof err);   /* c's module, loaded with nothing resident */
+    ck_assert_msg (mc != NULL, "%s", err);
+    ck_assert_str_eq (backend_cuda_iface.kernel_name (mc), "persistent-nvrtc");
+    backend_cuda_iface.destroy (&mc);
+    backend_model_t *ma = s_pload (wa, &cfg, err, sizeof err);   /* resident from here on */
+    ck_assert_msg (ma != NULL, "%s", err);
+    backend_model_t *mb = s_pload (wb, &cfg, err, sizeof err);
+    ck_assert_msg (mb != NULL, "%s", err);
+    ck_assert_str_eq (backend_cuda_iface.kernel_name (mb), "persistent");
+    mc = s_pload (wc, &cfg, err, sizeof err);
+    ck_assert_msg (mc != NULL, "%s", err);
+    ck_assert_str_eq (backend_cuda_iface.kernel_name (mc), "persistent-nvrtc");
+    for (uint32_t r = 1; r <= 2; r++) {
+        s_check_outputs_held (ma, wa, WEIGHT_DTYPE_F32, r, "a");
+        s_check_outputs_held (mb, wb, WEIGHT_DTYPE_F32, r, "b, generic beside a");
+        s_check_outputs_held (mc, wc, WEIGHT_DTYPE_F32, r, "c, specialised beside a");
+    }
+    backend_cuda_iface.destroy (&mc);
+    backend_cuda_iface.destroy (&mb);
+    backend_cuda_iface.destroy (&ma);
+    weights_destroy (&wa);
+    weights_destroy (&wb);
+    weights_destroy (&wc);
+}
+END_TEST
+
 /* The shapes the other kernels are tested on; 4097x129 (2.1 MB) is over the budget and refused. */
 START_TEST (persistent_single_layers)
 {
@@ -1197,6 +1234,8 @@ static void *s_probe_watchdog (void *arg)
 }
 
 /* One probe in this (child) process: a persistent model resident, then OP; prints one RESULT line. */
+static const char *s_probe_kernel = "";   /* probes 18-20: the kernel the new model got */
+
 static int s_probe_one (int op)
 {
     const double t_init = s_ms ();
@@ -1226,6 +1265,18 @@ static int s_probe_one (int op)
     const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
     weights_t *w = weights_random (sizes, acts, 3, 7);
     char err[1024] = "";
+    const uint32_t sizes2[] = { 300, 77, 1 };   /* probes 18-20: a shape this process has not compiled */
+    weights_t *w2 = weights_random (sizes2, acts + 1, 2, 9);
+    if (op == 20) {   /* the specialised kernel's module loaded before any kernel is resident */
+        model_config_t scfg = s_pconfig (1, 1000);
+        scfg.specialise = true;
+        backend_model_t *o = backend_cuda_iface.load (w2, &scfg, 0, err, sizeof err);
+        if (!o || strcmp (backend_cuda_iface.kernel_name (o), "persistent-nvrtc") != 0) {
+            printf ("RESULT error: before: %s\n", err);
+            return 1;
+        }
+        backend_cuda_iface.destroy (&o);
+    }
     model_config_t pcfg = s_pconfig (1, 1000);
     backend_model_t *p = backend_cuda_iface.load (w, &pcfg, 0, err, sizeof err);
     if (!p) {
@@ -1303,18 +1354,17 @@ static int s_probe_one (int op)
     case 13: { void *q; e = cudaMalloc (&q, 1 << 20); break; }
     case 14: { cublasHandle_t h2; e = cublasCreate (&h2) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; break; }
     case 15: e = cublasDestroy (handle) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; break;
-    case 18: case 19: {   /* a specialised kernel (NVRTC compile + module load) next to the resident one */
-        const uint32_t sizes2[] = { 300, 77, 1 };   /* a shape this process has not compiled */
-        weights_t *w2 = weights_random (sizes2, acts + 1, 2, 9 + op);
+    case 18: case 19: case 20: {   /* a specialised kernel (NVRTC compile + module load) next to the resident
+                                      one; 20: its module loaded before the resident one started */
         model_config_t cfg = s_pconfig (1, 1000);
         cfg.specialise = true;
         backend_model_t *o = backend_cuda_iface.load (w2, &cfg, 0, err, sizeof err);
-        if (!o || strcmp (backend_cuda_iface.kernel_name (o), "persistent-nvrtc") != 0
-            || backend_cuda_iface.infer (o, in, 1, out, err, sizeof err) != SIG_OK) {
-            printf ("RESULT error: %s (%s)\n", err, o ? backend_cuda_iface.kernel_name (o) : "not loaded");
+        if (!o || backend_cuda_iface.infer (o, in, 1, out, err, sizeof err) != SIG_OK) {
+            printf ("RESULT error: %s\n", err);
             fflush (stdout);
             _exit (1);
         }
+        s_probe_kernel = backend_cuda_iface.kernel_name (o);
         if (op == 19)
             backend_cuda_iface.destroy (&o);
         break;
@@ -1330,8 +1380,9 @@ static int s_probe_one (int op)
     s_probe_done = 1;
     pthread_join (th, NULL);
     const bool alive = backend_cuda_iface.infer (p, in, 1, out, err, sizeof err) == SIG_OK;
-    printf ("RESULT %s %.2f ms (persistent still answers: %s; CUDA init %.0f ms)\n",
-            e == cudaSuccess ? "ok" : cudaGetErrorName (e), took, alive ? "yes" : "NO", init_ms);
+    printf ("RESULT %s %.2f ms (persistent still answers: %s; CUDA init %.0f ms)%s%s\n",
+            e == cudaSuccess ? "ok" : cudaGetErrorName (e), took, alive ? "yes" : "NO", init_ms,
+            s_probe_kernel[0] ? "; kernel " : "", s_probe_kernel);
     fflush (stdout);   /* the caller leaves with _exit */
     backend_cuda_iface.destroy (&p);
     weights_destroy (&w);
@@ -1352,11 +1403,11 @@ static int s_probe_all (void)
         "cudaMalloc alone (1 MiB)", "cublasCreate", "cublasDestroy of a handle from before the launch",
         "cublasSgemm + sync, handle used before the launch", "cublasSgemm + sync, first use of a handle from before",
         "backend: load (NVRTC compile + cuModuleLoadData + launch) + infer a specialised persistent",
-        "the same, then destroy it" };
+        "the same, then destroy it", "the same, its module loaded before the resident kernel started" };
     const char *modes[] = { "EAGER", "LAZY" };
     printf ("| CUDA_MODULE_LOADING | call while a persistent kernel is resident | result |\n| --- | --- | --- |\n");
     for (int mode = 0; mode < 2; mode++)
-        for (int op = 0; op < 20; op++) {
+        for (int op = 0; op < 21; op++) {
             if (mode == 1 && op != 6 && op != 7 && op != 8 && op != 9 && op != 14 && op != 17 && op != 18)
                 continue;
             if (s_probe_only >= 0 && op != s_probe_only)
@@ -1449,6 +1500,7 @@ int main (int argc, char **argv)
     TCase *tp = tcase_create ("persistent");
     tcase_set_timeout (tp, 600);
     tcase_add_test (tp, persistent_specialised);
+    tcase_add_test (tp, persistent_specialised_next_to_resident);
     tcase_add_test (tp, persistent_single_layers);
     tcase_add_test (tp, persistent_chains);
     tcase_add_test (tp, persistent_every_batch_size);

@@ -165,13 +165,18 @@ int kernel_cache_cubin (const char *dir, int arch, const char *src, const void *
 }
 
 const sig_spec_module_t *kernel_cache_module (const char *dir, int device, int arch, const char *src,
-                                              uint32_t smem_bytes, const char **how, char *err, size_t errlen)
+                                              uint32_t smem_bytes, bool may_load, const char **how, char *err,
+                                              size_t errlen)
 {
     const uint64_t key = kernel_cache_key (src, arch);
     pthread_mutex_lock (&s_lock);
     entry_t *m = s_find (key, device);
     if (m) {
         *how = "loaded";
+    } else if (!may_load) {
+        snprintf (err, errlen, "a persistent kernel is resident on device %d and loading a module next to one waits "
+                  "for it forever (docs/persistent-notes.md); a kernel specialised for these shapes was not loaded "
+                  "before it started", device);
     } else {
         const entry_t *c = s_cubin (dir, arch, src, key, how, err, errlen);
         m = c ? calloc (1, sizeof *m) : NULL;

@@ -9,6 +9,7 @@
 
 #include "kernels.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,8 +24,11 @@ int kernel_cache_cubin (const char *dir, int arch, const char *src, const void *
                         const char **how, char *err, size_t errlen);
 
 /* The module of SRC loaded into DEVICE's context (current on the calling thread), its kernel allowed
- * SMEM_BYTES of dynamic shared memory: loaded once per device and key. Borrowed; NULL with ERR. */
+ * SMEM_BYTES of dynamic shared memory: loaded once per device and key, and only when MAY_LOAD (no
+ * persistent kernel resident on DEVICE: persistent_exclusive) or already loaded. Borrowed; NULL with
+ * ERR. */
 const sig_spec_module_t *kernel_cache_module (const char *dir, int device, int arch, const char *src,
-                                              uint32_t smem_bytes, const char **how, char *err, size_t errlen);
+                                              uint32_t smem_bytes, bool may_load, const char **how, char *err,
+                                              size_t errlen);
 
 #endif
