@@ -109,8 +109,9 @@ START_TEST (the_cache_finds_a_cubin_in_memory_and_on_disk)
 {
     const uint32_t sizes[] = { 37, 19, 2 };
     char *src = s_source (sizes, 2, 3, SIG_DTYPE_F32);
-    char dir[] = "/tmp/sigserve-kcache-XXXXXX";
-    ck_assert_ptr_nonnull (mkdtemp (dir));
+    char *base = tu_tmpdir (), dir[512];
+    ck_assert_ptr_nonnull (base);
+    snprintf (dir, sizeof dir, "%s/kernels", base);   /* made by the cache */
     const void *cubin = NULL;
     size_t bytes = 0;
     const char *how = "";
@@ -118,7 +119,7 @@ START_TEST (the_cache_finds_a_cubin_in_memory_and_on_disk)
     ck_assert_msg (kernel_cache_cubin (dir, 90, src, &cubin, &bytes, &how, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq (how, "compiled");
     s_assert_cubin (cubin, bytes);
-    char path[256];
+    char path[700];
     snprintf (path, sizeof path, "%s/sigserve-mlp-%016llx.cubin", dir, (unsigned long long) kernel_cache_key (src, 90));
     struct stat st;
     ck_assert_int_eq (stat (path, &st), 0);
@@ -127,8 +128,7 @@ START_TEST (the_cache_finds_a_cubin_in_memory_and_on_disk)
     ck_assert_str_eq (how, "memory");
     /* another key (another architecture's) is not this one */
     ck_assert_uint_ne (kernel_cache_key (src, 90), kernel_cache_key (src, 100));
-    unlink (path);
-    rmdir (dir);
+    free (base);
     free (src);
 }
 END_TEST
