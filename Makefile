@@ -30,7 +30,11 @@ ifneq ($(NVCC),)
   CU_SRC   := $(wildcard kernels/*.cu)
   CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
   NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+  # The source NVRTC compiles at load (kernels/mlp_persistent_spec.cu), embedded as text.
+  SPEC_SOURCES := kernels/kernels.h kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
+                  kernels/mlp_persistent_kernel.cuh
+  SPEC_OBJ := $(BUILD)/obj/gen/spec_sources.o
 endif
 
 PROTO_C  := $(BUILD)/gen/signal.pb-c.c
@@ -52,7 +56,7 @@ ifeq ($(HAVE_CUDA),1)
 else
   CORE_SRC := $(filter-out service/backends/cuda/%.c,$(CORE_SRC))
 endif
-CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ)
+CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ) $(SPEC_OBJ)
 CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/clients/sigclient_cert.o \
               $(BUILD)/obj/clients/sigclient_dns.o $(BUILD)/obj/clients/sigclient_stream.o $(PROTO_OBJ)
 HISTOGRAM_OBJ := $(BUILD)/obj/clients/histogram.o
@@ -124,6 +128,10 @@ $(PROTO_C) $(PROTO_H) &: proto/signal.proto
 $(PROTO_PY): proto/signal.proto
 	@mkdir -p $(BUILD)/gen/py
 	protoc --proto_path=proto --python_out=$(BUILD)/gen/py proto/signal.proto
+
+$(BUILD)/gen/spec_sources.c: $(SPEC_SOURCES) tools/embed-sources.sh
+	@mkdir -p $(dir $@)
+	sh tools/embed-sources.sh $@ $(SPEC_SOURCES)
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)

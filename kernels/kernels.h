@@ -260,6 +260,32 @@ int sig_persistent_pack (const sig_fused_net_t *net, const sig_persistent_plan_t
 /* Launches the resident kernel: IMAGE in device memory, BOX the device address of the mapped
  * mailbox. Returns at once; the kernel sets status.ready once the weights are loaded. */
 int sig_persistent_launch (const void *image, void *box, const sig_persistent_plan_t *plan, cudaStream_t stream);
+/* sig_persistent_plan for a device described, not queried (OPTIN: its per-block opt-in shared memory,
+ * STATIC_SMEM: the kernel's static shared memory), without the placement check: a machine with no
+ * GPU can plan, pack and compile a specialised kernel (tests). */
+int sig_persistent_plan_offline (const sig_fused_net_t *net, uint32_t max_rows, int optin, uint32_t static_smem,
+                                 uint32_t dtype, const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan);
+
+/* The persistent kernel specialised for one model at load (mlp_persistent_spec.cu, NVRTC). */
+typedef struct sig_spec_module sig_spec_module_t;
+/* The NVRTC source of the kernel specialised for IMAGE's header (host memory, as sig_persistent_pack
+ * wrote it; only the header is read): a string the caller frees, or NULL (a bad header, no memory). */
+char *sig_persistent_spec_source (const void *image);
+/* NVRTC's version. 0, or -1 when it cannot say. */
+int sig_spec_nvrtc_version (int *major, int *minor);
+/* Compiles SRC (sig_persistent_spec_source) for sm_ARCH (90: compute capability 9.0) into *CUBIN (the
+ * caller frees it) of *BYTES bytes, with the function "sig_persistent_spec". 0, or -1 with the reason
+ * (and the compiler's log) in LOG. Needs no GPU. */
+int sig_spec_compile (const char *src, int arch, void **cubin, size_t *bytes, char *log, size_t loglen);
+/* Loads CUBIN into the calling thread's current context (the runtime's primary context of the device
+ * set), its kernel allowed SMEM_BYTES of dynamic shared memory. 0, or -1 with the reason in ERR. */
+int sig_spec_load (const void *cubin, uint32_t smem_bytes, sig_spec_module_t **module, char *err, size_t errlen);
+/* sig_persistent_launch with MODULE's kernel (its image must be the one it was compiled for; no trace):
+ * 0 or a CUDA error code. */
+int sig_spec_launch (const sig_spec_module_t *module, const void *image, void *box, const sig_persistent_plan_t *plan,
+                     cudaStream_t stream);
+/* Unloads the module (no kernel of it may still run). Safe on NULL. */
+void sig_spec_unload (sig_spec_module_t **module);
 
 /* The ping-pong floor: a one-block persistent kernel on the same mailbox protocol. FLAGS: 0 echoes
  * the sequence only; SIG_PINGPONG_READ also reads the IN features (all loads at once) and writes

@@ -294,8 +294,37 @@ static bool s_try (const sig_fused_net_t *net, uint32_t max_rows, uint32_t dtype
     }
 }
 
+/* The plan for a device whose per-block opt-in shared memory is OPTIN bytes and the kernel's static
+ * shared memory STATIC_SMEM (sig_persistent_plan without the device: its queries and the placement). */
+static int s_plan_for (const sig_fused_net_t *net, uint32_t max_rows, int optin, uint32_t static_smem, uint32_t dtype,
+                       const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan);
+
 extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_rows, int device, uint32_t dtype,
                                     const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan)
+{
+    if (!net || !plan)
+        return (int) cudaErrorInvalidValue;
+    int optin = 0;
+    cudaError_t e = cudaDeviceGetAttribute (&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e != cudaSuccess)
+        return (int) e;
+    const uint32_t static_smem = p_static_smem ();
+    const int r = s_plan_for (net, max_rows, optin, static_smem, dtype, tuning, plan);
+    if (r != 0)
+        return r;
+    /* The kernel's shared-memory limit, and whether the cluster can be placed (mlp_persistent.cu). */
+    return p_placeable (plan, optin, static_smem);
+}
+
+extern "C" int sig_persistent_plan_offline (const sig_fused_net_t *net, uint32_t max_rows, int optin,
+                                            uint32_t static_smem, uint32_t dtype, const sig_persistent_tuning_t *tuning,
+                                            sig_persistent_plan_t *plan)
+{
+    return s_plan_for (net, max_rows, optin, static_smem, dtype, tuning, plan);
+}
+
+static int s_plan_for (const sig_fused_net_t *net, uint32_t max_rows, int optin, uint32_t static_smem, uint32_t dtype,
+                       const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan)
 {
     if (!net || !plan || max_rows < 1u || max_rows > 4096u || !s_net_ok (net) || dtype > SIG_DTYPE_BF16)
         return (int) cudaErrorInvalidValue;
@@ -306,11 +335,6 @@ extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_row
         return (int) cudaErrorInvalidValue;
     if (tu->done_mode != SIG_DONE_SEQUENCE && tu->done_mode != SIG_DONE_OUTPUTS || tu->ring > SIG_PERSISTENT_RING)
         return (int) cudaErrorInvalidValue;
-    int optin = 0;
-    cudaError_t e = cudaDeviceGetAttribute (&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (e != cudaSuccess)
-        return (int) e;
-    const uint32_t static_smem = p_static_smem ();
     const uint32_t sizes[] = { 1u, 2u, 4u, 8u };
     bool found = false;
     uint64_t best_cost = 0;
@@ -330,10 +354,7 @@ extern "C" int sig_persistent_plan (const sig_fused_net_t *net, uint32_t max_row
             *plan = cand;
     }
     plan->budget_bytes = (uint64_t) SIG_PERSISTENT_MAX_BLOCKS * ((uint64_t) optin - static_smem);
-    if (!found)
-        return (int) cudaErrorMemoryAllocation;
-    /* The kernel's shared-memory limit, and whether the cluster can be placed (mlp_persistent.cu). */
-    return p_placeable (plan, optin, static_smem);
+    return found ? 0 : (int) cudaErrorMemoryAllocation;
 }
 
 /* Weight E of the slot at C, V rounded to nearest even in DTYPE (f16, bf16: 2 bytes each, the

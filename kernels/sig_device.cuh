@@ -196,6 +196,7 @@ __device__ __forceinline__ void sig_st_sys_output (void *p, float v)
 /* ---------------------------------------------------------------------------------------------
  * Host: launching one thread-block cluster */
 
+#ifndef __CUDACC_RTC__   /* host code: not in the specialised kernel's NVRTC source */
 /* The configuration of a launch of one cluster of BLOCKS blocks of THREADS threads with SMEM bytes
  * of dynamic shared memory on STREAM; ATTR holds its cluster attribute. */
 static inline cudaLaunchConfig_t sig_cluster_config (uint32_t blocks, uint32_t threads, size_t smem,
@@ -214,5 +215,6 @@ static inline cudaLaunchConfig_t sig_cluster_config (uint32_t blocks, uint32_t t
     cfg.numAttrs = 1;
     return cfg;
 }
+#endif
 
 #endif

@@ -439,7 +439,7 @@ static const bad_case_t s_bad[] = {
     { "unknown server key", WITH_SERVER (", 'bogus': 1"),
       "test.json: server.bogus: unknown key (expected one of endpoints, max_message_bytes, busy_poll, "
       "spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, fronts, queue_depth, cpus, drain_ms, http, "
-      "stats_interval_s, curve, heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode)" },
+      "stats_interval_s, curve, heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
     { "more fronts than endpoints", WITH_SERVER (", 'fronts': 2"),
       "test.json: server.fronts: 2 fronts need at least 2 endpoints (an endpoint's socket belongs to one front); got 1: "
       "add endpoints or lower fronts" },
@@ -448,7 +448,7 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
       "cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, max_batch_rows, "
       "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, watchdog_ms, weight_dtype, "
-      "weights, layers, lstm, window, "
+      "specialise, weights, layers, lstm, window, "
       "head, max_streams, stream_idle_s)" },
     { "unknown layer key", WITH_LAYERS ("{'weight': '0.weight', 'act': 'relu'}"),
       "test.json: models[0].layers[0].act: unknown key (expected one of weight, bias, activation)" },

@@ -531,12 +531,17 @@ static backend_model_t *s_pload (const weights_t *w, const model_config_t *cfg, 
 /* Loads W as a persistent model with TUNING, its weights held in HELD; when it fits, checks rows 1,
  * 3 and max_rows (each output within its bound: tol_mlp_held) and the kernel name, and returns
  * true; when it does not, checks the message and returns false. */
+/* The persistent checks load the kernel specialised for the model (NVRTC) instead of the generic one,
+ * and check every row count. */
+static bool s_spec_on;
+
 static bool s_check_persistent_held (const weights_t *w, weight_dtype_t held, const sig_persistent_tuning_t *tuning,
                                      uint32_t max_rows, const char *label)
 {
     cuda_persistent_tuning (tuning);
     model_config_t cfg = s_pconfig (max_rows, 1000);
     cfg.weight_dtype = held;
+    cfg.specialise = s_spec_on;
     char err[1024] = "";
     backend_model_t *m = s_pload (w, &cfg, err, sizeof err);
     cuda_persistent_tuning (NULL);
@@ -546,7 +551,7 @@ static bool s_check_persistent_held (const weights_t *w, weight_dtype_t held, co
                        "%s (cluster %u, spread_all %u): load: %s", label, tuning->cluster_blocks, tuning->spread_all, err);
         return false;
     }
-    ck_assert_str_eq (backend_cuda_iface.kernel_name (m), "persistent");
+    ck_assert_str_eq (backend_cuda_iface.kernel_name (m), s_spec_on ? "persistent-nvrtc" : "persistent");
     const sig_persistent_plan_t *plan = cuda_model_persistent_plan (m);
     ck_assert_ptr_nonnull (plan);
     ck_assert_uint_eq (plan->dtype, (uint32_t) held);
@@ -563,6 +568,8 @@ static bool s_check_persistent_held (const weights_t *w, weight_dtype_t held, co
     for (size_t r = 0; r < 3; r++)
         if (rows[r] <= max_rows)
             s_check_outputs_held (m, w, held, rows[r], what);
+    for (uint32_t r = 2; s_spec_on && r < max_rows; r++)   /* every row count (fresh inputs each) */
+        s_check_outputs_held (m, w, held, r, what);
     backend_cuda_iface.destroy (&m);
     ck_assert_ptr_null (m);
     return true;
@@ -595,6 +602,74 @@ static const sig_persistent_tuning_t s_tunings[] = {
     { 4, 0, 2, SIG_DONE_OUTPUTS, 0, 1, 0, 0, SIG_SYNC_MBAR_BLOCKS | SIG_SYNC_OLD_TAIL },
 };
 #define TUNINGS (sizeof s_tunings / sizeof s_tunings[0])
+
+/* The kernel specialised for each model (NVRTC): the demo shape and odd ones, a split layer and rows
+ * run in chunks, f32, f16 and bf16 weights, every tuning on the demo shape, every row count; each
+ * output within its bound, and the kernel named "persistent-nvrtc". */
+START_TEST (persistent_specialised)
+{
+    s_spec_on = true;
+    static const uint32_t shapes[][5] = { { 512, 256, 64, 1, 0 }, { 597, 293, 33, 1, 0 }, { 37, 6669, 5, 0, 0 },
+                                          { 293, 597, 31, 3, 0 }, { 3, 5, 0, 0, 0 } };
+    static const uint32_t max_rows[] = { 4, 7, 3, 16, 5 };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        size_t n = 0;
+        while (n < 5 && shapes[k][n])
+            n++;
+        activation_t acts[4];
+        for (size_t l = 0; l + 1 < n; l++)
+            acts[l] = l + 2 < n ? ACTIVATION_TANH : ACTIVATION_NONE;
+        weights_t *w = weights_random (shapes[k], acts, n - 1, 100 + k);
+        char label[64];
+        snprintf (label, sizeof label, "specialised shape %zu", k);
+        for (int d = 0; d < 3; d++) {
+            const sig_persistent_tuning_t tu = { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, 0 };
+            s_check_persistent_held (w, (weight_dtype_t) d, &tu, max_rows[k], label);
+        }
+        for (size_t t = 0; k == 0 && t < TUNINGS; t++)
+            s_check_persistent (w, &s_tunings[t], max_rows[k], "specialised demo shape, a tuning");
+        weights_destroy (&w);
+    }
+    s_spec_on = false;
+}
+END_TEST
+
+/* Loading a module next to a resident kernel waits forever (test_cuda --probe 18): a model of new
+ * shapes loaded while another persistent kernel runs gets the generic kernel, and answers; shapes whose
+ * module was loaded before any kernel was resident get the specialised one there too. */
+START_TEST (persistent_specialised_next_to_resident)
+{
+    const uint32_t a[] = { 64, 32, 2 }, b[] = { 71, 13, 3 }, c[] = { 45, 9, 1 };
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *wa = weights_random (a, acts, 2, 1), *wb = weights_random (b, acts, 2, 2), *wc = weights_random (c, acts, 2, 3);
+    model_config_t cfg = s_pconfig (2, 1000);
+    cfg.specialise = true;
+    char err[2048] = "";
+    backend_model_t *mc = s_pload (wc, &cfg, err, sizeof err);   /* c's module, loaded with nothing resident */
+    ck_assert_msg (mc != NULL, "%s", err);
+    ck_assert_str_eq (backend_cuda_iface.kernel_name (mc), "persistent-nvrtc");
+    backend_cuda_iface.destroy (&mc);
+    backend_model_t *ma = s_pload (wa, &cfg, err, sizeof err);   /* resident from here on */
+    ck_assert_msg (ma != NULL, "%s", err);
+    backend_model_t *mb = s_pload (wb, &cfg, err, sizeof err);
+    ck_assert_msg (mb != NULL, "%s", err);
+    ck_assert_str_eq (backend_cuda_iface.kernel_name (mb), "persistent");
+    mc = s_pload (wc, &cfg, err, sizeof err);
+    ck_assert_msg (mc != NULL, "%s", err);
+    ck_assert_str_eq (backend_cuda_iface.kernel_name (mc), "persistent-nvrtc");
+    for (uint32_t r = 1; r <= 2; r++) {
+        s_check_outputs_held (ma, wa, WEIGHT_DTYPE_F32, r, "a");
+        s_check_outputs_held (mb, wb, WEIGHT_DTYPE_F32, r, "b, generic beside a");
+        s_check_outputs_held (mc, wc, WEIGHT_DTYPE_F32, r, "c, specialised beside a");
+    }
+    backend_cuda_iface.destroy (&mc);
+    backend_cuda_iface.destroy (&mb);
+    backend_cuda_iface.destroy (&ma);
+    weights_destroy (&wa);
+    weights_destroy (&wb);
+    weights_destroy (&wc);
+}
+END_TEST
 
 /* The shapes the other kernels are tested on; 4097x129 (2.1 MB) is over the budget and refused. */
 START_TEST (persistent_single_layers)
@@ -1159,6 +1234,8 @@ static void *s_probe_watchdog (void *arg)
 }
 
 /* One probe in this (child) process: a persistent model resident, then OP; prints one RESULT line. */
+static const char *s_probe_kernel = "";   /* probes 18-20: the kernel the new model got */
+
 static int s_probe_one (int op)
 {
     const double t_init = s_ms ();
@@ -1188,6 +1265,18 @@ static int s_probe_one (int op)
     const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
     weights_t *w = weights_random (sizes, acts, 3, 7);
     char err[1024] = "";
+    const uint32_t sizes2[] = { 300, 77, 1 };   /* probes 18-20: a shape this process has not compiled */
+    weights_t *w2 = weights_random (sizes2, acts + 1, 2, 9);
+    if (op == 20) {   /* the specialised kernel's module loaded before any kernel is resident */
+        model_config_t scfg = s_pconfig (1, 1000);
+        scfg.specialise = true;
+        backend_model_t *o = backend_cuda_iface.load (w2, &scfg, 0, err, sizeof err);
+        if (!o || strcmp (backend_cuda_iface.kernel_name (o), "persistent-nvrtc") != 0) {
+            printf ("RESULT error: before: %s\n", err);
+            return 1;
+        }
+        backend_cuda_iface.destroy (&o);
+    }
     model_config_t pcfg = s_pconfig (1, 1000);
     backend_model_t *p = backend_cuda_iface.load (w, &pcfg, 0, err, sizeof err);
     if (!p) {
@@ -1265,6 +1354,21 @@ static int s_probe_one (int op)
     case 13: { void *q; e = cudaMalloc (&q, 1 << 20); break; }
     case 14: { cublasHandle_t h2; e = cublasCreate (&h2) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; break; }
     case 15: e = cublasDestroy (handle) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown; break;
+    case 18: case 19: case 20: {   /* a specialised kernel (NVRTC compile + module load) next to the resident
+                                      one; 20: its module loaded before the resident one started */
+        model_config_t cfg = s_pconfig (1, 1000);
+        cfg.specialise = true;
+        backend_model_t *o = backend_cuda_iface.load (w2, &cfg, 0, err, sizeof err);
+        if (!o || backend_cuda_iface.infer (o, in, 1, out, err, sizeof err) != SIG_OK) {
+            printf ("RESULT error: %s\n", err);
+            fflush (stdout);
+            _exit (1);
+        }
+        s_probe_kernel = backend_cuda_iface.kernel_name (o);
+        if (op == 19)
+            backend_cuda_iface.destroy (&o);
+        break;
+    }
     case 16: case 17:
         e = cublasSgemm (handle, CUBLAS_OP_N, CUBLAS_OP_N, 64, 64, 64, &one, ga, 64, ga + 4096, 64, &zero, ga + 8192, 64)
                     == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
@@ -1276,13 +1380,16 @@ static int s_probe_one (int op)
     s_probe_done = 1;
     pthread_join (th, NULL);
     const bool alive = backend_cuda_iface.infer (p, in, 1, out, err, sizeof err) == SIG_OK;
-    printf ("RESULT %s %.2f ms (persistent still answers: %s; CUDA init %.0f ms)\n",
-            e == cudaSuccess ? "ok" : cudaGetErrorName (e), took, alive ? "yes" : "NO", init_ms);
+    printf ("RESULT %s %.2f ms (persistent still answers: %s; CUDA init %.0f ms)%s%s\n",
+            e == cudaSuccess ? "ok" : cudaGetErrorName (e), took, alive ? "yes" : "NO", init_ms,
+            s_probe_kernel[0] ? "; kernel " : "", s_probe_kernel);
     fflush (stdout);   /* the caller leaves with _exit */
     backend_cuda_iface.destroy (&p);
     weights_destroy (&w);
     return 0;
 }
+
+static int s_probe_only = -1;   /* test_cuda --probe N: that probe alone */
 
 static int s_probe_all (void)
 {
@@ -1294,12 +1401,16 @@ static int s_probe_all (void)
         "backend: load + infer + destroy cublas+graph", "backend: load + infer + destroy a 2nd persistent",
         "cudaMemcpy H2D on the legacy stream (1 MiB)", "cudaDeviceSynchronize (expected to wait)",
         "cudaMalloc alone (1 MiB)", "cublasCreate", "cublasDestroy of a handle from before the launch",
-        "cublasSgemm + sync, handle used before the launch", "cublasSgemm + sync, first use of a handle from before" };
+        "cublasSgemm + sync, handle used before the launch", "cublasSgemm + sync, first use of a handle from before",
+        "backend: load (NVRTC compile + cuModuleLoadData + launch) + infer a specialised persistent",
+        "the same, then destroy it", "the same, its module loaded before the resident kernel started" };
     const char *modes[] = { "EAGER", "LAZY" };
     printf ("| CUDA_MODULE_LOADING | call while a persistent kernel is resident | result |\n| --- | --- | --- |\n");
     for (int mode = 0; mode < 2; mode++)
-        for (int op = 0; op < 18; op++) {
-            if (mode == 1 && op != 6 && op != 7 && op != 8 && op != 9 && op != 14 && op != 17)
+        for (int op = 0; op < 21; op++) {
+            if (mode == 1 && op != 6 && op != 7 && op != 8 && op != 9 && op != 14 && op != 17 && op != 18)
+                continue;
+            if (s_probe_only >= 0 && op != s_probe_only)
                 continue;
             int fds[2];
             if (pipe (fds) != 0)
@@ -1365,6 +1476,8 @@ int main (int argc, char **argv)
      * persistent kernel spins could wait for it. test_cuda --probe shows what happens without. */
     setenv ("CUDA_MODULE_LOADING", "EAGER", 0);
     char why[256];
+    if (argc > 2 && strcmp (argv[1], "--probe") == 0)
+        s_probe_only = atoi (argv[2]);
     if (argc > 1 && strcmp (argv[1], "--probe") == 0)
         return s_probe (why, sizeof why) ? s_probe_all () : (printf ("SKIP: no CUDA device: %s\n", why), 0);
     if (!s_probe (why, sizeof why)) {
@@ -1386,6 +1499,8 @@ int main (int argc, char **argv)
     suite_add_tcase (s, tc);
     TCase *tp = tcase_create ("persistent");
     tcase_set_timeout (tp, 600);
+    tcase_add_test (tp, persistent_specialised);
+    tcase_add_test (tp, persistent_specialised_next_to_resident);
     tcase_add_test (tp, persistent_single_layers);
     tcase_add_test (tp, persistent_chains);
     tcase_add_test (tp, persistent_every_batch_size);

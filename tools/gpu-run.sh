@@ -39,8 +39,9 @@ else
     step test_cuda env CK_FORK=no timeout "${CUDA_TIMEOUT:-400}" $BUILD/tests/test_cuda
 fi
 # Which CUDA calls wait for a resident persistent kernel, with lazy and eager module loading
-# (each probe in its own process, each call bounded: docs/persistent-notes.md).
-[ "${PROBE:-1}" = 1 ] && step probe timeout 300 $BUILD/tests/test_cuda --probe
+# (each probe in its own process, each call bounded: docs/persistent-notes.md). PROBE_OP=N runs probe N
+# alone (18, 19: a specialised kernel compiled and loaded with NVRTC next to the resident one).
+[ "${PROBE:-1}" = 1 ] && step probe timeout 300 $BUILD/tests/test_cuda --probe ${PROBE_OP:-}
 # The rest: every suite (GPU_TESTS, space-separated names, narrows it: the CPU suites also run
 # on the development machine and in CI), then the PyTorch comparisons.
 for t in $BUILD/tests/test_*; do

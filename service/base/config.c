@@ -111,6 +111,7 @@ static const key_spec_t s_model_keys[] = {
       .min = 1, .max = 600000, .def = 1000 },
     { .name = "weight_dtype", .type = KEY_ENUM, FIELD (model_config_t, weight_dtype),
       .choices = s_weight_dtype_names, .def = WEIGHT_DTYPE_F32 },
+    { .name = "specialise", .type = KEY_BOOL, FIELD (model_config_t, specialise), .def = true },
     { .name = "weights", .type = KEY_PATH, .required = true, FIELD (model_config_t, weights),
       .len_min = 1, .len_max = CONFIG_PATH_MAX - 1 },
     /* required for "mlp", refused for "lstm": checked once the model is read (s_check_model) */
@@ -178,6 +179,8 @@ static const key_spec_t s_server_keys[] = {
       .min = 0, .max = 1000000, .def = 0 },
     { .name = "ipc_mode", .type = KEY_STRING, FIELD (server_config_t, ipc_mode), .len_min = 1, .len_max = 4,
       .def_str = "0600", .check = s_check_file_mode },
+    { .name = "kernel_cache_dir", .type = KEY_STRING, FIELD (server_config_t, kernel_cache_dir),
+      .len_min = 0, .len_max = CONFIG_PATH_MAX - 1, .def_str = "" },
 };
 static const table_t s_server_table = TABLE ("server", s_server_keys);
 _Static_assert (sizeof s_server_keys / sizeof s_server_keys[0] <= KEYS_MAX, "raise KEYS_MAX");
@@ -389,6 +392,7 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
         return -1;
     if (m->queue_depth == 0)
         m->queue_depth = server->queue_depth;   /* 0 unless the deprecated server key is given */
+    snprintf (m->kernel_cache_dir, sizeof m->kernel_cache_dir, "%s", server->kernel_cache_dir);
     static const char *const lstm_only[] = { "window", "head" };
     bool has_lstm[2] = { m->window > 0, m->head.weight[0] != '\0' };
     if (m->type == MODEL_TYPE_MLP) {

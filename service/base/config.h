@@ -78,6 +78,8 @@ typedef struct {
     uint32_t keep_warm_us;          /* idle this long, a worker runs the model once (0: off) */
     uint32_t watchdog_ms;           /* persistent kernel: no answer in this long = unavailable */
     weight_dtype_t weight_dtype;
+    bool specialise;                /* persistent: compile the kernel for this model's shapes at load (NVRTC) */
+    char kernel_cache_dir[CONFIG_PATH_MAX];  /* resolved: server.kernel_cache_dir (the backend reads it here) */
     char weights[CONFIG_PATH_MAX];  /* resolved: relative paths joined to the config's folder */
     size_t layer_count;             /* mlp */
     layer_config_t layers[CONFIG_MAX_LAYERS];
@@ -120,6 +122,7 @@ typedef struct {
     uint32_t max_inflight_per_client;   /* admitted, unanswered requests per client (0 = no limit) */
     char ipc_mode[8];               /* file mode of ipc:// socket files, octal text ("0600") */
     unsigned ipc_file_mode;         /* resolved: ipc_mode's value */
+    char kernel_cache_dir[CONFIG_PATH_MAX];  /* specialised kernels' cubins ("": in memory only) */
 } server_config_t;
 
 typedef struct {

@@ -61,7 +61,7 @@ struct s_table {
     size_t count;
 };
 
-#define KEYS_MAX 32
+#define KEYS_MAX 40
 #define TABLE(noun, rows) { noun, rows, sizeof (rows) / sizeof (rows)[0] }
 #define FIELD(type, member) .offset = offsetof (type, member), .size = sizeof (((type *) 0)->member)
 

@@ -73,7 +73,7 @@ static void s_destroy (backend_model_t **m_p)
 static const char *s_kernel_name (const backend_model_t *m)
 {
     if (m->persistent)
-        return m->pingpong ? "pingpong" : "persistent";   /* always mapped memory, never a graph */
+        return m->pingpong ? "pingpong" : m->spec ? "persistent-nvrtc" : "persistent";   /* always mapped memory */
     if ((unsigned) m->kernel > CUDA_KERNEL_FUSED)
         return cuda_kernel_name (m->kernel);
     static const char *const names[2][2][4] = {

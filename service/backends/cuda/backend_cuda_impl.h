@@ -52,6 +52,8 @@ struct backend_model {
     /* kernel "persistent" (and the ping-pong floor) */
     bool persistent;
     bool pingpong;              /* the floor kernel, not the MLP (sigbench) */
+    const sig_spec_module_t *spec;  /* the kernel specialised for this model (NVRTC; kernel_cache.h), or
+                                       NULL: the generic one */
     persistent_t host;          /* the kernel's stream, mailbox, watchdog and state (host.lost) */
     void *d_image;              /* the weights image (device) */
     sig_persistent_layout_t layout;

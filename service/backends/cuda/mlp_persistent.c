@@ -8,6 +8,8 @@
 #include "backends/cuda/backend_cuda_impl.h"
 
 #include "backends/cuda/device.h"
+#include "backends/cuda/kernel_cache.h"
+#include "base/log.h"
 #include "weights/reference.h"
 
 #include <math.h>
@@ -208,11 +210,87 @@ static int s_persistent_warm (backend_model_t *m, const weights_t *w, weight_dty
 static int s_launch_mlp (void *arg)
 {
     backend_model_t *m = arg;
+    if (m->spec)
+        return sig_spec_launch (m->spec, m->d_image, m->host.d_box, &m->plan, m->host.stream);
     return sig_persistent_launch (m->d_image, m->host.d_box, &m->plan, m->host.stream);
 }
 
+typedef struct {
+    const char *dir;
+    int device, arch;
+    const char *src;
+    uint32_t smem_bytes;
+    const char **how;
+    char *why;
+    size_t whylen;
+    const sig_spec_module_t *module;
+} spec_args_t;
+
+/* Under persistent_exclusive: the module, loaded only while no persistent kernel is resident. */
+static int s_module (int resident, void *arg)
+{
+    spec_args_t *a = arg;
+    const char *how = *a->how;
+    a->module = kernel_cache_module (a->dir, a->device, a->arch, a->src, a->smem_bytes, resident == 0, a->how, a->why,
+                                     a->whylen);
+    if (a->module && strcmp (*a->how, "loaded") != 0)
+        *a->how = how;   /* where its cubin came from */
+    return a->module ? 0 : -1;
+}
+
+/* The kernel specialised for IMAGE's header (host memory) on DEVICE: from the kernel cache, compiled
+ * and loaded there when new. NULL with the reason in WHY. */
+static const sig_spec_module_t *s_specialise (const model_config_t *cfg, int device, const void *image,
+                                              const sig_persistent_plan_t *plan, char *why, size_t whylen)
+{
+    if (plan->trace) {
+        snprintf (why, whylen, "a traced run (sigbench --trace) uses the generic kernel");
+        return NULL;
+    }
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
+        || cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        snprintf (why, whylen, "device %d: compute capability unknown", device);
+        return NULL;
+    }
+    char *src = sig_persistent_spec_source (image);
+    if (!src) {
+        snprintf (why, whylen, "no source (out of memory)");
+        return NULL;
+    }
+    const char *how = "";
+    const double t0 = persistent_now_ms ();
+    const void *cubin = NULL;   /* compiled (or found) first, outside the launch lock */
+    size_t bytes = 0;
+    spec_args_t a = { cfg->kernel_cache_dir, device, major * 10 + minor, src, plan->smem_bytes, &how, why, whylen, NULL };
+    if (kernel_cache_cubin (cfg->kernel_cache_dir, a.arch, src, &cubin, &bytes, &how, why, whylen) == 0)
+        persistent_exclusive (device, s_module, &a);
+    const sig_spec_module_t *mod = a.module;
+    if (mod)
+        log_info ("model \"%s\": persistent kernel specialised for its shapes (NVRTC, sm_%d%d, %s, %.0f ms)", cfg->name,
+                  major, minor, how, persistent_now_ms () - t0);
+    free (src);
+    return mod;
+}
+
+static backend_model_t *s_persistent_load (const weights_t *w, const model_config_t *cfg, int device, bool specialise,
+                                           bool *spec_failed, char *err, size_t errlen);
+
 backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t *cfg, int device, char *err,
                                        size_t errlen)
+{
+    bool spec_failed = false;
+    backend_model_t *m = s_persistent_load (w, cfg, device, cfg->specialise, &spec_failed, err, errlen);
+    if (!m && spec_failed) {   /* the specialised kernel failed to start or to answer: the generic one */
+        log_warn ("model \"%s\": the specialised persistent kernel failed (%s); the generic kernel serves it", cfg->name,
+                  err);
+        m = s_persistent_load (w, cfg, device, false, &spec_failed, err, errlen);
+    }
+    return m;
+}
+
+static backend_model_t *s_persistent_load (const weights_t *w, const model_config_t *cfg, int device, bool specialise,
+                                           bool *spec_failed, char *err, size_t errlen)
 {
     if (persistent_device_ok (device, cfg->name, "kernel \"persistent\"", "use kernel \"fused\" or \"warp\"", err,
                               errlen) != 0)
@@ -294,16 +372,27 @@ backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t 
         e = cudaMemcpyAsync (m->d_image, image, plan.image_bytes, cudaMemcpyHostToDevice, m->host.stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize (m->host.stream);
+    if (e == cudaSuccess && specialise) {
+        char why[2048];
+        m->spec = s_specialise (cfg, device, image, &plan, why, sizeof why);
+        if (!m->spec)
+            log_warn ("model \"%s\": no specialised persistent kernel (%s); the generic kernel serves it", cfg->name, why);
+        else
+            m->host.kernel = "specialised persistent kernel";
+    }
     free (image);
     if (e == cudaSuccess)
         e = persistent_launch (&m->host, s_launch_mlp, m);
+    *spec_failed = m->spec != NULL;
     if (e != cudaSuccess) {
         cuda_device_error (device, m->name, e, "persistent kernel launch", &m->host.lost, err, errlen);
+        *spec_failed = *spec_failed && !m->host.lost;   /* a lost context: no second try */
         cuda_persistent_destroy (&m);
         return NULL;
     }
     if (persistent_started (&m->host, s_ready, m, err, errlen) != 0
         || s_persistent_warm (m, w, cfg->weight_dtype, err, errlen) != 0) {
+        *spec_failed = *spec_failed && !m->host.lost;
         cuda_persistent_destroy (&m);
         return NULL;
     }

@@ -130,10 +130,22 @@ cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_of
     return e;
 }
 
+static pthread_mutex_t s_launch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int persistent_exclusive (int device, int (*fn) (int resident, void *arg), void *arg)
+{
+    pthread_mutex_lock (&s_launch_lock);
+    const int r = fn (cuda_device_resident (device), arg);
+    pthread_mutex_unlock (&s_launch_lock);
+    return r;
+}
+
 cudaError_t persistent_launch (persistent_t *p, int (*launch) (void *arg), void *arg)
 {
     p->resident = true;
+    pthread_mutex_lock (&s_launch_lock);
     cuda_device_resident_add (p->device, +1);
+    pthread_mutex_unlock (&s_launch_lock);
     cudaError_t e = (cudaError_t) launch (arg);
     if (e != cudaSuccess) {
         p->resident = false;

@@ -66,6 +66,11 @@ cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_of
 /* Counts the kernel as resident (from here on, releases that would wait for it are deferred), then
  * launches it: LAUNCH (ARG) on p->stream. A failed launch is undone. Its error, or cudaSuccess. */
 cudaError_t persistent_launch (persistent_t *p, int (*launch) (void *arg), void *arg);
+/* Runs FN (ARG) while no persistent kernel can be launched (persistent_launch waits for it), with
+ * the number of persistent kernels resident on DEVICE then: loading a module next to a resident
+ * kernel waits for it forever (measured: test_cuda --probe 18), so a module is loaded only when that
+ * number is 0, and none can become resident meanwhile. Returns FN's result. */
+int persistent_exclusive (int device, int (*fn) (int resident, void *arg), void *arg);
 /* Waits until READY (ARG) says the kernel loaded its weights, the kernel ends (its error), or 20 s
  * pass. 0, or -1 with ERR. */
 int persistent_started (persistent_t *p, bool (*ready) (const void *arg), const void *arg, char *err, size_t errlen);

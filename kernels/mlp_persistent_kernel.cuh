@@ -1,0 +1,1032 @@
+/* persistent: the whole MLP served by one resident thread-block cluster (kernels.h: the mailbox).
+ *
+ * ROLES. The cluster has C = 1, 2, 4 or 8 blocks (the grid is the cluster) of T = 256 threads,
+ * one block per SM. Block 0, the leader, polls the mailbox, runs the "local" layers and writes the
+ * outputs; blocks 1..C-1, the workers, hold the "split" layers. A split layer is divided by input
+ * columns over the W = C - 1 workers: worker w holds, for every output, the float4 column chunks
+ * [in4 * w / W, in4 * (w + 1) / W) and the matching slice of the input, computes partial sums and
+ * stores them into the leader's shared memory (distributed shared memory, DSMEM); after a cluster
+ * barrier the leader adds the W partials in worker order, the bias, the activation. The input of a
+ * split layer 0 comes from the leader: it reads every feature from the mapped slot (all loads at
+ * once, one PCIe round trip, from the SM that polls) and stores each chunk into its worker's slice
+ * before the start barrier, so it costs no barrier of its own. (Tuning read_workers: each worker
+ * reads its own slice after the start barrier instead; measured 0.6 us slower.) A split layer after
+ * the first gets its slices from the leader (DSMEM stores + a barrier).
+ * tick_mlp (512 -> 256 -> 64 -> 1) at C = 8: layer 0 split over 7 workers (19 chunks each),
+ * layers 1 and 2 local: two cluster barriers per request (start, gather).
+ *
+ * THE TAIL. The leader's layers after the last split layer (single pass, no registers) run in one
+ * compact loop (s_tail_gemv: loops not unrolled), one block barrier before it; from the first layer
+ * of at most one warp's threads on (tick_mlp's 64 -> 1) warp 0 runs alone, handed over by a named
+ * barrier (bar.arrive / bar.sync 1, 256), __syncwarp between its layers. (Tuning sync |=
+ * SIG_SYNC_OLD_TAIL: every layer through the general path with a block barrier each; measured
+ * 0.25-0.45 us slower on tick_mlp.) The hand-offs can also be DSMEM stores + remote mbarrier
+ * arrivals (tuning sync = SIG_SYNC_MBAR_WARPS or _BLOCKS, when layer 0 is split and the leader
+ * reads): measured 0.3-0.7 us slower than the cluster barriers, so not the default
+ * (docs/persistent-notes.md has the ordering and parity argument and the numbers).
+ *
+ * THREADS AND WEIGHTS. In a layer, G = 2^glog consecutive threads (G <= 32, same warp) share an
+ * output: thread t has output m = p * (T / G) + t / G in pass p (more outputs than T / G: several
+ * passes) and input chunks g, g + G, g + 2G, ... of its block's range (g = t % G): S "slots" of
+ * one float4 of weights each. The image stores slot s of thread t at [(p * S + s) * active + t],
+ * so a warp's 16-byte loads of one slot are 512 contiguous bytes (conflict-free in shared memory).
+ * When shared memory alone cannot hold a plan, one layer per role (the split layer, resp. the
+ * local layer, that would read most from shared memory) keeps its first 20 slots in registers
+ * (float4 wr[20], loaded once, indexed only by constants in unrolled loops); a block never runs a
+ * layer of the other role, so one array serves both. (Registers only when needed: on tick_mlp
+ * they were measured 0.5 us slower than the shared-memory loop.) The G partial dot products of an
+ * output meet by shuffles; a missing chunk or output has zero weights, and every buffer starts
+ * zeroed, so padding only ever multiplies zeros by finite values.
+ *
+ * THE LOOP. Warp 0 of the leader polls the next slot: lane 0 issues, back to back, ld.relaxed.sys
+ * of the control line (stop, stall) and ld.acquire.sys.u64 of the slot's request word (one round
+ * trip per poll; an acquire does not hold back the load issued before it). On a request the
+ * command (op, rows, slot, sequence) goes into s_cmd of the leader, its other warps (waiting at a
+ * __syncthreads) read the features and scatter them, lanes 1..C-1 of warp 0 store the command
+ * into s_cmd of every worker (DSMEM), and every thread of the cluster meets at a cluster barrier
+ * (barrier.cluster.arrive.release / wait.acquire; a plain __syncthreads when C = 1). Then the
+ * layers, then the completion, and warp 0 polls again while the other threads wait at the next
+ * start barrier. (read_workers: lanes 0..C-1 store the command at once, everyone meets at the
+ * start barrier, the workers read.)
+ *
+ * MEMORY ORDERING.
+ *   Host -> kernel: the host stores the features, then the request word with a release store (on
+ *   x86 plain stores in program order). Lane 0's ld.acquire.sys that returns the new sequence
+ *   synchronises with it. The leader's threads load the features after a __syncthreads that
+ *   follows that acquire (ld.relaxed.sys: never a stale cached line), so they are in causality
+ *   order after the host's stores; the chunks reach the workers through DSMEM stores made before
+ *   the leader's arrive.release at the start barrier, which the workers' wait.acquire matches.
+ *   (read_workers: lane 0's arrive.release at the start barrier and every worker thread's
+ *   wait.acquire carry the acquire to the workers' own ld.relaxed.sys of the features.)
+ *   Inside the cluster: a block's DSMEM stores (partials, input slices, the command) precede its
+ *   threads' arrive.release; the reader reads after its wait.acquire, which returns only once
+ *   every thread has arrived. Write after read: the leader reads the partials of a split layer
+ *   after its gather barrier and before it arrives at the next barrier (a scatter or the next
+ *   request's start), and no worker writes partials again before passing that barrier; a worker
+ *   reads its input slice before it arrives at the gather barrier, the leader scatters the next
+ *   slices (of layer 0 too, before the next start barrier) only after passing it; s_cmd of request n
+ *   is read right after the start barrier and the next command is stored only after the leader
+ *   finished request n, which needs at least one more barrier (C > 1: the gather; C = 1: a
+ *   __syncthreads after the last layer) that every thread reaches after reading it. The leader's
+ *   act buffers are its own, with a __syncthreads between a layer's writes and the next layer's
+ *   reads.
+ *   Kernel -> host (SIG_DONE_SEQUENCE): every thread that stored an output fences at system scope
+ *   (fence.acq_rel.sys), the leader meets at __syncthreads, thread 0 fences again and stores the
+ *   sequence with st.relaxed.sys: a release pattern, so the host's acquire load that sees the
+ *   sequence sees the outputs. (SIG_DONE_OUTPUTS: each output word is stored with st.relaxed.sys
+ *   and is its own completion flag; the host waits until none holds the sentinel any more.) Only
+ *   the leader writes host memory.
+ *   Stop: the poller sees stop, sends OP_STOP through the same start barrier, every block leaves
+ *   its loop; after that barrier no block touches another's shared memory, so they may exit.
+ *
+ * The ping-pong floor kernel at the end uses the same mailbox, poll and completion.
+ *
+ * SPECIALISED (P_SPEC defined: mlp_persistent_spec.cu compiles this file with NVRTC at load for one
+ * model). P_SPEC_HEADER is then the model's image header as a constant initializer and P_SPEC_DTYPE its
+ * weight type: the header lives in no memory, every field the kernel reads is a constant, the layer
+ * loops unroll (each layer's plan folds into its own code: passes, slots, which role, which hand-off),
+ * and the kernel is extern "C" sig_persistent_spec. The image it is given must carry the same header:
+ * it checks that word by word at start and, like the generic kernel on a bad magic, returns at once
+ * otherwise (the host's start wait then fails the load).
+ *
+ * This file: the kernel (mlp_persistent.cu launches it, compiled by nvcc; mlp_persistent_spec.cu
+ * embeds this file's text and compiles it with NVRTC); the layout, the plan and the packing are in
+ * mlp_persistent_plan.cu; what both share is in mlp_persistent_impl.cuh. Which devices run it:
+ * sig_clusters_supported (caps.cu). */
+#ifndef SIGSERVE_MLP_PERSISTENT_KERNEL_CUH
+#define SIGSERVE_MLP_PERSISTENT_KERNEL_CUH
+
+#include "kernels.h"
+#include "mlp_persistent_impl.cuh"
+#include "sig_device.cuh"
+
+#include <stddef.h>
+
+/* Loops over layers, passes and slots: unrolled where their bounds are constants (specialised). */
+#ifdef P_SPEC
+#define P_SPEC_UNROLL _Pragma ("unroll")
+#define P_TAIL_LAYERS_UNROLL _Pragma ("unroll")
+#else
+#define P_SPEC_UNROLL
+#define P_TAIL_LAYERS_UNROLL _Pragma ("unroll 1")
+#endif
+
+enum { OP_RUN = 1u, OP_STOP = 2u };
+
+/* ---------------------------------------------------------------------------------------------
+ * Device helpers: PTX for what the runtime headers do not say exactly (scope, semantics); the ones
+ * both persistent kernels use are in sig_device.cuh */
+
+/* Every thread of the block (C = 1) or of the cluster. */
+__device__ __forceinline__ void s_barrier (uint32_t blocks)
+{
+    if (blocks > 1u) {
+        sig_cluster_arrive ();
+        sig_cluster_wait ();
+    } else {
+        __syncthreads ();
+    }
+}
+__device__ __forceinline__ void s_st_cluster_f32 (uint32_t addr, float v)
+{
+    asm volatile ("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void s_st_cluster_v4f (uint32_t addr, float4 v)
+{
+    asm volatile ("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z),
+                  "f"(v.w)
+                  : "memory");
+}
+__device__ __forceinline__ void s_st_cluster_v4u (uint32_t addr, uint4 v)
+{
+    asm volatile ("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
+                  "r"(v.w)
+                  : "memory");
+}
+__device__ __forceinline__ uint64_t s_ld_acquire_sys_u64 (const void *p)
+{
+    uint64_t v;
+    asm volatile ("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint2 s_ld_relaxed_sys_v2 (const void *p)
+{
+    uint2 v;
+    asm volatile ("ld.relaxed.sys.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 s_ld_relaxed_sys_v4 (const float4 *p)
+{
+    float4 v;
+    asm volatile ("ld.relaxed.sys.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                  : "l"(p)
+                  : "memory");
+    return v;
+}
+/* mbarriers (sm_90): the point-to-point hand-offs. One per direction and block: s_mb[0] (a worker's:
+ * the leader's warps arrive on it once they stored this block's input slice and command), s_mb[1]
+ * (the leader's: the workers' warps arrive once they stored their partial sums). Arrivals come from
+ * another block (mapa'd address, release at cluster scope); the waiters acquire at cluster scope. */
+__device__ __forceinline__ void s_mbar_init (uint32_t addr, uint32_t count)
+{
+    asm volatile ("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void s_mbar_init_fence (void)
+{
+    asm volatile ("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+/* ADDR: a shared::cluster address (sig_mapa) */
+__device__ __forceinline__ void s_mbar_arrive_remote (uint32_t addr)
+{
+    asm volatile ("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+/* Waits until the phase of parity PARITY of this block's mbarrier at ADDR has completed. */
+__device__ __forceinline__ void s_mbar_wait (uint32_t addr, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile ("{\n\t.reg .pred p;\n\t"
+                      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                      "selp.u32 %0, 1, 0, p;\n\t}"
+                      : "=r"(done)
+                      : "r"(addr), "r"(parity)
+                      : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void s_fence_cluster (void)
+{
+    asm volatile ("fence.acq_rel.cluster;" ::: "memory");
+}
+/* Named barrier ID over COUNT threads: the producers arrive (no wait), the consumers sync. */
+__device__ __forceinline__ void s_named_arrive (uint32_t id, uint32_t count)
+{
+    asm volatile ("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void s_named_sync (uint32_t id, uint32_t count)
+{
+    asm volatile ("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+/* Warp 0 of block 0 (all 32 lanes, in step): waits for request WANT in SLOT, or stop. Returns
+ * OP_RUN (ROWS set) or OP_STOP. A stall keeps it polling (still honouring stop). */
+__device__ __forceinline__ uint32_t s_poll (const char *box, const sig_persistent_layout_t &lay, uint32_t slot,
+                                            uint32_t want, uint32_t &rows)
+{
+    const uint32_t lane = threadIdx.x & 31u;
+    const char *ctrl = box + lay.ctrl;
+    const char *req = box + lay.slots + (size_t) slot * lay.slot_bytes + lay.request;
+    for (;;) {
+        uint32_t decision = 0u, r = 0u;
+        if (lane == 0u) {
+            const uint2 c = s_ld_relaxed_sys_v2 (ctrl);     /* issued first: the acquire does not wait for it */
+            const uint64_t q = s_ld_acquire_sys_u64 (req);
+            if (c.x != 0u)
+                decision = OP_STOP;
+            else if (c.y == 0u && (uint32_t) q == want) {
+                decision = OP_RUN;
+                r = (uint32_t) (q >> 32);
+            }
+        }
+        decision = __shfl_sync (SIG_FULL_MASK, decision, 0);
+        if (decision != 0u) {
+            rows = __shfl_sync (SIG_FULL_MASK, r, 0);
+            return decision;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The layers */
+
+/* Where a layer's outputs go. */
+enum { OUT_PARTIAL = 0, OUT_ACT = 1, OUT_HOST = 2 };
+struct s_out_t {
+    uint32_t kind;
+    uint32_t stride;       /* floats per row of the destination */
+    uint32_t remote;       /* OUT_PARTIAL: shared::cluster address of this block's rows in block 0 */
+    uint32_t host_relaxed; /* OUT_HOST: st.relaxed.sys (SIG_DONE_OUTPUTS) instead of a plain store */
+    uint32_t m0;           /* OUT_PARTIAL: this block's first output (a layer split by outputs) */
+    float *dst;            /* OUT_ACT, OUT_HOST */
+    const float *bias;     /* OUT_ACT, OUT_HOST: the layer's */
+    int act;
+};
+
+/* Stores output (R, M) (a partial sum for OUT_PARTIAL); true when it went to host memory. */
+__device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m, float acc)
+{
+    if (o.kind == OUT_PARTIAL) {
+        s_st_cluster_f32 (o.remote + 4u * (r * o.stride + o.m0 + m), acc);
+        return false;
+    }
+    const float v = sig_activate (acc + o.bias[m], o.act);
+    float *p = o.dst + (size_t) r * o.stride + m;
+    if (o.kind == OUT_ACT) {
+        *p = v;
+        return false;
+    }
+    if (o.host_relaxed)
+        sig_st_sys_output (p, v);
+    else
+        *p = v;
+    return true;
+}
+
+/* Half weights: two of them (one 32-bit word) widened to two floats, exactly. */
+template <int DT>
+__device__ __forceinline__ float2 s_widen2 (uint32_t bits)
+{
+    if constexpr (DT == SIG_DTYPE_F16) {   /* cvt.f32.f16 (__half22float2's instructions, without cuda_fp16.h,
+                                              which NVRTC does not carry) */
+        float lo, hi;
+        asm ("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+             : "=f"(lo), "=f"(hi)
+             : "r"(bits));
+        return make_float2 (lo, hi);
+    } else {
+        return make_float2 (__uint_as_float (bits << 16), __uint_as_float (bits & 0xffff0000u));
+    }
+}
+/* One slot of weights as four floats: WS points to the slots (float4 in f32; uint2, 8 bytes, in
+ * f16 and bf16), I is the slot's index. */
+template <int DT>
+__device__ __forceinline__ float4 s_wslot (const void *__restrict__ ws, size_t i)
+{
+    if constexpr (DT == SIG_DTYPE_F32) {
+        return static_cast<const float4 *> (ws)[i];
+    } else {
+        const uint2 u = static_cast<const uint2 *> (ws)[i];
+        const float2 a = s_widen2<DT> (u.x), b = s_widen2<DT> (u.y);
+        return make_float4 (a.x, a.y, b.x, b.y);
+    }
+}
+/* Register slot S (a constant) of the bank: f32, wr[s]; f16 and bf16, half of wr[s / 2]. */
+template <int DT>
+__device__ __forceinline__ float4 s_wreg (const float4 (&wr)[P_BANK], uint32_t s)
+{
+    if constexpr (DT == SIG_DTYPE_F32) {
+        return wr[s];
+    } else {
+        const float4 v = wr[s >> 1];
+        const uint32_t lo = __float_as_uint ((s & 1u) ? v.z : v.x), hi = __float_as_uint ((s & 1u) ? v.w : v.y);
+        const float2 a = s_widen2<DT> (lo), b = s_widen2<DT> (hi);
+        return make_float4 (a.x, a.y, b.x, b.y);
+    }
+}
+
+/* One layer's share of this block: for every row, every output this thread has, the dot product of
+ * its slots with the input X (shared memory, row stride L.xs float4), reduced over the G threads of
+ * the output, stored through O. BANKED: the first L.regs slots are in WR (the plan banks only
+ * single-pass layers). DT: the weights' type (SIG_DTYPE_*); the products and sums are fp32 FMAs
+ * in every case. Whole warps call it (active % 32 == 0). */
+template <bool BANKED, int DT>
+__device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
+                                        const float4 (&wr)[P_BANK], const float4 *__restrict__ x, uint32_t rows,
+                                        const s_out_t &o)
+{
+    constexpr uint32_t NB = p_bank_slots (DT);   /* slots the bank holds */
+    const uint32_t t = threadIdx.x;
+    if (t >= L.active)
+        return false;
+    const uint32_t glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots;
+    const uint32_t R0 = BANKED ? L.regs : 0u;   /* the banked slots: the first pass's first R0 */
+    bool wrote = false;
+    P_SPEC_UNROLL
+    for (uint32_t p = 0; p < L.passes; ++p) {
+        /* pass p's slots start at p S active (every pass before the last has `active` threads);
+         * the last pass has last_active (whole warps: the outputs left), G = 1 when passes > 1 */
+        const uint32_t A = p + 1u == L.passes ? L.last_active : L.active;
+        if (t >= A)
+            break;
+        const uint32_t R = p == 0u ? R0 : 0u;
+        const uint32_t m = p * (P_T >> glog) + (t >> glog);
+        /* slot s >= R of pass p: slot p S active + s A + t - R0 active of the shared-memory slots */
+        const size_t wp = (size_t) p * S * L.active + t - (size_t) R0 * L.active;
+        for (uint32_t r = 0; r < rows; ++r) {
+            const float4 *xr = x + (size_t) r * L.xs + g;
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            if constexpr (BANKED) {
+                /* P_GROUP input loads in flight at a time: all 20 at once would take 80 more
+                 * registers and push loop-invariant values out to local memory (seen in ptxas -v);
+                 * the empty asm keeps the next group's loads behind this group's. */
+#pragma unroll
+                for (uint32_t s0 = 0; s0 < NB; s0 += P_XGROUP) {
+                    float4 xv[P_XGROUP];
+#pragma unroll
+                    for (uint32_t u = 0; u < P_XGROUP; ++u)
+                        if (s0 + u < R)
+                            xv[u] = xr[(s0 + u) << glog];
+#pragma unroll
+                    for (uint32_t u = 0; u < P_XGROUP; ++u) {
+                        if (s0 + u < R) {
+                            const float4 wv = s_wreg<DT> (wr, s0 + u);
+                            if (u % 4u == 0u)
+                                a0 = sig_fma4 (wv, xv[u], a0);
+                            else if (u % 4u == 1u)
+                                a1 = sig_fma4 (wv, xv[u], a1);
+                            else if (u % 4u == 2u)
+                                a2 = sig_fma4 (wv, xv[u], a2);
+                            else
+                                a3 = sig_fma4 (wv, xv[u], a3);
+                        }
+                    }
+                    asm volatile ("" ::: "memory");
+                }
+            }
+            uint32_t s = R;
+            P_SPEC_UNROLL
+            for (; s + 4u <= S; s += 4u) {   /* four loads of each in flight */
+                const float4 w0 = s_wslot<DT> (wsm, wp + (size_t) s * A);
+                const float4 w1 = s_wslot<DT> (wsm, wp + (size_t) (s + 1u) * A);
+                const float4 w2 = s_wslot<DT> (wsm, wp + (size_t) (s + 2u) * A);
+                const float4 w3 = s_wslot<DT> (wsm, wp + (size_t) (s + 3u) * A);
+                const float4 x0 = xr[s << glog], x1 = xr[(s + 1u) << glog];
+                const float4 x2 = xr[(s + 2u) << glog], x3 = xr[(s + 3u) << glog];
+                a0 = sig_fma4 (w0, x0, a0);
+                a1 = sig_fma4 (w1, x1, a1);
+                a2 = sig_fma4 (w2, x2, a2);
+                a3 = sig_fma4 (w3, x3, a3);
+            }
+            for (; s < S; ++s)
+                a0 = sig_fma4 (s_wslot<DT> (wsm, wp + (size_t) s * A), xr[s << glog], a0);
+            float acc = (a0 + a1) + (a2 + a3);
+            for (uint32_t off = G >> 1; off > 0u; off >>= 1)
+                acc += __shfl_xor_sync (SIG_FULL_MASK, acc, off);
+            if (g == 0u && m < out)
+                wrote |= s_put (o, r, m, acc);
+        }
+    }
+    return wrote;
+}
+
+/* The compact tail: one layer of the leader's tail (single pass, no registers), the same arithmetic
+ * as s_gemv<false, DT> in the same order (bit for bit the same sums), written as loops that are not
+ * unrolled, so the code a request walks stays small (docs/persistent-notes.md: the fixed ~0.8 us a
+ * layer). Threads below L.active call it. */
+template <int DT>
+__device__ __forceinline__ bool s_tail_gemv (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
+                                             const float4 *__restrict__ x, uint32_t rows, const s_out_t &o)
+{
+    const uint32_t t = threadIdx.x, glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots, A = L.active;
+    const uint32_t m = t >> glog, xs = L.xs;
+    bool wrote = false;
+#pragma unroll 1
+    for (uint32_t r = 0; r < rows; ++r) {
+        const float4 *xr = x + r * xs + g;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        uint32_t s = 0;
+#pragma unroll 1
+        for (; s + 4u <= S; s += 4u) {   /* four loads of each in flight */
+            const float4 w0 = s_wslot<DT> (wsm, t + s * A);
+            const float4 w1 = s_wslot<DT> (wsm, t + (s + 1u) * A);
+            const float4 w2 = s_wslot<DT> (wsm, t + (s + 2u) * A);
+            const float4 w3 = s_wslot<DT> (wsm, t + (s + 3u) * A);
+            const float4 x0 = xr[s << glog], x1 = xr[(s + 1u) << glog];
+            const float4 x2 = xr[(s + 2u) << glog], x3 = xr[(s + 3u) << glog];
+            a0 = sig_fma4 (w0, x0, a0);
+            a1 = sig_fma4 (w1, x1, a1);
+            a2 = sig_fma4 (w2, x2, a2);
+            a3 = sig_fma4 (w3, x3, a3);
+        }
+#pragma unroll 1
+        for (; s < S; ++s)
+            a0 = sig_fma4 (s_wslot<DT> (wsm, t + s * A), xr[s << glog], a0);
+        float acc = (a0 + a1) + (a2 + a3);
+#pragma unroll 1
+        for (uint32_t off = G >> 1; off > 0u; off >>= 1)
+            acc += __shfl_xor_sync (SIG_FULL_MASK, acc, off);
+        if (g == 0u && m < out)
+            wrote |= s_put (o, r, m, acc);
+    }
+    return wrote;
+}
+
+template <int DT>
+__device__ __forceinline__ bool s_gemv_any (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *wsm,
+                                            const float4 (&wr)[P_BANK], const float4 *x, uint32_t rows, const s_out_t &o)
+{
+    return L.bank == 0u ? s_gemv<true, DT> (L, out, wsm, wr, x, rows, o) : s_gemv<false, DT> (L, out, wsm, wr, x, rows, o);
+}
+
+/* Chunks [kc0, kc0 + nk) of ROWS feature rows (row stride RS float4) from host memory into DST
+ * (row stride XS float4). Each thread issues its loads (up to 4) before storing any, so up to
+ * 4 x T chunks are one round trip; one row (the common case) needs no division. Block-wide. */
+__device__ __forceinline__ void s_read_host (const float4 *hx, uint32_t rs, uint32_t kc0, uint32_t nk, uint32_t rows,
+                                             float4 *dst, uint32_t xs)
+{
+    const uint32_t t = threadIdx.x;
+    if (rows * nk <= P_T) {   /* the usual case: one load per thread at most (row r, chunk j) */
+        if (t < rows * nk) {
+            const uint32_t r = rows == 1u ? 0u : t / nk, j = t - r * nk;
+            dst[(size_t) r * xs + j] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc0 + j);
+        }
+        return;
+    }
+    if (rows == 1u) {
+        hx += kc0;
+        for (uint32_t base = 0; base < nk; base += 4u * P_T) {
+            float4 v[4];
+#pragma unroll
+            for (uint32_t u = 0; u < 4u; ++u)
+                if (base + u * P_T + t < nk)
+                    v[u] = s_ld_relaxed_sys_v4 (hx + base + u * P_T + t);
+#pragma unroll
+            for (uint32_t u = 0; u < 4u; ++u)
+                if (base + u * P_T + t < nk)
+                    dst[base + u * P_T + t] = v[u];
+        }
+        return;
+    }
+    const uint32_t n = rows * nk;
+    for (uint32_t base = 0; base < n; base += 4u * P_T) {
+        float4 v[4];
+        uint32_t at[4];   /* r * xs + j of each */
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = base + u * P_T + t;
+            const uint32_t r = i / nk, j = i - r * nk;
+            at[u] = r * xs + j;
+            if (i < n)
+                v[u] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc0 + j);
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u)
+            if (base + u * P_T + t < n)
+                dst[at[u]] = v[u];
+    }
+}
+
+/* The worker owning input chunk KC of a layer with IN4 chunks split over W workers: the largest w
+ * with in4 * w / W <= kc. */
+__device__ __forceinline__ uint32_t s_owner (uint32_t kc, uint32_t in4, uint32_t W)
+{
+    return ((kc + 1u) * W + in4 - 1u) / in4 - 1u;
+}
+
+/* Stores chunk KC of row R of a split layer's input (IN4 chunks, slice row stride XS float4) into
+ * the slice (shared-memory address SLICE, the same in every block) of the worker owning it, or of
+ * every worker when the layer is split by outputs (BCAST). */
+__device__ __forceinline__ void s_st_slice (uint32_t slice, uint32_t r, uint32_t kc, uint32_t in4, uint32_t W,
+                                            uint32_t xs, bool bcast, float4 v)
+{
+    if (bcast) {
+        for (uint32_t k = 0; k < W; ++k)
+            s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc), k + 1u), v);
+        return;
+    }
+    const uint32_t k = s_owner (kc, in4, W);
+    s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
+}
+
+/* The leader: every chunk of ROWS feature rows (IN4 chunks, row stride RS float4) from host memory,
+ * stored straight into the slice of the worker owning it (DSMEM; W workers, slice row stride XS
+ * float4, SLICE the slice's shared-memory address, the same in every block; BCAST: every worker's,
+ * a layer 0 split by outputs). Up to 4 loads per thread in flight before any store: one round
+ * trip for up to 4 x 256 chunks. Block-wide. */
+__device__ __forceinline__ void s_read_scatter (const float4 *hx, uint32_t rs, uint32_t in4, uint32_t rows, uint32_t W,
+                                                uint32_t slice, uint32_t xs, bool bcast)
+{
+    const uint32_t t = threadIdx.x, n = rows * in4;
+    if (n <= P_T) {   /* the usual case: one chunk per thread at most, its load issued first */
+        if (t < n) {
+            const uint32_t r = rows == 1u ? 0u : t / in4, kc = t - r * in4;
+            const float4 v = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
+            s_st_slice (slice, r, kc, in4, W, xs, bcast, v);
+        }
+        return;
+    }
+    for (uint32_t base = 0; base < n; base += 4u * P_T) {
+        float4 v[4];
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = base + u * P_T + t;
+            if (i < n) {
+                const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
+                v[u] = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
+            }
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < 4u; ++u) {
+            const uint32_t i = base + u * P_T + t;
+            if (i < n) {
+                const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
+                s_st_slice (slice, r, kc, in4, W, xs, bcast, v[u]);
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void s_fence_sys (void)   /* a release (and acquire) fence at system scope */
+{
+    asm volatile ("fence.acq_rel.sys;" ::: "memory");
+}
+
+/* TRACE: the instantiation sigbench --trace runs (stamps into TRACE, kernels.h); the serving kernel
+ * is the other one, with every stamp compiled out. DT: how the weights are held (SIG_DTYPE_*), one
+ * instantiation each, so that no dtype's code adds to another's registers. */
+#ifdef P_SPEC
+__constant__ uint32_t p_spec_words[sizeof (p_header_t) / 4u] = P_SPEC_WORDS;
+#endif
+
+/* The compact tail's first layer (see THE TAIL above): after the last split layer, single pass, no
+ * registers; LAYERS when there is none (or the plan does not use it). */
+__host__ __device__ constexpr uint32_t p_tail_from (const p_header_t &h)
+{
+    uint32_t tail_from = h.layers;
+    if (h.sync & SIG_PLAN_SYNC_TAIL)
+        for (uint32_t l = h.layers; l-- > 1u;) {
+            if (h.layer[l].spread != 0u || h.layer[l].passes != 1u || h.layer[l].bank == 0u)
+                break;
+            tail_from = l;
+        }
+    return tail_from;
+}
+/* Of the tail, the first layer from which on every layer has one warp's worth of threads. */
+__host__ __device__ constexpr uint32_t p_solo_from (const p_header_t &h, uint32_t tail_from)
+{
+    uint32_t solo_from = h.layers;
+    if (h.sync & SIG_PLAN_SYNC_TAIL)
+        for (uint32_t l = h.layers; l-- > tail_from;) {
+            if (h.layer[l].active > 32u)
+                break;
+            solo_from = l;
+        }
+    return solo_from;
+}
+
+/* The kernel's body (the generic kernel and the specialised one below are this, nothing else).
+ * TRACE: the instantiation sigbench --trace runs (stamps into TRACE, kernels.h); the serving kernel
+ * is the other one, with every stamp compiled out. DT: how the weights are held (SIG_DTYPE_*), one
+ * instantiation each, so that no dtype's code adds to another's registers. */
+template <bool TRACE, int DT>
+__device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict__ img, char *box,
+                                                   unsigned long long *trace)
+{
+#ifdef P_SPEC
+    constexpr p_header_t s_h = P_SPEC_HEADER;
+#else
+    __shared__ p_header_t s_h;
+#endif
+    __shared__ uint4 s_cmd;
+    __shared__ __align__ (8) uint64_t s_mb[2];   /* SIG_PLAN_SYNC_MBAR: [0] a worker's input, [1] the leader's gather */
+    extern __shared__ float4 s_dyn[];
+    float *const sf = reinterpret_cast<float *> (s_dyn);
+    const uint32_t t = threadIdx.x, warp = t >> 5, lane = t & 31u;
+    const uint32_t b = sig_cluster_rank ();
+    const bool leader = b == 0u;
+
+#ifdef P_SPEC
+    {   /* the image's header must be the one compiled in, word by word (P_SPEC_WORDS: the same header
+         * as words, so that s_h itself is never in memory) */
+        const uint32_t *src = reinterpret_cast<const uint32_t *> (img);
+        int same = 1;
+        for (uint32_t i = t; i < sizeof (p_header_t) / 4u; i += P_T)
+            same &= src[i] == p_spec_words[i];
+        if (!__syncthreads_and (same))
+            return;   /* every block the same: nobody waits at a barrier */
+    }
+    constexpr uint32_t C = s_h.blocks, W = C - 1u, layers = s_h.layers;
+    static_assert (s_h.magic == P_MAGIC && s_h.dtype == (uint32_t) DT, "a header of this kernel's kind");
+#else
+    {   /* the header, word by word */
+        const uint32_t *src = reinterpret_cast<const uint32_t *> (img);
+        uint32_t *dst = reinterpret_cast<uint32_t *> (&s_h);
+        for (uint32_t i = t; i < sizeof (p_header_t) / 4u; i += P_T)
+            dst[i] = src[i];
+    }
+    __syncthreads ();
+    const uint32_t C = s_h.blocks, W = C - 1u, layers = s_h.layers;
+    if (s_h.magic != P_MAGIC || s_h.dtype != (uint32_t) DT)
+        return;   /* every block the same: nobody waits at a barrier */
+#endif
+
+    /* Buffers zeroed (padding must hold finite values); this block's weights copied in, the
+     * banked layer's first slots into registers. */
+    const float4 *payload = reinterpret_cast<const float4 *> (reinterpret_cast<const char *> (img) + s_h.payload);
+    {   /* this role's buffers (the leader's biases are copied below, over their whole area) */
+        const uint32_t lo = (leader ? s_h.act_off0 : s_h.slice_off) / 4u, hi = (leader ? s_h.lead_end : s_h.work_end) / 4u;
+        for (uint32_t i = lo + t; i < hi; i += P_T)
+            s_dyn[i] = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float4 wr[P_BANK];
+#pragma unroll
+    for (uint32_t s = 0; s < P_BANK; ++s)
+        wr[s] = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+    P_SPEC_UNROLL
+    for (uint32_t l = 0; l < layers; ++l) {
+        const sig_persistent_layer_plan_t &L = s_h.layer[l];
+        if ((L.spread != 0u) == leader)
+            continue;   /* the other role's */
+        const float4 *src = payload + L.image + (L.spread ? (uint64_t) (b - 1u) * L.per_block : 0u);
+        const uint32_t R = L.bank == 0u ? L.regs : 0u;
+        if (L.bank == 0u && t < L.active) {
+            if constexpr (DT == SIG_DTYPE_F32) {
+#pragma unroll
+                for (uint32_t s = 0; s < P_BANK; ++s)
+                    if (s < R)
+                        wr[s] = __ldg (src + (size_t) s * L.active + t);
+            } else {   /* two 8-byte slots a register */
+                const uint2 *src2 = reinterpret_cast<const uint2 *> (src);
+#pragma unroll
+                for (uint32_t s = 0; s < p_bank_slots (DT); ++s)
+                    if (s < R) {
+                        const uint2 u = __ldg (src2 + (size_t) s * L.active + t);
+                        if (s & 1u) {
+                            wr[s >> 1].z = __uint_as_float (u.x);
+                            wr[s >> 1].w = __uint_as_float (u.y);
+                        } else {
+                            wr[s >> 1].x = __uint_as_float (u.x);
+                            wr[s >> 1].y = __uint_as_float (u.y);
+                        }
+                    }
+            }
+        }
+        /* the rest, 16 bytes at a time (R slots x active threads is a multiple of 16 bytes) */
+        constexpr uint32_t WB = DT == SIG_DTYPE_F32 ? 16u : 8u;
+        const uint64_t n = L.per_block - (uint64_t) R * L.active * WB / 16u;
+        const float4 *rest = src + (uint64_t) R * L.active * WB / 16u;
+        for (uint64_t i = t; i < n; i += P_T)
+            s_dyn[L.w_smem + i] = __ldg (rest + i);
+    }
+    if (leader) {
+        const float *bsrc = reinterpret_cast<const float *> (payload) + s_h.bias_image;
+        for (uint32_t i = t; i < s_h.act_off0 - s_h.bias_off; i += P_T)
+            sf[s_h.bias_off + i] = __ldg (bsrc + i);
+    }
+    /* Hand-offs by mbarrier: each block's own, initialised before the setup barrier below (with the
+     * fence that makes the initialisation visible to the cluster's remote arrivals). A worker's
+     * input barrier completes when the leader's P_T / 32 warps have arrived; the leader's gather
+     * when every worker's warps have. */
+    const bool mbar = (s_h.sync & SIG_PLAN_SYNC_MBAR) != 0u && C > 1u;
+    /* one arrival per block (every thread fences at cluster scope, a block barrier, one thread
+     * arrives) instead of one per warp */
+    const bool mbar_block = mbar && (s_h.sync & SIG_PLAN_SYNC_MBAR_BLOCK) != 0u;
+    const uint32_t mb_in = sig_smem_addr (&s_mb[0]), mb_gather = sig_smem_addr (&s_mb[1]);
+    if (mbar && t == 0u) {
+        s_mbar_init (mb_in, mbar_block ? 1u : P_T / 32u);
+        s_mbar_init (mb_gather, mbar_block ? W : W * (P_T / 32u));
+        s_mbar_init_fence ();
+    }
+    uint32_t ph_in = 0u, ph_gather = 0u;   /* the parity of the phase each waiter waits for next */
+    const uint32_t mb_gather_lead = mbar ? sig_mapa (mb_gather, 0u) : 0u;   /* workers: the leader's */
+    /* The compact tail: the leader's layers from tail_from on (after the last split layer, single
+     * pass, no registers) run in one loop (s_tail_gemv); from solo_from on (one warp's worth of
+     * threads each) warp 0 alone runs them, handed over by a named barrier, the other warps go on. */
+#ifdef P_SPEC
+    constexpr uint32_t tail_from = p_tail_from (s_h), solo_from = p_solo_from (s_h, tail_from);
+#else
+    const uint32_t tail_from = p_tail_from (s_h), solo_from = p_solo_from (s_h, tail_from);
+#endif
+    __syncthreads ();
+    s_barrier (C);   /* every block runs and is set up before anyone stores into its shared memory */
+    const sig_persistent_layout_t &lay = s_h.box;
+    if (leader && t == 0u) {
+        sig_st_sys_u32 (box + lay.status, 1u);
+        s_fence_sys ();
+    }
+
+    float4 *const slice = s_dyn + s_h.slice_off / 4u;
+    /* act buffer i at act0 + i * act_step (no array of pointers: a run-time index would put it in
+     * local memory) */
+    float4 *const act0 = s_dyn + s_h.act_off0 / 4u;
+    const uint32_t act_step = (s_h.act_off1 - s_h.act_off0) / 4u;
+    const float *const part = sf + s_h.part_off;
+    const float *const bias = sf + s_h.bias_off;
+    const bool seq_done = s_h.done_mode == SIG_DONE_SEQUENCE;
+    uint32_t next_slot = 0u, next_seq = 1u;   /* the poller's */
+    /* A worker's chunks of a split layer 0, worked out once: after the start barrier the features'
+     * loads are the first thing a worker issues. */
+    const bool read_leader = s_h.read_leader != 0u;
+    /* what the leader's read needs, out of shared memory before the loop */
+    const char *const features0 = box + lay.slots + lay.features;
+    const uint32_t slot_bytes = lay.slot_bytes, rs0 = lay.row_floats / 4u, in4_0 = s_div_up (s_h.in_[0], 4u);
+    const uint32_t xs0 = s_h.layer[0].xs, slice_addr = sig_smem_addr (slice), chunk = s_h.chunk_rows;
+    uint32_t x_kc0 = 0u, x_nk = 0u;
+    if (!leader && s_h.layer[0].spread) {
+        const uint32_t in4 = s_div_up (s_h.in_[0], 4u);
+        x_kc0 = s_h.layer[0].by_out ? 0u : in4 * (b - 1u) / W;
+        x_nk = s_h.layer[0].by_out ? in4 : in4 * b / W - x_kc0;
+    }
+    const bool bcast0 = s_h.layer[0].by_out != 0u;
+
+    for (;;) {
+        unsigned long long *st = nullptr;   /* this request's stamps (TRACE, the leader's thread 0) */
+        unsigned long long seen = 0ull;
+        if (leader && warp == 0u) {
+            uint32_t rows = 0u;
+            const uint32_t op = s_poll (box, lay, next_slot, next_seq, rows);
+            if (TRACE && t == 0u)
+                seen = clock64 ();
+            rows = rows < 1u ? 1u : rows > s_h.max_rows ? s_h.max_rows : rows;
+            const uint4 cmd = make_uint4 (op, rows, next_slot, next_seq);
+            if (C == 1u || read_leader) {
+                if (lane == 0u)
+                    s_cmd = cmd;
+            } else if (lane < C) {
+                s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), cmd);
+            }
+            next_slot = next_slot + 1u == lay.ring ? 0u : next_slot + 1u;
+            ++next_seq;
+        }
+        /* The request's rows, chunk_rows at a time (every buffer holds that many): each chunk is
+         * what a request of that many rows would be, from its start barrier to its last layer. */
+        uint4 cmd;
+        bool wrote = false;
+        for (uint32_t r0 = 0u;;) {
+            if (leader && read_leader) {   /* the leader reads every feature and scatters the slices */
+                __syncthreads ();
+                const uint4 c = s_cmd;
+                if (c.x == OP_RUN)
+                    s_read_scatter (reinterpret_cast<const float4 *> (features0 + (size_t) c.z * slot_bytes) + (size_t) r0 * rs0,
+                                    rs0, in4_0, min (chunk, c.y - r0), W, slice_addr, xs0, bcast0);
+                if (r0 == 0u && warp == 0u && lane >= 1u && lane < C)
+                    s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), c);
+                if (mbar_block) {   /* every thread's stores, then warp 0's lane k arrives on worker k's */
+                    s_fence_cluster ();
+                    __syncthreads ();
+                    if (warp == 0u && lane >= 1u && lane < C)
+                        s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                } else if (mbar) {   /* this warp's stores, then lane k arrives on worker k's input barrier */
+                    __syncwarp ();
+                    if (lane >= 1u && lane < C)
+                        s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                }
+            }
+            if (!mbar) {
+                s_barrier (C);   /* start */
+            } else if (!leader) {
+                s_mbar_wait (mb_in, ph_in);
+                ph_in ^= 1u;
+            }
+            cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
+            if (cmd.x != OP_RUN)
+                break;
+            if (TRACE && leader && t == 0u && r0 == 0u) {
+                st = trace + (size_t) (cmd.w % SIG_TRACE_RING) * SIG_TRACE_STAMPS;
+                for (uint32_t k = 0; k < SIG_TRACE_STAMPS; ++k)
+                    st[k] = 0ull;
+                st[SIG_TRACE_SEEN] = seen;
+                st[SIG_TRACE_STARTED] = clock64 ();
+            }
+            const uint32_t rows = min (chunk, cmd.y - r0);
+            char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
+            const float4 *const feat = reinterpret_cast<const float4 *> (sb + lay.features) + (size_t) r0 * (lay.row_floats / 4u);
+            float *const outp = reinterpret_cast<float *> (sb + lay.outputs) + (size_t) r0 * s_h.out;
+            uint32_t cur = 0u;   /* leader: the act buffer holding this layer's input */
+
+            P_SPEC_UNROLL
+            for (uint32_t l = 0; l < tail_from; ++l) {
+                const sig_persistent_layer_plan_t &L = s_h.layer[l];
+                const uint32_t in4 = s_div_up (s_h.in_[l], 4u);
+                const uint32_t out = s_h.out_[l];
+                const bool last = l + 1u == layers;
+                const bool next_spread = !last && s_h.layer[l + 1u].spread != 0u;
+                if (L.spread) {
+                    if (!leader) {
+                        const uint32_t w = b - 1u;
+                        if (l == 0u && !read_leader) {
+                            s_read_host (feat, lay.row_floats / 4u, x_kc0, x_nk, rows, slice, L.xs);
+                            __syncthreads ();
+                        }
+                        s_out_t po;
+                        po.kind = OUT_PARTIAL;
+                        /* worker w's partials at part + w x chunk x mpad (row stride mpad, the layer's
+                         * outputs rounded up to 4); by outputs, everyone's in the first area */
+                        po.stride = 4u * s_div_up (out, 4u);
+                        po.remote = sig_mapa (sig_smem_addr (part + (L.by_out ? 0u : (size_t) w * chunk * po.stride)), 0u);
+                        po.host_relaxed = 0u;
+                        po.m0 = L.by_out ? out * w / W : 0u;
+                        po.dst = nullptr;
+                        po.bias = nullptr;
+                        po.act = 0;
+                        s_gemv_any<DT> (L, L.by_out ? out * (w + 1u) / W - po.m0 : out, s_dyn + L.w_smem, wr, slice,
+                                        rows, po);
+                        if (mbar_block) {   /* the block's partials (and its reads of the slice) done */
+                            s_fence_cluster ();
+                            __syncthreads ();
+                            if (t == 0u)
+                                s_mbar_arrive_remote (mb_gather_lead);
+                        } else if (mbar) {   /* this warp's partials (and its reads of the slice) done */
+                            __syncwarp ();
+                            if (lane == 0u)
+                                s_mbar_arrive_remote (mb_gather_lead);
+                        }
+                    }
+                    if (!mbar) {
+                        s_barrier (C);   /* gather */
+                    } else if (leader) {
+                        s_mbar_wait (mb_gather, ph_gather);
+                        ph_gather ^= 1u;
+                    }
+                    if (TRACE && st)
+                        st[SIG_TRACE_GATHER (l)] = clock64 ();
+                }
+                if (leader) {
+                    /* where this layer's final values go */
+                    s_out_t fin;
+                    fin.remote = 0u;
+                    fin.host_relaxed = seq_done ? 0u : 1u;
+                    fin.bias = bias + L.bias;
+                    fin.act = s_h.act[l];
+                    if (last) {
+                        fin.kind = OUT_HOST;
+                        fin.dst = outp;
+                        fin.stride = out;
+                    } else {
+                        fin.kind = OUT_ACT;
+                        fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
+                        fin.stride = 4u * (next_spread ? s_div_up (out, 4u) : s_h.layer[l + 1u].xs);
+                    }
+                    if (L.spread) {
+                        for (uint32_t i = t; i < rows * out; i += P_T) {
+                            const uint32_t r = rows == 1u ? 0u : i / out, m = i - r * out;
+                            float v = 0.0f;
+                            const uint32_t mpad = 4u * s_div_up (out, 4u);
+                            if (L.by_out)   /* the one worker holding output m computed all of it */
+                                v = part[r * mpad + m];
+                            else
+                                for (uint32_t k = 0; k < W; ++k)
+                                    v += part[(size_t) k * chunk * mpad + r * mpad + m];
+                            wrote |= s_put (fin, r, m, v);
+                        }
+                    } else {
+                        if (l == 0u) {
+                            s_read_host (feat, lay.row_floats / 4u, 0u, in4, rows, act0 + cur * act_step, L.xs);
+                            __syncthreads ();
+                        }
+                        wrote |= s_gemv_any<DT> (L, out, s_dyn + L.w_smem, wr, act0 + cur * act_step, rows, fin);
+                    }
+                    cur ^= 1u;
+                    __syncthreads ();   /* this layer's act writes before the next layer (or scatter) reads */
+                    if (TRACE && st)
+                        st[SIG_TRACE_COMPUTED (l)] = clock64 ();
+                }
+                if (next_spread) {
+                    if (leader) {   /* act0 + cur holds rows x out4 chunks; worker k gets its slice */
+                        const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
+                        const uint32_t n4 = s_div_up (out, 4u);
+                        const uint32_t saddr = sig_smem_addr (slice);
+                        const float4 *src = act0 + cur * act_step;
+                        for (uint32_t i = t; i < rows * n4; i += P_T) {
+                            const uint32_t r = i / n4, kc = i - r * n4;
+                            s_st_slice (saddr, r, kc, n4, W, N.xs, N.by_out != 0u, src[(size_t) r * n4 + kc]);
+                        }
+                        if (mbar_block) {
+                            s_fence_cluster ();
+                            __syncthreads ();
+                            if (warp == 0u && lane >= 1u && lane < C)
+                                s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                        } else if (mbar) {
+                            __syncwarp ();
+                            if (lane >= 1u && lane < C)
+                                s_mbar_arrive_remote (sig_mapa (mb_in, lane));
+                        }
+                    }
+                    if (!mbar) {
+                        s_barrier (C);   /* scatter */
+                    } else if (!leader) {
+                        s_mbar_wait (mb_in, ph_in);
+                        ph_in ^= 1u;
+                    }
+                    if (TRACE && st)
+                        st[SIG_TRACE_SCATTER (l)] = clock64 ();
+                }
+            }
+            if (leader && tail_from < layers) {
+                /* The compact tail (the layers before it ended with a __syncthreads). */
+P_TAIL_LAYERS_UNROLL
+                for (uint32_t l = tail_from; l < layers; ++l) {
+                    if (l >= solo_from) {   /* warp 0 alone from here */
+                        if (l == solo_from) {
+                            if (warp != 0u) {   /* this warp's outputs of the layer before are stored */
+                                if (l > tail_from)
+                                    s_named_arrive (1u, P_T);
+                                break;
+                            }
+                            if (l > tail_from)
+                                s_named_sync (1u, P_T);
+                        } else {
+                            __syncwarp ();
+                        }
+                    } else if (l > tail_from) {
+                        __syncthreads ();
+                    }
+                    const sig_persistent_layer_plan_t &L = s_h.layer[l];
+                    const uint32_t out = s_h.out_[l];
+                    s_out_t fin;
+                    fin.remote = 0u;
+                    fin.m0 = 0u;
+                    fin.host_relaxed = seq_done ? 0u : 1u;
+                    fin.bias = bias + L.bias;
+                    fin.act = s_h.act[l];
+                    if (l + 1u == layers) {
+                        fin.kind = OUT_HOST;
+                        fin.dst = outp;
+                        fin.stride = out;
+                    } else {
+                        fin.kind = OUT_ACT;
+                        fin.dst = reinterpret_cast<float *> (act0 + (cur ^ 1u) * act_step);
+                        fin.stride = 4u * s_h.layer[l + 1u].xs;
+                    }
+                    if (TRACE && st && l < SIG_TRACE_SUB_LAYERS && (s_h.sync & SIG_PLAN_SYNC_REPEAT))
+                        st[SIG_TRACE_SUB (l, 0u)] = clock64 ();
+                    if (t < L.active)
+                        wrote |= s_tail_gemv<DT> (L, out, s_dyn + L.w_smem, act0 + cur * act_step, rows, fin);
+                    if (TRACE && l < SIG_TRACE_SUB_LAYERS && (s_h.sync & SIG_PLAN_SYNC_REPEAT)) {
+                        /* the same layer again, the same values stored again (the host may already
+                         * have taken them: the same bits; the slot is reused only 3 requests later) */
+                        if (st)
+                            st[SIG_TRACE_SUB (l, 1u)] = clock64 ();
+                        if (t < L.active)
+                            s_tail_gemv<DT> (L, out, s_dyn + L.w_smem, act0 + cur * act_step, rows, fin);
+                        if (st)
+                            st[SIG_TRACE_SUB (l, 2u)] = clock64 ();
+                    }
+                    cur ^= 1u;
+                    if (TRACE && st)
+                        st[SIG_TRACE_COMPUTED (l)] = clock64 ();
+                }
+            }
+            r0 += chunk;
+            if (r0 >= cmd.y)
+                break;
+        }
+        if (cmd.x != OP_RUN)
+            break;
+        if (TRACE && st)
+            st[SIG_TRACE_END] = clock64 ();
+        if (leader && seq_done) {
+            if (wrote)
+                s_fence_sys ();
+            __syncthreads ();
+            if (t == 0u) {
+                s_fence_sys ();
+                sig_st_sys_u32 (box + lay.slots + (size_t) cmd.z * lay.slot_bytes + lay.done, cmd.w);
+            }
+        }
+    }
+    if (mbar)   /* no block leaves while another may still touch its shared memory */
+        sig_cluster_sync ();
+    if (leader && t == 0u) {
+        sig_st_sys_u32 (box + lay.status + 4u, 1u);
+        s_fence_sys ();
+    }
+}
+
+#ifdef P_SPEC
+/* The specialised kernel: one model's shapes and plan (P_SPEC_HEADER), weights in P_SPEC_DTYPE. */
+extern "C" __global__ void __launch_bounds__ (P_T, 1)
+sig_persistent_spec (const p_header_t *__restrict__ img, char *box, unsigned long long *trace)
+{
+    s_persistent_body<false, P_SPEC_DTYPE> (img, box, trace);
+}
+#else
+template <bool TRACE, int DT>
+static __global__ void __launch_bounds__ (P_T, 1)
+s_persistent_kernel (const p_header_t *__restrict__ img, char *box, unsigned long long *trace)
+{
+    s_persistent_body<TRACE, DT> (img, box, trace);
+}
+#endif
+
+#endif

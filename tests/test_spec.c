@@ -1,0 +1,173 @@
+/* The specialised persistent kernel's compile path, on a machine with NVRTC and no GPU (CI): a plan
+ * for an sm_90 device described (not queried), the image packed, the source made from its header and
+ * compiled for sm_90 by the very functions the server calls at load (sig_persistent_spec_source,
+ * kernel_cache_cubin -> sig_spec_compile): a cubin with the kernel "sig_persistent_spec", for f32 and
+ * f16 weights, the demo shape and odd ones; the cache finds it again in memory and on disk, and keeps
+ * it in memory when the folder cannot be written. test_cuda runs the kernels themselves. */
+#define _GNU_SOURCE
+#include "reference.h"
+#include "testutil.h"
+#include "weights/weights.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef SIGSERVE_HAVE_CUDA
+#include "backends/cuda/kernel_cache.h"
+#include "kernels.h"
+
+enum { OPTIN_SM90 = 232448, STATIC_SMEM = 1376 };   /* cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90;
+                                                       the generic kernel's static shared memory */
+
+/* The source of the kernel specialised for SIZES (LAYERS + 1 sizes) in DTYPE, for MAX_ROWS rows. */
+static char *s_source (const uint32_t *sizes, size_t layers, uint32_t max_rows, uint32_t dtype)
+{
+    activation_t acts[SIG_FUSED_MAX_LAYERS];
+    for (size_t l = 0; l < layers; l++)
+        acts[l] = l + 1 < layers ? ACTIVATION_RELU : ACTIVATION_NONE;
+    weights_t *w = weights_random (sizes, acts, layers, 11);
+    ck_assert_ptr_nonnull (w);
+    sig_fused_net_t net;
+    memset (&net, 0, sizeof net);
+    net.layer_count = (uint32_t) layers;
+    net.widest = w->widest;
+    for (size_t l = 0; l < layers; l++)
+        net.layers[l] = (sig_fused_layer_t) { .w = w->layers[l].weight, .b = w->layers[l].bias, .in = w->layers[l].in,
+                                              .out = w->layers[l].out, .act = (int) w->layers[l].activation };
+    sig_persistent_plan_t plan;
+    ck_assert_int_eq (sig_persistent_plan_offline (&net, max_rows, OPTIN_SM90, STATIC_SMEM, dtype, NULL, &plan), 0);
+    sig_persistent_layout_t layout;
+    ck_assert_int_eq (sig_persistent_layout (sizes[0], sizes[layers], max_rows, plan.ring, &layout), 0);
+    void *image = malloc (plan.image_bytes);
+    ck_assert_ptr_nonnull (image);
+    ck_assert_int_eq (sig_persistent_pack (&net, &plan, &layout, image), 0);
+    char *src = sig_persistent_spec_source (image);
+    ck_assert_ptr_nonnull (src);
+    free (image);
+    weights_destroy (&w);
+    return src;
+}
+
+static void s_assert_cubin (const void *cubin, size_t bytes)
+{
+    ck_assert_uint_gt (bytes, 1024);
+    ck_assert_int_eq (memcmp (cubin, "\177ELF", 4), 0);
+    ck_assert_ptr_nonnull (memmem (cubin, bytes, "sig_persistent_spec", strlen ("sig_persistent_spec") + 1));
+}
+
+START_TEST (compiles_the_demo_shape_for_sm_90_in_f32_and_f16)
+{
+    const uint32_t sizes[] = { 512, 256, 64, 1 };
+    for (uint32_t dtype = SIG_DTYPE_F32; dtype <= SIG_DTYPE_F16; dtype++) {
+        char *src = s_source (sizes, 3, 1, dtype);
+        ck_assert_ptr_nonnull (strstr (src, "#define P_SPEC 1"));
+        void *cubin = NULL;
+        size_t bytes = 0;
+        char log[8192];
+        ck_assert_msg (sig_spec_compile (src, 90, &cubin, &bytes, log, sizeof log) == 0, "%s", log);
+        s_assert_cubin (cubin, bytes);
+        free (cubin);
+        free (src);
+    }
+}
+END_TEST
+
+START_TEST (compiles_odd_shapes_rows_and_a_split_layer)
+{
+    const uint32_t sizes[] = { 597, 293, 33, 3 };   /* 7 rows: layer 0 split over the workers */
+    char *src = s_source (sizes, 3, 7, SIG_DTYPE_BF16);
+    void *cubin = NULL;
+    size_t bytes = 0;
+    char log[8192];
+    ck_assert_msg (sig_spec_compile (src, 90, &cubin, &bytes, log, sizeof log) == 0, "%s", log);
+    s_assert_cubin (cubin, bytes);
+    free (cubin);
+    free (src);
+}
+END_TEST
+
+START_TEST (a_compile_error_returns_the_compilers_log)
+{
+    void *cubin = (void *) 1;
+    size_t bytes = 7;
+    char log[4096];
+    ck_assert_int_eq (sig_spec_compile ("this is not C++;", 90, &cubin, &bytes, log, sizeof log), -1);
+    ck_assert_ptr_null (cubin);
+    ck_assert_uint_eq (bytes, 0);
+    ck_assert_msg (strstr (log, "nvrtcCompileProgram") && strstr (log, "error"), "%s", log);
+    ck_assert_ptr_null (sig_persistent_spec_source (NULL));
+    char zero[2048] = { 0 };
+    ck_assert_ptr_null (sig_persistent_spec_source (zero));   /* no header there */
+}
+END_TEST
+
+START_TEST (the_cache_finds_a_cubin_in_memory_and_on_disk)
+{
+    const uint32_t sizes[] = { 37, 19, 2 };
+    char *src = s_source (sizes, 2, 3, SIG_DTYPE_F32);
+    char *base = tu_tmpdir (), dir[512];
+    ck_assert_ptr_nonnull (base);
+    snprintf (dir, sizeof dir, "%s/kernels", base);   /* made by the cache */
+    const void *cubin = NULL;
+    size_t bytes = 0;
+    const char *how = "";
+    char err[8192];
+    ck_assert_msg (kernel_cache_cubin (dir, 90, src, &cubin, &bytes, &how, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq (how, "compiled");
+    s_assert_cubin (cubin, bytes);
+    char path[700];
+    snprintf (path, sizeof path, "%s/sigserve-mlp-%016llx.cubin", dir, (unsigned long long) kernel_cache_key (src, 90));
+    struct stat st;
+    ck_assert_int_eq (stat (path, &st), 0);
+    ck_assert_uint_eq ((size_t) st.st_size, bytes);
+    ck_assert_int_eq (kernel_cache_cubin (dir, 90, src, &cubin, &bytes, &how, err, sizeof err), 0);
+    ck_assert_str_eq (how, "memory");
+    /* another key (another architecture's) is not this one */
+    ck_assert_uint_ne (kernel_cache_key (src, 90), kernel_cache_key (src, 100));
+    free (base);
+    free (src);
+}
+END_TEST
+
+START_TEST (an_unwritable_folder_keeps_the_cubin_in_memory)
+{
+    const uint32_t sizes[] = { 41, 23, 5 };
+    char *src = s_source (sizes, 2, 2, SIG_DTYPE_F32);
+    const char *dir = "/proc/sigserve-no-such-folder";   /* cannot be created, by root either */
+    const void *cubin = NULL;
+    size_t bytes = 0;
+    const char *how = "";
+    char err[8192];
+    ck_assert_msg (kernel_cache_cubin (dir, 90, src, &cubin, &bytes, &how, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq (how, "compiled");
+    s_assert_cubin (cubin, bytes);
+    ck_assert_int_eq (kernel_cache_cubin (dir, 90, src, &cubin, &bytes, &how, err, sizeof err), 0);
+    ck_assert_str_eq (how, "memory");
+    free (src);
+}
+END_TEST
+
+int main (void)
+{
+    Suite *s = suite_create ("spec");
+    TCase *tc = tcase_create ("nvrtc");
+    tcase_set_timeout (tc, 600);
+    tcase_add_test (tc, compiles_the_demo_shape_for_sm_90_in_f32_and_f16);
+    tcase_add_test (tc, compiles_odd_shapes_rows_and_a_split_layer);
+    tcase_add_test (tc, a_compile_error_returns_the_compilers_log);
+    tcase_add_test (tc, the_cache_finds_a_cubin_in_memory_and_on_disk);
+    tcase_add_test (tc, an_unwritable_folder_keeps_the_cubin_in_memory);
+    suite_add_tcase (s, tc);
+    return tu_run_suite (s);
+}
+#else
+int main (void)
+{
+    printf ("SKIP: built without CUDA (no nvcc): no NVRTC\n");
+    return 0;
+}
+#endif
