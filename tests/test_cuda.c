@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1369,6 +1370,12 @@ static int s_probe_one (int op)
             backend_cuda_iface.destroy (&o);
         break;
     }
+    case 21: {  /* what a device process does for a mailbox in the region shared with the server */
+        void *q = mmap (NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        e = q == MAP_FAILED ? cudaErrorMemoryAllocation
+                            : cudaHostRegister (q, 1 << 20, cudaHostRegisterMapped | cudaHostRegisterPortable);
+        break;
+    }
     case 16: case 17:
         e = cublasSgemm (handle, CUBLAS_OP_N, CUBLAS_OP_N, 64, 64, 64, &one, ga, 64, ga + 4096, 64, &zero, ga + 8192, 64)
                     == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
@@ -1403,11 +1410,12 @@ static int s_probe_all (void)
         "cudaMalloc alone (1 MiB)", "cublasCreate", "cublasDestroy of a handle from before the launch",
         "cublasSgemm + sync, handle used before the launch", "cublasSgemm + sync, first use of a handle from before",
         "backend: load (NVRTC compile + cuModuleLoadData + launch) + infer a specialised persistent",
-        "the same, then destroy it", "the same, its module loaded before the resident kernel started" };
+        "the same, then destroy it", "the same, its module loaded before the resident kernel started",
+        "cudaHostRegister (1 MiB of MAP_SHARED memory, mapped, portable)" };
     const char *modes[] = { "EAGER", "LAZY" };
     printf ("| CUDA_MODULE_LOADING | call while a persistent kernel is resident | result |\n| --- | --- | --- |\n");
     for (int mode = 0; mode < 2; mode++)
-        for (int op = 0; op < 21; op++) {
+        for (int op = 0; op < 22; op++) {
             if (mode == 1 && op != 6 && op != 7 && op != 8 && op != 9 && op != 14 && op != 17 && op != 18)
                 continue;
             if (s_probe_only >= 0 && op != s_probe_only)

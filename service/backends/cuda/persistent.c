@@ -27,6 +27,9 @@ static kept_box_t s_kept[KEPT_MAX];
 static size_t s_kept_count;
 static void *(*s_source) (void *arg, size_t bytes);
 static void *s_source_arg;
+/* Held while a module is loaded or memory registered (neither may meet a resident kernel) and while
+ * a launch makes a kernel resident. */
+static pthread_mutex_t s_launch_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void persistent_box_source (void *(*alloc) (void *arg, size_t bytes), void *arg)
 {
@@ -39,9 +42,9 @@ void persistent_box_source (void *(*alloc) (void *arg, size_t bytes), void *arg)
 #define BOX_PAGE 4096u
 
 /* The smallest kept mailbox of at least BYTES (from the source when SHARED), or a new one: from the
- * source, registered, when SHARED (*SHARED false when the source has no room: then pinned memory of
- * its own, as without a source). */
-static cudaError_t s_box_get (size_t bytes, bool *shared, uint8_t **p, size_t *got)
+ * source, registered, when SHARED and no persistent kernel is resident on DEVICE (else *SHARED turns
+ * false: pinned memory of its own, as without a source). */
+static cudaError_t s_box_get (int device, size_t bytes, bool *shared, uint8_t **p, size_t *got)
 {
     pthread_mutex_lock (&s_lock);
     void *(*source) (void *, size_t) = s_source;
@@ -61,20 +64,32 @@ static cudaError_t s_box_get (size_t bytes, bool *shared, uint8_t **p, size_t *g
     }
     pthread_mutex_unlock (&s_lock);
     if (*shared) {
+        /* Only while no persistent kernel is resident on DEVICE: whether cudaHostRegister waits for one,
+         * as cudaFreeHost and a module load do, is not measured yet (test_cuda --probe 21) */
         const size_t pages = (bytes + BOX_PAGE - 1) / BOX_PAGE * BOX_PAGE;   /* a registration owns its pages */
-        uint8_t *q = source (arg, pages);
-        if (q) {
-            cudaError_t e = cudaHostRegister (q, pages, cudaHostRegisterMapped | cudaHostRegisterPortable);
-            if (e == cudaSuccess) {
-                *p = q;
-                *got = pages;
-                return cudaSuccess;
-            }
+        pthread_mutex_lock (&s_launch_lock);
+        const int resident = cuda_device_resident (device);
+        uint8_t *q = resident ? NULL : source (arg, pages);
+        cudaError_t e = q ? cudaHostRegister (q, pages, cudaHostRegisterMapped | cudaHostRegisterPortable)
+                          : cudaErrorMemoryAllocation;
+        pthread_mutex_unlock (&s_launch_lock);
+        if (q && e == cudaSuccess) {
+            *p = q;
+            *got = pages;
+            return cudaSuccess;
+        }
+        if (resident)
+            log_info ("a persistent kernel's mailbox on device %d: %d persistent kernel(s) already resident there, "
+                      "next to which registering memory may wait; this model's mailbox is this process's own (the "
+                      "front hands its requests to its worker)", device, resident);
+        else if (q) {
             log_warn ("a persistent kernel's mailbox in the region shared with the server: cudaHostRegister failed "
                       "(%s); using pinned memory of this process (no front can run its requests inline)",
                       cudaGetErrorString (e));
             cudaGetLastError ();
-        }
+        } else
+            log_warn ("a persistent kernel's mailbox: this device process's share of the shared region is full; using "
+                      "pinned memory of this process (no front can run its requests inline)");
         *shared = false;
     }
     *got = bytes;
@@ -122,15 +137,13 @@ cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_of
         e = cudaStreamCreateWithFlags (&p->stream, cudaStreamNonBlocking);
     p->box_shared = p->shareable;
     if (e == cudaSuccess)
-        e = s_box_get (box_bytes, &p->box_shared, &p->box, &p->box_bytes);
+        e = s_box_get (p->device, box_bytes, &p->box_shared, &p->box, &p->box_bytes);
     if (e == cudaSuccess) {
         memset (p->box, 0, p->box_bytes);
         e = cudaHostGetDevicePointer (&p->d_box, p->box, 0);
     }
     return e;
 }
-
-static pthread_mutex_t s_launch_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int persistent_exclusive (int device, int (*fn) (int resident, void *arg), void *arg)
 {
