@@ -165,7 +165,8 @@ $(BUILD)/obj/service/main-test.o: service/main.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DSIGSERVE_TEST_HOOKS -fPIC -c $< -o $@
 
-$(BUILD)/sigserve-test: $(BUILD)/obj/service/main-test.o $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
+$(BUILD)/sigserve-test: $(BUILD)/obj/service/main-test.o $(BUILD)/obj/tests/mailbox_backend.o $(BUILD)/libsigcore.a \
+                       $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a

@@ -342,10 +342,20 @@ static void s_forward_signal (int sig)
 
 #ifdef SIGSERVE_TEST_HOOKS
 /* sigserve-test's fault injection (tests/test_gpu_faults.c), in the device process. */
+/* tests/mailbox_backend.c (linked into sigserve-test only): the persistent kernel's mailbox emulated */
+extern const backend_iface_t test_mailbox_iface;
+int test_mailbox_trap (backend_model_t *m);
+
 static int s_test_fault (int device, uint32_t fault, backend_model_t *mlp, char *err, size_t errlen)
 {
     if (fault == DEV_FAULT_EXIT)
         return 0;       /* the device process kills itself once it has answered */
+    if (fault == DEV_FAULT_TRAP && device == DEVICE_CPU_TEST && getenv ("SIGSERVE_TEST_MAILBOX")) {
+        if (test_mailbox_trap (mlp) == 0)
+            return 0;
+        snprintf (err, errlen, "device cpu (test) holds no emulated persistent model to trap");
+        return -1;
+    }
     if (fault == DEV_FAULT_TRAP) {
         if (!backends_gpu || !mlp) {
             snprintf (err, errlen, "device %d holds no CUDA MLP instance to trap", device);
@@ -430,6 +440,8 @@ int main (int argc, char **argv)
 {
 #ifdef SIGSERVE_TEST_HOOKS
     devices_set_fault_handler (s_test_fault);
+    if (getenv ("SIGSERVE_TEST_MAILBOX"))   /* inherited by the device processes */
+        backends_set_test_cpu_mlp (&test_mailbox_iface);
 #endif
     if (argc > 1 && strcmp (argv[1], "--device-process") == 0)
         return devices_process_main (argc, argv);

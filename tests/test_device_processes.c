@@ -11,7 +11,7 @@
  *   - two GPUs, a trap on GPU 1: GPU 0's instance keeps answering OK, GPU 1's comes back and
  *     serves again;
  *   - a persistent MLP in a device process run by the front through its mailbox in the shared
- *     region: one request at a time, every one inline (counted) with outputs in bound; two fronts,
+ *     region (on the GPU, and in CI on the CPU with the kernel's mailbox emulated by sigserve-test): one request at a time, every one inline (counted) with outputs in bound; two fronts,
  *     one running requests inline while the other hands them to the worker, both publishing into
  *     the same mailbox: every request answered once, in bound; a trap while the front waits on
  *     the mailbox: that request answered UNAVAILABLE once, the process started again, inline again. */
@@ -53,7 +53,8 @@ typedef struct {
 
 static char s_tick_path[4096];
 static bool s_two_fronts;               /* s_start: two endpoints, a front each */
-static const char *s_server_extra = ""; /* s_start: more keys of "server" (", \"inline_us\": 10000") */
+static const char *s_server_extra = "";
+static bool s_mailbox;                  /* s_start: SIGSERVE_TEST_MAILBOX=1 (tests/mailbox_backend.c) */ /* s_start: more keys of "server" (", \"inline_us\": 10000") */
 
 /* ------------------------------------------------------------------------------------- helpers */
 
@@ -160,6 +161,8 @@ static void s_start (server_t *s, const char *models, bool cpu_in_device_process
     if (s->pid == 0) {
         if (!freopen (s->log, "w", stderr))
             _exit (126);
+        if (s_mailbox)
+            setenv ("SIGSERVE_TEST_MAILBOX", "1", 1);
         if (cpu_in_device_process)
             execl (bin, bin, "--config", s->config, "--log-level", "info", "--test-cpu-device-process", (char *) NULL);
         else
@@ -594,99 +597,151 @@ START_TEST (trap_on_gpu_1_leaves_gpu_0_serving)
 }
 END_TEST
 
-/* A persistent tick_mlp on GPU 0 in a device process, the front free to run any request inline. */
-static void s_start_persistent (server_t *s, bool two_fronts)
+/* A persistent model in a device process, the front free to run any request inline: tick_mlp on
+ * GPU 0's persistent kernel, or (no GPU needed: CI) on the CPU with its mailbox emulated by
+ * sigserve-test (tests/mailbox_backend.c: a thread plays the kernel), in the test's CPU device
+ * process. Its counters' labels, and the fault that stops its kernel. */
+typedef struct {
+    bool gpu;
+    const char *instance_metric, *trap, *device, *placement, *kernel;
+} box_kind_t;
+
+static const box_kind_t s_box_gpu = {
+    true, "sigserve_instance_requests_total{model=\"box\",instance=\"0\",device=\"cuda:0\"}", "device=0&kind=trap",
+    "0", "1 instance(s) [gpu 0 (device process)", "kernel persistent" };
+static const box_kind_t s_box_emulated = {
+    false, "sigserve_instance_requests_total{model=\"box\",instance=\"0\",device=\"cpu\"}", "device=cpu&kind=trap",
+    "cpu (test)", "1 instance(s) [cpu (device process)", "kernel mailbox-emulated" };
+
+#define INLINE_METRIC "sigserve_inline_total{model=\"box\"}"
+
+static bool s_box_skip (const box_kind_t *k, const char *test)
+{
+    if (!k->gpu || s_gpus () >= 1)
+        return false;
+    printf ("%s: skipped: no GPU here (its CPU twin runs the same with the mailbox emulated)\n", test);
+    return true;
+}
+
+static void s_start_box (server_t *s, const box_kind_t *k, bool two_fronts)
 {
     s_two_fronts = two_fronts;
+    s_mailbox = !k->gpu;
     s_server_extra = ", \"inline_us\": 10000";
     snprintf (s_models, sizeof s_models, "%s",
-              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0],"));
-    s_start (s, s_models, false);
-    s_two_fronts = false;
+              s_model ("box", k->gpu ? "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0],"
+                                     : "\"backend\": \"cpu\","));
+    s_start (s, s_models, !k->gpu);
+    s_two_fronts = s_mailbox = false;
     s_server_extra = "";
-    ck_assert (s_log_has (s, "kernel persistent"));
-    ck_assert (s_log_has (s, "1 instance(s) [gpu 0 (device process)"));
+    ck_assert (s_log_has (s, k->kernel));
+    ck_assert (s_log_has (s, k->placement));
     ck_assert (s_log_has (s, "(run on the front when idle)"));
 }
 
-#define INLINE_METRIC "sigserve_inline_total{model=\"gpu\"}"
-
-START_TEST (persistent_in_a_device_process_runs_inline)
+/* After N requests sent one at a time (the counters at BEFORE): every one computed once, inline or by
+ * the worker, and most inline. Not all: a request that arrives while the front is still in the
+ * turn that ran the previous one (its reply sent, the front looking for more) is taken as load and
+ * goes to the worker (front/intake.c: may_inline), which a fast client makes happen now and then. */
+static void s_assert_mostly_inline (server_t *s, const box_kind_t *k, double before, double before_worker, uint32_t n)
 {
-    if (s_gpus () < 1) {
-        printf ("persistent_in_a_device_process_runs_inline: skipped: no GPU here\n");
-        return;
-    }
+    const double inlined = s_metric (s, INLINE_METRIC) - before, worker = s_metric (s, k->instance_metric) - before_worker;
+    printf ("persistent in a device process (%s), one at a time: %.0f of %u inline, %.0f by the worker\n", k->device,
+            inlined, n, worker);
+    ck_assert_double_eq (inlined + worker, n);
+    ck_assert_double_gt (inlined, n / 2);
+}
+
+static void s_box_runs_inline (const box_kind_t *k)
+{
     server_t s;
-    s_start_persistent (&s, false);
+    s_start_box (&s, k, false);
     /* one at a time: nothing queued at each arrival, so the front publishes every one itself */
-    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 500, .window = 1, .check_outputs = true };
+    load_t l = { .models = { "box" }, .model_count = 1, .total = 500, .window = 1, .check_outputs = true };
     s_load (&s, &l);
     ck_assert_uint_eq (l.ok[0], 500);
-    ck_assert_double_eq (s_metric (&s, INLINE_METRIC), 500);
-    ck_assert_double_eq (s_metric (&s, "sigserve_instance_requests_total{model=\"gpu\",instance=\"0\",device=\"cuda:0\"}"), 0);
-    /* a window of 32: still one front, still inline (it takes one message a turn while one waits) or
-     * handed to the worker when it took several: both paths publish into the same mailbox */
-    load_t w = { .models = { "gpu" }, .model_count = 1, .total = 3000, .check_outputs = true };
+    s_assert_mostly_inline (&s, k, 0, 0, 500);
+    /* a window of 32: still one front, inline or handed to the worker when the front took several
+     * messages in a turn: both publish into the same mailbox */
+    load_t w = { .models = { "box" }, .model_count = 1, .total = 3000, .check_outputs = true };
     s_load (&s, &w);
     ck_assert_uint_eq (w.ok[0], 3000);
-    const double inlined = s_metric (&s, INLINE_METRIC) - 500;
-    const double worker = s_metric (&s, "sigserve_instance_requests_total{model=\"gpu\",instance=\"0\",device=\"cuda:0\"}");
-    printf ("persistent in a device process, window 32: %.0f inline, %.0f by the worker\n", inlined, worker);
-    ck_assert_double_eq (inlined + worker, 3000);
+    const double inlined = s_metric (&s, INLINE_METRIC), worker = s_metric (&s, k->instance_metric);
+    printf ("persistent in a device process (%s), window 32: %.0f inline, %.0f by the worker\n", k->device, inlined,
+            worker);
+    ck_assert_double_eq (inlined + worker, 3500);
     ck_assert_int_eq (s_stop (&s), 0);
 }
-END_TEST
 
-START_TEST (two_fronts_and_the_worker_share_the_mailbox)
+static void s_box_two_fronts (const box_kind_t *k)
 {
-    if (s_gpus () < 1) {
-        printf ("two_fronts_and_the_worker_share_the_mailbox: skipped: no GPU here\n");
-        return;
-    }
     server_t s;
-    s_start_persistent (&s, true);
+    s_start_box (&s, k, true);
     /* requests alternate between the two fronts' endpoints, 32 in flight: a front finding the
      * instance claimed by the other hands its request to the worker, which waits for the claim */
-    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 6000, .both_fronts = true, .check_outputs = true };
+    load_t l = { .models = { "box" }, .model_count = 1, .total = 6000, .both_fronts = true, .check_outputs = true };
     s_load (&s, &l);
     ck_assert_uint_eq (l.ok[0], 6000);
-    const double inlined = s_metric (&s, INLINE_METRIC);
-    const double worker = s_metric (&s, "sigserve_instance_requests_total{model=\"gpu\",instance=\"0\",device=\"cuda:0\"}");
-    printf ("persistent, two fronts: %.0f inline, %.0f by the worker\n", inlined, worker);
+    const double inlined = s_metric (&s, INLINE_METRIC), worker = s_metric (&s, k->instance_metric);
+    printf ("persistent in a device process (%s), two fronts: %.0f inline, %.0f by the worker\n", k->device, inlined,
+            worker);
     ck_assert_double_eq (inlined + worker, 6000);
     ck_assert_double_gt (inlined, 0);
     ck_assert_double_gt (worker, 0);
     ck_assert_int_eq (s_stop (&s), 0);
 }
+
+static void s_box_trap (const box_kind_t *k)
+{
+    server_t s;
+    s_start_box (&s, k, false);
+    const pid_t first = s_device_pid (&s, k->device);
+    load_t l = { .models = { "box" }, .model_count = 1, .total = 1000, .window = 1, .fault_after = 300,
+                 .fault = k->trap, .check_outputs = true };
+    s_load (&s, &l);
+    printf ("trap under inline requests (%s): %u OK, %u UNAVAILABLE (%u held, %u refused)\n", k->device, l.ok[0],
+            l.unavailable[0], l.unavailable_lost, l.unavailable_admission);
+    ck_assert_uint_ge (l.ok[0], 300);
+    ck_assert_uint_eq (l.unavailable_lost + l.unavailable_admission, l.unavailable[0]);
+    ck_assert_uint_le (l.unavailable_lost, 1);      /* one in flight at most: the one the front waited on */
+    ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
+    ck_assert_int_ne (s_device_pid (&s, k->device), first);
+    ck_assert (s_log_has (&s, "back after"));
+    const double before = s_metric (&s, INLINE_METRIC), before_worker = s_metric (&s, k->instance_metric);
+    load_t again = { .models = { "box" }, .model_count = 1, .total = 300, .window = 1, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 300);
+    s_assert_mostly_inline (&s, k, before, before_worker, 300);     /* inline again, on the new mailbox */
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+
+START_TEST (emulated_persistent_runs_inline_across_processes) { s_box_runs_inline (&s_box_emulated); }
+END_TEST
+
+START_TEST (emulated_persistent_two_fronts_and_the_worker_share_the_mailbox) { s_box_two_fronts (&s_box_emulated); }
+END_TEST
+
+START_TEST (emulated_persistent_trap_while_the_front_waits) { s_box_trap (&s_box_emulated); }
+END_TEST
+
+START_TEST (persistent_in_a_device_process_runs_inline)
+{
+    if (!s_box_skip (&s_box_gpu, "persistent_in_a_device_process_runs_inline"))
+        s_box_runs_inline (&s_box_gpu);
+}
+END_TEST
+
+START_TEST (two_fronts_and_the_worker_share_the_mailbox)
+{
+    if (!s_box_skip (&s_box_gpu, "two_fronts_and_the_worker_share_the_mailbox"))
+        s_box_two_fronts (&s_box_gpu);
+}
 END_TEST
 
 START_TEST (trap_while_the_front_waits_on_the_mailbox)
 {
-    if (s_gpus () < 1) {
-        printf ("trap_while_the_front_waits_on_the_mailbox: skipped: no GPU here\n");
-        return;
-    }
-    server_t s;
-    s_start_persistent (&s, false);
-    const pid_t first = s_device_pid (&s, "0");
-    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 1000, .window = 1, .fault_after = 300,
-                 .fault = "device=0&kind=trap", .check_outputs = true };
-    s_load (&s, &l);
-    printf ("trap under inline requests: %u OK, %u UNAVAILABLE (%u held, %u refused)\n", l.ok[0], l.unavailable[0],
-            l.unavailable_lost, l.unavailable_admission);
-    ck_assert_uint_ge (l.ok[0], 300);
-    ck_assert_uint_eq (l.unavailable_lost + l.unavailable_admission, l.unavailable[0]);
-    ck_assert_uint_le (l.unavailable_lost, 1);      /* one in flight at most: the one the front waited on */
-    ck_assert_msg (s_wait_serving (&s, 60000), "GPU 0 did not come back (log: %s)", s.log);
-    ck_assert_int_ne (s_device_pid (&s, "0"), first);
-    ck_assert (s_log_has (&s, "back after"));
-    const double before = s_metric (&s, INLINE_METRIC);
-    load_t again = { .models = { "gpu" }, .model_count = 1, .total = 300, .window = 1, .check_outputs = true };
-    s_load (&s, &again);
-    ck_assert_uint_eq (again.ok[0], 300);
-    ck_assert_double_eq (s_metric (&s, INLINE_METRIC) - before, 300);    /* inline again, on the new mailbox */
-    ck_assert_int_eq (s_stop (&s), 0);
+    if (!s_box_skip (&s_box_gpu, "trap_while_the_front_waits_on_the_mailbox"))
+        s_box_trap (&s_box_gpu);
 }
 END_TEST
 
@@ -698,6 +753,9 @@ static Suite *s_suite (void)
     tcase_add_test (c, device_process_answers_like_threads);
     tcase_add_test (c, killed_device_process_answers_every_request_once);
     tcase_add_test (c, sigterm_answers_what_a_device_process_holds);
+    tcase_add_test (c, emulated_persistent_runs_inline_across_processes);
+    tcase_add_test (c, emulated_persistent_two_fronts_and_the_worker_share_the_mailbox);
+    tcase_add_test (c, emulated_persistent_trap_while_the_front_waits);
     suite_add_tcase (suite, c);
     TCase *g = tcase_create ("gpu");
     tcase_set_timeout (g, 300);

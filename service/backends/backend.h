@@ -5,6 +5,7 @@
 #define SIGSERVE_BACKEND_H
 
 #include "base/config.h"
+#include "backends/persistent_box.h"
 #include "base/status.h"
 #include "weights/weights.h"
 #include <math.h>
@@ -44,6 +45,14 @@ typedef struct {
     sig_status_t (*stream_step) (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err,
                                  size_t errlen);
     void (*stream_advance) (backend_model_t *m, uint32_t slot);
+    /* Optional (NULL: never). A persistent kernel whose requests a front of the server may publish
+     * too (its mailbox came from backends/box_source.h): DEST NULL asks whether M can; else M's
+     * protocol state moves to DEST (in the region shared with the server), where every later
+     * request of either side takes its sequence. 0, or -1 when M cannot. */
+    int (*share_box) (backend_model_t *m, persistent_box_t *dest);
+    /* Optional: NULL while M's resident kernel runs (or M has none), else why it stopped (its
+     * context trapped, or it exited). Any thread: a device process asks while a front waits on it. */
+    const char *(*kernel_stopped) (backend_model_t *m);
 } backend_iface_t;
 
 extern const backend_iface_t backend_cpu_iface;

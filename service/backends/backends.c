@@ -5,11 +5,15 @@
 
 #include <stdio.h>
 
+static const backend_iface_t *s_cpu_mlp = &backend_cpu_iface;
+
+void backends_set_test_cpu_mlp (const backend_iface_t *iface) { s_cpu_mlp = iface ? iface : &backend_cpu_iface; }
+
 const backend_iface_t *backends_find (model_type_t type, backend_kind_t kind, char *why, size_t whylen)
 {
     const bool lstm = type == MODEL_TYPE_LSTM;
     if (kind == BACKEND_CPU)
-        return lstm ? &backend_lstm_cpu_iface : &backend_cpu_iface;
+        return lstm ? &backend_lstm_cpu_iface : s_cpu_mlp;
     if (kind != BACKEND_CUDA) {
         snprintf (why, whylen, "backend \"%s\" is not one backend but a choice among them", backend_kind_name (kind));
         return NULL;

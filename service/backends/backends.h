@@ -5,7 +5,6 @@
 #define SIGSERVE_BACKENDS_H
 
 #include "backends/backend.h"
-#include "backends/persistent_box.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,17 +24,6 @@ typedef struct {
     int (*inject_fault) (backend_model_t *mlp);
     /* Tests: launches a kernel that spins for MS ms on that instance's stream, so its next launch hangs. */
     int (*inject_hang) (backend_model_t *mlp, unsigned ms);
-    /* A device process: the mailboxes of persistent MLPs loaded from now on are taken from ALLOC (ARG,
-     * bytes; page-aligned memory of the region shared with the server, NULL when full), so that
-     * share_box can hand them to a front. */
-    void (*box_source) (void *(*alloc) (void *arg, size_t bytes), void *arg);
-    /* An instance of its MLP backend whose requests fronts may publish too (a persistent MLP with
-     * its mailbox from the box source): its protocol state moves to DEST (in the shared region),
-     * where every later request of either side takes its sequence. 0, or -1 for any other model. */
-    int (*share_box) (backend_model_t *mlp, persistent_box_t *dest);
-    /* A persistent MLP's kernel: NULL while it runs (or for any other model), else why it stopped (its
-     * context trapped, or it exited). Any thread: a device process asks while a front waits on it. */
-    const char *(*kernel_stopped) (backend_model_t *mlp);
     /* The runtime's version ("13.0") into BUF. */
     void (*runtime_version) (char *buf, size_t len);
 } gpu_backend_t;
@@ -43,6 +31,9 @@ typedef struct {
 /* The GPU backend, or NULL when this build has none. */
 extern const gpu_backend_t *const backends_gpu;
 #define BACKENDS_NO_GPU "this build of sigserve has no CUDA backend (nvcc was not found when it was built)"
+
+/* sigserve-test (the mailbox emulator, tests/mailbox_backend.c): the MLP backend "cpu" stands for. */
+void backends_set_test_cpu_mlp (const backend_iface_t *iface);
 
 /* The backend of KIND (cpu or cuda, not auto) for models of TYPE: NULL with WHY when this build or
  * this machine has none ("cuda" on a build without CUDA, or on a host without a GPU). */

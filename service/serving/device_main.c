@@ -8,6 +8,7 @@
 #include "serving/model_impl.h"
 
 #include "backends/backends.h"
+#include "backends/box_source.h"
 #include "base/log.h"
 #include "weights/weights.h"
 
@@ -112,6 +113,8 @@ static int s_load (const dev_request_t *rq, int device, dev_reply_t *rp)
     for (uint32_t i = 0; i < m->instance_count; i++)
         if (m->instances[i].impl) {
             snprintf (rp->kernel, sizeof rp->kernel, "%s", m->iface->kernel_name (m->instances[i].impl));
+            /* a front may publish its requests too (DEV_START then moves the protocol's state) */
+            rp->shareable = m->iface->share_box && m->iface->share_box (m->instances[i].impl, NULL) == 0;
             break;
         }
     if (s_held_count == MODELS_MAX) {
@@ -153,7 +156,7 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
         if (model_instance_queues (m, in, rp->error, sizeof rp->error) != 0)
             return -1;
         /* before its worker starts: from here on both publish through the region's copy */
-        if (m->inline_shared && backends_gpu && in->impl && backends_gpu->share_box (in->impl, &in->sh->box) == 0)
+        if (m->inline_shared && in->impl && m->iface->share_box && m->iface->share_box (in->impl, &in->sh->box) == 0)
             atomic_store (&in->sh->box_ready, true);
     }
     return model_start_workers (m, rp->error, sizeof rp->error);
@@ -192,8 +195,8 @@ static bool s_lost (int device, char *why, size_t len)
                 return true;
             }
             /* a front waiting on its mailbox makes no CUDA call: its kernel's end shows here */
-            const char *stopped = in->started && atomic_load (&in->sh->box_ready) && backends_gpu
-                                      ? backends_gpu->kernel_stopped (in->impl) : NULL;
+            const char *stopped = in->started && atomic_load (&in->sh->box_ready) && m->iface->kernel_stopped
+                                      ? m->iface->kernel_stopped (in->impl) : NULL;
             if (stopped) {
                 snprintf (why, len, "model %s instance %u: %s", m->cfg.name, i, stopped);
                 return true;
@@ -248,8 +251,8 @@ int devices_process_main (int argc, char **argv)
     log_set_format (strcmp (format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
     /* the persistent kernels' mailboxes from this process's share of the region, for the fronts */
     shm_t *arena = arena_base && arena_size ? shm_arena_new ((void *) arena_base, arena_size) : NULL;
-    if (arena && backends_gpu)
-        backends_gpu->box_source (s_arena_alloc, arena);
+    if (arena)
+        box_source_set (s_arena_alloc, arena);
     char role[16];
     snprintf (role, sizeof role, device == DEVICE_CPU_TEST ? "dev-cpu" : "dev%d", device);
     threads_set_role (role);
@@ -293,8 +296,8 @@ int devices_process_main (int argc, char **argv)
         s_forget (s_held[0].token);
     free (rq);
     free (rp);
-    if (arena && backends_gpu)
-        backends_gpu->box_source (NULL, NULL);
+    if (arena)
+        box_source_set (NULL, NULL);
     shm_destroy (&arena);
     shm_destroy (&shm);
     return 0;

@@ -41,7 +41,7 @@ typedef struct {
     bool reaped;                        /* its exit status was collected already */
     int fd;                             /* the control socket, -1 when not running */
     bool gave_up;
-    void *arena;                        /* its share of the region (ARENA_BYTES; GPUs only), for good */
+    void *arena;                        /* its share of the region (ARENA_BYTES), for good */
     uint64_t losses, restarts, failed_restarts;
     double last_recovery_ms;
 } proc_t;
@@ -116,7 +116,7 @@ static int s_spawn (devices_t *self, proc_t *p, char *err, size_t errlen)
     /* The child's end crosses exec; the parent closes its copy right after, so no later child has it. */
     fcntl (sv[1], F_SETFD, 0);
     char device[16], control[16], region[64], arena[64], parent[16];
-    if (!p->arena && p->device >= 0)    /* kept across restarts: the new process starts it afresh */
+    if (!p->arena)    /* kept across restarts: the new process starts it afresh */
         p->arena = shm_alloc_aligned (self->shm, ARENA_BYTES, ARENA_ALIGN, false);
     snprintf (arena, sizeof arena, "%#lx:%llu", (unsigned long) (uintptr_t) p->arena,
               p->arena ? (unsigned long long) ARENA_BYTES : 0ull);

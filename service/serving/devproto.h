@@ -44,6 +44,7 @@ typedef struct {
     model_config_t cfg;                 /* as resolved ("auto": backend and kernel chosen) */
     bool on_gpu;                        /* the resolved backend runs on a GPU (else: the server loads it) */
     char kernel[48];
+    bool shareable;                     /* its kernel's mailbox lies in the region (backend.h: share_box) */
     char selected_by[16];
     uint32_t input_size, output_size, window, step_size;
     uint64_t launch_ns, row_ns;

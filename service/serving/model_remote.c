@@ -242,13 +242,6 @@ static void s_take_reply (model_t *m, const dev_reply_t *rp)
     memcpy (m->candidates, rp->candidates, sizeof m->candidates);
 }
 
-/* Whether M (as resolved) is an MLP on the GPU's persistent kernel. */
-static bool s_persistent_mlp (const model_t *m)
-{
-    return m->cfg.type == MODEL_TYPE_MLP && m->iface->device == BACKEND_DEVICE_GPU
-           && strncmp (m->kernel_name, "persistent", 10) == 0;
-}
-
 model_t *model_remote_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
                            size_t errlen)
 {
@@ -294,6 +287,7 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
     if (c->rp.on_gpu == asked_gpu)
         loaded[loaded_count++] = first;
     s_take_reply (m, &c->rp);
+    const bool shareable = c->rp.shareable;
     int cpus[CONFIG_MAX_INSTANCES];     /* each instance's CPU, as its device process pinned it */
     memcpy (cpus, c->rp.cpus, sizeof cpus);
     m->drift = devices_alloc (d, sizeof *m->drift);
@@ -326,7 +320,7 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
         goto failed;
     /* Run to completion on the front: a persistent MLP, through its mailbox in the region (the front
      * makes no CUDA call); graphs need the device process's context, LSTM steps never run inline. */
-    if (server->inline_us && s_persistent_mlp (m) && !m->cfg.keep_warm_us) {
+    if (server->inline_us && shareable && m->cfg.type == MODEL_TYPE_MLP && !m->cfg.keep_warm_us) {
         m->inline_shared = true;
         m->inline_ns = (uint64_t) server->inline_us * 1000;
     }

@@ -92,4 +92,6 @@ const backend_iface_t backend_cuda_iface = {
     .infer = s_infer,
     .kernel_name = s_kernel_name,
     .destroy = s_destroy,
+    .share_box = cuda_model_share_box,
+    .kernel_stopped = cuda_model_kernel_stopped,
 };

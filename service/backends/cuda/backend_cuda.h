@@ -47,9 +47,9 @@ int cuda_model_inject_fault (backend_model_t *m);
  * (tests of a launch that hangs past watchdog_ms). */
 int cuda_model_inject_hang (backend_model_t *m, unsigned ms);
 bool cuda_model_lost (const backend_model_t *m);
-/* backends.h's share_box: a persistent MLP with its mailbox in the shared region. */
+/* backend.h's share_box: a persistent MLP with its mailbox in the shared region. */
 int cuda_model_share_box (backend_model_t *m, persistent_box_t *dest);
-/* backends.h's kernel_stopped. */
+/* backend.h's kernel_stopped. */
 const char *cuda_model_kernel_stopped (backend_model_t *m);
 
 /* Persistent models (the functions above that launch or copy answer cudaErrorNotSupported for

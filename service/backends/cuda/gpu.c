@@ -4,7 +4,6 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/backend_lstm_cuda.h"
 #include "backends/cuda/device.h"
-#include "backends/cuda/persistent.h"
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -25,9 +24,6 @@ static const gpu_backend_t s_cuda = {
     .device_fault = cuda_device_fault,
     .inject_fault = cuda_model_inject_fault,
     .inject_hang = cuda_model_inject_hang,
-    .box_source = persistent_box_source,
-    .share_box = cuda_model_share_box,
-    .kernel_stopped = cuda_model_kernel_stopped,
     .runtime_version = s_runtime_version,
 };
 

@@ -54,8 +54,10 @@ sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_
 
 int cuda_persistent_share (backend_model_t *m, persistent_box_t *dest)
 {
-    if (!m || !m->persistent || m->pingpong || !m->host.box_shared || !dest)
+    if (!m || !m->persistent || m->pingpong || !m->host.box_shared)
         return -1;
+    if (!dest)
+        return 0;
     *dest = *m->pbox;
     m->pbox = dest;
     return 0;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "backends/cuda/persistent.h"
 
+#include "backends/box_source.h"
 #include "backends/cuda/device.h"
 #include "base/log.h"
 #include "kernels.h"
@@ -25,31 +26,17 @@ typedef struct {
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
 static kept_box_t s_kept[KEPT_MAX];
 static size_t s_kept_count;
-static void *(*s_source) (void *arg, size_t bytes);
-static void *s_source_arg;
 /* Held while a module is loaded or memory registered (neither may meet a resident kernel) and while
  * a launch makes a kernel resident. */
 static pthread_mutex_t s_launch_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void persistent_box_source (void *(*alloc) (void *arg, size_t bytes), void *arg)
-{
-    pthread_mutex_lock (&s_lock);
-    s_source = alloc;
-    s_source_arg = arg;
-    pthread_mutex_unlock (&s_lock);
-}
-
-#define BOX_PAGE 4096u
 
 /* The smallest kept mailbox of at least BYTES (from the source when SHARED), or a new one: from the
  * source, registered, when SHARED and no persistent kernel is resident on DEVICE (else *SHARED turns
  * false: pinned memory of its own, as without a source). */
 static cudaError_t s_box_get (int device, size_t bytes, bool *shared, uint8_t **p, size_t *got)
 {
+    *shared = *shared && box_source_active ();
     pthread_mutex_lock (&s_lock);
-    void *(*source) (void *, size_t) = s_source;
-    void *arg = s_source_arg;
-    *shared = *shared && source;
     size_t best = s_kept_count;
     for (size_t i = 0; i < s_kept_count; i++)
         if (s_kept[i].bytes >= bytes && s_kept[i].shared == *shared
@@ -66,10 +53,10 @@ static cudaError_t s_box_get (int device, size_t bytes, bool *shared, uint8_t **
     if (*shared) {
         /* Only while no persistent kernel is resident on DEVICE: whether cudaHostRegister waits for one,
          * as cudaFreeHost and a module load do, is not measured yet (test_cuda --probe 21) */
-        const size_t pages = (bytes + BOX_PAGE - 1) / BOX_PAGE * BOX_PAGE;   /* a registration owns its pages */
+        size_t pages = 0;
         pthread_mutex_lock (&s_launch_lock);
         const int resident = cuda_device_resident (device);
-        uint8_t *q = resident ? NULL : source (arg, pages);
+        uint8_t *q = resident ? NULL : box_source_alloc (bytes, &pages);
         cudaError_t e = q ? cudaHostRegister (q, pages, cudaHostRegisterMapped | cudaHostRegisterPortable)
                           : cudaErrorMemoryAllocation;
         pthread_mutex_unlock (&s_launch_lock);

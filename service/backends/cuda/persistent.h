@@ -37,7 +37,8 @@ typedef struct {
     int device;
     cuda_wait_t wait;
     uint32_t watchdog_ms;           /* 0: 1000 */
-    bool shareable;                 /* its mailbox from the box source, when one is set (persistent_box_source) */
+    bool shareable;                 /* its mailbox from the box source when one is set (backends/box_source.h:
+                                       a device process's share of the region), registered with CUDA */
     /* persistent_open's */
     cudaStream_t stream;            /* the kernel's, for good */
     uint8_t *box;                   /* the mailbox (host address), zeroed */
@@ -55,11 +56,6 @@ typedef struct {
  * 0, or -1 with ERR: "model \"MODEL\": WHAT needs a GPU of compute capability 9.0 ... ; INSTEAD". */
 int persistent_device_ok (int device, const char *model, const char *what, const char *instead, char *err,
                           size_t errlen);
-/* A device process (serving/devices.h): the mailboxes of shareable kernels are taken from ALLOC
- * (ARG, bytes: page-aligned memory of the region shared with the server, or NULL when it is full)
- * and registered (cudaHostRegister, mapped and portable), so that a front of the server can write
- * requests into them too. ALLOC NULL: cudaHostAlloc again. Set before any model loads. */
-void persistent_box_source (void *(*alloc) (void *arg, size_t bytes), void *arg);
 /* A stream for the kernel and a zeroed mailbox of at least BOX_BYTES (a kept one, or a new one),
  * the stop word at STOP_OFFSET. cudaSuccess or the failing call's error. */
 cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_offset);

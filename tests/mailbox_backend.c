@@ -1,0 +1,208 @@
+/* sigserve-test only (SIGSERVE_TEST_MAILBOX=1 in its environment): the MLP backend "cpu" replaced by
+ * an emulation of the persistent kernel's mailbox, so that the path a front takes into a device
+ * process's persistent model (backends/persistent_box.h: the mailbox in the region shared with
+ * the server, the protocol state moved there at DEV_START, the claim, the front's bounded wait,
+ * the device process watching the kernel) runs where there is no GPU, in CI. Each instance is
+ * the CPU backend's own context driven by a thread that plays the kernel: it polls each slot's
+ * request word in order (acquire), computes the rows, stores the outputs word by word (release)
+ * as the kernel does in completion-by-outputs mode. Its mailbox comes from the device process's
+ * share of the region (backends/box_source.h) when there is one. "Trap" (POST /debug/fault
+ * kind=trap on device cpu) stops the thread: the kernel is gone. */
+#define _GNU_SOURCE
+#include "backends/backend.h"
+#include "backends/box_source.h"
+#include "backends/persistent_box.h"
+#include "base/status.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RING 4u
+#define LINE 64u
+#define WATCHDOG_NS 2000000000ull
+
+struct backend_model {
+    backend_model_t *cpu;           /* the arithmetic: the CPU backend's context */
+    persistent_box_t own, *pbox;
+    uint8_t *box;
+    bool from_source;
+    float *x, *y;                   /* the emulated kernel's rows, unpadded */
+    pthread_t thread;
+    _Atomic bool stop, trapped, exited;
+};
+
+static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
+
+/* The kernel's part: slot n % ring, sequence n + 1, in order, until stopped or trapped. */
+static void *s_kernel (void *arg)
+{
+    backend_model_t *m = arg;
+    char err[256];
+    for (uint64_t n = 0;; n++) {
+        const persistent_box_t *b = &m->own;    /* its layout (never changes; the sequence is the hosts') */
+        uint8_t *slot = b->box + b->slots + (size_t) (n % b->ring) * b->slot_bytes;
+        const uint32_t seq = (uint32_t) (n + 1u);
+        uint64_t word;
+        uint32_t spins = 0;
+        while ((uint32_t) (word = __atomic_load_n ((uint64_t *) (slot + b->request), __ATOMIC_ACQUIRE)) != seq) {
+            if (atomic_load (&m->stop) || atomic_load (&m->trapped)) {
+                atomic_store (&m->exited, true);
+                return NULL;
+            }
+            if (++spins % 64u == 0u)
+                sched_yield ();
+            else
+                _mm_pause ();
+        }
+        const uint32_t rows = (uint32_t) (word >> 32);
+        const float *x = (const float *) (slot + b->features);
+        for (uint32_t r = 0; r < rows; r++)
+            memcpy (m->x + (size_t) r * b->input_size, x + (size_t) r * b->row_floats, b->input_size * sizeof (float));
+        if (backend_cpu_iface.infer (m->cpu, m->x, rows, m->y, err, sizeof err) != SIG_OK)
+            for (uint32_t i = 0; i < rows * b->output_size; i++)
+                m->y[i] = 0.0f;
+        uint32_t *y = (uint32_t *) (slot + b->outputs);
+        for (uint32_t i = 0; i < rows * b->output_size; i++) {
+            uint32_t u;
+            memcpy (&u, &m->y[i], sizeof u);
+            __atomic_store_n (&y[i], u == PBOX_SENTINEL ? 0x7fc00000u : u, __ATOMIC_RELEASE);
+        }
+    }
+}
+
+static void s_destroy (backend_model_t **m_p)
+{
+    if (!m_p || !*m_p)
+        return;
+    backend_model_t *m = *m_p;
+    if (m->thread) {
+        atomic_store (&m->stop, true);
+        pthread_join (m->thread, NULL);
+    }
+    backend_cpu_iface.destroy (&m->cpu);
+    if (!m->from_source)
+        free (m->box);      /* the region's memory stays the device process's share */
+    free (m->x);
+    free (m->y);
+    free (m);
+    *m_p = NULL;
+}
+
+static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
+{
+    backend_model_t *m = calloc (1, sizeof *m);
+    if (!m) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+        return NULL;
+    }
+    const uint32_t rows = backend_rows (cfg), in = (uint32_t) w->input_size, out = (uint32_t) w->output_size;
+    if (!(m->cpu = backend_cpu_iface.load (w, cfg, device, err, errlen))) {
+        s_destroy (&m);
+        return NULL;
+    }
+    /* sig_persistent_layout's: request | features | outputs, done */
+    const uint32_t row_floats = (in + 3u) / 4u * 4u, features = LINE;
+    const uint32_t outputs = features + (rows * row_floats * 4u + LINE - 1u) / LINE * LINE;
+    const uint32_t done = outputs + rows * out * 4u;
+    const uint32_t slot = (done + 4u + 2u * LINE - 1u) / (2u * LINE) * (2u * LINE);
+    const size_t total = 2u * LINE + (size_t) RING * slot;
+    size_t got = 0;
+    m->box = box_source_alloc (total, &got);
+    m->from_source = m->box != NULL;
+    if (!m->box)
+        m->box = aligned_alloc (4096, (total + 4095) / 4096 * 4096);
+    m->x = malloc ((size_t) rows * in * sizeof (float));
+    m->y = malloc ((size_t) rows * out * sizeof (float));
+    if (!m->box || !m->x || !m->y) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+        s_destroy (&m);
+        return NULL;
+    }
+    memset (m->box, 0, total);
+    m->own = (persistent_box_t) { .box = m->box, .slots = 2u * LINE, .slot_bytes = slot, .ring = RING, .request = 0,
+                                  .features = features, .outputs = outputs, .done = done, .row_floats = row_floats,
+                                  .input_size = in, .output_size = out, .max_rows = rows,
+                                  .done_mode = PBOX_DONE_OUTPUTS };
+    m->pbox = &m->own;
+    if (pthread_create (&m->thread, NULL, s_kernel, m) != 0) {
+        m->thread = 0;
+        sig_set_error (err, errlen, "model \"%s\": cannot start the emulated kernel", cfg->name);
+        s_destroy (&m);
+        return NULL;
+    }
+    return m;
+}
+
+static uint64_t s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
+{
+    if (atomic_load (&m->exited)) {
+        sig_set_error (err, errlen, "the emulated persistent kernel is gone");
+        return SIG_UNAVAILABLE;
+    }
+    const pbox_answer_t a = pbox_publish (m->pbox, in, rows);
+    const uint64_t t0 = s_now ();
+    for (uint32_t spins = 1; !pbox_answered (&a); spins++) {
+        if (spins % 64u == 0u && (atomic_load (&m->exited) || s_now () - t0 > WATCHDOG_NS)) {
+            sig_set_error (err, errlen, "the emulated persistent kernel did not answer");
+            return SIG_UNAVAILABLE;
+        }
+        _mm_pause ();
+    }
+    pbox_read (&a, out);
+    return SIG_OK;
+}
+
+static const char *s_kernel_name (const backend_model_t *m)
+{
+    (void) m;
+    return "mailbox-emulated";
+}
+
+static int s_share_box (backend_model_t *m, persistent_box_t *dest)
+{
+    if (!m->from_source)
+        return -1;
+    if (dest) {
+        *dest = *m->pbox;   /* before the worker starts: nothing is in flight */
+        m->pbox = dest;
+    }
+    return 0;
+}
+
+static const char *s_kernel_stopped (backend_model_t *m)
+{
+    return atomic_load (&m->exited) ? "its emulated persistent kernel stopped (trap)" : NULL;
+}
+
+const backend_iface_t test_mailbox_iface = {
+    .name = "cpu",
+    .device = BACKEND_DEVICE_CPU,
+    .load = s_load,
+    .infer = s_infer,
+    .kernel_name = s_kernel_name,
+    .destroy = s_destroy,
+    .share_box = s_share_box,
+    .kernel_stopped = s_kernel_stopped,
+};
+
+/* POST /debug/fault kind=trap on device cpu: the emulated kernel stops, as a trapped one would. */
+int test_mailbox_trap (backend_model_t *m)
+{
+    if (!m)
+        return -1;
+    atomic_store (&m->trapped, true);
+    return 0;
+}
