@@ -26,7 +26,7 @@ enum { OPTIN_SM90 = 232448, STATIC_SMEM = 1376 };   /* cudaDevAttrMaxSharedMemor
 /* The source of the kernel specialised for SIZES (LAYERS + 1 sizes) in DTYPE, for MAX_ROWS rows. */
 static char *s_source (const uint32_t *sizes, size_t layers, uint32_t max_rows, uint32_t dtype)
 {
-    activation_t acts[SIG_FUSED_MAX_LAYERS];
+    activation_t acts[SIG_FUSED_MAX_LAYERS] = { ACTIVATION_NONE };
     for (size_t l = 0; l < layers; l++)
         acts[l] = l + 1 < layers ? ACTIVATION_RELU : ACTIVATION_NONE;
     weights_t *w = weights_random (sizes, acts, layers, 11);
