@@ -94,6 +94,13 @@ static void s_destroy (backend_model_t **m_p)
     *m_p = NULL;
 }
 
+/* Host memory needs no registration here (CUDA's is cudaHostRegister). */
+static int s_no_registration (void *arg, void *p, size_t bytes)
+{
+    (void) arg, (void) p, (void) bytes;
+    return 0;
+}
+
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
     backend_model_t *m = calloc (1, sizeof *m);
@@ -113,7 +120,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     const uint32_t slot = (done + 4u + 2u * LINE - 1u) / (2u * LINE) * (2u * LINE);
     const size_t total = 2u * LINE + (size_t) RING * slot;
     size_t got = 0;
-    m->box = box_source_alloc (total, &got);
+    const char *why = "";
+    m->box = box_source_take (total, true, s_no_registration, NULL, &got, &why);   /* the pool, as CUDA's */
     m->from_source = m->box != NULL;
     if (!m->box)
         m->box = aligned_alloc (4096, (total + 4095) / 4096 * 4096);

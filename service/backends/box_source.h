@@ -1,18 +1,37 @@
 /* Where persistent kernels' mailboxes come from in a device process (serving/devices.h): its share
  * of the region shared with the server, so that a front of the server can publish requests into
  * them too (backends/persistent_box.h). Set once by the device process before any model loads;
- * elsewhere unset, and each backend allocates its mailboxes as it always did. */
+ * elsewhere unset, and each backend allocates its mailboxes as it always did.
+ *
+ * A backend that must register host memory with its device before the device may touch it (CUDA:
+ * cudaHostRegister) takes mailboxes from a registered pool (box_source_take): chunks of at least
+ * BOX_SOURCE_CHUNK bytes, each registered once when it is taken from the source, and mailboxes cut
+ * from them. A chunk is registered only when the caller says it may (CUDA: while no persistent
+ * kernel is resident, next to which registering may wait), so the first persistent model's load
+ * registers a chunk that later models and reloads take their mailboxes from without another
+ * registration. Mailboxes are never given back to the pool (the backend keeps released ones for
+ * later loads). */
 #ifndef SIGSERVE_BOX_SOURCE_H
 #define SIGSERVE_BOX_SOURCE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-/* ALLOC (ARG, BYTES): page-aligned memory of the region, or NULL when it is full. NULL: unset. */
+#define BOX_SOURCE_CHUNK (32u << 20)
+#define BOX_SOURCE_CHUNKS 16
+
+/* ALLOC (ARG, BYTES): page-aligned memory of the region, or NULL when it is full. NULL: unset (and
+ * the pool forgotten). */
 void box_source_set (void *(*alloc) (void *arg, size_t bytes), void *arg);
 bool box_source_active (void);
 /* BYTES rounded up to whole pages from the source (a registration owns its pages), the rounded size
  * in *GOT; NULL when the source is unset or full. */
 void *box_source_alloc (size_t bytes, size_t *got);
+/* A mailbox of BYTES (rounded up to whole pages, in *GOT) from the registered pool: cut from a chunk
+ * with room, else, when MAY_REGISTER, from a new chunk of max(BYTES, BOX_SOURCE_CHUNK) that
+ * REGISTER (ARG, chunk, its bytes) accepted (0). NULL when neither (*WHY says which: "full" when the
+ * source had no room or REGISTER refused, "unregistered" when a new chunk was needed and not allowed). */
+void *box_source_take (size_t bytes, bool may_register, int (*reg) (void *arg, void *p, size_t bytes), void *arg,
+                       size_t *got, const char **why);
 
 #endif

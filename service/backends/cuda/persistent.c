@@ -30,9 +30,22 @@ static size_t s_kept_count;
  * a launch makes a kernel resident. */
 static pthread_mutex_t s_launch_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* box_source_take's registration: mapped (the kernel polls it), portable (any context). */
+static int s_register (void *arg, void *p, size_t bytes)
+{
+    (void) arg;
+    const cudaError_t e = cudaHostRegister (p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        log_warn ("registering %zu MiB of the region shared with the server for persistent kernels' mailboxes: %s",
+                  bytes >> 20, cudaGetErrorString (e));
+        cudaGetLastError ();
+    }
+    return e == cudaSuccess ? 0 : -1;
+}
+
 /* The smallest kept mailbox of at least BYTES (from the source when SHARED), or a new one: from the
- * source, registered, when SHARED and no persistent kernel is resident on DEVICE (else *SHARED turns
- * false: pinned memory of its own, as without a source). */
+ * source's registered pool when SHARED (box_source.h; else *SHARED turns false: pinned memory of its
+ * own, as without a source). */
 static cudaError_t s_box_get (int device, size_t bytes, bool *shared, uint8_t **p, size_t *got)
 {
     *shared = *shared && box_source_active ();
@@ -51,32 +64,27 @@ static cudaError_t s_box_get (int device, size_t bytes, bool *shared, uint8_t **
     }
     pthread_mutex_unlock (&s_lock);
     if (*shared) {
-        /* Only while no persistent kernel is resident on DEVICE: whether cudaHostRegister waits for one,
-         * as cudaFreeHost and a module load do, is not measured yet (test_cuda --probe 21) */
-        size_t pages = 0;
+        /* From the registered pool; a new chunk is registered only while no persistent kernel is
+         * resident on DEVICE: whether cudaHostRegister waits for one, as cudaFreeHost and a module load
+         * do, is not measured yet (test_cuda --probe 21) */
         pthread_mutex_lock (&s_launch_lock);
         const int resident = cuda_device_resident (device);
-        uint8_t *q = resident ? NULL : box_source_alloc (bytes, &pages);
-        cudaError_t e = q ? cudaHostRegister (q, pages, cudaHostRegisterMapped | cudaHostRegisterPortable)
-                          : cudaErrorMemoryAllocation;
+        const char *why = "";
+        uint8_t *q = box_source_take (bytes, resident == 0, s_register, NULL, got, &why);
         pthread_mutex_unlock (&s_launch_lock);
-        if (q && e == cudaSuccess) {
+        if (q) {
             *p = q;
-            *got = pages;
             return cudaSuccess;
         }
-        if (resident)
-            log_info ("a persistent kernel's mailbox on device %d: %d persistent kernel(s) already resident there, "
-                      "next to which registering memory may wait; this model's mailbox is this process's own (the "
-                      "front hands its requests to its worker)", device, resident);
-        else if (q) {
-            log_warn ("a persistent kernel's mailbox in the region shared with the server: cudaHostRegister failed "
-                      "(%s); using pinned memory of this process (no front can run its requests inline)",
-                      cudaGetErrorString (e));
-            cudaGetLastError ();
-        } else
-            log_warn ("a persistent kernel's mailbox: this device process's share of the shared region is full; using "
-                      "pinned memory of this process (no front can run its requests inline)");
+        if (strcmp (why, "unregistered") == 0)
+            log_info ("a persistent kernel's mailbox on device %d: the registered part of this process's share of the "
+                      "shared region is used up and %d persistent kernel(s) run there, next to which registering "
+                      "more may wait; this model's mailbox is this process's own (the front hands its requests to "
+                      "its worker)", device, resident);
+        else
+            log_warn ("a persistent kernel's mailbox: this device process's share of the shared region is full or "
+                      "could not be registered with CUDA; using pinned memory of this process (the front hands this "
+                      "model's requests to its worker)");
         *shared = false;
     }
     *got = bytes;
