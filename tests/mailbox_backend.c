@@ -24,7 +24,6 @@
 #include <time.h>
 
 #define RING 4u
-#define LINE 64u
 #define WATCHDOG_NS 2000000000ull
 
 struct backend_model {
@@ -113,12 +112,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         s_destroy (&m);
         return NULL;
     }
-    /* sig_persistent_layout's: request | features | outputs, done */
-    const uint32_t row_floats = (in + 3u) / 4u * 4u, features = LINE;
-    const uint32_t outputs = features + (rows * row_floats * 4u + LINE - 1u) / LINE * LINE;
-    const uint32_t done = outputs + rows * out * 4u;
-    const uint32_t slot = (done + 4u + 2u * LINE - 1u) / (2u * LINE) * (2u * LINE);
-    const size_t total = 2u * LINE + (size_t) RING * slot;
+    const size_t total = pbox_layout (&m->own, in, out, rows, RING);   /* the kernel's layout */
+    m->own.done_mode = PBOX_DONE_OUTPUTS;
     size_t got = 0;
     const char *why = "";
     m->box = box_source_take (total, true, s_no_registration, NULL, &got, &why);   /* the pool, as CUDA's */
@@ -133,10 +128,7 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         return NULL;
     }
     memset (m->box, 0, total);
-    m->own = (persistent_box_t) { .box = m->box, .slots = 2u * LINE, .slot_bytes = slot, .ring = RING, .request = 0,
-                                  .features = features, .outputs = outputs, .done = done, .row_floats = row_floats,
-                                  .input_size = in, .output_size = out, .max_rows = rows,
-                                  .done_mode = PBOX_DONE_OUTPUTS };
+    m->own.box = m->box;
     m->pbox = &m->own;
     if (pthread_create (&m->thread, NULL, s_kernel, m) != 0) {
         m->thread = 0;

@@ -72,21 +72,15 @@ static void *s_kernel (void *arg)
     return NULL;
 }
 
-/* A mailbox laid out as sig_persistent_layout does (request | features | outputs, done). */
+/* A mailbox laid out as the kernel's (pbox_layout), zeroed. */
 static void s_fake_init (fake_t *f, uint32_t in, uint32_t out, uint32_t max_rows, uint32_t mode)
 {
     memset (f, 0, sizeof *f);
-    const uint32_t row_floats = (in + 3u) / 4u * 4u;
-    const uint32_t features = LINE;
-    const uint32_t outputs = features + (max_rows * row_floats * 4u + LINE - 1u) / LINE * LINE;
-    const uint32_t done = outputs + max_rows * out * 4u;
-    const uint32_t slot = (done + 4u + 2u * LINE - 1u) / (2u * LINE) * (2u * LINE);
-    f->b = (persistent_box_t) { .slots = 2u * LINE, .slot_bytes = slot, .ring = RING, .request = 0u,
-                                .features = features, .outputs = outputs, .done = done, .row_floats = row_floats,
-                                .input_size = in, .output_size = out, .max_rows = max_rows, .done_mode = mode };
-    f->b.box = aligned_alloc (LINE, 2u * LINE + RING * slot);
+    const size_t total = pbox_layout (&f->b, in, out, max_rows, RING);
+    f->b.done_mode = mode;
+    f->b.box = aligned_alloc (LINE, (total + LINE - 1) / LINE * LINE);
     ck_assert_ptr_nonnull (f->b.box);
-    memset (f->b.box, 0, 2u * LINE + RING * slot);
+    memset (f->b.box, 0, total);
 }
 
 /* One request through B: published, waited for, every output checked. */

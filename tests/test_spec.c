@@ -19,6 +19,7 @@
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backends/cuda/kernel_cache.h"
 #include "kernels.h"
+#include "backends/persistent_box.h"
 
 enum { OPTIN_SM90 = 232448, STATIC_SMEM = 1376 };   /* cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90;
                                                        the generic kernel's static shared memory */
@@ -59,27 +60,9 @@ static void s_assert_cubin (const void *cubin, size_t bytes)
     ck_assert_ptr_nonnull (memmem (cubin, bytes, "sig_persistent_spec", strlen ("sig_persistent_spec") + 1));
 }
 
-START_TEST (compiles_the_demo_shape_for_sm_90_in_f32_and_f16)
+/* SRC compiles for sm_90 into a cubin with the kernel in it; SRC freed. */
+static void s_compiles (char *src)
 {
-    const uint32_t sizes[] = { 512, 256, 64, 1 };
-    for (uint32_t dtype = SIG_DTYPE_F32; dtype <= SIG_DTYPE_F16; dtype++) {
-        char *src = s_source (sizes, 3, 1, dtype);
-        ck_assert_ptr_nonnull (strstr (src, "#define P_SPEC 1"));
-        void *cubin = NULL;
-        size_t bytes = 0;
-        char log[8192];
-        ck_assert_msg (sig_spec_compile (src, 90, &cubin, &bytes, log, sizeof log) == 0, "%s", log);
-        s_assert_cubin (cubin, bytes);
-        free (cubin);
-        free (src);
-    }
-}
-END_TEST
-
-START_TEST (compiles_odd_shapes_rows_and_a_split_layer)
-{
-    const uint32_t sizes[] = { 597, 293, 33, 3 };   /* 7 rows: layer 0 split over the workers */
-    char *src = s_source (sizes, 3, 7, SIG_DTYPE_BF16);
     void *cubin = NULL;
     size_t bytes = 0;
     char log[8192];
@@ -87,6 +70,47 @@ START_TEST (compiles_odd_shapes_rows_and_a_split_layer)
     s_assert_cubin (cubin, bytes);
     free (cubin);
     free (src);
+}
+
+/* The host's copy of the mailbox layout (backends/persistent_box.h: the front and the tests' emulated
+ * kernel use it) is the kernel's (sig_persistent_layout), for odd and even shapes, rows and rings. */
+START_TEST (the_hosts_mailbox_layout_is_the_kernels)
+{
+    const uint32_t shapes[][3] = { { 512, 1, 1 }, { 512, 1, 64 }, { 13, 3, 8 }, { 597, 3, 7 }, { 1, 1, 1 }, { 8192, 100, 3 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (uint32_t ring = 1; ring <= SIG_PERSISTENT_RING; ring++) {
+            sig_persistent_layout_t l;
+            ck_assert_int_eq (sig_persistent_layout (shapes[k][0], shapes[k][1], shapes[k][2], ring, &l), 0);
+            persistent_box_t b;
+            const size_t total = pbox_layout (&b, shapes[k][0], shapes[k][1], shapes[k][2], ring);
+            ck_assert_uint_eq (total, l.total);
+            ck_assert_uint_eq (b.slots, l.slots);
+            ck_assert_uint_eq (b.slot_bytes, l.slot_bytes);
+            ck_assert_uint_eq (b.ring, l.ring);
+            ck_assert_uint_eq (b.request, l.request);
+            ck_assert_uint_eq (b.features, l.features);
+            ck_assert_uint_eq (b.outputs, l.outputs);
+            ck_assert_uint_eq (b.done, l.done);
+            ck_assert_uint_eq (b.row_floats, l.row_floats);
+        }
+}
+END_TEST
+
+START_TEST (compiles_the_demo_shape_for_sm_90_in_f32_and_f16)
+{
+    const uint32_t sizes[] = { 512, 256, 64, 1 };
+    for (uint32_t dtype = SIG_DTYPE_F32; dtype <= SIG_DTYPE_F16; dtype++) {
+        char *src = s_source (sizes, 3, 1, dtype);
+        ck_assert_ptr_nonnull (strstr (src, "#define P_SPEC 1"));
+        s_compiles (src);
+    }
+}
+END_TEST
+
+START_TEST (compiles_odd_shapes_rows_and_a_split_layer)
+{
+    const uint32_t sizes[] = { 597, 293, 33, 3 };   /* 7 rows: layer 0 split over the workers */
+    s_compiles (s_source (sizes, 3, 7, SIG_DTYPE_BF16));
 }
 END_TEST
 
@@ -156,6 +180,7 @@ int main (void)
     Suite *s = suite_create ("spec");
     TCase *tc = tcase_create ("nvrtc");
     tcase_set_timeout (tc, 600);
+    tcase_add_test (tc, the_hosts_mailbox_layout_is_the_kernels);
     tcase_add_test (tc, compiles_the_demo_shape_for_sm_90_in_f32_and_f16);
     tcase_add_test (tc, compiles_odd_shapes_rows_and_a_split_layer);
     tcase_add_test (tc, a_compile_error_returns_the_compilers_log);

@@ -36,17 +36,6 @@ bool box_source_active (void)
 
 static size_t s_pages (size_t bytes) { return (bytes + PAGE - 1) / PAGE * PAGE; }
 
-void *box_source_alloc (size_t bytes, size_t *got)
-{
-    const size_t pages = s_pages (bytes);
-    pthread_mutex_lock (&s_lock);
-    void *p = s_alloc && bytes ? s_alloc (s_arg, pages) : NULL;
-    pthread_mutex_unlock (&s_lock);
-    if (p && got)
-        *got = pages;
-    return p;
-}
-
 void *box_source_take (size_t bytes, bool may_register, int (*reg) (void *arg, void *p, size_t bytes), void *arg,
                        size_t *got, const char **why)
 {

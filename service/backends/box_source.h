@@ -24,9 +24,6 @@
  * the pool forgotten). */
 void box_source_set (void *(*alloc) (void *arg, size_t bytes), void *arg);
 bool box_source_active (void);
-/* BYTES rounded up to whole pages from the source (a registration owns its pages), the rounded size
- * in *GOT; NULL when the source is unset or full. */
-void *box_source_alloc (size_t bytes, size_t *got);
 /* A mailbox of BYTES (rounded up to whole pages, in *GOT) from the registered pool: cut from a chunk
  * with room, else, when MAY_REGISTER, from a new chunk of max(BYTES, BOX_SOURCE_CHUNK) that
  * REGISTER (ARG, chunk, its bytes) accepted (0). NULL when neither (*WHY says which: "full" when the

@@ -30,6 +30,32 @@ typedef struct {
     uint64_t next;                      /* requests published: the next uses slot next % ring, sequence next + 1 */
 } persistent_box_t;
 
+/* B laid out as kernels/mlp_persistent_plan.cu's sig_persistent_layout lays the kernel's mailbox out
+ * for IN features and OUT outputs a row, MAX_ROWS rows and RING slots: a control line and a status
+ * line, then each slot: the request word, the features from the next line (rows padded to a multiple
+ * of 4 floats), the outputs from the line after them, the done word right after the outputs, the
+ * slot rounded up to two lines. Returns the mailbox's bytes (test_spec checks it against the
+ * kernel's own layout); B's box, done_mode and next are left to the caller. */
+static inline size_t pbox_layout (persistent_box_t *b, uint32_t in, uint32_t out, uint32_t max_rows, uint32_t ring)
+{
+    const uint32_t line = 64u, row_floats = (in + 3u) / 4u * 4u, features = line;
+    const uint32_t outputs = features + (max_rows * row_floats * 4u + line - 1u) / line * line;
+    const uint32_t done = outputs + max_rows * out * 4u;
+    const uint32_t slot = (done + 4u + 2u * line - 1u) / (2u * line) * (2u * line);
+    b->slots = 2u * line;
+    b->slot_bytes = slot;
+    b->ring = ring;
+    b->request = 0u;
+    b->features = features;
+    b->outputs = outputs;
+    b->done = done;
+    b->row_floats = row_floats;
+    b->input_size = in;
+    b->output_size = out;
+    b->max_rows = max_rows;
+    return 2u * line + (size_t) ring * slot;
+}
+
 /* What a published request waits for. */
 typedef struct {
     const uint32_t *done;               /* its slot's done word (PBOX_DONE_SEQUENCE) */
