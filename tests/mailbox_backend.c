@@ -115,8 +115,7 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     const size_t total = pbox_layout (&m->own, in, out, rows, RING);   /* the kernel's layout */
     m->own.done_mode = PBOX_DONE_OUTPUTS;
     size_t got = 0;
-    const char *why = "";
-    m->box = box_source_take (total, true, s_no_registration, NULL, &got, &why);   /* the pool, as CUDA's */
+    m->box = box_source_take (total, s_no_registration, NULL, &got);   /* the pool, as CUDA's */
     m->from_source = m->box != NULL;
     if (!m->box)
         m->box = aligned_alloc (4096, (total + 4095) / 4096 * 4096);

@@ -36,11 +36,9 @@ bool box_source_active (void)
 
 static size_t s_pages (size_t bytes) { return (bytes + PAGE - 1) / PAGE * PAGE; }
 
-void *box_source_take (size_t bytes, bool may_register, int (*reg) (void *arg, void *p, size_t bytes), void *arg,
-                       size_t *got, const char **why)
+void *box_source_take (size_t bytes, int (*reg) (void *arg, void *p, size_t bytes), void *arg, size_t *got)
 {
     const size_t pages = s_pages (bytes);
-    const char *none = "full";
     void *p = NULL;
     pthread_mutex_lock (&s_lock);
     for (size_t i = 0; s_alloc && bytes && i < s_chunk_count && !p; i++)
@@ -49,22 +47,16 @@ void *box_source_take (size_t bytes, bool may_register, int (*reg) (void *arg, v
             s_chunks[i].used += pages;
         }
     if (!p && s_alloc && bytes && s_chunk_count < BOX_SOURCE_CHUNKS) {
-        if (!may_register)
-            none = "unregistered";
-        else {
-            const size_t size = pages > BOX_SOURCE_CHUNK ? pages : BOX_SOURCE_CHUNK;
-            uint8_t *c = s_alloc (s_arg, size);
-            if (c && reg (arg, c, size) == 0) {
-                s_chunks[s_chunk_count++] = (chunk_t) { c, size, pages };
-                p = c;
-            }
-            /* a chunk that could not be registered stays the source's: the arena is this process's alone */
+        const size_t size = pages > BOX_SOURCE_CHUNK ? pages : BOX_SOURCE_CHUNK;
+        uint8_t *c = s_alloc (s_arg, size);
+        if (c && reg (arg, c, size) == 0) {
+            s_chunks[s_chunk_count++] = (chunk_t) { c, size, pages };
+            p = c;
         }
+        /* a chunk that could not be registered stays the source's: the arena is this process's alone */
     }
     pthread_mutex_unlock (&s_lock);
     if (p && got)
         *got = pages;
-    if (!p && why)
-        *why = none;
     return p;
 }

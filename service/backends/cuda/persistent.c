@@ -64,27 +64,19 @@ static cudaError_t s_box_get (int device, size_t bytes, bool *shared, uint8_t **
     }
     pthread_mutex_unlock (&s_lock);
     if (*shared) {
-        /* From the registered pool; a new chunk is registered only while no persistent kernel is
-         * resident on DEVICE: whether cudaHostRegister waits for one, as cudaFreeHost and a module load
-         * do, is not measured yet (test_cuda --probe 21) */
+        /* From the registered pool; a new chunk when it has no room (registering next to a resident
+         * kernel does not wait for it: test_cuda --probe 21). s_launch_lock: not while a launch makes
+         * a kernel resident. */
         pthread_mutex_lock (&s_launch_lock);
-        const int resident = cuda_device_resident (device);
-        const char *why = "";
-        uint8_t *q = box_source_take (bytes, resident == 0, s_register, NULL, got, &why);
+        uint8_t *q = box_source_take (bytes, s_register, NULL, got);
         pthread_mutex_unlock (&s_launch_lock);
         if (q) {
             *p = q;
             return cudaSuccess;
         }
-        if (strcmp (why, "unregistered") == 0)
-            log_info ("a persistent kernel's mailbox on device %d: the registered part of this process's share of the "
-                      "shared region is used up and %d persistent kernel(s) run there, next to which registering "
-                      "more may wait; this model's mailbox is this process's own (the front hands its requests to "
-                      "its worker)", device, resident);
-        else
-            log_warn ("a persistent kernel's mailbox: this device process's share of the shared region is full or "
-                      "could not be registered with CUDA; using pinned memory of this process (the front hands this "
-                      "model's requests to its worker)");
+        log_warn ("a persistent kernel's mailbox on device %d: this device process's share of the shared region is "
+                  "full or could not be registered with CUDA; using pinned memory of this process (the front hands "
+                  "this model's requests to its worker)", device);
         *shared = false;
     }
     *got = bytes;
