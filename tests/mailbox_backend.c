@@ -7,12 +7,19 @@
  * request word in order (acquire), computes the rows, stores the outputs word by word (release)
  * as the kernel does in completion-by-outputs mode. Its mailbox comes from the device process's
  * share of the region (backends/box_source.h) when there is one. "Trap" (POST /debug/fault
- * kind=trap on device cpu) stops the thread: the kernel is gone. */
+ * kind=trap on device cpu) stops the thread: the kernel is gone.
+ *
+ * It also plays the CUDA backend's specialised kernels (backend.h's prepare): a module per shape,
+ * loaded only while no emulated kernel runs in this process (CUDA's module load next to a resident
+ * kernel waits forever) and kept loaded; a model whose shape's module is loaded when it loads runs
+ * kernel "mailbox-emulated-nvrtc", another "mailbox-emulated" (with the CUDA backend's warning). */
 #define _GNU_SOURCE
 #include "backends/backend.h"
 #include "backends/box_source.h"
 #include "backends/persistent_box.h"
+#include "base/log.h"
 #include "base/status.h"
+#include "weights/weights.h"
 
 #include <immintrin.h>
 #include <pthread.h>
@@ -34,7 +41,45 @@ struct backend_model {
     float *x, *y;                   /* the emulated kernel's rows, unpadded */
     pthread_t thread;
     _Atomic bool stop, trapped, exited;
+    bool spec;                      /* its shape's emulated module was loaded: the "specialised" kernel */
 };
+
+#define MODULES_MAX 64
+static pthread_mutex_t s_modules_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t s_modules[MODULES_MAX];         /* the shapes whose module is loaded */
+static size_t s_module_count;
+static int s_resident;                          /* emulated kernels running in this process */
+
+/* The shape a specialised kernel is compiled for: every layer's sizes and the rows. */
+static uint64_t s_shape (const weights_t *w, const model_config_t *cfg)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < w->layer_count; i++)
+        h = (h ^ ((uint64_t) w->layers[i].in << 32 | w->layers[i].out)) * 1099511628211ull;
+    return (h ^ backend_rows (cfg)) * 1099511628211ull;
+}
+
+/* Whether KEY's module is loaded, loading it when no emulated kernel runs here (as kernel_cache_module). */
+static bool s_module (uint64_t key)
+{
+    pthread_mutex_lock (&s_modules_lock);
+    bool found = false;
+    for (size_t i = 0; i < s_module_count && !found; i++)
+        found = s_modules[i] == key;
+    if (!found && s_resident == 0 && s_module_count < MODULES_MAX) {
+        s_modules[s_module_count++] = key;
+        found = true;
+    }
+    pthread_mutex_unlock (&s_modules_lock);
+    return found;
+}
+
+static void s_resident_add (int d)
+{
+    pthread_mutex_lock (&s_modules_lock);
+    s_resident += d;
+    pthread_mutex_unlock (&s_modules_lock);
+}
 
 static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
 
@@ -83,6 +128,7 @@ static void s_destroy (backend_model_t **m_p)
     if (m->thread) {
         atomic_store (&m->stop, true);
         pthread_join (m->thread, NULL);
+        s_resident_add (-1);
     }
     backend_cpu_iface.destroy (&m->cpu);
     if (!m->from_source)
@@ -129,12 +175,17 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     memset (m->box, 0, total);
     m->own.box = m->box;
     m->pbox = &m->own;
+    m->spec = cfg->specialise && s_module (s_shape (w, cfg));
+    if (cfg->specialise && !m->spec)
+        log_warn ("model \"%s\": no specialised persistent kernel (an emulated kernel runs in this process and "
+                  "its shape's module was not loaded before it started); the generic kernel serves it", cfg->name);
     if (pthread_create (&m->thread, NULL, s_kernel, m) != 0) {
         m->thread = 0;
         sig_set_error (err, errlen, "model \"%s\": cannot start the emulated kernel", cfg->name);
         s_destroy (&m);
         return NULL;
     }
+    s_resident_add (+1);
     return m;
 }
 
@@ -166,8 +217,20 @@ static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows,
 
 static const char *s_kernel_name (const backend_model_t *m)
 {
-    (void) m;
-    return "mailbox-emulated";
+    return m->spec ? "mailbox-emulated-nvrtc" : "mailbox-emulated";
+}
+
+static int s_prepare (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen)
+{
+    (void) device;
+    if (!cfg->specialise)
+        return 0;
+    if (!w)
+        return 1;
+    if (s_module (s_shape (w, cfg)))
+        return 1;
+    snprintf (why, whylen, "an emulated persistent kernel runs in this process: its module cannot load next to it");
+    return -1;
 }
 
 static int s_share_box (backend_model_t *m, persistent_box_t *dest)
@@ -195,6 +258,7 @@ const backend_iface_t test_mailbox_iface = {
     .destroy = s_destroy,
     .share_box = s_share_box,
     .kernel_stopped = s_kernel_stopped,
+    .prepare = s_prepare,
 };
 
 /* POST /debug/fault kind=trap on device cpu: the emulated kernel stops, as a trapped one would. */

@@ -53,8 +53,8 @@ typedef struct {
 
 static char s_tick_path[4096];
 static bool s_two_fronts;               /* s_start: two endpoints, a front each */
-static const char *s_server_extra = "";
-static bool s_mailbox;                  /* s_start: SIGSERVE_TEST_MAILBOX=1 (tests/mailbox_backend.c) */ /* s_start: more keys of "server" (", \"inline_us\": 10000") */
+static const char *s_server_extra = "";    /* s_start: more keys of "server" (", \"inline_us\": 10000") */
+static bool s_mailbox;                  /* s_start: SIGSERVE_TEST_MAILBOX=1 (tests/mailbox_backend.c) */
 
 /* ------------------------------------------------------------------------------------- helpers */
 
@@ -258,6 +258,7 @@ typedef struct {
     uint32_t fault_after;           /* replies before FAULT is posted (0: never) */
     const char *fault;              /* "device=cpu&kind=kill" */
     bool check_outputs;             /* every OK reply against the float64 reference */
+    uint32_t inputs, outputs;       /* a request's features and a reply's outputs (0: tick_mlp's, 512 and 1) */
     uint32_t window;                /* requests in flight at most (0: OUTSTANDING) */
     bool both_fronts;               /* requests alternate between endpoint and endpoint2 (s_two_fronts) */
     /* results */
@@ -293,7 +294,8 @@ static void s_load (server_t *s, load_t *l)
         while (next < l->total && next - received < window) {
             float *f = sent + (size_t) next * 512;
             s_random (f, 512, &seed);
-            size_t len = tu_pack_infer (buf, sizeof buf, l->models[next % l->model_count], f, 512, 1, next, 0);
+            size_t len = tu_pack_infer (buf, sizeof buf, l->models[next % l->model_count], f, l->inputs ? l->inputs : 512,
+                                        1, next, 0);
             ck_assert_int_eq (zmq_send (sock[next % socks], buf, len, 0), (int) len);
             next++;
         }
@@ -314,7 +316,7 @@ static void s_load (server_t *s, load_t *l)
         if (rep->status == SIGSERVE__V1__STATUS__STATUS_OK) {
             l->ok[which]++;
             l->ok_after_fault[which] += faulted;
-            ck_assert_uint_eq (rep->n_outputs, 1);
+            ck_assert_uint_eq (rep->n_outputs, l->outputs ? l->outputs : 1);
             if (l->check_outputs) {
                 double ref, bound;
                 ck_assert_int_eq (tol_mlp (s->tick, sent + rep->request_id * 512, 1, &ref, &bound), 0);
@@ -604,14 +606,18 @@ END_TEST
 typedef struct {
     bool gpu;
     const char *instance_metric, *trap, *device, *placement, *kernel;
+    const char *backend;                /* the model's keys that put it there */
+    const char *specialised, *generic;  /* its kernel's names with and without a specialised module */
 } box_kind_t;
 
 static const box_kind_t s_box_gpu = {
     true, "sigserve_instance_requests_total{model=\"box\",instance=\"0\",device=\"cuda:0\"}", "device=0&kind=trap",
-    "0", "1 instance(s) [gpu 0 (device process)", "kernel persistent" };
+    "0", "1 instance(s) [gpu 0 (device process)", "kernel persistent",
+    "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0],", "persistent-nvrtc", "persistent" };
 static const box_kind_t s_box_emulated = {
     false, "sigserve_instance_requests_total{model=\"box\",instance=\"0\",device=\"cpu\"}", "device=cpu&kind=trap",
-    "cpu (test)", "1 instance(s) [cpu (device process)", "kernel mailbox-emulated" };
+    "cpu (test)", "1 instance(s) [cpu (device process)", "kernel mailbox-emulated", "\"backend\": \"cpu\",",
+    "mailbox-emulated-nvrtc", "mailbox-emulated" };
 
 #define INLINE_METRIC "sigserve_inline_total{model=\"box\"}"
 
@@ -628,9 +634,7 @@ static void s_start_box (server_t *s, const box_kind_t *k, bool two_fronts)
     s_two_fronts = two_fronts;
     s_mailbox = !k->gpu;
     s_server_extra = ", \"inline_us\": 10000";
-    snprintf (s_models, sizeof s_models, "%s",
-              s_model ("box", k->gpu ? "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0],"
-                                     : "\"backend\": \"cpu\","));
+    snprintf (s_models, sizeof s_models, "%s", s_model ("box", k->backend));
     s_start (s, s_models, !k->gpu);
     s_two_fronts = s_mailbox = false;
     s_server_extra = "";
@@ -717,6 +721,146 @@ static void s_box_trap (const box_kind_t *k)
     ck_assert_int_eq (s_stop (&s), 0);
 }
 
+/* Model NAME's kernel as /models lists it into KERNEL ("" when it is not listed). */
+static void s_kernel_of (server_t *s, const char *name, char *kernel, size_t len)
+{
+    static char body[1 << 16];
+    char key[160];
+    kernel[0] = '\0';
+    snprintf (key, sizeof key, "\"name\":\"%s\"", name);
+    const char *at = s_http (s->http_port, "GET", "/models", body, sizeof body) == 200 ? strstr (body, key) : NULL;
+    const char *k = at ? strstr (at, "\"kernel\":\"") : NULL;
+    if (k) {
+        k += strlen ("\"kernel\":\"");
+        const char *end = strchr (k, '"');
+        snprintf (kernel, len, "%.*s", end ? (int) (end - k) : 0, k);
+    }
+}
+
+/* A model of tick_mlp's file with the dense chain of LAYERS (tensor name prefixes "0", "2", "4"),
+ * the last without activation: other shapes from the same file. */
+static const char *s_chain (const char *name, const char *extra, const char *const *layers, int count)
+{
+    static char m[3][8192];
+    static int k;
+    k = (k + 1) % 3;
+    char chain[1024] = "";
+    for (int i = 0; i < count; i++)
+        snprintf (chain + strlen (chain), sizeof chain - strlen (chain),
+                  "%s{ \"weight\": \"%s.weight\", \"bias\": \"%s.bias\", \"activation\": \"%s\" }", i ? ", " : "",
+                  layers[i], layers[i], i + 1 < count ? "relu" : "none");
+    snprintf (m[k], sizeof m[k],
+              "{ \"name\": \"%s\", \"weights\": \"%s\", \"max_rows\": 8, \"max_queue_us\": 60000000, %s \"layers\": [ %s ] }",
+              name, s_tick_path, extra, chain);
+    return m[k];
+}
+
+#define ASSERT_KERNEL(s, name, want)                                                                                   \
+    do {                                                                                                               \
+        char got_[64];                                                                                                 \
+        s_kernel_of ((s), (name), got_, sizeof got_);                                                                  \
+        ck_assert_msg (strcmp (got_, (want)) == 0, "model %s: kernel \"%s\", expected \"%s\" (log: %s)", (name), got_,  \
+                       (want), (s)->log);                                                                              \
+    } while (0)
+
+/* Every persistent model of a configuration runs a kernel specialised for its shapes: each one's
+ * module is compiled and loaded before the first kernel is resident (model_prepare), where before
+ * only the first model loaded got one (a module load next to a resident kernel waits forever).
+ * A model of new shapes added by a reload, next to the running kernels, gets the generic kernel
+ * (logged), and the specialised one once its device process has started again (every model's
+ * module prepared before they rejoin). IN_PROCESS: the models in the server's process (GPU:
+ * gpu_processes false; the emulation: CPU models not placed in a device process), up to the reload. */
+static void s_box_prepared (const box_kind_t *k, bool in_process)
+{
+    static const char *const three[] = { "0", "2", "4" }, *const two[] = { "0", "2" }, *const tail[] = { "2", "4" };
+    snprintf (s_models, sizeof s_models, "%s, %s", s_chain ("box", k->backend, three, 3),
+              s_chain ("box2", k->backend, two, 2));
+    s_mailbox = !k->gpu;
+    s_server_extra = in_process && k->gpu ? ", \"gpu_processes\": false" : "";
+    server_t s;
+    s_start (&s, s_models, !k->gpu && !in_process);
+    s_mailbox = false;
+    s_server_extra = "";
+    ASSERT_KERNEL (&s, "box", k->specialised);
+    ASSERT_KERNEL (&s, "box2", k->specialised);
+    ck_assert (!s_log_has (&s, "no specialised persistent kernel"));
+    load_t l = { .models = { "box" }, .model_count = 1, .total = 200, .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_uint_eq (l.ok[0], 200);
+    load_t l2 = { .models = { "box2" }, .model_count = 1, .total = 200, .outputs = 64 };
+    s_load (&s, &l2);
+    ck_assert_uint_eq (l2.ok[0], 200);
+    /* a reload adds a third shape while the two kernels run */
+    static char models[sizeof s_models + 8192];
+    snprintf (models, sizeof models, "%s, %s", s_models, s_chain ("box3", k->backend, tail, 2));
+    FILE *f = fopen (s.config, "r");
+    static char json[32768];
+    ck_assert_ptr_nonnull (f);
+    const size_t n = fread (json, 1, sizeof json - 1, f);
+    fclose (f);
+    json[n] = '\0';
+    char *list = strstr (json, s_models);
+    ck_assert_ptr_nonnull (list);
+    static char rewritten[65536];
+    snprintf (rewritten, sizeof rewritten, "%.*s%s%s", (int) (list - json), json, models, list + strlen (s_models));
+    free (tu_write_file (s.dir, "sigserve.json", rewritten, -1));
+    kill (s.pid, SIGHUP);
+    char kernel[64] = "";
+    for (int waited = 0; waited < 60000 && !kernel[0]; waited += 50) {
+        s_kernel_of (&s, "box3", kernel, sizeof kernel);
+        if (!kernel[0])
+            usleep (50 * 1000);
+    }
+    ck_assert_msg (s_wait_serving (&s, 60000), "the reload did not serve (log: %s)", s.log);
+    ASSERT_KERNEL (&s, "box3", k->generic);
+    ASSERT_KERNEL (&s, "box", k->specialised);
+    ck_assert (s_log_has (&s, "model \"box3\": not prepared on device"));
+    ck_assert (s_log_has (&s, "model \"box3\": no specialised persistent kernel"));
+    load_t l3 = { .models = { "box3" }, .model_count = 1, .total = 200, .inputs = 256 };
+    s_load (&s, &l3);
+    ck_assert_uint_eq (l3.ok[0], 200);
+    if (in_process) {
+        ck_assert_int_eq (s_stop (&s), 0);
+        return;
+    }
+    /* the device process starts again: every model's module before any rejoins */
+    const pid_t first = s_device_pid (&s, k->device);
+    static char body[4096];
+    char path[128];
+    snprintf (path, sizeof path, "/debug/fault?%s", k->trap);
+    ck_assert_int_eq (s_http (s.http_port, "POST", path, body, sizeof body), 200);
+    for (int waited = 0; waited < 60000 && s_device_pid (&s, k->device) == first; waited += 50)
+        usleep (50 * 1000);
+    ck_assert_int_ne (s_device_pid (&s, k->device), first);
+    ck_assert_msg (s_wait_serving (&s, 60000), "the models did not come back (log: %s)", s.log);
+    ASSERT_KERNEL (&s, "box", k->specialised);
+    ASSERT_KERNEL (&s, "box2", k->specialised);
+    ASSERT_KERNEL (&s, "box3", k->specialised);
+    load_t again = { .models = { "box" }, .model_count = 1, .total = 200, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 200);
+    load_t again3 = { .models = { "box3" }, .model_count = 1, .total = 200, .inputs = 256 };
+    s_load (&s, &again3);
+    ck_assert_uint_eq (again3.ok[0], 200);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+
+START_TEST (emulated_persistent_models_all_specialised)
+{
+    s_box_prepared (&s_box_emulated, false);
+    s_box_prepared (&s_box_emulated, true);
+}
+END_TEST
+
+START_TEST (persistent_models_all_specialised)
+{
+    if (!s_box_skip (&s_box_gpu, "persistent_models_all_specialised")) {
+        s_box_prepared (&s_box_gpu, false);
+        s_box_prepared (&s_box_gpu, true);
+    }
+}
+END_TEST
+
 START_TEST (emulated_persistent_runs_inline_across_processes) { s_box_runs_inline (&s_box_emulated); }
 END_TEST
 
@@ -758,6 +902,7 @@ static Suite *s_suite (void)
     tcase_add_test (c, emulated_persistent_runs_inline_across_processes);
     tcase_add_test (c, emulated_persistent_two_fronts_and_the_worker_share_the_mailbox);
     tcase_add_test (c, emulated_persistent_trap_while_the_front_waits);
+    tcase_add_test (c, emulated_persistent_models_all_specialised);
     suite_add_tcase (suite, c);
     TCase *g = tcase_create ("gpu");
     tcase_set_timeout (g, 300);
@@ -767,6 +912,7 @@ static Suite *s_suite (void)
     tcase_add_test (g, persistent_in_a_device_process_runs_inline);
     tcase_add_test (g, two_fronts_and_the_worker_share_the_mailbox);
     tcase_add_test (g, trap_while_the_front_waits_on_the_mailbox);
+    tcase_add_test (g, persistent_models_all_specialised);
     suite_add_tcase (suite, g);
     return suite;
 }

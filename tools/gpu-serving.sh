@@ -63,7 +63,9 @@ serve () {
     SERVER=$!
     PIDS="$PIDS $SERVER"
     for _ in $(seq 1 300); do
-        "$B/sigclient" --endpoint "${3:-tcp://127.0.0.1:5555}" --timeout 200 health >/dev/null 2>&1 && return 0
+        # the models and their kernels ("persistent-nvrtc": specialised) into the server's log
+        "$B/sigclient" --endpoint "${3:-tcp://127.0.0.1:5555}" --timeout 200 health >/dev/null 2>&1 \
+            && { "$B/sigclient" --endpoint "${3:-tcp://127.0.0.1:5555}" models >>"$LOGS/sigserve_$1.log" 2>&1; return 0; }
         kill -0 "$SERVER" 2>/dev/null || { echo "sigserve $1 died: $(tail -n 3 "$LOGS/sigserve_$1.log")"; return 1; }
         sleep 0.2
     done
@@ -352,6 +354,8 @@ procs)      # issue 20: the process boundary (server.gpu_processes) against thre
                     persistent-busypoll) s="$s, \"busy_poll\": true, \"cpus\": [2]"; m='"backend": "cuda", "kernel": "persistent", "cpus": [3],' ;;
                     batching) s="$s, \"io_threads\": 2"; m='"backend": "cuda", "kernel": "fused", "instances": 2, "max_batch_rows": 64, "queue_depth": 4096,'; conn=8; rate=100k ;;
                 esac
+                # *-generic: the persistent kernel not specialised for the model's shapes (NVRTC, the default)
+                case $v in *-generic) m="$m \"specialise\": false," ;; esac
                 config "procs-$path-$v" "$s" "$(model tick_mlp "$m")"
                 serve "procs-$path-$v" 0-5 || continue
                 load "core-procs-$path-$v-$rate-r$round" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" \

@@ -53,6 +53,15 @@ typedef struct {
     /* Optional: NULL while M's resident kernel runs (or M has none), else why it stopped (its
      * context trapped, or it exited). Any thread: a device process asks while a front waits on it. */
     const char *(*kernel_stopped) (backend_model_t *m);
+    /* Optional (NULL: nothing to do). Does ahead what a later load of (W, CFG) on DEVICE needs done
+     * while no persistent kernel is resident on DEVICE (CUDA: compiling and loading the module of a
+     * persistent kernel specialised for the model's shapes; a module load next to a resident kernel
+     * waits for it forever). The serving layer calls it for every model of a configuration before it
+     * loads any, and for every model of a device process before they rejoin it. 1 when it did
+     * something, 0 when there was nothing to do, -1 with WHY when it could not (the load then goes
+     * on without it: not an error). W NULL: only whether it would do something for CFG (1) or not (0),
+     * before the weights are read. */
+    int (*prepare) (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen);
 } backend_iface_t;
 
 extern const backend_iface_t backend_cpu_iface;

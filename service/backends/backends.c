@@ -9,11 +9,20 @@ static const backend_iface_t *s_cpu_mlp = &backend_cpu_iface;
 
 void backends_set_test_cpu_mlp (const backend_iface_t *iface) { s_cpu_mlp = iface ? iface : &backend_cpu_iface; }
 
-const backend_iface_t *backends_find (model_type_t type, backend_kind_t kind, char *why, size_t whylen)
+const backend_iface_t *backends_built (model_type_t type, backend_kind_t kind)
 {
     const bool lstm = type == MODEL_TYPE_LSTM;
     if (kind == BACKEND_CPU)
         return lstm ? &backend_lstm_cpu_iface : s_cpu_mlp;
+    if (kind != BACKEND_CUDA || !backends_gpu)
+        return NULL;
+    return lstm ? backends_gpu->lstm : backends_gpu->mlp;
+}
+
+const backend_iface_t *backends_find (model_type_t type, backend_kind_t kind, char *why, size_t whylen)
+{
+    if (kind == BACKEND_CPU)
+        return backends_built (type, kind);
     if (kind != BACKEND_CUDA) {
         snprintf (why, whylen, "backend \"%s\" is not one backend but a choice among them", backend_kind_name (kind));
         return NULL;
@@ -25,5 +34,5 @@ const backend_iface_t *backends_find (model_type_t type, backend_kind_t kind, ch
     int count = 0;
     if (backends_gpu->device_count (&count, why, whylen) != 0)
         return NULL;
-    return lstm ? backends_gpu->lstm : backends_gpu->mlp;
+    return backends_built (type, kind);
 }

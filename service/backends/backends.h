@@ -35,6 +35,10 @@ extern const gpu_backend_t *const backends_gpu;
 /* sigserve-test (the mailbox emulator, tests/mailbox_backend.c): the MLP backend "cpu" stands for. */
 void backends_set_test_cpu_mlp (const backend_iface_t *iface);
 
+/* The backend of KIND (cpu or cuda, not auto) for models of TYPE as this build has it, without asking
+ * the machine (no GPU is touched: the server's process when device processes are on); NULL when the
+ * build has none. */
+const backend_iface_t *backends_built (model_type_t type, backend_kind_t kind);
 /* The backend of KIND (cpu or cuda, not auto) for models of TYPE: NULL with WHY when this build or
  * this machine has none ("cuda" on a build without CUDA, or on a host without a GPU). */
 const backend_iface_t *backends_find (model_type_t type, backend_kind_t kind, char *why, size_t whylen);

@@ -282,6 +282,7 @@ int devices_process_main (int argc, char **argv)
         case DEV_START: rc = s_start (rq, rp); break;
         case DEV_UNLOAD: s_forget (rq->token); break;
         case DEV_FAULT: rc = s_fault (rq, device, rp); break;
+        case DEV_PREPARE: rp->prepared = model_prepare_here (&rq->cfg, device, rp->error, sizeof rp->error); break;
         default:
             snprintf (rp->error, sizeof rp->error, "unknown control operation %u", rq->op);
             rc = -1;

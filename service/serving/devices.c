@@ -257,6 +257,9 @@ static void s_recover (devices_t *self, proc_t *p, const char *why)
     for (int attempt = 1; attempt <= RESTART_ATTEMPTS && !atomic_load (&self->stopping); attempt++) {
         char err[512] = "";
         int rc = s_spawn (self, p, err, sizeof err);
+        for (size_t i = 0; rc == 0 && i < self->tenant_count; i++)
+            if (self->tenants[i].device == p->device && self->tenants[i].t.prepare)
+                self->tenants[i].t.prepare (self->tenants[i].t.arg, p->device);
         size_t rejoined = 0;
         for (size_t i = 0; rc == 0 && i < self->tenant_count; i++)
             if (self->tenants[i].device == p->device) {

@@ -37,6 +37,9 @@ typedef struct {
     void (*lost) (void *arg, int device, const char *why);
     /* Whether the front has answered everything DEVICE held. */
     bool (*swept) (void *arg, int device);
+    /* Optional: before any tenant rejoins DEVICE's new process, what its load needs done while no
+     * persistent kernel is resident there (model_prepare). */
+    void (*prepare) (void *arg, int device);
     /* Load and start again on DEVICE's new process (devices_call); 0, or -1 with ERR. */
     int (*rejoin) (void *arg, int device, char *err, size_t errlen);
     /* Whether a launch on DEVICE has run past its watchdog at NOW (the process is then killed). */

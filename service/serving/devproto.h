@@ -16,6 +16,7 @@ typedef enum {
     DEV_START,          /* start their workers on the shared rings */
     DEV_UNLOAD,         /* stop their workers (after what is queued) and free them */
     DEV_FAULT,          /* test builds only: trap this device's context, or exit */
+    DEV_PREPARE,        /* the backend's prepare for the model here (model_prepare_here), before loads */
 } dev_op_t;
 
 typedef enum { DEV_FAULT_TRAP = 1, DEV_FAULT_EXIT, DEV_FAULT_HANG } dev_fault_t;
@@ -51,6 +52,8 @@ typedef struct {
     uint32_t candidate_count;
     autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];
     int cpus[CONFIG_MAX_INSTANCES];     /* each instance here: the first CPU it is pinned to (-1: none) */
+    int32_t prepared;                   /* DEV_PREPARE: 1 done, 0 nothing to do, -1 not done (why in error;
+                                           status stays 0: the load goes on without) */
 } dev_reply_t;
 
 #endif

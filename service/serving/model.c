@@ -55,6 +55,27 @@ const backend_iface_t *model_choose_backend (model_t *m, model_config_t *cfg, co
     return iface;
 }
 
+const backend_iface_t *model_preparer (const model_config_t *cfg)
+{
+    char why[256];
+    /* no GPU touched here ("auto" never picks a kernel to prepare: NULL) */
+    const backend_iface_t *iface = backends_built (cfg->type, cfg->backend);
+    return iface && iface->prepare && iface->prepare (NULL, cfg, 0, why, sizeof why) == 1 ? iface : NULL;
+}
+
+int model_prepare_here (const model_config_t *cfg, int device, char *why, size_t whylen)
+{
+    const backend_iface_t *iface = model_preparer (cfg);
+    if (!iface)
+        return 0;
+    weights_t *w = weights_load (cfg, why, whylen);
+    if (!w)
+        return -1;
+    const int rc = iface->prepare (w, cfg, device, why, whylen);
+    weights_destroy (&w);
+    return rc;
+}
+
 /* Instance INDEX's placement and backend context (before the job pool exists: the timing that
  * sizes it runs on instance 0). */
 int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weights_t *w, char *err, size_t errlen)
@@ -273,7 +294,7 @@ void model_log_loaded (const model_t *m, bool derived)
               "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
               "request buffers %u x %u rows + %u x %u rows%s (%.1f MiB)",
               m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
-              m->kernel_name, m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
+              model_kernel_name (m), m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
               m->row_ns / 1e3, !m->inline_ns ? "" : model_launch_ns (m, 1) <= m->inline_ns ? " (run on the front when idle)"
                                                   : " (over server.inline_us: never run on the front)",
               m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
@@ -344,7 +365,7 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
     for (uint32_t i = 0; i < m->instance_count; i++)
         if (model_instance_queues (m, &m->instances[i], err, errlen) != 0)
             goto failed;
-    snprintf (m->kernel_name, sizeof m->kernel_name, "%s", m->iface->kernel_name (m->instances[0].impl));
+    snprintf (m->kernel_names[0], sizeof m->kernel_names[0], "%s", m->iface->kernel_name (m->instances[0].impl));
     if (model_start_workers (m, err, errlen) != 0)
         goto failed;
     if (stats) {
@@ -413,7 +434,7 @@ void model_local_destroy (model_t **self_p)
 const char *model_name (const model_t *m) { return m->cfg.name; }
 const char *model_version (const model_t *m) { return m->cfg.version; }
 const char *model_backend_name (const model_t *m) { return m->iface->name; }
-const char *model_kernel_name (const model_t *m) { return m->kernel_name; }
+const char *model_kernel_name (const model_t *m) { return m->kernel_names[atomic_load (&m->kernel_at) & 1u]; }
 uint32_t model_input_size (const model_t *m) { return m->input_size; }
 uint32_t model_output_size (const model_t *m) { return m->output_size; }
 uint32_t model_max_rows (const model_t *m) { return m->max_rows; }
@@ -439,7 +460,7 @@ void model_describe (model_t *m, model_info_t *info)
     info->version = m->cfg.version;
     info->type = model_type_name (m->cfg.type);
     info->backend = m->iface->name;
-    info->kernel = m->kernel_name;
+    info->kernel = model_kernel_name (m);
     info->selected_by = m->selected_by;
     info->input_size = m->input_size;
     info->output_size = m->output_size;

@@ -22,6 +22,12 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
                     size_t errlen);
 /* Stops the workers (after the requests they hold are done) and frees everything. */
 void model_destroy (model_t **self_p);
+/* Does ahead, on every device CFG's instances will use, what its backend needs done before any
+ * persistent kernel is resident there (backend.h's prepare: a specialised kernel's module), in this
+ * process or in the device processes (started if need be), as model_new would load it. Called for
+ * every model of a configuration before any of them loads. Never fails: what could not be done is
+ * logged and the load goes on without it. */
+void model_prepare (const model_config_t *cfg);
 
 const char *model_name (const model_t *m);
 const char *model_version (const model_t *m);

@@ -118,7 +118,11 @@ struct _model_t {
     uint64_t spin_ns;                   /* without busy_poll: the most an idle worker spins (0: never) */
     stats_t *stats;
     int stats_slot;
-    char kernel_name[48];
+    /* the kernel's name: kernel_names[kernel_at]; a device process's rejoin may load another (a
+     * specialised kernel where the generic one ran) and writes the other name, then flips kernel_at
+     * (readers on any thread: model_kernel_name) */
+    char kernel_names[2][48];
+    _Atomic uint32_t kernel_at;
     char selected_by[16];               /* "config" or "measurement" */
     size_t candidate_count;
     autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];   /* what "auto" measured, fastest first */
@@ -202,6 +206,14 @@ bool model_remote_wanted (const model_config_t *cfg);
 model_t *model_remote_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
                            size_t errlen);
 void model_remote_release (model_t *m);
+/* model_remote.c: model_prepare in the device processes CFG's instances use (GPU: IFACE runs there). */
+void model_remote_prepare (const model_config_t *cfg, bool gpu);
+/* model.c: CFG's backend when its prepare (backend.h) has something to do for CFG, else NULL. Touches
+ * no GPU. */
+const backend_iface_t *model_preparer (const model_config_t *cfg);
+/* model.c: backend.h's prepare of CFG on DEVICE, here (a device process, or the server when the model
+ * runs in it), its weights read when there is something to do: 1 done, 0 nothing to do, -1 WHY. */
+int model_prepare_here (const model_config_t *cfg, int device, char *why, size_t whylen);
 
 /* worker.c */
 void *worker_main (void *instance);

@@ -73,6 +73,34 @@ static void s_load_request (dev_request_t *rq, const model_t *m, const model_con
     rq->here = here;
 }
 
+/* DEV_PREPARE of CFG on DEVICE's process (started if need be); logged when not done. */
+static void s_prepare_on (const model_config_t *cfg, int device)
+{
+    call_t *c = calloc (1, sizeof *c);
+    char err[512] = "";
+    if (!c)
+        return;
+    c->rq.op = DEV_PREPARE;
+    c->rq.cfg = *cfg;
+    const char *why = devices_call (devices_current (), device, &c->rq, &c->rp, err, sizeof err) != 0 ? err
+                      : c->rp.prepared < 0                                                        ? c->rp.error
+                                                                                                  : NULL;
+    if (why)
+        log_info ("model \"%s\": not prepared on device %d (%s); its load goes on without", cfg->name, device, why);
+    free (c);
+}
+
+void model_remote_prepare (const model_config_t *cfg, bool gpu)
+{
+    for (uint32_t i = 0; i < cfg->instances; i++) {
+        bool seen = false;
+        for (uint32_t k = 0; k < i; k++)
+            seen = seen || s_device (cfg, gpu, k) == s_device (cfg, gpu, i);
+        if (!seen)
+            s_prepare_on (cfg, s_device (cfg, gpu, i));
+    }
+}
+
 /* DEV_START for DEVICE: the shared addresses of M's instances. */
 static int s_start (model_t *m, int device, call_t *c, char *err, size_t errlen)
 {
@@ -125,6 +153,14 @@ static bool s_swept (void *arg, int device)
     return true;
 }
 
+/* Before any model rejoins DEVICE's new process (no persistent kernel resident there yet). */
+static void s_prepare (void *arg, int device)
+{
+    const model_t *m = arg;
+    if (model_preparer (&m->cfg))
+        s_prepare_on (&m->cfg, device);
+}
+
 static int s_rejoin (void *arg, int device, char *err, size_t errlen)
 {
     model_t *m = arg;
@@ -136,6 +172,13 @@ static int s_rejoin (void *arg, int device, char *err, size_t errlen)
     }
     s_load_request (&c->rq, m, &m->cfg, s_here (&m->cfg, gpu, device));
     int rc = devices_call (devices_current (), device, &c->rq, &c->rp, err, errlen);
+    const char *was = model_kernel_name (m);
+    if (rc == 0 && strcmp (c->rp.kernel, was) != 0) {     /* e.g. specialised now: prepared before it rejoined */
+        const uint32_t at = atomic_load (&m->kernel_at) + 1u;
+        snprintf (m->kernel_names[at & 1u], sizeof m->kernel_names[0], "%s", c->rp.kernel);
+        atomic_store (&m->kernel_at, at);
+        log_info ("model \"%s\": kernel %s on device %d's new process (was %s)", m->cfg.name, c->rp.kernel, device, was);
+    }
     if (rc == 0) {
         for (uint32_t i = 0; i < m->instance_count; i++)
             if (s_device (&m->cfg, gpu, i) == device) {
@@ -236,7 +279,7 @@ static void s_take_reply (model_t *m, const dev_reply_t *rp)
     m->step_size = rp->step_size;
     m->launch_ns = rp->launch_ns;
     m->row_ns = rp->row_ns;
-    snprintf (m->kernel_name, sizeof m->kernel_name, "%s", rp->kernel);
+    snprintf (m->kernel_names[0], sizeof m->kernel_names[0], "%s", rp->kernel);
     snprintf (m->selected_by, sizeof m->selected_by, "%s", rp->selected_by);
     m->candidate_count = rp->candidate_count;
     memcpy (m->candidates, rp->candidates, sizeof m->candidates);
@@ -338,6 +381,7 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
     /* tenants before the start: a process lost from here on brings the model back with it */
     for (size_t k = 0; k < dev_count; k++)
         devices_add_tenant (d, devs[k], &(dev_tenant_t) { .arg = m, .lost = s_lost, .swept = s_swept, .rejoin = s_rejoin,
+                                                     .prepare = s_prepare,
                                                           .hung = s_hung });
     for (size_t k = 0; k < dev_count; k++)
         if (s_start (m, devs[k], c, err, errlen) != 0)

@@ -45,6 +45,17 @@ model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, mode
     }
     entry_t *taken[CONFIG_MAX_MODELS] = { NULL };
     size_t kept = 0;
+    /* What the loads below need done before the first of them makes a persistent kernel resident
+     * (model_prepare: a kernel specialised for each persistent model's shapes), for every model that
+     * loads. At a reload PREVIOUS's kernels run: what is new then is prepared only as far as it can
+     * be next to them (a module already loaded for the same shapes), and logged. */
+    for (size_t i = 0; i < cfg->model_count; i++) {
+        struct stat st;
+        memset (&st, 0, sizeof st);
+        stat (cfg->models[i].weights, &st);
+        if (!s_unchanged (previous, &cfg->models[i], &st))
+            model_prepare (&cfg->models[i]);
+    }
     for (size_t i = 0; i < cfg->model_count; i++) {
         const model_config_t *mc = &cfg->models[i];
         entry_t *e = &self->entries[i];

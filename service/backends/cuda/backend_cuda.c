@@ -56,6 +56,17 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
                                                  : cuda_graph_load (w, cfg, device, err, errlen);
 }
 
+static int s_prepare (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen)
+{
+    if (cfg->type != MODEL_TYPE_MLP || cfg->kernel != CUDA_KERNEL_PERSISTENT || !cfg->specialise)
+        return 0;
+    if (!w)
+        return 1;
+    if (cuda_device_check (device, cfg->name, why, whylen) != 0)
+        return -1;
+    return cuda_persistent_prepare (w, cfg, device, why, whylen);
+}
+
 static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
 {
     return m->persistent ? cuda_persistent_infer (m, in, rows, out, err, errlen)
@@ -94,4 +105,5 @@ const backend_iface_t backend_cuda_iface = {
     .destroy = s_destroy,
     .share_box = cuda_model_share_box,
     .kernel_stopped = cuda_model_kernel_stopped,
+    .prepare = s_prepare,
 };

@@ -76,6 +76,9 @@ int cuda_graph_poison (backend_model_t *m);
 /* mlp_persistent.c: kernel "persistent" and the ping-pong floor */
 backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t *cfg, int device, char *err,
                                        size_t errlen);
+/* backend.h's prepare for kernel "persistent": its specialised kernel compiled and loaded on DEVICE
+ * (1), or -1 with WHY (the load then falls back as it would have). */
+int cuda_persistent_prepare (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen);
 sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err,
                                     size_t errlen);
 void cuda_persistent_destroy (backend_model_t **m_p);

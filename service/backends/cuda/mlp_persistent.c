@@ -277,6 +277,33 @@ static const sig_spec_module_t *s_specialise (const model_config_t *cfg, int dev
 
 static backend_model_t *s_persistent_load (const weights_t *w, const model_config_t *cfg, int device, bool specialise,
                                            bool *spec_failed, char *err, size_t errlen);
+static int s_net_plan (const weights_t *w, const model_config_t *cfg, int device, sig_fused_net_t *out,
+                       sig_persistent_plan_t *plan_out, char *err, size_t errlen);
+
+/* The specialised kernel's module compiled and loaded into the kernel cache ahead of the load (which
+ * then finds it loaded, also next to a resident kernel): the same net, plan and image header. */
+int cuda_persistent_prepare (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen)
+{
+    sig_fused_net_t net;
+    sig_persistent_plan_t plan;
+    sig_persistent_layout_t layout;
+    if (s_net_plan (w, cfg, device, &net, &plan, why, whylen) != 0)
+        return -1;
+    void *image = NULL;
+    cudaError_t e = (cudaError_t) sig_persistent_layout (w->input_size, w->output_size, backend_rows (cfg), plan.ring,
+                                                         &layout);
+    if (e == cudaSuccess)
+        e = (image = malloc (plan.image_bytes)) ? (cudaError_t) sig_persistent_pack (&net, &plan, &layout, image)
+                                                : cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+        snprintf (why, whylen, "packing its image: %s", cudaGetErrorString (e));
+        free (image);
+        return -1;
+    }
+    const sig_spec_module_t *mod = s_specialise (cfg, device, image, &plan, why, whylen);
+    free (image);
+    return mod ? 1 : -1;
+}
 
 backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t *cfg, int device, char *err,
                                        size_t errlen)
@@ -291,16 +318,18 @@ backend_model_t *cuda_persistent_load (const weights_t *w, const model_config_t 
     return m;
 }
 
-static backend_model_t *s_persistent_load (const weights_t *w, const model_config_t *cfg, int device, bool specialise,
-                                           bool *spec_failed, char *err, size_t errlen)
+/* W's net (NET, its weights borrowed from W) and its plan on DEVICE (PLAN, DEVICE current after): what
+ * a load and a prepare of (W, CFG) both start from. 0, or -1 with ERR. */
+static int s_net_plan (const weights_t *w, const model_config_t *cfg, int device, sig_fused_net_t *out,
+                       sig_persistent_plan_t *plan_out, char *err, size_t errlen)
 {
     if (persistent_device_ok (device, cfg->name, "kernel \"persistent\"", "use kernel \"fused\" or \"warp\"", err,
                               errlen) != 0)
-        return NULL;
+        return -1;
     if (w->layer_count > SIG_FUSED_MAX_LAYERS) {
         sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\" takes at most %d layers, the model has %zu",
                        cfg->name, SIG_FUSED_MAX_LAYERS, w->layer_count);
-        return NULL;
+        return -1;
     }
     sig_fused_net_t net;
     memset (&net, 0, sizeof net);
@@ -327,7 +356,7 @@ static backend_model_t *s_persistent_load (const weights_t *w, const model_confi
                        (unsigned long long) (bad_index % L->in), (double) L->weight[bad_index],
                        weight_dtype_name (cfg->weight_dtype), dtype == SIG_DTYPE_F16 ? "65504" : "3.39e38",
                        dtype == SIG_DTYPE_F16 ? "bf16\" or \"f32" : "f32");
-        return NULL;
+        return -1;
     }
     sig_persistent_tuning_t tuning;
     pthread_mutex_lock (&s_lock);
@@ -352,13 +381,25 @@ static backend_model_t *s_persistent_load (const weights_t *w, const model_confi
                        plan.smem_limit >> 10, extra, dtype != SIG_DTYPE_F32 ? " (weights in " : "",
                        dtype != SIG_DTYPE_F32 ? weight_dtype_name (cfg->weight_dtype) : "",
                        dtype != SIG_DTYPE_F32 ? ")" : "");
-        return NULL;
+        return -1;
     }
     if (e != cudaSuccess) {
         sig_set_error (err, errlen, "model \"%s\": kernel \"persistent\": planning on device %d failed: %s", cfg->name,
                        device, cudaGetErrorString (e));
-        return NULL;
+        return -1;
     }
+    *out = net;
+    *plan_out = plan;
+    return 0;
+}
+
+static backend_model_t *s_persistent_load (const weights_t *w, const model_config_t *cfg, int device, bool specialise,
+                                           bool *spec_failed, char *err, size_t errlen)
+{
+    sig_fused_net_t net;
+    sig_persistent_plan_t plan;
+    if (s_net_plan (w, cfg, device, &net, &plan, err, errlen) != 0)
+        return NULL;
     backend_model_t *m = s_persistent_new (cfg->name, device, w->input_size, w->output_size, backend_rows (cfg),
                                            plan.ring, cfg->wait, cfg->watchdog_ms, err, errlen);
     if (!m)
@@ -367,7 +408,7 @@ static backend_model_t *s_persistent_load (const weights_t *w, const model_confi
     m->done_mode = m->own_box.done_mode = plan.done_mode;
     m->widest = w->widest;
     void *image = malloc (plan.image_bytes);
-    e = image ? (cudaError_t) sig_persistent_pack (&net, &plan, &m->layout, image) : cudaErrorMemoryAllocation;
+    cudaError_t e = image ? (cudaError_t) sig_persistent_pack (&net, &plan, &m->layout, image) : cudaErrorMemoryAllocation;
     if (e == cudaSuccess)
         e = cuda_device_alloc (device, m->host.stream, &m->d_image, plan.image_bytes);
     if (e == cudaSuccess)
