@@ -271,6 +271,9 @@ typedef struct sig_spec_module sig_spec_module_t;
 /* The NVRTC source of the kernel specialised for IMAGE's header (host memory, as sig_persistent_pack
  * wrote it; only the header is read): a string the caller frees, or NULL (a bad header, no memory). */
 char *sig_persistent_spec_source (const void *image);
+/* The same for the traced instantiation (sigbench --trace: stamps into the plan's trace buffer, which
+ * sig_spec_launch then passes); a different source, so a different cache key. */
+char *sig_persistent_spec_source_traced (const void *image);
 /* NVRTC's version. 0, or -1 when it cannot say. */
 int sig_spec_nvrtc_version (int *major, int *minor);
 /* Compiles SRC (sig_persistent_spec_source) for sm_ARCH (90: compute capability 9.0) into *CUBIN (the

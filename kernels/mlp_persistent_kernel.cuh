@@ -1014,11 +1014,15 @@ P_TAIL_LAYERS_UNROLL
 }
 
 #ifdef P_SPEC
-/* The specialised kernel: one model's shapes and plan (P_SPEC_HEADER), weights in P_SPEC_DTYPE. */
+/* The specialised kernel: one model's shapes and plan (P_SPEC_HEADER), weights in P_SPEC_DTYPE;
+ * P_SPEC_TRACED: the traced instantiation (sigbench --trace). */
+#ifndef P_SPEC_TRACED
+#define P_SPEC_TRACED 0
+#endif
 extern "C" __global__ void __launch_bounds__ (P_T, 1)
 sig_persistent_spec (const p_header_t *__restrict__ img, char *box, unsigned long long *trace)
 {
-    s_persistent_body<false, P_SPEC_DTYPE> (img, box, trace);
+    s_persistent_body<P_SPEC_TRACED != 0, P_SPEC_DTYPE> (img, box, trace);
 }
 #else
 template <bool TRACE, int DT>

@@ -113,7 +113,13 @@ static void s_header_init (s_text_t *t, const p_header_t *h)
     s_put (t, " } }\n");
 }
 
-extern "C" char *sig_persistent_spec_source (const void *image)
+static char *s_source (const void *image, bool traced);
+
+extern "C" char *sig_persistent_spec_source (const void *image) { return s_source (image, false); }
+
+extern "C" char *sig_persistent_spec_source_traced (const void *image) { return s_source (image, true); }
+
+static char *s_source (const void *image, bool traced)
 {
     const p_header_t *h = static_cast<const p_header_t *> (image);
     if (!h || h->magic != P_MAGIC || h->layers < 1u || h->layers > SIG_FUSED_MAX_LAYERS || h->dtype > SIG_DTYPE_BF16)
@@ -121,7 +127,8 @@ extern "C" char *sig_persistent_spec_source (const void *image)
     s_text_t t = { NULL, 0, 0, false };
     s_put (&t, "/* sigserve: the persistent MLP kernel specialised for %u layers, %u -> %u, cluster of %u, dtype %u */\n",
            h->layers, h->in, h->out, h->blocks, h->dtype);
-    s_put (&t, "#define P_SPEC 1\n#define P_SPEC_DTYPE %u\n#define P_SPEC_HEADER ", h->dtype);
+    s_put (&t, "#define P_SPEC 1\n#define P_SPEC_DTYPE %u\n%s#define P_SPEC_HEADER ", h->dtype,
+           traced ? "#define P_SPEC_TRACED 1\n" : "");
     s_header_init (&t, h);
     s_put (&t, "#define P_SPEC_WORDS {");
     const uint32_t *words = static_cast<const uint32_t *> (image);
@@ -297,7 +304,7 @@ extern "C" int sig_spec_launch (const sig_spec_module_t *module, const void *ima
                                 const sig_persistent_plan_t *plan, cudaStream_t stream)
 {
     if (!module || !image || !box || !plan || plan->cluster_blocks < 1u
-        || plan->cluster_blocks > SIG_PERSISTENT_MAX_BLOCKS || plan->trace)
+        || plan->cluster_blocks > SIG_PERSISTENT_MAX_BLOCKS)
         return (int) cudaErrorInvalidValue;
     CUlaunchAttribute attr;
     memset (&attr, 0, sizeof attr);
@@ -317,7 +324,7 @@ extern "C" int sig_spec_launch (const sig_spec_module_t *module, const void *ima
     cfg.numAttrs = 1;
     const void *img = image;
     void *b = box;
-    unsigned long long *trace = NULL;
+    unsigned long long *trace = reinterpret_cast<unsigned long long *> (plan->trace);   /* read when traced */
     void *args[] = { &img, &b, &trace };
     const CUresult r = s_drv.launch (&cfg, module->fn, args, NULL);
     /* the driver's codes for launches are the runtime's numbers */

@@ -24,8 +24,9 @@
 enum { OPTIN_SM90 = 232448, STATIC_SMEM = 1376 };   /* cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90;
                                                        the generic kernel's static shared memory */
 
-/* The source of the kernel specialised for SIZES (LAYERS + 1 sizes) in DTYPE, for MAX_ROWS rows. */
-static char *s_source (const uint32_t *sizes, size_t layers, uint32_t max_rows, uint32_t dtype)
+/* The source of the kernel specialised for SIZES (LAYERS + 1 sizes) in DTYPE, for MAX_ROWS rows (TRACED:
+ * its traced instantiation's). */
+static char *s_source_as (const uint32_t *sizes, size_t layers, uint32_t max_rows, uint32_t dtype, bool traced)
 {
     activation_t acts[SIG_FUSED_MAX_LAYERS] = { ACTIVATION_NONE };
     for (size_t l = 0; l < layers; l++)
@@ -46,11 +47,16 @@ static char *s_source (const uint32_t *sizes, size_t layers, uint32_t max_rows, 
     void *image = malloc (plan.image_bytes);
     ck_assert_ptr_nonnull (image);
     ck_assert_int_eq (sig_persistent_pack (&net, &plan, &layout, image), 0);
-    char *src = sig_persistent_spec_source (image);
+    char *src = traced ? sig_persistent_spec_source_traced (image) : sig_persistent_spec_source (image);
     ck_assert_ptr_nonnull (src);
     free (image);
     weights_destroy (&w);
     return src;
+}
+
+static char *s_source (const uint32_t *sizes, size_t layers, uint32_t max_rows, uint32_t dtype)
+{
+    return s_source_as (sizes, layers, max_rows, dtype, false);
 }
 
 static void s_assert_cubin (const void *cubin, size_t bytes)
@@ -111,6 +117,20 @@ START_TEST (compiles_odd_shapes_rows_and_a_split_layer)
 {
     const uint32_t sizes[] = { 597, 293, 33, 3 };   /* 7 rows: layer 0 split over the workers */
     s_compiles (s_source (sizes, 3, 7, SIG_DTYPE_BF16));
+}
+END_TEST
+
+/* sigbench --trace's instantiation of the specialised kernel: its own source (so its own cache key),
+ * compiled for sm_90 like the serving one. */
+START_TEST (the_traced_instantiation_compiles_with_its_own_source)
+{
+    const uint32_t sizes[] = { 512, 256, 64, 1 };
+    char *plain = s_source (sizes, 3, 1, SIG_DTYPE_F32), *traced = s_source_as (sizes, 3, 1, SIG_DTYPE_F32, true);
+    ck_assert_ptr_null (strstr (plain, "P_SPEC_TRACED"));
+    ck_assert_ptr_nonnull (strstr (traced, "#define P_SPEC_TRACED 1"));
+    ck_assert_uint_ne (kernel_cache_key (plain, 90), kernel_cache_key (traced, 90));
+    free (plain);
+    s_compiles (traced);
 }
 END_TEST
 
@@ -183,6 +203,7 @@ int main (void)
     tcase_add_test (tc, the_hosts_mailbox_layout_is_the_kernels);
     tcase_add_test (tc, compiles_the_demo_shape_for_sm_90_in_f32_and_f16);
     tcase_add_test (tc, compiles_odd_shapes_rows_and_a_split_layer);
+    tcase_add_test (tc, the_traced_instantiation_compiles_with_its_own_source);
     tcase_add_test (tc, a_compile_error_returns_the_compilers_log);
     tcase_add_test (tc, the_cache_finds_a_cubin_in_memory_and_on_disk);
     tcase_add_test (tc, an_unwritable_folder_keeps_the_cubin_in_memory);

@@ -80,9 +80,10 @@ static void s_usage (FILE *out)
              "  --persistent-variants  also time the persistent kernel at other cluster sizes, with\n"
              "               completion by the outputs, with weights in registers, with the workers\n"
              "               reading their own features, with a ring of one slot\n"
-             "  --trace      also run the traced instantiation of the persistent kernel (the serving\n"
-             "               kernel's row stays beside it, unchanged) and print each phase's p50 in\n"
-             "               ns: seen -> started -> per layer (gather, computed, scatter) -> outputs\n"
+             "  --trace      also run the traced instantiations of the persistent kernel, generic\n"
+             "               and specialised (the serving kernels' rows stay beside them, unchanged)\n"
+             "               and print each phase's p50 in ns: seen -> started -> per layer\n"
+             "               (gather, computed, scatter) -> outputs\n"
              "  --dtypes L   the persistent rows (and variants, trace) once per weight dtype in L\n"
              "               (\"f32,f16,bf16\"; default f32); f16 and bf16 also at cluster 2, 4 and 8\n"
              "Prints a markdown table in microseconds.\n");
@@ -571,10 +572,11 @@ static int s_by_value (const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The traced instantiation of the default persistent kernel: the same run as its row, then each
- * phase's p50 (ns, from the leader SM's clock64 at the SM clock the device reports) over the requests
- * whose stamps the ring still holds. Returns the run's relative error (or INFINITY). */
-static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtype_t dtype, uint32_t sync,
+/* The traced instantiation of the default persistent kernel (SPEC: of the kernel specialised for the
+ * model, NVRTC): the same run as its row, then each phase's p50 (ns, from the leader SM's clock64 at
+ * the SM clock the device reports) over the requests whose stamps the ring still holds. Returns the
+ * run's relative error (or INFINITY). */
+static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtype_t dtype, uint32_t sync, bool spec,
                              float *const *in, const double *const *ref)
 {
     unsigned long long step = 0;
@@ -590,7 +592,9 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
     sig_persistent_tuning_t tu = { 0 };
     tu.trace = (uint64_t) (uintptr_t) d_trace;
     tu.sync = sync;
+    s_specialise = spec;
     backend_model_t *m = s_load_persistent (o, w, &tu, dtype);
+    s_specialise = false;
     if (!m) {
         cudaFree (d_trace);
         return INFINITY;
@@ -750,8 +754,11 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
                                          SIG_SYNC_TRACE_REPEAT };
         for (size_t k = 0; k < sizeof olds / sizeof olds[0]; k++) {
             lim_var[nvar] = s_dtype_limit (dtypes[d]);
-            e_var[nvar++] = s_bench_trace (o, w, dtypes[d], olds[k], in, ref);
+            e_var[nvar++] = s_bench_trace (o, w, dtypes[d], olds[k], false, in, ref);
         }
+        /* the specialised kernel as it serves (persistent-nvrtc), traced: where its time goes */
+        lim_var[nvar] = s_dtype_limit (dtypes[d]);
+        e_var[nvar++] = s_bench_trace (o, w, dtypes[d], 0, true, in, ref);
     }
     for (int d = 0; d < ndt; d++) {   /* half weights: the cluster sizes (the plan's choice is above) */
         if (dtypes[d] == WEIGHT_DTYPE_F32)

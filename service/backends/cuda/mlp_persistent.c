@@ -245,17 +245,13 @@ static int s_module (int resident, void *arg)
 static const sig_spec_module_t *s_specialise (const model_config_t *cfg, int device, const void *image,
                                               const sig_persistent_plan_t *plan, char *why, size_t whylen)
 {
-    if (plan->trace) {
-        snprintf (why, whylen, "a traced run (sigbench --trace) uses the generic kernel");
-        return NULL;
-    }
     int major = 0, minor = 0;
     if (cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
         || cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
         snprintf (why, whylen, "device %d: compute capability unknown", device);
         return NULL;
     }
-    char *src = sig_persistent_spec_source (image);
+    char *src = plan->trace ? sig_persistent_spec_source_traced (image) : sig_persistent_spec_source (image);
     if (!src) {
         snprintf (why, whylen, "no source (out of memory)");
         return NULL;
