@@ -359,7 +359,7 @@ enum { SIG_LSTM_SYNC_POLL_ROUNDS = 1, SIG_LSTM_SYNC_XCHG_ROUNDS = 2 };
  * features pass the plan's half_x_max (a partial sum could leave f16's range) has its products of
  * the features in WIDE: the host sets SIG_LSTM_WIDE_INPUTS in its word 1. */
 enum { SIG_LSTM_MATH_WIDE = 1, SIG_LSTM_MATH_HALF = 2 };
-#define SIG_LSTM_MATH_DEFAULT SIG_LSTM_MATH_HALF
+#define SIG_LSTM_MATH_DEFAULT SIG_LSTM_MATH_WIDE   /* HALF measured no faster: docs/lstm-notes.md, plan 3 */
 #define SIG_LSTM_HALF_RUN 4
 #define SIG_LSTM_WIDE_INPUTS 0x80000000u
 /* A trace record (block 0, thread 0, each step and ping): word 0 the op, 1 and 2 %globaltimer (ns)

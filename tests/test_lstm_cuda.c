@@ -319,6 +319,21 @@ START_TEST (launch_shapes)
 }
 END_TEST
 
+/* The half products (SIG_LSTM_MATH_HALF, a variant: the widening math is the default) at the issue's
+ * three sizes in f16 and bf16, within their bound: full windows, and streams past the ring's wrap.
+ * _i: size * 2 + (dtype - 1). */
+START_TEST (half_products_every_size)
+{
+    const lstm_shape_t *shapes[3] = { &LSTM_SHAPE_SMALL, &LSTM_SHAPE_MEDIUM, &LSTM_SHAPE_LARGE };
+    static const char *names[3] = { "small, half math", "medium, half math", "large, half math" };
+    const lstm_shape_t *s = shapes[_i / 2];
+    const weight_dtype_t d = (weight_dtype_t) (1 + _i % 2);
+    const sig_lstm_tuning_t t = { .math = SIG_LSTM_MATH_HALF };
+    const uint32_t self_every[3] = { 4, 8, 64 }, ref_every[3] = { 8, 24, 1000 };
+    s_check_model (s, d, &t, 2, s->window + 3, self_every[_i / 2], ref_every[_i / 2], 1, names[_i / 2]);
+}
+END_TEST
+
 /* f16 products take features up to the plan's half_x_max (2^12 / max |W_ih of layer 0|): features
  * of 10^5 (past f16's range: in half products, inf - inf) make the host send their products in the
  * widening math (SIG_LSTM_WIDE_INPUTS), the h products staying in half. Every output finite and within
@@ -568,6 +583,7 @@ int main (void)
     tcase_add_loop_test (tc, sizes_and_weight_types, 0, 9);
     tcase_add_test (tc, launch_shapes);
     tcase_add_test (tc, small_every_cluster);
+    tcase_add_loop_test (tc, half_products_every_size, 0, 6);
     tcase_add_test (tc, f16_features_past_half_range);
     tcase_add_test (tc, watchdog_and_stop);
     tcase_add_test (tc, resident_like_every_persistent_kernel);
