@@ -303,14 +303,15 @@ int sig_pingpong_launch (void *box, const sig_persistent_layout_t *layout, uint3
  * blocks) or a cooperative grid of one block per SM (mode GRID, for weights no cluster holds), each
  * block owning a range of hidden units (their four gate rows in every layer) with its weights in
  * shared memory (a prefix of each matrix; the rest read from device memory) in f32, f16 or bf16,
- * accumulating in fp32. Commands come through a ring of SIG_LSTM_RING entries in mapped pinned
+ * accumulating in fp32 (products in the weights' type under SIG_LSTM_MATH_HALF). Commands come through a ring of SIG_LSTM_RING entries in mapped pinned
  * memory, every 64-bit word tagged with the command's sequence (a word is current when its high
  * half equals the sequence: no separate flag). Compute capability 9.0 only.
  *
  * Mailbox (sig_lstm_layout): ctrl (u32 stop), ready[blocks] and exited[blocks] (u32 each, written by
  * the kernel), SIG_LSTM_RING entries (entry n % RING carries command n, sequence n + 1):
  *   cmd      2 + in u64 words: word 0 = seq << 32 | pos << 8 | op, word 1 = seq << 32 | slot (rows
- *            for a window), word 2 + i = seq << 32 | the bits of feature i (steps and pings)
+ *            for a window), | SIG_LSTM_WIDE_INPUTS where the features need the widening math, word
+ *            2 + i = seq << 32 | the bits of feature i (steps and pings)
  *   done     u32: the sequence, once the command is complete (steps: after their outputs)
  *   outputs  out floats: a step's; the host sets them to SIG_PERSISTENT_SENTINEL before publishing
  *            and each store of the kernel is its own completion (no fence on the critical path)
@@ -345,6 +346,7 @@ typedef struct {            /* tests and benchmarks; all zero is the plan's own 
     uint32_t grid;          /* 1: GRID mode */
     uint32_t smem_cap;      /* bytes of shared memory per block the plan may use (0: the device's) */
     uint32_t sync;          /* SIG_LSTM_SYNC_* bits: an earlier synchronisation, to compare (lstmbench --sync) */
+    uint32_t math;          /* SIG_LSTM_MATH_*: the gate products of f16 / bf16 weights (0: SIG_LSTM_MATH_DEFAULT) */
     uint64_t trace;         /* device address of SIG_LSTM_TRACE_RECORDS x SIG_LSTM_TRACE_WORDS zeroed u64: the
                              * traced instantiation (lstmbench --trace), else 0 */
 } sig_lstm_tuning_t;
@@ -353,6 +355,16 @@ typedef struct {            /* tests and benchmarks; all zero is the plan's own 
  * rounds; XCHG_ROUNDS, a cluster's exchanges too re-read every word in block-wide rounds
  * (__syncthreads_or) until all are current (a grid's always do: measured faster there). */
 enum { SIG_LSTM_SYNC_POLL_ROUNDS = 1, SIG_LSTM_SYNC_XCHG_ROUNDS = 2 };
+/* The gate products of f16 / bf16 weights (docs/lstm-notes.md, plan 3). WIDE: each weight widened
+ * to fp32, fp32 FMA. HALF: the inputs (x, h) rounded to the weights' type, SIG_LSTM_HALF_RUN products
+ * per lane summed in it (packed HFMA2, fused, round to nearest), each run added into an fp32 sum
+ * (tests/tolerance.c bounds its error). f32 weights are always WIDE. With f16, a command whose
+ * features pass the plan's half_x_max (a partial sum could leave f16's range) has its products of
+ * the features in WIDE: the host sets SIG_LSTM_WIDE_INPUTS in its word 1. */
+enum { SIG_LSTM_MATH_WIDE = 1, SIG_LSTM_MATH_HALF = 2 };
+#define SIG_LSTM_MATH_DEFAULT SIG_LSTM_MATH_WIDE   /* HALF measured no faster: docs/lstm-notes.md, plan 3 */
+#define SIG_LSTM_HALF_RUN 4
+#define SIG_LSTM_WIDE_INPUTS 0x80000000u
 /* A trace record (block 0, thread 0, each step and ping): word 0 the op, 1 and 2 %globaltimer (ns)
  * when the command was seen and when its record was written, 3 + i clock64 at stamp i (0 where
  * not reached): 0 command seen, 1 features read, 2 broadcast to the other blocks sent, then per
@@ -388,6 +400,8 @@ typedef struct {
     uint32_t off_bias, off_hot_g, off_gates, off_hot_c, off_c_run, off_xf, off_hv, off_head, off_bc, off_ag;
     uint32_t head_in_smem;
     uint32_t sync;          /* SIG_LSTM_SYNC_* (tuning) */
+    uint32_t math;          /* SIG_LSTM_MATH_*, resolved (f32: WIDE) */
+    float half_x_max;       /* HALF: the largest |feature| the half products take (FLT_MAX for bf16) */
     uint64_t image_bytes, bias_image, head_image;
     uint64_t state_bytes, state_g, state_c;
     uint64_t xchg_bytes;

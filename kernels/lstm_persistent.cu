@@ -10,8 +10,11 @@
  * [slot][gate][thread] (a warp's loads of one slot and gate are 512 contiguous bytes: conflict
  * free in shared memory, coalesced in device memory). Shared memory holds, after the buffers, a
  * prefix of every matrix, W_ih first (the step reads only W_ih), then W_hh; the rest of a matrix
- * is read from the image in device memory (L2) by the same loop. Weights are f32, f16 or bf16,
- * widened to f32 as they are loaded; every sum is fp32 FMA.
+ * is read from the image in device memory (L2) by the same loop. Weights are f32, f16 or bf16;
+ * f16 / bf16 either widened to f32 as they are loaded, every sum fp32 FMA (SIG_LSTM_MATH_WIDE), or
+ * multiplied in their own type, the inputs rounded to it, 4 products per half lane summed in it by
+ * packed FMAs and each such run added into the fp32 sum (SIG_LSTM_MATH_HALF, plan 3 in
+ * docs/lstm-notes.md; tests/tolerance.c bounds its error).
  *
  * STREAMS (Tacana). Per stream slot, in device memory: a ring of W entries holding layer 0's input
  * projection W_ih x of each step (a step computes it on its way anyway), and the precomputed
@@ -107,28 +110,43 @@ template <typename T> __device__ __forceinline__ T *l_at (const l_ctx_t &c, uint
 }
 
 /* The four gate sums of this thread's unit over array A and the vector X (shared memory, zero
- * padded), added to ACC, then reduced over the unit's G lanes (every lane gets them). */
-template <int DT>
-__device__ __forceinline__ float4 l_dot (const l_ctx_t &c, uint32_t a, const float *x, float4 acc)
+ * padded), added to ACC, then reduced over the unit's G lanes (every lane gets them). HALF: the
+ * products in the weights' type (SIG_LSTM_MATH_HALF: X rounded to it once per chunk, l_hfma), else
+ * each weight widened to fp32 (l_fma). */
+template <int DT, bool HALF>
+__device__ __forceinline__ float4 l_dot_as (const l_ctx_t &c, uint32_t a, const float *x, float4 acc)
 {
     constexpr uint32_t CE = DT == SIG_LSTM_F32 ? 4u : 8u;
+    static_assert (!HALF || DT != SIG_LSTM_F32, "f32 weights have no half products");
     const sig_lstm_array_t &ar = c.P->arrays[a];
     const uint32_t A = c.P->active, G = c.P->group, S = ar.slots, SS = ar.smem_slots;
     const float *xs = x + c.l * CE;
     const uint32_t xstep = G * CE;
     const uint4 *ws = reinterpret_cast<const uint4 *> (c.dyn + ar.smem_off) + c.t;
     uint32_t s = 0;
+#define L_DOT_CHUNK(w0, w1, w2, w3)                                                   \
+    {                                                                                  \
+        const float4 x0 = reinterpret_cast<const float4 *> (xs)[0];                    \
+        const float4 x1 = CE == 8u ? reinterpret_cast<const float4 *> (xs)[1] : x0;    \
+        xs += xstep;                                                                   \
+        if constexpr (HALF) {                                                          \
+            const uint4 xh = l_pack_x<DT> (x0, x1);                                    \
+            acc.x = l_hfma<DT> (w0, xh, acc.x);                                        \
+            acc.y = l_hfma<DT> (w1, xh, acc.y);                                        \
+            acc.z = l_hfma<DT> (w2, xh, acc.z);                                        \
+            acc.w = l_hfma<DT> (w3, xh, acc.w);                                        \
+        } else {                                                                       \
+            acc.x = l_fma<DT> (w0, x0, x1, acc.x);                                     \
+            acc.y = l_fma<DT> (w1, x0, x1, acc.y);                                     \
+            acc.z = l_fma<DT> (w2, x0, x1, acc.z);                                     \
+            acc.w = l_fma<DT> (w3, x0, x1, acc.w);                                     \
+        }                                                                              \
+    }
 #pragma unroll 2
     for (; s < SS; ++s) {
         const uint4 w0 = ws[0], w1 = ws[A], w2 = ws[2u * A], w3 = ws[3u * A];
-        const float4 x0 = reinterpret_cast<const float4 *> (xs)[0];
-        const float4 x1 = CE == 8u ? reinterpret_cast<const float4 *> (xs)[1] : x0;
         ws += 4u * A;
-        xs += xstep;
-        acc.x = l_fma<DT> (w0, x0, x1, acc.x);
-        acc.y = l_fma<DT> (w1, x0, x1, acc.y);
-        acc.z = l_fma<DT> (w2, x0, x1, acc.z);
-        acc.w = l_fma<DT> (w3, x0, x1, acc.w);
+        L_DOT_CHUNK (w0, w1, w2, w3)
     }
     if (s < S) {
         const uint4 *wg = reinterpret_cast<const uint4 *> (c.img + ar.image_off + (uint64_t) c.b * ar.block_bytes)
@@ -136,17 +154,23 @@ __device__ __forceinline__ float4 l_dot (const l_ctx_t &c, uint32_t a, const flo
 #pragma unroll 2
         for (; s < S; ++s) {
             const uint4 w0 = __ldg (wg), w1 = __ldg (wg + A), w2 = __ldg (wg + 2u * A), w3 = __ldg (wg + 3u * A);
-            const float4 x0 = reinterpret_cast<const float4 *> (xs)[0];
-            const float4 x1 = CE == 8u ? reinterpret_cast<const float4 *> (xs)[1] : x0;
             wg += 4u * A;
-            xs += xstep;
-            acc.x = l_fma<DT> (w0, x0, x1, acc.x);
-            acc.y = l_fma<DT> (w1, x0, x1, acc.y);
-            acc.z = l_fma<DT> (w2, x0, x1, acc.z);
-            acc.w = l_fma<DT> (w3, x0, x1, acc.w);
+            L_DOT_CHUNK (w0, w1, w2, w3)
         }
     }
+#undef L_DOT_CHUNK
     return acc;
+}
+
+/* l_dot_as in the plan's math; WIDE: this command's features pass the plan's half_x_max (the
+ * host's SIG_LSTM_WIDE_INPUTS), so their products are widened whatever the plan says. */
+template <int DT>
+__device__ __forceinline__ float4 l_dot (const l_ctx_t &c, uint32_t a, const float *x, float4 acc, bool wide = false)
+{
+    constexpr bool half = DT != SIG_LSTM_F32;
+    if (half && c.P->math == SIG_LSTM_MATH_HALF && !wide)
+        return l_dot_as<DT, half> (c, a, x, acc);
+    return l_dot_as<DT, false> (c, a, x, acc);
 }
 
 __device__ __forceinline__ float4 l_reduce (float4 a, uint32_t G)
@@ -499,7 +523,7 @@ __device__ __forceinline__ void l_head (const l_ctx_t &c, float *dst, bool fence
 
 /* A step of stream SLOT at ring position POS: the critical path. */
 template <int DT, int MODE>
-__device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos, uint32_t &hot, float *out)
+__device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos, bool wide, uint32_t &hot, float *out)
 {
     const sig_lstm_plan_t &P = *c.P;
     const uint32_t U = P.units;
@@ -521,7 +545,7 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
     for (uint32_t k = 0; k < P.layers; ++k) {
         float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
         if (c.lanes)
-            acc = l_reduce (l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc), P.group);
+            acc = l_reduce (l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc, k == 0u && wide), P.group);
         l_stamp (c, 3u + 3u * k);
         if (c.unit) {
             if (k == 0u)
@@ -622,7 +646,8 @@ __device__ __forceinline__ void l_store_state (l_ctx_t &c, uint32_t slot, uint32
 }
 
 template <int DT, int MODE>
-__device__ __forceinline__ void l_window (l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t rows, uint32_t *cw)
+__device__ __forceinline__ void l_window (l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t rows, const uint32_t &wide,
+                                          uint32_t *cw)
 {
     const sig_lstm_plan_t &P = *c.P;
     const uint32_t W = P.window, in = P.in, scratch = P.slots;
@@ -655,7 +680,7 @@ __device__ __forceinline__ void l_window (l_ctx_t &c, const sig_lstm_layout_t &l
             for (uint32_t s = 0; s < nb; ++s) {
                 float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
                 if (c.lanes)
-                    acc = l_reduce (l_dot<DT> (c, 0u, xf + s * P.in_pad, acc), P.group);
+                    acc = l_reduce (l_dot<DT> (c, 0u, xf + s * P.in_pad, acc, wide != 0u), P.group);
                 if (c.unit)
                     *l_ring (c, scratch, t0 + s) = acc;
             }
@@ -699,6 +724,8 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
 {
     __shared__ l_header_t s_h;
     __shared__ uint32_t s_cw[2], s_flag[2];
+    __shared__ uint32_t s_wide;   /* a window's SIG_LSTM_WIDE_INPUTS, read where it projects (a register
+                                   * held across the window spilled in the bf16 cluster kernel) */
     extern __shared__ __align__ (16) unsigned char s_dyn[];
     {
         const uint32_t *src = reinterpret_cast<const uint32_t *> (image);
@@ -812,11 +839,14 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
         }
         if (op == L_OP_STOP)
             break;
-        const uint32_t pos = s_cw[0] >> 8, slot = s_cw[1];
+        const uint32_t pos = s_cw[0] >> 8, slot = s_cw[1] & ~SIG_LSTM_WIDE_INPUTS;
+        const bool wide = (s_cw[1] & SIG_LSTM_WIDE_INPUTS) != 0u;   /* the features need the widening math */
+        if (c.t == 0u)
+            s_wide = wide;   /* read after the barrier below; written again only after the next poll's */
         __syncthreads ();   /* s_cw read by all before the next command's poll writes it */
         switch (op) {
         case SIG_LSTM_OP_STEP:
-            l_step<DT, MODE> (c, slot, pos, hot, reinterpret_cast<float *> (entry + lay.outputs));
+            l_step<DT, MODE> (c, slot, pos, wide, hot, reinterpret_cast<float *> (entry + lay.outputs));
             if (c.b == 0u && c.t == 0u)
                 sig_st_sys_u32 (entry + lay.done, n);
             l_trace_record (c, op, traced);
@@ -832,7 +862,7 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
                 sig_st_sys_u32 (entry + lay.done, n);
             break;
         case SIG_LSTM_OP_WINDOW:
-            l_window<DT, MODE> (c, lay, slot, s_cw);
+            l_window<DT, MODE> (c, lay, slot, s_wide, s_cw);
             __syncthreads ();
             if (c.b == 0u && c.t == 0u) {
                 l_fence_sys ();

@@ -98,6 +98,60 @@ template <> __device__ __forceinline__ float l_fma<SIG_LSTM_BF16> (uint4 w, floa
     return fmaf (l_bf_hi (w.w), x1.w, acc);
 }
 
+/* Plan 3 (SIG_LSTM_MATH_HALF): products in the weights' type. A chunk's 8 inputs rounded to nearest
+ * into 4 pairs (element 2i in the low half, as the weights are packed), once for the four gates. */
+template <int DT> __device__ __forceinline__ uint32_t l_pack2 (float lo, float hi);
+template <> __device__ __forceinline__ uint32_t l_pack2<SIG_LSTM_F16> (float lo, float hi)
+{
+    uint32_t d;
+    asm ("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+template <> __device__ __forceinline__ uint32_t l_pack2<SIG_LSTM_BF16> (float lo, float hi)
+{
+    uint32_t d;
+    asm ("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+template <int DT> __device__ __forceinline__ uint4 l_pack_x (float4 x0, float4 x1)
+{
+    return make_uint4 (l_pack2<DT> (x0.x, x0.y), l_pack2<DT> (x0.z, x0.w), l_pack2<DT> (x1.x, x1.y),
+                       l_pack2<DT> (x1.z, x1.w));
+}
+/* A * B + C per half, fused, one rounding to nearest (subnormals kept: no .ftz) */
+template <int DT> __device__ __forceinline__ uint32_t l_hfma2 (uint32_t a, uint32_t b, uint32_t c);
+template <> __device__ __forceinline__ uint32_t l_hfma2<SIG_LSTM_F16> (uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm ("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+template <> __device__ __forceinline__ uint32_t l_hfma2<SIG_LSTM_BF16> (uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm ("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+template <int DT> __device__ __forceinline__ float l_hsum (uint32_t s);
+template <> __device__ __forceinline__ float l_hsum<SIG_LSTM_F16> (uint32_t s)
+{
+    const float2 f = l_h2f (s);
+    return f.x + f.y;
+}
+template <> __device__ __forceinline__ float l_hsum<SIG_LSTM_BF16> (uint32_t s) { return l_bf_lo (s) + l_bf_hi (s); }
+/* ACC + the chunk's 8 weights times the 8 packed inputs XH: per half lane SIG_LSTM_HALF_RUN = 4
+ * products summed in the weights' type (the first an FMA onto +0: exact, no extra rounding), the
+ * two lanes then widened (exact) and added in fp32. */
+static_assert (SIG_LSTM_HALF_RUN == 4, "l_hfma's run is one 16-byte chunk: 4 products per half lane");
+template <int DT> __device__ __forceinline__ float l_hfma (uint4 w, uint4 xh, float acc)
+{
+    uint32_t s = l_hfma2<DT> (w.x, xh.x, 0u);
+    s = l_hfma2<DT> (w.y, xh.y, s);
+    s = l_hfma2<DT> (w.z, xh.z, s);
+    s = l_hfma2<DT> (w.w, xh.w, s);
+    return acc + l_hsum<DT> (s);
+}
+
 __device__ __forceinline__ float l_sig (float x) { return __fdividef (1.0f, 1.0f + __expf (-x)); }
 __device__ __forceinline__ float l_tanh (float x) { return 2.0f * l_sig (2.0f * x) - 1.0f; }
 /* One cell update from the four gates: updates C, returns h. */

@@ -8,6 +8,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -151,6 +153,50 @@ static cudaError_t l_placeable (const sig_lstm_plan_t *p, int device, int sms, b
     return cudaSuccess;
 }
 
+static float l_max_abs (const float *v, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; ++i)
+        m = fabsf (v[i]) > m ? fabsf (v[i]) : m;
+    return m;
+}
+
+/* The gate products (SIG_LSTM_MATH_*): f32 weights WIDE; else MATH (0: the default). HALF in f16
+ * keeps every partial sum of a run (SIG_LSTM_HALF_RUN products) within 2^14, far inside f16's range
+ * (65504): with |h| < 1, a weight above 2^12 anywhere (none in a trained LSTM) keeps the model WIDE;
+ * the features up to half_x_max = 2^12 / max |W_ih of layer 0| (the host sends a command with a
+ * larger one in WIDE: SIG_LSTM_WIDE_INPUTS). bf16 has fp32's range: no limit. */
+static void l_plan_math (const sig_lstm_net_t *n, uint32_t math, sig_lstm_plan_t *p)
+{
+    p->math = math ? math : (uint32_t) SIG_LSTM_MATH_DEFAULT;
+    if (p->dtype == SIG_LSTM_F32 || p->math != SIG_LSTM_MATH_HALF) {
+        p->math = SIG_LSTM_MATH_WIDE;
+        p->half_x_max = 0.0f;
+        return;
+    }
+    p->half_x_max = FLT_MAX;
+    if (p->dtype != SIG_LSTM_F16)
+        return;
+    const float run = 16384.0f / SIG_LSTM_HALF_RUN;   /* the largest |w x| a product may have */
+    float wmax = 0.0f;
+    for (uint32_t k = 0; k < n->layers; ++k) {
+        const size_t kin = k == 0u ? n->in : n->hidden;
+        const float ih = l_max_abs (n->w_ih[k], 4ull * n->hidden * kin), hh = l_max_abs (n->w_hh[k], 4ull * n->hidden * n->hidden);
+        if (k > 0u)
+            wmax = ih > wmax ? ih : wmax;
+        wmax = hh > wmax ? hh : wmax;
+        if (k == 0u)
+            p->half_x_max = ih > 0.0f ? run / ih : 32768.0f;
+    }
+    if (!(wmax <= run) || !(p->half_x_max >= 1.0f)) {   /* NaN weights too */
+        p->math = SIG_LSTM_MATH_WIDE;
+        p->half_x_max = 0.0f;
+        return;
+    }
+    if (p->half_x_max > 32768.0f)
+        p->half_x_max = 32768.0f;   /* f16's inputs themselves */
+}
+
 extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_t slots, uint32_t max_rows,
                               int device, const sig_lstm_tuning_t *tuning, sig_lstm_plan_t *plan)
 {
@@ -242,6 +288,7 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         return (int) cudaErrorNotSupported;
     }
     plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS);
+    l_plan_math (n, tu->math, plan);
     plan->trace = tu->trace;
     return (int) cudaSuccess;
 }

@@ -9,6 +9,7 @@
 #include "st_write.h"
 #include "testutil.h"
 #include "tolerance.h"
+#include "weights/reference.h"
 #include "weights/weights.h"
 
 #include <check.h>
@@ -314,6 +315,138 @@ START_TEST (refusals)
 }
 END_TEST
 
+/* ---- the bound of half-precision products (the CUDA kernel's SIG_LSTM_MATH_HALF, plan 3) ---- */
+
+/* V rounded to nearest even with P significant bits, exponents down to EMIN (below: the subnormal
+ * spacing of that type), from a double (no double rounding): f16 (11, -14), bf16 (8, -126). */
+static double s_round_bits (double v, int p, int emin)
+{
+    if (v == 0 || !isfinite (v))
+        return v;
+    int e;
+    frexp (v, &e);   /* v = m 2^e, 0.5 <= |m| < 1: the leading bit has exponent e - 1 */
+    const int q = (e - 1 > emin ? e - 1 : emin) - (p - 1);
+    return ldexp (nearbyint (ldexp (v, -q)), q);
+}
+
+typedef struct {
+    int p, emin;
+} half_t;
+
+/* The kernel's gate sum over K inputs of row W with X (float32, zero padded to chunks of 8): each
+ * input rounded to the half type, per chunk two runs of 4 products (elements 0, 2, 4, 6 and 1, 3, 5,
+ * 7) summed by fused multiply-adds rounded to the type (a product of two halves is exact in double,
+ * and so is its sum with a half at these magnitudes: one rounding), the runs widened and added in
+ * float32: acc + (lo + hi), as l_hfma. */
+static float s_half_dot (const float *w, const float *x, uint32_t k, half_t t, float acc)
+{
+    for (uint32_t c0 = 0; c0 < k; c0 += 8) {
+        double run[2] = { 0, 0 };
+        for (uint32_t e = 0; e < 8; e++) {
+            const uint32_t i = c0 + e;
+            const double wi = i < k ? w[i] : 0.0, xi = i < k ? s_round_bits (x[i], t.p, t.emin) : 0.0;
+            run[e & 1u] = s_round_bits (wi * xi + run[e & 1u], t.p, t.emin);
+        }
+        acc = acc + ((float) run[0] + (float) run[1]);
+    }
+    return acc;
+}
+
+static float s_sigf (float x) { return 1.0f / (1.0f + expf (-x)); }
+
+/* One window of L (weights already rounded to the type) in the kernel's arithmetic with half
+ * products: OUT gets head.out values. */
+static void s_half_window (const lstm_weights_t *l, const float *in, half_t t, float *out)
+{
+    const uint32_t H = l->hidden, L = (uint32_t) l->layer_count;
+    float *h = calloc ((size_t) L * H, sizeof (float)), *c = calloc ((size_t) L * H, sizeof (float));
+    float *hn = malloc (H * sizeof (float)), *z = malloc (4 * H * sizeof (float));
+    for (uint32_t step = 0; step < l->window; step++)
+        for (uint32_t k = 0; k < L; k++) {
+            const lstm_layer_t *Lk = &l->layers[k];
+            const float *x = k == 0 ? in + (size_t) step * l->step_size : h + (size_t) (k - 1) * H;
+            for (uint32_t q = 0; q < 4 * H; q++) {
+                const float gi = s_half_dot (Lk->w_ih + (size_t) q * Lk->in, x, Lk->in, t, 0.0f);
+                const float gh = s_half_dot (Lk->w_hh + (size_t) q * H, h + (size_t) k * H, H, t, 0.0f);
+                z[q] = (gh + Lk->bias[q]) + gi;
+            }
+            for (uint32_t j = 0; j < H; j++) {
+                const float i = s_sigf (z[j]), f = s_sigf (z[H + j]), g = 2.0f * s_sigf (2.0f * z[2 * H + j]) - 1.0f,
+                            o = s_sigf (z[3 * H + j]);
+                float *cj = c + (size_t) k * H + j;
+                *cj = fmaf (f, *cj, i * g);
+                hn[j] = o * (2.0f * s_sigf (2.0f * *cj) - 1.0f);
+            }
+            memcpy (h + (size_t) k * H, hn, H * sizeof (float));
+        }
+    const float *last = h + (size_t) (L - 1) * H;
+    for (uint32_t o = 0; o < l->head.out; o++) {
+        float acc = 0.0f;
+        for (uint32_t i = 0; i < H; i++)
+            acc = fmaf (l->head.weight[(size_t) o * H + i], last[i], acc);
+        out[o] = (float) reference_activate (l->head.activation, (double) (acc + l->head.bias[o]));
+    }
+    free (h);
+    free (c);
+    free (hn);
+    free (z);
+}
+
+/* The bound tolerance.c derives for half products holds for an emulation of the kernel's
+ * arithmetic (the CPU cannot run the CUDA kernel: test_lstm_cuda checks the kernel itself), in f16
+ * and bf16, odd shapes and the small size, fresh random inputs; the float32 products' bound is the
+ * same bound as before, to the bit, and is printed next to it (half products need more). */
+START_TEST (half_products_within_their_bound)
+{
+    const lstm_shape_t shapes[] = {
+        { .layers = 3, .step_size = 37, .hidden = 45, .out = 3, .window = 9, .head_act = ACTIVATION_TANH },
+        { .layers = 1, .step_size = 5, .hidden = 20, .out = 1, .window = 3 },
+        { .layers = 2, .step_size = 128, .hidden = 96, .out = 1, .window = 16 },
+    };
+    const struct { weight_dtype_t d; half_t t; const char *name; } types[] = {
+        { WEIGHT_DTYPE_F16, { 11, -14 }, "f16" },
+        { WEIGHT_DTYPE_BF16, { 8, -126 }, "bf16" },
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t d = 0; d < 2; d++) {
+            char *path = s_path ("half.safetensors");
+            char err[512] = "";
+            model_config_t cfg;
+            weights_t *w = lstm_random_weights (path, &shapes[s], rng_next (&s_seed), &cfg, err, sizeof err);
+            ck_assert_msg (w != NULL, "weights: %s", err);
+            free (path);
+            lstm_weights_t *l = w->lstm;
+            tol_round_lstm (l, types[d].d);
+            const uint32_t out = l->head.out;
+            const size_t nin = (size_t) l->window * l->step_size;
+            float *x = malloc (nin * sizeof (float)), y[4];
+            double ref[4], bound[4], ref32[4], bound32[4], old32[4], oldref[4];
+            double worst = 0, worst32 = 0;
+            for (int round = 0; round < 6; round++) {
+                s_fill (x, nin);
+                s_half_window (l, x, types[d].t, y);
+                ck_assert_int_eq (tol_lstm_window_products (l, WEIGHT_DTYPE_F32, types[d].d, x, 1, ref, bound), 0);
+                TOL_ASSERT (y, ref, bound, out, out, "shape %zu %s, half products, round %d", s, types[d].name, round);
+                ck_assert_int_eq (tol_lstm_window_products (l, WEIGHT_DTYPE_F32, WEIGHT_DTYPE_F32, x, 1, ref32, bound32), 0);
+                ck_assert_int_eq (tol_lstm_window (l, WEIGHT_DTYPE_F32, x, 1, oldref, old32), 0);
+                for (uint32_t o = 0; o < out; o++) {   /* the float32 products' bound: unchanged */
+                    ck_assert (ref32[o] == oldref[o] && bound32[o] == old32[o]);
+                    ck_assert (bound[o] >= bound32[o]);
+                }
+                double q;
+                tol_outside (y, ref, bound, out, &q);
+                worst = fmax (worst, q);
+                tol_outside (y, ref32, bound32, out, &q);
+                worst32 = fmax (worst32, q);
+            }
+            printf ("  shape %zu %s, emulated half products: largest error %.3g of their bound x %g (%.3g of the "
+                    "float32 products' bound)\n", s, types[d].name, worst, TOL_SAFETY, worst32);
+            free (x);
+            weights_destroy (&w);
+        }
+}
+END_TEST
+
 int main (void)
 {
     s_seed = (uint64_t) time (NULL) ^ ((uint64_t) clock () << 32);
@@ -328,6 +461,7 @@ int main (void)
     tcase_add_test (tc, small_model);
     tcase_add_test (tc, raw_step_ring);
     tcase_add_test (tc, refusals);
+    tcase_add_test (tc, half_products_within_their_bound);
     suite_add_tcase (s, tc);
     int rc = tu_run_suite (s);
     tu_remove_tree (s_dir);

@@ -11,7 +11,10 @@
  *   - against float64 with the file's fp32 weights: the bound that adds the weights' rounding to
  *     the type (2^-11 relative for f16, 2^-8 for bf16; nothing for f32);
  *   - a streamed output against the same kernel's full window over the same W steps: twice the
- *     first (each is within it of the reference). */
+ *     first (each is within it of the reference).
+ * Where the kernel's products are in half precision (SIG_LSTM_MATH_HALF, f16 / bf16 weights), each
+ * bound adds the inputs' rounding to the weights' type and the runs summed in it
+ * (tol_lstm_*_products); the widening math (SIG_LSTM_MATH_WIDE) keeps the float32 products' bounds. */
 #include "backends/backend_lstm.h"
 #include "clock.h"
 #include "lstm_reference.h"
@@ -43,16 +46,21 @@ static const backend_iface_t *B = &backend_lstm_cuda_iface;
 
 static const char *s_dtype_names[3] = { "f32", "f16", "bf16" };
 
+static float s_scale = 1.0f;   /* the inputs: uniform in [-s_scale, s_scale] */
+
 static void s_fill (float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        x[i] = rng_uniform (&s_seed, -1.0f, 1.0f);
+        x[i] = s_scale * rng_uniform (&s_seed, -1.0f, 1.0f);
 }
+
+_Static_assert (TOL_HALF_RUN == SIG_LSTM_HALF_RUN, "the bound's runs are the kernel's");
 
 typedef struct {
     weights_t *w, *wr;          /* as in the file; rounded to the kernel's type */
     model_config_t cfg;
     backend_model_t *m;
+    weight_dtype_t products;    /* the kernel's products: the weights' type (half math) or f32 */
 } fixture_t;
 
 /* The fixture open now: with CK_FORK=no a failed assertion leaves the test at once, and a
@@ -62,6 +70,7 @@ static fixture_t *s_live;
 
 static void s_teardown (void)
 {
+    s_scale = 1.0f;
     if (s_live) {
         B->destroy (&s_live->m);
         weights_destroy (&s_live->w);
@@ -92,9 +101,11 @@ static void s_open (fixture_t *f, const lstm_shape_t *shape, weight_dtype_t dtyp
     s_live = f;
     ck_assert_msg (f->m != NULL, "load: %s", err);
     const sig_lstm_plan_t *p = lstm_cuda_plan (f->m);
-    printf ("  %u layers, window %u, %u inputs, %u units, %s: %s of %u blocks, G %u, %u KiB shared memory per block, "
-            "weights %.1f MiB (%.1f MiB on chip), W_ih per block %.0f KiB on chip + %.0f KiB from L2\n",
+    f->products = p->math == SIG_LSTM_MATH_HALF ? dtype : WEIGHT_DTYPE_F32;
+    printf ("  %u layers, window %u, %u inputs, %u units, %s (%s products): %s of %u blocks, G %u, %u KiB shared memory "
+            "per block, weights %.1f MiB (%.1f MiB on chip), W_ih per block %.0f KiB on chip + %.0f KiB from L2\n",
             shape->layers, shape->window, shape->step_size, shape->hidden, s_dtype_names[dtype],
+            s_dtype_names[f->products],
             p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks, p->group, p->smem_bytes >> 10,
             p->weight_bytes / 1048576.0, p->smem_weight_bytes / 1048576.0, p->critical_smem_bytes / 1024.0,
             p->critical_global_bytes / 1024.0);
@@ -140,8 +151,8 @@ static void s_check_windows (fixture_t *f, uint32_t rows, int rounds, const char
         ck_assert_msg (st == SIG_OK, "infer: %s", err);
         for (size_t i = 0; i < nout; i++)
             ck_assert_msg (isfinite (y[i]), "window output %zu not written", i);
-        ck_assert_int_eq (tol_lstm_window (f->wr->lstm, WEIGHT_DTYPE_F32, x, rows, rr, br), 0);
-        ck_assert_int_eq (tol_lstm_window (l, d, x, rows, rw, bw), 0);
+        ck_assert_int_eq (tol_lstm_window_products (f->wr->lstm, WEIGHT_DTYPE_F32, f->products, x, rows, rr, br), 0);
+        ck_assert_int_eq (tol_lstm_window_products (l, d, f->products, x, rows, rw, bw), 0);
         TOL_ASSERT (y, rr, br, nout, l->head.out, "%s %s full windows, round %d (rounded weights)", label,
                     s_dtype_names[d], r);
         TOL_ASSERT (y, rw, bw, nout, l->head.out, "%s %s full windows, round %d (fp32 weights)", label,
@@ -199,7 +210,8 @@ static void s_check_streams (fixture_t *f, uint32_t streams, uint32_t steps, uin
             if (!self && !raw)
                 continue;
             const float *mine = hist + (size_t) s * steps * in;
-            ck_assert_int_eq (tol_lstm_stream (f->wr->lstm, WEIGHT_DTYPE_F32, mine, count[s], rr, br), 0);
+            ck_assert_int_eq (tol_lstm_stream_products (f->wr->lstm, WEIGHT_DTYPE_F32, f->products, mine, count[s], rr, br),
+                              0);
             TOL_ASSERT (y, rr, br, out, out, "%s %s stream %u step %u (rounded weights)", label, s_dtype_names[d], s,
                         i);
             s_worst (&worst->rounded, y, rr, br, out);
@@ -223,7 +235,7 @@ static void s_check_streams (fixture_t *f, uint32_t streams, uint32_t steps, uin
             if (raw) {   /* f32: the rounded weights are the file's */
                 const double *ref = rr, *bound = br;
                 if (d != WEIGHT_DTYPE_F32) {
-                    ck_assert_int_eq (tol_lstm_stream (l, d, mine, count[s], rw, bw), 0);
+                    ck_assert_int_eq (tol_lstm_stream_products (l, d, f->products, mine, count[s], rw, bw), 0);
                     ref = rw;
                     bound = bw;
                 }
@@ -288,6 +300,12 @@ START_TEST (launch_shapes)
         { { .blocks = 1, .smem_cap = 40960 }, "cluster 1, 40 KiB" },
         { { .blocks = 4, .smem_cap = 49152 }, "cluster 4, 48 KiB" },
         { { .blocks = 5, .grid = 1, .smem_cap = 40960 }, "grid 5, 40 KiB" },
+        /* both kinds of products of f16 / bf16 weights, whichever is the default (plan 3) */
+        { { .blocks = 1, .math = SIG_LSTM_MATH_WIDE }, "cluster 1, wide math" },
+        { { .blocks = 4, .math = SIG_LSTM_MATH_WIDE }, "cluster 4, wide math" },
+        { { .blocks = 6, .grid = 1, .math = SIG_LSTM_MATH_WIDE }, "grid 6, wide math" },
+        { { .blocks = 1, .math = SIG_LSTM_MATH_HALF }, "cluster 1, half math" },
+        { { .blocks = 5, .grid = 1, .smem_cap = 40960, .math = SIG_LSTM_MATH_HALF }, "grid 5, 40 KiB, half math" },
         /* the synchronisation before plans 1 and 2, kept to compare (lstmbench --sync) */
         { { .blocks = 4, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "cluster 4, old sync" },
         { { .blocks = 6, .grid = 1, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "grid 6, old sync" },
@@ -298,6 +316,41 @@ START_TEST (launch_shapes)
             if (d == 0)
                 s_check_model (&one, (weight_dtype_t) d, &cases[i].t, 3, 4, 1, 1, 2, cases[i].label);
         }
+}
+END_TEST
+
+/* The half products (SIG_LSTM_MATH_HALF, a variant: the widening math is the default) at the issue's
+ * three sizes in f16 and bf16, within their bound: full windows, and streams past the ring's wrap.
+ * _i: size * 2 + (dtype - 1). */
+START_TEST (half_products_every_size)
+{
+    const lstm_shape_t *shapes[3] = { &LSTM_SHAPE_SMALL, &LSTM_SHAPE_MEDIUM, &LSTM_SHAPE_LARGE };
+    static const char *names[3] = { "small, half math", "medium, half math", "large, half math" };
+    const lstm_shape_t *s = shapes[_i / 2];
+    const weight_dtype_t d = (weight_dtype_t) (1 + _i % 2);
+    const sig_lstm_tuning_t t = { .math = SIG_LSTM_MATH_HALF };
+    const uint32_t self_every[3] = { 4, 8, 64 }, ref_every[3] = { 8, 24, 1000 };
+    s_check_model (s, d, &t, 2, s->window + 3, self_every[_i / 2], ref_every[_i / 2], 1, names[_i / 2]);
+}
+END_TEST
+
+/* f16 products take features up to the plan's half_x_max (2^12 / max |W_ih of layer 0|): features
+ * of 10^5 (past f16's range: in half products, inf - inf) make the host send their products in the
+ * widening math (SIG_LSTM_WIDE_INPUTS), the h products staying in half. Every output finite and within
+ * the half products' bound (which holds for the widened ones too), windows and streams; then inputs
+ * in range again on the same kernel. */
+START_TEST (f16_features_past_half_range)
+{
+    const lstm_shape_t odd = { .layers = 2, .step_size = 37, .hidden = 45, .out = 3, .window = 9,
+                               .head_act = ACTIVATION_TANH };
+    const sig_lstm_tuning_t t[] = { { .blocks = 1, .math = SIG_LSTM_MATH_HALF },
+                                    { .blocks = 6, .grid = 1, .math = SIG_LSTM_MATH_HALF } };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        s_scale = 1e5f;
+        s_check_model (&odd, WEIGHT_DTYPE_F16, &t[i], 2, 12, 1, 1, 2, i ? "grid 6, features 1e5" : "cluster 1, features 1e5");
+        s_scale = 1.0f;
+        s_check_model (&odd, WEIGHT_DTYPE_F16, &t[i], 2, 12, 1, 1, 2, i ? "grid 6, features 1" : "cluster 1, features 1");
+    }
 }
 END_TEST
 
@@ -530,6 +583,8 @@ int main (void)
     tcase_add_loop_test (tc, sizes_and_weight_types, 0, 9);
     tcase_add_test (tc, launch_shapes);
     tcase_add_test (tc, small_every_cluster);
+    tcase_add_loop_test (tc, half_products_every_size, 0, 6);
+    tcase_add_test (tc, f16_features_past_half_range);
     tcase_add_test (tc, watchdog_and_stop);
     tcase_add_test (tc, resident_like_every_persistent_kernel);
     suite_add_tcase (s, tc);

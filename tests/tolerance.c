@@ -67,6 +67,21 @@
  *   c' = f c + i g: gamma_2 (|f c| + |i g|);   h = o tanh (c'): u |h|;
  *   the head: gamma_{H+1} (|b| + |W| |h|), then its activation as in the MLP.
  *
+ * HALF PRODUCTS (the CUDA kernel's SIG_LSTM_MATH_HALF, plan 3 in docs/lstm-notes.md: products
+ * in the weights' type P, f16 or bf16). Each input is rounded to P, x~ = fl_P (x), |x~ - x| <= u_P
+ * |x| + eta_P (u_P = 2^-11, eta_P = 2^-25 for f16; 2^-8, 2^-134 for bf16); a run of R =
+ * TOL_HALF_RUN products w_i x~_i is summed in P by fused multiply-adds (each of its R operations
+ * rounds once, the first onto +0), so |s_r - sum_r w x~| <= gamma_R (u_P) sum_r |w| |x~| + R eta_P
+ * (Higham 3.1 again, in P); the runs, widened exactly, and the bias are summed in float32,
+ * gamma_{n+1} (|b| + sum_r |s_r|), with sum_r |s_r| <= (1 + gamma_R (u_P)) (1 + u_P) |W| |x| + ...
+ * <= (1 + 6 u_P) |W| |x| for R = 4. So a gate's n = in + H products (M = |W_ih| |x| + |W_hh| |h|,
+ * on the weights the kernel holds: (1 + u_w) M for the rounded ones) add to its bound
+ *     (u_P + gamma_R (u_P) (1 + u_P)) M + eta_P ((1 + gamma_R (u_P)) sum |w| + n)
+ * and its float32 part becomes gamma_{n+1} (|b| + (1 + 6 u_P) M): for f16 5.0 x 2^-11 ~ 2.4e-3 of M
+ * (the float32 sums' own n u is ~1e-5 at the issue's sizes), for bf16 5.1 x 2^-8 ~ 2e-2. Rigorous per
+ * gate like the float32 model, carried to the outputs by the same backward pass. Where the kernel
+ * widens the products of a command's features instead (f16 features past its half_x_max), their
+ * error is the float32 one, below this bound.
  * HOW TIGHT. Worst cases throughout: every sum of n terms is charged n u (rounding errors of
  * random data add up like sqrt (n) u), and every operation's error is taken at its bound and in
  * the same direction. Against the CPU backend over 2000 random rows, the largest error seen was
@@ -303,9 +318,16 @@ static double s_tanh_err (double z) { return 2 * s_sig_err (2 * z) + U32 * fabs 
 
 static double s_sig (double x) { return 1.0 / (1.0 + exp (-x)); }
 
-/* W . X in float64 in the reference's order (four partial sums), and sum |W X| in *MAG. */
-static double s_dot (const float *w, const double *x, uint32_t n, double *mag)
+/* W . X in float64 in the reference's order (four partial sums), and sum |W X| in *MAG; sum |W| in
+ * *WABS unless it is NULL. */
+static double s_dot (const float *w, const double *x, uint32_t n, double *mag, double *wabs)
 {
+    if (wabs) {
+        double s = 0;
+        for (uint32_t i = 0; i < n; i++)
+            s += fabs ((double) w[i]);
+        *wabs = s;
+    }
     double a[4] = { 0, 0, 0, 0 }, m = 0;
     uint32_t i = 0;
     for (; i + 4 <= n; i += 4)
@@ -331,19 +353,23 @@ static double s_abs_sum (const double *x, uint32_t n)
     return s;
 }
 
+/* gamma_n at unit roundoff U (the half products' type) */
+static double s_gamma_in (uint64_t n, double u) { return (double) n * u / (1 - (double) n * u); }
+
 /* One window's trajectory: per step t and layer k (index t L + k) the gates' pre-activations Z,
  * their values A (i, f, g, o; 4H each), the bound EZ on the gates' rounding, C and H. */
 typedef struct {
     const lstm_weights_t *w;
     uint32_t T, L, H;
     double uw, etaw;                /* the held weights: |W~ - W| <= uw |W| + etaw */
+    double up, etap;                /* half products: the type's unit roundoff and underflow (0: float32) */
     double *Z, *A, *EZ, *C, *Hs;
     double *x, *zero;               /* one step's inputs; zeros (max (step_size, H)) */
     double *hb, *cb, *zb;           /* the backward pass: adjoints of h and c per layer, of z */
     double *block;
 } lstm_run_t;
 
-static int s_run_open (lstm_run_t *r, const lstm_weights_t *w, weight_dtype_t held)
+static int s_run_open (lstm_run_t *r, const lstm_weights_t *w, weight_dtype_t held, weight_dtype_t products)
 {
     memset (r, 0, sizeof *r);
     r->w = w;
@@ -352,6 +378,8 @@ static int s_run_open (lstm_run_t *r, const lstm_weights_t *w, weight_dtype_t he
     r->H = w->hidden;
     r->uw = held == WEIGHT_DTYPE_F16 ? 0x1p-11 : held == WEIGHT_DTYPE_BF16 ? 0x1p-8 : 0.0;
     r->etaw = held == WEIGHT_DTYPE_F16 ? 0x1p-25 : held == WEIGHT_DTYPE_BF16 ? 0x1p-134 : 0.0;
+    r->up = products == WEIGHT_DTYPE_F16 ? 0x1p-11 : products == WEIGHT_DTYPE_BF16 ? 0x1p-8 : 0.0;
+    r->etap = products == WEIGHT_DTYPE_F16 ? 0x1p-25 : products == WEIGHT_DTYPE_BF16 ? 0x1p-134 : 0.0;
     const size_t steps = (size_t) r->T * r->L, H = r->H, wide = w->step_size > H ? w->step_size : H;
     const size_t n = steps * 14 * H + 2 * wide + 2 * r->L * H + 4 * H;
     r->block = calloc (n, sizeof (double));
@@ -387,14 +415,22 @@ static void s_lstm_forward (lstm_run_t *r, const float *const *steps)
                 x = r->Hs + (at - 1) * H;
             const double *hp = t ? r->Hs + (at - L) * H : r->zero, *cp = t ? r->C + (at - L) * H : r->zero;
             const double g = tol_gamma ((uint64_t) Lk->in + H + 1), sums = s_abs_sum (x, Lk->in) + s_abs_sum (hp, H);
+            /* half products (0 for float32 ones: the bound is then exactly the float32 one) */
+            const double gp = s_gamma_in (TOL_HALF_RUN, r->up), half = r->up + gp * (1 + r->up), grow = 1 + 6 * r->up;
+            const bool halfp = r->up > 0;
             double *z = r->Z + at * 4 * H, *a = r->A + at * 4 * H, *ez = r->EZ + at * 4 * H;
             for (uint32_t q = 0; q < 4 * H; q++) {
-                double mi, mh;
-                const double di = s_dot (Lk->w_ih + (size_t) q * Lk->in, x, Lk->in, &mi);
-                const double dh = s_dot (Lk->w_hh + (size_t) q * H, hp, H, &mh);
+                double mi, mh, wi = 0, wh = 0;
+                const double di = s_dot (Lk->w_ih + (size_t) q * Lk->in, x, Lk->in, &mi, halfp ? &wi : NULL);
+                const double dh = s_dot (Lk->w_hh + (size_t) q * H, hp, H, &mh, halfp ? &wh : NULL);
                 z[q] = Lk->bias[q] + di + dh;
-                ez[q] = g * (fabs ((double) Lk->bias[q]) + mi + mh) + r->uw * (mi + mh) + r->etaw * sums
+                ez[q] = g * (fabs ((double) Lk->bias[q]) + grow * (mi + mh)) + r->uw * (mi + mh) + r->etaw * sums
                         + (Lk->in + H + 1.0) * ETA;
+                if (halfp) {   /* on the held weights' magnitudes: (1 + uw) |W| + etaw */
+                    const double M = (1 + r->uw) * (mi + mh) + r->etaw * sums;
+                    const double wabs = (1 + r->uw) * (wi + wh) + r->etaw * (Lk->in + H);
+                    ez[q] += half * M + r->etap * ((1 + gp) * wabs + Lk->in + H);
+                }
             }
             double *c = r->C + at * H, *h = r->Hs + at * H;
             for (uint32_t j = 0; j < H; j++) {
@@ -491,10 +527,16 @@ static void s_lstm_one (lstm_run_t *r, const float *const *steps, double *ref, d
 int tol_lstm_window (const lstm_weights_t *w, weight_dtype_t held, const float *in, uint32_t rows, double *ref,
                      double *bound)
 {
+    return tol_lstm_window_products (w, held, WEIGHT_DTYPE_F32, in, rows, ref, bound);
+}
+
+int tol_lstm_window_products (const lstm_weights_t *w, weight_dtype_t held, weight_dtype_t products, const float *in,
+                              uint32_t rows, double *ref, double *bound)
+{
     assert (w && w->layer_count >= 1);
     lstm_run_t r;
     const float **steps = malloc (w->window * sizeof *steps);
-    if (!steps || s_run_open (&r, w, held) != 0) {
+    if (!steps || s_run_open (&r, w, held, products) != 0) {
         free (steps);
         return -1;
     }
@@ -511,10 +553,16 @@ int tol_lstm_window (const lstm_weights_t *w, weight_dtype_t held, const float *
 int tol_lstm_stream (const lstm_weights_t *w, weight_dtype_t held, const float *steps, uint64_t count, double *ref,
                      double *bound)
 {
+    return tol_lstm_stream_products (w, held, WEIGHT_DTYPE_F32, steps, count, ref, bound);
+}
+
+int tol_lstm_stream_products (const lstm_weights_t *w, weight_dtype_t held, weight_dtype_t products, const float *steps,
+                              uint64_t count, double *ref, double *bound)
+{
     assert (w && w->layer_count >= 1);
     lstm_run_t r;
     const float **window = malloc (w->window * sizeof *window);
-    if (!window || s_run_open (&r, w, held) != 0) {
+    if (!window || s_run_open (&r, w, held, products) != 0) {
         free (window);
         return -1;
     }

@@ -51,6 +51,17 @@ int tol_lstm_window (const lstm_weights_t *w, weight_dtype_t held, const float *
 int tol_lstm_stream (const lstm_weights_t *w, weight_dtype_t held, const float *steps, uint64_t count, double *ref,
                      double *bound);
 
+/* The same for a kernel whose gate products are in half precision (the CUDA kernel's
+ * SIG_LSTM_MATH_HALF): PRODUCTS f16 or bf16, the inputs x and h rounded to it and every run of
+ * TOL_HALF_RUN products summed in it (fused multiply-adds), the runs summed in float32; the bound
+ * adds the inputs' rounding and the runs' (tolerance.c derives it). PRODUCTS f32: the functions above,
+ * bound for bound. */
+#define TOL_HALF_RUN 4
+int tol_lstm_window_products (const lstm_weights_t *w, weight_dtype_t held, weight_dtype_t products, const float *in,
+                              uint32_t rows, double *ref, double *bound);
+int tol_lstm_stream_products (const lstm_weights_t *w, weight_dtype_t held, weight_dtype_t products, const float *steps,
+                              uint64_t count, double *ref, double *bound);
+
 /* V as a kernel holding weights in D holds it: rounded to nearest even in f16 or bf16 (f32: V). */
 float tol_round (float v, weight_dtype_t d);
 /* Every weight matrix of an MLP (the biases stay f32, as the persistent kernel holds them) rounded to

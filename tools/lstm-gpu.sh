@@ -77,8 +77,68 @@ run)
         grep -hE '^(ok|FAIL)' "$O/torch.log"
     } | tee -a "$S"
     ;;
+plan3)
+    # Plan 3's GPU calls (docs/lstm-notes.md: half-precision products), run in the folder where
+    # tools/gpu-carry.sh's pack was untarred (BUILD .gpubuild, libraries in .devlibs), logs under
+    # $OUT, p50 / p99 of every row last. PHASE 1: the PyTorch comparison (float64) first, then
+    # lstmbench steps in both kinds of products (--math wide,half: the old math and the new in one
+    # binary, one run) with their traced rows and the floors, then memcheck; PHASE 2: the GPU suite
+    # (LSTM_TEST_TIMEOUT, default 330 s), then the full windows in both; PHASE 3: the steps and the
+    # windows again, half first (--math half,wide), for the spread between runs.
+    B=${BUILD:-.gpubuild}
+    O=${OUT:-/tmp/lstm-out}
+    mkdir -p "$O"
+    export LD_LIBRARY_PATH="$PWD/.devlibs:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_MODULE_LOADING=EAGER
+    S="$O/summary.txt"
+    { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
+      nvcc --version | tail -n 2; echo "cpus: $(nproc)"; } > "$S" 2>&1
+    t0=$(date +%s)
+    step () { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$S"; }
+    bench () {   # bench LOG SECONDS TIMEOUT ARGS...: lstmbench on core 2
+        log=$1 sec=$2 lim=$3; shift 3
+        timeout "$lim" taskset -c 2 $B/lstmbench --backends cuda --iterations 10000 --warmup 500 --seconds "$sec" "$@" \
+            > "$O/$log.log" 2>&1
+        step "   $log rc=$?"
+    }
+    case "${PHASE:-1}" in
+    1)
+        step "1. PyTorch nn.LSTM against sigserve (float64), default products"
+        timeout 60 env BUILD=$B python3 tests/python/test_lstm_torch.py > "$O/torch.log" 2>&1
+        step "   rc=$?"; grep -hE '^(ok|FAIL)' "$O/torch.log" | tee -a "$S"
+        step "2. lstmbench steps, wide and half products, traced rows, floors"
+        bench steps1 3 215 --dtypes f16,bf16,f32 --math wide,half --no-window --trace
+        step "3. compute-sanitizer memcheck: half products, cluster 1 and 4, grid 6 (odd shapes, steps and windows)"
+        { timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $B/lstmbench --backends cuda --sizes 2:5:33:70 \
+              --dtypes f16,bf16 --math half --blocks 1,4 --iterations 60 --warmup 5 --no-floors --seconds 5; echo "rc=$?"
+          timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $B/lstmbench --backends cuda --sizes 2:5:33:70 \
+              --dtypes f16 --math half --grid --blocks 6 --iterations 60 --warmup 5 --no-floors --seconds 5; echo "rc=$?"
+        } > "$O/memcheck.log" 2>&1
+        step "   $(grep -E 'ERROR SUMMARY|^rc=' "$O/memcheck.log" | tr '\n' ' ')"
+        ;;
+    2)
+        step "1. GPU suite (CK_FORK=no)"
+        CK_FORK=no timeout "${LSTM_TEST_TIMEOUT:-330}" $B/tests/test_lstm_cuda > "$O/test_lstm_cuda.log" 2>&1
+        step "   test_lstm_cuda rc=$?: $(grep -E '^[0-9]+%: Checks' "$O/test_lstm_cuda.log")"
+        grep -E ':[EF]:' "$O/test_lstm_cuda.log" | head -n 8 | tee -a "$S"
+        step "2. lstmbench full windows, wide and half products"
+        bench windows2 1.2 65 --dtypes f16,bf16 --math wide,half --no-floors --iterations 3000
+        ;;
+    3)
+        step "1. lstmbench steps and windows, half products first"
+        bench steps3 2.5 330 --dtypes f16,bf16,f32 --math half,wide
+        ;;
+    esac
+    {
+        echo
+        echo "| row (us) | p50 | p99 |"
+        for f in "$O"/steps*.log "$O"/windows*.log; do
+            [ -f "$f" ] && grep -hE '^\| (small|medium|large)' "$f" | awk -F'|' '{sub(/ \(n [0-9]+[^)]*\)/, "", $2); printf "|%s| %s | %s |\n", $2, $3, $5}'
+        done
+        [ -f "$O/test_lstm_cuda.log" ] && grep -hE '(largest error|refused|watchdog|destroy of)' "$O/test_lstm_cuda.log" | cut -c1-170 | head -n 60
+    } | tee -a "$S"
+    ;;
 *)
-    echo "usage: sh tools/lstm-gpu.sh pack|run" >&2
+    echo "usage: sh tools/lstm-gpu.sh pack|run|plan3" >&2
     exit 2
     ;;
 esac

@@ -55,6 +55,7 @@ typedef struct {
     int no_window, no_floors;
     const char *instances;  /* CUDA: "" or a list of instance counts, each driven at once (a row each) */
     const char *sync;       /* CUDA: a list of SIG_LSTM_SYNC_* values, the rows of each launch size per value */
+    const char *math;       /* CUDA: a list of products (default, wide, half), the rows of each per value */
     int trace;              /* CUDA: also the traced instantiation, its phases as rows */
     /* --check */
     const char *check, *backend, *dtype;
@@ -72,10 +73,12 @@ static void s_usage (FILE *out)
              "                  stream at once, pinned to --cpu + k: one step row over all their steps per N)\n"
              "                 [--sync S1,S2,..]   (CUDA: the rows once per synchronisation: 0 today's, 1 the old\n"
              "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds (a grid's always), 3 both)\n"
+             "                 [--math default,wide,half]   (CUDA, f16 / bf16 weights: the rows once per kind of gate\n"
+             "                  products: wide, each weight widened to fp32; half, in the weights' type (plan 3))\n"
              "                 [--trace]   (CUDA: also the traced instantiation of the kernel: where a step's and\n"
              "                  a ping's time goes in the kernel, a row per phase, beside the serving kernel's rows)\n"
              "       lstmbench --check FILE --window W [--head-act none|relu|sigmoid|tanh] [--backend cpu|cuda]\n"
-             "                 [--dtype f32|f16|bf16]   (floats on stdin: a window, then steps)\n"
+             "                 [--dtype f32|f16|bf16] [--math wide|half]   (floats on stdin: a window, then steps)\n"
              "sizes: small, medium, large (the issue's), or LAYERS:WINDOW:INPUTS:UNITS[:OUTPUTS]\n");
 }
 
@@ -83,6 +86,17 @@ static int s_dtype (const char *s)
 {
     return strcmp (s, "f32") == 0 ? WEIGHT_DTYPE_F32 : strcmp (s, "f16") == 0 ? WEIGHT_DTYPE_F16
                                                      : strcmp (s, "bf16") == 0 ? WEIGHT_DTYPE_BF16 : -1;
+}
+
+/* --math's names as tuning values (0: the plan's default) */
+static uint32_t s_math (const char *name)
+{
+#ifdef SIGSERVE_HAVE_CUDA
+    return strcmp (name, "wide") == 0 ? SIG_LSTM_MATH_WIDE : strcmp (name, "half") == 0 ? SIG_LSTM_MATH_HALF : 0u;
+#else
+    (void) name;
+    return 0u;
+#endif
 }
 
 static const backend_iface_t *s_iface (const char *name)
@@ -398,7 +412,7 @@ static int s_trace_rows (const options_t *o, const char *size, const char *dname
  * model that does not load is a row saying why, not a failure. FIRST: the first launch size of
  * this weight type (the ping floor is measured once). */
 static int s_bench_model (const options_t *o, const char *size, const char *bname, const char *dname, uint32_t blocks,
-                          uint32_t sync, uint64_t trace, bool first, const weights_t *w, model_config_t *cfg,
+                          uint32_t sync, uint32_t math, uint64_t trace, bool first, const weights_t *w, model_config_t *cfg,
                           uint64_t *seed, row_t *r)
 {
     const backend_iface_t *B = s_iface (bname);
@@ -412,13 +426,15 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
     cfg->watchdog_ms = 10000;
 #ifdef SIGSERVE_HAVE_CUDA
     if (cuda) {
-        const sig_lstm_tuning_t t = { .blocks = blocks, .grid = (uint32_t) o->grid, .sync = sync, .trace = trace };
+        const sig_lstm_tuning_t t = { .blocks = blocks, .grid = (uint32_t) o->grid, .sync = sync, .math = math,
+                                      .trace = trace };
         lstm_cuda_tuning (&t);
     }
 #else
     (void) blocks;
     (void) first;
     (void) sync;
+    (void) math;
     (void) trace;
 #endif
     const double t0 = clock_now_us ();
@@ -433,8 +449,10 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
     if (cuda) {
         const sig_lstm_plan_t *p = lstm_cuda_plan (m);
         static const char *const syncs[4] = { "", ", old poll", ", old exchanges", ", old poll and exchanges" };
-        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks,
-                  p->smem_bytes >> 10, syncs[p->sync & 3u], trace ? ", TRACED" : "");
+        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks,
+                  p->smem_bytes >> 10, syncs[p->sync & 3u],
+                  p->dtype == SIG_LSTM_F32 ? "" : p->math == SIG_LSTM_MATH_HALF ? ", half math" : ", wide math",
+                  trace ? ", TRACED" : "");
     }
 #endif
     fprintf (stderr, "lstmbench: %s %s %s loaded in %.0f ms (%s)\n", size, bname, dname, load_ms, how);
@@ -626,8 +644,13 @@ static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, c
                 char sl[64];
                 snprintf (sl, sizeof sl, "%s", cuda ? o->sync : "0");
                 for (char *s5 = NULL, *sy = strtok_r (sl, ",", &s5); sy && rc == 0; sy = strtok_r (NULL, ",", &s5)) {
+                  char ml[64];   /* f32 weights have one kind of products */
+                  snprintf (ml, sizeof ml, "%s", cuda && strcmp (dname, "f32") != 0 ? o->math : "default");
+                  for (char *s6 = NULL, *ma = strtok_r (ml, ",", &s6); ma && rc == 0; ma = strtok_r (NULL, ",", &s6)) {
                     const uint32_t blocks = (uint32_t) strtoul (bstr, NULL, 10), sync = (uint32_t) strtoul (sy, NULL, 10);
-                    rc = s_bench_model (o, size, bname, dname, blocks, sync, 0, bstr == bl && sy == sl, w, &cfg, seed, &r);
+                    const uint32_t math = s_math (ma);
+                    const bool first = bstr == bl && sy == sl && ma == ml;
+                    rc = s_bench_model (o, size, bname, dname, blocks, sync, math, 0, first, w, &cfg, seed, &r);
 #ifdef SIGSERVE_HAVE_CUDA
                     if (rc == 0 && cuda && o->trace) {   /* the traced instantiation, beside the serving rows */
                         const size_t bytes = (size_t) SIG_LSTM_TRACE_RECORDS * SIG_LSTM_TRACE_WORDS * sizeof (uint64_t);
@@ -636,12 +659,13 @@ static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, c
                             fprintf (stderr, "lstmbench: --trace: no device memory for the records\n");
                             rc = -1;
                         } else {
-                            rc = s_bench_model (o, size, bname, dname, blocks, sync, (uint64_t) (uintptr_t) d,
-                                                bstr == bl && sy == sl, w, &cfg, seed, &r);
+                            rc = s_bench_model (o, size, bname, dname, blocks, sync, math, (uint64_t) (uintptr_t) d, first,
+                                                w, &cfg, seed, &r);
                         }
                         cudaFree (d);
                     }
 #endif
+                  }
                 }
             }
         }
@@ -678,6 +702,12 @@ static int s_check (const options_t *o)
     }
     cfg.backend = strcmp (o->backend, "cuda") == 0 ? BACKEND_CUDA : BACKEND_CPU;
     cfg.weight_dtype = (weight_dtype_t) d;
+#ifdef SIGSERVE_HAVE_CUDA
+    if (cfg.backend == BACKEND_CUDA) {   /* --math wide or half: that kind of products, else the default */
+        const sig_lstm_tuning_t t = { .math = s_math (o->math) };
+        lstm_cuda_tuning (&t);
+    }
+#endif
     char err[512];
     weights_t *w = weights_load (&cfg, err, sizeof err);
     if (!w) {
@@ -743,7 +773,7 @@ int main (int argc, char **argv)
     options_t o = { .sizes = "small,medium,large", .dtypes = "f32,f16,bf16", .backends = "cpu,cuda",
                     .iterations = 10000, .warmup = 1000, .seconds = 60, .cpu = -1, .wait = CUDA_WAIT_SPIN,
                     .slots = 4, .backend = "cpu", .dtype = "f32", .head_act = ACTIVATION_NONE, .blocks = "",
-                    .instances = "", .sync = "0" };
+                    .instances = "", .sync = "0", .math = "default" };
     o.seed = (uint64_t) time (NULL) * 0x9e3779b97f4a7c15ull;
     static const struct option longs[] = {
         { "sizes", required_argument, 0, 's' },      { "dtypes", required_argument, 0, 'd' },
@@ -757,6 +787,7 @@ int main (int argc, char **argv)
         { "backend", required_argument, 0, 'e' },    { "dtype", required_argument, 0, 't' },
         { "instances", required_argument, 0, 'I' },  { "help", no_argument, 0, 'h' },
         { "sync", required_argument, 0, 'y' },       { "trace", no_argument, 0, 'T' },
+        { "math", required_argument, 0, 'M' },
         { 0, 0, 0, 0 },
     };
     for (int c; (c = getopt_long (argc, argv, "h", longs, NULL)) != -1;) {
@@ -785,6 +816,7 @@ int main (int argc, char **argv)
         case 'I': o.instances = optarg; break;
         case 'y': o.sync = optarg; break;
         case 'T': o.trace = 1; break;
+        case 'M': o.math = optarg; break;
         case 'h': s_usage (stdout); return 0;
         default: s_usage (stderr); return 2;
         }

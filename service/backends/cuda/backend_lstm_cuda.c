@@ -139,6 +139,20 @@ static sig_status_t s_post (backend_model_t *m, uint32_t op, uint32_t pos, uint3
     return SIG_OK;
 }
 
+/* SIG_LSTM_WIDE_INPUTS where one of the N features X passes the plan's half_x_max (f16 products:
+ * a partial sum could leave f16's range), so the kernel widens their products; else 0. NaN passes
+ * as it is (the widening math would give NaN too). */
+static uint32_t s_wide_inputs (const backend_model_t *m, const float *x, size_t n)
+{
+    if (m->plan.math != SIG_LSTM_MATH_HALF)
+        return 0u;
+    const float lim = m->plan.half_x_max;
+    bool big = false;
+    for (size_t i = 0; i < n; i++)
+        big |= fabsf (x[i]) > lim;
+    return big ? SIG_LSTM_WIDE_INPUTS : 0u;
+}
+
 static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
 {
     if (m->host.lost)
@@ -150,7 +164,8 @@ static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows,
     /* the previous window (if any) is complete: the host waited for it */
     memcpy (m->host.box + m->lay.window_in, in, (size_t) rows * m->W * m->in * sizeof (float));
     uint64_t n = 0;
-    sig_status_t st = s_post (m, SIG_LSTM_OP_WINDOW, 0u, rows, NULL, 0u, 0u, &n, err, errlen);
+    const uint32_t wide = s_wide_inputs (m, in, (size_t) rows * m->W * m->in);
+    sig_status_t st = s_post (m, SIG_LSTM_OP_WINDOW, 0u, rows | wide, NULL, 0u, 0u, &n, err, errlen);
     if (st == SIG_OK)
         st = s_wait (m, n, 0u, err, errlen);
     if (st == SIG_OK)
@@ -192,7 +207,8 @@ static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, f
     if (s->owed)
         s_advance (m, slot);
     uint64_t n = 0;
-    sig_status_t st = s_post (m, SIG_LSTM_OP_STEP, s->pos, slot, x, m->in, m->out, &n, err, errlen);
+    sig_status_t st = s_post (m, SIG_LSTM_OP_STEP, s->pos, slot | s_wide_inputs (m, x, m->in), x, m->in, m->out, &n,
+                              err, errlen);
     if (st == SIG_OK)
         st = s_wait (m, n, m->out, err, errlen);
     if (st != SIG_OK)
