@@ -79,7 +79,8 @@ static void s_usage (FILE *out)
              "  --only-persistent  of the GPU tables, only the persistent rows and the ping-pong floors\n"
              "  --persistent-variants  also time the persistent kernel at other cluster sizes, with\n"
              "               completion by the outputs, with weights in registers, with the workers\n"
-             "               reading their own features, with a ring of one slot\n"
+             "               reading their own features, with a ring of one slot, with mbarrier\n"
+             "               hand-offs; each generic, then specialised for the model (NVRTC)\n"
              "  --trace      also run the traced instantiations of the persistent kernel, generic\n"
              "               and specialised (the serving kernels' rows stay beside them, unchanged)\n"
              "               and print each phase's p50 in ns: seen -> started -> per layer\n"
@@ -745,7 +746,7 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
         e_floor = e > e_floor ? e : e_floor;
         latency_print_row (stdout, floors[f].label, &sum);
     }
-    double e_var[48], lim_var[48];
+    double e_var[96], lim_var[96];
     size_t nvar = 0;
     /* the kernel as it serves, then (same run) its older synchronisation: the start and gather as
      * cluster barriers and the tail a block barrier a layer, to compare phase by phase */
@@ -794,8 +795,12 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
                                "variant: the old synchronisation (cluster barriers, a block barrier a tail layer)",
                                "variant: mbarriers, an arrival a warp", "variant: mbarriers, an arrival a block",
                                "variant: mbarriers (a block), the old tail" };
-        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        /* each variant generic, then specialised for the model (as it would serve: the default) */
+        for (size_t k = 0; k < 2 * (sizeof variants / sizeof variants[0]); k++) {
+            const size_t v = k / 2;
+            s_specialise = k % 2 == 1;
             backend_model_t *vm = s_load_persistent (o, w, &variants[v], WEIGHT_DTYPE_F32);
+            s_specialise = false;
             if (!vm)
                 continue;
             lim_var[nvar] = s_dtype_limit (WEIGHT_DTYPE_F32);
