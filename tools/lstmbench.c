@@ -504,6 +504,7 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
     return rc;
 }
 
+#ifdef SIGSERVE_HAVE_CUDA
 /* ---------------------------------------------------------------------------------------------
  * Several instances at once (issue 19 item 5): N instances of one model on GPU 0, each driven by
  * its own thread (pinned to --cpu + k when --cpu is given), one stream each, at the same time. */
@@ -589,6 +590,7 @@ static int s_bench_instances (const options_t *o, const char *size, const char *
     free (th);
     return rc;
 }
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * One size: every backend and weight type asked for */
