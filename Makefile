@@ -19,6 +19,8 @@ LDFLAGS  := $(SAN)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 CFLAGS   += -DSIGSERVE_VERSION='"$(VERSION)"'
+# The flags of a build without CUDA (check-nocuda), before the CUDA ones are added.
+NOCUDA_CFLAGS := $(filter-out -MMD -MP,$(CFLAGS))
 
 # CUDA: only when nvcc is found (PATH or the default toolkit folder).
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
@@ -69,7 +71,7 @@ LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport
 BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS)
 DEMO     := $(BUILD)/models/tick_mlp.safetensors
 
-.PHONY: all deps run test test-all check asan test-asan bench curves clean
+.PHONY: all deps run test test-all check check-nocuda asan test-asan bench curves clean
 .SECONDARY:
 .DEFAULT_GOAL := all
 
@@ -100,7 +102,17 @@ test-all: test
 # suite already built; tests/run.sh prints one summary line.
 check: all
 	@$(PYTHON) tools/check-house.py $(BUILD)
+	@$(MAKE) --no-print-directory check-nocuda
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./tests/run.sh $(TESTS)
+
+# A machine without nvcc builds the CPU service, its tests and tools (deploy/Dockerfile's CPU image
+# builds only what it installs, so it would not notice a tool that needs CUDA): every C file of
+# such a build compiles there, syntax and types only, with a build's flags less the CUDA ones.
+NOCUDA_SRC := $(filter-out service/backends/cuda/%.c,$(sort $(wildcard common/*.c support/*.c clients/*.c \
+              clients/sigload/*.c tools/*.c tests/*.c) $(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c))))
+check-nocuda: $(PROTO_H)
+	@printf '%s\n' $(NOCUDA_SRC) | xargs -P 2 -n 8 $(CC) $(NOCUDA_CFLAGS) -fsyntax-only
+	@echo "PASS  check-nocuda  $(words $(NOCUDA_SRC)) C files compile without CUDA"
 
 # The benchmark tables (docs/perf.md says how they were taken). One core, the demo model.
 bench: all
