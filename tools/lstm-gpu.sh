@@ -10,6 +10,19 @@
 #                               whole stays under 470 s; 2026-11-23 on an H100 it took 273 s with the
 #                               GPU rows cut at 120 s, hence 170 s now).
 set -u
+
+# setup LIBS: the output folder $O (OUT), LIBS first on the library path, EAGER module loading, the
+# summary $S begun with the host's GPU, driver and toolkit; step TEXT: a timed line of the summary.
+setup () {
+    O=${OUT:-/tmp/lstm-out}
+    mkdir -p "$O"
+    export LD_LIBRARY_PATH="$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_MODULE_LOADING=EAGER
+    S="$O/summary.txt"
+    { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
+      nvcc --version | tail -n 2; echo "cpus: $(nproc)"; } > "$S" 2>&1
+    t0=$(date +%s)
+}
+step () { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$S"; }
 case "${1:-}" in
 pack)
     B=${BUILD:-build-g}
@@ -24,14 +37,7 @@ pack)
     ;;
 run)
     B=.gpubuild-g
-    O=${OUT:-/tmp/lstm-out}
-    mkdir -p "$O"
-    export LD_LIBRARY_PATH="$PWD/.devlibs-g${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_MODULE_LOADING=EAGER
-    S="$O/summary.txt"
-    { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
-      nvcc --version | tail -n 2; echo "cpus: $(nproc)"; } > "$S" 2>&1
-    t0=$(date +%s)
-    step () { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$S"; }
+    setup "$PWD/.devlibs-g"
 
     step "1. GPU suite (CK_FORK=no)"
     CK_FORK=no timeout 120 $B/tests/test_lstm_cuda > "$O/test_lstm_cuda.log" 2>&1
@@ -86,14 +92,7 @@ plan3)
     # (LSTM_TEST_TIMEOUT, default 330 s), then the full windows in both; PHASE 3: the steps and the
     # windows again, half first (--math half,wide), for the spread between runs.
     B=${BUILD:-.gpubuild}
-    O=${OUT:-/tmp/lstm-out}
-    mkdir -p "$O"
-    export LD_LIBRARY_PATH="$PWD/.devlibs:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_MODULE_LOADING=EAGER
-    S="$O/summary.txt"
-    { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
-      nvcc --version | tail -n 2; echo "cpus: $(nproc)"; } > "$S" 2>&1
-    t0=$(date +%s)
-    step () { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$S"; }
+    setup "$PWD/.devlibs:/usr/local/cuda/lib64"
     bench () {   # bench LOG SECONDS TIMEOUT ARGS...: lstmbench on core 2
         log=$1 sec=$2 lim=$3; shift 3
         timeout "$lim" taskset -c 2 $B/lstmbench --backends cuda --iterations 10000 --warmup 500 --seconds "$sec" "$@" \
