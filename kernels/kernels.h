@@ -163,13 +163,20 @@ typedef struct {
  * cluster barriers). Flags: SIG_SYNC_OLD_TAIL, the leader's layers after the last split layer one
  * by one with a block barrier after each (else one compact loop, warp 0 alone on the one-warp
  * layers at the end); SIG_SYNC_TRACE_REPEAT, the traced kernel computes each compact-tail layer
- * twice and stamps both (sigbench --trace: is a layer's fixed cost cold code or data?). */
+ * twice and stamps both (sigbench --trace: is a layer's fixed cost cold code or data?);
+ * SIG_SYNC_WORKERS_POLL, every block polls the request itself and the workers read their own
+ * slices of the features at once: no start barrier, no scatter (the partials double-buffered by
+ * the request's parity); only with cluster barriers, layer 0 alone split and one chunk of rows (else
+ * ignored). */
 enum {
     SIG_SYNC_BARRIERS = 1, SIG_SYNC_MBAR_WARPS = 2, SIG_SYNC_MBAR_BLOCKS = 3, SIG_SYNC_KIND_MASK = 7,
-    SIG_SYNC_OLD_TAIL = 8, SIG_SYNC_TRACE_REPEAT = 16
+    SIG_SYNC_OLD_TAIL = 8, SIG_SYNC_TRACE_REPEAT = 16, SIG_SYNC_WORKERS_POLL = 32
 };
 /* plan.sync bits (what the kernel does). */
-enum { SIG_PLAN_SYNC_TAIL = 1, SIG_PLAN_SYNC_MBAR = 2, SIG_PLAN_SYNC_MBAR_BLOCK = 4, SIG_PLAN_SYNC_REPEAT = 8 };
+enum {
+    SIG_PLAN_SYNC_TAIL = 1, SIG_PLAN_SYNC_MBAR = 2, SIG_PLAN_SYNC_MBAR_BLOCK = 4, SIG_PLAN_SYNC_REPEAT = 8,
+    SIG_PLAN_SYNC_WPOLL = 16
+};
 
 /* The trace of one request (index sequence % SIG_TRACE_RING), in the leader SM's clock64 cycles,
  * taken by its thread 0 (0: the phase did not happen): seen (its poll returned), started (the start

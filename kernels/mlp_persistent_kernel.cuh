@@ -236,6 +236,35 @@ __device__ __forceinline__ uint32_t s_poll (const char *box, const sig_persisten
     }
 }
 
+/* s_poll for SIG_PLAN_SYNC_WPOLL, where every block polls on its own: a request that is ready runs
+ * even when stop is set, so that no block stops while another runs a request it saw (the host sets
+ * stop only once nothing is in flight: every block then sees stop before any later request). */
+__device__ __forceinline__ uint32_t s_poll_each (const char *box, const sig_persistent_layout_t &lay, uint32_t slot,
+                                                 uint32_t want, uint32_t &rows)
+{
+    const uint32_t lane = threadIdx.x & 31u;
+    const char *ctrl = box + lay.ctrl;
+    const char *req = box + lay.slots + (size_t) slot * lay.slot_bytes + lay.request;
+    for (;;) {
+        uint32_t decision = 0u, r = 0u;
+        if (lane == 0u) {
+            const uint2 c = s_ld_relaxed_sys_v2 (ctrl);
+            const uint64_t q = s_ld_acquire_sys_u64 (req);
+            if (c.y == 0u && (uint32_t) q == want) {
+                decision = OP_RUN;
+                r = (uint32_t) (q >> 32);
+            } else if (c.x != 0u) {
+                decision = OP_STOP;
+            }
+        }
+        decision = __shfl_sync (SIG_FULL_MASK, decision, 0);
+        if (decision != 0u) {
+            rows = __shfl_sync (SIG_FULL_MASK, r, 0);
+            return decision;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The layers */
 
@@ -748,18 +777,22 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
         x_nk = s_h.layer[0].by_out ? in4 : in4 * b / W - x_kc0;
     }
     const bool bcast0 = s_h.layer[0].by_out != 0u;
+    /* every block polls and the workers read their own slices: no start barrier (the partials in two
+     * areas, by the request's parity: a worker may be one request ahead of the leader) */
+    const bool wpoll = (s_h.sync & SIG_PLAN_SYNC_WPOLL) != 0u;
 
     for (;;) {
         unsigned long long *st = nullptr;   /* this request's stamps (TRACE, the leader's thread 0) */
         unsigned long long seen = 0ull;
-        if (leader && warp == 0u) {
+        if ((leader || wpoll) && warp == 0u) {
             uint32_t rows = 0u;
-            const uint32_t op = s_poll (box, lay, next_slot, next_seq, rows);
+            const uint32_t op = wpoll ? s_poll_each (box, lay, next_slot, next_seq, rows)
+                                      : s_poll (box, lay, next_slot, next_seq, rows);
             if (TRACE && t == 0u)
                 seen = clock64 ();
             rows = rows < 1u ? 1u : rows > s_h.max_rows ? s_h.max_rows : rows;
             const uint4 cmd = make_uint4 (op, rows, next_slot, next_seq);
-            if (C == 1u || read_leader) {
+            if (C == 1u || read_leader || wpoll) {
                 if (lane == 0u)
                     s_cmd = cmd;
             } else if (lane < C) {
@@ -792,7 +825,9 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                         s_mbar_arrive_remote (sig_mapa (mb_in, lane));
                 }
             }
-            if (!mbar) {
+            if (wpoll) {
+                __syncthreads ();   /* warp 0's command to the block */
+            } else if (!mbar) {
                 s_barrier (C);   /* start */
             } else if (!leader) {
                 s_mbar_wait (mb_in, ph_in);
@@ -809,6 +844,7 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                 st[SIG_TRACE_STARTED] = clock64 ();
             }
             const uint32_t rows = min (chunk, cmd.y - r0);
+            const uint32_t pp = wpoll ? (cmd.w & 1u) * s_h.part_stride : 0u;   /* this request's partials */
             char *const sb = box + lay.slots + (size_t) cmd.z * lay.slot_bytes;
             const float4 *const feat = reinterpret_cast<const float4 *> (sb + lay.features) + (size_t) r0 * (lay.row_floats / 4u);
             float *const outp = reinterpret_cast<float *> (sb + lay.outputs) + (size_t) r0 * s_h.out;
@@ -833,7 +869,7 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                         /* worker w's partials at part + w x chunk x mpad (row stride mpad, the layer's
                          * outputs rounded up to 4); by outputs, everyone's in the first area */
                         po.stride = 4u * s_div_up (out, 4u);
-                        po.remote = sig_mapa (sig_smem_addr (part + (L.by_out ? 0u : (size_t) w * chunk * po.stride)), 0u);
+                        po.remote = sig_mapa (sig_smem_addr (part + pp + (L.by_out ? 0u : (size_t) w * chunk * po.stride)), 0u);
                         po.host_relaxed = 0u;
                         po.m0 = L.by_out ? out * w / W : 0u;
                         po.dst = nullptr;
@@ -883,10 +919,10 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                             float v = 0.0f;
                             const uint32_t mpad = 4u * s_div_up (out, 4u);
                             if (L.by_out)   /* the one worker holding output m computed all of it */
-                                v = part[r * mpad + m];
+                                v = part[pp + r * mpad + m];
                             else
                                 for (uint32_t k = 0; k < W; ++k)
-                                    v += part[(size_t) k * chunk * mpad + r * mpad + m];
+                                    v += part[pp + (size_t) k * chunk * mpad + r * mpad + m];
                             wrote |= s_put (fin, r, m, v);
                         }
                     } else {

@@ -139,6 +139,16 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
         p->sync |= SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_MBAR_BLOCK;
     if (tu->sync & SIG_SYNC_TRACE_REPEAT)
         p->sync |= SIG_PLAN_SYNC_REPEAT;
+    /* every block polls: no start barrier (the workers read their slices as soon as they see the
+     * request), so layer 0 must be the only split layer and a request one chunk */
+    bool wpoll = (tu->sync & SIG_SYNC_WORKERS_POLL) && C > 1u && spread[0] && rows == max_rows
+                 && kind == SIG_SYNC_BARRIERS;
+    for (uint32_t l = 1; l < n && wpoll; ++l)
+        wpoll = !spread[l];
+    if (wpoll) {
+        p->sync |= SIG_PLAN_SYNC_WPOLL;
+        p->read_leader = 0u;
+    }
     p->smem_limit = limit;
     p->max_cluster = C;
     for (uint32_t l = 0; l < n; ++l) {
@@ -176,7 +186,7 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
      * biases, the workers' input slice, the leader's two act buffers and partials. Image: every
      * layer's slots (worker after worker for a split layer), then the biases. */
     uint64_t w4[2] = { 0, 0 }, regs[2] = { 0, 0 }, img4 = 0, bias = 0, slice4 = 0, act4[2] = { 0, 0 }, mpad = 0;
-    uint32_t barriers = C > 1u ? 1u : 0u;
+    uint32_t barriers = C > 1u && !wpoll ? 1u : 0u;   /* the start */
     for (uint32_t l = 0; l < n; ++l) {
         sig_persistent_layer_plan_t *L = &p->layers[l];
         const uint32_t role = L->spread, out4 = s_div_up (net->layers[l].out, 4u);
@@ -207,7 +217,9 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     const uint64_t act1 = act0 + 4u * act4[0] * rows;
     const uint64_t part_off = act1 + 4u * act4[1] * rows;
     const uint64_t part_stride = (uint64_t) rows * mpad;   /* the whole area: every split layer's fits */
-    const uint64_t lead_end = part_off + (C > 1u ? part_stride : 0u);
+    /* workers polling: a worker may write request n + 1's partials while the leader still reads
+     * request n's: two areas, by the request's parity */
+    const uint64_t lead_end = part_off + (C > 1u ? (wpoll ? 2u : 1u) * part_stride : 0u);
     const uint64_t slice_off = 4u * w4[1];
     const uint64_t work_end = C > 1u ? slice_off + 4u * slice4 * rows : 0u;
     const uint64_t end = lead_end > work_end ? lead_end : work_end;

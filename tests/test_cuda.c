@@ -601,6 +601,12 @@ static const sig_persistent_tuning_t s_tunings[] = {
     { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS },
     { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS },
     { 4, 0, 2, SIG_DONE_OUTPUTS, 0, 1, 0, 0, SIG_SYNC_MBAR_BLOCKS | SIG_SYNC_OLD_TAIL },
+    /* every block polls, the workers read their slices (ignored where layer 0 is not the only split
+     * layer or rows run in chunks): completion by outputs, by sequence with a ring of 1, layer 0 split
+     * by outputs on 4 blocks with registers, the old tail */
+    { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL },
+    { 0, 0, 0, SIG_DONE_SEQUENCE, 0, 1, 0, 0, SIG_SYNC_WORKERS_POLL },
+    { 4, 0, 2, SIG_DONE_OUTPUTS, 0, 0, 0, 2, SIG_SYNC_WORKERS_POLL | SIG_SYNC_OLD_TAIL },
 };
 #define TUNINGS (sizeof s_tunings / sizeof s_tunings[0])
 

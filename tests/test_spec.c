@@ -25,8 +25,9 @@ enum { OPTIN_SM90 = 232448, STATIC_SMEM = 1376 };   /* cudaDevAttrMaxSharedMemor
                                                        the generic kernel's static shared memory */
 
 /* The source of the kernel specialised for SIZES (LAYERS + 1 sizes) in DTYPE, for MAX_ROWS rows (TRACED:
- * its traced instantiation's). */
-static char *s_source_as (const uint32_t *sizes, size_t layers, uint32_t max_rows, uint32_t dtype, bool traced)
+ * its traced instantiation's), planned with TUNING (NULL: the plan's own), the plan into PLAN_OUT. */
+static char *s_source_as (const uint32_t *sizes, size_t layers, uint32_t max_rows, uint32_t dtype, bool traced,
+                          const sig_persistent_tuning_t *tuning, sig_persistent_plan_t *plan_out)
 {
     activation_t acts[SIG_FUSED_MAX_LAYERS] = { ACTIVATION_NONE };
     for (size_t l = 0; l < layers; l++)
@@ -41,7 +42,9 @@ static char *s_source_as (const uint32_t *sizes, size_t layers, uint32_t max_row
         net.layers[l] = (sig_fused_layer_t) { .w = w->layers[l].weight, .b = w->layers[l].bias, .in = w->layers[l].in,
                                               .out = w->layers[l].out, .act = (int) w->layers[l].activation };
     sig_persistent_plan_t plan;
-    ck_assert_int_eq (sig_persistent_plan_offline (&net, max_rows, OPTIN_SM90, STATIC_SMEM, dtype, NULL, &plan), 0);
+    ck_assert_int_eq (sig_persistent_plan_offline (&net, max_rows, OPTIN_SM90, STATIC_SMEM, dtype, tuning, &plan), 0);
+    if (plan_out)
+        *plan_out = plan;
     sig_persistent_layout_t layout;
     ck_assert_int_eq (sig_persistent_layout (sizes[0], sizes[layers], max_rows, plan.ring, &layout), 0);
     void *image = malloc (plan.image_bytes);
@@ -56,7 +59,7 @@ static char *s_source_as (const uint32_t *sizes, size_t layers, uint32_t max_row
 
 static char *s_source (const uint32_t *sizes, size_t layers, uint32_t max_rows, uint32_t dtype)
 {
-    return s_source_as (sizes, layers, max_rows, dtype, false);
+    return s_source_as (sizes, layers, max_rows, dtype, false, NULL, NULL);
 }
 
 static void s_assert_cubin (const void *cubin, size_t bytes)
@@ -125,12 +128,52 @@ END_TEST
 START_TEST (the_traced_instantiation_compiles_with_its_own_source)
 {
     const uint32_t sizes[] = { 512, 256, 64, 1 };
-    char *plain = s_source (sizes, 3, 1, SIG_DTYPE_F32), *traced = s_source_as (sizes, 3, 1, SIG_DTYPE_F32, true);
+    char *plain = s_source (sizes, 3, 1, SIG_DTYPE_F32), *traced = s_source_as (sizes, 3, 1, SIG_DTYPE_F32, true, NULL, NULL);
     ck_assert_ptr_null (strstr (plain, "P_SPEC_TRACED"));
     ck_assert_ptr_nonnull (strstr (traced, "#define P_SPEC_TRACED 1"));
     ck_assert_uint_ne (kernel_cache_key (plain, 90), kernel_cache_key (traced, 90));
     free (plain);
     s_compiles (traced);
+}
+END_TEST
+
+/* Every block polling (SIG_SYNC_WORKERS_POLL): planned only where it can run (several blocks, layer
+ * 0 alone split, one chunk of rows), then with no start barrier, the workers reading, the partials
+ * in two areas; its specialised kernel compiles for sm_90. */
+START_TEST (workers_polling_is_planned_only_where_it_can_run)
+{
+    const uint32_t demo[] = { 512, 256, 64, 1 }, odd[] = { 293, 597, 31, 3 };
+    sig_persistent_tuning_t tu;
+    memset (&tu, 0, sizeof tu);
+    tu.done_mode = SIG_DONE_OUTPUTS;
+    sig_persistent_plan_t base, wp;
+    free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &base));
+    tu.sync = SIG_SYNC_WORKERS_POLL;
+    char *src = s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &wp);
+    ck_assert_uint_gt (base.cluster_blocks, 1);
+    ck_assert_uint_eq (base.sync & SIG_PLAN_SYNC_WPOLL, 0);
+    ck_assert_uint_eq (base.read_leader, 1);
+    ck_assert_uint_eq (wp.sync & SIG_PLAN_SYNC_WPOLL, SIG_PLAN_SYNC_WPOLL);
+    ck_assert_uint_eq (wp.read_leader, 0);
+    ck_assert_uint_eq (wp.cluster_blocks, base.cluster_blocks);
+    ck_assert_uint_eq (wp.cluster_barriers, base.cluster_barriers - 1);    /* no start barrier */
+    ck_assert_uint_eq (wp.lead_end, base.lead_end + base.part_stride);     /* a second area of partials */
+    s_compiles (src);
+    /* rows in chunks (the leader's partials of 16 rows do not fit): not planned */
+    sig_persistent_plan_t chunked;
+    free (s_source_as (odd, 3, 16, SIG_DTYPE_F32, false, &tu, &chunked));
+    ck_assert_uint_lt (chunked.chunk_rows, chunked.max_rows);
+    ck_assert_uint_eq (chunked.sync & SIG_PLAN_SYNC_WPOLL, 0);
+    /* every layer split: not planned; mbarrier hand-offs: not planned */
+    tu.spread_all = 1;
+    sig_persistent_plan_t all;
+    free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &all));
+    ck_assert_uint_eq (all.sync & SIG_PLAN_SYNC_WPOLL, 0);
+    tu.spread_all = 0;
+    tu.sync = SIG_SYNC_WORKERS_POLL | SIG_SYNC_MBAR_WARPS;
+    sig_persistent_plan_t mb;
+    free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &mb));
+    ck_assert_uint_eq (mb.sync & SIG_PLAN_SYNC_WPOLL, 0);
 }
 END_TEST
 
@@ -204,6 +247,7 @@ int main (void)
     tcase_add_test (tc, compiles_the_demo_shape_for_sm_90_in_f32_and_f16);
     tcase_add_test (tc, compiles_odd_shapes_rows_and_a_split_layer);
     tcase_add_test (tc, the_traced_instantiation_compiles_with_its_own_source);
+    tcase_add_test (tc, workers_polling_is_planned_only_where_it_can_run);
     tcase_add_test (tc, a_compile_error_returns_the_compilers_log);
     tcase_add_test (tc, the_cache_finds_a_cubin_in_memory_and_on_disk);
     tcase_add_test (tc, an_unwritable_folder_keeps_the_cubin_in_memory);

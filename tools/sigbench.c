@@ -562,7 +562,8 @@ static void s_persistent_label (backend_model_t *m, const char *what, char *labe
               (p->sync & SIG_PLAN_SYNC_MBAR_BLOCK) ? "mbarrier hand-offs (a block)"
               : (p->sync & SIG_PLAN_SYNC_MBAR) ? "mbarrier hand-offs (a warp)" : "cluster barriers",
               (p->sync & SIG_PLAN_SYNC_TAIL) ? "fused" : "by layer",
-              p->cluster_blocks == 1 ? "one block" : p->read_leader ? "leader reads" : "workers read",
+              p->cluster_blocks == 1 ? "one block" : p->read_leader ? "leader reads"
+              : (p->sync & SIG_PLAN_SYNC_WPOLL) ? "every block polls, workers read" : "workers read",
               regs ? "weights in registers + smem" : "weights in smem",
               p->done_mode == SIG_DONE_SEQUENCE ? "sequence" : "outputs");
 }
@@ -788,13 +789,17 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS | SIG_SYNC_OLD_TAIL },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_WARPS },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS },
-            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS | SIG_SYNC_OLD_TAIL } };
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS | SIG_SYNC_OLD_TAIL },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL | SIG_SYNC_OLD_TAIL } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
                                "variant: workers read", "variant: every layer split, by outputs",
                                "variant: the old synchronisation (cluster barriers, a block barrier a tail layer)",
                                "variant: mbarriers, an arrival a warp", "variant: mbarriers, an arrival a block",
-                               "variant: mbarriers (a block), the old tail" };
+                               "variant: mbarriers (a block), the old tail",
+                               "variant: every block polls, the workers read (no start barrier)",
+                               "variant: every block polls, the old tail" };
         /* each variant generic, then specialised for the model (as it would serve: the default) */
         for (size_t k = 0; k < 2 * (sizeof variants / sizeof variants[0]); k++) {
             const size_t v = k / 2;
