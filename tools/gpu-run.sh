@@ -150,6 +150,17 @@ for r in $(seq 1 "${PERSIST_RUNS:-0}"); do
     step "persist_$r" taskset -c 3 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 \
         --iterations "$ITER" --only-persistent --dtypes "${DTYPES:-f32}" $( [ "${TRACE:-0}" = 1 ] && echo --trace )
 done
+# Several specialised instances of the persistent MLP at once (issue 19 item 5; MLP_INSTANCES=1):
+# tick_mlp, 1, 2, 4 and 8 instances (INSTANCE_COUNTS), each driven by its own thread on cores 3, 4,
+# ...; f32 and f16, INST_RUNS runs (default 2).
+if [ "${MLP_INSTANCES:-0}" = 1 ]; then
+    for r in $(seq 1 "${INST_RUNS:-2}"); do
+        for d in f32 f16; do
+            step "mlp_instances_${d}_$r" timeout 150 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors \
+                --cpu 3 --iterations "$ITER" --only-persistent --dtypes "$d" --instances "${INSTANCE_COUNTS:-1,2,4,8}"
+        done
+    done
+fi
 if [ "${WAITS:-0}" = 1 ]; then
     for w in yield block; do
         step "bench_$w" $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER" --wait $w

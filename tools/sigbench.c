@@ -26,6 +26,7 @@
 
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,7 @@ typedef struct {
     int devices[16];        /* --devices: the GPU tables once per device */
     int device_count;
     int device;             /* the device the tables run on now */
+    const char *instances;  /* --instances: "" or counts of specialised persistent instances driven at once */
 } options_t;
 
 static double s_now_us (void)
@@ -85,6 +87,10 @@ static void s_usage (FILE *out)
              "               and specialised (the serving kernels' rows stay beside them, unchanged)\n"
              "               and print each phase's p50 in ns: seen -> started -> per layer\n"
              "               (gather, computed, scatter) -> outputs\n"
+             "  --instances L  also N instances of the specialised persistent kernel on the device at\n"
+             "               once for each N in L (\"1,2,4,8\"), each driven by its own thread on its own\n"
+             "               core (--cpu C: C, C+1, ...): a row each, the pooled latencies and the\n"
+             "               worst instance's p99\n"
              "  --dtypes L   the persistent rows (and variants, trace) once per weight dtype in L\n"
              "               (\"f32,f16,bf16\"; default f32); f16 and bf16 also at cluster 2, 4 and 8\n"
              "Prints a markdown table in microseconds.\n");
@@ -113,7 +119,7 @@ static int s_parse_shape (const char *text, options_t *o)
 static int s_parse (int argc, char **argv, options_t *o)
 {
     *o = (options_t) { .sizes = { 512, 256, 64, 1 }, .layers = 3, .rows = 1, .iterations = 20000, .warmup = 2000,
-                       .cpu = -1, .seed = 42, .wait = CUDA_WAIT_SPIN, .gpu = 1 };
+                       .cpu = -1, .seed = 42, .wait = CUDA_WAIT_SPIN, .gpu = 1, .instances = "" };
     static const struct option longs[] = {
         { "shape", required_argument, NULL, 's' }, { "rows", required_argument, NULL, 'r' },
         { "iterations", required_argument, NULL, 'n' }, { "warmup", required_argument, NULL, 'w' },
@@ -122,7 +128,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         { "no-gpu", no_argument, NULL, 'G' }, { "help", no_argument, NULL, 'h' },
         { "only-persistent", no_argument, NULL, 'P' }, { "persistent-variants", no_argument, NULL, 'V' },
         { "devices", required_argument, NULL, 'D' }, { "trace", no_argument, NULL, 'T' },
-        { "dtypes", required_argument, NULL, 'd' }, { 0, 0, 0, 0 } };
+        { "dtypes", required_argument, NULL, 'd' }, { "instances", required_argument, NULL, 'I' }, { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -143,6 +149,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         case 'P': o->only_persistent = 1; break;
         case 'V': o->variants = 1; break;
         case 'T': o->trace = 1; break;
+        case 'I': o->instances = optarg; break;
         case 'd':
             o->dtype_count = 0;
             for (char *t = strtok (optarg, ","); t; t = strtok (NULL, ",")) {
@@ -454,13 +461,14 @@ static double s_bench_kernels (const options_t *o, backend_model_t *m, const wei
 typedef enum { E2E_PAGEABLE, E2E_PINNED, E2E_PINNED_GRAPH } e2e_mode_t;
 
 /* End-to-end, host clock: what one request costs the serving thread, copy-in to copy-out. */
-static double s_bench_e2e (const options_t *o, backend_model_t *m, const weights_t *w, e2e_mode_t mode,
-                           float *const *in, const double *const *ref, latency_summary_t *out)
+/* The timed calls of one end-to-end row into SAMPLES (o->iterations of them); the pooled relative
+ * error. Any thread (one model each). */
+static double s_e2e_samples (const options_t *o, backend_model_t *m, const weights_t *w, e2e_mode_t mode,
+                             float *const *in, const double *const *ref, double *samples)
 {
     size_t nin = (size_t) o->rows * w->input_size, nout = (size_t) o->rows * w->output_size;
     float *pin = cuda_model_pinned_input (m), *pout = cuda_model_pinned_output (m);
     float *y = malloc (nout * sizeof (float));
-    double *samples = malloc (o->iterations * sizeof (double));
     pooled_error_t err = { 0, 0 };
     char msg[512];
     for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
@@ -490,10 +498,18 @@ static double s_bench_e2e (const options_t *o, backend_model_t *m, const weights
             s_pool (&err, y, ref[i % POOL], nout);
         }
     }
-    latency_summarize (samples, o->iterations, out);
-    free (samples);
     free (y);
     return s_pooled (&err);
+}
+
+static double s_bench_e2e (const options_t *o, backend_model_t *m, const weights_t *w, e2e_mode_t mode,
+                           float *const *in, const double *const *ref, latency_summary_t *out)
+{
+    double *samples = malloc (o->iterations * sizeof (double));
+    const double e = s_e2e_samples (o, m, w, mode, in, ref, samples);
+    latency_summarize (samples, o->iterations, out);
+    free (samples);
+    return e;
 }
 
 /* The ping-pong floor, timed exactly like the persistent rows (host clock around infer: features
@@ -708,6 +724,80 @@ static double s_dtype_limit (weight_dtype_t d)
     return d == WEIGHT_DTYPE_F32 ? 1e-5 : d == WEIGHT_DTYPE_F16 ? 2e-2 : 1e-1;
 }
 
+/* Several instances at once (issue 19 item 5): N specialised persistent kernels of the model on the
+ * device, each driven by its own thread (on core --cpu + k when --cpu is given) through the service's
+ * request path, all at the same time. */
+typedef struct {
+    const options_t *o;
+    backend_model_t *m;
+    const weights_t *w;
+    float *const *in;
+    const double *const *ref;
+    int cpu;
+    double *samples, err;
+} driver_t;
+
+static void *s_drive (void *arg)
+{
+    driver_t *d = arg;
+    if (d->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO (&set);
+        CPU_SET (d->cpu, &set);
+        if (sched_setaffinity (0, sizeof set, &set) != 0)
+            fprintf (stderr, "sigbench: could not pin a driver to CPU %d\n", d->cpu);
+    }
+    d->err = s_e2e_samples (d->o, d->m, d->w, E2E_PINNED_GRAPH, d->in, d->ref, d->samples);
+    return NULL;
+}
+
+/* One row for N instances; its largest pooled relative error (INFINITY when they did not load). */
+static double s_bench_instances (const options_t *o, const weights_t *w, weight_dtype_t dtype, uint32_t n,
+                                 float *const *in, const double *const *ref)
+{
+    driver_t *d = calloc (n, sizeof *d);
+    pthread_t *th = calloc (n, sizeof *th);
+    double *all = malloc ((size_t) n * o->iterations * sizeof (double)), e = 0, worst = 0;
+    uint32_t loaded = 0;
+    for (; d && th && all && loaded < n; loaded++) {
+        s_specialise = true;
+        d[loaded] = (driver_t) { .o = o, .m = s_load_persistent (o, w, NULL, dtype), .w = w, .in = in, .ref = ref,
+                                 .cpu = o->cpu >= 0 ? o->cpu + (int) loaded : -1,
+                                 .samples = all + (size_t) loaded * o->iterations };
+        s_specialise = false;
+        if (!d[loaded].m)
+            break;
+    }
+    char label[200];
+    if (loaded == n) {
+        for (uint32_t k = 0; k < n; k++)
+            pthread_create (&th[k], NULL, s_drive, &d[k]);
+        for (uint32_t k = 0; k < n; k++)
+            pthread_join (th[k], NULL);
+        for (uint32_t k = 0; k < n; k++) {
+            latency_summary_t one;
+            latency_summarize (d[k].samples, o->iterations, &one);
+            worst = one.p99 > worst ? one.p99 : worst;
+            e = d[k].err > e ? d[k].err : e;
+        }
+        latency_summary_t sum;
+        latency_summarize (all, (size_t) n * o->iterations, &sum);
+        snprintf (label, sizeof label, "%s | %u instance(s) at once, %s weights, all requests (the worst instance's "
+                  "p99 %.2f)", backend_cuda_iface.kernel_name (d[0].m), n, weight_dtype_name (dtype), worst);
+        latency_print_row (stdout, label, &sum);
+    } else {
+        printf ("| persistent | %u instance(s) at once: instance %u did not load (above) | | | | | | | | |\n", n, loaded);
+        e = INFINITY;
+    }
+    for (uint32_t k = 0; k < loaded && k < n; k++)
+        if (d[k].m)
+            backend_cuda_iface.destroy (&d[k].m);
+    free (all);
+    free (th);
+    free (d);
+    return e;
+}
+
 static int s_bench_persistent (const options_t *o, const weights_t *w, float *const *in, const double *const *ref)
 {
     int rc = 0;
@@ -732,6 +822,15 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
             backend_cuda_iface.destroy (&m);
         }
     }
+    double e_inst = 0;
+    char il[64];
+    snprintf (il, sizeof il, "%s", o->instances);
+    for (char *save = NULL, *t = strtok_r (il, ",", &save); t; t = strtok_r (NULL, ",", &save)) {
+        const double e = s_bench_instances (o, w, dtypes[0], (uint32_t) strtoul (t, NULL, 10), in, ref);
+        e_inst = e > e_inst ? e : e_inst;
+    }
+    if (!(e_inst <= s_dtype_limit (dtypes[0])))
+        rc = -1;
     const struct { uint32_t flags, done; const char *label; } floors[] = {
         { 0, SIG_DONE_SEQUENCE, "ping-pong floor | sequence echo only" },
         { SIG_PINGPONG_OUTPUT, SIG_DONE_SEQUENCE, "ping-pong floor | + output, system fence, sequence" },
