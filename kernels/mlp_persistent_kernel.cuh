@@ -103,12 +103,16 @@
 #include <stddef.h>
 
 /* Loops over layers, passes and slots: unrolled where their bounds are constants (specialised). */
+/* P_TAIL_UNROLL: the compact tail's loops (rows, slots, the group's shuffles) compact in the generic
+ * kernel (one copy of the code for every layer), unrolled where specialised. */
 #ifdef P_SPEC
 #define P_SPEC_UNROLL _Pragma ("unroll")
 #define P_TAIL_LAYERS_UNROLL _Pragma ("unroll")
+#define P_TAIL_UNROLL _Pragma ("unroll")
 #else
 #define P_SPEC_UNROLL
 #define P_TAIL_LAYERS_UNROLL _Pragma ("unroll 1")
+#define P_TAIL_UNROLL _Pragma ("unroll 1")
 #endif
 
 enum { OP_RUN = 1u, OP_STOP = 2u };
@@ -439,12 +443,12 @@ __device__ __forceinline__ bool s_tail_gemv (const sig_persistent_layer_plan_t &
     const uint32_t t = threadIdx.x, glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots, A = L.active;
     const uint32_t m = t >> glog, xs = L.xs;
     bool wrote = false;
-#pragma unroll 1
+P_TAIL_UNROLL
     for (uint32_t r = 0; r < rows; ++r) {
         const float4 *xr = x + r * xs + g;
         float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
         uint32_t s = 0;
-#pragma unroll 1
+P_TAIL_UNROLL
         for (; s + 4u <= S; s += 4u) {   /* four loads of each in flight */
             const float4 w0 = s_wslot<DT> (wsm, t + s * A);
             const float4 w1 = s_wslot<DT> (wsm, t + (s + 1u) * A);
@@ -457,11 +461,11 @@ __device__ __forceinline__ bool s_tail_gemv (const sig_persistent_layer_plan_t &
             a2 = sig_fma4 (w2, x2, a2);
             a3 = sig_fma4 (w3, x3, a3);
         }
-#pragma unroll 1
+P_TAIL_UNROLL
         for (; s < S; ++s)
             a0 = sig_fma4 (s_wslot<DT> (wsm, t + s * A), xr[s << glog], a0);
         float acc = (a0 + a1) + (a2 + a3);
-#pragma unroll 1
+P_TAIL_UNROLL
         for (uint32_t off = G >> 1; off > 0u; off >>= 1)
             acc += __shfl_xor_sync (SIG_FULL_MASK, acc, off);
         if (g == 0u && m < out)
