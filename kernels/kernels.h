@@ -380,6 +380,9 @@ enum { SIG_LSTM_MATH_WIDE = 1, SIG_LSTM_MATH_HALF = 2 };
 #define SIG_LSTM_TRACE_RECORDS 4096u
 #define SIG_LSTM_TRACE_WORDS 24u
 #define SIG_LSTM_TRACE_STAMPS (SIG_LSTM_TRACE_WORDS - 3u)
+/* A stamp slot the phases never reach with up to 5 layers (at most 3 + 3 x 5 = 18): 1 + the feature
+ * words of the command read again because their tag was not yet the command's (a count, not a clock). */
+#define SIG_LSTM_TRACE_STALE (SIG_LSTM_TRACE_STAMPS - 1u)
 
 typedef struct {            /* one weight matrix's share of every block: [S][4 gates][active] uint4 */
     uint32_t k;             /* its inputs (K) */

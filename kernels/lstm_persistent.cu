@@ -412,23 +412,28 @@ __device__ __forceinline__ uint32_t l_poll_host_rounds (const l_ctx_t &c, const 
  * to 4 loads in flight, re-reading a pair only while a word of it is stale (the host wrote the
  * features before the command words, so the first pass normally finds them all). No block barrier
  * inside. */
-__device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq, uint32_t nw, float *xf)
+__device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq, uint32_t nw, float *xf,
+                                                 uint32_t *stale = nullptr)
 {
     const uint32_t pairs = (nw + 1u) / 2u;
-    for (uint32_t p0 = 1u + threadIdx.x; p0 < pairs; p0 += 4u * L_T) {
+    constexpr uint32_t T = L_T;
+    for (uint32_t p0 = 1u + threadIdx.x; p0 < pairs; p0 += 4u * T) {
         uint64_t w[4][2];
 #pragma unroll
         for (uint32_t u = 0; u < 4u; ++u)
-            if (p0 + u * L_T < pairs)
-                l_ld_sys_v2 (entry + 16u * (p0 + u * L_T), w[u][0], w[u][1]);
+            if (p0 + u * T < pairs)
+                l_ld_sys_v2 (entry + 16u * (p0 + u * T), w[u][0], w[u][1]);
 #pragma unroll
         for (uint32_t u = 0; u < 4u; ++u) {
-            const uint32_t p = p0 + u * L_T, i = 2u * p;   /* word i is feature i - 2 */
+            const uint32_t p = p0 + u * T, i = 2u * p;   /* word i is feature i - 2 */
             if (p >= pairs)
                 continue;
             const bool two = i + 1u < nw;
-            while ((uint32_t) (w[u][0] >> 32) != seq || (two && (uint32_t) (w[u][1] >> 32) != seq))
+            while ((uint32_t) (w[u][0] >> 32) != seq || (two && (uint32_t) (w[u][1] >> 32) != seq)) {
+                if (stale)   /* the traced kernel counts the re-reads (kernels.h: SIG_LSTM_TRACE_STALE) */
+                    atomicAdd (stale, 1u);
                 l_ld_sys_v2 (entry + 16u * p, w[u][0], w[u][1]);
+            }
             xf[i - 2u] = __uint_as_float ((uint32_t) w[u][0]);
             if (two)
                 xf[i - 1u] = __uint_as_float ((uint32_t) w[u][1]);
@@ -469,15 +474,18 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
                 break;
         }
         flag[0] = have;
+        flag[1] = 0u;   /* the traced kernel's count of stale feature words re-read */
     }
     __syncthreads ();
     if (!flag[0])
         return L_OP_STOP;
     const uint32_t op = cw[0] & 0xffu;
     if (op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) {
-        l_read_features (entry, seq, 2u + P.in, l_at<float> (c, P.off_xf));
+        l_read_features (entry, seq, 2u + P.in, l_at<float> (c, P.off_xf), c.stamps ? &flag[1] : nullptr);
         __syncthreads ();   /* the features complete; flag and cw read by all before the next poll */
         l_stamp (c, 1u);
+        if (c.stamps && c.t == 0u && P.layers <= 5u)
+            c.stamps[SIG_LSTM_TRACE_STALE] = 1u + flag[1];   /* a count, not a clock (0: not recorded) */
     }
     return op;
 }

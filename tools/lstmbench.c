@@ -403,6 +403,26 @@ static int s_trace_rows (const options_t *o, const char *size, const char *dname
         snprintf (r->note, sizeof r->note, "SM clock %.0f MHz", mhz);
         s_print (label, r);
     }
+    /* kernels.h SIG_LSTM_TRACE_STALE (up to 5 layers): the feature words read again because their tag
+     * was stale */
+    uint64_t stale = 0, stale_max = 0, counted = 0, with_stale = 0;
+    for (uint32_t k = 0; k < SIG_LSTM_TRACE_RECORDS && L <= 5u; k++) {
+        const uint64_t *rec = h + (size_t) k * SIG_LSTM_TRACE_WORDS;
+        if (rec[0] != op || !rec[3])
+            continue;
+        if (rec[3 + SIG_LSTM_TRACE_STALE]) {
+            const uint64_t s = rec[3 + SIG_LSTM_TRACE_STALE] - 1u;
+            stale += s;
+            stale_max = s > stale_max ? s : stale_max;
+            with_stale += s > 0;
+            counted++;
+        }
+    }
+    if (counted)
+        printf ("%s cuda %s traced %s [%s]: stale feature words re-read after the poll: %.3f a command, at most %llu, "
+                "in %llu of %llu commands\n", size, dname, ping ? "ping" : "step", how,
+                (double) stale / (double) counted, (unsigned long long) stale_max, (unsigned long long) with_stale,
+                (unsigned long long) counted);
     free (h);
     return 0;
 }
