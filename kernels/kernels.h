@@ -362,6 +362,11 @@ typedef struct {            /* tests and benchmarks; all zero is the plan's own 
  * rounds; XCHG_ROUNDS, a cluster's exchanges too re-read every word in block-wide rounds
  * (__syncthreads_or) until all are current (a grid's always do: measured faster there). */
 enum { SIG_LSTM_SYNC_POLL_ROUNDS = 1, SIG_LSTM_SYNC_XCHG_ROUNDS = 2 };
+/* A command's features start on the 128-byte line after its command words (layout.feat 16), so the
+ * line the poll reads holds no feature: measured 0.9-1.2 us faster a step than features right after
+ * the words in the same line (docs/lstm-notes.md: the read after the poll). FEAT_SHARED: the layout
+ * before (layout.feat 2), to compare; the only one with POLL_ROUNDS. */
+enum { SIG_LSTM_SYNC_FEAT_SHARED = 4 };
 /* The gate products of f16 / bf16 weights (docs/lstm-notes.md, plan 3). WIDE: each weight widened
  * to fp32, fp32 FMA. HALF: the inputs (x, h) rounded to the weights' type, SIG_LSTM_HALF_RUN products
  * per lane summed in it (packed HFMA2, fused, round to nearest), each run added into an fp32 sum
@@ -427,6 +432,7 @@ typedef struct {
 typedef struct {            /* byte offsets in the mailbox */
     uint32_t ctrl, ready, exited, ring, entry_bytes;
     uint32_t cmd, done, outputs;     /* within an entry */
+    uint32_t feat;                   /* the cmd word holding feature 0: 16 (2: SIG_LSTM_SYNC_FEAT_SHARED) */
     uint32_t window_in, window_out, total;
 } sig_lstm_layout_t;
 

@@ -407,17 +407,17 @@ __device__ __forceinline__ uint32_t l_poll_host_rounds (const l_ctx_t &c, const 
     }
 }
 
-/* Block 0: the features of the command with sequence SEQ (NW = 2 + in words from ENTRY, the first
- * two the command words), into the input buffer: every thread its own 16-byte pairs of words, up
- * to 4 loads in flight, re-reading a pair only while a word of it is stale (the host wrote the
- * features before the command words, so the first pass normally finds them all). No block barrier
- * inside. */
-__device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq, uint32_t nw, float *xf,
+/* Block 0: the features of the command with sequence SEQ (words FEAT .. FEAT + IN of ENTRY; FEAT
+ * even: the layout's, 2 right after the command words or a line further), into the input buffer:
+ * every thread its own 16-byte pairs of words, up to 4 loads in flight, re-reading a pair only
+ * while a word of it is stale (the host wrote the features before the command words, so the first
+ * pass finds them all: 0 re-reads in every traced step measured). No block barrier inside. */
+__device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq, uint32_t feat, uint32_t in, float *xf,
                                                  uint32_t *stale = nullptr)
 {
-    const uint32_t pairs = (nw + 1u) / 2u;
+    const uint32_t nw = feat + in, pairs = (nw + 1u) / 2u;
     constexpr uint32_t T = L_T;
-    for (uint32_t p0 = 1u + threadIdx.x; p0 < pairs; p0 += 4u * T) {
+    for (uint32_t p0 = feat / 2u + threadIdx.x; p0 < pairs; p0 += 4u * T) {
         uint64_t w[4][2];
 #pragma unroll
         for (uint32_t u = 0; u < 4u; ++u)
@@ -425,7 +425,7 @@ __device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq
                 l_ld_sys_v2 (entry + 16u * (p0 + u * T), w[u][0], w[u][1]);
 #pragma unroll
         for (uint32_t u = 0; u < 4u; ++u) {
-            const uint32_t p = p0 + u * T, i = 2u * p;   /* word i is feature i - 2 */
+            const uint32_t p = p0 + u * T, i = 2u * p;   /* word i is feature i - feat */
             if (p >= pairs)
                 continue;
             const bool two = i + 1u < nw;
@@ -434,9 +434,9 @@ __device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq
                     atomicAdd (stale, 1u);
                 l_ld_sys_v2 (entry + 16u * p, w[u][0], w[u][1]);
             }
-            xf[i - 2u] = __uint_as_float ((uint32_t) w[u][0]);
+            xf[i - feat] = __uint_as_float ((uint32_t) w[u][0]);
             if (two)
-                xf[i - 1u] = __uint_as_float ((uint32_t) w[u][1]);
+                xf[i + 1u - feat] = __uint_as_float ((uint32_t) w[u][1]);
         }
     }
 }
@@ -481,7 +481,7 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
         return L_OP_STOP;
     const uint32_t op = cw[0] & 0xffu;
     if (op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) {
-        l_read_features (entry, seq, 2u + P.in, l_at<float> (c, P.off_xf), c.stamps ? &flag[1] : nullptr);
+        l_read_features (entry, seq, lay.feat, P.in, l_at<float> (c, P.off_xf), c.stamps ? &flag[1] : nullptr);
         __syncthreads ();   /* the features complete; flag and cw read by all before the next poll */
         l_stamp (c, 1u);
         if (c.stamps && c.t == 0u && P.layers <= 5u)

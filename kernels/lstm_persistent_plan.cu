@@ -287,7 +287,9 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         memcpy (plan->why, why, sizeof why);
         return (int) cudaErrorNotSupported;
     }
-    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS);
+    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS | SIG_LSTM_SYNC_FEAT_SHARED);
+    if (plan->sync & SIG_LSTM_SYNC_POLL_ROUNDS)   /* the old poll reads the entry as words 0 .. 2 + in */
+        plan->sync |= SIG_LSTM_SYNC_FEAT_SHARED;
     l_plan_math (n, tu->math, plan);
     plan->trace = tu->trace;
     return (int) cudaSuccess;
@@ -298,7 +300,9 @@ extern "C" int sig_lstm_layout (const sig_lstm_plan_t *plan, sig_lstm_layout_t *
     if (!plan || !lay || !plan->blocks)
         return (int) cudaErrorInvalidValue;
     const uint64_t status = l_align (4ull * plan->blocks, L_LINE);
-    const uint64_t cmd = l_align (8ull * (2u + plan->in), L_LINE);
+    /* the features from the 128-byte line after the command words' (kernels.h) */
+    const uint32_t feat = (plan->sync & SIG_LSTM_SYNC_FEAT_SHARED) ? 2u : 128u / 8u;
+    const uint64_t cmd = l_align (8ull * (feat + plan->in), L_LINE);
     const uint64_t outs = l_align (4ull * plan->out, L_LINE);
     const uint64_t entry = cmd + L_LINE + outs;
     uint64_t off = 0;
@@ -310,6 +314,7 @@ extern "C" int sig_lstm_layout (const sig_lstm_plan_t *plan, sig_lstm_layout_t *
     lay->ring = (uint32_t) off;
     lay->entry_bytes = (uint32_t) entry;
     lay->cmd = 0u;
+    lay->feat = feat;
     lay->done = (uint32_t) cmd;
     lay->outputs = (uint32_t) (cmd + L_LINE);
     off += SIG_LSTM_RING * entry;

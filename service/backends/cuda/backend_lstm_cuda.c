@@ -129,7 +129,7 @@ static sig_status_t s_post (backend_model_t *m, uint32_t op, uint32_t pos, uint3
     for (uint32_t i = 0; i < nx; i++) {
         uint32_t bits;
         memcpy (&bits, &x[i], sizeof bits);
-        __atomic_store_n (&w[2 + i], tag | bits, __ATOMIC_RELAXED);
+        __atomic_store_n (&w[m->lay.feat + i], tag | bits, __ATOMIC_RELAXED);
     }
     __atomic_store_n (&w[1], tag | slot, __ATOMIC_RELAXED);
     /* the sentinels before any word the kernel could act on: a release store last (x86: in order) */
