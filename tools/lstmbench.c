@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "backends/backend_lstm.h"
 #include "clock.h"
+#include "base/threads.h"
 #include "latency.h"
 #include "lstm_reference.h"
 #include "rng.h"
@@ -33,7 +34,6 @@
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -544,13 +544,9 @@ typedef struct {
 static void *s_drive (void *arg)
 {
     driver_t *d = arg;
-    if (d->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO (&set);
-        CPU_SET (d->cpu, &set);
-        if (sched_setaffinity (0, sizeof set, &set) != 0)
-            fprintf (stderr, "lstmbench: could not pin a driver to CPU %d\n", d->cpu);
-    }
+    char err[256];
+    if (d->cpu >= 0 && threads_pin (d->cpu, err, sizeof err) != 0)
+        fprintf (stderr, "lstmbench: a driver: %s\n", err);
     d->rc = s_bench_step (d->o, d->B, d->m, d->w, true, &d->seed, &d->r);
     return NULL;
 }
@@ -855,13 +851,9 @@ int main (int argc, char **argv)
         s_usage (stderr);
         return 2;
     }
-    if (o.cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO (&set);
-        CPU_SET (o.cpu, &set);
-        if (sched_setaffinity (0, sizeof set, &set) != 0)
-            fprintf (stderr, "lstmbench: could not pin to CPU %d\n", o.cpu);
-    }
+    char pin_err[256];
+    if (o.cpu >= 0 && threads_pin (o.cpu, pin_err, sizeof pin_err) != 0)
+        fprintf (stderr, "lstmbench: --cpu: %s\n", pin_err);
     char host[128] = "?";
     gethostname (host, sizeof host);
     time_t now = time (NULL);

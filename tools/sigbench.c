@@ -16,6 +16,7 @@
 #include "rng.h"
 #include "reference.h"
 #include "backends/backend.h"
+#include "base/threads.h"
 #include "latency.h"
 #include "weights/weights.h"
 #ifdef SIGSERVE_HAVE_CUDA
@@ -27,7 +28,6 @@
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -740,13 +740,9 @@ typedef struct {
 static void *s_drive (void *arg)
 {
     driver_t *d = arg;
-    if (d->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO (&set);
-        CPU_SET (d->cpu, &set);
-        if (sched_setaffinity (0, sizeof set, &set) != 0)
-            fprintf (stderr, "sigbench: could not pin a driver to CPU %d\n", d->cpu);
-    }
+    char err[256];
+    if (d->cpu >= 0 && threads_pin (d->cpu, err, sizeof err) != 0)
+        fprintf (stderr, "sigbench: a driver: %s\n", err);
     d->err = s_e2e_samples (d->o, d->m, d->w, E2E_PINNED_GRAPH, d->in, d->ref, d->samples);
     return NULL;
 }
@@ -1038,14 +1034,10 @@ int main (int argc, char **argv)
     int rc = s_parse (argc, argv, &o);
     if (rc)
         return rc;
-    if (o.cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO (&set);
-        CPU_SET (o.cpu, &set);
-        if (sched_setaffinity (0, sizeof set, &set) != 0) {
-            perror ("sigbench: sched_setaffinity");
-            return 1;
-        }
+    char pin_err[256];
+    if (o.cpu >= 0 && threads_pin (o.cpu, pin_err, sizeof pin_err) != 0) {
+        fprintf (stderr, "sigbench: --cpu: %s\n", pin_err);
+        return 1;
     }
     weights_t *w = s_weights (&o);
     if (!w)
