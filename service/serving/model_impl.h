@@ -206,7 +206,7 @@ bool model_remote_wanted (const model_config_t *cfg);
 model_t *model_remote_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
                            size_t errlen);
 void model_remote_release (model_t *m);
-/* model_remote.c: model_prepare in the device processes CFG's instances use (GPU: IFACE runs there). */
+/* model_remote.c: model_prepare in the device processes CFG's instances use (GPU: its backend runs on a GPU). */
 void model_remote_prepare (const model_config_t *cfg, bool gpu);
 /* model.c: CFG's backend when its prepare (backend.h) has something to do for CFG, else NULL. Touches
  * no GPU. */
