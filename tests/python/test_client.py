@@ -642,20 +642,30 @@ class Test6Deadline(ClientTest):
             c.infer("tick_mlp", random_features(512))       # connected
             resume = threading.Timer(0.1, server.send_signal, [signal.SIGCONT])
             server.send_signal(signal.SIGSTOP)
+            e = None
             try:
                 self.send_slow(c)
                 resume.start()
-                with self.assertRaises(DeadlineExceeded) as cm:
-                    c.infer("slow", slow_features, rows=15, deadline_us=1000)
+                try:
+                    r = c.infer("slow", slow_features, rows=15, deadline_us=1000)
+                except DeadlineExceeded as exc:
+                    e = exc
             finally:
                 resume.cancel()
                 if resume.ident is not None:    # started
                     resume.join()
                 server.send_signal(signal.SIGCONT)
-            e = cm.exception
-            self.check_exceeded_text(e.message)
-            self.assertEqual(e.status_name, "STATUS_DEADLINE_EXCEEDED")
-            self.assertEqual(e.request_id, self.SLOW + 2)
+            if e is None:
+                # As in test_deadline_in_pipelined_status: the six slow requests (61 KB each) came in
+                # over TCP after the SIGCONT; once (make test beside an image build) this one arrived
+                # only after the worker had run them all, and ran at once. A deadline kept then means
+                # it waited no longer than 1 ms.
+                self.assertEqual(r.request_id, self.SLOW + 2)
+                self.assertLessEqual(r.queue_ns, 1_000_000, "answered OK after waiting past its deadline")
+            else:
+                self.check_exceeded_text(e.message)
+                self.assertEqual(e.status_name, "STATUS_DEADLINE_EXCEEDED")
+                self.assertEqual(e.request_id, self.SLOW + 2)
             # refused at admission: the slow replies that came before its own were skipped, the rest are
             # still on their way, each answered
             self.assertEqual(c.discarded_replies + c.pending, self.SLOW)
