@@ -658,6 +658,16 @@ static void s_assert_mostly_inline (server_t *s, const box_kind_t *k, double bef
     ck_assert_double_gt (inlined, 0);
 }
 
+/* The box model's requests so far: run inline by a front (*INLINED) and by its worker (*WORKER),
+ * printed after WHAT. */
+static void s_box_split (server_t *s, const box_kind_t *k, const char *what, double *inlined, double *worker)
+{
+    *inlined = s_metric (s, INLINE_METRIC);
+    *worker = s_metric (s, k->instance_metric);
+    printf ("persistent in a device process (%s), %s: %.0f inline, %.0f by the worker\n", k->device, what, *inlined,
+            *worker);
+}
+
 static void s_box_runs_inline (const box_kind_t *k)
 {
     server_t s;
@@ -672,9 +682,8 @@ static void s_box_runs_inline (const box_kind_t *k)
     load_t w = { .models = { "box" }, .model_count = 1, .total = 3000, .check_outputs = true };
     s_load (&s, &w);
     ck_assert_uint_eq (w.ok[0], 3000);
-    const double inlined = s_metric (&s, INLINE_METRIC), worker = s_metric (&s, k->instance_metric);
-    printf ("persistent in a device process (%s), window 32: %.0f inline, %.0f by the worker\n", k->device, inlined,
-            worker);
+    double inlined, worker;
+    s_box_split (&s, k, "window 32", &inlined, &worker);
     ck_assert_double_eq (inlined + worker, 3500);
     ck_assert_int_eq (s_stop (&s), 0);
 }
@@ -688,9 +697,8 @@ static void s_box_two_fronts (const box_kind_t *k)
     load_t l = { .models = { "box" }, .model_count = 1, .total = 6000, .both_fronts = true, .check_outputs = true };
     s_load (&s, &l);
     ck_assert_uint_eq (l.ok[0], 6000);
-    const double inlined = s_metric (&s, INLINE_METRIC), worker = s_metric (&s, k->instance_metric);
-    printf ("persistent in a device process (%s), two fronts: %.0f inline, %.0f by the worker\n", k->device, inlined,
-            worker);
+    double inlined, worker;
+    s_box_split (&s, k, "two fronts", &inlined, &worker);
     ck_assert_double_eq (inlined + worker, 6000);
     ck_assert_double_gt (inlined, 0);
     ck_assert_double_gt (worker, 0);
@@ -763,6 +771,16 @@ static const char *s_chain (const char *name, const char *extra, const char *con
                        (want), (s)->log);                                                                              \
     } while (0)
 
+/* N requests of MODEL, a window of 32 (INPUTS features, OUTPUTS outputs: 0, tick_mlp's), every one
+ * answered OK (CHECK: within the float64 reference's bound; tick_mlp's chain only). */
+static void s_serve_ok (server_t *s, const char *model, uint32_t n, uint32_t inputs, uint32_t outputs, bool check)
+{
+    load_t l = { .models = { model }, .model_count = 1, .total = n, .inputs = inputs, .outputs = outputs,
+                 .check_outputs = check };
+    s_load (s, &l);
+    ck_assert_uint_eq (l.ok[0], n);
+}
+
 /* Every persistent model of a configuration runs a kernel specialised for its shapes: each one's
  * module is compiled and loaded before the first kernel is resident (model_prepare), where before
  * only the first model loaded got one (a module load next to a resident kernel waits forever).
@@ -784,12 +802,8 @@ static void s_box_prepared (const box_kind_t *k, bool in_process)
     ASSERT_KERNEL (&s, "box", k->specialised);
     ASSERT_KERNEL (&s, "box2", k->specialised);
     ck_assert (!s_log_has (&s, "no specialised persistent kernel"));
-    load_t l = { .models = { "box" }, .model_count = 1, .total = 200, .check_outputs = true };
-    s_load (&s, &l);
-    ck_assert_uint_eq (l.ok[0], 200);
-    load_t l2 = { .models = { "box2" }, .model_count = 1, .total = 200, .outputs = 64 };
-    s_load (&s, &l2);
-    ck_assert_uint_eq (l2.ok[0], 200);
+    s_serve_ok (&s, "box", 200, 0, 0, true);
+    s_serve_ok (&s, "box2", 200, 0, 64, false);
     /* a reload adds a third shape while the two kernels run */
     static char models[sizeof s_models + 8192];
     snprintf (models, sizeof models, "%s, %s", s_models, s_chain ("box3", k->backend, tail, 2));
@@ -816,9 +830,7 @@ static void s_box_prepared (const box_kind_t *k, bool in_process)
     ASSERT_KERNEL (&s, "box", k->specialised);
     ck_assert (s_log_has (&s, "model \"box3\": not prepared on device"));
     ck_assert (s_log_has (&s, "model \"box3\": no specialised persistent kernel"));
-    load_t l3 = { .models = { "box3" }, .model_count = 1, .total = 200, .inputs = 256 };
-    s_load (&s, &l3);
-    ck_assert_uint_eq (l3.ok[0], 200);
+    s_serve_ok (&s, "box3", 200, 256, 0, false);
     if (in_process) {
         ck_assert_int_eq (s_stop (&s), 0);
         return;
@@ -836,12 +848,8 @@ static void s_box_prepared (const box_kind_t *k, bool in_process)
     ASSERT_KERNEL (&s, "box", k->specialised);
     ASSERT_KERNEL (&s, "box2", k->specialised);
     ASSERT_KERNEL (&s, "box3", k->specialised);
-    load_t again = { .models = { "box" }, .model_count = 1, .total = 200, .check_outputs = true };
-    s_load (&s, &again);
-    ck_assert_uint_eq (again.ok[0], 200);
-    load_t again3 = { .models = { "box3" }, .model_count = 1, .total = 200, .inputs = 256 };
-    s_load (&s, &again3);
-    ck_assert_uint_eq (again3.ok[0], 200);
+    s_serve_ok (&s, "box", 200, 0, 0, true);
+    s_serve_ok (&s, "box3", 200, 256, 0, false);
     ck_assert_int_eq (s_stop (&s), 0);
 }
 
