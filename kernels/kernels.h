@@ -148,7 +148,8 @@ typedef struct {
                                  clock64 stamps; the traced instantiation of the kernel runs (0: the
                                  serving kernel) */
     uint32_t split_by;        /* a split layer divided by 0: whichever holds fewer bytes, 1: input columns,
-                                 2: outputs (exercises that path) */
+                                 2: outputs (exercises that path), 3: outputs for even layers, columns for
+                                 odd ones (with spread_all: every pair fused, see .fuse) */
     uint32_t sync;            /* how the cluster hands off and the leader runs its tail: 0, the plan's
                                  default; else one of SIG_SYNC_BARRIERS.. SIG_SYNC_MBAR_BLOCKS, with the flags
                                  SIG_SYNC_OLD_TAIL and SIG_SYNC_TRACE_REPEAT or-ed in */
@@ -167,10 +168,12 @@ typedef struct {
  * SIG_SYNC_WORKERS_POLL, every block polls the request itself and the workers read their own
  * slices of the features at once: no start barrier, no scatter (the partials double-buffered by
  * the request's parity); only with cluster barriers, layer 0 alone split and one chunk of rows (else
- * ignored). */
+ * ignored); SIG_SYNC_NO_FUSE, a layer split by outputs hands its outputs to the leader (a gather,
+ * then a scatter) even where the next layer is split by columns (else they stay in the workers:
+ * sig_persistent_layer_plan_t.fuse). */
 enum {
     SIG_SYNC_BARRIERS = 1, SIG_SYNC_MBAR_WARPS = 2, SIG_SYNC_MBAR_BLOCKS = 3, SIG_SYNC_KIND_MASK = 7,
-    SIG_SYNC_OLD_TAIL = 8, SIG_SYNC_TRACE_REPEAT = 16, SIG_SYNC_WORKERS_POLL = 32
+    SIG_SYNC_OLD_TAIL = 8, SIG_SYNC_TRACE_REPEAT = 16, SIG_SYNC_WORKERS_POLL = 32, SIG_SYNC_NO_FUSE = 64
 };
 /* plan.sync bits (what the kernel does). */
 enum {
@@ -213,7 +216,14 @@ typedef struct {
     uint32_t regs;
     uint32_t xs;            /* the input's row stride in float4 (slots << glog) */
     uint32_t w_smem;        /* float4 offset of the layer's shared-memory slots */
-    uint32_t bias;          /* float offset of its bias in the leader's bias area */
+    uint32_t bias;          /* float offset of its bias in the image's bias area: the leader's area holds
+                               those of the layers it finishes (a prefix), a fused layer's come after */
+    uint32_t fuse;          /* a layer split by outputs whose outputs stay in the workers: each adds the
+                               bias, applies the activation and keeps them as its column slice of the
+                               next layer (split by columns): no gather, no scatter between the two. Its
+                               outputs are divided by float4 chunks: worker w has outputs
+                               4 (out4 w / W) .. 4 (out4 (w + 1) / W), out4 = outputs / 4 rounded up */
+    uint32_t wbias;         /* a fused layer: float offset of the worker's biases in its shared memory */
     uint64_t image;         /* 16-byte offset of its slots in the image (worker w at + w * per_block) */
     uint64_t per_block;     /* 16-byte units of one block's slots */
 } sig_persistent_layer_plan_t;
@@ -246,6 +256,8 @@ typedef struct {
      * a worker's input slice and its end */
     uint32_t bias_off, act_off0, act_off1, part_off, lead_end, part_stride, mpad;
     uint32_t slice_off, work_end;
+    uint32_t slice2_off;        /* a worker's second input slice: the input of a layer after a fused one */
+    uint32_t pad2;
     uint64_t bias_image;        /* float offset of the biases after the slots in the image */
     sig_persistent_layer_plan_t layers[SIG_FUSED_MAX_LAYERS];
 } sig_persistent_plan_t;

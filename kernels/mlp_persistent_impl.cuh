@@ -37,6 +37,8 @@ struct p_header_t {
     uint64_t bias_image;  /* float offset of the biases from the payload */
     sig_persistent_layout_t box;
     uint32_t sync;        /* SIG_PLAN_SYNC_* */
+    uint32_t slice2_off;  /* a worker's second input slice (after a fused layer) */
+    uint32_t pad2[3];     /* the header stays a multiple of 16 bytes */
     sig_persistent_layer_plan_t layer[SIG_FUSED_MAX_LAYERS];
     /* the same per layer, which the kernel needs but the plan keeps elsewhere */
     uint32_t in_[SIG_FUSED_MAX_LAYERS], out_[SIG_FUSED_MAX_LAYERS];
@@ -65,6 +67,25 @@ __host__ __device__ __forceinline__ uint32_t p_slot_bytes (uint32_t dtype)
 __host__ __device__ __forceinline__ uint32_t s_div_up (uint32_t a, uint32_t b)
 {
     return a / b + (a % b != 0u ? 1u : 0u);
+}
+
+/* The outputs [*M0, *M1) that worker BLK (0 .. W - 1) computes of a layer of OUT outputs split by
+ * outputs (a fused layer's in whole float4 chunks: the worker's columns of the next layer); all of
+ * them for any other layer. */
+__host__ __device__ __forceinline__ void p_out_range (const sig_persistent_layer_plan_t &L, uint32_t out, uint32_t blk,
+                                                      uint32_t W, uint32_t *m0, uint32_t *m1)
+{
+    if (!L.by_out) {
+        *m0 = 0u;
+        *m1 = out;
+    } else if (L.fuse) {
+        const uint32_t out4 = s_div_up (out, 4u), end = 4u * (out4 * (blk + 1u) / W);
+        *m0 = 4u * (out4 * blk / W);
+        *m1 = end < out ? end : out;
+    } else {
+        *m0 = out * blk / W;
+        *m1 = out * (blk + 1u) / W;
+    }
 }
 
 /* mlp_persistent.cu: static shared memory of the persistent kernel (its header copy and command

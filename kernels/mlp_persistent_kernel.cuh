@@ -349,8 +349,8 @@ __device__ __forceinline__ float4 s_wreg (const float4 (&wr)[P_BANK], uint32_t s
 
 /* One layer's share of this block: for every row, every output this thread has, the dot product of
  * its slots with the input X (shared memory, row stride L.xs float4), reduced over the G threads of
- * the output, stored through O. BANKED: the first L.regs slots are in WR (the plan banks only
- * single-pass layers). DT: the weights' type (SIG_DTYPE_*); the products and sums are fp32 FMAs
+ * the output, stored through O. BANKED: the first L.regs slots are in WR, in pass-major order
+ * (pass 0's slots, then pass 1's, ...: only passes of `active` threads). DT: the weights' type (SIG_DTYPE_*); the products and sums are fp32 FMAs
  * in every case. Whole warps call it (active % 32 == 0). */
 template <bool BANKED, int DT>
 __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
@@ -362,7 +362,7 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
     if (t >= L.active)
         return false;
     const uint32_t glog = L.glog, G = 1u << glog, g = t & (G - 1u), S = L.slots;
-    const uint32_t R0 = BANKED ? L.regs : 0u;   /* the banked slots: the first pass's first R0 */
+    const uint32_t R0 = BANKED ? L.regs : 0u;   /* the banked slots: the first R0 in pass-major order */
     bool wrote = false;
     P_SPEC_UNROLL
     for (uint32_t p = 0; p < L.passes; ++p) {
@@ -371,10 +371,12 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
         const uint32_t A = p + 1u == L.passes ? L.last_active : L.active;
         if (t >= A)
             break;
-        const uint32_t R = p == 0u ? R0 : 0u;
+        /* this pass's banked slots, its first R: bank entries pS .. pS + R - 1 */
+        const uint32_t pS = p * S, R = R0 > pS ? min (R0 - pS, S) : 0u;
         const uint32_t m = p * (P_T >> glog) + (t >> glog);
-        /* slot s >= R of pass p: slot p S active + s A + t - R0 active of the shared-memory slots */
-        const size_t wp = (size_t) p * S * L.active + t - (size_t) R0 * L.active;
+        /* slot s >= R of pass p: slot p S active + s A + t of the image, less the banked slots before
+         * it (this pass's and the earlier passes') */
+        const size_t wp = (size_t) p * S * L.active + t - (size_t) min (R0, pS + S) * L.active;
         for (uint32_t r = 0; r < rows; ++r) {
             const float4 *xr = x + (size_t) r * L.xs + g;
             float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
@@ -387,11 +389,11 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
                     float4 xv[P_XGROUP];
 #pragma unroll
                     for (uint32_t u = 0; u < P_XGROUP; ++u)
-                        if (s0 + u < R)
-                            xv[u] = xr[(s0 + u) << glog];
+                        if (s0 + u - pS < R)   /* bank entry s0 + u is this pass's slot s0 + u - pS */
+                            xv[u] = xr[(s0 + u - pS) << glog];
 #pragma unroll
                     for (uint32_t u = 0; u < P_XGROUP; ++u) {
-                        if (s0 + u < R) {
+                        if (s0 + u - pS < R) {
                             const float4 wv = s_wreg<DT> (wr, s0 + u);
                             if (u % 4u == 0u)
                                 a0 = sig_fma4 (wv, xv[u], a0);
@@ -721,10 +723,21 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
         for (uint64_t i = t; i < n; i += P_T)
             s_dyn[L.w_smem + i] = __ldg (rest + i);
     }
-    if (leader) {
+    {
         const float *bsrc = reinterpret_cast<const float *> (payload) + s_h.bias_image;
-        for (uint32_t i = t; i < s_h.act_off0 - s_h.bias_off; i += P_T)
-            sf[s_h.bias_off + i] = __ldg (bsrc + i);
+        if (leader) {
+            for (uint32_t i = t; i < s_h.act_off0 - s_h.bias_off; i += P_T)
+                sf[s_h.bias_off + i] = __ldg (bsrc + i);
+        } else {   /* a fused layer's biases of this worker's outputs */
+            P_SPEC_UNROLL
+            for (uint32_t l = 0; l < layers; ++l) {
+                const sig_persistent_layer_plan_t &L = s_h.layer[l];
+                uint32_t m0 = 0u, m1 = 0u;
+                p_out_range (L, s_h.out_[l], b - 1u, W, &m0, &m1);
+                for (uint32_t i = t; L.fuse && i < m1 - m0; i += P_T)
+                    sf[L.wbias + i] = __ldg (bsrc + L.bias + m0 + i);
+            }
+        }
     }
     /* Hand-offs by mbarrier: each block's own, initialised before the setup barrier below (with the
      * fence that makes the initialisation visible to the cluster's remote arrivals). A worker's
@@ -759,6 +772,7 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
     }
 
     float4 *const slice = s_dyn + s_h.slice_off / 4u;
+    float4 *const slice2 = s_dyn + s_h.slice2_off / 4u;   /* the input of a layer after a fused one */
     /* act buffer i at act0 + i * act_step (no array of pointers: a run-time index would put it in
      * local memory) */
     float4 *const act0 = s_dyn + s_h.act_off0 / 4u;
@@ -868,20 +882,35 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                             s_read_host (feat, lay.row_floats / 4u, x_kc0, x_nk, rows, slice, L.xs);
                             __syncthreads ();
                         }
+                        uint32_t m0 = 0u, m1 = 0u;
+                        p_out_range (L, out, w, W, &m0, &m1);
                         s_out_t po;
-                        po.kind = OUT_PARTIAL;
-                        /* worker w's partials at part + w x chunk x mpad (row stride mpad, the layer's
-                         * outputs rounded up to 4); by outputs, everyone's in the first area */
-                        po.stride = 4u * s_div_up (out, 4u);
-                        po.remote = sig_mapa (sig_smem_addr (part + pp + (L.by_out ? 0u : (size_t) w * chunk * po.stride)), 0u);
                         po.host_relaxed = 0u;
-                        po.m0 = L.by_out ? out * w / W : 0u;
-                        po.dst = nullptr;
-                        po.bias = nullptr;
-                        po.act = 0;
-                        s_gemv_any<DT> (L, L.by_out ? out * (w + 1u) / W - po.m0 : out, s_dyn + L.w_smem, wr, slice,
-                                        rows, po);
-                        if (mbar_block) {   /* the block's partials (and its reads of the slice) done */
+                        if (L.fuse) {   /* bias and activation here: the outputs are this worker's
+                                           columns of the next layer, in its second slice */
+                            po.kind = OUT_ACT;
+                            po.stride = 4u * s_h.layer[l + 1u].xs;
+                            po.remote = 0u;
+                            po.m0 = 0u;
+                            po.dst = reinterpret_cast<float *> (slice2);
+                            po.bias = sf + L.wbias;
+                            po.act = s_h.act[l];
+                        } else {
+                            po.kind = OUT_PARTIAL;
+                            /* worker w's partials at part + w x chunk x mpad (row stride mpad, the
+                             * layer's outputs rounded up to 4); by outputs, everyone's in the first area */
+                            po.stride = 4u * s_div_up (out, 4u);
+                            po.remote = sig_mapa (sig_smem_addr (part + pp + (L.by_out ? 0u : (size_t) w * chunk * po.stride)), 0u);
+                            po.m0 = m0;
+                            po.dst = nullptr;
+                            po.bias = nullptr;
+                            po.act = 0;
+                        }
+                        const bool after_fuse = l > 0u && s_h.layer[l - 1u].fuse;
+                        s_gemv_any<DT> (L, m1 - m0, s_dyn + L.w_smem, wr, after_fuse ? slice2 : slice, rows, po);
+                        if (L.fuse) {
+                            __syncthreads ();   /* the next layer reads what every thread stored */
+                        } else if (mbar_block) {   /* the block's partials (and its reads of the slice) done */
                             s_fence_cluster ();
                             __syncthreads ();
                             if (t == 0u)
@@ -891,6 +920,11 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                             if (lane == 0u)
                                 s_mbar_arrive_remote (mb_gather_lead);
                         }
+                    }
+                    if (L.fuse) {   /* nothing to gather or scatter; the leader's act buffers keep
+                                       their parity (layer l's input in buffer l % 2) */
+                        cur ^= 1u;
+                        continue;
                     }
                     if (!mbar) {
                         s_barrier (C);   /* gather */

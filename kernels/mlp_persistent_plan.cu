@@ -64,17 +64,19 @@ static bool s_net_ok (const sig_fused_net_t *n)
 }
 
 /* Threads, slots and strides of one layer (its placement given; W workers; BY_OUT: a split layer
- * divided by outputs, else by input columns). */
-static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, bool by_out, sig_persistent_layer_plan_t *L)
+ * divided by outputs, else by input columns; FUSE: by outputs in float4 chunks, kept in the workers). */
+static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, bool by_out, bool fuse,
+                     sig_persistent_layer_plan_t *L)
 {
     const uint32_t in4 = s_div_up (in, 4u);
     const uint32_t k4 = spread && !by_out ? s_div_up (in4, W) : in4;   /* the most chunks a block has */
-    if (spread && by_out)
-        out = s_div_up (out, W);   /* the most outputs a worker has */
+    if (spread && by_out)   /* the most outputs a worker has */
+        out = fuse ? 4u * s_div_up (s_div_up (out, 4u), W) : s_div_up (out, W);
     uint32_t glog = 0u;
     memset (L, 0, sizeof *L);
     L->spread = spread ? 1u : 0u;
     L->by_out = spread && by_out ? 1u : 0u;
+    L->fuse = spread && by_out && fuse ? 1u : 0u;
     if (out <= P_T) {
         /* as many threads per output as the block has room for, up to a warp, no more than chunks */
         while ((1u << (glog + 1u)) <= P_GROUP_MAX && ((uint64_t) out << (glog + 1u)) <= P_T && (1u << glog) < k4)
@@ -109,14 +111,37 @@ static uint64_t s_layer_regs (const sig_persistent_layer_plan_t *L, uint32_t wb)
     return (L->bank == 0u ? (uint64_t) L->regs : 0u) * L->active * wb;
 }
 
+/* Whether split layer L (N) is divided by outputs over W workers: when that holds fewer bytes a
+ * worker (narrow inputs: columns that do not divide evenly leave most workers a padded chunk per
+ * output), or as the tuning says. */
+static bool s_by_out (const sig_fused_layer_t *N, uint32_t l, uint32_t W, const sig_persistent_tuning_t *tu)
+{
+    if (tu->split_by != 0u)
+        return tu->split_by == 2u || (tu->split_by == 3u && l % 2u == 0u);
+    sig_persistent_layer_plan_t cols, outs;
+    s_shape (N->in, N->out, W, true, false, false, &cols);
+    s_shape (N->in, N->out, W, true, true, false, &outs);
+    return s_layer_slots (&outs) < s_layer_slots (&cols);
+}
+
 /* One candidate: every offset of a plan with this cluster size and placement. Returns whether it
  * fits STATIC_SMEM + the dynamic part in LIMIT; fills COST (clocks, a rough estimate). */
 static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t rows, uint32_t dtype, uint32_t C,
-                     const bool *spread, bool registers, const sig_persistent_tuning_t *tu, uint32_t limit,
+                     const bool *placed, bool registers, const sig_persistent_tuning_t *tu, uint32_t limit,
                      uint32_t static_smem, sig_persistent_plan_t *p, uint64_t *cost)
 {
     const uint32_t n = net->layer_count, W = C > 1u ? C - 1u : 1u, wb = p_slot_bytes (dtype);
     const uint32_t bank_slots = p_bank_slots (dtype);
+    /* A layer divided by outputs keeps them in the workers for the next layer when that one is split
+     * by columns (fused, below): a next layer the placement left to the leader is split for it (as
+     * many hand-offs, and the leader then holds nothing as wide as the two layers' shared width). */
+    const bool fuse = C > 1u && !(tu->sync & (SIG_SYNC_NO_FUSE | SIG_SYNC_WORKERS_POLL));
+    bool spread[SIG_FUSED_MAX_LAYERS];
+    for (uint32_t l = 0; l < n; ++l)
+        spread[l] = placed[l];
+    for (uint32_t l = 0; l + 1u < n && fuse; ++l)
+        if (spread[l] && !spread[l + 1u] && s_by_out (&net->layers[l], l, W, tu) && !s_by_out (&net->layers[l + 1u], l + 1u, W, tu))
+            spread[l + 1u] = true;
     memset (p, 0, sizeof *p);
     p->dtype = dtype;
     p->cluster_blocks = C;
@@ -153,16 +178,15 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     p->max_cluster = C;
     for (uint32_t l = 0; l < n; ++l) {
         const sig_fused_layer_t *N = &net->layers[l];
-        s_shape (N->in, N->out, W, spread[l], false, &p->layers[l]);
-        if (!spread[l] || tu->split_by == 1u)
-            continue;
-        /* by outputs when that holds fewer bytes a worker (narrow inputs: columns that do not
-         * divide evenly leave most workers a padded chunk per output) */
-        sig_persistent_layer_plan_t M;
-        s_shape (N->in, N->out, W, true, true, &M);
-        if (tu->split_by == 2u || s_layer_slots (&M) < s_layer_slots (&p->layers[l]))
-            p->layers[l] = M;
+        s_shape (N->in, N->out, W, spread[l], spread[l] && s_by_out (N, l, W, tu), false, &p->layers[l]);
     }
+    /* A layer split by outputs before one split by columns keeps its outputs in the workers (each
+     * worker's outputs, in whole float4 chunks, are its columns of the next layer): two hand-offs
+     * fewer, and the leader holds nothing of the layer (no partials, bias or act buffer as wide as
+     * its outputs: a wide hidden layer between narrow ones fits). */
+    for (uint32_t l = 0; l + 1u < n && fuse; ++l)
+        if (p->layers[l].by_out && p->layers[l + 1u].spread && !p->layers[l + 1u].by_out)
+            s_shape (net->layers[l].in, net->layers[l].out, W, true, true, true, &p->layers[l]);
     /* Registers: per role, the layer that would read most from shared memory (its first pass's
      * first slots). */
     for (uint32_t role = 0; role < 2u && registers; ++role) {
@@ -177,8 +201,13 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
             }
         }
         if (best < n) {
-            p->layers[best].bank = 0u;
-            p->layers[best].regs = p->layers[best].slots < bank_slots ? p->layers[best].slots : bank_slots;
+            /* the bank holds the first slots in pass-major order: whole passes of `active` threads
+             * (every pass but a short last one), as many as it has room for */
+            sig_persistent_layer_plan_t *B = &p->layers[best];
+            const uint32_t full = B->last_active == B->active ? B->passes : B->passes - 1u;
+            const uint64_t slots = (uint64_t) B->slots * full;
+            B->bank = 0u;
+            B->regs = slots < bank_slots ? (uint32_t) slots : bank_slots;
         }
     }
     /* Shared memory (the same layout in every block): the weight area (the leader's local layers
@@ -186,31 +215,50 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
      * biases, the workers' input slice, the leader's two act buffers and partials. Image: every
      * layer's slots (worker after worker for a split layer), then the biases. */
     uint64_t w4[2] = { 0, 0 }, regs[2] = { 0, 0 }, img4 = 0, bias = 0, slice4 = 0, act4[2] = { 0, 0 }, mpad = 0;
+    uint64_t slice24 = 0;   /* the second slice: the input of a layer after a fused one */
     uint32_t barriers = C > 1u && !wpoll ? 1u : 0u;   /* the start */
     for (uint32_t l = 0; l < n; ++l) {
         sig_persistent_layer_plan_t *L = &p->layers[l];
         const uint32_t role = L->spread, out4 = s_div_up (net->layers[l].out, 4u);
+        const bool after_fuse = l > 0u && p->layers[l - 1u].fuse;
         L->w_smem = (uint32_t) w4[role];
         w4[role] += s_layer_smem (L, wb) / 16u;
         regs[role] += s_layer_regs (L, wb);
         L->per_block = s_layer_slots (L) * wb / 16u;
         L->image = img4;
         img4 += (L->spread ? W : 1u) * L->per_block;
-        L->bias = (uint32_t) bias;
-        bias += 4u * (uint64_t) out4;
+        if (!L->fuse) {   /* the leader's biases (a fused layer's: below) */
+            L->bias = (uint32_t) bias;
+            bias += 4u * (uint64_t) out4;
+        }
         /* The leader's act buffer l % 2 holds layer l's input: a local layer's (row stride xs),
          * or a split layer's before it is scattered (its in4 chunks, compact); a split layer 0
-         * reads the host instead. */
+         * reads the host instead, a layer after a fused one the workers' own outputs. */
         uint64_t *a = &act4[l & 1u];
-        const uint64_t need = L->spread ? (l > 0u ? s_div_up (net->layers[l].in, 4u) : 0u) : L->xs;
+        const uint64_t need = L->spread ? (l > 0u && !after_fuse ? s_div_up (net->layers[l].in, 4u) : 0u) : L->xs;
         *a = *a > need ? *a : need;
         if (L->spread) {
-            slice4 = slice4 > L->xs ? slice4 : L->xs;
+            uint64_t *s4 = after_fuse ? &slice24 : &slice4;
+            *s4 = *s4 > L->xs ? *s4 : L->xs;
             /* partials: W areas of rows x 4 out4 (by outputs: one, each output written once) */
-            const uint64_t pf = (L->by_out ? 1u : W) * 4u * (uint64_t) out4;
+            const uint64_t pf = L->fuse ? 0u : (L->by_out ? 1u : W) * 4u * (uint64_t) out4;
             mpad = mpad > pf ? mpad : pf;
-            barriers += l > 0u ? 2u : 1u;
+            /* the scatter before it (after layer 0, not after a fused layer), the gather after it
+             * (not for a fused layer) */
+            barriers += (l > 0u && !after_fuse ? 1u : 0u) + (L->fuse ? 0u : 1u);
         }
+    }
+    /* A fused layer's biases: in the image after the leader's; each worker holds its outputs' */
+    uint64_t all_bias = bias, wbias = 0;
+    for (uint32_t l = 0; l < n; ++l) {
+        sig_persistent_layer_plan_t *L = &p->layers[l];
+        if (!L->fuse)
+            continue;
+        const uint32_t out4 = s_div_up (net->layers[l].out, 4u);
+        L->bias = (uint32_t) all_bias;
+        all_bias += 4u * (uint64_t) out4;
+        L->wbias = (uint32_t) (4u * w4[1] + wbias);
+        wbias += 4u * (uint64_t) s_div_up (out4, W);
     }
     const uint64_t bias_off = 4u * w4[0];
     const uint64_t act0 = bias_off + bias;
@@ -220,8 +268,9 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     /* workers polling: a worker may write request n + 1's partials while the leader still reads
      * request n's: two areas, by the request's parity */
     const uint64_t lead_end = part_off + (C > 1u ? (wpoll ? 2u : 1u) * part_stride : 0u);
-    const uint64_t slice_off = 4u * w4[1];
-    const uint64_t work_end = C > 1u ? slice_off + 4u * slice4 * rows : 0u;
+    const uint64_t slice_off = 4u * w4[1] + wbias;
+    const uint64_t slice2_off = slice_off + 4u * slice4 * rows;
+    const uint64_t work_end = C > 1u ? slice2_off + 4u * slice24 * rows : 0u;
     const uint64_t end = lead_end > work_end ? lead_end : work_end;
     const uint64_t dyn = 4u * end;
     const bool fits = dyn + static_smem <= limit && end < (1u << 28);
@@ -234,10 +283,11 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     p->part_stride = (uint32_t) part_stride;
     p->mpad = (uint32_t) mpad;
     p->slice_off = (uint32_t) slice_off;
+    p->slice2_off = (uint32_t) slice2_off;
     p->work_end = (uint32_t) work_end;
     p->bias_image = 4u * img4;
     p->cluster_barriers = barriers;
-    p->image_bytes = s_align (sizeof (p_header_t), 16u) + 16u * img4 + 4u * bias;
+    p->image_bytes = s_align (sizeof (p_header_t), 16u) + 16u * img4 + 4u * all_bias;
     uint64_t weights = 0;
     for (uint32_t l = 0; l < n; ++l)
         weights += 4u * ((uint64_t) net->layers[l].in + 1u) * net->layers[l].out;
@@ -435,6 +485,7 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
     h->part_stride = plan->part_stride;
     h->mpad = plan->mpad;
     h->slice_off = plan->slice_off;
+    h->slice2_off = plan->slice2_off;
     h->work_end = plan->work_end;
     h->read_leader = plan->read_leader;
     h->sync = plan->sync;
@@ -456,7 +507,8 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
             const bool cols = L->spread && !L->by_out;
             const uint32_t kc0 = cols ? in4 * blk / W : 0u, kc1 = cols ? in4 * (blk + 1u) / W : in4;
             /* by outputs: this worker's are m0 .. m1 - 1 (its local output m is m0 + m) */
-            const uint32_t m0 = L->by_out ? N->out * blk / W : 0u, m1 = L->by_out ? N->out * (blk + 1u) / W : N->out;
+            uint32_t m0 = 0u, m1 = N->out;
+            p_out_range (*L, N->out, blk, W, &m0, &m1);
             char *dst = reinterpret_cast<char *> (payload) + 16u * (L->image + (uint64_t) blk * L->per_block);
             for (uint32_t p = 0; p < L->passes; ++p) {
                 const uint32_t A = p + 1u == L->passes ? L->last_active : L->active;

@@ -28,12 +28,14 @@ extern "C" const size_t sig_spec_file_count;
 
 /* The header initializer below lists p_header_t's fields in declaration order: a field added or
  * moved there must be added here too (these fail the build until it is). */
-static_assert (sizeof (p_header_t) == 1360u, "p_header_t changed: update s_header_init");
+static_assert (sizeof (p_header_t) == 1504u, "p_header_t changed: update s_header_init");
 static_assert (offsetof (p_header_t, payload) == 80u && offsetof (p_header_t, box) == 96u
-                   && offsetof (p_header_t, sync) == 140u && offsetof (p_header_t, layer) == 144u
-                   && offsetof (p_header_t, in_) == 1168u && offsetof (p_header_t, act) == 1296u,
+                   && offsetof (p_header_t, sync) == 140u && offsetof (p_header_t, slice2_off) == 144u
+                   && offsetof (p_header_t, layer) == 160u && offsetof (p_header_t, in_) == 1312u
+                   && offsetof (p_header_t, act) == 1440u,
                "p_header_t changed: update s_header_init");
-static_assert (sizeof (sig_persistent_layer_plan_t) == 64u && offsetof (sig_persistent_layer_plan_t, image) == 48u,
+static_assert (sizeof (sig_persistent_layer_plan_t) == 72u && offsetof (sig_persistent_layer_plan_t, fuse) == 48u
+                   && offsetof (sig_persistent_layer_plan_t, image) == 56u,
                "sig_persistent_layer_plan_t changed: update s_header_init");
 static_assert (sizeof (sig_persistent_layout_t) == 44u, "sig_persistent_layout_t changed: update s_header_init");
 
@@ -93,13 +95,15 @@ static void s_header_init (s_text_t *t, const p_header_t *h)
            h->read_leader, h->dtype, h->chunk_rows);
     s_put (t, "  %lluull, %lluull, \\\n", (unsigned long long) h->payload, (unsigned long long) h->bias_image);
     const sig_persistent_layout_t *b = &h->box;
-    s_put (t, "  { %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu }, %uu, \\\n  {", b->ctrl, b->status, b->slots,
-           b->slot_bytes, b->request, b->done, b->features, b->outputs, b->row_floats, b->ring, b->total, h->sync);
+    s_put (t, "  { %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu }, %uu, %uu, { 0u, 0u, 0u }, \\\n  {", b->ctrl, b->status,
+           b->slots, b->slot_bytes, b->request, b->done, b->features, b->outputs, b->row_floats, b->ring, b->total, h->sync,
+           h->slice2_off);
     for (uint32_t l = 0; l < SIG_FUSED_MAX_LAYERS; ++l) {
         const sig_persistent_layer_plan_t *L = &h->layer[l];
-        s_put (t, " { %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %lluull, %lluull },%s", L->spread,
-               L->glog, L->passes, L->active, L->last_active, L->by_out, L->slots, L->bank, L->regs, L->xs, L->w_smem,
-               L->bias, (unsigned long long) L->image, (unsigned long long) L->per_block, l % 2u ? " \\\n  " : "");
+        s_put (t, " { %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %uu, %lluull, %lluull },%s",
+               L->spread, L->glog, L->passes, L->active, L->last_active, L->by_out, L->slots, L->bank, L->regs, L->xs,
+               L->w_smem, L->bias, L->fuse, L->wbias, (unsigned long long) L->image, (unsigned long long) L->per_block,
+               l % 2u ? " \\\n  " : "");
     }
     s_put (t, " }, \\\n  {");
     for (uint32_t l = 0; l < SIG_FUSED_MAX_LAYERS; ++l)

@@ -21,7 +21,7 @@
 #include "kernels.h"
 #include "backends/persistent_box.h"
 
-enum { OPTIN_SM90 = 232448, STATIC_SMEM = 1376 };   /* cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90;
+enum { OPTIN_SM90 = 232448, STATIC_SMEM = 1536 };   /* cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90;
                                                        the generic kernel's static shared memory */
 
 /* The source of the kernel specialised for SIZES (LAYERS + 1 sizes) in DTYPE, for MAX_ROWS rows (TRACED:
@@ -177,6 +177,117 @@ START_TEST (workers_polling_is_planned_only_where_it_can_run)
 }
 END_TEST
 
+/* A layer split by outputs before one split by columns keeps its outputs in the workers (fused): no
+ * gather or scatter between the two, nothing of it on the leader (no partials, no bias); its outputs
+ * divided in whole float4 chunks; each worker's biases and second slice in its own memory. A next
+ * layer small enough for the leader is split for it (as many barriers: the leader no longer holds
+ * 3000-wide buffers); where both were split anyway, 2 barriers a request instead of 4.
+ * SIG_SYNC_NO_FUSE plans the old way. The specialised kernels compile for sm_90 (f32, bf16). */
+START_TEST (a_layer_split_by_outputs_keeps_them_for_the_next)
+{
+    const uint32_t narrow[] = { 37, 3000, 5 };
+    sig_persistent_tuning_t tu;
+    memset (&tu, 0, sizeof tu);
+    tu.done_mode = SIG_DONE_OUTPUTS;
+    sig_persistent_plan_t f, nf;
+    char *src = s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &f);
+    ck_assert_uint_eq (f.cluster_blocks, 8);
+    ck_assert_uint_eq (f.layers[0].spread, 1);
+    ck_assert_uint_eq (f.layers[0].by_out, 1);
+    ck_assert_uint_eq (f.layers[0].fuse, 1);
+    ck_assert_uint_eq (f.layers[1].spread, 1);
+    ck_assert_uint_eq (f.layers[1].by_out, 0);
+    ck_assert_uint_eq (f.layers[1].fuse, 0);
+    ck_assert_uint_eq (f.cluster_barriers, 2);   /* start, the gather of layer 1 */
+    s_compiles (src);
+    tu.sync = SIG_SYNC_NO_FUSE;
+    free (s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &nf));
+    ck_assert_uint_eq (nf.layers[0].by_out, 1);
+    ck_assert_uint_eq (nf.layers[0].fuse, 0);
+    ck_assert_uint_eq (nf.layers[1].spread, 0);   /* 60 KB: the leader's */
+    ck_assert_uint_eq (nf.cluster_barriers, 2);   /* start, gather */
+    /* the leader: no bias, partials or act buffer as wide as the hidden layer */
+    ck_assert_uint_eq (f.act_off0 - f.bias_off, 8);                   /* layer 1's 5 biases, padded */
+    ck_assert_uint_eq (nf.act_off0 - nf.bias_off, 3000 + 8);
+    ck_assert_uint_lt (f.lead_end, nf.lead_end - 3 * 3000);
+    /* a worker: the weights, its biases of layer 0 (3000 / 4 = 750 chunks over 7: 108 at most, 432
+     * floats), its slices */
+    ck_assert_uint_eq (f.chunk_rows, 3);
+    ck_assert_uint_eq (f.layers[0].wbias, f.slice_off - 432);
+    ck_assert_uint_eq (f.slice2_off, f.slice_off + 4 * 3 * f.layers[0].xs);
+    ck_assert_uint_eq (f.work_end, f.slice2_off + 4 * 3 * f.layers[1].xs);
+    /* chunk-aligned outputs (worker w: 4 (750 w / 7) .. 4 (750 (w + 1) / 7)): 432 at most, a pass of
+     * 256 and one of 176 (6 warps) */
+    ck_assert_uint_eq (f.layers[0].passes, 2);
+    ck_assert_uint_eq (f.layers[0].last_active, 192);
+    /* both layers split anyway (layer 1 160 KB): start, gather, scatter, gather when not fused */
+    const uint32_t wider[] = { 37, 8000, 5 };
+    sig_persistent_plan_t wf, wnf;
+    free (s_source_as (wider, 2, 1, SIG_DTYPE_F32, false, &tu, &wnf));
+    tu.sync = 0;
+    free (s_source_as (wider, 2, 1, SIG_DTYPE_F32, false, &tu, &wf));
+    ck_assert_uint_eq (wnf.layers[1].spread, 1);
+    ck_assert_uint_eq (wnf.cluster_barriers, 4);
+    ck_assert_uint_eq (wf.layers[0].fuse, 1);
+    ck_assert_uint_eq (wf.cluster_barriers, 2);
+    /* the specialised kernel of the fused plan compiles in bf16 (on 8 blocks: one would hold it) */
+    tu.cluster_blocks = 8;
+    const uint32_t chain[] = { 5, 9000, 3, 7 };
+    sig_persistent_plan_t c;
+    s_compiles (s_source_as (chain, 3, 16, SIG_DTYPE_BF16, false, &tu, &c));
+    ck_assert_uint_eq (c.layers[0].fuse, 1);
+}
+END_TEST
+
+/* The planner takes every model whose raw fp32 weights are within the budget (the largest cluster's
+ * shared memory): nets of growing width in families of narrow and wide inputs and outputs, one and two
+ * hidden layers, at max_rows 1 and 16, each planned at 0.25, 0.5, 0.75 and 1.0 x the budget; the
+ * register banks cover the layout's overhead (a bank may span passes: at 1.0 x, 37-N-5's layer 0 has
+ * 10 slots a pass and 20 in registers). Narrow-input nets with one very wide hidden layer hold that
+ * layer's activations and padded input chunks too: 1-N-1 is taken to 0.3 x, 5-N-2 to 0.65 x. */
+START_TEST (the_planner_takes_every_family_up_to_the_budget)
+{
+    static const float dummy[1];
+    const struct { uint32_t in, out, hidden; double upto; } fams[] = {
+        { 512, 1, 1, 1.0 }, { 293, 3, 1, 1.0 }, { 37, 5, 1, 1.0 }, { 1000, 7, 1, 1.0 }, { 64, 2, 2, 1.0 },
+        { 293, 3, 2, 1.0 }, { 512, 1, 2, 1.0 }, { 100, 100, 1, 1.0 }, { 31, 33, 2, 1.0 }, { 8192, 3, 1, 1.0 },
+        { 3, 1, 2, 1.0 }, { 7, 7, 2, 1.0 }, { 2048, 1, 1, 1.0 }, { 129, 65, 2, 1.0 }, { 17, 300, 1, 1.0 },
+        { 5, 2, 1, 0.65 }, { 1, 1, 1, 0.3 } };
+    const double budget = (double) SIG_PERSISTENT_MAX_BLOCKS * (OPTIN_SM90 - STATIC_SMEM);
+    const double fractions[] = { 0.25, 0.5, 0.75, 1.0 };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
+        for (size_t k = 0; k < 5; k++) {
+            const double x = k < 4 ? fractions[k] : fams[f].upto;
+            if (x > fams[f].upto)
+                continue;
+            /* the widest N whose raw fp32 weights are within x budget */
+            const uint64_t per = fams[f].in + fams[f].out;
+            uint32_t N = 1;
+            for (uint32_t step = 1u << 21; step; step >>= 1) {
+                const uint64_t n = N + step;
+                const uint64_t raw = 4 * (fams[f].hidden == 1 ? n * per : n * per + n * n);
+                if ((double) raw <= x * budget)
+                    N = (uint32_t) n;
+            }
+            const uint32_t s[4] = { fams[f].in, N, fams[f].hidden == 1 ? fams[f].out : N, fams[f].out };
+            sig_fused_net_t net;
+            memset (&net, 0, sizeof net);
+            net.layer_count = fams[f].hidden + 1;
+            for (uint32_t l = 0; l < net.layer_count; l++)
+                net.layers[l] = (sig_fused_layer_t) { .w = dummy, .b = dummy, .in = s[l], .out = s[l + 1], .act = 1 };
+            for (uint32_t rows = 1; rows <= 16; rows += 15) {
+                sig_persistent_plan_t p;
+                const int rc = sig_persistent_plan_offline (&net, rows, OPTIN_SM90, STATIC_SMEM, SIG_DTYPE_F32, NULL, &p);
+                ck_assert_msg (rc == 0, "%u-%u%s-%u (%.2f x budget), max_rows %u: refused (need %llu KiB, the cluster holds %llu)",
+                               s[0], N, fams[f].hidden == 2 ? "-N" : "", fams[f].out, x, rows,
+                               (unsigned long long) (p.need_bytes >> 10), (unsigned long long) (p.cluster_bytes >> 10));
+                if (f == 2 && x == 1.0)
+                    ck_assert_uint_gt (p.layers[0].regs, p.layers[0].slots);   /* the bank spans passes */
+            }
+        }
+}
+END_TEST
+
 START_TEST (a_compile_error_returns_the_compilers_log)
 {
     void *cubin = (void *) 1;
@@ -248,6 +359,8 @@ int main (void)
     tcase_add_test (tc, compiles_odd_shapes_rows_and_a_split_layer);
     tcase_add_test (tc, the_traced_instantiation_compiles_with_its_own_source);
     tcase_add_test (tc, workers_polling_is_planned_only_where_it_can_run);
+    tcase_add_test (tc, a_layer_split_by_outputs_keeps_them_for_the_next);
+    tcase_add_test (tc, the_planner_takes_every_family_up_to_the_budget);
     tcase_add_test (tc, a_compile_error_returns_the_compilers_log);
     tcase_add_test (tc, the_cache_finds_a_cubin_in_memory_and_on_disk);
     tcase_add_test (tc, an_unwritable_folder_keeps_the_cubin_in_memory);

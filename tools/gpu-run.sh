@@ -150,6 +150,13 @@ for r in $(seq 1 "${PERSIST_RUNS:-0}"); do
     step "persist_$r" taskset -c 3 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 \
         --iterations "$ITER" --only-persistent --dtypes "${DTYPES:-f32}" $( [ "${TRACE:-0}" = 1 ] && echo --trace )
 done
+# A layer split by outputs keeping them in the workers for the next (FUSED_RUNS=N runs): a narrow
+# input before a wide hidden layer (FUSED_SHAPE, default 37,8000,5: both layers split either way),
+# the default plan beside the variant that hands the outputs to the leader, f32 and f16.
+for r in $(seq 1 "${FUSED_RUNS:-0}"); do
+    step "fused_$r" timeout 200 taskset -c 3 $BUILD/sigbench --shape "${FUSED_SHAPE:-37,8000,5}" --cpu 3 \
+        --iterations "$ITER" --only-persistent --persistent-variants --dtypes f32,f16
+done
 # Several specialised instances of the persistent MLP at once (issue 19 item 5; MLP_INSTANCES=1):
 # tick_mlp, 1, 2, 4 and 8 instances (INSTANCE_COUNTS), each driven by its own thread on cores 3, 4,
 # ...; f32 and f16, INST_RUNS runs (default 2).

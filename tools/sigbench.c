@@ -82,7 +82,9 @@ static void s_usage (FILE *out)
              "  --persistent-variants  also time the persistent kernel at other cluster sizes, with\n"
              "               completion by the outputs, with weights in registers, with the workers\n"
              "               reading their own features, with a ring of one slot, with mbarrier\n"
-             "               hand-offs; each generic, then specialised for the model (NVRTC)\n"
+             "               hand-offs, with a layer split by outputs handing them to the leader\n"
+             "               (not kept in the workers for the next); each generic, then specialised\n"
+             "               for the model (NVRTC)\n"
              "  --trace      also run the traced instantiations of the persistent kernel, generic\n"
              "               and specialised (the serving kernels' rows stay beside them, unchanged)\n"
              "               and print each phase's p50 in ns: seen -> started -> per layer\n"
@@ -569,12 +571,15 @@ static backend_model_t *s_load_persistent (const options_t *o, const weights_t *
 static void s_persistent_label (backend_model_t *m, const char *what, char *label, size_t len)
 {
     const sig_persistent_plan_t *p = cuda_model_persistent_plan (m);
-    bool regs = false;
-    for (uint32_t l = 0; l < p->layer_count; l++)
+    bool regs = false, kept = false;
+    for (uint32_t l = 0; l < p->layer_count; l++) {
         regs |= p->layers[l].bank == 0 && p->layers[l].regs > 0;
+        kept |= p->layers[l].fuse != 0;
+    }
     static const char *const dt[] = { "f32", "f16", "bf16" };
-    snprintf (label, len, "%s | %s: %s weights, cluster %u, %u %s/request, tail %s, %s, %s, completion by %s",
-              backend_cuda_iface.kernel_name (m), what, p->dtype <= 2 ? dt[p->dtype] : "?", p->cluster_blocks, p->cluster_barriers,
+    snprintf (label, len, "%s | %s: %s weights, cluster %u%s, %u %s/request, tail %s, %s, %s, completion by %s",
+              backend_cuda_iface.kernel_name (m), what, p->dtype <= 2 ? dt[p->dtype] : "?", p->cluster_blocks,
+              kept ? " (outputs kept in the workers)" : "", p->cluster_barriers,
               (p->sync & SIG_PLAN_SYNC_MBAR_BLOCK) ? "mbarrier hand-offs (a block)"
               : (p->sync & SIG_PLAN_SYNC_MBAR) ? "mbarrier hand-offs (a warp)" : "cluster barriers",
               (p->sync & SIG_PLAN_SYNC_TAIL) ? "fused" : "by layer",
@@ -886,7 +891,8 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS | SIG_SYNC_OLD_TAIL },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL },
-            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL | SIG_SYNC_OLD_TAIL } };
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL | SIG_SYNC_OLD_TAIL },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_FUSE }, { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
                                "variant: workers read", "variant: every layer split, by outputs",
@@ -894,7 +900,9 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
                                "variant: mbarriers, an arrival a warp", "variant: mbarriers, an arrival a block",
                                "variant: mbarriers (a block), the old tail",
                                "variant: every block polls, the workers read (no start barrier)",
-                               "variant: every block polls, the old tail" };
+                               "variant: every block polls, the old tail",
+                               "variant: outputs to the leader (not kept in the workers)",
+                               "variant: every layer split, even ones by outputs kept in the workers" };
         /* each variant generic, then specialised for the model (as it would serve: the default) */
         for (size_t k = 0; k < 2 * (sizeof variants / sizeof variants[0]); k++) {
             const size_t v = k / 2;
