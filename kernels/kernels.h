@@ -149,7 +149,8 @@ typedef struct {
                                  serving kernel) */
     uint32_t split_by;        /* a split layer divided by 0: whichever holds fewer bytes, 1: input columns,
                                  2: outputs (exercises that path), 3: outputs for even layers, columns for
-                                 odd ones (with spread_all: every pair fused, see .fuse) */
+                                 odd ones (with spread_all: every pair fused, see .fuse), 4: outputs, 4 a
+                                 thread (the narrow layout, see .by_out) */
     uint32_t sync;            /* how the cluster hands off and the leader runs its tail: 0, the plan's
                                  default; else one of SIG_SYNC_BARRIERS.. SIG_SYNC_MBAR_BLOCKS, with the flags
                                  SIG_SYNC_OLD_TAIL and SIG_SYNC_TRACE_REPEAT or-ed in */
@@ -209,9 +210,12 @@ typedef struct {
                                pass p's slots start at p x slots x active */
     uint32_t by_out;        /* a split layer divided by outputs (worker w: outputs out w / W .. out (w + 1) / W,
                                every input) instead of by input columns: for narrow inputs, where
-                               columns do not divide evenly over the workers */
+                               columns do not divide evenly over the workers. 1: a thread an output;
+                               2 (narrow): a thread 4 outputs, their slot k the 4 weights of input k
+                               (an input of a few features is not padded to whole chunks), outputs
+                               divided by float4 chunks as for .fuse */
     uint32_t slots;         /* weight slots per thread and pass: 4 weights each (16 bytes in f32, 8 in f16 and
-                               bf16), for one float4 chunk of the input */
+                               bf16), for one float4 chunk of the input (narrow: for one input) */
     uint32_t bank;          /* 0: the first `regs` slots (of the first pass) live in registers; 2: none do */
     uint32_t regs;
     uint32_t xs;            /* the input's row stride in float4 (slots << glog) */

@@ -69,16 +69,20 @@ __host__ __device__ __forceinline__ uint32_t s_div_up (uint32_t a, uint32_t b)
     return a / b + (a % b != 0u ? 1u : 0u);
 }
 
+/* sig_persistent_layer_plan_t.by_out: by outputs, a thread an output (G threads: its chunks of the
+ * input) or a thread 4 outputs (a slot their 4 weights of one input: narrow inputs, not padded) */
+enum { P_BY_OUT = 1u, P_BY_OUT_NARROW = 2u };
+
 /* The outputs [*M0, *M1) that worker BLK (0 .. W - 1) computes of a layer of OUT outputs split by
- * outputs (a fused layer's in whole float4 chunks: the worker's columns of the next layer); all of
- * them for any other layer. */
+ * outputs (a fused or narrow layer's in whole float4 chunks: the worker's columns of the next layer,
+ * a thread's 4 outputs); all of them for any other layer. */
 __host__ __device__ __forceinline__ void p_out_range (const sig_persistent_layer_plan_t &L, uint32_t out, uint32_t blk,
                                                       uint32_t W, uint32_t *m0, uint32_t *m1)
 {
     if (!L.by_out) {
         *m0 = 0u;
         *m1 = out;
-    } else if (L.fuse) {
+    } else if (L.fuse || L.by_out == P_BY_OUT_NARROW) {
         const uint32_t out4 = s_div_up (out, 4u), end = 4u * (out4 * (blk + 1u) / W);
         *m0 = 4u * (out4 * blk / W);
         *m1 = end < out ? end : out;

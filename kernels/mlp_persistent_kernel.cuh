@@ -476,10 +476,52 @@ P_TAIL_UNROLL
     return wrote;
 }
 
+/* A layer split by outputs in the narrow layout (P_BY_OUT_NARROW): thread j of pass p has outputs
+ * 4 (p T + j) .. + 3, its slot k their four weights of input k (no input padding: an input of a few
+ * features), the input read as floats; fp32 FMAs, two accumulators, no registers bank. */
+template <int DT>
+__device__ __forceinline__ bool s_gemv_narrow (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
+                                               const float4 *__restrict__ x, uint32_t rows, const s_out_t &o)
+{
+    const uint32_t t = threadIdx.x, S = L.slots;
+    bool wrote = false;
+    for (uint32_t p = 0; p < L.passes; ++p) {
+        const uint32_t A = p + 1u == L.passes ? L.last_active : L.active;
+        if (t >= A)
+            break;
+        const uint32_t m = 4u * (p * P_T + t);
+        const size_t wp = (size_t) p * S * L.active + t;
+        for (uint32_t r = 0; r < rows; ++r) {
+            const float *xr = reinterpret_cast<const float *> (x + (size_t) r * L.xs);
+            float4 a = make_float4 (0.0f, 0.0f, 0.0f, 0.0f), c = a;
+            uint32_t k = 0;
+            for (; k + 2u <= S; k += 2u) {
+                const float4 w0 = s_wslot<DT> (wsm, wp + (size_t) k * A), w1 = s_wslot<DT> (wsm, wp + (size_t) (k + 1u) * A);
+                const float x0 = xr[k], x1 = xr[k + 1u];
+                a = make_float4 (fmaf (w0.x, x0, a.x), fmaf (w0.y, x0, a.y), fmaf (w0.z, x0, a.z), fmaf (w0.w, x0, a.w));
+                c = make_float4 (fmaf (w1.x, x1, c.x), fmaf (w1.y, x1, c.y), fmaf (w1.z, x1, c.z), fmaf (w1.w, x1, c.w));
+            }
+            if (k < S) {
+                const float4 w0 = s_wslot<DT> (wsm, wp + (size_t) k * A);
+                const float x0 = xr[k];
+                a = make_float4 (fmaf (w0.x, x0, a.x), fmaf (w0.y, x0, a.y), fmaf (w0.z, x0, a.z), fmaf (w0.w, x0, a.w));
+            }
+            const float v[4] = { a.x + c.x, a.y + c.y, a.z + c.z, a.w + c.w };
+#pragma unroll
+            for (uint32_t e = 0; e < 4u; ++e)
+                if (m + e < out)
+                    wrote |= s_put (o, r, m + e, v[e]);
+        }
+    }
+    return wrote;
+}
+
 template <int DT>
 __device__ __forceinline__ bool s_gemv_any (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *wsm,
                                             const float4 (&wr)[P_BANK], const float4 *x, uint32_t rows, const s_out_t &o)
 {
+    if (L.by_out == P_BY_OUT_NARROW)
+        return s_gemv_narrow<DT> (L, out, wsm, x, rows, o);
     return L.bank == 0u ? s_gemv<true, DT> (L, out, wsm, wr, x, rows, o) : s_gemv<false, DT> (L, out, wsm, wr, x, rows, o);
 }
 

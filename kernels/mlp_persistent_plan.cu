@@ -64,19 +64,31 @@ static bool s_net_ok (const sig_fused_net_t *n)
 }
 
 /* Threads, slots and strides of one layer (its placement given; W workers; BY_OUT: a split layer
- * divided by outputs, else by input columns; FUSE: by outputs in float4 chunks, kept in the workers). */
-static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, bool by_out, bool fuse,
+ * divided by outputs (P_BY_OUT, or P_BY_OUT_NARROW: a thread 4 outputs), else by input columns;
+ * FUSE: kept in the workers. By outputs in float4 chunks when fused or narrow. */
+static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, uint32_t by_out, bool fuse,
                      sig_persistent_layer_plan_t *L)
 {
     const uint32_t in4 = s_div_up (in, 4u);
     const uint32_t k4 = spread && !by_out ? s_div_up (in4, W) : in4;   /* the most chunks a block has */
+    const bool narrow = spread && by_out == P_BY_OUT_NARROW;
     if (spread && by_out)   /* the most outputs a worker has */
-        out = fuse ? 4u * s_div_up (s_div_up (out, 4u), W) : s_div_up (out, W);
+        out = fuse || narrow ? 4u * s_div_up (s_div_up (out, 4u), W) : s_div_up (out, W);
     uint32_t glog = 0u;
     memset (L, 0, sizeof *L);
     L->spread = spread ? 1u : 0u;
-    L->by_out = spread && by_out ? 1u : 0u;
+    L->by_out = spread ? by_out : 0u;
     L->fuse = spread && by_out && fuse ? 1u : 0u;
+    L->bank = 2u;
+    if (narrow) {   /* thread j: outputs 4 j .. 4 j + 3, slot k: their 4 weights of input k */
+        const uint32_t c = out / 4u;
+        L->passes = s_div_up (c, P_T);
+        L->active = L->passes > 1u ? P_T : (uint32_t) s_align (c, 32u);
+        L->last_active = (uint32_t) s_align (c - (L->passes - 1u) * P_T, 32u);
+        L->slots = in;
+        L->xs = in4;
+        return;
+    }
     if (out <= P_T) {
         /* as many threads per output as the block has room for, up to a warp, no more than chunks */
         while ((1u << (glog + 1u)) <= P_GROUP_MAX && ((uint64_t) out << (glog + 1u)) <= P_T && (1u << glog) < k4)
@@ -92,8 +104,6 @@ static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, bool by
     L->glog = glog;
     L->slots = s_div_up (k4, 1u << glog);
     L->xs = L->slots << glog;
-    L->bank = 2u;
-    L->regs = 0u;
 }
 
 /* Slots of one block (every pass); bytes of them in shared memory, and in registers (per block),
@@ -111,17 +121,22 @@ static uint64_t s_layer_regs (const sig_persistent_layer_plan_t *L, uint32_t wb)
     return (L->bank == 0u ? (uint64_t) L->regs : 0u) * L->active * wb;
 }
 
-/* Whether split layer L (N) is divided by outputs over W workers: when that holds fewer bytes a
- * worker (narrow inputs: columns that do not divide evenly leave most workers a padded chunk per
- * output), or as the tuning says. */
-static bool s_by_out (const sig_fused_layer_t *N, uint32_t l, uint32_t W, const sig_persistent_tuning_t *tu)
+/* How split layer L (N) is divided over W workers: 0 by input columns; by outputs (P_BY_OUT) when
+ * that holds fewer bytes a worker (narrow inputs: columns that do not divide evenly leave most
+ * workers a padded chunk per output), or as the tuning says; P_BY_OUT_NARROW, 4 outputs a thread
+ * and a slot an input, when that holds at least 10% fewer (an input of a few features padded to
+ * whole chunks: 1 feature, 4 x the bytes) or the tuning says. */
+static uint32_t s_by_out (const sig_fused_layer_t *N, uint32_t l, uint32_t W, const sig_persistent_tuning_t *tu)
 {
-    if (tu->split_by != 0u)
-        return tu->split_by == 2u || (tu->split_by == 3u && l % 2u == 0u);
-    sig_persistent_layer_plan_t cols, outs;
-    s_shape (N->in, N->out, W, true, false, false, &cols);
-    s_shape (N->in, N->out, W, true, true, false, &outs);
-    return s_layer_slots (&outs) < s_layer_slots (&cols);
+    sig_persistent_layer_plan_t cols, outs, narrow;
+    s_shape (N->in, N->out, W, true, 0u, false, &cols);
+    s_shape (N->in, N->out, W, true, P_BY_OUT, false, &outs);
+    s_shape (N->in, N->out, W, true, P_BY_OUT_NARROW, false, &narrow);
+    const bool nar = tu->split_by == 4u || 10u * s_layer_slots (&narrow) <= 9u * s_layer_slots (&outs);
+    const uint64_t by_out = nar ? s_layer_slots (&narrow) : s_layer_slots (&outs);
+    const bool o = tu->split_by == 0u ? by_out < s_layer_slots (&cols)
+                                      : tu->split_by == 2u || tu->split_by == 4u || (tu->split_by == 3u && l % 2u == 0u);
+    return !o ? 0u : nar ? (uint32_t) P_BY_OUT_NARROW : (uint32_t) P_BY_OUT;
 }
 
 /* One candidate: every offset of a plan with this cluster size and placement. Returns whether it
@@ -178,7 +193,7 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     p->max_cluster = C;
     for (uint32_t l = 0; l < n; ++l) {
         const sig_fused_layer_t *N = &net->layers[l];
-        s_shape (N->in, N->out, W, spread[l], spread[l] && s_by_out (N, l, W, tu), false, &p->layers[l]);
+        s_shape (N->in, N->out, W, spread[l], spread[l] ? s_by_out (N, l, W, tu) : 0u, false, &p->layers[l]);
     }
     /* A layer split by outputs before one split by columns keeps its outputs in the workers (each
      * worker's outputs, in whole float4 chunks, are its columns of the next layer): two hand-offs
@@ -186,7 +201,7 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
      * its outputs: a wide hidden layer between narrow ones fits). */
     for (uint32_t l = 0; l + 1u < n && fuse; ++l)
         if (p->layers[l].by_out && p->layers[l + 1u].spread && !p->layers[l + 1u].by_out)
-            s_shape (net->layers[l].in, net->layers[l].out, W, true, true, true, &p->layers[l]);
+            s_shape (net->layers[l].in, net->layers[l].out, W, true, p->layers[l].by_out, true, &p->layers[l]);
     /* Registers: per role, the layer that would read most from shared memory (its first pass's
      * first slots). */
     for (uint32_t role = 0; role < 2u && registers; ++role) {
@@ -195,7 +210,7 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
         for (uint32_t l = 0; l < n; ++l) {
             const sig_persistent_layer_plan_t *L = &p->layers[l];
             const uint64_t bytes = s_layer_slots (L);
-            if (L->spread == role && bytes > best_bytes) {
+            if (L->spread == role && L->by_out != P_BY_OUT_NARROW && bytes > best_bytes) {   /* (no bank in that loop) */
                 best = l;
                 best_bytes = bytes;
             }
@@ -510,7 +525,19 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
             uint32_t m0 = 0u, m1 = N->out;
             p_out_range (*L, N->out, blk, W, &m0, &m1);
             char *dst = reinterpret_cast<char *> (payload) + 16u * (L->image + (uint64_t) blk * L->per_block);
-            for (uint32_t p = 0; p < L->passes; ++p) {
+            for (uint32_t p = 0; p < L->passes && L->by_out == P_BY_OUT_NARROW; ++p) {   /* 4 outputs a thread */
+                const uint32_t A = p + 1u == L->passes ? L->last_active : L->active;
+                for (uint32_t k = 0; k < L->slots; ++k)
+                    for (uint32_t t = 0; t < A; ++t) {
+                        char *c = dst + (size_t) wb * ((uint64_t) p * L->slots * L->active + (uint64_t) k * A + t);
+                        for (uint32_t e = 0; e < 4u; ++e) {
+                            const uint32_t m = m0 + 4u * (p * P_T + t) + e;
+                            if (m < m1)
+                                s_put_weight (c, e, dtype, N->w[(size_t) m * N->in + k]);
+                        }
+                    }
+            }
+            for (uint32_t p = 0; p < L->passes && L->by_out != P_BY_OUT_NARROW; ++p) {
                 const uint32_t A = p + 1u == L->passes ? L->last_active : L->active;
                 for (uint32_t s = 0; s < L->slots; ++s)
                     for (uint32_t t = 0; t < A; ++t) {

@@ -620,6 +620,10 @@ static const sig_persistent_tuning_t s_tunings[] = {
     { 4, 1, 2, SIG_DONE_SEQUENCE, 1, 0, 0, 3, 0 },
     { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 3, SIG_SYNC_MBAR_WARPS },
     { 2, 1, 1, SIG_DONE_OUTPUTS, 0, 0, 0, 3, SIG_SYNC_NO_FUSE },
+    /* the narrow layout (a thread 4 outputs) for every split layer: every layer split; registers
+     * always (for the other role), the workers reading */
+    { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 4, 0 },
+    { 4, 0, 2, SIG_DONE_SEQUENCE, 1, 0, 0, 4, 0 },
 };
 #define TUNINGS (sizeof s_tunings / sizeof s_tunings[0])
 

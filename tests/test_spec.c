@@ -236,6 +236,13 @@ START_TEST (a_layer_split_by_outputs_keeps_them_for_the_next)
     sig_persistent_plan_t c;
     s_compiles (s_source_as (chain, 3, 16, SIG_DTYPE_BF16, false, &tu, &c));
     ck_assert_uint_eq (c.layers[0].fuse, 1);
+    /* 5 inputs: the narrow layout (a thread 4 outputs, a slot an input: 5 slots, not 2 chunks of 4 per
+     * output), chunk-aligned outputs: 9000 / 4 = 2250 chunks over 7, 322 at most a worker */
+    ck_assert_uint_eq (c.layers[0].by_out, 2);
+    ck_assert_uint_eq (c.layers[0].slots, 5);
+    ck_assert_uint_eq (c.layers[0].passes, 2);
+    ck_assert_uint_eq (c.layers[0].last_active, 96);
+    ck_assert_uint_eq (f.layers[0].by_out, 1);   /* 37 inputs: 10 chunks an output, 9.25 slots narrow */
 }
 END_TEST
 
@@ -244,7 +251,8 @@ END_TEST
  * hidden layers, at max_rows 1 and 16, each planned at 0.25, 0.5, 0.75 and 1.0 x the budget; the
  * register banks cover the layout's overhead (a bank may span passes: at 1.0 x, 37-N-5's layer 0 has
  * 10 slots a pass and 20 in registers). Narrow-input nets with one very wide hidden layer hold that
- * layer's activations and padded input chunks too: 1-N-1 is taken to 0.3 x, 5-N-2 to 0.65 x. */
+ * layer's activations and biases too (as many bytes as the weights for 1-N-1): 1-N-1 is taken to
+ * 0.44 x, 5-N-2 to 0.7 x. */
 START_TEST (the_planner_takes_every_family_up_to_the_budget)
 {
     static const float dummy[1];
@@ -252,7 +260,7 @@ START_TEST (the_planner_takes_every_family_up_to_the_budget)
         { 512, 1, 1, 1.0 }, { 293, 3, 1, 1.0 }, { 37, 5, 1, 1.0 }, { 1000, 7, 1, 1.0 }, { 64, 2, 2, 1.0 },
         { 293, 3, 2, 1.0 }, { 512, 1, 2, 1.0 }, { 100, 100, 1, 1.0 }, { 31, 33, 2, 1.0 }, { 8192, 3, 1, 1.0 },
         { 3, 1, 2, 1.0 }, { 7, 7, 2, 1.0 }, { 2048, 1, 1, 1.0 }, { 129, 65, 2, 1.0 }, { 17, 300, 1, 1.0 },
-        { 5, 2, 1, 0.65 }, { 1, 1, 1, 0.3 } };
+        { 5, 2, 1, 0.7 }, { 1, 1, 1, 0.44 } };
     const double budget = (double) SIG_PERSISTENT_MAX_BLOCKS * (OPTIN_SM90 - STATIC_SMEM);
     const double fractions[] = { 0.25, 0.5, 0.75, 1.0 };
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)

@@ -123,6 +123,9 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     # partials of 16 rows do not fit: 293-597-31-3 runs 7 rows at a time).
     step memcheck_by_outputs timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 37,6669,5 --rows 3 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
+    # 5 features: layer 0 in the narrow layout (a thread 4 outputs), kept in the workers for layer 1
+    step memcheck_narrow timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 5,9001,3,7 --rows 5 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
     step memcheck_chunks timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 293,597,31,3 --rows 16 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
 fi
@@ -150,12 +153,16 @@ for r in $(seq 1 "${PERSIST_RUNS:-0}"); do
     step "persist_$r" taskset -c 3 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors --cpu 3 \
         --iterations "$ITER" --only-persistent --dtypes "${DTYPES:-f32}" $( [ "${TRACE:-0}" = 1 ] && echo --trace )
 done
-# A layer split by outputs keeping them in the workers for the next (FUSED_RUNS=N runs): a narrow
-# input before a wide hidden layer (FUSED_SHAPE, default 37,8000,5: both layers split either way),
-# the default plan beside the variant that hands the outputs to the leader, f32 and f16.
+# A layer split by outputs keeping them in the workers for the next (FUSED_RUNS=N runs): narrow
+# inputs before a wide hidden layer (FUSED_SHAPES; 37,8000,5: both layers split either way; 5,20000,2:
+# 5 features, the narrow layout; 512,256,64,1: tick_mlp's shape, where the variant "layer 0 by outputs,
+# kept in the workers" takes layer 1 off the leader), the default plan beside the variant that hands
+# the outputs to the leader, f32 and f16.
 for r in $(seq 1 "${FUSED_RUNS:-0}"); do
-    step "fused_$r" timeout 200 taskset -c 3 $BUILD/sigbench --shape "${FUSED_SHAPE:-37,8000,5}" --cpu 3 \
-        --iterations "$ITER" --only-persistent --persistent-variants --dtypes f32,f16
+    for s in ${FUSED_SHAPES:-37,8000,5 5,20000,2 512,256,64,1}; do
+        step "fused_${r}_$(echo "$s" | tr , x)" timeout 200 taskset -c 3 $BUILD/sigbench --shape "$s" --cpu 3 \
+            --iterations "$ITER" --only-persistent --persistent-variants --dtypes f32,f16
+    done
 done
 # Several specialised instances of the persistent MLP at once (issue 19 item 5; MLP_INSTANCES=1):
 # tick_mlp, 1, 2, 4 and 8 instances (INSTANCE_COUNTS), each driven by its own thread on cores 3, 4,

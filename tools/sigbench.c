@@ -571,15 +571,16 @@ static backend_model_t *s_load_persistent (const options_t *o, const weights_t *
 static void s_persistent_label (backend_model_t *m, const char *what, char *label, size_t len)
 {
     const sig_persistent_plan_t *p = cuda_model_persistent_plan (m);
-    bool regs = false, kept = false;
+    bool regs = false, kept = false, narrow = false;
     for (uint32_t l = 0; l < p->layer_count; l++) {
         regs |= p->layers[l].bank == 0 && p->layers[l].regs > 0;
         kept |= p->layers[l].fuse != 0;
+        narrow |= p->layers[l].by_out == 2;
     }
     static const char *const dt[] = { "f32", "f16", "bf16" };
-    snprintf (label, len, "%s | %s: %s weights, cluster %u%s, %u %s/request, tail %s, %s, %s, completion by %s",
+    snprintf (label, len, "%s | %s: %s weights, cluster %u%s%s, %u %s/request, tail %s, %s, %s, completion by %s",
               backend_cuda_iface.kernel_name (m), what, p->dtype <= 2 ? dt[p->dtype] : "?", p->cluster_blocks,
-              kept ? " (outputs kept in the workers)" : "", p->cluster_barriers,
+              kept ? " (outputs kept in the workers)" : "", narrow ? " (narrow layout)" : "", p->cluster_barriers,
               (p->sync & SIG_PLAN_SYNC_MBAR_BLOCK) ? "mbarrier hand-offs (a block)"
               : (p->sync & SIG_PLAN_SYNC_MBAR) ? "mbarrier hand-offs (a warp)" : "cluster barriers",
               (p->sync & SIG_PLAN_SYNC_TAIL) ? "fused" : "by layer",
@@ -623,7 +624,7 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
         return INFINITY;
     }
     latency_summary_t sum;
-    char label[200];
+    char label[384];
     const double e = s_bench_e2e (o, m, w, E2E_PINNED_GRAPH, in, ref, &sum);
     const sig_persistent_plan_t *p = cuda_model_persistent_plan (m);
     const uint32_t layers = p->layer_count, blocks = p->cluster_blocks;   /* P goes with the model */
@@ -769,7 +770,7 @@ static double s_bench_instances (const options_t *o, const weights_t *w, weight_
         if (!d[loaded].m)
             break;
     }
-    char label[200];
+    char label[384];
     if (loaded == n) {
         for (uint32_t k = 0; k < n; k++)
             pthread_create (&th[k], NULL, s_drive, &d[k]);
@@ -803,7 +804,7 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
 {
     int rc = 0;
     latency_summary_t sum;
-    char label[200];
+    char label[384];
     const weight_dtype_t f32_only[] = { WEIGHT_DTYPE_F32 };
     const weight_dtype_t *dtypes = o->dtype_count ? o->dtypes : f32_only;
     const int ndt = o->dtype_count ? o->dtype_count : 1;
@@ -892,7 +893,8 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_MBAR_BLOCKS | SIG_SYNC_OLD_TAIL },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL | SIG_SYNC_OLD_TAIL },
-            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_FUSE }, { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 } };
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_FUSE }, { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 },
+            { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 4, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
                                "variant: workers read", "variant: every layer split, by outputs",
@@ -902,7 +904,9 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
                                "variant: every block polls, the workers read (no start barrier)",
                                "variant: every block polls, the old tail",
                                "variant: outputs to the leader (not kept in the workers)",
-                               "variant: every layer split, even ones by outputs kept in the workers" };
+                               "variant: every layer split, even ones by outputs kept in the workers",
+                               "variant: every layer split by outputs, 4 a thread (the narrow layout)",
+                               "variant: layer 0 by outputs, kept in the workers for layer 1 (split for it)" };
         /* each variant generic, then specialised for the model (as it would serve: the default) */
         for (size_t k = 0; k < 2 * (sizeof variants / sizeof variants[0]); k++) {
             const size_t v = k / 2;
