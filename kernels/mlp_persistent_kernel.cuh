@@ -12,6 +12,14 @@
  * before the start barrier, so it costs no barrier of its own. (Tuning read_workers: each worker
  * reads its own slice after the start barrier instead; measured 0.6 us slower.) A split layer after
  * the first gets its slices from the leader (DSMEM stores + a barrier).
+ * A split layer may instead be divided by outputs (narrow inputs, where column chunks do not divide
+ * evenly): every worker gets the whole input and computes whole outputs. Where the next layer is
+ * split by columns, such a layer is FUSED with it: each worker adds the bias, applies the activation
+ * and keeps its outputs (whole float4 chunks, so they are exactly its columns of the next layer) in
+ * its own second slice: no gather, no scatter between the two, nothing as wide as that layer on the
+ * leader (the planner splits a next layer that would have been the leader's for this). With inputs
+ * of a few features such a layer uses the NARROW layout: a thread 4 outputs, its slot k their four
+ * weights of input k (s_gemv_narrow), so the input is not padded to whole chunks.
  * tick_mlp (512 -> 256 -> 64 -> 1) at C = 8: layer 0 split over 7 workers (19 chunks each),
  * layers 1 and 2 local: two cluster barriers per request (start, gather).
  *
@@ -31,7 +39,8 @@
  * one float4 of weights each. The image stores slot s of thread t at [(p * S + s) * active + t],
  * so a warp's 16-byte loads of one slot are 512 contiguous bytes (conflict-free in shared memory).
  * When shared memory alone cannot hold a plan, one layer per role (the split layer, resp. the
- * local layer, that would read most from shared memory) keeps its first 20 slots in registers
+ * local layer, that would read most from shared memory) keeps its first 20 slots (pass-major: a
+ * layer of several passes of `active` threads banks pass 0's, then pass 1's) in registers
  * (float4 wr[20], loaded once, indexed only by constants in unrolled loops); a block never runs a
  * layer of the other role, so one array serves both. (Registers only when needed: on tick_mlp
  * they were measured 0.5 us slower than the shared-memory loop.) The G partial dot products of an
