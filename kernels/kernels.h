@@ -341,11 +341,12 @@ enum { SIG_LSTM_OP_STEP = 1, SIG_LSTM_OP_ADVANCE = 2, SIG_LSTM_OP_RESET = 3, SIG
 /* HOLD (tests): block 0 takes no further command while the mailbox's hold word is non-zero (stop
  * still ends it), then marks the command done.
  *
- * Plan 4 (docs/lstm-notes.md): the advances on other SMs. Where the plan says `apart` (a cluster
- * plan, and two of its clusters fit the device), a model runs two resident launches of the same
+ * Plan 4 (docs/lstm-notes.md): the advances on other SMs. Where the plan says `apart` (asked for
+ * with SIG_LSTM_SYNC_ADVANCE_APART: a single stream's step measured slower apart, so not the
+ * default; a cluster plan, and two of its clusters fit the device), a model runs two resident launches of the same
  * kernel, each with its own mailbox (the same layout): the serving one (ROLE_SERVE: STEP, WINDOW,
  * PING) and the advancer (ROLE_ADVANCE: ADVANCE, RESET, PING), with its own copy of the weights in
- * its own shared memory; ROLE_ALL runs every command (the grid, and SIG_LSTM_SYNC_ADVANCE_INLINE).
+ * its own shared memory; ROLE_ALL runs every command (the default, and always the grid).
  * Apart, the state's G and c are LL words (version << 32 | float bits; per slot, layer, block and
  * unit a record of 6: G's four, c, a pad, copied whole into shared memory), written by the advancer at
  * the version its command carries and read by a step that waits for the version its command
@@ -388,9 +389,11 @@ enum { SIG_LSTM_SYNC_POLL_ROUNDS = 1, SIG_LSTM_SYNC_XCHG_ROUNDS = 2 };
  * the words in the same line (docs/lstm-notes.md: the read after the poll). FEAT_SHARED: the layout
  * before (layout.feat 2), to compare; the only one with POLL_ROUNDS. */
 enum { SIG_LSTM_SYNC_FEAT_SHARED = 4 };
-/* The advances in the serving kernel, as before plan 4 (kernels.h above: ROLE_ALL), to compare:
- * every stream's next step waits behind any stream's advance. */
-enum { SIG_LSTM_SYNC_ADVANCE_INLINE = 8 };
+/* Plan 4 (kernels.h above): the advances in a second resident launch (the plan's `apart`, where it
+ * applies), so that no stream's step waits behind another's advance. Not the default: a single
+ * stream's step measured 0.5-1.0 us slower apart on an H100 (docs/lstm-notes.md, plan 4); without
+ * it, the advances run in the serving kernel (ROLE_ALL), as before plan 4. */
+enum { SIG_LSTM_SYNC_ADVANCE_APART = 8 };
 /* The gate products of f16 / bf16 weights (docs/lstm-notes.md, plan 3). WIDE: each weight widened
  * to fp32, fp32 FMA. HALF: the inputs (x, h) rounded to the weights' type, SIG_LSTM_HALF_RUN products
  * per lane summed in it (packed HFMA2, fused, round to nearest), each run added into an fp32 sum

@@ -489,6 +489,9 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
             }
             if (stop)
                 break;
+            if (c.role == SIG_LSTM_ROLE_ADVANCE)   /* apart, the advancer polls less often: fewer reads of
+                                                    * mapped memory beside the serving kernel's */
+                __nanosleep (L_ADVANCER_POLL_NS);
         }
         flag[0] = have;
         flag[1] = 0u;   /* the traced kernel's count of stale feature words re-read */
@@ -624,8 +627,6 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
             acc = l_reduce (l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc, k == 0u && wide), P.group);
         l_stamp (c, 3u + 3u * k);
         if (c.unit) {
-            if (k == 0u)
-                *l_ring (c, slot, pos) = acc;   /* W_ih x, for the advances to come */
             float4 g;
             float cc;
             if (apart) {
@@ -636,6 +637,10 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
                 g = hot_g[k * U + c.j];
                 cc = hot_c[k * U + c.j];
             }
+            /* W_ih x, for the advances to come; apart, after the state's words: a RESET zeroes the
+             * ring and fences the zeros before them, so none lands on this store */
+            if (k == 0u)
+                *l_ring (c, slot, pos) = acc;
             const float h = l_cell (l_add4 (acc, g), cc);
             l_publish<MODE> (c, k, h);
         }

@@ -13,6 +13,7 @@
 #define L_LINE 64u
 #define L_OP_STOP 0xffu
 #define L_HEAD_SMEM_MAX (32u * 1024u)
+#define L_ADVANCER_POLL_NS 1000u   /* plan 4: the advancer's pause between polls of its ring */
 
 static_assert (L_T % 32u == 0u, "whole warps");
 

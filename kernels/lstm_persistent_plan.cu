@@ -321,8 +321,8 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
     /* plan 4: the advances in a second launch of the same shape (and a staging buffer), where two fit
      * (kernels.h) */
     char inline_why[sizeof plan->why] = "";
-    if (tu->sync & SIG_LSTM_SYNC_ADVANCE_INLINE) {
-        snprintf (inline_why, sizeof inline_why, "asked for (SIG_LSTM_SYNC_ADVANCE_INLINE)");
+    if (!(tu->sync & SIG_LSTM_SYNC_ADVANCE_APART)) {
+        snprintf (inline_why, sizeof inline_why, "the default (SIG_LSTM_SYNC_ADVANCE_APART not asked for)");
     } else if (plan->mode != SIG_LSTM_CLUSTER) {
         snprintf (inline_why, sizeof inline_why, "a grid takes every SM: no room for a second launch");
     } else if (slots == 0u) {
@@ -347,8 +347,8 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         plan->sync |= SIG_LSTM_SYNC_FEAT_SHARED;
     l_plan_math (n, tu->math, plan);
     plan->trace = tu->trace;
-    if (tu->sync & SIG_LSTM_SYNC_ADVANCE_INLINE)
-        plan->sync |= SIG_LSTM_SYNC_ADVANCE_INLINE;
+    if (plan->apart)
+        plan->sync |= SIG_LSTM_SYNC_ADVANCE_APART;
     return (int) cudaSuccess;
 }
 

@@ -1,8 +1,8 @@
 /* GPU suite of the CUDA LSTM backend (backend_lstm_cuda.c, kernels/lstm_persistent.cu): the issue's
  * three sizes in every weight type, full windows and interleaved streams longer than the window,
  * against the float64 reference; forced cluster sizes, grid mode and weights read from device
- * memory; stream slots kept apart; refusals; the watchdog and stop; the advances on other SMs (plan 4:
- * many streams, and the order a held advancer leaves). Prints "SKIP: <why>" and passes
+ * memory; stream slots kept apart; refusals; the watchdog and stop; the advances on other SMs (plan 4,
+ * SIG_LSTM_SYNC_ADVANCE_APART: many streams, and the order a held advancer leaves). Prints "SKIP: <why>" and passes
  * where there is no CUDA build, no device, or a device other than compute capability 9.0.
  *
  * Tolerances: every output within its forward error bound (tolerance.h), on fresh random inputs,
@@ -320,9 +320,11 @@ START_TEST (launch_shapes)
         /* the synchronisation before plans 1 and 2, kept to compare (lstmbench --sync) */
         { { .blocks = 4, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "cluster 4, old sync" },
         { { .blocks = 6, .grid = 1, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "grid 6, old sync" },
-        /* the advances in the serving kernel, as before plan 4 (lstmbench --sync 8) */
-        { { .blocks = 1, .sync = SIG_LSTM_SYNC_ADVANCE_INLINE }, "cluster 1, advances inline" },
-        { { .blocks = 4, .sync = SIG_LSTM_SYNC_ADVANCE_INLINE }, "cluster 4, advances inline" },
+        /* the advances in a second launch (plan 4, lstmbench --sync 8); W = 1: advances of zero steps */
+        { { .blocks = 1, .sync = SIG_LSTM_SYNC_ADVANCE_APART }, "cluster 1, advances apart" },
+        { { .blocks = 4, .sync = SIG_LSTM_SYNC_ADVANCE_APART }, "cluster 4, advances apart" },
+        { { .blocks = 4, .sync = SIG_LSTM_SYNC_ADVANCE_APART, .math = SIG_LSTM_MATH_HALF }, "cluster 4, advances apart, "
+          "half math" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int d = 0; d < 3; d++) {
@@ -385,6 +387,7 @@ START_TEST (slots_isolated)
     static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
     const lstm_shape_t s = { .layers = 2, .step_size = 16, .hidden = 24, .out = 1, .window = 4 };
     s_open (&f, &s, WEIGHT_DTYPE_F32, 1, 4, NULL);
+    ck_assert (!lstm_cuda_apart (f.m));   /* the default: the advances in the serving kernel */
     float x[5][16], y0 = NAN, y1 = NAN, yagain = NAN;
     double r, b;
     char err[512];
@@ -536,10 +539,10 @@ START_TEST (resident_like_every_persistent_kernel)
 }
 END_TEST
 
-/* Plan 4, the default of a cluster plan: many streams interleaved (each step followed by its
- * advance, the advancer on other SMs), the small and medium sizes in every weight type, and odd
- * shapes at cluster 1, 4 and 16; within the bounds as every streamed output. _i: 0-5 size * 3 + dtype,
- * 6-14 the odd shape at cluster (1, 4, 16)[(_i - 6) / 3] in dtype (_i - 6) % 3. */
+/* Plan 4 (SIG_LSTM_SYNC_ADVANCE_APART): many streams interleaved (each step followed by its advance,
+ * the advancer on other SMs), the small and medium sizes in every weight type (the plan's launch
+ * size), and odd shapes at cluster 1, 4 and 16; within the bounds as every streamed output. _i: 0-5
+ * size * 3 + dtype, 6-14 the odd shape at cluster (1, 4, 16)[(_i - 6) / 3] in dtype (_i - 6) % 3. */
 START_TEST (advances_apart_many_streams)
 {
     const lstm_shape_t odd = { .layers = 3, .step_size = 37, .hidden = 45, .out = 3, .window = 7,
@@ -552,10 +555,11 @@ START_TEST (advances_apart_many_streams)
     if (_i < 6) {
         const lstm_shape_t *s = _i < 3 ? &LSTM_SHAPE_SMALL : &LSTM_SHAPE_MEDIUM;
         const uint32_t self_every = _i < 3 ? 8 : 24, ref_every = _i < 3 ? 8 : 48;
-        s_check_model (s, (weight_dtype_t) (_i % 3), NULL, 6, s->window + 2, self_every, ref_every, 1, names[_i / 3]);
+        const sig_lstm_tuning_t t = { .sync = SIG_LSTM_SYNC_ADVANCE_APART };
+        s_check_model (s, (weight_dtype_t) (_i % 3), &t, 6, s->window + 2, self_every, ref_every, 1, names[_i / 3]);
     } else {
         const uint32_t blocks[3] = { 1, 4, 16 };
-        const sig_lstm_tuning_t t = { .blocks = blocks[(_i - 6) / 3] };
+        const sig_lstm_tuning_t t = { .blocks = blocks[(_i - 6) / 3], .sync = SIG_LSTM_SYNC_ADVANCE_APART };
         s_check_model (&odd, (weight_dtype_t) ((_i - 6) % 3), &t, 6, 2 * odd.window + 3, 1, 1, 1, odd_names[(_i - 6) / 3]);
     }
 }
@@ -599,8 +603,9 @@ START_TEST (advances_apart_head_of_line)
     static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
     const lstm_shape_t s = { .layers = 2, .step_size = 37, .hidden = 45, .out = 3, .window = 5,
                              .head_act = ACTIVATION_TANH };
+    const sig_lstm_tuning_t apart = { .sync = SIG_LSTM_SYNC_ADVANCE_APART };
     s_expect_apart = 1;
-    s_open (&f, &s, (weight_dtype_t) _i, 1, 3, NULL);
+    s_open (&f, &s, (weight_dtype_t) _i, 1, 3, &apart);
     float xa[3][37], xb[2][37], ya[3], yb[3];
     char err[512];
     s_fill (&xa[0][0], 3 * 37);
@@ -651,10 +656,12 @@ START_TEST (advances_apart_head_of_line)
     if (_i != 0)
         return;
     /* an advancer that never resumes: the watchdog, then stop */
-    s_open (&f, &s, WEIGHT_DTYPE_F32, 1, 3, NULL);
+    s_open (&f, &s, WEIGHT_DTYPE_F32, 1, 3, &apart);
     B->destroy (&f.m);
     f.cfg.watchdog_ms = 100;
+    lstm_cuda_tuning (&apart);
     f.m = B->load (f.w, &f.cfg, 0, err, sizeof err);
+    lstm_cuda_tuning (NULL);
     ck_assert_msg (f.m != NULL, "%s", err);
     ck_assert_int_eq (cuda_device_resident (0), 2);
     ck_assert_int_eq (lstm_cuda_hold (f.m, true), 0);
@@ -666,8 +673,11 @@ START_TEST (advances_apart_head_of_line)
     B->destroy (&f.m);
     ck_assert_int_eq (cuda_device_resident (0), 0);   /* both stopped */
     f.cfg.watchdog_ms = 5000;
+    lstm_cuda_tuning (&apart);
     f.m = B->load (f.w, &f.cfg, 0, err, sizeof err);
+    lstm_cuda_tuning (NULL);
     ck_assert_msg (f.m != NULL, "%s", err);
+    ck_assert (lstm_cuda_apart (f.m));
     ck_assert_int_eq (B->stream_step (f.m, 0, xa[0], ya, err, sizeof err), SIG_OK);
     s_check_stream_out (&f, &xa[0][0], 1, ya, "a step after the reload");
     s_close (&f);
@@ -739,8 +749,7 @@ int main (void)
     tcase_add_test (tc, f16_features_past_half_range);
     tcase_add_test (tc, watchdog_and_stop);
     tcase_add_test (tc, resident_like_every_persistent_kernel);
-    /* plan 4's own cases first (CK_RUN_CASE=plan4 runs them alone); every case above runs the
-     * default too, which apart is for every cluster plan */
+    /* plan 4's own cases first (CK_RUN_CASE=plan4 runs them alone; launch_shapes has three more) */
     TCase *t4 = tcase_create ("plan4");
     tcase_set_timeout (t4, 900);
     tcase_add_checked_fixture (t4, NULL, s_teardown);

@@ -95,14 +95,14 @@ if [ -n "${LSTM_VARIANTS:-}" ] && [ -f "$BUILD/lstmbench" ]; then
     lstm_rows "$LOGS/lstm_variants.log" >"$OUT/lstm_variants.txt"
 fi
 # Plan 4 (issue 19 item 4: the advances on other SMs): LSTM_RR streams stepping round-robin, each
-# step followed by its advance (posted, not waited for; a step LSTM_RR_GAP x the advance after the last,
-# a row each: 0,0.5), the advances apart (--sync 0, the default)
-# and in the serving kernel (--sync 8) in one binary, LSTM_RR_SIZES (small,medium) in LSTM_DTYPES;
+# step followed by its advance (posted, not waited for; rounds of LSTM_RR steps back to back, a round
+# LSTM_RR_GAP x LSTM_RR advances after the last, a row each: 0,1.5), the advances in the serving kernel
+# (--sync 0, the default) and apart (--sync 8) in one binary, LSTM_RR_SIZES (small,medium) in LSTM_DTYPES;
 # the single-stream step rows beside them; p50/p99 of every row in $OUT/lstm_rr.txt.
 if [ -n "${LSTM_RR:-}" ] && [ -f "$BUILD/lstmbench" ]; then
     step lstm_rr timeout "${LSTM_RR_TIMEOUT:-120}" taskset -c 2 $BUILD/lstmbench --backends cuda \
         --sizes "${LSTM_RR_SIZES:-small,medium}" --dtypes "${LSTM_DTYPES:-f16,f32}" --sync "${LSTM_RR_SYNC:-0,8}" \
-        --rr "$LSTM_RR" --rr-gap "${LSTM_RR_GAP:-0,0.5}" --no-window --no-floors --iterations "${LSTM_RR_ITER:-5000}" --warmup 500 \
+        --rr "$LSTM_RR" --rr-gap "${LSTM_RR_GAP:-0,1.5}" --no-window --no-floors --iterations "${LSTM_RR_ITER:-5000}" --warmup 500 \
         --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
     lstm_rows "$LOGS/lstm_rr.log" >"$OUT/lstm_rr.txt"
 fi
@@ -114,12 +114,12 @@ if [ "${LSTM_TRACE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
 fi
 # compute-sanitizer memcheck over the LSTM kernel (LSTM_SANITIZE=1): cluster 1 and 4 in f32 and bf16,
 # grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish. Then
-# (LSTM_SANITIZE=1 or apart) plan 4's two launches: cluster 1 and 4, 3 streams round-robin with
-# their advances apart, f32 and bf16.
+# (LSTM_SANITIZE=1 or apart) plan 4's two launches (--sync 8): cluster 1 and 4, 3 streams round-robin,
+# f32 and bf16 (LSTM_SANITIZE_ARGS narrows it).
 if [ "${LSTM_SANITIZE:-0}" = 1 ] || [ "${LSTM_SANITIZE:-0}" = apart ] && [ -f "$BUILD/lstmbench" ]; then
-    step lstm_memcheck_apart timeout "${LSTM_SANITIZE_TIMEOUT:-90}" compute-sanitizer --tool memcheck --error-exitcode 9 \
-        $BUILD/lstmbench --backends cuda --sizes 2:5:33:70 --dtypes f32,bf16 --blocks 1,4 --rr 3 --iterations 60 \
-        --warmup 5 --no-floors --seconds 5
+    step lstm_memcheck_apart timeout "${LSTM_SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        $BUILD/lstmbench --backends cuda --sync 8 ${LSTM_SANITIZE_ARGS:---sizes 2:5:33:70 --dtypes f32,bf16 --blocks 1,4} \
+        --rr 3 --rr-gap 0 --iterations 60 --warmup 5 --no-floors --seconds 5
 fi
 if [ "${LSTM_SANITIZE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
     step lstm_memcheck_cluster timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \

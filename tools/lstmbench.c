@@ -5,10 +5,11 @@
  *           Tacana's precomputation), one stream, fresh random steps;
  *   round-robin (--rr N)  N streams stepping in turn, each step followed by its advance, posted and
  *           not waited for (as a server does): the same host clock around each step, which waits
- *           behind the previous stream's advance where the advances run in the serving kernel and
+ *           behind the previous streams' advances where the advances run in the serving kernel and
  *           not where they run apart (plan 4: --sync 0 against --sync 8 in one binary). A row per
- *           --rr-gap F: a step starts F x the advance's time (measured first, on slot 0) after the
- *           previous one (0: at once: then the advances bound the rate either way);
+ *           --rr-gap F: the N steps of a round back to back (every stream's data at once), a round
+ *           F x N advances (the advance's time measured first, on slot 0) after the last (F > 1:
+ *           the advances keep up; F 0: rounds back to back, the advances bound the rate either way);
  *   window  a full window (rows 1): a host clock around infer;
  *   ping    the LSTM kernel's own ring with the step's features and no compute (its floor);
  *   pingpong  the MLP persistent kernel's ping-pong floor reading the same number of floats, output
@@ -88,8 +89,8 @@ static void s_usage (FILE *out)
              "                 [--trace]   (CUDA: also the traced instantiation of the kernel: where a step's and\n"
              "                  a ping's time goes in the kernel, a row per phase, beside the serving kernel's rows)\n"
              "                 [--rr N] [--rr-gap F1,F2,..]   (also a row per F of N streams stepping round-robin, each\n"
-             "                  step followed by its advance, not waited for, a step F x the advance's time after the\n"
-             "                  last (0: at once); --sync 8: the advances in the serving kernel, before plan 4)\n"
+             "                  step followed by its advance, not waited for, rounds of N steps F x N advances apart\n"
+             "                  (0: back to back); --sync 8: the advances in a second launch, plan 4)\n"
              "       lstmbench --check FILE --window W [--head-act none|relu|sigmoid|tanh] [--backend cpu|cuda]\n"
              "                 [--dtype f32|f16|bf16] [--math wide|half]   (floats on stdin: a window, then steps)\n"
              "sizes: small, medium, large (the issue's), or LAYERS:WINDOW:INPUTS:UNITS[:OUTPUTS]\n");
@@ -232,8 +233,9 @@ static int s_bench_step (const options_t *o, const backend_iface_t *B, backend_m
 }
 
 /* --rr: STREAMS streams (slots 0..STREAMS-1) in turn, each step followed by its advance, which is
- * posted and not waited for: a step may wait behind the previous stream's advance (in the serving
- * kernel) or not (apart). Every output finite; every CHECK_EVERY-th against its stream's full window. */
+ * posted and not waited for: a step may wait behind the previous streams' advances (in the serving
+ * kernel) or not (apart). A round (every stream once) starts GAP_US after the last one's start (0: at
+ * once). Every output finite; every CHECK_EVERY-th against its stream's full window. */
 static int s_bench_rr (const options_t *o, const backend_iface_t *B, backend_model_t *m, const lstm_weights_t *w,
                        uint32_t streams, double gap_us, uint64_t *seed, row_t *r)
 {
@@ -257,11 +259,13 @@ static int s_bench_rr (const options_t *o, const backend_iface_t *B, backend_mod
         const uint32_t s = i % streams;
         float *mine = hist + (size_t) s * W * in, *x = mine + (size_t) (count[s] % W) * in;
         s_fill (seed, x, in);
-        if (i == 0 || gap_us <= 0)
-            next = clock_now_ns ();
-        while (clock_now_ns () < next) {
+        if (s == 0) {   /* a round: its steps back to back */
+            if (i == 0 || gap_us <= 0)
+                next = clock_now_ns ();
+            while (clock_now_ns () < next) {
+            }
+            next += (uint64_t) (gap_us * 1e3);
         }
-        next += (uint64_t) (gap_us * 1e3);
         const uint64_t t0 = clock_now_ns ();
         sig_status_t st = B->stream_step (m, s, x, y, err, sizeof err);
         const uint64_t t1 = clock_now_ns ();
@@ -617,12 +621,12 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
         char gl[64];
         snprintf (gl, sizeof gl, "%s", o->rr_gap);
         for (char *s7 = NULL, *g = strtok_r (gl, ",", &s7); g && rc == 0; g = strtok_r (NULL, ",", &s7)) {
-            const double f = atof (g), gap = f * as.p50;
+            const double f = atof (g), gap = f * o->rr * as.p50;
             r->n = 0;
             r->note[0] = 0;
             rc = s_bench_rr (o, B, m, l, o->rr, gap, seed, r);
-            snprintf (label, sizeof label, "%s %s %s step, %u streams round-robin, a step every %.0f us (%.2g x the "
-                      "advance, %.0f us) [%s]", size, bname, dname, o->rr, gap, f, as.p50, how);
+            snprintf (label, sizeof label, "%s %s %s step, %u streams round-robin, a round every %.0f us (%.2g x %u "
+                      "advances of %.0f us) [%s]", size, bname, dname, o->rr, gap, f, o->rr, as.p50, how);
             if (rc == 0)
                 s_print (label, r);
         }
@@ -645,7 +649,9 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
             s_print (label, r);
     }
 #endif
+    const double d0 = clock_now_us ();
     B->destroy (&m);
+    fprintf (stderr, "lstmbench: %s %s %s destroyed in %.0f ms\n", size, bname, dname, (clock_now_us () - d0) / 1e3);
     return rc;
 }
 

@@ -16,7 +16,8 @@
  * releases that would wait for it are deferred and cuBLAS loads refused (device.h). Nothing
  * synchronises the device; device memory comes from the device's stream-ordered pool.
  *
- * Apart (plan 4, kernels.h; the plan's `apart`): a second resident launch, the advancer, with a
+ * Apart (plan 4, kernels.h; the plan's `apart`, asked for with SIG_LSTM_SYNC_ADVANCE_APART: not the
+ * default, a single stream's step measured slower): a second resident launch, the advancer, with a
  * mailbox and stream of its own, takes the advances and resets, so a stream's step never waits
  * behind another stream's advance. Each slot counts the versions of its state posted (every
  * advance and reset one more); a step carries the version it needs and the kernel waits for it. An
@@ -574,8 +575,9 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         s_destroy (&m);
         return NULL;
     }
-    if (!m->plan.apart && m->plan.mode == SIG_LSTM_CLUSTER && m->slot_count)
-        log_info ("model \"%s\": the LSTM advances run in the serving kernel: %s", cfg->name, m->plan.why);
+    if (!m->plan.apart && (tuning.sync & SIG_LSTM_SYNC_ADVANCE_APART))
+        log_warn ("model \"%s\": the LSTM advances were asked to run apart (plan 4) and run in the serving kernel: %s",
+                  cfg->name, m->plan.why);
     return m;
 }
 
