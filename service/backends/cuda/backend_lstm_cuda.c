@@ -358,6 +358,10 @@ static void s_destroy (backend_model_t **m_p)
         return;
     backend_model_t *m = *m_p;
     cudaSetDevice (m->host.device);
+    /* apart: both stop words up before waiting for either (under compute-sanitizer memcheck the wait
+     * for the first kernel did not end while the other ran: GPU calls 1 and 2, docs/lstm-notes.md) */
+    if (m->adv.resident)
+        __atomic_store_n ((uint32_t *) (m->adv.box + m->adv.stop_offset), 1u, __ATOMIC_RELEASE);
     const bool served = persistent_stop (&m->host), advanced = persistent_stop (&m->adv);
     if (served && advanced) {   /* else a kernel may still read them: left to the end of the process */
         cuda_device_free (m->host.stream, m->d_image);
@@ -488,6 +492,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     pthread_mutex_lock (&s_lock);
     tuning = s_tuning;
     pthread_mutex_unlock (&s_lock);
+    if (cfg->advances_apart)   /* the model's configuration asks for plan 4 */
+        tuning.sync |= SIG_LSTM_SYNC_ADVANCE_APART;
     backend_model_t *m = calloc (1, sizeof *m);
     const uint32_t slot_count = backend_stream_slots (cfg);
     if (!m || !(m->slots = calloc (slot_count ? slot_count : 1, sizeof *m->slots))) {
