@@ -113,15 +113,17 @@ if [ "${LSTM_TRACE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
     lstm_rows "$LOGS/lstm_trace.log" >>"$OUT/lstm_variants.txt"
 fi
 # compute-sanitizer memcheck over the LSTM kernel (LSTM_SANITIZE=1): cluster 1 and 4 in f32 and bf16,
-# grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish. Then
-# (LSTM_SANITIZE=1 or apart) plan 4's two launches (--sync 8): cluster 1 and 4, 3 streams round-robin,
-# f32 and bf16 (LSTM_SANITIZE_ARGS narrows it).
-if [ "${LSTM_SANITIZE:-0}" = 1 ] || [ "${LSTM_SANITIZE:-0}" = apart ] && [ -f "$BUILD/lstmbench" ]; then
+# grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish.
+# LSTM_SANITIZE=apart (or all: both) plan 4's two launches (--sync 8): cluster 1 and 4, 3 streams
+# round-robin, f32 and bf16 (LSTM_SANITIZE_ARGS narrows it). In GPU calls 1 and 2 (2026-11-26) the
+# first model ran clean and its destroy did not end under memcheck: kept apart from LSTM_SANITIZE=1
+# until that is seen to end (docs/lstm-notes.md, plan 4).
+if { [ "${LSTM_SANITIZE:-0}" = apart ] || [ "${LSTM_SANITIZE:-0}" = all ]; } && [ -f "$BUILD/lstmbench" ]; then
     step lstm_memcheck_apart timeout "${LSTM_SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
         $BUILD/lstmbench --backends cuda --sync 8 ${LSTM_SANITIZE_ARGS:---sizes 2:5:33:70 --dtypes f32,bf16 --blocks 1,4} \
         --rr 3 --rr-gap 0 --iterations 60 --warmup 5 --no-floors --seconds 5
 fi
-if [ "${LSTM_SANITIZE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+if { [ "${LSTM_SANITIZE:-0}" = 1 ] || [ "${LSTM_SANITIZE:-0}" = all ]; } && [ -f "$BUILD/lstmbench" ]; then
     step lstm_memcheck_cluster timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \
         --backends cuda --sizes small,2:5:33:70 --dtypes f32,bf16 --blocks 1,4 --iterations 60 --warmup 5 --no-floors --seconds 5
     step lstm_memcheck_grid timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \
