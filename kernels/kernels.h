@@ -330,8 +330,8 @@ int sig_pingpong_launch (void *box, const sig_persistent_layout_t *layout, uint3
  * memory, every 64-bit word tagged with the command's sequence (a word is current when its high
  * half equals the sequence: no separate flag). Compute capability 9.0 only.
  *
- * Mailbox (sig_lstm_layout): ctrl (u32 stop), ready[blocks] and exited[blocks] (u32 each, written by
- * the kernel), SIG_LSTM_RING entries (entry n % RING carries command n, sequence n + 1):
+ * Mailbox (sig_lstm_layout): ctrl (u32 stop), hold (u32, SIG_LSTM_OP_HOLD), ready[blocks] and
+ * exited[blocks] (u32 each, written by the kernel), SIG_LSTM_RING entries (entry n % RING carries command n, sequence n + 1):
  *   cmd      2 + in u64 words: word 0 = seq << 32 | pos << 8 | op, word 1 = seq << 32 | slot (rows
  *            for a window), | SIG_LSTM_WIDE_INPUTS where the features need the widening math, word
  *            2 + i = seq << 32 | the bits of feature i (steps and pings)
@@ -353,7 +353,29 @@ enum { SIG_LSTM_CLUSTER = 0, SIG_LSTM_GRID = 1 };
  * RESET: the slot's window all zeros, and its state; WINDOW: `rows` full windows from window_in;
  * PING: output 0 = feature 0 (the protocol's floor); STALL: stop answering, keep honouring stop. */
 enum { SIG_LSTM_OP_STEP = 1, SIG_LSTM_OP_ADVANCE = 2, SIG_LSTM_OP_RESET = 3, SIG_LSTM_OP_WINDOW = 4,
-       SIG_LSTM_OP_PING = 5, SIG_LSTM_OP_STALL = 6 };
+       SIG_LSTM_OP_PING = 5, SIG_LSTM_OP_STALL = 6, SIG_LSTM_OP_HOLD = 7 };
+/* HOLD (tests): block 0 takes no further command while the mailbox's hold word is non-zero (stop
+ * still ends it), then marks the command done.
+ *
+ * Plan 4 (docs/lstm-notes.md): the advances on other SMs. Where the plan says `apart` (asked for
+ * with SIG_LSTM_SYNC_ADVANCE_APART: a single stream's step measured slower apart, so not the
+ * default; a cluster plan, and two of its clusters fit the device), a model runs two resident launches of the same
+ * kernel, each with its own mailbox (the same layout): the serving one (ROLE_SERVE: STEP, WINDOW,
+ * PING) and the advancer (ROLE_ADVANCE: ADVANCE, RESET, PING), with its own copy of the weights in
+ * its own shared memory; ROLE_ALL runs every command (the default, and always the grid).
+ * Apart, the state's G and c are LL words (version << 32 | float bits; per slot, layer, block and
+ * unit a record of 6: G's four, c, a pad, copied whole into shared memory), written by the advancer at
+ * the version its command carries and read by a step that waits for the version its command
+ * carries: word 1 of STEP, ADVANCE and RESET is then seq << 32 | WIDE | version << 16 | slot
+ * (slot < 2^16, version mod 2^15: a slot's state words hold the version a step needs or the one
+ * before it, never an older one). The ring of layer-0 projections (written by a step, read by the
+ * advancer) is ordered through the host: a step's writers fence at gpu scope before its done word
+ * (so done, not the outputs, says they are visible), the host posts the advance only after that
+ * done, and the advancer fences after seeing its command and reads the ring at L2 (ld.cg). */
+enum { SIG_LSTM_ROLE_ALL = 0, SIG_LSTM_ROLE_SERVE = 1, SIG_LSTM_ROLE_ADVANCE = 2 };
+#define SIG_LSTM_VERSION_SHIFT 16
+#define SIG_LSTM_VERSION_MASK 0x7fffu
+#define SIG_LSTM_APART_SLOTS 0xffffu
 
 typedef struct {            /* host pointers, PyTorch layouts */
     uint32_t layers, in, hidden, out, window;
@@ -383,6 +405,11 @@ enum { SIG_LSTM_SYNC_POLL_ROUNDS = 1, SIG_LSTM_SYNC_XCHG_ROUNDS = 2 };
  * the words in the same line (docs/lstm-notes.md: the read after the poll). FEAT_SHARED: the layout
  * before (layout.feat 2), to compare; the only one with POLL_ROUNDS. */
 enum { SIG_LSTM_SYNC_FEAT_SHARED = 4 };
+/* Plan 4 (kernels.h above): the advances in a second resident launch (the plan's `apart`, where it
+ * applies), so that no stream's step waits behind another's advance. Not the default: a single
+ * stream's step measured 0.5-1.0 us slower apart on an H100 (docs/lstm-notes.md, plan 4); without
+ * it, the advances run in the serving kernel (ROLE_ALL), as before plan 4. */
+enum { SIG_LSTM_SYNC_ADVANCE_APART = 8 };
 /* The gate products of f16 / bf16 weights (docs/lstm-notes.md, plan 3). WIDE: each weight widened
  * to fp32, fp32 FMA. HALF: the inputs (x, h) rounded to the weights' type, SIG_LSTM_HALF_RUN products
  * per lane summed in it (packed HFMA2, fused, round to nearest), each run added into an fp32 sum
@@ -429,9 +456,11 @@ typedef struct {
     uint32_t max_rows;
     uint32_t smem_bytes, smem_limit;
     uint32_t off_bias, off_hot_g, off_gates, off_hot_c, off_c_run, off_xf, off_hv, off_head, off_bc, off_ag;
+    uint32_t off_stage;     /* apart: a step's state records copied in (48 bytes a unit and layer) */
     uint32_t head_in_smem;
     uint32_t sync;          /* SIG_LSTM_SYNC_* (tuning) */
     uint32_t math;          /* SIG_LSTM_MATH_*, resolved (f32: WIDE) */
+    uint32_t apart;         /* 1: the advances run in a second resident launch (plan 4), else 0 */
     float half_x_max;       /* HALF: the largest |feature| the half products take (FLT_MAX for bf16) */
     uint64_t image_bytes, bias_image, head_image;
     uint64_t state_bytes, state_g, state_c;
@@ -442,11 +471,11 @@ typedef struct {
     uint64_t critical_smem_bytes, critical_global_bytes;   /* W_ih (the step's) per block */
     uint64_t cost;                   /* the plan's estimate of a step, clocks */
     sig_lstm_array_t arrays[2 * SIG_LSTM_MAX_LAYERS];   /* 2k: W_ih of layer k; 2k + 1: W_hh */
-    char why[224];                   /* a refusal's reason */
+    char why[224];                   /* a refusal's reason; planned with apart 0, why the advances stay inline */
 } sig_lstm_plan_t;
 
 typedef struct {            /* byte offsets in the mailbox */
-    uint32_t ctrl, ready, exited, ring, entry_bytes;
+    uint32_t ctrl, hold, ready, exited, ring, entry_bytes;   /* hold: u32, SIG_LSTM_OP_HOLD's */
     uint32_t cmd, done, outputs;     /* within an entry */
     uint32_t feat;                   /* the cmd word holding feature 0: 16 (2: SIG_LSTM_SYNC_FEAT_SHARED) */
     uint32_t window_in, window_out, total;
@@ -462,9 +491,10 @@ int sig_lstm_layout (const sig_lstm_plan_t *plan, sig_lstm_layout_t *layout);
 int sig_lstm_pack (const sig_lstm_net_t *net, const sig_lstm_plan_t *plan, const sig_lstm_layout_t *layout,
                    void *image);
 /* Launches the resident kernel (IMAGE, STATE, XCHG in device memory, BOX the device address of the
- * mailbox). Returns at once; every block sets its ready word once its weights are loaded. */
+ * mailbox) in ROLE (SIG_LSTM_ROLE_*: ALL, or apart the serving one and the advancer, each with its
+ * own mailbox). Returns at once; every block sets its ready word once its weights are loaded. */
 int sig_lstm_launch (const void *image, void *state, void *xchg, void *box, const sig_lstm_plan_t *plan,
-                     cudaStream_t stream);
+                     uint32_t role, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -61,6 +61,22 @@
  * cluster meets at a barrier once after setup (nobody writes a block's shared memory before it
  * zeroed it) and once before exit (nobody writes into an exited block).
  *
+ * APART (plan 4, kernels.h; the plan's `apart`, a cluster's only, asked for: SIG_LSTM_SYNC_ADVANCE_APART,
+ * a model's `advances_apart`; a single stream's step measured 0.4-1.2 us slower): two resident launches of the
+ * same instantiation (AP), each with its own mailbox and its own copy of the weights. The serving
+ * one (ROLE_SERVE) takes STEP, WINDOW and PING; the advancer (ROLE_ADVANCE) ADVANCE and RESET, on
+ * other SMs, so no stream's step waits behind another's advance. The state's G and c are then
+ * records of LL words in device memory (version << 32 | float bits), stored by the advancer at the
+ * version its command carries; a step copies its slot's records into the staging buffer
+ * (cp.async.cg, at L2) as it starts, and each unit lane checks the words where the cell needs them,
+ * re-reading a stale one (its advance is still running) until it carries the version the step's
+ * command asks for: no hot copy, no fence, no flag on the critical path. The ring of projections
+ * goes the other way, ordered through the host: after a step, its unit lanes fence at gpu scope and
+ * the cluster meets before block 0 stores done (after the outputs: off the critical path); the
+ * host posts the slot's advance after that done; the advancer's thread 0 fences on seeing it and
+ * reads the ring with ld.cg. A RESET's zeros are fenced before its state words (the next step
+ * writes the ring). The grid (every SM) keeps its advances in the serving kernel (ROLE_ALL).
+ *
  * A zero-stage advance (W = 1) and every window batch still do one all-gather, so the rule above
  * holds for every command. STALL (tests) makes block 0 stop reading commands; it still sees stop.
  *
@@ -92,6 +108,8 @@ struct l_ctx_t {
     bool lanes;                   /* t < active: this warp takes part in the dot products */
     bool unit;                    /* the unit lane of a unit this block owns */
     uint32_t bcg, agg;            /* LL generations: broadcasts, all-gathers */
+    uint32_t role;                /* SIG_LSTM_ROLE_* (kernels.h: plan 4) */
+    const char *ctrl;             /* the stop word (a step waiting apart for its state honours it) */
     uint64_t *stamps;             /* the traced instantiation's block 0: this command's stamps
                                    * (thread 0's; SIG_LSTM_TRACE_STAMPS + 1, the last %globaltimer
                                    * when seen), else nullptr: the serving kernel has no stamp code */
@@ -472,6 +490,9 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
             }
             if (stop)
                 break;
+            if (c.role == SIG_LSTM_ROLE_ADVANCE)   /* apart, the advancer polls less often: fewer reads of
+                                                    * mapped memory beside the serving kernel's */
+                __nanosleep (L_ADVANCER_POLL_NS);
         }
         flag[0] = have;
         flag[1] = 0u;   /* the traced kernel's count of stale feature words re-read */
@@ -529,15 +550,66 @@ __device__ __forceinline__ void l_head (const l_ctx_t &c, float *dst, bool fence
     }
 }
 
-/* A step of stream SLOT at ring position POS: the critical path. */
-template <int DT, int MODE>
-__device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos, bool wide, uint32_t &hot, float *out)
+/* Apart (plan 4): the records (G's four words, c's, a pad: kernels.h) of SLOT's layer K, the unit
+ * lane's, in device memory and in the staging buffer. */
+__device__ __forceinline__ uint64_t *l_record (const l_ctx_t &c, uint32_t slot, uint32_t k)
+{
+    return reinterpret_cast<uint64_t *> (c.state + c.P->state_g) + 6u * l_state_index (c, slot, k);
+}
+__device__ __forceinline__ uint64_t *l_staged (const l_ctx_t &c, uint32_t k)
+{
+    return l_at<uint64_t> (c, c.P->off_stage) + 6u * ((size_t) k * c.P->units + c.j);
+}
+
+/* Every layer's record, copied asynchronously into the staging buffer at L2 (cp.async.cg: no
+ * register held while in flight, no L1 line that could be stale); l_state_take checks them. */
+__device__ __forceinline__ void l_state_issue (const l_ctx_t &c, uint32_t slot)
+{
+    for (uint32_t k = 0; k < c.P->layers; ++k) {
+        const uint64_t *src = l_record (c, slot, k);
+        uint64_t *dst = l_staged (c, k);
+        l_cp16 (dst, src);
+        l_cp16 (dst + 2, src + 2);
+        l_cp16 (dst + 4, src + 4);
+    }
+}
+
+/* Layer K's G and c once each word carries version VER (after l_cp_wait): a stale one re-read alone
+ * from device memory (the advancer is still at it); stop ends the wait (the values are then
+ * whatever was read). */
+__device__ __forceinline__ void l_state_take (const l_ctx_t &c, uint32_t slot, uint32_t k, uint32_t ver, float4 &g,
+                                              float &cc)
+{
+    const uint64_t *src = l_record (c, slot, k), *st = l_staged (c, k);
+    uint64_t w[5] = { st[0], st[1], st[2], st[3], st[4] };
+#pragma unroll
+    for (uint32_t q = 0; q < 5u; ++q)
+        for (uint32_t spins = 0; (uint32_t) (w[q] >> 32) != ver; ++spins) {
+            if ((spins & 1023u) == 1023u && l_ld_sys_u32 (c.ctrl))
+                break;
+            w[q] = l_ld_gpu_u64 (src + q);
+        }
+    g = make_float4 (__uint_as_float ((uint32_t) w[0]), __uint_as_float ((uint32_t) w[1]),
+                     __uint_as_float ((uint32_t) w[2]), __uint_as_float ((uint32_t) w[3]));
+    cc = __uint_as_float ((uint32_t) w[4]);
+}
+
+/* A step of stream SLOT at ring position POS: the critical path. VER: apart (c.role SERVE), the
+ * version of the state it needs (kernels.h: plan 4), read from device memory; else the state comes
+ * from the hot copy. */
+template <int DT, int MODE, bool AP>
+__device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos, bool wide, uint32_t ver, uint32_t &hot,
+                                        float *out)
 {
     const sig_lstm_plan_t &P = *c.P;
     const uint32_t U = P.units;
     float4 *hot_g = l_at<float4> (c, P.off_hot_g);
     float *hot_c = l_at<float> (c, P.off_hot_c);
-    if (hot != slot) {   /* another slot's state is hot: fetch this one's */
+    constexpr bool apart = AP;   /* the apart instantiation's steps are ROLE_SERVE's */
+    if (apart) {
+        if (c.unit)
+            l_state_issue (c, slot);   /* in flight during layer 0's dot products */
+    } else if (hot != slot) {   /* another slot's state is hot: fetch this one's */
         if (c.unit) {
             const float4 *g = reinterpret_cast<const float4 *> (c.state + P.state_g);
             const float *cc = reinterpret_cast<const float *> (c.state + P.state_c);
@@ -556,10 +628,21 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
             acc = l_reduce (l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc, k == 0u && wide), P.group);
         l_stamp (c, 3u + 3u * k);
         if (c.unit) {
+            float4 g;
+            float cc;
+            if (apart) {
+                if (k == 0u)
+                    l_cp_wait ();
+                l_state_take (c, slot, k, ver, g, cc);
+            } else {
+                g = hot_g[k * U + c.j];
+                cc = hot_c[k * U + c.j];
+            }
+            /* W_ih x, for the advances to come; apart, after the state's words: a RESET zeroes the
+             * ring and fences the zeros before them, so none lands on this store */
             if (k == 0u)
-                *l_ring (c, slot, pos) = acc;   /* W_ih x, for the advances to come */
-            float cc = hot_c[k * U + c.j];
-            const float h = l_cell (l_add4 (acc, hot_g[k * U + c.j]), cc);
+                *l_ring (c, slot, pos) = acc;
+            const float h = l_cell (l_add4 (acc, g), cc);
             l_publish<MODE> (c, k, h);
         }
         l_stamp (c, 4u + 3u * k);
@@ -597,8 +680,10 @@ __device__ __forceinline__ void l_sequence (l_ctx_t &c, uint32_t slot, uint32_t 
     for (uint32_t s = 0; s + 1u < T + L; ++s) {
         const uint32_t k_lo = s >= T ? s - T + 1u : 0u, k_hi = s < L - 1u ? s : L - 1u;
         float4 p0 = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
-        if (c.unit && k_lo == 0u)   /* layer 0's projection of step s: issued before the dots */
-            p0 = *l_ring (c, slot, (first + s) % W);
+        if (c.unit && k_lo == 0u) {   /* layer 0's projection of step s: issued before the dots */
+            const float4 *r = l_ring (c, slot, (first + s) % W);
+            p0 = c.role == SIG_LSTM_ROLE_ADVANCE ? __ldcg (r) : *r;   /* the advancer: another SM's stores */
+        }
         for (uint32_t k = k_lo; k <= k_hi; ++k) {
             float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
             if (c.lanes) {
@@ -624,9 +709,10 @@ __device__ __forceinline__ void l_sequence (l_ctx_t &c, uint32_t slot, uint32_t 
     }
 }
 
-/* After a sequence: G = W_hh h + b and c of every layer into SLOT's state, and hot. */
-template <int DT>
-__device__ __forceinline__ void l_store_state (l_ctx_t &c, uint32_t slot, uint32_t &hot)
+/* After a sequence: G = W_hh h + b and c of every layer into SLOT's state, and hot; the advancer
+ * (plan 4): as LL words of version VER, which a step's unit lane waits for. */
+template <int DT, bool AP>
+__device__ __forceinline__ void l_store_state (l_ctx_t &c, uint32_t slot, uint32_t ver, uint32_t &hot)
 {
     const sig_lstm_plan_t &P = *c.P;
     const uint32_t U = P.units;
@@ -645,8 +731,18 @@ __device__ __forceinline__ void l_store_state (l_ctx_t &c, uint32_t slot, uint32
             const float ck = c_run[k * U + c.j];
             hot_g[k * U + c.j] = acc;
             hot_c[k * U + c.j] = ck;
-            g[l_state_index (c, slot, k)] = acc;
-            cc[l_state_index (c, slot, k)] = ck;
+            if (AP) {   /* the apart instantiation's advances are ROLE_ADVANCE's: LL words of version VER */
+                const uint64_t tag = (uint64_t) ver << 32;
+                uint64_t *r = l_record (c, slot, k);
+                l_st_gpu_u64 (r, tag | __float_as_uint (acc.x));
+                l_st_gpu_u64 (r + 1, tag | __float_as_uint (acc.y));
+                l_st_gpu_u64 (r + 2, tag | __float_as_uint (acc.z));
+                l_st_gpu_u64 (r + 3, tag | __float_as_uint (acc.w));
+                l_st_gpu_u64 (r + 4, tag | __float_as_uint (ck));
+            } else {
+                g[l_state_index (c, slot, k)] = acc;
+                cc[l_state_index (c, slot, k)] = ck;
+            }
         }
     }
     hot = slot;
@@ -725,10 +821,12 @@ __device__ __forceinline__ void l_trace_record (const l_ctx_t &c, uint32_t op, u
 }
 
 /* TR: the traced instantiation (block 0 stamps its phases, kernels.h SIG_LSTM_TRACE_*); the serving
- * one (TR false) has no stamp code (c.stamps is nullptr, known at compile time). */
-template <int DT, int MODE, bool TR>
+ * one (TR false) has no stamp code (c.stamps is nullptr, known at compile time). AP: the instantiation
+ * of the two apart launches (plan 4: ROLE_SERVE and ROLE_ADVANCE, a cluster's only), so that the one
+ * of ROLE_ALL keeps its code (and its registers: the state words in flight spill a few). */
+template <int DT, int MODE, bool TR, bool AP>
 static __global__ void __launch_bounds__ (L_T, 1)
-l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, char *box)
+l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, char *box, uint32_t role)
 {
     __shared__ l_header_t s_h;
     __shared__ uint32_t s_cw[2], s_flag[2];
@@ -753,6 +851,8 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
     c.state = state;
     c.box = box;
     c.xchg = xchg;
+    c.role = AP ? role : (uint32_t) SIG_LSTM_ROLE_ALL;   /* known at compile time in the other */
+    c.ctrl = box + lay.ctrl;
     c.t = threadIdx.x;
     c.B = P.blocks;
     c.b = MODE == SIG_LSTM_CLUSTER && P.blocks > 1u ? sig_cluster_rank () : blockIdx.x;
@@ -821,6 +921,14 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
                 l_trace_record (c, op, traced);
                 continue;
             }
+            if (op == SIG_LSTM_OP_HOLD) {   /* tests: no next command while the hold word is up */
+                if (c.t == 0u) {
+                    while (l_ld_sys_u32 (box + lay.hold) != 0u && l_ld_sys_u32 (box + lay.ctrl) == 0u) {
+                    }
+                    sig_st_sys_u32 (entry + lay.done, n);
+                }
+                continue;
+            }
             if (op == SIG_LSTM_OP_STALL) {
                 for (;;) {   /* no more commands; stop still ends it */
                     if (c.t == 0u)
@@ -833,9 +941,10 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
                 }
                 op = L_OP_STOP;
             }
-            if (op != SIG_LSTM_OP_STEP && op != SIG_LSTM_OP_ADVANCE && op != SIG_LSTM_OP_RESET
-                && op != SIG_LSTM_OP_WINDOW)
-                op = L_OP_STOP;   /* an unknown command stops the kernel rather than guess */
+            const bool serves = c.role != SIG_LSTM_ROLE_ADVANCE, advances = c.role != SIG_LSTM_ROLE_SERVE;
+            if (!(serves && (op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_WINDOW))
+                && !(advances && (op == SIG_LSTM_OP_ADVANCE || op == SIG_LSTM_OP_RESET)))
+                op = L_OP_STOP;   /* an unknown command (or one of the other role's) stops the kernel rather than guess */
             if (c.B > 1u) {
                 l_broadcast<MODE> (c, op == L_OP_STOP ? L_OP_STOP : s_cw[0], s_cw[1],
                                    op == SIG_LSTM_OP_STEP ? P.in : 0u);
@@ -847,25 +956,43 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
         }
         if (op == L_OP_STOP)
             break;
-        const uint32_t pos = s_cw[0] >> 8, slot = s_cw[1] & ~SIG_LSTM_WIDE_INPUTS;
+        const uint32_t pos = s_cw[0] >> 8;
+        /* apart (kernels.h: plan 4), a stream command's word 1 carries the version too; a window's, rows */
+        const uint32_t arg = s_cw[1] & ~SIG_LSTM_WIDE_INPUTS;
+        const uint32_t slot = AP && op != SIG_LSTM_OP_WINDOW ? arg & SIG_LSTM_APART_SLOTS : arg;
+        const uint32_t ver = (arg >> SIG_LSTM_VERSION_SHIFT) & SIG_LSTM_VERSION_MASK;
         const bool wide = (s_cw[1] & SIG_LSTM_WIDE_INPUTS) != 0u;   /* the features need the widening math */
-        if (c.t == 0u)
+        if (c.t == 0u) {
             s_wide = wide;   /* read after the barrier below; written again only after the next poll's */
+            if (AP && c.role == SIG_LSTM_ROLE_ADVANCE)
+                __threadfence ();   /* the command seen: the step's ring entry, fenced before its done, is visible */
+        }
         __syncthreads ();   /* s_cw read by all before the next command's poll writes it */
         switch (op) {
         case SIG_LSTM_OP_STEP:
-            l_step<DT, MODE> (c, slot, pos, wide, hot, reinterpret_cast<float *> (entry + lay.outputs));
+            l_step<DT, MODE, AP> (c, slot, pos, wide, ver, hot, reinterpret_cast<float *> (entry + lay.outputs));
+            if (AP) {   /* ROLE_SERVE: every block's ring entry visible before done (the advancer reads it) */
+                if (c.unit)
+                    __threadfence ();
+                if (MODE == SIG_LSTM_CLUSTER && c.B > 1u)
+                    sig_cluster_sync ();
+                else
+                    __syncthreads ();
+            }
             if (c.b == 0u && c.t == 0u)
                 sig_st_sys_u32 (entry + lay.done, n);
             l_trace_record (c, op, traced);
             break;
         case SIG_LSTM_OP_RESET:
         case SIG_LSTM_OP_ADVANCE:
-            if (op == SIG_LSTM_OP_RESET && c.unit)
+            if (op == SIG_LSTM_OP_RESET && c.unit) {
                 for (uint32_t p = 0; p < P.window; ++p)
                     *l_ring (c, slot, p) = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+                if (AP)   /* ROLE_ADVANCE: the zeros before the state words a step waits for (it writes the ring next) */
+                    __threadfence ();
+            }
             l_sequence<DT, MODE> (c, slot, (pos + 1u) % P.window, P.window - 1u);
-            l_store_state<DT> (c, slot, hot);
+            l_store_state<DT, AP> (c, slot, ver, hot);
             if (c.b == 0u && c.t == 0u)
                 sig_st_sys_u32 (entry + lay.done, n);
             break;
@@ -888,30 +1015,38 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
 /* ---------------------------------------------------------------------------------------------
  * Host side: kernel lookup, device check, launch (plan, layout, pack: lstm_persistent_plan.cu) */
 
-template <bool TR> static const void *l_kernel_of (uint32_t dtype, uint32_t mode)
+template <bool TR> static const void *l_kernel_of (uint32_t dtype, uint32_t mode, bool apart)
 {
+    if (apart)   /* a cluster's only */
+        switch (mode == SIG_LSTM_CLUSTER ? dtype : 3u) {
+        case 0: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_CLUSTER, TR, true>;
+        case 1: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_CLUSTER, TR, true>;
+        case 2: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_CLUSTER, TR, true>;
+        default: return nullptr;
+        }
     switch (dtype * 2u + mode) {
-    case 0: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_CLUSTER, TR>;
-    case 1: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_GRID, TR>;
-    case 2: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_CLUSTER, TR>;
-    case 3: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_GRID, TR>;
-    case 4: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_CLUSTER, TR>;
-    case 5: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_GRID, TR>;
+    case 0: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_CLUSTER, TR, false>;
+    case 1: return (const void *) l_kernel<SIG_LSTM_F32, SIG_LSTM_GRID, TR, false>;
+    case 2: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_CLUSTER, TR, false>;
+    case 3: return (const void *) l_kernel<SIG_LSTM_F16, SIG_LSTM_GRID, TR, false>;
+    case 4: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_CLUSTER, TR, false>;
+    case 5: return (const void *) l_kernel<SIG_LSTM_BF16, SIG_LSTM_GRID, TR, false>;
     default: return nullptr;
     }
 }
 
-const void *l_kernel_for (uint32_t dtype, uint32_t mode, bool traced)
+const void *l_kernel_for (uint32_t dtype, uint32_t mode, bool traced, bool apart)
 {
-    return traced ? l_kernel_of<true> (dtype, mode) : l_kernel_of<false> (dtype, mode);
+    return traced ? l_kernel_of<true> (dtype, mode, apart) : l_kernel_of<false> (dtype, mode, apart);
 }
 
 extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void *box, const sig_lstm_plan_t *p,
-                                cudaStream_t stream)
+                                uint32_t role, cudaStream_t stream)
 {
-    if (!image || !state || !box || !p || !p->blocks || (p->mode == SIG_LSTM_GRID && !xchg))
+    if (!image || !state || !box || !p || !p->blocks || (p->mode == SIG_LSTM_GRID && !xchg)
+        || role > SIG_LSTM_ROLE_ADVANCE || (role != SIG_LSTM_ROLE_ALL && !p->apart))
         return (int) cudaErrorInvalidValue;
-    const void *fn = l_kernel_for (p->dtype, p->mode, p->trace != 0u);
+    const void *fn = l_kernel_for (p->dtype, p->mode, p->trace != 0u, role != SIG_LSTM_ROLE_ALL);
     if (!fn)
         return (int) cudaErrorInvalidValue;
     cudaLaunchAttribute attr;
@@ -925,7 +1060,7 @@ extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void
     char *st = static_cast<char *> (state);
     uint64_t *xc = static_cast<uint64_t *> (xchg);
     char *bx = static_cast<char *> (box);
-    void *args[4] = { &img, &st, &xc, &bx };
+    void *args[5] = { &img, &st, &xc, &bx, &role };
     const cudaError_t launched = cudaLaunchKernelExC (&cfg, fn, args);
     const cudaError_t last = cudaGetLastError ();
     return (int) (launched != cudaSuccess ? launched : last);

@@ -53,6 +53,18 @@ __device__ __forceinline__ float l_ld_sys_f32 (const void *p)
     return v;
 }
 __device__ __forceinline__ void l_fence_sys (void) { asm volatile ("fence.acq_rel.sys;" ::: "memory"); }
+/* Asynchronous copies from device to shared memory (no register held while in flight); the copying
+ * thread sees them after l_cp_wait. 16 bytes at L2 (.cg), or 8 (.ca: may be an L1 line, so a reader
+ * must tell a stale copy from the word itself: the LL words it is used for do). */
+__device__ __forceinline__ void l_cp16 (void *dst, const void *src)
+{
+    asm volatile ("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sig_smem_addr (dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void l_cp8 (void *dst, const void *src)
+{
+    asm volatile ("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sig_smem_addr (dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void l_cp_wait (void) { asm volatile ("cp.async.wait_all;" ::: "memory"); }
 
 /* ---------------------------------------------------------------------------------------------
  * Arithmetic */

@@ -13,6 +13,7 @@
 #define L_LINE 64u
 #define L_OP_STOP 0xffu
 #define L_HEAD_SMEM_MAX (32u * 1024u)
+#define L_ADVANCER_POLL_NS 1000u   /* plan 4: the advancer's pause between polls of its ring */
 
 static_assert (L_T % 32u == 0u, "whole warps");
 
@@ -23,8 +24,9 @@ struct alignas (16) l_header_t {
 };
 
 /* lstm_persistent.cu: the kernel instantiation for DTYPE and MODE (SIG_LSTM_CLUSTER or
- * SIG_LSTM_GRID), the serving one or the TRACED one (per-phase stamps, lstmbench --trace), as the
+ * SIG_LSTM_GRID), the serving one or the TRACED one (per-phase stamps, lstmbench --trace), the one of
+ * ROLE_ALL or (APART, a cluster's only) the one of the two apart launches (kernels.h: plan 4), as the
  * pointer the runtime's queries and launches take; nullptr for any other. */
-const void *l_kernel_for (uint32_t dtype, uint32_t mode, bool traced);
+const void *l_kernel_for (uint32_t dtype, uint32_t mode, bool traced, bool apart);
 
 #endif

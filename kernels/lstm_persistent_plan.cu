@@ -20,12 +20,23 @@ static uint64_t l_align (uint64_t v, uint64_t a) { return (v + a - 1u) / a * a; 
 /* ---------------------------------------------------------------------------------------------
  * Host side: plan, layout, pack (the launch: lstm_persistent.cu) */
 
+/* The stream state's offsets: per slot (and the window's scratch) a ring of W projections, then G
+ * and c per layer: floats, or apart (plan 4) LL words of a version and a float each. */
+static void l_state_sizes (sig_lstm_plan_t *p)
+{
+    const uint64_t per = (uint64_t) p->blocks * p->units * p->slots * p->layers;
+    p->state_g = l_align (16ull * ((uint64_t) p->slots + 1u) * p->window * p->blocks * p->units, 256u);
+    p->state_c = l_align (p->state_g + (p->apart ? 48ull : 16ull) * per, 256u);   /* apart: records, c in them */
+    p->state_bytes = l_align (p->state_c + (p->apart ? 0u : 4ull * per), 256u);
+}
+
 /* Everything about one candidate (MODE, B blocks) but whether it can be launched. False with
  * p->why when it does not fit LIMIT bytes of shared memory per block. */
 static bool l_build (const sig_lstm_net_t *n, uint32_t dtype, uint32_t mode, uint32_t B, uint32_t slots,
-                     uint32_t max_rows, uint32_t limit, sig_lstm_plan_t *p)
+                     uint32_t max_rows, uint32_t limit, bool apart, sig_lstm_plan_t *p)
 {
     memset (p, 0, sizeof *p);
+    p->apart = apart ? 1u : 0u;
     const uint32_t H = n->hidden, L = n->layers, in = n->in, W = n->window, out = n->out;
     p->mode = mode;
     p->dtype = dtype;
@@ -76,6 +87,7 @@ static bool l_build (const sig_lstm_net_t *n, uint32_t dtype, uint32_t mode, uin
     p->off_head = (uint32_t) off, off = l_align (off + (p->head_in_smem ? head_bytes : 0u), 16u);
     p->off_bc = (uint32_t) off, off += ll_smem ? 16ull * p->bc_words : 0u;
     p->off_ag = (uint32_t) off, off += ll_smem ? 16ull * p->ag_words : 0u;
+    p->off_stage = (uint32_t) off, off += apart ? 48u * lu : 0u;
     if (off > limit) {
         snprintf (p->why, sizeof p->why, "%u blocks: the buffers alone take %llu KiB of shared memory per block (of %u "
                   "KiB): %u layers of %u units, %u inputs", B, (unsigned long long) (off >> 10), limit >> 10, L, H, in);
@@ -112,10 +124,7 @@ static bool l_build (const sig_lstm_net_t *n, uint32_t dtype, uint32_t mode, uin
     img += head_bytes;
     p->image_bytes = l_align (img, 256u);
     p->smem_bytes = (uint32_t) l_align (off, 16u);
-    const uint64_t per = (uint64_t) B * U;
-    p->state_g = l_align (16ull * ((uint64_t) slots + 1u) * W * per, 256u);
-    p->state_c = l_align (p->state_g + 16ull * slots * L * per, 256u);
-    p->state_bytes = l_align (p->state_c + 4ull * slots * L * per, 256u);
+    l_state_sizes (p);
     p->xchg_bytes = mode == SIG_LSTM_GRID ? 16ull * (p->bc_words + p->ag_words) : 0u;
     /* a step, in clocks: W_ih from shared memory at 128 B a clock, from L2 at ~45 B a clock per SM,
      * an exchange per layer and the command's broadcast, ~300 clocks of cell update per layer. The
@@ -130,7 +139,7 @@ static bool l_build (const sig_lstm_net_t *n, uint32_t dtype, uint32_t mode, uin
 /* Whether the planned launch can be placed at all on DEVICE. */
 static cudaError_t l_placeable (const sig_lstm_plan_t *p, int device, int sms, bool *ok)
 {
-    const void *fn = l_kernel_for (p->dtype, p->mode, false);
+    const void *fn = l_kernel_for (p->dtype, p->mode, false, false);
     *ok = false;
     if (p->mode == SIG_LSTM_GRID || p->blocks == 1u) {
         int per_sm = 0;
@@ -150,6 +159,28 @@ static cudaError_t l_placeable (const sig_lstm_plan_t *p, int device, int sms, b
     }
     *ok = clusters >= 1;
     (void) device;
+    return cudaSuccess;
+}
+
+/* How many launches of plan P (a cluster plan) fit the device at once: *COUNT. */
+static cudaError_t l_placeable_count (const sig_lstm_plan_t *p, int sms, int *count)
+{
+    const void *fn = l_kernel_for (p->dtype, p->mode, false, true);
+    *count = 0;
+    if (p->blocks == 1u) {
+        int per_sm = 0;
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor (&per_sm, fn, L_T, p->smem_bytes);
+        if (e != cudaSuccess)
+            return e;
+        *count = per_sm * sms;
+        return cudaSuccess;
+    }
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = sig_cluster_config (p->blocks, L_T, p->smem_bytes, 0, &attr);
+    if (cudaOccupancyMaxActiveClusters (count, fn, &cfg) != cudaSuccess) {
+        (void) cudaGetLastError ();
+        *count = 0;
+    }
     return cudaSuccess;
 }
 
@@ -225,9 +256,9 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         return (int) e;
     /* every instantiation may take the whole opt-in limit (set once, the same value every time) */
     uint32_t statics[2] = { 0u, 0u };   /* the larger of the serving and the traced instantiation's */
-    for (uint32_t v = 0; v < 4u; ++v) {
-        const uint32_t mode = v & 1u;
-        const void *fn = l_kernel_for (dtype, mode, v >= 2u);
+    for (uint32_t v = 0; v < 6u; ++v) {   /* cluster and grid, serving and traced; the apart cluster ones */
+        const uint32_t mode = v < 4u ? v & 1u : (uint32_t) SIG_LSTM_CLUSTER;
+        const void *fn = l_kernel_for (dtype, mode, v < 4u ? v >= 2u : v == 5u, v >= 4u);
         cudaFuncAttributes fa;
         if ((e = cudaFuncGetAttributes (&fa, fn)) != cudaSuccess)
             return (int) e;
@@ -266,7 +297,7 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         uint32_t limit = (uint32_t) optin - statics[mode];
         if (tu->smem_cap && tu->smem_cap < limit)
             limit = tu->smem_cap;
-        if (!l_build (n, dtype, mode, B, slots, max_rows, limit, &p)) {
+        if (!l_build (n, dtype, mode, B, slots, max_rows, limit, false, &p)) {
             memcpy (why, p.why, sizeof why);
             continue;
         }
@@ -287,11 +318,37 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         memcpy (plan->why, why, sizeof why);
         return (int) cudaErrorNotSupported;
     }
+    /* plan 4: the advances in a second launch of the same shape (and a staging buffer), where two fit
+     * (kernels.h) */
+    char inline_why[sizeof plan->why] = "";
+    if (!(tu->sync & SIG_LSTM_SYNC_ADVANCE_APART)) {
+        snprintf (inline_why, sizeof inline_why, "the default (SIG_LSTM_SYNC_ADVANCE_APART not asked for)");
+    } else if (plan->mode != SIG_LSTM_CLUSTER) {
+        snprintf (inline_why, sizeof inline_why, "a grid takes every SM: no room for a second launch");
+    } else if (slots == 0u) {
+        snprintf (inline_why, sizeof inline_why, "no stream slots: nothing to advance");
+    } else if (slots > SIG_LSTM_APART_SLOTS) {
+        snprintf (inline_why, sizeof inline_why, "%u stream slots: apart takes at most %u", slots, SIG_LSTM_APART_SLOTS);
+    } else if (!l_build (n, dtype, plan->mode, plan->blocks, slots, max_rows, plan->smem_limit, true, &p)) {
+        snprintf (inline_why, sizeof inline_why, "the staging buffer does not fit: %.160s", p.why);
+    } else {
+        int two = 0;
+        if ((e = l_placeable_count (&p, sms, &two)) != cudaSuccess)
+            return (int) e;
+        if (two >= 2)
+            *plan = p;
+        else
+            snprintf (inline_why, sizeof inline_why, "two clusters of %u blocks with %u KiB of shared memory each do "
+                      "not fit this device (%d at once)", p.blocks, p.smem_bytes >> 10, two);
+    }
+    memcpy (plan->why, inline_why, sizeof plan->why);
     plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS | SIG_LSTM_SYNC_FEAT_SHARED);
     if (plan->sync & SIG_LSTM_SYNC_POLL_ROUNDS)   /* the old poll reads the entry as words 0 .. 2 + in */
         plan->sync |= SIG_LSTM_SYNC_FEAT_SHARED;
     l_plan_math (n, tu->math, plan);
     plan->trace = tu->trace;
+    if (plan->apart)
+        plan->sync |= SIG_LSTM_SYNC_ADVANCE_APART;
     return (int) cudaSuccess;
 }
 
@@ -308,6 +365,7 @@ extern "C" int sig_lstm_layout (const sig_lstm_plan_t *plan, sig_lstm_layout_t *
     uint64_t off = 0;
     memset (lay, 0, sizeof *lay);
     lay->ctrl = 0u;
+    lay->hold = 8u;
     off = L_LINE;
     lay->ready = (uint32_t) off, off += status;
     lay->exited = (uint32_t) off, off += status;

@@ -313,9 +313,11 @@ START_TEST (test_lstm_model_keys)
     char err[512];
     config_t *cfg = s_parse ("{" SERVER_OK ", 'models': [{'name': 'l', 'type': 'lstm', 'weights': 'w', "
                              "'lstm': 'lstm.', 'window': 64, 'head': {'weight': 'fc.weight', 'activation': 'tanh'}, "
-                             "'max_streams': 10, 'stream_idle_s': 5, 'weight_dtype': 'f16'}]}", err, sizeof err);
+                             "'max_streams': 10, 'stream_idle_s': 5, 'weight_dtype': 'f16', 'advances_apart': true}]}",
+                             err, sizeof err);
     ck_assert_msg (cfg != NULL, "%s", err);
     const model_config_t *m = &cfg->models[0];
+    ck_assert (m->advances_apart);
     ck_assert_int_eq (m->type, MODEL_TYPE_LSTM);
     ck_assert_str_eq (m->lstm_prefix, "lstm.");
     ck_assert_uint_eq (m->window, 64);
@@ -449,7 +451,7 @@ static const bad_case_t s_bad[] = {
       "cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, max_batch_rows, "
       "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, watchdog_ms, weight_dtype, "
       "specialise, weights, layers, lstm, window, "
-      "head, max_streams, stream_idle_s)" },
+      "head, max_streams, stream_idle_s, advances_apart)" },
     { "unknown layer key", WITH_LAYERS ("{'weight': '0.weight', 'act': 'relu'}"),
       "test.json: models[0].layers[0].act: unknown key (expected one of weight, bias, activation)" },
     { "key repeated", WITH_SERVER (", 'log_level': 'info', 'log_level': 'debug'"),

@@ -1,7 +1,8 @@
 /* GPU suite of the CUDA LSTM backend (backend_lstm_cuda.c, kernels/lstm_persistent.cu): the issue's
  * three sizes in every weight type, full windows and interleaved streams longer than the window,
  * against the float64 reference; forced cluster sizes, grid mode and weights read from device
- * memory; stream slots kept apart; refusals; the watchdog and stop. Prints "SKIP: <why>" and passes
+ * memory; stream slots kept apart; refusals; the watchdog and stop; the advances on other SMs (plan 4,
+ * SIG_LSTM_SYNC_ADVANCE_APART: many streams, and the order a held advancer leaves). Prints "SKIP: <why>" and passes
  * where there is no CUDA build, no device, or a device other than compute capability 9.0.
  *
  * Tolerances: every output within its forward error bound (tolerance.h), on fresh random inputs,
@@ -25,6 +26,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,8 @@ static const backend_iface_t *B = &backend_lstm_cuda_iface;
 static const char *s_dtype_names[3] = { "f32", "f16", "bf16" };
 
 static float s_scale = 1.0f;   /* the inputs: uniform in [-s_scale, s_scale] */
+static uint32_t s_slots = 3;   /* s_check_model's stream slots */
+static int s_expect_apart = -1;   /* s_open asserts lstm_cuda_apart is this (-1: either) */
 
 static void s_fill (float *x, size_t n)
 {
@@ -71,6 +75,8 @@ static fixture_t *s_live;
 static void s_teardown (void)
 {
     s_scale = 1.0f;
+    s_slots = 3;
+    s_expect_apart = -1;
     if (s_live) {
         B->destroy (&s_live->m);
         weights_destroy (&s_live->w);
@@ -103,13 +109,18 @@ static void s_open (fixture_t *f, const lstm_shape_t *shape, weight_dtype_t dtyp
     const sig_lstm_plan_t *p = lstm_cuda_plan (f->m);
     f->products = p->math == SIG_LSTM_MATH_HALF ? dtype : WEIGHT_DTYPE_F32;
     printf ("  %u layers, window %u, %u inputs, %u units, %s (%s products): %s of %u blocks, G %u, %u KiB shared memory "
-            "per block, weights %.1f MiB (%.1f MiB on chip), W_ih per block %.0f KiB on chip + %.0f KiB from L2\n",
+            "per block, weights %.1f MiB (%.1f MiB on chip), W_ih per block %.0f KiB on chip + %.0f KiB from L2; "
+            "advances %s%s\n",
             shape->layers, shape->window, shape->step_size, shape->hidden, s_dtype_names[dtype],
             s_dtype_names[f->products],
             p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks, p->group, p->smem_bytes >> 10,
             p->weight_bytes / 1048576.0, p->smem_weight_bytes / 1048576.0, p->critical_smem_bytes / 1024.0,
-            p->critical_global_bytes / 1024.0);
+            p->critical_global_bytes / 1024.0, p->apart ? "apart" : "inline: ", p->apart ? "" : p->why);
     fflush (stdout);
+    ck_assert_int_eq (lstm_cuda_apart (f->m), p->apart != 0);
+    if (s_expect_apart >= 0)
+        ck_assert_msg (lstm_cuda_apart (f->m) == (s_expect_apart == 1), "advances %s, expected %s (%s)",
+                       lstm_cuda_apart (f->m) ? "apart" : "inline", s_expect_apart ? "apart" : "inline", p->why);
 }
 
 static void s_close (fixture_t *f)
@@ -258,7 +269,7 @@ static void s_check_model (const lstm_shape_t *shape, weight_dtype_t d, const si
 {
     static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
     const double t0 = (clock_now_us () / 1e6);
-    s_open (&f, shape, d, 2, 3, tuning);
+    s_open (&f, shape, d, 2, s_slots, tuning);
     worst_t w = { 0, 0, 0 };
     s_check_windows (&f, shape->layers <= 3 ? 2 : 1, window_rounds, label, &w);
     printf ("  %s %s full windows: largest error %.3g (rounded weights), %.3g (fp32 weights) of the bound x %g\n",
@@ -309,6 +320,11 @@ START_TEST (launch_shapes)
         /* the synchronisation before plans 1 and 2, kept to compare (lstmbench --sync) */
         { { .blocks = 4, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "cluster 4, old sync" },
         { { .blocks = 6, .grid = 1, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "grid 6, old sync" },
+        /* the advances in a second launch (plan 4, lstmbench --sync 8); W = 1: advances of zero steps */
+        { { .blocks = 1, .sync = SIG_LSTM_SYNC_ADVANCE_APART }, "cluster 1, advances apart" },
+        { { .blocks = 4, .sync = SIG_LSTM_SYNC_ADVANCE_APART }, "cluster 4, advances apart" },
+        { { .blocks = 4, .sync = SIG_LSTM_SYNC_ADVANCE_APART, .math = SIG_LSTM_MATH_HALF }, "cluster 4, advances apart, "
+          "half math" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int d = 0; d < 3; d++) {
@@ -371,6 +387,7 @@ START_TEST (slots_isolated)
     static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
     const lstm_shape_t s = { .layers = 2, .step_size = 16, .hidden = 24, .out = 1, .window = 4 };
     s_open (&f, &s, WEIGHT_DTYPE_F32, 1, 4, NULL);
+    ck_assert (!lstm_cuda_apart (f.m));   /* the default: the advances in the serving kernel */
     float x[5][16], y0 = NAN, y1 = NAN, yagain = NAN;
     double r, b;
     char err[512];
@@ -485,7 +502,7 @@ START_TEST (resident_like_every_persistent_kernel)
     ck_assert_int_eq (cuda_device_resident (0), 0);
     const size_t deferred0 = cuda_device_deferred ();
     s_open (&f, &LSTM_SHAPE_SMALL, WEIGHT_DTYPE_F16, 1, 2, NULL);
-    ck_assert_int_eq (cuda_device_resident (0), 1);
+    ck_assert_int_eq (cuda_device_resident (0), 1 + (int) lstm_cuda_apart (f.m));   /* apart: the advancer too */
     const uint32_t sizes[3] = { 37, 19, 3 };
     const activation_t acts[2] = { ACTIVATION_RELU, ACTIVATION_NONE };
     weights_t *mlp = weights_random (sizes, acts, 2, rng_next (&s_seed));
@@ -519,6 +536,151 @@ START_TEST (resident_like_every_persistent_kernel)
     ck_assert_msg (g != NULL, "cublas once no kernel is resident: %s", err);
     backend_cuda_iface.destroy (&g);
     weights_destroy (&mlp);
+}
+END_TEST
+
+/* Plan 4 (SIG_LSTM_SYNC_ADVANCE_APART): many streams interleaved (each step followed by its advance,
+ * the advancer on other SMs), the small and medium sizes in every weight type (the plan's launch
+ * size), and odd shapes at cluster 1, 4 and 16; within the bounds as every streamed output. _i: 0-5
+ * size * 3 + dtype, 6-14 the odd shape at cluster (1, 4, 16)[(_i - 6) / 3] in dtype (_i - 6) % 3. */
+START_TEST (advances_apart_many_streams)
+{
+    const lstm_shape_t odd = { .layers = 3, .step_size = 37, .hidden = 45, .out = 3, .window = 7,
+                               .head_act = ACTIVATION_TANH };
+    static const char *names[2] = { "small, 6 streams apart", "medium, 6 streams apart" };
+    static const char *odd_names[3] = { "cluster 1, 6 streams apart", "cluster 4, 6 streams apart",
+                                        "cluster 16, 6 streams apart" };
+    s_slots = 6;
+    s_expect_apart = 1;
+    if (_i < 6) {
+        const lstm_shape_t *s = _i < 3 ? &LSTM_SHAPE_SMALL : &LSTM_SHAPE_MEDIUM;
+        const uint32_t self_every = _i < 3 ? 8 : 24, ref_every = _i < 3 ? 8 : 48;
+        const sig_lstm_tuning_t t = { .sync = SIG_LSTM_SYNC_ADVANCE_APART };
+        s_check_model (s, (weight_dtype_t) (_i % 3), &t, 6, s->window + 2, self_every, ref_every, 1, names[_i / 3]);
+    } else {
+        const uint32_t blocks[3] = { 1, 4, 16 };
+        const sig_lstm_tuning_t t = { .blocks = blocks[(_i - 6) / 3], .sync = SIG_LSTM_SYNC_ADVANCE_APART };
+        s_check_model (&odd, (weight_dtype_t) ((_i - 6) % 3), &t, 6, 2 * odd.window + 3, 1, 1, 1, odd_names[(_i - 6) / 3]);
+    }
+}
+END_TEST
+
+typedef struct {
+    backend_model_t *m;
+    uint32_t slot;
+    const float *x;
+    float *y;
+    sig_status_t st;
+    int done;
+    char err[512];
+} step_arg_t;
+
+static void *s_step_thread (void *arg)
+{
+    step_arg_t *a = arg;
+    a->st = B->stream_step (a->m, a->slot, a->x, a->y, a->err, sizeof a->err);
+    __atomic_store_n (&a->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* STEPS steps X of one stream: Y within the bound of the rounded weights' reference. */
+static void s_check_stream_out (fixture_t *f, const float *x, uint32_t steps, const float *y, const char *what)
+{
+    const uint32_t out = f->w->lstm->head.out;
+    double r[4], b[4];
+    ck_assert (out <= 4);
+    ck_assert_int_eq (tol_lstm_stream_products (f->wr->lstm, WEIGHT_DTYPE_F32, f->products, x, steps, r, b), 0);
+    TOL_ASSERT (y, r, b, out, out, "%s (%s)", what, s_dtype_names[f->cfg.weight_dtype]);
+}
+
+/* Head-of-line, by order and counts (no clock): with the advancer held (lstm_cuda_hold), stream A's
+ * advance stays pending while stream B's step is answered, and correct; A's next step, posted while
+ * its advance is held, is not answered before the hold is lifted, then is correct. _i: the dtype.
+ * Then (f32): an advancer held for good makes the step waiting for it UNAVAILABLE after the
+ * watchdog; destroy stops both kernels (none left resident) and a new load works. */
+START_TEST (advances_apart_head_of_line)
+{
+    static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
+    const lstm_shape_t s = { .layers = 2, .step_size = 37, .hidden = 45, .out = 3, .window = 5,
+                             .head_act = ACTIVATION_TANH };
+    const sig_lstm_tuning_t apart = { .sync = SIG_LSTM_SYNC_ADVANCE_APART };
+    s_expect_apart = 1;
+    s_open (&f, &s, (weight_dtype_t) _i, 1, 3, &apart);
+    float xa[3][37], xb[2][37], ya[3], yb[3];
+    char err[512];
+    s_fill (&xa[0][0], 3 * 37);
+    s_fill (&xb[0][0], 2 * 37);
+    B->stream_reset (f.m, 0);
+    B->stream_reset (f.m, 1);
+    ck_assert_int_eq (B->stream_step (f.m, 0, xa[0], ya, err, sizeof err), SIG_OK);
+    B->stream_advance (f.m, 0);
+    ck_assert_int_eq (B->stream_step (f.m, 1, xb[0], yb, err, sizeof err), SIG_OK);
+    B->stream_advance (f.m, 1);
+    ck_assert_int_eq (lstm_cuda_sync (f.m, err, sizeof err), SIG_OK);
+    ck_assert_uint_eq (lstm_cuda_advances_pending (f.m), 0);
+    /* hold the advancer; A steps, and its advance goes in behind the hold */
+    ck_assert_int_eq (lstm_cuda_hold (f.m, true), 0);
+    ck_assert_int_eq (B->stream_step (f.m, 0, xa[1], ya, err, sizeof err), SIG_OK);
+    s_check_stream_out (&f, &xa[0][0], 2, ya, "A's second step, its advance done before the hold");
+    B->stream_advance (f.m, 0);
+    ck_assert_uint_eq (lstm_cuda_advances_pending (f.m), 2);   /* the hold, A's advance */
+    /* B's step is answered, and right, while A's advance has not run */
+    for (int o = 0; o < 3; o++)
+        yb[o] = NAN;
+    ck_assert_int_eq (B->stream_step (f.m, 1, xb[1], yb, err, sizeof err), SIG_OK);
+    s_check_stream_out (&f, &xb[0][0], 2, yb, "B's step while A's advance is held");
+    ck_assert_uint_eq (lstm_cuda_advances_pending (f.m), 2);
+    /* A's next step waits for its advance: not answered while the hold is up */
+    step_arg_t a = { .m = f.m, .slot = 0, .x = xa[2], .y = ya };
+    for (int o = 0; o < 3; o++)
+        ya[o] = NAN;
+    pthread_t th;
+    ck_assert_int_eq (pthread_create (&th, NULL, s_step_thread, &a), 0);
+    const struct timespec pause = { 0, 50 * 1000 * 1000 };
+    nanosleep (&pause, NULL);   /* time to post it; the assertion holds however long that took */
+    ck_assert_int_eq (__atomic_load_n (&a.done, __ATOMIC_ACQUIRE), 0);
+    ck_assert_uint_eq (lstm_cuda_advances_pending (f.m), 2);
+    ck_assert_int_eq (lstm_cuda_hold (f.m, false), 0);
+    pthread_join (th, NULL);
+    ck_assert_msg (a.st == SIG_OK, "A's step after the hold: %s", a.err);
+    s_check_stream_out (&f, &xa[0][0], 3, ya, "A's step posted while its advance was held");
+    ck_assert_int_eq (lstm_cuda_sync (f.m, err, sizeof err), SIG_OK);
+    ck_assert_uint_eq (lstm_cuda_advances_pending (f.m), 0);
+    /* B goes on after all that: its third step over B's two and this one */
+    float xb3[3][37];
+    memcpy (xb3, xb, sizeof xb);
+    s_fill (xb3[2], 37);
+    ck_assert_int_eq (B->stream_step (f.m, 1, xb3[2], yb, err, sizeof err), SIG_OK);
+    s_check_stream_out (&f, &xb3[0][0], 3, yb, "B's third step");
+    s_close (&f);
+    if (_i != 0)
+        return;
+    /* an advancer that never resumes: the watchdog, then stop */
+    s_open (&f, &s, WEIGHT_DTYPE_F32, 1, 3, &apart);
+    B->destroy (&f.m);
+    f.cfg.watchdog_ms = 100;
+    lstm_cuda_tuning (&apart);
+    f.m = B->load (f.w, &f.cfg, 0, err, sizeof err);
+    lstm_cuda_tuning (NULL);
+    ck_assert_msg (f.m != NULL, "%s", err);
+    ck_assert_int_eq (cuda_device_resident (0), 2);
+    ck_assert_int_eq (lstm_cuda_hold (f.m, true), 0);
+    ck_assert_int_eq (B->stream_step (f.m, 2, xa[0], ya, err, sizeof err), SIG_UNAVAILABLE);   /* its reset is held */
+    printf ("  held advancer: %s\n", err);
+    ck_assert_msg (strstr (err, "watchdog") != NULL, "%s", err);
+    ck_assert (lstm_cuda_lost (f.m));
+    ck_assert_int_eq (B->stream_step (f.m, 1, xa[0], ya, err, sizeof err), SIG_UNAVAILABLE);
+    B->destroy (&f.m);
+    ck_assert_int_eq (cuda_device_resident (0), 0);   /* both stopped */
+    f.cfg.watchdog_ms = 5000;
+    lstm_cuda_tuning (&apart);
+    f.m = B->load (f.w, &f.cfg, 0, err, sizeof err);
+    lstm_cuda_tuning (NULL);
+    ck_assert_msg (f.m != NULL, "%s", err);
+    ck_assert (lstm_cuda_apart (f.m));
+    ck_assert_int_eq (B->stream_step (f.m, 0, xa[0], ya, err, sizeof err), SIG_OK);
+    s_check_stream_out (&f, &xa[0][0], 1, ya, "a step after the reload");
+    s_close (&f);
 }
 END_TEST
 
@@ -587,6 +749,13 @@ int main (void)
     tcase_add_test (tc, f16_features_past_half_range);
     tcase_add_test (tc, watchdog_and_stop);
     tcase_add_test (tc, resident_like_every_persistent_kernel);
+    /* plan 4's own cases first (CK_RUN_CASE=plan4 runs them alone; launch_shapes has three more) */
+    TCase *t4 = tcase_create ("plan4");
+    tcase_set_timeout (t4, 900);
+    tcase_add_checked_fixture (t4, NULL, s_teardown);
+    tcase_add_loop_test (t4, advances_apart_head_of_line, 0, 3);
+    tcase_add_loop_test (t4, advances_apart_many_streams, 0, 15);
+    suite_add_tcase (s, t4);
     suite_add_tcase (s, tc);
     int rc = tu_run_suite (s);
     tu_remove_tree (s_dir);

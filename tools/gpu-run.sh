@@ -94,6 +94,18 @@ if [ -n "${LSTM_VARIANTS:-}" ] && [ -f "$BUILD/lstmbench" ]; then
         --no-window --iterations 10000 --warmup 500 --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
     lstm_rows "$LOGS/lstm_variants.log" >"$OUT/lstm_variants.txt"
 fi
+# Plan 4 (issue 19 item 4: the advances on other SMs): LSTM_RR streams stepping round-robin, each
+# step followed by its advance (posted, not waited for; rounds of LSTM_RR steps back to back, a round
+# LSTM_RR_GAP x LSTM_RR advances after the last, a row each: 0,1.5), the advances in the serving kernel
+# (--sync 0, the default) and apart (--sync 8) in one binary, LSTM_RR_SIZES (small,medium) in LSTM_DTYPES;
+# the single-stream step rows beside them; p50/p99 of every row in $OUT/lstm_rr.txt.
+if [ -n "${LSTM_RR:-}" ] && [ -f "$BUILD/lstmbench" ]; then
+    step lstm_rr timeout "${LSTM_RR_TIMEOUT:-120}" taskset -c 2 $BUILD/lstmbench --backends cuda \
+        --sizes "${LSTM_RR_SIZES:-small,medium}" --dtypes "${LSTM_DTYPES:-f16,f32}" --sync "${LSTM_RR_SYNC:-0,8}" \
+        --rr "$LSTM_RR" --rr-gap "${LSTM_RR_GAP:-0,1.5}" --no-window --no-floors --iterations "${LSTM_RR_ITER:-5000}" --warmup 500 \
+        --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
+    lstm_rows "$LOGS/lstm_rr.log" >"$OUT/lstm_rr.txt"
+fi
 if [ "${LSTM_TRACE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
     step lstm_trace timeout "${LSTM_TRACE_TIMEOUT:-120}" taskset -c 2 $BUILD/lstmbench --backends cuda \
         --dtypes "${LSTM_DTYPES:-f16,f32}" --sync 0 --trace \
@@ -102,7 +114,16 @@ if [ "${LSTM_TRACE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
 fi
 # compute-sanitizer memcheck over the LSTM kernel (LSTM_SANITIZE=1): cluster 1 and 4 in f32 and bf16,
 # grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish.
-if [ "${LSTM_SANITIZE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+# LSTM_SANITIZE=apart (or all: both) plan 4's two launches (--sync 8): cluster 1 and 4, 3 streams
+# round-robin, f32 and bf16 (LSTM_SANITIZE_ARGS narrows it). In GPU calls 1 and 2 (2026-11-26) the
+# first model ran clean and its destroy did not end under memcheck: kept apart from LSTM_SANITIZE=1
+# until that is seen to end (docs/lstm-notes.md, plan 4).
+if { [ "${LSTM_SANITIZE:-0}" = apart ] || [ "${LSTM_SANITIZE:-0}" = all ]; } && [ -f "$BUILD/lstmbench" ]; then
+    step lstm_memcheck_apart timeout "${LSTM_SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        $BUILD/lstmbench --backends cuda --sync 8 ${LSTM_SANITIZE_ARGS:---sizes 2:5:33:70 --dtypes f32,bf16 --blocks 1,4} \
+        --rr 3 --rr-gap 0 --iterations 60 --warmup 5 --no-floors --seconds 5
+fi
+if { [ "${LSTM_SANITIZE:-0}" = 1 ] || [ "${LSTM_SANITIZE:-0}" = all ]; } && [ -f "$BUILD/lstmbench" ]; then
     step lstm_memcheck_cluster timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \
         --backends cuda --sizes small,2:5:33:70 --dtypes f32,bf16 --blocks 1,4 --iterations 60 --warmup 5 --no-floors --seconds 5
     step lstm_memcheck_grid timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/lstmbench \
@@ -230,7 +251,7 @@ if [ "${SERVING:-0}" = 1 ]; then
         bash tools/gpu-serving.sh >"$LOGS/serving.log" 2>&1
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
-echo; cat "$OUT/env.txt"; [ -f "$OUT/lstm_ab.txt" ] && { echo "LSTM A/B, p50 / p99 per row:"; cat "$OUT/lstm_ab.txt"; }; [ -f "$OUT/lstm_variants.txt" ] && { echo "LSTM variants, p50 / p99:"; cat "$OUT/lstm_variants.txt"; }; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
+echo; cat "$OUT/env.txt"; [ -f "$OUT/lstm_ab.txt" ] && { echo "LSTM A/B, p50 / p99 per row:"; cat "$OUT/lstm_ab.txt"; }; [ -f "$OUT/lstm_variants.txt" ] && { echo "LSTM variants, p50 / p99:"; cat "$OUT/lstm_variants.txt"; }; [ -f "$OUT/lstm_rr.txt" ] && { echo "LSTM round-robin and single stream (plan 4), p50 / p99:"; cat "$OUT/lstm_rr.txt"; }; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
 [ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log";
 for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
 grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;

@@ -3,6 +3,13 @@
  *   step    the streaming critical path: a host clock from handing the step to stream_step to
  *           having its outputs (the advance that follows, and its completion, are not timed:
  *           Tacana's precomputation), one stream, fresh random steps;
+ *   round-robin (--rr N)  N streams stepping in turn, each step followed by its advance, posted and
+ *           not waited for (as a server does): the same host clock around each step, which waits
+ *           behind the previous streams' advances where the advances run in the serving kernel and
+ *           not where they run apart (plan 4: --sync 0 against --sync 8 in one binary). A row per
+ *           --rr-gap F: the N steps of a round back to back (every stream's data at once), a round
+ *           F x N advances (the advance's time measured first, on slot 0) after the last (F > 1:
+ *           the advances keep up; F 0: rounds back to back, the advances bound the rate either way);
  *   window  a full window (rows 1): a host clock around infer;
  *   ping    the LSTM kernel's own ring with the step's features and no compute (its floor);
  *   pingpong  the MLP persistent kernel's ping-pong floor reading the same number of floats, output
@@ -57,6 +64,8 @@ typedef struct {
     const char *sync;       /* CUDA: a list of SIG_LSTM_SYNC_* values, the rows of each launch size per value */
     const char *math;       /* CUDA: a list of products (default, wide, half), the rows of each per value */
     int trace;              /* CUDA: also the traced instantiation, its phases as rows */
+    uint32_t rr;            /* also the round-robin row of this many streams (0: none) */
+    const char *rr_gap;     /* its steps' spacing, a list of fractions of the advance's time (a row each) */
     /* --check */
     const char *check, *backend, *dtype;
     uint32_t window;
@@ -73,11 +82,15 @@ static void s_usage (FILE *out)
              "                  stream at once, pinned to --cpu + k: one step row over all their steps per N)\n"
              "                 [--sync S1,S2,..]   (CUDA: the rows once per synchronisation: 0 today's, 1 the old\n"
              "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds (a grid's always), 3 both;\n"
-             "                  + 4: the features in the command words' line, as before 2026-11-26)\n"
+             "                  + 4: the features in the command words' line, as before 2026-11-26; + 8: the advances\n"
+             "                  in the serving kernel, as before plan 4)\n"
              "                 [--math default,wide,half]   (CUDA, f16 / bf16 weights: the rows once per kind of gate\n"
              "                  products: wide, each weight widened to fp32; half, in the weights' type (plan 3))\n"
              "                 [--trace]   (CUDA: also the traced instantiation of the kernel: where a step's and\n"
              "                  a ping's time goes in the kernel, a row per phase, beside the serving kernel's rows)\n"
+             "                 [--rr N] [--rr-gap F1,F2,..]   (also a row per F of N streams stepping round-robin, each\n"
+             "                  step followed by its advance, not waited for, rounds of N steps F x N advances apart\n"
+             "                  (0: back to back); --sync 8: the advances in a second launch, plan 4)\n"
              "       lstmbench --check FILE --window W [--head-act none|relu|sigmoid|tanh] [--backend cpu|cuda]\n"
              "                 [--dtype f32|f16|bf16] [--math wide|half]   (floats on stdin: a window, then steps)\n"
              "sizes: small, medium, large (the issue's), or LAYERS:WINDOW:INPUTS:UNITS[:OUTPUTS]\n");
@@ -216,6 +229,89 @@ static int s_bench_step (const options_t *o, const backend_iface_t *B, backend_m
     free (win);
     free (y);
     free (yw);
+    return rc;
+}
+
+/* --rr: STREAMS streams (slots 0..STREAMS-1) in turn, each step followed by its advance, which is
+ * posted and not waited for: a step may wait behind the previous streams' advances (in the serving
+ * kernel) or not (apart). A round (every stream once) starts GAP_US after the last one's start (0: at
+ * once). Every output finite; every CHECK_EVERY-th against its stream's full window. */
+static int s_bench_rr (const options_t *o, const backend_iface_t *B, backend_model_t *m, const lstm_weights_t *w,
+                       uint32_t streams, double gap_us, uint64_t *seed, row_t *r)
+{
+    const uint32_t in = w->step_size, W = w->window, out = w->head.out;
+    float *hist = calloc ((size_t) streams * W * in, sizeof (float)), *win = malloc ((size_t) W * in * sizeof (float));
+    float *y = malloc (out * sizeof (float)), *yw = malloc (out * sizeof (float));
+    uint64_t *count = calloc (streams, sizeof (uint64_t));
+    char err[512];
+    int rc = 0;
+    for (uint32_t s = 0; s < streams; s++)
+        B->stream_reset (m, s);
+    r->check = NAN;
+    double start = clock_now_us ();
+    uint32_t warm = o->warmup;
+    uint64_t next = 0;   /* when the next step may start (the gap) */
+    for (uint32_t i = 0; i < warm + o->iterations && rc == 0; i++) {
+        if (i < warm && o->seconds > 0 && clock_now_us () - start > o->seconds * 0.25e6)
+            warm = i;
+        if (i == warm)
+            start = clock_now_us ();
+        const uint32_t s = i % streams;
+        float *mine = hist + (size_t) s * W * in, *x = mine + (size_t) (count[s] % W) * in;
+        s_fill (seed, x, in);
+        if (s == 0) {   /* a round: its steps back to back */
+            if (i == 0 || gap_us <= 0)
+                next = clock_now_ns ();
+            while (clock_now_ns () < next) {
+            }
+            next += (uint64_t) (gap_us * 1e3);
+        }
+        const uint64_t t0 = clock_now_ns ();
+        sig_status_t st = B->stream_step (m, s, x, y, err, sizeof err);
+        const uint64_t t1 = clock_now_ns ();
+        count[s]++;
+        if (st != SIG_OK) {
+            fprintf (stderr, "lstmbench: round-robin step: %s\n", err);
+            rc = -1;
+            break;
+        }
+        if (i >= warm)
+            r->samples[r->n++] = (double) (t1 - t0) / 1e3;
+        for (uint32_t k = 0; k < out; k++)
+            if (!isfinite (y[k])) {
+                fprintf (stderr, "lstmbench: round-robin step %u: output %u is %g\n", i, k, y[k]);
+                rc = -1;
+            }
+        B->stream_advance (m, s);
+        if (i % CHECK_EVERY == CHECK_EVERY - 1) {   /* its stream's window in full (the advance not waited for) */
+            for (uint32_t t = 0; t < W; t++) {
+                const int64_t k = (int64_t) count[s] - W + t;
+                if (k >= 0)
+                    memcpy (win + (size_t) t * in, mine + (size_t) (k % W) * in, in * sizeof (float));
+                else
+                    memset (win + (size_t) t * in, 0, in * sizeof (float));
+            }
+            if (B->infer (m, win, 1, yw, err, sizeof err) != SIG_OK) {
+                fprintf (stderr, "lstmbench: window: %s\n", err);
+                rc = -1;
+            }
+            for (uint32_t k = 0; k < out; k++) {
+                const double d = fabs ((double) y[k] - yw[k]) / fmax (fabs ((double) yw[k]), 1e-3);
+                r->check = isnan (r->check) || d > r->check || isnan (d) ? d : r->check;
+            }
+        }
+        if (i >= warm && s_out_of_time (o, start, i - warm))
+            break;
+    }
+    if (isnan (r->check))
+        snprintf (r->note, sizeof r->note, "streams vs their full windows: not reached (every %d)", CHECK_EVERY);
+    else
+        snprintf (r->note, sizeof r->note, "streams vs their full windows %.1e", r->check);
+    free (hist);
+    free (win);
+    free (y);
+    free (yw);
+    free (count);
     return rc;
 }
 
@@ -443,7 +539,7 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
     cfg->backend = cuda ? BACKEND_CUDA : BACKEND_CPU;
     cfg->weight_dtype = (weight_dtype_t) s_dtype (dname);
     cfg->wait = o->wait;
-    cfg->max_streams = o->slots;
+    cfg->max_streams = o->slots > o->rr ? o->slots : o->rr;
     cfg->watchdog_ms = 10000;
 #ifdef SIGSERVE_HAVE_CUDA
     if (cuda) {
@@ -465,15 +561,15 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
         printf ("| %s %s %s: %s | | | | | | | | |\n", size, bname, dname, err);
         return 0;
     }
-    char label[192], how[96] = "1 core";
+    char label[256], how[128] = "1 core";
 #ifdef SIGSERVE_HAVE_CUDA
     if (cuda) {
         const sig_lstm_plan_t *p = lstm_cuda_plan (m);
         static const char *const syncs[4] = { "", ", old poll", ", old exchanges", ", old poll and exchanges" };
-        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks,
-                  p->smem_bytes >> 10, syncs[p->sync & 3u],
+        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s, advances %s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster",
+                  p->blocks, p->smem_bytes >> 10, syncs[p->sync & 3u],
                   p->dtype == SIG_LSTM_F32 ? "" : p->math == SIG_LSTM_MATH_HALF ? ", half math" : ", wide math",
-                  trace ? ", TRACED" : "");
+                  p->apart ? "apart" : "inline", trace ? ", TRACED" : "");
     }
 #endif
     fprintf (stderr, "lstmbench: %s %s %s loaded in %.0f ms (%s)\n", size, bname, dname, load_ms, how);
@@ -503,6 +599,38 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
         return rc == 0 ? s_trace_rows (o, size, dname, how, trace, l->layer_count, r) : rc;
 #endif
     }
+    if (rc == 0 && o->rr) {   /* the advance's time first (slot 0: a step, then its advance waited for) */
+        double adv[32];
+        float *x = calloc (l->step_size, sizeof (float)), *y = calloc (l->head.out, sizeof (float));
+        for (int i = 0; i < 32 && rc == 0; i++) {
+            s_fill (seed, x, l->step_size);
+            if (B->stream_step (m, 0, x, y, err, sizeof err) != SIG_OK)
+                rc = -1;
+            const uint64_t t0 = clock_now_ns ();
+            B->stream_advance (m, 0);
+#ifdef SIGSERVE_HAVE_CUDA
+            if (cuda && lstm_cuda_sync (m, err, sizeof err) != SIG_OK)
+                rc = -1;
+#endif
+            adv[i] = (double) (clock_now_ns () - t0) / 1e3;
+        }
+        free (x);
+        free (y);
+        latency_summary_t as;
+        latency_summarize (adv, 32, &as);
+        char gl[64];
+        snprintf (gl, sizeof gl, "%s", o->rr_gap);
+        for (char *s7 = NULL, *g = strtok_r (gl, ",", &s7); g && rc == 0; g = strtok_r (NULL, ",", &s7)) {
+            const double f = atof (g), gap = f * o->rr * as.p50;
+            r->n = 0;
+            r->note[0] = 0;
+            rc = s_bench_rr (o, B, m, l, o->rr, gap, seed, r);
+            snprintf (label, sizeof label, "%s %s %s step, %u streams round-robin, a round every %.0f us (%.2g x %u "
+                      "advances of %.0f us) [%s]", size, bname, dname, o->rr, gap, f, o->rr, as.p50, how);
+            if (rc == 0)
+                s_print (label, r);
+        }
+    }
     if (rc == 0 && !o->no_window) {
         r->n = 0;
         r->note[0] = 0;
@@ -521,7 +649,9 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
             s_print (label, r);
     }
 #endif
+    const double d0 = clock_now_us ();
     B->destroy (&m);
+    fprintf (stderr, "lstmbench: %s %s %s destroyed in %.0f ms\n", size, bname, dname, (clock_now_us () - d0) / 1e3);
     return rc;
 }
 
@@ -792,7 +922,7 @@ int main (int argc, char **argv)
     options_t o = { .sizes = "small,medium,large", .dtypes = "f32,f16,bf16", .backends = "cpu,cuda",
                     .iterations = 10000, .warmup = 1000, .seconds = 60, .cpu = -1, .wait = CUDA_WAIT_SPIN,
                     .slots = 4, .backend = "cpu", .dtype = "f32", .head_act = ACTIVATION_NONE, .blocks = "",
-                    .instances = "", .sync = "0", .math = "default" };
+                    .instances = "", .sync = "0", .math = "default", .rr_gap = "0" };
     o.seed = (uint64_t) time (NULL) * 0x9e3779b97f4a7c15ull;
     static const struct option longs[] = {
         { "sizes", required_argument, 0, 's' },      { "dtypes", required_argument, 0, 'd' },
@@ -806,7 +936,8 @@ int main (int argc, char **argv)
         { "backend", required_argument, 0, 'e' },    { "dtype", required_argument, 0, 't' },
         { "instances", required_argument, 0, 'I' },  { "help", no_argument, 0, 'h' },
         { "sync", required_argument, 0, 'y' },       { "trace", no_argument, 0, 'T' },
-        { "math", required_argument, 0, 'M' },
+        { "math", required_argument, 0, 'M' },       { "rr", required_argument, 0, 'R' },
+        { "rr-gap", required_argument, 0, 'g' },
         { 0, 0, 0, 0 },
     };
     for (int c; (c = getopt_long (argc, argv, "h", longs, NULL)) != -1;) {
@@ -836,6 +967,8 @@ int main (int argc, char **argv)
         case 'y': o.sync = optarg; break;
         case 'T': o.trace = 1; break;
         case 'M': o.math = optarg; break;
+        case 'R': o.rr = (uint32_t) strtoul (optarg, NULL, 10); break;
+        case 'g': o.rr_gap = optarg; break;
         case 'h': s_usage (stdout); return 0;
         default: s_usage (stderr); return 2;
         }

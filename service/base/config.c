@@ -126,6 +126,7 @@ static const key_spec_t s_model_keys[] = {
       .min = 1, .max = 1000000, .def = 1024 },
     { .name = "stream_idle_s", .type = KEY_U32, FIELD (model_config_t, stream_idle_s),
       .min = 1, .max = 86400, .def = 300 },
+    { .name = "advances_apart", .type = KEY_BOOL, FIELD (model_config_t, advances_apart), .def = false },
 };
 static const table_t s_model_table = TABLE ("model", s_model_keys);
 _Static_assert (sizeof s_model_keys / sizeof s_model_keys[0] <= KEYS_MAX, "raise KEYS_MAX");

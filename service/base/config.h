@@ -88,6 +88,7 @@ typedef struct {
     layer_config_t head;            /* lstm: the linear head on the last hidden state */
     uint32_t max_streams;           /* lstm: streams held at once */
     uint32_t stream_idle_s;         /* lstm: a stream idle this long is forgotten */
+    bool advances_apart;            /* lstm, cuda: the advances in a second resident kernel (plan 4) */
 } model_config_t;
 
 /* ZeroMQ CURVE: on when secret_key_file is not empty. */

@@ -175,7 +175,7 @@ def configs(repo):
              "weights": "/abs/tick.safetensors", "layers": layers},
             {"name": "seq", "type": "lstm", "backend": "cpu", "weights": "seq.safetensors", "lstm": "lstm",
              "window": 32, "head": {"weight": "head.weight", "activation": "sigmoid"},
-             "max_streams": 100, "stream_idle_s": 60},
+             "max_streams": 100, "stream_idle_s": 60, "advances_apart": True},
         ],
     }
     write("config", "every_key.json", json.dumps(full, indent=1, ensure_ascii=False))

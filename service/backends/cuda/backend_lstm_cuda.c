@@ -14,12 +14,21 @@
  * The mailbox, the wait with its watchdog, the start, the stop and the losses are the persistent
  * host layer's (persistent.h); the kernel counts as resident on its device like the MLP's, so
  * releases that would wait for it are deferred and cuBLAS loads refused (device.h). Nothing
- * synchronises the device; device memory comes from the device's stream-ordered pool. */
+ * synchronises the device; device memory comes from the device's stream-ordered pool.
+ *
+ * Apart (plan 4, kernels.h; the plan's `apart`, asked for with SIG_LSTM_SYNC_ADVANCE_APART: not the
+ * default, a single stream's step measured slower): a second resident launch, the advancer, with a
+ * mailbox and stream of its own, takes the advances and resets, so a stream's step never waits
+ * behind another stream's advance. Each slot counts the versions of its state posted (every
+ * advance and reset one more); a step carries the version it needs and the kernel waits for it. An
+ * advance or reset is posted once the slot's last step is done (its done word, which the kernel
+ * writes after fencing the step's ring entry); both rings' losses are the model's. */
 #define _GNU_SOURCE
 #include "backends/cuda/backend_lstm_cuda.h"
 
 #include "backends/cuda/device.h"
 #include "backends/cuda/persistent.h"
+#include "base/log.h"
 #include "kernels.h"
 #include "weights/lstm.h"
 #include "weights/reference.h"
@@ -37,16 +46,25 @@ typedef struct {
     uint32_t pos;               /* ring position of the slot's next step */
     bool valid;                 /* reset at least once */
     bool owed;                  /* a step ran and its advance was not posted yet */
+    bool stepped;               /* apart: step_n is its last step */
+    uint32_t ver;               /* apart: versions of its state posted (kept across a reset) */
+    uint64_t step_n;
 } slot_t;
+
+typedef struct {                /* one resident launch's command ring */
+    persistent_t *host;
+    uint64_t posted;            /* commands posted: command n in entry n % RING, sequence n + 1 */
+    uint64_t completed;         /* commands known complete (they complete in order) */
+} ring_t;
 
 struct backend_model {
     persistent_t host;          /* name, device, wait, watchdog, the kernel's stream, the mailbox, state */
+    persistent_t adv;           /* apart: the advancer's */
     uint32_t in, out, W, max_rows, slot_count;
     sig_lstm_plan_t plan;
     sig_lstm_layout_t lay;
     void *d_image, *d_state, *d_xchg;
-    uint64_t posted;            /* commands posted: command n in entry n % RING, sequence n + 1 */
-    uint64_t completed;         /* commands known complete (they complete in order) */
+    ring_t serve, advr;         /* the serving kernel's ring; apart, the advancer's */
     slot_t *slots;
 };
 
@@ -67,26 +85,39 @@ void lstm_cuda_tuning (const sig_lstm_tuning_t *tuning)
 
 /* ---- the request path ---- */
 
-static uint8_t *s_entry (const backend_model_t *m, uint64_t n)
+static uint8_t *s_entry (const backend_model_t *m, const ring_t *r, uint64_t n)
 {
-    return m->host.box + m->lay.ring + (size_t) (n % SIG_LSTM_RING) * m->lay.entry_bytes;
+    return r->host->box + m->lay.ring + (size_t) (n % SIG_LSTM_RING) * m->lay.entry_bytes;
 }
 
-/* What a wait waits for: command N of M complete, WORDS outputs of a step (no sentinel left), else
- * (WORDS 0) its done word. */
+/* The launch that is lost, if either is (apart, either loss is the model's). */
+static const persistent_t *s_lost (const backend_model_t *m)
+{
+    return m->host.lost ? &m->host : m->adv.lost ? &m->adv : NULL;
+}
+
+/* What a wait waits for: command N of ring R of M complete, WORDS outputs of a step (no sentinel
+ * left), else (WORDS 0) its done word; DONE: its done word itself, whatever the host knows (apart,
+ * a step's ring entry is visible to the advancer once done says so, after its outputs). */
 typedef struct {
     const backend_model_t *m;
+    const ring_t *r;
     uint64_t n;
     uint32_t words;
+    bool done;
 } command_t;
 
 static bool s_complete (const void *arg)
 {
     const command_t *c = arg;
     const backend_model_t *m = c->m;
-    if (m->completed > c->n)
+    const uint8_t *e = s_entry (m, c->r, c->n);
+    if (c->done) {   /* the entry may hold a later command by now: its done word is then later still */
+        const uint32_t d = __atomic_load_n ((const uint32_t *) (e + m->lay.done), __ATOMIC_ACQUIRE);
+        return (int32_t) (d - (uint32_t) (c->n + 1u)) >= 0;
+    }
+    if (c->r->completed > c->n)
         return true;
-    const uint8_t *e = s_entry (m, c->n);
     if (c->words) {
         const uint32_t *y = (const uint32_t *) (e + m->lay.outputs);
         for (uint32_t i = 0; i < c->words; i++)
@@ -97,30 +128,37 @@ static bool s_complete (const void *arg)
     return __atomic_load_n ((const uint32_t *) (e + m->lay.done), __ATOMIC_ACQUIRE) == (uint32_t) (c->n + 1u);
 }
 
-/* Waits for command N (persistent_wait: the configured wait, the watchdog). */
-static sig_status_t s_wait (backend_model_t *m, uint64_t n, uint32_t words, char *err, size_t errlen)
+/* Waits for command N of ring R (persistent_wait: the configured wait, the watchdog). */
+static sig_status_t s_wait_as (backend_model_t *m, ring_t *r, uint64_t n, uint32_t words, bool done, char *err,
+                               size_t errlen)
 {
-    const command_t c = { m, n, words };
-    sig_status_t st = persistent_wait (&m->host, s_complete, &c, err, errlen);
-    if (st == SIG_OK && m->completed < n + 1u)
-        m->completed = n + 1u;
+    const command_t c = { m, r, n, words, done };
+    sig_status_t st = persistent_wait (r->host, s_complete, &c, err, errlen);
+    if (st == SIG_OK && r->completed < n + 1u)
+        r->completed = n + 1u;
     return st;
 }
 
-/* Posts command OP (POS, SLOT) with NX features X; *N gets its number. OUTS: the output words the
- * answer will fill (set to the sentinel first). */
-static sig_status_t s_post (backend_model_t *m, uint32_t op, uint32_t pos, uint32_t slot, const float *x, uint32_t nx,
-                            uint32_t outs, uint64_t *n_out, char *err, size_t errlen)
+static sig_status_t s_wait (backend_model_t *m, ring_t *r, uint64_t n, uint32_t words, char *err, size_t errlen)
 {
-    if (m->host.lost)
-        return persistent_unavailable (&m->host, err, errlen);
-    const uint64_t n = m->posted;
-    if (n >= SIG_LSTM_RING && m->completed < n - SIG_LSTM_RING + 1u) {   /* the entry's last use */
-        sig_status_t st = s_wait (m, n - SIG_LSTM_RING, 0u, err, errlen);
+    return s_wait_as (m, r, n, words, false, err, errlen);
+}
+
+/* Posts command OP (POS, SLOT) with NX features X on ring R; *N gets its number. OUTS: the output
+ * words the answer will fill (set to the sentinel first). */
+static sig_status_t s_post (backend_model_t *m, ring_t *r, uint32_t op, uint32_t pos, uint32_t slot, const float *x,
+                            uint32_t nx, uint32_t outs, uint64_t *n_out, char *err, size_t errlen)
+{
+    const persistent_t *lost = s_lost (m);
+    if (lost)
+        return persistent_unavailable (lost, err, errlen);
+    const uint64_t n = r->posted;
+    if (n >= SIG_LSTM_RING && r->completed < n - SIG_LSTM_RING + 1u) {   /* the entry's last use */
+        sig_status_t st = s_wait (m, r, n - SIG_LSTM_RING, 0u, err, errlen);
         if (st != SIG_OK)
             return st;
     }
-    uint8_t *e = s_entry (m, n);
+    uint8_t *e = s_entry (m, r, n);
     const uint64_t tag = (uint64_t) (uint32_t) (n + 1u) << 32;
     uint32_t *y = (uint32_t *) (e + m->lay.outputs);
     for (uint32_t i = 0; i < outs; i++)
@@ -134,7 +172,7 @@ static sig_status_t s_post (backend_model_t *m, uint32_t op, uint32_t pos, uint3
     __atomic_store_n (&w[1], tag | slot, __ATOMIC_RELAXED);
     /* the sentinels before any word the kernel could act on: a release store last (x86: in order) */
     __atomic_store_n (&w[0], tag | (uint64_t) (pos << 8) | op, __ATOMIC_RELEASE);
-    m->posted = n + 1u;
+    r->posted = n + 1u;
     *n_out = n;
     return SIG_OK;
 }
@@ -155,8 +193,8 @@ static uint32_t s_wide_inputs (const backend_model_t *m, const float *x, size_t 
 
 static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
 {
-    if (m->host.lost)
-        return persistent_unavailable (&m->host, err, errlen);
+    if (s_lost (m))
+        return persistent_unavailable (s_lost (m), err, errlen);
     if (rows < 1 || rows > m->max_rows) {
         sig_set_error (err, errlen, "model \"%s\": %u rows, the LSTM kernel takes 1 to %u", m->host.name, rows, m->max_rows);
         return SIG_INTERNAL;
@@ -165,12 +203,28 @@ static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows,
     memcpy (m->host.box + m->lay.window_in, in, (size_t) rows * m->W * m->in * sizeof (float));
     uint64_t n = 0;
     const uint32_t wide = s_wide_inputs (m, in, (size_t) rows * m->W * m->in);
-    sig_status_t st = s_post (m, SIG_LSTM_OP_WINDOW, 0u, rows | wide, NULL, 0u, 0u, &n, err, errlen);
+    sig_status_t st = s_post (m, &m->serve, SIG_LSTM_OP_WINDOW, 0u, rows | wide, NULL, 0u, 0u, &n, err, errlen);
     if (st == SIG_OK)
-        st = s_wait (m, n, 0u, err, errlen);
+        st = s_wait (m, &m->serve, n, 0u, err, errlen);
     if (st == SIG_OK)
         memcpy (out, m->host.box + m->lay.window_out, (size_t) rows * m->out * sizeof (float));
     return st;
+}
+
+/* Apart: word 1 of the slot's next advance or reset (its state's next version), once its last
+ * step is done (the advancer reads that step's ring entry). Its ring and word, or NULL (lost). */
+static ring_t *s_state_cmd (backend_model_t *m, uint32_t slot, uint32_t *word, char *err, size_t errlen)
+{
+    slot_t *s = &m->slots[slot];
+    if (!m->plan.apart) {
+        *word = slot;
+        return &m->serve;
+    }
+    if (s->stepped && s_wait_as (m, &m->serve, s->step_n, 0u, true, err, errlen) != SIG_OK)
+        return NULL;
+    s->stepped = false;
+    *word = slot | ((s->ver + 1u) & SIG_LSTM_VERSION_MASK) << SIG_LSTM_VERSION_SHIFT;
+    return &m->advr;
 }
 
 static void s_reset (backend_model_t *m, uint32_t slot)
@@ -178,9 +232,11 @@ static void s_reset (backend_model_t *m, uint32_t slot)
     if (slot >= m->slot_count)
         return;
     uint64_t n = 0;
+    uint32_t word = 0;
     char err[256];
-    if (s_post (m, SIG_LSTM_OP_RESET, 0u, slot, NULL, 0u, 0u, &n, err, sizeof err) == SIG_OK)
-        m->slots[slot] = (slot_t) { .pos = 0, .valid = true, .owed = false };
+    ring_t *r = s_state_cmd (m, slot, &word, err, sizeof err);
+    if (r && s_post (m, r, SIG_LSTM_OP_RESET, 0u, word, NULL, 0u, 0u, &n, err, sizeof err) == SIG_OK)
+        m->slots[slot] = (slot_t) { .pos = 0, .valid = true, .owed = false, .ver = m->slots[slot].ver + 1u };
 }
 
 static void s_advance (backend_model_t *m, uint32_t slot)
@@ -188,9 +244,13 @@ static void s_advance (backend_model_t *m, uint32_t slot)
     if (slot >= m->slot_count || !m->slots[slot].owed)
         return;
     uint64_t n = 0;
+    uint32_t word = 0;
     char err[256];
-    if (s_post (m, SIG_LSTM_OP_ADVANCE, m->slots[slot].pos, slot, NULL, 0u, 0u, &n, err, sizeof err) == SIG_OK)
+    ring_t *r = s_state_cmd (m, slot, &word, err, sizeof err);
+    if (r && s_post (m, r, SIG_LSTM_OP_ADVANCE, m->slots[slot].pos, word, NULL, 0u, 0u, &n, err, sizeof err) == SIG_OK) {
         m->slots[slot].owed = false;
+        m->slots[slot].ver++;
+    }
 }
 
 static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err, size_t errlen)
@@ -199,54 +259,91 @@ static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, f
         sig_set_error (err, errlen, "model \"%s\": stream slot %u of %u", m->host.name, slot, m->slot_count);
         return SIG_INTERNAL;
     }
-    if (m->host.lost)
-        return persistent_unavailable (&m->host, err, errlen);
+    if (s_lost (m))
+        return persistent_unavailable (s_lost (m), err, errlen);
     slot_t *s = &m->slots[slot];
     if (!s->valid)
         s_reset (m, slot);
     if (s->owed)
         s_advance (m, slot);
     uint64_t n = 0;
-    sig_status_t st = s_post (m, SIG_LSTM_OP_STEP, s->pos, slot | s_wide_inputs (m, x, m->in), x, m->in, m->out, &n,
-                              err, errlen);
+    const uint32_t word = m->plan.apart ? slot | (s->ver & SIG_LSTM_VERSION_MASK) << SIG_LSTM_VERSION_SHIFT : slot;
+    sig_status_t st = s_post (m, &m->serve, SIG_LSTM_OP_STEP, s->pos, word | s_wide_inputs (m, x, m->in), x, m->in,
+                              m->out, &n, err, errlen);
     if (st == SIG_OK)
-        st = s_wait (m, n, m->out, err, errlen);
+        st = s_wait (m, &m->serve, n, m->out, err, errlen);
     if (st != SIG_OK)
         return st;
-    memcpy (out, s_entry (m, n) + m->lay.outputs, m->out * sizeof (float));
+    memcpy (out, s_entry (m, &m->serve, n) + m->lay.outputs, m->out * sizeof (float));
     s->pos = (s->pos + 1u) % m->W;
     s->owed = true;
+    s->stepped = m->plan.apart;
+    s->step_n = n;
     return SIG_OK;
 }
 
 sig_status_t lstm_cuda_ping (backend_model_t *m, const float *x, float *out, char *err, size_t errlen)
 {
     uint64_t n = 0;
-    sig_status_t st = s_post (m, SIG_LSTM_OP_PING, 0u, 0u, x, m->in, 1u, &n, err, errlen);
+    sig_status_t st = s_post (m, &m->serve, SIG_LSTM_OP_PING, 0u, 0u, x, m->in, 1u, &n, err, errlen);
     if (st == SIG_OK)
-        st = s_wait (m, n, 1u, err, errlen);
+        st = s_wait (m, &m->serve, n, 1u, err, errlen);
     if (st == SIG_OK)
-        memcpy (out, s_entry (m, n) + m->lay.outputs, sizeof (float));
+        memcpy (out, s_entry (m, &m->serve, n) + m->lay.outputs, sizeof (float));
     return st;
 }
 
 sig_status_t lstm_cuda_sync (backend_model_t *m, char *err, size_t errlen)
 {
-    if (m->host.lost)
-        return persistent_unavailable (&m->host, err, errlen);
-    return m->posted ? s_wait (m, m->posted - 1u, 0u, err, errlen) : SIG_OK;
+    if (s_lost (m))
+        return persistent_unavailable (s_lost (m), err, errlen);
+    sig_status_t st = m->serve.posted ? s_wait (m, &m->serve, m->serve.posted - 1u, 0u, err, errlen) : SIG_OK;
+    if (st == SIG_OK && m->advr.posted)
+        st = s_wait (m, &m->advr, m->advr.posted - 1u, 0u, err, errlen);
+    return st;
 }
 
 int lstm_cuda_stall (backend_model_t *m)
 {
     uint64_t n = 0;
     char err[256];
-    return s_post (m, SIG_LSTM_OP_STALL, 0u, 0u, NULL, 0u, 0u, &n, err, sizeof err) == SIG_OK ? 0
-                                                                                               : (int) cudaErrorNotReady;
+    return s_post (m, &m->serve, SIG_LSTM_OP_STALL, 0u, 0u, NULL, 0u, 0u, &n, err, sizeof err) == SIG_OK
+               ? 0 : (int) cudaErrorNotReady;
 }
 
-bool lstm_cuda_lost (const backend_model_t *m) { return m->host.lost; }
+int lstm_cuda_hold (backend_model_t *m, bool on)
+{
+    if (!m->plan.apart)
+        return (int) cudaErrorNotSupported;
+    uint32_t *hold = (uint32_t *) (m->adv.box + m->lay.hold);
+    if (!on) {   /* only the word: safe while another thread waits in a step */
+        __atomic_store_n (hold, 0u, __ATOMIC_RELEASE);
+        return 0;
+    }
+    __atomic_store_n (hold, 1u, __ATOMIC_RELEASE);
+    uint64_t n = 0;
+    char err[256];
+    return s_post (m, &m->advr, SIG_LSTM_OP_HOLD, 0u, 0u, NULL, 0u, 0u, &n, err, sizeof err) == SIG_OK
+               ? 0 : (int) cudaErrorNotReady;
+}
+
+uint32_t lstm_cuda_advances_pending (const backend_model_t *m)
+{
+    if (!m->plan.apart)
+        return 0u;
+    uint32_t pending = 0;
+    for (uint64_t n = m->advr.posted > SIG_LSTM_RING ? m->advr.posted - SIG_LSTM_RING : 0; n < m->advr.posted; n++) {
+        const uint8_t *e = s_entry (m, &m->advr, n);
+        const uint32_t d = __atomic_load_n ((const uint32_t *) (e + m->lay.done), __ATOMIC_ACQUIRE);
+        pending += (int32_t) (d - (uint32_t) (n + 1u)) < 0;
+    }
+    return pending;
+}
+
+bool lstm_cuda_lost (const backend_model_t *m) { return s_lost (m) != NULL; }
 const sig_lstm_plan_t *lstm_cuda_plan (const backend_model_t *m) { return m ? &m->plan : NULL; }
+
+bool lstm_cuda_apart (const backend_model_t *m) { return m && m->plan.apart; }
 
 static const char *s_kernel_name (const backend_model_t *m)
 {
@@ -261,11 +358,18 @@ static void s_destroy (backend_model_t **m_p)
         return;
     backend_model_t *m = *m_p;
     cudaSetDevice (m->host.device);
-    if (persistent_stop (&m->host)) {   /* else the kernel may still read them: left to the end of the process */
+    /* apart: both stop words up before waiting for either (under compute-sanitizer memcheck the wait
+     * for the first kernel did not end while the other ran: GPU calls 1 and 2, docs/lstm-notes.md) */
+    if (m->adv.resident)
+        __atomic_store_n ((uint32_t *) (m->adv.box + m->adv.stop_offset), 1u, __ATOMIC_RELEASE);
+    const bool served = persistent_stop (&m->host), advanced = persistent_stop (&m->adv);
+    if (served && advanced) {   /* else a kernel may still read them: left to the end of the process */
         cuda_device_free (m->host.stream, m->d_image);
         cuda_device_free (m->host.stream, m->d_state);
         cuda_device_free (m->host.stream, m->d_xchg);
         persistent_close (&m->host);
+        if (m->adv.box)
+            persistent_close (&m->adv);
     }
     free (m->slots);
     free (m);
@@ -320,7 +424,7 @@ static int s_warm (backend_model_t *m, const lstm_weights_t *w, weight_dtype_t d
         }
         if (rc == 0 && lstm_cuda_sync (m, err, errlen) != SIG_OK)
             rc = -1;
-        m->slots[0] = (slot_t) { 0 };   /* its first user resets it */
+        m->slots[0] = (slot_t) { .ver = m->slots[0].ver };   /* its first user resets it (the versions go on) */
     }
     free (x);
     free (y);
@@ -328,21 +432,31 @@ static int s_warm (backend_model_t *m, const lstm_weights_t *w, weight_dtype_t d
     return rc;
 }
 
-/* Every block loaded its weights. */
-static bool s_ready (const void *arg)
+/* Every block of the launch whose mailbox is at BOX loaded its weights. */
+static bool s_ready_in (const backend_model_t *m, const uint8_t *box)
 {
-    const backend_model_t *m = arg;
-    const uint32_t *ready = (const uint32_t *) (m->host.box + m->lay.ready);
+    const uint32_t *ready = (const uint32_t *) (box + m->lay.ready);
     for (uint32_t b = 0; b < m->plan.blocks; b++)
         if (__atomic_load_n (&ready[b], __ATOMIC_ACQUIRE) == 0u)
             return false;
     return true;
 }
+static bool s_ready (const void *arg) { return s_ready_in (arg, ((const backend_model_t *) arg)->host.box); }
+static bool s_ready_adv (const void *arg) { return s_ready_in (arg, ((const backend_model_t *) arg)->adv.box); }
 
 static int s_launch (void *arg)
 {
     backend_model_t *m = arg;
-    return sig_lstm_launch (m->d_image, m->d_state, m->d_xchg, m->host.d_box, &m->plan, m->host.stream);
+    return sig_lstm_launch (m->d_image, m->d_state, m->d_xchg, m->host.d_box, &m->plan,
+                            m->plan.apart ? SIG_LSTM_ROLE_SERVE : SIG_LSTM_ROLE_ALL, m->host.stream);
+}
+
+/* Apart: the advancer, the same kernel function (no module to load next to the resident one). */
+static int s_launch_adv (void *arg)
+{
+    backend_model_t *m = arg;
+    return sig_lstm_launch (m->d_image, m->d_state, m->d_xchg, m->adv.d_box, &m->plan, SIG_LSTM_ROLE_ADVANCE,
+                            m->adv.stream);
 }
 
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
@@ -378,6 +492,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     pthread_mutex_lock (&s_lock);
     tuning = s_tuning;
     pthread_mutex_unlock (&s_lock);
+    if (cfg->advances_apart)   /* the model's configuration asks for plan 4 */
+        tuning.sync |= SIG_LSTM_SYNC_ADVANCE_APART;
     backend_model_t *m = calloc (1, sizeof *m);
     const uint32_t slot_count = backend_stream_slots (cfg);
     if (!m || !(m->slots = calloc (slot_count ? slot_count : 1, sizeof *m->slots))) {
@@ -390,6 +506,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     m->host.device = device;
     m->host.wait = cfg->wait;
     m->host.watchdog_ms = cfg->watchdog_ms;
+    m->serve.host = &m->host;
+    m->advr.host = &m->adv;
     m->in = net.in;
     m->out = net.out;
     m->W = net.window;
@@ -411,6 +529,14 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         e = (cudaError_t) sig_lstm_layout (&m->plan, &m->lay);
     if (e == cudaSuccess)
         e = persistent_open (&m->host, m->lay.total, m->lay.ctrl);
+    if (e == cudaSuccess && m->plan.apart) {   /* the advancer: a stream and a mailbox of its own, same layout */
+        memcpy (m->adv.name, m->host.name, sizeof m->adv.name);
+        m->adv.kernel = "LSTM advancer kernel";
+        m->adv.device = device;
+        m->adv.wait = cfg->wait;
+        m->adv.watchdog_ms = cfg->watchdog_ms;
+        e = persistent_open (&m->adv, m->lay.total, m->lay.ctrl);
+    }
     if (e == cudaSuccess && !(image = malloc (m->plan.image_bytes)))
         e = cudaErrorMemoryAllocation;
     if (e == cudaSuccess)
@@ -439,10 +565,25 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         s_destroy (&m);
         return NULL;
     }
-    if (persistent_started (&m->host, s_ready, m, err, errlen) != 0 || s_warm (m, lw, cfg->weight_dtype, err, errlen) != 0) {
+    if (persistent_started (&m->host, s_ready, m, err, errlen) != 0) {
         s_destroy (&m);
         return NULL;
     }
+    /* apart: the advancer once the serving kernel is resident (both are before any command) */
+    if (m->plan.apart && (e = persistent_launch (&m->adv, s_launch_adv, m)) != cudaSuccess) {
+        sig_set_error (err, errlen, "model \"%s\": CUDA LSTM advancer kernel launch on device %d: %s (%s)", cfg->name,
+                       device, cudaGetErrorString (e), cudaGetErrorName (e));
+        s_destroy (&m);
+        return NULL;
+    }
+    if ((m->plan.apart && persistent_started (&m->adv, s_ready_adv, m, err, errlen) != 0)
+        || s_warm (m, lw, cfg->weight_dtype, err, errlen) != 0) {
+        s_destroy (&m);
+        return NULL;
+    }
+    if (!m->plan.apart && (tuning.sync & SIG_LSTM_SYNC_ADVANCE_APART))
+        log_warn ("model \"%s\": the LSTM advances were asked to run apart (plan 4) and run in the serving kernel: %s",
+                  cfg->name, m->plan.why);
     return m;
 }
 

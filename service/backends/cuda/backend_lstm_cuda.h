@@ -33,5 +33,13 @@ sig_status_t lstm_cuda_ping (backend_model_t *m, const float *x, float *out, cha
 /* Test only: the kernel stops taking commands (it still honours stop), so the watchdog fires. */
 int lstm_cuda_stall (backend_model_t *m);
 bool lstm_cuda_lost (const backend_model_t *m);
+/* Whether the advances run apart, in a second resident launch (plan 4: kernels.h). */
+bool lstm_cuda_apart (const backend_model_t *m);
+/* Test only, apart: ON, the advancer takes no further command (SIG_LSTM_OP_HOLD) until called with
+ * ON false (which only lowers the hold word: safe while another thread waits in a step). 0, or a
+ * CUDA error (cudaErrorNotSupported: not apart). */
+int lstm_cuda_hold (backend_model_t *m, bool on);
+/* Test only: the advancer's commands posted and not yet done (0 when not apart). */
+uint32_t lstm_cuda_advances_pending (const backend_model_t *m);
 
 #endif
