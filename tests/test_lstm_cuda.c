@@ -51,6 +51,7 @@ static const char *s_dtype_names[3] = { "f32", "f16", "bf16" };
 static float s_scale = 1.0f;   /* the inputs: uniform in [-s_scale, s_scale] */
 static uint32_t s_slots = 3;   /* s_check_model's stream slots */
 static int s_expect_apart = -1;   /* s_open asserts lstm_cuda_apart is this (-1: either) */
+static bool s_cfg_apart;          /* s_open sets the model key advances_apart */
 
 static void s_fill (float *x, size_t n)
 {
@@ -77,6 +78,7 @@ static void s_teardown (void)
     s_scale = 1.0f;
     s_slots = 3;
     s_expect_apart = -1;
+    s_cfg_apart = false;
     if (s_live) {
         B->destroy (&s_live->m);
         weights_destroy (&s_live->w);
@@ -101,6 +103,7 @@ static void s_open (fixture_t *f, const lstm_shape_t *shape, weight_dtype_t dtyp
     f->cfg.max_batch_rows = rows;
     f->cfg.max_streams = slots;
     f->cfg.watchdog_ms = 5000;
+    f->cfg.advances_apart = s_cfg_apart;
     lstm_cuda_tuning (tuning);
     f->m = B->load (f->w, &f->cfg, 0, err, sizeof err);
     lstm_cuda_tuning (NULL);
@@ -542,7 +545,9 @@ END_TEST
 /* Plan 4 (SIG_LSTM_SYNC_ADVANCE_APART): many streams interleaved (each step followed by its advance,
  * the advancer on other SMs), the small and medium sizes in every weight type (the plan's launch
  * size), and odd shapes at cluster 1, 4 and 16; within the bounds as every streamed output. _i: 0-5
- * size * 3 + dtype, 6-14 the odd shape at cluster (1, 4, 16)[(_i - 6) / 3] in dtype (_i - 6) % 3. */
+ * size * 3 + dtype, 6-14 the odd shape at cluster (1, 4, 16)[(_i - 6) / 3] in dtype (_i - 6) % 3.
+ * Case 0 asks through the model key advances_apart (as sigserve's config does), the others through
+ * the tuning. */
 START_TEST (advances_apart_many_streams)
 {
     const lstm_shape_t odd = { .layers = 3, .step_size = 37, .hidden = 45, .out = 3, .window = 7,
@@ -555,8 +560,10 @@ START_TEST (advances_apart_many_streams)
     if (_i < 6) {
         const lstm_shape_t *s = _i < 3 ? &LSTM_SHAPE_SMALL : &LSTM_SHAPE_MEDIUM;
         const uint32_t self_every = _i < 3 ? 8 : 24, ref_every = _i < 3 ? 8 : 48;
-        const sig_lstm_tuning_t t = { .sync = SIG_LSTM_SYNC_ADVANCE_APART };
-        s_check_model (s, (weight_dtype_t) (_i % 3), &t, 6, s->window + 2, self_every, ref_every, 1, names[_i / 3]);
+        const sig_lstm_tuning_t t = { .sync = _i == 0 ? 0u : (uint32_t) SIG_LSTM_SYNC_ADVANCE_APART };
+        s_cfg_apart = _i == 0;
+        s_check_model (s, (weight_dtype_t) (_i % 3), &t, 6, s->window + 2, self_every, ref_every, 1,
+                       _i == 0 ? "small, 6 streams apart (the model key)" : names[_i / 3]);
     } else {
         const uint32_t blocks[3] = { 1, 4, 16 };
         const sig_lstm_tuning_t t = { .blocks = blocks[(_i - 6) / 3], .sync = SIG_LSTM_SYNC_ADVANCE_APART };

@@ -83,7 +83,7 @@ static void s_usage (FILE *out)
              "                 [--sync S1,S2,..]   (CUDA: the rows once per synchronisation: 0 today's, 1 the old\n"
              "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds (a grid's always), 3 both;\n"
              "                  + 4: the features in the command words' line, as before 2026-11-26; + 8: the advances\n"
-             "                  in the serving kernel, as before plan 4)\n"
+             "                  in a second resident launch on other SMs (plan 4, opt-in))\n"
              "                 [--math default,wide,half]   (CUDA, f16 / bf16 weights: the rows once per kind of gate\n"
              "                  products: wide, each weight widened to fp32; half, in the weights' type (plan 3))\n"
              "                 [--trace]   (CUDA: also the traced instantiation of the kernel: where a step's and\n"
