@@ -156,6 +156,32 @@ static bool s_out_of_time (const options_t *o, double start_us, uint32_t i)
 }
 
 /* The streaming critical path of one stream on slot 0. */
+/* A stream's window in full: its last W steps from HIST (a ring of W rows of IN floats, COUNT steps
+ * so far; zeros before the first) into WIN, run as one window into YW, and the largest relative
+ * difference of its step outputs Y (OUT) from those folded into *CHECK (NAN: none yet). -1 when the
+ * window fails (said on stderr). */
+static int s_check_window (const backend_iface_t *B, backend_model_t *m, const float *hist, uint64_t count, uint32_t W,
+                           uint32_t in, uint32_t out, const float *y, float *win, float *yw, double *check)
+{
+    for (uint32_t t = 0; t < W; t++) {
+        const int64_t k = (int64_t) count - W + t;
+        if (k >= 0)
+            memcpy (win + (size_t) t * in, hist + (size_t) (k % W) * in, in * sizeof (float));
+        else
+            memset (win + (size_t) t * in, 0, in * sizeof (float));
+    }
+    char err[512];
+    if (B->infer (m, win, 1, yw, err, sizeof err) != SIG_OK) {
+        fprintf (stderr, "lstmbench: window: %s\n", err);
+        return -1;
+    }
+    for (uint32_t k = 0; k < out; k++) {
+        const double d = fabs ((double) y[k] - yw[k]) / fmax (fabs ((double) yw[k]), 1e-3);
+        *check = isnan (*check) || d > *check || isnan (d) ? d : *check;
+    }
+    return 0;
+}
+
 static int s_bench_step (const options_t *o, const backend_iface_t *B, backend_model_t *m, const lstm_weights_t *w,
                          bool cuda, uint64_t *seed, row_t *r)
 {
@@ -201,23 +227,8 @@ static int s_bench_step (const options_t *o, const backend_iface_t *B, backend_m
 #else
         (void) cuda;
 #endif
-        if (i % CHECK_EVERY == CHECK_EVERY - 1) {   /* the same window in full, zeros before the first step */
-            for (uint32_t t = 0; t < W; t++) {
-                const int64_t k = (int64_t) count - W + t;
-                if (k >= 0)
-                    memcpy (win + (size_t) t * in, hist + (size_t) (k % W) * in, in * sizeof (float));
-                else
-                    memset (win + (size_t) t * in, 0, in * sizeof (float));
-            }
-            if (B->infer (m, win, 1, yw, err, sizeof err) != SIG_OK) {
-                fprintf (stderr, "lstmbench: window: %s\n", err);
-                rc = -1;
-            }
-            for (uint32_t k = 0; k < out; k++) {
-                const double d = fabs ((double) y[k] - yw[k]) / fmax (fabs ((double) yw[k]), 1e-3);
-                r->check = isnan (r->check) || d > r->check || isnan (d) ? d : r->check;
-            }
-        }
+        if (i % CHECK_EVERY == CHECK_EVERY - 1 && s_check_window (B, m, hist, count, W, in, out, y, win, yw, &r->check) != 0)
+            rc = -1;   /* the same window in full, zeros before the first step */
         if (i >= warm && s_out_of_time (o, start, i - warm))
             break;
     }
@@ -283,23 +294,8 @@ static int s_bench_rr (const options_t *o, const backend_iface_t *B, backend_mod
                 rc = -1;
             }
         B->stream_advance (m, s);
-        if (i % CHECK_EVERY == CHECK_EVERY - 1) {   /* its stream's window in full (the advance not waited for) */
-            for (uint32_t t = 0; t < W; t++) {
-                const int64_t k = (int64_t) count[s] - W + t;
-                if (k >= 0)
-                    memcpy (win + (size_t) t * in, mine + (size_t) (k % W) * in, in * sizeof (float));
-                else
-                    memset (win + (size_t) t * in, 0, in * sizeof (float));
-            }
-            if (B->infer (m, win, 1, yw, err, sizeof err) != SIG_OK) {
-                fprintf (stderr, "lstmbench: window: %s\n", err);
-                rc = -1;
-            }
-            for (uint32_t k = 0; k < out; k++) {
-                const double d = fabs ((double) y[k] - yw[k]) / fmax (fabs ((double) yw[k]), 1e-3);
-                r->check = isnan (r->check) || d > r->check || isnan (d) ? d : r->check;
-            }
-        }
+        if (i % CHECK_EVERY == CHECK_EVERY - 1 && s_check_window (B, m, mine, count[s], W, in, out, y, win, yw, &r->check) != 0)
+            rc = -1;   /* its stream's window in full (the advance not waited for) */
         if (i >= warm && s_out_of_time (o, start, i - warm))
             break;
     }
