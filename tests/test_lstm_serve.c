@@ -1,6 +1,8 @@
 /* LSTM models served over real sockets (CPU backend): the model list, whole windows, streams
  * (interleaved, longer than the window, split over two instances) against the float64 reference
- * (each output within its error bound, tolerance.h),
+ * (each output within its error bound, tolerance.h); the same on the CUDA backend where a GPU is
+ * (its persistent kernel in the device process, advances in the serving kernel and, with
+ * advances_apart, on other SMs; skipped without one, saying so),
  * shape errors naming the step and window sizes, numbered steps (duplicates and gaps refused, not
  * applied), the stream limit and idle streams giving their slots up. Order and counts are
  * asserted, never times; waits are on the condition. */
@@ -28,6 +30,9 @@
 
 static char s_dir[2048], s_endpoint[64];
 static pid_t s_server = -1;
+static const char *s_backend = "cpu";   /* the "seq" model's, set by the fixture of its test case */
+static bool s_apart;                    /* its advances_apart (cuda) */
+static bool s_no_gpu;                   /* a GPU case on a host without a GPU: its tests say so and pass */
 static lstm_weights_t *s_w;
 static weights_t *s_weights;
 static void *s_ctx;
@@ -80,8 +85,19 @@ static void s_random (float *f, size_t n)
         f[i] = rng_uniform (&s_seed, -1, 1);
 }
 
+/* A GPU case's test on a host without a GPU: says so (true) and does nothing. */
+static bool s_skipped (const char *test)
+{
+    if (s_no_gpu)
+        printf ("%s (%s%s): skipped: no NVIDIA driver on this host (no /proc/driver/nvidia)\n", test, s_backend,
+                s_apart ? ", advances apart" : "");
+    return s_no_gpu;
+}
+
 START_TEST (list_describes_the_lstm)
 {
+    if (s_skipped ("list_describes_the_lstm"))
+        return;
     void *s = s_socket (5000);
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
     Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
@@ -99,7 +115,7 @@ START_TEST (list_describes_the_lstm)
     ck_assert_uint_eq (m->step_size, STEP);
     ck_assert_uint_eq (m->input_size, WINDOW * STEP);
     ck_assert_uint_eq (m->output_size, OUTS);
-    ck_assert_str_eq (m->backend, "cpu");
+    ck_assert_str_eq (m->backend, s_backend);
     ck_assert_uint_eq (m->instances, 2);
     ck_assert_str_eq (r->list_models->models[1]->type, "mlp");
     sigserve__v1__reply__free_unpacked (r, NULL);
@@ -109,6 +125,8 @@ END_TEST
 
 START_TEST (whole_windows_match_the_reference)
 {
+    if (s_skipped ("whole_windows_match_the_reference"))
+        return;
     void *s = s_socket (5000);
     float in[3 * WINDOW * STEP];
     s_random (in, 3 * WINDOW * STEP);
@@ -129,6 +147,8 @@ START_TEST (interleaved_streams_match_the_reference)
     /* Three streams, 2.5 windows each, steps interleaved; each reply equals the reference over that
      * stream's steps so far (zeros before its first). Stream ids 10, 11, 12 land on both
      * instances (id % 2). */
+    if (s_skipped ("interleaved_streams_match_the_reference"))
+        return;
     void *s = s_socket (5000);
     enum { STEPS = 5 * WINDOW / 2 };
     static float steps[STREAMS][STEPS * STEP];
@@ -235,6 +255,8 @@ END_TEST
  * accepted steps only); unnumbered steps count too. Stream 2001 lives on instance 1. */
 START_TEST (numbered_steps_refuse_duplicates_and_gaps)
 {
+    if (s_skipped ("numbered_steps_refuse_duplicates_and_gaps"))
+        return;
     void *s = s_socket (5000);
     static float x[6][STEP], accepted[6 * STEP];
     for (int i = 0; i < 6; i++)
@@ -287,6 +309,9 @@ static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
 
 static void s_setup (void)
 {
+    s_no_gpu = strcmp (s_backend, "cpu") != 0 && access ("/proc/driver/nvidia", F_OK) != 0;
+    if (s_no_gpu)
+        return;
     char *dir = tu_tmpdir ();
     snprintf (s_dir, sizeof s_dir, "%s", dir);
     free (dir);
@@ -302,24 +327,50 @@ static void s_setup (void)
     char json[4096];
     snprintf (json, sizeof json,
               "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"warn\", \"stats_interval_s\": 0 },"
-              "  \"models\": [ { \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"weights\": \"seq.safetensors\","
+              "  \"models\": [ { \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"%s\", \"weights\": \"seq.safetensors\","
               "    \"lstm\": \"lstm.\", \"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"tanh\" },"
-              "    \"instances\": 2, \"max_rows\": 3, \"max_streams\": 4, \"stream_idle_s\": 3 },"
+              "    \"instances\": 2, \"max_rows\": 3, \"max_streams\": 4, \"stream_idle_s\": 3%s },"
               "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"weights\": \"%s/models/tick_mlp.safetensors\","
               "    \"layers\": [ { \"weight\": \"0.weight\" }, { \"weight\": \"2.weight\" }, { \"weight\": \"4.weight\" } ] } ] }",
-              s_endpoint, WINDOW, tu_build_abs ());
+              s_endpoint, s_backend, WINDOW, s_apart ? ", \"advances_apart\": true" : "", tu_build_abs ());
     char *cp = tu_write_file (s_dir, "lstm.json", json, -1);
-    s_server = tu_server_start (cp, s_endpoint, 30000);
+    char log[2300];
+    snprintf (log, sizeof log, "%s/server.log", s_dir);
+    s_server = tu_server_start_logged (cp, s_endpoint, 30000, log, "warn");
     free (cp);
     ck_assert_msg (s_server > 0, "sigserve did not become ready");
+    if (s_apart) {   /* asked for and granted: no warning that the advances stayed in the serving kernel */
+        FILE *f = fopen (log, "r");
+        ck_assert_ptr_nonnull (f);
+        char line[1024];
+        while (fgets (line, sizeof line, f))
+            ck_assert_msg (!strstr (line, "run in the serving kernel"), "%s", line);
+        fclose (f);
+    }
 }
 
 static void s_teardown (void)
 {
+    if (s_no_gpu)
+        return;
     int rc = tu_server_stop (s_server);
     weights_destroy (&s_weights);
     tu_remove_tree (s_dir);
     ck_assert_int_eq (rc, 0);
+}
+
+static void s_setup_cuda (void)
+{
+    s_backend = "cuda";
+    s_apart = false;
+    s_setup ();
+}
+
+static void s_setup_apart (void)
+{
+    s_backend = "cuda";
+    s_apart = true;
+    s_setup ();
 }
 
 int main (void)
@@ -336,5 +387,24 @@ int main (void)
     tcase_add_test (tc, numbered_steps_refuse_duplicates_and_gaps);
     tcase_add_test (tc, stream_limit_and_idle_streams);
     suite_add_tcase (s, tc);
+    /* the same model on the CUDA backend, advances in the serving kernel, then apart (plan 4) */
+    TCase *g = tcase_create ("gpu");
+    tcase_add_unchecked_fixture (g, s_setup_cuda, s_teardown);
+    tcase_add_checked_fixture (g, s_ctx_new, s_ctx_term);
+    tcase_set_timeout (g, 120);
+    tcase_add_test (g, list_describes_the_lstm);
+    tcase_add_test (g, whole_windows_match_the_reference);
+    tcase_add_test (g, interleaved_streams_match_the_reference);
+    tcase_add_test (g, numbered_steps_refuse_duplicates_and_gaps);
+    suite_add_tcase (s, g);
+    TCase *a = tcase_create ("gpu_apart");
+    tcase_add_unchecked_fixture (a, s_setup_apart, s_teardown);
+    tcase_add_checked_fixture (a, s_ctx_new, s_ctx_term);
+    tcase_set_timeout (a, 120);
+    tcase_add_test (a, list_describes_the_lstm);
+    tcase_add_test (a, whole_windows_match_the_reference);
+    tcase_add_test (a, interleaved_streams_match_the_reference);
+    tcase_add_test (a, numbered_steps_refuse_duplicates_and_gaps);
+    suite_add_tcase (s, a);
     return tu_run_suite (s);
 }
