@@ -162,7 +162,8 @@ typedef struct {
  *   SIG_SYNC_MBAR_BLOCKS: the same with one arrival per block (each thread fences at cluster scope,
  *     a block barrier, then one thread arrives on each receiving block's mbarrier).
  * The mbarrier kinds need layer 0 split and the leader reading the features (else the plan uses
- * cluster barriers). Flags: SIG_SYNC_OLD_TAIL, the leader's layers after the last split layer one
+ * cluster barriers). Kind 0 (the plan's choice): SIG_SYNC_MBAR_WARPS where a layer is fused (.fuse)
+ * and the leader reads, else SIG_SYNC_BARRIERS. Flags: SIG_SYNC_OLD_TAIL, the leader's layers after the last split layer one
  * by one with a block barrier after each (else one compact loop, warp 0 alone on the one-warp
  * layers at the end); SIG_SYNC_TRACE_REPEAT, the traced kernel computes each compact-tail layer
  * twice and stamps both (sigbench --trace: is a layer's fixed cost cold code or data?);

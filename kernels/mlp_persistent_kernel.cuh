@@ -30,8 +30,9 @@
  * SIG_SYNC_OLD_TAIL: every layer through the general path with a block barrier each; measured
  * 0.25-0.45 us slower on tick_mlp.) The hand-offs can also be DSMEM stores + remote mbarrier
  * arrivals (tuning sync = SIG_SYNC_MBAR_WARPS or _BLOCKS, when layer 0 is split and the leader
- * reads): measured 0.3-0.7 us slower than the cluster barriers, so not the default
- * (docs/persistent-notes.md has the ordering and parity argument and the numbers).
+ * reads): measured 0.3-0.7 us slower than the cluster barriers on tick_mlp with the generic kernel
+ * and even with the specialised one, but 0.2-0.6 us faster where a layer is fused, so the default
+ * there (docs/persistent-notes.md has the ordering and parity argument and the numbers).
  *
  * THREADS AND WEIGHTS. In a layer, G = 2^glog consecutive threads (G <= 32, same warp) share an
  * output: thread t has output m = p * (T / G) + t / G in pass p (more outputs than T / G: several

@@ -199,9 +199,17 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
      * worker's outputs, in whole float4 chunks, are its columns of the next layer): two hand-offs
      * fewer, and the leader holds nothing of the layer (no partials, bias or act buffer as wide as
      * its outputs: a wide hidden layer between narrow ones fits). */
+    bool fused = false;
     for (uint32_t l = 0; l + 1u < n && fuse; ++l)
-        if (p->layers[l].by_out && p->layers[l + 1u].spread && !p->layers[l + 1u].by_out)
+        if (p->layers[l].by_out && p->layers[l + 1u].spread && !p->layers[l + 1u].by_out) {
             s_shape (net->layers[l].in, net->layers[l].out, W, true, p->layers[l].by_out, true, &p->layers[l]);
+            fused = true;
+        }
+    /* With a fused pair, mbarrier hand-offs (an arrival a warp) unless the tuning names a kind:
+     * measured 0.2-0.6 us faster there than cluster barriers (specialised, H100 and H200; tick_mlp,
+     * no fused pair: the same p50), docs/perf.md */
+    if (fused && !(tu->sync & SIG_SYNC_KIND_MASK) && p->read_leader && !wpoll)
+        p->sync |= SIG_PLAN_SYNC_MBAR;
     /* Registers: per role, the layer that would read most from shared memory (its first pass's
      * first slots). */
     for (uint32_t role = 0; role < 2u && registers; ++role) {

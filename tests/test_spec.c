@@ -199,9 +199,16 @@ START_TEST (a_layer_split_by_outputs_keeps_them_for_the_next)
     ck_assert_uint_eq (f.layers[1].by_out, 0);
     ck_assert_uint_eq (f.layers[1].fuse, 0);
     ck_assert_uint_eq (f.cluster_barriers, 2);   /* start, the gather of layer 1 */
+    ck_assert_uint_eq (f.sync & SIG_PLAN_SYNC_MBAR, SIG_PLAN_SYNC_MBAR);   /* fused: mbarrier hand-offs */
     s_compiles (src);
+    sig_persistent_plan_t fb;
+    tu.sync = SIG_SYNC_BARRIERS;   /* a kind named: that kind */
+    free (s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &fb));
+    ck_assert_uint_eq (fb.layers[0].fuse, 1);
+    ck_assert_uint_eq (fb.sync & SIG_PLAN_SYNC_MBAR, 0);
     tu.sync = SIG_SYNC_NO_FUSE;
     free (s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &nf));
+    ck_assert_uint_eq (nf.sync & SIG_PLAN_SYNC_MBAR, 0);   /* nothing fused: cluster barriers */
     ck_assert_uint_eq (nf.layers[0].by_out, 1);
     ck_assert_uint_eq (nf.layers[0].fuse, 0);
     ck_assert_uint_eq (nf.layers[1].spread, 0);   /* 60 KB: the leader's */

@@ -894,7 +894,8 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL | SIG_SYNC_OLD_TAIL },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_FUSE }, { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 },
-            { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 4, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 } };
+            { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 4, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
                                "variant: workers read", "variant: every layer split, by outputs",
@@ -906,7 +907,8 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
                                "variant: outputs to the leader (not kept in the workers)",
                                "variant: every layer split, even ones by outputs kept in the workers",
                                "variant: every layer split by outputs, 4 a thread (the narrow layout)",
-                               "variant: layer 0 by outputs, kept in the workers for layer 1 (split for it)" };
+                               "variant: layer 0 by outputs, kept in the workers for layer 1 (split for it)",
+                               "variant: cluster barriers (the kind named)" };
         /* each variant generic, then specialised for the model (as it would serve: the default) */
         for (size_t k = 0; k < 2 * (sizeof variants / sizeof variants[0]); k++) {
             const size_t v = k / 2;
