@@ -30,9 +30,9 @@
  * SIG_SYNC_OLD_TAIL: every layer through the general path with a block barrier each; measured
  * 0.25-0.45 us slower on tick_mlp.) The hand-offs can also be DSMEM stores + remote mbarrier
  * arrivals (tuning sync = SIG_SYNC_MBAR_WARPS or _BLOCKS, when layer 0 is split and the leader
- * reads): measured 0.3-0.7 us slower than the cluster barriers on tick_mlp with the generic kernel
- * and even with the specialised one, but 0.2-0.6 us faster where a layer is fused, so the default
- * there (docs/persistent-notes.md has the ordering and parity argument and the numbers).
+ * reads): measured 0.3-0.7 us slower than the cluster barriers on tick_mlp with the generic kernel,
+ * level with the specialised one, and 0.2-0.6 us faster where a layer is fused: the default there
+ * (docs/persistent-notes.md has the ordering and parity argument and the numbers).
  *
  * THREADS AND WEIGHTS. In a layer, G = 2^glog consecutive threads (G <= 32, same warp) share an
  * output: thread t has output m = p * (T / G) + t / G in pass p (more outputs than T / G: several
@@ -360,8 +360,9 @@ __device__ __forceinline__ float4 s_wreg (const float4 (&wr)[P_BANK], uint32_t s
 /* One layer's share of this block: for every row, every output this thread has, the dot product of
  * its slots with the input X (shared memory, row stride L.xs float4), reduced over the G threads of
  * the output, stored through O. BANKED: the first L.regs slots are in WR, in pass-major order
- * (pass 0's slots, then pass 1's, ...: only passes of `active` threads). DT: the weights' type (SIG_DTYPE_*); the products and sums are fp32 FMAs
- * in every case. Whole warps call it (active % 32 == 0). */
+ * (pass 0's slots, then pass 1's, ...: only passes of `active` threads). DT: the weights' type
+ * (SIG_DTYPE_*); the products and sums are fp32 FMAs in every case. Whole warps call it
+ * (active % 32 == 0). */
 template <bool BANKED, int DT>
 __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
                                         const float4 (&wr)[P_BANK], const float4 *__restrict__ x, uint32_t rows,
