@@ -136,49 +136,25 @@ static bool l_build (const sig_lstm_net_t *n, uint32_t dtype, uint32_t mode, uin
     return true;
 }
 
-/* Whether the planned launch can be placed at all on DEVICE. */
-static cudaError_t l_placeable (const sig_lstm_plan_t *p, int device, int sms, bool *ok)
+/* How many launches of plan P (APART: the instantiation of a plan whose advances run apart) fit the
+ * device's SMS SMs at once: *COUNT (0: it cannot be placed at all; a grid's blocks must all be
+ * resident at once). */
+static cudaError_t l_fits (const sig_lstm_plan_t *p, int sms, bool apart, int *count)
 {
-    const void *fn = l_kernel_for (p->dtype, p->mode, false, false);
-    *ok = false;
+    const void *fn = l_kernel_for (p->dtype, p->mode, false, apart);
+    *count = 0;
     if (p->mode == SIG_LSTM_GRID || p->blocks == 1u) {
         int per_sm = 0;
         cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor (&per_sm, fn, L_T, p->smem_bytes);
         if (e != cudaSuccess)
             return e;
-        *ok = per_sm >= 1 && (int) p->blocks <= sms;
-        return cudaSuccess;
-    }
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = sig_cluster_config (p->blocks, L_T, p->smem_bytes, 0, &attr);
-    int clusters = 0;
-    cudaError_t e = cudaOccupancyMaxActiveClusters (&clusters, fn, &cfg);
-    if (e != cudaSuccess) {
-        (void) cudaGetLastError ();
-        return cudaSuccess;   /* this size cannot be placed (e.g. past the device's cluster limit) */
-    }
-    *ok = clusters >= 1;
-    (void) device;
-    return cudaSuccess;
-}
-
-/* How many launches of plan P (a cluster plan) fit the device at once: *COUNT. */
-static cudaError_t l_placeable_count (const sig_lstm_plan_t *p, int sms, int *count)
-{
-    const void *fn = l_kernel_for (p->dtype, p->mode, false, true);
-    *count = 0;
-    if (p->blocks == 1u) {
-        int per_sm = 0;
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor (&per_sm, fn, L_T, p->smem_bytes);
-        if (e != cudaSuccess)
-            return e;
-        *count = per_sm * sms;
+        *count = per_sm * sms / (int) p->blocks;
         return cudaSuccess;
     }
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = sig_cluster_config (p->blocks, L_T, p->smem_bytes, 0, &attr);
     if (cudaOccupancyMaxActiveClusters (count, fn, &cfg) != cudaSuccess) {
-        (void) cudaGetLastError ();
+        (void) cudaGetLastError ();   /* this size cannot be placed (e.g. past the device's cluster limit) */
         *count = 0;
     }
     return cudaSuccess;
@@ -301,10 +277,10 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
             memcpy (why, p.why, sizeof why);
             continue;
         }
-        bool placeable = false;
-        if ((e = l_placeable (&p, device, sms, &placeable)) != cudaSuccess)
+        int placeable = 0;
+        if ((e = l_fits (&p, sms, false, &placeable)) != cudaSuccess)
             return (int) e;
-        if (!placeable) {
+        if (placeable < 1) {
             snprintf (why, sizeof why, "%s of %u blocks with %u KiB of shared memory each cannot be placed on this "
                       "device (%d SMs)", mode == SIG_LSTM_GRID ? "a grid" : "a cluster", B, p.smem_bytes >> 10, sms);
             continue;
@@ -333,7 +309,7 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         snprintf (inline_why, sizeof inline_why, "the staging buffer does not fit: %.160s", p.why);
     } else {
         int two = 0;
-        if ((e = l_placeable_count (&p, sms, &two)) != cudaSuccess)
+        if ((e = l_fits (&p, sms, true, &two)) != cudaSuccess)
             return (int) e;
         if (two >= 2)
             *plan = p;

@@ -223,9 +223,12 @@ __device__ __forceinline__ void s_named_sync (uint32_t id, uint32_t count)
 }
 
 /* Warp 0 of block 0 (all 32 lanes, in step): waits for request WANT in SLOT, or stop. Returns
- * OP_RUN (ROWS set) or OP_STOP. A stall keeps it polling (still honouring stop). */
+ * OP_RUN (ROWS set) or OP_STOP. A stall keeps it polling (still honouring stop). READY_FIRST (every
+ * block polls on its own, SIG_PLAN_SYNC_WPOLL): a request that is ready runs even when stop is set,
+ * so that no block stops while another runs a request it saw (the host sets stop only once nothing
+ * is in flight: every block then sees stop before any later request); else stop comes first. */
 __device__ __forceinline__ uint32_t s_poll (const char *box, const sig_persistent_layout_t &lay, uint32_t slot,
-                                            uint32_t want, uint32_t &rows)
+                                            uint32_t want, uint32_t &rows, bool ready_first = false)
 {
     const uint32_t lane = threadIdx.x & 31u;
     const char *ctrl = box + lay.ctrl;
@@ -235,36 +238,8 @@ __device__ __forceinline__ uint32_t s_poll (const char *box, const sig_persisten
         if (lane == 0u) {
             const uint2 c = s_ld_relaxed_sys_v2 (ctrl);     /* issued first: the acquire does not wait for it */
             const uint64_t q = s_ld_acquire_sys_u64 (req);
-            if (c.x != 0u)
-                decision = OP_STOP;
-            else if (c.y == 0u && (uint32_t) q == want) {
-                decision = OP_RUN;
-                r = (uint32_t) (q >> 32);
-            }
-        }
-        decision = __shfl_sync (SIG_FULL_MASK, decision, 0);
-        if (decision != 0u) {
-            rows = __shfl_sync (SIG_FULL_MASK, r, 0);
-            return decision;
-        }
-    }
-}
-
-/* s_poll for SIG_PLAN_SYNC_WPOLL, where every block polls on its own: a request that is ready runs
- * even when stop is set, so that no block stops while another runs a request it saw (the host sets
- * stop only once nothing is in flight: every block then sees stop before any later request). */
-__device__ __forceinline__ uint32_t s_poll_each (const char *box, const sig_persistent_layout_t &lay, uint32_t slot,
-                                                 uint32_t want, uint32_t &rows)
-{
-    const uint32_t lane = threadIdx.x & 31u;
-    const char *ctrl = box + lay.ctrl;
-    const char *req = box + lay.slots + (size_t) slot * lay.slot_bytes + lay.request;
-    for (;;) {
-        uint32_t decision = 0u, r = 0u;
-        if (lane == 0u) {
-            const uint2 c = s_ld_relaxed_sys_v2 (ctrl);
-            const uint64_t q = s_ld_acquire_sys_u64 (req);
-            if (c.y == 0u && (uint32_t) q == want) {
+            const bool ready = c.y == 0u && (uint32_t) q == want;
+            if (ready && (ready_first || c.x == 0u)) {
                 decision = OP_RUN;
                 r = (uint32_t) (q >> 32);
             } else if (c.x != 0u) {
@@ -857,8 +832,7 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
         unsigned long long seen = 0ull;
         if ((leader || wpoll) && warp == 0u) {
             uint32_t rows = 0u;
-            const uint32_t op = wpoll ? s_poll_each (box, lay, next_slot, next_seq, rows)
-                                      : s_poll (box, lay, next_slot, next_seq, rows);
+            const uint32_t op = s_poll (box, lay, next_slot, next_seq, rows, wpoll);
             if (TRACE && t == 0u)
                 seen = clock64 ();
             rows = rows < 1u ? 1u : rows > s_h.max_rows ? s_h.max_rows : rows;

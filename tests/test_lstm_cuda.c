@@ -642,9 +642,12 @@ START_TEST (advances_apart_head_of_line)
     for (int o = 0; o < 3; o++)
         ya[o] = NAN;
     pthread_t th;
+    const uint64_t posted = lstm_cuda_commands_posted (f.m);
     ck_assert_int_eq (pthread_create (&th, NULL, s_step_thread, &a), 0);
-    const struct timespec pause = { 0, 50 * 1000 * 1000 };
-    nanosleep (&pause, NULL);   /* time to post it; the assertion holds however long that took */
+    /* until its step is posted (at most 10 s): from then on it can only be waiting for the advance */
+    for (int waited = 0; lstm_cuda_commands_posted (f.m) == posted && waited < 10000; waited++)
+        usleep (1000);
+    ck_assert_uint_gt (lstm_cuda_commands_posted (f.m), posted);
     ck_assert_int_eq (__atomic_load_n (&a.done, __ATOMIC_ACQUIRE), 0);
     ck_assert_uint_eq (lstm_cuda_advances_pending (f.m), 2);
     ck_assert_int_eq (lstm_cuda_hold (f.m, false), 0);

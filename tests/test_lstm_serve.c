@@ -373,6 +373,20 @@ static void s_setup_apart (void)
     s_setup ();
 }
 
+/* A test case NAME of suite S serving the model as SETUP starts it: the tests that hold for any backend. */
+static void s_gpu_case (Suite *s, const char *name, void (*setup) (void))
+{
+    TCase *g = tcase_create (name);
+    tcase_add_unchecked_fixture (g, setup, s_teardown);
+    tcase_add_checked_fixture (g, s_ctx_new, s_ctx_term);
+    tcase_set_timeout (g, 120);
+    tcase_add_test (g, list_describes_the_lstm);
+    tcase_add_test (g, whole_windows_match_the_reference);
+    tcase_add_test (g, interleaved_streams_match_the_reference);
+    tcase_add_test (g, numbered_steps_refuse_duplicates_and_gaps);
+    suite_add_tcase (s, g);
+}
+
 int main (void)
 {
     Suite *s = suite_create ("lstm-serve");
@@ -388,23 +402,7 @@ int main (void)
     tcase_add_test (tc, stream_limit_and_idle_streams);
     suite_add_tcase (s, tc);
     /* the same model on the CUDA backend, advances in the serving kernel, then apart (plan 4) */
-    TCase *g = tcase_create ("gpu");
-    tcase_add_unchecked_fixture (g, s_setup_cuda, s_teardown);
-    tcase_add_checked_fixture (g, s_ctx_new, s_ctx_term);
-    tcase_set_timeout (g, 120);
-    tcase_add_test (g, list_describes_the_lstm);
-    tcase_add_test (g, whole_windows_match_the_reference);
-    tcase_add_test (g, interleaved_streams_match_the_reference);
-    tcase_add_test (g, numbered_steps_refuse_duplicates_and_gaps);
-    suite_add_tcase (s, g);
-    TCase *a = tcase_create ("gpu_apart");
-    tcase_add_unchecked_fixture (a, s_setup_apart, s_teardown);
-    tcase_add_checked_fixture (a, s_ctx_new, s_ctx_term);
-    tcase_set_timeout (a, 120);
-    tcase_add_test (a, list_describes_the_lstm);
-    tcase_add_test (a, whole_windows_match_the_reference);
-    tcase_add_test (a, interleaved_streams_match_the_reference);
-    tcase_add_test (a, numbered_steps_refuse_duplicates_and_gaps);
-    suite_add_tcase (s, a);
+    s_gpu_case (s, "gpu", s_setup_cuda);
+    s_gpu_case (s, "gpu_apart", s_setup_apart);
     return tu_run_suite (s);
 }

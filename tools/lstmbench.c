@@ -182,6 +182,15 @@ static int s_check_window (const backend_iface_t *B, backend_model_t *m, const f
     return 0;
 }
 
+/* The row's note: WHAT and the worst difference its window checks saw, or that none ran. */
+static void s_check_note (row_t *r, const char *what)
+{
+    if (isnan (r->check))
+        snprintf (r->note, sizeof r->note, "%s: not reached (every %d)", what, CHECK_EVERY);
+    else
+        snprintf (r->note, sizeof r->note, "%s %.1e", what, r->check);
+}
+
 static int s_bench_step (const options_t *o, const backend_iface_t *B, backend_model_t *m, const lstm_weights_t *w,
                          bool cuda, uint64_t *seed, row_t *r)
 {
@@ -232,10 +241,7 @@ static int s_bench_step (const options_t *o, const backend_iface_t *B, backend_m
         if (i >= warm && s_out_of_time (o, start, i - warm))
             break;
     }
-    if (isnan (r->check))
-        snprintf (r->note, sizeof r->note, "stream vs its full window: not reached (every %d)", CHECK_EVERY);
-    else
-        snprintf (r->note, sizeof r->note, "stream vs its full window %.1e", r->check);
+    s_check_note (r, "stream vs its full window");
     free (hist);
     free (win);
     free (y);
@@ -299,10 +305,7 @@ static int s_bench_rr (const options_t *o, const backend_iface_t *B, backend_mod
         if (i >= warm && s_out_of_time (o, start, i - warm))
             break;
     }
-    if (isnan (r->check))
-        snprintf (r->note, sizeof r->note, "streams vs their full windows: not reached (every %d)", CHECK_EVERY);
-    else
-        snprintf (r->note, sizeof r->note, "streams vs their full windows %.1e", r->check);
+    s_check_note (r, "streams vs their full windows");
     free (hist);
     free (win);
     free (y);

@@ -172,7 +172,7 @@ static sig_status_t s_post (backend_model_t *m, ring_t *r, uint32_t op, uint32_t
     __atomic_store_n (&w[1], tag | slot, __ATOMIC_RELAXED);
     /* the sentinels before any word the kernel could act on: a release store last (x86: in order) */
     __atomic_store_n (&w[0], tag | (uint64_t) (pos << 8) | op, __ATOMIC_RELEASE);
-    r->posted = n + 1u;
+    __atomic_store_n (&r->posted, n + 1u, __ATOMIC_RELEASE);   /* (lstm_cuda_commands_posted reads it) */
     *n_out = n;
     return SIG_OK;
 }
@@ -339,6 +339,8 @@ uint32_t lstm_cuda_advances_pending (const backend_model_t *m)
     }
     return pending;
 }
+
+uint64_t lstm_cuda_commands_posted (const backend_model_t *m) { return __atomic_load_n (&m->serve.posted, __ATOMIC_ACQUIRE); }
 
 bool lstm_cuda_lost (const backend_model_t *m) { return s_lost (m) != NULL; }
 const sig_lstm_plan_t *lstm_cuda_plan (const backend_model_t *m) { return m ? &m->plan : NULL; }

@@ -41,5 +41,8 @@ bool lstm_cuda_apart (const backend_model_t *m);
 int lstm_cuda_hold (backend_model_t *m, bool on);
 /* Test only: the advancer's commands posted and not yet done (0 when not apart). */
 uint32_t lstm_cuda_advances_pending (const backend_model_t *m);
+/* Test only: the commands posted to the serving kernel so far (safe from another thread than the
+ * one posting: a test waits on it instead of sleeping). */
+uint64_t lstm_cuda_commands_posted (const backend_model_t *m);
 
 #endif
