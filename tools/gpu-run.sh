@@ -117,6 +117,18 @@ if [ "${LSTM_TRACE:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
         --no-window --iterations 10000 --warmup 500 --seconds "${LSTM_SECONDS:-3}" ${LSTM_ARGS:-}
     lstm_rows "$LOGS/lstm_trace.log" >>"$OUT/lstm_variants.txt"
 fi
+# The small LSTM's step compute alone, in variants (DOT_PROBE=1; tools/lstm-dot-probe.cu, built here
+# with the host's nvcc): what the dots cost outside the serving kernel and what weights in registers
+# buy; DOT_PROBE_ARGS: iterations and idle ns between them. With cuobjdump on the host, the serving
+# LSTM kernels' SASS (every kernel in lstmbench) goes to $OUT/lstm_sass.txt.gz.
+if [ "${DOT_PROBE:-0}" = 1 ]; then
+    step dot_probe_build nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -Xptxas -v -o "$OUT/lstm-dot-probe" tools/lstm-dot-probe.cu
+    [ -x "$OUT/lstm-dot-probe" ] && step dot_probe taskset -c 2 "$OUT/lstm-dot-probe" ${DOT_PROBE_ARGS:-2000 20000} &&
+        step dot_probe_noidle taskset -c 2 "$OUT/lstm-dot-probe" 2000 0
+    rm -f "$OUT/lstm-dot-probe"
+    cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+    [ -x "$cuobjdump" ] && [ -f "$BUILD/lstmbench" ] && "$cuobjdump" -sass "$BUILD/lstmbench" | gzip >"$OUT/lstm_sass.txt.gz"
+fi
 # compute-sanitizer memcheck over the LSTM kernel (LSTM_SANITIZE=1): cluster 1 and 4 in f32 and bf16,
 # grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish.
 # LSTM_SANITIZE=apart (or all: both) plan 4's two launches (--sync 8): cluster 1 and 4, 3 streams
@@ -258,6 +270,7 @@ fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
 echo; cat "$OUT/env.txt"; [ -f "$OUT/lstm_ab.txt" ] && { echo "LSTM A/B, p50 / p99 per row:"; cat "$OUT/lstm_ab.txt"; }; [ -f "$OUT/lstm_variants.txt" ] && { echo "LSTM variants, p50 / p99:"; cat "$OUT/lstm_variants.txt"; }; [ -f "$OUT/lstm_rr.txt" ] && { echo "LSTM round-robin and single stream (plan 4), p50 / p99:"; cat "$OUT/lstm_rr.txt"; }; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
 [ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log";
+for f in "$LOGS"/dot_probe.log "$LOGS"/dot_probe_noidle.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\||^lstm-dot' "$f" | cut -c1-400; }; done
 for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
 grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
 for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo
