@@ -414,6 +414,12 @@ enum { SIG_LSTM_SYNC_FEAT_SHARED = 4 };
  * stream's step measured 0.5-1.0 us slower apart on an H100 (docs/lstm-notes.md, plan 4); without
  * it, the advances run in the serving kernel (ROLE_ALL), as before plan 4. */
 enum { SIG_LSTM_SYNC_ADVANCE_APART = 8 };
+/* With several blocks, block 0 sends a step's command words to the other blocks as LL words the
+ * moment its poll sees them, and each feature as soon as its thread has read it from the ring entry
+ * (all loads in flight), instead of a broadcast after the whole read: measured -0.6 us a step on a
+ * grid, nothing on a cluster of 4 (docs/lstm-notes.md, "The features forwarded as read").
+ * BCAST_AFTER: the broadcast after the read, as before, to compare. */
+enum { SIG_LSTM_SYNC_BCAST_AFTER = 16 };
 /* The gate products of f16 / bf16 weights (docs/lstm-notes.md, plan 3). WIDE: each weight widened
  * to fp32, fp32 FMA. HALF: the inputs (x, h) rounded to the weights' type, SIG_LSTM_HALF_RUN products
  * per lane summed in it (packed HFMA2, fused, round to nearest), each run added into an fp32 sum
@@ -435,6 +441,13 @@ enum { SIG_LSTM_MATH_WIDE = 1, SIG_LSTM_MATH_HALF = 2 };
 /* A stamp slot the phases never reach with up to 5 layers (at most 3 + 3 x 5 = 18): 1 + the feature
  * words of the command read again because their tag was not yet the command's (a count, not a clock). */
 #define SIG_LSTM_TRACE_STALE (SIG_LSTM_TRACE_STAMPS - 1u)
+/* Finer stamps inside a step of up to 4 layers (3 + 3 x 4 = 15 < 16), in slots the phases above never
+ * reach: the step entered (l_step, after the command's dispatch), layer 0's dot products summed by
+ * thread 0 (before the reduction over the unit's lanes), and its cell's state read (G and c). */
+#define SIG_LSTM_TRACE_FINE_LAYERS 4u
+#define SIG_LSTM_TRACE_ENTER 16u
+#define SIG_LSTM_TRACE_L0_DOT 17u
+#define SIG_LSTM_TRACE_L0_STATE 18u
 
 typedef struct {            /* one weight matrix's share of every block: [S][4 gates][active] uint4 */
     uint32_t k;             /* its inputs (K) */

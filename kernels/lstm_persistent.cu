@@ -44,9 +44,11 @@
  * 0 alone talks to the host (several SMs reading mapped memory at once was measured much slower,
  * see docs/persistent-notes.md): its thread 0 alone polls the ring entry's two command words (as
  * the MLP kernel's poll: no block barrier per round), then the block reads a step's features once,
- * all loads in flight, re-reading only a stale word (docs/lstm-notes.md, plan 1), then broadcasts
- * the command (and a step's features) to the other blocks as LL words (CLUSTER: DSMEM; GRID:
- * device memory, the receivers' thread 0 polling two words).
+ * all loads in flight, re-reading only a stale word (docs/lstm-notes.md, plan 1), and sends the
+ * command (and a step's features) to the other blocks as LL words (CLUSTER: DSMEM; GRID: device
+ * memory, the receivers' thread 0 polling two words): a step's command words as soon as thread 0
+ * sees them and each feature as soon as its thread has read it (l_forward: measured -0.6 us a step
+ * on the grid), any other command after the read (l_broadcast).
  *
  * MEMORY ORDERING. Host -> kernel: tagged words only (no ordering needed: a stale word is read
  * again); for WINDOW the plain window_in floats are read after a fence.acq_rel.sys that follows
@@ -425,13 +427,46 @@ __device__ __forceinline__ uint32_t l_poll_host_rounds (const l_ctx_t &c, const 
     }
 }
 
+/* Whether block 0 forwards a step's features to the other blocks as it reads them (l_read_features):
+ * with several blocks, unless SIG_LSTM_SYNC_BCAST_AFTER or the old poll (which reads the entry in
+ * rounds) is asked for; never the apart advancer (it takes no step, and a step it is sent stops it).
+ * The words go into the next generation's buffer while block 0 is still at the poll: the previous
+ * command ended with an all-gather every block completed, so every block has read that buffer's
+ * last use (the rule above), as when l_broadcast writes it. */
+__device__ __forceinline__ bool l_forwards (const l_ctx_t &c)
+{
+    return c.B > 1u && c.role != SIG_LSTM_ROLE_ADVANCE
+           && !(c.P->sync & (SIG_LSTM_SYNC_BCAST_AFTER | SIG_LSTM_SYNC_POLL_ROUNDS));
+}
+
+/* Block 0: LL word K of the broadcast BC (block 0's own buffer of the generation GEN) carrying BITS, into
+ * every other block's copy (CLUSTER: DSMEM) or device memory (GRID: one buffer every block reads). */
+template <int MODE>
+__device__ __forceinline__ void l_forward (const l_ctx_t &c, uint64_t *bc, uint32_t k, uint32_t gen, uint32_t bits)
+{
+    const uint64_t w = ((uint64_t) gen << 32) | bits;
+    if (MODE == SIG_LSTM_GRID) {
+        l_st_gpu_u64 (bc + k, w);
+    } else {
+        const uint32_t addr = sig_smem_addr (bc + k);
+#pragma unroll 1
+        for (uint32_t r = 1; r < c.B; ++r)
+            l_st_cluster_u64 (sig_mapa (addr, r), w);
+    }
+}
+
 /* Block 0: the features of the command with sequence SEQ (words FEAT .. FEAT + IN of ENTRY; FEAT
  * even: the layout's, 2 right after the command words or a line further), into the input buffer:
  * every thread its own 16-byte pairs of words, up to 4 loads in flight, re-reading a pair only
  * while a word of it is stale (the host wrote the features before the command words, so the first
- * pass finds them all: 0 re-reads in every traced step measured). No block barrier inside. */
-__device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq, uint32_t feat, uint32_t in, float *xf,
-                                                 uint32_t *stale = nullptr)
+ * pass finds them all: 0 re-reads in every traced step measured). No block barrier inside. BC (a
+ * step of several blocks, nullptr else): each feature is also forwarded to the other blocks as the
+ * LL word 2 + e of the broadcast of generation GEN as soon as it is read (l_forward), its command
+ * words having gone out when thread 0 saw them, so the others do not wait for the whole block's read
+ * and a second pass (SIG_LSTM_SYNC_BCAST_AFTER: l_broadcast after the read, as before). */
+template <int MODE>
+__device__ __forceinline__ void l_read_features (const l_ctx_t &c, const char *entry, uint32_t seq, uint32_t feat,
+                                                 uint32_t in, float *xf, uint32_t *stale, uint64_t *bc, uint32_t gen)
 {
     const uint32_t nw = feat + in, pairs = (nw + 1u) / 2u;
     constexpr uint32_t T = L_T;
@@ -455,6 +490,11 @@ __device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq
             xf[i - feat] = __uint_as_float ((uint32_t) w[u][0]);
             if (two)
                 xf[i + 1u - feat] = __uint_as_float ((uint32_t) w[u][1]);
+            if (bc) {
+                l_forward<MODE> (c, bc, 2u + i - feat, gen, (uint32_t) w[u][0]);
+                if (two)
+                    l_forward<MODE> (c, bc, 3u + i - feat, gen, (uint32_t) w[u][1]);
+            }
         }
     }
 }
@@ -464,6 +504,7 @@ __device__ __forceinline__ void l_read_features (const char *entry, uint32_t seq
  * round trip a poll and no block barrier per round (as the MLP kernel's poll); then a step's or a
  * ping's features are read once by the whole block (l_read_features). Returns the op (L_OP_STOP
  * for stop); CW gets the command words, the input buffer a step's features. Block-wide. */
+template <int MODE>
 __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lstm_layout_t &lay, uint32_t n,
                                                  uint32_t *cw, uint32_t *flag)
 {
@@ -486,6 +527,13 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
                 cw[0] = (uint32_t) w0;
                 cw[1] = (uint32_t) w1;
                 have = 1u;
+                if (((uint32_t) w0 & 0xffu) == SIG_LSTM_OP_STEP && l_forwards (c)) {
+                    /* a step of several blocks: its command words to the others at once (its features
+                     * follow as the block reads them), so they wait for the features, not for the read */
+                    uint64_t *bc = l_bc<MODE> (c) + ((c.bcg + 1u) & 1u) * P.bc_words;
+                    l_forward<MODE> (c, bc, 0u, c.bcg + 1u, (uint32_t) w0);
+                    l_forward<MODE> (c, bc, 1u, c.bcg + 1u, (uint32_t) w1);
+                }
                 break;
             }
             if (stop)
@@ -502,7 +550,10 @@ __device__ __forceinline__ uint32_t l_poll_host (const l_ctx_t &c, const sig_lst
         return L_OP_STOP;
     const uint32_t op = cw[0] & 0xffu;
     if (op == SIG_LSTM_OP_STEP || op == SIG_LSTM_OP_PING) {
-        l_read_features (entry, seq, lay.feat, P.in, l_at<float> (c, P.off_xf), c.stamps ? &flag[1] : nullptr);
+        /* a step of several blocks: the features forwarded as read, in the next broadcast's buffer */
+        uint64_t *bc = op == SIG_LSTM_OP_STEP && l_forwards (c) ? l_bc<MODE> (c) + ((c.bcg + 1u) & 1u) * P.bc_words : nullptr;
+        l_read_features<MODE> (c, entry, seq, lay.feat, P.in, l_at<float> (c, P.off_xf), c.stamps ? &flag[1] : nullptr,
+                               bc, c.bcg + 1u);
         __syncthreads ();   /* the features complete; flag and cw read by all before the next poll */
         l_stamp (c, 1u);
         if (c.stamps && c.t == 0u && P.layers <= 5u)
@@ -622,10 +673,17 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
         /* the unit lane that loads is the one that reads: no barrier needed */
     }
     const float *xf = l_at<float> (c, P.off_xf), *hv = l_at<float> (c, P.off_hv);
+    const bool fine = c.stamps && P.layers <= SIG_LSTM_TRACE_FINE_LAYERS;   /* the traced kernel's finer stamps */
+    if (fine)
+        l_stamp (c, SIG_LSTM_TRACE_ENTER);
     for (uint32_t k = 0; k < P.layers; ++k) {
         float4 acc = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
-        if (c.lanes)
-            acc = l_reduce (l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc, k == 0u && wide), P.group);
+        if (c.lanes) {
+            acc = l_dot<DT> (c, 2u * k, k == 0u ? xf : hv + (k - 1u) * P.hs, acc, k == 0u && wide);
+            if (fine && k == 0u)
+                l_stamp (c, SIG_LSTM_TRACE_L0_DOT);
+            acc = l_reduce (acc, P.group);
+        }
         l_stamp (c, 3u + 3u * k);
         if (c.unit) {
             float4 g;
@@ -637,6 +695,12 @@ __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos,
             } else {
                 g = hot_g[k * U + c.j];
                 cc = hot_c[k * U + c.j];
+            }
+            if (fine && k == 0u) {   /* the state's loads complete: a use of both (the test is never
+                                      * true in practice; if it were, only the trace's count would suffer) */
+                if (g.x + cc == 1.2345e30f)
+                    c.stamps[SIG_LSTM_TRACE_STALE] = 0u;
+                l_stamp (c, SIG_LSTM_TRACE_L0_STATE);
             }
             /* W_ih x, for the advances to come; apart, after the state's words: a RESET zeroes the
              * ring and fences the zeros before them, so none lands on this store */
@@ -908,7 +972,7 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
         uint32_t op;
         char *entry = nullptr;
         if (c.b == 0u) {
-            op = l_poll_host (c, lay, n, s_cw, s_flag);
+            op = l_poll_host<MODE> (c, lay, n, s_cw, s_flag);
             entry = box + lay.ring + (size_t) (n % SIG_LSTM_RING) * lay.entry_bytes;
             if (op != L_OP_STOP)
                 ++n;
@@ -946,8 +1010,10 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
                 && !(advances && (op == SIG_LSTM_OP_ADVANCE || op == SIG_LSTM_OP_RESET)))
                 op = L_OP_STOP;   /* an unknown command (or one of the other role's) stops the kernel rather than guess */
             if (c.B > 1u) {
-                l_broadcast<MODE> (c, op == L_OP_STOP ? L_OP_STOP : s_cw[0], s_cw[1],
-                                   op == SIG_LSTM_OP_STEP ? P.in : 0u);
+                if (op == SIG_LSTM_OP_STEP && l_forwards (c))
+                    ++c.bcg;   /* forwarded: its command words as seen, its features as read (l_poll_host) */
+                else
+                    l_broadcast<MODE> (c, op == L_OP_STOP ? L_OP_STOP : s_cw[0], s_cw[1], op == SIG_LSTM_OP_STEP ? P.in : 0u);
                 l_stamp (c, 2u);
             }
         } else {

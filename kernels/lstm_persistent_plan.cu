@@ -318,7 +318,8 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
                       "not fit this device (%d at once)", p.blocks, p.smem_bytes >> 10, two);
     }
     memcpy (plan->why, inline_why, sizeof plan->why);
-    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS | SIG_LSTM_SYNC_FEAT_SHARED);
+    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS | SIG_LSTM_SYNC_FEAT_SHARED
+                             | SIG_LSTM_SYNC_BCAST_AFTER);
     if (plan->sync & SIG_LSTM_SYNC_POLL_ROUNDS)   /* the old poll reads the entry as words 0 .. 2 + in */
         plan->sync |= SIG_LSTM_SYNC_FEAT_SHARED;
     l_plan_math (n, tu->math, plan);

@@ -323,6 +323,11 @@ START_TEST (launch_shapes)
         /* the synchronisation before plans 1 and 2, kept to compare (lstmbench --sync) */
         { { .blocks = 4, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "cluster 4, old sync" },
         { { .blocks = 6, .grid = 1, .sync = SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS }, "grid 6, old sync" },
+        /* a step's features broadcast after block 0 read them all, as before they were forwarded as
+         * read (lstmbench --sync 16; the forwarding is the default, every other case of several blocks
+         * checks it) */
+        { { .blocks = 4, .sync = SIG_LSTM_SYNC_BCAST_AFTER }, "cluster 4, broadcast after the read" },
+        { { .blocks = 6, .grid = 1, .sync = SIG_LSTM_SYNC_BCAST_AFTER }, "grid 6, broadcast after the read" },
         /* the advances in a second launch (plan 4, lstmbench --sync 8); W = 1: advances of zero steps */
         { { .blocks = 1, .sync = SIG_LSTM_SYNC_ADVANCE_APART }, "cluster 1, advances apart" },
         { { .blocks = 4, .sync = SIG_LSTM_SYNC_ADVANCE_APART }, "cluster 4, advances apart" },

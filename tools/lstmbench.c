@@ -83,7 +83,8 @@ static void s_usage (FILE *out)
              "                 [--sync S1,S2,..]   (CUDA: the rows once per synchronisation: 0 today's, 1 the old\n"
              "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds (a grid's always), 3 both;\n"
              "                  + 4: the features in the command words' line, as before 2026-11-26; + 8: the advances\n"
-             "                  in a second resident launch on other SMs (plan 4, opt-in))\n"
+             "                  in a second resident launch on other SMs (plan 4, opt-in); + 16: a step's features\n"
+             "                  broadcast after block 0 read them all, as before 2026-11-26 15:00)\n"
              "                 [--math default,wide,half]   (CUDA, f16 / bf16 weights: the rows once per kind of gate\n"
              "                  products: wide, each weight widened to fp32; half, in the weights' type (plan 3))\n"
              "                 [--trace]   (CUDA: also the traced instantiation of the kernel: where a step's and\n"
@@ -499,6 +500,31 @@ static int s_trace_rows (const options_t *o, const char *size, const char *dname
         snprintf (r->note, sizeof r->note, "SM clock %.0f MHz", mhz);
         s_print (label, r);
     }
+    /* kernels.h SIG_LSTM_TRACE_ENTER ..: the finer stamps of a step of up to 4 layers, a row per pair */
+    static const struct {
+        uint32_t from, to;
+        const char *name;
+    } fine[] = {
+        { 2, SIG_LSTM_TRACE_ENTER, "features read (or broadcast sent) -> step entered" },
+        { SIG_LSTM_TRACE_ENTER, SIG_LSTM_TRACE_L0_DOT, "step entered -> L0 dot summed (thread 0, before the reduction)" },
+        { SIG_LSTM_TRACE_L0_DOT, 3, "L0 dot summed -> L0 gates (the reduction over the unit's lanes)" },
+        { 3, SIG_LSTM_TRACE_L0_STATE, "L0 gates -> L0 state read (G and c)" },
+    };
+    for (size_t f = 0; f < sizeof fine / sizeof fine[0] && !ping && L <= SIG_LSTM_TRACE_FINE_LAYERS; f++) {
+        r->n = 0;
+        for (uint32_t k = 0; k < SIG_LSTM_TRACE_RECORDS && r->n < cap; k++) {
+            const uint64_t *rec = h + (size_t) k * SIG_LSTM_TRACE_WORDS;
+            const uint32_t from = fine[f].from == 2 && !rec[3 + 2] ? 1 : fine[f].from;   /* one block: no broadcast */
+            if (rec[0] != op || !rec[3 + from] || !rec[3 + fine[f].to])
+                continue;
+            r->samples[r->n++] = (double) ((int64_t) (rec[3 + fine[f].to] - rec[3 + from])) / mhz;
+        }
+        if (!r->n)
+            continue;
+        snprintf (label, sizeof label, "%s cuda %s traced step: %s", size, dname, fine[f].name);
+        snprintf (r->note, sizeof r->note, "SM clock %.0f MHz", mhz);
+        s_print (label, r);
+    }
     /* kernels.h SIG_LSTM_TRACE_STALE (up to 5 layers): the feature words read again because their tag
      * was stale */
     uint64_t stale = 0, stale_max = 0, counted = 0, with_stale = 0;
@@ -565,8 +591,9 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
     if (cuda) {
         const sig_lstm_plan_t *p = lstm_cuda_plan (m);
         static const char *const syncs[4] = { "", ", old poll", ", old exchanges", ", old poll and exchanges" };
-        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s, advances %s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster",
+        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s%s, advances %s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster",
                   p->blocks, p->smem_bytes >> 10, syncs[p->sync & 3u],
+                  (p->sync & SIG_LSTM_SYNC_BCAST_AFTER) && p->blocks > 1 ? ", broadcast after the read" : "",
                   p->dtype == SIG_LSTM_F32 ? "" : p->math == SIG_LSTM_MATH_HALF ? ", half math" : ", wide math",
                   p->apart ? "apart" : "inline", trace ? ", TRACED" : "");
     }
