@@ -396,8 +396,9 @@ typedef struct {            /* tests and benchmarks; all zero is the plan's own 
     uint32_t smem_cap;      /* bytes of shared memory per block the plan may use (0: the device's) */
     uint32_t sync;          /* SIG_LSTM_SYNC_* bits: an earlier synchronisation, to compare (lstmbench --sync) */
     uint32_t math;          /* SIG_LSTM_MATH_*: the gate products of f16 / bf16 weights (0: SIG_LSTM_MATH_DEFAULT) */
-    uint64_t trace;         /* device address of SIG_LSTM_TRACE_RECORDS x SIG_LSTM_TRACE_WORDS zeroed u64: the
-                             * traced instantiation (lstmbench --trace), else 0 */
+    uint64_t trace;         /* device address of SIG_LSTM_TRACE_BLOCKS x SIG_LSTM_TRACE_RECORDS x
+                             * SIG_LSTM_TRACE_WORDS zeroed u64: the traced instantiation (lstmbench --trace),
+                             * else 0 */
 } sig_lstm_tuning_t;
 /* The synchronisation before plans 1 and 2 (docs/lstm-notes.md), kept to compare in one binary:
  * POLL_ROUNDS, block 0 polls the whole ring entry (command words and features) in block-wide
@@ -436,6 +437,10 @@ enum { SIG_LSTM_MATH_WIDE = 1, SIG_LSTM_MATH_HALF = 2 };
  * layer k 3 + 3k the gate sums reduced, 4 + 3k h published, 5 + 3k the layer's all-gather complete,
  * and 3 + 3 L the head's output stored (a ping: 2 its output stored). Records wrap. */
 #define SIG_LSTM_TRACE_RECORDS 4096u
+/* Blocks 0 and 1 record (block b's records at b x SIG_LSTM_TRACE_RECORDS): block 1 (a cluster's or a
+ * grid's, where there is one) has its own clock, so only its own phases compare; its stamp 0 is when
+ * the command's words reached it, 1 when it had copied every feature, 2 never, the rest as block 0's. */
+#define SIG_LSTM_TRACE_BLOCKS 2u
 #define SIG_LSTM_TRACE_WORDS 24u
 #define SIG_LSTM_TRACE_STAMPS (SIG_LSTM_TRACE_WORDS - 3u)
 /* A stamp slot the phases never reach with up to 5 layers (at most 3 + 3 x 5 = 18): 1 + the feature

@@ -112,12 +112,12 @@ struct l_ctx_t {
     uint32_t bcg, agg;            /* LL generations: broadcasts, all-gathers */
     uint32_t role;                /* SIG_LSTM_ROLE_* (kernels.h: plan 4) */
     const char *ctrl;             /* the stop word (a step waiting apart for its state honours it) */
-    uint64_t *stamps;             /* the traced instantiation's block 0: this command's stamps
+    uint64_t *stamps;             /* the traced instantiation's blocks 0 and 1: this command's stamps
                                    * (thread 0's; SIG_LSTM_TRACE_STAMPS + 1, the last %globaltimer
                                    * when seen), else nullptr: the serving kernel has no stamp code */
 };
 
-/* Thread 0 of the traced block 0 notes stamp I (kernels.h: SIG_LSTM_TRACE_*). */
+/* Thread 0 of a traced block (0 or 1) notes stamp I (kernels.h: SIG_LSTM_TRACE_*). */
 __device__ __forceinline__ void l_stamp (const l_ctx_t &c, uint32_t i)
 {
     if (c.stamps && c.t == 0u && i < SIG_LSTM_TRACE_STAMPS)
@@ -359,6 +359,10 @@ __device__ __forceinline__ void l_receive (l_ctx_t &c, bool command, uint32_t nx
         } while ((uint32_t) (w0 >> 32) != c.bcg || (uint32_t) (w1 >> 32) != c.bcg);
         cw[0] = (uint32_t) w0;
         cw[1] = (uint32_t) w1;
+        if (command && c.stamps) {   /* the traced block 1: the command's words received */
+            c.stamps[SIG_LSTM_TRACE_STAMPS] = l_globaltimer ();
+            l_stamp (c, 0u);
+        }
     }
     __syncthreads ();
     if (command)
@@ -371,6 +375,10 @@ __device__ __forceinline__ void l_receive (l_ctx_t &c, bool command, uint32_t nx
     l_ll_copy<MODE> (bc + 2u, nx, c.bcg, l_at<float> (c, P.off_xf), at);
     if (!command)
         __syncthreads ();   /* a command's caller meets at a barrier after reading CW anyway */
+    else if (c.stamps && nx) {   /* the traced block 1: every feature copied (a barrier only it has) */
+        __syncthreads ();
+        l_stamp (c, 1u);
+    }
 }
 
 /* Block 0: waits for command N (sequence N + 1) in its ring entry, reading the command words and
@@ -867,14 +875,14 @@ __device__ __forceinline__ void l_window (l_ctx_t &c, const sig_lstm_layout_t &l
     }
 }
 
-/* One record of the traced block 0 (thread 0): op, when seen and now (%globaltimer), the stamps;
- * the stamps cleared for the next command. */
+/* One record of a traced block (thread 0; block b's in its own area, kernels.h SIG_LSTM_TRACE_BLOCKS):
+ * op, when seen and now (%globaltimer), the stamps; the stamps cleared for the next command. */
 __device__ __forceinline__ void l_trace_record (const l_ctx_t &c, uint32_t op, uint32_t &traced)
 {
     if (!c.stamps || c.t != 0u)
         return;
     uint64_t *rec = reinterpret_cast<uint64_t *> (c.P->trace)
-                    + (size_t) (traced++ % SIG_LSTM_TRACE_RECORDS) * SIG_LSTM_TRACE_WORDS;
+                    + ((size_t) c.b * SIG_LSTM_TRACE_RECORDS + traced++ % SIG_LSTM_TRACE_RECORDS) * SIG_LSTM_TRACE_WORDS;
     rec[0] = op;
     rec[1] = c.stamps[SIG_LSTM_TRACE_STAMPS];
     rec[2] = l_globaltimer ();
@@ -884,7 +892,7 @@ __device__ __forceinline__ void l_trace_record (const l_ctx_t &c, uint32_t op, u
     }
 }
 
-/* TR: the traced instantiation (block 0 stamps its phases, kernels.h SIG_LSTM_TRACE_*); the serving
+/* TR: the traced instantiation (blocks 0 and 1 stamp their phases, kernels.h SIG_LSTM_TRACE_*); the serving
  * one (TR false) has no stamp code (c.stamps is nullptr, known at compile time). AP: the instantiation
  * of the two apart launches (plan 4: ROLE_SERVE and ROLE_ADVANCE, a cluster's only), so that the one
  * of ROLE_ALL keeps its code (and its registers: the state words in flight spill a few). */
@@ -929,11 +937,11 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
     c.bcg = 0u;
     c.agg = 1u;
     uint64_t stamps[TR ? SIG_LSTM_TRACE_STAMPS + 1u : 1u];   /* thread-local: no shared memory taken */
-    c.stamps = TR && c.b == 0u && P.trace ? stamps : nullptr;
+    c.stamps = TR && c.b < SIG_LSTM_TRACE_BLOCKS && P.trace ? stamps : nullptr;
     if (c.stamps)
         for (uint32_t i = 0; i < SIG_LSTM_TRACE_STAMPS; ++i)
             stamps[i] = 0u;
-    uint32_t traced = 0u;   /* the traced block 0's records */
+    uint32_t traced = 0u;   /* a traced block's records */
 
     /* Set up: everything zero (padding must hold finite values), this block's share of the
      * weights, its biases, the head (block 0 reads it; every block has the room). */

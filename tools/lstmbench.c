@@ -414,13 +414,14 @@ static int s_bench_pingpong (const options_t *o, uint32_t in, uint64_t *seed, ro
 #endif
 
 #ifdef SIGSERVE_HAVE_CUDA
-/* The name of trace stamp I of a model of L layers (kernels.h: SIG_LSTM_TRACE_*). */
-static void s_stamp_name (uint32_t i, uint32_t L, bool ping, char *out, size_t len)
+/* The name of trace stamp I of a model of L layers in block BLOCK's records (kernels.h:
+ * SIG_LSTM_TRACE_*). */
+static void s_stamp_name (uint32_t i, uint32_t L, bool ping, uint32_t block, char *out, size_t len)
 {
     if (i == 0)
-        snprintf (out, len, "seen");
+        snprintf (out, len, block ? "words received" : "seen");
     else if (i == 1)
-        snprintf (out, len, "features read");
+        snprintf (out, len, block ? "features copied" : "features read");
     else if (i == 2)
         snprintf (out, len, ping ? "output stored" : "broadcast sent");
     else if (i == 3 + 3 * L)
@@ -429,12 +430,28 @@ static void s_stamp_name (uint32_t i, uint32_t L, bool ping, char *out, size_t l
         snprintf (out, len, "L%u %s", (i - 3) / 3, (i - 3) % 3 == 0 ? "gates" : (i - 3) % 3 == 1 ? "h published" : "gathered");
 }
 
-/* The records of the traced kernel (stopped) at device address TRACE: for the steps (or, when there
- * are none, the pings) a row per phase, from each stamp to the next one reached, and seen -> output
- * (the kernel's part of the critical path); clock64 converted at the clock measured over the records
- * (%globaltimer against clock64). The buffer is zeroed again for the next use. */
+static int s_trace_block (const options_t *o, const char *size, const char *dname, const char *how, uint64_t trace,
+                          size_t layers, uint32_t block, row_t *r);
+
+/* The records of the traced kernel (stopped) at device address TRACE, block 0's and then (a model of
+ * several blocks) block 1's (s_trace_block). The buffer is zeroed again for the next use. */
 static int s_trace_rows (const options_t *o, const char *size, const char *dname, const char *how, uint64_t trace,
                          size_t layers, row_t *r)
+{
+    const size_t bytes = (size_t) SIG_LSTM_TRACE_RECORDS * SIG_LSTM_TRACE_WORDS * sizeof (uint64_t);
+    int rc = 0;
+    for (uint32_t b = 0; b < SIG_LSTM_TRACE_BLOCKS && rc == 0; b++)
+        rc = s_trace_block (o, size, dname, how, trace + b * bytes, layers, b, r);
+    return rc;
+}
+
+/* Block BLOCK's records at device address TRACE: for the steps (or, when there are none, the pings)
+ * a row per phase, from each stamp to the next one reached, and seen -> output (the kernel's part of
+ * the critical path); clock64 converted at the clock measured over the records (%globaltimer against
+ * clock64). Block 1 (none in a model of one block: no rows) has its own clock: its rows compare
+ * with each other only. */
+static int s_trace_block (const options_t *o, const char *size, const char *dname, const char *how, uint64_t trace,
+                          size_t layers, uint32_t block, row_t *r)
 {
     const size_t words = (size_t) SIG_LSTM_TRACE_RECORDS * SIG_LSTM_TRACE_WORDS;
     uint64_t *h = malloc (words * sizeof *h);
@@ -444,7 +461,12 @@ static int s_trace_rows (const options_t *o, const char *size, const char *dname
         free (h);
         return -1;
     }
-    const uint32_t L = (uint32_t) layers, last = 3 + 3 * L < SIG_LSTM_TRACE_STAMPS ? 3 + 3 * L : SIG_LSTM_TRACE_STAMPS - 1;
+    char who[32] = "";   /* block 1's rows say so */
+    if (block)
+        snprintf (who, sizeof who, ", block %u", block);
+    /* the last stamp: the output stored (block 0), the last layer gathered (block 1: no head) */
+    const uint32_t L = (uint32_t) layers, end_stamp = block ? 2 + 3 * L : 3 + 3 * L,
+                   last = end_stamp < SIG_LSTM_TRACE_STAMPS ? end_stamp : SIG_LSTM_TRACE_STAMPS - 1;
     uint32_t steps = 0, pings = 0;
     double cycles = 0, ns = 0;
     for (uint32_t k = 0; k < SIG_LSTM_TRACE_RECORDS; k++) {
@@ -461,7 +483,8 @@ static int s_trace_rows (const options_t *o, const char *size, const char *dname
     const uint64_t op = ping ? SIG_LSTM_OP_PING : SIG_LSTM_OP_STEP;
     const double mhz = ns > 0 ? cycles / ns * 1e3 : 0;
     if (!(steps || pings) || mhz <= 0) {
-        printf ("| %s cuda %s traced [%s]: no records | | | | | | | | |\n", size, dname, how);
+        if (!block)
+            printf ("| %s cuda %s traced [%s]: no records | | | | | | | | |\n", size, dname, how);
         free (h);
         return 0;
     }
@@ -488,14 +511,16 @@ static int s_trace_rows (const options_t *o, const char *size, const char *dname
         if (!r->n)
             continue;
         if (i == 0) {
-            s_stamp_name (end, L, ping, b, sizeof b);
-            snprintf (label, sizeof label, "%s cuda %s traced %s, in the kernel: seen -> %s [%s]", size, dname,
-                      ping ? "ping" : "step", b, how);
+            s_stamp_name (0, L, ping, block, a, sizeof a);
+            s_stamp_name (end, L, ping, block, b, sizeof b);
+            snprintf (label, sizeof label, "%s cuda %s traced %s%s, in the kernel: %s -> %s [%s]", size, dname,
+                      ping ? "ping" : "step", who, a, b, how);
         } else {
             const uint32_t from = shown;
-            s_stamp_name (from, L, ping, a, sizeof a);
-            s_stamp_name (i, L, ping, b, sizeof b);
-            snprintf (label, sizeof label, "%s cuda %s traced %s: %s -> %s", size, dname, ping ? "ping" : "step", a, b);
+            s_stamp_name (from, L, ping, block, a, sizeof a);
+            s_stamp_name (i, L, ping, block, b, sizeof b);
+            snprintf (label, sizeof label, "%s cuda %s traced %s%s: %s -> %s", size, dname, ping ? "ping" : "step", who,
+                      a, b);
         }
         snprintf (r->note, sizeof r->note, "SM clock %.0f MHz", mhz);
         s_print (label, r);
@@ -521,7 +546,7 @@ static int s_trace_rows (const options_t *o, const char *size, const char *dname
         }
         if (!r->n)
             continue;
-        snprintf (label, sizeof label, "%s cuda %s traced step: %s", size, dname, fine[f].name);
+        snprintf (label, sizeof label, "%s cuda %s traced step%s: %s", size, dname, who, fine[f].name);
         snprintf (r->note, sizeof r->note, "SM clock %.0f MHz", mhz);
         s_print (label, r);
     }
@@ -828,7 +853,8 @@ static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, c
                     rc = s_bench_model (o, size, bname, dname, blocks, sync, math, 0, first, w, &cfg, seed, &r);
 #ifdef SIGSERVE_HAVE_CUDA
                     if (rc == 0 && cuda && o->trace) {   /* the traced instantiation, beside the serving rows */
-                        const size_t bytes = (size_t) SIG_LSTM_TRACE_RECORDS * SIG_LSTM_TRACE_WORDS * sizeof (uint64_t);
+                        const size_t bytes = (size_t) SIG_LSTM_TRACE_BLOCKS * SIG_LSTM_TRACE_RECORDS * SIG_LSTM_TRACE_WORDS
+                                             * sizeof (uint64_t);
                         void *d = NULL;
                         if (cudaMalloc (&d, bytes) != cudaSuccess || cudaMemset (d, 0, bytes) != cudaSuccess) {
                             fprintf (stderr, "lstmbench: --trace: no device memory for the records\n");
