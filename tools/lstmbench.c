@@ -192,44 +192,65 @@ static void s_check_note (row_t *r, const char *what)
         snprintf (r->note, sizeof r->note, "%s %.1e", what, r->check);
 }
 
+/* A slow row's warm-up is cut at a quarter of its time (--seconds); the timed part's START is reset
+ * when it begins (at I == *WARM). */
+static void s_warm_cut (const options_t *o, uint32_t i, uint32_t *warm, double *start)
+{
+    if (i < *warm && o->seconds > 0 && clock_now_us () - *start > o->seconds * 0.25e6)
+        *warm = i;
+    if (i == *warm)
+        *start = clock_now_us ();
+}
+
+/* Step I (WHAT, for the messages) of stream SLOT on X into Y (OUT outputs), a sample of R when TIMED,
+ * every output checked finite. 0; -1 an output not finite; -2 the step failed. */
+static int s_timed_step (const backend_iface_t *B, backend_model_t *m, uint32_t slot, const float *x, float *y,
+                         uint32_t out, uint32_t i, bool timed, const char *what, row_t *r)
+{
+    char err[512];
+    const uint64_t t0 = clock_now_ns ();
+    const sig_status_t st = B->stream_step (m, slot, x, y, err, sizeof err);
+    const uint64_t t1 = clock_now_ns ();
+    if (st != SIG_OK) {
+        fprintf (stderr, "lstmbench: %s: %s\n", what, err);
+        return -2;
+    }
+    if (timed)
+        r->samples[r->n++] = (double) (t1 - t0) / 1e3;
+    int rc = 0;
+    for (uint32_t k = 0; k < out; k++)
+        if (!isfinite (y[k])) {
+            fprintf (stderr, "lstmbench: %s %u: output %u is %g\n", what, i, k, y[k]);
+            rc = -1;
+        }
+    return rc;
+}
+
 static int s_bench_step (const options_t *o, const backend_iface_t *B, backend_model_t *m, const lstm_weights_t *w,
                          bool cuda, uint64_t *seed, row_t *r)
 {
     const uint32_t in = w->step_size, W = w->window, out = w->head.out;
     float *hist = calloc ((size_t) W * in, sizeof (float)), *win = malloc ((size_t) W * in * sizeof (float));
     float *y = malloc (out * sizeof (float)), *yw = malloc (out * sizeof (float));
-    char err[512];
     uint64_t count = 0;
     int rc = 0;
     B->stream_reset (m, 0);
     r->check = NAN;
     double start = clock_now_us ();
-    uint32_t warm = o->warmup;   /* a slow row's warm-up is cut at a quarter of its time */
+    uint32_t warm = o->warmup;
     for (uint32_t i = 0; i < warm + o->iterations && rc == 0; i++) {
-        if (i < warm && o->seconds > 0 && clock_now_us () - start > o->seconds * 0.25e6)
-            warm = i;
-        if (i == warm)
-            start = clock_now_us ();
+        s_warm_cut (o, i, &warm, &start);
         float *x = hist + (size_t) (count % W) * in;
         s_fill (seed, x, in);
-        const uint64_t t0 = clock_now_ns ();
-        sig_status_t st = B->stream_step (m, 0, x, y, err, sizeof err);
-        const uint64_t t1 = clock_now_ns ();
+        const int st = s_timed_step (B, m, 0, x, y, out, i, i >= warm, "step", r);
         count++;
-        if (st != SIG_OK) {
-            fprintf (stderr, "lstmbench: step: %s\n", err);
+        if (st != 0)
             rc = -1;
+        if (st == -2)
             break;
-        }
-        if (i >= warm)
-            r->samples[r->n++] = (double) (t1 - t0) / 1e3;
-        for (uint32_t k = 0; k < out; k++)
-            if (!isfinite (y[k])) {
-                fprintf (stderr, "lstmbench: step %u: output %u is %g\n", i, k, y[k]);
-                rc = -1;
-            }
         B->stream_advance (m, 0);
 #ifdef SIGSERVE_HAVE_CUDA
+        char err[512];
         if (cuda && lstm_cuda_sync (m, err, sizeof err) != SIG_OK) {   /* the precomputation: not timed */
             fprintf (stderr, "lstmbench: advance: %s\n", err);
             rc = -1;
@@ -261,7 +282,6 @@ static int s_bench_rr (const options_t *o, const backend_iface_t *B, backend_mod
     float *hist = calloc ((size_t) streams * W * in, sizeof (float)), *win = malloc ((size_t) W * in * sizeof (float));
     float *y = malloc (out * sizeof (float)), *yw = malloc (out * sizeof (float));
     uint64_t *count = calloc (streams, sizeof (uint64_t));
-    char err[512];
     int rc = 0;
     for (uint32_t s = 0; s < streams; s++)
         B->stream_reset (m, s);
@@ -270,10 +290,7 @@ static int s_bench_rr (const options_t *o, const backend_iface_t *B, backend_mod
     uint32_t warm = o->warmup;
     uint64_t next = 0;   /* when the next step may start (the gap) */
     for (uint32_t i = 0; i < warm + o->iterations && rc == 0; i++) {
-        if (i < warm && o->seconds > 0 && clock_now_us () - start > o->seconds * 0.25e6)
-            warm = i;
-        if (i == warm)
-            start = clock_now_us ();
+        s_warm_cut (o, i, &warm, &start);
         const uint32_t s = i % streams;
         float *mine = hist + (size_t) s * W * in, *x = mine + (size_t) (count[s] % W) * in;
         s_fill (seed, x, in);
@@ -284,22 +301,12 @@ static int s_bench_rr (const options_t *o, const backend_iface_t *B, backend_mod
             }
             next += (uint64_t) (gap_us * 1e3);
         }
-        const uint64_t t0 = clock_now_ns ();
-        sig_status_t st = B->stream_step (m, s, x, y, err, sizeof err);
-        const uint64_t t1 = clock_now_ns ();
+        const int st = s_timed_step (B, m, s, x, y, out, i, i >= warm, "round-robin step", r);
         count[s]++;
-        if (st != SIG_OK) {
-            fprintf (stderr, "lstmbench: round-robin step: %s\n", err);
+        if (st != 0)
             rc = -1;
+        if (st == -2)
             break;
-        }
-        if (i >= warm)
-            r->samples[r->n++] = (double) (t1 - t0) / 1e3;
-        for (uint32_t k = 0; k < out; k++)
-            if (!isfinite (y[k])) {
-                fprintf (stderr, "lstmbench: round-robin step %u: output %u is %g\n", i, k, y[k]);
-                rc = -1;
-            }
         B->stream_advance (m, s);
         if (i % CHECK_EVERY == CHECK_EVERY - 1 && s_check_window (B, m, mine, count[s], W, in, out, y, win, yw, &r->check) != 0)
             rc = -1;   /* its stream's window in full (the advance not waited for) */
