@@ -20,6 +20,11 @@ cp "$B"/models/tick_mlp.safetensors .gpubuild/models/
 for t in "$B"/tests/test_*; do case "$t" in *.log) ;; *) cp "$t" .gpubuild/tests/;; esac; done
 strip --strip-debug .gpubuild/sig* .gpubuild/tests/* .devlibs/*
 du -sh .gpubuild .devlibs
+# LINEINFO=1: an object of the LSTM kernel with line info, for tools/sass-spills.sh on the host (SPILLS=).
+if [ "${LINEINFO:-0}" = 1 ]; then
+    ${NVCC:-nvcc} -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -lineinfo -Ikernels -c kernels/lstm_persistent.cu \
+        -o .gpubuild/lstm_persistent.lineinfo.o
+fi
 # One compressed file to carry (the device tool carries 64 MiB in all; OpenBLAS alone is 36 MB):
 # on the host, `tar xzf .gpupack.tgz` before tools/gpu-run.sh.
 tar czf .gpupack.tgz .devlibs .gpubuild $( [ -d .whl ] && echo .whl )

@@ -47,7 +47,9 @@ fi
 for t in $BUILD/tests/test_*; do
     n=$(basename "$t"); [ "$n" = test_cuda ] && continue; case "$n" in *.log) continue;; esac
     if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $n "*) ;; *) continue;; esac; fi
-    case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no timeout "${LSTM_TEST_TIMEOUT:-600}" "$t" ;; *) step "$n" timeout 300 "$t" ;; esac
+    # LSTM_CASE names one of test_lstm_cuda's cases (lstm, plan4, head) to run alone
+    case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no ${LSTM_CASE:+CK_RUN_CASE=$LSTM_CASE} timeout "${LSTM_TEST_TIMEOUT:-600}" "$t" ;;
+                 *) step "$n" timeout 300 "$t" ;; esac
 done
 # TORCH=lstm: the LSTM comparison alone.
 [ "${TORCH:-1}" = 1 ] && step torch_export python3 tests/python/test_torch_export.py
@@ -128,6 +130,13 @@ if [ "${DOT_PROBE:-0}" = 1 ]; then
     rm -f "$OUT/lstm-dot-probe"
     cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
     [ -x "$cuobjdump" ] && [ -f "$BUILD/lstmbench" ] && "$cuobjdump" -sass "$BUILD/lstmbench" | gzip >"$OUT/lstm_sass.txt.gz"
+fi
+# Where the LSTM serving kernels spill (SPILLS=OBJECT: an object of kernels/lstm_persistent.cu built
+# here with -lineinfo and carried; SPILLS_PATTERN: the kernels, default the f16 and bf16 cluster ones):
+# every STL / LDL with its source line, in $OUT/spills.txt (tools/sass-spills.sh).
+if [ -n "${SPILLS:-}" ] && [ -f "$SPILLS" ]; then
+    step spills sh tools/sass-spills.sh "$SPILLS" "${SPILLS_PATTERN:-l_kernelILi[12]ELi0ELb0ELb0E}"
+    cp "$LOGS/spills.log" "$OUT/spills.txt"
 fi
 # compute-sanitizer memcheck over the LSTM kernel (LSTM_SANITIZE=1): cluster 1 and 4 in f32 and bf16,
 # grid 6 in f16, odd shapes, steps and windows; destroy stops the kernel so memcheck can finish.
