@@ -51,6 +51,7 @@ static const char *s_dtype_names[3] = { "f32", "f16", "bf16" };
 static float s_scale = 1.0f;   /* the inputs: uniform in [-s_scale, s_scale] */
 static uint32_t s_slots = 3;   /* s_check_model's stream slots */
 static int s_expect_apart = -1;   /* s_open asserts lstm_cuda_apart is this (-1: either) */
+static int s_expect_head_smem = -1;   /* s_open asserts the plan's head_in_smem is this (-1: either) */
 static bool s_cfg_apart;          /* s_open sets the model key advances_apart */
 
 static void s_fill (float *x, size_t n)
@@ -78,6 +79,7 @@ static void s_teardown (void)
     s_scale = 1.0f;
     s_slots = 3;
     s_expect_apart = -1;
+    s_expect_head_smem = -1;
     s_cfg_apart = false;
     if (s_live) {
         B->destroy (&s_live->m);
@@ -113,14 +115,19 @@ static void s_open (fixture_t *f, const lstm_shape_t *shape, weight_dtype_t dtyp
     f->products = p->math == SIG_LSTM_MATH_HALF ? dtype : WEIGHT_DTYPE_F32;
     printf ("  %u layers, window %u, %u inputs, %u units, %s (%s products): %s of %u blocks, G %u, %u KiB shared memory "
             "per block, weights %.1f MiB (%.1f MiB on chip), W_ih per block %.0f KiB on chip + %.0f KiB from L2; "
-            "advances %s%s\n",
+            "head in %s; advances %s%s\n",
             shape->layers, shape->window, shape->step_size, shape->hidden, s_dtype_names[dtype],
             s_dtype_names[f->products],
             p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks, p->group, p->smem_bytes >> 10,
             p->weight_bytes / 1048576.0, p->smem_weight_bytes / 1048576.0, p->critical_smem_bytes / 1024.0,
-            p->critical_global_bytes / 1024.0, p->apart ? "apart" : "inline: ", p->apart ? "" : p->why);
+            p->critical_global_bytes / 1024.0, p->head_in_smem ? "shared memory" : "the image", p->apart ? "apart" : "inline: ",
+            p->apart ? "" : p->why);
     fflush (stdout);
     ck_assert_int_eq (lstm_cuda_apart (f->m), p->apart != 0);
+    if (s_expect_head_smem >= 0)
+        ck_assert_msg ((p->head_in_smem != 0) == (s_expect_head_smem == 1), "head in %s, expected %s (%u outputs)",
+                       p->head_in_smem ? "shared memory" : "the image", s_expect_head_smem ? "shared memory" : "the image",
+                       p->out);
     if (s_expect_apart >= 0)
         ck_assert_msg (lstm_cuda_apart (f->m) == (s_expect_apart == 1), "advances %s, expected %s (%s)",
                        lstm_cuda_apart (f->m) ? "apart" : "inline", s_expect_apart ? "apart" : "inline", p->why);
@@ -375,6 +382,33 @@ START_TEST (f16_features_past_half_range)
         s_scale = 1.0f;
         s_check_model (&odd, WEIGHT_DTYPE_F16, &t[i], 2, 12, 1, 1, 2, i ? "grid 6, features 1" : "cluster 1, features 1");
     }
+}
+END_TEST
+
+/* Heads of several outputs with an activation, on one block, a cluster of 4 and a grid of 6 (block 0
+ * computes the head from the gathered h, the other blocks none), f32 and f16; a model of one layer;
+ * and a head too wide for shared memory (4 x 2056 weights, past L_HEAD_SMEM_MAX), which block 0
+ * reads from the image: the only case of that path. Windows and streams within their bounds. */
+START_TEST (head_shapes)
+{
+    const lstm_shape_t five = { .layers = 2, .step_size = 19, .hidden = 45, .out = 5, .window = 6,
+                                .head_act = ACTIVATION_SIGMOID };
+    const lstm_shape_t one = { .layers = 1, .step_size = 7, .hidden = 33, .out = 2, .window = 3,
+                               .head_act = ACTIVATION_TANH };
+    const lstm_shape_t wide = { .layers = 1, .step_size = 3, .hidden = 2056, .out = 4, .window = 2 };
+    const struct { sig_lstm_tuning_t t; const char *label; } cases[] = {
+        { { .blocks = 1 }, "cluster 1" },
+        { { .blocks = 4 }, "cluster 4" },
+        { { .blocks = 6, .grid = 1 }, "grid 6" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int d = 0; d < 2; d++) {
+            s_check_model (&five, (weight_dtype_t) d, &cases[i].t, 3, 10, 1, 1, 2, cases[i].label);
+            s_check_model (&one, (weight_dtype_t) d, &cases[i].t, 2, 6, 1, 1, 2, cases[i].label);
+        }
+    s_expect_head_smem = 0;
+    s_check_model (&wide, WEIGHT_DTYPE_F16, &cases[2].t, 2, 4, 1, 1, 1, "grid 6, the head from the image");
+    s_expect_head_smem = -1;
 }
 END_TEST
 
@@ -764,6 +798,12 @@ int main (void)
     tcase_add_test (tc, f16_features_past_half_range);
     tcase_add_test (tc, watchdog_and_stop);
     tcase_add_test (tc, resident_like_every_persistent_kernel);
+    /* the head's own cases (CK_RUN_CASE=head runs them alone) */
+    TCase *th = tcase_create ("head");
+    tcase_set_timeout (th, 900);
+    tcase_add_checked_fixture (th, NULL, s_teardown);
+    tcase_add_test (th, head_shapes);
+    suite_add_tcase (s, th);
     /* plan 4's own cases first (CK_RUN_CASE=plan4 runs them alone; launch_shapes has three more) */
     TCase *t4 = tcase_create ("plan4");
     tcase_set_timeout (t4, 900);
