@@ -33,9 +33,10 @@ ifneq ($(NVCC),)
   CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
   NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
-  # The source NVRTC compiles at load (kernels/mlp_persistent_spec.cu), embedded as text.
+  # The sources NVRTC compiles at load (kernels/mlp_persistent_spec.cu, lstm_persistent_spec.cu), embedded as text.
   SPEC_SOURCES := kernels/kernels.h kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
-                  kernels/mlp_persistent_kernel.cuh
+                  kernels/mlp_persistent_kernel.cuh kernels/lstm_persistent.cu kernels/lstm_persistent_device.cuh \
+                  kernels/lstm_persistent_impl.cuh
   SPEC_OBJ := $(BUILD)/obj/gen/spec_sources.o
 endif
 

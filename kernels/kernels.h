@@ -317,6 +317,15 @@ int sig_spec_launch (const sig_spec_module_t *module, const void *image, void *b
 /* Unloads the module (no kernel of it may still run). Safe on NULL. */
 void sig_spec_unload (sig_spec_module_t **module);
 
+/* Loads CUBIN as sig_spec_load does, its kernel the function NAME (extern "C"). */
+int sig_spec_load_fn (const void *cubin, const char *name, uint32_t smem_bytes, sig_spec_module_t **module, char *err,
+                      size_t errlen);
+/* Launches MODULE's kernel on BLOCKS blocks of THREADS threads with SMEM_BYTES of dynamic shared memory
+ * on STREAM: as one cluster of BLOCKS (CLUSTER), cooperatively (COOPERATIVE: every block resident at
+ * once, or the launch fails), or plainly; ARGS the kernel's arguments. 0 or a CUDA error. */
+int sig_spec_launch_args (const sig_spec_module_t *module, uint32_t blocks, uint32_t threads, uint32_t smem_bytes,
+                          int cluster, int cooperative, cudaStream_t stream, void **args);
+
 /* The ping-pong floor: a one-block persistent kernel on the same mailbox protocol. FLAGS: 0 echoes
  * the sequence only; SIG_PINGPONG_READ also reads the IN features (all loads at once) and writes
  * their sum as output 0; SIG_PINGPONG_OUTPUT writes output 0 (a constant) without reading. In
@@ -421,6 +430,12 @@ enum { SIG_LSTM_SYNC_ADVANCE_APART = 8 };
  * grid, nothing on a cluster of 4 (docs/lstm-notes.md, "The features forwarded as read").
  * BCAST_AFTER: the broadcast after the read, as before, to compare. */
 enum { SIG_LSTM_SYNC_BCAST_AFTER = 16 };
+/* The serving kernel is specialised for its plan at load (lstm_persistent_spec.cu: NVRTC compiles
+ * lstm_persistent.cu with the image's header as constants), as the MLP's is: measured 1.5-2.6 us a
+ * step faster (docs/lstm-notes.md). GENERIC: the generic kernel (one instantiation per dtype and
+ * mode, the plan read from shared memory), as before, to compare (lstmbench --sync 64); also what the
+ * model key specialise false, a failed compile or load, and the advances apart (plan 4) run. */
+enum { SIG_LSTM_SYNC_GENERIC = 64 };
 /* The gate products of f16 / bf16 weights (docs/lstm-notes.md, plan 3). WIDE: each weight widened
  * to fp32, fp32 FMA. HALF: the inputs (x, h) rounded to the weights' type, SIG_LSTM_HALF_RUN products
  * per lane summed in it (packed HFMA2, fused, round to nearest), each run added into an fp32 sum
@@ -508,6 +523,13 @@ typedef struct {            /* byte offsets in the mailbox */
  * error of a device query. */
 int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_t slots, uint32_t max_rows, int device,
                    const sig_lstm_tuning_t *tuning, sig_lstm_plan_t *plan);
+/* The plan of NET in DTYPE as MODE of BLOCKS blocks with SMEM_LIMIT bytes of dynamic shared memory a
+ * block, without any device (no query, no placement check, advances never apart): tests on a machine
+ * with no GPU plan, pack and compile the specialised kernel with it. 0, cudaErrorNotSupported with
+ * plan->why, or cudaErrorInvalidValue. */
+int sig_lstm_plan_offline (const sig_lstm_net_t *net, uint32_t dtype, uint32_t mode, uint32_t blocks, uint32_t slots,
+                           uint32_t max_rows, uint32_t smem_limit, const sig_lstm_tuning_t *tuning,
+                           sig_lstm_plan_t *plan);
 int sig_lstm_layout (const sig_lstm_plan_t *plan, sig_lstm_layout_t *layout);
 /* The device image (plan->image_bytes, host memory). */
 int sig_lstm_pack (const sig_lstm_net_t *net, const sig_lstm_plan_t *plan, const sig_lstm_layout_t *layout,
@@ -517,6 +539,13 @@ int sig_lstm_pack (const sig_lstm_net_t *net, const sig_lstm_plan_t *plan, const
  * own mailbox). Returns at once; every block sets its ready word once its weights are loaded. */
 int sig_lstm_launch (const void *image, void *state, void *xchg, void *box, const sig_lstm_plan_t *plan,
                      uint32_t role, cudaStream_t stream);
+/* The NVRTC source of the LSTM kernel specialised for IMAGE's header (host memory, as sig_lstm_pack
+ * wrote it), its function "sig_lstm_spec": a string the caller frees, or NULL (a bad header, a plan
+ * whose advances run apart, no memory). Compile it with sig_spec_compile. */
+char *sig_lstm_spec_source (const void *image);
+/* sig_lstm_launch (ROLE_ALL) with MODULE's kernel, compiled for IMAGE's header. */
+int sig_lstm_spec_launch (const sig_spec_module_t *module, const void *image, void *state, void *xchg, void *box,
+                          const sig_lstm_plan_t *plan, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

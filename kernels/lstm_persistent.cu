@@ -82,20 +82,28 @@
  * A zero-stage advance (W = 1) and every window batch still do one all-gather, so the rule above
  * holds for every command. STALL (tests) makes block 0 stop reading commands; it still sees stop.
  *
+ * SPECIALISED (L_SPEC, the default: kernels.h SIG_LSTM_SYNC_GENERIC): lstm_persistent_spec.cu has
+ * NVRTC compile this file at load with the model's image header as constant words, so every plan
+ * and layout field is a constant where the generic kernel reads it from shared memory; the kernel
+ * checks the image's header against them word by word and exits at once (never ready) on a mismatch.
+ * The host code below is not in that source (__CUDACC_RTC__), nor is any header NVRTC lacks (halves
+ * are PTX and bit operations).
+ *
  * This file: the kernel, its launch and l_kernel_for (the instantiations, for the planner's
  * queries); the plan, the layout and the packing are in lstm_persistent_plan.cu; what both share is
  * in lstm_persistent_impl.cuh; the stateless device helpers (PTX, arithmetic) in
- * lstm_persistent_device.cuh. Which devices run it: sig_clusters_supported (caps.cu). */
-#include "cuda_check.h"
+ * lstm_persistent_device.cuh; the specialised kernel's source and launch in lstm_persistent_spec.cu.
+ * Which devices run it: sig_clusters_supported (caps.cu). */
 #include "kernels.h"
 #include "lstm_persistent_device.cuh"
 #include "lstm_persistent_impl.cuh"
 #include "sig_device.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#ifndef __CUDACC_RTC__   /* the launch (host code): not in the specialised kernel's NVRTC source */
+#include "cuda_check.h"
 #include <stddef.h>
 #include <string.h>
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * The per-thread context */
@@ -896,15 +904,35 @@ __device__ __forceinline__ void l_trace_record (const l_ctx_t &c, uint32_t op, u
  * one (TR false) has no stamp code (c.stamps is nullptr, known at compile time). AP: the instantiation
  * of the two apart launches (plan 4: ROLE_SERVE and ROLE_ADVANCE, a cluster's only), so that the one
  * of ROLE_ALL keeps its code (and its registers: the state words in flight spill a few). */
+#ifdef L_SPEC
+/* SPECIALISED (lstm_persistent_spec.cu compiles this file with NVRTC at load for one plan): the
+ * image's header as words, L_SPEC_WORDS. Every plan and layout field the kernel reads through it is
+ * then a constant (the compiler folds loads from a constant array at known offsets, whatever the
+ * field's type): loops over layers, slots and outputs unroll, offsets fold; a field read at an index
+ * known only at run time (arrays[a] in a loop the compiler keeps) comes from the constant cache. */
+__constant__ __align__ (16) const uint32_t l_spec_words[sizeof (l_header_t) / 4u] = L_SPEC_WORDS;
+#endif
+
 template <int DT, int MODE, bool TR, bool AP>
-static __global__ void __launch_bounds__ (L_T, 1)
-l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, char *box, uint32_t role)
+__device__ __forceinline__ void l_kernel_body (const l_header_t *__restrict__ image, char *state, uint64_t *xchg,
+                                               char *box, uint32_t role)
 {
-    __shared__ l_header_t s_h;
     __shared__ uint32_t s_cw[2], s_flag[2];
     __shared__ uint32_t s_wide;   /* a window's SIG_LSTM_WIDE_INPUTS, read where it projects (a register
                                    * held across the window spilled in the bf16 cluster kernel) */
     extern __shared__ __align__ (16) unsigned char s_dyn[];
+#ifdef L_SPEC
+    {   /* the image's header must be the one compiled in, word by word */
+        const uint32_t *src = reinterpret_cast<const uint32_t *> (image);
+        int same = 1;
+        for (uint32_t i = threadIdx.x; i < sizeof (l_header_t) / 4u; i += L_T)
+            same &= src[i] == l_spec_words[i];
+        if (!__syncthreads_and (same))
+            return;   /* every block the same: nobody waits for anybody (the host's ready wait fails) */
+    }
+    const l_header_t &s_h = *reinterpret_cast<const l_header_t *> (l_spec_words);
+#else
+    __shared__ l_header_t s_h;
     {
         const uint32_t *src = reinterpret_cast<const uint32_t *> (image);
         uint32_t *dst = reinterpret_cast<uint32_t *> (&s_h);
@@ -912,6 +940,7 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
             dst[i] = src[i];
     }
     __syncthreads ();
+#endif
     if (s_h.magic != L_MAGIC)
         return;   /* every block the same: nobody waits for anybody */
     const sig_lstm_plan_t &P = s_h.plan;
@@ -1086,6 +1115,25 @@ l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, cha
         sig_st_sys_u32 (box + lay.exited + 4u * c.b, 1u);
 }
 
+#ifdef L_SPEC
+/* The specialised kernel: one plan (L_SPEC_WORDS), its dtype and mode as L_SPEC_DT and L_SPEC_MODE;
+ * L_SPEC_TRACED: the traced instantiation. Never one of the apart launches (plan 4). */
+#ifndef L_SPEC_TRACED
+#define L_SPEC_TRACED 0
+#endif
+extern "C" __global__ void __launch_bounds__ (L_T, 1)
+sig_lstm_spec (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, char *box, uint32_t role)
+{
+    l_kernel_body<L_SPEC_DT, L_SPEC_MODE, L_SPEC_TRACED != 0, false> (image, state, xchg, box, role);
+}
+#else
+template <int DT, int MODE, bool TR, bool AP>
+static __global__ void __launch_bounds__ (L_T, 1)
+l_kernel (const l_header_t *__restrict__ image, char *state, uint64_t *xchg, char *box, uint32_t role)
+{
+    l_kernel_body<DT, MODE, TR, AP> (image, state, xchg, box, role);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Host side: kernel lookup, device check, launch (plan, layout, pack: lstm_persistent_plan.cu) */
 
@@ -1139,3 +1187,4 @@ extern "C" int sig_lstm_launch (const void *image, void *state, void *xchg, void
     const cudaError_t last = cudaGetLastError ();
     return (int) (launched != cudaSuccess ? launched : last);
 }
+#endif   /* L_SPEC */

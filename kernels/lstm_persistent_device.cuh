@@ -8,10 +8,7 @@
 #include "kernels.h"
 #include "sig_device.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
-#include <string.h>
+#include <stdint.h>   /* no cuda_fp16.h / cuda_bf16.h (NVRTC carries neither): halves are PTX and bit operations */
 
 /* ---------------------------------------------------------------------------------------------
  * PTX: scopes and semantics said exactly (and in sig_device.cuh, what the MLP's kernel uses too) */
@@ -78,11 +75,15 @@ template <> __device__ __forceinline__ float l_fma<SIG_LSTM_F32> (uint4 w, float
     acc = fmaf (__uint_as_float (w.z), x0.z, acc);
     return fmaf (__uint_as_float (w.w), x0.w, acc);
 }
+/* Two f16 (one word, element 0 low) widened to floats, exactly: cvt.f32.f16 (__half22float2's
+ * instructions, without cuda_fp16.h) */
 __device__ __forceinline__ float2 l_h2f (uint32_t u)
 {
-    __half2 h;
-    memcpy (&h, &u, sizeof h);
-    return __half22float2 (h);
+    float lo, hi;
+    asm ("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+         : "=f"(lo), "=f"(hi)
+         : "r"(u));
+    return make_float2 (lo, hi);
 }
 template <> __device__ __forceinline__ float l_fma<SIG_LSTM_F16> (uint4 w, float4 x0, float4 x1, float acc)
 {

@@ -204,6 +204,20 @@ static void l_plan_math (const sig_lstm_net_t *n, uint32_t math, sig_lstm_plan_t
         p->half_x_max = 32768.0f;   /* f16's inputs themselves */
 }
 
+/* What every plan takes from the tuning once its shape is chosen: the synchronisation, the math, the
+ * trace. */
+static void l_finish (const sig_lstm_net_t *n, const sig_lstm_tuning_t *tu, sig_lstm_plan_t *plan)
+{
+    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS | SIG_LSTM_SYNC_FEAT_SHARED
+                             | SIG_LSTM_SYNC_BCAST_AFTER | SIG_LSTM_SYNC_GENERIC);
+    if (plan->sync & SIG_LSTM_SYNC_POLL_ROUNDS)   /* the old poll reads the entry as words 0 .. 2 + in */
+        plan->sync |= SIG_LSTM_SYNC_FEAT_SHARED;
+    l_plan_math (n, tu->math, plan);
+    plan->trace = tu->trace;
+    if (plan->apart)   /* the apart launches keep the generic kernel (kernels.h) */
+        plan->sync |= SIG_LSTM_SYNC_ADVANCE_APART | SIG_LSTM_SYNC_GENERIC;
+}
+
 extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_t slots, uint32_t max_rows,
                               int device, const sig_lstm_tuning_t *tuning, sig_lstm_plan_t *plan)
 {
@@ -318,14 +332,22 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
                       "not fit this device (%d at once)", p.blocks, p.smem_bytes >> 10, two);
     }
     memcpy (plan->why, inline_why, sizeof plan->why);
-    plan->sync = tu->sync & (SIG_LSTM_SYNC_POLL_ROUNDS | SIG_LSTM_SYNC_XCHG_ROUNDS | SIG_LSTM_SYNC_FEAT_SHARED
-                             | SIG_LSTM_SYNC_BCAST_AFTER);
-    if (plan->sync & SIG_LSTM_SYNC_POLL_ROUNDS)   /* the old poll reads the entry as words 0 .. 2 + in */
-        plan->sync |= SIG_LSTM_SYNC_FEAT_SHARED;
-    l_plan_math (n, tu->math, plan);
-    plan->trace = tu->trace;
-    if (plan->apart)
-        plan->sync |= SIG_LSTM_SYNC_ADVANCE_APART;
+    l_finish (n, tu, plan);
+    return (int) cudaSuccess;
+}
+
+extern "C" int sig_lstm_plan_offline (const sig_lstm_net_t *net, uint32_t dtype, uint32_t mode, uint32_t blocks,
+                                      uint32_t slots, uint32_t max_rows, uint32_t smem_limit,
+                                      const sig_lstm_tuning_t *tuning, sig_lstm_plan_t *plan)
+{
+    if (!net || !plan || dtype > SIG_LSTM_BF16 || mode > SIG_LSTM_GRID || blocks < 1u || max_rows < 1u
+        || (mode == SIG_LSTM_CLUSTER && blocks > 16u) || blocks > net->hidden)
+        return (int) cudaErrorInvalidValue;
+    const sig_lstm_tuning_t none = {};
+    const sig_lstm_tuning_t *tu = tuning ? tuning : &none;
+    if (!l_build (net, dtype, mode, blocks, slots, max_rows, smem_limit, false, plan))
+        return (int) cudaErrorNotSupported;
+    l_finish (net, tu, plan);
     return (int) cudaSuccess;
 }
 

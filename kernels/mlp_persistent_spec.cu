@@ -274,6 +274,12 @@ static void s_cu_error (CUresult r, const char *what, char *err, size_t errlen)
 extern "C" int sig_spec_load (const void *cubin, uint32_t smem_bytes, sig_spec_module_t **module, char *err,
                               size_t errlen)
 {
+    return sig_spec_load_fn (cubin, "sig_persistent_spec", smem_bytes, module, err, errlen);
+}
+
+extern "C" int sig_spec_load_fn (const void *cubin, const char *name, uint32_t smem_bytes, sig_spec_module_t **module,
+                                 char *err, size_t errlen)
+{
     *module = NULL;
     pthread_once (&s_drv_once, s_drv_init);
     if (s_drv.status != cudaSuccess) {
@@ -291,9 +297,11 @@ extern "C" int sig_spec_load (const void *cubin, uint32_t smem_bytes, sig_spec_m
         free (m);
         return -1;
     }
-    r = s_drv.get (&m->fn, m->module, "sig_persistent_spec");
+    r = s_drv.get (&m->fn, m->module, name);
     if (r == CUDA_SUCCESS)
         r = s_drv.attr (m->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int) smem_bytes);
+    if (r == CUDA_SUCCESS)   /* clusters of more than 8 (the LSTM's 16) where the device has them */
+        (void) s_drv.attr (m->fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
     if (r != CUDA_SUCCESS) {
         s_cu_error (r, "cuModuleGetFunction / cuFuncSetAttribute", err, errlen);
         s_drv.unload (m->module);
@@ -304,35 +312,49 @@ extern "C" int sig_spec_load (const void *cubin, uint32_t smem_bytes, sig_spec_m
     return 0;
 }
 
+extern "C" int sig_spec_launch_args (const sig_spec_module_t *module, uint32_t blocks, uint32_t threads,
+                                     uint32_t smem_bytes, int cluster, int cooperative, cudaStream_t stream, void **args)
+{
+    if (!module || !blocks || !threads || !args || !s_drv.launch)
+        return (int) cudaErrorInvalidValue;
+    CUlaunchAttribute attr;
+    memset (&attr, 0, sizeof attr);
+    if (cooperative) {
+        attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+        attr.value.cooperative = 1;
+    } else {
+        attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = blocks;
+        attr.value.clusterDim.y = 1;
+        attr.value.clusterDim.z = 1;
+    }
+    CUlaunchConfig cfg;
+    memset (&cfg, 0, sizeof cfg);
+    cfg.gridDimX = blocks;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = threads;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = smem_bytes;
+    cfg.hStream = (CUstream) stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = cooperative || cluster ? 1u : 0u;
+    const CUresult r = s_drv.launch (&cfg, module->fn, args, NULL);
+    /* the driver's codes for launches are the runtime's numbers */
+    return r == CUDA_SUCCESS ? (int) cudaSuccess : (int) r;
+}
+
 extern "C" int sig_spec_launch (const sig_spec_module_t *module, const void *image, void *box,
                                 const sig_persistent_plan_t *plan, cudaStream_t stream)
 {
     if (!module || !image || !box || !plan || plan->cluster_blocks < 1u
         || plan->cluster_blocks > SIG_PERSISTENT_MAX_BLOCKS)
         return (int) cudaErrorInvalidValue;
-    CUlaunchAttribute attr;
-    memset (&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = plan->cluster_blocks;
-    attr.value.clusterDim.y = 1;
-    attr.value.clusterDim.z = 1;
-    CUlaunchConfig cfg;
-    memset (&cfg, 0, sizeof cfg);
-    cfg.gridDimX = plan->cluster_blocks;
-    cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = P_T;
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = plan->smem_bytes;
-    cfg.hStream = (CUstream) stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
     const void *img = image;
     void *b = box;
     unsigned long long *trace = reinterpret_cast<unsigned long long *> (plan->trace);   /* read when traced */
     void *args[] = { &img, &b, &trace };
-    const CUresult r = s_drv.launch (&cfg, module->fn, args, NULL);
-    /* the driver's codes for launches are the runtime's numbers */
-    return r == CUDA_SUCCESS ? (int) cudaSuccess : (int) r;
+    /* always as a cluster, of one block too */
+    return sig_spec_launch_args (module, plan->cluster_blocks, P_T, plan->smem_bytes, 1, 0, stream, args);
 }
 
 extern "C" void sig_spec_unload (sig_spec_module_t **module)

@@ -116,6 +116,7 @@ void lstm_config (model_config_t *cfg, const char *name, const char *path, const
     cfg->queue_depth = 64;
     cfg->watchdog_ms = 1000;
     cfg->weight_dtype = WEIGHT_DTYPE_F32;
+    cfg->specialise = true;   /* the configuration's default (the CUDA kernel specialised for its plan) */
     snprintf (cfg->weights, sizeof cfg->weights, "%s", path);
     strcpy (cfg->lstm_prefix, "lstm.");
     cfg->window = shape->window;

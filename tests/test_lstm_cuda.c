@@ -52,6 +52,7 @@ static float s_scale = 1.0f;   /* the inputs: uniform in [-s_scale, s_scale] */
 static uint32_t s_slots = 3;   /* s_check_model's stream slots */
 static int s_expect_apart = -1;   /* s_open asserts lstm_cuda_apart is this (-1: either) */
 static int s_expect_head_smem = -1;   /* s_open asserts the plan's head_in_smem is this (-1: either) */
+static int s_expect_spec = -1;   /* s_open asserts the specialised kernel runs (1) or the generic one (0) (-1: either) */
 static bool s_cfg_apart;          /* s_open sets the model key advances_apart */
 
 static void s_fill (float *x, size_t n)
@@ -80,6 +81,7 @@ static void s_teardown (void)
     s_slots = 3;
     s_expect_apart = -1;
     s_expect_head_smem = -1;
+    s_expect_spec = -1;
     s_cfg_apart = false;
     if (s_live) {
         B->destroy (&s_live->m);
@@ -115,15 +117,21 @@ static void s_open (fixture_t *f, const lstm_shape_t *shape, weight_dtype_t dtyp
     f->products = p->math == SIG_LSTM_MATH_HALF ? dtype : WEIGHT_DTYPE_F32;
     printf ("  %u layers, window %u, %u inputs, %u units, %s (%s products): %s of %u blocks, G %u, %u KiB shared memory "
             "per block, weights %.1f MiB (%.1f MiB on chip), W_ih per block %.0f KiB on chip + %.0f KiB from L2; "
-            "head in %s; advances %s%s\n",
+            "head in %s; kernel %s; advances %s%s\n",
             shape->layers, shape->window, shape->step_size, shape->hidden, s_dtype_names[dtype],
             s_dtype_names[f->products],
             p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks, p->group, p->smem_bytes >> 10,
             p->weight_bytes / 1048576.0, p->smem_weight_bytes / 1048576.0, p->critical_smem_bytes / 1024.0,
-            p->critical_global_bytes / 1024.0, p->head_in_smem ? "shared memory" : "the image", p->apart ? "apart" : "inline: ",
+            p->critical_global_bytes / 1024.0, p->head_in_smem ? "shared memory" : "the image", B->kernel_name (f->m),
+            p->apart ? "apart" : "inline: ",
             p->apart ? "" : p->why);
     fflush (stdout);
     ck_assert_int_eq (lstm_cuda_apart (f->m), p->apart != 0);
+    const bool spec = strstr (B->kernel_name (f->m), "-nvrtc") != NULL;
+    ck_assert_msg (spec == !(p->sync & SIG_LSTM_SYNC_GENERIC), "kernel %s, plan sync %u", B->kernel_name (f->m), p->sync);
+    if (s_expect_spec >= 0)
+        ck_assert_msg (spec == (s_expect_spec == 1), "kernel %s, expected the %s one", B->kernel_name (f->m),
+                       s_expect_spec ? "specialised" : "generic");
     if (s_expect_head_smem >= 0)
         ck_assert_msg ((p->head_in_smem != 0) == (s_expect_head_smem == 1), "head in %s, expected %s (%u outputs)",
                        p->head_in_smem ? "shared memory" : "the image", s_expect_head_smem ? "shared memory" : "the image",
@@ -412,6 +420,41 @@ START_TEST (head_shapes)
 }
 END_TEST
 
+/* The generic kernel (SIG_LSTM_SYNC_GENERIC: the specialised one is the default, every other case runs
+ * it) in the launch shapes: one block, clusters of 4 and 8, a grid of 6, weights read from L2 (a
+ * shared-memory cap), both kinds of products, an odd three-layer model and a one-layer one in every
+ * weight type, then the issue's small and medium sizes in f16: every output within its bound. The
+ * model says which kernel runs (list_models). */
+START_TEST (generic_every_shape)
+{
+    const lstm_shape_t odd = { .layers = 3, .step_size = 37, .hidden = 45, .out = 3, .window = 9,
+                               .head_act = ACTIVATION_TANH };
+    const lstm_shape_t one = { .layers = 1, .step_size = 5, .hidden = 20, .out = 1, .window = 1 };
+    const uint32_t S = SIG_LSTM_SYNC_GENERIC;
+    const struct { sig_lstm_tuning_t t; const char *label; } cases[] = {
+        { { .blocks = 1, .sync = S }, "cluster 1, generic" },
+        { { .blocks = 4, .sync = S }, "cluster 4, generic" },
+        { { .blocks = 8, .sync = S }, "cluster 8, generic" },
+        { { .blocks = 6, .grid = 1, .sync = S }, "grid 6, generic" },
+        { { .blocks = 4, .smem_cap = 49152, .sync = S }, "cluster 4, 48 KiB, generic" },
+        { { .blocks = 1, .math = SIG_LSTM_MATH_HALF, .sync = S }, "cluster 1, half math, generic" },
+        { { .blocks = 6, .grid = 1, .math = SIG_LSTM_MATH_HALF, .sync = S }, "grid 6, half math, generic" },
+    };
+    s_expect_spec = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int d = 0; d < 3; d++) {
+            s_check_model (&odd, (weight_dtype_t) d, &cases[i].t, 3, 14, 1, 1, 2, cases[i].label);
+            if (d == 0)
+                s_check_model (&one, (weight_dtype_t) d, &cases[i].t, 3, 4, 1, 1, 2, cases[i].label);
+        }
+    const sig_lstm_tuning_t t = { .sync = S };
+    s_check_model (&LSTM_SHAPE_SMALL, WEIGHT_DTYPE_F16, &t, 3, LSTM_SHAPE_SMALL.window + 3, 1, 2, 1, "small, generic");
+    s_check_model (&LSTM_SHAPE_MEDIUM, WEIGHT_DTYPE_F16, &t, 2, LSTM_SHAPE_MEDIUM.window + 3, 4, 24, 1,
+                   "medium, generic");
+    s_expect_spec = -1;
+}
+END_TEST
+
 /* The small size under every cluster size the plan could choose, and a grid: the timings differ,
  * the numbers must not. */
 START_TEST (small_every_cluster)
@@ -453,7 +496,7 @@ START_TEST (slots_isolated)
     /* a slot past the table: an error, not a crash */
     ck_assert_int_eq (B->stream_step (f.m, 4, x[0], &y0, err, sizeof err), SIG_INTERNAL);
     ck_assert_msg (strstr (err, "slot 4") != NULL, "%s", err);
-    ck_assert_str_eq (B->kernel_name (f.m), "lstm-persistent");
+    ck_assert_str_eq (B->kernel_name (f.m), "lstm-persistent-nvrtc");   /* specialised: the default */
     s_close (&f);
 }
 END_TEST
@@ -798,6 +841,12 @@ int main (void)
     tcase_add_test (tc, f16_features_past_half_range);
     tcase_add_test (tc, watchdog_and_stop);
     tcase_add_test (tc, resident_like_every_persistent_kernel);
+    /* the generic kernel's own cases (CK_RUN_CASE=generic runs them alone) */
+    TCase *ts = tcase_create ("generic");
+    tcase_set_timeout (ts, 900);
+    tcase_add_checked_fixture (ts, NULL, s_teardown);
+    tcase_add_test (ts, generic_every_shape);
+    suite_add_tcase (s, ts);
     /* the head's own cases (CK_RUN_CASE=head runs them alone) */
     TCase *th = tcase_create ("head");
     tcase_set_timeout (th, 900);

@@ -6,10 +6,12 @@
  * it in memory when the folder cannot be written. test_cuda runs the kernels themselves. */
 #define _GNU_SOURCE
 #include "reference.h"
+#include "rng.h"
 #include "testutil.h"
 #include "weights/weights.h"
 
 #include <check.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,6 +366,92 @@ START_TEST (an_unwritable_folder_keeps_the_cubin_in_memory)
 }
 END_TEST
 
+typedef struct {   /* the start of the LSTM image: lstm_persistent_impl.cuh's l_header_t */
+    uint32_t magic, pad[3];
+    sig_lstm_plan_t plan;
+} lstm_image_head_t;
+
+/* The LSTM kernel specialised for a plan (lstm_persistent_spec.cu): LAYERS of H units, IN inputs, OUT
+ * outputs, window W, random weights, planned offline in DTYPE as MODE of BLOCKS blocks (TRACE: the
+ * traced instantiation's address), packed, its source compiled for sm_90 into a cubin with the kernel
+ * "sig_lstm_spec"; the same image with a plan that asks for the generic kernel has none. */
+static void s_lstm_compiles (uint32_t layers, uint32_t in, uint32_t H, uint32_t out, uint32_t W, uint32_t dtype,
+                             uint32_t mode, uint32_t blocks, uint64_t trace)
+{
+    sig_lstm_net_t net;
+    memset (&net, 0, sizeof net);
+    net.layers = layers;
+    net.in = in;
+    net.hidden = H;
+    net.out = out;
+    net.window = W;
+    net.head_act = SIG_ACT_TANH;
+    float *all[3 * SIG_LSTM_MAX_LAYERS + 2];
+    size_t na = 0;
+    uint64_t seed = 7;
+    for (uint32_t k = 0; k < layers; k++) {
+        const size_t sizes[3] = { 4u * H * (k ? H : in), 4u * H * H, 4u * H };
+        for (int i = 0; i < 3; i++) {
+            float *v = malloc (sizes[i] * sizeof *v);
+            ck_assert_ptr_nonnull (v);
+            for (size_t j = 0; j < sizes[i]; j++)
+                v[j] = rng_uniform (&seed, -0.3f, 0.3f);
+            all[na++] = v;
+        }
+        net.w_ih[k] = all[na - 3];
+        net.w_hh[k] = all[na - 2];
+        net.bias[k] = all[na - 1];
+    }
+    float *hw = calloc ((size_t) out * H, sizeof *hw), *hb = calloc (out, sizeof *hb);
+    ck_assert (hw && hb);
+    net.head_w = all[na++] = hw;
+    net.head_b = all[na++] = hb;
+    const sig_lstm_tuning_t tuning = { .trace = trace };
+    sig_lstm_plan_t plan;
+    ck_assert_int_eq (sig_lstm_plan_offline (&net, dtype, mode, blocks, 2, 1, OPTIN_SM90 - 4096, &tuning, &plan), 0);
+    ck_assert_uint_eq (plan.blocks, blocks);
+    ck_assert (!(plan.sync & SIG_LSTM_SYNC_GENERIC));
+    sig_lstm_layout_t lay;
+    ck_assert_int_eq (sig_lstm_layout (&plan, &lay), 0);
+    void *image = malloc (plan.image_bytes);
+    ck_assert_ptr_nonnull (image);
+    ck_assert_int_eq (sig_lstm_pack (&net, &plan, &lay, image), 0);
+    char *src = sig_lstm_spec_source (image);
+    ck_assert_ptr_nonnull (src);
+    ck_assert_ptr_nonnull (strstr (src, "#define L_SPEC 1"));
+    sig_lstm_plan_t generic;   /* a plan that asks for the generic kernel has no specialised source */
+    const sig_lstm_tuning_t gt = { .sync = SIG_LSTM_SYNC_GENERIC };
+    ck_assert_int_eq (sig_lstm_plan_offline (&net, dtype, mode, blocks, 2, 1, OPTIN_SM90 - 4096, &gt, &generic), 0);
+    ck_assert (generic.sync & SIG_LSTM_SYNC_GENERIC);
+    memcpy ((char *) image + offsetof (lstm_image_head_t, plan), &generic, sizeof generic);
+    ck_assert_ptr_null (sig_lstm_spec_source (image));
+    void *cubin = NULL;
+    size_t bytes = 0;
+    char log[8192];
+    ck_assert_msg (sig_spec_compile (src, 90, &cubin, &bytes, log, sizeof log) == 0, "%s", log);
+    ck_assert_uint_gt (bytes, 1024);
+    ck_assert_ptr_nonnull (memmem (cubin, bytes, "sig_lstm_spec", strlen ("sig_lstm_spec") + 1));
+    free (cubin);
+    free (src);
+    free (image);
+    for (size_t i = 0; i < na; i++)
+        free (all[i]);
+}
+
+/* The LSTM kernel specialised at load compiles for sm_90: the issue's small size in f16 on one block,
+ * an odd three-layer model in f32 on a cluster of 4, one in bf16 on a grid of 6 (traced); a header
+ * that is not an LSTM image, or a plan whose advances run apart, has no source. */
+START_TEST (the_lstm_kernel_compiles_specialised_for_sm_90)
+{
+    s_lstm_compiles (2, 128, 96, 1, 64, SIG_LSTM_F16, SIG_LSTM_CLUSTER, 1, 0);
+    s_lstm_compiles (3, 37, 45, 3, 9, SIG_LSTM_F32, SIG_LSTM_CLUSTER, 4, 0);
+    s_lstm_compiles (2, 19, 45, 5, 6, SIG_LSTM_BF16, SIG_LSTM_GRID, 6, 0x7f0000001000ull);
+    uint32_t junk[1024] = { 0 };
+    ck_assert_ptr_null (sig_lstm_spec_source (junk));
+    ck_assert_ptr_null (sig_lstm_spec_source (NULL));
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("spec");
@@ -379,6 +467,7 @@ int main (void)
     tcase_add_test (tc, a_compile_error_returns_the_compilers_log);
     tcase_add_test (tc, the_cache_finds_a_cubin_in_memory_and_on_disk);
     tcase_add_test (tc, an_unwritable_folder_keeps_the_cubin_in_memory);
+    tcase_add_test (tc, the_lstm_kernel_compiles_specialised_for_sm_90);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

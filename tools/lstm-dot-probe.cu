@@ -14,6 +14,7 @@
  * layer-0 dot once more, warm. */
 #include "lstm_persistent_device.cuh"
 
+#include <cuda_fp16.h>   /* the host-side f16 rounding of the reference */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>

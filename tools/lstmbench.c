@@ -84,7 +84,8 @@ static void s_usage (FILE *out)
              "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds (a grid's always), 3 both;\n"
              "                  + 4: the features in the command words' line, as before 2026-11-26; + 8: the advances\n"
              "                  in a second resident launch on other SMs (plan 4, opt-in); + 16: a step's features\n"
-             "                  broadcast after block 0 read them all, as before 2026-11-26 15:00)\n"
+             "                  broadcast after block 0 read them all, as before 2026-11-26 15:00; + 64: the generic\n"
+             "                  kernel, not the one specialised for the plan at load (NVRTC), as before 2026-11-26)\n"
              "                 [--math default,wide,half]   (CUDA, f16 / bf16 weights: the rows once per kind of gate\n"
              "                  products: wide, each weight widened to fp32; half, in the weights' type (plan 3))\n"
              "                 [--trace]   (CUDA: also the traced instantiation of the kernel: where a step's and\n"
@@ -618,14 +619,15 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
         printf ("| %s %s %s: %s | | | | | | | | |\n", size, bname, dname, err);
         return 0;
     }
-    char label[256], how[128] = "1 core";
+    char label[256], how[160] = "1 core";
 #ifdef SIGSERVE_HAVE_CUDA
     if (cuda) {
         const sig_lstm_plan_t *p = lstm_cuda_plan (m);
         static const char *const syncs[4] = { "", ", old poll", ", old exchanges", ", old poll and exchanges" };
-        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s%s, advances %s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster",
+        snprintf (how, sizeof how, "%s %u, %u KiB smem%s%s%s%s, advances %s%s", p->mode == SIG_LSTM_GRID ? "grid" : "cluster",
                   p->blocks, p->smem_bytes >> 10, syncs[p->sync & 3u],
                   (p->sync & SIG_LSTM_SYNC_BCAST_AFTER) && p->blocks > 1 ? ", broadcast after the read" : "",
+                  (p->sync & SIG_LSTM_SYNC_GENERIC) ? ", generic kernel" : "",
                   p->dtype == SIG_LSTM_F32 ? "" : p->math == SIG_LSTM_MATH_HALF ? ", half math" : ", wide math",
                   p->apart ? "apart" : "inline", trace ? ", TRACED" : "");
     }

@@ -27,6 +27,7 @@
 #include "backends/cuda/backend_lstm_cuda.h"
 
 #include "backends/cuda/device.h"
+#include "backends/cuda/lstm_spec.h"
 #include "backends/cuda/persistent.h"
 #include "base/log.h"
 #include "kernels.h"
@@ -64,6 +65,8 @@ struct backend_model {
     sig_lstm_plan_t plan;
     sig_lstm_layout_t lay;
     void *d_image, *d_state, *d_xchg;
+    const sig_spec_module_t *spec;   /* the kernel specialised for the plan (the kernel cache's), else NULL:
+                                      * the generic kernel (kernels.h SIG_LSTM_SYNC_GENERIC) */
     ring_t serve, advr;         /* the serving kernel's ring; apart, the advancer's */
     slot_t *slots;
 };
@@ -349,6 +352,8 @@ bool lstm_cuda_apart (const backend_model_t *m) { return m && m->plan.apart; }
 
 static const char *s_kernel_name (const backend_model_t *m)
 {
+    if (m->spec)
+        return m->plan.mode == SIG_LSTM_GRID ? "lstm-grid-nvrtc" : "lstm-persistent-nvrtc";
     return m->plan.mode == SIG_LSTM_GRID ? "lstm-grid" : "lstm-persistent";
 }
 
@@ -449,6 +454,8 @@ static bool s_ready_adv (const void *arg) { return s_ready_in (arg, ((const back
 static int s_launch (void *arg)
 {
     backend_model_t *m = arg;
+    if (m->spec)
+        return sig_lstm_spec_launch (m->spec, m->d_image, m->d_state, m->d_xchg, m->host.d_box, &m->plan, m->host.stream);
     return sig_lstm_launch (m->d_image, m->d_state, m->d_xchg, m->host.d_box, &m->plan,
                             m->plan.apart ? SIG_LSTM_ROLE_SERVE : SIG_LSTM_ROLE_ALL, m->host.stream);
 }
@@ -461,8 +468,34 @@ static int s_launch_adv (void *arg)
                             m->adv.stream);
 }
 
-static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
+/* The tuning a load of CFG plans with: the tests' and benchmarks' knobs, then the model's keys
+ * (advances_apart; SPECIALISE false: the generic kernel). */
+static sig_lstm_tuning_t s_tuning_for (const model_config_t *cfg, bool specialise)
 {
+    sig_lstm_tuning_t t;
+    pthread_mutex_lock (&s_lock);
+    t = s_tuning;
+    pthread_mutex_unlock (&s_lock);
+    if (cfg->advances_apart)   /* the model's configuration asks for plan 4 */
+        t.sync |= SIG_LSTM_SYNC_ADVANCE_APART;
+    if (!specialise)
+        t.sync |= SIG_LSTM_SYNC_GENERIC;
+    return t;
+}
+
+/* backend.h prepare (lstm_spec.h): the specialised kernel's module ahead of the load. */
+static int s_prepare (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen)
+{
+    const sig_lstm_tuning_t tuning = s_tuning_for (cfg, true);
+    return lstm_cuda_prepare (w, cfg, device, &tuning, why, whylen);
+}
+
+/* The load, the kernel specialised for the plan where SPECIALISE (and the plan allows it); *SPEC_FAILED:
+ * a load that failed with the specialised kernel (a second try with the generic one may succeed). */
+static backend_model_t *s_load_as (const weights_t *w, const model_config_t *cfg, int device, bool specialise,
+                                   bool *spec_failed, char *err, size_t errlen)
+{
+    *spec_failed = false;
     if (w->type != MODEL_TYPE_LSTM || !w->lstm) {
         sig_set_error (err, errlen, "model \"%s\": the LSTM backend needs LSTM weights (\"type\": \"lstm\")", cfg->name);
         return NULL;
@@ -476,26 +509,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         return NULL;
     }
     sig_lstm_net_t net;
-    memset (&net, 0, sizeof net);
-    net.layers = (uint32_t) lw->layer_count;
-    net.in = lw->step_size;
-    net.hidden = lw->hidden;
-    net.out = lw->head.out;
-    net.window = lw->window;
-    net.head_act = (int) lw->head.activation;
-    for (uint32_t k = 0; k < net.layers; k++) {
-        net.w_ih[k] = lw->layers[k].w_ih;
-        net.w_hh[k] = lw->layers[k].w_hh;
-        net.bias[k] = lw->layers[k].bias;
-    }
-    net.head_w = lw->head.weight;
-    net.head_b = lw->head.bias;
-    sig_lstm_tuning_t tuning;
-    pthread_mutex_lock (&s_lock);
-    tuning = s_tuning;
-    pthread_mutex_unlock (&s_lock);
-    if (cfg->advances_apart)   /* the model's configuration asks for plan 4 */
-        tuning.sync |= SIG_LSTM_SYNC_ADVANCE_APART;
+    lstm_cuda_net (lw, &net);
+    const sig_lstm_tuning_t tuning = s_tuning_for (cfg, specialise);
     backend_model_t *m = calloc (1, sizeof *m);
     const uint32_t slot_count = backend_stream_slots (cfg);
     if (!m || !(m->slots = calloc (slot_count ? slot_count : 1, sizeof *m->slots))) {
@@ -543,6 +558,13 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         e = cudaErrorMemoryAllocation;
     if (e == cudaSuccess)
         e = (cudaError_t) sig_lstm_pack (&net, &m->plan, &m->lay, image);
+    if (e == cudaSuccess && !(m->plan.sync & SIG_LSTM_SYNC_GENERIC)) {
+        char why[2048];
+        if (!(m->spec = lstm_cuda_specialise (cfg, device, image, &m->plan, why, sizeof why))) {
+            log_warn ("model \"%s\": no specialised LSTM kernel (%s); the generic kernel serves it", cfg->name, why);
+            m->plan.sync |= SIG_LSTM_SYNC_GENERIC;   /* what runs (the image's copy does not matter to it) */
+        }
+    }
     if (e == cudaSuccess)
         e = cuda_device_alloc (device, m->host.stream, &m->d_image, m->plan.image_bytes);
     if (e == cudaSuccess)
@@ -561,13 +583,16 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     const bool setup = e == cudaSuccess;
     if (setup)   /* registered as resident like every persistent kernel (device.h) */
         e = persistent_launch (&m->host, s_launch, m);
+    *spec_failed = m->spec != NULL;
     if (e != cudaSuccess) {
         sig_set_error (err, errlen, "model \"%s\": CUDA LSTM kernel %s on device %d: %s (%s)", cfg->name,
                        setup ? "launch" : "setup", device, cudaGetErrorString (e), cudaGetErrorName (e));
+        *spec_failed = *spec_failed && setup && !m->host.lost;   /* a lost context: no second try */
         s_destroy (&m);
         return NULL;
     }
     if (persistent_started (&m->host, s_ready, m, err, errlen) != 0) {
+        *spec_failed = *spec_failed && !m->host.lost;
         s_destroy (&m);
         return NULL;
     }
@@ -580,12 +605,24 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     }
     if ((m->plan.apart && persistent_started (&m->adv, s_ready_adv, m, err, errlen) != 0)
         || s_warm (m, lw, cfg->weight_dtype, err, errlen) != 0) {
+        *spec_failed = *spec_failed && !m->host.lost;
         s_destroy (&m);
         return NULL;
     }
     if (!m->plan.apart && (tuning.sync & SIG_LSTM_SYNC_ADVANCE_APART))
         log_warn ("model \"%s\": the LSTM advances were asked to run apart (plan 4) and run in the serving kernel: %s",
                   cfg->name, m->plan.why);
+    return m;
+}
+
+static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
+{
+    bool spec_failed = false;
+    backend_model_t *m = s_load_as (w, cfg, device, cfg->specialise, &spec_failed, err, errlen);
+    if (!m && spec_failed) {   /* the specialised kernel failed to start or to answer: the generic one */
+        log_warn ("model \"%s\": the specialised LSTM kernel failed (%s); the generic kernel serves it", cfg->name, err);
+        m = s_load_as (w, cfg, device, false, &spec_failed, err, errlen);
+    }
     return m;
 }
 
@@ -600,5 +637,6 @@ const backend_iface_t backend_lstm_cuda_iface = {
     .stream_reset = s_reset,
     .stream_step = s_step,
     .stream_advance = s_advance,
+    .prepare = s_prepare,
 };
 

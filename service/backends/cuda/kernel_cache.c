@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "backends/cuda/kernel_cache.h"
 
+#include "backends/cuda/persistent.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -64,16 +65,18 @@ static void s_warn_dir (const char *dir, const char *what, int err)
               strerror (err));
 }
 
-static void s_path (char *path, size_t len, const char *dir, uint64_t key)
+/* sigserve-<kind>-<key>.cubin: kind "lstm" for the LSTM kernel's source (lstm_persistent_spec.cu), else "mlp" */
+static void s_path (char *path, size_t len, const char *dir, uint64_t key, const char *src)
 {
-    snprintf (path, len, "%s/sigserve-mlp-%016llx.cubin", dir, (unsigned long long) key);
+    const char *kind = strstr (src, "\n#define L_SPEC 1\n") ? "lstm" : "mlp";
+    snprintf (path, len, "%s/sigserve-%s-%016llx.cubin", dir, kind, (unsigned long long) key);
 }
 
 /* The cubin stored under DIR for KEY, or NULL (none, or unreadable: then compiled again). */
-static void *s_read (const char *dir, uint64_t key, size_t *bytes)
+static void *s_read (const char *dir, uint64_t key, const char *src, size_t *bytes)
 {
     char path[4200];
-    s_path (path, sizeof path, dir, key);
+    s_path (path, sizeof path, dir, key, src);
     FILE *f = fopen (path, "rb");
     if (!f)
         return NULL;
@@ -96,14 +99,14 @@ static void *s_read (const char *dir, uint64_t key, size_t *bytes)
 }
 
 /* Stores CUBIN under DIR (a file written aside, then renamed: readers never see half of one). */
-static void s_write (const char *dir, uint64_t key, const void *cubin, size_t bytes)
+static void s_write (const char *dir, uint64_t key, const char *src, const void *cubin, size_t bytes)
 {
     if (mkdir (dir, 0755) != 0 && errno != EEXIST) {
         s_warn_dir (dir, "cannot create it", errno);
         return;
     }
     char path[4200], tmp[4300];
-    s_path (path, sizeof path, dir, key);
+    s_path (path, sizeof path, dir, key, src);
     snprintf (tmp, sizeof tmp, "%s.%ld.tmp", path, (long) getpid ());
     const int fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -134,7 +137,7 @@ static entry_t *s_cubin (const char *dir, int arch, const char *src, uint64_t ke
     }
     e->key = key;
     e->device = -1;
-    if (dir && dir[0] && (e->cubin = s_read (dir, key, &e->bytes)) != NULL) {
+    if (dir && dir[0] && (e->cubin = s_read (dir, key, src, &e->bytes)) != NULL) {
         *how = "disk";
     } else {
         if (sig_spec_compile (src, arch, &e->cubin, &e->bytes, err, errlen) != 0) {
@@ -143,7 +146,7 @@ static entry_t *s_cubin (const char *dir, int arch, const char *src, uint64_t ke
         }
         *how = "compiled";
         if (dir && dir[0])
-            s_write (dir, key, e->cubin, e->bytes);
+            s_write (dir, key, src, e->cubin, e->bytes);
     }
     e->next = s_entries;
     s_entries = e;
@@ -164,7 +167,7 @@ int kernel_cache_cubin (const char *dir, int arch, const char *src, const void *
     return e ? 0 : -1;
 }
 
-const sig_spec_module_t *kernel_cache_module (const char *dir, int device, int arch, const char *src,
+const sig_spec_module_t *kernel_cache_module (const char *dir, int device, int arch, const char *src, const char *fn,
                                               uint32_t smem_bytes, bool may_load, const char **how, char *err,
                                               size_t errlen)
 {
@@ -182,7 +185,7 @@ const sig_spec_module_t *kernel_cache_module (const char *dir, int device, int a
         m = c ? calloc (1, sizeof *m) : NULL;
         if (c && !m)
             snprintf (err, errlen, "out of memory");
-        if (m && sig_spec_load (c->cubin, smem_bytes, &m->module, err, errlen) != 0) {
+        if (m && sig_spec_load_fn (c->cubin, fn, smem_bytes, &m->module, err, errlen) != 0) {
             free (m);
             m = NULL;
         }
@@ -195,4 +198,45 @@ const sig_spec_module_t *kernel_cache_module (const char *dir, int device, int a
     }
     pthread_mutex_unlock (&s_lock);
     return m ? m->module : NULL;
+}
+
+typedef struct {
+    const char *dir;
+    int device, arch;
+    const char *src, *fn;
+    uint32_t smem_bytes;
+    const char **how;
+    char *why;
+    size_t whylen;
+    const sig_spec_module_t *module;
+} module_args_t;
+
+/* Under persistent_exclusive: the module, loaded only while no persistent kernel is resident. */
+static int s_module (int resident, void *arg)
+{
+    module_args_t *a = arg;
+    const char *how = *a->how;
+    a->module = kernel_cache_module (a->dir, a->device, a->arch, a->src, a->fn, a->smem_bytes, resident == 0, a->how,
+                                     a->why, a->whylen);
+    if (a->module && strcmp (*a->how, "loaded") != 0)
+        *a->how = how;   /* where its cubin came from */
+    return a->module ? 0 : -1;
+}
+
+const sig_spec_module_t *kernel_cache_specialised (const char *dir, int device, const char *src, const char *fn,
+                                                   uint32_t smem_bytes, const char **how, char *why, size_t whylen)
+{
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
+        || cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        snprintf (why, whylen, "device %d: compute capability unknown", device);
+        return NULL;
+    }
+    *how = "";
+    const void *cubin = NULL;   /* compiled (or found) first, outside the launch lock */
+    size_t bytes = 0;
+    module_args_t a = { dir, device, major * 10 + minor, src, fn, smem_bytes, how, why, whylen, NULL };
+    if (kernel_cache_cubin (dir, a.arch, src, &cubin, &bytes, how, why, whylen) == 0)
+        persistent_exclusive (device, s_module, &a);
+    return a.module;
 }

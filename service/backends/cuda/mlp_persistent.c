@@ -217,40 +217,11 @@ static int s_launch_mlp (void *arg)
     return sig_persistent_launch (m->d_image, m->host.d_box, &m->plan, m->host.stream);
 }
 
-typedef struct {
-    const char *dir;
-    int device, arch;
-    const char *src;
-    uint32_t smem_bytes;
-    const char **how;
-    char *why;
-    size_t whylen;
-    const sig_spec_module_t *module;
-} spec_args_t;
-
-/* Under persistent_exclusive: the module, loaded only while no persistent kernel is resident. */
-static int s_module (int resident, void *arg)
-{
-    spec_args_t *a = arg;
-    const char *how = *a->how;
-    a->module = kernel_cache_module (a->dir, a->device, a->arch, a->src, a->smem_bytes, resident == 0, a->how, a->why,
-                                     a->whylen);
-    if (a->module && strcmp (*a->how, "loaded") != 0)
-        *a->how = how;   /* where its cubin came from */
-    return a->module ? 0 : -1;
-}
-
 /* The kernel specialised for IMAGE's header (host memory) on DEVICE: from the kernel cache, compiled
  * and loaded there when new. NULL with the reason in WHY. */
 static const sig_spec_module_t *s_specialise (const model_config_t *cfg, int device, const void *image,
                                               const sig_persistent_plan_t *plan, char *why, size_t whylen)
 {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
-        || cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-        snprintf (why, whylen, "device %d: compute capability unknown", device);
-        return NULL;
-    }
     char *src = plan->trace ? sig_persistent_spec_source_traced (image) : sig_persistent_spec_source (image);
     if (!src) {
         snprintf (why, whylen, "no source (out of memory)");
@@ -258,15 +229,11 @@ static const sig_spec_module_t *s_specialise (const model_config_t *cfg, int dev
     }
     const char *how = "";
     const double t0 = persistent_now_ms ();
-    const void *cubin = NULL;   /* compiled (or found) first, outside the launch lock */
-    size_t bytes = 0;
-    spec_args_t a = { cfg->kernel_cache_dir, device, major * 10 + minor, src, plan->smem_bytes, &how, why, whylen, NULL };
-    if (kernel_cache_cubin (cfg->kernel_cache_dir, a.arch, src, &cubin, &bytes, &how, why, whylen) == 0)
-        persistent_exclusive (device, s_module, &a);
-    const sig_spec_module_t *mod = a.module;
+    const sig_spec_module_t *mod = kernel_cache_specialised (cfg->kernel_cache_dir, device, src, "sig_persistent_spec",
+                                                            plan->smem_bytes, &how, why, whylen);
     if (mod)
-        log_info ("model \"%s\": persistent kernel specialised for its shapes (NVRTC, sm_%d%d, %s, %.0f ms)", cfg->name,
-                  major, minor, how, persistent_now_ms () - t0);
+        log_info ("model \"%s\": persistent kernel specialised for its shapes (NVRTC, %s, %.0f ms)", cfg->name, how,
+                  persistent_now_ms () - t0);
     free (src);
     return mod;
 }
