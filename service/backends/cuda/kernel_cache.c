@@ -223,20 +223,30 @@ static int s_module (int resident, void *arg)
     return a->module ? 0 : -1;
 }
 
-const sig_spec_module_t *kernel_cache_specialised (const char *dir, int device, const char *src, const char *fn,
-                                                   uint32_t smem_bytes, const char **how, char *why, size_t whylen)
+const sig_spec_module_t *kernel_cache_specialised (const char *dir, int device, char *src, const char *fn,
+                                                   uint32_t smem_bytes, const char *model, const char *what, char *why,
+                                                   size_t whylen)
 {
+    if (!src) {
+        snprintf (why, whylen, "no source (out of memory)");
+        return NULL;
+    }
     int major = 0, minor = 0;
     if (cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
         || cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
         snprintf (why, whylen, "device %d: compute capability unknown", device);
+        free (src);
         return NULL;
     }
-    *how = "";
+    const char *how = "";
+    const double t0 = persistent_now_ms ();
     const void *cubin = NULL;   /* compiled (or found) first, outside the launch lock */
     size_t bytes = 0;
-    module_args_t a = { dir, device, major * 10 + minor, src, fn, smem_bytes, how, why, whylen, NULL };
-    if (kernel_cache_cubin (dir, a.arch, src, &cubin, &bytes, how, why, whylen) == 0)
+    module_args_t a = { dir, device, major * 10 + minor, src, fn, smem_bytes, &how, why, whylen, NULL };
+    if (kernel_cache_cubin (dir, a.arch, src, &cubin, &bytes, &how, why, whylen) == 0)
         persistent_exclusive (device, s_module, &a);
+    if (a.module)
+        log_info ("model \"%s\": %s (NVRTC, %s, %.0f ms)", model, what, how, persistent_now_ms () - t0);
+    free (src);
     return a.module;
 }

@@ -33,9 +33,11 @@ const sig_spec_module_t *kernel_cache_module (const char *dir, int device, int a
                                               size_t errlen);
 
 /* Both, for DEVICE's compute capability: SRC's cubin (compiled outside any lock when new), then its
- * module loaded under persistent_exclusive (or found loaded). *HOW: "memory", "disk", "compiled" or
- * "loaded". Borrowed; NULL with WHY. */
-const sig_spec_module_t *kernel_cache_specialised (const char *dir, int device, const char *src, const char *fn,
-                                                   uint32_t smem_bytes, const char **how, char *why, size_t whylen);
+ * module loaded under persistent_exclusive (or found loaded); SRC (NULL: out of memory) is freed.
+ * Logs for MODEL that WHAT was specialised, where the cubin came from and how long it took. Borrowed;
+ * NULL with WHY. */
+const sig_spec_module_t *kernel_cache_specialised (const char *dir, int device, char *src, const char *fn,
+                                                   uint32_t smem_bytes, const char *model, const char *what, char *why,
+                                                   size_t whylen);
 
 #endif

@@ -6,7 +6,6 @@
 #include "backends/backend.h"
 #include "backends/cuda/kernel_cache.h"
 #include "backends/cuda/persistent.h"
-#include "base/log.h"
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -38,20 +37,8 @@ void lstm_cuda_net (const lstm_weights_t *lw, sig_lstm_net_t *net)
 const sig_spec_module_t *lstm_cuda_specialise (const model_config_t *cfg, int device, const void *image,
                                                const sig_lstm_plan_t *plan, char *why, size_t whylen)
 {
-    char *src = sig_lstm_spec_source (image);
-    if (!src) {
-        snprintf (why, whylen, "no source (out of memory)");
-        return NULL;
-    }
-    const char *how = "";
-    const double t0 = persistent_now_ms ();
-    const sig_spec_module_t *mod = kernel_cache_specialised (cfg->kernel_cache_dir, device, src, "sig_lstm_spec",
-                                                            plan->smem_bytes, &how, why, whylen);
-    free (src);
-    if (mod)
-        log_info ("model \"%s\": LSTM kernel specialised for its plan (NVRTC, %s, %.0f ms)", cfg->name, how,
-                  persistent_now_ms () - t0);
-    return mod;
+    return kernel_cache_specialised (cfg->kernel_cache_dir, device, sig_lstm_spec_source (image), "sig_lstm_spec",
+                                     plan->smem_bytes, cfg->name, "LSTM kernel specialised for its plan", why, whylen);
 }
 
 int lstm_cuda_prepare (const weights_t *w, const model_config_t *cfg, int device, const sig_lstm_tuning_t *tuning,

@@ -223,19 +223,8 @@ static const sig_spec_module_t *s_specialise (const model_config_t *cfg, int dev
                                               const sig_persistent_plan_t *plan, char *why, size_t whylen)
 {
     char *src = plan->trace ? sig_persistent_spec_source_traced (image) : sig_persistent_spec_source (image);
-    if (!src) {
-        snprintf (why, whylen, "no source (out of memory)");
-        return NULL;
-    }
-    const char *how = "";
-    const double t0 = persistent_now_ms ();
-    const sig_spec_module_t *mod = kernel_cache_specialised (cfg->kernel_cache_dir, device, src, "sig_persistent_spec",
-                                                            plan->smem_bytes, &how, why, whylen);
-    if (mod)
-        log_info ("model \"%s\": persistent kernel specialised for its shapes (NVRTC, %s, %.0f ms)", cfg->name, how,
-                  persistent_now_ms () - t0);
-    free (src);
-    return mod;
+    return kernel_cache_specialised (cfg->kernel_cache_dir, device, src, "sig_persistent_spec", plan->smem_bytes,
+                                     cfg->name, "persistent kernel specialised for its shapes", why, whylen);
 }
 
 static backend_model_t *s_persistent_load (const weights_t *w, const model_config_t *cfg, int device, bool specialise,
