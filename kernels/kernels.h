@@ -172,10 +172,12 @@ typedef struct {
  * the request's parity); only with cluster barriers, layer 0 alone split and one chunk of rows (else
  * ignored); SIG_SYNC_NO_FUSE, a layer split by outputs hands its outputs to the leader (a gather,
  * then a scatter) even where the next layer is split by columns (else they stay in the workers:
- * sig_persistent_layer_plan_t.fuse). */
+ * sig_persistent_layer_plan_t.fuse); SIG_SYNC_NO_STREAM, a narrow layer kept in the workers stores its
+ * outputs for the next layer even where that one has 8 outputs or fewer (else it is streamed: .fuse 2). */
 enum {
     SIG_SYNC_BARRIERS = 1, SIG_SYNC_MBAR_WARPS = 2, SIG_SYNC_MBAR_BLOCKS = 3, SIG_SYNC_KIND_MASK = 7,
-    SIG_SYNC_OLD_TAIL = 8, SIG_SYNC_TRACE_REPEAT = 16, SIG_SYNC_WORKERS_POLL = 32, SIG_SYNC_NO_FUSE = 64
+    SIG_SYNC_OLD_TAIL = 8, SIG_SYNC_TRACE_REPEAT = 16, SIG_SYNC_WORKERS_POLL = 32, SIG_SYNC_NO_FUSE = 64,
+    SIG_SYNC_NO_STREAM = 128
 };
 /* plan.sync bits (what the kernel does). */
 enum {
@@ -227,7 +229,12 @@ typedef struct {
                                bias, applies the activation and keeps them as its column slice of the
                                next layer (split by columns): no gather, no scatter between the two. Its
                                outputs are divided by float4 chunks: worker w has outputs
-                               4 (out4 w / W) .. 4 (out4 (w + 1) / W), out4 = outputs / 4 rounded up */
+                               4 (out4 w / W) .. 4 (out4 (w + 1) / W), out4 = outputs / 4 rounded up.
+                               2 (streamed, narrow layers before a layer of <= 8 outputs): each thread
+                               multiplies its 4 outputs by the next layer's weights at once, the block
+                               sums the products as that layer's partials (the hidden layer is never
+                               stored); the next layer's slots then follow this layer's threads and
+                               passes (slot o: output o's 4 weights on the thread's 4 inputs) */
     uint32_t wbias;         /* a fused layer: float offset of the worker's biases in its shared memory */
     uint64_t image;         /* 16-byte offset of its slots in the image (worker w at + w * per_block) */
     uint64_t per_block;     /* 16-byte units of one block's slots */

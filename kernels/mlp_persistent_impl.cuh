@@ -73,6 +73,16 @@ __host__ __device__ __forceinline__ uint32_t s_div_up (uint32_t a, uint32_t b)
  * input) or a thread 4 outputs (a slot their 4 weights of one input: narrow inputs, not padded) */
 enum { P_BY_OUT = 1u, P_BY_OUT_NARROW = 2u };
 
+/* sig_persistent_layer_plan_t.fuse: 1, the outputs kept in the workers as their slice of the next
+ * layer's input; 2 (streamed: a narrow layer before one of at most P_STREAM_OUT outputs), each thread
+ * multiplies its 4 outputs by the next layer's weights at once and the block sums the products: the
+ * hidden layer is never stored, and the next layer's slots follow the narrow layer's threads (pass p,
+ * slot o: output o's 4 weights on the thread's 4 inputs) */
+enum { P_FUSE_KEEP = 1u, P_FUSE_STREAM = 2u };
+#define P_STREAM_OUT 8u
+#define P_STREAM_RED4 (2u * (P_T / 32u) * P_STREAM_OUT / 4u)   /* float4 of the streamed sums' scratch: two
+                                                                    rows of a sum per warp and output */
+
 /* The outputs [*M0, *M1) that worker BLK (0 .. W - 1) computes of a layer of OUT outputs split by
  * outputs (a fused or narrow layer's in whole float4 chunks: the worker's columns of the next layer,
  * a thread's 4 outputs); all of them for any other layer. */

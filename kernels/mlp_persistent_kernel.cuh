@@ -19,7 +19,11 @@
  * its own second slice: no gather, no scatter between the two, nothing as wide as that layer on the
  * leader (the planner splits a next layer that would have been the leader's for this). With inputs
  * of a few features such a layer uses the NARROW layout: a thread 4 outputs, its slot k their four
- * weights of input k (s_gemv_narrow), so the input is not padded to whole chunks.
+ * weights of input k (s_gemv_narrow), so the input is not padded to whole chunks. A narrow layer
+ * before a layer of at most 8 outputs is STREAMED into it (s_gemv_stream): each thread multiplies its
+ * 4 outputs by that layer's weights at once and the block sums the products as the worker's partials
+ * of it, so the hidden layer is never stored (a 1 -> 100,000 -> 1 net holds its weights and biases
+ * only).
  * tick_mlp (512 -> 256 -> 64 -> 1) at C = 8: layer 0 split over 7 workers (19 chunks each),
  * layers 1 and 2 local: two cluster barriers per request (start, gather).
  *
@@ -502,6 +506,103 @@ __device__ __forceinline__ bool s_gemv_narrow (const sig_persistent_layer_plan_t
     return wrote;
 }
 
+/* Pass P's 4 outputs of thread T of a narrow layer (s_gemv_narrow's products, one running sum each),
+ * its bias (local output m at BIAS[m]) and activation applied; 0 past the layer's OUT. */
+template <int DT>
+__device__ __forceinline__ float4 s_stream_h (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
+                                              const float *__restrict__ xr, const float *__restrict__ bias, int act, uint32_t p,
+                                              uint32_t t)
+{
+    const uint32_t S = L.slots, A = p + 1u == L.passes ? L.last_active : L.active, m = 4u * (p * P_T + t);
+    const size_t wp = (size_t) p * S * L.active + t;
+    float4 a = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);   /* one accumulator: the bank's registers stay live */
+    for (uint32_t k = 0; k < S; ++k) {
+        const float4 w0 = s_wslot<DT> (wsm, wp + (size_t) k * A);
+        const float x0 = xr[k];
+        a = make_float4 (fmaf (w0.x, x0, a.x), fmaf (w0.y, x0, a.y), fmaf (w0.z, x0, a.z), fmaf (w0.w, x0, a.w));
+    }
+    const float v[4] = { a.x, a.y, a.z, a.w };
+    float h[4];
+#pragma unroll
+    for (uint32_t e = 0; e < 4u; ++e)
+        h[e] = m + e < out ? sig_activate (v[e] + bias[m + e], act) : 0.0f;
+    return make_float4 (h[0], h[1], h[2], h[3]);
+}
+
+__device__ __forceinline__ float s_dot4 (float4 w, float4 h)
+{
+    return fmaf (w.w, h.w, fmaf (w.z, h.z, fmaf (w.y, h.y, w.x * h.x)));
+}
+
+/* A narrow layer L (OUT outputs on this worker, biases at BIAS) streamed into the next layer N
+ * (OUT1 <= P_STREAM_OUT outputs, P_FUSE_STREAM): each thread makes its 4 outputs of a pass
+ * (s_stream_h) and at once adds their products with N's slots (pass p's slot o: output o's 4
+ * weights; N.regs of them, pass-major, in WR) into one sum per output; per row the block adds up each
+ * output's sums (shuffles, then a sum per warp in RED: two rows' areas) and thread o puts output o's
+ * partial through O. The hidden layer is never stored. Every thread of the block calls it. */
+template <int DT>
+__device__ __forceinline__ void s_gemv_stream (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *__restrict__ wsm,
+                                               const float4 *__restrict__ x, uint32_t rows, const float *__restrict__ bias, int act,
+                                               const sig_persistent_layer_plan_t &N, uint32_t out1, const float4 *__restrict__ wsm1,
+                                               const float4 (&wr)[P_BANK], float *red, const s_out_t &o)
+{
+    constexpr uint32_t NB = p_bank_slots (DT), NW = P_T / 32u;
+    const uint32_t t = threadIdx.x, lane = t & 31u, warp = t >> 5, S1 = out1;
+    const uint32_t R = N.bank == 0u ? N.regs : 0u;   /* entry k: pass k / S1's output k % S1 (whole passes) */
+    for (uint32_t r = 0; r < rows; ++r) {
+        const float *xr = reinterpret_cast<const float *> (x + (size_t) r * L.xs);
+        float acc[P_STREAM_OUT];
+#pragma unroll
+        for (uint32_t u = 0; u < P_STREAM_OUT; ++u)
+            acc[u] = 0.0f;
+        if (R > 0u && t < N.active) {   /* the bank (whole passes of N.active threads): k a constant */
+            float4 h = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (uint32_t k = 0; k < NB; ++k) {
+                if (k < R) {
+                    const uint32_t p = k / S1, q = k - p * S1;
+                    if (q == 0u)
+                        h = s_stream_h<DT> (L, out, wsm, xr, bias, act, p, t);
+                    const float d = s_dot4 (s_wreg<DT> (wr, k), h);
+#pragma unroll
+                    for (uint32_t u = 0; u < P_STREAM_OUT; ++u)
+                        acc[u] += u == q ? d : 0.0f;
+                }
+            }
+        }
+        for (uint32_t p = R / S1; p < L.passes; ++p) {   /* the rest, from shared memory */
+            const uint32_t A = p + 1u == L.passes ? L.last_active : L.active;
+            if (t >= A)
+                break;
+            const float4 h = s_stream_h<DT> (L, out, wsm, xr, bias, act, p, t);
+            const size_t wp = (size_t) p * S1 * N.active + t - (size_t) R * N.active;
+#pragma unroll
+            for (uint32_t u = 0; u < P_STREAM_OUT; ++u)
+                if (u < S1 && p * S1 + u >= R)
+                    acc[u] += s_dot4 (s_wslot<DT> (wsm1, wp + (size_t) u * A), h);
+        }
+        float *rb = red + (r & 1u) * NW * P_STREAM_OUT;
+#pragma unroll
+        for (uint32_t u = 0; u < P_STREAM_OUT; ++u) {
+            if (u < S1) {
+                float v = acc[u];
+                for (uint32_t off = 16u; off > 0u; off >>= 1)
+                    v += __shfl_xor_sync (SIG_FULL_MASK, v, off);
+                if (lane == 0u)
+                    rb[warp * P_STREAM_OUT + u] = v;
+            }
+        }
+        __syncthreads ();
+        if (t < S1) {
+            float v = 0.0f;
+#pragma unroll
+            for (uint32_t w = 0; w < NW; ++w)
+                v += rb[w * P_STREAM_OUT + t];
+            s_put (o, r, t, v);
+        }
+    }
+}
+
 template <int DT>
 __device__ __forceinline__ bool s_gemv_any (const sig_persistent_layer_plan_t &L, uint32_t out, const float4 *wsm,
                                             const float4 (&wr)[P_BANK], const float4 *x, uint32_t rows, const s_out_t &o)
@@ -934,8 +1035,26 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                             po.act = 0;
                         }
                         const bool after_fuse = l > 0u && s_h.layer[l - 1u].fuse;
-                        s_gemv_any<DT> (L, m1 - m0, s_dyn + L.w_smem, wr, after_fuse ? slice2 : slice, rows, po);
-                        if (L.fuse) {
+                        if (L.fuse == P_FUSE_STREAM) {   /* this layer and the next's partials at once */
+                            const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
+                            const uint32_t out1 = s_h.out_[l + 1u];
+                            s_out_t pn;
+                            pn.kind = OUT_PARTIAL;
+                            pn.host_relaxed = 0u;
+                            pn.stride = 4u * s_div_up (out1, 4u);
+                            pn.remote = sig_mapa (sig_smem_addr (part + pp + (size_t) w * chunk * pn.stride), 0u);
+                            pn.m0 = 0u;
+                            pn.dst = nullptr;
+                            pn.bias = nullptr;
+                            pn.act = 0;
+                            s_gemv_stream<DT> (L, m1 - m0, s_dyn + L.w_smem, after_fuse ? slice2 : slice, rows, sf + L.wbias,
+                                               s_h.act[l], N, out1, s_dyn + N.w_smem, wr, reinterpret_cast<float *> (slice2), pn);
+                        } else if (!(after_fuse && s_h.layer[l - 1u].fuse == P_FUSE_STREAM)) {
+                            s_gemv_any<DT> (L, m1 - m0, s_dyn + L.w_smem, wr, after_fuse ? slice2 : slice, rows, po);
+                        }
+                        if (L.fuse == P_FUSE_STREAM) {
+                            /* nothing stored for the next layer: its partials are on their way */
+                        } else if (L.fuse) {
                             __syncthreads ();   /* the next layer reads what every thread stored */
                         } else if (mbar_block) {   /* the block's partials (and its reads of the slice) done */
                             s_fence_cluster ();

@@ -205,6 +205,24 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
             s_shape (net->layers[l].in, net->layers[l].out, W, true, p->layers[l].by_out, true, &p->layers[l]);
             fused = true;
         }
+    /* A narrow layer kept in the workers before a layer of a few outputs is streamed into it: each
+     * thread multiplies its 4 outputs by that layer's weights at once (slot o of pass p: output o's 4
+     * weights on the thread's 4 inputs), so the hidden layer is never stored: a wide hidden layer
+     * between a few inputs and outputs holds its weights and biases alone. */
+    for (uint32_t l = 0; l + 1u < n && fused; ++l) {
+        sig_persistent_layer_plan_t *L = &p->layers[l], *N = &p->layers[l + 1u];
+        if (L->fuse && L->by_out == P_BY_OUT_NARROW && net->layers[l + 1u].out <= P_STREAM_OUT
+            && !(tu->sync & SIG_SYNC_NO_STREAM)) {
+            L->fuse = P_FUSE_STREAM;
+            memset (N, 0, sizeof *N);
+            N->spread = 1u;
+            N->bank = 2u;
+            N->passes = L->passes;
+            N->active = L->active;
+            N->last_active = L->last_active;
+            N->slots = net->layers[l + 1u].out;
+        }
+    }
     /* With a fused pair, mbarrier hand-offs (an arrival a warp) unless the tuning names a kind:
      * measured 0.2-0.6 us faster there than cluster barriers (specialised, H100 and H200; tick_mlp,
      * no fused pair: the same p50), docs/perf.md */
@@ -263,6 +281,8 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
         if (L->spread) {
             uint64_t *s4 = after_fuse ? &slice24 : &slice4;
             *s4 = *s4 > L->xs ? *s4 : L->xs;
+            if (after_fuse && p->layers[l - 1u].fuse == P_FUSE_STREAM)   /* the block's sums of the products */
+                slice24 = slice24 > P_STREAM_RED4 ? slice24 : P_STREAM_RED4;
             /* partials: W areas of rows x 4 out4 (by outputs: one, each output written once) */
             const uint64_t pf = L->fuse ? 0u : (L->by_out ? 1u : W) * 4u * (uint64_t) out4;
             mpad = mpad > pf ? mpad : pf;
@@ -533,19 +553,27 @@ extern "C" int sig_persistent_pack (const sig_fused_net_t *net, const sig_persis
             uint32_t m0 = 0u, m1 = N->out;
             p_out_range (*L, N->out, blk, W, &m0, &m1);
             char *dst = reinterpret_cast<char *> (payload) + 16u * (L->image + (uint64_t) blk * L->per_block);
-            for (uint32_t p = 0; p < L->passes && L->by_out == P_BY_OUT_NARROW; ++p) {   /* 4 outputs a thread */
+            /* Narrow (4 outputs a thread): pass p's slot k, thread t holds the weights of outputs
+             * j = 4 (p T + t) .. + 3 of this worker's m0 .. m1 - 1 on input k. Streamed into (the
+             * layer before is narrow): slot k holds output k's weights on that layer's outputs j of
+             * this worker (j0 .. j1 - 1, its columns). Both: weight w[j][k] or w[k][j] of four j. */
+            const bool streamed = l > 0u && plan->layers[l - 1u].fuse == P_FUSE_STREAM;
+            uint32_t j0 = m0, j1 = m1;
+            if (streamed)
+                p_out_range (plan->layers[l - 1u], net->layers[l - 1u].out, blk, W, &j0, &j1);
+            for (uint32_t p = 0; p < L->passes && (streamed || L->by_out == P_BY_OUT_NARROW); ++p) {
                 const uint32_t A = p + 1u == L->passes ? L->last_active : L->active;
                 for (uint32_t k = 0; k < L->slots; ++k)
                     for (uint32_t t = 0; t < A; ++t) {
                         char *c = dst + (size_t) wb * ((uint64_t) p * L->slots * L->active + (uint64_t) k * A + t);
                         for (uint32_t e = 0; e < 4u; ++e) {
-                            const uint32_t m = m0 + 4u * (p * P_T + t) + e;
-                            if (m < m1)
-                                s_put_weight (c, e, dtype, N->w[(size_t) m * N->in + k]);
+                            const uint32_t j = j0 + 4u * (p * P_T + t) + e;
+                            if (j < j1)
+                                s_put_weight (c, e, dtype, N->w[streamed ? (size_t) k * N->in + j : (size_t) j * N->in + k]);
                         }
                     }
             }
-            for (uint32_t p = 0; p < L->passes && L->by_out != P_BY_OUT_NARROW; ++p) {
+            for (uint32_t p = 0; p < L->passes && L->by_out != P_BY_OUT_NARROW && !streamed; ++p) {
                 const uint32_t A = p + 1u == L->passes ? L->last_active : L->active;
                 for (uint32_t s = 0; s < L->slots; ++s)
                     for (uint32_t t = 0; t < A; ++t) {

@@ -244,7 +244,7 @@ START_TEST (a_layer_split_by_outputs_keeps_them_for_the_next)
     const uint32_t chain[] = { 5, 9000, 3, 7 };
     sig_persistent_plan_t c;
     s_compiles (s_source_as (chain, 3, 16, SIG_DTYPE_BF16, false, &tu, &c));
-    ck_assert_uint_eq (c.layers[0].fuse, 1);
+    ck_assert_uint_eq (c.layers[0].fuse, 2);   /* narrow, before 3 outputs: streamed (below) */
     /* 5 inputs: the narrow layout (a thread 4 outputs, a slot an input: 5 slots, not 2 chunks of 4 per
      * output), chunk-aligned outputs: 9000 / 4 = 2250 chunks over 7, 322 at most a worker */
     ck_assert_uint_eq (c.layers[0].by_out, 2);
@@ -255,13 +255,58 @@ START_TEST (a_layer_split_by_outputs_keeps_them_for_the_next)
 }
 END_TEST
 
-/* The planner takes every model whose raw fp32 weights are within the budget (the largest cluster's
- * shared memory): nets of growing width in families of narrow and wide inputs and outputs, one and two
- * hidden layers, at max_rows 1 and 16, each planned at 0.25, 0.5, 0.75 and 1.0 x the budget; the
- * register banks cover the layout's overhead (a bank may span passes: at 1.0 x, 37-N-5's layer 0 has
- * 10 slots a pass and 20 in registers). Narrow-input nets with one very wide hidden layer hold that
- * layer's activations and biases too (as many bytes as the weights for 1-N-1): 1-N-1 is taken to
- * 0.44 x, 5-N-2 to 0.7 x. */
+/* A narrow layer before a layer of at most 8 outputs is streamed into it (fuse 2): the next layer's
+ * slots follow the narrow layer's threads and passes (a slot per output), no slice holds the hidden
+ * layer (only the block's sums, two rows of a sum per warp and output), start and gather are the
+ * request's only hand-offs; SIG_SYNC_NO_STREAM keeps the hidden layer (fuse 1); 9 outputs are not
+ * streamed. Every such specialised kernel compiles for sm_90. */
+START_TEST (a_narrow_layer_streams_into_a_few_outputs)
+{
+    sig_persistent_tuning_t tu;
+    memset (&tu, 0, sizeof tu);
+    tu.done_mode = SIG_DONE_OUTPUTS;
+    const uint32_t net[] = { 5, 20000, 2 };
+    sig_persistent_plan_t s, k;
+    char *src = s_source_as (net, 2, 3, SIG_DTYPE_F32, false, &tu, &s);
+    ck_assert_uint_eq (s.cluster_blocks, 8);
+    ck_assert_uint_eq (s.layers[0].by_out, 2);
+    ck_assert_uint_eq (s.layers[0].fuse, 2);
+    /* 5000 chunks over 7 workers: 715 at most, 3 passes (256, 256, 203 -> 224 threads) */
+    ck_assert_uint_eq (s.layers[0].passes, 3);
+    ck_assert_uint_eq (s.layers[1].spread, 1);
+    ck_assert_uint_eq (s.layers[1].by_out, 0);
+    ck_assert_uint_eq (s.layers[1].fuse, 0);
+    ck_assert_uint_eq (s.layers[1].passes, s.layers[0].passes);
+    ck_assert_uint_eq (s.layers[1].active, s.layers[0].active);
+    ck_assert_uint_eq (s.layers[1].last_active, s.layers[0].last_active);
+    ck_assert_uint_eq (s.layers[1].slots, 2);
+    ck_assert_uint_eq (s.layers[1].xs, 0);
+    ck_assert_uint_eq (s.cluster_barriers, 2);
+    ck_assert_uint_eq (s.layers[1].last_active, 224);
+    ck_assert_uint_eq (s.work_end - s.slice2_off, 4 * 3 * 32);   /* the sums' scratch (32 float4), sized as a slice of 3 rows */
+    s_compiles (src);
+    tu.sync = SIG_SYNC_NO_STREAM;
+    free (s_source_as (net, 2, 3, SIG_DTYPE_F32, false, &tu, &k));
+    ck_assert_uint_eq (k.layers[0].fuse, 1);
+    ck_assert_uint_eq (k.layers[1].xs, k.layers[1].slots << k.layers[1].glog);
+    ck_assert_uint_gt (k.work_end - k.slice2_off, 4 * 3 * 700);   /* the hidden layer's slice */
+    const uint32_t nine[] = { 3, 30000, 9 }, eight[] = { 3, 30000, 8 };
+    tu.sync = 0;
+    free (s_source_as (nine, 2, 1, SIG_DTYPE_F32, false, &tu, &k));
+    ck_assert_uint_eq (k.layers[0].fuse, 1);
+    s_compiles (s_source_as (eight, 2, 1, SIG_DTYPE_F16, false, &tu, &k));
+    ck_assert_uint_eq (k.layers[0].fuse, 2);
+    ck_assert_uint_eq (k.layers[1].slots, 8);
+}
+END_TEST
+
+/* The planner takes every model whose raw fp32 parameters (weights and biases, as the model file
+ * holds them) are within the budget (the largest cluster's shared memory): nets of growing width in
+ * families of narrow and wide inputs and outputs, one and two hidden layers, at max_rows 1 and 16,
+ * each planned at 0.25, 0.5, 0.75 and 1.0 x the budget; the register banks cover the layout's overhead
+ * (a bank may span passes: at 1.0 x, 37-N-5's layer 0 has 10 slots a pass and 20 in registers).
+ * Narrow-input nets with one very wide hidden layer (1-N-1, 5-N-2) stream it into their few outputs
+ * (nothing of it stored but its weights and biases), the next layer's first passes in registers. */
 START_TEST (the_planner_takes_every_family_up_to_the_budget)
 {
     static const float dummy[1];
@@ -269,7 +314,7 @@ START_TEST (the_planner_takes_every_family_up_to_the_budget)
         { 512, 1, 1, 1.0 }, { 293, 3, 1, 1.0 }, { 37, 5, 1, 1.0 }, { 1000, 7, 1, 1.0 }, { 64, 2, 2, 1.0 },
         { 293, 3, 2, 1.0 }, { 512, 1, 2, 1.0 }, { 100, 100, 1, 1.0 }, { 31, 33, 2, 1.0 }, { 8192, 3, 1, 1.0 },
         { 3, 1, 2, 1.0 }, { 7, 7, 2, 1.0 }, { 2048, 1, 1, 1.0 }, { 129, 65, 2, 1.0 }, { 17, 300, 1, 1.0 },
-        { 5, 2, 1, 0.7 }, { 1, 1, 1, 0.44 } };
+        { 5, 2, 1, 1.0 }, { 1, 1, 1, 1.0 } };
     const double budget = (double) SIG_PERSISTENT_MAX_BLOCKS * (OPTIN_SM90 - STATIC_SMEM);
     const double fractions[] = { 0.25, 0.5, 0.75, 1.0 };
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
@@ -277,12 +322,12 @@ START_TEST (the_planner_takes_every_family_up_to_the_budget)
             const double x = k < 4 ? fractions[k] : fams[f].upto;
             if (x > fams[f].upto)
                 continue;
-            /* the widest N whose raw fp32 weights are within x budget */
-            const uint64_t per = fams[f].in + fams[f].out;
+            /* the widest N whose raw fp32 weights and biases are within x budget */
+            const uint64_t per = fams[f].in + 1 + fams[f].out, out1 = fams[f].out;
             uint32_t N = 1;
             for (uint32_t step = 1u << 21; step; step >>= 1) {
                 const uint64_t n = N + step;
-                const uint64_t raw = 4 * (fams[f].hidden == 1 ? n * per : n * per + n * n);
+                const uint64_t raw = 4 * (fams[f].hidden == 1 ? n * per + out1 : n * per + n * (n + 1) + out1);
                 if ((double) raw <= x * budget)
                     N = (uint32_t) n;
             }
@@ -300,6 +345,11 @@ START_TEST (the_planner_takes_every_family_up_to_the_budget)
                                (unsigned long long) (p.need_bytes >> 10), (unsigned long long) (p.cluster_bytes >> 10));
                 if (f == 2 && x == 1.0)
                     ck_assert_uint_gt (p.layers[0].regs, p.layers[0].slots);   /* the bank spans passes */
+                if (fams[f].in <= 5 && fams[f].hidden == 1 && x == 1.0) {   /* streamed, layer 1 banked */
+                    ck_assert_uint_eq (p.layers[0].fuse, 2);
+                    ck_assert_uint_eq (p.layers[1].bank, 0);
+                    ck_assert_uint_gt (p.layers[1].regs, p.layers[1].slots);
+                }
             }
         }
 }
@@ -463,6 +513,7 @@ int main (void)
     tcase_add_test (tc, the_traced_instantiation_compiles_with_its_own_source);
     tcase_add_test (tc, workers_polling_is_planned_only_where_it_can_run);
     tcase_add_test (tc, a_layer_split_by_outputs_keeps_them_for_the_next);
+    tcase_add_test (tc, a_narrow_layer_streams_into_a_few_outputs);
     tcase_add_test (tc, the_planner_takes_every_family_up_to_the_budget);
     tcase_add_test (tc, a_compile_error_returns_the_compilers_log);
     tcase_add_test (tc, the_cache_finds_a_cubin_in_memory_and_on_disk);

@@ -5,8 +5,11 @@
 # another build folder.
 set -eu
 B=${BUILD:-build}
-mkdir -p .devlibs
-for bin in "$B"/sigserve "$B"/sigserve-test "$B"/sigclient "$B"/sigbench "$B"/sigload "$B"/lstmbench "$B"/tests/test_*; do
+rm -rf .devlibs && mkdir -p .devlibs
+# ONLY="sigbench tests/test_cuda": those binaries alone (the device tool carries 64 MiB with the tree)
+ALL="sigserve sigserve-test sigclient sigbench sigload lstmbench $(cd "$B" && echo tests/test_*)"
+ONLY=${ONLY:-$ALL}
+for bin in $(for b in $ONLY; do echo "$B/$b"; done); do
     case "$bin" in *.log) continue;; esac
     [ -f "$bin" ] || continue
     ldd "$bin" | awk '/=> \//{print $3}'
@@ -15,9 +18,8 @@ done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libgcc_s
 du -sh .devlibs
 # The binaries and the demo weights alone (not the objects): what tools/gpu-run.sh runs, as BUILD.
 rm -rf .gpubuild && mkdir -p .gpubuild/tests .gpubuild/models
-for b in sigserve sigserve-test sigclient sigbench sigload lstmbench; do [ -f "$B/$b" ] && cp "$B/$b" .gpubuild/; done
+for b in $ONLY; do case "$b" in *.log) ;; *) [ -f "$B/$b" ] && cp "$B/$b" ".gpubuild/$b";; esac; done
 cp "$B"/models/tick_mlp.safetensors .gpubuild/models/
-for t in "$B"/tests/test_*; do case "$t" in *.log) ;; *) cp "$t" .gpubuild/tests/;; esac; done
 strip --strip-debug .gpubuild/sig* .gpubuild/tests/* .devlibs/*
 du -sh .gpubuild .devlibs
 # LINEINFO=1: an object of the LSTM kernel with line info, for tools/sass-spills.sh on the host (SPILLS=).

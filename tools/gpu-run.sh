@@ -175,6 +175,10 @@ if [ "${SANITIZE:-1}" = 1 ]; then
         --shape 5,9001,3,7 --rows 5 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
     step memcheck_chunks timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 293,597,31,3 --rows 16 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
+    # 1 feature, 150,001 hidden units, 1 output (0.97 x the budget in fp32 weights and biases): layer 0
+    # streamed into layer 1, whose first passes are in registers
+    step memcheck_stream timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 1,150001,1 --rows 3 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
 fi
 # A/B of the persistent request path against another build's sigbench (BASE_SIGBENCH), on the same
 # core, AB_ROUNDS rounds (default 2) in the order A B, B A, A B, ... so neither build always runs

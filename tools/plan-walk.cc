@@ -3,8 +3,8 @@
 // H100/H200 opt-in shared memory per block, the kernel's static shared memory, and whether the
 // cluster can be placed: always). Two uses:
 //   plan-walk ROWS DTYPE W0 W1 ... : one plan (DTYPE 0 f32, 1 f16, 2 bf16), its layers and buffers
-//   plan-walk --walk ROWS          : families of nets, growing width: the largest raw fp32 size
-//                                    accepted and the smallest refused, as fractions of the budget
+//   plan-walk --walk ROWS          : families of nets, growing width: the largest raw fp32 size (weights
+//                                    and biases) accepted and the smallest refused, as fractions of the budget
 #include "kernels.h"
 
 #include <stdio.h>
@@ -27,7 +27,7 @@ static int s_plan (const uint32_t *s, int n, uint32_t rows, uint32_t dtype, sig_
     *raw = 0;
     for (int l = 0; l + 1 < n; l++) {
         net.layers[l] = { s_dummy, s_dummy, s[l], s[l + 1], 1 };
-        *raw += 4ull * s[l] * s[l + 1];
+        *raw += 4ull * (s[l] + 1ull) * s[l + 1];   /* the model's fp32 parameters: weights and biases */
     }
     sig_persistent_tuning_t tu;
     memset (&tu, 0, sizeof tu);

@@ -105,7 +105,7 @@ static int s_parse_shape (const char *text, options_t *o)
     while (*p) {
         char *end;
         unsigned long v = strtoul (p, &end, 10);
-        if (end == p || v == 0 || v > 65536 || o->layers > MAX_LAYERS)
+        if (end == p || v == 0 || v > (1ul << 20) || o->layers > MAX_LAYERS)
             return -1;
         o->sizes[o->layers++] = (uint32_t) v;
         p = *end == ',' ? end + 1 : end;
@@ -134,7 +134,7 @@ static int s_parse (int argc, char **argv, options_t *o)
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
-        case 's': if (s_parse_shape (optarg, o)) { fprintf (stderr, "sigbench: --shape: expected widths like 512,256,64,1, got \"%s\"\n", optarg); return 2; } break;
+        case 's': if (s_parse_shape (optarg, o)) { fprintf (stderr, "sigbench: --shape: expected widths like 512,256,64,1 (each 1 to 1048576), got \"%s\"\n", optarg); return 2; } break;
         case 'r': o->rows = (uint32_t) atoi (optarg); break;
         case 'n': o->iterations = (uint32_t) atoi (optarg); break;
         case 'w': o->warmup = (uint32_t) atoi (optarg); break;
@@ -571,16 +571,18 @@ static backend_model_t *s_load_persistent (const options_t *o, const weights_t *
 static void s_persistent_label (backend_model_t *m, const char *what, char *label, size_t len)
 {
     const sig_persistent_plan_t *p = cuda_model_persistent_plan (m);
-    bool regs = false, kept = false, narrow = false;
+    bool regs = false, kept = false, narrow = false, streamed = false;
     for (uint32_t l = 0; l < p->layer_count; l++) {
         regs |= p->layers[l].bank == 0 && p->layers[l].regs > 0;
         kept |= p->layers[l].fuse != 0;
         narrow |= p->layers[l].by_out == 2;
+        streamed |= p->layers[l].fuse == 2;
     }
     static const char *const dt[] = { "f32", "f16", "bf16" };
     snprintf (label, len, "%s | %s: %s weights, cluster %u%s%s, %u %s/request, tail %s, %s, %s, completion by %s",
               backend_cuda_iface.kernel_name (m), what, p->dtype <= 2 ? dt[p->dtype] : "?", p->cluster_blocks,
-              kept ? " (outputs kept in the workers)" : "", narrow ? " (narrow layout)" : "", p->cluster_barriers,
+              streamed ? " (streamed into the next layer)" : kept ? " (outputs kept in the workers)" : "",
+              narrow ? " (narrow layout)" : "", p->cluster_barriers,
               (p->sync & SIG_PLAN_SYNC_MBAR_BLOCK) ? "mbarrier hand-offs (a block)"
               : (p->sync & SIG_PLAN_SYNC_MBAR) ? "mbarrier hand-offs (a warp)" : "cluster barriers",
               (p->sync & SIG_PLAN_SYNC_TAIL) ? "fused" : "by layer",
@@ -895,7 +897,7 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL | SIG_SYNC_OLD_TAIL },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_FUSE }, { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 },
             { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 4, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 },
-            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS } };
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS }, { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_STREAM } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
                                "variant: workers read", "variant: every layer split, by outputs",
@@ -908,7 +910,8 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
                                "variant: every layer split, even ones by outputs kept in the workers",
                                "variant: every layer split by outputs, 4 a thread (the narrow layout)",
                                "variant: layer 0 by outputs, kept in the workers for layer 1 (split for it)",
-                               "variant: cluster barriers (the kind named)" };
+                               "variant: cluster barriers (the kind named)",
+                               "variant: a narrow layer's outputs stored for the next (not streamed)" };
         /* each variant generic, then specialised for the model (as it would serve: the default) */
         for (size_t k = 0; k < 2 * (sizeof variants / sizeof variants[0]); k++) {
             const size_t v = k / 2;
