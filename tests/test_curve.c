@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -144,7 +145,9 @@ static void s_teardown (void) { tu_remove_tree (s_dir); }
 static void s_ctx_new (void) { s_ctx = zmq_ctx_new (); }
 static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
 
-/* Starts the server on s_config; waits until alice (allowlisted) gets an answer. */
+/* Starts the server on s_config; waits (60 s at most) until alice (allowlisted) is answered ready: a
+ * server still loading its models answers "not ready" at once, so each such answer is followed by a
+ * short pause before the next request (under a loaded make test, 40 immediate tries were not enough). */
 static pid_t s_start (void)
 {
     pid_t pid = fork ();
@@ -158,11 +161,20 @@ static pid_t s_start (void)
         _exit (127);
     }
     void *alice = s_client ("alice");
-    int ready = 0;
-    for (int i = 0; i < 40 && !ready; i++)
+    int ready = 0, exited = 0;
+    struct timespec t0, now;
+    clock_gettime (CLOCK_MONOTONIC, &t0);
+    for (;;) {
         ready = s_health (alice);
+        exited = !ready && waitpid (pid, NULL, WNOHANG) == pid;
+        clock_gettime (CLOCK_MONOTONIC, &now);
+        if (ready || exited || now.tv_sec - t0.tv_sec >= 60)
+            break;
+        usleep (50 * 1000);
+    }
     zmq_close (alice);
-    ck_assert_msg (ready, "the allowlisted client got no answer");
+    ck_assert_msg (!exited, "the server exited before it was ready (%s/server.log)", s_dir);
+    ck_assert_msg (ready, "the allowlisted client was not answered ready within 60 s");
     return pid;
 }
 
