@@ -274,6 +274,22 @@ struct s_out_t {
     int act;
 };
 
+/* Partial sums into the leader's area AT (this block's pointer to it in the leader's layout; row
+ * stride STRIDE floats, this block's first output M0). */
+__device__ __forceinline__ s_out_t s_out_partial (const float *at, uint32_t stride, uint32_t m0)
+{
+    s_out_t o;
+    o.kind = OUT_PARTIAL;
+    o.stride = stride;
+    o.remote = sig_mapa (sig_smem_addr (at), 0u);
+    o.host_relaxed = 0u;
+    o.m0 = m0;
+    o.dst = nullptr;
+    o.bias = nullptr;
+    o.act = 0;
+    return o;
+}
+
 /* Stores output (R, M) (a partial sum for OUT_PARTIAL); true when it went to host memory. */
 __device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m, float acc)
 {
@@ -1012,10 +1028,12 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                         }
                         uint32_t m0 = 0u, m1 = 0u;
                         p_out_range (L, out, w, W, &m0, &m1);
-                        s_out_t po;
-                        po.host_relaxed = 0u;
-                        if (L.fuse) {   /* bias and activation here: the outputs are this worker's
-                                           columns of the next layer, in its second slice */
+                        /* worker w's partials at part + w x chunk x mpad (row stride mpad, the layer's
+                         * outputs rounded up to 4); by outputs, everyone's in the first area */
+                        const uint32_t mpad = 4u * s_div_up (out, 4u);
+                        s_out_t po = s_out_partial (part + pp + (L.by_out ? 0u : (size_t) w * chunk * mpad), mpad, m0);
+                        if (L.fuse == P_FUSE_KEEP) {   /* bias and activation here: the outputs are this
+                                                          worker's columns of the next layer, in its second slice */
                             po.kind = OUT_ACT;
                             po.stride = 4u * s_h.layer[l + 1u].xs;
                             po.remote = 0u;
@@ -1023,39 +1041,22 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                             po.dst = reinterpret_cast<float *> (slice2);
                             po.bias = sf + L.wbias;
                             po.act = s_h.act[l];
-                        } else {
-                            po.kind = OUT_PARTIAL;
-                            /* worker w's partials at part + w x chunk x mpad (row stride mpad, the
-                             * layer's outputs rounded up to 4); by outputs, everyone's in the first area */
-                            po.stride = 4u * s_div_up (out, 4u);
-                            po.remote = sig_mapa (sig_smem_addr (part + pp + (L.by_out ? 0u : (size_t) w * chunk * po.stride)), 0u);
-                            po.m0 = m0;
-                            po.dst = nullptr;
-                            po.bias = nullptr;
-                            po.act = 0;
                         }
                         const bool after_fuse = l > 0u && s_h.layer[l - 1u].fuse;
-                        if (L.fuse == P_FUSE_STREAM) {   /* this layer and the next's partials at once */
+                        if (L.fuse == P_FUSE_STREAM) {   /* this layer and the next's partials at once (a
+                                                            narrow layer is split by outputs: its input is the slice) */
                             const sig_persistent_layer_plan_t &N = s_h.layer[l + 1u];
-                            const uint32_t out1 = s_h.out_[l + 1u];
-                            s_out_t pn;
-                            pn.kind = OUT_PARTIAL;
-                            pn.host_relaxed = 0u;
-                            pn.stride = 4u * s_div_up (out1, 4u);
-                            pn.remote = sig_mapa (sig_smem_addr (part + pp + (size_t) w * chunk * pn.stride), 0u);
-                            pn.m0 = 0u;
-                            pn.dst = nullptr;
-                            pn.bias = nullptr;
-                            pn.act = 0;
-                            s_gemv_stream<DT> (L, m1 - m0, s_dyn + L.w_smem, after_fuse ? slice2 : slice, rows, sf + L.wbias,
-                                               s_h.act[l], N, out1, s_dyn + N.w_smem, wr, reinterpret_cast<float *> (slice2), pn);
+                            const uint32_t out1 = s_h.out_[l + 1u], mpad1 = 4u * s_div_up (out1, 4u);
+                            s_gemv_stream<DT> (L, m1 - m0, s_dyn + L.w_smem, slice, rows, sf + L.wbias, s_h.act[l], N, out1,
+                                               s_dyn + N.w_smem, wr, reinterpret_cast<float *> (slice2),
+                                               s_out_partial (part + pp + (size_t) w * chunk * mpad1, mpad1, 0u));
                         } else if (!(after_fuse && s_h.layer[l - 1u].fuse == P_FUSE_STREAM)) {
                             s_gemv_any<DT> (L, m1 - m0, s_dyn + L.w_smem, wr, after_fuse ? slice2 : slice, rows, po);
-                        }
-                        if (L.fuse == P_FUSE_STREAM) {
-                            /* nothing stored for the next layer: its partials are on their way */
-                        } else if (L.fuse) {
-                            __syncthreads ();   /* the next layer reads what every thread stored */
+                        }   /* (streamed into: its partials were put by the layer before) */
+                        if (L.fuse) {   /* kept: the next layer reads what every thread stored; streamed:
+                                           nothing stored, the next layer's partials are on their way */
+                            if (L.fuse == P_FUSE_KEEP)
+                                __syncthreads ();
                         } else if (mbar_block) {   /* the block's partials (and its reads of the slice) done */
                             s_fence_cluster ();
                             __syncthreads ();

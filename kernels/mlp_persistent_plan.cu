@@ -78,7 +78,7 @@ static void s_shape (uint32_t in, uint32_t out, uint32_t W, bool spread, uint32_
     memset (L, 0, sizeof *L);
     L->spread = spread ? 1u : 0u;
     L->by_out = spread ? by_out : 0u;
-    L->fuse = spread && by_out && fuse ? 1u : 0u;
+    L->fuse = spread && by_out && fuse ? (uint32_t) P_FUSE_KEEP : 0u;
     L->bank = 2u;
     if (narrow) {   /* thread j: outputs 4 j .. 4 j + 3, slot k: their 4 weights of input k */
         const uint32_t c = out / 4u;

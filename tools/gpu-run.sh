@@ -67,6 +67,12 @@ if [ "${LSTM:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
             --iterations 10000 --warmup 500 --seconds 4
     done
 fi
+# LSTM cluster sizes (LSTM_CLUSTERS=N runs): small and medium f16 on 1, 2, 4, 8 and 16 blocks, the
+# specialised kernel (docs/lstm-notes.md, "Cluster sizes with the specialised kernel").
+for r in $(seq 1 "${LSTM_CLUSTERS:-0}"); do
+    step "lstm_clusters_$r" timeout 150 taskset -c 2 $BUILD/lstmbench --backends cuda --sizes small,medium --dtypes f16 \
+        --blocks 1,2,4,8,16 --no-window --iterations 10000 --warmup 500 --seconds 2 --cpu 2
+done
 # Several instances of one LSTM on one GPU, each driven at once by its own thread (issue 19 item 5):
 # small and medium in f16, 1, 2, 4 and 8 instances (INSTANCES=1).
 if [ "${INSTANCES:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
@@ -183,6 +189,8 @@ fi
 # A/B of the persistent request path against another build's sigbench (BASE_SIGBENCH), on the same
 # core, AB_ROUNDS rounds (default 2) in the order A B, B A, A B, ... so neither build always runs
 # first: a host-side change is judged in one run, p50/p99 per build (logs persist_{base,new}_N).
+# The base: `git worktree add /tmp/base REV && make -C /tmp/base build/sigbench`, its sigbench copied
+# into .gpubuild/sigbench-base before the pack is made (BASE_SIGBENCH=.gpubuild/sigbench-base).
 if [ -n "${BASE_SIGBENCH:-}" ]; then
     ab () {   # ab base|new ROUND
         bin=$BUILD/sigbench; [ "$1" = base ] && bin=$BASE_SIGBENCH
