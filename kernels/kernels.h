@@ -160,10 +160,14 @@ typedef struct {
  *   SIG_SYNC_MBAR_WARPS: DSMEM stores + remote mbarrier arrivals, one per warp (each warp's lanes
  *     __syncwarp, then one lane arrives on each receiving block's mbarrier);
  *   SIG_SYNC_MBAR_BLOCKS: the same with one arrival per block (each thread fences at cluster scope,
- *     a block barrier, then one thread arrives on each receiving block's mbarrier).
+ *     a block barrier, then one thread arrives on each receiving block's mbarrier);
+ *   SIG_SYNC_ASYNC: the stores complete the receiver's mbarrier themselves (st.async with
+ *     complete_tx: no fence, no arrival after them); the sender says how many bytes come with one
+ *     arrive.expect_tx (the leader on each worker's input barrier, on its own gather barrier).
+ *     Not where a layer is fused (there it is SIG_SYNC_MBAR_WARPS).
  * The mbarrier kinds need layer 0 split and the leader reading the features (else the plan uses
- * cluster barriers). Kind 0 (the plan's choice): SIG_SYNC_MBAR_WARPS where a layer is fused (.fuse)
- * and the leader reads, else SIG_SYNC_BARRIERS. Flags: SIG_SYNC_OLD_TAIL, the leader's layers after the last split layer one
+ * cluster barriers). Kind 0 (the plan's choice), where the leader reads: SIG_SYNC_MBAR_WARPS where a
+ * layer is fused (.fuse), else SIG_SYNC_ASYNC; SIG_SYNC_BARRIERS where the workers read. Flags: SIG_SYNC_OLD_TAIL, the leader's layers after the last split layer one
  * by one with a block barrier after each (else one compact loop, warp 0 alone on the one-warp
  * layers at the end); SIG_SYNC_TRACE_REPEAT, the traced kernel computes each compact-tail layer
  * twice and stamps both (sigbench --trace: is a layer's fixed cost cold code or data?);
@@ -175,14 +179,14 @@ typedef struct {
  * sig_persistent_layer_plan_t.fuse); SIG_SYNC_NO_STREAM, a narrow layer kept in the workers stores its
  * outputs for the next layer even where that one has 8 outputs or fewer (else it is streamed: .fuse 2). */
 enum {
-    SIG_SYNC_BARRIERS = 1, SIG_SYNC_MBAR_WARPS = 2, SIG_SYNC_MBAR_BLOCKS = 3, SIG_SYNC_KIND_MASK = 7,
+    SIG_SYNC_BARRIERS = 1, SIG_SYNC_MBAR_WARPS = 2, SIG_SYNC_MBAR_BLOCKS = 3, SIG_SYNC_ASYNC = 4, SIG_SYNC_KIND_MASK = 7,
     SIG_SYNC_OLD_TAIL = 8, SIG_SYNC_TRACE_REPEAT = 16, SIG_SYNC_WORKERS_POLL = 32, SIG_SYNC_NO_FUSE = 64,
     SIG_SYNC_NO_STREAM = 128
 };
 /* plan.sync bits (what the kernel does). */
 enum {
     SIG_PLAN_SYNC_TAIL = 1, SIG_PLAN_SYNC_MBAR = 2, SIG_PLAN_SYNC_MBAR_BLOCK = 4, SIG_PLAN_SYNC_REPEAT = 8,
-    SIG_PLAN_SYNC_WPOLL = 16
+    SIG_PLAN_SYNC_WPOLL = 16, SIG_PLAN_SYNC_ASYNC = 32
 };
 
 /* The trace of one request (index sequence % SIG_TRACE_RING), in the leader SM's clock64 cycles,

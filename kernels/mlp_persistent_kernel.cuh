@@ -36,7 +36,13 @@
  * arrivals (tuning sync = SIG_SYNC_MBAR_WARPS or _BLOCKS, when layer 0 is split and the leader
  * reads): measured 0.3-0.7 us slower than the cluster barriers on tick_mlp with the generic kernel,
  * level with the specialised one, and 0.2-0.6 us faster where a layer is fused: the default there
- * (docs/persistent-notes.md has the ordering and parity argument and the numbers).
+ * (docs/persistent-notes.md has the ordering and parity argument and the numbers). Where the leader
+ * reads and no layer is fused (tick_mlp), the default is SIG_SYNC_ASYNC: the slices, the command and
+ * the partials go by st.async, each store completing the receiver's mbarrier itself (complete_tx:
+ * no fence, no arrival after the stores), and the sender's one arrive.expect_tx says how many bytes
+ * come (the leader knows what it sends and how many partials each gather brings); a worker's
+ * threads meet at a block barrier after each wait, so none still waits on a phase when the next
+ * completes. Measured 0.8-1.1 us p50 faster than cluster barriers on tick_mlp.
  *
  * THREADS AND WEIGHTS. In a layer, G = 2^glog consecutive threads (G <= 32, same warp) share an
  * output: thread t has output m = p * (T / G) + t / G in pass p (more outputs than T / G: several
@@ -212,6 +218,36 @@ __device__ __forceinline__ void s_mbar_wait (uint32_t addr, uint32_t parity)
                       : "memory");
     } while (!done);
 }
+/* SIG_PLAN_SYNC_ASYNC: the data itself completes the receiver's mbarrier (st.async ... complete_tx:
+ * no fence, no arrival after the stores). The receiver's barrier has one arrival a phase, which
+ * also says how many bytes to wait for: the leader's remote arrive.expect_tx on a worker's input
+ * barrier (it knows what it sends), its own local one on its gather barrier (it knows the rows). A
+ * store may land before the arrival (the tx-count goes below zero within the phase; the phase
+ * completes only once both are in). ADDR, MB: shared::cluster addresses (sig_mapa). */
+__device__ __forceinline__ void s_st_async_v4 (uint32_t addr, float4 v, uint32_t mb)
+{
+    asm volatile ("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
+                  ::"r"(addr), "r"(__float_as_uint (v.x)), "r"(__float_as_uint (v.y)), "r"(__float_as_uint (v.z)),
+                  "r"(__float_as_uint (v.w)), "r"(mb)
+                  : "memory");
+}
+__device__ __forceinline__ void s_st_async_f32 (uint32_t addr, float v, uint32_t mb)
+{
+    asm volatile ("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(addr),
+                  "r"(__float_as_uint (v)), "r"(mb)
+                  : "memory");
+}
+__device__ __forceinline__ void s_mbar_expect_remote (uint32_t mb, uint32_t bytes)
+{
+    asm volatile ("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(mb), "r"(bytes)
+                  : "memory");
+}
+__device__ __forceinline__ void s_mbar_expect_local (uint32_t mb, uint32_t bytes)
+{
+    asm volatile ("{\n\t.reg .b64 st;\n\t"
+                  "mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(mb), "r"(bytes)
+                  : "memory");
+}
 __device__ __forceinline__ void s_fence_cluster (void)
 {
     asm volatile ("fence.acq_rel.cluster;" ::: "memory");
@@ -269,6 +305,8 @@ struct s_out_t {
     uint32_t remote;       /* OUT_PARTIAL: shared::cluster address of this block's rows in block 0 */
     uint32_t host_relaxed; /* OUT_HOST: st.relaxed.sys (SIG_DONE_OUTPUTS) instead of a plain store */
     uint32_t m0;           /* OUT_PARTIAL: this block's first output (a layer split by outputs) */
+    uint32_t mb;           /* OUT_PARTIAL: the leader's gather mbarrier (shared::cluster) the stores
+                              complete (st.async, SIG_PLAN_SYNC_ASYNC); 0: plain DSMEM stores */
     float *dst;            /* OUT_ACT, OUT_HOST */
     const float *bias;     /* OUT_ACT, OUT_HOST: the layer's */
     int act;
@@ -276,7 +314,7 @@ struct s_out_t {
 
 /* Partial sums into the leader's area AT (this block's pointer to it in the leader's layout; row
  * stride STRIDE floats, this block's first output M0). */
-__device__ __forceinline__ s_out_t s_out_partial (const float *at, uint32_t stride, uint32_t m0)
+__device__ __forceinline__ s_out_t s_out_partial (const float *at, uint32_t stride, uint32_t m0, uint32_t mb)
 {
     s_out_t o;
     o.kind = OUT_PARTIAL;
@@ -284,6 +322,7 @@ __device__ __forceinline__ s_out_t s_out_partial (const float *at, uint32_t stri
     o.remote = sig_mapa (sig_smem_addr (at), 0u);
     o.host_relaxed = 0u;
     o.m0 = m0;
+    o.mb = mb;
     o.dst = nullptr;
     o.bias = nullptr;
     o.act = 0;
@@ -294,7 +333,10 @@ __device__ __forceinline__ s_out_t s_out_partial (const float *at, uint32_t stri
 __device__ __forceinline__ bool s_put (const s_out_t &o, uint32_t r, uint32_t m, float acc)
 {
     if (o.kind == OUT_PARTIAL) {
-        s_st_cluster_f32 (o.remote + 4u * (r * o.stride + o.m0 + m), acc);
+        if (o.mb)
+            s_st_async_f32 (o.remote + 4u * (r * o.stride + o.m0 + m), acc, o.mb);
+        else
+            s_st_cluster_f32 (o.remote + 4u * (r * o.stride + o.m0 + m), acc);
         return false;
     }
     const float v = sig_activate (acc + o.bias[m], o.act);
@@ -683,35 +725,51 @@ __device__ __forceinline__ uint32_t s_owner (uint32_t kc, uint32_t in4, uint32_t
     return ((kc + 1u) * W + in4 - 1u) / in4 - 1u;
 }
 
+/* Worker K's chunks of a layer input of IN4 chunks split by columns over W workers. */
+__host__ __device__ __forceinline__ uint32_t s_chunks_of (uint32_t k, uint32_t in4, uint32_t W)
+{
+    return in4 * (k + 1u) / W - in4 * k / W;
+}
+
+/* One chunk into block K's shared memory at ADDR (this block's address of it): a DSMEM store, or
+ * st.async completing block K's mbarrier at MB (this block's address of it) when MB is not 0. */
+__device__ __forceinline__ void s_st_to (uint32_t addr, uint32_t k, float4 v, uint32_t mb)
+{
+    if (mb)
+        s_st_async_v4 (sig_mapa (addr, k), v, sig_mapa (mb, k));
+    else
+        s_st_cluster_v4f (sig_mapa (addr, k), v);
+}
+
 /* Stores chunk KC of row R of a split layer's input (IN4 chunks, slice row stride XS float4) into
  * the slice (shared-memory address SLICE, the same in every block) of the worker owning it, or of
- * every worker when the layer is split by outputs (BCAST). */
+ * every worker when the layer is split by outputs (BCAST); MB: see s_st_to. */
 __device__ __forceinline__ void s_st_slice (uint32_t slice, uint32_t r, uint32_t kc, uint32_t in4, uint32_t W,
-                                            uint32_t xs, bool bcast, float4 v)
+                                            uint32_t xs, bool bcast, float4 v, uint32_t mb)
 {
     if (bcast) {
         for (uint32_t k = 0; k < W; ++k)
-            s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc), k + 1u), v);
+            s_st_to (slice + 16u * (r * xs + kc), k + 1u, v, mb);
         return;
     }
     const uint32_t k = s_owner (kc, in4, W);
-    s_st_cluster_v4f (sig_mapa (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u), v);
+    s_st_to (slice + 16u * (r * xs + kc - in4 * k / W), k + 1u, v, mb);
 }
 
 /* The leader: every chunk of ROWS feature rows (IN4 chunks, row stride RS float4) from host memory,
  * stored straight into the slice of the worker owning it (DSMEM; W workers, slice row stride XS
  * float4, SLICE the slice's shared-memory address, the same in every block; BCAST: every worker's,
  * a layer 0 split by outputs). Up to 4 loads per thread in flight before any store: one round
- * trip for up to 4 x 256 chunks. Block-wide. */
+ * trip for up to 4 x 256 chunks. Block-wide. MB: see s_st_to. */
 __device__ __forceinline__ void s_read_scatter (const float4 *hx, uint32_t rs, uint32_t in4, uint32_t rows, uint32_t W,
-                                                uint32_t slice, uint32_t xs, bool bcast)
+                                                uint32_t slice, uint32_t xs, bool bcast, uint32_t mb)
 {
     const uint32_t t = threadIdx.x, n = rows * in4;
     if (n <= P_T) {   /* the usual case: one chunk per thread at most, its load issued first */
         if (t < n) {
             const uint32_t r = rows == 1u ? 0u : t / in4, kc = t - r * in4;
             const float4 v = s_ld_relaxed_sys_v4 (hx + (size_t) r * rs + kc);
-            s_st_slice (slice, r, kc, in4, W, xs, bcast, v);
+            s_st_slice (slice, r, kc, in4, W, xs, bcast, v, mb);
         }
         return;
     }
@@ -730,7 +788,7 @@ __device__ __forceinline__ void s_read_scatter (const float4 *hx, uint32_t rs, u
             const uint32_t i = base + u * P_T + t;
             if (i < n) {
                 const uint32_t r = rows == 1u ? 0u : i / in4, kc = i - r * in4;
-                s_st_slice (slice, r, kc, in4, W, xs, bcast, v[u]);
+                s_st_slice (slice, r, kc, in4, W, xs, bcast, v[u], mb);
             }
         }
     }
@@ -892,10 +950,12 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
     /* one arrival per block (every thread fences at cluster scope, a block barrier, one thread
      * arrives) instead of one per warp */
     const bool mbar_block = mbar && (s_h.sync & SIG_PLAN_SYNC_MBAR_BLOCK) != 0u;
+    /* the stores complete the barriers (st.async): one arrival a phase, the receiver's expected bytes */
+    const bool sasync = mbar && (s_h.sync & SIG_PLAN_SYNC_ASYNC) != 0u;
     const uint32_t mb_in = sig_smem_addr (&s_mb[0]), mb_gather = sig_smem_addr (&s_mb[1]);
     if (mbar && t == 0u) {
-        s_mbar_init (mb_in, mbar_block ? 1u : P_T / 32u);
-        s_mbar_init (mb_gather, mbar_block ? W : W * (P_T / 32u));
+        s_mbar_init (mb_in, mbar_block || sasync ? 1u : P_T / 32u);
+        s_mbar_init (mb_gather, sasync ? 1u : mbar_block ? W : W * (P_T / 32u));
         s_mbar_init_fence ();
     }
     uint32_t ph_in = 0u, ph_gather = 0u;   /* the parity of the phase each waiter waits for next */
@@ -971,12 +1031,24 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
             if (leader && read_leader) {   /* the leader reads every feature and scatters the slices */
                 __syncthreads ();
                 const uint4 c = s_cmd;
+                const uint32_t nr = c.x == OP_RUN ? min (chunk, c.y - r0) : 0u;
                 if (c.x == OP_RUN)
                     s_read_scatter (reinterpret_cast<const float4 *> (features0 + (size_t) c.z * slot_bytes) + (size_t) r0 * rs0,
-                                    rs0, in4_0, min (chunk, c.y - r0), W, slice_addr, xs0, bcast0);
-                if (r0 == 0u && warp == 0u && lane >= 1u && lane < C)
-                    s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), c);
-                if (mbar_block) {   /* every thread's stores, then warp 0's lane k arrives on worker k's */
+                                    rs0, in4_0, nr, W, slice_addr, xs0, bcast0, sasync ? mb_in : 0u);
+                if (r0 == 0u && warp == 0u && lane >= 1u && lane < C) {
+                    if (sasync)
+                        s_st_async_v4 (sig_mapa (sig_smem_addr (&s_cmd), lane),
+                                       make_float4 (__uint_as_float (c.x), __uint_as_float (c.y), __uint_as_float (c.z),
+                                                    __uint_as_float (c.w)),
+                                       sig_mapa (mb_in, lane));
+                    else
+                        s_st_cluster_v4u (sig_mapa (sig_smem_addr (&s_cmd), lane), c);
+                }
+                if (sasync) {   /* worker k's bytes: its command (first chunk) and its slice of the chunk's rows */
+                    if (warp == 0u && lane >= 1u && lane < C)
+                        s_mbar_expect_remote (sig_mapa (mb_in, lane),
+                                              (r0 == 0u ? 16u : 0u) + 16u * nr * (bcast0 ? in4_0 : s_chunks_of (lane - 1u, in4_0, W)));
+                } else if (mbar_block) {   /* every thread's stores, then warp 0's lane k arrives on worker k's */
                     s_fence_cluster ();
                     __syncthreads ();
                     if (warp == 0u && lane >= 1u && lane < C)
@@ -996,6 +1068,10 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                 ph_in ^= 1u;
             }
             cmd = s_cmd;   /* after a barrier (a compiler barrier too) */
+            if (sasync && !leader)
+                __syncthreads ();   /* every thread is past the wait and has its command before any
+                                       partial completes the gather, after which the leader may store
+                                       the next command and complete this barrier's next phase */
             if (cmd.x != OP_RUN)
                 break;
             if (TRACE && leader && t == 0u && r0 == 0u) {
@@ -1031,7 +1107,8 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                         /* worker w's partials at part + w x chunk x mpad (row stride mpad, the layer's
                          * outputs rounded up to 4); by outputs, everyone's in the first area */
                         const uint32_t mpad = 4u * s_div_up (out, 4u);
-                        s_out_t po = s_out_partial (part + pp + (L.by_out ? 0u : (size_t) w * chunk * mpad), mpad, m0);
+                        s_out_t po = s_out_partial (part + pp + (L.by_out ? 0u : (size_t) w * chunk * mpad), mpad, m0,
+                                                    sasync ? mb_gather_lead : 0u);
                         if (L.fuse == P_FUSE_KEEP) {   /* bias and activation here: the outputs are this
                                                           worker's columns of the next layer, in its second slice */
                             po.kind = OUT_ACT;
@@ -1049,7 +1126,7 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                             const uint32_t out1 = s_h.out_[l + 1u], mpad1 = 4u * s_div_up (out1, 4u);
                             s_gemv_stream<DT> (L, m1 - m0, s_dyn + L.w_smem, slice, rows, sf + L.wbias, s_h.act[l], N, out1,
                                                s_dyn + N.w_smem, wr, reinterpret_cast<float *> (slice2),
-                                               s_out_partial (part + pp + (size_t) w * chunk * mpad1, mpad1, 0u));
+                                               s_out_partial (part + pp + (size_t) w * chunk * mpad1, mpad1, 0u, 0u));
                         } else if (!(after_fuse && s_h.layer[l - 1u].fuse == P_FUSE_STREAM)) {
                             s_gemv_any<DT> (L, m1 - m0, s_dyn + L.w_smem, wr, after_fuse ? slice2 : slice, rows, po);
                         }   /* (streamed into: its partials were put by the layer before) */
@@ -1057,6 +1134,7 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                                            nothing stored, the next layer's partials are on their way */
                             if (L.fuse == P_FUSE_KEEP)
                                 __syncthreads ();
+                        } else if (sasync) {   /* the partials themselves complete the gather */
                         } else if (mbar_block) {   /* the block's partials (and its reads of the slice) done */
                             s_fence_cluster ();
                             __syncthreads ();
@@ -1076,6 +1154,9 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                     if (!mbar) {
                         s_barrier (C);   /* gather */
                     } else if (leader) {
+                        /* every worker's partials of every row: all the outputs each, or its own share */
+                        if (sasync && t == 0u)
+                            s_mbar_expect_local (mb_gather, 4u * rows * out * (L.by_out ? 1u : W));
                         s_mbar_wait (mb_gather, ph_gather);
                         ph_gather ^= 1u;
                     }
@@ -1130,9 +1211,14 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                         const float4 *src = act0 + cur * act_step;
                         for (uint32_t i = t; i < rows * n4; i += P_T) {
                             const uint32_t r = i / n4, kc = i - r * n4;
-                            s_st_slice (saddr, r, kc, n4, W, N.xs, N.by_out != 0u, src[(size_t) r * n4 + kc]);
+                            s_st_slice (saddr, r, kc, n4, W, N.xs, N.by_out != 0u, src[(size_t) r * n4 + kc],
+                                        sasync ? mb_in : 0u);
                         }
-                        if (mbar_block) {
+                        if (sasync) {
+                            if (warp == 0u && lane >= 1u && lane < C)
+                                s_mbar_expect_remote (sig_mapa (mb_in, lane),
+                                                      16u * rows * (N.by_out ? n4 : s_chunks_of (lane - 1u, n4, W)));
+                        } else if (mbar_block) {
                             s_fence_cluster ();
                             __syncthreads ();
                             if (warp == 0u && lane >= 1u && lane < C)
@@ -1148,6 +1234,8 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                     } else if (!leader) {
                         s_mbar_wait (mb_in, ph_in);
                         ph_in ^= 1u;
+                        if (sasync)   /* no thread still waits for this phase when the next completes */
+                            __syncthreads ();
                     }
                     if (TRACE && st)
                         st[SIG_TRACE_SCATTER (l)] = clock64 ();

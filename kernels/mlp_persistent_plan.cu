@@ -169,8 +169,9 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     p->trace = tu->trace;
     p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
     /* mbarrier hand-offs need the start to be the leader's (it reads and scatters) and a gather
-     * between any two hand-offs to the workers (layer 0 split): docs/persistent-notes.md. The default
-     * is cluster barriers (measured: docs/perf.md, "the compact tail and the hand-offs"). */
+     * between any two hand-offs to the workers (layer 0 split): docs/persistent-notes.md. Where the
+     * tuning names no kind: st.async where no layer is fused, mbarrier arrivals (a warp) where one
+     * is (below); cluster barriers where the leader does not read. */
     const uint32_t kind = (tu->sync & SIG_SYNC_KIND_MASK) ? (tu->sync & SIG_SYNC_KIND_MASK) : (uint32_t) SIG_SYNC_BARRIERS;
     p->sync = (tu->sync & SIG_SYNC_OLD_TAIL) ? 0u : (uint32_t) SIG_PLAN_SYNC_TAIL;
     if (p->read_leader && kind == SIG_SYNC_MBAR_WARPS)
@@ -226,8 +227,13 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     /* With a fused pair, mbarrier hand-offs (an arrival a warp) unless the tuning names a kind:
      * measured 0.2-0.6 us faster there than cluster barriers (specialised, H100 and H200; tick_mlp,
      * no fused pair: the same p50), docs/perf.md */
-    if (fused && !(tu->sync & SIG_SYNC_KIND_MASK) && p->read_leader && !wpoll)
+    if (fused && (!(tu->sync & SIG_SYNC_KIND_MASK) || kind == SIG_SYNC_ASYNC) && p->read_leader && !wpoll)
         p->sync |= SIG_PLAN_SYNC_MBAR;
+    /* The stores complete the hand-offs (st.async), the default where no layer is fused (a fused
+     * pair's partials and slices are counted in no byte total the leader knows): measured 0.9-1.1 us
+     * p50 faster than cluster barriers on tick_mlp (H100, specialised, f32 and f16; docs/perf.md) */
+    if (!fused && (kind == SIG_SYNC_ASYNC || !(tu->sync & SIG_SYNC_KIND_MASK)) && p->read_leader && !wpoll)
+        p->sync |= SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC;
     /* Registers: per role, the layer that would read most from shared memory (its first pass's
      * first slots). */
     for (uint32_t role = 0; role < 2u && registers; ++role) {

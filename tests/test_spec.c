@@ -179,6 +179,59 @@ START_TEST (workers_polling_is_planned_only_where_it_can_run)
 }
 END_TEST
 
+/* SIG_SYNC_ASYNC (the stores complete the hand-offs, st.async): planned where the leader reads the
+ * features and no layer is fused, with the mbarriers it runs on (also where no kind is named: the
+ * default); a fused plan gets the mbarrier
+ * hand-offs (an arrival a warp) instead; the specialised kernels compile for sm_90 (tick_mlp f32 and
+ * f16, every layer split: scatters too, in bf16, rows in chunks). */
+START_TEST (st_async_hand_offs_are_planned_where_the_bytes_are_known)
+{
+    const uint32_t demo[] = { 512, 256, 64, 1 }, odd[] = { 293, 597, 31, 3 }, narrow[] = { 37, 3000, 5 };
+    sig_persistent_tuning_t tu;
+    memset (&tu, 0, sizeof tu);
+    tu.done_mode = SIG_DONE_OUTPUTS;
+    tu.sync = SIG_SYNC_ASYNC;
+    sig_persistent_plan_t a, all, chunked, fused;
+    char *src = s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &a);
+    ck_assert_uint_gt (a.cluster_blocks, 1);
+    ck_assert_uint_eq (a.read_leader, 1);
+    ck_assert_uint_eq (a.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC | SIG_PLAN_SYNC_MBAR_BLOCK),
+                       SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC);
+    s_compiles (src);
+    s_compiles (s_source_as (demo, 3, 1, SIG_DTYPE_F16, false, &tu, NULL));
+    s_compiles (s_source_as (demo, 3, 1, SIG_DTYPE_F32, true, &tu, NULL));   /* traced */
+    tu.spread_all = 1;
+    tu.split_by = 1;   /* every split layer by columns: nothing fused */
+    src = s_source_as (demo, 3, 1, SIG_DTYPE_BF16, false, &tu, &all);
+    ck_assert_uint_eq (all.layers[1].spread, 1);
+    ck_assert_uint_eq (all.layers[1].fuse, 0);
+    ck_assert_uint_eq (all.sync & SIG_PLAN_SYNC_ASYNC, SIG_PLAN_SYNC_ASYNC);
+    s_compiles (src);
+    tu.spread_all = 0;
+    tu.split_by = 0;
+    src = s_source_as (odd, 3, 16, SIG_DTYPE_F32, false, &tu, &chunked);
+    ck_assert_uint_lt (chunked.chunk_rows, chunked.max_rows);
+    ck_assert_uint_eq (chunked.sync & SIG_PLAN_SYNC_ASYNC, SIG_PLAN_SYNC_ASYNC);
+    s_compiles (src);
+    free (s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &fused));
+    ck_assert_uint_eq (fused.layers[0].fuse, 1);
+    ck_assert_uint_eq (fused.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), SIG_PLAN_SYNC_MBAR);
+    tu.sync = 0;   /* no kind named: st.async here too (the default) */
+    sig_persistent_plan_t d;
+    free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &d));
+    ck_assert_uint_eq (d.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC);
+    tu.sync = SIG_SYNC_BARRIERS;   /* a kind named: that kind */
+    free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &d));
+    ck_assert_uint_eq (d.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), 0);
+    tu.sync = SIG_SYNC_ASYNC;
+    tu.read_workers = 1;   /* the leader does not read: cluster barriers */
+    sig_persistent_plan_t rw;
+    free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &rw));
+    ck_assert_uint_eq (rw.read_leader, 0);
+    ck_assert_uint_eq (rw.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), 0);
+}
+END_TEST
+
 /* A layer split by outputs before one split by columns keeps its outputs in the workers (fused): no
  * gather or scatter between the two, nothing of it on the leader (no partials, no bias); its outputs
  * divided in whole float4 chunks; each worker's biases and second slice in its own memory. A next
@@ -210,7 +263,8 @@ START_TEST (a_layer_split_by_outputs_keeps_them_for_the_next)
     ck_assert_uint_eq (fb.sync & SIG_PLAN_SYNC_MBAR, 0);
     tu.sync = SIG_SYNC_NO_FUSE;
     free (s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &nf));
-    ck_assert_uint_eq (nf.sync & SIG_PLAN_SYNC_MBAR, 0);   /* nothing fused: cluster barriers */
+    ck_assert_uint_eq (nf.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC),
+                       SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC);   /* nothing fused: st.async hand-offs */
     ck_assert_uint_eq (nf.layers[0].by_out, 1);
     ck_assert_uint_eq (nf.layers[0].fuse, 0);
     ck_assert_uint_eq (nf.layers[1].spread, 0);   /* 60 KB: the leader's */
@@ -512,6 +566,7 @@ int main (void)
     tcase_add_test (tc, compiles_odd_shapes_rows_and_a_split_layer);
     tcase_add_test (tc, the_traced_instantiation_compiles_with_its_own_source);
     tcase_add_test (tc, workers_polling_is_planned_only_where_it_can_run);
+    tcase_add_test (tc, st_async_hand_offs_are_planned_where_the_bytes_are_known);
     tcase_add_test (tc, a_layer_split_by_outputs_keeps_them_for_the_next);
     tcase_add_test (tc, a_narrow_layer_streams_into_a_few_outputs);
     tcase_add_test (tc, the_planner_takes_every_family_up_to_the_budget);

@@ -186,6 +186,26 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     step memcheck_stream timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 1,150001,1 --rows 3 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
 fi
+# st.async hand-offs (sigbench --sync async: the stores complete the mbarriers) under memcheck
+# (SANITIZE_ASYNC=1): the split layer 0 and local layers at rows 7, rows in chunks, f32 and f16,
+# generic and specialised.
+if [ "${SANITIZE_ASYNC:-0}" = 1 ]; then
+    step memcheck_async timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --sync async --dtypes f32,f16
+    step memcheck_async_chunks timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+        --shape 293,597,31,3 --rows 16 --iterations 40 --warmup 4 --only-persistent --sync async
+fi
+# Cluster barriers against st.async hand-offs (SYNC_RUNS=N; SYNC_KINDS, two of sigbench --sync's
+# kinds, default "barriers async"): tick_mlp, f32 and f16, the two in alternating order, each run
+# with its floors (logs sync_KIND_N). (The first runs, 2026-11-27, named the then default "plan".)
+for r in $(seq 1 "${SYNC_RUNS:-0}"); do
+    order="${SYNC_KINDS:-barriers async}"
+    [ $((r % 2)) = 0 ] && order="$(echo "$order" | awk '{print $2, $1}')"
+    for k in $order; do
+        step "sync_${k}_$r" timeout 150 taskset -c 3 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors \
+            --cpu 3 --iterations "$ITER" --only-persistent --dtypes f32,f16 --sync "$k"
+    done
+done
 # A/B of the persistent request path against another build's sigbench (BASE_SIGBENCH), on the same
 # core, AB_ROUNDS rounds (default 2) in the order A B, B A, A B, ... so neither build always runs
 # first: a host-side change is judged in one run, p50/p99 per build (logs persist_{base,new}_N).
@@ -225,12 +245,16 @@ for r in $(seq 1 "${FUSED_RUNS:-0}"); do
 done
 # Several specialised instances of the persistent MLP at once (issue 19 item 5; MLP_INSTANCES=1):
 # tick_mlp, 1, 2, 4 and 8 instances (INSTANCE_COUNTS), each driven by its own thread on cores 3, 4,
-# ...; f32 and f16, INST_RUNS runs (default 2).
+# ...; f32 and f16, INST_RUNS runs (default 2); INST_SYNC: sigbench --sync kinds, each a run (default
+# plan; "barriers async" compares the hand-offs).
 if [ "${MLP_INSTANCES:-0}" = 1 ]; then
     for r in $(seq 1 "${INST_RUNS:-2}"); do
         for d in f32 f16; do
-            step "mlp_instances_${d}_$r" timeout 150 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors \
-                --cpu 3 --iterations "$ITER" --only-persistent --dtypes "$d" --instances "${INSTANCE_COUNTS:-1,2,4,8}"
+            for k in ${INST_SYNC:-plan}; do
+                step "mlp_instances_${d}_${k}_$r" timeout 150 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors \
+                    --cpu 3 --iterations "$ITER" --only-persistent --dtypes "$d" --instances "${INSTANCE_COUNTS:-1,2,4,8}" \
+                    --sync "$k"
+            done
         done
     done
 fi
@@ -292,6 +316,7 @@ tar czf "$OUT/logs.tgz" -C "$OUT" logs
 echo; cat "$OUT/env.txt"; [ -f "$OUT/lstm_ab.txt" ] && { echo "LSTM A/B, p50 / p99 per row:"; cat "$OUT/lstm_ab.txt"; }; [ -f "$OUT/lstm_variants.txt" ] && { echo "LSTM variants, p50 / p99:"; cat "$OUT/lstm_variants.txt"; }; [ -f "$OUT/lstm_rr.txt" ] && { echo "LSTM round-robin and single stream (plan 4), p50 / p99:"; cat "$OUT/lstm_rr.txt"; }; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
 [ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log";
 for f in "$LOGS"/dot_probe.log "$LOGS"/dot_probe_noidle.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\||^lstm-dot' "$f" | cut -c1-400; }; done
+for f in "$LOGS"/sync_*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong floor \| \+ read the features, output as)' "$f" | cut -c1-60,170-235; }; done
 for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
 grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
 for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo

@@ -54,6 +54,7 @@ typedef struct {
     int device_count;
     int device;             /* the device the tables run on now */
     const char *instances;  /* --instances: "" or counts of specialised persistent instances driven at once */
+    uint32_t sync;          /* --sync: the persistent rows' hand-offs (SIG_SYNC_*; 0: the plan's choice) */
 } options_t;
 
 static double s_now_us (void)
@@ -95,6 +96,9 @@ static void s_usage (FILE *out)
              "               worst instance's p99\n"
              "  --dtypes L   the persistent rows (and variants, trace) once per weight dtype in L\n"
              "               (\"f32,f16,bf16\"; default f32); f16 and bf16 also at cluster 2, 4 and 8\n"
+             "  --sync K     the persistent rows' (and --instances') hand-offs: plan (default: the plan's choice), barriers\n"
+             "               (cluster barriers), mbar (mbarrier arrivals, a warp) or async (st.async:\n"
+             "               the stores complete the mbarriers)\n"
              "Prints a markdown table in microseconds.\n");
 }
 
@@ -130,7 +134,8 @@ static int s_parse (int argc, char **argv, options_t *o)
         { "no-gpu", no_argument, NULL, 'G' }, { "help", no_argument, NULL, 'h' },
         { "only-persistent", no_argument, NULL, 'P' }, { "persistent-variants", no_argument, NULL, 'V' },
         { "devices", required_argument, NULL, 'D' }, { "trace", no_argument, NULL, 'T' },
-        { "dtypes", required_argument, NULL, 'd' }, { "instances", required_argument, NULL, 'I' }, { 0, 0, 0, 0 } };
+        { "dtypes", required_argument, NULL, 'd' }, { "instances", required_argument, NULL, 'I' },
+        { "sync", required_argument, NULL, 'Y' }, { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -152,6 +157,18 @@ static int s_parse (int argc, char **argv, options_t *o)
         case 'V': o->variants = 1; break;
         case 'T': o->trace = 1; break;
         case 'I': o->instances = optarg; break;
+        case 'Y':
+#ifndef SIGSERVE_HAVE_CUDA
+            fprintf (stderr, "sigbench: --sync: this build has no CUDA\n");
+            return 2;
+#else
+            if (strcmp (optarg, "plan") == 0) o->sync = 0;
+            else if (strcmp (optarg, "barriers") == 0) o->sync = SIG_SYNC_BARRIERS;
+            else if (strcmp (optarg, "mbar") == 0) o->sync = SIG_SYNC_MBAR_WARPS;
+            else if (strcmp (optarg, "async") == 0) o->sync = SIG_SYNC_ASYNC;
+            else { fprintf (stderr, "sigbench: --sync: expected plan, barriers, mbar or async, got \"%s\"\n", optarg); return 2; }
+            break;
+#endif
         case 'd':
             o->dtype_count = 0;
             for (char *t = strtok (optarg, ","); t; t = strtok (NULL, ",")) {
@@ -583,7 +600,8 @@ static void s_persistent_label (backend_model_t *m, const char *what, char *labe
               backend_cuda_iface.kernel_name (m), what, p->dtype <= 2 ? dt[p->dtype] : "?", p->cluster_blocks,
               streamed ? " (streamed into the next layer)" : kept ? " (outputs kept in the workers)" : "",
               narrow ? " (narrow layout)" : "", p->cluster_barriers,
-              (p->sync & SIG_PLAN_SYNC_MBAR_BLOCK) ? "mbarrier hand-offs (a block)"
+              (p->sync & SIG_PLAN_SYNC_ASYNC) ? "st.async hand-offs (the stores complete them)"
+              : (p->sync & SIG_PLAN_SYNC_MBAR_BLOCK) ? "mbarrier hand-offs (a block)"
               : (p->sync & SIG_PLAN_SYNC_MBAR) ? "mbarrier hand-offs (a warp)" : "cluster barriers",
               (p->sync & SIG_PLAN_SYNC_TAIL) ? "fused" : "by layer",
               p->cluster_blocks == 1 ? "one block" : p->read_leader ? "leader reads"
@@ -632,8 +650,10 @@ static double s_bench_trace (const options_t *o, const weights_t *w, weight_dtyp
     const uint32_t layers = p->layer_count, blocks = p->cluster_blocks;   /* P goes with the model */
     s_persistent_label (m, sync == 0 ? "traced (clock64 stamps)"
                            : sync == (SIG_SYNC_BARRIERS | SIG_SYNC_OLD_TAIL) ? "traced, the old synchronisation (a block barrier a tail layer)"
+                           : sync == SIG_SYNC_BARRIERS ? "traced, cluster barriers"
                            : sync == SIG_SYNC_MBAR_WARPS ? "traced, mbarriers (an arrival a warp)"
                            : sync == SIG_SYNC_MBAR_BLOCKS ? "traced, mbarriers (an arrival a block)"
+                           : sync == SIG_SYNC_ASYNC ? "traced, st.async hand-offs"
                            : (sync & SIG_SYNC_TRACE_REPEAT) ? "traced, each tail layer twice" : "traced",
                         label, sizeof label);
     latency_print_row (stdout, label, &sum);
@@ -765,7 +785,9 @@ static double s_bench_instances (const options_t *o, const weights_t *w, weight_
     uint32_t loaded = 0;
     for (; d && th && all && loaded < n; loaded++) {
         s_specialise = true;
-        d[loaded] = (driver_t) { .o = o, .m = s_load_persistent (o, w, NULL, dtype), .w = w, .in = in, .ref = ref,
+        sig_persistent_tuning_t tu = { 0 };
+        tu.sync = o->sync;
+        d[loaded] = (driver_t) { .o = o, .m = s_load_persistent (o, w, o->sync ? &tu : NULL, dtype), .w = w, .in = in, .ref = ref,
                                  .cpu = o->cpu >= 0 ? o->cpu + (int) loaded : -1,
                                  .samples = all + (size_t) loaded * o->iterations };
         s_specialise = false;
@@ -813,9 +835,11 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
     double e_main[3] = { INFINITY, INFINITY, INFINITY };
     for (int d = 0; d < ndt; d++) {
         /* the generic kernel, then (the same run) the one specialised for the model (NVRTC) */
+        sig_persistent_tuning_t tu = { 0 };
+        tu.sync = o->sync;
         for (int spec = 0; spec < 2; spec++) {
             s_specialise = spec == 1;
-            backend_model_t *m = s_load_persistent (o, w, NULL, dtypes[d]);
+            backend_model_t *m = s_load_persistent (o, w, o->sync ? &tu : NULL, dtypes[d]);
             s_specialise = false;
             if (!m)
                 continue;
@@ -855,15 +879,18 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
     /* the kernel as it serves, then (same run) its older synchronisation: the start and gather as
      * cluster barriers and the tail a block barrier a layer, to compare phase by phase */
     for (int d = 0; d < ndt && o->trace; d++) {
-        static const uint32_t olds[] = { 0, SIG_SYNC_BARRIERS | SIG_SYNC_OLD_TAIL, SIG_SYNC_MBAR_BLOCKS,
+        static const uint32_t olds[] = { 0, SIG_SYNC_BARRIERS | SIG_SYNC_OLD_TAIL, SIG_SYNC_BARRIERS,
                                          SIG_SYNC_TRACE_REPEAT };
         for (size_t k = 0; k < sizeof olds / sizeof olds[0]; k++) {
             lim_var[nvar] = s_dtype_limit (dtypes[d]);
             e_var[nvar++] = s_bench_trace (o, w, dtypes[d], olds[k], false, in, ref);
         }
-        /* the specialised kernel as it serves (persistent-nvrtc), traced: where its time goes */
+        /* the specialised kernel as it serves (persistent-nvrtc), traced: where its time goes; then
+         * with cluster barriers (the default before st.async hand-offs) */
         lim_var[nvar] = s_dtype_limit (dtypes[d]);
         e_var[nvar++] = s_bench_trace (o, w, dtypes[d], 0, true, in, ref);
+        lim_var[nvar] = s_dtype_limit (dtypes[d]);
+        e_var[nvar++] = s_bench_trace (o, w, dtypes[d], SIG_SYNC_BARRIERS, true, in, ref);
     }
     for (int d = 0; d < ndt; d++) {   /* half weights: the cluster sizes (the plan's choice is above) */
         if (dtypes[d] == WEIGHT_DTYPE_F32)
@@ -897,7 +924,8 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_WORKERS_POLL | SIG_SYNC_OLD_TAIL },
             { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_FUSE }, { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 },
             { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 4, 0 }, { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 3, 0 },
-            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS }, { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_STREAM } };
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS }, { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_NO_STREAM },
+            { 8, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_ASYNC }, { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 1, SIG_SYNC_ASYNC } };
         const char *what[] = { "variant", "variant: workers read their features", "variant: workers read, ring of 1",
                                "variant: ring of 1", "variant", "variant: registers", "variant: every layer split",
                                "variant: workers read", "variant: every layer split, by outputs",
@@ -911,7 +939,9 @@ static int s_bench_persistent (const options_t *o, const weights_t *w, float *co
                                "variant: every layer split by outputs, 4 a thread (the narrow layout)",
                                "variant: layer 0 by outputs, kept in the workers for layer 1 (split for it)",
                                "variant: cluster barriers (the kind named)",
-                               "variant: a narrow layer's outputs stored for the next (not streamed)" };
+                               "variant: a narrow layer's outputs stored for the next (not streamed)",
+                               "variant: st.async hand-offs (the stores complete the mbarriers)",
+                               "variant: st.async hand-offs, every layer split (scatters)" };
         /* each variant generic, then specialised for the model (as it would serve: the default) */
         for (size_t k = 0; k < 2 * (sizeof variants / sizeof variants[0]); k++) {
             const size_t v = k / 2;
