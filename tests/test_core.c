@@ -537,11 +537,10 @@ START_TEST (flood_neither_loses_replies_nor_delays_exit)
     /* Every request the server took off its sockets was answered: its own count says so. */
     FILE *f = fopen (log, "r");
     char line[1024];
-    unsigned long long received = 0, replied = 1, infer_replies = 0;
+    unsigned long long received = 0, replied = 1, infer_replies = 0, admitted = 0, failures = 0, dropped = 0;
     int front_lines = 0;
     while (f && fgets (line, sizeof line, f)) {
         const char *p = strstr (line, "stopped: ");
-        unsigned long long admitted, failures, dropped;
         if (p)
             ck_assert_int_eq (sscanf (p, "stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), "
                                       "%llu send failures, %llu dropped", &received, &admitted, &replied, &infer_replies,
@@ -555,7 +554,10 @@ START_TEST (flood_neither_loses_replies_nor_delays_exit)
     if (f)
         fclose (f);
     ck_assert_int_eq (front_lines, fronts == 2 ? 2 : 0);
-    ck_assert_uint_eq (received, replied);      /* readiness probes included */
+    /* readiness probes included (once seen under ASan: 12473 received, 12472 replied; the rest of the
+     * server's line says where the one went) */
+    ck_assert_msg (received == replied, "received %llu, replied %llu (admitted %llu, %llu to infer requests, %llu send "
+                   "failures, %llu dropped)", received, replied, admitted, infer_replies, failures, dropped);
     /* And every one of them reached its client, once: they collect until they have them all. */
     atomic_store (&expect, (long) infer_replies);
     atomic_store (&fl[0].stop, true);
