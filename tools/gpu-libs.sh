@@ -20,7 +20,7 @@ du -sh .devlibs
 rm -rf .gpubuild && mkdir -p .gpubuild/tests .gpubuild/models
 for b in $ONLY; do case "$b" in *.log) ;; *) [ -f "$B/$b" ] && cp "$B/$b" ".gpubuild/$b";; esac; done
 cp "$B"/models/tick_mlp.safetensors .gpubuild/models/
-strip --strip-debug .gpubuild/sig* $(ls .gpubuild/tests/* 2>/dev/null) .devlibs/*
+for f in .gpubuild/* .gpubuild/tests/* .devlibs/*; do [ -f "$f" ] && strip --strip-debug "$f"; done; :
 du -sh .gpubuild .devlibs
 # LINEINFO=1: an object of the LSTM kernel with line info, for tools/sass-spills.sh on the host (SPILLS=).
 if [ "${LINEINFO:-0}" = 1 ]; then

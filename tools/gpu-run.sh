@@ -195,6 +195,8 @@ if [ "${SANITIZE_ASYNC:-0}" = 1 ]; then
     step memcheck_async_chunks timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 293,597,31,3 --rows 16 --iterations 40 --warmup 4 --only-persistent --sync async
 fi
+# What green contexts give on this device (GREEN_PROBE=1; tools/green-probe.cu, docs/persistent-notes.md)
+[ "${GREEN_PROBE:-0}" = 1 ] && [ -f "$BUILD/green-probe" ] && step green_probe timeout 100 $BUILD/green-probe 0
 # Cluster barriers against st.async hand-offs (SYNC_RUNS=N; SYNC_KINDS, two of sigbench --sync's
 # kinds, default "barriers async"): tick_mlp, f32 and f16, the two in alternating order, each run
 # with its floors (logs sync_KIND_N). (The first runs, 2026-11-27, named the then default "plan".)
