@@ -223,7 +223,9 @@ __device__ __forceinline__ void s_mbar_wait (uint32_t addr, uint32_t parity)
  * also says how many bytes to wait for: the leader's remote arrive.expect_tx on a worker's input
  * barrier (it knows what it sends), its own local one on its gather barrier (it knows the rows). A
  * store may land before the arrival (the tx-count goes below zero within the phase; the phase
- * completes only once both are in). ADDR, MB: shared::cluster addresses (sig_mapa). */
+ * completes only once both are in). A phase's bytes are at most the receiver's shared memory (the
+ * slices, the partials' area), far under the tx-count's limit of 2^20 - 1. ADDR, MB:
+ * shared::cluster addresses (sig_mapa). */
 __device__ __forceinline__ void s_st_async_v4 (uint32_t addr, float4 v, uint32_t mb)
 {
     asm volatile ("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
