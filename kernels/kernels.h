@@ -164,10 +164,10 @@ typedef struct {
  *   SIG_SYNC_ASYNC: the stores complete the receiver's mbarrier themselves (st.async with
  *     complete_tx: no fence, no arrival after them); the sender says how many bytes come with one
  *     arrive.expect_tx (the leader on each worker's input barrier, on its own gather barrier).
- *     Not where a layer is fused (there it is SIG_SYNC_MBAR_WARPS).
+ *     The plan's default.
  * The mbarrier kinds need layer 0 split and the leader reading the features (else the plan uses
- * cluster barriers). Kind 0 (the plan's choice), where the leader reads: SIG_SYNC_MBAR_WARPS where a
- * layer is fused (.fuse), else SIG_SYNC_ASYNC; SIG_SYNC_BARRIERS where the workers read. Flags: SIG_SYNC_OLD_TAIL, the leader's layers after the last split layer one
+ * cluster barriers). Kind 0 (the plan's choice): SIG_SYNC_ASYNC where the leader reads, else
+ * SIG_SYNC_BARRIERS. Flags: SIG_SYNC_OLD_TAIL, the leader's layers after the last split layer one
  * by one with a block barrier after each (else one compact loop, warp 0 alone on the one-warp
  * layers at the end); SIG_SYNC_TRACE_REPEAT, the traced kernel computes each compact-tail layer
  * twice and stamps both (sigbench --trace: is a layer's fixed cost cold code or data?);

@@ -35,14 +35,15 @@
  * 0.25-0.45 us slower on tick_mlp.) The hand-offs can also be DSMEM stores + remote mbarrier
  * arrivals (tuning sync = SIG_SYNC_MBAR_WARPS or _BLOCKS, when layer 0 is split and the leader
  * reads): measured 0.3-0.7 us slower than the cluster barriers on tick_mlp with the generic kernel,
- * level with the specialised one, and 0.2-0.6 us faster where a layer is fused: the default there
- * (docs/persistent-notes.md has the ordering and parity argument and the numbers). Where the leader
- * reads and no layer is fused (tick_mlp), the default is SIG_SYNC_ASYNC: the slices, the command and
+ * level with the specialised one, and 0.2-0.6 us faster where a layer is fused (docs/persistent-notes.md
+ * has the ordering and parity argument and the numbers). Where the leader reads, the default is
+ * SIG_SYNC_ASYNC (fused pairs too): the slices, the command and
  * the partials go by st.async, each store completing the receiver's mbarrier itself (complete_tx:
  * no fence, no arrival after the stores), and the sender's one arrive.expect_tx says how many bytes
  * come (the leader knows what it sends and how many partials each gather brings); a worker's
  * threads meet at a block barrier after each wait, so none still waits on a phase when the next
- * completes. Measured 0.8-1.1 us p50 faster than cluster barriers on tick_mlp.
+ * completes. Measured 0.8-1.1 us p50 faster than cluster barriers on tick_mlp, 0.7-0.8 faster than
+ * the mbarrier arrivals on fused pairs.
  *
  * THREADS AND WEIGHTS. In a layer, G = 2^glog consecutive threads (G <= 32, same warp) share an
  * output: thread t has output m = p * (T / G) + t / G in pass p (more outputs than T / G: several
@@ -1128,7 +1129,8 @@ __device__ __forceinline__ void s_persistent_body (const p_header_t *__restrict_
                             const uint32_t out1 = s_h.out_[l + 1u], mpad1 = 4u * s_div_up (out1, 4u);
                             s_gemv_stream<DT> (L, m1 - m0, s_dyn + L.w_smem, slice, rows, sf + L.wbias, s_h.act[l], N, out1,
                                                s_dyn + N.w_smem, wr, reinterpret_cast<float *> (slice2),
-                                               s_out_partial (part + pp + (size_t) w * chunk * mpad1, mpad1, 0u, 0u));
+                                               s_out_partial (part + pp + (size_t) w * chunk * mpad1, mpad1, 0u,
+                                                              sasync ? mb_gather_lead : 0u));
                         } else if (!(after_fuse && s_h.layer[l - 1u].fuse == P_FUSE_STREAM)) {
                             s_gemv_any<DT> (L, m1 - m0, s_dyn + L.w_smem, wr, after_fuse ? slice2 : slice, rows, po);
                         }   /* (streamed into: its partials were put by the layer before) */

@@ -224,15 +224,12 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
             N->slots = net->layers[l + 1u].out;
         }
     }
-    /* With a fused pair, mbarrier hand-offs (an arrival a warp) unless the tuning names a kind:
-     * measured 0.2-0.6 us faster there than cluster barriers (specialised, H100 and H200; tick_mlp,
-     * no fused pair: the same p50), docs/perf.md */
-    if (fused && (!(tu->sync & SIG_SYNC_KIND_MASK) || kind == SIG_SYNC_ASYNC) && p->read_leader && !wpoll)
-        p->sync |= SIG_PLAN_SYNC_MBAR;
-    /* The stores complete the hand-offs (st.async), the default where no layer is fused (a fused
-     * pair's partials and slices are counted in no byte total the leader knows): measured 0.9-1.1 us
-     * p50 faster than cluster barriers on tick_mlp (H100, specialised, f32 and f16; docs/perf.md) */
-    if (!fused && (kind == SIG_SYNC_ASYNC || !(tu->sync & SIG_SYNC_KIND_MASK)) && p->read_leader && !wpoll)
+    /* The stores complete the hand-offs (st.async) unless the tuning names another kind (a kept layer
+     * has no gather, a streamed one's partials are the next layer's gather: the same byte counts).
+     * Measured on an H100 (specialised, p50; docs/perf.md): tick_mlp 0.9-1.1 us faster than cluster
+     * barriers, 37-8000-5 (kept) 0.7-0.8 and 5-20000-2 (streamed) 0.8 faster than mbarrier arrivals
+     * a warp, which had been the default with a fused pair (0.2-0.6 faster than cluster barriers). */
+    if ((kind == SIG_SYNC_ASYNC || !(tu->sync & SIG_SYNC_KIND_MASK)) && p->read_leader && !wpoll)
         p->sync |= SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC;
     /* Registers: per role, the layer that would read most from shared memory (its first pass's
      * first slots). */

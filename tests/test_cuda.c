@@ -636,7 +636,8 @@ static const sig_persistent_tuning_t s_tunings[] = {
     /* the stores complete the hand-offs (st.async, the default where the leader reads and nothing is
      * fused; tunings of kind 0 above run it): every layer split (scatters), by columns, by sequence;
      * layer 0 by outputs on 4 blocks with registers and a ring of 1; every layer narrow (4 outputs a
-     * thread); pairs fused (planned as mbarriers, an arrival a warp). Cluster barriers (the default
+     * thread); pairs fused (kept and streamed: every layer split, even ones by outputs; registers
+     * always with the streamed-into layer's first passes banked). Cluster barriers (the default
      * before): the plan's cluster, and every layer split by columns */
     { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, SIG_SYNC_BARRIERS },
     { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 1, SIG_SYNC_BARRIERS },
@@ -644,6 +645,7 @@ static const sig_persistent_tuning_t s_tunings[] = {
     { 4, 0, 2, SIG_DONE_OUTPUTS, 0, 1, 0, 2, SIG_SYNC_ASYNC },
     { 8, 1, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 4, SIG_SYNC_ASYNC },
     { 8, 1, 0, SIG_DONE_SEQUENCE, 0, 0, 0, 3, SIG_SYNC_ASYNC },
+    { 4, 1, 2, SIG_DONE_OUTPUTS, 0, 0, 0, 3, SIG_SYNC_ASYNC },
 };
 #define TUNINGS (sizeof s_tunings / sizeof s_tunings[0])
 

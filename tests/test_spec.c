@@ -180,10 +180,10 @@ START_TEST (workers_polling_is_planned_only_where_it_can_run)
 END_TEST
 
 /* SIG_SYNC_ASYNC (the stores complete the hand-offs, st.async): planned where the leader reads the
- * features and no layer is fused, with the mbarriers it runs on (also where no kind is named: the
- * default); a fused plan gets the mbarrier
- * hand-offs (an arrival a warp) instead; the specialised kernels compile for sm_90 (tick_mlp f32 and
- * f16, every layer split: scatters too, in bf16, rows in chunks). */
+ * features, with the mbarriers it runs on, also where a layer is kept or streamed; the default (the
+ * plan with no kind named is the same, byte for byte); the specialised kernels
+ * compile for sm_90 (tick_mlp f32 and f16, every layer split: scatters too, in bf16, rows in
+ * chunks, a kept pair, a streamed pair). */
 START_TEST (st_async_hand_offs_are_planned_where_the_bytes_are_known)
 {
     const uint32_t demo[] = { 512, 256, 64, 1 }, odd[] = { 293, 597, 31, 3 }, narrow[] = { 37, 3000, 5 };
@@ -213,17 +213,30 @@ START_TEST (st_async_hand_offs_are_planned_where_the_bytes_are_known)
     ck_assert_uint_lt (chunked.chunk_rows, chunked.max_rows);
     ck_assert_uint_eq (chunked.sync & SIG_PLAN_SYNC_ASYNC, SIG_PLAN_SYNC_ASYNC);
     s_compiles (src);
-    free (s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &fused));
+    src = s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &fused);
     ck_assert_uint_eq (fused.layers[0].fuse, 1);
-    ck_assert_uint_eq (fused.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), SIG_PLAN_SYNC_MBAR);
+    s_compiles (src);
+    ck_assert_uint_eq (fused.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC);
+    tu.sync = 0;   /* no kind named: the same plan, byte for byte (the GPU tests name the kind) */
+    sig_persistent_plan_t fd;
+    free (s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &fd));
+    ck_assert_int_eq (memcmp (&fd, &fused, sizeof fd), 0);
+    tu.sync = SIG_SYNC_ASYNC;
     tu.sync = 0;   /* no kind named: st.async here too (the default) */
     sig_persistent_plan_t d;
     free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &d));
     ck_assert_uint_eq (d.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC);
+    ck_assert_int_eq (memcmp (&d, &a, sizeof d), 0);   /* the plan the tuning named, byte for byte */
     tu.sync = SIG_SYNC_BARRIERS;   /* a kind named: that kind */
     free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &d));
     ck_assert_uint_eq (d.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), 0);
     tu.sync = SIG_SYNC_ASYNC;
+    const uint32_t streamed[] = { 5, 20000, 2 };
+    sig_persistent_plan_t st;
+    src = s_source_as (streamed, 2, 1, SIG_DTYPE_F16, false, &tu, &st);
+    ck_assert_uint_eq (st.layers[0].fuse, 2);
+    ck_assert_uint_eq (st.sync & SIG_PLAN_SYNC_ASYNC, SIG_PLAN_SYNC_ASYNC);
+    s_compiles (src);
     tu.read_workers = 1;   /* the leader does not read: cluster barriers */
     sig_persistent_plan_t rw;
     free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &rw));
@@ -254,7 +267,8 @@ START_TEST (a_layer_split_by_outputs_keeps_them_for_the_next)
     ck_assert_uint_eq (f.layers[1].by_out, 0);
     ck_assert_uint_eq (f.layers[1].fuse, 0);
     ck_assert_uint_eq (f.cluster_barriers, 2);   /* start, the gather of layer 1 */
-    ck_assert_uint_eq (f.sync & SIG_PLAN_SYNC_MBAR, SIG_PLAN_SYNC_MBAR);   /* fused: mbarrier hand-offs */
+    ck_assert_uint_eq (f.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC),
+                       SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC);   /* st.async hand-offs, fused too */
     s_compiles (src);
     sig_persistent_plan_t fb;
     tu.sync = SIG_SYNC_BARRIERS;   /* a kind named: that kind */

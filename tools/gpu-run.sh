@@ -188,12 +188,17 @@ if [ "${SANITIZE:-1}" = 1 ]; then
 fi
 # st.async hand-offs (sigbench --sync async: the stores complete the mbarriers) under memcheck
 # (SANITIZE_ASYNC=1): the split layer 0 and local layers at rows 7, rows in chunks, f32 and f16,
-# generic and specialised.
+# fused pairs (kept, narrow, streamed), generic and specialised.
 if [ "${SANITIZE_ASYNC:-0}" = 1 ]; then
     step memcheck_async timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --sync async --dtypes f32,f16
     step memcheck_async_chunks timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 293,597,31,3 --rows 16 --iterations 40 --warmup 4 --only-persistent --sync async
+    # named where a pair is fused: kept (37-6669-5), narrow and kept (5-9001-3-7), streamed and banked
+    for s in 37,6669,5:3 5,9001,3,7:5 1,150001,1:3; do
+        step "memcheck_async_$(echo "${s%:*}" | tr , x)" timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 \
+            $BUILD/sigbench --shape "${s%:*}" --rows "${s#*:}" --iterations 40 --warmup 4 --only-persistent --sync async
+    done
 fi
 # What green contexts give on this device (GREEN_PROBE=1; tools/green-probe.cu, docs/persistent-notes.md)
 [ "${GREEN_PROBE:-0}" = 1 ] && [ -f "$BUILD/green-probe" ] && step green_probe timeout 100 $BUILD/green-probe 0
