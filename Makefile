@@ -192,8 +192,8 @@ $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a
 $(BUILD)/sigload: $(SIGLOAD_OBJ) $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
-$(BUILD)/green-probe: tools/green-probe.cu
-	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -o $@ $< -lnvrtc
+$(BUILD)/green-probe: tools/green-probe.cu kernels/sig_device.cuh kernels/kernels.h
+	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $< -lnvrtc
 
 $(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh kernels/kernels.h
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $<

@@ -170,8 +170,7 @@ static bool s_build (const sig_fused_net_t *net, uint32_t max_rows, uint32_t row
     p->read_leader = C > 1u && spread[0] && !tu->read_workers ? 1u : 0u;
     /* mbarrier hand-offs need the start to be the leader's (it reads and scatters) and a gather
      * between any two hand-offs to the workers (layer 0 split): docs/persistent-notes.md. Where the
-     * tuning names no kind: st.async where no layer is fused, mbarrier arrivals (a warp) where one
-     * is (below); cluster barriers where the leader does not read. */
+     * tuning names no kind: st.async where the leader reads (below), else cluster barriers. */
     const uint32_t kind = (tu->sync & SIG_SYNC_KIND_MASK) ? (tu->sync & SIG_SYNC_KIND_MASK) : (uint32_t) SIG_SYNC_BARRIERS;
     p->sync = (tu->sync & SIG_SYNC_OLD_TAIL) ? 0u : (uint32_t) SIG_PLAN_SYNC_TAIL;
     if (p->read_leader && kind == SIG_SYNC_MBAR_WARPS)

@@ -633,8 +633,8 @@ static const sig_persistent_tuning_t s_tunings[] = {
      * mbarriers a block; the same pairs with the hidden layer kept (SIG_SYNC_NO_STREAM) */
     { 4, 1, 2, SIG_DONE_SEQUENCE, 0, 0, 0, 3, SIG_SYNC_MBAR_BLOCKS },
     { 8, 1, 2, SIG_DONE_OUTPUTS, 0, 0, 0, 3, SIG_SYNC_NO_STREAM },
-    /* the stores complete the hand-offs (st.async, the default where the leader reads and nothing is
-     * fused; tunings of kind 0 above run it): every layer split (scatters), by columns, by sequence;
+    /* the stores complete the hand-offs (st.async, the default where the leader reads; tunings of
+     * kind 0 above run it): every layer split (scatters), by columns, by sequence;
      * layer 0 by outputs on 4 blocks with registers and a ring of 1; every layer narrow (4 outputs a
      * thread); pairs fused (kept and streamed: every layer split, even ones by outputs; registers
      * always with the streamed-into layer's first passes banked). Cluster barriers (the default

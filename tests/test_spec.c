@@ -184,7 +184,7 @@ END_TEST
  * plan with no kind named is the same, byte for byte); the specialised kernels
  * compile for sm_90 (tick_mlp f32 and f16, every layer split: scatters too, in bf16, rows in
  * chunks, a kept pair, a streamed pair). */
-START_TEST (st_async_hand_offs_are_planned_where_the_bytes_are_known)
+START_TEST (st_async_hand_offs_are_planned_where_the_leader_reads)
 {
     const uint32_t demo[] = { 512, 256, 64, 1 }, odd[] = { 293, 597, 31, 3 }, narrow[] = { 37, 3000, 5 };
     sig_persistent_tuning_t tu;
@@ -221,8 +221,7 @@ START_TEST (st_async_hand_offs_are_planned_where_the_bytes_are_known)
     sig_persistent_plan_t fd;
     free (s_source_as (narrow, 2, 3, SIG_DTYPE_F32, false, &tu, &fd));
     ck_assert_int_eq (memcmp (&fd, &fused, sizeof fd), 0);
-    tu.sync = SIG_SYNC_ASYNC;
-    tu.sync = 0;   /* no kind named: st.async here too (the default) */
+    /* no kind named (tu.sync still 0): st.async on tick_mlp too */
     sig_persistent_plan_t d;
     free (s_source_as (demo, 3, 1, SIG_DTYPE_F32, false, &tu, &d));
     ck_assert_uint_eq (d.sync & (SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC), SIG_PLAN_SYNC_MBAR | SIG_PLAN_SYNC_ASYNC);
@@ -580,7 +579,7 @@ int main (void)
     tcase_add_test (tc, compiles_odd_shapes_rows_and_a_split_layer);
     tcase_add_test (tc, the_traced_instantiation_compiles_with_its_own_source);
     tcase_add_test (tc, workers_polling_is_planned_only_where_it_can_run);
-    tcase_add_test (tc, st_async_hand_offs_are_planned_where_the_bytes_are_known);
+    tcase_add_test (tc, st_async_hand_offs_are_planned_where_the_leader_reads);
     tcase_add_test (tc, a_layer_split_by_outputs_keeps_them_for_the_next);
     tcase_add_test (tc, a_narrow_layer_streams_into_a_few_outputs);
     tcase_add_test (tc, the_planner_takes_every_family_up_to_the_budget);

@@ -12,11 +12,12 @@
 //      and one on a primary-context stream still run beside it (each bounded by 2 s);
 //   6. clusters of 8 in a partition of 8 SMs: two of them launched at once (serialised, or refused).
 // Build (no libcuda link; the driver's entry points come from the runtime):
-//   nvcc -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 tools/green-probe.cu -lnvrtc -o build/green-probe
+//   make build/green-probe (nvcc ... -Ikernels tools/green-probe.cu -lnvrtc)
 // Run on the GPU host: build/green-probe [device]
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
+#include "sig_device.cuh"
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -82,20 +83,12 @@ __global__ void k_spin (volatile int *flag, volatile int *running)
     }
 }
 
+/* BLOCKS blocks in clusters of 8 (the persistent kernels' launch configuration, more clusters) */
 static cudaError_t s_launch_cluster (const void *fn, unsigned blocks, cudaStream_t s, void **args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 8;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = sig_cluster_config (8, THREADS, SMEM, s, &attr);
     cfg.gridDim = dim3 (blocks);
-    cfg.blockDim = dim3 (THREADS);
-    cfg.dynamicSmemBytes = SMEM;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
     return cudaLaunchKernelExC (&cfg, fn, args);
 }
 
