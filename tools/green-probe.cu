@@ -10,7 +10,12 @@
 //      with cuLaunchKernelEx into the green stream;
 //   5. a resident spinner (cluster of 8) in green context A: do a cluster launch in green context B
 //      and one on a primary-context stream still run beside it (each bounded by 2 s);
-//   6. clusters of 8 in a partition of 8 SMs: two of them launched at once (serialised, or refused).
+//   6. clusters of 8 in a partition of 8 SMs: two of them launched at once (serialised, or refused);
+//   7. with the spinner resident: making a green context and its stream, a stream-ordered allocation
+//      and copy on that stream, destroying both (each bounded: a call that waits for the resident
+//      kernel is reported, and the probe leaves: on an H100, 2026-11-27, the making waits);
+//   8. (before 5) two groups of 8 from one split in one green context: a cluster of 16 and two
+//      clusters of 8 launched there.
 // Build (no libcuda link; the driver's entry points come from the runtime):
 //   make build/green-probe (nvcc ... -Ikernels tools/green-probe.cu -lnvrtc)
 // Run on the GPU host: build/green-probe [device]
@@ -21,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <set>
 #include <thread>
 
@@ -36,6 +42,7 @@ DRV (cuModuleGetFunction);
 DRV (cuLaunchKernelEx);
 DRV (cuFuncSetAttribute);
 DRV (cuGetErrorString);
+DRV (cuStreamDestroy);
 
 static bool s_entry (const char *name, void **fn)
 {
@@ -110,6 +117,28 @@ static int s_wait (cudaStream_t s, int ms, const char *what)
     }
 }
 
+// Runs FN, reporting and leaving the process when it takes more than 3 s (a call that waits for a
+// resident kernel waits forever).
+template <class F> static void s_bounded (const char *what, F fn)
+{
+    volatile bool done = false;
+    std::thread dog ([&] {
+        for (int i = 0; i < 3000 && !done; i++)
+            std::this_thread::sleep_for (std::chrono::milliseconds (1));
+        if (!done) {
+            printf ("7. %s: still waiting after 3 s (it waits for the resident kernel)\n", what);
+            fflush (stdout);
+            _exit (2);
+        }
+    });
+    auto t0 = std::chrono::steady_clock::now ();
+    fn ();
+    done = true;
+    dog.join ();
+    printf ("7.   (%s took %.0f us)\n", what,
+            std::chrono::duration<double, std::micro> (std::chrono::steady_clock::now () - t0).count ());
+}
+
 struct green_t {
     CUgreenCtx g = nullptr;
     CUstream s = nullptr;
@@ -154,7 +183,8 @@ int main (int argc, char **argv)
                  { "cuModuleGetFunction", (void **) &p_cuModuleGetFunction },
                  { "cuLaunchKernelEx", (void **) &p_cuLaunchKernelEx },
                  { "cuFuncSetAttribute", (void **) &p_cuFuncSetAttribute },
-                 { "cuGetErrorString", (void **) &p_cuGetErrorString } };
+                 { "cuGetErrorString", (void **) &p_cuGetErrorString },
+                 { "cuStreamDestroy", (void **) &p_cuStreamDestroy } };
     for (auto &w : want)
         if (!s_entry (w.n, w.f)) {
             printf ("1. %s: not in this driver: no green contexts\n", w.n);
@@ -265,6 +295,39 @@ int main (int argc, char **argv)
         delete[] cubin;
     }
 
+    // 8. groups 3 and 4 of the split by 8 in one green context: a cluster of 16 (non-portable), two of 8
+    {
+        CUdevResourceDesc desc;
+        CUresult r = p_cuDevResourceGenerateDesc (&desc, &g8[3], 2);
+        green_t d;
+        if (r == CUDA_SUCCESS)
+            r = p_cuGreenCtxCreate (&d.g, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
+        if (r == CUDA_SUCCESS)
+            r = p_cuGreenCtxStreamCreate (&d.s, d.g, CU_STREAM_NON_BLOCKING, 0);
+        printf ("8. one green context of groups 3 and 4: %s\n", s_cu (r));
+        if (r == CUDA_SUCCESS) {
+            void *args[] = { &d_smid };
+            for (unsigned cl : { 8u, 16u }) {
+                cudaFuncSetAttribute (k_where, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+                cudaLaunchAttribute attr;
+                cudaLaunchConfig_t cfg = sig_cluster_config (cl, THREADS, SMEM, (cudaStream_t) d.s, &attr);
+                cfg.gridDim = dim3 (16);
+                cudaMemset (d_smid, 0xff, sizeof h_smid);
+                cudaError_t e = cudaLaunchKernelExC (&cfg, (const void *) k_where, args);
+                int done = e == cudaSuccess ? s_wait ((cudaStream_t) d.s, 2000, "8") : -1;
+                std::set<unsigned> ids;
+                if (done == 1) {
+                    cudaMemcpy (h_smid, d_smid, sizeof h_smid, cudaMemcpyDeviceToHost);
+                    for (unsigned i = 0; i < 16; i++)
+                        ids.insert (h_smid[i]);
+                }
+                printf ("8. 16 blocks in clusters of %u there: %s, %zu distinct SMs\n", cl,
+                        e != cudaSuccess ? cudaGetErrorString (e) : done == 1 ? "ran" : done == 0 ? "did not finish in 2 s" : "failed",
+                        ids.size ());
+                cudaGetLastError ();
+            }
+        }
+    }
     // 5. a resident spinner in A; a cluster launch in B and on a primary stream beside it
     int *h_flag = nullptr, *h_run = nullptr;
     cudaHostAlloc ((void **) &h_flag, 4096, cudaHostAllocMapped);
@@ -301,6 +364,41 @@ int main (int argc, char **argv)
         done = e == cudaSuccess ? s_wait ((cudaStream_t) b.s, 2000, "6") : -1;
         printf ("6. 8 then 16 blocks (clusters of 8) in the 8-SM green context B: %s\n",
                 e != cudaSuccess ? cudaGetErrorString (e) : done == 1 ? "ran (in turn)" : done == 0 ? "did not finish in 2 s" : "failed");
+        // 7. beside the resident spinner: a green context and stream of group 2, used and destroyed
+        {
+            green_t c7;
+            bool made = false;
+            s_bounded ("cuGreenCtxCreate + cuGreenCtxStreamCreate", [&] { made = s_green (&g8[2], dev, &c7, "7"); });
+            printf ("7. beside the resident spinner, a green context of group 2 and its stream: %s\n",
+                    made ? "made" : "failed");
+            if (made) {
+                void *p = nullptr;
+                cudaError_t e7 = cudaSuccess;
+                s_bounded ("cudaMallocAsync + cudaMemsetAsync + cudaStreamSynchronize on the green stream", [&] {
+                    e7 = cudaMallocAsync (&p, 1 << 20, (cudaStream_t) c7.s);
+                    if (e7 == cudaSuccess)
+                        e7 = cudaMemsetAsync (p, 0, 1 << 20, (cudaStream_t) c7.s);
+                    if (e7 == cudaSuccess)
+                        e7 = cudaFreeAsync (p, (cudaStream_t) c7.s);
+                    if (e7 == cudaSuccess)
+                        e7 = cudaStreamSynchronize ((cudaStream_t) c7.s);
+                });
+                printf ("7. a stream-ordered allocation, memset and free on the green stream: %s\n",
+                        cudaGetErrorString (e7));
+                cudaGetLastError ();
+                void *args7[] = { &d_smid };
+                e7 = s_launch_cluster ((const void *) k_where, 8, (cudaStream_t) c7.s, args7);
+                done = e7 == cudaSuccess ? s_wait ((cudaStream_t) c7.s, 2000, "7") : -1;
+                printf ("7. a cluster launch there: %s\n", e7 != cudaSuccess ? cudaGetErrorString (e7)
+                                                           : done == 1 ? "ran" : "did not finish in 2 s");
+                CUresult d1 = CUDA_SUCCESS, d2 = CUDA_SUCCESS;
+                s_bounded ("cuStreamDestroy + cuGreenCtxDestroy", [&] {
+                    d1 = p_cuStreamDestroy (c7.s);
+                    d2 = p_cuGreenCtxDestroy (c7.g);
+                });
+                printf ("7. destroying its stream and the green context: %s, %s\n", s_cu (d1), s_cu (d2));
+            }
+        }
         *(volatile int *) h_flag = 1;
         done = s_wait ((cudaStream_t) a.s, 2000, "5");
         printf ("5. the spinner stopped when asked: %s\n", done == 1 ? "yes" : "no");
