@@ -269,7 +269,7 @@ START_TEST (test_serving_keys_and_resolved_defaults)
                    "  'curve': {'secret_key_file': 'keys/server_secret', 'allowed_clients': '/etc/clients'}},"
                    " 'models': [" MODEL_WITH (", 'instances': 4, 'cpus': [2, 3], 'max_batch_rows': 64, "
                    "  'batch_delay_us': 20, 'keep_warm_us': 1000, 'devices': [1, 0], 'kernel': 'persistent', "
-                   "  'watchdog_ms': 250, 'max_queue_us': 2500") ", "
+                   "  'backend': 'cuda', 'green_context': true, 'watchdog_ms': 250, 'max_queue_us': 2500") ", "
                    "  {'name': 'n', 'weights': 'w', 'layers': [" LAYER_OK "], 'queue_depth': 3, 'device': 2}]}",
                    err, sizeof err);
     ck_assert_msg (cfg != NULL, "%s", err);
@@ -297,11 +297,13 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert_uint_eq (m->max_queue_us, 2500);
     ck_assert_int_eq (m->kernel, CUDA_KERNEL_PERSISTENT);
     ck_assert_uint_eq (m->watchdog_ms, 250);
+    ck_assert (m->green_context);
     ck_assert_uint_eq (m->device_count, 2);
     ck_assert_int_eq (m->devices[0], 1);
     ck_assert_int_eq (m->device, 1);
     m = &cfg->models[1];
     ck_assert_uint_eq (m->queue_depth, 3);
+    ck_assert (!m->green_context);   /* the default */
     ck_assert_uint_eq (m->device_count, 1);
     ck_assert_int_eq (m->devices[0], 2);
     config_destroy (&cfg);
@@ -313,11 +315,13 @@ START_TEST (test_lstm_model_keys)
     char err[512];
     config_t *cfg = s_parse ("{" SERVER_OK ", 'models': [{'name': 'l', 'type': 'lstm', 'weights': 'w', "
                              "'lstm': 'lstm.', 'window': 64, 'head': {'weight': 'fc.weight', 'activation': 'tanh'}, "
-                             "'max_streams': 10, 'stream_idle_s': 5, 'weight_dtype': 'f16', 'advances_apart': true}]}",
+                             "'max_streams': 10, 'stream_idle_s': 5, 'weight_dtype': 'f16', 'advances_apart': true, "
+                             "'backend': 'cuda', 'green_context': true}]}",
                              err, sizeof err);
     ck_assert_msg (cfg != NULL, "%s", err);
     const model_config_t *m = &cfg->models[0];
     ck_assert (m->advances_apart);
+    ck_assert (m->green_context);
     ck_assert_int_eq (m->type, MODEL_TYPE_LSTM);
     ck_assert_str_eq (m->lstm_prefix, "lstm.");
     ck_assert_uint_eq (m->window, 64);
@@ -451,7 +455,21 @@ static const bad_case_t s_bad[] = {
       "cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, max_batch_rows, "
       "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, watchdog_ms, weight_dtype, "
       "specialise, weights, layers, lstm, window, "
-      "head, max_streams, stream_idle_s, advances_apart)" },
+      "head, max_streams, stream_idle_s, advances_apart, green_context)" },
+    { "green_context on the CPU", WITH_MODEL (", 'backend': 'cpu', 'green_context': true"),
+      "test.json: models[0].green_context: only with \"backend\": \"cuda\" (SMs of a GPU held for the model's "
+      "persistent kernel); this model's backend is \"cpu\"" },
+    { "green_context with auto", WITH_MODEL (", 'green_context': true"),
+      "test.json: models[0].green_context: only with \"backend\": \"cuda\" (SMs of a GPU held for the model's "
+      "persistent kernel); this model's backend is \"auto\"" },
+    { "green_context with a launched kernel", WITH_MODEL (", 'backend': 'cuda', 'kernel': 'fused', 'green_context': true"),
+      "test.json: models[0].green_context: only with \"kernel\": \"persistent\" (a resident kernel holds SMs; a "
+      "launched one gives them back); this model's kernel is \"fused\"" },
+    { "green_context with the default kernel", WITH_MODEL (", 'backend': 'cuda', 'green_context': true"),
+      "test.json: models[0].green_context: only with \"kernel\": \"persistent\" (a resident kernel holds SMs; a "
+      "launched one gives them back); this model's kernel is \"warp\"" },
+    { "green_context not a boolean", WITH_MODEL (", 'green_context': 1"),
+      "test.json: models[0].green_context: expected a boolean, got a number" },
     { "unknown layer key", WITH_LAYERS ("{'weight': '0.weight', 'act': 'relu'}"),
       "test.json: models[0].layers[0].act: unknown key (expected one of weight, bias, activation)" },
     { "key repeated", WITH_SERVER (", 'log_level': 'info', 'log_level': 'debug'"),

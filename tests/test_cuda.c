@@ -33,6 +33,7 @@
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/green.h"
 #include "kernels.h"
 
 #include <cublas_v2.h>
@@ -270,12 +271,14 @@ static char *s_write_config (const char *dir, const char *weights, const char *e
     const char *models[][3] = { { "on_cpu", "cpu", "warp" }, { "on_warp", "cuda", "warp" }, { "on_mbyv", "cuda", "mbyv" },
                                 { "on_cublas", "cuda", "cublas" }, { "on_fused", "cuda", "fused" },
                                 { "on_persistent", "cuda", "persistent" } };
+    /* the persistent model: two instances, each in a green context of its own */
     for (int i = 0; i < 6; i++)
         n += snprintf (json + n, sizeof json - (size_t) n,
-                       "    { \"name\": \"%s\", \"backend\": \"%s\", \"kernel\": \"%s\", \"max_rows\": 4, \"weights\": \"%s\",\n"
+                       "    { \"name\": \"%s\", \"backend\": \"%s\", \"kernel\": \"%s\", \"max_rows\": 4, \"weights\": \"%s\",%s\n"
                        "      \"layers\": [ { \"weight\": \"0.weight\", \"activation\": \"relu\" }, { \"weight\": \"2.weight\", "
                        "\"activation\": \"relu\" }, { \"weight\": \"4.weight\" } ] }%s\n",
-                       models[i][0], models[i][1], models[i][2], weights, i < 5 ? "," : "");
+                       models[i][0], models[i][1], models[i][2], weights,
+                       i == 5 ? " \"instances\": 2, \"green_context\": true," : "", i < 5 ? "," : "");
     snprintf (json + n, sizeof json - (size_t) n, "  ] }\n");
     return tu_write_file (dir, "gpu.json", json, -1);
 }
@@ -467,8 +470,14 @@ START_TEST (server_serves_cuda_like_cpu)
     /* the persistent model is specialised for its shapes at load (the configuration's default, specialise) */
     const char *kernels[] = { "loop", "warp+graph", "mbyv+graph", "cublas+graph", "fused+graph", "persistent-nvrtc" };
     for (int i = 0; i < 6; i++) {
-        ck_assert_str_eq (r->list_models->models[i]->backend, i == 0 ? "cpu" : "cuda");
-        ck_assert_str_eq (r->list_models->models[i]->kernel, kernels[i]);
+        const Sigserve__V1__ModelInfo *mi = r->list_models->models[i];
+        ck_assert_str_eq (mi->backend, i == 0 ? "cpu" : "cuda");
+        ck_assert_str_eq (mi->kernel, kernels[i]);
+        /* green_context: each persistent instance's kernel in a green context of 8 SMs (the H100's and
+         * H200's smallest), as its device process loaded it; none elsewhere */
+        ck_assert_uint_eq (mi->n_instance_states, i == 5 ? 2 : 1);
+        for (size_t k = 0; k < mi->n_instance_states; k++)
+            ck_assert_uint_eq (mi->instance_states[k]->green_sms, i == 5 ? 8 : 0);
     }
     sigserve__v1__reply__free_unpacked (r, NULL);
 
@@ -1267,6 +1276,128 @@ START_TEST (persistent_coexists)
 }
 END_TEST
 
+/* Model key green_context: every group of the device holds an instance of its own (tick_mlp's shape;
+ * the first specialised, its module and the green contexts prepared before any kernel was resident,
+ * as the server does), each answering within its bound while all are resident; one more is refused
+ * naming who holds them; a destroyed instance's group goes to the next persistent load, one without
+ * the key too (it follows the split: placed by the hardware it could sit on a free group's SMs); every
+ * group is given back at the end. (A cluster of 8 without a group, beside 15 green ones, did not start
+ * within 20 s on an H100: the 12 SMs left are spread over the GPCs.) */
+START_TEST (persistent_green_instances)
+{
+    printf ("test %s\n", __func__);   /* progress, for a run that times out */
+    fflush (stdout);
+    const uint32_t sizes[] = { 512, 256, 64, 1 };
+    const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_NONE };
+    weights_t *w = weights_random (sizes, acts, 3, rng_next (&s_seed));
+    char err[2048] = "", want[512];
+    model_config_t cfg = s_pconfig (3, 1000);
+    snprintf (cfg.name, sizeof cfg.name, "green");
+    cfg.green_context = true;
+    cfg.specialise = true;
+    ck_assert_int_eq (backend_cuda_iface.prepare (NULL, &cfg, 0, err, sizeof err), 1);
+    ck_assert_msg (backend_cuda_iface.prepare (w, &cfg, 0, err, sizeof err) == 1, "%s", err);
+    uint32_t groups = 0;
+    ck_assert_uint_eq (cuda_green_lent (0, &groups), 0);
+    ck_assert_uint_ge (groups, 4);   /* an H100 or H200: 15 groups of 8 SMs */
+    ck_assert_uint_le (groups, 64);
+    backend_model_t *m[64] = { NULL };
+    for (uint32_t i = 0; i < groups; i++) {
+        cfg.specialise = i == 0;
+        m[i] = s_pload (w, &cfg, err, sizeof err);
+        ck_assert_msg (m[i] != NULL, "instance %u: %s", i, err);
+        ck_assert_uint_eq (backend_cuda_iface.green_sms (m[i]), 8);
+        ck_assert_str_eq (backend_cuda_iface.kernel_name (m[i]), i == 0 ? "persistent-nvrtc" : "persistent");
+        ck_assert_uint_eq (cuda_green_lent (0, NULL), i + 1);
+    }
+    for (uint32_t r = 1; r <= 3; r++)
+        for (uint32_t i = 0; i < groups; i++)
+            s_check_outputs (m[i], w, r, "a green instance, every group held");
+    backend_model_t *more = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_ptr_null (more);
+    snprintf (want, sizeof want, "model \"green\": green_context: all %u green contexts of device 0 (8 SMs each) are "
+              "held: \"green\" %u", groups, groups);
+    ck_assert_str_eq (err, want);
+    ck_assert_uint_eq (cuda_green_lent (0, NULL), groups);
+    backend_cuda_iface.destroy (&m[2]);
+    ck_assert_uint_eq (cuda_green_lent (0, NULL), groups - 1);
+    model_config_t plain = s_pconfig (3, 1000);
+    backend_model_t *p = s_pload (w, &plain, err, sizeof err);
+    ck_assert_msg (p != NULL, "without the key, into the group given back: %s", err);
+    ck_assert_uint_eq (backend_cuda_iface.green_sms (p), 8);
+    ck_assert_uint_eq (cuda_green_lent (0, NULL), groups);
+    ck_assert_ptr_null (s_pload (w, &cfg, err, sizeof err));
+    snprintf (want, sizeof want, "model \"green\": green_context: all %u green contexts of device 0 (8 SMs each) are "
+              "held: \"green\" %u, \"gpu-persistent\" 1", groups, groups - 1);
+    ck_assert_str_eq (err, want);
+    for (uint32_t r = 1; r <= 3; r++)
+        s_check_outputs (p, w, r, "a persistent model without green_context, in a group");
+    backend_cuda_iface.destroy (&p);
+    m[2] = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_msg (m[2] != NULL, "into the group given back: %s", err);
+    ck_assert_uint_eq (backend_cuda_iface.green_sms (m[2]), 8);
+    for (uint32_t r = 1; r <= 3; r++) {
+        s_check_outputs (m[2], w, r, "a green instance in a group given back");
+        s_check_outputs (m[groups - 1], w, r, "the last green instance");
+    }
+    for (uint32_t i = 0; i < groups; i++)
+        backend_cuda_iface.destroy (&m[i]);
+    ck_assert_uint_eq (cuda_green_lent (0, NULL), 0);
+    weights_destroy (&w);
+}
+END_TEST
+
+/* Green contexts are made only while no persistent kernel is resident on the device (making one
+ * waits for every resident kernel: tools/green-probe.cu step 7): a green load beside a resident
+ * kernel, none made before, is refused saying so and holds nothing; once that kernel is gone the
+ * same load makes them; from then on green loads beside resident kernels work, and a load without
+ * the key follows the split. */
+START_TEST (persistent_green_made_before_resident)
+{
+    printf ("test %s\n", __func__);   /* progress, for a run that times out */
+    fflush (stdout);
+    const uint32_t sizes[] = { 37, 29, 3 };
+    const activation_t acts[] = { ACTIVATION_TANH, ACTIVATION_NONE };
+    weights_t *w = weights_random (sizes, acts, 2, rng_next (&s_seed));
+    char err[2048] = "";
+    model_config_t plain = s_pconfig (2, 1000), cfg = plain;
+    snprintf (cfg.name, sizeof cfg.name, "late");
+    cfg.green_context = true;
+    uint32_t groups = 1;
+    cuda_green_lent (0, &groups);
+    ck_assert_msg (groups == 0, "the green contexts were made before this test (it runs before any other green load)");
+    backend_model_t *p = s_pload (w, &plain, err, sizeof err);
+    ck_assert_msg (p != NULL, "%s", err);
+    ck_assert_uint_eq (backend_cuda_iface.green_sms (p), 0);   /* no split yet: the hardware places it */
+    ck_assert_ptr_null (s_pload (w, &cfg, err, sizeof err));
+    ck_assert_str_eq (err, "model \"late\": green_context: the green contexts of device 0 can only be made while no "
+                           "persistent kernel runs there (making one waits for every resident kernel) and 1 runs now; "
+                           "they are made when a configuration that asks for them starts, before its first kernel");
+    ck_assert_uint_eq (cuda_green_lent (0, &groups), 0);
+    ck_assert_uint_eq (groups, 0);
+    backend_cuda_iface.destroy (&p);
+    backend_model_t *g = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_msg (g != NULL, "with nothing resident: %s", err);
+    ck_assert_uint_eq (backend_cuda_iface.green_sms (g), 8);
+    p = s_pload (w, &plain, err, sizeof err);
+    ck_assert_msg (p != NULL, "%s", err);
+    ck_assert_uint_eq (backend_cuda_iface.green_sms (p), 8);
+    backend_model_t *g2 = s_pload (w, &cfg, err, sizeof err);
+    ck_assert_msg (g2 != NULL, "beside resident kernels, the contexts made: %s", err);
+    ck_assert_uint_eq (cuda_green_lent (0, NULL), 3);
+    for (uint32_t r = 1; r <= 2; r++) {
+        s_check_outputs (g, w, r, "green, made at its load");
+        s_check_outputs (g2, w, r, "green, loaded beside resident kernels");
+        s_check_outputs (p, w, r, "without the key, following the split");
+    }
+    backend_cuda_iface.destroy (&g2);
+    backend_cuda_iface.destroy (&g);
+    backend_cuda_iface.destroy (&p);
+    ck_assert_uint_eq (cuda_green_lent (0, NULL), 0);
+    weights_destroy (&w);
+}
+END_TEST
+
 /* ---- pitfalls (a) and (b), raw: which CUDA calls wait for a resident kernel (test_cuda --probe) ---- */
 
 static volatile int s_probe_done;
@@ -1574,6 +1705,13 @@ int main (int argc, char **argv)
     tcase_add_test (tp, persistent_watchdog);
     tcase_add_test (tp, persistent_coexists);
     suite_add_tcase (s, tp);
+    /* green contexts (CK_RUN_CASE=green runs them alone) */
+    TCase *tg = tcase_create ("green");
+    tcase_set_timeout (tg, 300);
+    /* first (CK_FORK=no: one process): it needs the contexts not made yet */
+    tcase_add_test (tg, persistent_green_made_before_resident);
+    tcase_add_test (tg, persistent_green_instances);
+    suite_add_tcase (s, tg);
     /* The tests that lose the context on purpose. With CK_FORK=no every test shares one context,
      * so they run in a process of their own, after the rest. */
     TCase *tl = tcase_create ("lost");

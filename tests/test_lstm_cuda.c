@@ -38,6 +38,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/backend_lstm_cuda.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/green.h"
 #include "reference.h"
 
 #include <cuda_runtime_api.h>
@@ -54,6 +55,7 @@ static int s_expect_apart = -1;   /* s_open asserts lstm_cuda_apart is this (-1:
 static int s_expect_head_smem = -1;   /* s_open asserts the plan's head_in_smem is this (-1: either) */
 static int s_expect_spec = -1;   /* s_open asserts the specialised kernel runs (1) or the generic one (0) (-1: either) */
 static bool s_cfg_apart;          /* s_open sets the model key advances_apart */
+static bool s_cfg_green;          /* s_open sets the model key green_context and asserts a group of 8+ SMs */
 
 static void s_fill (float *x, size_t n)
 {
@@ -83,6 +85,7 @@ static void s_teardown (void)
     s_expect_head_smem = -1;
     s_expect_spec = -1;
     s_cfg_apart = false;
+    s_cfg_green = false;
     if (s_live) {
         B->destroy (&s_live->m);
         weights_destroy (&s_live->w);
@@ -108,6 +111,7 @@ static void s_open (fixture_t *f, const lstm_shape_t *shape, weight_dtype_t dtyp
     f->cfg.max_streams = slots;
     f->cfg.watchdog_ms = 5000;
     f->cfg.advances_apart = s_cfg_apart;
+    f->cfg.green_context = s_cfg_green;
     lstm_cuda_tuning (tuning);
     f->m = B->load (f->w, &f->cfg, 0, err, sizeof err);
     lstm_cuda_tuning (NULL);
@@ -127,6 +131,15 @@ static void s_open (fixture_t *f, const lstm_shape_t *shape, weight_dtype_t dtyp
             p->apart ? "" : p->why);
     fflush (stdout);
     ck_assert_int_eq (lstm_cuda_apart (f->m), p->apart != 0);
+    if (s_cfg_green) {   /* the H100 and H200 hosts have green contexts: groups of 8 SMs */
+        ck_assert_uint_ge (B->green_sms (f->m), 8);
+        ck_assert_uint_ge (B->green_sms (f->m), p->blocks);
+        uint32_t groups = 0;
+        ck_assert_uint_eq (cuda_green_lent (0, &groups), p->apart ? 2 : 1);
+        printf ("  green context of %u SMs (%u groups on the device)\n", B->green_sms (f->m), groups);
+    } else {
+        ck_assert_uint_eq (B->green_sms (f->m), 0);
+    }
     const bool spec = strstr (B->kernel_name (f->m), "-nvrtc") != NULL;
     ck_assert_msg (spec == !(p->sync & SIG_LSTM_SYNC_GENERIC), "kernel %s, plan sync %u", B->kernel_name (f->m), p->sync);
     if (s_expect_spec >= 0)
@@ -654,6 +667,53 @@ START_TEST (advances_apart_many_streams)
 }
 END_TEST
 
+/* Model key green_context: the small and medium sizes (clusters of 1 and 8) in f16, medium with its
+ * advances apart (two kernels, two groups), each within the bounds as every streamed output, the
+ * groups given back at destroy; large (a grid over every SM) and a cluster of 16 are refused,
+ * naming why. _i: 0 small, 1 medium, 2 medium apart, 3 large, 4 cluster 16. */
+START_TEST (green_context_sizes)
+{
+    const lstm_shape_t odd = { .layers = 3, .step_size = 37, .hidden = 45, .out = 3, .window = 7,
+                               .head_act = ACTIVATION_TANH };
+    s_cfg_green = true;
+    if (_i < 3) {
+        const lstm_shape_t *s = _i == 0 ? &LSTM_SHAPE_SMALL : &LSTM_SHAPE_MEDIUM;
+        s_expect_apart = _i == 2;
+        s_cfg_apart = _i == 2;
+        s_check_model (s, WEIGHT_DTYPE_F16, NULL, 3, s->window + 3, _i == 0 ? 1 : 2, _i == 0 ? 2 : 12, 2,
+                       _i == 0 ? "small, green" : _i == 1 ? "medium, green" : "medium, green, advances apart");
+        ck_assert_uint_eq (cuda_green_lent (0, NULL), 0);   /* given back */
+        return;
+    }
+    char path[512], err[1024] = "";
+    const lstm_shape_t *s = _i == 3 ? &LSTM_SHAPE_LARGE : &odd;
+    snprintf (path, sizeof path, "%s/lstm-green-%d.safetensors", s_dir, _i);
+    model_config_t cfg;
+    weights_t *w = lstm_random_weights (path, s, rng_next (&s_seed), &cfg, err, sizeof err);
+    ck_assert_msg (w != NULL, "weights: %s", err);
+    cfg.backend = BACKEND_CUDA;
+    cfg.weight_dtype = WEIGHT_DTYPE_F16;
+    cfg.max_rows = cfg.max_batch_rows = 1;
+    cfg.max_streams = 2;
+    cfg.green_context = true;
+    const sig_lstm_tuning_t t16 = { .blocks = 16 };
+    lstm_cuda_tuning (_i == 4 ? &t16 : NULL);
+    backend_model_t *m = B->load (w, &cfg, 0, err, sizeof err);
+    lstm_cuda_tuning (NULL);
+    ck_assert_msg (m == NULL, "loaded, expected a refusal");
+    if (_i == 3)
+        ck_assert_msg (strstr (err, "\": green_context: its LSTM kernel runs as a grid of ") != NULL
+                           && strstr (err, "blocks, one on every SM of device 0 (its weights fit no cluster), and a green "
+                                           "context holds a few SMs; drop green_context for this model") != NULL, "%s", err);
+    else
+        ck_assert_msg (strstr (err, "\": green_context: its kernel runs 16 blocks in clusters of 16 and a green context "
+                                    "of device 0 holds 8 SMs (one block an SM, the driver's smallest partition)") != NULL,
+                       "%s", err);
+    ck_assert_uint_eq (cuda_green_lent (0, NULL), 0);   /* nothing held by a refused load */
+    weights_destroy (&w);
+}
+END_TEST
+
 typedef struct {
     backend_model_t *m;
     uint32_t slot;
@@ -861,6 +921,13 @@ int main (void)
     tcase_add_loop_test (t4, advances_apart_many_streams, 0, 15);
     suite_add_tcase (s, t4);
     suite_add_tcase (s, tc);
+    /* green contexts last (CK_RUN_CASE=green runs them alone): with CK_FORK=no the device stays split
+     * for the rest of the process, and every later kernel would follow the split */
+    TCase *tg = tcase_create ("green");
+    tcase_set_timeout (tg, 900);
+    tcase_add_checked_fixture (tg, NULL, s_teardown);
+    tcase_add_loop_test (tg, green_context_sizes, 0, 5);
+    suite_add_tcase (s, tg);
     int rc = tu_run_suite (s);
     tu_remove_tree (s_dir);
     free (s_dir);

@@ -53,6 +53,9 @@ typedef struct {
     /* Optional: NULL while M's resident kernel runs (or M has none), else why it stopped (its
      * context trapped, or it exited). Any thread: a device process asks while a front waits on it. */
     const char *(*kernel_stopped) (backend_model_t *m);
+    /* Optional (NULL: 0). The SMs of the green context M's resident kernel runs in (model key
+     * green_context), 0 when the hardware places it. */
+    uint32_t (*green_sms) (const backend_model_t *m);
     /* Optional (NULL: nothing to do). Does ahead what a later load of (W, CFG) on DEVICE needs done
      * while no persistent kernel is resident on DEVICE (CUDA: compiling and loading the module of a
      * persistent kernel specialised for the model's shapes; a module load next to a resident kernel

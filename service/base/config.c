@@ -127,6 +127,8 @@ static const key_spec_t s_model_keys[] = {
     { .name = "stream_idle_s", .type = KEY_U32, FIELD (model_config_t, stream_idle_s),
       .min = 1, .max = 86400, .def = 300 },
     { .name = "advances_apart", .type = KEY_BOOL, FIELD (model_config_t, advances_apart), .def = false },
+    /* with "backend": "cuda" and a persistent kernel only: checked once the model is read (s_resolve_model) */
+    { .name = "green_context", .type = KEY_BOOL, FIELD (model_config_t, green_context), .def = false },
 };
 static const table_t s_model_table = TABLE ("model", s_model_keys);
 _Static_assert (sizeof s_model_keys / sizeof s_model_keys[0] <= KEYS_MAX, "raise KEYS_MAX");
@@ -394,6 +396,14 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
     if (m->queue_depth == 0)
         m->queue_depth = server->queue_depth;   /* 0 unless the deprecated server key is given */
     snprintf (m->kernel_cache_dir, sizeof m->kernel_cache_dir, "%s", server->kernel_cache_dir);
+    if (m->green_context && m->backend != BACKEND_CUDA)
+        return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].green_context", index), at),
+                          "only with \"backend\": \"cuda\" (SMs of a GPU held for the model's persistent kernel); this "
+                          "model's backend is \"%s\"", backend_kind_name (m->backend));
+    if (m->green_context && m->type == MODEL_TYPE_MLP && m->kernel != CUDA_KERNEL_PERSISTENT)
+        return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].green_context", index), at),
+                          "only with \"kernel\": \"persistent\" (a resident kernel holds SMs; a launched one gives "
+                          "them back); this model's kernel is \"%s\"", cuda_kernel_name (m->kernel));
     static const char *const lstm_only[] = { "window", "head" };
     bool has_lstm[2] = { m->window > 0, m->head.weight[0] != '\0' };
     if (m->type == MODEL_TYPE_MLP) {

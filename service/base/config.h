@@ -89,6 +89,7 @@ typedef struct {
     uint32_t max_streams;           /* lstm: streams held at once */
     uint32_t stream_idle_s;         /* lstm: a stream idle this long is forgotten */
     bool advances_apart;            /* lstm, cuda: the advances in a second resident kernel (plan 4) */
+    bool green_context;             /* cuda, persistent kernels: each in a green context of SMs of its own */
 } model_config_t;
 
 /* ZeroMQ CURVE: on when secret_key_file is not empty. */

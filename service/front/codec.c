@@ -360,6 +360,7 @@ void codec_model_info (codec_models_t *store, size_t i)
         w->state = (char *) ii->state;
         w->requests = ii->requests;
         w->warm_runs = ii->warm_runs;
+        w->green_sms = ii->green_sms;
         store->instance_ptrs[i][k] = w;
     }
     info->n_instance_states = d->instances;

@@ -214,6 +214,7 @@ static cJSON *s_model_json (model_t *m, model_info_t *info)
         cJSON_AddStringToObject (o, "state", ii->state);
         cJSON_AddNumberToObject (o, "requests", (double) ii->requests);
         cJSON_AddNumberToObject (o, "warm_runs", (double) ii->warm_runs);
+        cJSON_AddNumberToObject (o, "green_sms", (double) ii->green_sms);
         cJSON_AddItemToArray (states, o);
     }
     return j;

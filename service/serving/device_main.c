@@ -104,6 +104,7 @@ static int s_load (const dev_request_t *rq, int device, dev_reply_t *rp)
         if (model_instance_load (m, &m->instances[i], i, w, err, errlen) != 0)
             goto failed;
         rp->cpus[i] = m->instances[i].cpu_count ? m->instances[i].cpus[0] : -1;
+        rp->green_sms[i] = atomic_load (&m->instances[i].green_sms);
     }
     weights_destroy (&w);
     if (model_time (m, err, errlen) != 0)

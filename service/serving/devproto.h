@@ -52,6 +52,7 @@ typedef struct {
     uint32_t candidate_count;
     autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];
     int cpus[CONFIG_MAX_INSTANCES];     /* each instance here: the first CPU it is pinned to (-1: none) */
+    uint32_t green_sms[CONFIG_MAX_INSTANCES];   /* each instance here: its green context's SMs (0: none) */
     int32_t prepared;                   /* DEV_PREPARE: 1 done, 0 nothing to do, -1 not done (why in error;
                                            status stays 0: the load goes on without) */
 } dev_reply_t;

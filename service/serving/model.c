@@ -105,6 +105,7 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
     spin_init (&in->spin, m->spin_ns);
     snprintf (in->sh->state, sizeof in->sh->state, "serving");
     in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
+    atomic_init (&in->green_sms, in->impl && m->iface->green_sms ? m->iface->green_sms (in->impl) : 0u);
     return in->impl ? 0 : -1;
 }
 
@@ -281,9 +282,12 @@ void model_log_loaded (const model_t *m, bool derived)
     size_t used = 0;
     for (uint32_t i = 0; i < m->instance_count && used < sizeof placement; i++) {
         const instance_t *in = &m->instances[i];
-        char where[32] = "cpu";
+        char where[80] = "cpu";
         if (in->device >= 0)
             snprintf (where, sizeof where, "gpu %d", in->device);
+        const uint32_t green = atomic_load (&in->green_sms);
+        if (green)
+            snprintf (where + strlen (where), sizeof where - strlen (where), " in a green context of %u SMs", green);
         used += (size_t) snprintf (placement + used, sizeof placement - used, "%s%s%s", i ? ", " : "", where,
                                    m->remote ? " (device process)" : "");
         if (in->cpu_count && used < sizeof placement)
@@ -485,6 +489,7 @@ void model_describe (model_t *m, model_info_t *info)
         snprintf (ii->state, sizeof ii->state, "%s", model_instance_state (m, i));
         ii->requests = atomic_load_explicit (&in->sh->served, memory_order_relaxed);
         ii->warm_runs = atomic_load_explicit (&in->sh->warm_runs, memory_order_relaxed);
+        ii->green_sms = atomic_load_explicit (&in->green_sms, memory_order_relaxed);
     }
 }
 

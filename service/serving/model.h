@@ -59,6 +59,7 @@ typedef struct {
     char state[128];                /* "serving", or why not */
     uint64_t requests;              /* requests it computed */
     uint64_t warm_runs;             /* keep_warm_us: runs on the last input while idle */
+    uint32_t green_sms;             /* the SMs of its kernel's green context (green_context); 0: none */
 } model_instance_info_t;
 
 /* What a model is and how it is doing, in plain C: the wire (codec.c) and /models (http.c) each

@@ -74,6 +74,7 @@ typedef struct {
     group_worker_t *group;              /* the group worker that serves it ("group"), or NULL: its own thread */                          /* its worker runs in this process (a device process runs some) */
     size_t cpu_count;                   /* CPUs it is pinned to (0: not pinned) */
     int cpus[CONFIG_MAX_CPUS];          /* cpus[i % n] of the model, or the GPU's NUMA node */
+    _Atomic uint32_t green_sms;         /* the SMs of its kernel's green context (backend.h); 0: none */
     backend_model_t *impl;              /* this instance's backend context */
     instance_shared_t *sh;              /* &own, or in the region shared with a device process */
     instance_shared_t own;

@@ -184,6 +184,7 @@ static int s_rejoin (void *arg, int device, char *err, size_t errlen)
             if (s_device (&m->cfg, gpu, i) == device) {
                 atomic_store (&m->instances[i].sh->busy_since, 0);
                 atomic_store (&m->instances[i].sh->claim, 0);   /* no front holds it: it was unavailable */
+                atomic_store (&m->instances[i].green_sms, c->rp.green_sms[i]);
             }
         rc = s_start (m, device, c, err, errlen);
     }
@@ -222,7 +223,7 @@ static bool s_hung (void *arg, int device, uint64_t now)
 static void *s_region_alloc (void *arg, size_t bytes) { return devices_alloc (arg, bytes); }
 
 /* Instance I's side of the region: its rings (every job of the model fits each), its futex waker. */
-static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const int *cpus)
+static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const int *cpus, const uint32_t *green)
 {
     instance_t *in = &m->instances[i];
     in->model = m;
@@ -233,6 +234,7 @@ static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const int *c
         in->cpus[0] = cpus[i];
         in->cpu_count = 1;
     }
+    atomic_init (&in->green_sms, green[i]);
     const size_t slots = ring_slots (m->job_count);
     instance_shared_t *sh = devices_alloc (d, sizeof *sh);
     if (!sh)
@@ -332,7 +334,9 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
     s_take_reply (m, &c->rp);
     const bool shareable = c->rp.shareable;
     int cpus[CONFIG_MAX_INSTANCES];     /* each instance's CPU, as its device process pinned it */
+    uint32_t green[CONFIG_MAX_INSTANCES];   /* and its green context's SMs */
     memcpy (cpus, c->rp.cpus, sizeof cpus);
+    memcpy (green, c->rp.green_sms, sizeof green);
     m->drift = devices_alloc (d, sizeof *m->drift);
     m->instances = calloc (m->instance_count, sizeof *m->instances);
     if (!m->drift || !m->instances) {
@@ -355,8 +359,10 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
             goto failed;
         loaded[loaded_count++] = devs[k];
         for (uint32_t i = 0; i < m->instance_count; i++)
-            if (s_device (&m->cfg, gpu, i) == devs[k])
+            if (s_device (&m->cfg, gpu, i) == devs[k]) {
                 cpus[i] = c->rp.cpus[i];
+                green[i] = c->rp.green_sms[i];
+            }
     }
     model_take_limits (m);
     if (model_check_message_size (m, server->max_message_bytes, err, errlen) != 0)
@@ -374,7 +380,7 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
     if (model_jobs_init (m, s_region_alloc, d, err, errlen) != 0)
         goto failed;
     for (uint32_t i = 0; i < m->instance_count; i++)
-        if (s_instance_shared (m, d, i, cpus) != 0) {
+        if (s_instance_shared (m, d, i, cpus, green) != 0) {
             sig_set_error (err, errlen, "model \"%s\": the shared region is full (instance %u's rings)", cfg->name, i);
             goto failed;
         }

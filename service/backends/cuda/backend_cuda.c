@@ -16,12 +16,14 @@ int cuda_model_share_box (backend_model_t *m, persistent_box_t *dest) { return c
 
 const char *cuda_model_kernel_stopped (backend_model_t *m)
 {
-    if (!m->persistent || m->pingpong || !m->host.stream)
+    if (!m->persistent || m->pingpong || !m->host.kstream)
         return NULL;
     cudaSetDevice (m->device);
-    const cudaError_t e = cudaStreamQuery (m->host.stream);
+    const cudaError_t e = cudaStreamQuery (m->host.kstream);
     return e == cudaErrorNotReady ? NULL : e == cudaSuccess ? "its persistent kernel exited" : cudaGetErrorString (e);
 }
+
+static uint32_t s_green_sms (const backend_model_t *m) { return m->persistent ? m->host.green_sms : 0u; }
 
 int cuda_model_inject_fault (backend_model_t *m)
 {
@@ -56,15 +58,18 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
                                                  : cuda_graph_load (w, cfg, device, err, errlen);
 }
 
+/* The device's green contexts (green_context) and the specialised kernel's module, ahead of the load. */
 static int s_prepare (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen)
 {
-    if (cfg->type != MODEL_TYPE_MLP || cfg->kernel != CUDA_KERNEL_PERSISTENT || !cfg->specialise)
+    if (cfg->type != MODEL_TYPE_MLP || cfg->kernel != CUDA_KERNEL_PERSISTENT || !(cfg->specialise || cfg->green_context))
         return 0;
     if (!w)
         return 1;
     if (cuda_device_check (device, cfg->name, why, whylen) != 0)
         return -1;
-    return cuda_persistent_prepare (w, cfg, device, why, whylen);
+    if (cfg->green_context && persistent_green_prepare (device, why, whylen) < 0)
+        return -1;
+    return cfg->specialise ? cuda_persistent_prepare (w, cfg, device, why, whylen) : 1;
 }
 
 static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
@@ -105,5 +110,6 @@ const backend_iface_t backend_cuda_iface = {
     .destroy = s_destroy,
     .share_box = cuda_model_share_box,
     .kernel_stopped = cuda_model_kernel_stopped,
+    .green_sms = s_green_sms,
     .prepare = s_prepare,
 };

@@ -455,9 +455,9 @@ static int s_launch (void *arg)
 {
     backend_model_t *m = arg;
     if (m->spec)
-        return sig_lstm_spec_launch (m->spec, m->d_image, m->d_state, m->d_xchg, m->host.d_box, &m->plan, m->host.stream);
+        return sig_lstm_spec_launch (m->spec, m->d_image, m->d_state, m->d_xchg, m->host.d_box, &m->plan, m->host.kstream);
     return sig_lstm_launch (m->d_image, m->d_state, m->d_xchg, m->host.d_box, &m->plan,
-                            m->plan.apart ? SIG_LSTM_ROLE_SERVE : SIG_LSTM_ROLE_ALL, m->host.stream);
+                            m->plan.apart ? SIG_LSTM_ROLE_SERVE : SIG_LSTM_ROLE_ALL, m->host.kstream);
 }
 
 /* Apart: the advancer, the same kernel function (no module to load next to the resident one). */
@@ -465,7 +465,7 @@ static int s_launch_adv (void *arg)
 {
     backend_model_t *m = arg;
     return sig_lstm_launch (m->d_image, m->d_state, m->d_xchg, m->adv.d_box, &m->plan, SIG_LSTM_ROLE_ADVANCE,
-                            m->adv.stream);
+                            m->adv.kstream);
 }
 
 /* The tuning a load of CFG plans with: the tests' and benchmarks' knobs, then the model's keys
@@ -483,11 +483,34 @@ static sig_lstm_tuning_t s_tuning_for (const model_config_t *cfg, bool specialis
     return t;
 }
 
-/* backend.h prepare (lstm_spec.h): the specialised kernel's module ahead of the load. */
+/* backend.h prepare: the device's green contexts (green_context) and the specialised kernel's module
+ * (lstm_spec.h) ahead of the load. */
 static int s_prepare (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen)
 {
+    const bool green = cfg->type == MODEL_TYPE_LSTM && cfg->green_context;
+    if (green && !w)
+        return 1;
+    if (green && persistent_green_prepare (device, why, whylen) < 0)
+        return -1;
     const sig_lstm_tuning_t tuning = s_tuning_for (cfg, true);
-    return lstm_cuda_prepare (w, cfg, device, &tuning, why, whylen);
+    const int rc = lstm_cuda_prepare (w, cfg, device, &tuning, why, whylen);
+    return rc == 0 && green ? 1 : rc;
+}
+
+/* P's kernel (the serving one, or the advancer) in a green context of its own (persistent_green: with
+ * green_context, or following the device's split); a grid (one block an SM of the device) cannot be.
+ * 0, or -1 with ERR. */
+static int s_green (const backend_model_t *m, persistent_t *p, const model_config_t *cfg, char *err, size_t errlen)
+{
+    if (m->plan.mode == SIG_LSTM_GRID && !cfg->green_context)
+        return 0;
+    if (m->plan.mode == SIG_LSTM_GRID) {
+        sig_set_error (err, errlen, "model \"%s\": green_context: its LSTM kernel runs as a grid of %u blocks, one on "
+                       "every SM of device %d (its weights fit no cluster), and a green context holds a few SMs; drop "
+                       "green_context for this model", cfg->name, m->plan.blocks, p->device);
+        return -1;
+    }
+    return persistent_green (p, m->plan.blocks, m->plan.blocks, cfg->green_context, err, errlen);
 }
 
 /* The load, the kernel specialised for the plan where SPECIALISE (and the plan allows it); *SPEC_FAILED:
@@ -546,6 +569,10 @@ static backend_model_t *s_load_as (const weights_t *w, const model_config_t *cfg
         e = (cudaError_t) sig_lstm_layout (&m->plan, &m->lay);
     if (e == cudaSuccess)
         e = persistent_open (&m->host, m->lay.total, m->lay.ctrl);
+    if (e == cudaSuccess && s_green (m, &m->host, cfg, err, errlen) != 0) {
+        s_destroy (&m);
+        return NULL;
+    }
     if (e == cudaSuccess && m->plan.apart) {   /* the advancer: a stream and a mailbox of its own, same layout */
         memcpy (m->adv.name, m->host.name, sizeof m->adv.name);
         m->adv.kernel = "LSTM advancer kernel";
@@ -553,6 +580,10 @@ static backend_model_t *s_load_as (const weights_t *w, const model_config_t *cfg
         m->adv.wait = cfg->wait;
         m->adv.watchdog_ms = cfg->watchdog_ms;
         e = persistent_open (&m->adv, m->lay.total, m->lay.ctrl);
+        if (e == cudaSuccess && s_green (m, &m->adv, cfg, err, errlen) != 0) {
+            s_destroy (&m);
+            return NULL;
+        }
     }
     if (e == cudaSuccess && !(image = malloc (m->plan.image_bytes)))
         e = cudaErrorMemoryAllocation;
@@ -615,6 +646,8 @@ static backend_model_t *s_load_as (const weights_t *w, const model_config_t *cfg
     return m;
 }
 
+static uint32_t s_green_sms (const backend_model_t *m) { return m->host.green_sms; }
+
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
     bool spec_failed = false;
@@ -638,5 +671,6 @@ const backend_iface_t backend_lstm_cuda_iface = {
     .stream_step = s_step,
     .stream_advance = s_advance,
     .prepare = s_prepare,
+    .green_sms = s_green_sms,
 };
 

@@ -213,8 +213,8 @@ static int s_launch_mlp (void *arg)
 {
     backend_model_t *m = arg;
     if (m->spec)
-        return sig_spec_launch (m->spec, m->d_image, m->host.d_box, &m->plan, m->host.stream);
-    return sig_persistent_launch (m->d_image, m->host.d_box, &m->plan, m->host.stream);
+        return sig_spec_launch (m->spec, m->d_image, m->host.d_box, &m->plan, m->host.kstream);
+    return sig_persistent_launch (m->d_image, m->host.d_box, &m->plan, m->host.kstream);
 }
 
 /* The kernel specialised for IMAGE's header (host memory) on DEVICE: from the kernel cache, compiled
@@ -356,6 +356,10 @@ static backend_model_t *s_persistent_load (const weights_t *w, const model_confi
                                            plan.ring, cfg->wait, cfg->watchdog_ms, err, errlen);
     if (!m)
         return NULL;
+    if (persistent_green (&m->host, plan.cluster_blocks, plan.cluster_blocks, cfg->green_context, err, errlen) != 0) {
+        cuda_persistent_destroy (&m);
+        return NULL;
+    }
     m->plan = plan;
     m->done_mode = m->own_box.done_mode = plan.done_mode;
     m->widest = w->widest;
@@ -402,7 +406,7 @@ typedef struct {
 static int s_launch_pingpong (void *arg)
 {
     const pingpong_args_t *a = arg;
-    return sig_pingpong_launch (a->m->host.d_box, &a->m->layout, a->in, a->flags, a->done_mode, a->m->host.stream);
+    return sig_pingpong_launch (a->m->host.d_box, &a->m->layout, a->in, a->flags, a->done_mode, a->m->host.kstream);
 }
 
 backend_model_t *cuda_pingpong_load (int device, uint32_t in, uint32_t flags, uint32_t done_mode, cuda_wait_t wait,

@@ -4,6 +4,7 @@
 
 #include "backends/box_source.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/green.h"
 #include "base/log.h"
 #include "kernels.h"
 
@@ -122,6 +123,7 @@ cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_of
     cudaError_t e = cudaSetDevice (p->device);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags (&p->stream, cudaStreamNonBlocking);
+    p->kstream = p->stream;
     p->box_shared = p->shareable;
     if (e == cudaSuccess)
         e = s_box_get (p->device, box_bytes, &p->box_shared, &p->box, &p->box_bytes);
@@ -130,6 +132,60 @@ cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_of
         e = cudaHostGetDevicePointer (&p->d_box, p->box, 0);
     }
     return e;
+}
+
+/* DEVICE's green contexts made, under the launch lock (no kernel becomes resident meanwhile). */
+static int s_green_make (int device, char *why, size_t whylen)
+{
+    pthread_mutex_lock (&s_launch_lock);
+    const int rc = cuda_green_make (device, cuda_device_resident (device), why, whylen);
+    pthread_mutex_unlock (&s_launch_lock);
+    return rc;
+}
+
+int persistent_green_prepare (int device, char *why, size_t whylen)
+{
+    return s_green_make (device, why, whylen);
+}
+
+/* A group of P's device for its kernel: 0 with it lent (the kernel's stream its context's), or -1 with WHY. */
+static int s_green_take (persistent_t *p, uint32_t blocks, uint32_t cluster, char *why, size_t whylen)
+{
+    cuda_green_t g;
+    if (cuda_green_take (p->device, blocks, cluster, p->name, &g, why, whylen) != 0)
+        return -1;
+    p->green = g.group;
+    p->green_sms = g.sms;
+    p->kstream = g.stream;
+    return 0;
+}
+
+int persistent_green (persistent_t *p, uint32_t blocks, uint32_t cluster, bool asked, char *err, size_t errlen)
+{
+    static bool s_said[CUDA_DEVICE_MAX];
+    char why[512];
+    uint32_t groups = 0;
+    if (!asked) {   /* follows the device's split where there is one (a free group it fits), else the hardware */
+        cuda_green_lent (p->device, &groups);
+        if (groups)
+            (void) s_green_take (p, blocks, cluster, why, sizeof why);
+        return 0;
+    }
+    const int made = s_green_make (p->device, why, sizeof why);
+    if (made == 0) {    /* this driver has none: the hardware places it (as without the key) */
+        pthread_mutex_lock (&s_lock);
+        const bool said = s_said[p->device];
+        s_said[p->device] = true;
+        pthread_mutex_unlock (&s_lock);
+        if (!said)
+            log_warn ("model \"%s\": green_context: %s; the hardware places the persistent kernels there", p->name, why);
+        return 0;
+    }
+    if (made < 0 || s_green_take (p, blocks, cluster, why, sizeof why) != 0) {
+        sig_set_error (err, errlen, "model \"%s\": green_context: %s", p->name, why);
+        return -1;
+    }
+    return 0;
 }
 
 int persistent_exclusive (int device, int (*fn) (int resident, void *arg), void *arg)
@@ -169,7 +225,7 @@ int persistent_started (persistent_t *p, bool (*ready) (const void *arg), const 
     for (;;) {
         if (ready (arg))
             return 0;
-        cudaError_t e = cudaStreamQuery (p->stream);
+        cudaError_t e = cudaStreamQuery (p->kstream);
         if (e != cudaErrorNotReady) {   /* it ended (or never ran) without loading its weights */
             s_gone (p);
             sig_set_error (err, errlen, "model \"%s\": the %s on device %d ended before it started: %s", p->name,
@@ -229,13 +285,13 @@ sig_status_t persistent_check (persistent_t *p, bool (*complete) (const void *ar
         if (complete (arg))
             return SIG_OK;
         cudaSetDevice (p->device);
-        cudaError_t e = cudaStreamQuery (p->stream);
+        cudaError_t e = cudaStreamQuery (p->kstream);
         return persistent_lost (p, e == cudaSuccess || e == cudaErrorNotReady ? cudaErrorNotReady : e, err, errlen);
     }
     if (now - *asked >= 1.0) {
         *asked = now;
         cudaSetDevice (p->device);
-        cudaError_t e = cudaStreamQuery (p->stream);
+        cudaError_t e = cudaStreamQuery (p->kstream);
         if (e != cudaErrorNotReady && !complete (arg))
             return persistent_lost (p, e, err, errlen);
     }
@@ -251,7 +307,7 @@ bool persistent_stop (persistent_t *p)
     const double start = persistent_now_ms ();
     const double limit = p->watchdog_ms > 100u ? (double) p->watchdog_ms : 100.0;
     for (;;) {
-        if (cudaStreamQuery (p->stream) != cudaErrorNotReady) {
+        if (cudaStreamQuery (p->kstream) != cudaErrorNotReady) {
             s_gone (p);
             return true;
         }
@@ -269,7 +325,10 @@ void persistent_close (persistent_t *p)
 {
     if (p->stream)
         cudaStreamDestroy (p->stream);   /* returns at once; what was queued on it still runs */
-    p->stream = NULL;
+    p->stream = p->kstream = NULL;
+    if (p->green_sms)   /* its kernel has left (a green stream is kept with its context, for the next) */
+        cuda_green_give (p->device, p->green);
+    p->green_sms = 0;
     s_box_keep (p->box, p->box_bytes, p->box_shared);
     p->box = NULL;
     p->d_box = NULL;

@@ -40,7 +40,11 @@ typedef struct {
     bool shareable;                 /* its mailbox from the box source when one is set (backends/box_source.h:
                                        a device process's share of the region), registered with CUDA */
     /* persistent_open's */
-    cudaStream_t stream;            /* the kernel's, for good */
+    cudaStream_t stream;            /* its uploads' (and, without a green context, the kernel's), for good */
+    cudaStream_t kstream;           /* the kernel's: STREAM, or its green context's (persistent_green) */
+    uint32_t green_sms;             /* the SMs of the green context's group lent to it (green.h); 0: none, the
+                                       hardware places the kernel */
+    int green;                      /* that group, when green_sms */
     uint8_t *box;                   /* the mailbox (host address), zeroed */
     size_t box_bytes;               /* what it holds (>= what was asked) */
     void *d_box;                    /* its device address */
@@ -59,8 +63,23 @@ int persistent_device_ok (int device, const char *model, const char *what, const
 /* A stream for the kernel and a zeroed mailbox of at least BOX_BYTES (a kept one, or a new one),
  * the stop word at STOP_OFFSET. cudaSuccess or the failing call's error. */
 cudaError_t persistent_open (persistent_t *p, size_t box_bytes, uint32_t stop_offset);
+/* Green contexts (green.h), after persistent_open, before the launch, for a kernel of BLOCKS blocks in
+ * clusters of CLUSTER. ASKED (model key green_context): the kernel's stream becomes a green
+ * context's, of SMs no other persistent kernel of the process runs on (a group: 8 SMs on an H100),
+ * the device's green contexts made first where they were not (only while no persistent kernel is
+ * resident there); where the driver has none, the hardware places the kernel, logged once a device.
+ * Not ASKED: on a device already split, the kernel takes a free group all the same where it fits one
+ * (a kernel the hardware placed may sit on a free group's SMs, and the green kernel later lent that
+ * group would not start while it runs: measured, docs/persistent-notes.md); else, and where none is
+ * free, the hardware places it. p->green_sms says which (0: the hardware). 0, or -1 with ERR naming
+ * the model when ASKED and no group can be had (none free, the kernel larger than one, or the
+ * contexts cannot be made now). */
+int persistent_green (persistent_t *p, uint32_t blocks, uint32_t cluster, bool asked, char *err, size_t errlen);
+/* The backends' prepare for a model with green_context: DEVICE's green contexts made while no
+ * persistent kernel is resident. 1 made (now or before), 0 none on this driver, -1 with WHY. */
+int persistent_green_prepare (int device, char *why, size_t whylen);
 /* Counts the kernel as resident (from here on, releases that would wait for it are deferred), then
- * launches it: LAUNCH (ARG) on p->stream. A failed launch is undone. Its error, or cudaSuccess. */
+ * launches it: LAUNCH (ARG) on p->kstream. A failed launch is undone. Its error, or cudaSuccess. */
 cudaError_t persistent_launch (persistent_t *p, int (*launch) (void *arg), void *arg);
 /* Runs FN (ARG) while no persistent kernel can be launched (persistent_launch waits for it), with
  * the number of persistent kernels resident on DEVICE then: loading a module next to a resident
@@ -73,8 +92,8 @@ int persistent_started (persistent_t *p, bool (*ready) (const void *arg), const 
 /* Raises stop and waits for the kernel to leave, up to max(watchdog_ms, 100 ms). true when it is
  * gone (or never ran); false when it still runs: then nothing it may touch can be freed. */
 bool persistent_stop (persistent_t *p);
-/* After a successful persistent_stop: the stream is destroyed (what was queued on it still runs)
- * and the mailbox kept for later loads. */
+/* After a successful persistent_stop: the stream is destroyed (what was queued on it still runs), the
+ * green context's group given back and the mailbox kept for later loads. */
 void persistent_close (persistent_t *p);
 
 /* The request could not be answered: E is cudaErrorNotReady (the watchdog fired: hung),
