@@ -74,10 +74,17 @@ for r in $(seq 1 "${LSTM_CLUSTERS:-0}"); do
         --blocks 1,2,4,8,16 --no-window --iterations 10000 --warmup 500 --seconds 2 --cpu 2
 done
 # Several instances of one LSTM on one GPU, each driven at once by its own thread (issue 19 item 5):
-# small and medium in f16, 1, 2, 4 and 8 instances (INSTANCES=1).
+# small and medium in f16, 1, 2, 4 and 8 instances (INSTANCES=1); INST_GREEN="0 1" also (or only, "1")
+# each instance in a green context (lstmbench --green), alternating with the hardware's placement
+# (logs lstm_instances[_green]_N, INST_RUNS runs, default 1).
 if [ "${INSTANCES:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
-    step lstm_instances timeout 300 $BUILD/lstmbench --sizes small,medium --backends cuda --dtypes f16 --no-window \
-        --instances "${INSTANCE_COUNTS:-1,2,4,8}" --cpu 2 --iterations 10000 --warmup 500 --seconds 4
+    for r in $(seq 1 "${INST_RUNS:-1}"); do
+        for g in ${INST_GREEN:-0}; do
+            step "lstm_instances$( [ "$g" = 1 ] && echo _green)_$r" timeout 300 $BUILD/lstmbench --sizes small,medium \
+                --backends cuda --dtypes f16 --no-window --instances "${INSTANCE_COUNTS:-1,2,4,8}" --cpu 2 \
+                --iterations 10000 --warmup 500 --seconds 4 $( [ "$g" = 1 ] && echo --green )
+        done
+    done
 fi
 # A/B of the LSTM kernel against another build's lstmbench (BASE_LSTMBENCH), the GPU step rows and
 # floors of LSTM_DTYPES (default f16,f32), core 2, LSTM_AB_ROUNDS rounds (default 2) in the order A B,
@@ -253,14 +260,17 @@ done
 # Several specialised instances of the persistent MLP at once (issue 19 item 5; MLP_INSTANCES=1):
 # tick_mlp, 1, 2, 4 and 8 instances (INSTANCE_COUNTS), each driven by its own thread on cores 3, 4,
 # ...; f32 and f16, INST_RUNS runs (default 2); INST_SYNC: sigbench --sync kinds, each a run (default
-# plan; "barriers async" compares the hand-offs).
+# plan; "barriers async" compares the hand-offs); INST_GREEN="0 1": each also with every instance in a
+# green context (sigbench --green; "1": only so), logs mlp_instances_D_K[_green]_N.
 if [ "${MLP_INSTANCES:-0}" = 1 ]; then
     for r in $(seq 1 "${INST_RUNS:-2}"); do
         for d in f32 f16; do
             for k in ${INST_SYNC:-plan}; do
-                step "mlp_instances_${d}_${k}_$r" timeout 150 $BUILD/sigbench --weights $BUILD/models/tick_mlp.safetensors \
-                    --cpu 3 --iterations "$ITER" --only-persistent --dtypes "$d" --instances "${INSTANCE_COUNTS:-1,2,4,8}" \
-                    --sync "$k"
+                for g in ${INST_GREEN:-0}; do
+                    step "mlp_instances_${d}_${k}$( [ "$g" = 1 ] && echo _green)_$r" timeout 150 $BUILD/sigbench \
+                        --weights $BUILD/models/tick_mlp.safetensors --cpu 3 --iterations "$ITER" --only-persistent \
+                        --dtypes "$d" --instances "${INSTANCE_COUNTS:-1,2,4,8}" --sync "$k" $( [ "$g" = 1 ] && echo --green )
+                done
             done
         done
     done

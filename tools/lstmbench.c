@@ -64,6 +64,7 @@ typedef struct {
     const char *sync;       /* CUDA: a list of SIG_LSTM_SYNC_* values, the rows of each launch size per value */
     const char *math;       /* CUDA: a list of products (default, wide, half), the rows of each per value */
     int trace;              /* CUDA: also the traced instantiation, its phases as rows */
+    int green;              /* CUDA: the --instances rows each in a green context (model key green_context) */
     uint32_t rr;            /* also the round-robin row of this many streams (0: none) */
     const char *rr_gap;     /* its steps' spacing, a list of fractions of the advance's time (a row each) */
     /* --check */
@@ -80,6 +81,8 @@ static void s_usage (FILE *out)
              "                 [--blocks B1,B2,..] [--grid] [--slots N] [--no-window] [--no-floors]\n"
              "                 [--instances N1,N2,..]   (CUDA: N instances on GPU 0, a thread each driving its own\n"
              "                  stream at once, pinned to --cpu + k: one step row over all their steps per N)\n"
+             "                 [--green]   (CUDA: the --instances rows with the model key green_context, each\n"
+             "                  instance's kernel in a green context of SMs of its own)\n"
              "                 [--sync S1,S2,..]   (CUDA: the rows once per synchronisation: 0 today's, 1 the old\n"
              "                  poll in block-wide rounds, 2 a cluster's exchanges in rounds (a grid's always), 3 both;\n"
              "                  + 4: the features in the command words' line, as before 2026-11-26; + 8: the advances\n"
@@ -750,6 +753,7 @@ static int s_bench_instances (const options_t *o, const char *size, const char *
     cfg->wait = o->wait;
     cfg->max_streams = o->slots;
     cfg->watchdog_ms = 10000;
+    cfg->green_context = o->green != 0;
     driver_t *d = calloc (n, sizeof *d);
     pthread_t *th = calloc (n, sizeof *th);
     char err[512];
@@ -782,8 +786,11 @@ static int s_bench_instances (const options_t *o, const char *size, const char *
         const sig_lstm_plan_t *p = lstm_cuda_plan (d[0].m);
         char label[256];
         snprintf (all.note, sizeof all.note, "the worst instance's p99 %.2f", worst);
-        snprintf (label, sizeof label, "%s cuda %s step, %u instance(s) at once [%s %u, %u KiB smem each]", size, dname, n,
-                  p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks, p->smem_bytes >> 10);
+        char green[48] = "";
+        if (B->green_sms (d[0].m))
+            snprintf (green, sizeof green, ", each in a green context of %u SMs", B->green_sms (d[0].m));
+        snprintf (label, sizeof label, "%s cuda %s step, %u instance(s) at once%s [%s %u, %u KiB smem each]", size, dname,
+                  n, green, p->mode == SIG_LSTM_GRID ? "grid" : "cluster", p->blocks, p->smem_bytes >> 10);
         if (rc == 0)
             s_print (label, &all);
         free (all.samples);
@@ -998,7 +1005,7 @@ int main (int argc, char **argv)
         { "instances", required_argument, 0, 'I' },  { "help", no_argument, 0, 'h' },
         { "sync", required_argument, 0, 'y' },       { "trace", no_argument, 0, 'T' },
         { "math", required_argument, 0, 'M' },       { "rr", required_argument, 0, 'R' },
-        { "rr-gap", required_argument, 0, 'g' },
+        { "rr-gap", required_argument, 0, 'g' },    { "green", no_argument, 0, 'E' },
         { 0, 0, 0, 0 },
     };
     for (int c; (c = getopt_long (argc, argv, "h", longs, NULL)) != -1;) {
@@ -1030,6 +1037,7 @@ int main (int argc, char **argv)
         case 'M': o.math = optarg; break;
         case 'R': o.rr = (uint32_t) strtoul (optarg, NULL, 10); break;
         case 'g': o.rr_gap = optarg; break;
+        case 'E': o.green = 1; break;
         case 'h': s_usage (stdout); return 0;
         default: s_usage (stderr); return 2;
         }

@@ -47,6 +47,7 @@ typedef struct {
     int gpu;            /* 0: CPU tables only */
     int only_persistent;    /* the persistent rows and floors alone (memcheck, quick looks) */
     int variants;           /* also persistent variants: cluster sizes, completion, registers, reads */
+    int green;              /* --green: the --instances rows each in a green context (model key green_context) */
     int trace;              /* also the traced instantiation of the persistent kernel: where its time goes */
     weight_dtype_t dtypes[3];   /* --dtypes: the persistent rows once per weight dtype (default f32) */
     int dtype_count;
@@ -94,6 +95,8 @@ static void s_usage (FILE *out)
              "               once for each N in L (\"1,2,4,8\"), each driven by its own thread on its own\n"
              "               core (--cpu C: C, C+1, ...): a row each, the pooled latencies and the\n"
              "               worst instance's p99\n"
+             "  --green      the --instances rows with the model key green_context: each instance's\n"
+             "               kernel in a green context of SMs of its own (8 on an H100)\n"
              "  --dtypes L   the persistent rows (and variants, trace) once per weight dtype in L\n"
              "               (\"f32,f16,bf16\"; default f32); f16 and bf16 also at cluster 2, 4 and 8\n"
              "  --sync K     the persistent rows' (and --instances') hand-offs: plan (default: the plan's choice), barriers\n"
@@ -135,7 +138,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         { "only-persistent", no_argument, NULL, 'P' }, { "persistent-variants", no_argument, NULL, 'V' },
         { "devices", required_argument, NULL, 'D' }, { "trace", no_argument, NULL, 'T' },
         { "dtypes", required_argument, NULL, 'd' }, { "instances", required_argument, NULL, 'I' },
-        { "sync", required_argument, NULL, 'Y' }, { 0, 0, 0, 0 } };
+        { "sync", required_argument, NULL, 'Y' }, { "green", no_argument, NULL, 'g' }, { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -157,6 +160,7 @@ static int s_parse (int argc, char **argv, options_t *o)
         case 'V': o->variants = 1; break;
         case 'T': o->trace = 1; break;
         case 'I': o->instances = optarg; break;
+        case 'g': o->green = 1; break;
         case 'Y':
 #ifndef SIGSERVE_HAVE_CUDA
             fprintf (stderr, "sigbench: --sync: this build has no CUDA\n");
@@ -408,6 +412,7 @@ static const cuda_kernel_t s_gpu_kernel_ids[] = { CUDA_KERNEL_CUBLAS, CUDA_KERNE
 
 /* Persistent loads: the kernel specialised for the model (NVRTC) instead of the generic one. */
 static bool s_specialise;
+static bool s_green;     /* the next load with green_context */
 
 static backend_model_t *s_load_gpu_held (const options_t *o, const weights_t *w, cuda_kernel_t kernel, bool zero_copy,
                                          weight_dtype_t dtype)
@@ -423,6 +428,7 @@ static backend_model_t *s_load_gpu_held (const options_t *o, const weights_t *w,
     cfg.max_rows = o->rows;
     cfg.weight_dtype = dtype;
     cfg.specialise = s_specialise;
+    cfg.green_context = s_green;
     char err[2048];
     cfg.device = o->device;
     backend_model_t *m = backend_cuda_iface.load (w, &cfg, o->device, err, sizeof err);
@@ -785,12 +791,13 @@ static double s_bench_instances (const options_t *o, const weights_t *w, weight_
     uint32_t loaded = 0;
     for (; d && th && all && loaded < n; loaded++) {
         s_specialise = true;
+        s_green = o->green != 0;
         sig_persistent_tuning_t tu = { 0 };
         tu.sync = o->sync;
         d[loaded] = (driver_t) { .o = o, .m = s_load_persistent (o, w, o->sync ? &tu : NULL, dtype), .w = w, .in = in, .ref = ref,
                                  .cpu = o->cpu >= 0 ? o->cpu + (int) loaded : -1,
                                  .samples = all + (size_t) loaded * o->iterations };
-        s_specialise = false;
+        s_specialise = s_green = false;
         if (!d[loaded].m)
             break;
     }
@@ -808,8 +815,11 @@ static double s_bench_instances (const options_t *o, const weights_t *w, weight_
         }
         latency_summary_t sum;
         latency_summarize (all, (size_t) n * o->iterations, &sum);
-        snprintf (label, sizeof label, "%s | %u instance(s) at once, %s weights, all requests (the worst instance's "
-                  "p99 %.2f)", backend_cuda_iface.kernel_name (d[0].m), n, weight_dtype_name (dtype), worst);
+        char green[48] = "";
+        if (backend_cuda_iface.green_sms (d[0].m))
+            snprintf (green, sizeof green, ", each in a green context of %u SMs", backend_cuda_iface.green_sms (d[0].m));
+        snprintf (label, sizeof label, "%s | %u instance(s) at once%s, %s weights, all requests (the worst instance's "
+                  "p99 %.2f)", backend_cuda_iface.kernel_name (d[0].m), n, green, weight_dtype_name (dtype), worst);
         latency_print_row (stdout, label, &sum);
     } else {
         printf ("| persistent | %u instance(s) at once: instance %u did not load (above) | | | | | | | | |\n", n, loaded);
