@@ -193,6 +193,21 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     step memcheck_stream timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
         --shape 1,150001,1 --rows 3 --iterations 40 --warmup 4 --only-persistent --dtypes "${DTYPES:-f32}"
 fi
+# Kernels in green contexts under memcheck (SANITIZE_GREEN=1): one persistent MLP instance in a group
+# (rows 7, f32 then f16) and one LSTM (small, f16). Several instances driven at once did not finish
+# under memcheck in 200 s (2026-11-27; INST_MEMCHECK=1 runs 3 at once without green contexts, to
+# compare): the kernels' code is the same in or out of a group.
+if [ "${SANITIZE_GREEN:-0}" = 1 ]; then
+    for d in f32 f16; do
+        step "memcheck_green_$d" timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/sigbench \
+            --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --dtypes "$d" --instances 1 --green
+    done
+    [ -f "$BUILD/lstmbench" ] && step memcheck_green_lstm timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        $BUILD/lstmbench --sizes small --backends cuda --dtypes f16 --no-window --instances 1 --green --iterations 50 \
+        --warmup 5 --seconds 1
+fi
+[ "${INST_MEMCHECK:-0}" = 1 ] && step memcheck_instances timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    $BUILD/sigbench --shape 597,293,33,1 --rows 7 --iterations 40 --warmup 4 --only-persistent --instances 3
 # st.async hand-offs (sigbench --sync async: the stores complete the mbarriers) under memcheck
 # (SANITIZE_ASYNC=1): the split layer 0 and local layers at rows 7, rows in chunks, f32 and f16,
 # fused pairs (kept, narrow, streamed), generic and specialised.
