@@ -402,6 +402,8 @@ START_TEST (keep_warm_runs_while_idle)
                    (unsigned long long) runs);
     /* A model without keep_warm_us never runs on its own. */
     ck_assert_uint_eq (s_find_info (s_list (s, &r), "pair")->instance_states[0]->warm_runs, 0);
+    /* green_sms: a CPU instance holds no SMs (the field is there, 0) */
+    ck_assert_uint_eq (s_find_info (r->list_models, "pair")->instance_states[0]->green_sms, 0);
     sigserve__v1__reply__free_unpacked (r, NULL);
     zmq_close (s);
 }

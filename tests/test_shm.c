@@ -11,11 +11,13 @@
 
 #include <check.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SIZE (1u << 20)
@@ -124,20 +126,42 @@ START_TEST (another_process_maps_it_at_the_same_address)
 }
 END_TEST
 
+/* The parent's waits in the futex test yield; one that lasts over 20 s (Check's limit is 60) fails
+ * with the waker's and the rings' state instead of a bare timeout: the test timed out twice in 2100
+ * runs on a loaded 2-core machine (2026-11-27) and the state says whether a wake-up was lost (the
+ * child asleep with items queued) or the child never ran. */
+#define FUTEX_ITEMS 2000
+
+typedef struct {
+    ring_t to, from;
+    waker_t wake;
+    uint64_t items[FUTEX_ITEMS];
+} futex_shared_t;
+
+static void s_waited (const futex_shared_t *sh, pid_t child, int i, int answered, const struct timespec *t0,
+                      const char *where)
+{
+    struct timespec now;
+    clock_gettime (CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0->tv_sec < 20)
+        return;
+    kill (child, SIGKILL);
+    ck_abort_msg ("stuck %s at item %d, %d answered: waker sleeping %d, seq %u, snap %u; to ring %zu queued, from "
+                  "ring %zu queued", where, i, answered, atomic_load (&sh->wake.sleeping),
+                  (unsigned) atomic_load (&sh->wake.seq), (unsigned) sh->wake.snap,
+                  ring_count ((ring_t *) &sh->to), ring_count ((ring_t *) &sh->from));
+}
+
 /* A ring and a futex waker in the region: the child (a worker) sleeps until the parent (the front)
  * pushes, N times; it answers each item on the second ring. */
 START_TEST (ring_and_futex_waker_work_across_processes)
 {
-    enum { N = 2000 };
+    enum { N = FUTEX_ITEMS };
     char err[256];
     shm_t *r = shm_new (SIZE, err, sizeof err);
     ck_assert_msg (r != NULL, "%s", err);
-    typedef struct {
-        ring_t to, from;
-        waker_t wake;
-        uint64_t items[N];
-    } shared_t;
-    shared_t *sh = shm_alloc (r, sizeof *sh);
+    futex_shared_t *sh = shm_alloc (r, sizeof *sh);
+    struct timespec t0;
     ring_init_at (&sh->to, shm_alloc (r, 64 * sizeof (void *)), 64);
     ring_init_at (&sh->from, shm_alloc (r, 64 * sizeof (void *)), 64);
     waker_init_futex (&sh->wake);
@@ -166,22 +190,30 @@ START_TEST (ring_and_futex_waker_work_across_processes)
     int answered = 0;
     for (int i = 0; i < N; i++) {
         sh->items[i] = (uint64_t) i * 10;
-        while (!ring_push (&sh->to, &sh->items[i]))
+        clock_gettime (CLOCK_MONOTONIC, &t0);
+        while (!ring_push (&sh->to, &sh->items[i])) {
             sched_yield ();
+            s_waited (sh, pid, i, answered, &t0, "pushing");
+        }
         waker_wake (&sh->wake);
         if (i % 7 == 0)             /* now and then wait for the answer, so the child sleeps between */
             while (answered <= i) {
                 const bool got = ring_pop (&sh->from) != NULL;
                 answered += got;
-                if (!got)
+                if (!got) {
                     sched_yield ();
+                    s_waited (sh, pid, i, answered, &t0, "waiting for an answer");
+                }
             }
     }
+    clock_gettime (CLOCK_MONOTONIC, &t0);
     while (answered < N) {
         const bool got = ring_pop (&sh->from) != NULL;
         answered += got;
-        if (!got)
+        if (!got) {
             sched_yield ();
+            s_waited (sh, pid, N, answered, &t0, "waiting for the last answers");
+        }
     }
     int status;
     ck_assert_int_eq (waitpid (pid, &status, 0), pid);
