@@ -15,7 +15,9 @@
 //      and copy on that stream, destroying both (each bounded: a call that waits for the resident
 //      kernel is reported, and the probe leaves: on an H100, 2026-11-27, the making waits);
 //   8. (before 5) two groups of 8 from one split in one green context: a cluster of 16 and two
-//      clusters of 8 launched there.
+//      clusters of 8 launched there;
+//   9. (before 5) a spinner resident in every group of 8: does a cluster of 8 launched on a
+//      primary-context stream run on the SMs left over (and a single block)?
 // Build (no libcuda link; the driver's entry points come from the runtime):
 //   make build/green-probe (nvcc ... -Ikernels tools/green-probe.cu -lnvrtc)
 // Run on the GPU host: build/green-probe [device]
@@ -328,6 +330,58 @@ int main (int argc, char **argv)
             }
         }
     }
+    // 9. every group of 8 held by a spinner: a cluster of 8, then one block, on a primary stream.
+    //    Every green context is made first (making one beside a resident kernel waits: step 7).
+    {
+        static green_t g9[32];
+        g9[0] = a;
+        g9[1] = b;
+        bool made = true;
+        for (unsigned i = 2; i < n8 && made; i++)
+            made = s_green (&g8[i], dev, &g9[i], "9");
+        int *h9 = nullptr, *d9 = nullptr;
+        cudaHostAlloc ((void **) &h9, 4096, cudaHostAllocMapped);
+        memset (h9, 0, 4096);
+        cudaHostGetDevicePointer ((void **) &d9, h9, 0);
+        unsigned running = 0;
+        for (unsigned i = 0; i < n8 && made; i++) {
+            int *flag = d9, *run = d9 + 64 + i;
+            void *sargs[] = { &flag, &run };
+            if (s_launch_cluster ((const void *) k_spin, 8, (cudaStream_t) g9[i].s, sargs) != cudaSuccess)
+                break;
+        }
+        auto t0 = std::chrono::steady_clock::now ();
+        while (std::chrono::steady_clock::now () - t0 < std::chrono::seconds (2)) {
+            running = 0;
+            for (unsigned i = 0; i < n8; i++)
+                running += ((volatile int *) h9)[64 + i] != 0;
+            if (running == n8)
+                break;
+        }
+        printf ("9. spinners (clusters of 8) resident in %u of the %u groups of 8 (%u SMs left over)\n", running, n8,
+                rest8.sm.smCount);
+        cudaStream_t ps;
+        cudaStreamCreateWithFlags (&ps, cudaStreamNonBlocking);
+        void *args[] = { &d_smid };
+        cudaError_t e = s_launch_cluster ((const void *) k_where, 8, ps, args);
+        int done = e == cudaSuccess ? s_wait (ps, 2000, "9") : -1;
+        printf ("9. beside them, a cluster of 8 on a primary-context stream: %s\n",
+                e != cudaSuccess ? cudaGetErrorString (e) : done == 1 ? "ran" : done == 0 ? "did not start in 2 s" : "failed");
+        cudaStream_t ps1;
+        cudaStreamCreateWithFlags (&ps1, cudaStreamNonBlocking);
+        k_where<<<1, THREADS, SMEM, ps1>>> (d_smid);
+        const int done1 = s_wait (ps1, 2000, "9");
+        printf ("9. beside them, one block on another primary-context stream: %s\n",
+                done1 == 1 ? "ran" : done1 == 0 ? "did not start in 2 s" : "failed");
+        *(volatile int *) h9 = 1;   /* the spinners leave; the pending cluster then runs */
+        for (unsigned i = 0; i < n8 && made; i++)
+            s_wait ((cudaStream_t) g9[i].s, 2000, "9");
+        done = s_wait (ps, 2000, "9");
+        printf ("9. the spinners stopped; the cluster of 8 then: %s\n", done == 1 ? "ran" : "still waiting");
+        cudaStreamDestroy (ps);
+        cudaStreamDestroy (ps1);
+    }
+
     // 5. a resident spinner in A; a cluster launch in B and on a primary stream beside it
     int *h_flag = nullptr, *h_run = nullptr;
     cudaHostAlloc ((void **) &h_flag, 4096, cudaHostAllocMapped);

@@ -82,6 +82,19 @@ static const char *s_cu (CUresult r)
     return s ? s : "unknown driver error";
 }
 
+/* D (DEVICE's) has no green contexts, for REASON: recorded and logged the first time; WHY says so. 0. */
+static int s_none (device_groups_t *d, int device, const char *reason, char *why, size_t whylen)
+{
+    if (!d->none) {
+        d->none = true;
+        snprintf (d->none_why, sizeof d->none_why, "%s", reason);
+        log_warn ("device %d: no green contexts (%s): the hardware places the persistent kernels of models with "
+                  "green_context there", device, d->none_why);
+    }
+    snprintf (why, whylen, "no green contexts on device %d: %s", device, d->none_why);
+    return 0;
+}
+
 int cuda_green_make (int device, int resident, char *why, size_t whylen)
 {
     if (device < 0 || device >= CUDA_DEVICE_MAX) {
@@ -94,12 +107,7 @@ int cuda_green_make (int device, int resident, char *why, size_t whylen)
     if (d->made)
         goto done;
     if (d->none || !s_entry_points ()) {
-        if (!d->none) {
-            d->none = true;
-            snprintf (d->none_why, sizeof d->none_why, "%s", s_drv.why);
-        }
-        snprintf (why, whylen, "no green contexts on device %d: %s", device, d->none_why);
-        rc = 0;
+        rc = s_none (d, device, s_drv.why, why, whylen);
         goto done;
     }
     if (resident > 0) {
@@ -112,10 +120,9 @@ int cuda_green_make (int device, int resident, char *why, size_t whylen)
     CUdevResource all, group[GROUPS_MAX], rest;
     CUresult c = s_drv.get_resource ((CUdevice) device, &all, CU_DEV_RESOURCE_TYPE_SM);
     if (c != CUDA_SUCCESS) {
-        d->none = true;
-        snprintf (d->none_why, sizeof d->none_why, "cuDeviceGetDevResource: %s", s_cu (c));
-        snprintf (why, whylen, "no green contexts on device %d: %s", device, d->none_why);
-        rc = 0;
+        char reason[160];
+        snprintf (reason, sizeof reason, "cuDeviceGetDevResource: %s", s_cu (c));
+        rc = s_none (d, device, reason, why, whylen);
         goto done;
     }
     /* the smallest group the driver allows that a cluster of 8 is co-scheduled in */

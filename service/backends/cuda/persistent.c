@@ -162,7 +162,6 @@ static int s_green_take (persistent_t *p, uint32_t blocks, uint32_t cluster, cha
 
 int persistent_green (persistent_t *p, uint32_t blocks, uint32_t cluster, bool asked, char *err, size_t errlen)
 {
-    static bool s_said[CUDA_DEVICE_MAX];
     char why[512];
     uint32_t groups = 0;
     if (!asked) {   /* follows the device's split where there is one (a free group it fits), else the hardware */
@@ -172,15 +171,8 @@ int persistent_green (persistent_t *p, uint32_t blocks, uint32_t cluster, bool a
         return 0;
     }
     const int made = s_green_make (p->device, why, sizeof why);
-    if (made == 0) {    /* this driver has none: the hardware places it (as without the key) */
-        pthread_mutex_lock (&s_lock);
-        const bool said = s_said[p->device];
-        s_said[p->device] = true;
-        pthread_mutex_unlock (&s_lock);
-        if (!said)
-            log_warn ("model \"%s\": green_context: %s; the hardware places the persistent kernels there", p->name, why);
+    if (made == 0)      /* this driver has none (green.c logs it once): the hardware places it */
         return 0;
-    }
     if (made < 0 || s_green_take (p, blocks, cluster, why, sizeof why) != 0) {
         sig_set_error (err, errlen, "model \"%s\": green_context: %s", p->name, why);
         return -1;
