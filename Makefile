@@ -5,14 +5,14 @@
 BUILD    ?= build
 CC       ?= cc
 PYTHON   ?= /usr/bin/python3
-PKGS     := libzmq libczmq libprotobuf-c libcjson libsystemd libmicrohttpd
+PKGS     := libzmq libczmq libsodium libprotobuf-c libcjson libsystemd libmicrohttpd
 OPT      ?= -O3
 SAN      ?=
 SERVICE_DIRS := service service/base service/weights service/backends service/backends/cuda service/serving \
                 service/front service/ops
 SERVICE_INC  := -Iservice
 CFLAGS   := -std=gnu11 $(OPT) -g -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-psabi -MMD -MP \
-            -Icommon $(SERVICE_INC) -Isupport -Iclients -I$(BUILD)/gen $(SAN) \
+            -Icommon -Itransport $(SERVICE_INC) -Isupport -Iclients -I$(BUILD)/gen $(SAN) \
             $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -lpthread -lm
 LDFLAGS  := $(SAN)
@@ -51,6 +51,8 @@ PROTO_OBJ := $(BUILD)/obj/gen/signal.pb-c.o
 # reader or cJSON in them.
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ  := $(call obj,$(wildcard common/*.c))
+# The ZMTP engine (transport/): the server's fronts and the clients speak ZeroMQ's wire with it.
+TRANSPORT_OBJ := $(call obj,$(wildcard transport/*.c))
 SUPPORT_OBJ := $(call obj,$(wildcard support/*.c))
 CORE_SRC := $(filter-out service/main.c,$(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c)))
 # The one place that decides whether the server has CUDA: backends/cuda/ is built, or backends/no_gpu.c.
@@ -61,14 +63,16 @@ else
 endif
 CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ) $(SPEC_OBJ)
 CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/clients/sigclient_cert.o \
-              $(BUILD)/obj/clients/sigclient_dns.o $(BUILD)/obj/clients/sigclient_stream.o $(PROTO_OBJ)
+              $(BUILD)/obj/clients/sigclient_dns.o $(BUILD)/obj/clients/sigclient_stream.o $(PROTO_OBJ) \
+              $(TRANSPORT_OBJ)
 HISTOGRAM_OBJ := $(BUILD)/obj/clients/histogram.o
 SIGLOAD_OBJ := $(call obj,$(or $(wildcard clients/sigload/*.c),$(wildcard clients/sigload.c))) $(HISTOGRAM_OBJ)
-CLIENT_LIBS := $(shell pkg-config --libs libzmq libprotobuf-c 2>/dev/null) -lpthread -lm
+CLIENT_LIBS := $(shell pkg-config --libs libzmq libsodium libprotobuf-c 2>/dev/null) -lpthread -lm
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
-LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a
+LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a \
+            $(BUILD)/libsigzmtp.a
 BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS)
 # CUDA tools standing alone (no library of ours): built where nvcc is, so they keep compiling.
 ifeq ($(HAVE_CUDA),1)
@@ -113,7 +117,7 @@ check: all
 # A machine without nvcc builds the CPU service, its tests and tools (deploy/Dockerfile's CPU image
 # builds only what it installs, so it would not notice a tool that needs CUDA): every C file of
 # such a build compiles there, syntax and types only, with a build's flags less the CUDA ones.
-NOCUDA_SRC := $(filter-out service/backends/cuda/%.c,$(sort $(wildcard common/*.c support/*.c clients/*.c \
+NOCUDA_SRC := $(filter-out service/backends/cuda/%.c,$(sort $(wildcard common/*.c transport/*.c support/*.c clients/*.c \
               clients/sigload/*.c tools/*.c tests/*.c) $(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c))))
 check-nocuda: $(PROTO_H)
 	@printf '%s\n' $(NOCUDA_SRC) | xargs -P 2 -n 8 $(CC) $(NOCUDA_CFLAGS) -fsyntax-only
@@ -164,6 +168,7 @@ $(BUILD)/obj/%.o: %.cu
 
 $(BUILD)/libsigcore.a: $(CORE_OBJ)
 $(BUILD)/libsigcommon.a: $(COMMON_OBJ)
+$(BUILD)/libsigzmtp.a: $(TRANSPORT_OBJ)
 $(BUILD)/libsigsupport.a: $(SUPPORT_OBJ)
 $(BUILD)/libsigclient.a: $(CLIENT_OBJ)
 $(LIBS):
@@ -173,7 +178,7 @@ $(LIBS):
 $(BUILD)/libsigclient.so: $(CLIENT_OBJ)
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -o $@ $^ $(CLIENT_LIBS)
 
-$(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
+$(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # sigserve with the test hooks (fault injection: POST /debug/fault; CPU models in a device process):
@@ -183,7 +188,7 @@ $(BUILD)/obj/service/main-test.o: service/main.c | $(PROTO_H)
 	$(CC) $(CFLAGS) -DSIGSERVE_TEST_HOOKS -fPIC -c $< -o $@
 
 $(BUILD)/sigserve-test: $(BUILD)/obj/service/main-test.o $(BUILD)/obj/tests/mailbox_backend.o $(BUILD)/libsigcore.a \
-                       $(BUILD)/libsigcommon.a
+                       $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
@@ -198,13 +203,14 @@ $(BUILD)/green-probe: tools/green-probe.cu kernels/sig_device.cuh kernels/kernel
 $(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh kernels/kernels.h
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $<
 
-$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a
+$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a \
+            $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Every suite links testutil.o (shared helpers) and tolerance.o (the kernel checks' error bounds).
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/tolerance.o \
                   $(HISTOGRAM_OBJ) $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a \
-                  $(BUILD)/libsigcommon.a
+                  $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

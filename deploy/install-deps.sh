@@ -6,7 +6,7 @@ set -eu
 
 PACKAGES="build-essential pkg-config
 libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libcjson-dev
-libczmq-dev libmicrohttpd-dev libsystemd-dev
+libczmq-dev libsodium-dev libmicrohttpd-dev libsystemd-dev
 check libsubunit-dev libopenblas-dev
 python3 python3-zmq python3-protobuf protobuf-compiler
 gnuplot-nox python3-yaml

@@ -18,12 +18,12 @@ FUZZ_SECONDS  ?= 60
 # How many targets fuzz at the same time (each is one process on one core).
 FUZZ_JOBS     ?= 1
 FUZZ_DIR      := $(BUILD)/fuzz
-FUZZ_TARGETS  := request safetensors config
+FUZZ_TARGETS  := request safetensors config curve
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all
 # Evaluated when used, so that other targets do not run pkg-config for them.
-FUZZ_CFLAGS    = -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -MMD -MP -Icommon $(SERVICE_INC) \
+FUZZ_CFLAGS    = -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -MMD -MP -Icommon -Itransport $(SERVICE_INC) \
                  -I$(BUILD)/gen $(shell pkg-config --cflags libprotobuf-c libcjson 2>/dev/null) $(FUZZ_SAN)
-FUZZ_LIBS      = $(shell pkg-config --libs libprotobuf-c libcjson 2>/dev/null || echo -lprotobuf-c -lcjson) -lm
+FUZZ_LIBS      = $(shell pkg-config --libs libprotobuf-c libcjson 2>/dev/null || echo -lprotobuf-c -lcjson) -lsodium -lm
 
 # What each target compiles, and the longest input it is given (the codec target is built for
 # 8 KiB messages; the seeds of the other two are under 8 KB).
@@ -32,7 +32,9 @@ FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c service/weights/safetensor
 FUZZ_SRC_config      := tests/fuzz/fuzz_config.c service/base/config.c service/base/config_walk.c service/base/config_file.c service/base/status.c
 FUZZ_MAX_LEN_request     := 8192
 FUZZ_MAX_LEN_safetensors := 8192
+FUZZ_SRC_curve       := tests/fuzz/fuzz_curve.c transport/zmtp_curve.c transport/zmtp_wire.c
 FUZZ_MAX_LEN_config      := 8192
+FUZZ_MAX_LEN_curve       := 4096
 
 fuzz_obj = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(1))
 FUZZ_PROTO_OBJ := $(FUZZ_DIR)/obj/gen/signal.pb-c.o

@@ -83,7 +83,8 @@ static void s_version (void)
         backends_gpu->runtime_version (runtime, sizeof runtime);
         snprintf (gpu, sizeof gpu, ", cuda with CUDA runtime %s", runtime);
     }
-    printf ("sigserve %s (libzmq %d.%d.%d, backends: cpu%s)\n", SIGSERVE_VERSION, major, minor, patch, gpu);
+    printf ("sigserve %s (transports: zmtp, libzmq %d.%d.%d; backends: cpu%s)\n", SIGSERVE_VERSION, major, minor, patch,
+            gpu);
 }
 
 /* -1 to go on, or an exit code. */
@@ -507,7 +508,8 @@ int main (int argc, char **argv)
     /* CURVE configured but unusable stops the start here, before the models load. */
     auth_t *auth = NULL;
     if (!opt.check_only && cfg->server.curve.secret_key_file[0]
-        && !(auth = auth_new (&cfg->server.curve, cfg->server.io_threads, err, sizeof err))) {
+        && !(auth = auth_new (&cfg->server.curve, cfg->server.io_threads, cfg->server.transport == TRANSPORT_LIBZMQ, err,
+                              sizeof err))) {
         log_error ("%s: %s", opt.config_path, err);
         http_destroy (&http);
         stats_destroy (&stats);

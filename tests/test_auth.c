@@ -103,7 +103,7 @@ static void s_refused (const char *key_file, const char *folder, const char *wan
     snprintf (curve.secret_key_file, sizeof curve.secret_key_file, "%s", key_file);
     snprintf (curve.allowed_clients, sizeof curve.allowed_clients, "%s", folder);
     char err[1024] = "";
-    auth_t *a = auth_new (&curve, 1, err, sizeof err);
+    auth_t *a = auth_new (&curve, 1, true, err, sizeof err);
     ck_assert_msg (a == NULL, "accepted %s with %s", key_file, folder);
     ck_assert_str_eq (err, want);
 }
@@ -202,7 +202,7 @@ START_TEST (the_allowlist_admits_a_listed_key_and_refuses_another)
     snprintf (curve.secret_key_file, sizeof curve.secret_key_file, "%s", s_path ("server_secret"));
     snprintf (curve.allowed_clients, sizeof curve.allowed_clients, "%s", s_path ("allowed"));
     char err[1024];
-    auth_t *a = auth_new (&curve, 1, err, sizeof err);
+    auth_t *a = auth_new (&curve, 1, true, err, sizeof err);
     ck_assert_msg (a != NULL, "%s", err);
     zcert_t *server = zcert_load (s_path ("server"));
     ck_assert_str_eq (auth_public_key (a), zcert_public_txt (server));

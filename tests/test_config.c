@@ -443,7 +443,7 @@ static const bad_case_t s_bad[] = {
     { "unknown top-level key", "{" SERVER_OK ", " MODELS_OK ", 'modles': []}",
       "test.json: modles: unknown key (expected one of server, models)" },
     { "unknown server key", WITH_SERVER (", 'bogus': 1"),
-      "test.json: server.bogus: unknown key (expected one of endpoints, max_message_bytes, busy_poll, "
+      "test.json: server.bogus: unknown key (expected one of endpoints, transport, max_message_bytes, busy_poll, "
       "spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, fronts, queue_depth, cpus, drain_ms, http, "
       "stats_interval_s, curve, heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
     { "more fronts than endpoints", WITH_SERVER (", 'fronts': 2"),

@@ -209,7 +209,8 @@ static model_t *s_model (int which)
 /* ---- requests as the front hands them over ---- */
 
 typedef struct {
-    zmq_msg_t envelope[2];          /* a ROUTER routing id ("client-ID") and a REQ delimiter */
+    char who[32];
+    frame_t envelope[2];            /* a ROUTER routing id ("client-ID") and a REQ delimiter */
     float features[MAX_ROWS * WINDOW * STEP];
     uint32_t rows;
     uint64_t id, stream;
@@ -219,11 +220,9 @@ typedef struct {
 static void s_request (request_t *r, uint64_t id, uint32_t rows, uint64_t stream, size_t per_row, uint64_t seed)
 {
     memset (r, 0, sizeof *r);
-    char who[32];
-    int n = snprintf (who, sizeof who, "client-%llu", (unsigned long long) id);
-    ck_assert_int_eq (zmq_msg_init_size (&r->envelope[0], (size_t) n), 0);
-    memcpy (zmq_msg_data (&r->envelope[0]), who, (size_t) n);
-    ck_assert_int_eq (zmq_msg_init_size (&r->envelope[1], 0), 0);
+    int n = snprintf (r->who, sizeof r->who, "client-%llu", (unsigned long long) id);
+    r->envelope[0] = (frame_t) { (const uint8_t *) r->who, (size_t) n };
+    r->envelope[1] = (frame_t) { (const uint8_t *) "", 0 };
     r->id = id;
     r->rows = rows;
     r->stream = stream;
@@ -246,8 +245,8 @@ static void s_admit_ok (model_t *m, request_t *r)
     char err[512];
     sig_status_t st = s_admit (m, r, err, sizeof err);
     ck_assert_msg (st == SIG_OK, "request %llu: status %d: %s", (unsigned long long) r->id, st, err);
-    /* The frames moved into the job: the caller's are empty now. */
-    ck_assert_uint_eq (zmq_msg_size (&r->envelope[0]), 0);
+    /* The frames were copied into the job: the caller's may go. */
+    memset (r->who, 'x', sizeof r->who);
 }
 
 /* Collects N finished jobs (10 s at most) into JOBS, in the order they came. */
@@ -272,21 +271,15 @@ static void s_assert_envelope (job_t *j)
     char who[32];
     int n = snprintf (who, sizeof who, "client-%llu", (unsigned long long) j->request_id);
     ck_assert_int_eq (j->socket, 3);
-    ck_assert_int_eq (j->envelope_count, 2);
-    ck_assert_uint_eq (zmq_msg_size (&j->envelope[0]), (size_t) n);
-    ck_assert_mem_eq (zmq_msg_data (&j->envelope[0]), who, (size_t) n);
-    ck_assert_uint_eq (zmq_msg_size (&j->envelope[1]), 0);
+    frame_t f[JOB_ENVELOPE_MAX];
+    ck_assert_int_eq (envelope_frames (&j->envelope, f), 2);
+    ck_assert_uint_eq (f[0].size, (size_t) n);
+    ck_assert_mem_eq (f[0].data, who, (size_t) n);
+    ck_assert_uint_eq (f[1].size, 0);
 }
 
-/* What the front does once the reply is sent: the frames are gone, the job back in the pool. */
-static void s_return (model_t *m, job_t *j)
-{
-    for (int f = 0; f < j->envelope_count; f++) {
-        zmq_msg_close (&j->envelope[f]);
-        zmq_msg_init (&j->envelope[f]);
-    }
-    dispatch_job_return (m, j);
-}
+/* What the front does once the reply is sent: the job back in the pool. */
+static void s_return (model_t *m, job_t *j) { dispatch_job_return (m, j); }
 
 static request_t *s_find (request_t *reqs, int n, uint64_t id)
 {
@@ -351,7 +344,7 @@ START_TEST (admission_by_time_refuses_what_would_wait_too_long)
     ck_assert_str_eq (err, want);
     char who[32];
     snprintf (who, sizeof who, "client-%llu", (unsigned long long) (id - 1));
-    ck_assert_uint_eq (zmq_msg_size (&r.envelope[0]), strlen (who));       /* still the caller's */
+    ck_assert_uint_eq (r.envelope[0].size, strlen (who));       /* still the caller's */
     ck_assert_uint_eq (dispatch_queued (m), queued);      /* nothing taken */
     ck_assert_int_eq (s_admit_by (m, &r, over, err, sizeof err), SIG_OK);
     queued++;
@@ -396,8 +389,6 @@ START_TEST (admission_by_time_refuses_what_would_wait_too_long)
     s_collect (m, jobs, 1);
     ck_assert_uint_eq (jobs[0]->request_id, id - 1);
     s_return (m, jobs[0]);
-    zmq_msg_close (&r.envelope[0]);
-    zmq_msg_close (&r.envelope[1]);
     free (jobs);
     free (info);
     model_destroy (&m);
@@ -443,8 +434,6 @@ START_TEST (admitted_jobs_come_back_with_outputs_ids_and_envelopes)
     for (uint32_t i = 0; i < 3; i++)
         computed += model_instance_requests (m, i);
     ck_assert_uint_eq (computed, N);
-    for (int i = 0; i < N; i++)
-        zmq_msg_close (&reqs[i].envelope[0]), zmq_msg_close (&reqs[i].envelope[1]);
     model_destroy (&m);
 }
 END_TEST
@@ -578,8 +567,8 @@ START_TEST (a_full_queue_answers_overloaded_and_takes_nothing)
     ck_assert_uint_eq (dispatch_inflight (m, 0), DEPTH);        /* no job taken from the pool */
     ck_assert_uint_eq (dispatch_queued (m), DEPTH);
     ck_assert_int_eq (s_recorded_count, DEPTH);              /* no worker rung for it */
-    ck_assert_uint_eq (zmq_msg_size (&extra->envelope[0]), strlen ("client-8"));     /* still the caller's */
-    ck_assert_mem_eq (zmq_msg_data (&extra->envelope[0]), "client-8", strlen ("client-8"));
+    ck_assert_uint_eq (extra->envelope[0].size, strlen ("client-8"));     /* still the caller's */
+    ck_assert_mem_eq (extra->envelope[0].data, "client-8", strlen ("client-8"));
     /* The queued ones are all computed once the workers look. */
     s_release (0);
     job_t *jobs[DEPTH];
@@ -596,8 +585,6 @@ START_TEST (a_full_queue_answers_overloaded_and_takes_nothing)
     ck_assert_uint_eq (jobs[0]->request_id, DEPTH);
     s_assert_envelope (jobs[0]);
     s_return (m, jobs[0]);
-    for (int i = 0; i <= DEPTH; i++)
-        zmq_msg_close (&reqs[i].envelope[0]), zmq_msg_close (&reqs[i].envelope[1]);
     model_destroy (&m);
 }
 END_TEST
@@ -704,8 +691,6 @@ START_TEST (inline_runs_on_the_front_only_when_nothing_waits)
     ck_assert_int_eq (jobs[0]->status, SIG_OK);
     s_return (wide, jobs[0]);
     ck_assert_uint_eq (model_instance_requests (m, 0) + model_instance_requests (m, 1) + model_instance_requests (m, 2), 2);
-    for (int i = 0; i < 6; i++)
-        zmq_msg_close (&reqs[i].envelope[0]), zmq_msg_close (&reqs[i].envelope[1]);
     free (info);
     model_destroy (&wide);
     model_destroy (&seq);
@@ -727,8 +712,6 @@ START_TEST (every_request_buffer_in_use_answers_overloaded)
         s_request (&r, (uint64_t) i, 1, 0, IN, (uint64_t) i);
         s_admit_ok (m, &r);
         s_collect (m, &held[i], 1);     /* computed, and kept: as if its reply were waiting to be sent */
-        zmq_msg_close (&r.envelope[0]);
-        zmq_msg_close (&r.envelope[1]);
     }
     ck_assert_uint_eq (dispatch_inflight (m, 0), (uint32_t) pool);
     ck_assert_uint_eq (dispatch_queued (m), 0);
@@ -736,7 +719,7 @@ START_TEST (every_request_buffer_in_use_answers_overloaded)
     s_request (&r, 9999, 1, 0, IN, 9);
     ck_assert_int_eq (s_admit (m, &r, err, sizeof err), SIG_OVERLOADED);
     ck_assert_str_eq (err, "model \"mlp\": every request buffer is in use (replies waiting to be sent); retry later");
-    ck_assert_uint_eq (zmq_msg_size (&r.envelope[0]), strlen ("client-9999"));      /* still the caller's */
+    ck_assert_uint_eq (r.envelope[0].size, strlen ("client-9999"));      /* still the caller's */
     s_return (m, held[0]);
     s_admit_ok (m, &r);
     s_collect (m, &held[0], 1);
@@ -744,8 +727,6 @@ START_TEST (every_request_buffer_in_use_answers_overloaded)
     for (int i = 0; i < pool; i++)
         s_return (m, held[i]);
     ck_assert_uint_eq (dispatch_inflight (m, 0), 0);
-    zmq_msg_close (&r.envelope[0]);
-    zmq_msg_close (&r.envelope[1]);
     free (held);
     model_destroy (&m);
 }
@@ -772,7 +753,7 @@ START_TEST (large_requests_borrow_the_large_buffers)
     snprintf (want, sizeof want, "model \"big\": every buffer for requests of more than 1 row(s) is in use (large_buffers "
               "2, each max_rows = %d rows); retry later, or send fewer rows a request", MAX_ROWS);
     ck_assert_str_eq (err, want);
-    ck_assert_uint_eq (zmq_msg_size (&reqs[2].envelope[0]), strlen ("client-3"));    /* still the caller's */
+    ck_assert_uint_eq (reqs[2].envelope[0].size, strlen ("client-3"));    /* still the caller's */
     ck_assert_uint_eq (dispatch_inflight (m, 0), 2);
     s_admit_ok (m, &reqs[3]);                               /* one row: its own buffer */
     s_release (0);
@@ -791,8 +772,6 @@ START_TEST (large_requests_borrow_the_large_buffers)
     s_collect (m, jobs, 1);
     ck_assert_uint_eq (jobs[0]->request_id, 3);
     s_return (m, jobs[0]);
-    for (int i = 0; i < 4; i++)
-        zmq_msg_close (&reqs[i].envelope[0]), zmq_msg_close (&reqs[i].envelope[1]);
     model_destroy (&m);
 }
 END_TEST
@@ -1082,8 +1061,6 @@ static void *s_producer (void *arg)
         s_producer_check (p, reqs, seen, j);
     }
     for (int i = 0; i < TOTAL; i++) {
-        zmq_msg_close (&reqs[i].envelope[0]);
-        zmq_msg_close (&reqs[i].envelope[1]);
     }
     free (reqs);
     free (seen);
@@ -1178,8 +1155,6 @@ START_TEST (a_gpu_model_runs_inline_on_its_idle_instance)
     ck_assert_int_gt (p[0].inlined, 0);
     ck_assert_uint_eq (stats_inline (stats, (size_t) slot), 50 + (uint64_t) p[0].inlined);
     ck_assert_uint_eq (model_instance_requests (m, 0), 4000 - (uint64_t) p[0].inlined);
-    zmq_msg_close (&r.envelope[0]);
-    zmq_msg_close (&r.envelope[1]);
     model_destroy (&m);
     stats_destroy (&stats);
 }

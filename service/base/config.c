@@ -24,6 +24,7 @@ static const char *const s_cuda_wait_names[] = { "spin", "yield", "block", NULL 
 static const char *const s_cpu_kernel_names[] = { "loop", "blas", NULL };
 static const char *const s_log_level_names[] = { "error", "warn", "info", "debug", NULL };
 static const char *const s_log_format_names[] = { "text", "json", NULL };
+static const char *const s_transport_names[] = { "zmtp", "libzmq", NULL };
 static const char *const s_model_type_names[] = { "mlp", "lstm", NULL };
 static const char *const s_weight_dtype_names[] = { "f32", "f16", "bf16", NULL };
 
@@ -34,6 +35,7 @@ _Static_assert (sizeof (cuda_kernel_t) == sizeof (int), "cuda_kernel_t is int-si
 _Static_assert (sizeof (cpu_kernel_t) == sizeof (int), "cpu_kernel_t is int-sized");
 _Static_assert (sizeof (cuda_wait_t) == sizeof (int), "cuda_wait_t is int-sized");
 _Static_assert (sizeof (log_format_t) == sizeof (int), "log_format_t is int-sized");
+_Static_assert (sizeof (transport_t) == sizeof (int), "transport_t is int-sized");
 _Static_assert (sizeof (model_type_t) == sizeof (int), "model_type_t is int-sized");
 _Static_assert (sizeof (weight_dtype_t) == sizeof (int), "weight_dtype_t is int-sized");
 
@@ -147,6 +149,8 @@ static const key_spec_t s_server_keys[] = {
       .count_offset = offsetof (server_config_t, endpoint_count), .min = 1, .max = CONFIG_MAX_ENDPOINTS,
       .len_min = 1, .len_max = CONFIG_ENDPOINT_MAX - 1,
       .what = "endpoint", .unique = true, .check = s_check_endpoint },
+    { .name = "transport", .type = KEY_ENUM, FIELD (server_config_t, transport),
+      .choices = s_transport_names, .def = TRANSPORT_LIBZMQ },
     { .name = "max_message_bytes", .type = KEY_U32, FIELD (server_config_t, max_message_bytes),
       .min = 64, .max = 64 * 1024 * 1024, .def = 65536 },
     { .name = "busy_poll", .type = KEY_BOOL, FIELD (server_config_t, busy_poll), .def = false },
@@ -437,6 +441,14 @@ static int s_resolve (parser_t *p, config_t *cfg)
                   "got %zu: add endpoints or lower fronts", server->fronts, server->fronts, server->endpoint_count);
         return s_fail_at (p, "server.fronts", "%s", why);
     }
+    for (size_t e = 0; e < server->endpoint_count && server->transport == TRANSPORT_ZMTP; e++)
+        if (strncmp (server->endpoints[e], "inproc://", 9) == 0) {
+            char at[48];
+            snprintf (at, sizeof at, "server.endpoints[%zu]", e);
+            return s_fail_at (p, at, "%s: inproc:// is libzmq's in-process transport; the zmtp transport serves "
+                              "tcp:// and ipc:// (use ipc://, or set server.transport to \"libzmq\")",
+                              server->endpoints[e]);
+        }
     for (size_t i = 0; i < cfg->model_count; i++)
         if (s_resolve_model (p, &cfg->models[i], i, server) != 0)
             return -1;

@@ -41,6 +41,8 @@ typedef enum { MODEL_TYPE_MLP = 0, MODEL_TYPE_LSTM } model_type_t;
 /* How a backend may hold the weights on its device (CUDA LSTM kernels); f32 everywhere else. */
 typedef enum { WEIGHT_DTYPE_F32 = 0, WEIGHT_DTYPE_F16, WEIGHT_DTYPE_BF16 } weight_dtype_t;
 typedef enum { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON } log_format_t;
+/* What speaks ZeroMQ on the endpoints: our own ZMTP engine, or libzmq (front/endpoint.h). */
+typedef enum { TRANSPORT_ZMTP = 0, TRANSPORT_LIBZMQ } transport_t;
 
 typedef struct {
     char weight[CONFIG_NAME_MAX];   /* tensor name of the [out, in] weight matrix */
@@ -117,6 +119,7 @@ typedef struct {
     uint32_t drain_ms;              /* at SIGTERM: how long to finish admitted requests */
     char http[CONFIG_ENDPOINT_MAX]; /* "HOST:PORT" of the metrics and probes endpoint; "" = off */
     log_format_t log_format;
+    transport_t transport;          /* "zmtp" or "libzmq" */
     uint32_t stats_interval_s;      /* periodic stats log line; 0 = off */
     curve_config_t curve;
     uint32_t heartbeat_ms;          /* ZMTP heartbeats (0 = off); a silent peer is closed after 3 */

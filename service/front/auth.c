@@ -4,8 +4,11 @@
 
 #include "base/log.h"
 
+#include "zmtp_curve.h"
+
 #include <czmq.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,7 +23,9 @@
 #define PROVE_TIMEOUT_MS 5000
 
 struct _auth_t {
-    zactor_t *zauth;
+    zactor_t *zauth;                /* the ZAP handler (the libzmq transport) */
+    zcertstore_t *store;            /* the allowlist (the zmtp transport), under LOCK */
+    pthread_mutex_t lock;
     zcert_t *cert;
     char folder[CONFIG_PATH_MAX];
 };
@@ -69,9 +74,9 @@ static int s_check_folder (const char *folder, char *err, size_t errlen)
     return 0;
 }
 
-auth_t *auth_new (const curve_config_t *curve, uint32_t io_threads, char *err, size_t errlen)
+auth_t *auth_new (const curve_config_t *curve, uint32_t io_threads, bool zap, char *err, size_t errlen)
 {
-    if (!zsys_has_curve ()) {
+    if (zap && !zsys_has_curve ()) {
         snprintf (err, errlen, "server.curve: this libzmq was built without CURVE support");
         return NULL;
     }
@@ -86,6 +91,18 @@ auth_t *auth_new (const curve_config_t *curve, uint32_t io_threads, char *err, s
         return NULL;
     }
     snprintf (self->folder, sizeof self->folder, "%s", curve->allowed_clients);
+    pthread_mutex_init (&self->lock, NULL);
+    if (!zap) {
+        self->store = zcertstore_new (self->folder);
+        if (!self->store) {
+            snprintf (err, errlen, "server.curve.allowed_clients: %s: cannot be read as a folder of certificates",
+                      self->folder);
+            auth_destroy (&self);
+            return NULL;
+        }
+        log_info ("CURVE on: server key %s, clients allowed from %s", zcert_public_txt (self->cert), self->folder);
+        return self;
+    }
     /* czmq must not take over SIGINT/SIGTERM (the control thread handles them) */
     zsys_handler_set (NULL);
     zsys_set_io_threads (io_threads);
@@ -108,6 +125,7 @@ void auth_destroy (auth_t **self_p)
 {
     if (self_p && *self_p) {
         zactor_destroy (&(*self_p)->zauth);
+        zcertstore_destroy (&(*self_p)->store);
         zcert_destroy (&(*self_p)->cert);
         free (*self_p);
         *self_p = NULL;
@@ -121,6 +139,23 @@ void *auth_context (auth_t *self)
 }
 
 const char *auth_public_key (const auth_t *self) { return zcert_public_txt (self->cert); }
+
+void auth_keypair (const auth_t *self, uint8_t *public_key, uint8_t *secret_key)
+{
+    memcpy (public_key, zcert_public_key (self->cert), 32);
+    memcpy (secret_key, zcert_secret_key (self->cert), 32);
+}
+
+bool auth_allows (auth_t *self, const uint8_t *key)
+{
+    char text[41];
+    if (!self->store || zmtp_z85_encode (key, text) != 0)
+        return false;
+    pthread_mutex_lock (&self->lock);
+    bool ok = zcertstore_lookup (self->store, text) != NULL;   /* re-reads the folder when it changed */
+    pthread_mutex_unlock (&self->lock);
+    return ok;
+}
 
 int auth_apply (auth_t *self, void *socket, char *err, size_t errlen)
 {
@@ -192,7 +227,18 @@ int auth_reload (auth_t *self, const curve_config_t *curve, char *err, size_t er
     if (s_check_folder (curve->allowed_clients, err, errlen) != 0)
         return -1;
     snprintf (self->folder, sizeof self->folder, "%s", curve->allowed_clients);
-    if (zstr_sendx (self->zauth, "CURVE", self->folder, NULL) != 0 || zsock_wait (self->zauth) != 0) {
+    if (self->store) {
+        zcertstore_t *store = zcertstore_new (self->folder);
+        if (!store) {
+            snprintf (err, errlen, "server.curve.allowed_clients: %s: cannot be read as a folder of certificates",
+                      self->folder);
+            return -1;
+        }
+        pthread_mutex_lock (&self->lock);
+        zcertstore_destroy (&self->store);
+        self->store = store;
+        pthread_mutex_unlock (&self->lock);
+    } else if (zstr_sendx (self->zauth, "CURVE", self->folder, NULL) != 0 || zsock_wait (self->zauth) != 0) {
         snprintf (err, errlen, "server.curve: the ZAP handler did not take the folder %s", self->folder);
         return -1;
     }

@@ -1,7 +1,10 @@
 /* ZeroMQ CURVE for every endpoint (server.curve), with czmq: the server's certificate read with
- * zcert, and zauth as the ZAP handler with the allowed_clients folder as its allowlist (czmq
- * re-reads the folder when it changes; a reload points zauth at it again). An unknown key, or a
- * client without CURVE, is refused during the handshake and never reaches the front.
+ * zcert, and the allowed_clients folder as the allowlist (czmq re-reads the folder when it changes;
+ * a reload points it at the folder again). An unknown key, or a client without CURVE, is refused
+ * during the handshake and never reaches the front.
+ *
+ * The zmtp transport asks auth_allows during each handshake (its own CURVE, transport/zmtp_curve.h),
+ * with the folder as a czmq zcertstore. The libzmq transport needs a ZAP handler: zauth, below.
  *
  * zauth answers ZAP requests only inside czmq's own ZeroMQ context, and libzmq serves any client
  * that knows the server's key when no ZAP handler answers, unless ZMQ_ZAP_ENFORCE_DOMAIN (option
@@ -14,19 +17,26 @@
 #define SIGSERVE_AUTH_H
 
 #include "base/config.h"
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct _auth_t auth_t;
 
-/* Starts czmq (its own signal handling off; io_threads I/O threads) and zauth for CURVE. NULL
- * with ERR naming server.curve's key at fault. */
-auth_t *auth_new (const curve_config_t *curve, uint32_t io_threads, char *err, size_t errlen);
+/* Reads the certificate and the allowlist; with ZAP (the libzmq transport) starts czmq (its own signal
+ * handling off; io_threads I/O threads) and zauth. NULL with ERR naming server.curve's key at fault. */
+auth_t *auth_new (const curve_config_t *curve, uint32_t io_threads, bool zap, char *err, size_t errlen);
 void auth_destroy (auth_t **self_p);
 
 /* The context the server's sockets must be created in. */
 void *auth_context (auth_t *self);
 /* The server's public key (Z85, 40 characters). */
 const char *auth_public_key (const auth_t *self);
+/* The server's keys as bytes (32 each), for the zmtp transport's CURVE. */
+void auth_keypair (const auth_t *self, uint8_t *public_key, uint8_t *secret_key);
+/* Whether the client key KEY (32 bytes) is in the allowlist now. Any thread (under a lock: the
+ * fronts' handshakes share the store). */
+bool auth_allows (auth_t *self, const uint8_t *key);
 /* Makes SOCKET (before bind) a CURVE server with the certificate's secret key, a ZAP domain and
  * enforcement. 0, or -1 with ERR. */
 int auth_apply (auth_t *self, void *socket, char *err, size_t errlen);

@@ -1,48 +1,82 @@
-/* The front's ROUTER sockets, one per configured endpoint, in fixed slots (a request's job names
- * its slot): binding with the socket options and policies below, reload (bind the new next to
- * the old, then close the removed ones once their last reply is sent), the poll set, and the
- * client key of a message. Front thread only, except endpoints_new/destroy.
+/* The front's endpoints: one listening socket per configured endpoint, in fixed slots (a request's job
+ * names its slot), over one of two transports (server.transport):
  *
- * Every socket: ZMQ_MAXMSGSIZE = max_message_bytes (libzmq bounds each frame with it; the front
- * bounds the whole message), ZMQ_ROUTER_MANDATORY (a reply that cannot be delivered is reported,
- * not dropped silently), heartbeats (heartbeat_ms: a peer silent for 3 intervals is closed) and a
- * bounded linger. ipc:// endpoints: a path where a live server answers is refused (never taken
- * over); a stale socket file is removed; the new file gets ipc_mode. */
+ *   zmtp    our own ZMTP engine (transport/zmtp_router.h): the front reads and writes its TCP and Unix
+ *           sockets itself, no I/O thread between; CURVE with libsodium, the allowlist read with czmq
+ *   libzmq  a libzmq ROUTER per endpoint, its I/O threads between the front and the wire; CURVE with
+ *           czmq's zauth as the ZAP handler
+ *
+ * Either way a message comes out as a ROUTER gives it (frames[0] the sender's routing id, then its
+ * frames, the payload last) and a reply goes back on the envelope it came with. Also here: binding with
+ * the socket options and policies below, reload (bind the new next to the old, then close the removed
+ * ones once their last reply is sent), the front's sleep, and the client key of a message. Front
+ * thread only, except endpoints_new/destroy.
+ *
+ * Bounds: max_message_bytes over the whole message and MAX_FRAMES frames. zmtp bounds a message as it
+ * arrives: one past them is handed out "cut" (its frames within the bounds), answered, and its
+ * connection closed; libzmq bounds each frame (ZMQ_MAXMSGSIZE, dropping the connection silently) and
+ * buffers the rest whole, so the front bounds the message after the fact. Heartbeats: heartbeat_ms
+ * (a peer silent for 3 intervals is closed). max_connections: a connection past the limit is shut
+ * down at once; zmtp also closes the connection idle longest near the open-file limit rather than
+ * leave a new client unanswered. Routing ids: zmtp assigns its own (no peer can take another's
+ * replies); libzmq takes a peer's Identity. ipc:// endpoints: a path where a live server answers is
+ * refused (never taken over); a stale socket file is removed; the new file gets ipc_mode. */
 #ifndef SIGSERVE_ENDPOINT_H
 #define SIGSERVE_ENDPOINT_H
 
 #include "base/config.h"
 #include "base/stats.h"
 #include "front/auth.h"
+#include "serving/job.h"
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <zmq.h>
+
+#define MAX_FRAMES 16               /* envelope frames + payload; a longer message is refused */
+
+/* One message as received: its first MAX_FRAMES frames (views valid until the next endpoints_recv or
+ * endpoints_release) and the size of the whole. */
+typedef struct {
+    int socket;                 /* the endpoint slot it came on */
+    int nframes;                /* frames kept in frames[] (at most MAX_FRAMES): frames[0] is the routing id */
+    size_t total_frames;        /* frames in the message (as far as they came, when cut) */
+    size_t bytes;               /* bytes over every frame */
+    bool cut;                   /* zmtp refused it as it arrived (past the bounds): answer it, and its
+                                   connection closes once the answer is written */
+    uint64_t t_recv;            /* CLOCK_MONOTONIC ns when it was taken */
+    frame_t frames[MAX_FRAMES];
+} message_t;
 
 typedef struct _endpoints_t endpoints_t;
 
-/* Binds every endpoint of CFG in a context of its own (io_threads I/O threads), or with AUTH (not
- * NULL: server.curve) in czmq's, every socket a CURVE server and every new endpoint proved to
- * refuse an unknown key before it serves. NULL with ERR naming the endpoint on failure (a host name
- * where ZeroMQ wants an address gets the address to use). Without AUTH, an endpoint reachable from
- * other hosts (tcp:// on anything but loopback) is warned about at start: it serves plaintext.
- * STATS (may be NULL) counts the CURVE handshakes refused (endpoints_watch_connections). */
+/* Binds every endpoint of CFG over CFG's transport; with AUTH (not NULL: server.curve) every socket is
+ * a CURVE server (libzmq: in czmq's context, every new endpoint proved to refuse an unknown key before
+ * it serves). NULL with ERR naming the endpoint on failure (a host name where ZeroMQ wants an address
+ * gets the address to use). Without AUTH, an endpoint reachable from other hosts (tcp:// on anything
+ * but loopback) is warned about at start: it serves plaintext. STATS (may be NULL) counts the CURVE
+ * handshakes refused. */
 endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, stats_t *stats, char *err, size_t errlen);
 /* Closes every socket, letting queued replies go for at most LINGER_MS. */
 void endpoints_destroy (endpoints_t **self_p, uint32_t linger_ms);
-/* The context the sockets live in. */
-void *endpoints_context (endpoints_t *self);
 
-void *endpoints_socket (endpoints_t *self, int slot);
+/* The next message of any endpoint, the endpoints (zmtp: the connections) in turn: 1 (MSG filled),
+ * 0 none waiting. */
+int endpoints_recv (endpoints_t *self, message_t *msg);
+/* MSG's frames are not needed any more (libzmq gives its buffers back). */
+void endpoints_release (endpoints_t *self, message_t *msg);
+/* Sends a reply: ENVELOPE's COUNT frames (its routing id first), then PAYLOAD. 0, or -1 with errno:
+ * EAGAIN (the client's queue is full: it is not reading), EHOSTUNREACH (the client has gone). */
+int endpoints_send (endpoints_t *self, int slot, const frame_t *envelope, int count, const void *payload, size_t len);
+/* Sleeps until a socket has something or WAKE_FD is readable, at most TIMEOUT_MS. > 0 woken. */
+int endpoints_wait (endpoints_t *self, int wake_fd, int timeout_ms);
+
 const char *endpoints_name (const endpoints_t *self, int slot);
-/* Open slots in order: for (s = first; s >= 0; s = next (s)). */
-int endpoints_first (const endpoints_t *self);
-int endpoints_next (const endpoints_t *self, int slot);
-/* The poll set: every open socket, then EXTRA_FD for reading. Returns the count. */
-int endpoints_poll_items (endpoints_t *self, int extra_fd, zmq_pollitem_t **items);
+/* The transport serving them: "zmtp" or "libzmq". */
+const char *endpoints_transport (const endpoints_t *self);
 
 /* Requests admitted from a slot and not yet answered (its socket stays open until then). */
 void endpoints_hold (endpoints_t *self, int slot);
-void endpoints_release (endpoints_t *self, int slot);
+void endpoints_release_slot (endpoints_t *self, int slot);
 
 /* Reload: binds CFG's endpoints that are not bound yet (-1 with ERR, binding nothing, when one
  * fails); drop_added undoes the last add; commit marks the endpoints CFG no longer has as closing
@@ -55,21 +89,20 @@ bool endpoints_any_closing (const endpoints_t *self);
 /* Closes the closing slots that have nothing in flight. */
 void endpoints_close_idle (endpoints_t *self);
 
-/* Takes the connection events of every socket. server.max_connections: a connection past the
- * limit is shut down at once (logged at warn at most once a second). With CURVE: a refused
- * handshake is counted by reason (stats_count_auth_failure) and logged at warn at most once a
- * second with the counts since. Cheap when nothing happened; the front calls it a few times a
- * second, whenever a monitor polls readable, and at the first message of a connection (endpoints_refused). */
+/* The connections' housekeeping: their events (max_connections: a connection past the limit is shut
+ * down, logged at warn at most once a second; CURVE: a refused handshake is counted by reason,
+ * stats_count_auth_failure, and logged at warn at most once a second with the counts since), and
+ * zmtp's heartbeats and closing connections. Cheap when nothing happened; the front calls it a few
+ * times a second, whenever it wakes from endpoints_wait, and (libzmq) at the first message of a
+ * connection (endpoints_refused). */
 void endpoints_watch_connections (endpoints_t *self, uint64_t now_ns);
-/* Whether FRAME (a message's first) came on a connection shut down for the limit (max_connections),
- * whose messages are dropped unanswered. One bit tested for a connection already counted; the first
- * message of another takes the connection events in first (at once, whether the front sleeps in
- * zmq_poll or spins). */
-bool endpoints_refused (endpoints_t *self, const zmq_msg_t *frame, uint64_t now_ns);
+/* Whether MSG came on a connection shut down for the limit (max_connections), whose messages are
+ * dropped unanswered (libzmq: the limit is applied after the fact; zmtp never hands such a message
+ * out). */
+bool endpoints_refused (endpoints_t *self, const message_t *msg, uint64_t now_ns);
 uint32_t endpoints_connections (const endpoints_t *self);
 
-/* Who sent FRAME (a message's first frame): its CURVE public key when CURVE is on, else the
- * routing id. Borrowed from the frame. */
-const void *endpoints_client_key (endpoints_t *self, zmq_msg_t *frame, size_t *len);
+/* Who sent MSG: its CURVE public key when CURVE is on, else the routing id. Borrowed from MSG. */
+const void *endpoints_client_key (endpoints_t *self, const message_t *msg, size_t *len);
 
 #endif

@@ -17,62 +17,35 @@
 
 #define HUGE_MESSAGE_FRAMES 1024    /* after refusing a message this large, give its memory back */
 
-/* Takes one whole message from socket slot SOCKET. 1 when one was there, 0 when none. */
-static int s_recv (front_t *self, int socket, message_t *msg)
-{
-    void *s = endpoints_socket (self->endpoints, socket);
-    msg->socket = socket;
-    msg->nframes = 0;
-    msg->total_frames = 0;
-    msg->bytes = 0;
-    for (;;) {
-        zmq_msg_t *f = msg->total_frames < MAX_FRAMES ? &self->frames[msg->total_frames] : &self->spare;
-        if (zmq_msg_recv (f, s, msg->total_frames ? 0 : ZMQ_DONTWAIT) < 0)
-            return msg->total_frames > 0;   /* EAGAIN on the first frame: nothing waiting */
-        if (msg->total_frames == 0)
-            msg->t_recv = clock_now_ns ();
-        msg->total_frames++;
-        msg->bytes += zmq_msg_size (f);
-        int more = zmq_msg_more (f);
-        if (f == &self->spare) {
-            zmq_msg_close (&self->spare);
-            zmq_msg_init (&self->spare);
-        } else
-            msg->nframes++;
-        if (!more)
-            return 1;
-    }
-}
-
-static void s_release_frames (front_t *self, message_t *msg)
-{
-    for (int f = 0; f < msg->nframes; f++) {
-        zmq_msg_close (&self->frames[f]);
-        zmq_msg_init (&self->frames[f]);
-    }
-    msg->nframes = 0;
-}
-
-/* A message too large or of too many frames. Answered on the shortest envelope that still
- * reaches the sender (its routing id, and a REQ client's empty delimiter): echoing the rest
- * would send a hostile sender's frames back to it. */
+/* A message too large, of too many frames, or whose routing frames do not fit a job. Answered on the
+ * shortest envelope that still reaches the sender (its routing id, and a REQ client's empty
+ * delimiter): echoing the rest would send a hostile sender's frames back to it. */
 static void s_refuse_message (front_t *self, message_t *msg)
 {
     int count = 1;
-    if (msg->nframes >= 3 && zmq_msg_size (&self->frames[1]) == 0)
+    if (msg->nframes >= 2 && msg->frames[1].size == 0 && (msg->nframes >= 3 || msg->cut))
         count = 2;
-    if (msg->total_frames > MAX_FRAMES)
+    if (msg->cut)
+        snprintf (self->error, ERROR_MAX, "message: over the bounds as it arrived (%zu bytes in %zu frames by the frame "
+                  "that passed them); expected the envelope and one payload frame, at most %d frames and "
+                  "server.max_message_bytes = %u bytes over the whole message; the connection is closed",
+                  msg->bytes, msg->total_frames, MAX_FRAMES, self->cfg.max_message_bytes);
+    else if (msg->total_frames > MAX_FRAMES)
         snprintf (self->error, ERROR_MAX, "message: %zu frames (%zu bytes); expected the envelope and one payload "
                   "frame, at most %d frames", msg->total_frames, msg->bytes, MAX_FRAMES);
-    else
+    else if (msg->bytes > self->cfg.max_message_bytes)
         snprintf (self->error, ERROR_MAX, "message: %zu bytes in %zu frames; expected at most server.max_message_bytes "
                   "= %u bytes over the whole message", msg->bytes, msg->total_frames, self->cfg.max_message_bytes);
+    else
+        snprintf (self->error, ERROR_MAX, "message: routing frames of more than %d bytes before the payload; expected "
+                  "a routing id and a REQ delimiter (or a few proxies' ids)", JOB_ENVELOPE_BYTES);
     /* libzmq buffered the whole message before handing over its first frame; its chunks went back
      * to malloc, which keeps them: give them to the system. Rare, so the system call is fine. */
-    if (msg->total_frames > HUGE_MESSAGE_FRAMES || msg->bytes > 16u * self->cfg.max_message_bytes)
+    if (!msg->cut && (msg->total_frames > HUGE_MESSAGE_FRAMES || msg->bytes > 16u * self->cfg.max_message_bytes))
         malloc_trim (0);
-    front_send_error (self, msg->socket, self->frames, count, 0, SIG_BAD_REQUEST, NULL, STATS_UNKNOWN, msg->t_recv);
-    s_release_frames (self, msg);
+    if (msg->frames[0].size > JOB_ENVELOPE_BYTES)
+        count = 1;
+    front_send_error (self, msg->socket, msg->frames, count, 0, SIG_BAD_REQUEST, NULL, STATS_UNKNOWN, msg->t_recv);
 }
 
 static void s_reply_health (front_t *self, message_t *msg)
@@ -84,7 +57,7 @@ static void s_reply_health (front_t *self, message_t *msg)
     health.live = 1;
     health.ready = front_ready (self);
     health.version = (char *) SIGSERVE_VERSION;
-    front_send (self, msg->socket, self->frames, msg->nframes - 1, &reply);
+    front_send (self, msg->socket, msg->frames, msg->nframes - 1, &reply);
 }
 
 static void s_reply_list (front_t *self, message_t *msg)
@@ -101,7 +74,7 @@ static void s_reply_list (front_t *self, message_t *msg)
     }
     list.n_models = n;
     list.models = self->listing->info_ptrs;
-    front_send (self, msg->socket, self->frames, msg->nframes - 1, &reply);
+    front_send (self, msg->socket, msg->frames, msg->nframes - 1, &reply);
 }
 
 /* Why the front takes no new request on MSG's socket now (into self->error), or SIG_OK. */
@@ -140,7 +113,7 @@ static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferReq
     const bool limited = self->cfg.max_inflight_per_client != 0;
     if (st == SIG_OK && limited) {
         size_t len = 0;
-        const void *key = endpoints_client_key (self->endpoints, &self->frames[0], &len);
+        const void *key = endpoints_client_key (self->endpoints, msg, &len);
         clients_id (&client, key, len);
         if (clients_inflight (self->clients, &client) >= self->cfg.max_inflight_per_client) {
             st = SIG_OVERLOADED;
@@ -151,7 +124,7 @@ static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferReq
         }
     }
     if (st == SIG_OK) {
-        const admission_t a = { .lane = self->index, .socket = msg->socket, .envelope = self->frames, .envelope_count = envelope,
+        const admission_t a = { .lane = self->index, .socket = msg->socket, .envelope = msg->frames, .envelope_count = envelope,
                                 .request_id = req->request_id, .stream_id = req->stream_id, .step = req->step,
                                 .t_recv = msg->t_recv, .rows = rows, .deadline_us = req->deadline_us,
                                 .features = req->features, .feature_count = req->n_features,
@@ -173,29 +146,30 @@ static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferReq
             return;
         }
     }
-    front_send_error (self, msg->socket, self->frames, envelope, req->request_id, st, m ? model_version (m) : NULL,
+    front_send_error (self, msg->socket, msg->frames, envelope, req->request_id, st, m ? model_version (m) : NULL,
                       m ? model_stats_slot (m) : STATS_UNKNOWN, msg->t_recv);
 }
 
 static void s_handle (front_t *self, message_t *msg)
 {
     self->counters.received++;
-    if (endpoints_refused (self->endpoints, &self->frames[0], msg->t_recv)) {
+    if (endpoints_refused (self->endpoints, msg, msg->t_recv)) {
         /* From a connection past max_connections, already shut down: no reply goes to it. */
         self->counters.dropped++;
     } else if (msg->total_frames < 2) {
         /* Not from a ROUTER peer we can address: nothing to reply to. */
         self->counters.dropped++;
         log_debug ("dropped a message of %zu frame(s): it carries no envelope to reply on", msg->total_frames);
-    } else if (msg->total_frames > MAX_FRAMES || msg->bytes > self->cfg.max_message_bytes) {
+    } else if (msg->cut || msg->total_frames > MAX_FRAMES || msg->bytes > self->cfg.max_message_bytes
+               || !envelope_fits (msg->frames, msg->nframes - 1)) {
         s_refuse_message (self, msg);
     } else {
-        zmq_msg_t *payload = &self->frames[msg->nframes - 1];
+        const frame_t *payload = &msg->frames[msg->nframes - 1];
         Sigserve__V1__Request *req = NULL;
-        sig_status_t st = codec_decode_request (self->codec, zmq_msg_data (payload), zmq_msg_size (payload), &req,
-                                                self->error, ERROR_MAX);
+        sig_status_t st = codec_decode_request (self->codec, payload->data, payload->size, &req, self->error,
+                                                ERROR_MAX);
         if (st != SIG_OK)
-            front_send_error (self, msg->socket, self->frames, msg->nframes - 1, 0, st, NULL, STATS_UNKNOWN,
+            front_send_error (self, msg->socket, msg->frames, msg->nframes - 1, 0, st, NULL, STATS_UNKNOWN,
                               msg->t_recv);
         else if (req->body_case == SIGSERVE__V1__REQUEST__BODY_INFER)
             s_admit (self, msg, req->infer);
@@ -204,24 +178,18 @@ static void s_handle (front_t *self, message_t *msg)
         else
             s_reply_list (self, msg);
     }
-    s_release_frames (self, msg);
+    endpoints_release (self->endpoints, msg);
 }
 
 bool front_intake (front_t *self)
 {
     message_t msg;
-    int taken = 0, progress = 1;
+    int taken = 0;
     self->turn_taken = 0;
-    while (progress && taken < JOB_INTAKE_TURN) {
-        progress = 0;
-        for (int s = endpoints_first (self->endpoints); s >= 0 && taken < JOB_INTAKE_TURN;
-             s = endpoints_next (self->endpoints, s))
-            if (s_recv (self, s, &msg)) {
-                s_handle (self, &msg);
-                taken++;
-                self->turn_taken = taken;
-                progress = 1;
-            }
+    while (taken < JOB_INTAKE_TURN && endpoints_recv (self->endpoints, &msg)) {
+        s_handle (self, &msg);
+        taken++;
+        self->turn_taken = taken;
     }
     self->last_turn_taken = taken;
     if (taken) {

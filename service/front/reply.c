@@ -11,10 +11,11 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define WARN_INTERVAL_NS 1000000000ull
 
-void front_send (front_t *self, int socket, zmq_msg_t *envelope, int count, const Sigserve__V1__Reply *reply)
+void front_send (front_t *self, int socket, const frame_t *envelope, int count, const Sigserve__V1__Reply *reply)
 {
     size_t len = codec_encode_reply (reply, self->reply_buf, self->reply_cap);
     if (len == 0) {
@@ -28,17 +29,8 @@ void front_send (front_t *self, int socket, zmq_msg_t *envelope, int count, cons
         fallback.infer = &bad;
         len = codec_encode_reply (&fallback, self->reply_buf, self->reply_cap);
     }
-    void *s = endpoints_socket (self->endpoints, socket);
-    int rc = 0;
-    for (int f = 0; f < count && rc == 0; f++)
-        rc = zmq_msg_send (&envelope[f], s, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ? -1 : 0;
-    if (rc == 0)
-        rc = zmq_send (s, self->reply_buf, len, ZMQ_DONTWAIT) < 0 ? -1 : 0;
-    int e = zmq_errno ();
-    for (int f = 0; f < count; f++) {   /* sent frames are empty now; refused ones are still ours */
-        zmq_msg_close (&envelope[f]);
-        zmq_msg_init (&envelope[f]);
-    }
+    int rc = endpoints_send (self->endpoints, socket, envelope, count, self->reply_buf, len);
+    int e = errno;
     if (rc == 0) {
         self->counters.replied++;
         return;
@@ -52,7 +44,7 @@ void front_send (front_t *self, int socket, zmq_msg_t *envelope, int count, cons
     uint64_t now = clock_now_ns ();
     if (now - self->last_warn >= WARN_INTERVAL_NS) {
         log_warn ("reply not sent on %s: %s (%s); %llu repl%s lost since the last warning, %llu in all",
-                  endpoints_name (self->endpoints, socket), zmq_strerror (e),
+                  endpoints_name (self->endpoints, socket), strerror (e),
                   e == EAGAIN ? "the client's queue is full: it is not reading its replies"
                               : "the client has gone", (unsigned long long) self->failures_since_warn,
                   self->failures_since_warn == 1 ? "y" : "ies", (unsigned long long) self->counters.send_failures);
@@ -61,7 +53,7 @@ void front_send (front_t *self, int socket, zmq_msg_t *envelope, int count, cons
     }
 }
 
-void front_send_error (front_t *self, int socket, zmq_msg_t *envelope, int count, uint64_t request_id,
+void front_send_error (front_t *self, int socket, const frame_t *envelope, int count, uint64_t request_id,
                        sig_status_t status, const char *model_version, int slot, uint64_t t_recv)
 {
     Sigserve__V1__Reply reply = SIGSERVE__V1__REPLY__INIT;
@@ -117,9 +109,10 @@ void front_send_job (front_t *self, model_t *m, job_t *j)
         clients_release (self->clients, &j->client);
         j->counted = false;
     }
-    endpoints_release (self->endpoints, j->socket);
-    front_send (self, j->socket, j->envelope, j->envelope_count, &reply);
-    j->envelope_count = 0;
+    endpoints_release_slot (self->endpoints, j->socket);
+    frame_t envelope[JOB_ENVELOPE_MAX];
+    int count = envelope_frames (&j->envelope, envelope);
+    front_send (self, j->socket, envelope, count, &reply);
     dispatch_job_return (m, j);
 }
 

@@ -36,8 +36,8 @@ static bool s_any_done (front_t *self)
 }
 
 /* Nothing to do: spin (busy_poll; or as base/spin.h says, for a reply of its own up to spin_us,
- * else for twice the recent time between requests), then sleep in zmq_poll on the sockets and the
- * wake-up fd. */
+ * else for twice the recent time between requests), then sleep on the sockets and the wake-up fd
+ * (endpoints_wait). */
 static void s_idle (front_t *self, uint64_t now)
 {
     if (self->cfg.busy_poll || spin_idle (&self->spin, now, s_inflight (self) > 0)) {
@@ -52,14 +52,10 @@ static void s_idle (front_t *self, uint64_t now)
     }
     if (spin_ended (&self->spin) && self->stats)
         stats_count_spin_sleep (self->stats, false);
-    zmq_pollitem_t *items;
-    int n = endpoints_poll_items (self->endpoints, self->wake->fd, &items);
-    int rc = zmq_poll (items, n, timeout_ms);
+    int rc = endpoints_wait (self->endpoints, self->wake->fd, timeout_ms);
     waker_cancel (self->wake);
-    if (rc > 0) {
+    if (rc > 0)
         waker_clear (self->wake);
-        endpoints_watch_connections (self->endpoints, clock_now_ns ());
-    }
 }
 
 static void s_begin_drain (front_t *self)
@@ -163,8 +159,9 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
     char fronts[32] = "";
     if (self->front_count > 1)
         snprintf (fronts, sizeof fronts, " by %u fronts", self->front_count);
-    log_info ("serving %zu model(s) on %zu endpoint(s)%s%s", model_registry_count (self->models),
-              self->cfg.endpoint_count, fronts, self->cfg.busy_poll ? ", busy-polling" : "");
+    log_info ("serving %zu model(s) on %zu endpoint(s) over %s%s%s", model_registry_count (self->models),
+              self->cfg.endpoint_count, self->cfg.transport == TRANSPORT_LIBZMQ ? "libzmq" : "zmtp", fronts,
+              self->cfg.busy_poll ? ", busy-polling" : "");
     if (self->front_count > 1)
         for (uint32_t k = 0; k < self->front_count; k++) {
             char list[512] = "";
@@ -216,9 +213,6 @@ static void s_front_destroy (front_t **self_p)
         return;
     front_t *self = *self_p;
     endpoints_destroy (&self->endpoints, self->cfg.drain_ms);
-    for (int f = 0; f < MAX_FRAMES; f++)
-        zmq_msg_close (&self->frames[f]);
-    zmq_msg_close (&self->spare);
     ring_release (&self->retired);
     codec_destroy (&self->codec);
     free (self->listing);
@@ -259,9 +253,6 @@ static front_t *s_front_new (server_t *server, uint32_t index, const server_conf
     self->codec = codec_new (cfg->max_message_bytes);
     self->listing = calloc (1, sizeof *self->listing);
     self->clients = clients_new (jobs * 2 + 1024);
-    for (int f = 0; f < MAX_FRAMES; f++)
-        zmq_msg_init (&self->frames[f]);
-    zmq_msg_init (&self->spare);
     if (!self->codec || !self->listing || !self->clients || (!devices && waker_init (self->wake) != 0)
         || waker_init (&self->command_done) != 0 || ring_init (&self->retired, RETIRING_MAX) != 0
         || front_reply_buffer (self, models, err, errlen) != 0) {

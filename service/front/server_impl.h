@@ -24,9 +24,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <zmq.h>
 
-#define MAX_FRAMES 16               /* envelope frames + payload; a longer message is refused */
 #define ERROR_MAX 512
 #define RETIRING_MAX 16
 /* Every model the front answers for: the current set's and those a retiring set still owns. */
@@ -34,16 +32,6 @@
 
 typedef enum { FRONT_SERVING, FRONT_DRAINING, FRONT_ABORTING, FRONT_DONE } front_state_t;
 typedef enum { CMD_NONE = 0, CMD_BIND, CMD_UNBIND_ADDED, CMD_SWAP, CMD_SERVE } command_t;
-
-/* One message as received: its first MAX_FRAMES frames (in the server's frames[]) and the size of
- * the whole. */
-typedef struct {
-    int socket;
-    int nframes;                /* frames kept (at most MAX_FRAMES) */
-    size_t total_frames;        /* frames in the message */
-    size_t bytes;               /* bytes over every frame */
-    uint64_t t_recv;
-} message_t;
 
 typedef struct front front_t;
 
@@ -69,8 +57,6 @@ struct front {
     waker_t own_wake;
     codec_t *codec;
     codec_models_t *listing;            /* list_models replies are built here */
-    zmq_msg_t frames[MAX_FRAMES];
-    zmq_msg_t spare;                    /* frames past MAX_FRAMES pass through here */
     uint8_t *reply_buf;
     size_t reply_cap;
     char error[ERROR_MAX];
@@ -127,10 +113,10 @@ static inline bool front_ready (front_t *self)
 }
 
 /* reply.c */
-/* Sends the envelope frames (moved into ZeroMQ, or closed when it refuses them) and REPLY. */
-void front_send (front_t *self, int socket, zmq_msg_t *envelope, int count, const Sigserve__V1__Reply *reply);
+/* Sends the envelope frames (COUNT, the routing id first) and REPLY. */
+void front_send (front_t *self, int socket, const frame_t *envelope, int count, const Sigserve__V1__Reply *reply);
 /* An InferReply with an error status (the text in self->error), for a request the front answers. */
-void front_send_error (front_t *self, int socket, zmq_msg_t *envelope, int count, uint64_t request_id,
+void front_send_error (front_t *self, int socket, const frame_t *envelope, int count, uint64_t request_id,
                        sig_status_t status, const char *model_version, int slot, uint64_t t_recv);
 /* Sends the replies of every finished job. True when there were any. */
 bool front_collect (front_t *self);

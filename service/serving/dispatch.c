@@ -151,9 +151,7 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
         j->outputs = j->features + (size_t) m->max_rows * m->input_size;
     }
     j->socket = a->socket;
-    j->envelope_count = a->envelope_count;
-    for (int f = 0; f < a->envelope_count; f++)
-        zmq_msg_move (&j->envelope[f], &a->envelope[f]);
+    envelope_copy (&j->envelope, a->envelope, a->envelope_count);
     j->request_id = a->request_id;
     j->t_recv = a->t_recv;
     j->stream_id = a->stream_id;

@@ -17,7 +17,7 @@ uint32_t dispatch_lanes (const model_t *m);
 typedef struct {
     uint32_t lane;                  /* the front that took it */
     int socket;                     /* that front's socket slot it came from */
-    zmq_msg_t *envelope;            /* its routing frames, moved into the job when admitted */
+    const frame_t *envelope;        /* its routing frames (envelope_fits), copied into the job when admitted */
     int envelope_count;
     uint64_t request_id, stream_id, step;
     uint64_t t_recv;
@@ -30,10 +30,9 @@ typedef struct {
 
 /* Admits A in one step: an instance that can run it (a stream's own; else the least loaded
  * available one), room in the model's queue (queue_depth), an expected wait within max_queue_us and
- * A's deadline, and a free job; then the envelope is moved into the job, the features copied, and
+ * A's deadline, and a free job; then the envelope and the features are copied into the job, and
  * the job handed to the instance, whose worker is woken. SIG_OK; or SIG_UNAVAILABLE /
- * SIG_OVERLOADED / SIG_DEADLINE_EXCEEDED with ERR naming the model and the limit, and nothing taken
- * (the envelope stays the caller's).
+ * SIG_OVERLOADED / SIG_DEADLINE_EXCEEDED with ERR naming the model and the limit, and nothing taken.
  * Run to completion: when A may_inline, is not a stream step, nothing of the model waits and its
  * launch is predicted within server.inline_us, the job is computed here, on the front's own context,
  * and handed back in *RAN (otherwise *RAN is NULL): the caller replies and returns it like a
@@ -48,7 +47,7 @@ job_t *dispatch_next_done (model_t *m, uint32_t lane);
  * had not handed back on LANE UNAVAILABLE, as finished jobs (dispatch_next_done then returns them).
  * LANE's front; costs one atomic load when nothing was lost. */
 void dispatch_reclaim (model_t *m, uint32_t lane);
-/* Back to its lane's pool, once its reply is sent (the envelope frames must be closed or moved). */
+/* Back to its lane's pool, once its reply is sent. */
 void dispatch_job_return (model_t *m, job_t *j);
 /* LANE's jobs out of its pool (queued, computing or finished but not yet returned). */
 uint32_t dispatch_inflight (const model_t *m, uint32_t lane);

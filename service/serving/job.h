@@ -1,7 +1,7 @@
 /* One admitted infer request on its way through the serving core. Jobs are allocated with their
  * model (a pool of queue_depth + what the workers can hold), so admitting a request allocates
- * nothing: the front moves the envelope frames in (zmq_msg_move), copies the features out of the
- * decoding arena, and hands the job to a worker through a ring; the worker fills the outcome and
+ * nothing: the front copies the envelope frames in (a few bytes: routing ids, a REQ delimiter) and the
+ * features out of the decoding arena, and hands the job to a worker through a ring; the worker fills the outcome and
  * hands it back; the front sends the reply and returns the job to the pool.
  * Fields above "worker" are written by the front before the hand-off, those below by the worker;
  * each side reads the other's only after the ring's release/acquire pair. */
@@ -10,10 +10,12 @@
 
 #include "base/status.h"
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
-#include <zmq.h>
+#include <string.h>
 
 #define JOB_ENVELOPE_MAX 15     /* routing frames echoed back: ROUTER id, REQ delimiter, proxies' ids */
+#define JOB_ENVELOPE_BYTES 512  /* their bytes (a routing id is at most 255; ours are 8, libzmq's 5) */
 #define JOB_ERROR_MAX 512
 #define CLIENT_KEY_MAX 64
 /* The most requests the front admits between two collections of finished jobs. A model's pool
@@ -31,12 +33,58 @@ typedef struct {
 
 typedef struct _model_t model_t;
 
+/* A frame as a transport hands it over: bytes the holder does not own. */
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+} frame_t;
+
+/* A request's routing frames, copied out of the message: its reply goes back on exactly these. */
+typedef struct {
+    uint16_t count;
+    uint16_t used;                      /* bytes in BYTES */
+    uint16_t size[JOB_ENVELOPE_MAX];
+    uint8_t bytes[JOB_ENVELOPE_BYTES];
+} envelope_t;
+
+/* Whether COUNT frames fit an envelope. */
+static inline bool envelope_fits (const frame_t *frames, int count)
+{
+    size_t bytes = 0;
+    for (int f = 0; f < count; f++)
+        bytes += frames[f].size;
+    return count >= 0 && count <= JOB_ENVELOPE_MAX && bytes <= JOB_ENVELOPE_BYTES;
+}
+
+/* Copies COUNT frames (envelope_fits) into E. */
+static inline void envelope_copy (envelope_t *e, const frame_t *frames, int count)
+{
+    e->count = (uint16_t) count;
+    e->used = 0;
+    for (int f = 0; f < count; f++) {
+        e->size[f] = (uint16_t) frames[f].size;
+        if (frames[f].size)
+            memcpy (e->bytes + e->used, frames[f].data, frames[f].size);
+        e->used = (uint16_t) (e->used + frames[f].size);
+    }
+}
+
+/* E's frames as views into it (OUT: JOB_ENVELOPE_MAX); their count. */
+static inline int envelope_frames (const envelope_t *e, frame_t *out)
+{
+    size_t at = 0;
+    for (int f = 0; f < e->count; f++) {
+        out[f] = (frame_t) { e->bytes + at, e->size[f] };
+        at += e->size[f];
+    }
+    return e->count;
+}
+
 typedef struct job {
     /* front */
     uint8_t lane;                       /* the front (its lane) that admitted it, and takes it back */
     int socket;                         /* that front's socket slot the request came from */
-    int envelope_count;
-    zmq_msg_t envelope[JOB_ENVELOPE_MAX];
+    envelope_t envelope;
     uint64_t request_id;
     uint64_t t_recv;                    /* CLOCK_MONOTONIC ns at receipt */
     uint64_t stream_id;

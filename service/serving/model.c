@@ -200,21 +200,10 @@ int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void 
             j->outputs = j->own_outputs = j->features + (size_t) m->buffer_rows * m->input_size;
             j->large = -1;
             j->instance = -1;
-            for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
-                zmq_msg_init (&j->envelope[f]);
             l->free_jobs[l->free_count++] = &l->jobs[m->job_count - 1 - i];
         }
     }
     return 0;
-}
-
-/* Closes the envelopes of every lane's jobs (those admitted and never answered). */
-void model_jobs_close (model_t *m)
-{
-    for (uint32_t k = 0; k < m->lane_count; k++)
-        for (uint32_t i = 0; m->lanes[k].jobs && i < m->job_count; i++)
-            for (int f = 0; f < JOB_ENVELOPE_MAX; f++)
-                zmq_msg_close (&m->lanes[k].jobs[i].envelope[f]);
 }
 
 void model_take_sizes (model_t *m, const weights_t *w)
@@ -419,7 +408,6 @@ void model_local_destroy (model_t **self_p)
         streams_destroy (&in->streams);
     }
     if (!m->remote) {
-        model_jobs_close (m);
         for (uint32_t k = 0; k < m->lane_count; k++) {
             free (m->lanes[k].jobs);
             free (m->lanes[k].job_floats);

@@ -190,8 +190,6 @@ int model_check_message_size (const model_t *m, uint32_t max_message_bytes, char
 void *model_heap_alloc (void *arg, size_t bytes);
 /* A pool of job_count jobs for each lane (with ALLOC: the server's heap, or the shared region). */
 int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen);
-/* Closes the envelopes every lane's jobs still hold. */
-void model_jobs_close (model_t *m);
 /* The lanes a model gets: server.fronts (0 read as 1). */
 uint32_t model_lanes (const server_config_t *server);
 int model_start_workers (model_t *m, char *err, size_t errlen);

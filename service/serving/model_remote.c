@@ -429,7 +429,6 @@ void model_remote_release (model_t *m)
             log_warn ("model %s: unloading it from device %d: %s", m->cfg.name, devs[k], err);
     }
     free (c);
-    model_jobs_close (m);
     for (uint32_t k = 0; k < m->lane_count; k++) {
         lane_t *l = &m->lanes[k];
         devices_free (d, l->jobs);
