@@ -132,7 +132,7 @@ START_TEST (test_every_value_read)
 {
     char err[512];
     config_t *cfg = s_parse (
-        "{'server': {'endpoints': ['tcp://*:6000', 'ipc:///tmp/a.ipc', 'inproc://x'],"
+        "{'server': {'endpoints': ['tcp://*:6000', 'ipc:///tmp/a.ipc', 'inproc://x'], 'transport': 'libzmq',"
         "  'max_message_bytes': 67108864, 'busy_poll': true, 'log_level': 'debug',"
         "  'io_threads': 16, 'queue_depth': 4096},"
         " 'models': [{'name': 'A-z_0.9', 'version': 'v2.1 beta', 'backend': 'cuda', 'kernel': 'mbyv',"
@@ -145,6 +145,7 @@ START_TEST (test_every_value_read)
     ck_assert_msg (cfg != NULL, "%s", err);
     ck_assert_uint_eq (cfg->server.endpoint_count, 3);
     ck_assert_str_eq (cfg->server.endpoints[2], "inproc://x");
+    ck_assert_int_eq (cfg->server.transport, TRANSPORT_LIBZMQ);
     ck_assert_uint_eq (cfg->server.max_message_bytes, 67108864);
     ck_assert (cfg->server.busy_poll);
     ck_assert_str_eq (cfg->server.log_level, "debug");
@@ -254,6 +255,7 @@ START_TEST (test_serving_keys_and_resolved_defaults)
     ck_assert_uint_eq (cfg->server.inline_us, 20);
     ck_assert_str_eq (cfg->server.http, "");
     ck_assert_int_eq (cfg->server.log_format, LOG_FORMAT_TEXT);
+    ck_assert_int_eq (cfg->server.transport, TRANSPORT_DEFAULT);
     ck_assert_uint_eq (cfg->server.stats_interval_s, 60);
     ck_assert_str_eq (cfg->server.curve.secret_key_file, "");
     ck_assert_uint_eq (cfg->server.heartbeat_ms, 10000);
@@ -575,6 +577,11 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].weight_dtype: expected one of f32, f16, bf16, got \"fp8\"" },
     { "bad log_format", WITH_SERVER (", 'log_format': 'yaml'"),
       "test.json: server.log_format: expected one of text, json, got \"yaml\"" },
+    { "bad transport", WITH_SERVER (", 'transport': 'zeromq'"),
+      "test.json: server.transport: expected one of zmtp, libzmq, got \"zeromq\"" },
+    { "inproc on zmtp", "{'server': {'endpoints': ['tcp://127.0.0.1:5555', 'inproc://x'], 'transport': 'zmtp'}, " MODELS_OK "}",
+      "test.json: server.endpoints[1]: inproc://x: inproc:// is libzmq's in-process transport; the zmtp transport "
+      "serves tcp:// and ipc:// (use ipc://, or set server.transport to \"libzmq\")" },
     { "bad wait", WITH_MODEL (", 'wait': 'sleep'"),
       "test.json: models[0].wait: expected one of spin, yield, block, got \"sleep\"" },
     { "bad cpu_kernel", WITH_MODEL (", 'cpu_kernel': 'mkl'"),

@@ -31,6 +31,8 @@
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"relu\" }, { \"weight\": \"b.weight\" } ] }"
 
 static tu_fixture_t s_fx;
+/* Whether this case's server runs the zmtp transport (else libzmq). */
+static bool s_zmtp (void) { return strcmp (s_fx.options.transport, "zmtp") == 0; }
 static uint64_t s_seed;
 static void *s_ctx;
 
@@ -321,7 +323,8 @@ START_TEST (nan_and_inf_features_answered_naming_their_place)
 }
 END_TEST
 
-/* A message over max_message_bytes: ZeroMQ drops it and that connection; others keep being served. */
+/* A message over max_message_bytes: libzmq drops it and that connection; zmtp answers it BAD_REQUEST as
+ * it arrives, naming the bound, then closes that connection; others keep being served. */
 START_TEST (oversized_message_drops_only_its_connection)
 {
     /* big's own monitor tells when the server closed its connection: no reply can come after. */
@@ -343,6 +346,20 @@ START_TEST (oversized_message_drops_only_its_connection)
     Sigserve__V1__Reply *r = s_recv_reply (good);
     s_check_outputs (s_fx.tick, g, 8, s_infer_reply (r));
     sigserve__v1__reply__free_unpacked (r, NULL);
+    if (s_zmtp ()) {
+        int timeout_ms = 30000;
+        zmq_setsockopt (big, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+        r = s_recv_reply (big);
+        ck_assert_ptr_nonnull (r);
+        Sigserve__V1__InferReply *rep = s_infer_reply (r);
+        ck_assert_int_eq (rep->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+        unsigned long long bytes = 0;
+        ck_assert_msg (sscanf (rep->error, "message: %llu bytes or more in 2 frames;", &bytes) == 1 && bytes > 65536,
+                       "%s", rep->error);
+        ck_assert_ptr_nonnull (strstr (rep->error, " bytes or more in 2 frames; expected at most server.max_message_bytes "
+                                                   "= 65536 bytes over the whole message; the connection is closed"));
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
     zmq_msg_t event;
     zmq_msg_init (&event);
     ck_assert_msg (zmq_msg_recv (&event, events, 0) >= 0, "the server kept the oversized sender's connection for 30 s");
@@ -350,7 +367,7 @@ START_TEST (oversized_message_drops_only_its_connection)
         zmq_msg_recv (&event, events, 0);
     zmq_msg_close (&event);
     zmq_pollitem_t item = { .socket = big, .events = ZMQ_POLLIN };
-    ck_assert_int_eq (zmq_poll (&item, 1, 0), 0);  /* no reply: the message never reached the front */
+    ck_assert_int_eq (zmq_poll (&item, 1, 0), 0);  /* nothing (more): libzmq, the message never reached the front */
     free (f);
     zmq_socket_monitor (big, NULL, 0);
     zmq_close (events);
@@ -714,12 +731,15 @@ START_TEST (port_in_use_exits_1)
 }
 END_TEST
 
-static void s_setup (void)
+static void s_setup (const char *transport)
 {
     const tu_fixture_options_t options = { .tick_backend = "auto", .odd_kernel = "blas", .slow = true, .queue_depth = 1024,
-                                           .extra_models = HELD };
+                                           .extra_models = HELD, .transport = transport };
     tu_fixture_setup (&s_fx, &options);
 }
+
+static void s_setup_zmtp (void) { s_setup ("zmtp"); }
+static void s_setup_libzmq (void) { s_setup ("libzmq"); }
 
 static void s_teardown (void) { tu_fixture_teardown (&s_fx); }
 
@@ -727,25 +747,29 @@ int main (void)
 {
     s_seed = (uint64_t) time (NULL) * 2654435761u;
     Suite *s = suite_create ("integration");
-    TCase *tc = tcase_create ("wire_errors_deadlines_shutdown");
-    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
-    tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
-    tcase_set_timeout (tc, 120);
-    tcase_add_test (tc, dealer_outputs_match_reference);
-    tcase_add_test (tc, req_outputs_match_reference);
-    tcase_add_test (tc, health_and_list_models_describe_the_server);
-    tcase_add_test (tc, undecodable_empty_and_bodyless_payloads_answered_bad_request);
-    tcase_add_test (tc, unknown_model_answered_naming_the_served_ones);
-    tcase_add_test (tc, wrong_shapes_answered_naming_the_sizes);
-    tcase_add_test (tc, nan_and_inf_features_answered_naming_their_place);
-    tcase_add_test (tc, oversized_message_drops_only_its_connection);
-    tcase_add_test (tc, eight_pipelining_clients_get_every_reply_once);
-    tcase_add_test (tc, deadline_exceeded_when_queued);
-    tcase_add_test (tc, deadline_counts_from_receipt_while_the_worker_is_busy);
-    tcase_add_loop_test (tc, graceful_shutdown_answers_what_arrived, 0, 2);
-    tcase_add_test (tc, bad_config_exits_2_naming_the_key);
-    tcase_add_test (tc, port_in_use_exits_1);
-    suite_add_tcase (s, tc);
+    for (int transport = 0; transport < 2; transport++) {
+        TCase *tc = tcase_create (transport ? "wire_errors_deadlines_shutdown_libzmq" : "wire_errors_deadlines_shutdown_zmtp");
+        tcase_add_unchecked_fixture (tc, transport ? s_setup_libzmq : s_setup_zmtp, s_teardown);
+        tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
+        tcase_set_timeout (tc, 120);
+        tcase_add_test (tc, dealer_outputs_match_reference);
+        tcase_add_test (tc, req_outputs_match_reference);
+        tcase_add_test (tc, health_and_list_models_describe_the_server);
+        tcase_add_test (tc, undecodable_empty_and_bodyless_payloads_answered_bad_request);
+        tcase_add_test (tc, unknown_model_answered_naming_the_served_ones);
+        tcase_add_test (tc, wrong_shapes_answered_naming_the_sizes);
+        tcase_add_test (tc, nan_and_inf_features_answered_naming_their_place);
+        tcase_add_test (tc, oversized_message_drops_only_its_connection);
+        tcase_add_test (tc, eight_pipelining_clients_get_every_reply_once);
+        tcase_add_test (tc, deadline_exceeded_when_queued);
+        tcase_add_test (tc, deadline_counts_from_receipt_while_the_worker_is_busy);
+        tcase_add_loop_test (tc, graceful_shutdown_answers_what_arrived, 0, 2);
+        if (transport == 0) {       /* the process's own start-up: the same on both */
+            tcase_add_test (tc, bad_config_exits_2_naming_the_key);
+            tcase_add_test (tc, port_in_use_exits_1);
+        }
+        suite_add_tcase (s, tc);
+    }
     return tu_run_suite (s);
 }
 

@@ -262,12 +262,14 @@ static void s_fixture_weights (const tu_fixture_t *f, const char *file, const ui
 char *tu_fixture_config (const tu_fixture_t *f, const char *name, int port0, int port1)
 {
     const tu_fixture_options_t *o = &f->options;
-    char json[16384], depth[64] = "";
+    char json[16384], depth[64] = "", transport[64] = "";
     if (o->queue_depth)
         snprintf (depth, sizeof depth, "\"queue_depth\": %u, ", o->queue_depth);
+    if (o->transport)
+        snprintf (transport, sizeof transport, ", \"transport\": \"%s\"", o->transport);
     snprintf (json, sizeof json,
               "{ \"server\": { \"endpoints\": [\"tcp://127.0.0.1:%d\", \"tcp://127.0.0.1:%d\"],\n"
-              "              \"max_message_bytes\": 65536, \"log_level\": \"warn\", \"stats_interval_s\": 0%s },\n"
+              "              \"max_message_bytes\": 65536, \"log_level\": \"warn\", \"stats_interval_s\": 0%s%s },\n"
               "  \"models\": [\n"
               "   { \"name\": \"tick_mlp\", \"backend\": \"%s\", \"max_rows\": 8, \"max_queue_us\": 60000000, %s\"weights\": \"%s/models/tick_mlp.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
@@ -277,7 +279,7 @@ char *tu_fixture_config (const tu_fixture_t *f, const char *name, int port0, int
               "     \"max_queue_us\": 60000000, %s\n"
               "     \"weights\": \"odd.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] }%s%s ] }\n",
-              port0, port1, o->no_inline ? ", \"inline_us\": 0" : "", o->tick_backend ? o->tick_backend : "cpu", depth,
+              port0, port1, o->no_inline ? ", \"inline_us\": 0" : "", transport, o->tick_backend ? o->tick_backend : "cpu", depth,
               tu_build_abs (),
               o->odd_kernel ? o->odd_kernel : "loop", depth,
               o->slow ? ",\n   { \"name\": \"slow\", \"backend\": \"cpu\", \"max_rows\": 15, \"max_queue_us\": 60000000,\n"

@@ -54,6 +54,7 @@ typedef struct {
     uint32_t queue_depth;           /* tick_mlp's and odd's (0: the default) */
     const char *extra_models;       /* NULL or ", { ... }" */
     bool no_inline;                 /* server.inline_us 0: every request goes to a worker */
+    const char *transport;          /* server.transport ("zmtp", "libzmq"); NULL: the default */
     /* Every model of the fixture may queue a minute of work (max_queue_us): the suites pipeline
      * hundreds of requests and expect every one answered OK, even in a sanitizer's build ~10x
      * slower; admission by time is tested where the suites set their own max_queue_us. */

@@ -150,7 +150,7 @@ static const key_spec_t s_server_keys[] = {
       .len_min = 1, .len_max = CONFIG_ENDPOINT_MAX - 1,
       .what = "endpoint", .unique = true, .check = s_check_endpoint },
     { .name = "transport", .type = KEY_ENUM, FIELD (server_config_t, transport),
-      .choices = s_transport_names, .def = TRANSPORT_LIBZMQ },
+      .choices = s_transport_names, .def = TRANSPORT_DEFAULT },
     { .name = "max_message_bytes", .type = KEY_U32, FIELD (server_config_t, max_message_bytes),
       .min = 64, .max = 64 * 1024 * 1024, .def = 65536 },
     { .name = "busy_poll", .type = KEY_BOOL, FIELD (server_config_t, busy_poll), .def = false },

@@ -43,6 +43,7 @@ typedef enum { WEIGHT_DTYPE_F32 = 0, WEIGHT_DTYPE_F16, WEIGHT_DTYPE_BF16 } weigh
 typedef enum { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON } log_format_t;
 /* What speaks ZeroMQ on the endpoints: our own ZMTP engine, or libzmq (front/endpoint.h). */
 typedef enum { TRANSPORT_ZMTP = 0, TRANSPORT_LIBZMQ } transport_t;
+#define TRANSPORT_DEFAULT TRANSPORT_ZMTP
 
 typedef struct {
     char weight[CONFIG_NAME_MAX];   /* tensor name of the [out, in] weight matrix */

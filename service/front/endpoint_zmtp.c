@@ -14,6 +14,8 @@
 #include <string.h>
 
 #define HANDSHAKE_MS 10000          /* a connection's greeting and handshake must end within this */
+#define OUT_SOFT (1u << 20)         /* a client with this much queued is not read from until it reads */
+#define OUT_HARD (8u << 20)         /* nor sent more: a reply past this is lost, counted (a send failure) */
 
 _Static_assert (sizeof (frame_t) == sizeof (zmtp_frame_t) && offsetof (frame_t, data) == offsetof (zmtp_frame_t, data)
                     && offsetof (frame_t, size) == offsetof (zmtp_frame_t, size),
@@ -50,8 +52,8 @@ static int s_start (endpoints_t *self, char *err, size_t errlen)
         .conn = { .mechanism = self->auth ? ZMTP_MECH_CURVE : ZMTP_MECH_NULL,
                   .max_message_bytes = self->cfg.max_message_bytes, .max_frames = MAX_FRAMES - 1,
                   .heartbeat_ivl_ms = self->cfg.heartbeat_ms, .heartbeat_timeout_ms = 3 * self->cfg.heartbeat_ms,
-                  .handshake_ms = HANDSHAKE_MS },
-        .max_connections = self->cfg.max_connections,
+                  .handshake_ms = HANDSHAKE_MS, .out_hard = OUT_HARD },
+        .max_connections = self->cfg.max_connections, .out_soft = OUT_SOFT,
     };
     if (self->auth) {
         auth_keypair (self->auth, z->state.keys.public_key, z->state.keys.secret_key);

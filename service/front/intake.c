@@ -25,11 +25,13 @@ static void s_refuse_message (front_t *self, message_t *msg)
     int count = 1;
     if (msg->nframes >= 2 && msg->frames[1].size == 0 && (msg->nframes >= 3 || msg->cut))
         count = 2;
-    if (msg->cut)
-        snprintf (self->error, ERROR_MAX, "message: over the bounds as it arrived (%zu bytes in %zu frames by the frame "
-                  "that passed them); expected the envelope and one payload frame, at most %d frames and "
-                  "server.max_message_bytes = %u bytes over the whole message; the connection is closed",
-                  msg->bytes, msg->total_frames, MAX_FRAMES, self->cfg.max_message_bytes);
+    if (msg->cut && msg->total_frames > MAX_FRAMES)
+        snprintf (self->error, ERROR_MAX, "message: %zu frames or more (%zu bytes so far); expected the envelope and one "
+                  "payload frame, at most %d frames; the connection is closed", msg->total_frames, msg->bytes, MAX_FRAMES);
+    else if (msg->cut)
+        snprintf (self->error, ERROR_MAX, "message: %zu bytes or more in %zu frames; expected at most "
+                  "server.max_message_bytes = %u bytes over the whole message; the connection is closed", msg->bytes,
+                  msg->total_frames, self->cfg.max_message_bytes);
     else if (msg->total_frames > MAX_FRAMES)
         snprintf (self->error, ERROR_MAX, "message: %zu frames (%zu bytes); expected the envelope and one payload "
                   "frame, at most %d frames", msg->total_frames, msg->bytes, MAX_FRAMES);
