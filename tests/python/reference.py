@@ -120,9 +120,9 @@ class CountingResult(unittest.TextTestResult):
         self.passed += 1
 
 
-def run_in_order(classes):
-    """Runs the test classes in the order given (the last may stop the server); prints
-    "N passed, N failed" last and returns the exit code."""
+def run_classes(classes):
+    """Runs the test classes in the order given (the last may stop the server); returns
+    (passed, failed)."""
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
     for cls in classes:
@@ -131,8 +131,19 @@ def run_in_order(classes):
     result = runner.run(suite)
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     sys.stdout.flush()
-    print(f"{result.passed} passed, {failed} failed", flush=True)
-    return 0 if failed == 0 and result.passed > 0 else 1
+    return result.passed, failed
+
+
+def summary(passed, failed):
+    """Prints "N passed, N failed" last and returns the exit code."""
+    print(f"{passed} passed, {failed} failed", flush=True)
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+def run_in_order(classes):
+    """Runs the test classes in the order given (the last may stop the server); prints
+    "N passed, N failed" last and returns the exit code."""
+    return summary(*run_classes(classes))
 
 
 # ---- LSTM (service/lstm.h's equations, PyTorch's nn.LSTM gate order i, f, g, o) ----

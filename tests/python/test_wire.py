@@ -4,6 +4,8 @@ protoc generates for Python (build/gen/py/signal_pb2.py), and a float64 referenc
 Python from the safetensors file. Nothing here shares code with the C side, so a fault that the C
 client and server would agree on (framing, field numbers, packing, error texts) shows up here.
 
+Every test runs against a server of each transport (server.transport "zmtp", then "libzmq").
+
 Run from the repository root (tests/run.sh does):
     BUILD=build PYTHONPATH=build/gen/py:clients/python /usr/bin/python3 tests/python/test_wire.py
 Uses only the standard library, pyzmq and protobuf. The last line printed is "N passed, N failed".
@@ -27,7 +29,7 @@ import unittest
 import zmq
 
 import signal_pb2 as pb
-from reference import f32, forward, free_port, load_model, rel_error, run_in_order
+from reference import f32, forward, free_port, load_model, rel_error, run_classes, summary
 
 BUILD = os.path.abspath(os.environ.get("BUILD", "build"))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,6 +39,7 @@ WEIGHTS = os.path.join(BUILD, "models", "tick_mlp.safetensors")
 MAX_ROWS = 8
 TOLERANCE = 1e-5
 SEED = int(time.time() * 1000) % (1 << 31)
+TRANSPORT = "zmtp"      # the server's, set by main() for each run
 
 # The exact texts tests/test_integration.c asserts (with this config's single model in "served").
 JUNK = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01, 0x02])
@@ -149,13 +152,13 @@ def server_log_text():
 
 def setUpModule():
     global server, server_log, endpoint, workdir, ctx, model
-    print(f"test_wire: seed {SEED}", flush=True)
+    print(f"test_wire: seed {SEED}, server.transport {TRANSPORT}", flush=True)
     layers = [("0.weight", "0.bias", "relu"), ("2.weight", "2.bias", "relu"), ("4.weight", "4.bias", "none")]
     model = load_model(WEIGHTS, layers)
     workdir = tempfile.mkdtemp(prefix="sigserve-wire-")
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     config = {
-        "server": {"endpoints": [endpoint], "max_message_bytes": 65536, "log_level": "warn"},
+        "server": {"endpoints": [endpoint], "max_message_bytes": 65536, "log_level": "warn", "transport": TRANSPORT},
         "models": [{
             "name": "tick_mlp", "backend": "cpu", "max_rows": MAX_ROWS, "weights": WEIGHTS,
             "layers": [{"weight": w, "bias": b, "activation": a} for w, b, a in layers],
@@ -390,7 +393,13 @@ class Test3Shutdown(unittest.TestCase):
 
 
 def main():
-    return run_in_order((Test1Wire, Test2Cli, Test3Shutdown))    # in this order: the last one stops the server
+    global TRANSPORT
+    passed = failed = 0
+    for TRANSPORT in ("zmtp", "libzmq"):
+        p, f = run_classes((Test1Wire, Test2Cli, Test3Shutdown))    # in this order: the last one stops the server
+        passed += p
+        failed += f
+    return summary(passed, failed)
 
 
 if __name__ == "__main__":
