@@ -448,9 +448,12 @@ static const bad_case_t s_bad[] = {
       "test.json: server.bogus: unknown key (expected one of endpoints, transport, max_message_bytes, busy_poll, "
       "spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, fronts, queue_depth, cpus, drain_ms, http, "
       "stats_interval_s, curve, heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
-    { "more fronts than endpoints", WITH_SERVER (", 'fronts': 2"),
-      "test.json: server.fronts: 2 fronts need at least 2 endpoints (an endpoint's socket belongs to one front); got 1: "
-      "add endpoints or lower fronts" },
+    { "more fronts than endpoints", WITH_SERVER (", 'fronts': 2, 'transport': 'libzmq'"),
+      "test.json: server.fronts: 2 fronts need at least 2 endpoints on the libzmq transport (an endpoint's socket "
+      "belongs to one front); got 1: add endpoints, lower fronts, or use transport \"zmtp\"" },
+    { "fronts sharing a wildcard port", "{'server': {'endpoints': ['tcp://127.0.0.1:*'], 'fronts': 2}, " MODELS_OK "}",
+      "test.json: server.endpoints[0]: tcp://127.0.0.1:*: more fronts than endpoints share each tcp:// endpoint, "
+      "which needs a port number (\"*\" would give each front a port of its own)" },
     { "fronts 0", WITH_SERVER (", 'fronts': 0"), "test.json: server.fronts: expected an integer from 1 to 8, got 0" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
@@ -995,7 +998,7 @@ START_TEST (test_readme_documents_every_key)
 }
 END_TEST
 
-/* What adaptive spinning counts: the front, the I/O threads, each own-worker model's instances, and
+/* What adaptive spinning counts: the front, libzmq's I/O threads, each own-worker model's instances, and
  * each group once, with as many workers as its largest member has instances. */
 START_TEST (test_serving_threads_count_a_group_once)
 {
@@ -1010,7 +1013,9 @@ START_TEST (test_serving_threads_count_a_group_once)
     ck_assert_msg (cfg != NULL, "%s", err);
     ck_assert_str_eq (cfg->models[1].group, "g");
     ck_assert_str_eq (cfg->models[0].group, "");
-    /* 1 front + 2 I/O + 3 (a) + 2 (group g: its largest member, c) + 1 (group h) */
+    /* 1 front + 3 (a) + 2 (group g: its largest member, c) + 1 (group h): zmtp has no I/O thread */
+    ck_assert_uint_eq (config_serving_threads (cfg), 7);
+    cfg->server.transport = TRANSPORT_LIBZMQ;   /* and libzmq's 2 I/O threads */
     ck_assert_uint_eq (config_serving_threads (cfg), 9);
     config_destroy (&cfg);
 }

@@ -17,7 +17,7 @@
 #define METADATA_MAX 256
 #define ERROR_TEXT 160
 
-typedef enum { ST_GREETING, ST_HANDSHAKE, ST_READY, ST_CLOSING, ST_CLOSED } state_t;
+typedef enum { ST_GREETING, ST_HANDSHAKE, ST_READY, ST_CLOSING, ST_LINGER, ST_CLOSED } state_t;
 
 struct zmtp_conn {
     int fd;
@@ -202,6 +202,10 @@ int zmtp_conn_send (zmtp_conn_t *self, const zmtp_frame_t *frames, int n, uint64
         errno = EPIPE;
         return -1;
     }
+    if (self->state == ST_LINGER) {
+        errno = EPIPE;
+        return -1;
+    }
     if (self->state != ST_READY && self->state != ST_CLOSING) {
         errno = ENOTCONN;
         return -1;
@@ -313,6 +317,18 @@ int zmtp_conn_fd (const zmtp_conn_t *self) { return self->fd; }
 bool zmtp_conn_ready (const zmtp_conn_t *self) { return self->state == ST_READY; }
 bool zmtp_conn_closed (const zmtp_conn_t *self) { return self->state == ST_CLOSED; }
 bool zmtp_conn_closing (const zmtp_conn_t *self) { return self->state == ST_CLOSING; }
+bool zmtp_conn_lingering (const zmtp_conn_t *self) { return self->state == ST_LINGER; }
+
+int zmtp_conn_linger (zmtp_conn_t *self)
+{
+    if (self->state == ST_CLOSED || self->out_pos < self->out_end)
+        return -1;
+    if (self->state != ST_LINGER) {
+        shutdown (self->fd, SHUT_WR);
+        self->state = ST_LINGER;
+    }
+    return 0;
+}
 zmtp_close_t zmtp_conn_why (const zmtp_conn_t *self) { return self->why; }
 const char *zmtp_conn_error (const zmtp_conn_t *self) { return self->error; }
 zmtp_socket_type_t zmtp_conn_peer_type (const zmtp_conn_t *self) { return self->peer_type; }
@@ -381,6 +397,19 @@ int zmtp_conn_read (zmtp_conn_t *self, uint64_t now)
         return -1;
     if (self->state == ST_CLOSING)
         return 0;
+    if (self->state == ST_LINGER) {
+        /* thrown away, until the peer's end */
+        ssize_t n;
+        do
+            n = recv (self->fd, self->in, self->in_cap, MSG_DONTWAIT);
+        while (n > 0 || (n < 0 && errno == EINTR));
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+            zmtp_close_t why = self->why ? self->why : ZMTP_CLOSE_LOCAL;
+            s_fail (self, why, "%s", zmtp_close_name (why));
+            return -1;
+        }
+        return 0;
+    }
     if (s_room (self, s_need (self)) != 0)
         return -1;
     ssize_t n;
@@ -583,7 +612,7 @@ int zmtp_conn_next (zmtp_conn_t *self, zmtp_msg_t *msg, uint64_t now)
     for (;;) {
         if (self->state == ST_CLOSED)
             return -1;
-        if (self->state == ST_CLOSING)
+        if (self->state == ST_CLOSING || self->state == ST_LINGER)
             return 0;
         if (self->state == ST_GREETING) {
             int rc = s_greeting (self, now);

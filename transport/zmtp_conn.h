@@ -128,5 +128,12 @@ bool zmtp_conn_tick (zmtp_conn_t *self, uint64_t now);
 uint64_t zmtp_conn_last_active (const zmtp_conn_t *self);
 /* Ends it now, as closed on our side (LOCAL) or for WHY. The socket is closed by destroy. */
 void zmtp_conn_close (zmtp_conn_t *self, zmtp_close_t why);
+/* Ends it gracefully once nothing is queued: our side of the stream is shut (the peer reads every
+ * reply, then the end), and what the peer still sends is read and thrown away until it closes its side
+ * (zmtp_conn_read then returns -1). Closing a socket with unread bytes in it would reset the
+ * connection instead, and the peer's kernel would drop replies it had not yet handed to the peer.
+ * -1 when something is still queued (flush first) or the connection has ended. */
+int zmtp_conn_linger (zmtp_conn_t *self);
+bool zmtp_conn_lingering (const zmtp_conn_t *self);
 
 #endif

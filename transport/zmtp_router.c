@@ -21,6 +21,7 @@
 #define ACCEPTS_PER_TURN 64
 #define FD_HEADROOM 32                  /* fds kept free under the open-file limit for the rest of the process */
 #define CLOSING_NS 1000000000ull        /* a refused message's reply is waited for this long */
+#define LINGER_NS 1000000000ull         /* a connection shut on our side waits this long for the peer's end */
 #define OUT_SOFT_DEFAULT (1u << 20)
 
 /* epoll data: kind in the top 2 bits, then the slot (30 bits) and its generation (32). */
@@ -44,6 +45,7 @@ typedef struct {
     bool stalled;                       /* out_soft queued: no message handed out until it drains */
     bool reap;                          /* to be closed at the next turn */
     uint64_t closing_since;             /* it refused a message at this time (0: it did not) */
+    uint64_t linger_since;              /* shut on our side at this time, waiting for the peer's end (0: not) */
     uint8_t id[ZMTP_ROUTING_ID_BYTES];
 } slot_t;
 
@@ -131,8 +133,9 @@ static void s_interest (zmtp_router_t *self, uint32_t i)
 {
     slot_t *s = &self->slots[i];
     const size_t queued = zmtp_conn_queued (s->conn);
-    bool reading = !zmtp_conn_closing (s->conn)
-                   && (s->reading ? queued < self->opt.out_soft : queued < self->opt.out_soft / 2);
+    bool reading = zmtp_conn_lingering (s->conn)
+                   || (!zmtp_conn_closing (s->conn)
+                       && (s->reading ? queued < self->opt.out_soft : queued < self->opt.out_soft / 2));
     bool writing = queued > 0;
     if (reading == s->reading && writing == s->writing)
         return;
@@ -163,8 +166,23 @@ static void s_close (zmtp_router_t *self, uint32_t i)
     s->gen++;
     s->queued = s->reap = s->stalled = false;
     s->awaiting = 0;
-    s->closing_since = 0;
+    s->closing_since = s->linger_since = 0;
     self->count--;
+}
+
+/* Shuts connection I on our side once its queue is written (zmtp_conn_linger), or closes it now when
+ * that cannot be. */
+static void s_linger (zmtp_router_t *self, uint32_t i, uint64_t now)
+{
+    slot_t *s = &self->slots[i];
+    if (s->linger_since)
+        return;
+    if (zmtp_conn_linger (s->conn) != 0) {
+        s_close (self, i);
+        return;
+    }
+    s->linger_since = now;
+    s_interest (self, i);
 }
 
 static void s_push (zmtp_router_t *self, uint32_t i)
@@ -299,8 +317,11 @@ static void s_event (zmtp_router_t *self, const struct epoll_event *e, uint64_t 
             s_close (self, index);
             return;
         }
-        if (zmtp_conn_closing (s->conn) && zmtp_conn_queued (s->conn) == 0)
-            s->reap = true;
+        if (zmtp_conn_closing (s->conn) && zmtp_conn_queued (s->conn) == 0) {
+            s_linger (self, index, now);
+            if (!s->conn)
+                return;
+        }
         if (s->stalled && zmtp_conn_queued (s->conn) < self->opt.out_soft / 2) {
             s->stalled = false;
             if (zmtp_conn_has_input (s->conn))
@@ -410,7 +431,7 @@ int zmtp_router_send (zmtp_router_t *self, const zmtp_frame_t *frames, int n, ui
     if (s->awaiting)
         s->awaiting--;
     if (zmtp_conn_closing (s->conn) && zmtp_conn_queued (s->conn) == 0)
-        s->reap = true;
+        s_linger (self, i, now);
     else
         s_interest (self, i);
     return 0;
@@ -424,8 +445,10 @@ void zmtp_router_tick (zmtp_router_t *self, uint64_t now)
         if (!s->conn)
             continue;
         if (zmtp_conn_tick (s->conn, now) || zmtp_conn_closed (s->conn)
-            || (s->closing_since && now - s->closing_since > CLOSING_NS))
+            || (s->linger_since && now - s->linger_since > LINGER_NS))
             s_close (self, i);
+        else if (s->closing_since && !s->linger_since && now - s->closing_since > CLOSING_NS)
+            s_linger (self, i, now);
         else
             s_interest (self, i);
     }
@@ -483,8 +506,7 @@ void zmtp_router_close_tag (zmtp_router_t *self, int tag)
     for (uint32_t i = 0; i < self->cap; i++)
         if (self->slots[i].conn && self->slots[i].tag == tag) {
             zmtp_conn_flush (self->slots[i].conn);
-            zmtp_conn_close (self->slots[i].conn, ZMTP_CLOSE_LOCAL);
-            s_close (self, i);
+            s_linger (self, i, s_now ());
         }
 }
 
@@ -524,18 +546,28 @@ void zmtp_router_destroy (zmtp_router_t **self_p, uint32_t linger_ms)
     for (int l = 0; l < LISTENERS_MAX; l++)
         if (self->listeners[l].fd >= 0)
             s_unlisten (self, &self->listeners[l]);
-    /* Replies still queued get LINGER_MS to be written. */
+    /* Replies still queued get LINGER_MS to be written; then each connection is shut on our side and
+     * read until the peer's end (within LINGER_MS too, and a little more), so that no unread request
+     * turns the close into a reset that would drop replies the peer has not read yet. */
     const uint64_t until = s_now () + (uint64_t) linger_ms * 1000000ull;
-    for (;;) {
-        bool left = false;
-        for (uint32_t i = 0; i < self->cap; i++)
-            if (self->slots[i].conn && zmtp_conn_queued (self->slots[i].conn)
-                && zmtp_conn_flush (self->slots[i].conn) == 0)
-                left = true;
-        if (!left || s_now () >= until)
-            break;
-        struct timespec ts = { 0, 1000000 };
-        nanosleep (&ts, NULL);
+    for (int phase = 0; phase < 2; phase++) {
+        const uint64_t end = phase ? s_now () + (uint64_t) (linger_ms < 100 ? 100 : linger_ms) * 1000000ull : until;
+        for (;;) {
+            bool left = false;
+            for (uint32_t i = 0; i < self->cap; i++) {
+                zmtp_conn_t *c = self->slots[i].conn;
+                if (!c || zmtp_conn_closed (c))
+                    continue;
+                if (phase == 0)
+                    left |= zmtp_conn_queued (c) && zmtp_conn_flush (c) == 0;
+                else if (zmtp_conn_linger (c) == 0 && zmtp_conn_read (c, s_now ()) == 0)
+                    left = true;
+            }
+            if (!left || s_now () >= end)
+                break;
+            struct timespec ts = { 0, 1000000 };
+            nanosleep (&ts, NULL);
+        }
     }
     for (uint32_t i = 0; i < self->cap; i++)
         if (self->slots[i].conn) {

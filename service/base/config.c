@@ -435,11 +435,23 @@ static int s_resolve (parser_t *p, config_t *cfg)
     server_config_t *server = &cfg->server;
     server->queue_depth_given = server->queue_depth != 0;
     server->ipc_file_mode = (unsigned) strtoul (server->ipc_mode, NULL, 8);
-    if (server->fronts > server->endpoint_count) {
-        char why[160];
-        snprintf (why, sizeof why, "%u fronts need at least %u endpoints (an endpoint's socket belongs to one front); "
-                  "got %zu: add endpoints or lower fronts", server->fronts, server->fronts, server->endpoint_count);
+    if (server->fronts > server->endpoint_count && server->transport == TRANSPORT_LIBZMQ) {
+        char why[200];
+        snprintf (why, sizeof why, "%u fronts need at least %u endpoints on the libzmq transport (an endpoint's socket "
+                  "belongs to one front); got %zu: add endpoints, lower fronts, or use transport \"zmtp\"",
+                  server->fronts, server->fronts, server->endpoint_count);
         return s_fail_at (p, "server.fronts", "%s", why);
+    }
+    server->share_tcp = config_fronts_share (server);
+    for (size_t e = 0; e < server->endpoint_count && server->share_tcp; e++) {
+        const char *ep = server->endpoints[e];
+        const char *colon = strrchr (ep, ':');
+        if (strncmp (ep, "tcp://", 6) == 0 && colon && (strcmp (colon + 1, "*") == 0 || strcmp (colon + 1, "0") == 0)) {
+            char at[48];
+            snprintf (at, sizeof at, "server.endpoints[%zu]", e);
+            return s_fail_at (p, at, "%s: more fronts than endpoints share each tcp:// endpoint, which needs a port "
+                              "number (\"*\" would give each front a port of its own)", ep);
+        }
     }
     for (size_t e = 0; e < server->endpoint_count && server->transport == TRANSPORT_ZMTP; e++)
         if (strncmp (server->endpoints[e], "inproc://", 9) == 0) {
@@ -537,9 +549,9 @@ const char *weight_dtype_name (weight_dtype_t d) { return S_NAME (s_weight_dtype
 
 uint32_t config_serving_threads (const config_t *cfg)
 {
-    /* each front, and the I/O threads of its ZeroMQ context */
+    /* each front, and (libzmq) the I/O threads of its ZeroMQ context */
     const uint32_t fronts = cfg->server.fronts ? cfg->server.fronts : 1;
-    uint32_t threads = fronts * (1 + cfg->server.io_threads);
+    uint32_t threads = fronts * (1 + (cfg->server.transport == TRANSPORT_LIBZMQ ? cfg->server.io_threads : 0));
     for (size_t i = 0; i < cfg->model_count; i++) {
         const model_config_t *mc = &cfg->models[i];
         if (!mc->group[0]) {

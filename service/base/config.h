@@ -113,6 +113,8 @@ typedef struct {
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;
     uint32_t fronts;                /* front threads (each owns endpoints k, k + fronts, ...); 0 is read as 1 */
+    bool share_tcp;                 /* resolved: zmtp with more fronts than endpoints: every front listens on
+                                       every tcp:// endpoint (SO_REUSEPORT), the kernel spreads connections */
     uint32_t queue_depth;           /* deprecated: the default of every model's queue_depth (0: not given) */
     bool queue_depth_given;         /* given in the file (deprecated there: a per-model key now) */
     size_t cpu_count;               /* 0: the front thread is not pinned */
@@ -156,8 +158,14 @@ void config_each_key (void (*fn) (const char *section, const char *key, void *ar
 /* 1-based line and column of POS in TEXT, for messages (config_load's and config_parse's). */
 void config_text_position (const char *text, const char *pos, size_t *line, size_t *column);
 void config_destroy (config_t **self_p);
-/* The threads that serve CFG (what adaptive spinning counts against the CPUs): the front, ZeroMQ's
- * I/O threads, a worker per instance of each model with its own, and each group's workers (as many
+/* Whether CFG's fronts share its tcp:// endpoints (zmtp, more fronts than endpoints). */
+static inline bool config_fronts_share (const server_config_t *cfg)
+{
+    return cfg->transport == TRANSPORT_ZMTP && cfg->fronts > cfg->endpoint_count;
+}
+
+/* The threads that serve CFG (what adaptive spinning counts against the CPUs): the fronts, libzmq's
+ * I/O threads (the libzmq transport; zmtp has none), a worker per instance of each model with its own, and each group's workers (as many
  * as its largest member has instances). */
 uint32_t config_serving_threads (const config_t *cfg);
 

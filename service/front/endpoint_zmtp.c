@@ -5,13 +5,16 @@
 
 #include "base/log.h"
 #include "clock.h"
+#include "zmtp_addr.h"
 #include "zmtp_router.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define HANDSHAKE_MS 10000          /* a connection's greeting and handshake must end within this */
 #define OUT_SOFT (1u << 20)         /* a client with this much queued is not read from until it reads */
@@ -82,19 +85,79 @@ static void s_stop (endpoints_t *self, uint32_t linger_ms)
     self->router = NULL;
 }
 
-static int s_bind (endpoints_t *self, int i, const char *endpoint, char *err, size_t errlen)
+/* tcp:// endpoints the fronts of this process share (SO_REUSEPORT), with how many fronts listen on each:
+ * the first to bind one checks that no other process holds its port (a socket without SO_REUSEPORT
+ * does not let ours share it; one with it, of another sigserve, would: the check refuses that). */
+static pthread_mutex_t s_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char name[CONFIG_ENDPOINT_MAX];
+    int listeners;
+} s_shared[2 * CONFIG_MAX_ENDPOINTS];
+
+static bool s_shares (const endpoints_t *self, const char *endpoint)
 {
-    if (zmtp_router_bind (s_front (self)->router, endpoint, i, false, NULL, err, errlen) < 0)
-        return -1;
+    return self->cfg.share_tcp && strncmp (endpoint, "tcp://", 6) == 0;
+}
+
+/* Counts one more (DELTA 1) or one fewer (-1) listener of ENDPOINT; the count before. */
+static int s_shared_count (const char *endpoint, int delta)
+{
+    int free_at = -1, before = 0;
+    for (size_t k = 0; k < sizeof s_shared / sizeof s_shared[0]; k++) {
+        if (s_shared[k].listeners && strcmp (s_shared[k].name, endpoint) == 0) {
+            before = s_shared[k].listeners;
+            s_shared[k].listeners += delta;
+            return before;
+        }
+        if (!s_shared[k].listeners && free_at < 0)
+            free_at = (int) k;
+    }
+    if (delta > 0 && free_at >= 0) {
+        snprintf (s_shared[free_at].name, sizeof s_shared[free_at].name, "%s", endpoint);
+        s_shared[free_at].listeners = 1;
+    }
     return 0;
 }
 
-static void s_unbind (endpoints_t *self, int i) { zmtp_router_unbind (s_front (self)->router, i); }
+static int s_bind (endpoints_t *self, int i, const char *endpoint, char *err, size_t errlen)
+{
+    if (!s_shares (self, endpoint))
+        return zmtp_router_bind (s_front (self)->router, endpoint, i, false, NULL, err, errlen) < 0 ? -1 : 0;
+    pthread_mutex_lock (&s_shared_lock);
+    int rc = 0;
+    if (s_shared_count (endpoint, 0) == 0) {
+        char bound[ZMTP_ENDPOINT_MAX];
+        int probe = zmtp_listen (endpoint, 1, false, bound, err, errlen);
+        if (probe < 0)
+            rc = -1;
+        else
+            close (probe);
+    }
+    if (rc == 0)
+        rc = zmtp_router_bind (s_front (self)->router, endpoint, i, true, NULL, err, errlen) < 0 ? -1 : 0;
+    if (rc == 0)
+        s_shared_count (endpoint, 1);
+    pthread_mutex_unlock (&s_shared_lock);
+    return rc;
+}
+
+static void s_unlisten (endpoints_t *self, int i)
+{
+    zmtp_router_unbind (s_front (self)->router, i);
+    if (s_shares (self, self->slots[i].name)) {
+        pthread_mutex_lock (&s_shared_lock);
+        s_shared_count (self->slots[i].name, -1);
+        pthread_mutex_unlock (&s_shared_lock);
+    }
+}
+
+static void s_unbind (endpoints_t *self, int i) { s_unlisten (self, i); }
 
 static void s_close (endpoints_t *self, int i, uint32_t linger_ms)
 {
     (void) linger_ms;
-    zmtp_router_unbind (s_front (self)->router, i);
+    if (!self->slots[i].closing)
+        s_unlisten (self, i);
     zmtp_router_close_tag (s_front (self)->router, i);
 }
 

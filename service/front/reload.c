@@ -141,17 +141,23 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
 
 void front_assign_endpoints (server_t *self, const server_config_t *now, const server_config_t *next, int *owner)
 {
+    /* zmtp with more fronts than endpoints: every front listens on every tcp:// endpoint (owner -1) */
+    const bool share = next->transport == TRANSPORT_ZMTP && self->front_count > next->endpoint_count;
     uint32_t count[CONFIG_MAX_FRONTS] = { 0 };
     for (size_t e = 0; e < next->endpoint_count; e++) {
-        owner[e] = -1;
-        for (size_t c = 0; now && c < now->endpoint_count && owner[e] < 0; c++)
-            if (strcmp (next->endpoints[e], now->endpoints[c]) == 0)
+        owner[e] = -2;
+        if (share && strncmp (next->endpoints[e], "tcp://", 6) == 0) {
+            owner[e] = -1;
+            continue;
+        }
+        for (size_t c = 0; now && c < now->endpoint_count && owner[e] < -1; c++)
+            if (strcmp (next->endpoints[e], now->endpoints[c]) == 0 && self->endpoint_front[c] >= 0)
                 owner[e] = self->endpoint_front[c];
         if (owner[e] >= 0)
             count[owner[e]]++;
     }
     for (size_t e = 0; e < next->endpoint_count; e++)
-        if (owner[e] < 0) {
+        if (owner[e] < -1) {
             uint32_t least = 0;
             for (uint32_t k = 1; k < self->front_count; k++)
                 least = count[k] < count[least] ? k : least;
@@ -161,12 +167,15 @@ void front_assign_endpoints (server_t *self, const server_config_t *now, const s
     for (uint32_t k = 0; k < self->front_count; k++) {
         self->next[k] = *next;
         self->next[k].fronts = self->front_count;
+        self->next[k].share_tcp = share;
         self->next[k].endpoint_count = 0;
     }
-    for (size_t e = 0; e < next->endpoint_count; e++) {
-        server_config_t *mine = &self->next[owner[e]];
-        memcpy (mine->endpoints[mine->endpoint_count++], next->endpoints[e], CONFIG_ENDPOINT_MAX);
-    }
+    for (size_t e = 0; e < next->endpoint_count; e++)
+        for (uint32_t k = 0; k < self->front_count; k++)
+            if (owner[e] == (int) k || owner[e] == -1) {
+                server_config_t *mine = &self->next[k];
+                memcpy (mine->endpoints[mine->endpoint_count++], next->endpoints[e], CONFIG_ENDPOINT_MAX);
+            }
 }
 
 int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen)

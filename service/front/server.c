@@ -283,9 +283,10 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
     atomic_init (&self->stop_requested, false);
     atomic_init (&self->loading, models == NULL);
     pthread_mutex_init (&self->lock, NULL);
-    if (self->front_count > CONFIG_MAX_FRONTS || self->front_count > cfg->endpoint_count) {
-        snprintf (err, errlen, "server.fronts: %u fronts need %u endpoints at least (at most %d fronts); got %zu",
-                  self->front_count, self->front_count, CONFIG_MAX_FRONTS, cfg->endpoint_count);
+    if (self->front_count > CONFIG_MAX_FRONTS
+        || (self->front_count > cfg->endpoint_count && cfg->transport == TRANSPORT_LIBZMQ)) {
+        snprintf (err, errlen, "server.fronts: %u fronts need %u endpoints at least on the libzmq transport (at most %d "
+                  "fronts); got %zu", self->front_count, self->front_count, CONFIG_MAX_FRONTS, cfg->endpoint_count);
         server_destroy (&self);
         return NULL;
     }

@@ -137,7 +137,8 @@ void front_retire (front_t *self);
 /* Rebuilds self->answering after the sets changed (and wires new models' workers to the front). */
 void front_answering (front_t *self);
 /* Which front takes each endpoint of NEXT (OWNER[e]): the one serving it in NOW (NULL at start: none),
- * else the one with the fewest so far (so at start front k gets endpoints k, k + fronts, ...);
+ * else the one with the fewest so far (so at start front k gets endpoints k, k + fronts, ...); -1 for
+ * a tcp:// endpoint every front listens on (zmtp with more fronts than endpoints: share_tcp);
  * self->next[k] is NEXT with front k's endpoints only. */
 void front_assign_endpoints (server_t *self, const server_config_t *now, const server_config_t *next, int *owner);
 
