@@ -91,12 +91,16 @@ START_TEST (cgroup_cpu_max_in_whole_cpus)
 }
 END_TEST
 
-START_TEST (the_cap_only_where_every_thread_has_a_cpu)
+START_TEST (the_cap_only_where_every_thread_has_a_cpu_and_one_is_left)
 {
     char why[256];
     ck_assert_uint_eq (spin_cap (1000 * US, 3, 16, why, sizeof why), 1000 * US);
     ck_assert_str_eq (why, "up to 1000 us (3 serving thread(s), 16 CPU(s))");
-    ck_assert_uint_eq (spin_cap (1000 * US, 3, 3, why, sizeof why), 1000 * US);
+    ck_assert_uint_eq (spin_cap (1000 * US, 3, 4, why, sizeof why), 1000 * US);
+    /* a CPU each and none left over: off */
+    ck_assert_uint_eq (spin_cap (1000 * US, 2, 2, why, sizeof why), 0);
+    ck_assert_str_eq (why, "off: 2 serving thread(s) on 2 CPU(s) (affinity and cgroup quota) would leave none for the "
+                           "rest (the kernel's network work, a client on this host)");
     ck_assert_uint_eq (spin_cap (1000 * US, 3, 2, why, sizeof why), 0);
     ck_assert_str_eq (why, "off: 3 serving thread(s) and 2 CPU(s) to run them on (affinity and cgroup quota): a "
                            "spinning thread would take the time another needs");
@@ -118,7 +122,7 @@ int main (void)
     suite_add_tcase (s, tc);
     TCase *cpus = tcase_create ("cpus");
     tcase_add_test (cpus, cgroup_cpu_max_in_whole_cpus);
-    tcase_add_test (cpus, the_cap_only_where_every_thread_has_a_cpu);
+    tcase_add_test (cpus, the_cap_only_where_every_thread_has_a_cpu_and_one_is_left);
     suite_add_tcase (s, cpus);
     return tu_run_suite (s);
 }
