@@ -35,6 +35,9 @@ FUZZ_MAX_LEN_safetensors := 8192
 FUZZ_SRC_curve       := tests/fuzz/fuzz_curve.c transport/zmtp_curve.c transport/zmtp_wire.c
 FUZZ_MAX_LEN_config      := 8192
 FUZZ_MAX_LEN_curve       := 4096
+FUZZ_TARGETS         += zmtp
+FUZZ_SRC_zmtp        := tests/fuzz/fuzz_zmtp.c transport/zmtp_conn.c transport/zmtp_wire.c transport/zmtp_curve.c
+FUZZ_MAX_LEN_zmtp    := 8192
 
 fuzz_obj = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(1))
 FUZZ_PROTO_OBJ := $(FUZZ_DIR)/obj/gen/signal.pb-c.o
@@ -76,6 +79,8 @@ $(FUZZ_PROTO_OBJ): $(PROTO_C) $(PROTO_H)
 $(FUZZ_DIR)/fuzz_request: $(call fuzz_obj,$(FUZZ_SRC_request)) $(FUZZ_PROTO_OBJ)
 $(FUZZ_DIR)/fuzz_safetensors: $(call fuzz_obj,$(FUZZ_SRC_safetensors))
 $(FUZZ_DIR)/fuzz_config: $(call fuzz_obj,$(FUZZ_SRC_config))
+$(FUZZ_DIR)/fuzz_zmtp: $(call fuzz_obj,$(FUZZ_SRC_zmtp))
+$(FUZZ_DIR)/fuzz_curve: $(call fuzz_obj,$(FUZZ_SRC_curve))
 $(FUZZ_BINS):
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(FUZZ_LIBS)
 

@@ -305,6 +305,18 @@ if [ "${ROUNDTRIP:-0}" = 1 ]; then   # sigclient round trips on loopback, CPU an
         kill -TERM $pid; wait $pid
     done
 fi
+# The transport floors (RTT=1; tools/rtt.c): loopback round trips of 2048 bytes, raw TCP, libzmq and
+# our ZMTP engine, blocking and busy-polled (and over Unix sockets), client on core 4 and echo on 5;
+# cores 6,7 in the mask for libzmq's I/O threads. RTT_ARGS adds options (--methods, --bytes). The
+# table in $OUT/rtt.txt, the rows in $OUT/rtt.csv.
+if [ "${RTT:-0}" = 1 ]; then
+    if [ -f "$BUILD/rtt" ]; then
+        step rtt timeout 300 taskset -c 4-7 $BUILD/rtt --cpus 4,5 --iterations "$ITER" --csv "$OUT/rtt.csv" ${RTT_ARGS:-}
+        grep -v '^$' "$LOGS/rtt.log" >"$OUT/rtt.txt"
+    else
+        echo "rtt                    SKIP: $BUILD/rtt was not packed (ONLY=\"... rtt\" sh tools/gpu-libs.sh)" >>"$summary"
+    fi
+fi
 # Latency curves (issue 4): the echo floor and a rate sweep to saturation, one sigserve on the CPU
 # backend, one on CUDA, and four CPU sigserve processes on four endpoints (one loop per core pair).
 if [ "${CURVES:-0}" = 1 ]; then
