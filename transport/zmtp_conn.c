@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define IN_INITIAL 8192
+#define FRAME_MAX (1ull << 31)           /* a frame's bytes at most, whatever max_message_bytes says (0: none) */
 #define OUT_HARD_DEFAULT (16u << 20)
 #define METADATA_MAX 256
 #define ERROR_TEXT 160
@@ -354,6 +355,10 @@ bool zmtp_conn_has_input (const zmtp_conn_t *self) { return self->in_pos < self-
  * read with it), or the buffer grown to hold NEED bytes from in_pos. */
 static int s_room (zmtp_conn_t *self, size_t need)
 {
+    if (self->in_pos == self->in_end && self->m_nframes == 0) {
+        /* all handed out: start from the front again (a 2 KiB message then comes in one read) */
+        self->in_pos = self->in_end = self->m_next = 0;
+    }
     if (self->in_pos > 0 && (self->in_end == self->in_cap || self->in_pos + need > self->in_cap)) {
         size_t shift = self->in_pos;
         memmove (self->in, self->in + shift, self->in_end - shift);
@@ -632,6 +637,11 @@ int zmtp_conn_next (zmtp_conn_t *self, zmtp_msg_t *msg, uint64_t now)
             return 0;
         const bool command = flags & ZMTP_FLAG_COMMAND;
         const bool more = flags & ZMTP_FLAG_MORE;
+        if (size > FRAME_MAX && !(self->state == ST_READY && self->opt.max_message_bytes)) {
+            /* no bound configured (a client's replies): a frame of 2 GiB or more is not a reply */
+            s_fail (self, ZMTP_CLOSE_PROTOCOL, "a frame of %llu bytes", (unsigned long long) size);
+            return -1;
+        }
         if (self->state == ST_HANDSHAKE && (!command || size > ZMTP_CURVE_COMMAND_MAX)) {
             s_fail (self, ZMTP_CLOSE_PROTOCOL, command ? "a handshake command of %llu bytes" :
                     "a message frame before the handshake ended (%llu bytes)", (unsigned long long) size);

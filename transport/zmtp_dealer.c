@@ -321,9 +321,9 @@ int zmtp_dealer_pollfds (zmtp_dealer_t *self, struct pollfd *fds, int cap)
     return n;
 }
 
-/* Takes in what the sockets have: connections that came up get their greeting, readable ones are
- * read, writable ones flushed. WAIT: only those poll said are ready (else every open one is read). */
-static void s_io (zmtp_dealer_t *self, const struct pollfd *fds, int nfds, bool wait, uint64_t now)
+/* Takes in what poll said of the sockets (FDS, NFDS, in the peers' order): connections that came up get
+ * their greeting, readable ones are read, writable ones flushed. */
+static void s_io (zmtp_dealer_t *self, const struct pollfd *fds, int nfds, uint64_t now)
 {
     for (int i = 0, f = 0; i < self->n && f < nfds; i++) {
         peer_t *p = self->peers[i];
@@ -345,16 +345,35 @@ static void s_io (zmtp_dealer_t *self, const struct pollfd *fds, int nfds, bool 
                 p->retry_at = now + (uint64_t) p->backoff_ms * 1000000ull;
         } else if (p->state == P_OPEN && fds[f].fd == zmtp_conn_fd (p->conn)) {
             short ev = fds[f++].revents;
-            if (wait && !ev)
+            if (!ev)
                 continue;
             if ((ev & POLLOUT) && zmtp_conn_flush (p->conn) < 0) {
                 s_drop (self, p, now);
                 continue;
             }
-            if ((!wait || (ev & (POLLIN | POLLHUP | POLLERR))) && zmtp_conn_read (p->conn, now) < 0)
+            if ((ev & (POLLIN | POLLHUP | POLLERR)) && zmtp_conn_read (p->conn, now) < 0)
                 s_drop (self, p, now);
         }
     }
+}
+
+/* Without waiting: every open connection read once (its queue written first), no poll before (one
+ * system call a connection when nothing came); connections still being made looked at with poll. */
+static void s_look (zmtp_dealer_t *self, uint64_t now)
+{
+    struct pollfd fds[PEERS_MAX];
+    int nfds = 0;
+    for (int i = 0; i < self->n; i++) {
+        peer_t *p = self->peers[i];
+        if (p->state == P_CONNECTING)
+            fds[nfds++] = (struct pollfd) { .fd = p->fd, .events = POLLOUT };
+        else if (p->state == P_OPEN) {
+            if ((zmtp_conn_queued (p->conn) && zmtp_conn_flush (p->conn) < 0) || zmtp_conn_read (p->conn, now) < 0)
+                s_drop (self, p, now);
+        }
+    }
+    if (nfds && poll (fds, (nfds_t) nfds, 0) > 0)
+        s_io (self, fds, nfds, now);
 }
 
 int zmtp_dealer_recv (zmtp_dealer_t *self, zmtp_msg_t *msg, int timeout_ms)
@@ -366,12 +385,8 @@ int zmtp_dealer_recv (zmtp_dealer_t *self, zmtp_msg_t *msg, int timeout_ms)
         if (s_take (self, msg, now) == 1)
             return 1;
         s_timers (self, now);
-        int nfds = zmtp_dealer_pollfds (self, fds, PEERS_MAX);
         if (first && timeout_ms == 0) {
-            /* No wait: read every open connection at once (one system call each), no poll first. */
-            int rc = poll (fds, (nfds_t) nfds, 0);
-            if (rc > 0)
-                s_io (self, fds, nfds, true, now);
+            s_look (self, now);
             now = s_now ();
             continue;
         }
@@ -383,10 +398,11 @@ int zmtp_dealer_recv (zmtp_dealer_t *self, zmtp_msg_t *msg, int timeout_ms)
                 wait_ns = self->peers[i]->retry_at > now ? self->peers[i]->retry_at - now : 0;
         if (wait_ns > TICK_NS)
             wait_ns = TICK_NS;
+        int nfds = zmtp_dealer_pollfds (self, fds, PEERS_MAX);
         int rc = poll (fds, (nfds_t) nfds, (int) ((wait_ns + 999999) / 1000000));
         now = s_now ();
         if (rc > 0)
-            s_io (self, fds, nfds, true, now);
+            s_io (self, fds, nfds, now);
     }
 }
 

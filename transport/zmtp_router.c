@@ -61,6 +61,7 @@ struct zmtp_router {
     uint32_t fifo_head, fifo_len;
     struct epoll_event ev[EVENTS_MAX];  /* from the last wait, not yet processed */
     int ev_count, ev_next;
+    bool handed;                        /* a message was handed out since the last look at epoll */
     uint64_t fd_limit;                  /* RLIMIT_NOFILE when the router was made */
     uint64_t fd_base;                   /* fds the process had then, beside every router's connections */
     zmtp_router_stats_t stats;
@@ -347,6 +348,7 @@ static int s_poll (zmtp_router_t *self, int timeout_ms, uint64_t now)
     if (self->ev_next >= self->ev_count) {
         self->ev_count = epoll_wait (self->epfd, self->ev, EVENTS_MAX, timeout_ms);
         self->ev_next = 0;
+        self->handed = false;
         if (self->ev_count <= 0) {
             self->ev_count = 0;
             return 0;
@@ -403,9 +405,17 @@ int zmtp_router_recv (zmtp_router_t *self, zmtp_router_msg_t *out, uint64_t now)
             out->msg.refused = m.refused;
             out->msg.frames[0] = (zmtp_frame_t) { s->id, ZMTP_ROUTING_ID_BYTES };
             memcpy (out->msg.frames + 1, m.frames, (size_t) m.nframes * sizeof m.frames[0]);
+            self->handed = true;
             return 1;
         }
-        if (pass == 1 || s_poll (self, 0, now) == 0)
+        /* Nothing buffered: look at epoll again, unless messages went out since the last look and its
+         * events are all taken: then the caller's next call (or its wait) looks, and a lone request
+         * costs no empty epoll_wait after its reply. */
+        if (pass == 1 || (self->handed && self->ev_next >= self->ev_count)) {
+            self->handed = false;
+            break;
+        }
+        if (s_poll (self, 0, now) == 0)
             break;
     }
     return 0;
@@ -526,6 +536,7 @@ int zmtp_router_wait (zmtp_router_t *self, int timeout_ms)
     int n = epoll_wait (self->epfd, self->ev, EVENTS_MAX, timeout_ms);
     self->ev_count = n > 0 ? n : 0;
     self->ev_next = 0;
+    self->handed = false;
     return self->ev_count;
 }
 
