@@ -659,6 +659,51 @@ START_TEST (max_connections_refuses_one_past_the_limit)
 }
 END_TEST
 
+/* A server that announces a frame of 2^63 bytes: the dealer (no bound configured, as a client's replies
+ * have none) ends that connection as a protocol error instead of growing its buffer forever. */
+START_TEST (a_dealer_refuses_a_frame_no_reply_can_be)
+{
+    int lfd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    ck_assert_int_eq (bind (lfd, (struct sockaddr *) &a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    getsockname (lfd, (struct sockaddr *) &a, &len);
+    listen (lfd, 4);
+    char ep[64];
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", ntohs (a.sin_port));
+    zmtp_dealer_opts_t o = { .mechanism = ZMTP_MECH_NULL, .reconnect_ms = 60000 };
+    zmtp_dealer_t *d = zmtp_dealer_new (&o);
+    char err[256];
+    ck_assert_int_eq (zmtp_dealer_connect (d, ep, err, sizeof err), 0);
+    zmtp_msg_t m;
+    zmtp_dealer_recv (d, &m, 20);           /* its connect completes */
+    int fd = accept (lfd, NULL, NULL);
+    ck_assert_int_ge (fd, 0);
+    uint8_t g[ZMTP_GREETING_BYTES], md[64], body[96], hdr[9];
+    zmtp_greeting_write (g, ZMTP_MECH_NULL, true);
+    s_write_all (fd, g, sizeof g);
+    size_t used = 0;
+    zmtp_property_write (md, sizeof md, &used, "Socket-Type", "ROUTER", 6);
+    size_t blen = zmtp_command_write (body, sizeof body, "READY", md, used);
+    size_t h = zmtp_header_write (hdr, ZMTP_FLAG_COMMAND, blen);
+    s_write_all (fd, hdr, h);
+    s_write_all (fd, body, blen);
+    for (uint64_t until = s_now () + 5000000000ull; zmtp_dealer_ready_count (d) == 0 && s_now () < until;)
+        zmtp_dealer_recv (d, &m, 5);
+    ck_assert_int_eq (zmtp_dealer_ready_count (d), 1);
+    h = zmtp_header_write (hdr, 0, 1ull << 63);
+    s_write_all (fd, hdr, h);
+    for (uint64_t until = s_now () + 5000000000ull; zmtp_dealer_ready_count (d) == 1 && s_now () < until;)
+        ck_assert_int_eq (zmtp_dealer_recv (d, &m, 5), 0);
+    ck_assert_int_eq (zmtp_dealer_ready_count (d), 0);
+    ck_assert_ptr_nonnull (strstr (zmtp_dealer_error (d), "a frame of 9223372036854775808 bytes"));
+    zmtp_dealer_destroy (&d);
+    close (fd);
+    close (lfd);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("zmtp");
@@ -675,6 +720,7 @@ int main (void)
     tcase_add_test (tc, a_client_that_does_not_read_is_not_read_from);
     tcase_add_test (tc, idle_connections_make_room_under_the_open_file_limit);
     tcase_add_test (tc, max_connections_refuses_one_past_the_limit);
+    tcase_add_test (tc, a_dealer_refuses_a_frame_no_reply_can_be);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -8,7 +8,7 @@
 # tools/gpu-libs.sh (.gpubuild, .devlibs); pyzmq for the peers as a wheel in .whl; the gpus step
 # makes its weights with python3 (numpy or torch, examples/gpu-bound/make-weights.py).
 #
-#   OUT=... STEPS="floor sweeps scale fronts models lowload peers warm metrics core gpus gpus-tick" bash tools/gpu-serving.sh
+#   OUT=... STEPS="floor sweeps scale fronts models lowload peers warm metrics core gpus gpus-tick transport" bash tools/gpu-serving.sh
 #
 # Every step writes its sigload tables to $OUT/logs/<step>.log; a summary table is printed last.
 # Cores: the host has 16 (x2 host: 32). sigload runs on the last 8, servers on the first ones
@@ -433,6 +433,57 @@ gpus-tick)  # the transport-bound model on two GPUs (issue 14): tick_mlp's insta
             --connections 16 --threads 8 --io-threads 2 --rate 50k,100k,150k,200k,250k,300k --stop-when-saturated
         stop
     done
+    ;;
+transport)  # issue 35: our ZMTP engine against libzmq, every figure beside its physics in the same call. The raw
+            # TCP and raw libzmq round trips (build/rtt: a thread each side, 2 KiB); the model in process (sigbench,
+            # CPU loop); then TRANSPORT_ROUNDS interleaved rounds at 10k/s, one connection, the default config
+            # (tick_mlp on the CPU): the echo floor of each engine (an echo server of that engine), sigload's zmtp
+            # engine against sigserve on zmtp, libzmq clients against sigserve on zmtp and on libzmq (the >= 40%),
+            # and the persistent MLP in its device process with busy_poll, sigload's zmtp engine busy-polling
+            # (with the kernel's own in-process p50 from sigbench). Medians: tools/transport-table.py.
+    taskset -c 4-7 "$B/rtt" --cpus 4,5 --bytes 2048 --iterations 50000 >"$LOGS/transport-rtt.log" 2>&1
+    { echo "### transport-rtt"; grep -E '^\|' "$LOGS/transport-rtt.log"; echo; } >>"$SUMMARY"
+    taskset -c 1 "$B/sigbench" --weights "$WEIGHTS" --cpu 1 --iterations 20000 >"$LOGS/transport-inprocess.log" 2>&1
+    { echo "### transport-inprocess"; grep -E '^\|' "$LOGS/transport-inprocess.log"; echo; } >>"$SUMMARY"
+    taskset -c 6 "$B/sigload" --serve-echo tcp://127.0.0.1:56100 --engine zmtp >"$LOGS/echo-zmtp.log" 2>&1 &
+    PIDS="$PIDS $!"
+    taskset -c 7 "$B/sigload" --serve-echo tcp://127.0.0.1:56101 --engine libzmq >"$LOGS/echo-libzmq.log" 2>&1 &
+    PIDS="$PIDS $!"
+    sleep 1
+    for round in $(seq 1 "${TRANSPORT_ROUNDS:-3}"); do
+        load "transport-echo-zmtp-r$round" --endpoint tcp://127.0.0.1:56100 --echo --engine zmtp --connections 1 --rate 10k
+        load "transport-echo-libzmq-r$round" --endpoint tcp://127.0.0.1:56101 --echo --engine libzmq --connections 1 --rate 10k
+        for t in zmtp libzmq; do
+            config "transport-$t" "\"endpoints\": [\"tcp://127.0.0.1:5555\"], \"transport\": \"$t\"" \
+                "$(model tick_mlp '"backend": "cpu",')"
+            serve "transport-$t" 0-5 || continue
+            for e in zmtp libzmq; do
+                load "transport-$t-by-$e-r$round" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --engine "$e" \
+                    --connections 1 --rate 10k
+            done
+            stop
+        done
+        config transport-persistent '"endpoints": ["tcp://127.0.0.1:5555"], "transport": "zmtp", "busy_poll": true, "cpus": [2]' \
+            "$(model tick_mlp '"backend": "cuda", "kernel": "persistent", "cpus": [3],')"
+        if serve transport-persistent 0-5; then
+            load "transport-persistent-r$round" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --engine zmtp --busy-poll \
+                --connections 1 --rate 10k
+            stop
+        fi
+    done
+    taskset -c 1 "$B/sigbench" --weights "$WEIGHTS" --cpu 1 --only-persistent --iterations 20000 \
+        >"$LOGS/transport-persistent-inprocess.log" 2>&1
+    { echo "### transport-persistent-inprocess"; grep -E '^\| (persistent|ping-pong)' "$LOGS/transport-persistent-inprocess.log"; echo; } >>"$SUMMARY"
+    # throughput: single-row tick_mlp on the CPU, 4 fronts sharing one tcp endpoint, sigload's zmtp engine
+    # from 4 processes; the server on CPUs 0-7, the load on 8-15
+    config transport-fronts4 '"endpoints": ["tcp://127.0.0.1:5560"], "fronts": 4' \
+        "$(model tick_mlp '"backend": "cpu", "instances": 4, "max_batch_rows": 64, "queue_depth": 8192,')"
+    if serve transport-fronts4 0-7 tcp://127.0.0.1:5560; then
+        load transport-fronts4 --endpoint tcp://127.0.0.1:5560 --model tick_mlp --engine zmtp --processes 4 \
+            --connections 32 --threads 8 --rate "${TRANSPORT_RATES:-200k,300k,400k,500k,600k,700k}" --stop-when-saturated
+        ps -L -o tid,comm,psr,time -p "$SERVER" >"$LOGS/transport-fronts4-threads.txt" 2>&1
+        stop
+    fi
     ;;
 esac
 done
