@@ -645,10 +645,10 @@ static void s_start_box (server_t *s, const box_kind_t *k, bool two_fronts)
 
 /* After N requests sent one at a time (the counters at BEFORE): every one computed once, inline or by
  * the worker, and some inline (the path under test: their outputs were checked). Not all: a request
- * that arrives while the front is still in the turn that ran the previous one (its reply sent, the
- * front looking for more) is taken as load and goes to the worker (front/intake.c: may_inline), and
- * so do the next turn's; how often depends on how the machine schedules the three processes
- * (here: 475-500 of 500 quiet, 240 of 300 beside two fuzzers). */
+ * that arrives after a turn of three or more messages is taken as load and goes to the worker
+ * (front/intake.c: inline_budget_ns), as does one the turn's inline budget (inline_us) no longer
+ * covers; how often depends on how the machine schedules the three processes (here, when only the
+ * first message of a turn could run inline: 475-500 of 500 quiet, 240 of 300 beside two fuzzers). */
 static void s_assert_mostly_inline (server_t *s, const box_kind_t *k, double before, double before_worker, uint32_t n)
 {
     const double inlined = s_metric (s, INLINE_METRIC) - before, worker = s_metric (s, k->instance_metric) - before_worker;

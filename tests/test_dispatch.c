@@ -595,7 +595,7 @@ static sig_status_t s_admit_inline (model_t *m, request_t *r, uint64_t t_recv, u
     const admission_t a = { .socket = 3, .envelope = r->envelope, .envelope_count = 2, .request_id = r->id,
                             .stream_id = r->stream, .step = r->stream ? 1 : 0, .t_recv = t_recv, .rows = r->rows,
                             .deadline_us = deadline_us, .features = r->features, .feature_count = r->feature_count,
-                            .may_inline = true };
+                            .inline_budget_ns = UINT64_MAX };
     err[0] = '\0';
     return dispatch_admit (m, &a, ran, err, errlen);
 }
@@ -652,7 +652,7 @@ START_TEST (inline_runs_on_the_front_only_when_nothing_waits)
     s_request (&reqs[2], 3, 3, 0, IN, 41);     /* the same features as request 1 */
     const admission_t busy = { .socket = 3, .envelope = reqs[2].envelope, .envelope_count = 2, .request_id = 3,
                                .t_recv = clock_now_ns (), .rows = 3, .features = reqs[2].features,
-                               .feature_count = reqs[2].feature_count, .may_inline = false };
+                               .feature_count = reqs[2].feature_count, .inline_budget_ns = 0 };
     ck_assert_int_eq (dispatch_admit (m, &busy, &ran, err, sizeof err), SIG_OK);
     ck_assert_ptr_null (ran);
     s_request (&reqs[3], 4, 1, 0, IN, 43);
@@ -1037,7 +1037,7 @@ static void *s_producer (void *arg)
             const admission_t a = { .lane = p->lane, .socket = 3, .envelope = r->envelope, .envelope_count = 2,
                                     .request_id = r->id, .t_recv = clock_now_ns (), .rows = r->rows,
                                     .features = r->features, .feature_count = r->feature_count,
-                                    .may_inline = p->may_inline };
+                                    .inline_budget_ns = p->may_inline ? UINT64_MAX : 0 };
             char err[512];
             job_t *ran = NULL;
             if (dispatch_admit (p->m, &a, p->may_inline ? &ran : NULL, err, sizeof err) != SIG_OK) {
@@ -1135,7 +1135,7 @@ START_TEST (a_gpu_model_runs_inline_on_its_idle_instance)
         s_request (&r, 700 + (uint64_t) i, 1 + (uint32_t) i % MAX_ROWS, 0, IN, 900 + (uint64_t) i);
         const admission_t a = { .lane = 0, .socket = 3, .envelope = r.envelope, .envelope_count = 2, .request_id = r.id,
                                 .t_recv = clock_now_ns (), .rows = r.rows, .features = r.features,
-                                .feature_count = r.feature_count, .may_inline = true };
+                                .feature_count = r.feature_count, .inline_budget_ns = UINT64_MAX };
         job_t *ran = NULL;
         ck_assert_msg (dispatch_admit (m, &a, &ran, err, sizeof err) == SIG_OK, "%s", err);
         ck_assert_msg (ran != NULL, "request %d was handed to the worker", i);

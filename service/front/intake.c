@@ -131,9 +131,10 @@ static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferReq
                                 .t_recv = msg->t_recv, .rows = rows, .deadline_us = req->deadline_us,
                                 .features = req->features, .feature_count = req->n_features,
                                 .client = limited ? &client : NULL,
-                                /* the only message of its turn, after a turn of at most one: under load
-                                 * the front hands requests off rather than compute them one by one */
-                                .may_inline = self->turn_taken == 0 && self->last_turn_taken <= 1 };
+                                /* up to inline_us of compute a turn, after a light turn: a burst of two
+                                 * small requests both run here (a hand-off to a sleeping worker costs more
+                                 * than the second's compute), and under load the front hands them off */
+                                .inline_budget_ns = self->inline_left_ns };
         job_t *ran = NULL;
         st = dispatch_admit (m, &a, &ran, self->error, ERROR_MAX);
         if (st == SIG_OK) {
@@ -143,6 +144,8 @@ static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferReq
             self->counters.admitted++;
             if (ran) {
                 self->counters.inlined++;
+                uint64_t spent = clock_now_ns () - msg->t_recv;
+                self->inline_left_ns = spent < self->inline_left_ns ? self->inline_left_ns - spent : 0;
                 front_send_job (self, m, ran);
             }
             return;
@@ -188,6 +191,7 @@ bool front_intake (front_t *self)
     message_t msg;
     int taken = 0;
     self->turn_taken = 0;
+    self->inline_left_ns = self->last_turn_taken <= 2 ? (uint64_t) self->cfg.inline_us * 1000 : 0;
     while (taken < JOB_INTAKE_TURN && endpoints_recv (self->endpoints, &msg)) {
         s_handle (self, &msg);
         taken++;

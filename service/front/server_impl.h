@@ -67,6 +67,7 @@ struct front {
     uint64_t drain_until;
     uint64_t last_message;              /* CLOCK_MONOTONIC ns of the last message taken */
     int turn_taken, last_turn_taken;    /* messages taken in this intake turn so far, and in the last one */
+    uint64_t inline_left_ns;            /* what the front may still spend computing requests itself this turn */
     spin_t spin;                        /* how long the front spins idle (base/spin.h) */
     uint64_t last_activity;
     uint64_t last_warn;                 /* rate limit of the send-failure warning */

@@ -162,8 +162,8 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     if (a->client)
         j->client = *a->client;
     memcpy (j->features, a->features, a->feature_count * sizeof (float));
-    if (ran && a->may_inline && m->inline_ns && !a->stream_id && queued == 0
-        && model_launch_ns (m, a->rows) <= m->inline_ns) {
+    if (ran && a->inline_budget_ns && m->inline_ns && !a->stream_id && queued == 0
+        && model_launch_ns (m, a->rows) <= (m->inline_ns < a->inline_budget_ns ? m->inline_ns : a->inline_budget_ns)) {
         bool done = l->front_impl != NULL;  /* a CPU model: the front's own context */
         if (done)
             worker_run_inline (m, l->front_impl, j);

@@ -25,7 +25,8 @@ typedef struct {
     const float *features;          /* rows x the model's input size (one step for a stream) */
     size_t feature_count;
     const client_id_t *client;      /* counted against its client's in-flight limit; NULL: not counted */
-    bool may_inline;                /* the front is idle enough to run it itself (server.inline_us) */
+    uint64_t inline_budget_ns;      /* what the front may still spend computing requests itself in its turn
+                                       (server.inline_us, less what it ran already); 0: never */
 } admission_t;
 
 /* Admits A in one step: an instance that can run it (a stream's own; else the least loaded
@@ -33,8 +34,8 @@ typedef struct {
  * A's deadline, and a free job; then the envelope and the features are copied into the job, and
  * the job handed to the instance, whose worker is woken. SIG_OK; or SIG_UNAVAILABLE /
  * SIG_OVERLOADED / SIG_DEADLINE_EXCEEDED with ERR naming the model and the limit, and nothing taken.
- * Run to completion: when A may_inline, is not a stream step, nothing of the model waits and its
- * launch is predicted within server.inline_us, the job is computed here, on the front's own context,
+ * Run to completion: when A is not a stream step, nothing of the model waits and its launch is
+ * predicted within server.inline_us and A's inline_budget_ns, the job is computed here, on the front's own context,
  * and handed back in *RAN (otherwise *RAN is NULL): the caller replies and returns it like a
  * finished one. RAN may be NULL (never inline). */
 sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char *err, size_t errlen);
