@@ -36,7 +36,7 @@ FUZZ_SRC_curve       := tests/fuzz/fuzz_curve.c transport/zmtp_curve.c transport
 FUZZ_MAX_LEN_config      := 8192
 FUZZ_MAX_LEN_curve       := 4096
 FUZZ_TARGETS         += zmtp
-FUZZ_SRC_zmtp        := tests/fuzz/fuzz_zmtp.c transport/zmtp_conn.c transport/zmtp_wire.c transport/zmtp_curve.c
+FUZZ_SRC_zmtp        := tests/fuzz/fuzz_zmtp.c transport/zmtp_conn.c transport/zmtp_conn_read.c transport/zmtp_wire.c transport/zmtp_curve.c
 FUZZ_MAX_LEN_zmtp    := 8192
 
 fuzz_obj = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(1))
