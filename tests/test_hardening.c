@@ -305,6 +305,23 @@ static uint64_t s_computed (void *probe, const char *model)
     return done;
 }
 
+/* The counts of the server's "stopped: ..." line in LOG (left as they are when there is none). */
+static void s_stopped_line (const char *log, unsigned long long *received, unsigned long long *replied,
+                            unsigned long long *failures)
+{
+    FILE *fl = fopen (log, "r");
+    char line[2048];
+    while (fl && fgets (line, sizeof line, fl)) {
+        const char *p = strstr (line, "stopped: ");
+        unsigned long long admitted, infer, dropped;
+        if (p)
+            sscanf (p, "stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), %llu send failures, "
+                       "%llu dropped", received, &admitted, replied, &infer, failures, &dropped);
+    }
+    if (fl)
+        fclose (fl);
+}
+
 /* zmtp: the replies of a client that does not read wait in its connection's queue (the transport
  * stops reading it past 1 MiB queued and holds at most 8 MiB: tests/test_zmtp.c), the server keeps
  * serving others, and nothing is lost: once the client reads, every reply comes, each once, and the
@@ -356,18 +373,8 @@ static void s_client_that_does_not_read_loses_nothing (void)
     zmq_close (probe);
     zmq_close (s);
     ck_assert_int_eq (tu_server_stop (pid), 0);
-    FILE *fl = fopen (log, "r");
-    char line[2048];
     unsigned long long failures = 1, received = 0, replied = 0;
-    while (fl && fgets (line, sizeof line, fl)) {
-        const char *p = strstr (line, "stopped: ");
-        unsigned long long admitted, infer, dropped;
-        if (p)
-            sscanf (p, "stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), %llu send failures, "
-                       "%llu dropped", &received, &admitted, &replied, &infer, &failures, &dropped);
-    }
-    if (fl)
-        fclose (fl);
+    s_stopped_line (log, &received, &replied, &failures);
     ck_assert_uint_eq (failures, 0);
     ck_assert_uint_eq (replied, received);
     free (path);
@@ -418,17 +425,11 @@ START_TEST (full_client_pipe_counted_and_warned_once_a_second)
     char line[2048];
     int warnings = 0;
     unsigned long long failures = 0, received = 0, replied = 0;
-    while (fl && fgets (line, sizeof line, fl)) {
-        if (strstr (line, "reply not sent on") && strstr (line, "the client's queue is full: it is not reading"))
-            warnings++;
-        const char *p = strstr (line, "stopped: ");
-        unsigned long long admitted, infer, dropped;
-        if (p)
-            sscanf (p, "stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), %llu send failures, "
-                       "%llu dropped", &received, &admitted, &replied, &infer, &failures, &dropped);
-    }
+    while (fl && fgets (line, sizeof line, fl))
+        warnings += strstr (line, "reply not sent on") && strstr (line, "the client's queue is full: it is not reading");
     if (fl)
         fclose (fl);
+    s_stopped_line (log, &received, &replied, &failures);
     ck_assert_uint_gt (failures, 100);      /* thousands of replies lost... */
     ck_assert_int_ge (warnings, 1);         /* ...said at warn level... */
     /* ...at most once a second of the server's life (measured around it, so never less than it

@@ -143,6 +143,29 @@ int zmtp_endpoint_check (const char *endpoint, char *err, size_t errlen)
     return -1;
 }
 
+/* A non-blocking listening socket on SA (TCP: SO_REUSEADDR, and SO_REUSEPORT when REUSEPORT). The fd,
+ * or -1 with errno and ERR. */
+static int s_bound_socket (const struct sockaddr *sa, socklen_t len, int backlog, bool reuseport, char *err,
+                           size_t errlen)
+{
+    int fd = socket (sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0 && sa->sa_family != AF_UNIX) {
+        setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (reuseport)
+            setsockopt (fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    }
+    if (fd < 0 || bind (fd, sa, len) != 0 || listen (fd, backlog) != 0) {
+        int e = errno;
+        snprintf (err, errlen, "%s", strerror (e));
+        if (fd >= 0)
+            close (fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 int zmtp_listen (const char *endpoint, int backlog, bool reuseport, char *bound, char *err, size_t errlen)
 {
     if (zmtp_endpoint_check (endpoint, err, errlen) != 0)
@@ -153,16 +176,9 @@ int zmtp_listen (const char *endpoint, int backlog, bool reuseport, char *bound,
         socklen_t len;
         if (s_unix_address (endpoint, &sa, &len, err, errlen) != 0)
             return -1;
-        fd = socket (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0 || bind (fd, (struct sockaddr *) &sa, len) != 0 || listen (fd, backlog) != 0) {
-            int e = errno;
-            snprintf (err, errlen, "%s", strerror (e));
-            if (fd >= 0)
-                close (fd);
-            errno = e;
-            return -1;
-        }
-        snprintf (bound, ZMTP_ENDPOINT_MAX, "%s", endpoint);
+        fd = s_bound_socket ((struct sockaddr *) &sa, len, backlog, false, err, errlen);
+        if (fd >= 0)
+            snprintf (bound, ZMTP_ENDPOINT_MAX, "%s", endpoint);
         return fd;
     }
     char host[128], port[8];
@@ -173,21 +189,9 @@ int zmtp_listen (const char *endpoint, int backlog, bool reuseport, char *bound,
     socklen_t len;
     if (s_bind_address (endpoint, host, ipv6, (uint16_t) atoi (port), &sa, &len, err, errlen) != 0)
         return -1;
-    fd = socket (sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd >= 0) {
-        setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (reuseport)
-            setsockopt (fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-    }
-    if (fd < 0 || bind (fd, (struct sockaddr *) &sa, len) != 0 || listen (fd, backlog) != 0) {
-        int e = errno;
-        snprintf (err, errlen, "%s", strerror (e));
-        if (fd >= 0)
-            close (fd);
-        errno = e;
+    fd = s_bound_socket ((struct sockaddr *) &sa, len, backlog, reuseport, err, errlen);
+    if (fd < 0)
         return -1;
-    }
     struct sockaddr_storage got;
     socklen_t glen = sizeof got;
     getsockname (fd, (struct sockaddr *) &got, &glen);
