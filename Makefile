@@ -63,8 +63,8 @@ else
 endif
 CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ) $(SPEC_OBJ)
 CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/clients/sigclient_cert.o \
-              $(BUILD)/obj/clients/sigclient_dns.o $(BUILD)/obj/clients/sigclient_stream.o $(PROTO_OBJ) \
-              $(TRANSPORT_OBJ)
+              $(BUILD)/obj/clients/sigclient_dns.o $(BUILD)/obj/clients/sigclient_stream.o \
+              $(BUILD)/obj/clients/sigclient_sock.o $(PROTO_OBJ) $(TRANSPORT_OBJ)
 HISTOGRAM_OBJ := $(BUILD)/obj/clients/histogram.o
 SIGLOAD_OBJ := $(call obj,$(or $(wildcard clients/sigload/*.c),$(wildcard clients/sigload.c))) $(HISTOGRAM_OBJ)
 CLIENT_LIBS := $(shell pkg-config --libs libzmq libsodium libprotobuf-c 2>/dev/null) -lpthread -lm

@@ -1,8 +1,8 @@
-/* libsigclient: see sigclient.h. One DEALER socket; every wait is a zmq_poll bounded by a
- * deadline taken from CLOCK_MONOTONIC, so discarding stale replies never stretches a call past
- * its timeout. dns:// endpoints (sigclient_dns.c) are resolved again when due, from inside the
- * calls that send or receive (client_resolve_if_due), never from another thread. LSTM streams
- * have sockets of their own (sigclient_stream.c). */
+/* libsigclient: see sigclient.h. One DEALER socket of either engine (sigclient_sock.c); every
+ * wait is bounded by a deadline taken from CLOCK_MONOTONIC, so discarding stale replies never
+ * stretches a call past its timeout. dns:// endpoints (sigclient_dns.c) are resolved again when
+ * due, from inside the calls that send or receive (client_resolve_if_due), never from another
+ * thread. LSTM streams have sockets of their own (sigclient_stream.c). */
 #include "sigclient_impl.h"
 
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <zmq.h>
 
 /* The client's codes are the wire's: the comparison goes through int (the enums differ). */
 #define S_SAME_STATUS(ours, wire) _Static_assert ((int) (ours) == (int) (wire), #ours " != " #wire)
@@ -100,67 +101,50 @@ static int s_take_endpoints (sigclient_t *self, const char *const *endpoints, si
     return 0;
 }
 
-/* Sets the client's options on SOCKET (the round-robin one or a stream's); errno on failure. */
-static int s_socket_options (sigclient_t *self, void *socket)
+/* The timeouts are the client's own: every send and every wait is given its bound. dns:// names
+ * give IPv6 addresses too, and some of them may not answer: with them, requests go only to
+ * connections that are up (sigclient.h). */
+client_sock_t *client_socket_new (sigclient_t *self)
 {
-    int linger = 0, on = 1;
-    /* RCVTIMEO guards any blocking receive; ours poll against a deadline anyway. SNDTIMEO rather
-     * than ZMQ_IMMEDIATE: requests to a server not up yet are queued, and a full queue is a
-     * timeout instead of a hang. */
-    if (zmq_setsockopt (socket, ZMQ_LINGER, &linger, sizeof linger) != 0
-        || zmq_setsockopt (socket, ZMQ_RCVTIMEO, &self->timeout_ms, sizeof self->timeout_ms) != 0
-        || zmq_setsockopt (socket, ZMQ_SNDTIMEO, &self->timeout_ms, sizeof self->timeout_ms) != 0)
-        return -1;
-    /* CURVE keys go before any connect: a connection takes the mechanism it is made with. */
-    int opts[3] = { ZMQ_CURVE_SERVERKEY, ZMQ_CURVE_PUBLICKEY, ZMQ_CURVE_SECRETKEY };
-    for (int k = 0; k < 3 && self->curve; k++)
-        if (zmq_setsockopt (socket, opts[k], self->curve_keys[k], SIGCLIENT_KEY_TEXT - 1) != 0)
-            return -1;
-    /* dns:// names give IPv6 addresses too, and some of them may not answer (sigclient.h). */
-    if (self->n_dns
-        && (zmq_setsockopt (socket, ZMQ_IPV6, &on, sizeof on) != 0
-            || zmq_setsockopt (socket, ZMQ_IMMEDIATE, &on, sizeof on) != 0))
-        return -1;
-    return 0;
-}
-
-void *client_socket_new (sigclient_t *self)
-{
-    void *socket = zmq_socket (self->ctx, ZMQ_DEALER);
-    if (!socket || s_socket_options (self, socket) != 0) {
-        client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot make a socket: %s", zmq_strerror (errno));
-        if (socket) zmq_close (socket);
-        return NULL;
+    const client_sock_opts_t opts = { .engine = self->engine, .curve = self->curve ? &self->curve_keys : NULL,
+                                      .immediate = self->n_dns > 0, .zmq_ctx = self->ctx };
+    client_sock_t *socket = client_sock_new (&opts);
+    if (!socket) {
+        int err = errno;
+        client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot make a socket: %s", client_sock_strerror (err));
+        errno = err;
     }
     return socket;
 }
 
-/* KEYS: NULL, or the server's public key, the client's public and secret keys (Z85). */
-static sigclient_t *s_new (const char *const *endpoints, size_t count, int timeout_ms, const char *const keys[3])
+/* KEYS: NULL, or the server's public key and the client's keys. */
+static sigclient_t *s_new (const char *const *endpoints, size_t count, int timeout_ms, sigclient_engine_t engine,
+                           const client_sock_keys_t *keys)
 {
-    if (!endpoints || count == 0) { errno = EINVAL; return NULL; }
+    if (!endpoints || count == 0 || (engine != SIGCLIENT_ENGINE_ZMTP && engine != SIGCLIENT_ENGINE_LIBZMQ)) {
+        errno = EINVAL;
+        return NULL;
+    }
     for (size_t i = 0; i < count; i++)
         if (!endpoints[i] || !*endpoints[i]) { errno = EINVAL; return NULL; }
     sigclient_t *self = calloc (1, sizeof *self);
     if (!self) { errno = ENOMEM; return NULL; }
-    zmq_msg_init (&self->frame);
+    self->engine = engine;
     self->next_request_id = 1;
     self->resolve_interval_ms = SIGCLIENT_DEFAULT_RESOLVE_MS;
     self->timeout_ms = timeout_ms > 0 ? timeout_ms : SIGCLIENT_DEFAULT_TIMEOUT_MS;
-    for (int k = 0; keys && k < 3; k++)
-        snprintf (self->curve_keys[k], SIGCLIENT_KEY_TEXT, "%s", keys[k]);
+    if (keys) self->curve_keys = *keys;
     self->curve = keys != NULL;
     int err = s_take_endpoints (self, endpoints, count);
-    if (!err) {
-        self->ctx = zmq_ctx_new ();
-        self->socket = self->ctx ? zmq_socket (self->ctx, ZMQ_DEALER) : NULL;
-        if (!self->socket) err = errno ? errno : ENOMEM;
-    }
-    if (!err && s_socket_options (self, self->socket) != 0)
-        err = errno ? errno : EINVAL;
+    if (!err && engine == SIGCLIENT_ENGINE_LIBZMQ && !(self->ctx = zmq_ctx_new ()))
+        err = errno ? errno : ENOMEM;
+    if (!err && !(self->socket = client_socket_new (self)))
+        err = errno ? errno : ENOMEM;
     for (size_t i = 0; i < count && !err; i++) {
         if (client_is_dns (endpoints[i])) continue;
-        if (zmq_connect (self->socket, endpoints[i]) != 0 || !(self->statics[self->n_static] = strdup (endpoints[i]))) {
+        char why[SIGCLIENT_ENDPOINT_MAX + 256];
+        if (client_sock_connect (self->socket, endpoints[i], why, sizeof why) != 0
+            || !(self->statics[self->n_static] = strdup (endpoints[i]))) {
             err = errno ? errno : ENOMEM;
             break;
         }
@@ -182,30 +166,53 @@ static sigclient_t *s_new (const char *const *endpoints, size_t count, int timeo
 
 sigclient_t *sigclient_new (const char *const *endpoints, size_t count, int timeout_ms)
 {
-    return s_new (endpoints, count, timeout_ms, NULL);
+    return s_new (endpoints, count, timeout_ms, SIGCLIENT_ENGINE_ZMTP, NULL);
+}
+
+/* s_new with KEYS, erased once the sockets have their copies. */
+static sigclient_t *s_new_erasing (const char *const *endpoints, size_t count, int timeout_ms,
+                                   sigclient_engine_t engine, client_sock_keys_t *keys)
+{
+    sigclient_t *self = s_new (endpoints, count, timeout_ms, engine, keys);
+    int err = errno;
+    explicit_bzero (keys, sizeof *keys);
+    errno = err;
+    return self;
+}
+
+sigclient_t *sigclient_new_engine (const char *const *endpoints, size_t count, int timeout_ms,
+                                   sigclient_engine_t engine, const sigclient_curve_keys_t *curve)
+{
+    client_sock_keys_t keys;
+    if (!curve)
+        return s_new (endpoints, count, timeout_ms, engine, NULL);
+    if (client_sock_keys_decode (curve->server_public, curve->client_public, curve->client_secret, &keys) != 0)
+        return NULL;
+    return s_new_erasing (endpoints, count, timeout_ms, engine, &keys);
 }
 
 sigclient_t *sigclient_new_curve (const char *const *endpoints, size_t count, int timeout_ms,
                                   const char *server_key, const char *client_public, const char *client_secret)
 {
-    const char *const keys[3] = { server_key, client_public, client_secret };
-    /* 40 characters each; libzmq's setsockopt refuses text that is not Z85 (EINVAL). */
-    for (int k = 0; k < 3; k++)
-        if (!keys[k] || strlen (keys[k]) != SIGCLIENT_KEY_TEXT - 1) {
-            errno = EINVAL;
-            return NULL;
-        }
-    return s_new (endpoints, count, timeout_ms, keys);
+    client_sock_keys_t keys;
+    if (client_sock_keys_decode (server_key, client_public, client_secret, &keys) != 0)
+        return NULL;
+    return s_new_erasing (endpoints, count, timeout_ms, SIGCLIENT_ENGINE_ZMTP, &keys);
+}
+
+sigclient_engine_t sigclient_engine (const sigclient_t *self)
+{
+    return self ? self->engine : SIGCLIENT_ENGINE_ZMTP;
 }
 
 void sigclient_destroy (sigclient_t **self_p)
 {
     if (!self_p || !*self_p) return;
     sigclient_t *self = *self_p;
-    zmq_msg_close (&self->frame);
     client_streams_destroy (self);
-    if (self->socket) zmq_close (self->socket);
+    client_sock_destroy (&self->socket);
     if (self->ctx) zmq_ctx_term (self->ctx);   /* prompt: LINGER is 0 */
+    explicit_bzero (&self->curve_keys, sizeof self->curve_keys);
     free (self->endpoints);
     free (self->static_endpoints);
     for (size_t i = 0; self->statics && i < self->n_static; i++) free (self->statics[i]);
@@ -219,12 +226,9 @@ void sigclient_destroy (sigclient_t **self_p)
 int sigclient_set_timeout (sigclient_t *self, int timeout_ms)
 {
     if (!self) { errno = EINVAL; return -1; }
-    if (timeout_ms <= 0) timeout_ms = SIGCLIENT_DEFAULT_TIMEOUT_MS;
-    if (zmq_setsockopt (self->socket, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms) != 0
-        || zmq_setsockopt (self->socket, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms) != 0)
-        return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot set the timeout: %s", zmq_strerror (errno));
-    self->timeout_ms = timeout_ms;
-    return client_streams_set_timeout (self);
+    /* Every send and every wait, on any of the client's sockets, is given this bound when it starts. */
+    self->timeout_ms = timeout_ms <= 0 ? SIGCLIENT_DEFAULT_TIMEOUT_MS : timeout_ms;
+    return 0;
 }
 
 void sigclient_set_deadline_us (sigclient_t *self, uint32_t deadline_us)
@@ -267,17 +271,16 @@ int sigclient_last_status (const sigclient_t *self)
 /* ---- sending ---- */
 
 /* Sends one frame on SOCKET (NAME: what it is connected to, for messages); no resolution here. */
-static int s_send_on (sigclient_t *self, void *socket, const char *name, const void *data, size_t len)
+static int s_send_on (sigclient_t *self, client_sock_t *socket, const char *name, const void *data, size_t len)
 {
     if (len > self->largest_unanswered) self->largest_unanswered = len;
-    while (zmq_send (socket, data, len, 0) < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN)
-            return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms sending to %s (send queue full)",
-                                self->timeout_ms, name);
-        return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot send to %s: %s", name, zmq_strerror (errno));
-    }
-    return 0;
+    const zmtp_frame_t frame = { data, len };
+    if (client_sock_send (socket, &frame, 1, self->timeout_ms) == 0)
+        return 0;
+    if (errno == EAGAIN)
+        return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms sending to %s (send queue full)",
+                            self->timeout_ms, name);
+    return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot send to %s: %s", name, client_sock_strerror (errno));
 }
 
 /* Sends one frame on the round-robin socket, resolving dns:// names first when due. */
@@ -317,7 +320,7 @@ static int s_send_request (sigclient_t *self, const Sigserve__V1__Request *req)
 }
 
 /* SOCKET NULL: the round-robin socket (resolving first when due). */
-int client_send_infer_on (sigclient_t *self, void *socket, const char *name, const client_infer_args_t *args,
+int client_send_infer_on (sigclient_t *self, client_sock_t *socket, const char *name, const client_infer_args_t *args,
                           uint64_t *request_id)
 {
     if (!args->model)
@@ -362,48 +365,45 @@ static const char *s_name (const sigclient_t *self, const char *name)
     return name ? name : self->endpoints;
 }
 
-/* Receives one frame from SOCKET into self->frame, waiting at most until DEADLINE_NS. RESOLVE:
- * dns:// names are resolved when due during a long wait (the round-robin socket only). NAME: what
- * SOCKET is connected to, for messages; NULL for self->endpoints, read afresh at each use (a
- * resolution rewrites it). */
-static int s_recv_on (sigclient_t *self, void *socket, const char *name, int64_t deadline_ns, bool resolve)
+/* Receives one frame from SOCKET into self->frame (a view, valid until SOCKET's next receive),
+ * waiting at most until DEADLINE_NS. RESOLVE: dns:// names are resolved when due during a long
+ * wait (the round-robin socket only). NAME: what SOCKET is connected to, for messages; NULL for
+ * self->endpoints, read afresh at each use (a resolution rewrites it). */
+static int s_recv_on (sigclient_t *self, client_sock_t *socket, const char *name, int64_t deadline_ns, bool resolve)
 {
     while (true) {
-        if (zmq_msg_recv (&self->frame, socket, ZMQ_DONTWAIT) >= 0) {
-            self->largest_unanswered = 0;
-            if (!zmq_msg_more (&self->frame)) return 0;
-            size_t parts = 1;   /* the rest of a multipart message is already here: drop it */
-            while (zmq_msg_more (&self->frame) && zmq_msg_recv (&self->frame, socket, ZMQ_DONTWAIT) >= 0)
-                parts++;
-            return client_fail (self, SIGCLIENT_ERR_PROTOCOL, "a reply of %zu frames from %s, expected one", parts,
-                                s_name (self, name));
-        }
-        if (errno != EAGAIN && errno != EINTR)
-            return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot receive from %s: %s", s_name (self, name),
-                                zmq_strerror (errno));
-        int64_t left_ns = deadline_ns - client_now_ns ();
-        if (left_ns <= 0 && self->largest_unanswered > S_SERVER_DEFAULT_MAX_MESSAGE)
-            return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms waiting for a reply from %s "
-                                "(a request was %zu bytes: a server drops requests over its max_message_bytes, "
-                                "%d by default, without a reply)", self->timeout_ms, s_name (self, name),
-                                self->largest_unanswered, S_SERVER_DEFAULT_MAX_MESSAGE);
-        if (left_ns <= 0)
-            return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms waiting for a reply from %s%s",
-                                self->timeout_ms, s_name (self, name),
-                                self->curve ? " (CURVE: a server that does not allow this client's key, or whose "
-                                              "key is not the one given, never answers)" : "");
-        /* A long wait still resolves dns:// names on time: poll up to when they are due. */
-        int64_t wait_ns = left_ns;
+        /* A long wait still resolves dns:// names on time: wait up to when they are due. */
+        int64_t wait_ns = deadline_ns - client_now_ns ();
         if (resolve) {
             client_resolve_if_due (self);
             if (self->n_dns && self->resolve_interval_ms > 0 && self->next_resolve_ns - client_now_ns () < wait_ns)
                 wait_ns = self->next_resolve_ns - client_now_ns ();
         }
         if (wait_ns < 0) wait_ns = 0;
-        zmq_pollitem_t item = { .socket = socket, .events = ZMQ_POLLIN };
-        if (zmq_poll (&item, 1, (long) ((wait_ns + 999999) / 1000000)) < 0 && errno != EINTR)
-            return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot poll %s: %s", s_name (self, name),
-                                zmq_strerror (errno));
+        zmtp_msg_t msg;
+        int rc = client_sock_recv (socket, &msg, (int) ((wait_ns + 999999) / 1000000));
+        if (rc > 0) {
+            self->largest_unanswered = 0;
+            if (msg.total_frames != 1)
+                return client_fail (self, SIGCLIENT_ERR_PROTOCOL, "a reply of %zu frames from %s, expected one",
+                                    msg.total_frames, s_name (self, name));
+            self->frame = msg.frames[0];
+            return 0;
+        }
+        if (rc < 0)
+            return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot receive from %s: %s", s_name (self, name),
+                                client_sock_strerror (errno));
+        if (client_now_ns () < deadline_ns)
+            continue;
+        if (self->largest_unanswered > S_SERVER_DEFAULT_MAX_MESSAGE)
+            return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms waiting for a reply from %s "
+                                "(a request was %zu bytes: a server drops requests over its max_message_bytes, "
+                                "%d by default, without a reply)", self->timeout_ms, s_name (self, name),
+                                self->largest_unanswered, S_SERVER_DEFAULT_MAX_MESSAGE);
+        return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms waiting for a reply from %s%s",
+                            self->timeout_ms, s_name (self, name),
+                            self->curve ? " (CURVE: a server that does not allow this client's key, or whose "
+                                          "key is not the one given, never answers)" : "");
     }
 }
 
@@ -412,13 +412,13 @@ static int s_recv_frame (sigclient_t *self, int64_t deadline_ns)
     return s_recv_on (self, self->socket, NULL, deadline_ns, true);
 }
 
-int client_recv_reply_on (sigclient_t *self, void *socket, const char *name, int64_t deadline_ns, bool resolve,
-                          reply_t **reply_p)
+int client_recv_reply_on (sigclient_t *self, client_sock_t *socket, const char *name, int64_t deadline_ns,
+                          bool resolve, reply_t **reply_p)
 {
     if (s_recv_on (self, socket, name, deadline_ns, resolve) != 0) return -1;
     if (!name) name = self->endpoints;      /* no resolution from here on */
-    size_t size = zmq_msg_size (&self->frame);
-    reply_t *reply = sigserve__v1__reply__unpack (NULL, size, zmq_msg_data (&self->frame));
+    size_t size = self->frame.size;
+    reply_t *reply = sigserve__v1__reply__unpack (NULL, size, self->frame.data);
     if (!reply)
         return client_fail (self, SIGCLIENT_ERR_PROTOCOL, "cannot decode a reply of %zu bytes from %s", size, name);
     if (reply->body_case == SIGSERVE__V1__REPLY__BODY__NOT_SET) {
@@ -688,11 +688,11 @@ int sigclient_recv_raw (sigclient_t *self, void *buf, size_t cap, size_t *len)
     if (!self) return -1;
     client_reset (self);
     if (s_recv_frame (self, client_deadline (self)) != 0) return -1;
-    size_t size = zmq_msg_size (&self->frame);
+    size_t size = self->frame.size;
     if (len) *len = size;
     if (size > cap || (size && !buf))
         return client_fail (self, SIGCLIENT_ERR_CAPACITY, "a frame of %zu bytes, more than the buffer's %zu",
                        size, buf ? cap : 0);
-    if (size) memcpy (buf, zmq_msg_data (&self->frame), size);
+    if (size) memcpy (buf, self->frame.data, size);
     return 0;
 }

@@ -1,10 +1,27 @@
 /* libsigclient: the C client of sigserve (wire protocol: proto/signal.proto, sigserve.v1).
  *
- * One sigclient_t is one ZeroMQ DEALER socket, in its own context, connected to every endpoint
- * it was given; ZeroMQ spreads requests across them round-robin. Every wait is bounded by the
- * client's timeout, so a dead or absent server never hangs the caller. An endpoint that is not
- * up yet still takes its share of requests: they wait in its queue and are delivered when it
- * comes up (or the caller times out first).
+ * One sigclient_t is one ZeroMQ DEALER, connected to every endpoint it was given, that spreads
+ * requests across them round-robin. Every wait is bounded by the client's timeout, so a dead or
+ * absent server never hangs the caller.
+ *
+ * Engines (sigclient_new_engine; sigclient_new and sigclient_new_curve use SIGCLIENT_ENGINE_ZMTP).
+ * Both speak ZeroMQ's wire protocol (ZMTP 3.1, NULL or CURVE) to any ZeroMQ ROUTER, and every
+ * behaviour documented here holds on both; they differ in who moves the bytes and in where a
+ * request waits while an endpoint is down:
+ *  - SIGCLIENT_ENGINE_ZMTP, sigserve's own engine: the calling thread writes and reads its
+ *    sockets itself, inside the calls that send or receive (a send is one system call, a reply
+ *    one read), with no I/O thread and no ZeroMQ context. A request goes only to a connection
+ *    that is up (its handshake done), round-robin over those; while none is, it waits in the
+ *    client's own queue and leaves, in order, on the first connection to come up (or the caller
+ *    times out first). Connections are made, and remade after a failure, inside the calls too: an
+ *    endpoint that is down is tried again after 100 ms, then less often while it stays down (at
+ *    least once a second). A tcp:// host name is resolved at each connection attempt, on the
+ *    caller's thread. tcp:// and ipc:// only.
+ *  - SIGCLIENT_ENGINE_LIBZMQ: a libzmq DEALER in a context of the client's own, whose I/O thread
+ *    moves every message (a round trip costs a few handoffs between threads). An endpoint that is
+ *    not up yet still takes its share of requests: they wait in its queue and are delivered when
+ *    it comes up (or the caller times out first), unless the client follows a dns:// name (then
+ *    ZMQ_IMMEDIATE: see below). Every transport libzmq has (inproc:// too).
  *
  * A sigclient_t is not thread-safe (neither is a ZeroMQ socket): use one per thread.
  *
@@ -24,16 +41,19 @@
  * delays that call), connecting new addresses and disconnecting vanished ones (requests still
  * queued for a vanished one are dropped). A failed resolution, or one with no address, keeps the
  * addresses already connected. This is how a client follows a Kubernetes headless Service, whose
- * name resolves to one address per ready pod. A client with a dns:// endpoint sets ZMQ_IMMEDIATE on
- * its socket (for its static endpoints too): requests go only to peers whose connection is up, so
- * an address that is listed but not answering (a pod that is gone, ::1 where the server binds
- * 127.0.0.1 only) does not take its share of requests. When no peer is connected at all, a send
- * waits for one for up to the timeout.
+ * name resolves to one address per ready pod. Requests go only to peers whose connection is up,
+ * so an address that is listed but not answering (a pod that is gone, ::1 where the server binds
+ * 127.0.0.1 only) does not take its share of requests: the zmtp engine always works so, and the
+ * libzmq one sets ZMQ_IMMEDIATE on its socket when the client has a dns:// endpoint (for its
+ * static endpoints too). When no peer is connected at all, the request waits for one for up to
+ * the timeout (libzmq: the send waits, and fails "timed out ... sending to ... (send queue
+ * full)"; zmtp: it waits in the client's queue, and the call fails "timed out ... waiting for a
+ * reply from ...").
  *
  * Retrying (sigclient_set_retry, off by default). Inference has no side effect, so a request
  * answered STATUS_UNAVAILABLE (a draining server, a model whose GPU failed) or not answered within
- * the timeout can be sent again; ZeroMQ's round-robin hands the new copy to the next connected
- * peer, usually another server. Each attempt is a new request with a new request id; the call
+ * the timeout can be sent again; the round-robin hands the new copy to the next connected peer,
+ * usually another server. Each attempt is a new request with a new request id; the call
  * takes the first answer to any of its attempts (a slow first server may still win) and waits at
  * most the timeout for each attempt, so a call lasts at most (retries + 1) x the timeout.
  *
@@ -41,8 +61,8 @@
  * steps under one stream_id: the server that holds it keeps its window and answers each step with
  * the output for the window ending there (README, "LSTM models"). So every step of a stream must
  * reach the same server, and in order. Round-robin cannot promise that, so streams do not use the
- * round-robin socket: the client keeps one more DEALER per address (opened at the first stream
- * routed there), and routes a stream the first time it sees its id: to address
+ * round-robin socket: the client keeps one more DEALER per address (of the client's engine, opened
+ * at the first stream routed there), and routes a stream the first time it sees its id: to address
  * mix64 (stream_id) mod N of the N addresses it sends to then, in the order of
  * sigclient_endpoints (the static endpoints as given, then each dns:// name's addresses, sorted;
  * mix64 is splitmix64's finalizer; the Python client routes the same way, so both reach the same
@@ -86,7 +106,7 @@ typedef enum {
     SIGCLIENT_UNAVAILABLE = 7,
     SIGCLIENT_INTERNAL = 8,
     SIGCLIENT_ERR_TIMEOUT = -2,         /* no reply (or no room to send) within the timeout */
-    SIGCLIENT_ERR_TRANSPORT = -3,       /* a ZeroMQ call failed */
+    SIGCLIENT_ERR_TRANSPORT = -3,       /* a socket call failed, or no address to send to */
     SIGCLIENT_ERR_PROTOCOL = -4,        /* an undecodable or unexpected reply */
     SIGCLIENT_ERR_ARGUMENT = -5,        /* a bad argument from the caller */
     SIGCLIENT_ERR_NOMEM = -6,
@@ -137,13 +157,16 @@ typedef struct {
     uint32_t step_size;         /* lstm: features of one step, what a stream step carries */
 } sigclient_model_info_t;
 
-/* Connects one DEALER socket to COUNT endpoints ("tcp://host:port", "ipc://path",
- * "dns://name:port", ...). TIMEOUT_MS bounds every send and every wait for a reply; <= 0 means
- * SIGCLIENT_DEFAULT_TIMEOUT_MS. Connecting does not wait for the server; a dns:// name is
+/* What moves the client's messages (see Engines at the top of this file). */
+typedef enum { SIGCLIENT_ENGINE_ZMTP = 0, SIGCLIENT_ENGINE_LIBZMQ = 1 } sigclient_engine_t;
+
+/* Connects one DEALER socket, of the zmtp engine, to COUNT endpoints ("tcp://host:port",
+ * "ipc://path", "dns://name:port"). TIMEOUT_MS bounds every send and every wait for a reply; <= 0
+ * means SIGCLIENT_DEFAULT_TIMEOUT_MS. Connecting does not wait for the server; a dns:// name is
  * resolved here once (a name that does not resolve yet is not an error: see above).
- * NULL on failure, with errno set: EINVAL for no endpoints, one ZeroMQ rejects or a malformed
- * dns:// endpoint (it needs a name and a port from 1 to 65535), EPROTONOSUPPORT for an unknown
- * transport, ENOMEM. */
+ * NULL on failure, with errno set: EINVAL for no endpoints, a malformed one (tcp:// needs
+ * HOST:PORT) or a malformed dns:// endpoint (it needs a name and a port from 1 to 65535),
+ * EPROTONOSUPPORT for a transport the engine lacks, ENOMEM. */
 sigclient_t *sigclient_new (const char *const *endpoints, size_t count, int timeout_ms);
 /* As sigclient_new, with CURVE: the connection is encrypted and the server authenticates the
  * client by its key. SERVER_KEY is the server's public key, CLIENT_PUBLIC and CLIENT_SECRET the
@@ -167,6 +190,16 @@ typedef struct {
 } sigclient_curve_keys_t;
 int sigclient_curve_keys_load (const char *server_cert, const char *client_cert, sigclient_curve_keys_t *keys,
                                char *error, size_t error_cap);
+
+/* As sigclient_new, with ENGINE, and CURVE as sigclient_new_curve when CURVE is not NULL (its three
+ * keys in Z85; NULL: plaintext). NULL with errno as sigclient_new and sigclient_new_curve, and EINVAL
+ * for an ENGINE that is not one of sigclient_engine_t's. */
+sigclient_t *sigclient_new_engine (const char *const *endpoints, size_t count, int timeout_ms,
+                                   sigclient_engine_t engine, const sigclient_curve_keys_t *curve);
+/* The client's engine (SIGCLIENT_ENGINE_ZMTP for NULL). */
+sigclient_engine_t sigclient_engine (const sigclient_t *self);
+/* "zmtp", "libzmq"; "unknown" for another value. */
+const char *sigclient_engine_name (sigclient_engine_t engine);
 
 /* Closes the socket at once (pending messages are dropped). Safe on NULL; NULLs *SELF_P. */
 void sigclient_destroy (sigclient_t **self_p);

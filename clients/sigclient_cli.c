@@ -6,6 +6,7 @@
 #include "latency.h"
 #include "rng.h"
 #include "sigclient.h"
+#include "sigclient_sock.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -24,7 +25,7 @@ enum { EXIT_OK = 0, EXIT_STATUS = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3 };
 
 #define SYNOPSIS \
     "usage: sigclient [--endpoint E]... [--timeout MS] [--retry N]\n" \
-    "                 [--curve-server FILE --curve-client FILE_secret] COMMAND\n" \
+    "                 [--engine zmtp|libzmq] [--curve-server FILE --curve-client FILE_secret] COMMAND\n" \
     "  infer --model M (--file F | --stdin | --random N) [--rows R] [--seed S]\n" \
     "        [--repeat K [--warmup W]] [--deadline-us D]\n" \
     "  infer --model M --stream ID [--step N]\n" \
@@ -43,6 +44,11 @@ static const char *s_usage =
     "  --timeout MS     wait at most MS ms for each reply (default 5000)\n"
     "  --retry N        send a request again, up to N times (0 to 16, default 0), when it is\n"
     "                   answered STATUS_UNAVAILABLE or not answered within the timeout\n"
+    "  --engine E       what moves the messages (default zmtp): zmtp, sigserve's own ZeroMQ\n"
+    "                   engine, where this process writes and reads its sockets itself and a\n"
+    "                   request goes only to an endpoint that is up; or libzmq, a libzmq DEALER\n"
+    "                   whose I/O thread moves every message and which queues a request for an\n"
+    "                   endpoint that is not up yet. Both speak ZeroMQ to any server\n"
     "  --curve-server FILE\n"
     "                   CURVE: the server's public certificate (from sigserve --keygen)\n"
     "  --curve-client FILE_secret\n"
@@ -68,7 +74,7 @@ static const char *s_usage =
     "                   server refuses a step that is not the one it expects, naming it); the\n"
     "                   steps after it count up from there. 0 sends the steps unnumbered\n"
     "  --help           this text\n"
-    "  --version        print sigclient's version and libzmq's, then exit\n"
+    "  --version        print sigclient's version, libzmq's and the engines, then exit\n"
     "\n"
     "infer prints the outputs on stdout, one row (or stream step) per line, and the timings on stderr\n"
     "(round trips and server times in microseconds, the server's stages in nanoseconds).\n"
@@ -80,6 +86,7 @@ typedef struct {
     size_t endpoint_count;
     int timeout_ms;
     int retry;
+    sigclient_engine_t engine;  /* --engine */
     const char *curve_server;   /* certificate files, borrowed; both or neither */
     const char *curve_client;
     const char *command;
@@ -122,7 +129,7 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
 {
     enum { O_ENDPOINT = 256, O_TIMEOUT, O_MODEL, O_FILE, O_STDIN, O_RANDOM, O_ROWS, O_SEED,
            O_REPEAT, O_WARMUP, O_DEADLINE, O_HELP, O_VERSION, O_RETRY, O_CURVE_SERVER, O_CURVE_CLIENT,
-           O_STREAM, O_STEP };
+           O_STREAM, O_STEP, O_ENGINE };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "timeout", required_argument, NULL, O_TIMEOUT },
@@ -140,6 +147,7 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
         { "curve-client", required_argument, NULL, O_CURVE_CLIENT },
         { "stream", required_argument, NULL, O_STREAM },
         { "step", required_argument, NULL, O_STEP },
+        { "engine", required_argument, NULL, O_ENGINE },
         { "help", no_argument, NULL, O_HELP },
         { "version", no_argument, NULL, O_VERSION },
         { NULL, 0, NULL, 0 },
@@ -161,6 +169,10 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
                 if (s_parse_u64 (optarg, 0, SIGCLIENT_MAX_RETRY, &v))
                     return s_usage_error ("bad --retry '%s' (0 to 16)", optarg);
                 opts->retry = (int) v;
+                break;
+            case O_ENGINE:
+                if (client_sock_engine_parse (optarg, &opts->engine) != 0)
+                    return s_usage_error ("bad --engine '%s' (zmtp or libzmq)", optarg);
                 break;
             case O_CURVE_SERVER: opts->curve_server = optarg; break;
             case O_CURVE_CLIENT: opts->curve_client = optarg; break;
@@ -216,7 +228,8 @@ static int s_parse_options (int argc, char **argv, options_t *opts)
             case O_VERSION: {
                 int major, minor, patch;
                 zmq_version (&major, &minor, &patch);
-                printf ("sigclient %s (libzmq %d.%d.%d)\n", SIGSERVE_VERSION, major, minor, patch);
+                printf ("sigclient %s (libzmq %d.%d.%d; engines zmtp, the default, and libzmq)\n", SIGSERVE_VERSION,
+                        major, minor, patch);
                 return EXIT_OK;
             }
             case ':': return s_usage_error ("%s needs a value", argv[optind - 1]);
@@ -575,17 +588,15 @@ int main (int argc, char **argv)
         rc = EXIT_USAGE;
     }
     if (rc < 0) {
-        sigclient_t *client = opts.curve_server
-            ? sigclient_new_curve (opts.endpoints, opts.endpoint_count, opts.timeout_ms, keys.server_public,
-                                   keys.client_public, keys.client_secret)
-            : sigclient_new (opts.endpoints, opts.endpoint_count, opts.timeout_ms);
+        sigclient_t *client = sigclient_new_engine (opts.endpoints, opts.endpoint_count, opts.timeout_ms, opts.engine,
+                                                    opts.curve_server ? &keys : NULL);
         if (client) sigclient_set_retry (client, opts.retry);
         if (!client) {
-            /* Name the endpoint ZeroMQ rejects: try them one at a time. */
+            /* Name the endpoint the engine rejects: try them one at a time. */
             int err = errno;
             const char *bad = opts.endpoints[0];
             for (size_t i = 0; i < opts.endpoint_count; i++) {
-                sigclient_t *probe = sigclient_new (&opts.endpoints[i], 1, 1);
+                sigclient_t *probe = sigclient_new_engine (&opts.endpoints[i], 1, 1, opts.engine, NULL);
                 if (!probe) { err = errno; bad = opts.endpoints[i]; break; }
                 sigclient_destroy (&probe);
             }

@@ -176,13 +176,15 @@ static void s_dns_refresh (sigclient_t *self, client_dns_t *d)
         if (s_listed (fresh, (size_t) n, d->connected[i]))
             memmove (d->connected[kept++], d->connected[i], sizeof (client_endpoint_t));
         else
-            zmq_disconnect (self->socket, d->connected[i]);    /* its queued requests are dropped */
+            client_sock_disconnect (self->socket, d->connected[i]);   /* its queued requests are dropped */
     }
     d->n_connected = kept;
     for (int i = 0; i < n; i++) {
         if (s_listed (d->connected, kept, fresh[i])) continue;
-        if (zmq_connect (self->socket, fresh[i]) != 0) {
-            snprintf (d->error, sizeof d->error, "cannot connect to %.63s: %.60s", fresh[i], zmq_strerror (errno));
+        char why[SIGCLIENT_ENDPOINT_MAX + 256];
+        if (client_sock_connect (self->socket, fresh[i], why, sizeof why) != 0) {
+            snprintf (d->error, sizeof d->error, "cannot connect to %.63s: %.60s", fresh[i],
+                      client_sock_strerror (errno));
             continue;
         }
         memcpy (d->connected[d->n_connected++], fresh[i], sizeof (client_endpoint_t));

@@ -1,17 +1,18 @@
 /* libsigclient's private header: the client's fields and the helpers its files share (sigclient.c:
  * lifetime, sending and receiving, the round-robin calls; sigclient_dns.c: dns:// endpoints;
- * sigclient_stream.c: LSTM streams on sockets of their own). Not installed. Nothing here may be named sigclient_*:
- * the shared library exports those names only (mk/install.mk's version script). */
+ * sigclient_stream.c: LSTM streams on sockets of their own; sigclient_sock.c: the socket layer over
+ * either engine). Not installed. Nothing here may be named sigclient_*: the shared library exports
+ * those names only (mk/install.mk's version script). */
 #ifndef SIGCLIENT_IMPL_H
 #define SIGCLIENT_IMPL_H
 
 #include "sigclient.h"
+#include "sigclient_sock.h"
 
 #include "signal.pb-c.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <zmq.h>
 
 typedef Sigserve__V1__Reply reply_t;
 typedef Sigserve__V1__InferReply infer_reply_t;
@@ -31,8 +32,9 @@ typedef struct {
 typedef struct client_streams client_streams_t;    /* sigclient_stream.c */
 
 struct _sigclient_t {
-    void *ctx;                  /* our own, so the caller needs no ZeroMQ setup */
-    void *socket;               /* DEALER connected to every endpoint */
+    sigclient_engine_t engine;
+    void *ctx;                  /* libzmq: our own, so the caller needs no ZeroMQ setup; NULL with zmtp */
+    client_sock_t *socket;      /* the DEALER connected to every endpoint */
     char *endpoints;            /* "tcp://a, dns://b:1 [tcp://..]": named in error messages */
     char *static_endpoints;     /* the endpoints given that are not dns://, joined */
     char **statics;             /* the same one by one, in the order given */
@@ -49,9 +51,9 @@ struct _sigclient_t {
     size_t packcap;
     size_t largest_unanswered;  /* the largest request sent since the last reply, in bytes */
     bool curve;                 /* CURVE keys set: a refused key looks like a timeout */
-    char curve_keys[3][SIGCLIENT_KEY_TEXT];   /* server public, client public, client secret: for stream sockets */
+    client_sock_keys_t curve_keys;  /* for every socket, stream sockets too */
     client_streams_t *streams;  /* LSTM streams' routes and sockets; NULL until the first stream call */
-    zmq_msg_t frame;            /* the last frame received; its buffer is reused by libzmq */
+    zmtp_frame_t frame;         /* the last frame received: a view, valid until that socket's next receive */
     int status;                 /* last outcome, a sigclient_status_t */
     char error[768];            /* last failure in words */
 };
@@ -72,17 +74,17 @@ typedef struct {
 int64_t client_now_ns (void);
 void client_reset (sigclient_t *self);
 int client_fail (sigclient_t *self, int status, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
-/* A DEALER with the client's options (linger 0, timeouts, CURVE keys, IPv6 and ZMQ_IMMEDIATE with
- * dns:// endpoints), connected to nothing yet. NULL with the failure recorded. */
-void *client_socket_new (sigclient_t *self);
+/* A DEALER of the client's engine with its options (CURVE keys; requests only to connections that
+ * are up with dns:// endpoints), connected to nothing yet. NULL with the failure recorded. */
+client_sock_t *client_socket_new (sigclient_t *self);
 /* Packs one InferRequest and sends it on SOCKET (named NAME in messages); its id in *REQUEST_ID. */
-int client_send_infer_on (sigclient_t *self, void *socket, const char *name, const client_infer_args_t *args,
+int client_send_infer_on (sigclient_t *self, client_sock_t *socket, const char *name, const client_infer_args_t *args,
                           uint64_t *request_id);
 /* Receives and decodes one Reply from SOCKET by DEADLINE_NS; the caller frees *REPLY_P. RESOLVE:
  * whether dns:// names may be resolved while waiting (never while a stream socket is in use). NAME
  * NULL: self->endpoints, which a resolution rewrites (so it is read afresh, never kept). */
-int client_recv_reply_on (sigclient_t *self, void *socket, const char *name, int64_t deadline_ns, bool resolve,
-                          reply_t **reply_p);
+int client_recv_reply_on (sigclient_t *self, client_sock_t *socket, const char *name, int64_t deadline_ns,
+                          bool resolve, reply_t **reply_p);
 int64_t client_deadline (const sigclient_t *self);
 /* The server's answer to a request it could not read: request_id 0 and an error status. */
 bool client_is_rejection (const reply_t *reply);
@@ -111,8 +113,6 @@ void client_resolve_all (sigclient_t *self);
 
 /* After a resolution: streams routed to an address no longer listed lose their socket. */
 void client_streams_refresh (sigclient_t *self);
-/* The client's timeout on every stream socket open; 0, or -1 with the failure recorded. */
-int client_streams_set_timeout (sigclient_t *self);
 void client_streams_destroy (sigclient_t *self);
 
 #endif

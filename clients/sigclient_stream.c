@@ -1,9 +1,10 @@
 /* libsigclient: LSTM streams (sigclient_infer_stream, sigclient_stream_t; sigclient.h says what
- * they promise). A stream is routed once, to one address, and its steps go on a DEALER connected to
- * that address alone: a ZeroMQ pipe keeps order, so the steps reach the server in the order sent,
- * and no round-robin can move them. Routes live in a small open-addressing table keyed by stream
- * id; the per-address sockets are opened when the first stream is routed to their address and
- * closed when the address vanishes (the streams routed there then fail, never move). */
+ * they promise). A stream is routed once, to one address, and its steps go on a DEALER (of the
+ * client's engine) connected to that address alone: one connection keeps order, so the steps reach
+ * the server in the order sent, and no round-robin can move them. Routes live in a small
+ * open-addressing table keyed by stream id; the per-address sockets are opened when the first
+ * stream is routed to their address and closed when the address vanishes (the streams routed
+ * there then fail, never move). */
 #include "sigclient_impl.h"
 
 #include <errno.h>
@@ -13,7 +14,7 @@
 
 typedef struct {
     char *endpoint;             /* the one address it connects to */
-    void *socket;               /* DEALER connected there; NULL once the address vanished */
+    client_sock_t *socket;      /* DEALER connected there; NULL once the address vanished */
     bool gone;                  /* vanished from its dns:// name: its streams fail, never move */
 } s_peer_t;
 
@@ -122,10 +123,11 @@ static long s_peer_for (sigclient_t *self, client_streams_t *st, const char *end
         free (peer.endpoint);
         return -1;
     }
-    if (zmq_connect (peer.socket, endpoint) != 0) {
+    char why[SIGCLIENT_ENDPOINT_MAX + 256];
+    if (client_sock_connect (peer.socket, endpoint, why, sizeof why) != 0) {
         client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot connect a stream socket to %s: %s", endpoint,
-                     zmq_strerror (errno));
-        zmq_close (peer.socket);
+                     client_sock_strerror (errno));
+        client_sock_destroy (&peer.socket);
         free (peer.endpoint);
         return -1;
     }
@@ -173,22 +175,9 @@ void client_streams_refresh (sigclient_t *self)
         if (listed || p->gone) continue;
         /* Its streams' state is on that server: they fail from now on rather than move. */
         p->gone = true;
-        zmq_close (p->socket);
-        p->socket = NULL;
+        client_sock_destroy (&p->socket);
     }
     free (addresses);
-}
-
-int client_streams_set_timeout (sigclient_t *self)
-{
-    client_streams_t *st = self->streams;
-    for (size_t i = 0; st && i < st->n_peers; i++) {
-        void *s = st->peers[i].socket;
-        if (s && (zmq_setsockopt (s, ZMQ_RCVTIMEO, &self->timeout_ms, sizeof self->timeout_ms) != 0
-                  || zmq_setsockopt (s, ZMQ_SNDTIMEO, &self->timeout_ms, sizeof self->timeout_ms) != 0))
-            return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot set the timeout: %s", zmq_strerror (errno));
-    }
-    return 0;
 }
 
 void client_streams_destroy (sigclient_t *self)
@@ -196,7 +185,7 @@ void client_streams_destroy (sigclient_t *self)
     client_streams_t *st = self->streams;
     if (!st) return;
     for (size_t i = 0; i < st->n_peers; i++) {
-        if (st->peers[i].socket) zmq_close (st->peers[i].socket);
+        client_sock_destroy (&st->peers[i].socket);
         free (st->peers[i].endpoint);
     }
     free (st->peers);

@@ -94,7 +94,7 @@ $(SIGCLIENT_PC): FORCE-INSTALL-TEXT
 	    'Description: C client of sigserve, the ZeroMQ inference service for market signals' \
 	    'URL: https://github.com/sigserve/sigserve' \
 	    'Version: $(VERSION)' \
-	    'Requires.private: libzmq libprotobuf-c' \
+	    'Requires.private: libzmq libsodium libprotobuf-c' \
 	    'Libs: -L$${libdir} -lsigclient' \
 	    'Libs.private: -lpthread -lm' \
 	    'Cflags: -I$${includedir}' > $@.tmp

@@ -3,6 +3,10 @@
  * reports it, capacity errors, pipelining across two endpoints, health, list_models, timeouts
  * against a dead endpoint, raw frames, and the CLI's output and exit codes.
  *
+ * Every case runs twice, once per engine (a TCase each: zmtp, libzmq), the library through
+ * sigclient_new_engine and the CLI with --engine; what differs between the engines (a request sent
+ * while an endpoint is down) is asserted for each, exactly.
+ *
  * Every output is within its forward error bound of the reference (tolerance.h): a single output
  * near zero is ill-conditioned (float32 rounding in a 512-term dot product is about 1e-8
  * absolute, so a relative 1e-5 fails for |output| < ~1e-3, about 1% of random inputs), and the
@@ -20,8 +24,10 @@
 #include "tolerance.h"
 
 #include <check.h>
+#include <errno.h>
 #include <ftw.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +45,7 @@ static tu_fixture_t s_fx;
 static char s_dead_endpoint[128];   /* a port nobody listens on */
 static uint64_t s_seed, s_seed0;   /* s_seed0: the printed seed; every test starts from it */
 static sigclient_t *s_client;       /* per test (checked fixture): connected to both endpoints */
+static sigclient_engine_t s_engine; /* the TCase's (checked fixture): every client and CLI run uses it */
 
 /* ---- helpers ---- */
 
@@ -100,21 +107,30 @@ static void s_expect_collected_match (collected_t *c, const char *what)
 static sigclient_t *s_new_client (const char *endpoint, int timeout_ms)
 {
     const char *eps[1] = { endpoint };
-    sigclient_t *c = sigclient_new (eps, 1, timeout_ms);
+    sigclient_t *c = sigclient_new_engine (eps, 1, timeout_ms, s_engine, NULL);
     ck_assert_ptr_nonnull (c);
+    ck_assert_int_eq (sigclient_engine (c), s_engine);
     return c;
 }
 
-
-
-
-
-/* libsigclient makes its own ZeroMQ context, which must not cross Check's fork: one per test. */
+/* A client's sockets (and with libzmq its context) must not cross Check's fork: one per test. */
 static void s_client_new (void)
 {
     const char *eps[2] = { s_fx.endpoint[0], s_fx.endpoint[1] };
-    s_client = sigclient_new (eps, 2, 5000);
+    s_client = sigclient_new_engine (eps, 2, 5000, s_engine, NULL);
     ck_assert_ptr_nonnull (s_client);
+}
+
+static void s_client_new_zmtp (void)
+{
+    s_engine = SIGCLIENT_ENGINE_ZMTP;
+    s_client_new ();
+}
+
+static void s_client_new_libzmq (void)
+{
+    s_engine = SIGCLIENT_ENGINE_LIBZMQ;
+    s_client_new ();
 }
 
 static void s_client_destroy (void)
@@ -487,6 +503,67 @@ START_TEST (timeout_on_dead_endpoint)
 }
 END_TEST
 
+/* Where the engines differ: a dead endpoint beside a live one. libzmq's DEALER queues every other
+ * request on the dead endpoint's pipe (made at connect, up or not), where it waits for a server
+ * that never comes: of 4 pipelined requests, 2 are answered. The zmtp engine sends only on a
+ * connection that is up (or holds the request until one is): the live server answers all 4. */
+START_TEST (requests_while_an_endpoint_is_down)
+{
+    const char *eps[2] = { s_dead_endpoint, s_fx.endpoint[0] };
+    sigclient_t *c = sigclient_new_engine (eps, 2, 2000, s_engine, NULL);
+    ck_assert_ptr_nonnull (c);
+    float in[TICK_IN], out[2];
+    s_random (in, TICK_IN);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq (sigclient_send_infer (c, "tick_mlp", in, TICK_IN, 1, 0, NULL), 0);
+    int answered = 0;
+    size_t n_out;
+    sigclient_result_t r;
+    while (sigclient_recv_infer (c, out, 2, &n_out, &r) == 0) {
+        ck_assert_int_eq (r.status, SIGCLIENT_OK);
+        answered++;
+    }
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_TIMEOUT);
+    ck_assert_int_eq (answered, s_engine == SIGCLIENT_ENGINE_ZMTP ? 4 : 2);
+    sigclient_destroy (&c);
+}
+END_TEST
+
+/* The engine's API, and what neither engine takes (the same errno from both). */
+START_TEST (engine_api_and_refused_endpoints)
+{
+    ck_assert_int_eq (sigclient_engine (s_client), s_engine);
+    ck_assert_int_eq (sigclient_engine (NULL), SIGCLIENT_ENGINE_ZMTP);
+    ck_assert_str_eq (sigclient_engine_name (SIGCLIENT_ENGINE_ZMTP), "zmtp");
+    ck_assert_str_eq (sigclient_engine_name (SIGCLIENT_ENGINE_LIBZMQ), "libzmq");
+    ck_assert_str_eq (sigclient_engine_name ((sigclient_engine_t) 7), "unknown");
+    const char *eps[1] = { s_fx.endpoint[0] };
+    sigclient_t *c = sigclient_new (eps, 1, 1000);      /* sigclient_new: the zmtp engine */
+    ck_assert_int_eq (sigclient_engine (c), SIGCLIENT_ENGINE_ZMTP);
+    sigclient_destroy (&c);
+    errno = 0;
+    ck_assert_ptr_null (sigclient_new_engine (eps, 1, 1000, (sigclient_engine_t) 7, NULL));
+    ck_assert_int_eq (errno, EINVAL);
+    static const struct { const char *endpoint; int err; } bad[] = {
+        { "tcp://127.0.0.1", EINVAL }, { "foo://x", EPROTONOSUPPORT }, { "tcp://127.0.0.1:99999", EINVAL },
+    };
+    /* A port past 65535: zmtp refuses it; libzmq takes it (its parser keeps the low 16 bits). */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] - (s_engine == SIGCLIENT_ENGINE_LIBZMQ); i++) {
+        errno = 0;
+        ck_assert_msg (sigclient_new_engine (&bad[i].endpoint, 1, 100, s_engine, NULL) == NULL, "%s taken",
+                       bad[i].endpoint);
+        ck_assert_msg (errno == bad[i].err, "%s: errno %d (%s), expected %d", bad[i].endpoint, errno, strerror (errno),
+                       bad[i].err);
+    }
+    sigclient_curve_keys_t keys;    /* 40 characters, not Z85 */
+    memset (&keys, '~', sizeof keys);
+    keys.server_public[40] = keys.client_public[40] = keys.client_secret[40] = '\0';
+    errno = 0;
+    ck_assert_ptr_null (sigclient_new_engine (eps, 1, 100, s_engine, &keys));
+    ck_assert_int_eq (errno, EINVAL);
+}
+END_TEST
+
 static Sigserve__V1__InferReply *s_raw_roundtrip (const void *payload, size_t len, Sigserve__V1__Reply **reply_p)
 {
     ck_assert_int_eq (sigclient_send_raw (s_client, payload, len), 0);
@@ -534,16 +611,105 @@ START_TEST (send_raw_garbage_gets_bad_request)
 }
 END_TEST
 
+/* ---- CURVE ---- */
+
+/* A CURVE server (keys from sigserve --keygen; alice allowed, mallory not), of each server transport
+ * (a loop test: libzmq, zmtp): alice is served, her streams' sockets too; mallory's key, or alice's
+ * with another server key, gets no answer at all, and the timeout says why in the same words on
+ * both engines. */
+START_TEST (curve_allowed_served_others_time_out_alike)
+{
+    const char *transport = _i ? "zmtp" : "libzmq";
+    char *dir = tu_tmpdir (), cmd[8192], out[1024], path[2][4200], json[4096];
+    ck_assert_ptr_nonnull (dir);
+    static const char *const names[] = { "server", "alice", "mallory", "bob" };
+    for (int k = 0; k < 4; k++) {
+        snprintf (cmd, sizeof cmd, "'%s/sigserve' --keygen '%s/%s' >/dev/null 2>&1", tu_build_dir (), dir, names[k]);
+        ck_assert_int_eq (system (cmd), 0);
+    }
+    snprintf (cmd, sizeof cmd, "mkdir '%s/allowed' && cp '%s/alice' '%s/allowed/alice.cert'", dir, dir, dir);
+    ck_assert_int_eq (system (cmd), 0);
+    char endpoint[64];
+    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", tu_free_port ());
+    snprintf (json, sizeof json,
+              "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"warn\", \"stats_interval_s\": 0,"
+              " \"transport\": \"%s\","
+              " \"curve\": { \"secret_key_file\": \"server_secret\", \"allowed_clients\": \"allowed\" } },"
+              " \"models\": [ { \"name\": \"tick_mlp\", \"backend\": \"cpu\","
+              " \"weights\": \"%s/models/tick_mlp.safetensors\", \"layers\": [ { \"weight\": \"0.weight\" },"
+              " { \"weight\": \"2.weight\" }, { \"weight\": \"4.weight\" } ] } ] }",
+              endpoint, transport, tu_build_abs ());
+    char *config = tu_write_file (dir, "curve.json", json, -1);
+    pid_t pid = fork ();
+    if (pid == 0) {
+        char bin[4200], log[4200];
+        snprintf (bin, sizeof bin, "%s/sigserve", tu_build_dir ());
+        snprintf (log, sizeof log, "%s/server.log", dir);
+        if (!freopen (log, "w", stderr))
+            _exit (126);
+        execl (bin, bin, "--config", config, (char *) NULL);
+        _exit (127);
+    }
+    ck_assert_int_gt (pid, 0);
+    const char *eps[1] = { endpoint };
+    sigclient_curve_keys_t keys;
+    snprintf (path[0], sizeof path[0], "%s/server", dir);
+    snprintf (path[1], sizeof path[1], "%s/alice_secret", dir);
+    ck_assert_msg (sigclient_curve_keys_load (path[0], path[1], &keys, out, sizeof out) == 0, "%s", out);
+    sigclient_t *c = sigclient_new_engine (eps, 1, 200, s_engine, &keys);
+    ck_assert_ptr_nonnull (c);
+    sigclient_health_t h = { 0 };
+    double t0 = s_now ();      /* the server loads, then answers: 30 s at most */
+    while ((sigclient_health (c, &h) != 0 || !h.ready) && s_now () - t0 < 30)
+        ck_assert_int_ne (sigclient_last_status (c), SIGCLIENT_ERR_TRANSPORT);
+    ck_assert_msg (h.ready, "alice was not answered ready within 30 s by a %s server: %s", transport,
+                   sigclient_error (c));
+    float in[TICK_IN], got[2];
+    s_random (in, TICK_IN);
+    size_t n_out = 0;
+    ck_assert_int_eq (sigclient_set_timeout (c, 5000), 0);
+    ck_assert_msg (sigclient_infer (c, "tick_mlp", in, TICK_IN, 1, got, 2, &n_out, NULL) == 0, "%s",
+                   sigclient_error (c));
+    ck_assert_uint_eq (n_out, 1);
+    /* a stream's own socket takes the keys too: the server answers (an MLP keeps no stream) */
+    ck_assert_int_eq (sigclient_infer_stream (c, "tick_mlp", 5, 1, in, TICK_IN, got, 2, &n_out, NULL), -1);
+    ck_assert_str_eq (sigclient_error (c), "server replied STATUS_BAD_SHAPE: stream_id: model \"tick_mlp\" is of type "
+                                           "mlp, and only lstm models keep streams; send stream_id 0");
+    sigclient_destroy (&c);
+    char want[512];
+    snprintf (want, sizeof want, "timed out after 300 ms waiting for a reply from %s (CURVE: a server that does not "
+              "allow this client's key, or whose key is not the one given, never answers)", endpoint);
+    for (int k = 0; k < 2; k++) {
+        /* mallory's own keys; then alice's with bob's public key where the server's should be */
+        snprintf (path[0], sizeof path[0], "%s/%s", dir, k ? "bob" : "server");
+        snprintf (path[1], sizeof path[1], "%s/%s_secret", dir, k ? "alice" : "mallory");
+        ck_assert_msg (sigclient_curve_keys_load (path[0], path[1], &keys, out, sizeof out) == 0, "%s", out);
+        c = sigclient_new_engine (eps, 1, 300, s_engine, &keys);
+        ck_assert_int_eq (sigclient_health (c, &h), -1);
+        ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_TIMEOUT);
+        ck_assert_str_eq (sigclient_error (c), want);
+        sigclient_destroy (&c);
+    }
+    kill (pid, SIGTERM);
+    int status = 0;
+    ck_assert_int_eq (waitpid (pid, &status, 0), pid);
+    ck_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    tu_remove_tree (dir);
+    free (config);
+    free (dir);
+}
+END_TEST
+
 /* ---- the CLI ---- */
 
-/* Runs BUILD/sigclient ARGS (stdin from STDIN_PATH when given); stdout to OUT, stderr to ERR.
- * Returns the exit code. */
+/* Runs BUILD/sigclient --engine (the TCase's) ARGS (stdin from STDIN_PATH when given); stdout to
+ * OUT, stderr to ERR. Returns the exit code. */
 static int s_cli (const char *args, const char *stdin_path, char *out, size_t out_cap, char *err, size_t err_cap)
 {
     char err_path[4200], cmd[16384];
     snprintf (err_path, sizeof err_path, "%s/cli.stderr", s_fx.dir);
-    snprintf (cmd, sizeof cmd, "'%s/sigclient' %s <'%s' 2>'%s'", tu_build_dir (), args,
-              stdin_path ? stdin_path : "/dev/null", err_path);
+    snprintf (cmd, sizeof cmd, "'%s/sigclient' --engine %s %s <'%s' 2>'%s'", tu_build_dir (),
+              sigclient_engine_name (s_engine), args, stdin_path ? stdin_path : "/dev/null", err_path);
     FILE *p = popen (cmd, "r");
     ck_assert_ptr_nonnull (p);
     size_t n = fread (out, 1, out_cap - 1, p);
@@ -737,6 +903,30 @@ START_TEST (cli_health_and_models)
 }
 END_TEST
 
+/* --engine: a bad value is a usage error naming what it takes; --help tells of it, --version keeps
+ * its prefix (the Python test reads it); either engine reaches the server. */
+START_TEST (cli_engine_option)
+{
+    char args[8192], out[4096], err[4096];
+    ck_assert_int_eq (s_cli ("--engine zeromq health", NULL, out, sizeof out, err, sizeof err), 2);
+    ck_assert_msg (strstr (err, "sigclient: bad --engine 'zeromq' (zmtp or libzmq)\n")
+                   && strstr (err, "usage: sigclient"), "%s", err);
+    ck_assert_int_eq (s_cli ("health --engine", NULL, out, sizeof out, err, sizeof err), 2);
+    ck_assert_msg (strstr (err, "--engine needs a value"), "%s", err);
+    ck_assert_int_eq (s_cli ("--help", NULL, out, sizeof out, err, sizeof err), 0);
+    ck_assert_msg (strstr (out, "[--engine zmtp|libzmq]") && strstr (out, "  --engine E "), "%s", out);
+    ck_assert_int_eq (s_cli ("--version", NULL, out, sizeof out, err, sizeof err), 0);
+    const char *prefix = "sigclient " SIGSERVE_VERSION " (libzmq ";
+    ck_assert_msg (strncmp (out, prefix, strlen (prefix)) == 0, "%s", out);
+    for (int e = 0; e < 2; e++) {   /* the last --engine counts */
+        snprintf (args, sizeof args, "--endpoint %s --engine %s health", s_fx.endpoint[e],
+                  sigclient_engine_name (e ? SIGCLIENT_ENGINE_LIBZMQ : SIGCLIENT_ENGINE_ZMTP));
+        ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+        ck_assert_str_eq (out, "live=1 ready=1 version=" SIGSERVE_VERSION "\n");
+    }
+}
+END_TEST
+
 static void s_setup (void)
 {
     const tu_fixture_options_t options = { .tick_backend = "cpu", .odd_kernel = "loop", .queue_depth = 1024 };
@@ -752,25 +942,34 @@ int main (void)
     printf ("test_client: seed %llu\n", (unsigned long long) s_seed);
     fflush (stdout);
     Suite *s = suite_create ("client");
-    TCase *tc = tcase_create ("libsigclient+cli");
-    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
-    tcase_add_checked_fixture (tc, s_client_new, s_client_destroy);
-    tcase_set_timeout (tc, 60);
-    tcase_add_test (tc, infer_rows_1_matches_reference);
-    tcase_add_test (tc, infer_rows_5_matches_reference);
-    tcase_add_test (tc, server_error_statuses);
-    tcase_add_test (tc, capacity_errors);
-    tcase_add_test (tc, pipelined_500_matched_by_request_id);
-    tcase_add_test (tc, pipelined_each_endpoint_and_error_status);
-    tcase_add_test (tc, health_live_ready_version);
-    tcase_add_test (tc, list_models_names_sizes_backend);
-    tcase_add_test (tc, timeout_on_dead_endpoint);
-    tcase_add_test (tc, send_raw_garbage_gets_bad_request);
-    tcase_add_test (tc, cli_infer_file_and_stdin_match_reference);
-    tcase_add_test (tc, cli_infer_random_rows_3);
-    tcase_add_test (tc, cli_exit_codes);
-    tcase_add_test (tc, cli_health_and_models);
-    suite_add_tcase (s, tc);
+    static const struct { const char *name; void (*setup) (void); } engines[] = {
+        { "zmtp", s_client_new_zmtp }, { "libzmq", s_client_new_libzmq },
+    };
+    for (size_t e = 0; e < 2; e++) {
+        TCase *tc = tcase_create (engines[e].name);
+        tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+        tcase_add_checked_fixture (tc, engines[e].setup, s_client_destroy);
+        tcase_set_timeout (tc, 60);
+        tcase_add_test (tc, infer_rows_1_matches_reference);
+        tcase_add_test (tc, infer_rows_5_matches_reference);
+        tcase_add_test (tc, server_error_statuses);
+        tcase_add_test (tc, capacity_errors);
+        tcase_add_test (tc, pipelined_500_matched_by_request_id);
+        tcase_add_test (tc, pipelined_each_endpoint_and_error_status);
+        tcase_add_test (tc, health_live_ready_version);
+        tcase_add_test (tc, list_models_names_sizes_backend);
+        tcase_add_test (tc, timeout_on_dead_endpoint);
+        tcase_add_test (tc, send_raw_garbage_gets_bad_request);
+        tcase_add_test (tc, cli_infer_file_and_stdin_match_reference);
+        tcase_add_test (tc, cli_infer_random_rows_3);
+        tcase_add_test (tc, cli_exit_codes);
+        tcase_add_test (tc, cli_health_and_models);
+        tcase_add_test (tc, requests_while_an_endpoint_is_down);
+        tcase_add_test (tc, engine_api_and_refused_endpoints);
+        tcase_add_test (tc, cli_engine_option);
+        tcase_add_loop_test (tc, curve_allowed_served_others_time_out_alike, 0, 2);
+        suite_add_tcase (s, tc);
+    }
     return tu_run_suite (s);
 }
 

@@ -10,6 +10,8 @@
  * and the CLI answer what the float64 reference (weights/reference.h) gives for the stream so
  * far, each output within its error bound (tolerance.h); list_models describes the LSTM; the
  * CLI's hints after STATUS_BAD_SHAPE.
+ * Every case runs once per engine (a TCase each), the library through sigclient_new_engine and the
+ * CLI with --engine.
  * Nothing here waits a fixed time: waits poll with a generous cap. */
 #define _GNU_SOURCE
 #include "lstm_reference.h"
@@ -40,6 +42,10 @@
 #define WAIT_CAP_MS 10000       /* the most any poll below waits */
 
 static char s_dir[2048];        /* this suite's files (stderr of the CLI, features) */
+static sigclient_engine_t s_engine;     /* the TCase's: every client and CLI run uses it */
+
+static void s_engine_zmtp (void) { s_engine = SIGCLIENT_ENGINE_ZMTP; }
+static void s_engine_libzmq (void) { s_engine = SIGCLIENT_ENGINE_LIBZMQ; }
 
 /* ---- fake servers: ROUTER threads that record what they receive ---- */
 
@@ -199,7 +205,7 @@ static int s_fake_wait (fake_t *fake, int n)
 static sigclient_t *s_client (const char *a, const char *b, int timeout_ms)
 {
     const char *eps[2] = { a, b };
-    sigclient_t *c = sigclient_new (eps, b ? 2 : 1, timeout_ms);
+    sigclient_t *c = sigclient_new_engine (eps, b ? 2 : 1, timeout_ms, s_engine, NULL);
     ck_assert_ptr_nonnull (c);
     return c;
 }
@@ -279,13 +285,26 @@ START_TEST (a_stream_sticks_to_one_endpoint_while_round_robin_alternates)
     for (int k = 0; k < STREAMS; k++) ck_assert_ptr_nonnull (s[k] = sigclient_stream_new (c, "seq", 100 + (uint64_t) k));
     float plain[3] = { 1, 2, 3 }, out[4];
     size_t n;
+    /* Plain requests until both endpoints have had one: both round-robin connections are up. The
+     * zmtp engine sends only on connections that are up, so until then every request went to the
+     * one up first; libzmq alternates from the start. From here on both alternate. */
+    int warmup_at[2] = { 0, 0 };
+    struct timespec t0, now;
+    clock_gettime (CLOCK_MONOTONIC, &t0);
+    while (s_fake_count (&f[0]) == 0 || s_fake_count (&f[1]) == 0) {
+        ck_assert_msg (sigclient_infer (c, "m", plain, 3, 1, out, 4, &n, NULL) == 0, "%s", sigclient_error (c));
+        clock_gettime (CLOCK_MONOTONIC, &now);
+        ck_assert_msg ((now.tv_sec - t0.tv_sec) * 1000 < WAIT_CAP_MS, "one endpoint took no request in %d ms: %d, %d",
+                       WAIT_CAP_MS, s_fake_count (&f[0]), s_fake_count (&f[1]));
+    }
+    for (int e = 0; e < 2; e++) warmup_at[e] = s_fake_count (&f[e]);
     for (int step = 1; step <= STEPS; step++) {
         for (int k = 0; k < STREAMS; k++) s_step_ok (s[k], c, 100 + (uint64_t) k, (uint64_t) step, (float) step);
         for (int p = 0; p < PLAIN_PER_ROUND; p++)
             ck_assert_msg (sigclient_infer (c, "m", plain, 3, 1, out, 4, &n, NULL) == 0, "%s", sigclient_error (c));
     }
     /* plain requests alternate: half each */
-    int plain_at[2] = { 0, 0 }, streams_at[2] = { 0, 0 };
+    int plain_at[2] = { -warmup_at[0], -warmup_at[1] }, streams_at[2] = { 0, 0 };
     for (int e = 0; e < 2; e++)
         for (int i = 0; i < f[e].n_seen; i++) plain_at[e] += f[e].seen[i].stream_id == 0;
     ck_assert_int_eq (plain_at[0], STEPS * PLAIN_PER_ROUND / 2);
@@ -445,8 +464,8 @@ static void s_cli (cli_t *r, const char *args, const char *stdin_path)
 {
     char err_path[2200], cmd[8192];
     snprintf (err_path, sizeof err_path, "%s/cli.stderr", s_dir);
-    snprintf (cmd, sizeof cmd, "'%s/sigclient' %s <'%s' 2>'%s'", tu_build_dir (), args,
-              stdin_path ? stdin_path : "/dev/null", err_path);
+    snprintf (cmd, sizeof cmd, "'%s/sigclient' --engine %s %s <'%s' 2>'%s'", tu_build_dir (),
+              sigclient_engine_name (s_engine), args, stdin_path ? stdin_path : "/dev/null", err_path);
     FILE *p = popen (cmd, "r");
     ck_assert_ptr_nonnull (p);
     size_t n = fread (r->out, 1, sizeof r->out - 1, p);
@@ -786,22 +805,30 @@ static void s_all_teardown (void)
 int main (void)
 {
     Suite *s = suite_create ("client-stream");
-    TCase *wire = tcase_create ("on the wire");
-    tcase_add_unchecked_fixture (wire, s_dir_setup, s_dir_teardown);
-    tcase_set_timeout (wire, 60);
-    tcase_add_test (wire, stream_steps_are_numbered_from_1_on_the_wire);
-    tcase_add_test (wire, a_stream_sticks_to_one_endpoint_while_round_robin_alternates);
-    tcase_add_test (wire, stream_steps_are_never_retried);
-    tcase_add_test (wire, a_vanished_address_fails_its_streams_and_moves_none);
-    tcase_add_test (wire, cli_stream_numbers_steps_from_step);
-    suite_add_tcase (s, wire);
-    TCase *real = tcase_create ("sigserve");
-    tcase_add_unchecked_fixture (real, s_all_setup, s_all_teardown);
-    tcase_set_timeout (real, 60);
-    tcase_add_test (real, list_models_describes_the_lstm);
-    tcase_add_test (real, library_streams_match_the_reference);
-    tcase_add_test (real, cli_streams_match_the_reference);
-    tcase_add_test (real, cli_hints_after_bad_shape);
-    suite_add_tcase (s, real);
+    static const struct { const char *wire, *real; void (*engine) (void); } engines[] = {
+        { "on the wire, zmtp", "sigserve, zmtp", s_engine_zmtp },
+        { "on the wire, libzmq", "sigserve, libzmq", s_engine_libzmq },
+    };
+    for (size_t e = 0; e < 2; e++) {
+        TCase *wire = tcase_create (engines[e].wire);
+        tcase_add_unchecked_fixture (wire, s_dir_setup, s_dir_teardown);
+        tcase_add_checked_fixture (wire, engines[e].engine, NULL);
+        tcase_set_timeout (wire, 60);
+        tcase_add_test (wire, stream_steps_are_numbered_from_1_on_the_wire);
+        tcase_add_test (wire, a_stream_sticks_to_one_endpoint_while_round_robin_alternates);
+        tcase_add_test (wire, stream_steps_are_never_retried);
+        tcase_add_test (wire, a_vanished_address_fails_its_streams_and_moves_none);
+        tcase_add_test (wire, cli_stream_numbers_steps_from_step);
+        suite_add_tcase (s, wire);
+        TCase *real = tcase_create (engines[e].real);
+        tcase_add_unchecked_fixture (real, s_all_setup, s_all_teardown);
+        tcase_add_checked_fixture (real, engines[e].engine, NULL);
+        tcase_set_timeout (real, 60);
+        tcase_add_test (real, list_models_describes_the_lstm);
+        tcase_add_test (real, library_streams_match_the_reference);
+        tcase_add_test (real, cli_streams_match_the_reference);
+        tcase_add_test (real, cli_hints_after_bad_shape);
+        suite_add_tcase (s, real);
+    }
     return tu_run_suite (s);
 }

@@ -4,7 +4,9 @@
  * an output that names the server, STATUS_UNAVAILABLE, or nothing at all) on the same port of
  * 127.0.0.1 and 127.0.0.2 (all of 127/8 is loopback on Linux), and a name "fleet" whose addresses
  * the test decides through sigclient_set_resolver. The real resolver is checked with "localhost"
- * (127.0.0.1, and ::1 where /etc/hosts lists it), against fakes and against the real sigserve. */
+ * (127.0.0.1, and ::1 where /etc/hosts lists it), against fakes and against the real sigserve.
+ * Every case runs once per engine (a TCase each): the library through sigclient_new_engine, the
+ * commands with --engine. */
 #define _GNU_SOURCE
 #include "sigclient.h"
 #include "signal.pb-c.h"
@@ -149,12 +151,25 @@ static void s_fleet_set (const char *a, const char *b)
 
 static int s_port;
 static fake_t s_a, s_b;             /* 127.0.0.1 (tag 1) and 127.0.0.2 (tag 2) on s_port */
+static sigclient_engine_t s_engine; /* the TCase's */
 
 static void s_setup (void)
 {
     sigclient_set_resolver (s_fleet_resolver, &s_fleet);
     s_fleet_set ("127.0.0.1", "127.0.0.2");
     s_port = tu_free_port ();
+}
+
+static void s_setup_zmtp (void)
+{
+    s_engine = SIGCLIENT_ENGINE_ZMTP;
+    s_setup ();
+}
+
+static void s_setup_libzmq (void)
+{
+    s_engine = SIGCLIENT_ENGINE_LIBZMQ;
+    s_setup ();
 }
 
 static void s_teardown (void)
@@ -167,7 +182,7 @@ static sigclient_t *s_fleet_client (int timeout_ms)
     char endpoint[64];
     snprintf (endpoint, sizeof endpoint, "dns://fleet:%d", s_port);
     const char *eps[] = { endpoint };
-    sigclient_t *c = sigclient_new (eps, 1, timeout_ms);
+    sigclient_t *c = sigclient_new_engine (eps, 1, timeout_ms, s_engine, NULL);
     ck_assert_ptr_nonnull (c);
     return c;
 }
@@ -190,8 +205,9 @@ static float s_infer (sigclient_t *c, sigclient_result_t *r)
 }
 
 /* Health requests until both fakes have answered one (10 s at most): both connections are up, and
- * from then on the client's DEALER hands its requests to the two in turn. (ZMQ_IMMEDIATE: until a
- * connection is up, every request goes to the other.) */
+ * from then on the client's DEALER hands its requests to the two in turn. (Until a connection is
+ * up, every request goes to the other: the zmtp engine always works so, libzmq with ZMQ_IMMEDIATE,
+ * which a dns:// client sets.) */
 static void s_wait_both_connected (sigclient_t *c)
 {
     const int64_t until = s_ms () + 10000;
@@ -227,7 +243,7 @@ START_TEST (malformed_dns_endpoints_are_refused)
                           "dns://fleet:65536", "dns://fleet:55a", "dns://fleet:-1", "dns://a/b:5555" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         errno = 0;
-        sigclient_t *c = sigclient_new (&bad[i], 1, 100);
+        sigclient_t *c = sigclient_new_engine (&bad[i], 1, 100, s_engine, NULL);
         ck_assert_msg (c == NULL, "%s accepted", bad[i]);
         ck_assert_int_eq (errno, EINVAL);
         char out[2][SIGCLIENT_ENDPOINT_MAX], err[256];
@@ -387,6 +403,31 @@ START_TEST (no_address_fails_fast_then_recovers)
 }
 END_TEST
 
+/* Where the engines differ: every address of the name is listed, none is up. A request waits for
+ * a connection for up to the timeout either way, but libzmq's waits in the send (ZMQ_IMMEDIATE: no
+ * pipe takes it) and the zmtp engine's in the client's own queue, so the call fails in the send with
+ * one and waiting for the reply with the other. */
+START_TEST (nothing_up_times_out_where_the_request_waits)
+{
+    sigclient_t *c = s_fleet_client (300);      /* no fake listens on s_port */
+    sigclient_result_t r;
+    int64_t t0 = s_ms ();
+    ck_assert (s_infer (c, &r) == -1);
+    int64_t took = s_ms () - t0;
+    ck_assert_msg (took >= 290 && took < 2000, "took %lld ms with a 300 ms timeout", (long long) took);
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_TIMEOUT);
+    char want[256];
+    char fleet[128];
+    snprintf (fleet, sizeof fleet, "dns://fleet:%d [tcp://127.0.0.1:%d, tcp://127.0.0.2:%d]", s_port, s_port, s_port);
+    if (s_engine == SIGCLIENT_ENGINE_LIBZMQ)
+        snprintf (want, sizeof want, "timed out after 300 ms sending to %s (send queue full)", fleet);
+    else
+        snprintf (want, sizeof want, "timed out after 300 ms waiting for a reply from %s", fleet);
+    ck_assert_str_eq (sigclient_error (c), want);
+    sigclient_destroy (&c);
+}
+END_TEST
+
 /* ---- retries ---- */
 
 START_TEST (retry_settings_are_bounded)
@@ -505,7 +546,7 @@ START_TEST (localhost_reaches_the_real_server)
     char endpoint[64];
     snprintf (endpoint, sizeof endpoint, "dns://localhost:%s", port);
     const char *eps[] = { endpoint };
-    sigclient_t *c = sigclient_new (eps, 1, 5000);
+    sigclient_t *c = sigclient_new_engine (eps, 1, 5000, s_engine, NULL);
     ck_assert_ptr_nonnull (c);
     sigclient_health_t h;
     ck_assert_msg (sigclient_health (c, &h) == 0, "%s", sigclient_error (c));
@@ -522,22 +563,23 @@ START_TEST (localhost_reaches_the_real_server)
     sigclient_destroy (&c);
 
     char cmd[512], text[8192];
-    const char *build = tu_build_dir ();
-    snprintf (cmd, sizeof cmd, "%s/sigclient --endpoint %s health 2>&1", build, endpoint);
+    const char *build = tu_build_dir (), *engine = sigclient_engine_name (s_engine);
+    snprintf (cmd, sizeof cmd, "%s/sigclient --engine %s --endpoint %s health 2>&1", build, engine, endpoint);
     ck_assert_int_eq (s_run (cmd, text, sizeof text), 0);
     ck_assert_msg (strncmp (text, "live=1 ready=1", 14) == 0, "%s", text);
-    snprintf (cmd, sizeof cmd, "%s/sigclient --endpoint dns://no-such-host.invalid:%s --timeout 5000 health 2>&1",
-              build, port);
+    snprintf (cmd, sizeof cmd, "%s/sigclient --engine %s --endpoint dns://no-such-host.invalid:%s --timeout 5000 "
+              "health 2>&1", build, engine, port);
     ck_assert_int_eq (s_run (cmd, text, sizeof text), 3);
     ck_assert_msg (strstr (text, "no address to send to: dns://no-such-host.invalid:") != NULL, "%s", text);
-    snprintf (cmd, sizeof cmd, "%s/sigload --endpoint %s --model tick_mlp --concurrency 1 --warmup 0 "
-              "--requests 50 --quiet 2>&1", build, endpoint);
+    snprintf (cmd, sizeof cmd, "%s/sigload --engine %s --endpoint %s --model tick_mlp --concurrency 1 --warmup 0 "
+              "--requests 50 --quiet 2>&1", build, engine, endpoint);
     int rc = s_run (cmd, text, sizeof text);
     ck_assert_msg (rc == 0, "sigload exited %d:\n%s", rc, text);
     char want[96];
     snprintf (want, sizeof want, "%s: tcp://127.0.0.1:%s", endpoint, port);
     ck_assert_msg (strstr (text, want) != NULL, "sigload does not say what %s stands for:\n%s", endpoint, text);
-    snprintf (cmd, sizeof cmd, "%s/sigload --endpoint dns://no-such-host.invalid:%s --model tick_mlp 2>&1", build, port);
+    snprintf (cmd, sizeof cmd, "%s/sigload --engine %s --endpoint dns://no-such-host.invalid:%s --model tick_mlp 2>&1",
+              build, engine, port);
     ck_assert_int_eq (s_run (cmd, text, sizeof text), 1);
     ck_assert_msg (strstr (text, "sigload: dns://no-such-host.invalid:") != NULL, "%s", text);
     tu_fixture_teardown (&s_fx);
@@ -547,19 +589,25 @@ END_TEST
 int main (void)
 {
     Suite *s = suite_create ("dns");
-    TCase *tc = tcase_create ("dns+retry");
-    tcase_add_checked_fixture (tc, s_setup, s_teardown);
-    tcase_set_timeout (tc, 60);
-    tcase_add_test (tc, malformed_dns_endpoints_are_refused);
-    tcase_add_test (tc, resolve_endpoint_expands_names_and_copies_the_rest);
-    tcase_add_test (tc, getaddrinfo_resolves_localhost);
-    tcase_add_test (tc, every_address_takes_requests);
-    tcase_add_test (tc, follows_the_name_as_its_addresses_change);
-    tcase_add_test (tc, no_address_fails_fast_then_recovers);
-    tcase_add_test (tc, retry_settings_are_bounded);
-    tcase_add_test (tc, unavailable_is_retried_on_the_other_peer);
-    tcase_add_test (tc, timeout_is_retried_and_retries_are_bounded);
-    tcase_add_test (tc, localhost_reaches_the_real_server);
-    suite_add_tcase (s, tc);
+    static const struct { const char *name; void (*setup) (void); } engines[] = {
+        { "dns+retry, zmtp", s_setup_zmtp }, { "dns+retry, libzmq", s_setup_libzmq },
+    };
+    for (size_t e = 0; e < 2; e++) {
+        TCase *tc = tcase_create (engines[e].name);
+        tcase_add_checked_fixture (tc, engines[e].setup, s_teardown);
+        tcase_set_timeout (tc, 60);
+        tcase_add_test (tc, malformed_dns_endpoints_are_refused);
+        tcase_add_test (tc, resolve_endpoint_expands_names_and_copies_the_rest);
+        tcase_add_test (tc, getaddrinfo_resolves_localhost);
+        tcase_add_test (tc, every_address_takes_requests);
+        tcase_add_test (tc, follows_the_name_as_its_addresses_change);
+        tcase_add_test (tc, no_address_fails_fast_then_recovers);
+        tcase_add_test (tc, nothing_up_times_out_where_the_request_waits);
+        tcase_add_test (tc, retry_settings_are_bounded);
+        tcase_add_test (tc, unavailable_is_retried_on_the_other_peer);
+        tcase_add_test (tc, timeout_is_retried_and_retries_are_bounded);
+        tcase_add_test (tc, localhost_reaches_the_real_server);
+        suite_add_tcase (s, tc);
+    }
     return tu_run_suite (s);
 }

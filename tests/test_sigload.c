@@ -7,7 +7,10 @@
  * What is asserted is what a user reads: the summary CSV (one row per step), the .hgrm files,
  * the markdown table, plots.gp, the progress line, the settings --dry-run prints, and the exit
  * code. Timing assertions are limited to what a loaded 2-core machine holds: pacing at 2000
- * requests/s, and a 200 ms stall that is 100x the normal latency. */
+ * requests/s, and a 200 ms stall that is 100x the normal latency.
+ *
+ * Every case runs once per engine (a TCase each): every sigload the suite starts, --serve-echo
+ * included, is given --engine (a case's own --engine, later on the line, wins). */
 #define _GNU_SOURCE
 #include "lstm_reference.h"
 #include "signal.pb-c.h"
@@ -34,6 +37,10 @@
 static char s_dir[4096];
 static char s_endpoint[128];
 static pid_t s_server = -1;
+static const char *s_engine = "zmtp";  /* the TCase's --engine (checked fixture) */
+
+static void s_engine_zmtp (void) { s_engine = "zmtp"; }
+static void s_engine_libzmq (void) { s_engine = "libzmq"; }
 
 /* ---- the fixture: the real sigserve ---- */
 
@@ -125,10 +132,10 @@ static pid_t s_spawn_with (const char *const *args, const char *out_path, const 
 {
     char bin[4096];
     snprintf (bin, sizeof bin, "%s/sigload", tu_build_dir ());
-    const char *argv[64] = { bin };
-    int n = 1;
-    for (; args[n - 1] && n < 63; n++)
-        argv[n] = args[n - 1];
+    const char *argv[66] = { bin, "--engine", s_engine };
+    int n = 3;
+    for (; args[n - 3] && n < 65; n++)
+        argv[n] = args[n - 3];
     argv[n] = NULL;
     pid_t pid = fork ();
     if (pid == 0) {
@@ -522,6 +529,12 @@ START_TEST (open_loop_paces_within_1_percent)
     ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 6000);
     ck_assert_double_eq (s_csv_num (&csv, 0, "errors"), 0);
     ck_assert_str_eq (s_csv (&csv, 0, "errors_by_status"), "");
+    /* the engine: the last column, and a line above the table */
+    ck_assert_str_eq (s_csv (&csv, 0, "engine"), s_engine);
+    ck_assert_str_eq (csv.cols[csv.n_cols - 1], "engine");
+    char engine_line[64];
+    snprintf (engine_line, sizeof engine_line, "\nEngine: %s, for every step (", s_engine);
+    EXPECT_IN (run.out, engine_line);
     /* the split: a real server time, and latency percentiles in order */
     ck_assert_double_gt (s_csv_num (&csv, 0, "server_mean_us"), 0);
     ck_assert_double_gt (s_csv_num (&csv, 0, "network_mean_us"), 0);
@@ -645,8 +658,10 @@ START_TEST (echo_floor_in_the_same_run)
     ck_assert_str_eq (s_csv (&csv, 0, "kind"), "echo");
     ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 1000);
     ck_assert_double_eq (s_csv_num (&csv, 0, "server_mean_us"), 0);
+    ck_assert_str_eq (s_csv (&csv, 0, "engine"), s_engine);
     ck_assert_str_eq (s_csv (&csv, 1, "step"), "open-1000");
     ck_assert_str_eq (s_csv (&csv, 1, "kind"), "sigserve");
+    ck_assert_str_eq (s_csv (&csv, 1, "engine"), s_engine);
     ck_assert_double_eq (s_csv_num (&csv, 1, "ok"), 1000);
     ck_assert_int_eq (s_hgrm_check (&run, "echo-open-1000", NULL), 1000);
     ck_assert_int_eq (s_hgrm_check (&run, "open-1000", NULL), 1000);
@@ -686,6 +701,18 @@ START_TEST (echo_floor_in_the_same_run)
     s_csv_read (&run, &csv);
     ck_assert_str_eq (s_csv (&csv, 0, "kind"), "echo");
     ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 1000);
+    free (csv.text);
+    s_run_free (&run);
+
+    /* the other engine's client against this engine's echo server: both speak ZeroMQ */
+    const char *other = strcmp (s_engine, "zmtp") == 0 ? "libzmq" : "zmtp";
+    const char *cross_args[] = { "--endpoint", echo, "--echo", "--rate", "1000", "--requests", "500", "--warmup", "0",
+                                 "--engine", other, NULL };
+    s_sigload ("echo-cross", cross_args, &run);
+    EXPECT_STATUS (&run, 0);
+    s_csv_read (&run, &csv);
+    ck_assert_str_eq (s_csv (&csv, 0, "engine"), other);
+    ck_assert_double_eq (s_csv_num (&csv, 0, "ok"), 500);
     free (csv.text);
     s_run_free (&run);
 
@@ -1173,6 +1200,41 @@ START_TEST (processes_merge_into_one_table)
 }
 END_TEST
 
+/* --engine: a bad value is a usage error naming the accepted values; --dry-run and --help say it. */
+START_TEST (engine_option)
+{
+    run_t run;
+    const char *bad[] = { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--engine", "zeromq", NULL };
+    s_sigload (NULL, bad, &run);
+    EXPECT_STATUS (&run, 2);
+    EXPECT_IN (run.err, "sigload: --engine: expected zmtp or libzmq, got \"zeromq\"\n");
+    EXPECT_IN (run.err, "sigload --help");
+    s_run_free (&run);
+    const char *serve_bad[] = { "--serve-echo", "tcp://127.0.0.1:1", "--engine", "", NULL };
+    s_sigload (NULL, serve_bad, &run);
+    EXPECT_STATUS (&run, 2);
+    EXPECT_IN (run.err, "sigload: --engine: expected zmtp or libzmq, got \"\"\n");
+    s_run_free (&run);
+    const char *dry[] = { "--endpoint", "tcp://127.0.0.1:1", "--model", "m", "--dry-run", NULL };
+    s_sigload (NULL, dry, &run);
+    EXPECT_STATUS (&run, 0);
+    char line[64];
+    snprintf (line, sizeof line, "\nengine: %s\n", s_engine);
+    EXPECT_IN (run.out, line);
+    if (strcmp (s_engine, "libzmq") == 0)
+        EXPECT_IN (run.out, "\nio threads: 1\n");
+    else
+        EXPECT_NOT_IN (run.out, "io threads");
+    s_run_free (&run);
+    const char *help[] = { "--help", NULL };
+    s_sigload (NULL, help, &run);
+    EXPECT_STATUS (&run, 0);
+    EXPECT_IN (run.out, "[--engine zmtp|libzmq]");
+    EXPECT_IN (run.out, "  --engine E ");
+    s_run_free (&run);
+}
+END_TEST
+
 START_TEST (usage_errors_exit_2)
 {
     static const char *const cases[][12] = {
@@ -1229,27 +1291,34 @@ END_TEST
 int main (void)
 {
     Suite *s = suite_create ("sigload");
-    TCase *tc = tcase_create ("sigload");
-    tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
-    tcase_set_timeout (tc, 60);
-    tcase_add_test (tc, open_loop_paces_within_1_percent);
-    tcase_add_test (tc, closed_loop_is_labelled_and_splits_server_time);
-    tcase_add_test (tc, unknown_model_counted_by_status);
-    tcase_add_test (tc, several_models_take_turns);
-    tcase_add_test (tc, echo_floor_in_the_same_run);
-    tcase_add_test (tc, coordinated_omission_open_shows_stall_closed_hides_it);
-    tcase_add_test (tc, error_statuses_counted_by_status);
-    tcase_add_test (tc, wrong_request_id_is_unmatched_and_times_out);
-    tcase_add_test (tc, outputs_checked_against_expected_file);
-    tcase_add_test (tc, saturated_steps_stay_off_the_plot_scale);
-    tcase_add_test (tc, streams_send_each_streams_steps_in_order_on_one_connection);
-    tcase_add_test (tc, streams_against_an_lstm_model);
-    tcase_add_test (tc, schedule_sends_at_the_listed_offsets);
-    tcase_add_test (tc, the_knee_is_plotted_and_marked_saturated);
-    tcase_add_test (tc, default_threads_follow_the_affinity_mask);
-    tcase_add_test (tc, progress_counts_warmup_apart);
-    tcase_add_test (tc, usage_errors_exit_2);
-    tcase_add_test (tc, processes_merge_into_one_table);
-    suite_add_tcase (s, tc);
+    static const struct { const char *name; void (*engine) (void); } engines[] = {
+        { "sigload, zmtp", s_engine_zmtp }, { "sigload, libzmq", s_engine_libzmq },
+    };
+    for (size_t e = 0; e < 2; e++) {
+        TCase *tc = tcase_create (engines[e].name);
+        tcase_add_unchecked_fixture (tc, s_setup, s_teardown);
+        tcase_add_checked_fixture (tc, engines[e].engine, NULL);
+        tcase_set_timeout (tc, 60);
+        tcase_add_test (tc, open_loop_paces_within_1_percent);
+        tcase_add_test (tc, closed_loop_is_labelled_and_splits_server_time);
+        tcase_add_test (tc, unknown_model_counted_by_status);
+        tcase_add_test (tc, several_models_take_turns);
+        tcase_add_test (tc, echo_floor_in_the_same_run);
+        tcase_add_test (tc, coordinated_omission_open_shows_stall_closed_hides_it);
+        tcase_add_test (tc, error_statuses_counted_by_status);
+        tcase_add_test (tc, wrong_request_id_is_unmatched_and_times_out);
+        tcase_add_test (tc, outputs_checked_against_expected_file);
+        tcase_add_test (tc, saturated_steps_stay_off_the_plot_scale);
+        tcase_add_test (tc, streams_send_each_streams_steps_in_order_on_one_connection);
+        tcase_add_test (tc, streams_against_an_lstm_model);
+        tcase_add_test (tc, schedule_sends_at_the_listed_offsets);
+        tcase_add_test (tc, the_knee_is_plotted_and_marked_saturated);
+        tcase_add_test (tc, default_threads_follow_the_affinity_mask);
+        tcase_add_test (tc, progress_counts_warmup_apart);
+        tcase_add_test (tc, usage_errors_exit_2);
+        tcase_add_test (tc, processes_merge_into_one_table);
+        tcase_add_test (tc, engine_option);
+        suite_add_tcase (s, tc);
+    }
     return tu_run_suite (s);
 }

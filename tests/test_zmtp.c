@@ -458,7 +458,7 @@ START_TEST (our_dealer_and_our_router_over_tcp_and_ipc)
         ck_assert_int_eq (zmtp_dealer_connect (d, eps[e], err, sizeof err), 0);
         /* sent before the connection is up: held, then delivered in order */
         for (int k = 0; k < 3; k++) {
-            char body[8];
+            char body[16];
             snprintf (body, sizeof body, "m%d", k);
             zmtp_frame_t f[2] = { { (const uint8_t *) "head", 4 }, { (const uint8_t *) body, 2 } };
             ck_assert_int_eq (zmtp_dealer_send (d, f, 2), 0);
@@ -468,7 +468,7 @@ START_TEST (our_dealer_and_our_router_over_tcp_and_ipc)
             ck_assert_int_eq (s_pair_take (d, r, &m), 1);
             ck_assert_int_eq (m.nframes, 2);
             ck_assert (memcmp (m.frames[0].data, "head", 4) == 0);
-            char want[8];
+            char want[16];
             snprintf (want, sizeof want, "m%d", k);
             ck_assert (memcmp (m.frames[1].data, want, 2) == 0);
         }

@@ -130,10 +130,22 @@ static int s_unix_address (const char *endpoint, struct sockaddr_un *sa, socklen
     return 0;
 }
 
-int zmtp_endpoint_check (const char *endpoint, char *err, size_t errlen)
+int zmtp_endpoint_check (const char *endpoint, bool connect, char *err, size_t errlen)
 {
-    if (strncmp (endpoint, "tcp://", 6) == 0 || strncmp (endpoint, "ipc://", 6) == 0)
+    if (strncmp (endpoint, "ipc://", 6) == 0)
         return 0;
+    if (strncmp (endpoint, "tcp://", 6) == 0) {
+        char host[128], port[8];
+        bool ipv6;
+        if (s_split_tcp (endpoint, host, sizeof host, port, &ipv6, err, errlen) != 0)
+            return -1;
+        if (connect && atoi (port) == 0) {
+            snprintf (err, errlen, "%s: expected a port from 1 to 65535 to connect to", endpoint);
+            errno = EINVAL;
+            return -1;
+        }
+        return 0;
+    }
     if (strncmp (endpoint, "inproc://", 9) == 0)
         snprintf (err, errlen, "%s: inproc:// is libzmq's in-process transport; the zmtp transport serves tcp:// "
                   "and ipc:// (use ipc://, or server.transport \"libzmq\")", endpoint);
@@ -168,7 +180,7 @@ static int s_bound_socket (const struct sockaddr *sa, socklen_t len, int backlog
 
 int zmtp_listen (const char *endpoint, int backlog, bool reuseport, char *bound, char *err, size_t errlen)
 {
-    if (zmtp_endpoint_check (endpoint, err, errlen) != 0)
+    if (zmtp_endpoint_check (endpoint, false, err, errlen) != 0)
         return -1;
     int fd = -1;
     if (strncmp (endpoint, "ipc://", 6) == 0) {
@@ -211,7 +223,7 @@ int zmtp_listen (const char *endpoint, int backlog, bool reuseport, char *bound,
 
 int zmtp_connect_start (const char *endpoint, char *err, size_t errlen)
 {
-    if (zmtp_endpoint_check (endpoint, err, errlen) != 0)
+    if (zmtp_endpoint_check (endpoint, true, err, errlen) != 0)
         return -1;
     if (strncmp (endpoint, "ipc://", 6) == 0) {
         struct sockaddr_un sa;

@@ -29,8 +29,10 @@ int zmtp_connect_start (const char *endpoint, char *err, size_t errlen);
 /* Whether the connection started on FD came up: 0 yes, -1 no (errno from SO_ERROR). */
 int zmtp_connect_done (int fd);
 
-/* Whether ENDPOINT is one this engine serves (tcp:// or ipc://): 0, or -1 with ERR saying why not. */
-int zmtp_endpoint_check (const char *endpoint, char *err, size_t errlen);
+/* Whether ENDPOINT is one this engine can bind (CONNECT false) or connect to (true): tcp://HOST:PORT
+ * (a port from 1 to 65535; binding also takes * or 0) or ipc://PATH. 0, or -1 with errno and ERR
+ * saying why not. */
+int zmtp_endpoint_check (const char *endpoint, bool connect, char *err, size_t errlen);
 
 /* A socket just accepted or connected: TCP_NODELAY where it is TCP. */
 void zmtp_tune (int fd);

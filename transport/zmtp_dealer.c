@@ -134,7 +134,7 @@ static void s_drop (zmtp_dealer_t *self, peer_t *p, uint64_t now)
 
 int zmtp_dealer_connect (zmtp_dealer_t *self, const char *endpoint, char *err, size_t errlen)
 {
-    if (zmtp_endpoint_check (endpoint, err, errlen) != 0)
+    if (zmtp_endpoint_check (endpoint, true, err, errlen) != 0)
         return -1;
     if (self->n == PEERS_MAX || strlen (endpoint) >= ZMTP_ENDPOINT_MAX) {
         snprintf (err, errlen, "%s: too many endpoints, or too long", endpoint);
@@ -296,8 +296,10 @@ static int s_take (zmtp_dealer_t *self, zmtp_msg_t *msg, uint64_t now)
         if (!p->was_ready && zmtp_conn_ready (p->conn)) {
             p->was_ready = true;
             p->backoff_ms = self->opt.reconnect_ms;
-            if (self->pending_len)
+            if (self->pending_len) {
                 s_flush_pending (self, p);
+                self->rr_send = i + 1;      /* the next send goes on to the next connection */
+            }
         }
         if (rc == 1) {
             self->rr_recv = i + 1;

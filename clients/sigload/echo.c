@@ -1,15 +1,63 @@
 /* sigload --serve-echo: the transport floor's server. A ROUTER on each endpoint that returns every
  * message as it came (identity frame and body), so that sigload --echo or --floor can time the
- * same bytes over the same ZeroMQ stacks with no inference behind them. */
+ * same bytes over the same ZeroMQ stacks with no inference behind them. --engine zmtp: one
+ * zmtp_router_t, driven by this thread alone (epoll, one read per readable connection, one
+ * sendmsg per echo); libzmq: a libzmq ROUTER per endpoint and libzmq's I/O threads. */
+#include "clock.h"
 #include "sigload.h"
+#include "zmtp_router.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <string.h>
 #include <zmq.h>
 
 #define ECHO_MAX_FRAMES 16
+#define ECHO_TICK_NS 100000000LL        /* the router's timers (closing connections) this often */
 
-int echo_serve (const options_t *opt)
+static int s_serve_zmtp (const options_t *opt)
+{
+    /* no bound on a message but the router's 16 frames, as libzmq's ROUTER has none */
+    const zmtp_router_opts_t o = { .conn = { .mechanism = ZMTP_MECH_NULL } };
+    zmtp_router_t *router = zmtp_router_new (&o);
+    if (!router) {
+        fprintf (stderr, "sigload: cannot make the echo server: %s\n", strerror (errno));
+        return EXIT_ERRORS;
+    }
+    for (size_t i = 0; i < opt->n_serve_echo; i++) {
+        char err[512];
+        if (zmtp_router_bind (router, opt->serve_echo[i], (int) i, false, NULL, err, sizeof err) < 0) {
+            fprintf (stderr, "sigload: cannot bind the echo server to %s: %s\n", opt->serve_echo[i], err);
+            zmtp_router_destroy (&router, 0);
+            return EXIT_ERRORS;
+        }
+        fprintf (stderr, "sigload: echoing on %s (stop with SIGINT or SIGTERM)\n", opt->serve_echo[i]);
+    }
+    sigload_catch_signals ();
+    uint64_t echoed = 0, dropped = 0, last_tick = clock_now_ns ();
+    while (!sigload_interrupted) {
+        uint64_t now = clock_now_ns ();
+        zmtp_router_msg_t m;
+        /* the frames go back as they came: frames[0], the routing id, names the connection */
+        while (zmtp_router_recv (router, &m, now) == 1) {
+            if (m.msg.refused || zmtp_router_send (router, m.msg.frames, m.msg.nframes, now) != 0)
+                dropped++;      /* more than 16 frames (none echoed, as below), or no room */
+            else
+                echoed++;
+        }
+        if (now - last_tick >= ECHO_TICK_NS) {
+            zmtp_router_tick (router, now);
+            last_tick = now;
+        }
+        zmtp_router_wait (router, 100);      /* a signal ends the wait (EINTR) */
+    }
+    fprintf (stderr, "sigload: echo server stopping: %" PRIu64 " messages echoed, %" PRIu64 " dropped\n", echoed,
+             dropped);
+    zmtp_router_destroy (&router, 100);
+    return EXIT_OK;
+}
+
+static int s_serve_libzmq (const options_t *opt)
 {
     void *ctx = zmq_ctx_new ();
     if (!ctx) {
@@ -87,4 +135,9 @@ done:
         zmq_close (items[i].socket);
     zmq_ctx_term (ctx);
     return rc;
+}
+
+int echo_serve (const options_t *opt)
+{
+    return opt->engine == SIGCLIENT_ENGINE_ZMTP ? s_serve_zmtp (opt) : s_serve_libzmq (opt);
 }

@@ -1,6 +1,6 @@
-/* sigload's main: checks that every endpoint answers and asks the server for the model's sizes,
- * builds the requests' payloads, starts the workers, then runs the sweep step by step (the
- * --floor step first), judging saturation after each. sigload.h describes the whole design;
+/* sigload's main: checks that every endpoint answers and asks the server for the model's sizes
+ * (ready.c), builds the requests' payloads, starts the workers, then runs the sweep step by step
+ * (the --floor step first), judging saturation after each. sigload.h describes the whole design;
  * sigload --help describes its use. */
 #define _GNU_SOURCE
 #include "clock.h"
@@ -18,8 +18,6 @@
 #include <zmq.h>
 
 #define RANDOM_SETS 64                  /* distinct random requests, cycled */
-#define READY_WAIT_MS 10000             /* how long to wait for an endpoint to be ready */
-#define DNS_ANSWER_WAIT_MS 2000         /* how long the addresses behind a dns:// name get to answer */
 
 volatile sig_atomic_t sigload_interrupted;
 
@@ -35,259 +33,6 @@ void sigload_catch_signals (void)
     sigemptyset (&sa.sa_mask);
     sigaction (SIGINT, &sa, NULL);
     sigaction (SIGTERM, &sa, NULL);
-}
-
-/* ---- before the sweep: is everyone there? ---- */
-
-static int s_exchange (void *socket, const void *payload, size_t len, uint8_t *reply, size_t cap, int timeout_ms)
-{
-    if (zmq_send (socket, payload, len, 0) != (int) len)
-        return -1;
-    zmq_pollitem_t item = { .socket = socket, .events = ZMQ_POLLIN };
-    if (zmq_poll (&item, 1, timeout_ms) <= 0)
-        return -1;
-    return zmq_recv (socket, reply, cap, ZMQ_DONTWAIT);
-}
-
-/* The ready probe: a health request (sigserve), or 8 zero bytes (an echo server). */
-static size_t s_probe (bool echo, uint8_t *buf)
-{
-    memset (buf, 0, 8);
-    if (echo)
-        return 8;
-    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-    Sigserve__V1__HealthRequest health = SIGSERVE__V1__HEALTH_REQUEST__INIT;
-    req.body_case = SIGSERVE__V1__REQUEST__BODY_HEALTH;
-    req.health = &health;
-    return sigserve__v1__request__pack (&req, buf);
-}
-
-/* 1: the reply to the probe says ready; 0: it does not (yet); -1: it is not a reply to the probe. */
-static int s_probe_answer (bool echo, const uint8_t *probe, size_t probe_len, const uint8_t *reply, int n)
-{
-    if (echo)
-        return n == (int) probe_len && memcmp (reply, probe, probe_len) == 0 ? 1 : -1;
-    Sigserve__V1__Reply *rep = n >= 0 ? sigserve__v1__reply__unpack (NULL, (size_t) n, reply) : NULL;
-    int rc = -1;
-    if (rep && rep->body_case == SIGSERVE__V1__REPLY__BODY_HEALTH)
-        rc = rep->health->ready ? 1 : 0;
-    if (rep)
-        sigserve__v1__reply__free_unpacked (rep, NULL);
-    return rc;
-}
-
-/* Waits until ENDPOINT answers the probe with ready, over a socket of its own: a DEALER spread
- * over several peers cannot tell which one answered. */
-static int s_endpoint_ready (const sigload_t *L, const char *endpoint, bool echo)
-{
-    uint8_t probe[64], reply[4096];
-    size_t len = s_probe (echo, probe);
-    int wait_ms = (int) L->opt->timeout_ms > READY_WAIT_MS ? (int) L->opt->timeout_ms : READY_WAIT_MS;
-    int64_t deadline = (int64_t) clock_now_ns () + (int64_t) wait_ms * 1000000;
-    const char *why = "no answer";
-    int rc = -1;
-    while (rc != 0) {
-        int64_t left_ms = (deadline - (int64_t) clock_now_ns ()) / 1000000;
-        if (left_ms <= 0) {
-            fprintf (stderr, "sigload: %s: %s within %d ms\n", endpoint, why, wait_ms);
-            return -1;
-        }
-        /* a fresh socket per try: an answer to an earlier try cannot be taken for this one's */
-        void *s = connection_socket_new (L->ctx, L->opt);
-        if (!s || zmq_connect (s, endpoint) != 0) {
-            fprintf (stderr, "sigload: cannot connect to %s: %s\n", endpoint, zmq_strerror (zmq_errno ()));
-            if (s)
-                zmq_close (s);
-            return -1;
-        }
-        int n = s_exchange (s, probe, len, reply, sizeof reply, (int) (left_ms < 1000 ? left_ms : 1000));
-        zmq_close (s);
-        int answer = n < 0 ? -2 : s_probe_answer (echo, probe, len, reply, n);
-        if (answer == 1)
-            rc = 0;
-        else if (answer == 0) {
-            why = "not ready";
-            usleep (100 * 1000);
-        } else if (answer == -1)
-            why = echo ? "a reply that is not the echo of the request" : "a reply that is not a health reply";
-    }
-    return 0;
-}
-
-/* One probe to each peer of C (every one is known to answer by now), so that every pipe of
- * the load connection is up before the first timed request. */
-static int s_connection_ready (const sigload_t *L, const connection_t *c, bool echo, const char *what)
-{
-    uint8_t probe[64], reply[4096];
-    size_t len = s_probe (echo, probe);
-    for (unsigned i = 0; i < c->n_peers; i++)
-        if (zmq_send (c->socket, probe, len, 0) != (int) len)
-            return -1;
-    int64_t deadline = (int64_t) clock_now_ns () + (int64_t) L->opt->timeout_ms * 1000000 + 1000000000LL;
-    for (unsigned got = 0; got < c->n_peers;) {
-        int64_t left_ms = (deadline - (int64_t) clock_now_ns ()) / 1000000;
-        zmq_pollitem_t item = { .socket = c->socket, .events = ZMQ_POLLIN };
-        if (left_ms <= 0 || zmq_poll (&item, 1, (long) left_ms) <= 0) {
-            fprintf (stderr, "sigload: %s: %u of %u peers answered\n", what, got, c->n_peers);
-            return -1;
-        }
-        int n = zmq_recv (c->socket, reply, sizeof reply, ZMQ_DONTWAIT);
-        if (n >= 0 && s_probe_answer (echo, probe, len, reply, n) >= 0)
-            got++;
-    }
-    return 0;
-}
-
-/* ---- dns:// endpoints ---- */
-
-/* Room for what dns:// endpoints stand for: one address each, MAX_ENDPOINTS in all. */
-static char s_expanded[MAX_ENDPOINTS][SIGCLIENT_ENDPOINT_MAX];
-static size_t s_n_expanded;
-
-/* Keeps in ADDRS those that answer the probe within DNS_ANSWER_WAIT_MS (all of them when none
- * does, so that the readiness check says which fails): a name may list an address that takes no
- * part (::1 beside a server bound to 127.0.0.1, a pod on its way out), and a connection spread
- * over it would queue its share of requests there. Returns how many are kept; LEFT gets the rest. */
-static size_t s_answering (const sigload_t *L, bool echo, char (*addrs)[SIGCLIENT_ENDPOINT_MAX], size_t n,
-                           char *left, size_t left_len)
-{
-    uint8_t probe[64], reply[4096];
-    size_t len = s_probe (echo, probe);
-    void *sockets[MAX_ENDPOINTS] = { NULL };
-    bool answered[MAX_ENDPOINTS] = { false };
-    size_t waiting = 0;
-    for (size_t i = 0; i < n; i++) {
-        sockets[i] = connection_socket_new (L->ctx, L->opt);
-        if (sockets[i] && zmq_connect (sockets[i], addrs[i]) == 0 && zmq_send (sockets[i], probe, len, 0) == (int) len)
-            waiting++;
-    }
-    int64_t deadline = (int64_t) clock_now_ns () + (int64_t) DNS_ANSWER_WAIT_MS * 1000000;
-    while (waiting > 0) {
-        int64_t left_ms = (deadline - (int64_t) clock_now_ns ()) / 1000000;
-        zmq_pollitem_t items[MAX_ENDPOINTS];
-        for (size_t i = 0; i < n; i++)
-            items[i] = (zmq_pollitem_t) { .socket = sockets[i], .events = answered[i] || !sockets[i] ? 0 : ZMQ_POLLIN };
-        if (left_ms <= 0 || zmq_poll (items, (int) n, (long) left_ms) <= 0)
-            break;
-        for (size_t i = 0; i < n; i++)
-            if (items[i].revents & ZMQ_POLLIN) {
-                int got = zmq_recv (sockets[i], reply, sizeof reply, ZMQ_DONTWAIT);
-                if (got >= 0 && s_probe_answer (echo, probe, len, reply, got) >= 0) {
-                    answered[i] = true;
-                    waiting--;
-                }
-            }
-    }
-    size_t kept = 0, used = 0;
-    left[0] = '\0';
-    for (size_t i = 0; i < n; i++) {
-        if (sockets[i])
-            zmq_close (sockets[i]);
-        if (answered[i])
-            memmove (addrs[kept++], addrs[i], sizeof *addrs);
-        else if (used < left_len) {
-            int w = snprintf (left + used, left_len - used, "%s%s", used ? ", " : "", addrs[i]);
-            used += w > 0 ? (size_t) w : 0;
-        }
-    }
-    return kept ? kept : n;
-}
-
-/* Replaces each dns://NAME:PORT of EPS by the tcp:// endpoints of the addresses behind NAME that
- * answer (said on stdout). Names are resolved once: a load run measures the fleet it started with. */
-static int s_expand_dns (const sigload_t *L, bool echo, const char **eps, size_t *n_eps)
-{
-    const char *given[MAX_ENDPOINTS];
-    size_t n_given = *n_eps, n = 0;
-    memcpy (given, eps, n_given * sizeof *eps);
-    for (size_t i = 0; i < n_given; i++) {
-        if (strncmp (given[i], "dns://", 6) != 0) {
-            if (n == MAX_ENDPOINTS)
-                goto too_many;
-            eps[n++] = given[i];
-            continue;
-        }
-        char (*out)[SIGCLIENT_ENDPOINT_MAX] = &s_expanded[s_n_expanded];
-        char err[512], left[1024];
-        int found = sigclient_resolve_endpoint (given[i], out, MAX_ENDPOINTS - s_n_expanded, err, sizeof err);
-        if (found < 0) {
-            fprintf (stderr, "sigload: %s\n", err);
-            return -1;
-        }
-        size_t kept = s_answering (L, echo, out, (size_t) found, left, sizeof left);
-        printf ("%s:", given[i]);
-        for (size_t k = 0; k < kept; k++)
-            printf ("%s %s", k ? "," : "", out[k]);
-        printf (kept < (size_t) found ? " (left out, no answer within %d ms: %s)\n" : "\n", DNS_ANSWER_WAIT_MS, left);
-        if (n + kept > MAX_ENDPOINTS)
-            goto too_many;
-        for (size_t k = 0; k < kept; k++)
-            eps[n++] = out[k];
-        s_n_expanded += kept;
-    }
-    *n_eps = n;
-    return 0;
-too_many:
-    fprintf (stderr, "sigload: more than %d endpoints once dns:// names are resolved\n", MAX_ENDPOINTS);
-    return -1;
-}
-
-/* What the server's model list says of a model. */
-typedef struct {
-    uint32_t in, out;               /* features and outputs per row */
-    uint32_t step_size;             /* lstm: features of one step */
-    char type[8];                   /* "mlp", "lstm", or "" from an older server */
-} model_sizes_t;
-
-/* Asks the server for the model's sizes. 0 when it lists the model. */
-static int s_model_sizes (void *socket, const char *model, int timeout_ms, model_sizes_t *sizes,
-                          char *served, size_t served_len)
-{
-    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-    Sigserve__V1__ListModelsRequest list = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
-    req.body_case = SIGSERVE__V1__REQUEST__BODY_LIST_MODELS;
-    req.list_models = &list;
-    uint8_t request[64];
-    static uint8_t reply[65536];
-    size_t len = sigserve__v1__request__pack (&req, request);
-    int n = s_exchange (socket, request, len, reply, sizeof reply, timeout_ms);
-    served[0] = 0;
-    if (n < 0 || n > (int) sizeof reply)
-        return -1;
-    Sigserve__V1__Reply *rep = sigserve__v1__reply__unpack (NULL, (size_t) n, reply);
-    int rc = -1;
-    if (rep && rep->body_case == SIGSERVE__V1__REPLY__BODY_LIST_MODELS) {
-        size_t used = 0;
-        for (size_t i = 0; i < rep->list_models->n_models; i++) {
-            const Sigserve__V1__ModelInfo *m = rep->list_models->models[i];
-            if (strcmp (m->name, model) == 0) {
-                *sizes = (model_sizes_t) { .in = m->input_size, .out = m->output_size, .step_size = m->step_size };
-                snprintf (sizes->type, sizeof sizes->type, "%s", m->type ? m->type : "");
-                rc = 0;
-            }
-            int w = snprintf (served + used, served_len - used, "%s%s", i ? ", " : "", m->name);
-            if (w > 0 && used + (size_t) w < served_len)
-                used += (size_t) w;
-        }
-    }
-    if (rep)
-        sigserve__v1__reply__free_unpacked (rep, NULL);
-    return rc;
-}
-
-static int s_check_ready (sigload_t *L, int set, bool echo, const char *const *eps, size_t n_eps)
-{
-    for (size_t e = 0; e < n_eps; e++)
-        if (s_endpoint_ready (L, eps[e], echo) != 0)
-            return -1;
-    for (size_t t = 0; t < L->n_workers; t++)
-        for (size_t i = 0; i < L->workers[t].n_conns; i++) {
-            char label[256];
-            snprintf (label, sizeof label, "connection %u", L->workers[t].conns[set][i].global);
-            if (s_connection_ready (L, &L->workers[t].conns[set][i], echo, label) != 0)
-                return -1;
-        }
-    return 0;
 }
 
 /* Features (and expected outputs), the echo payloads and the buffers' sizes. */
@@ -446,7 +191,8 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
         size_t v = opt->floor ? (i == 0 ? 0 : i - 1) : i;
         L->step = (step_t) { .mode = opt->mode, .set = floor_step ? SET_FLOOR : SET_TARGET,
                              .echo = opt->echo || floor_step, .target = opt->values[v], .requests = opt->requests,
-                             .schedule = opt->schedule_file != NULL, .streams = opt->streams && !floor_step };
+                             .schedule = opt->schedule_file != NULL, .streams = opt->streams && !floor_step,
+                             .engine = opt->engine };
         s_step_name (&L->step, floor_step);
         /* with --processes, every process starts the step at process 0's time, or stops there */
         const int64_t t0 = procs_step_begin (opt, (int64_t) clock_now_ns () + 20 * 1000000LL, false);
@@ -491,7 +237,7 @@ static uint32_t s_input_size (sigload_t *L, uint32_t *output_size)
         model_sizes_t m = { 0 };
         char served[1024];
         const char *model = opt->models[k];
-        if (s_model_sizes (L->workers[0].conns[SET_TARGET][0].socket, model, (int) opt->timeout_ms, &m,
+        if (ready_model_sizes (L->workers[0].conns[SET_TARGET][0].socket, model, (int) opt->timeout_ms, &m,
                            served, sizeof served) == 0) {
             uint32_t in = m.in, out = m.out;
             if (opt->streams && strcmp (m.type, "lstm") != 0) {
@@ -579,6 +325,9 @@ static void s_print_banner (const sigload_t *L, uint32_t input_size)
                                    : "closed loop, from each request's actual send: a slow reply delays the requests "
                                      "behind it, so the percentiles hide queueing (coordinated omission); use --rate "
                                      "for open loop");
+    printf ("Engine: %s, for every step (%s).\n\n", sigclient_engine_name (opt->engine),
+            opt->engine == SIGCLIENT_ENGINE_ZMTP ? "each worker thread writes and reads its own sockets"
+                                                  : "libzmq DEALERs, moved by libzmq's I/O threads");
 }
 
 int main (int argc, char **argv)
@@ -604,24 +353,25 @@ int main (int argc, char **argv)
 
     sigload_catch_signals ();
 
-    L.ctx = zmq_ctx_new ();
-    if (!L.ctx || workers_new (&L, opt.floor != NULL) != 0) {
+    /* libzmq: one context, its I/O threads shared by every socket; zmtp needs none */
+    if (opt.engine == SIGCLIENT_ENGINE_LIBZMQ && (L.ctx = zmq_ctx_new ()))
+        zmq_ctx_set (L.ctx, ZMQ_IO_THREADS, (int) opt.io_threads);
+    if ((opt.engine == SIGCLIENT_ENGINE_LIBZMQ && !L.ctx) || workers_new (&L, opt.floor != NULL) != 0) {
         fprintf (stderr, "sigload: out of memory\n");
         goto done;
     }
-    zmq_ctx_set (L.ctx, ZMQ_IO_THREADS, (int) opt.io_threads);
     const char *floor_eps[MAX_ENDPOINTS] = { opt.floor };
     size_t n_floor = opt.floor ? 1 : 0;
-    if (s_expand_dns (&L, opt.echo, opt.endpoints, &opt.n_endpoints) != 0
-        || (opt.floor && s_expand_dns (&L, true, floor_eps, &n_floor) != 0))
+    if (ready_expand_dns (&L, opt.echo, opt.endpoints, &opt.n_endpoints) != 0
+        || (opt.floor && ready_expand_dns (&L, true, floor_eps, &n_floor) != 0))
         goto done;
     if (workers_connect (&L, SET_TARGET, opt.endpoints, opt.n_endpoints) != 0)
         goto done;
     if (opt.floor && workers_connect (&L, SET_FLOOR, floor_eps, n_floor) != 0)
         goto done;
-    if (s_check_ready (&L, SET_TARGET, opt.echo, opt.endpoints, opt.n_endpoints) != 0)
+    if (ready_check (&L, SET_TARGET, opt.echo, opt.endpoints, opt.n_endpoints) != 0)
         goto done;
-    if (opt.floor && s_check_ready (&L, SET_FLOOR, true, floor_eps, n_floor) != 0)
+    if (opt.floor && ready_check (&L, SET_FLOOR, true, floor_eps, n_floor) != 0)
         goto done;
 
     uint32_t output_size = 0, input_size = s_input_size (&L, &output_size);

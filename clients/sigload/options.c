@@ -19,9 +19,9 @@
     "                | --schedule FILE] [--streams N [--stream-base B]]\n" \
     "               [--warmup S] [--duration S | --requests N] [--connections C] [--threads T]\n" \
     "               [--rows R] [--features FILE] [--expect FILE] [--floor E] [--out DIR] [options]\n" \
-    "               [--curve-server FILE --curve-client FILE_secret]\n" \
+    "               [--curve-server FILE --curve-client FILE_secret] [--engine zmtp|libzmq]\n" \
     "       sigload --endpoint E --echo [--rate ... | --concurrency ...] [options]\n" \
-    "       sigload --serve-echo E [--serve-echo E2 ...]\n"
+    "       sigload --serve-echo E [--serve-echo E2 ...] [--engine zmtp|libzmq]\n"
 
 static const char *s_help =
     SYNOPSIS
@@ -60,13 +60,21 @@ static const char *s_help =
     "                        not answer within 2 s are left out). Repeat for several.\n"
     "  --connections C       DEALER sockets (default 1). Connection i connects to endpoint\n"
     "                        i mod E; with fewer connections than endpoints each connects to\n"
-    "                        several and ZeroMQ spreads its requests over them.\n"
+    "                        several and spreads its requests over them (round-robin; with\n"
+    "                        --engine zmtp over those whose connection is up).\n"
     "  --threads T           worker threads, each owning every T-th connection. Default: the\n"
     "                        smaller of C and the number of CPUs this process may run on (its\n"
     "                        affinity mask, as taskset, numactl or a container's cpuset set it;\n"
     "                        not the machine's core count): threads that wait by spinning starve\n"
     "                        each other on fewer CPUs. --dry-run prints the count chosen.\n"
-    "  --io-threads N        ZeroMQ I/O threads (default 1).\n"
+    "  --engine E            what moves the messages, for the load, the --floor and --echo steps,\n"
+    "                        the readiness probes and --serve-echo (default zmtp): zmtp, sigserve's\n"
+    "                        own ZeroMQ engine, where each worker thread writes and reads its\n"
+    "                        connections' sockets itself (ppoll on their fds, or --busy-poll) and a\n"
+    "                        request goes only to an endpoint whose connection is up; or libzmq,\n"
+    "                        libzmq DEALERs whose I/O threads (--io-threads) move every message.\n"
+    "                        The table and summary.csv (column engine) say which ran.\n"
+    "  --io-threads N        libzmq's I/O threads, with --engine libzmq (default 1).\n"
     "  --curve-server FILE   CURVE: the server's public certificate (from sigserve --keygen).\n"
     "  --curve-client FILE_secret\n"
     "                        CURVE: this client's secret certificate; the server must allow its\n"
@@ -117,7 +125,8 @@ static const char *s_help =
     "\n"
     "Transport floor (a plain ZeroMQ echo of the same message size, same client, same run):\n"
     "  --serve-echo E        run an echo server on E (a ROUTER that returns every message as it\n"
-    "                        came) until SIGINT or SIGTERM.\n"
+    "                        came) until SIGINT or SIGTERM: with --engine zmtp one thread reads,\n"
+    "                        echoes and writes every connection; with libzmq, a libzmq ROUTER.\n"
     "  --echo                the endpoints are such echo servers: send packed requests of the\n"
     "                        same size with the request id in their first 8 bytes; a reply is\n"
     "                        checked by size and id.\n"
@@ -223,7 +232,7 @@ enum {
     OPT_IO_THREADS, OPT_WARMUP, OPT_DURATION, OPT_REQUESTS, OPT_FEATURES, OPT_EXPECT, OPT_TOLERANCE, OPT_ROWS,
     OPT_INPUT_SIZE, OPT_DEADLINE, OPT_TIMEOUT, OPT_MAX_OUTSTANDING, OPT_SEED, OPT_OUT, OPT_ECHO, OPT_FLOOR,
     OPT_SERVE_ECHO, OPT_STOP, OPT_SAT_P99, OPT_BUSY, OPT_SPIN, OPT_QUIET, OPT_DRY_RUN, OPT_HELP, OPT_PROCESSES,
-    OPT_CURVE_SERVER, OPT_CURVE_CLIENT, OPT_SCHEDULE, OPT_STREAMS, OPT_STREAM_BASE,
+    OPT_CURVE_SERVER, OPT_CURVE_CLIENT, OPT_SCHEDULE, OPT_STREAMS, OPT_STREAM_BASE, OPT_ENGINE,
 };
 
 static const struct option s_long_options[] = {
@@ -264,6 +273,7 @@ static const struct option s_long_options[] = {
     { "schedule", required_argument, NULL, OPT_SCHEDULE },
     { "streams", required_argument, NULL, OPT_STREAMS },
     { "stream-base", required_argument, NULL, OPT_STREAM_BASE },
+    { "engine", required_argument, NULL, OPT_ENGINE },
     { NULL, 0, NULL, 0 },
 };
 
@@ -371,6 +381,10 @@ int options_parse (int argc, char **argv, options_t *opt)
             if (s_parse_uint (arg, 1, MAX_THREADS, &opt->threads))
                 return s_usage_error ("--threads: expected 1 to 256, got \"%s\"", arg);
             opt->threads_given = true;
+            break;
+        case OPT_ENGINE:
+            if (client_sock_engine_parse (arg, &opt->engine) != 0)
+                return s_usage_error ("--engine: expected zmtp or libzmq, got \"%s\"", arg);
             break;
         case OPT_IO_THREADS:
             if (s_parse_uint (arg, 1, 64, &opt->io_threads))
@@ -504,9 +518,11 @@ int options_parse (int argc, char **argv, options_t *opt)
         char why[512];
         if (sigclient_curve_keys_load (opt->curve_server, opt->curve_client, &keys, why, sizeof why) != 0)
             return s_usage_error ("%s", why);
-        memcpy (opt->curve_keys[0], keys.server_public, sizeof keys.server_public);
-        memcpy (opt->curve_keys[1], keys.client_public, sizeof keys.client_public);
-        memcpy (opt->curve_keys[2], keys.client_secret, sizeof keys.client_secret);
+        int bad = client_sock_keys_decode (keys.server_public, keys.client_public, keys.client_secret,
+                                           &opt->curve_keys);
+        explicit_bzero (&keys, sizeof keys);
+        if (bad)
+            return s_usage_error ("%s: a key that is not Z85", opt->curve_client);
     }
     if (rate_text && conc_text)
         return s_usage_error ("%s: give --rate (open loop) or --concurrency (closed loop), not both", "--rate");
@@ -644,7 +660,9 @@ void options_print (FILE *out, const options_t *opt)
     else
         fprintf (out, "threads: %u (default: the smaller of %u connection(s) and %u CPU(s) in the affinity mask)\n",
                  opt->threads, opt->connections, opt->affinity_cpus);
-    fprintf (out, "io threads: %u\n", opt->io_threads);
+    fprintf (out, "engine: %s\n", sigclient_engine_name (opt->engine));
+    if (opt->engine == SIGCLIENT_ENGINE_LIBZMQ)
+        fprintf (out, "io threads: %u\n", opt->io_threads);
     if (opt->processes > 1)
         fprintf (out, "processes: %u, each 1/%u of the load, connections and threads\n", opt->processes, opt->processes);
     fprintf (out, "rows: %u, %s: ", opt->rows, opt->streams ? "step size" : "input size");

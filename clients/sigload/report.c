@@ -3,6 +3,7 @@
  * PNGs gnuplot makes of it), the error details, and the progress line on stderr. */
 #define _GNU_SOURCE
 #include "clock.h"
+#include "sigclient.h"
 #include "sigload.h"
 
 #include <errno.h>
@@ -127,11 +128,12 @@ void report_table_row (FILE *out, const result_t *r)
     fflush (out);
 }
 
+/* The engine is the last column, so that those before it stay where tools read them. */
 void report_csv_header (FILE *out)
 {
     fputs ("step,kind,mode,target,achieved_rps,requests,ok,errors,p50_us,p90_us,p99_us,p999_us,max_us,mean_us,"
            "server_mean_us,server_p50_us,server_p99_us,network_mean_us,network_p50_us,network_p99_us,"
-           "send_lag_mean_us,send_lag_max_us,errors_by_status\n", out);
+           "send_lag_mean_us,send_lag_max_us,errors_by_status,engine\n", out);
 }
 
 void report_csv_row (FILE *out, const result_t *r)
@@ -142,7 +144,7 @@ void report_csv_row (FILE *out, const result_t *r)
     uint64_t ok = r->counts.outcomes[OUT_OK];
     fprintf (out,
              "%s,%s,%s,%.10g,%.3f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-             "%.3f,%.3f,%.3f,%.3f,%.3f,%s\n",
+             "%.3f,%.3f,%.3f,%.3f,%.3f,%s,%s\n",
              r->step.name, r->step.echo ? "echo" : "sigserve", r->step.mode == MODE_OPEN ? "open" : "closed",
              r->step.target, r->achieved, r->counts.requests, ok, r->errors,
              sigload_us (histogram_value_at_percentile (h, 50)), sigload_us (histogram_value_at_percentile (h, 90)),
@@ -151,7 +153,7 @@ void report_csv_row (FILE *out, const result_t *r)
              sigload_us (histogram_value_at_percentile (s, 50)), sigload_us (histogram_value_at_percentile (s, 99)),
              histogram_mean (n) / 1e3, sigload_us (histogram_value_at_percentile (n, 50)),
              sigload_us (histogram_value_at_percentile (n, 99)), ok ? r->counts.lag_sum / (double) ok / 1e3 : 0.0,
-             sigload_us (r->counts.lag_max), errors);
+             sigload_us (r->counts.lag_max), errors, sigclient_engine_name (r->step.engine));
     fflush (out);
 }
 

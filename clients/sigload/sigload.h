@@ -3,16 +3,21 @@
  *   options.c  the usage text and option parsing (the thread default: the affinity mask)
  *   worker.c   connections and the worker threads' hot loop: send, receive, pace, record
  *   report.c   merging the workers' results; the table, summary.csv, .hgrm, plots, progress line
- *   echo.c     --serve-echo: the plain ZeroMQ echo server of the transport floor
+ *   echo.c     --serve-echo: the plain ZeroMQ echo server of the transport floor (either engine)
  *   procs.c    --processes N: N copies of the load in N processes, one start per step, one report
- *   main.c     main: readiness checks, the requests' payloads, the sweep
+ *   ready.c    before the sweep: every endpoint answers, every connection is up, dns:// names
+ *              expanded, the model's sizes
+ *   main.c     main: the requests' payloads, the sweep
  *
- * Design. The main thread parses the options, connects every DEALER socket, checks that each
- * endpoint answers (and asks the server for the model's sizes), then starts T worker threads and
- * runs the steps of the sweep one after another. Each worker owns every T-th connection and, for
- * the length of a step, runs one loop: send what is due, receive every reply there is, expire
- * requests past their timeout, then sleep in ppoll () on the sockets' ZMQ_FDs until the next
- * send is due (or spin with --busy-poll).
+ * Design. The main thread parses the options, connects every DEALER socket (clients/sigclient_sock.h:
+ * either engine, --engine), checks that each endpoint answers (and asks the server for the model's
+ * sizes), then starts T worker threads and runs the steps of the sweep one after another. Each
+ * worker owns every T-th connection and, for the length of a step, runs one loop: send what is
+ * due, receive every reply there is, expire requests past their timeout, then sleep in ppoll () on
+ * the sockets' fds until the next send is due (or spin with --busy-poll). With the zmtp engine those
+ * fds are the TCP connections themselves and the worker thread does all the I/O: a send is one
+ * sendmsg, a wake-up one read per connection that has something; with libzmq they are the
+ * sockets' ZMQ_FDs and libzmq's I/O thread moves the bytes.
  *
  *  - Open loop: each request has an intended send time t_k from the arrival process (constant or
  *    Poisson, each thread 1/T of the rate, phase-shifted so that constant arrivals interleave), or
@@ -39,9 +44,10 @@
  *  - Each worker records into its own histograms (total, server, network) and counters; the main
  *    thread merges them when the step ends. Warm-up requests are sent and checked, not recorded.
  *  - Nothing is allocated per request: requests are packed into a per-thread buffer, replies
- *    received into another and decoded with protobuf-c into a per-thread arena (common/arena.h)
- *    that is reset for each reply. (libzmq itself allocates the body of every message above 33
- *    bytes.)
+ *    decoded with protobuf-c, straight from the socket layer's buffers, into a per-thread arena
+ *    (common/arena.h) that is reset for each reply. The zmtp engine allocates nothing per message
+ *    either once its buffers have grown to the traffic; libzmq allocates the body of every
+ *    message above 33 bytes.
  *  - --echo and --floor send the same bytes to a plain ZeroMQ echo (sigload --serve-echo): a
  *    packed request of the same size with the id in its first 8 bytes, checked by size and id.
  *
@@ -51,6 +57,7 @@
 
 #include "arena.h"
 #include "histogram.h"
+#include "sigclient_sock.h"
 #include "signal.pb-c.h"
 
 #include <poll.h>
@@ -80,7 +87,7 @@ enum {
     OUT_BAD_REPLY,                      /* undecodable, not an InferReply, or the wrong size */
     OUT_UNMATCHED,                      /* a request_id that is not outstanding */
     OUT_MISMATCH,                       /* outputs differ from --expect */
-    OUT_SEND_FAILED,                    /* zmq_send failed (not for lack of room) */
+    OUT_SEND_FAILED,                    /* the send failed (not for lack of room) */
     OUT_COUNT
 };
 
@@ -101,7 +108,8 @@ typedef struct {
     size_t n_models;
     char model_names[1024];
     const char *curve_server, *curve_client;    /* certificate files; both or neither */
-    char curve_keys[3][41];         /* server public, client public, client secret (Z85) */
+    client_sock_keys_t curve_keys;  /* decoded from the certificates */
+    sigclient_engine_t engine;      /* --engine: every socket's, the echo server's too */
     bool echo;
     load_mode_t mode;
     double values[MAX_STEPS];       /* rates or concurrencies */
@@ -155,7 +163,9 @@ typedef struct {
 } stream_t;
 
 typedef struct {
-    void *socket;                   /* DEALER */
+    client_sock_t *socket;          /* DEALER */
+    int pfd_first, pfd_count;       /* its fds in the worker's pollfds, as last gathered */
+    bool wake;                      /* receive from it in the next turn of the loop */
     slot_t *ring;                   /* outstanding requests by sequence */
     uint64_t ring_mask;
     uint64_t next_seq;              /* the next sequence to send (from 1) */
@@ -196,6 +206,7 @@ typedef struct {
     uint64_t requests;              /* --requests, 0 by duration */
     bool schedule;                  /* --schedule: send times from the file */
     bool streams;                   /* requests are steps of the connections' streams */
+    sigclient_engine_t engine;      /* what moved its messages */
 } step_t;
 
 typedef struct _sigload_t sigload_t;
@@ -205,7 +216,8 @@ typedef struct {
     int index;
     pthread_t thread;
     connection_t *conns[2];         /* [SET_TARGET], [SET_FLOOR] (NULL without --floor) */
-    struct pollfd *pfds[2];
+    struct pollfd *pfds[2];         /* room for every fd of the set's connections */
+    int pfd_cap[2];
     size_t n_conns;
     histogram_t *total, *server, *network;
     counts_t counts;
@@ -226,8 +238,7 @@ typedef struct {
     uint64_t rng;                   /* Poisson gaps (common/rng.h) */
     /* buffers, allocated once */
     uint8_t *send_buf;
-    uint8_t *recv_buf;
-    size_t recv_cap;
+    size_t recv_cap;                /* the largest reply taken (the arena's bound) */
     arena_t *arena;                 /* each reply is decoded into it */
     Sigserve__V1__Request req;
     Sigserve__V1__InferRequest infer;
@@ -238,7 +249,7 @@ typedef struct {
 
 struct _sigload_t {
     const options_t *opt;
-    void *ctx;
+    void *ctx;                      /* libzmq: the sockets' context (NULL with zmtp) */
     worker_t *workers;
     size_t n_workers;
     step_t step;                    /* the running step: written by main between steps */
@@ -284,6 +295,26 @@ unsigned options_affinity_cpus (void);
 /* The effective settings (--dry-run), one per line. */
 void options_print (FILE *out, const options_t *opt);
 
+/* ---- ready.c ---- */
+
+/* What the server's model list says of a model. */
+typedef struct {
+    uint32_t in, out;               /* features and outputs per row */
+    uint32_t step_size;             /* lstm: features of one step */
+    char type[8];                   /* "mlp", "lstm", or "" from an older server */
+} model_sizes_t;
+
+/* Replaces each dns://NAME:PORT of EPS by the tcp:// endpoints of the addresses behind NAME that
+ * answer (said on stdout). Names are resolved once: a load run measures the fleet it started with.
+ * 0, or -1 (said why). */
+int ready_expand_dns (const sigload_t *L, bool echo, const char **eps, size_t *n_eps);
+/* Waits until each of EPS answers ready (a probe on a socket of its own), then until every
+ * connection of SET is up. 0, or -1 (said why). */
+int ready_check (sigload_t *L, int set, bool echo, const char *const *eps, size_t n_eps);
+/* Asks the server for MODEL's sizes on SOCKET; SERVED gets the names it lists. 0 when it lists it. */
+int ready_model_sizes (client_sock_t *socket, const char *model, int timeout_ms, model_sizes_t *sizes, char *served,
+                       size_t served_len);
+
 /* ---- procs.c ---- */
 
 /* --processes N (N > 1): forks N - 1 copies before any ZeroMQ context exists; each process (this
@@ -306,8 +337,9 @@ int echo_serve (const options_t *opt);
 
 /* ---- worker.c ---- */
 
-/* A DEALER with sigload's options (no linger; high-water marks of --max-outstanding). */
-void *connection_socket_new (void *ctx, const options_t *opt);
+/* A DEALER of --engine with sigload's options (libzmq: no linger, high-water marks of
+ * --max-outstanding, in CTX); NULL with errno. */
+client_sock_t *connection_socket_new (void *ctx, const options_t *opt);
 /* Copies TEXT into DST (ERROR_TEXT bytes) unless DST already holds a text. */
 void counts_copy_error (char *dst, const char *text);
 /* opt->threads workers, their connection arrays (two sets WITH_FLOOR), histograms and seeds. */

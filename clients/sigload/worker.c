@@ -1,8 +1,9 @@
-/* sigload's workers: their connections (DEALER sockets, a ring of outstanding requests each) and
- * the hot loop each thread runs for a step: send what is due (open loop: on schedule; closed
- * loop: when a reply frees a place), receive every reply there is and check it, expire requests
- * past --timeout, record into the thread's own histograms, then sleep in ppoll () until the next
- * send is due. sigload.h describes the design; nothing here allocates per request. */
+/* sigload's workers: their connections (DEALER sockets of either engine, a ring of outstanding
+ * requests each) and the hot loop each thread runs for a step: send what is due (open loop: on
+ * schedule; closed loop: when a reply frees a place), receive every reply there is and check it,
+ * expire requests past --timeout, record into the thread's own histograms, then sleep in ppoll ()
+ * on the sockets' fds until the next send is due. sigload.h describes the design; nothing here
+ * allocates per request. */
 #define _GNU_SOURCE
 #include "clock.h"
 #include "rng.h"
@@ -14,7 +15,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
-#include <zmq.h>
 
 #define HOUSEKEEPING_NS 10000000LL      /* a worker looks at timeouts and the abort flag this often */
 #define BLOCKED_WAIT_NS 200000LL        /* recheck a full connection this often */
@@ -40,23 +40,11 @@ static uint64_t s_get_le64 (const uint8_t *p)
 
 /* ---- connections ---- */
 
-void *connection_socket_new (void *ctx, const options_t *opt)
+client_sock_t *connection_socket_new (void *ctx, const options_t *opt)
 {
-    void *s = zmq_socket (ctx, ZMQ_DEALER);
-    if (!s)
-        return NULL;
-    int linger = 0, hwm = (int) opt->max_outstanding;
-    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt (s, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    if (opt->curve_server
-        && (zmq_setsockopt (s, ZMQ_CURVE_SERVERKEY, opt->curve_keys[0], 40) != 0
-            || zmq_setsockopt (s, ZMQ_CURVE_PUBLICKEY, opt->curve_keys[1], 40) != 0
-            || zmq_setsockopt (s, ZMQ_CURVE_SECRETKEY, opt->curve_keys[2], 40) != 0)) {
-        zmq_close (s);
-        return NULL;
-    }
-    return s;
+    const client_sock_opts_t o = { .engine = opt->engine, .curve = opt->curve_server ? &opt->curve_keys : NULL,
+                                   .hwm = (int) opt->max_outstanding, .zmq_ctx = ctx };
+    return client_sock_new (&o);
 }
 
 /* --streams: stream k (id base + k) to connection k mod C; each worker takes its connections'
@@ -106,23 +94,31 @@ int workers_connect (sigload_t *L, int set, const char *const *eps, size_t n_eps
         c->ring = calloc (opt->max_outstanding, sizeof *c->ring);
         c->socket = connection_socket_new (L->ctx, opt);
         if (!c->ring || !c->socket) {
-            fprintf (stderr, "sigload: out of memory or sockets\n");
+            fprintf (stderr, "sigload: out of memory or sockets%s%s\n", c->ring ? ": " : "",
+                     c->ring ? client_sock_strerror (errno) : "");
             return -1;
         }
         for (size_t e = 0; e < n_eps; e++) {
             bool mine = opt->connections >= n_eps ? e == g % n_eps : e % opt->connections == g;
             if (!mine)
                 continue;
-            if (zmq_connect (c->socket, eps[e]) != 0) {
-                fprintf (stderr, "sigload: cannot connect to %s: %s\n", eps[e], zmq_strerror (zmq_errno ()));
+            char why[512];
+            if (client_sock_connect (c->socket, eps[e], why, sizeof why) != 0) {
+                fprintf (stderr, "sigload: cannot connect to %s: %s\n", eps[e], client_sock_strerror (errno));
                 return -1;
             }
             c->n_peers++;
         }
-        size_t fd_len = sizeof (int);
-        int fd = -1;
-        zmq_getsockopt (c->socket, ZMQ_FD, &fd, &fd_len);
-        w->pfds[set][c->index] = (struct pollfd) { .fd = fd, .events = POLLIN };
+        w->pfd_cap[set] += client_sock_pollfds_max (opt->engine, (int) c->n_peers);
+    }
+    /* room for every fd the connections may have (zmtp: one per endpoint), made once */
+    for (size_t t = 0; t < L->n_workers; t++) {
+        worker_t *w = &L->workers[t];
+        free (w->pfds[set]);
+        if (!(w->pfds[set] = calloc ((size_t) w->pfd_cap[set] + 1, sizeof *w->pfds[set]))) {
+            fprintf (stderr, "sigload: out of memory\n");
+            return -1;
+        }
     }
     return set == SET_TARGET && opt->streams ? s_streams_assign (L) : 0;
 }
@@ -177,12 +173,9 @@ static int s_send (worker_t *w, connection_t *c, stream_t *stream, int64_t t_sch
         len = sigserve__v1__request__pack (&w->req, w->send_buf);
     }
     int64_t now = (int64_t) clock_now_ns ();
-    while (zmq_send (c->socket, w->send_buf, len, ZMQ_DONTWAIT) < 0) {
-        int e = zmq_errno ();
-        if (e == EINTR)
-            continue;
-        return e == EAGAIN ? SEND_BLOCKED : SEND_FAILED;
-    }
+    const zmtp_frame_t frame = { w->send_buf, len };
+    if (client_sock_send (c->socket, &frame, 1, 0) != 0)
+        return errno == EAGAIN ? SEND_BLOCKED : SEND_FAILED;
     slot->seq = seq;
     slot->t_sched = t_sched < 0 ? now : t_sched;
     slot->t_send = now;
@@ -255,7 +248,7 @@ static int s_open_send (worker_t *w, connection_t *conns, int64_t now)
                 break;
             }
             if (rc == SEND_FAILED)
-                s_count_error (w, measured, OUT_SEND_FAILED, zmq_strerror (zmq_errno ()));
+                s_count_error (w, measured, OUT_SEND_FAILED, client_sock_strerror (errno));
             else
                 sent++;
         }
@@ -287,7 +280,7 @@ static int s_closed_send (worker_t *w, connection_t *conns, int64_t now)
             if (rc == SEND_OK && stream)
                 c->stream_rr = c->stream_rr + 1 == c->n_streams ? 0 : c->stream_rr + 1;
             if (rc == SEND_FAILED) {
-                s_count_error (w, measured, OUT_SEND_FAILED, zmq_strerror (zmq_errno ()));
+                s_count_error (w, measured, OUT_SEND_FAILED, client_sock_strerror (errno));
                 if (measured)
                     w->counts.requests++;
                 break;
@@ -331,7 +324,8 @@ static bool s_outputs_match (const sigload_t *L, uint64_t seq, const float *out,
     return true;
 }
 
-static void s_reply (worker_t *w, connection_t *c, size_t n, int64_t now)
+/* One reply of N bytes at DATA (a view into the socket layer's buffer) on connection C. */
+static void s_reply (worker_t *w, connection_t *c, const uint8_t *data, size_t n, int64_t now)
 {
     sigload_t *L = w->load;
     const step_t *st = &L->step;
@@ -349,10 +343,10 @@ static void s_reply (worker_t *w, connection_t *c, size_t n, int64_t now)
             s_count_error (w, true, OUT_BAD_REPLY, "an echo of another size than the request");
             return;
         }
-        id = s_get_le64 (w->recv_buf);
+        id = s_get_le64 (data);
     } else {
         arena_reset (w->arena);
-        Sigserve__V1__Reply *rep = sigserve__v1__reply__unpack (arena_protobuf_allocator (w->arena), n, w->recv_buf);
+        Sigserve__V1__Reply *rep = sigserve__v1__reply__unpack (arena_protobuf_allocator (w->arena), n, data);
         if (!rep || rep->body_case != SIGSERVE__V1__REPLY__BODY_INFER || (int) rep->infer->status < 0
             || (int) rep->infer->status >= OUT_STATUS_COUNT) {
             s_count_error (w, true, OUT_BAD_REPLY, rep ? "a reply that is not an InferReply with a known status"
@@ -411,18 +405,45 @@ static void s_reply (worker_t *w, connection_t *c, size_t n, int64_t now)
         w->counts.lag_max = lag;
 }
 
+/* Every reply C has now, to the end (zmtp: none is left in its buffers; libzmq: its ZMQ_FD is armed). */
 static int s_drain (worker_t *w, connection_t *c)
 {
     int got = 0;
-    for (;;) {
-        int n = zmq_recv (c->socket, w->recv_buf, w->recv_cap, ZMQ_DONTWAIT);
-        if (n < 0) {
-            if (zmq_errno () == EINTR)
-                continue;
-            return got;   /* EAGAIN: nothing more now */
-        }
-        s_reply (w, c, (size_t) n, (int64_t) clock_now_ns ());
+    zmtp_msg_t m;
+    while (client_sock_try_recv (c->socket, &m) == 1) {
+        if (m.total_frames == 1)
+            s_reply (w, c, m.frames[0].data, m.frames[0].size, (int64_t) clock_now_ns ());
+        else
+            s_count_error (w, true, OUT_BAD_REPLY, "a reply of more than one frame");
         got++;
+    }
+    return got;
+}
+
+/* The fds of the set's connections, each connection's range noted; their count. */
+static int s_gather_fds (worker_t *w, connection_t *conns, struct pollfd *pfds, int cap)
+{
+    int n = 0;
+    for (size_t i = 0; i < w->n_conns; i++) {
+        conns[i].pfd_first = n;
+        conns[i].pfd_count = client_sock_pollfds (conns[i].socket, pfds + n, cap - n);
+        n += conns[i].pfd_count;
+    }
+    return n;
+}
+
+/* Which connections the next turn receives from. After a ppoll that saw events, with zmtp, those
+ * whose fds it saw ready: each was drained to the end, so one with no event holds no reply. Else
+ * all: libzmq's ZMQ_FD says nothing of what a send's processing took in, and a timeout is when the
+ * zmtp connections' timers (reconnecting, heartbeats) run, inside the receive. */
+static void s_mark_wake (worker_t *w, connection_t *conns, const struct pollfd *pfds, int events)
+{
+    bool all = events <= 0 || w->load->opt->engine != SIGCLIENT_ENGINE_ZMTP;
+    for (size_t i = 0; i < w->n_conns; i++) {
+        connection_t *c = &conns[i];
+        c->wake = all;
+        for (int k = 0; k < c->pfd_count && !c->wake; k++)
+            c->wake = pfds[c->pfd_first + k].revents != 0;
     }
 }
 
@@ -534,16 +555,20 @@ static void s_step_run (worker_t *w)
     struct pollfd *pfds = w->pfds[st->set];
     s_step_begin (w, conns);
     s_sleep_until (st->t0);
+    s_mark_wake (w, conns, pfds, 0);
     for (;;) {
         int64_t now = (int64_t) clock_now_ns ();
         bool aborted = atomic_load_explicit (&L->abort, memory_order_relaxed);
         int sent = 0;
         if (!aborted)
             sent = st->mode == MODE_OPEN ? s_open_send (w, conns, now) : s_closed_send (w, conns, now);
-        /* Receiving last, until EAGAIN, leaves every ZMQ_FD armed for the sleep below. */
+        /* Receiving last, until there is nothing more, leaves every ZMQ_FD armed for the sleep below
+         * (and every zmtp connection empty). */
         int got = 0;
         for (size_t i = 0; i < w->n_conns; i++)
-            got += s_drain (w, &conns[i]);
+            if (conns[i].wake)
+                got += s_drain (w, &conns[i]);
+        s_mark_wake (w, conns, pfds, 0);
         now = (int64_t) clock_now_ns ();
         uint64_t outstanding = 0;
         for (size_t i = 0; i < w->n_conns; i++) {
@@ -574,7 +599,8 @@ static void s_step_run (worker_t *w)
         if (L->opt->busy_poll || wait < SPIN_NS)
             continue;
         struct timespec ts = { .tv_sec = wait / 1000000000LL, .tv_nsec = wait % 1000000000LL };
-        ppoll (pfds, w->n_conns, &ts, NULL);
+        int nfds = s_gather_fds (w, conns, pfds, w->pfd_cap[st->set]);
+        s_mark_wake (w, conns, pfds, ppoll (pfds, (nfds_t) nfds, &ts, NULL));
     }
     s_publish (w);
 }
@@ -609,12 +635,9 @@ int workers_new (sigload_t *L, bool with_floor)
         w->load = L;
         w->index = (int) t;
         w->n_conns = opt->connections / L->n_workers + (t < opt->connections % L->n_workers);
-        for (int set = 0; set < (with_floor ? 2 : 1); set++) {
-            w->conns[set] = calloc (w->n_conns, sizeof *w->conns[set]);
-            w->pfds[set] = calloc (w->n_conns, sizeof *w->pfds[set]);
-            if (!w->conns[set] || !w->pfds[set])
+        for (int set = 0; set < (with_floor ? 2 : 1); set++)
+            if (!(w->conns[set] = calloc (w->n_conns, sizeof *w->conns[set])))
                 return -1;
-        }
         w->total = histogram_new ();
         w->server = histogram_new ();
         w->network = histogram_new ();
@@ -631,9 +654,8 @@ int workers_buffers (sigload_t *L)
         worker_t *w = &L->workers[t];
         w->send_buf = malloc (L->send_cap);
         w->recv_cap = 65536 + L->echo_len;
-        w->recv_buf = malloc (w->recv_cap);
         w->arena = arena_new (2 * w->recv_cap + 65536, SIZE_MAX);   /* its pages touched now, not on the first reply */
-        if (!w->send_buf || !w->recv_buf || !w->arena)
+        if (!w->send_buf || !w->arena)
             return -1;
         w->req = (Sigserve__V1__Request) SIGSERVE__V1__REQUEST__INIT;
         w->infer = (Sigserve__V1__InferRequest) SIGSERVE__V1__INFER_REQUEST__INIT;
@@ -656,8 +678,7 @@ void workers_destroy (sigload_t *L)
         worker_t *w = &L->workers[t];
         for (int set = 0; set < 2; set++) {
             for (size_t i = 0; w->conns[set] && i < w->n_conns; i++) {
-                if (w->conns[set][i].socket)
-                    zmq_close (w->conns[set][i].socket);
+                client_sock_destroy (&w->conns[set][i].socket);
                 free (w->conns[set][i].ring);
                 free (w->conns[set][i].streams);
             }
@@ -669,7 +690,6 @@ void workers_destroy (sigload_t *L)
         histogram_destroy (&w->network);
         free (w->streams);
         free (w->send_buf);
-        free (w->recv_buf);
         arena_destroy (&w->arena);
     }
     free (L->workers);
