@@ -704,6 +704,42 @@ START_TEST (a_dealer_refuses_a_frame_no_reply_can_be)
 }
 END_TEST
 
+/* Corked, a burst of replies is held and leaves with one write at uncork, in order; uncorked, a reply
+ * leaves at once. */
+START_TEST (a_corked_burst_leaves_in_one_write_in_order)
+{
+    const char *ep = s_endpoint ();
+    zmtp_router_t *r = s_router (ep, 1 << 20, 0);
+    int fd = s_raw_connect (ep);
+    s_raw_handshake (fd, r);
+    s_raw_frame (fd, 0, "q", 1);
+    zmtp_router_msg_t m;
+    ck_assert_int_eq (s_router_take (r, &m, WAIT_MS), 1);
+    uint8_t id[ZMTP_ROUTING_ID_BYTES];
+    memcpy (id, m.msg.frames[0].data, sizeof id);
+    zmtp_router_cork (r, true, s_now ());
+    for (int k = 0; k < 3; k++) {
+        char body[4] = { 'a', (char) ('0' + k) };
+        zmtp_frame_t out[2] = { { id, sizeof id }, { (const uint8_t *) body, 2 } };
+        ck_assert_int_eq (zmtp_router_send (r, out, 2, s_now ()), 0);
+    }
+    uint8_t got[16];
+    ck_assert_int_eq ((int) recv (fd, got, sizeof got, MSG_DONTWAIT), -1);     /* nothing yet */
+    zmtp_router_cork (r, false, s_now ());
+    s_read_exact (fd, got, 12);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq (got[4 * k + 1], 2);
+        ck_assert_int_eq (got[4 * k + 3], '0' + k);
+    }
+    zmtp_frame_t out[2] = { { id, sizeof id }, { (const uint8_t *) "z", 1 } };
+    ck_assert_int_eq (zmtp_router_send (r, out, 2, s_now ()), 0);
+    s_read_exact (fd, got, 3);
+    ck_assert_int_eq (got[2], 'z');
+    close (fd);
+    zmtp_router_destroy (&r, 0);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("zmtp");
@@ -721,6 +757,7 @@ int main (void)
     tcase_add_test (tc, idle_connections_make_room_under_the_open_file_limit);
     tcase_add_test (tc, max_connections_refuses_one_past_the_limit);
     tcase_add_test (tc, a_dealer_refuses_a_frame_no_reply_can_be);
+    tcase_add_test (tc, a_corked_burst_leaves_in_one_write_in_order);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

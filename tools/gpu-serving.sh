@@ -8,7 +8,7 @@
 # tools/gpu-libs.sh (.gpubuild, .devlibs); pyzmq for the peers as a wheel in .whl; the gpus step
 # makes its weights with python3 (numpy or torch, examples/gpu-bound/make-weights.py).
 #
-#   OUT=... STEPS="floor sweeps scale fronts models lowload peers warm metrics core gpus gpus-tick transport" bash tools/gpu-serving.sh
+#   OUT=... STEPS="floor sweeps scale fronts models lowload peers warm metrics core gpus gpus-tick transport transport-tput" bash tools/gpu-serving.sh
 #
 # Every step writes its sigload tables to $OUT/logs/<step>.log; a summary table is printed last.
 # Cores: the host has 16 (x2 host: 32). sigload runs on the last 8, servers on the first ones
@@ -440,7 +440,8 @@ transport)  # issue 35: our ZMTP engine against libzmq, every figure beside its 
             # (tick_mlp on the CPU): the echo floor of each engine (an echo server of that engine), sigload's zmtp
             # engine against sigserve on zmtp, libzmq clients against sigserve on zmtp and on libzmq (the >= 40%),
             # and the persistent MLP in its device process with busy_poll, sigload's zmtp engine busy-polling
-            # (with the kernel's own in-process p50 from sigbench). Medians: tools/transport-table.py.
+            # (the kernel's own in-process p50: sigbench's persistent rows, in transport-inprocess). Medians:
+            # tools/transport-table.py.
     taskset -c 4-7 "$B/rtt" --cpus 4,5 --bytes 2048 --iterations 50000 >"$LOGS/transport-rtt.log" 2>&1
     { echo "### transport-rtt"; grep -E '^\|' "$LOGS/transport-rtt.log"; echo; } >>"$SUMMARY"
     taskset -c 1 "$B/sigbench" --weights "$WEIGHTS" --cpu 1 --iterations 20000 >"$LOGS/transport-inprocess.log" 2>&1
@@ -471,19 +472,28 @@ transport)  # issue 35: our ZMTP engine against libzmq, every figure beside its 
             stop
         fi
     done
-    taskset -c 1 "$B/sigbench" --weights "$WEIGHTS" --cpu 1 --only-persistent --iterations 20000 \
-        >"$LOGS/transport-persistent-inprocess.log" 2>&1
-    { echo "### transport-persistent-inprocess"; grep -E '^\| (persistent|ping-pong)' "$LOGS/transport-persistent-inprocess.log"; echo; } >>"$SUMMARY"
-    # throughput: single-row tick_mlp on the CPU, 4 fronts sharing one tcp endpoint, sigload's zmtp engine
-    # from 4 processes; the server on CPUs 0-7, the load on 8-15
-    config transport-fronts4 '"endpoints": ["tcp://127.0.0.1:5560"], "fronts": 4' \
-        "$(model tick_mlp '"backend": "cpu", "instances": 4, "max_batch_rows": 64, "queue_depth": 8192,')"
-    if serve transport-fronts4 0-7 tcp://127.0.0.1:5560; then
-        load transport-fronts4 --endpoint tcp://127.0.0.1:5560 --model tick_mlp --engine zmtp --processes 4 \
-            --connections 32 --threads 8 --rate "${TRANSPORT_RATES:-200k,300k,400k,500k,600k,700k}" --stop-when-saturated
-        ps -L -o tid,comm,psr,time -p "$SERVER" >"$LOGS/transport-fronts4-threads.txt" 2>&1
+    ;;
+transport-tput)  # issue 35: single-row tick_mlp on the CPU (4 instances, batching up to 64 rows) through 4 fronts, to
+            # saturation, sigload's zmtp engine from several processes: TPUT_VARIANTS of shared (one tcp endpoint every
+            # front listens on, SO_REUSEPORT), own (4 endpoints, one a front) and own-libzmq (the same on libzmq, client
+            # and server, for comparison); the server on TPUT_SERVER_CPUS (default
+            # 0-9: ten CPUs for 8 serving threads, so that they spin), the load on TPUT_LOAD_CPUS (10-15)
+    scpus=${TPUT_SERVER_CPUS:-0-9}; lcpus=${TPUT_LOAD_CPUS:-10-15}
+    for v in ${TPUT_VARIANTS:-shared own}; do
+        if [ "$v" = shared ]; then eps='"tcp://127.0.0.1:5560"'; sl="--endpoint tcp://127.0.0.1:5560"
+        else eps='"tcp://127.0.0.1:5560", "tcp://127.0.0.1:5561", "tcp://127.0.0.1:5562", "tcp://127.0.0.1:5563"'
+             sl="--endpoint tcp://127.0.0.1:5560 --endpoint tcp://127.0.0.1:5561 --endpoint tcp://127.0.0.1:5562 --endpoint tcp://127.0.0.1:5563"
+        fi
+        t=zmtp; case $v in *-libzmq) t=libzmq ;; esac     # own-libzmq: the same on libzmq, client and server
+        config "transport-tput-$v" "\"endpoints\": [$eps], \"fronts\": 4, \"transport\": \"$t\"" \
+            "$(model tick_mlp '"backend": "cpu", "instances": 4, "max_batch_rows": 64, "queue_depth": 8192,')"
+        serve "transport-tput-$v" "$scpus" tcp://127.0.0.1:5560 || continue
+        LOAD_CPUS=$lcpus load "transport-tput-$v" $sl --model tick_mlp --engine "$t" --processes "${TPUT_PROCESSES:-3}" \
+            --connections 24 --threads "${TPUT_THREADS:-6}" --rate "${TPUT_RATES:-300k,400k,500k,600k,700k}" --stop-when-saturated
+        ps -L -o tid,comm,psr,time -p "$SERVER" >"$LOGS/transport-tput-$v-threads.txt" 2>&1
+        grep -E "adaptive spinning" "$LOGS/sigserve_transport-tput-$v.log" >>"$LOGS/transport-tput-$v-threads.txt"
         stop
-    fi
+    done
     ;;
 esac
 done

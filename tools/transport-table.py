@@ -14,22 +14,28 @@ import sys
 
 
 def sections(text):
-    """{name: [rows as dicts by header]} for every `### name` followed by a markdown table."""
-    out, name, header = {}, None, None
+    """{name: [rows as dicts by header]} for every `### name` followed by markdown tables (a row followed
+    by a `| --- |` line is the header of the rows after it)."""
+    out, name, header, last = {}, None, None, None
     for line in text.splitlines():
         if line.startswith("### "):
-            name, header = line[4:].strip(), None
+            name, header, last = line[4:].strip(), None, None
             out.setdefault(name, [])
             continue
         if not name or not line.startswith("|"):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if set("".join(cells)) <= set("-: "):
+            if last is not None and out[name] and out[name][-1] is last:
+                out[name].pop()
+            header = list(last.values()) if last is not None else header
+            last = None
+            continue
         if header is None:
             header = cells
             continue
-        if set("".join(cells)) <= set("-: "):
-            continue
-        out[name].append(dict(zip(header, cells)))
+        last = dict(zip(header, cells))
+        out[name].append(last)
     return out
 
 
@@ -73,7 +79,8 @@ def main():
     secs = sections(open(f"{out}/summary.md").read())
     rtt = {list(r.values())[0]: r for r in secs.get("transport-rtt", [])}
     cpu = row_of(secs.get("transport-inprocess", []), "cpu loop")
-    pers = row_of(secs.get("transport-persistent-inprocess", []), "persistent")
+    pers = row_of(secs.get("transport-inprocess", []), "persistent-nvrtc") or \
+        row_of(secs.get("transport-inprocess", []), "persistent")
 
     def rtt_of(method, col):
         return num(rtt[method][col]) if method in rtt else None
@@ -132,15 +139,14 @@ def main():
     e = results.get("transport-echo-zmtp")
     if e and tcp50 is not None:
         check("sigload's zmtp echo floor p50", f"<= 1.2 x raw TCP = {1.2 * tcp50:.2f}", fmt(e[0]), e[0] <= 1.2 * tcp50)
-    fronts = secs.get("transport-fronts4", [])
-    best = None
-    for r in fronts:
-        if r.get("step", "").startswith("open") and num(r.get("p99")) is not None and num(r.get("p99")) <= 1000 \
-                and not (r.get("errors", "0").strip() not in ("0", "")):
-            best = max(best or 0, num(r.get("achieved req/s")))
-    if fronts:
-        check("single-row tick_mlp, 4 fronts, p99 <= 1 ms", ">= 500000 req/s", f"{best or 0:.0f} req/s",
-              (best or 0) >= 500000)
+    for name in sorted(n for n in secs if n.startswith("transport-tput")):
+        best = 0
+        for r in secs[name]:
+            if r.get("step", "").startswith("open") and num(r.get("p99")) is not None and num(r.get("p99")) <= 1000 \
+                    and r.get("errors", "0").strip() in ("0", ""):
+                best = max(best, num(r.get("achieved req/s")) or 0)
+        check(f"single-row tick_mlp, 4 fronts ({name}), p99 <= 1 ms", ">= 500000 req/s", f"{best:.0f} req/s",
+              best >= 500000)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ static int s_reserve_out (zmtp_conn_t *self, size_t more)
     }
     if (self->out_end + more <= self->out_cap)
         return 0;
-    size_t cap = self->out_cap ? self->out_cap : 4096;
+    size_t cap = self->out_cap ? self->out_cap : OUT_INITIAL;
     while (cap < self->out_end + more)
         cap *= 2;
     uint8_t *p = realloc (self->out, cap);
@@ -66,7 +66,7 @@ static int s_reserve_out (zmtp_conn_t *self, size_t more)
 static int s_write (zmtp_conn_t *self, struct iovec *iov, int count, size_t total, uint64_t now)
 {
     size_t done = 0;
-    if (self->out_pos == self->out_end) {
+    if (self->out_pos == self->out_end && !self->held) {
         struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t) count };
         ssize_t n = sendmsg (self->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -160,6 +160,8 @@ size_t zmtp_conn_metadata (const zmtp_conn_t *self, uint8_t *md, size_t cap)
     return used;
 }
 
+void zmtp_conn_hold (zmtp_conn_t *self, bool hold) { self->held = hold; }
+
 int zmtp_conn_send (zmtp_conn_t *self, const zmtp_frame_t *frames, int n, uint64_t now)
 {
     if (self->state == ST_CLOSED) {
@@ -224,9 +226,17 @@ int zmtp_conn_send (zmtp_conn_t *self, const zmtp_frame_t *frames, int n, uint64
 zmtp_conn_t *zmtp_conn_new (int fd, const zmtp_conn_opts_t *opts, uint64_t now)
 {
     zmtp_conn_t *self = calloc (1, sizeof *self);
-    if (self)
+    if (self) {
+        /* both buffers now: a burst of replies held for one write (zmtp_conn_hold) allocates nothing */
         self->in = malloc (IN_INITIAL);
-    if (!self || !self->in) {
+        self->out = malloc (OUT_INITIAL);
+        self->out_cap = OUT_INITIAL;
+    }
+    if (!self || !self->in || !self->out) {
+        if (self) {
+            free (self->in);
+            free (self->out);
+        }
         free (self);
         close (fd);
         return NULL;

@@ -116,6 +116,10 @@ bool zmtp_conn_has_input (const zmtp_conn_t *self);
  * (the queue would pass out_hard: nothing was written), ENOTCONN (not ready), EPIPE (the connection
  * has ended). */
 int zmtp_conn_send (zmtp_conn_t *self, const zmtp_frame_t *frames, int n, uint64_t now);
+/* HOLD: messages sent from now on are only queued (copied), until a flush writes them all with one
+ * system call; false: sends write at once again (what is queued still waits for a flush). For a burst
+ * of replies to one peer. */
+void zmtp_conn_hold (zmtp_conn_t *self, bool hold);
 /* Writes what is queued: 1 all written, 0 some left, -1 the connection has ended. */
 int zmtp_conn_flush (zmtp_conn_t *self);
 /* Bytes queued to write. */

@@ -7,6 +7,7 @@
 #include "zmtp_conn.h"
 
 #define IN_INITIAL 8192
+#define OUT_INITIAL 8192
 #define FRAME_MAX (1ull << 31)           /* a frame's bytes at most, whatever max_message_bytes says (0: none) */
 #define OUT_HARD_DEFAULT (16u << 20)
 #define METADATA_MAX 256
@@ -30,6 +31,7 @@ struct zmtp_conn {
     size_t m_total, m_bytes;
     size_t m_off[ZMTP_MSG_FRAMES], m_len[ZMTP_MSG_FRAMES];
     bool m_refused;
+    bool held;                          /* zmtp_conn_hold: sends are queued, written by the next flush */
     uint8_t *out;                       /* queued to write: [out_pos, out_end) */
     size_t out_cap, out_pos, out_end;
     uint8_t *seal;                      /* CURVE: one message's sealed frames, before they are written */

@@ -43,6 +43,7 @@ typedef struct {
     bool queued;                        /* in the FIFO of connections with input */
     bool reading, writing;              /* what epoll watches for it */
     bool stalled;                       /* out_soft queued: no message handed out until it drains */
+    bool corked;                        /* replies queued while the router is corked, to write at uncork */
     bool reap;                          /* to be closed at the next turn */
     uint64_t closing_since;             /* it refused a message at this time (0: it did not) */
     uint64_t linger_since;              /* shut on our side at this time, waiting for the peer's end (0: not) */
@@ -62,6 +63,9 @@ struct zmtp_router {
     struct epoll_event ev[EVENTS_MAX];  /* from the last wait, not yet processed */
     int ev_count, ev_next;
     bool handed;                        /* a message was handed out since the last look at epoll */
+    bool corked;                        /* zmtp_router_cork */
+    uint32_t *dirty;                    /* connections with replies held while corked */
+    uint32_t dirty_count;
     uint64_t fd_limit;                  /* RLIMIT_NOFILE when the router was made */
     uint64_t fd_base;                   /* fds the process had then, beside every router's connections */
     zmtp_router_stats_t stats;
@@ -165,7 +169,7 @@ static void s_close (zmtp_router_t *self, uint32_t i)
     zmtp_conn_destroy (&s->conn);
     atomic_fetch_sub (&s_process_connections, 1);
     s->gen++;
-    s->queued = s->reap = s->stalled = false;
+    s->queued = s->reap = s->stalled = s->corked = false;
     s->awaiting = 0;
     s->closing_since = s->linger_since = 0;
     self->count--;
@@ -207,8 +211,13 @@ static int s_free_slot (zmtp_router_t *self)
         return -1;
     self->slots = slots;
     uint32_t *fifo = malloc (cap * sizeof *fifo);
-    if (!fifo)
+    uint32_t *dirty = realloc (self->dirty, cap * sizeof *dirty);
+    if (dirty)
+        self->dirty = dirty;
+    if (!fifo || !dirty) {
+        free (fifo);
         return -1;
+    }
     for (uint32_t k = 0; k < self->fifo_len; k++)
         fifo[k] = self->fifo[(self->fifo_head + k) % self->cap];
     free (self->fifo);
@@ -429,6 +438,11 @@ int zmtp_router_send (zmtp_router_t *self, const zmtp_frame_t *frames, int n, ui
         return -1;
     }
     uint32_t i = (uint32_t) (s - self->slots);
+    if (self->corked && !s->corked && self->dirty_count < self->cap) {
+        s->corked = true;
+        zmtp_conn_hold (s->conn, true);
+        self->dirty[self->dirty_count++] = i;
+    }
     if (zmtp_conn_send (s->conn, frames + 1, n - 1, now) != 0) {
         int e = errno;
         if (e == EPIPE || e == ENOTCONN) {
@@ -440,11 +454,37 @@ int zmtp_router_send (zmtp_router_t *self, const zmtp_frame_t *frames, int n, ui
     }
     if (s->awaiting)
         s->awaiting--;
+    if (s->corked)
+        return 0;       /* written, and looked at, when the router is uncorked */
     if (zmtp_conn_closing (s->conn) && zmtp_conn_queued (s->conn) == 0)
         s_linger (self, i, now);
     else
         s_interest (self, i);
     return 0;
+}
+
+void zmtp_router_cork (zmtp_router_t *self, bool on, uint64_t now)
+{
+    self->corked = on;
+    if (on)
+        return;
+    for (uint32_t k = 0; k < self->dirty_count; k++) {
+        uint32_t i = self->dirty[k];
+        slot_t *s = &self->slots[i];
+        if (!s->conn || !s->corked)
+            continue;
+        s->corked = false;
+        zmtp_conn_hold (s->conn, false);
+        if (zmtp_conn_flush (s->conn) < 0) {
+            s_close (self, i);
+            continue;
+        }
+        if (zmtp_conn_closing (s->conn) && zmtp_conn_queued (s->conn) == 0)
+            s_linger (self, i, now);
+        else
+            s_interest (self, i);
+    }
+    self->dirty_count = 0;
 }
 
 void zmtp_router_tick (zmtp_router_t *self, uint64_t now)
@@ -591,6 +631,7 @@ void zmtp_router_destroy (zmtp_router_t **self_p, uint32_t linger_ms)
         close (self->spare_fd);
     free (self->slots);
     free (self->fifo);
+    free (self->dirty);
     free (self);
     *self_p = NULL;
 }

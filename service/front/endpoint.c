@@ -196,6 +196,12 @@ int endpoints_send (endpoints_t *self, int slot, const frame_t *envelope, int co
 
 int endpoints_wait (endpoints_t *self, int wake_fd, int timeout_ms) { return self->ops->wait (self, wake_fd, timeout_ms); }
 
+void endpoints_cork (endpoints_t *self, bool on)
+{
+    if (self->ops->cork)
+        self->ops->cork (self, on);
+}
+
 const char *endpoints_name (const endpoints_t *self, int slot) { return self->slots[slot].name; }
 const char *endpoints_transport (const endpoints_t *self) { return self->ops->name; }
 

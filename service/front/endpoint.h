@@ -67,6 +67,9 @@ void endpoints_release (endpoints_t *self, message_t *msg);
 /* Sends a reply: ENVELOPE's COUNT frames (its routing id first), then PAYLOAD. 0, or -1 with errno:
  * EAGAIN (the client's queue is full: it is not reading), EHOSTUNREACH (the client has gone). */
 int endpoints_send (endpoints_t *self, int slot, const frame_t *envelope, int count, const void *payload, size_t len);
+/* A burst of replies (ON ... OFF): zmtp writes each client's replies of the burst with one system call
+ * at OFF instead of one each; libzmq batches by itself. */
+void endpoints_cork (endpoints_t *self, bool on);
 /* Sleeps until a socket has something or WAKE_FD is readable, at most TIMEOUT_MS. > 0 woken. */
 int endpoints_wait (endpoints_t *self, int wake_fd, int timeout_ms);
 

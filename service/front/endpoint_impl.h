@@ -39,6 +39,8 @@ typedef struct {
     /* FRAMES: the envelope, then the payload. */
     int (*send) (endpoints_t *self, int slot, const frame_t *frames, int count);
     int (*wait) (endpoints_t *self, int wake_fd, int timeout_ms);
+    /* A burst of replies begins (ON) or ends (OFF): replies to one client may leave in one write (NULL: no such thing). */
+    void (*cork) (endpoints_t *self, bool on);
     void (*watch) (endpoints_t *self, uint64_t now_ns, bool force);
     bool (*refused) (endpoints_t *self, const message_t *msg, uint64_t now_ns);
     const void *(*client_key) (endpoints_t *self, const message_t *msg, size_t *len);

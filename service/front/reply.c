@@ -118,17 +118,22 @@ void front_send_job (front_t *self, model_t *m, job_t *j)
 
 bool front_collect (front_t *self)
 {
-    bool any = false;
+    int sent = 0;
     for (size_t i = 0; i < self->answering_count; i++) {
         model_t *m = self->answering[i];
         job_t *j;
         dispatch_reclaim (m, self->index);
         while ((j = dispatch_next_done (m, self->index)) != NULL) {
+            /* several finished jobs: each client's replies leave in one write (the first alone
+             * is sent at once, a lone reply waits for nothing) */
+            if (sent++ == 1)
+                endpoints_cork (self->endpoints, true);
             front_send_job (self, m, j);
-            any = true;
         }
     }
-    return any;
+    if (sent > 1)
+        endpoints_cork (self->endpoints, false);
+    return sent > 0;
 }
 
 int front_reply_buffer (front_t *self, model_registry_t *models, char *err, size_t errlen)
