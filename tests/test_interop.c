@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +344,87 @@ START_TEST (a_reconnect_storm_is_served_and_leaves_no_connection_behind)
 }
 END_TEST
 
+/* zmtp: a reload's max_message_bytes bounds the next message of every connection, open ones too (libzmq
+ * sets its bound on a socket when it binds it: its endpoints keep the old one). */
+/* A message of an envelope frame of 300 bytes and an "odd" request: 460-odd bytes in all. */
+static int s_send_padded (void *s, uint64_t id)
+{
+    static uint8_t pad[300];
+    memset (pad, 'p', sizeof pad);
+    float g[33] = { 0.1f };
+    uint8_t buf[1024];
+    size_t len = tu_pack_infer (buf, sizeof buf, "odd", g, 33, 1, id, 0);
+    ck_assert_int_eq (zmq_send (s, pad, sizeof pad, ZMQ_SNDMORE), (int) sizeof pad);
+    ck_assert_int_eq (zmq_send (s, buf, len, 0), (int) len);
+    /* the reply: the envelope frame back, then the reply */
+    zmq_msg_t part;
+    zmq_msg_init (&part);
+    int status = -1;
+    if (zmq_msg_recv (&part, s, 0) >= 0) {
+        while (zmq_msg_more (&part))
+            zmq_msg_recv (&part, s, 0);
+        Sigserve__V1__Reply *r = s_unpack (zmq_msg_data (&part), zmq_msg_size (&part));
+        status = r->infer->status;
+        sigserve__v1__reply__free_unpacked (r, NULL);
+    }
+    zmq_msg_close (&part);
+    return status;
+}
+
+/* zmtp: a reload's max_message_bytes bounds the next message of every connection, open ones too (libzmq
+ * sets its bound on a socket when it binds it: its endpoints keep the old one). */
+START_TEST (a_reload_moves_the_message_bound_of_open_connections)
+{
+    if (strcmp (s_fx.options.transport, "zmtp") != 0)
+        return;
+    char json[4096], path[2400], cmd[5000], ep[64];
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", tu_free_port ());
+    snprintf (path, sizeof path, "%s/bound.json", s_fx.dir);
+    for (int k = 0; k < 2; k++) {
+        snprintf (json, sizeof json,
+                  "{ \"server\": { \"endpoints\": [\"%s\"], \"max_message_bytes\": %d, \"log_level\": \"warn\" },"
+                  "  \"models\": [ { \"name\": \"odd\", \"backend\": \"cpu\", \"max_rows\": 1, \"weights\": \"%s/odd.safetensors\","
+                  "    \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"tanh\" }, { \"weight\": \"b.weight\" } ] } ] }",
+                  ep, k ? 65536 : 400, s_fx.dir);
+        char *written = tu_write_file (s_fx.dir, k ? "bound-next.json" : "bound.json", json, -1);
+        free (written);
+    }
+    pid_t pid = tu_server_start (path, ep, 30000);
+    ck_assert_int_gt (pid, 0);
+    void *s = s_socket (ZMQ_DEALER, ep);
+    ck_assert_int_eq (s_send_padded (s, 1), SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);   /* and closed */
+    zmq_close (s);
+    /* a connection opened before the reload, a small request answered on it first */
+    s = s_socket (ZMQ_DEALER, ep);
+    float g[33] = { 0.1f };
+    uint8_t buf[1024];
+    size_t len = tu_pack_infer (buf, sizeof buf, "odd", g, 33, 1, 2, 0);
+    ck_assert_int_eq (zmq_send (s, buf, len, 0), (int) len);
+    ck_assert_int_gt (zmq_recv (s, buf, sizeof buf, 0), 0);
+    snprintf (cmd, sizeof cmd, "cp %s/bound-next.json %s", s_fx.dir, path);
+    ck_assert_int_eq (system (cmd), 0);
+    kill (pid, SIGHUP);
+    /* once the reload is in (the small request's reply says nothing of it: poll until a padded one is
+     * answered OK on the same connection, 30 s at most, the refused ones on fresh connections) */
+    int status = -1;
+    for (const double until = s_seconds () + 30; s_seconds () < until;) {
+        len = tu_pack_infer (buf, sizeof buf, "odd", g, 33, 1, 3, 0);
+        ck_assert_int_eq (zmq_send (s, buf, len, 0), (int) len);
+        ck_assert_int_gt (zmq_recv (s, buf, sizeof buf, 0), 0);
+        void *probe = s_socket (ZMQ_DEALER, ep);
+        status = s_send_padded (probe, 4);
+        zmq_close (probe);
+        if (status == SIGSERVE__V1__STATUS__STATUS_OK)
+            break;
+    }
+    ck_assert_int_eq (status, SIGSERVE__V1__STATUS__STATUS_OK);
+    /* the connection opened before the reload takes the larger message too */
+    ck_assert_int_eq (s_send_padded (s, 5), SIGSERVE__V1__STATUS__STATUS_OK);
+    zmq_close (s);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+}
+END_TEST
+
 static void s_ctx_new (void) { s_ctx = zmq_ctx_new (); }
 static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
 
@@ -368,6 +450,7 @@ int main (void)
         tcase_add_test (tc, an_envelope_of_1_to_15_frames_comes_back_frame_for_frame);
         tcase_add_test (tc, heartbeats_keep_a_live_client_and_close_a_silent_one);
         tcase_add_test (tc, a_reconnect_storm_is_served_and_leaves_no_connection_behind);
+        tcase_add_test (tc, a_reload_moves_the_message_bound_of_open_connections);
         suite_add_tcase (s, tc);
     }
     return tu_run_suite (s);

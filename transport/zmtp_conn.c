@@ -161,6 +161,7 @@ size_t zmtp_conn_metadata (const zmtp_conn_t *self, uint8_t *md, size_t cap)
 }
 
 void zmtp_conn_hold (zmtp_conn_t *self, bool hold) { self->held = hold; }
+void zmtp_conn_set_max_message_bytes (zmtp_conn_t *self, uint64_t bytes) { self->opt.max_message_bytes = bytes; }
 
 int zmtp_conn_send (zmtp_conn_t *self, const zmtp_frame_t *frames, int n, uint64_t now)
 {

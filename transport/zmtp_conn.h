@@ -116,6 +116,8 @@ bool zmtp_conn_has_input (const zmtp_conn_t *self);
  * (the queue would pass out_hard: nothing was written), ENOTCONN (not ready), EPIPE (the connection
  * has ended). */
 int zmtp_conn_send (zmtp_conn_t *self, const zmtp_frame_t *frames, int n, uint64_t now);
+/* A new bound on a message's bytes (max_message_bytes), for the messages that begin from now on. */
+void zmtp_conn_set_max_message_bytes (zmtp_conn_t *self, uint64_t bytes);
 /* HOLD: messages sent from now on are only queued (copied), until a flush writes them all with one
  * system call; false: sends write at once again (what is queued still waits for a flush). For a burst
  * of replies to one peer. */

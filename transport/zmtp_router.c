@@ -463,6 +463,14 @@ int zmtp_router_send (zmtp_router_t *self, const zmtp_frame_t *frames, int n, ui
     return 0;
 }
 
+void zmtp_router_set_max_message_bytes (zmtp_router_t *self, uint64_t bytes)
+{
+    self->opt.conn.max_message_bytes = bytes;
+    for (uint32_t i = 0; i < self->cap; i++)
+        if (self->slots[i].conn)
+            zmtp_conn_set_max_message_bytes (self->slots[i].conn, bytes);
+}
+
 void zmtp_router_cork (zmtp_router_t *self, bool on, uint64_t now)
 {
     self->corked = on;

@@ -79,6 +79,9 @@ int zmtp_router_recv (zmtp_router_t *self, zmtp_router_msg_t *out, uint64_t now)
  * -1 with errno: EHOSTUNREACH (no such connection now), EAGAIN (its queue is full: nothing sent). */
 int zmtp_router_send (zmtp_router_t *self, const zmtp_frame_t *frames, int n, uint64_t now);
 
+/* A new max_message_bytes for every connection, open or to come (a reload). */
+void zmtp_router_set_max_message_bytes (zmtp_router_t *self, uint64_t bytes);
+
 /* Corks the router (ON) for a burst of replies: each connection's replies are queued and written with
  * one system call when it is uncorked (OFF), instead of one each. */
 void zmtp_router_cork (zmtp_router_t *self, bool on, uint64_t now);

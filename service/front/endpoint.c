@@ -245,6 +245,8 @@ void endpoints_drop_added (endpoints_t *self)
 
 void endpoints_commit (endpoints_t *self, const server_config_t *cfg)
 {
+    if (self->ops->options)
+        self->ops->options (self);
     for (int i = 0; i < SLOTS; i++) {
         slot_t *sl = &self->slots[i];
         sl->added = false;

@@ -39,6 +39,8 @@ typedef struct {
     /* FRAMES: the envelope, then the payload. */
     int (*send) (endpoints_t *self, int slot, const frame_t *frames, int count);
     int (*wait) (endpoints_t *self, int wake_fd, int timeout_ms);
+    /* The options of self->cfg apply from now on (a reload; NULL: they apply to new sockets only). */
+    void (*options) (endpoints_t *self);
     /* A burst of replies begins (ON) or ends (OFF): replies to one client may leave in one write (NULL: no such thing). */
     void (*cork) (endpoints_t *self, bool on);
     void (*watch) (endpoints_t *self, uint64_t now_ns, bool force);

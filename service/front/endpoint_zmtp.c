@@ -189,6 +189,13 @@ static int s_send (endpoints_t *self, int slot, const frame_t *frames, int count
     return zmtp_router_send (s_front (self)->router, (const zmtp_frame_t *) frames, count, clock_now_ns ());
 }
 
+/* A reload: max_message_bytes bounds every connection's next message (heartbeat_ms and max_connections
+ * keep their start-up values: main's reload says so). */
+static void s_options (endpoints_t *self)
+{
+    zmtp_router_set_max_message_bytes (s_front (self)->router, self->cfg.max_message_bytes);
+}
+
 static void s_cork (endpoints_t *self, bool on) { zmtp_router_cork (s_front (self)->router, on, clock_now_ns ()); }
 
 static void s_watch (endpoints_t *self, uint64_t now_ns, bool force);
@@ -270,6 +277,6 @@ static const void *s_client_key (endpoints_t *self, const message_t *msg, size_t
 
 const endpoint_ops_t endpoint_zmtp_ops = {
     .name = "zmtp", .start = s_start, .stop = s_stop, .bind = s_bind, .unbind = s_unbind, .close = s_close,
-    .recv = s_recv, .release = s_release, .send = s_send, .wait = s_wait, .cork = s_cork, .watch = s_watch,
+    .recv = s_recv, .release = s_release, .send = s_send, .wait = s_wait, .options = s_options, .cork = s_cork, .watch = s_watch,
     .refused = s_refused, .client_key = s_client_key,
 };

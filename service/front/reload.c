@@ -132,8 +132,15 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
     if (now->busy_poll != next->busy_poll)
         log_warn ("reload: server.busy_poll changed: takes effect at the next restart; kept %s",
                   now->busy_poll ? "true" : "false");
-    if (now->heartbeat_ms != next->heartbeat_ms || now->max_connections != next->max_connections)
+    if (now->transport != next->transport)
+        log_warn ("reload: server.transport changed (%s -> %s): takes effect at the next restart; kept %s",
+                  now->transport == TRANSPORT_ZMTP ? "zmtp" : "libzmq", next->transport == TRANSPORT_ZMTP ? "zmtp" : "libzmq",
+                  now->transport == TRANSPORT_ZMTP ? "zmtp" : "libzmq");
+    if ((now->heartbeat_ms != next->heartbeat_ms || now->max_connections != next->max_connections)
+        && now->transport == TRANSPORT_LIBZMQ)
         log_warn ("reload: server.heartbeat_ms and max_connections apply to endpoints bound from now on");
+    else if (now->heartbeat_ms != next->heartbeat_ms || now->max_connections != next->max_connections)
+        log_warn ("reload: server.heartbeat_ms and max_connections changed: take effect at the next restart (zmtp)");
     if (strcmp (now->curve.secret_key_file, next->curve.secret_key_file) != 0)
         log_warn ("reload: server.curve.secret_key_file changed: takes effect at the next restart; the allowlist "
                   "folder is re-read on every connection");
@@ -141,8 +148,9 @@ static void s_log_restart_keys (const server_config_t *now, const server_config_
 
 void front_assign_endpoints (server_t *self, const server_config_t *now, const server_config_t *next, int *owner)
 {
-    /* zmtp with more fronts than endpoints: every front listens on every tcp:// endpoint (owner -1) */
-    const bool share = next->transport == TRANSPORT_ZMTP && self->front_count > next->endpoint_count;
+    /* zmtp with more fronts than endpoints: every front listens on every tcp:// endpoint (owner -1); the
+     * transport is the running one (a reload does not change it) */
+    const bool share = (now ? now->transport : next->transport) == TRANSPORT_ZMTP && self->front_count > next->endpoint_count;
     uint32_t count[CONFIG_MAX_FRONTS] = { 0 };
     for (size_t e = 0; e < next->endpoint_count; e++) {
         owner[e] = -2;
@@ -219,8 +227,10 @@ int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen
         s_call (self->fronts[k], CMD_SWAP, &self->next[k], next, why, sizeof why);
     self->models = next;
     const uint32_t fronts = self->cfg.fronts;
+    const transport_t transport = self->cfg.transport;
     self->cfg = cfg->server;
     self->cfg.fronts = fronts;
+    self->cfg.transport = transport;
     memcpy (self->endpoint_front, owner, sizeof owner);
     pthread_mutex_unlock (&self->lock);
     log_info ("reload: serving %zu model(s) (%zu unchanged, %zu loaded) on %zu endpoint(s)",
