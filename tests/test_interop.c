@@ -1,7 +1,7 @@
 /* The server against the ZeroMQ peers users have, on both transports (server.transport "zmtp" and
  * "libzmq"; each case runs once with each):
- *   - czmq (zsock DEALER, zmsg) and libzmq (DEALER, REQ) clients: health, list_models and infer,
- *     outputs checked against the float64 reference;
+ *   - czmq (zsock DEALER, zmsg), libzmq (DEALER, REQ) and libsigclient (on each of its engines)
+ *     clients: health, list_models and infer, outputs checked against the float64 reference;
  *   - an envelope of 1..15 frames before the payload (proxies' routing ids, a REQ delimiter) comes
  *     back frame for frame, whatever their sizes (0, 1, 255, 256 bytes: either side of ZMTP's long
  *     frame size);
@@ -13,6 +13,7 @@
  * Counts and values are asserted, never times: each wait polls its condition with a generous cap. */
 #define _GNU_SOURCE
 #include "rng.h"
+#include "sigclient.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
 #include "tolerance.h"
@@ -425,6 +426,40 @@ START_TEST (a_reload_moves_the_message_bound_of_open_connections)
 }
 END_TEST
 
+/* libsigclient on each of its engines against this case's server: infer (outputs within the float64
+ * reference's bound, 1 and 3 rows), health and list_models. */
+START_TEST (libsigclient_on_either_engine_is_served)
+{
+    const sigclient_engine_t engine = _i ? SIGCLIENT_ENGINE_LIBZMQ : SIGCLIENT_ENGINE_ZMTP;
+    const char *eps[2] = { s_fx.endpoint[0], s_fx.endpoint[1] };
+    sigclient_t *c = sigclient_new_engine (eps, 2, 20000, engine, NULL);
+    ck_assert_ptr_nonnull (c);
+    ck_assert_int_eq (sigclient_engine (c), engine);
+    uint64_t seed = 900 + (uint64_t) _i;
+    float f[3 * 512], out[3];
+    for (size_t i = 0; i < 3 * 512; i++)
+        f[i] = rng_uniform (&seed, -1, 1);
+    for (uint32_t rows = 1; rows <= 3; rows += 2) {
+        size_t n = 0;
+        sigclient_result_t res;
+        ck_assert_msg (sigclient_infer (c, "tick_mlp", f, rows * 512, rows, out, 3, &n, &res) == 0, "%s",
+                       sigclient_error (c));
+        ck_assert_uint_eq (n, rows);
+        double ref[3], bound[3];
+        ck_assert_int_eq (tol_mlp (s_fx.tick, f, rows, ref, bound), 0);
+        TOL_ASSERT (out, ref, bound, n, 1, "%s, %u row(s)", sigclient_engine_name (engine), rows);
+    }
+    sigclient_health_t h;
+    ck_assert_int_eq (sigclient_health (c, &h), 0);
+    ck_assert (h.live && h.ready);
+    sigclient_model_info_t models[4];
+    size_t count = 0;
+    ck_assert_int_eq (sigclient_list_models (c, models, 4, &count), 0);
+    ck_assert_uint_eq (count, 2);
+    sigclient_destroy (&c);
+}
+END_TEST
+
 static void s_ctx_new (void) { s_ctx = zmq_ctx_new (); }
 static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
 
@@ -447,6 +482,7 @@ int main (void)
         tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
         tcase_set_timeout (tc, 120);
         tcase_add_loop_test (tc, czmq_and_libzmq_clients_are_served, 0, 2);
+        tcase_add_loop_test (tc, libsigclient_on_either_engine_is_served, 0, 2);
         tcase_add_test (tc, an_envelope_of_1_to_15_frames_comes_back_frame_for_frame);
         tcase_add_test (tc, heartbeats_keep_a_live_client_and_close_a_silent_one);
         tcase_add_test (tc, a_reconnect_storm_is_served_and_leaves_no_connection_behind);
