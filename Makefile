@@ -216,8 +216,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/
 
 # Counts the allocations sigserve's own code makes (tests/test_noalloc.c wraps them).
 $(BUILD)/tests/test_noalloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign
-# Holds the workers' wake-ups, so admitted jobs stay queued until the test lets them run (tests/test_dispatch.c).
-$(BUILD)/tests/test_dispatch: LDFLAGS += -Wl,--wrap=waker_wake,--wrap=waker_sleep
+# Holds the workers' wake-ups, so admitted jobs stay queued until the test lets them run (the dispatch
+# suites: tests/dispatch_tests.h).
+$(BUILD)/tests/test_dispatch $(BUILD)/tests/test_dispatch_fronts: LDFLAGS += -Wl,--wrap=waker_wake,--wrap=waker_sleep
 
 # The demo model's weights: generated deterministically, so the service runs with no user files.
 $(DEMO): $(BUILD)/gen_demo_weights
