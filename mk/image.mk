@@ -54,7 +54,7 @@ image-engine:
 
 # What the build stage needs (config/README.md: make install generates sigserve.json(5) from it);
 # everything else stays out of the image's cache key.
-IMAGE_SOURCES := Makefile VERSION mk proto common support service kernels clients tools man \
+IMAGE_SOURCES := Makefile VERSION mk proto common transport support service kernels clients tools man \
                  deploy/install-deps.sh deploy/sigserve.json.in deploy/systemd config/README.md
 
 # Rebuilt on every run (cheap): the engines cache by content, so an unchanged file costs nothing.
