@@ -57,11 +57,13 @@ static inline void s_setup (void)
     snprintf (lstm_path, sizeof lstm_path, "%s/seq.safetensors", s_dir);
     const lstm_shape_t shape = { .layers = 2, .step_size = 8, .hidden = 16, .out = 1, .window = 8 };
     ck_assert_msg (lstm_random_file (lstm_path, &shape, 5, err, sizeof err) == 0, "%s", err);
+    /* max_queue_us 1 s: these suites test the generator, not admission; a stall of this noisy machine
+     * (or a sanitized server) must not turn into OVERLOADED replies */
     char json[4096];
     snprintf (json, sizeof json,
               "{ \"server\": { \"endpoints\": [\"%s\"], \"max_message_bytes\": 65536, \"log_level\": \"warn\" },\n"
               "  \"models\": [\n"
-              "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 8,\n"
+              "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"max_rows\": 8, \"max_queue_us\": 1000000,\n"
               "     \"weights\": \"%s%s%s/models/tick_mlp.safetensors\",\n"
               "     \"layers\": [ { \"weight\": \"0.weight\", \"bias\": \"0.bias\", \"activation\": \"relu\" },\n"
               "                 { \"weight\": \"2.weight\", \"bias\": \"2.bias\", \"activation\": \"relu\" },\n"

@@ -703,11 +703,12 @@ int main (void)
                              connections_past_max_connections_are_closed_until_one_leaves } },
         { "endpoints", { live_ipc_path_is_never_taken_over } },
     };
+    static char names[2][sizeof cases / sizeof cases[0]][64];     /* Check keeps the pointer */
     for (int transport = 0; transport < 2; transport++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            char name[64];
-            snprintf (name, sizeof name, "%s_%s", cases[c].name, transport ? "libzmq" : "zmtp");
-            TCase *tc = tcase_create (strdup (name));
+            char *name = names[transport][c];
+            snprintf (name, sizeof names[0][0], "%s_%s", cases[c].name, transport ? "libzmq" : "zmtp");
+            TCase *tc = tcase_create (name);
             tcase_add_unchecked_fixture (tc, transport ? s_setup_libzmq : s_setup_zmtp, s_teardown);
             tcase_add_checked_fixture (tc, s_ctx_new, s_ctx_term);
             tcase_set_timeout (tc, 180);

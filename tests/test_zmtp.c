@@ -447,8 +447,9 @@ static int s_pair_take (zmtp_dealer_t *d, zmtp_router_t *r, zmtp_msg_t *out)
 
 START_TEST (our_dealer_and_our_router_over_tcp_and_ipc)
 {
-    char ipc[256];
-    snprintf (ipc, sizeof ipc, "ipc://%s/zmtp.sock", tu_tmpdir ());
+    char ipc[256], *dir = tu_tmpdir ();
+    snprintf (ipc, sizeof ipc, "ipc://%s/zmtp.sock", dir);
+    free (dir);
     const char *eps[2] = { s_endpoint (), ipc };
     for (int e = 0; e < 2; e++) {
         zmtp_router_t *r = s_router (eps[e], 1 << 20, 0);
