@@ -221,10 +221,13 @@ typedef struct {
 } alter_t;
 
 /* Alters command number INDEX (BODY, *LEN bytes) when it is the target: whether it changed, and
- * whether the change falls where nothing authenticates it (HELLO's padding). */
-static bool s_alter (const alter_t *a, unsigned index, uint8_t *body, size_t *len, bool *unauthenticated)
+ * whether the change falls where HELLO does not authenticate it: its padding, never read, or only
+ * the top bit of the last byte of C', which X25519 ignores (RFC 7748, 5): HELLO then passes, and it is
+ * INITIATE that fails, its vouch naming the C' the client sent (*KEY_BIT). */
+static bool s_alter (const alter_t *a, unsigned index, uint8_t *body, size_t *len, bool *unauthenticated,
+                     bool *key_bit)
 {
-    *unauthenticated = false;
+    *unauthenticated = *key_bit = false;
     if (a->target != index || *len == 0)
         return false;
     if (a->how == 0) {
@@ -235,7 +238,8 @@ static bool s_alter (const alter_t *a, unsigned index, uint8_t *body, size_t *le
     }
     size_t at = a->where % *len;
     body[at] ^= a->how;
-    *unauthenticated = index == 0 && at >= 8 && at < 80;
+    *key_bit = index == 0 && at == 111 && (a->how & 0x7f) == 0;
+    *unauthenticated = (index == 0 && at >= 8 && at < 80) || *key_bit;
     return true;
 }
 
@@ -253,13 +257,13 @@ static void s_client_mode (zmtp_curve_t *server, bool denied, const uint8_t *dat
     size_t len, out_len;
     zmtp_curve_fail_t why;
     zmtp_curve_step_t st;
-    bool altered, free_bytes;
+    bool altered, free_bytes, key_bit = false, hello_key_bit;
 
     /* HELLO, WELCOME, INITIATE, READY: an altered command must fail where it lands, except in
      * HELLO's padding; an unaltered one must pass unless the key is wrong or the client refused. */
     len = zmtp_curve_start (client, s_in, sizeof s_in);
     s_check (len == 200);
-    altered = s_alter (&a, 0, s_in, &len, &free_bytes);
+    altered = s_alter (&a, 0, s_in, &len, &free_bytes, &hello_key_bit);
     AS_SERVER;
     st = zmtp_curve_step (server, s_in, len, s_out, ZMTP_CURVE_COMMAND_MAX, &out_len, &why);
     s_check_server_step (server, st, out_len, why);
@@ -274,7 +278,7 @@ static void s_client_mode (zmtp_curve_t *server, bool denied, const uint8_t *dat
 
     len = out_len;
     memcpy (s_in, s_out, len);
-    altered = s_alter (&a, 1, s_in, &len, &free_bytes);
+    altered = s_alter (&a, 1, s_in, &len, &free_bytes, &key_bit);
     AS_CLIENT;
     st = zmtp_curve_step (client, s_in, len, s_out, ZMTP_CURVE_COMMAND_MAX, &out_len, &why);
     s_check (altered ? st == ZMTP_CURVE_ERROR && out_len == 0 : st == ZMTP_CURVE_CONTINUE);
@@ -283,11 +287,11 @@ static void s_client_mode (zmtp_curve_t *server, bool denied, const uint8_t *dat
 
     len = out_len;
     memcpy (s_in, s_out, len);
-    altered = s_alter (&a, 2, s_in, &len, &free_bytes);
+    altered = s_alter (&a, 2, s_in, &len, &free_bytes, &key_bit);
     AS_SERVER;
     st = zmtp_curve_step (server, s_in, len, s_out, ZMTP_CURVE_COMMAND_MAX, &out_len, &why);
     s_check_server_step (server, st, out_len, why);
-    if (altered)
+    if (altered || hello_key_bit)
         s_check (st == ZMTP_CURVE_ERROR && why != ZMTP_CURVE_FAIL_DENIED);
     else
         s_check (denied ? st == ZMTP_CURVE_ERROR && why == ZMTP_CURVE_FAIL_DENIED : st == ZMTP_CURVE_READY);
@@ -297,7 +301,7 @@ static void s_client_mode (zmtp_curve_t *server, bool denied, const uint8_t *dat
     /* READY to the client, or the server's ERROR, which the client must take as DENIED. */
     len = out_len;
     memcpy (s_in, s_out, len);
-    altered = s_alter (&a, 3, s_in, &len, &free_bytes);
+    altered = s_alter (&a, 3, s_in, &len, &free_bytes, &key_bit);
     AS_CLIENT;
     zmtp_curve_step_t cst = zmtp_curve_step (client, s_in, len, s_out, ZMTP_CURVE_COMMAND_MAX, &out_len, &why);
     s_check (out_len == 0);
@@ -321,7 +325,7 @@ static void s_client_mode (zmtp_curve_t *server, bool denied, const uint8_t *dat
         s_check (n == payload_len + ZMTP_CURVE_OVERHEAD);
         memcpy (s_back, s_in, n);
         size_t sent = n;
-        altered = s_alter (&a, 4 + k, s_in, &n, &free_bytes);
+        altered = s_alter (&a, 4 + k, s_in, &n, &free_bytes, &key_bit);
         int rc = s_open (server, s_in, n, &flags, &frame, &frame_len);
         if (altered) {
             s_check (rc == -1);         /* every byte of a MESSAGE is authenticated */
