@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "zmtp_dealer.h"
 #include "zmtp_addr.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -40,13 +41,6 @@ struct zmtp_dealer {
     uint64_t last_tick;
     char error[ZMTP_ENDPOINT_MAX + 256];
 };
-
-static uint64_t s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
 
 zmtp_dealer_t *zmtp_dealer_new (const zmtp_dealer_opts_t *opts)
 {
@@ -151,7 +145,7 @@ int zmtp_dealer_connect (zmtp_dealer_t *self, const char *endpoint, char *err, s
     p->fd = -1;
     p->backoff_ms = self->opt.reconnect_ms;
     self->peers[self->n++] = p;
-    s_start (self, p, s_now ());
+    s_start (self, p, clock_now_ns ());
     return 0;
 }
 
@@ -180,7 +174,7 @@ int zmtp_dealer_ready_count (const zmtp_dealer_t *self)
 static void s_flush_pending (zmtp_dealer_t *self, peer_t *p)
 {
     size_t at = 0;
-    uint64_t now = s_now ();
+    uint64_t now = clock_now_ns ();
     while (at < self->pending_len) {
         uint32_t n;
         memcpy (&n, self->pending + at, 4);
@@ -242,7 +236,7 @@ int zmtp_dealer_send (zmtp_dealer_t *self, const zmtp_frame_t *frames, int n)
         errno = EINVAL;
         return -1;
     }
-    uint64_t now = s_now ();
+    uint64_t now = clock_now_ns ();
     for (int k = 0; k < self->n; k++) {
         int i = (self->rr_send + k) % self->n;
         peer_t *p = self->peers[i];
@@ -380,7 +374,7 @@ static void s_look (zmtp_dealer_t *self, uint64_t now)
 
 int zmtp_dealer_recv (zmtp_dealer_t *self, zmtp_msg_t *msg, int timeout_ms)
 {
-    uint64_t now = s_now ();
+    uint64_t now = clock_now_ns ();
     const uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now + (uint64_t) timeout_ms * 1000000ull;
     struct pollfd fds[PEERS_MAX];
     for (bool first = true;; first = false) {
@@ -389,7 +383,7 @@ int zmtp_dealer_recv (zmtp_dealer_t *self, zmtp_msg_t *msg, int timeout_ms)
         s_timers (self, now);
         if (first && timeout_ms == 0) {
             s_look (self, now);
-            now = s_now ();
+            now = clock_now_ns ();
             continue;
         }
         if (now >= deadline)
@@ -402,7 +396,7 @@ int zmtp_dealer_recv (zmtp_dealer_t *self, zmtp_msg_t *msg, int timeout_ms)
             wait_ns = TICK_NS;
         int nfds = zmtp_dealer_pollfds (self, fds, PEERS_MAX);
         int rc = poll (fds, (nfds_t) nfds, (int) ((wait_ns + 999999) / 1000000));
-        now = s_now ();
+        now = clock_now_ns ();
         if (rc > 0)
             s_io (self, fds, nfds, now);
     }

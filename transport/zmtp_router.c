@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "zmtp_router.h"
 #include "zmtp_addr.h"
+#include "clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -85,13 +86,6 @@ static uint64_t s_open_files (void)
         n += e->d_name[0] != '.';
     closedir (d);
     return n ? n - 1 : 0;
-}
-
-static uint64_t s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
 }
 
 zmtp_router_t *zmtp_router_new (const zmtp_router_opts_t *opts)
@@ -564,7 +558,7 @@ void zmtp_router_close_tag (zmtp_router_t *self, int tag)
     for (uint32_t i = 0; i < self->cap; i++)
         if (self->slots[i].conn && self->slots[i].tag == tag) {
             zmtp_conn_flush (self->slots[i].conn);
-            s_linger (self, i, s_now ());
+            s_linger (self, i, clock_now_ns ());
         }
 }
 
@@ -608,9 +602,9 @@ void zmtp_router_destroy (zmtp_router_t **self_p, uint32_t linger_ms)
     /* Replies still queued get LINGER_MS to be written; then each connection is shut on our side and
      * read until the peer's end (within LINGER_MS too, and a little more), so that no unread request
      * turns the close into a reset that would drop replies the peer has not read yet. */
-    const uint64_t until = s_now () + (uint64_t) linger_ms * 1000000ull;
+    const uint64_t until = clock_now_ns () + (uint64_t) linger_ms * 1000000ull;
     for (int phase = 0; phase < 2; phase++) {
-        const uint64_t end = phase ? s_now () + (uint64_t) (linger_ms < 100 ? 100 : linger_ms) * 1000000ull : until;
+        const uint64_t end = phase ? clock_now_ns () + (uint64_t) (linger_ms < 100 ? 100 : linger_ms) * 1000000ull : until;
         for (;;) {
             bool left = false;
             for (uint32_t i = 0; i < self->cap; i++) {
@@ -619,10 +613,10 @@ void zmtp_router_destroy (zmtp_router_t **self_p, uint32_t linger_ms)
                     continue;
                 if (phase == 0)
                     left |= zmtp_conn_queued (c) && zmtp_conn_flush (c) == 0;
-                else if (zmtp_conn_linger (c) == 0 && zmtp_conn_read (c, s_now ()) == 0)
+                else if (zmtp_conn_linger (c) == 0 && zmtp_conn_read (c, clock_now_ns ()) == 0)
                     left = true;
             }
-            if (!left || s_now () >= end)
+            if (!left || clock_now_ns () >= end)
                 break;
             struct timespec ts = { 0, 1000000 };
             nanosleep (&ts, NULL);
