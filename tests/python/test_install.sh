@@ -2,8 +2,8 @@
 # `pip install ./clients/python` into a fresh virtual environment gives a working package and a
 # working `sigclient-py`, with no C build on the Python path: the installed package carries its own
 # generated signal_pb2. Then, against a live sigserve ($BUILD/sigserve, default build), runs
-# sigclient-py health / models / infer from the venv's bin, and tests/python/test_client.py with the
-# venv's python and no PYTHONPATH.
+# sigclient-py health / models / infer from the venv's bin, and tests/python/test_client.py and
+# test_client_batches.py with the venv's python and no PYTHONPATH.
 #
 #   BUILD=build sh tests/python/test_install.sh      (PYTHON: the interpreter, default /usr/bin/python3)
 #
@@ -185,12 +185,14 @@ else fail "sigclient-py health against a dead port (exit $rc, want 3)" "$tmp/out
 
 kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; server_pid=""
 
-# ---- the client's own suite, on the installed package ----
+# ---- the client's own suites, on the installed package ----
 
-(BUILD=$BUILD_ABS "$VPY" tests/python/test_client.py) >"$tmp/test_client.log" 2>&1; rc=$?
-summary=$(tail -n 1 "$tmp/test_client.log")
-if [ $rc -eq 0 ] && echo "$summary" | grep -Eq '^[1-9][0-9]* passed, 0 failed$'; then
-    pass "tests/python/test_client.py with the venv's python, no PYTHONPATH: $summary"
-else fail "tests/python/test_client.py with the venv's python (exit $rc)" "$tmp/test_client.log"; fi
+for suite in test_client test_client_batches; do
+    (BUILD=$BUILD_ABS "$VPY" tests/python/$suite.py) >"$tmp/$suite.log" 2>&1; rc=$?
+    summary=$(tail -n 1 "$tmp/$suite.log")
+    if [ $rc -eq 0 ] && echo "$summary" | grep -Eq '^[1-9][0-9]* passed, 0 failed$'; then
+        pass "tests/python/$suite.py with the venv's python, no PYTHONPATH: $summary"
+    else fail "tests/python/$suite.py with the venv's python (exit $rc)" "$tmp/$suite.log"; fi
+done
 
 finish

@@ -8,6 +8,7 @@ The same operations as the C client (clients/sigclient.h), for Python users::
         result = client.infer("tick_mlp", features)          # 512 floats -> InferResult
         print(result.outputs, result.server_ns, result.round_trip_ns)
         outs = client.infer_rows("tick_mlp", [row0, row1])   # [[out...], [out...]]
+        three = client.infer("tick_mlp", x)      # x: 3 rows of 512 (lists or numpy): outputs 3 x 1
 
         ids = [client.send_infer("tick_mlp", f) for f in batch]   # pipelined
         for _ in ids:
@@ -16,6 +17,11 @@ The same operations as the C client (clients/sigclient.h), for Python users::
 
         client.health()        # Health(live, ready, version)
         client.list_models()   # [ModelInfo(name, version, backend, kernel, input_size, ...)]
+
+Features are one row (a sequence of numbers, a 1-D numpy array) or a batch (a sequence of
+equal-length rows, a 2-D numpy array), whose row count is ``rows`` (a ``rows=`` given too must
+agree). A batch's ``outputs`` come back as (rows, outputs): a float32 numpy array for a numpy
+batch, lists for any other; one row's stay the flat list. numpy is optional: never imported here.
 
 One SigClient is one ZeroMQ DEALER socket (LINGER 0) connected to every endpoint given; ZeroMQ spreads
 requests across them round-robin. An endpoint that is not up yet still takes its share of requests:
@@ -93,7 +99,8 @@ Results and errors:
 - ProtocolError: a reply that does not decode as a sigserve.v1.Reply, has several frames or no body.
 - TransportError: a ZeroMQ call failed (bad endpoint, closed context, ...). StreamGone, a subclass:
   the address a stream was routed to has vanished from its dns:// name.
-- ValueError / TypeError: bad arguments (rows or deadline_us out of uint32 range, ragged rows, ...).
+- ValueError / TypeError: bad arguments (rows or deadline_us out of uint32 range, ragged rows, a
+  string or a 3-D array for features, ...), named with the accepted types, never printing the data.
 
 Request ids start at 1 and grow by one per request (0 is what the server puts in the reply to a
 request it could not decode). The synchronous calls (infer, health, list_models) discard replies
@@ -145,6 +152,7 @@ _SERVER_DEFAULT_MAX_MESSAGE = 65536
 # The package's own generated module (see _pb/__init__.py): never a signal_pb2 found elsewhere on
 # sys.path, so what this client speaks is what it was tested with.
 from ._pb import signal_pb2 as pb  # noqa: E402
+from . import _features  # noqa: E402
 
 # sigserve.v1.Status as an IntEnum, built from the generated code so a status added to the proto is
 # known here without an edit.
@@ -263,13 +271,14 @@ def exception_for_status(status: int, message: str, *, request_id: int | None = 
 
 @dataclass
 class InferResult:
-    """One InferReply. ``outputs`` is rows x output size, row-major. Timings in nanoseconds:
+    """One InferReply. ``outputs`` is rows x output size, row-major (flat; for a batch, shaped
+    (rows, outputs): see the module docstring). Timings in nanoseconds:
     ``queue_ns`` (server: receipt to compute), ``compute_ns`` (the backend), ``server_ns`` (receipt
     to send) and ``round_trip_ns`` (this client: send to receipt; 0 when the request was not sent by
     this client, e.g. a rejection of raw bytes). ``status``/``error`` are set on the results of
     recv_infer; infer raises instead of returning a non-OK result."""
     request_id: int
-    outputs: list[float]
+    outputs: list       # flat floats; a batch's: rows of floats, or a float32 numpy array
     rows: int
     model_version: str
     queue_ns: int
@@ -291,10 +300,14 @@ class InferResult:
     @property
     def output_size(self) -> int:
         """Outputs per row (0 for a non-OK result)."""
+        if _features.is_shaped(self.outputs):
+            return len(self.outputs[0])
         return len(self.outputs) // self.rows if self.rows else 0
 
     def output_rows(self) -> list[list[float]]:
-        """The outputs split into rows."""
+        """The outputs split into rows (lists of floats, whatever shape ``outputs`` has)."""
+        if _features.is_shaped(self.outputs):
+            return [[float(v) for v in row] for row in self.outputs]
         n = self.output_size
         return [self.outputs[r * n:(r + 1) * n] for r in range(self.rows)] if n else []
 
@@ -360,7 +373,8 @@ class Stream:
         self.next_step = _uint64("first_step", first_step)
 
     def step(self, features: Sequence[float], deadline_us: int = 0) -> InferResult:
-        """Sends one step (the model's step_size floats) and returns the output for the window that
+        """Sends one step (the model's step_size floats: a sequence, a 1-D numpy array, or one row
+        of them, whose output comes back as one row) and returns the output for the window that
         ends with it. Raises as ``SigClient.infer``."""
         result = self.client.infer(self.model, features, deadline_us=deadline_us, stream_id=self.stream_id,
                                    step=self.next_step)
@@ -647,30 +661,37 @@ class SigClient:
 
     # -- inference --
 
-    def infer(self, model: str, features: Sequence[float], rows: int = 1, deadline_us: int = 0, *,
+    def infer(self, model: str, features, rows: int | None = None, deadline_us: int = 0, *,
               stream_id: int = 0, step: int = 0) -> InferResult:
-        """Runs one request of ROWS rows (FEATURES: rows x the model's input size, row-major; rows 0
-        means 1) and waits for its reply. Raises the ServerError subclass for a non-OK status,
-        Timeout when no reply comes within the timeout.
+        """Runs one request of ROWS rows and waits for its reply. FEATURES: one row, or ROWS rows
+        row-major (rows 0 or not given means 1), as a sequence of numbers or a 1-D numpy array; or a
+        batch (a sequence of equal-length rows, a 2-D numpy array) whose row count is ROWS, and
+        whose result's ``outputs`` are shaped (rows, outputs). Raises the ServerError subclass for
+        a non-OK status, Timeout when no reply comes within the timeout, TypeError / ValueError
+        for features it cannot read or a ROWS that contradicts them (nothing is sent).
 
         With a STREAM_ID (an LSTM model): FEATURES is one step of that stream (the model's step_size
         floats) and STEP its number in the stream (from 1; 0 sends it unnumbered, never checked).
         Sent once, on the stream's own socket (see the module docstring), never retried; raises
         StreamGone when the stream's address has vanished."""
+        return self._infer(model, _features.prepare(features, rows), deadline_us, stream_id, step)
+
+    def _infer(self, model: str, features: _features.Features, deadline_us: int, stream_id: int,
+               step: int) -> InferResult:
         if stream_id:
-            return self._infer_stream(model, features, rows, deadline_us, _stream_id(stream_id),
-                                      _uint64("step", step))
+            return _features.shape_outputs(self._infer_stream(model, features, deadline_us, _stream_id(stream_id),
+                                                              _uint64("step", step)), features)
         if step:
             raise ValueError("step: only a stream's steps are numbered; give stream_id too")
         # Attempt k is request first + k: one call's ids are consecutive.
-        first = self._send_infer(model, features, rows, deadline_us)
+        first = self._send_infer(model, features, deadline_us)
         sent = self._sent_at.pop(first)
         ids = {first: sent}
         deadline = sent + self._timeout_ms * 1_000_000
 
         def again() -> None:
             nonlocal deadline
-            request_id = self._send_infer(model, features, rows, deadline_us)
+            request_id = self._send_infer(model, features, deadline_us)
             ids[request_id] = self._sent_at.pop(request_id)
             deadline = ids[request_id] + self._timeout_ms * 1_000_000
 
@@ -694,7 +715,7 @@ class SigClient:
                 result = self._result(reply.infer, ids.get(reply.infer.request_id, sent))
                 result.attempts = len(ids)
                 try:
-                    return result.raise_for_status()
+                    return _features.shape_outputs(result.raise_for_status(), features)
                 except ServerError as e:
                     raise _after_attempts(e, len(ids))
             self._discard(reply)
@@ -715,23 +736,19 @@ class SigClient:
         StreamGone: start the stream again from step 1)."""
         self._stream_routes.pop(stream_id, None)
 
-    def infer_rows(self, model: str, rows: Sequence[Sequence[float]], deadline_us: int = 0) -> list[list[float]]:
-        """One request with one row per feature vector; returns the outputs row by row."""
-        rows = list(rows)
-        if not rows:
-            raise ValueError("infer_rows: no rows")
-        width = len(rows[0])
-        flat: list[float] = []
-        for i, row in enumerate(rows):
-            if len(row) != width:
-                raise ValueError(f"infer_rows: row {i} has {len(row)} features, row 0 has {width}")
-            flat.extend(row)
-        return self.infer(model, flat, rows=len(rows), deadline_us=deadline_us).output_rows()
+    def infer_rows(self, model: str, rows, deadline_us: int = 0):
+        """One request with one row per feature vector (ROWS: a sequence of equal-length rows, or a
+        2-D numpy array); returns the outputs row by row: lists, or a float32 numpy array of
+        (rows, outputs) for a numpy array."""
+        features = _features.prepare(rows, None, name="rows", batch_only=True)
+        return self._infer(model, features, deadline_us, 0, 0).outputs
 
-    def send_infer(self, model: str, features: Sequence[float], rows: int = 1, deadline_us: int = 0) -> int:
+    def send_infer(self, model: str, features, rows: int | None = None, deadline_us: int = 0) -> int:
         """Queues one request without waiting; returns its request id. Collect the reply with
-        recv_infer. Raises Timeout when there is no room to send within the timeout."""
-        return self._send_infer(model, features, rows, deadline_us)
+        recv_infer, whose outputs are flat whatever FEATURES was (``output_rows()`` splits them).
+        FEATURES and ROWS as for infer. Raises Timeout when there is no room to send within the
+        timeout."""
+        return self._send_infer(model, _features.prepare(features, rows), deadline_us)
 
     def recv_infer(self, timeout_ms: int | None = None) -> InferResult:
         """The next InferReply in arrival order (not necessarily send order when several servers
@@ -806,7 +823,7 @@ class SigClient:
         if self._dns and self._resolve_interval_ms > 0 and time.monotonic_ns() >= self._next_resolve_ns:
             self._resolve_all()
 
-    def _infer_request(self, model: str, features: Sequence[float], rows: int, deadline_us: int,
+    def _infer_request(self, model: str, features: _features.Features, deadline_us: int,
                        stream_id: int = 0, step: int = 0) -> bytes:
         if not isinstance(model, str):
             raise TypeError(f"model: expected a str, got {type(model).__name__}")
@@ -814,15 +831,19 @@ class SigClient:
         inf = req.infer
         inf.request_id = self._next_id
         inf.model = model
-        inf.features.extend(features)
-        inf.rows = _uint32("rows", rows)
+        try:
+            inf.features.extend(features.values)
+        except (TypeError, ValueError, OverflowError):
+            # protobuf's own message prints the offending value, a whole row for a 3-D input
+            raise _features.element_error(features, _accepts_float) from None
+        inf.rows = _uint32("rows", 1 if features.rows is None else features.rows)
         inf.deadline_us = _uint32("deadline_us", deadline_us)
         inf.stream_id = stream_id
         inf.step = step
         return req.SerializeToString()
 
-    def _send_infer(self, model: str, features: Sequence[float], rows: int, deadline_us: int) -> int:
-        sent_ns = self._send(self._infer_request(model, features, rows, deadline_us))
+    def _send_infer(self, model: str, features: _features.Features, deadline_us: int) -> int:
+        sent_ns = self._send(self._infer_request(model, features, deadline_us))
         request_id = self._next_id
         self._sent_at[request_id] = sent_ns
         self._next_id = self._next_id + 1 if self._next_id < (1 << 64) - 1 else 1
@@ -880,10 +901,10 @@ class SigClient:
         self._stream_routes[stream_id] = peer
         return peer
 
-    def _infer_stream(self, model: str, features: Sequence[float], rows: int, deadline_us: int, stream_id: int,
+    def _infer_stream(self, model: str, features: _features.Features, deadline_us: int, stream_id: int,
                       step: int) -> InferResult:
         self._check_open()
-        payload = self._infer_request(model, features, rows, deadline_us, stream_id, step)
+        payload = self._infer_request(model, features, deadline_us, stream_id, step)
         self._resolve_if_due()
         peer = self._stream_route(stream_id)
         if peer.gone:
@@ -1014,6 +1035,15 @@ class SigClient:
                            model_version=rep.model_version, queue_ns=rep.queue_ns, compute_ns=rep.compute_ns,
                            server_ns=rep.server_ns, round_trip_ns=now - sent_ns if sent_ns is not None else 0,
                            status=_as_status(rep.status), error=rep.error)
+
+
+def _accepts_float(value) -> bool:
+    """Whether the wire's float field takes VALUE (the test behind a features error's message)."""
+    try:
+        pb.InferRequest().features.append(value)
+        return True
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _after_attempts(error: SigServeError, attempts: int) -> SigServeError:
