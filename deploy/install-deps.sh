@@ -9,7 +9,7 @@ libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libcjson-dev
 libczmq-dev libsodium-dev libmicrohttpd-dev libsystemd-dev
 check libsubunit-dev libopenblas-dev
 python3 python3-zmq python3-protobuf protobuf-compiler
-gnuplot-nox python3-yaml
+gnuplot-nox python3-yaml python3-numpy
 clang libclang-rt-dev"
 
 missing=""
