@@ -32,7 +32,9 @@ ifneq ($(NVCC),)
   CU_SRC   := $(wildcard kernels/*.cu)
   CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
   NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+  # Only the CUDA backend links these (libsigserve-cuda.so, which sigserve opens when a model needs the
+  # GPU; libsigcuda.a, linked into the tests and tools that call the backend's own functions).
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
   # The sources NVRTC compiles at load (kernels/mlp_persistent_spec.cu, lstm_persistent_spec.cu), embedded as text.
   SPEC_SOURCES := kernels/kernels.h kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
                   kernels/mlp_persistent_kernel.cuh kernels/lstm_persistent.cu kernels/lstm_persistent_device.cuh \
@@ -54,14 +56,21 @@ COMMON_OBJ  := $(call obj,$(wildcard common/*.c))
 # The ZMTP engine (transport/): the server's fronts and the clients speak ZeroMQ's wire with it.
 TRANSPORT_OBJ := $(call obj,$(wildcard transport/*.c))
 SUPPORT_OBJ := $(call obj,$(wildcard support/*.c))
-CORE_SRC := $(filter-out service/main.c,$(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c)))
-# The one place that decides whether the server has CUDA: backends/cuda/ is built, or backends/no_gpu.c.
+# The CUDA backend (service/backends/cuda/ and kernels/) is not in the core: sigserve opens it as
+# libsigserve-cuda.so when a model needs the GPU (service/backends/gpu_load.c), so a server of CPU models
+# maps none of the CUDA libraries. The library finds the core's functions in sigserve (-rdynamic).
+CORE_SRC := $(filter-out service/main.c service/backends/cuda/%.c,$(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c)))
+# The one place that decides whether the server has CUDA: backends/gpu_load.c, or backends/no_gpu.c.
+CORE_SRC := $(filter-out service/backends/$(if $(HAVE_CUDA),no_gpu,gpu_load).c,$(CORE_SRC))
+CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ)
 ifeq ($(HAVE_CUDA),1)
-  CORE_SRC := $(filter-out service/backends/no_gpu.c,$(CORE_SRC))
-else
-  CORE_SRC := $(filter-out service/backends/cuda/%.c,$(CORE_SRC))
+  CUDA_OBJ   := $(call obj,$(wildcard service/backends/cuda/*.c)) $(CU_OBJ) $(SPEC_OBJ)
+  GPU_PLUGIN := $(BUILD)/libsigserve-cuda.so
+  # Linked in first (its objects call the core's), kept whole by the one symbol gpu_load.c looks for.
+  GPU_STATIC := -Wl,-u,sigserve_gpu_backend $(BUILD)/libsigcuda.a
 endif
-CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ) $(SPEC_OBJ)
+# sigserve and sigserve-test: every core object, and their symbols exported to libsigserve-cuda.so.
+SERVER_LINK := -rdynamic -Wl,--whole-archive $(BUILD)/libsigcore.a -Wl,--no-whole-archive
 CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/clients/sigclient_cert.o \
               $(BUILD)/obj/clients/sigclient_dns.o $(BUILD)/obj/clients/sigclient_stream.o \
               $(BUILD)/obj/clients/sigclient_sock.o $(PROTO_OBJ) $(TRANSPORT_OBJ)
@@ -73,7 +82,8 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a \
             $(BUILD)/libsigzmtp.a
-BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS)
+BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS) \
+            $(GPU_PLUGIN)
 # CUDA tools standing alone (no library of ours): built where nvcc is, so they keep compiling.
 ifeq ($(HAVE_CUDA),1)
   BINS   += $(patsubst tools/%.cu,$(BUILD)/%,$(wildcard tools/*.cu))
@@ -117,7 +127,7 @@ check: all
 # A machine without nvcc builds the CPU service, its tests and tools (deploy/Dockerfile's CPU image
 # builds only what it installs, so it would not notice a tool that needs CUDA): every C file of
 # such a build compiles there, syntax and types only, with a build's flags less the CUDA ones.
-NOCUDA_SRC := $(filter-out service/backends/cuda/%.c,$(sort $(wildcard common/*.c transport/*.c support/*.c clients/*.c \
+NOCUDA_SRC := $(filter-out service/backends/cuda/%.c service/backends/gpu_load.c,$(sort $(wildcard common/*.c transport/*.c support/*.c clients/*.c \
               clients/sigload/*.c tools/*.c tests/*.c) $(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c))))
 check-nocuda: $(PROTO_H)
 	@printf '%s\n' $(NOCUDA_SRC) | xargs -P 2 -n 8 $(CC) $(NOCUDA_CFLAGS) -fsyntax-only
@@ -167,19 +177,23 @@ $(BUILD)/obj/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/libsigcore.a: $(CORE_OBJ)
+$(BUILD)/libsigcuda.a: $(CUDA_OBJ)
 $(BUILD)/libsigcommon.a: $(COMMON_OBJ)
 $(BUILD)/libsigzmtp.a: $(TRANSPORT_OBJ)
 $(BUILD)/libsigsupport.a: $(SUPPORT_OBJ)
 $(BUILD)/libsigclient.a: $(CLIENT_OBJ)
-$(LIBS):
+$(LIBS) $(BUILD)/libsigcuda.a:
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/libsigclient.so: $(CLIENT_OBJ)
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -o $@ $^ $(CLIENT_LIBS)
 
+$(BUILD)/libsigserve-cuda.so: $(CUDA_OBJ)
+	$(CC) -shared $(LDFLAGS) -Wl,-Bsymbolic -o $@ $^ $(CUDA_LDLIBS) -lpthread -lm
+
 $(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LINK) $(filter-out %/libsigcore.a $<,$^) $(LDLIBS)
 
 # sigserve with the test hooks (fault injection: POST /debug/fault; CPU models in a device process):
 # tests only, never installed or shipped.
@@ -189,7 +203,7 @@ $(BUILD)/obj/service/main-test.o: service/main.c | $(PROTO_H)
 
 $(BUILD)/sigserve-test: $(BUILD)/obj/service/main-test.o $(BUILD)/obj/tests/mailbox_backend.o $(BUILD)/libsigcore.a \
                        $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(SERVER_LINK) $(filter-out %.o %/libsigcore.a,$^) $(LDLIBS)
 
 $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
@@ -203,16 +217,18 @@ $(BUILD)/green-probe: tools/green-probe.cu kernels/sig_device.cuh kernels/kernel
 $(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh kernels/kernels.h
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $<
 
-$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a \
-            $(BUILD)/libsigcommon.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) $(BUILD)/libsigcore.a \
+            $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libsigsupport.a $(GPU_STATIC) $(filter-out $< %/libsigsupport.a %/libsigcuda.a,$^) \
+	    $(LDLIBS) $(CUDA_LDLIBS)
 
 # Every suite links testutil.o (shared helpers) and tolerance.o (the kernel checks' error bounds).
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/tolerance.o \
-                  $(HISTOGRAM_OBJ) $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a \
-                  $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
+                  $(HISTOGRAM_OBJ) $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) \
+                  $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter-out %/libsigcuda.a %/libsigcore.a %/libsigzmtp.a %/libsigcommon.a,$^) $(GPU_STATIC) \
+	    $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a $(CHECK_LIBS) $(LDLIBS) $(CUDA_LDLIBS)
 
 # Counts the allocations sigserve's own code makes (tests/test_noalloc.c wraps them).
 $(BUILD)/tests/test_noalloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign

@@ -71,12 +71,13 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
     opts[n].cfg.backend = BACKEND_CPU;
     n++;
     int devices = 0;
-    if (!backends_gpu || backends_gpu->device_count (&devices, why, sizeof why) != 0 || device >= devices)
+    const gpu_backend_t *gpu = backends_gpu (why, sizeof why);
+    if (!gpu || gpu->device_count (&devices, why, sizeof why) != 0 || device >= devices)
         log_info ("model %s: backend auto: no CUDA device to measure (%s)", cfg->name,
                   devices ? "the configured device does not exist" : why);
     else if (lstm) {
         /* one GPU LSTM backend; its kernel follows the shape and weight_dtype */
-        opts[n] = (option_t) { .iface = backends_gpu->lstm, .cfg = *cfg };
+        opts[n] = (option_t) { .iface = gpu->lstm, .cfg = *cfg };
         opts[n].cfg.backend = BACKEND_CUDA;
         n++;
     } else
@@ -86,7 +87,7 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
             for (int zc = 0; zc < 2; zc++) {
                 if (k == CUDA_KERNEL_PERSISTENT && zc)
                     continue;       /* always reads and writes mapped memory */
-                opts[n] = (option_t) { .iface = backends_gpu->mlp, .cfg = *cfg };
+                opts[n] = (option_t) { .iface = gpu->mlp, .cfg = *cfg };
                 opts[n].cfg.backend = BACKEND_CUDA;
                 opts[n].cfg.kernel = (cuda_kernel_t) k;
                 opts[n].cfg.zero_copy = zc;

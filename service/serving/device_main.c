@@ -182,7 +182,8 @@ static int s_fault (const dev_request_t *rq, int device, dev_reply_t *rp)
 /* Whether this process must go: its device's context is lost, or an instance cannot run. */
 static bool s_lost (int device, char *why, size_t len)
 {
-    const char *fault = device >= 0 && backends_gpu ? backends_gpu->device_fault (device) : NULL;
+    const gpu_backend_t *gpu = device >= 0 ? backends_gpu (NULL, 0) : NULL;
+    const char *fault = gpu ? gpu->device_fault (device) : NULL;
     if (fault) {
         snprintf (why, len, "device %d: %s", device, fault);
         return true;

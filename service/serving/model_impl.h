@@ -187,7 +187,11 @@ void model_take_sizes (model_t *m, const weights_t *w);
 void model_take_limits (model_t *m);
 /* 0 when a request of max_rows rows fits MAX_MESSAGE_BYTES; else -1 with ERR saying what to change. */
 int model_check_message_size (const model_t *m, uint32_t max_message_bytes, char *err, size_t errlen);
+/* model_jobs_init's allocator in the server's process: zeroed, resident as it is first written
+ * (floats_mapped); freed with floats_unmap. */
 void *model_heap_alloc (void *arg, size_t bytes);
+/* The jobs whose buffers model_jobs_init writes (resident from the load): what one intake turn takes. */
+uint32_t model_warm_jobs (const model_t *m);
 /* A pool of job_count jobs for each lane (with ALLOC: the server's heap, or the shared region). */
 int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen);
 /* The lanes a model gets: server.fronts (0 read as 1). */
