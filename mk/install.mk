@@ -70,21 +70,21 @@ all: $(MAN5_PAGE) $(MAN3_PAGE)
 # The pages made from the references they repeat (see the top of this file).
 $(MAN5_PAGE): config/README.md man/md2man.py VERSION
 	@mkdir -p $(dir $@)
-	$(PYTHON) man/md2man.py config/README.md $(VERSION) $@
+	$(call quiet,MAN,$@)$(PYTHON) man/md2man.py config/README.md $(VERSION) $@
 
 $(MAN3_PAGE): clients/sigclient.h man/h2man.py VERSION
 	@mkdir -p $(dir $@)
-	$(PYTHON) man/h2man.py clients/sigclient.h $(VERSION) $@
+	$(call quiet,MAN,$@)$(PYTHON) man/h2man.py clients/sigclient.h $(VERSION) $@
 
 # The shared library, with its SONAME and the exported symbols limited to the API.
 $(SIGCLIENT_MAP):
 	@mkdir -p $(dir $@)
-	printf '{\n  global: sigclient_*;\n  local: *;\n};\n' > $@
+	@printf '{\n  global: sigclient_*;\n  local: *;\n};\n' > $@
 
 $(SIGCLIENT_SOFILE): $(CLIENT_OBJ) $(SIGCLIENT_MAP)
-	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -Wl,--version-script,$(SIGCLIENT_MAP) \
+	$(call quiet,LINK,$@)$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -Wl,--version-script,$(SIGCLIENT_MAP) \
 	    -o $@ $(CLIENT_OBJ) $(CLIENT_LIBS)
-	ln -sf $(notdir $@) $(BUILD)/$(SIGCLIENT_SONAME)
+	@ln -sf $(notdir $@) $(BUILD)/$(SIGCLIENT_SONAME)
 
 # libdir and includedir relative to ${prefix} when they are under it, so that the file can be
 # relocated (PKG_CONFIG_SYSROOT_DIR, pkg-config --define-prefix).
