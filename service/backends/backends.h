@@ -21,6 +21,8 @@ typedef struct {
     int (*device_count) (int *count, char *why, size_t whylen);
     /* The CPUs next to DEVICE (its NUMA node) into CPUS (up to CAP); 0 when the system does not say. */
     size_t (*device_cpus) (int device, int *cpus, size_t cap);
+    /* Persistent kernels resident on DEVICE now (any model's). */
+    int (*resident) (int device);
     /* DEVICE's fault (its context lost, a trap) as text, or NULL while it has none. */
     const char *(*device_fault) (int device);
     /* Tests (sigserve-test's fault injection): launches a trapping kernel on an instance of its MLP

@@ -89,7 +89,7 @@ static int s_load (const dev_request_t *rq, int device, dev_reply_t *rp)
     rp->step_size = m->step_size;
     for (int i = 0; i < CONFIG_MAX_INSTANCES; i++)
         rp->cpus[i] = -1;
-    if (!rp->on_gpu && device != DEVICE_CPU_TEST) {    /* the server runs it */
+    if (rq->resolve_only || (!rp->on_gpu && device != DEVICE_CPU_TEST)) {  /* measured only, or the server runs it */
         weights_destroy (&w);
         model_destroy (&m);
         return 0;

@@ -306,8 +306,39 @@ void model_log_loaded (const model_t *m, bool derived)
                                     / ((double) m->job_count * m->buffer_rows + (double) m->large_count * m->max_rows));
 }
 
-model_t *model_local_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
-                          size_t errlen)
+void model_take_plan (model_t *m, const model_plan_t *plan)
+{
+    m->given = plan->given;
+    if (!plan->measured)
+        return;
+    snprintf (m->selected_by, sizeof m->selected_by, "measurement");
+    m->candidate_count = plan->candidate_count;
+    memcpy (m->candidates, plan->candidates, sizeof m->candidates);
+}
+
+int model_local_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen)
+{
+    memset (plan, 0, sizeof *plan);
+    plan->given = plan->cfg = *cfg;
+    if (cfg->backend != BACKEND_AUTO)
+        return 0;
+    model_t *m = calloc (1, sizeof *m);
+    weights_t *w = m ? weights_load (cfg, err, errlen) : NULL;
+    if (!m)
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+    const int rc = w && model_choose_backend (m, &plan->cfg, w, err, errlen) ? 0 : -1;
+    if (rc == 0) {
+        plan->measured = true;
+        plan->candidate_count = m->candidate_count;
+        memcpy (plan->candidates, m->candidates, sizeof plan->candidates);
+    }
+    weights_destroy (&w);
+    free (m);
+    return rc;
+}
+
+model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, const server_config_t *server,
+                          stats_t *stats, char *err, size_t errlen)
 {
     const uint32_t max_message_bytes = server->max_message_bytes;
     model_t *m = calloc (1, sizeof *m);
@@ -336,6 +367,8 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
         goto failed;
     if (!(m->iface = model_choose_backend (m, &m->cfg, w, err, errlen)))
         goto failed;
+    if (plan)
+        model_take_plan (m, plan);
     m->instance_count = cfg->instances;
     m->instances = calloc (m->instance_count, sizeof *m->instances);
     if (!m->instances) {

@@ -12,6 +12,7 @@ const gpu_backend_t sigserve_gpu_backend = {
     .lstm = &backend_lstm_cuda_iface,
     .device_count = cuda_device_count,
     .device_cpus = cuda_device_cpus,
+    .resident = cuda_device_resident,
     .device_fault = cuda_device_fault,
     .inject_fault = cuda_model_inject_fault,
     .inject_hang = cuda_model_inject_hang,
