@@ -9,13 +9,15 @@
 #   pinned_then_auto  a persistent model ("cuda", "persistent"), then an "auto" one beside it
 #   inproc            the same in the server's process (gpu_processes false)
 #   reload            a persistent model, then an "auto" one added by a reload (SIGHUP)
+#   reload_graph      a persistent model, then a zero-copy mbyv graph added by a reload (the candidate
+#                     that waited beside a resident kernel, configured explicitly)
 # Logs under $OUT (default /tmp/auto-gpu). On the host:
 #   OUT=$OUT BUILD=.gpubuild sh tools/auto-gpu.sh
 set -u
 B=${BUILD:-build}
 OUT=${OUT:-/tmp/auto-gpu}
 LIMIT=${LIMIT:-30}
-SCENARIOS=${SCENARIOS:-"two_auto three_auto pinned_then_auto inproc reload"}
+SCENARIOS=${SCENARIOS:-"two_auto three_auto pinned_then_auto inproc reload reload_graph"}
 mkdir -p "$OUT"
 WEIGHTS=$PWD/$B/models/tick_mlp.safetensors
 EP=tcp://127.0.0.1:5599
@@ -98,6 +100,17 @@ for s in $SCENARIOS; do
             config "$f" "" "$(model a '"backend": "cuda", "kernel": "persistent",')" "$(model b '"backend": "auto",')"
             kill -HUP "$SERVER"
             secs=$(wait_models 2); finish "$s" "auto added by a reload beside a persistent model" $? "$secs"
+        else
+            finish "$s" "the persistent model alone" 1 ""
+        fi ;;
+    reload_graph)
+        config "$f" "" "$(model a '"backend": "cuda", "kernel": "persistent",')"
+        start "$f" "$s"
+        if secs=$(wait_models 1); then
+            config "$f" "" "$(model a '"backend": "cuda", "kernel": "persistent",')" \
+                "$(model b '"backend": "cuda", "kernel": "mbyv", "zero_copy": true,')"
+            kill -HUP "$SERVER"
+            secs=$(wait_models 2); finish "$s" "zero-copy mbyv graph added by a reload beside a persistent model" $? "$secs"
         else
             finish "$s" "the persistent model alone" 1 ""
         fi ;;
