@@ -3,6 +3,16 @@
 # missing Debian packages first (deploy/install-deps.sh), then build.
 
 BUILD    ?= build
+# Parallel by default: one job per CPU (a -j on the command line wins).
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+MAKEFLAGS += -j$(JOBS) --no-print-directory
+# Quiet by default: one short line per file built; V=1 prints the commands.
+V        ?= 0
+ifeq ($(V),1)
+  quiet =
+else
+  quiet = @printf '  %-8s %s\n' '$(1)' '$(2)';
+endif
 CC       ?= cc
 PYTHON   ?= /usr/bin/python3
 PKGS     := libzmq libczmq libsodium libprotobuf-c libcjson libsystemd libmicrohttpd
@@ -32,7 +42,9 @@ ifneq ($(NVCC),)
   CU_SRC   := $(wildcard kernels/*.cu)
   CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
   NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+  # Only the CUDA backend links these (libsigserve-cuda.so, which sigserve opens when a model needs the
+  # GPU; libsigcuda.a, linked into the tests and tools that call the backend's own functions).
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
   # The sources NVRTC compiles at load (kernels/mlp_persistent_spec.cu, lstm_persistent_spec.cu), embedded as text.
   SPEC_SOURCES := kernels/kernels.h kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
                   kernels/mlp_persistent_kernel.cuh kernels/lstm_persistent.cu kernels/lstm_persistent_device.cuh \
@@ -54,14 +66,21 @@ COMMON_OBJ  := $(call obj,$(wildcard common/*.c))
 # The ZMTP engine (transport/): the server's fronts and the clients speak ZeroMQ's wire with it.
 TRANSPORT_OBJ := $(call obj,$(wildcard transport/*.c))
 SUPPORT_OBJ := $(call obj,$(wildcard support/*.c))
-CORE_SRC := $(filter-out service/main.c,$(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c)))
-# The one place that decides whether the server has CUDA: backends/cuda/ is built, or backends/no_gpu.c.
+# The CUDA backend (service/backends/cuda/ and kernels/) is not in the core: sigserve opens it as
+# libsigserve-cuda.so when a model needs the GPU (service/backends/gpu_load.c), so a server of CPU models
+# maps none of the CUDA libraries. The library finds the core's functions in sigserve (-rdynamic).
+CORE_SRC := $(filter-out service/main.c service/backends/cuda/%.c,$(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c)))
+# The one place that decides whether the server has CUDA: backends/gpu_load.c, or backends/no_gpu.c.
+CORE_SRC := $(filter-out service/backends/$(if $(HAVE_CUDA),no_gpu,gpu_load).c,$(CORE_SRC))
+CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ)
 ifeq ($(HAVE_CUDA),1)
-  CORE_SRC := $(filter-out service/backends/no_gpu.c,$(CORE_SRC))
-else
-  CORE_SRC := $(filter-out service/backends/cuda/%.c,$(CORE_SRC))
+  CUDA_OBJ   := $(call obj,$(wildcard service/backends/cuda/*.c)) $(CU_OBJ) $(SPEC_OBJ)
+  GPU_PLUGIN := $(BUILD)/libsigserve-cuda.so
+  # Linked in first (its objects call the core's), kept whole by the one symbol gpu_load.c looks for.
+  GPU_STATIC := -Wl,-u,sigserve_gpu_backend $(BUILD)/libsigcuda.a
 endif
-CORE_OBJ := $(call obj,$(CORE_SRC)) $(PROTO_OBJ) $(CU_OBJ) $(SPEC_OBJ)
+# sigserve and sigserve-test: every core object, and their symbols exported to libsigserve-cuda.so.
+SERVER_LINK := -rdynamic -Wl,--whole-archive $(BUILD)/libsigcore.a -Wl,--no-whole-archive
 CLIENT_OBJ := $(BUILD)/obj/clients/sigclient.o $(BUILD)/obj/clients/sigclient_cert.o \
               $(BUILD)/obj/clients/sigclient_dns.o $(BUILD)/obj/clients/sigclient_stream.o \
               $(BUILD)/obj/clients/sigclient_sock.o $(PROTO_OBJ) $(TRANSPORT_OBJ)
@@ -73,7 +92,8 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a \
             $(BUILD)/libsigzmtp.a
-BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS)
+BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS) \
+            $(GPU_PLUGIN)
 # CUDA tools standing alone (no library of ours): built where nvcc is, so they keep compiling.
 ifeq ($(HAVE_CUDA),1)
   BINS   += $(patsubst tools/%.cu,$(BUILD)/%,$(wildcard tools/*.cu))
@@ -89,8 +109,14 @@ all: $(BINS) $(TESTS) $(DEMO) $(PROTO_PY)
 deps:
 	@./deploy/install-deps.sh
 
+# make run builds what it runs: the server, the clients and the demo weights; the CUDA backend too
+# where an NVIDIA driver is (`make all` builds everything, the tests included).
+HAVE_DRIVER := $(shell test -e /proc/driver/nvidia/version -o -e /dev/nvidiactl && echo 1)
+RUN_TARGETS := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(DEMO) $(if $(HAVE_DRIVER),$(GPU_PLUGIN))
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) $(RUN_TARGETS)
+	@if [ -n "$(GPU_PLUGIN)" ] && [ -z "$(HAVE_DRIVER)" ]; then echo "note: no NVIDIA driver here: the CUDA backend \
+	    ($(GPU_PLUGIN)) is not built; the demo model runs on the CPU (make all builds everything)"; fi
 	$(BUILD)/sigserve --config config/sigserve.json
 
 # What CI runs (.ci/run): every suite, then a short fuzz of each target (tests/fuzz, mk/fuzz.mk).
@@ -117,7 +143,7 @@ check: all
 # A machine without nvcc builds the CPU service, its tests and tools (deploy/Dockerfile's CPU image
 # builds only what it installs, so it would not notice a tool that needs CUDA): every C file of
 # such a build compiles there, syntax and types only, with a build's flags less the CUDA ones.
-NOCUDA_SRC := $(filter-out service/backends/cuda/%.c,$(sort $(wildcard common/*.c transport/*.c support/*.c clients/*.c \
+NOCUDA_SRC := $(filter-out service/backends/cuda/%.c service/backends/gpu_load.c,$(sort $(wildcard common/*.c transport/*.c support/*.c clients/*.c \
               clients/sigload/*.c tools/*.c tests/*.c) $(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c))))
 check-nocuda: $(PROTO_H)
 	@printf '%s\n' $(NOCUDA_SRC) | xargs -P 2 -n 8 $(CC) $(NOCUDA_CFLAGS) -fsyntax-only
@@ -144,75 +170,86 @@ test-asan: deps
 # One run of protoc-c makes both files (a grouped target), so it runs once.
 $(PROTO_C) $(PROTO_H) &: proto/signal.proto
 	@mkdir -p $(BUILD)/gen
-	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/signal.proto
+	$(call quiet,PROTOC,$@)protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/signal.proto
 
 $(PROTO_PY): proto/signal.proto
 	@mkdir -p $(BUILD)/gen/py
-	protoc --proto_path=proto --python_out=$(BUILD)/gen/py proto/signal.proto
+	$(call quiet,PROTOC,$@)protoc --proto_path=proto --python_out=$(BUILD)/gen/py proto/signal.proto
 
 $(BUILD)/gen/spec_sources.c: $(SPEC_SOURCES) tools/embed-sources.sh
 	@mkdir -p $(dir $@)
-	sh tools/embed-sources.sh $@ $(SPEC_SOURCES)
+	$(call quiet,GEN,$@)sh tools/embed-sources.sh $@ $(SPEC_SOURCES)
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Wno-unused-parameter -fPIC -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(CFLAGS) -Wno-unused-parameter -fPIC -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(CFLAGS) -fPIC -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(call quiet,NVCC,$<)$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/libsigcore.a: $(CORE_OBJ)
+$(BUILD)/libsigcuda.a: $(CUDA_OBJ)
 $(BUILD)/libsigcommon.a: $(COMMON_OBJ)
 $(BUILD)/libsigzmtp.a: $(TRANSPORT_OBJ)
 $(BUILD)/libsigsupport.a: $(SUPPORT_OBJ)
 $(BUILD)/libsigclient.a: $(CLIENT_OBJ)
-$(LIBS):
+$(LIBS) $(BUILD)/libsigcuda.a:
 	@rm -f $@
-	ar rcs $@ $^
+	$(call quiet,AR,$@)ar rcs $@ $^
 
 $(BUILD)/libsigclient.so: $(CLIENT_OBJ)
-	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -o $@ $^ $(CLIENT_LIBS)
+	$(call quiet,LINK,$@)$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -o $@ $^ $(CLIENT_LIBS)
+
+$(BUILD)/libsigserve-cuda.so: $(CUDA_OBJ)
+	$(call quiet,LINK,$@)$(CC) -shared $(LDFLAGS) -Wl,-Bsymbolic -o $@ $^ $(CUDA_LDLIBS) -lpthread -lm
 
 $(BUILD)/sigserve: $(BUILD)/obj/service/main.o $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(SERVER_LINK) $(filter-out %/libsigcore.a $<,$^) $(LDLIBS)
 
 # sigserve with the test hooks (fault injection: POST /debug/fault; CPU models in a device process):
 # tests only, never installed or shipped.
 $(BUILD)/obj/service/main-test.o: service/main.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DSIGSERVE_TEST_HOOKS -fPIC -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(CFLAGS) -DSIGSERVE_TEST_HOOKS -fPIC -c $< -o $@
 
 $(BUILD)/sigserve-test: $(BUILD)/obj/service/main-test.o $(BUILD)/obj/tests/mailbox_backend.o $(BUILD)/libsigcore.a \
                        $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(SERVER_LINK) $(filter-out %.o %/libsigcore.a,$^) $(LDLIBS)
 
 $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
+	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
 $(BUILD)/sigload: $(SIGLOAD_OBJ) $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
+	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
 $(BUILD)/green-probe: tools/green-probe.cu kernels/sig_device.cuh kernels/kernels.h
-	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $< -lnvrtc
+	$(call quiet,NVCC,$<)$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $< -lnvrtc
 
 $(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh kernels/kernels.h
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $<
+	$(call quiet,NVCC,$<)$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $<
 
-$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a \
-            $(BUILD)/libsigcommon.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
+	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The benchmarks call the CUDA backend's own functions: it is linked in (the others open it as sigserve does).
+CUDA_TOOLS := $(BUILD)/sigbench $(BUILD)/lstmbench
+$(CUDA_TOOLS): $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) \
+               $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
+	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libsigsupport.a $(GPU_STATIC) \
+	    $(filter-out $< %/libsigsupport.a %/libsigcuda.a,$^) $(LDLIBS) $(CUDA_LDLIBS)
 
 # Every suite links testutil.o (shared helpers) and tolerance.o (the kernel checks' error bounds).
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/tolerance.o \
-                  $(HISTOGRAM_OBJ) $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a $(BUILD)/libsigcore.a \
-                  $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
+                  $(HISTOGRAM_OBJ) $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) \
+                  $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $(filter-out %/libsigcuda.a %/libsigcore.a %/libsigzmtp.a %/libsigcommon.a,$^) $(GPU_STATIC) \
+	    $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a $(CHECK_LIBS) $(LDLIBS) $(CUDA_LDLIBS)
 
 # Counts the allocations sigserve's own code makes (tests/test_noalloc.c wraps them).
 $(BUILD)/tests/test_noalloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign
@@ -223,7 +260,7 @@ $(BUILD)/tests/test_dispatch $(BUILD)/tests/test_dispatch_fronts: LDFLAGS += -Wl
 # The demo model's weights: generated deterministically, so the service runs with no user files.
 $(DEMO): $(BUILD)/gen_demo_weights
 	@mkdir -p $(dir $@)
-	$(BUILD)/gen_demo_weights $@
+	$(call quiet,GEN,$@)$(BUILD)/gen_demo_weights $@ >/dev/null
 
 clean:
 	rm -rf $(BUILD)

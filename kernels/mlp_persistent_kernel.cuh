@@ -423,7 +423,7 @@ __device__ __forceinline__ bool s_gemv (const sig_persistent_layer_plan_t &L, ui
         if (t >= A)
             break;
         /* this pass's banked slots, its first R: bank entries pS .. pS + R - 1 */
-        const uint32_t pS = p * S, R = R0 > pS ? min (R0 - pS, S) : 0u;
+        const uint32_t pS = p * S, R = min (R0 - min (R0, pS), S);     /* 0 when R0 <= pS */
         const uint32_t m = p * (P_T >> glog) + (t >> glog);
         /* slot s >= R of pass p: slot p S active + s A + t of the image, less the banked slots before
          * it (this pass's and the earlier passes') */

@@ -70,11 +70,11 @@ fuzz-clean:
 # not stop its fuzzing (the gcc build has -Werror).
 $(FUZZ_DIR)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(if $(filter tests/fuzz/%,$<),-Werror) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(call quiet,CLANG,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) $(if $(filter tests/fuzz/%,$<),-Werror) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_PROTO_OBJ): $(PROTO_C) $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-unused-parameter -fsanitize=fuzzer-no-link -c $< -o $@
+	$(call quiet,CLANG,$<)$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-unused-parameter -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_request: $(call fuzz_obj,$(FUZZ_SRC_request)) $(FUZZ_PROTO_OBJ)
 $(FUZZ_DIR)/fuzz_safetensors: $(call fuzz_obj,$(FUZZ_SRC_safetensors))
@@ -82,6 +82,6 @@ $(FUZZ_DIR)/fuzz_config: $(call fuzz_obj,$(FUZZ_SRC_config))
 $(FUZZ_DIR)/fuzz_zmtp: $(call fuzz_obj,$(FUZZ_SRC_zmtp))
 $(FUZZ_DIR)/fuzz_curve: $(call fuzz_obj,$(FUZZ_SRC_curve))
 $(FUZZ_BINS):
-	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(FUZZ_LIBS)
+	$(call quiet,LINK,$@)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(FUZZ_LIBS)
 
 -include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)

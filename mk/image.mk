@@ -77,20 +77,23 @@ image-cpu: image-deps
 	$(IMAGE_BUILD) --target cpu $(addprefix -t ,$(IMAGE_CPU_TAGS)) $(IMAGE_CONTEXT)
 	@if [ "$(IMAGE_PRUNE)" = 1 ]; then $(MAKE) --no-print-directory image-prune; fi
 
-# The host's CUDA build of sigserve and the toolkit libraries it loads (libnvrtc with the builtins
-# library it opens at run time, for the specialised persistent kernels; not the driver's libcuda,
-# which the NVIDIA container toolkit mounts from the host), laid out as they go in the image:
-# cuda/usr/bin/sigserve, and the libraries in the folder of its RUNPATH.
-image-cuda: image-deps $(BUILD)/sigserve
+# The host's CUDA build of sigserve, its CUDA backend (libsigserve-cuda.so, which sigserve opens when a
+# model needs the GPU) and the toolkit libraries that backend loads (libnvrtc with the builtins library
+# it opens at run time, for the specialised persistent kernels; not the driver's libcuda, which the
+# NVIDIA container toolkit mounts from the host), laid out as they go in the image:
+# cuda/usr/bin/sigserve, cuda/usr/lib/sigserve/libsigserve-cuda.so, and the libraries in the folder of
+# the backend's RUNPATH.
+image-cuda: image-deps $(BUILD)/sigserve $(GPU_PLUGIN)
 	@if [ "$(HAVE_CUDA)" != 1 ]; then echo "make image-cuda: this build has no CUDA (nvcc not found, or NVCC=)" >&2; exit 1; fi
-	@rm -rf $(IMAGE_CONTEXT)/cuda && mkdir -p $(IMAGE_CONTEXT)/cuda/usr/bin
+	@rm -rf $(IMAGE_CONTEXT)/cuda && mkdir -p $(IMAGE_CONTEXT)/cuda/usr/bin $(IMAGE_CONTEXT)/cuda/usr/lib/sigserve
 	cp $(BUILD)/sigserve $(IMAGE_CONTEXT)/cuda/usr/bin/
-	@runpath=$$(readelf -d $(BUILD)/sigserve | sed -n 's/.*R\(UN\)\{0,1\}PATH.*\[\(.*\)\]/\2/p' | cut -d: -f1); \
-	if [ -z "$$runpath" ]; then echo "make image-cuda: $(BUILD)/sigserve has no RUNPATH to its CUDA libraries" >&2; exit 1; fi; \
-	libs=$$(ldd $(BUILD)/sigserve | awk '$$3 ~ /\/lib(cudart|cublas|cublasLt|nvrtc)\.so/ {print $$3}'); \
-	if [ -z "$$libs" ]; then echo "make image-cuda: $(BUILD)/sigserve loads no CUDA library" >&2; exit 1; fi; \
-	nvrtc=$$(ldd $(BUILD)/sigserve | awk '$$3 ~ /\/libnvrtc\.so/ {print $$3}'); \
-	if [ -z "$$nvrtc" ]; then echo "make image-cuda: $(BUILD)/sigserve does not load libnvrtc" >&2; exit 1; fi; \
+	cp $(GPU_PLUGIN) $(IMAGE_CONTEXT)/cuda/usr/lib/sigserve/
+	@runpath=$$(readelf -d $(GPU_PLUGIN) | sed -n 's/.*R\(UN\)\{0,1\}PATH.*\[\(.*\)\]/\2/p' | cut -d: -f1); \
+	if [ -z "$$runpath" ]; then echo "make image-cuda: $(GPU_PLUGIN) has no RUNPATH to its CUDA libraries" >&2; exit 1; fi; \
+	libs=$$(ldd $(GPU_PLUGIN) | awk '$$3 ~ /\/lib(cudart|cublas|cublasLt|nvrtc)\.so/ {print $$3}'); \
+	if [ -z "$$libs" ]; then echo "make image-cuda: $(GPU_PLUGIN) loads no CUDA library" >&2; exit 1; fi; \
+	nvrtc=$$(ldd $(GPU_PLUGIN) | awk '$$3 ~ /\/libnvrtc\.so/ {print $$3}'); \
+	if [ -z "$$nvrtc" ]; then echo "make image-cuda: $(GPU_PLUGIN) does not load libnvrtc" >&2; exit 1; fi; \
 	libs="$$libs $$(ls $$(dirname $$nvrtc)/libnvrtc-builtins.so.* | grep -v alt | head -n 1)"; \
 	mkdir -p $(IMAGE_CONTEXT)/cuda$$runpath; \
 	for l in $$libs; do echo "cp -L $$l $(IMAGE_CONTEXT)/cuda$$runpath/"; cp -L $$l $(IMAGE_CONTEXT)/cuda$$runpath/; done

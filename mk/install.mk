@@ -10,6 +10,8 @@
 #
 # What goes where (PREFIX=/usr/local by default):
 #   $(BINDIR)          sigserve sigclient sigload
+#   $(BINDIR)/../lib/sigserve   libsigserve-cuda.so (a CUDA build: the CUDA backend, which sigserve opens
+#                      from there when a model needs the GPU)
 #   $(LIBDIR)          libsigclient.so.$(VERSION), its SONAME link libsigclient.so.$(SIGCLIENT_SOVERSION),
 #                      the development link libsigclient.so, libsigclient.a, pkgconfig/libsigclient.pc
 #   $(INCLUDEDIR)      sigclient.h
@@ -57,7 +59,7 @@ MAN5_PAGE           := $(BUILD)/man/sigserve.json.5
 MAN3_PAGE           := $(BUILD)/man/libsigclient.3
 INSTALL_DEPS        := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(BUILD)/libsigclient.a \
                        $(SIGCLIENT_SOFILE) $(SIGCLIENT_PC) $(DEMO) $(SIGSERVE_CONFIG) $(SIGSERVE_UNIT) \
-                       $(MAN5_PAGE) $(MAN3_PAGE)
+                       $(MAN5_PAGE) $(MAN3_PAGE) $(GPU_PLUGIN)
 
 # Written by the recipes from the values of this make run: a change of PREFIX or VERSION must
 # rewrite them, so they are always remade (cheap) and only replaced when their text changes.
@@ -68,21 +70,21 @@ all: $(MAN5_PAGE) $(MAN3_PAGE)
 # The pages made from the references they repeat (see the top of this file).
 $(MAN5_PAGE): config/README.md man/md2man.py VERSION
 	@mkdir -p $(dir $@)
-	$(PYTHON) man/md2man.py config/README.md $(VERSION) $@
+	$(call quiet,MAN,$@)$(PYTHON) man/md2man.py config/README.md $(VERSION) $@
 
 $(MAN3_PAGE): clients/sigclient.h man/h2man.py VERSION
 	@mkdir -p $(dir $@)
-	$(PYTHON) man/h2man.py clients/sigclient.h $(VERSION) $@
+	$(call quiet,MAN,$@)$(PYTHON) man/h2man.py clients/sigclient.h $(VERSION) $@
 
 # The shared library, with its SONAME and the exported symbols limited to the API.
 $(SIGCLIENT_MAP):
 	@mkdir -p $(dir $@)
-	printf '{\n  global: sigclient_*;\n  local: *;\n};\n' > $@
+	@printf '{\n  global: sigclient_*;\n  local: *;\n};\n' > $@
 
 $(SIGCLIENT_SOFILE): $(CLIENT_OBJ) $(SIGCLIENT_MAP)
-	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -Wl,--version-script,$(SIGCLIENT_MAP) \
+	$(call quiet,LINK,$@)$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SIGCLIENT_SONAME) -Wl,--version-script,$(SIGCLIENT_MAP) \
 	    -o $@ $(CLIENT_OBJ) $(CLIENT_LIBS)
-	ln -sf $(notdir $@) $(BUILD)/$(SIGCLIENT_SONAME)
+	@ln -sf $(notdir $@) $(BUILD)/$(SIGCLIENT_SONAME)
 
 # libdir and includedir relative to ${prefix} when they are under it, so that the file can be
 # relocated (PKG_CONFIG_SYSROOT_DIR, pkg-config --define-prefix).
@@ -119,6 +121,8 @@ install: $(INSTALL_DEPS) install-man
 	    $(DESTDIR)$(DATADIR)/models $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/sigserve
 	$(INSTALL) -m 0755 $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(DESTDIR)$(BINDIR)/
+	$(if $(GPU_PLUGIN),$(INSTALL) -d $(DESTDIR)$(BINDIR)/../lib/sigserve && \
+	    $(INSTALL) -m 0755 $(GPU_PLUGIN) $(DESTDIR)$(BINDIR)/../lib/sigserve/)
 	$(INSTALL) -m 0755 $(SIGCLIENT_SOFILE) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(notdir $(SIGCLIENT_SOFILE)) $(DESTDIR)$(LIBDIR)/$(SIGCLIENT_SONAME)
 	ln -sf $(SIGCLIENT_SONAME) $(DESTDIR)$(LIBDIR)/libsigclient.so
@@ -147,6 +151,7 @@ install-man: $(MAN5_PAGE) $(MAN3_PAGE)
 # The config in SYSCONFDIR is the operator's: left in place.
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,sigserve sigclient sigload)
+	rm -rf $(DESTDIR)$(BINDIR)/../lib/sigserve
 	rm -f $(DESTDIR)$(LIBDIR)/libsigclient.so $(DESTDIR)$(LIBDIR)/$(SIGCLIENT_SONAME) \
 	      $(DESTDIR)$(LIBDIR)/$(notdir $(SIGCLIENT_SOFILE)) $(DESTDIR)$(LIBDIR)/libsigclient.a \
 	      $(DESTDIR)$(PKGCONFIGDIR)/libsigclient.pc $(DESTDIR)$(INCLUDEDIR)/sigclient.h

@@ -78,11 +78,8 @@ static void s_version (void)
     int major, minor, patch;
     zmq_version (&major, &minor, &patch);
     char gpu[64] = "";
-    if (backends_gpu) {
-        char runtime[32];
-        backends_gpu->runtime_version (runtime, sizeof runtime);
-        snprintf (gpu, sizeof gpu, ", cuda with CUDA runtime %s", runtime);
-    }
+    if (backends_cuda_built_version ())
+        snprintf (gpu, sizeof gpu, ", cuda with CUDA runtime %s", backends_cuda_built_version ());
     printf ("sigserve %s (transports: zmtp, libzmq %d.%d.%d; backends: cpu%s)\n", SIGSERVE_VERSION, major, minor, patch,
             gpu);
 }
@@ -358,21 +355,23 @@ static int s_test_fault (int device, uint32_t fault, backend_model_t *mlp, char 
         return -1;
     }
     if (fault == DEV_FAULT_TRAP) {
-        if (!backends_gpu || !mlp) {
+        const gpu_backend_t *gpu = backends_gpu (NULL, 0);
+        if (!gpu || !mlp) {
             snprintf (err, errlen, "device %d holds no CUDA MLP instance to trap", device);
             return -1;
         }
-        int rc = backends_gpu->inject_fault (mlp);
+        int rc = gpu->inject_fault (mlp);
         if (rc != 0)
             snprintf (err, errlen, "device %d: the trapping kernel did not launch (CUDA error %d)", device, rc);
         return rc == 0 ? 0 : -1;
     }
     if (fault == DEV_FAULT_HANG) {
-        if (!backends_gpu || !mlp) {
+        const gpu_backend_t *gpu = backends_gpu (NULL, 0);
+        if (!gpu || !mlp) {
             snprintf (err, errlen, "device %d holds no CUDA MLP instance to hang", device);
             return -1;
         }
-        int rc = backends_gpu->inject_hang (mlp, 60000);
+        int rc = gpu->inject_hang (mlp, 60000);
         if (rc != 0)
             snprintf (err, errlen, "device %d: the spinning kernel did not launch (CUDA error %d)", device, rc);
         return rc == 0 ? 0 : -1;
@@ -410,7 +409,7 @@ static int s_debug_fault (const char *device, const char *kind, char *out, size_
 static devices_t *s_start_devices (const options_t *opt, const config_t *cfg)
 {
     const bool gpu_host = access ("/dev/nvidiactl", F_OK) == 0 || access ("/dev/nvidia0", F_OK) == 0;
-    if (!opt->cpu_device_process && (!cfg->server.gpu_processes || !backends_gpu || !gpu_host))
+    if (!opt->cpu_device_process && (!cfg->server.gpu_processes || !backends_gpu_built () || !gpu_host))
         return NULL;
     char exe[256], err[512];
     ssize_t n = readlink ("/proc/self/exe", exe, sizeof exe - 1);

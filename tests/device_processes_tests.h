@@ -372,8 +372,9 @@ static inline const char *s_model (const char *name, const char *extra)
 static inline int s_gpus (void)
 {
     int count = 0;
-    char why[256];
-    if (!backends_gpu || backends_gpu->device_count (&count, why, sizeof why) != 0)
+    char why[768];
+    const gpu_backend_t *gpu = backends_gpu (why, sizeof why);
+    if (!gpu || gpu->device_count (&count, why, sizeof why) != 0)
         return 0;
     return count;
 }

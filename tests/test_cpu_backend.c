@@ -148,7 +148,7 @@ START_TEST (half_precision_weights_refused_by_f32_backends)
                   cases[i][0], cases[i][1], path);
         config_t *cfg = config_parse (json, "t.json", NULL, err, sizeof err);
         ck_assert_msg (cfg != NULL, "%s", err);
-        if (strcmp (cases[i][0], "auto") == 0 && backends_gpu)
+        if (strcmp (cases[i][0], "auto") == 0 && backends_gpu (NULL, 0))
             cfg->models[0].devices[0] = 63;     /* no GPU candidate here either: the CPU's refusal decides */
         model_t *m = model_new (&cfg->models[0], &cfg->server, NULL, err, sizeof err);
         ck_assert_ptr_null (m);

@@ -425,8 +425,9 @@ END_TEST
 START_TEST (a_gpu_model_runs_inline_on_its_idle_instance)
 {
     int count = 0;
-    char why[256] = "no GPU backend in this build";
-    if (!backends_gpu || backends_gpu->device_count (&count, why, sizeof why) != 0 || count < 1) {
+    char why[768];
+    const gpu_backend_t *gpu = backends_gpu (why, sizeof why);
+    if (!gpu || gpu->device_count (&count, why, sizeof why) != 0 || count < 1) {
         printf ("a_gpu_model_runs_inline_on_its_idle_instance: skipped: %s\n", why);
         return;
     }

@@ -2,7 +2,8 @@
  * loads (a taken port fails the start at once, whatever the models); a host name where ZeroMQ wants
  * an address gets the address to use; an endpoint other hosts can reach without CURVE is warned
  * about, a loopback one is not; a CUDA model on a machine without a GPU or a build without CUDA says
- * which; a batch-scoring model (max_rows 4096) starts small and answers. Exit codes and messages are
+ * which; a batch-scoring model (max_rows 4096) starts small and answers; a server of CPU models maps no
+ * CUDA library and stays under 64 MiB. Exit codes and messages are
  * asserted exactly, never times. */
 #define _GNU_SOURCE
 #include "backends/backends.h"
@@ -18,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -134,20 +138,93 @@ START_TEST (a_cuda_model_without_a_gpu_says_why)
     char endpoint[64], log[16384];
     snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", tu_free_port ());
     char *config = s_config ("cuda.json", endpoint, "cuda", NULL);
-    const bool driver = access ("/proc/driver/nvidia/version", F_OK) == 0 || access ("/dev/nvidiactl", F_OK) == 0;
-    if (backends_gpu && driver) {
+    char why[768];
+    const bool driver = backends_gpu_driver (why, sizeof why);
+    if (backends_gpu_built () && driver) {
         printf ("a_cuda_model_without_a_gpu_says_why: this host has an NVIDIA driver; nothing to check\n");
         free (config);
         return;
     }
     ck_assert_int_eq (s_run (config, endpoint, false, log, sizeof log), 2);
-    const char *want = backends_gpu
+    const char *want = backends_gpu_built ()
         ? "model \"tick_mlp\": backend \"cuda\": no NVIDIA driver on this host (no /proc/driver/nvidia): no GPU, or "
           "its driver is not installed; use \"cpu\" or \"auto\""
         : "model \"tick_mlp\": backend \"cuda\": this build of sigserve has no CUDA backend (nvcc was not found when "
           "it was built); use \"cpu\" or \"auto\"";
     ck_assert_msg (strstr (log, want) != NULL, "%s", log);
     ck_assert_msg (strstr (log, "driver version is insufficient") == NULL, "%s", log);
+    free (config);
+}
+END_TEST
+
+/* Runs BIN --config CONFIG to its end as if this host had an NVIDIA driver (a private mount namespace
+ * with /proc/driver/nvidia/version on a tmpfs), its stderr into LOG (CAP bytes): the exit code, or -1
+ * when this process may not make the namespace (not root: the caller skips). */
+static int s_run_with_a_driver (const char *bin, const char *config, char *log, size_t cap)
+{
+    char path[2400];
+    snprintf (path, sizeof path, "%s/driver.log", s_dir);
+    pid_t pid = fork ();
+    if (pid == 0) {
+        if (unshare (CLONE_NEWNS) != 0 || mount (NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0
+            || mount ("none", "/proc/driver", "tmpfs", 0, NULL) != 0 || mkdir ("/proc/driver/nvidia", 0755) != 0)
+            _exit (126);
+        FILE *v = fopen ("/proc/driver/nvidia/version", "w");
+        if (!v)
+            _exit (126);
+        fclose (v);
+        FILE *f = freopen (path, "w", stderr);
+        (void) f;
+        execl (bin, bin, "--config", config, (char *) NULL);
+        _exit (127);
+    }
+    int status = 0;
+    ck_assert_int_eq (waitpid (pid, &status, 0), pid);
+    const int code = WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status);
+    if (code == 126)
+        return -1;
+    FILE *f = fopen (path, "r");
+    ck_assert_ptr_nonnull (f);
+    size_t n = fread (log, 1, cap - 1, f);
+    log[n] = '\0';
+    fclose (f);
+    return code;
+}
+
+/* A CUDA build whose CUDA backend (libsigserve-cuda.so, opened when a model needs the GPU) is missing,
+ * or is not a library, says which and where it belongs, on a host with a driver; the message is the
+ * model's error, as any other. */
+START_TEST (a_missing_or_broken_cuda_backend_says_so)
+{
+    if (!backends_gpu_built ()) {
+        printf ("a_missing_or_broken_cuda_backend_says_so: skipped: this build has no CUDA backend\n");
+        return;
+    }
+    char endpoint[64], log[16384], dir[2400], bin[2500], src[2400], lib[2500];
+    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", tu_free_port ());
+    char *config = s_config ("lonely.json", endpoint, "cuda", NULL);
+    snprintf (dir, sizeof dir, "%s/lonely", s_dir);
+    ck_assert_int_eq (mkdir (dir, 0755), 0);
+    snprintf (src, sizeof src, "%s/sigserve", tu_build_dir ());
+    snprintf (bin, sizeof bin, "%s/sigserve", dir);
+    ck_assert_int_eq (tu_copy_file (src, bin, 0755), 0);
+    int code = s_run_with_a_driver (bin, config, log, sizeof log);
+    if (code < 0) {
+        printf ("a_missing_or_broken_cuda_backend_says_so: skipped: cannot make a mount namespace (not root)\n");
+        free (config);
+        return;
+    }
+    ck_assert_int_eq (code, 2);
+    ck_assert_msg (strstr (log, "model \"tick_mlp\": backend \"cuda\": the CUDA backend (libsigserve-cuda.so) is "
+                           "missing: it belongs beside sigserve, or in lib/sigserve/ of the prefix sigserve is installed in; "
+                           "use \"cpu\" or \"auto\"") != NULL, "%s", log);
+    snprintf (lib, sizeof lib, "%s/libsigserve-cuda.so", dir);
+    free (tu_write_file (dir, "libsigserve-cuda.so", "not a library", -1));
+    ck_assert_int_eq (s_run_with_a_driver (bin, config, log, sizeof log), 2);
+    char want[3000];
+    snprintf (want, sizeof want, "model \"tick_mlp\": backend \"cuda\": the CUDA backend (libsigserve-cuda.so) did not "
+              "load: %s: file too short; use \"cpu\" or \"auto\"", lib);
+    ck_assert_msg (strstr (log, want) != NULL, "%s", log);
     free (config);
 }
 END_TEST
@@ -166,6 +243,44 @@ static long long s_rss (pid_t pid)
         fclose (f);
     return kib < 0 ? -1 : kib * 1024;
 }
+
+/* Whether process PID maps a file whose name holds NAME (/proc/PID/maps). */
+static bool s_maps (pid_t pid, const char *name)
+{
+    char path[64], line[1024];
+    snprintf (path, sizeof path, "/proc/%d/maps", (int) pid);
+    FILE *f = fopen (path, "r");
+    bool found = false;
+    while (f && !found && fgets (line, sizeof line, f))
+        found = strstr (line, name) != NULL;
+    if (f)
+        fclose (f);
+    return found;
+}
+
+/* A server of CPU models maps none of the CUDA libraries (the CUDA backend is a library sigserve opens
+ * when a model needs the GPU) and its request buffers are resident as they are used: the demo model
+ * on the CPU is under 64 MiB resident once ready (it was 237 MiB; docs/operations.md has the
+ * breakdown). Under AddressSanitizer the shadow memory makes the size meaningless: only the maps are
+ * checked there. */
+START_TEST (a_cpu_only_server_maps_no_cuda_library_and_stays_under_64_mib)
+{
+    char endpoint[64];
+    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", tu_free_port ());
+    char *config = s_config ("lean.json", endpoint, "cpu", NULL);
+    pid_t pid = tu_server_start (config, endpoint, 60000);
+    ck_assert_msg (pid > 0, "the demo model did not start");
+    const long long rss = s_rss (pid);
+    const char *const cuda[] = { "libcudart", "libcublas", "libcublasLt", "libnvrtc", "libsigserve-cuda" };
+    for (size_t i = 0; i < sizeof cuda / sizeof cuda[0]; i++)
+        ck_assert_msg (!s_maps (pid, cuda[i]), "a CPU-only server maps %s", cuda[i]);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    printf ("a_cpu_only_server: %.1f MiB resident once ready\n", rss / 1048576.0);
+    if (!getenv ("SIGSERVE_SANITIZED"))
+        ck_assert_msg (rss > 0 && rss < 64ll * 1048576, "resident %lld bytes (%.1f MiB)", rss, rss / 1048576.0);
+    free (config);
+}
+END_TEST
 
 /* A batch-scoring model (max_rows 4096, 64 MiB messages): request buffers grow with the queue
  * times a typical request (buffer_rows), not times the largest; it starts in a few hundred MB at
@@ -245,13 +360,15 @@ START_TEST (a_batch_scoring_model_starts_small_and_answers_4096_rows)
     const char *at = strstr (log, "; max_queue_us 10000, queue_depth ");
     ck_assert_msg (at != NULL, "%s", log);
     unsigned depth = 0, jobs = 0;
-    double mib = 0;
+    double mib = 0, resident = 0;
     ck_assert_msg (sscanf (at, "; max_queue_us 10000, queue_depth %u (derived); request buffers %u x 16 rows + 2 x 4096 "
-                           "rows (%lf MiB)", &depth, &jobs, &mib) == 3, "%s", at);
+                           "rows (%lf MiB; %lf MiB resident, the rest as a deeper queue first needs it)", &depth, &jobs,
+                           &mib, &resident) == 4, "%s", at);
     ck_assert_uint_ge (depth, 64);
     ck_assert_uint_le (depth, 1024);
     ck_assert_uint_eq (jobs, depth + 4096 + 64);
     ck_assert_double_eq_tol (mib, ((double) jobs * 16 + 2 * 4096) * 513 * 4 / 1048576.0, 0.051);
+    ck_assert_double_eq_tol (resident, 64.0 * 16 * 513 * 4 / 1048576.0, 0.051);    /* one intake turn's jobs */
     free (ref);
     free (bound);
     free (x);
@@ -273,6 +390,8 @@ int main (void)
     tcase_add_test (tc, plaintext_for_other_hosts_is_warned_about);
     tcase_add_test (tc, a_cuda_model_without_a_gpu_says_why);
     tcase_add_test (tc, a_batch_scoring_model_starts_small_and_answers_4096_rows);
+    tcase_add_test (tc, a_cpu_only_server_maps_no_cuda_library_and_stays_under_64_mib);
+    tcase_add_test (tc, a_missing_or_broken_cuda_backend_says_so);
     suite_add_tcase (s, tc);
     int rc = tu_run_suite (s);
     free (s_dir);

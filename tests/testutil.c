@@ -60,6 +60,21 @@ char *tu_write_file (const char *dir, const char *name, const void *data, long l
     return path;
 }
 
+int tu_copy_file (const char *from, const char *to, mode_t mode)
+{
+    FILE *in = fopen (from, "rb"), *out = fopen (to, "wb");
+    char buf[65536];
+    size_t n;
+    int rc = in && out ? 0 : -1;
+    while (rc == 0 && (n = fread (buf, 1, sizeof buf, in)) > 0)
+        rc = fwrite (buf, 1, n, out) == n ? 0 : -1;
+    if (in)
+        fclose (in);
+    if (out && fclose (out) != 0)
+        rc = -1;
+    return rc == 0 ? chmod (to, mode) : -1;
+}
+
 int tu_free_port (void)
 {
     int fd = socket (AF_INET, SOCK_STREAM, 0);

@@ -16,6 +16,8 @@ char *tu_tmpdir (void);
 bool tu_forked (void);
 /* Writes LEN bytes (or strlen when LEN is -1) to DIR/NAME; returns the malloc'd full path. */
 char *tu_write_file (const char *dir, const char *name, const void *data, long len);
+/* Copies the file FROM to TO with MODE: 0, or -1. */
+int tu_copy_file (const char *from, const char *to, mode_t mode);
 /* A tcp port on 127.0.0.1 that was free a moment ago. */
 int tu_free_port (void);
 /* Relative error ||a - ref|| / ||ref|| (ref in float64). */

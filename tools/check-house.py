@@ -7,8 +7,9 @@
   - the layers, lowest first: base, weights, backends (backends/cuda with it), serving, front, ops,
     then main.c. A file includes headers of its own layer and the ones below only, and an object
     calls (references a symbol defined by) objects of its own layer and the ones below only;
-  - whether the server has CUDA is decided in one place, the build (backends/cuda/ or
-    backends/no_gpu.c): no SIGSERVE_HAVE_CUDA in service/;
+  - whether the server has CUDA is decided in one place, the build (backends/gpu_load.c, which
+    opens backends/cuda/ as libsigserve-cuda.so, or backends/no_gpu.c): no SIGSERVE_HAVE_CUDA in
+    service/;
   - no call cycle between service modules: a module is one .c file's object, and A -> B when A
     references a symbol B defines (nm). A cycle means two files that cannot be understood, tested
     or replaced one without the other.

@@ -19,6 +19,8 @@ du -sh .devlibs
 # The binaries and the demo weights alone (not the objects): what tools/gpu-run.sh runs, as BUILD.
 rm -rf .gpubuild && mkdir -p .gpubuild/tests .gpubuild/models
 for b in $ONLY; do case "$b" in *.log) ;; *) [ -f "$B/$b" ] && cp "$B/$b" ".gpubuild/$b";; esac; done
+# sigserve opens its CUDA backend from beside itself when a model needs the GPU
+case " $ONLY " in *" sigserve "*|*" sigserve-test "*) cp "$B/libsigserve-cuda.so" .gpubuild/;; esac
 cp "$B"/models/tick_mlp.safetensors .gpubuild/models/
 for f in .gpubuild/* .gpubuild/tests/* .devlibs/*; do [ -f "$f" ] && strip --strip-debug "$f"; done; :
 du -sh .gpubuild .devlibs

@@ -356,8 +356,14 @@ if [ "${SERVING:-0}" = 1 ]; then
     OUT="$OUT/serving" BUILD=$BUILD STEPS="${SERVING_STEPS:-floor sweeps scale models lowload peers warm metrics}" \
         bash tools/gpu-serving.sh >"$LOGS/serving.log" 2>&1
 fi
+# "auto" models beside resident kernels (issue 39: tools/auto-gpu.sh; AUTO_SCENARIOS picks them).
+if [ "${AUTO:-0}" = 1 ]; then
+    OUT="$OUT/auto" BUILD=$BUILD LIMIT=${AUTO_LIMIT:-30} SCENARIOS="${AUTO_SCENARIOS:-two_auto three_auto pinned_then_auto inproc reload reload_graph}" \
+        sh tools/auto-gpu.sh >"$LOGS/auto.log" 2>&1
+    tar czf "$OUT/auto.tgz" -C "$OUT" auto && rm -rf "$OUT/auto"
+fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
-echo; cat "$OUT/env.txt"; [ -f "$OUT/lstm_ab.txt" ] && { echo "LSTM A/B, p50 / p99 per row:"; cat "$OUT/lstm_ab.txt"; }; [ -f "$OUT/lstm_variants.txt" ] && { echo "LSTM variants, p50 / p99:"; cat "$OUT/lstm_variants.txt"; }; [ -f "$OUT/lstm_rr.txt" ] && { echo "LSTM round-robin and single stream (plan 4), p50 / p99:"; cat "$OUT/lstm_rr.txt"; }; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
+echo; cat "$OUT/env.txt"; [ -f "$LOGS/auto.log" ] && grep '^|' "$LOGS/auto.log"; [ -f "$OUT/lstm_ab.txt" ] && { echo "LSTM A/B, p50 / p99 per row:"; cat "$OUT/lstm_ab.txt"; }; [ -f "$OUT/lstm_variants.txt" ] && { echo "LSTM variants, p50 / p99:"; cat "$OUT/lstm_variants.txt"; }; [ -f "$OUT/lstm_rr.txt" ] && { echo "LSTM round-robin and single stream (plan 4), p50 / p99:"; cat "$OUT/lstm_rr.txt"; }; [ -f "$OUT/ab.txt" ] && { echo "persistent A/B, p50/p99 per row (persistent, floors):"; cat "$OUT/ab.txt"; }; echo; [ -f "$LOGS/bench.log" ] && grep -h -A32 "^### Kernel-only\|^### End-to-end\|^### Empty\|^### Fixed" "$LOGS/bench.log";
 [ -f "$LOGS/probe.log" ] && grep '^|' "$LOGS/probe.log";
 for f in "$LOGS"/dot_probe.log "$LOGS"/dot_probe_noidle.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\||^lstm-dot' "$f" | cut -c1-400; }; done
 for f in "$LOGS"/sync_*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong floor \| \+ read the features, output as)' "$f" | cut -c1-60,170-235; }; done

@@ -17,6 +17,7 @@
 typedef struct {
     const backend_iface_t *iface;
     model_config_t cfg;
+    bool beside;        /* not measured: a kernel of another model is resident on the device */
 } option_t;
 
 /* Times ITER calls of ROWS rows after a tenth as many unmeasured; p50/p99 in us. */
@@ -71,29 +72,36 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
     opts[n].cfg.backend = BACKEND_CPU;
     n++;
     int devices = 0;
-    if (!backends_gpu || backends_gpu->device_count (&devices, why, sizeof why) != 0 || device >= devices)
+    const gpu_backend_t *gpu = backends_gpu (why, sizeof why);
+    if (!gpu || gpu->device_count (&devices, why, sizeof why) != 0 || device >= devices)
         log_info ("model %s: backend auto: no CUDA device to measure (%s)", cfg->name,
                   devices ? "the configured device does not exist" : why);
     else if (lstm) {
         /* one GPU LSTM backend; its kernel follows the shape and weight_dtype */
-        opts[n] = (option_t) { .iface = backends_gpu->lstm, .cfg = *cfg };
+        opts[n] = (option_t) { .iface = gpu->lstm, .cfg = *cfg };
         opts[n].cfg.backend = BACKEND_CUDA;
         n++;
-    } else
+    } else {
+        /* Next to a kernel another model keeps resident (a reload: the models loaded at start run), a
+         * graph may wait for it forever (measured on an H100: the zero-copy mbyv graph's load); a
+         * second persistent kernel does not. Such candidates are listed, not measured. */
+        const int resident = gpu->resident (device);
         for (int k = 0; k < CUDA_KERNEL_COUNT; k++) {
             if (cfg->kernel_given && (int) cfg->kernel != k)
                 continue;
             for (int zc = 0; zc < 2; zc++) {
                 if (k == CUDA_KERNEL_PERSISTENT && zc)
                     continue;       /* always reads and writes mapped memory */
-                opts[n] = (option_t) { .iface = backends_gpu->mlp, .cfg = *cfg };
+                opts[n] = (option_t) { .iface = gpu->mlp, .cfg = *cfg };
                 opts[n].cfg.backend = BACKEND_CUDA;
                 opts[n].cfg.kernel = (cuda_kernel_t) k;
                 opts[n].cfg.zero_copy = zc;
                 opts[n].cfg.graph = true;
+                opts[n].beside = resident > 0 && k != CUDA_KERNEL_PERSISTENT;
                 n++;
             }
         }
+    }
     autoselect_candidate_t cands[16];
     size_t best = n;
     for (size_t i = 0; i < n; i++) {
@@ -102,14 +110,20 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
         snprintf (c->backend, sizeof c->backend, "%s", opts[i].iface->name);
         char why_not[256] = "";
         backend_model_t *impl = NULL;
+        const char *kname = opts[i].cfg.backend == BACKEND_CPU ? cpu_kernel_name (opts[i].cfg.cpu_kernel)
+                                                                : cuda_kernel_name (opts[i].cfg.kernel);
+        log_debug ("model %s: backend auto: loading candidate %s %s%s", cfg->name, c->backend, kname,
+                   opts[i].cfg.zero_copy ? "+zerocopy" : "");
         if (!backend_holds (opts[i].iface, cfg->weight_dtype))
             snprintf (why_not, sizeof why_not, "model: holds weights in f32 only, not %s",
                       weight_dtype_name (cfg->weight_dtype));
+        else if (opts[i].beside)
+            snprintf (why_not, sizeof why_not, "model: beside a resident kernel on device %d (a restart measures it)",
+                      device);
         else
             impl = opts[i].iface->load (w, &opts[i].cfg, device, why_not, sizeof why_not);
         if (!impl) {
-            snprintf (c->kernel, sizeof c->kernel, "%s%s", opts[i].cfg.backend == BACKEND_CPU
-                      ? cpu_kernel_name (opts[i].cfg.cpu_kernel) : cuda_kernel_name (opts[i].cfg.kernel),
+            snprintf (c->kernel, sizeof c->kernel, "%s%s", kname,
                       opts[i].cfg.zero_copy && opts[i].cfg.backend == BACKEND_CUDA ? "+zerocopy" : "");
             /* the backend's message starts with the model's name; keep the reason */
             const char *colon = strstr (why_not, ": ");
@@ -117,12 +131,14 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
             continue;
         }
         snprintf (c->kernel, sizeof c->kernel, "%s", opts[i].iface->kernel_name (impl));
+        log_debug ("model %s: backend auto: timing candidate %s %s", cfg->name, c->backend, c->kernel);
         c->batch_rows = backend_rows (&opts[i].cfg);
         if (s_time (opts[i].iface, impl, w, 1, ROWS1_ITERATIONS, &c->p50_us, &c->p99_us) != 0
             || s_time (opts[i].iface, impl, w, c->batch_rows, BATCH_ITERATIONS, &c->batch_p50_us, &c->batch_p99_us) != 0)
             snprintf (c->note, sizeof c->note, "failed while being measured");
         else if (best == n || c->p99_us < cands[best].p99_us)
             best = i;
+        log_debug ("model %s: backend auto: releasing candidate %s %s", cfg->name, c->backend, c->kernel);
         opts[i].iface->destroy (&impl);
     }
     if (best == n) {

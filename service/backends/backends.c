@@ -14,9 +14,10 @@ const backend_iface_t *backends_built (model_type_t type, backend_kind_t kind)
     const bool lstm = type == MODEL_TYPE_LSTM;
     if (kind == BACKEND_CPU)
         return lstm ? &backend_lstm_cpu_iface : s_cpu_mlp;
-    if (kind != BACKEND_CUDA || !backends_gpu)
+    const gpu_backend_t *gpu = kind == BACKEND_CUDA ? backends_gpu (NULL, 0) : NULL;
+    if (!gpu)
         return NULL;
-    return lstm ? backends_gpu->lstm : backends_gpu->mlp;
+    return lstm ? gpu->lstm : gpu->mlp;
 }
 
 const backend_iface_t *backends_find (model_type_t type, backend_kind_t kind, char *why, size_t whylen)
@@ -27,12 +28,9 @@ const backend_iface_t *backends_find (model_type_t type, backend_kind_t kind, ch
         snprintf (why, whylen, "backend \"%s\" is not one backend but a choice among them", backend_kind_name (kind));
         return NULL;
     }
-    if (!backends_gpu) {
-        snprintf (why, whylen, "%s", BACKENDS_NO_GPU);
-        return NULL;
-    }
+    const gpu_backend_t *gpu = backends_gpu (why, whylen);
     int count = 0;
-    if (backends_gpu->device_count (&count, why, whylen) != 0)
+    if (!gpu || gpu->device_count (&count, why, whylen) != 0)
         return NULL;
     return backends_built (type, kind);
 }

@@ -1,6 +1,8 @@
 /* The backends this build has, and the GPUs they see: the one place that knows whether sigserve was
- * built with CUDA. backends/cuda/gpu.c fills backends_gpu when nvcc was found, backends/no_gpu.c
- * leaves it NULL otherwise; the Makefile builds one or the other and nothing else asks. */
+ * built with CUDA. When nvcc was found, backends/cuda/ is a library of its own (libsigserve-cuda.so)
+ * that backends/gpu_load.c opens the first time a model needs the GPU: a server of CPU models maps
+ * none of the CUDA libraries. Without nvcc, backends/no_gpu.c stands in for gpu_load.c; the Makefile
+ * builds one or the other and nothing else asks. */
 #ifndef SIGSERVE_BACKENDS_H
 #define SIGSERVE_BACKENDS_H
 
@@ -8,6 +10,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;                   /* "cuda" */
@@ -17,6 +21,8 @@ typedef struct {
     int (*device_count) (int *count, char *why, size_t whylen);
     /* The CPUs next to DEVICE (its NUMA node) into CPUS (up to CAP); 0 when the system does not say. */
     size_t (*device_cpus) (int device, int *cpus, size_t cap);
+    /* Persistent kernels resident on DEVICE now (any model's). */
+    int (*resident) (int device);
     /* DEVICE's fault (its context lost, a trap) as text, or NULL while it has none. */
     const char *(*device_fault) (int device);
     /* Tests (sigserve-test's fault injection): launches a trapping kernel on an instance of its MLP
@@ -24,13 +30,28 @@ typedef struct {
     int (*inject_fault) (backend_model_t *mlp);
     /* Tests: launches a kernel that spins for MS ms on that instance's stream, so its next launch hangs. */
     int (*inject_hang) (backend_model_t *mlp, unsigned ms);
-    /* The runtime's version ("13.0") into BUF. */
-    void (*runtime_version) (char *buf, size_t len);
 } gpu_backend_t;
 
-/* The GPU backend, or NULL when this build has none. */
-extern const gpu_backend_t *const backends_gpu;
+/* The GPU backend, loaded on the first call: NULL with WHY (may be NULL) when this build has none, this
+ * host has no NVIDIA driver (then nothing is loaded), or the library or the CUDA libraries it needs do
+ * not load. Only models that may run on the GPU ("cuda", "auto") call it. */
+const gpu_backend_t *backends_gpu (char *why, size_t whylen);
+/* Whether this build has a GPU backend: asks nothing of the machine and loads nothing. */
+bool backends_gpu_built (void);
+/* The CUDA runtime this build was made with ("13.0"), or NULL without CUDA: loads nothing. */
+const char *backends_cuda_built_version (void);
 #define BACKENDS_NO_GPU "this build of sigserve has no CUDA backend (nvcc was not found when it was built)"
+#define BACKENDS_NO_DRIVER "no NVIDIA driver on this host (no /proc/driver/nvidia): no GPU, or its driver is not installed"
+
+/* Whether this host has an NVIDIA driver (its files, asked of the file system: no CUDA call); false
+ * with BACKENDS_NO_DRIVER in WHY. */
+static inline bool backends_gpu_driver (char *why, size_t whylen)
+{
+    if (access ("/proc/driver/nvidia/version", F_OK) == 0 || access ("/dev/nvidiactl", F_OK) == 0)
+        return true;
+    snprintf (why, whylen, "%s", BACKENDS_NO_DRIVER);
+    return false;
+}
 
 /* sigserve-test (the mailbox emulator, tests/mailbox_backend.c): the MLP backend "cpu" stands for. */
 void backends_set_test_cpu_mlp (const backend_iface_t *iface);

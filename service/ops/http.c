@@ -438,10 +438,7 @@ http_t *http_new (const char *address, stats_t *stats, char *err, size_t errlen)
     pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
     pthread_cond_init (&self->reload_done, &attr);
     pthread_condattr_destroy (&attr);
-    if (backends_gpu)
-        backends_gpu->runtime_version (self->cuda, sizeof self->cuda);
-    else
-        snprintf (self->cuda, sizeof self->cuda, "no");
+    snprintf (self->cuda, sizeof self->cuda, "%s", backends_cuda_built_version () ? backends_cuda_built_version () : "no");
     bool ipv6 = false;
     int fd = s_listen (address, &ipv6, err, errlen);
     if (fd < 0) {

@@ -89,7 +89,7 @@ static int s_load (const dev_request_t *rq, int device, dev_reply_t *rp)
     rp->step_size = m->step_size;
     for (int i = 0; i < CONFIG_MAX_INSTANCES; i++)
         rp->cpus[i] = -1;
-    if (!rp->on_gpu && device != DEVICE_CPU_TEST) {    /* the server runs it */
+    if (rq->resolve_only || (!rp->on_gpu && device != DEVICE_CPU_TEST)) {  /* measured only, or the server runs it */
         weights_destroy (&w);
         model_destroy (&m);
         return 0;
@@ -182,7 +182,8 @@ static int s_fault (const dev_request_t *rq, int device, dev_reply_t *rp)
 /* Whether this process must go: its device's context is lost, or an instance cannot run. */
 static bool s_lost (int device, char *why, size_t len)
 {
-    const char *fault = device >= 0 && backends_gpu ? backends_gpu->device_fault (device) : NULL;
+    const gpu_backend_t *gpu = device >= 0 ? backends_gpu (NULL, 0) : NULL;
+    const char *fault = gpu ? gpu->device_fault (device) : NULL;
     if (fault) {
         snprintf (why, len, "device %d: %s", device, fault);
         return true;

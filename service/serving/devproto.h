@@ -37,6 +37,7 @@ typedef struct {
     bool inline_shared;                 /* DEV_START: fronts run requests inline on the instances (a persistent
                                            MLP's mailbox: instance_shared_t.box), so workers claim them */
     uint32_t fault;                     /* DEV_FAULT: dev_fault_t */
+    bool resolve_only;                  /* DEV_LOAD: "auto" measured and resolved, nothing kept (model_plan) */
 } dev_request_t;
 
 typedef struct {

@@ -38,7 +38,7 @@ const backend_iface_t *model_choose_backend (model_t *m, model_config_t *cfg, co
             return NULL;
         }
         int count = 0;
-        if (iface->device == BACKEND_DEVICE_GPU && backends_gpu->device_count (&count, why, sizeof why) == 0)
+        if (iface->device == BACKEND_DEVICE_GPU && backends_gpu (NULL, 0)->device_count (&count, why, sizeof why) == 0)
             for (size_t i = 0; i < cfg->device_count; i++)
                 if (cfg->devices[i] >= count) {
                     sig_set_error (err, errlen, "model \"%s\": backend \"%s\": device %d does not exist (this "
@@ -91,7 +91,7 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
         in->cpus[0] = cfg->cpus[index % cfg->cpu_count];
         in->cpu_count = 1;
     } else if (in->device >= 0)     /* by default a GPU's workers run on the CPUs of its NUMA node */
-        in->cpu_count = backends_gpu->device_cpus (in->device, in->cpus, CONFIG_MAX_CPUS);
+        in->cpu_count = backends_gpu (NULL, 0)->device_cpus (in->device, in->cpus, CONFIG_MAX_CPUS);
     atomic_init (&in->sh->stop, false);
     atomic_init (&in->sh->abort, false);
     atomic_init (&in->sh->available, true);
@@ -153,6 +153,11 @@ uint32_t model_queue_depth_default (const model_t *m)
     return depth < QUEUE_DEPTH_MIN ? QUEUE_DEPTH_MIN : (uint32_t) depth;
 }
 
+uint32_t model_warm_jobs (const model_t *m)
+{
+    return m->job_count < JOB_INTAKE_TURN ? m->job_count : JOB_INTAKE_TURN;
+}
+
 /* The request buffers' memory over every lane, in MiB. */
 double model_buffer_mib (const model_t *m)
 {
@@ -193,6 +198,10 @@ int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void 
         }
         for (uint32_t i = 0; i < m->large_count; i++)
             l->large_free[l->large_free_count++] = m->large_count - 1 - i;
+        /* The jobs a steady load reuses (the free list is last-in first-out: the first are taken first)
+         * are written now, so their first requests take no page fault; the rest become resident when
+         * a deeper queue first needs them. */
+        memset (l->job_floats, 0, per_job * model_warm_jobs (m) * sizeof (float));
         for (uint32_t i = 0; i < m->job_count; i++) {
             job_t *j = &l->jobs[i];
             j->lane = (uint8_t) k;
@@ -242,7 +251,7 @@ int model_check_message_size (const model_t *m, uint32_t max_message_bytes, char
 void *model_heap_alloc (void *arg, size_t bytes)
 {
     (void) arg;
-    return floats_zeroed ((bytes + sizeof (float) - 1) / sizeof (float));
+    return floats_mapped ((bytes + sizeof (float) - 1) / sizeof (float));
 }
 
 int model_start_workers (model_t *m, char *err, size_t errlen)
@@ -285,18 +294,51 @@ void model_log_loaded (const model_t *m, bool derived)
     }
     log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
               "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
-              "request buffers %u x %u rows + %u x %u rows%s (%.1f MiB)",
+              "request buffers %u x %u rows + %u x %u rows%s (%.1f MiB; %.1f MiB resident, the rest as a deeper "
+              "queue first needs it)",
               m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
               model_kernel_name (m), m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
               m->row_ns / 1e3, !m->inline_ns ? "" : model_launch_ns (m, 1) <= m->inline_ns ? " (run on the front when idle)"
                                                   : " (over server.inline_us: never run on the front)",
               m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
               m->buffer_rows, m->large_count, m->max_rows, m->lane_count > 1 ? " for each front" : "",
-              model_buffer_mib (m));
+              model_buffer_mib (m), model_buffer_mib (m) * model_warm_jobs (m) * m->buffer_rows
+                                    / ((double) m->job_count * m->buffer_rows + (double) m->large_count * m->max_rows));
 }
 
-model_t *model_local_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
-                          size_t errlen)
+void model_take_plan (model_t *m, const model_plan_t *plan)
+{
+    m->given = plan->given;
+    if (!plan->measured)
+        return;
+    snprintf (m->selected_by, sizeof m->selected_by, "measurement");
+    m->candidate_count = plan->candidate_count;
+    memcpy (m->candidates, plan->candidates, sizeof m->candidates);
+}
+
+int model_local_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen)
+{
+    memset (plan, 0, sizeof *plan);
+    plan->given = plan->cfg = *cfg;
+    if (cfg->backend != BACKEND_AUTO)
+        return 0;
+    model_t *m = calloc (1, sizeof *m);
+    weights_t *w = m ? weights_load (cfg, err, errlen) : NULL;
+    if (!m)
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+    const int rc = w && model_choose_backend (m, &plan->cfg, w, err, errlen) ? 0 : -1;
+    if (rc == 0) {
+        plan->measured = true;
+        plan->candidate_count = m->candidate_count;
+        memcpy (plan->candidates, m->candidates, sizeof plan->candidates);
+    }
+    weights_destroy (&w);
+    free (m);
+    return rc;
+}
+
+model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, const server_config_t *server,
+                          stats_t *stats, char *err, size_t errlen)
 {
     const uint32_t max_message_bytes = server->max_message_bytes;
     model_t *m = calloc (1, sizeof *m);
@@ -325,6 +367,8 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
         goto failed;
     if (!(m->iface = model_choose_backend (m, &m->cfg, w, err, errlen)))
         goto failed;
+    if (plan)
+        model_take_plan (m, plan);
     m->instance_count = cfg->instances;
     m->instances = calloc (m->instance_count, sizeof *m->instances);
     if (!m->instances) {
@@ -409,9 +453,9 @@ void model_local_destroy (model_t **self_p)
     }
     if (!m->remote) {
         for (uint32_t k = 0; k < m->lane_count; k++) {
-            free (m->lanes[k].jobs);
-            free (m->lanes[k].job_floats);
-            free (m->lanes[k].large_floats);
+            floats_unmap ((float *) m->lanes[k].jobs);
+            floats_unmap (m->lanes[k].job_floats);
+            floats_unmap (m->lanes[k].large_floats);
         }
     }
     free (m->instances);

@@ -16,12 +16,37 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#define MODEL_CANDIDATES_MAX 16
+
 /* Loads CFG's weights, chooses its backend, loads and warms every instance and starts the
  * workers (idle until requests come). STATS may be NULL. NULL with ERR naming the model. */
 model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
                     size_t errlen);
 /* Stops the workers (after the requests they hold are done) and frees everything. */
 void model_destroy (model_t **self_p);
+
+/* A model's load resolved ahead (model_plan): what model_new would measure for "auto", done before
+ * any model of the configuration loads, so that no candidate is measured next to a persistent kernel
+ * another model made resident (graphs there may wait for it forever: measured on an H100). */
+typedef struct {
+    model_config_t given;               /* as configured */
+    model_config_t cfg;                 /* as it loads: "auto"'s backend and kernel chosen */
+    bool measured;                      /* "auto": cfg is what the measurement chose */
+    size_t candidate_count;
+    autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];   /* what it measured, fastest first */
+} model_plan_t;
+
+/* Resolves CFG into PLAN: "auto" measured where model_new would measure it (this process, or the
+ * first instance's device process), nothing kept loaded; any other backend as configured. 0, or -1
+ * with ERR naming the model. */
+int model_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen);
+/* Whether loading PLAN leaves a kernel resident on its GPU (a persistent MLP, a CUDA LSTM): such
+ * models load after the others. */
+bool model_plan_resident (const model_plan_t *plan);
+/* model_new for PLAN: loads plan->cfg, and reports plan->given as configured and the measurement as
+ * what chose its backend. */
+model_t *model_new_planned (const model_plan_t *plan, const server_config_t *server, stats_t *stats, char *err,
+                            size_t errlen);
 /* Does ahead, on every device CFG's instances will use, what its backend needs done before any
  * persistent kernel is resident there (backend.h's prepare: a specialised kernel's module), in this
  * process or in the device processes (started if need be), as model_new would load it. Called for
@@ -48,8 +73,6 @@ const model_config_t *model_config (const model_t *m);
 /* True while at least one instance can run. */
 bool model_available (const model_t *m);
 int model_stats_slot (const model_t *m);
-
-#define MODEL_CANDIDATES_MAX 16
 
 /* One instance as model_describe sees it. */
 typedef struct {

@@ -187,23 +187,34 @@ void model_take_sizes (model_t *m, const weights_t *w);
 void model_take_limits (model_t *m);
 /* 0 when a request of max_rows rows fits MAX_MESSAGE_BYTES; else -1 with ERR saying what to change. */
 int model_check_message_size (const model_t *m, uint32_t max_message_bytes, char *err, size_t errlen);
+/* model_jobs_init's allocator in the server's process: zeroed, resident as it is first written
+ * (floats_mapped); freed with floats_unmap. */
 void *model_heap_alloc (void *arg, size_t bytes);
+/* The jobs whose buffers model_jobs_init writes (resident from the load): what one intake turn takes. */
+uint32_t model_warm_jobs (const model_t *m);
 /* A pool of job_count jobs for each lane (with ALLOC: the server's heap, or the shared region). */
 int model_jobs_init (model_t *m, void *(*alloc) (void *arg, size_t bytes), void *arg, char *err, size_t errlen);
 /* The lanes a model gets: server.fronts (0 read as 1). */
 uint32_t model_lanes (const server_config_t *server);
 int model_start_workers (model_t *m, char *err, size_t errlen);
 void model_log_loaded (const model_t *m, bool derived);
-model_t *model_local_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
-                          size_t errlen);
+/* model_new in this process; PLAN (NULL: none) resolved CFG ahead (model_new_planned). */
+model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, const server_config_t *server,
+                          stats_t *stats, char *err, size_t errlen);
+/* M was loaded from PLAN (not NULL): PLAN's configuration as given, its measurement as what chose. */
+void model_take_plan (model_t *m, const model_plan_t *plan);
+/* model_plan in this process: "auto" measured on CFG's first device; nothing kept. */
+int model_local_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen);
 /* Stops the workers of this process and frees what this process holds (model_destroy: also what
  * device processes hold, first). */
 void model_local_destroy (model_t **self_p);
 
 /* model_remote.c: the server's side of a model whose instances run in device processes */
 bool model_remote_wanted (const model_config_t *cfg);
-model_t *model_remote_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
-                           size_t errlen);
+model_t *model_remote_new (const model_config_t *cfg, const model_plan_t *plan, const server_config_t *server,
+                           stats_t *stats, char *err, size_t errlen);
+/* model_plan in the device process of CFG's first instance. */
+int model_remote_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen);
 void model_remote_release (model_t *m);
 /* model_remote.c: model_prepare in the device processes CFG's instances use (GPU: its backend runs on a GPU). */
 void model_remote_prepare (const model_config_t *cfg, bool gpu);

@@ -9,8 +9,29 @@ model_t *model_new (const model_config_t *cfg, const server_config_t *server, st
                     size_t errlen)
 {
     if (model_remote_wanted (cfg))
-        return model_remote_new (cfg, server, stats, err, errlen);
-    return model_local_new (cfg, server, stats, err, errlen);
+        return model_remote_new (cfg, NULL, server, stats, err, errlen);
+    return model_local_new (cfg, NULL, server, stats, err, errlen);
+}
+
+int model_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen)
+{
+    if (model_remote_wanted (cfg))
+        return model_remote_plan (cfg, plan, err, errlen);
+    return model_local_plan (cfg, plan, err, errlen);
+}
+
+bool model_plan_resident (const model_plan_t *plan)
+{
+    return plan->cfg.backend == BACKEND_CUDA
+           && (plan->cfg.type == MODEL_TYPE_LSTM || plan->cfg.kernel == CUDA_KERNEL_PERSISTENT);
+}
+
+model_t *model_new_planned (const model_plan_t *plan, const server_config_t *server, stats_t *stats, char *err,
+                            size_t errlen)
+{
+    if (model_remote_wanted (&plan->cfg))
+        return model_remote_new (&plan->cfg, plan, server, stats, err, errlen);
+    return model_local_new (&plan->cfg, plan, server, stats, err, errlen);
 }
 
 void model_prepare (const model_config_t *cfg)

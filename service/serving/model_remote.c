@@ -29,7 +29,7 @@ bool model_remote_wanted (const model_config_t *cfg)
         return false;
     if (cfg->backend == BACKEND_CPU)
         return devices_cpu_models_placed (d);
-    return backends_gpu != NULL;    /* "cuda", or "auto": measured where the GPU is */
+    return backends_gpu_built ();   /* "cuda", or "auto": measured where the GPU is */
 }
 
 /* The device process instance I of M runs in (M's cfg resolved; GPU: where its backend runs). */
@@ -267,14 +267,16 @@ static int s_instance_shared (model_t *m, devices_t *d, uint32_t i, const int *c
 
 /* M as the device process of its first instance resolved it (RP): sizes, kernel, timing, "auto"'s
  * measurements. */
-static void s_take_reply (model_t *m, const dev_reply_t *rp)
+static int s_take_reply (model_t *m, const dev_reply_t *rp, char *err, size_t errlen)
 {
     m->cfg = rp->cfg;
-    const bool lstm = m->cfg.type == MODEL_TYPE_LSTM;
-    if (rp->on_gpu)
-        m->iface = lstm ? backends_gpu->lstm : backends_gpu->mlp;
-    else
-        m->iface = lstm ? &backend_lstm_cpu_iface : &backend_cpu_iface;
+    char why[768] = "";
+    if (rp->on_gpu && !backends_gpu (why, sizeof why)) {
+        sig_set_error (err, errlen, "model \"%s\": loaded in its device process, but this process cannot open the "
+                       "GPU backend: %s", m->cfg.name, why);
+        return -1;
+    }
+    m->iface = backends_built (m->cfg.type, rp->on_gpu ? BACKEND_CUDA : BACKEND_CPU);
     m->input_size = rp->input_size;
     m->output_size = rp->output_size;
     m->window = rp->window;
@@ -285,10 +287,37 @@ static void s_take_reply (model_t *m, const dev_reply_t *rp)
     snprintf (m->selected_by, sizeof m->selected_by, "%s", rp->selected_by);
     m->candidate_count = rp->candidate_count;
     memcpy (m->candidates, rp->candidates, sizeof m->candidates);
+    return 0;
 }
 
-model_t *model_remote_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
-                           size_t errlen)
+int model_remote_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen)
+{
+    memset (plan, 0, sizeof *plan);
+    plan->given = plan->cfg = *cfg;
+    if (cfg->backend != BACKEND_AUTO)
+        return 0;
+    call_t *c = calloc (1, sizeof *c);
+    if (!c) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+        return -1;
+    }
+    c->rq.op = DEV_LOAD;
+    c->rq.cfg = *cfg;
+    c->rq.here = 1;     /* instance 0: where "auto" measures */
+    c->rq.resolve_only = true;
+    const int rc = devices_call (devices_current (), s_device (cfg, true, 0), &c->rq, &c->rp, err, errlen);
+    if (rc == 0) {
+        plan->cfg = c->rp.cfg;
+        plan->measured = true;
+        plan->candidate_count = c->rp.candidate_count;
+        memcpy (plan->candidates, c->rp.candidates, sizeof plan->candidates);
+    }
+    free (c);
+    return rc;
+}
+
+model_t *model_remote_new (const model_config_t *cfg, const model_plan_t *plan, const server_config_t *server,
+                           stats_t *stats, char *err, size_t errlen)
 {
     devices_t *d = devices_current ();
     call_t *c = calloc (1, sizeof *c);
@@ -318,8 +347,8 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
         goto failed;
     if (!c->rp.on_gpu && !devices_cpu_models_placed (d)) {
         /* "auto" chose the CPU: the server runs it itself, with what was measured */
-        model_t *local = model_local_new (&c->rp.cfg, server, stats, err, errlen);
-        if (local) {
+        model_t *local = model_local_new (&c->rp.cfg, plan, server, stats, err, errlen);
+        if (local && !plan) {   /* (a plan's measurement is the one model_local_new took) */
             local->given = *cfg;
             snprintf (local->selected_by, sizeof local->selected_by, "%s", c->rp.selected_by);
             local->candidate_count = c->rp.candidate_count;
@@ -331,7 +360,10 @@ model_t *model_remote_new (const model_config_t *cfg, const server_config_t *ser
     }
     if (c->rp.on_gpu == asked_gpu)
         loaded[loaded_count++] = first;
-    s_take_reply (m, &c->rp);
+    if (s_take_reply (m, &c->rp, err, errlen) != 0)
+        goto failed;
+    if (plan)
+        model_take_plan (m, plan);
     const bool shareable = c->rp.shareable;
     int cpus[CONFIG_MAX_INSTANCES];     /* each instance's CPU, as its device process pinned it */
     uint32_t green[CONFIG_MAX_INSTANCES];   /* and its green context's SMs */

@@ -39,52 +39,65 @@ model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, mode
                                        char *err, size_t errlen)
 {
     model_registry_t *self = calloc (1, sizeof *self);
-    if (!self) {
+    model_plan_t *plans = calloc (cfg->model_count ? cfg->model_count : 1, sizeof *plans);
+    if (!self || !plans) {
         snprintf (err, errlen, "out of memory");
+        free (self);
+        free (plans);
         return NULL;
     }
     entry_t *taken[CONFIG_MAX_MODELS] = { NULL };
     size_t kept = 0;
-    /* What the loads below need done before the first of them makes a persistent kernel resident
-     * (model_prepare: a kernel specialised for each persistent model's shapes), for every model that
-     * loads. At a reload PREVIOUS's kernels run: what is new then is prepared only as far as it can
-     * be next to them (a module already loaded for the same shapes), and logged. */
+    /* What PREVIOUS serves as it is stays; the rest loads anew. */
     for (size_t i = 0; i < cfg->model_count; i++) {
-        struct stat st;
-        memset (&st, 0, sizeof st);
-        stat (cfg->models[i].weights, &st);
-        if (!s_unchanged (previous, &cfg->models[i], &st))
-            model_prepare (&cfg->models[i]);
-    }
-    for (size_t i = 0; i < cfg->model_count; i++) {
-        const model_config_t *mc = &cfg->models[i];
         entry_t *e = &self->entries[i];
         memset (&e->weights, 0, sizeof e->weights);
-        stat (mc->weights, &e->weights);        /* a missing file fails the load below, with its name */
-        entry_t *old = s_unchanged (previous, mc, &e->weights);
-        if (old) {
-            e->model = old->model;
-            taken[i] = old;
-            kept++;
-        } else if (!(e->model = model_new (mc, &cfg->server, stats, err, errlen))) {
-            self->count = i;
-            for (size_t k = 0; k < i; k++)     /* give nothing back that was taken over: PREVIOUS keeps it */
-                if (taken[k])
-                    self->entries[k].owned = false;
-            model_registry_destroy (&self);
-            return NULL;
+        stat (cfg->models[i].weights, &e->weights);     /* a missing file fails the load below, with its name */
+        taken[i] = s_unchanged (previous, &cfg->models[i], &e->weights);
+        kept += taken[i] != NULL;
+    }
+    /* "auto" measured for every new model before any of them loads: a candidate measured next to a
+     * kernel another model made resident may wait for it forever (graphs did, on an H100). */
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < cfg->model_count; i++)
+        if (!taken[i])
+            rc = model_plan (&cfg->models[i], &plans[i], err, errlen);
+    /* What the loads below need done before the first of them makes a persistent kernel resident
+     * (model_prepare: a kernel specialised for each persistent model's shapes), for every model that
+     * loads, as resolved. At a reload PREVIOUS's kernels run: what is new then is prepared only as far
+     * as it can be next to them (a module already loaded for the same shapes), and logged. */
+    for (size_t i = 0; rc == 0 && i < cfg->model_count; i++)
+        if (!taken[i])
+            model_prepare (&plans[i].cfg);
+    /* The loads: first the models that leave no kernel resident, then those that do (a persistent
+     * MLP, a CUDA LSTM), so that nothing else loads next to a resident kernel of this configuration. */
+    for (int resident = 0; rc == 0 && resident < 2; resident++)
+        for (size_t i = 0; rc == 0 && i < cfg->model_count; i++)
+            if (!taken[i] && model_plan_resident (&plans[i]) == (resident == 1)
+                && !(self->entries[i].model = model_new_planned (&plans[i], &cfg->server, stats, err, errlen)))
+                rc = -1;
+    free (plans);
+    if (rc != 0) {
+        for (size_t i = 0; i < cfg->model_count; i++)    /* nothing taken over is given back: PREVIOUS keeps it */
+            if (!taken[i] && self->entries[i].model)
+                model_destroy (&self->entries[i].model);
+        free (self);
+        return NULL;
+    }
+    for (size_t i = 0; i < cfg->model_count; i++) {
+        entry_t *e = &self->entries[i];
+        if (taken[i]) {
+            e->model = taken[i]->model;
+            taken[i]->owned = false;
         }
         e->owned = true;
-        self->count = i + 1;
         size_t outs = (size_t) model_max_rows (e->model) * model_output_size (e->model);
         if (outs > self->max_outputs)
             self->max_outputs = outs;
         size_t len = strlen (self->names);
         snprintf (self->names + len, sizeof self->names - len, "%s%s", i ? ", " : "", model_name (e->model));
     }
-    for (size_t i = 0; i < self->count; i++)
-        if (taken[i])
-            taken[i]->owned = false;
+    self->count = cfg->model_count;
     if (reused)
         *reused = kept;
     return self;

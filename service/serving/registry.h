@@ -14,7 +14,8 @@
 typedef struct _model_registry_t model_registry_t;
 
 /* Loads every model of CFG (weights, backend, instances, warm-up, workers). STATS may be NULL.
- * NULL with ERR on the first failure. */
+ * NULL with ERR on the first failure. Every "auto" model is measured before any model loads, and
+ * the models that keep a kernel resident on a GPU load last (model_plan). */
 model_registry_t *model_registry_new (const config_t *cfg, char *err, size_t errlen);
 /* The same, taking over from PREVIOUS (may be NULL) every model whose configuration and weights
  * file are unchanged: they move to the new set and PREVIOUS no longer owns them. On failure

@@ -197,6 +197,11 @@ if [ -d "$BUILD/obj/kernels" ]; then
     $engine logs "sigserve-test-cuda-$id" 2>&1 | grep -q 'no CUDA device' || fail "the cuda image does not say that no GPU is present"
     "$client" --endpoint "tcp://127.0.0.1:$port" --version >/dev/null
     $engine exec "sigserve-test-cuda-$id" sigserve --version | grep -q 'cuda with CUDA runtime' || fail "the cuda image's sigserve is not the CUDA build"
+    plugin=$($engine exec "sigserve-test-cuda-$id" ldd /usr/lib/sigserve/libsigserve-cuda.so) ||
+        fail "the cuda image has no CUDA backend at /usr/lib/sigserve/libsigserve-cuda.so"
+    if echo "$plugin" | grep -q 'not found'; then fail "libraries of the CUDA backend missing in the image: $(echo "$plugin" | grep 'not found')"; fi
+    $engine exec "sigserve-test-cuda-$id" grep -q libcudart "/proc/1/maps" &&
+        fail "the cuda image's sigserve serving on the CPU maps libcudart (the CUDA backend opens only for a GPU model)"
     stops "sigserve-test-cuda-$id"
     ok "the cuda image starts without a GPU, says so ($($engine logs "sigserve-test-cuda-$id" 2>&1 | grep -o 'no CUDA device[^"]*' | head -n 1)), serves tick_mlp on the CPU, stops with 0"
 else

@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "backends/cuda/device.h"
 
+#include "backends/backends.h"
+
 #include "base/log.h"
 #include "base/numa.h"
 
@@ -42,10 +44,8 @@ int cuda_device_count (int *count, char *why, size_t whylen)
         return 0;
     *count = 0;
     (void) cudaGetLastError ();
-    if (access ("/proc/driver/nvidia/version", F_OK) != 0 && access ("/dev/nvidiactl", F_OK) != 0)
-        /* The runtime says "driver version is insufficient" when there is no driver at all. */
-        snprintf (why, whylen, "no NVIDIA driver on this host (no /proc/driver/nvidia): no GPU, or its driver is not "
-                  "installed");
+    if (!backends_gpu_driver (why, whylen))
+        ;   /* the runtime says "driver version is insufficient" when there is no driver at all */
     else if (e == cudaSuccess || e == cudaErrorNoDevice)
         snprintf (why, whylen, "no CUDA device (the NVIDIA driver is loaded but reports none: check CUDA_VISIBLE_DEVICES "
                   "and the container's device access)");
