@@ -312,13 +312,13 @@ model_t *model_local_new (const model_config_t *cfg, const server_config_t *serv
     m->stats_slot = STATS_UNKNOWN;
     m->drift = &m->own_drift;
     m->lane_count = model_lanes (server);
+    weights_t *w = NULL;    /* before the first goto failed, which destroys it */
     if (cfg->group[0] && cfg->keep_warm_us) {
         sig_set_error (err, errlen, "model \"%s\": keep_warm_us: a model in a group (\"%s\") is served by the group's "
                        "workers, which keep no one model warm; remove keep_warm_us or group", cfg->name, cfg->group);
         goto failed;
     }
-    weights_t *w = weights_load (cfg, err, errlen);
-    if (!w)
+    if (!(w = weights_load (cfg, err, errlen)))
         goto failed;
     model_take_sizes (m, w);
     if (model_check_message_size (m, max_message_bytes, err, errlen) != 0)
