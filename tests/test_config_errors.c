@@ -58,10 +58,11 @@ static const bad_case_t s_bad[] = {
       "activation)" },
     { "more fronts than endpoints", WITH_SERVER (", 'fronts': 2, 'transport': 'libzmq'"),
       "test.json: server.fronts: 2 fronts need at least 2 endpoints on the libzmq transport (an endpoint's socket "
-      "belongs to one front); got 1: add endpoints, lower fronts, or use transport \"zmtp\"" },
+      "belongs to one front); got 1: add endpoints, lower fronts to 1, or use transport \"zmtp\"" },
     { "fronts sharing a wildcard port", "{'server': {'endpoints': ['tcp://127.0.0.1:*'], 'fronts': 2}, " MODELS_OK "}",
       "test.json: server.endpoints[0]: tcp://127.0.0.1:*: more fronts than endpoints share each tcp:// endpoint, "
-      "which needs a port number (\"*\" would give each front a port of its own)" },
+      "which needs a port number (\"*\" would give each front a port of its own); give it one, or lower fronts "
+      "to 1" },
     { "fronts 0", WITH_SERVER (", 'fronts': 0"), "test.json: server.fronts: expected an integer from 1 to 8, got 0" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
       "test.json: models[0].kernal: unknown key; did you mean \"kernel\"? (expected one of name, version, type, backend, kernel, "

@@ -143,9 +143,9 @@ START_TEST (a_cuda_model_without_a_gpu_says_why)
     ck_assert_int_eq (s_run (config, endpoint, false, log, sizeof log), 2);
     const char *want = backends_gpu
         ? "model \"tick_mlp\": backend \"cuda\": no NVIDIA driver on this host (no /proc/driver/nvidia): no GPU, or "
-          "its driver is not installed; use \"cpu\" or \"auto\""
+          "its driver is not installed; use \"backend\": \"cpu\" or \"auto\""
         : "model \"tick_mlp\": backend \"cuda\": this build of sigserve has no CUDA backend (nvcc was not found when "
-          "it was built); use \"cpu\" or \"auto\"";
+          "it was built); use \"backend\": \"cpu\" or \"auto\"";
     ck_assert_msg (strstr (log, want) != NULL, "%s", log);
     ck_assert_msg (strstr (log, "driver version is insufficient") == NULL, "%s", log);
     free (config);
