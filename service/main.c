@@ -8,10 +8,12 @@
  * blocked in every other thread, so none of them is ever interrupted.
  *
  * Exit codes: 0 clean stop or --check-config passed; 1 runtime failure (an endpoint cannot be
- * bound); 2 bad usage, bad configuration (server.http that cannot be bound included) or a model
- * that cannot load. */
+ * bound: its port is taken); 2 bad usage, bad configuration (what --check-config finds: an endpoint
+ * address that cannot be bound, two endpoints on one port, unreadable CURVE files; server.http that
+ * cannot be bound included) or a model that cannot load. */
 #define _GNU_SOURCE
 #include "front/auth.h"
+#include "front/endpoint.h"
 #include "backends/backends.h"
 #include "base/config.h"
 #include "ops/http.h"
@@ -148,9 +150,23 @@ static int s_apply_logging (const config_t *cfg, const char *override)
     return 0;
 }
 
+/* What the start would refuse before it binds anything, checked the way the start does (each check is
+ * the one its part runs): endpoints the transport cannot bind or that take one port twice (the HTTP
+ * endpoint's included), an HTTP address that does not resolve, CURVE files this user cannot read. Ports
+ * are not taken: whether they are free is known when the start binds them. --check-config and the
+ * start both call it. */
+static int s_preflight (const config_t *cfg, char *err, size_t errlen)
+{
+    const server_config_t *s = &cfg->server;
+    if (endpoints_check (s, err, errlen) != 0 || http_check (s, err, errlen) != 0)
+        return -1;
+    return s->curve.secret_key_file[0] ? auth_check (&s->curve, s->transport == TRANSPORT_LIBZMQ, err, errlen) : 0;
+}
+
 static int s_check (const char *path, const config_t *cfg, model_registry_t *models)
 {
-    printf ("%s: ok: %zu endpoint(s), %zu model(s)\n", path, cfg->server.endpoint_count, model_registry_count (models));
+    printf ("%s: ok: %zu endpoint(s), %zu model(s); binding is checked at start (a port another process holds "
+            "fails it there)\n", path, cfg->server.endpoint_count, model_registry_count (models));
     for (size_t i = 0; i < model_registry_count (models); i++) {
         model_t *m = model_registry_at (models, i);
         printf ("  %s version %s: %u -> %u, backend %s, kernel %s, max_rows %u, instances %u\n", model_name (m),
@@ -467,6 +483,11 @@ int main (int argc, char **argv)
     if (cfg->server.queue_depth_given)
         log_warn ("%s: server.queue_depth is deprecated: it is now the default of each model's queue_depth "
                   "(requests waiting for a worker before STATUS_OVERLOADED); set it per model", opt.config_path);
+    if (s_preflight (cfg, err, sizeof err) != 0) {
+        log_error ("%s: %s", opt.config_path, err);
+        config_destroy (&cfg);
+        return 2;
+    }
 
     /* Every thread created from here on (workers, the front, ZeroMQ's) inherits the mask. */
     sigset_t signals;

@@ -9,117 +9,13 @@
  * whose fixed configs hold requests of up to 64 MiB: too much memory to load in a test, so there the
  * fix is checked against the check that refused it (model_check_request_size, on the parsed config and
  * its weights). Runs from the repository root. */
-#define _GNU_SOURCE
+#include "check_config_tests.h"
+
 #include "backends/backends.h"
-#include "config_tests.h"
 #include "lstm_reference.h"
 #include "serving/model.h"
 #include "st_write.h"
 #include "weights/weights.h"
-
-#include <cJSON.h>
-#include <sys/wait.h>
-
-static char *s_dir;
-static char s_demo[2048];       /* the demo MLP: 512 -> 256 -> 64 -> 1 */
-
-#define FIXES_MAX 3
-#define EDITS_MAX 3
-
-/* One fix a message offers: SAID, the words of the message that offer it; EDITS, "PATH=JSON" applied
- * to the config ("PATH=" removes the key; an array index one past the end appends). */
-typedef struct {
-    const char *said;
-    const char *edits[EDITS_MAX];
-} fix_t;
-
-typedef struct {
-    const char *what;
-    const char *json;               /* single-quoted; {DEMO}, {WIDE}, {VAST}, {NAMED} name weights files */
-    const char *message;            /* the whole message (after "<file>: " for a parse error) */
-    fix_t fixes[FIXES_MAX];
-} advice_case_t;
-
-/* TEXT with {DEMO} and the weights files of s_dir put in; the caller frees it. */
-static char *s_fill (const char *text)
-{
-    static const char *const keys[] = { "{DEMO}", "{WIDE}", "{VAST}", "{NAMED}" };
-    char values[4][2300];
-    snprintf (values[0], sizeof values[0], "%s", s_demo);
-    snprintf (values[1], sizeof values[1], "%s/wide.safetensors", s_dir);
-    snprintf (values[2], sizeof values[2], "%s/vast.safetensors", s_dir);
-    snprintf (values[3], sizeof values[3], "%s/named.safetensors", s_dir);
-    char *out = strdup (text);
-    for (int k = 0; k < 4; k++)
-        for (char *at; (at = strstr (out, keys[k])) != NULL;) {
-            char *next = NULL;
-            ck_assert_int_gt (asprintf (&next, "%.*s%s%s", (int) (at - out), out, values[k], at + strlen (keys[k])), 0);
-            free (out);
-            out = next;
-        }
-    return out;
-}
-
-/* The config of case JSON (single quotes swapped, files put in) with EDITS applied; the caller frees it. */
-static char *s_edited (const char *json, const char *const *edits)
-{
-    char *swapped = s_json (json), *filled = s_fill (swapped);
-    free (swapped);
-    cJSON *root = cJSON_Parse (filled);
-    ck_assert_msg (root != NULL, "the case's JSON does not parse: %s", filled);
-    free (filled);
-    for (int e = 0; e < EDITS_MAX && edits && edits[e]; e++) {
-        char path[256], *value;
-        snprintf (path, sizeof path, "%s", edits[e]);
-        ck_assert_ptr_nonnull (value = strchr (path, '='));
-        *value++ = '\0';
-        char *last = strrchr (path, '.');
-        ck_assert_ptr_nonnull (last);
-        *last++ = '\0';
-        cJSON *at = root;
-        for (char *save = NULL, *tok = strtok_r (path, ".", &save); tok; tok = strtok_r (NULL, ".", &save))
-            ck_assert_msg ((at = cJSON_IsArray (at) ? cJSON_GetArrayItem (at, atoi (tok))
-                                                    : cJSON_GetObjectItemCaseSensitive (at, tok)) != NULL,
-                           "edit %s: no %s", edits[e], tok);
-        char *swapped_value = s_json (value), *filled_value = s_fill (swapped_value);
-        cJSON *v = *filled_value ? cJSON_Parse (filled_value) : NULL;
-        ck_assert_msg (!*filled_value || v, "edit %s: the value does not parse", edits[e]);
-        if (cJSON_IsArray (at)) {
-            int i = atoi (last);
-            if (!v)
-                cJSON_DeleteItemFromArray (at, i);
-            else if (i == cJSON_GetArraySize (at))
-                cJSON_AddItemToArray (at, v);
-            else
-                cJSON_ReplaceItemInArray (at, i, v);
-        } else if (!v)
-            cJSON_DeleteItemFromObjectCaseSensitive (at, last);
-        else if (cJSON_GetObjectItemCaseSensitive (at, last))
-            cJSON_ReplaceItemInObjectCaseSensitive (at, last, v);
-        else
-            cJSON_AddItemToObject (at, last, v);
-        free (swapped_value);
-        free (filled_value);
-    }
-    char *text = cJSON_Print (root);
-    cJSON_Delete (root);
-    return text;
-}
-
-/* sigserve --check-config on TEXT written as DIR/NAME: the exit code, stdout and stderr in OUT. */
-static int s_check_config (const char *name, const char *text, char *out, size_t cap)
-{
-    char *path = tu_write_file (s_dir, name, text, -1);
-    char cmd[4600];
-    snprintf (cmd, sizeof cmd, "%s/sigserve --check-config %s 2>&1", tu_build_dir (), path);
-    FILE *p = popen (cmd, "r");
-    ck_assert_ptr_nonnull (p);
-    size_t n = fread (out, 1, cap - 1, p);
-    out[n] = '\0';
-    int status = pclose (p);
-    free (path);
-    return WIFEXITED (status) ? WEXITSTATUS (status) : 128;
-}
 
 /* Why backend "cuda" cannot load on this host, as the load says it (test_startup.c asserts the same). */
 static const char *s_no_cuda (void)
@@ -138,13 +34,13 @@ static bool s_cuda_runs (void)
 #define DEMO_LAYERS "'layers': [{'weight': '0.weight', 'activation': 'relu'}, {'weight': '2.weight', 'activation': " \
                     "'relu'}, {'weight': '4.weight'}]"
 #define DEMO_MODEL(extra) "{'name': 'm', 'weights': '{DEMO}', " DEMO_LAYERS extra "}"
-#define WIDE_MODEL(extra) "{'name': 'seq', 'type': 'lstm', 'weights': '{WIDE}', 'lstm': 'lstm.', 'max_streams': 1, " \
+#define WIDE_MODEL(extra) "{'name': 'seq', 'type': 'lstm', 'weights': '{DIR}/wide.safetensors', 'lstm': 'lstm.', 'max_streams': 1, " \
                           "'head': {'weight': 'head.weight'}" extra "}"
 #define CONFIG(server, model) "{" server ", 'models': [" model "]}"
 /* '%s' in a message: what CUDA's absence is called on this host (s_no_cuda) */
 #define NO_CUDA "%s"
 
-static const advice_case_t s_cases[] = {
+static const check_case_t s_cases[] = {
     /* serving/model.c: requests that ZeroMQ would drop for their size */
     { "max_rows over the message size", CONFIG (SERVER_AT (""), DEMO_MODEL (", 'backend': 'cpu', 'max_rows': 64")),
       "model \"m\": max_rows: a request of 64 rows x 512 features takes up to 131200 bytes, over "
@@ -168,7 +64,7 @@ static const advice_case_t s_cases[] = {
       { { "remove keep_warm_us", { "models.0.keep_warm_us=" } }, { "or group", { "models.0.group=" } } } },
 
     /* base/config.c */
-    { "a bias name that cannot be derived", CONFIG (SERVER_AT (""), "{'name': 'm', 'backend': 'cpu', 'weights': '{NAMED}', "
+    { "a bias name that cannot be derived", CONFIG (SERVER_AT (""), "{'name': 'm', 'backend': 'cpu', 'weights': '{DIR}/named.safetensors', "
       "'layers': [{'weight': 'proj'}]}"),
       "models[0].layers[0].bias: required key missing: the weight \"proj\" does not end in \".weight\", so the bias name "
       "cannot be derived; give \"bias\" (a tensor name, or null for none)",
@@ -212,7 +108,7 @@ static const advice_case_t s_cases[] = {
 };
 
 /* serving/model.c: a backend this host cannot run (these cases exist only where CUDA cannot run) */
-static const advice_case_t s_cases_without_gpu[] = {
+static const check_case_t s_cases_without_gpu[] = {
     { "backend cuda without a GPU", CONFIG (SERVER_AT (""), DEMO_MODEL (", 'backend': 'cuda'")),
       "model \"m\": backend \"cuda\": " NO_CUDA "; use \"backend\": \"cpu\" or \"auto\"",
       { { "use \"backend\": \"cpu\"", { "models.0.backend='cpu'" } },
@@ -234,27 +130,11 @@ static const advice_case_t s_cases_without_gpu[] = {
       { { "use \"weight_dtype\": \"f32\"", { "models.0.weight_dtype='f32'" } } } },
 };
 
-static void s_each_fix_passes (const advice_case_t *c)
+static void s_each_fix_passes (const check_case_t *c)
 {
-    char message[1024], out[16384];
+    char message[1024];
     snprintf (message, sizeof message, c->message, s_no_cuda ());
-    char *bad = s_edited (c->json, NULL);
-    ck_assert_msg (s_check_config ("bad.json", bad, out, sizeof out) == 2, "case \"%s\" passed:\n%s", c->what, out);
-    /* the whole message, to the end of its line */
-    char line[1100];
-    snprintf (line, sizeof line, "%s\n", message);
-    ck_assert_msg (strstr (out, line) != NULL, "case \"%s\":\n  got      %s  expected %s", c->what, out, line);
-    for (int f = 0; f < FIXES_MAX && c->fixes[f].said; f++) {
-        const fix_t *fix = &c->fixes[f];
-        ck_assert_msg (strstr (message, fix->said) != NULL, "case \"%s\": the message does not say \"%s\"", c->what,
-                       fix->said);
-        char *fixed = s_edited (c->json, fix->edits);
-        int rc = s_check_config ("fixed.json", fixed, out, sizeof out);
-        ck_assert_msg (rc == 0 && strstr (out, ": ok: "), "case \"%s\": fix \"%s\" does not pass (exit %d):\n%s\n%s",
-                       c->what, fix->said, rc, fixed, out);
-        free (fixed);
-    }
-    free (bad);
+    check_each_fix_passes (c, message);
 }
 
 START_TEST (each_fix_offered_passes)
@@ -275,14 +155,7 @@ END_TEST
 
 /* ---------------------------------------------------------------- requests of up to 64 MiB */
 
-typedef struct {
-    const char *what;
-    const char *json;
-    const char *message;
-    fix_t fixes[FIXES_MAX];
-} size_case_t;
-
-static const size_case_t s_size_cases[] = {
+static const check_case_t s_size_cases[] = {
     { "fewer rows fit, more would not fit any message",
       CONFIG (SERVER_AT (", 'max_message_bytes': 1048576"), WIDE_MODEL (", 'window': 4096, 'max_rows': 1024")),
       "model \"seq\": max_rows: a request of 1024 rows x 32768 features takes up to 134217856 bytes, over "
@@ -295,7 +168,7 @@ static const size_case_t s_size_cases[] = {
       { { "lower max_rows to 511 and raise max_message_bytes to 66977920",
           { "models.0.max_rows=511", "server.max_message_bytes=66977920" } } } },
     { "one window over the largest message",
-      CONFIG (SERVER_AT (""), "{'name': 'seq', 'type': 'lstm', 'weights': '{VAST}', 'lstm': 'lstm.', 'max_rows': 2, "
+      CONFIG (SERVER_AT (""), "{'name': 'seq', 'type': 'lstm', 'weights': '{DIR}/vast.safetensors', 'lstm': 'lstm.', 'max_rows': 2, "
               "'window': 4096, 'head': {'weight': 'head.weight'}}"),
       "model \"seq\": max_rows: a request of 2 rows x 16781312 features takes up to 134250624 bytes, over "
       "server.max_message_bytes (65536); one window of 4096 steps is over the largest message (67108864 bytes): lower "
@@ -307,7 +180,7 @@ static const size_case_t s_size_cases[] = {
 /* The parsed config of TEXT, its first model's weights and model_check_request_size's answer in ERR. */
 static int s_request_size (const char *text, char *err, size_t errlen)
 {
-    config_t *cfg = config_parse (text, "test.json", s_dir, err, errlen);
+    config_t *cfg = config_parse (text, "test.json", check_dir, err, errlen);
     ck_assert_msg (cfg != NULL, "%s", err);
     weights_t *w = weights_load (&cfg->models[0], err, errlen);
     ck_assert_msg (w != NULL, "%s", err);
@@ -320,14 +193,14 @@ static int s_request_size (const char *text, char *err, size_t errlen)
 
 START_TEST (each_message_size_fix_passes_the_check)
 {
-    const size_case_t *c = &s_size_cases[_i];
+    const check_case_t *c = &s_size_cases[_i];
     char err[1024];
-    char *bad = s_edited (c->json, NULL);
+    char *bad = check_edited (c->json, NULL);
     ck_assert_int_eq (s_request_size (bad, err, sizeof err), -1);
     ck_assert_msg (strcmp (err, c->message) == 0, "case \"%s\":\n  got      %s\n  expected %s", c->what, err, c->message);
     for (int f = 0; f < FIXES_MAX && c->fixes[f].said; f++) {
         ck_assert_ptr_nonnull (strstr (c->message, c->fixes[f].said));
-        char *fixed = s_edited (c->json, c->fixes[f].edits);
+        char *fixed = check_edited (c->json, c->fixes[f].edits);
         ck_assert_msg (s_request_size (fixed, err, sizeof err) == 0, "case \"%s\": fix \"%s\": %s", c->what,
                        c->fixes[f].said, err);
         free (fixed);
@@ -343,30 +216,29 @@ static void s_write_weights (void)
     char path[2300], err[512];
     /* an LSTM of 8 inputs a step (a window of 2048 steps: 64 KiB a row, as in the issue) */
     const lstm_shape_t wide = { .layers = 1, .step_size = 8, .hidden = 4, .out = 1, .window = 8 };
-    snprintf (path, sizeof path, "%s/wide.safetensors", s_dir);
+    snprintf (path, sizeof path, "%s/wide.safetensors", check_dir);
     ck_assert_msg (lstm_random_file (path, &wide, 1, err, sizeof err) == 0, "%s", err);
     /* 4097 inputs a step: a window of 4096 steps is over 64 MiB */
     const lstm_shape_t vast = { .layers = 1, .step_size = 4097, .hidden = 1, .out = 1, .window = 8 };
-    snprintf (path, sizeof path, "%s/vast.safetensors", s_dir);
+    snprintf (path, sizeof path, "%s/vast.safetensors", check_dir);
     ck_assert_msg (lstm_random_file (path, &vast, 2, err, sizeof err) == 0, "%s", err);
     /* a layer whose tensors PyTorch did not name: "proj" and "proj_bias" */
     static float weight[4 * 8], bias[4];
     const st_write_tensor_t named[] = { { "proj", 2, { 4, 8 }, weight }, { "proj_bias", 1, { 4 }, bias } };
-    snprintf (path, sizeof path, "%s/named.safetensors", s_dir);
+    snprintf (path, sizeof path, "%s/named.safetensors", check_dir);
     ck_assert_msg (safetensors_write_f32 (path, named, 2, err, sizeof err) == 0, "%s", err);
 }
 
 static void s_setup (void)
 {
-    s_dir = tu_tmpdir ();
-    snprintf (s_demo, sizeof s_demo, "%s/models/tick_mlp.safetensors", tu_build_abs ());
+    check_dir = tu_tmpdir ();
     s_write_weights ();
 }
 
 static void s_teardown (void)
 {
-    tu_remove_tree (s_dir);
-    free (s_dir);
+    tu_remove_tree (check_dir);
+    free (check_dir);
 }
 
 int main (void)

@@ -275,8 +275,23 @@ static const void *s_client_key (endpoints_t *self, const message_t *msg, size_t
     return msg->frames[0].data;
 }
 
+/* tcp://HOST:PORT bound as tcp://HOST:0, the engine's own rules deciding what HOST may be. */
+static int s_probe (const server_config_t *cfg, const char *name, char *bound, size_t boundlen, char *err, size_t errlen)
+{
+    (void) cfg;
+    const char *colon = strrchr (name, ':');
+    char any[ZMTP_ENDPOINT_MAX], got[ZMTP_ENDPOINT_MAX];
+    snprintf (any, sizeof any, "%.*s:0", colon ? (int) (colon - name) : 0, name);
+    int fd = zmtp_listen (any, 1, false, got, err, errlen);
+    if (fd < 0)
+        return -1;
+    close (fd);
+    snprintf (bound, boundlen, "%s", got);
+    return 0;
+}
+
 const endpoint_ops_t endpoint_zmtp_ops = {
     .name = "zmtp", .start = s_start, .stop = s_stop, .bind = s_bind, .unbind = s_unbind, .close = s_close,
     .recv = s_recv, .release = s_release, .send = s_send, .wait = s_wait, .options = s_options, .cork = s_cork, .watch = s_watch,
-    .refused = s_refused, .client_key = s_client_key,
+    .refused = s_refused, .client_key = s_client_key, .probe = s_probe,
 };

@@ -188,6 +188,9 @@ void front_assign_endpoints (server_t *self, const server_config_t *now, const s
 
 int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen)
 {
+    /* what binding the new endpoints would refuse, before any of them binds (endpoint.h) */
+    if (endpoints_check (&cfg->server, err, errlen) != 0)
+        return -1;
     s_log_restart_keys (&self->cfg, &cfg->server);
     char why[ERROR_MAX];
     int owner[CONFIG_MAX_ENDPOINTS];
