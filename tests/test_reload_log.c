@@ -1,5 +1,7 @@
-/* What the start and a reload say (issue 39, part 7), with the real binary: the start says how many
- * models it serves once they are loaded, never "0 model(s)" before; a reload names what it loaded and why (new, its
+/* What --watch reloads and what the start and a reload say (issue 39, part 7), with the real binary:
+ * --watch reloads when only a model's weights file changes (written over by rename, as an exporter
+ * does) and the model then answers from the new weights; the start says how many models it serves
+ * once they are loaded, never "0 model(s)" before; a reload names what it loaded and why (new, its
  * configuration changed, its weights file changed), and what it unloaded: models no longer served
  * apart from the previous load of models loaded anew; a reload adding an endpoint the transport cannot
  * bind changes nothing and says why (the start's own message). Log lines are asserted exactly and in
@@ -161,6 +163,42 @@ static void s_endpoint (char *endpoint, size_t len, char *quoted, size_t qlen)
     snprintf (quoted, qlen, "\"%s\"", endpoint);
 }
 
+START_TEST (watch_reloads_a_changed_weights_file)
+{
+    char endpoint[64], quoted[80], log[2300], line[4600];
+    s_endpoint (endpoint, sizeof endpoint, quoted, sizeof quoted);
+    s_weights ("sum", 1);
+    char *model = s_model ("sum", "sum", "");
+    char *config = s_config ("watch.json", quoted, model);
+    snprintf (log, sizeof log, "%s/watch.log", s_dir);
+    pid_t pid = s_spawn (config, log, true);
+    s_wait_line (pid, log, "info  sigserve " SIGSERVE_VERSION " ready", 1);
+    ck_assert_float_eq (s_infer (endpoint, "sum"), 10);
+    /* new weights, the config untouched: no signal, --watch sees the file */
+    s_weights ("sum", 2);
+    s_wait_line (pid, log, "info  reload: serving 1 model(s) (0 unchanged, 1 loaded: sum (its weights file changed)) on 1 "
+                 "endpoint(s)", 1);
+    ck_assert_float_eq (s_infer (endpoint, "sum"), 20);
+    s_wait_line (pid, log, "info  reload: the previous load of 1 reloaded model(s) is unloaded: sum", 1);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    snprintf (line, sizeof line, "info  reload (the weights file of model \"sum\" changed): reading %s", config);
+    ck_assert_int_eq (s_count (log, line), 1);
+    /* nothing was removed, and the one change reloaded once */
+    char *lines[1024];
+    size_t n = s_lines (log, lines, 1024);
+    int removed = 0, reloads = 0;
+    for (size_t i = 0; i < n; i++) {
+        removed += strstr (lines[i], "no longer served") != NULL;
+        reloads += strncmp (lines[i], "info  reload (", 14) == 0;
+    }
+    s_free_lines (lines, n);
+    ck_assert_int_eq (removed, 0);
+    ck_assert_int_eq (reloads, 1);
+    free (config);
+    free (model);
+}
+END_TEST
+
 START_TEST (the_start_counts_the_models_once_they_are_loaded)
 {
     char endpoint[64], quoted[80], log[2300];
@@ -245,14 +283,29 @@ START_TEST (a_reload_names_what_it_loaded_and_unloaded)
 }
 END_TEST
 
+START_TEST (help_says_watch_follows_the_weights)
+{
+    char cmd[2300], out[4096];
+    snprintf (cmd, sizeof cmd, "%s/sigserve --help", tu_build_dir ());
+    FILE *p = popen (cmd, "r");
+    size_t n = fread (out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    ck_assert_int_eq (WEXITSTATUS (pclose (p)), 0);
+    ck_assert_msg (strstr (out, "\n  --watch              reload when FILE or a model's weights file changes, as on "
+                                "SIGHUP\n") != NULL, "%s", out);
+}
+END_TEST
+
 int main (void)
 {
     s_dir = tu_tmpdir ();
     Suite *s = suite_create ("reload_log");
     TCase *tc = tcase_create ("reload_log");
     tcase_set_timeout (tc, 180);
+    tcase_add_test (tc, watch_reloads_a_changed_weights_file);
     tcase_add_test (tc, the_start_counts_the_models_once_they_are_loaded);
     tcase_add_test (tc, a_reload_names_what_it_loaded_and_unloaded);
+    tcase_add_test (tc, help_says_watch_follows_the_weights);
     suite_add_tcase (s, tc);
     int rc = tu_run_suite (s);
     if (rc == 0)
