@@ -4,7 +4,8 @@
  * once they are loaded, never "0 model(s)" before; a reload names what it loaded and why (new, its
  * configuration changed, its weights file changed), and what it unloaded: models no longer served
  * apart from the previous load of models loaded anew; a reload adding an endpoint the transport cannot
- * bind changes nothing and says why (the start's own message). Log lines are asserted exactly and in
+ * bind changes nothing and says why (the start's own message), judged by the running transport's rules
+ * when the file names another (server.transport waits for a restart). Log lines are asserted exactly and in
  * order, never times: each step waits for the line it causes, with a generous cap. */
 #define _GNU_SOURCE
 #include "signal.pb-c.h"
@@ -36,12 +37,13 @@ static void s_weights (const char *name, float scale)
     ck_assert_int_eq (rename (tmp, path), 0);   /* a new inode: what an exporter's atomic write gives */
 }
 
-/* DIR/NAME written with ENDPOINTS (a JSON list's inside) and MODELS (JSON objects), by rename. */
-static char *s_config (const char *name, const char *endpoints, const char *models)
+/* DIR/NAME written with ENDPOINTS (a JSON list's inside), SERVER (more server keys: ", ..." or "") and
+ * MODELS (JSON objects), by rename. */
+static char *s_config_server (const char *name, const char *endpoints, const char *server, const char *models)
 {
     char json[8192], tmp[64];
-    snprintf (json, sizeof json, "{ \"server\": { \"endpoints\": [%s], \"stats_interval_s\": 0 }, \"models\": [%s] }",
-              endpoints, models);
+    snprintf (json, sizeof json, "{ \"server\": { \"endpoints\": [%s], \"stats_interval_s\": 0%s }, \"models\": [%s] }",
+              endpoints, server, models);
     snprintf (tmp, sizeof tmp, "%s.tmp", name);
     char *t = tu_write_file (s_dir, tmp, json, -1);
     char *path = NULL;
@@ -49,6 +51,11 @@ static char *s_config (const char *name, const char *endpoints, const char *mode
     ck_assert_int_eq (rename (t, path), 0);
     free (t);
     return path;
+}
+
+static char *s_config (const char *name, const char *endpoints, const char *models)
+{
+    return s_config_server (name, endpoints, "", models);
 }
 
 /* A model NAME over DIR/FILE.safetensors, with EXTRA keys (", ..." or ""). */
@@ -290,6 +297,44 @@ START_TEST (a_reload_names_what_it_loaded_and_unloaded)
 }
 END_TEST
 
+/* A reload binds with the running transport (server.transport waits for a restart), so its endpoints are
+ * checked by that transport's rules, not the file's: an inproc:// endpoint, which libzmq would bind, is
+ * refused before anything binds when the server runs zmtp, with the engine's message and the reason the
+ * file's transport did not apply; the old configuration keeps serving, and the file then starts as is. */
+START_TEST (a_reload_checks_endpoints_by_the_running_transport)
+{
+    char endpoint[64], quoted[80], log[2300], line[4600];
+    s_endpoint (endpoint, sizeof endpoint, quoted, sizeof quoted);
+    s_weights ("t", 1);
+    char *model = s_model ("t", "t", "");
+    char *config = s_config ("transport.json", quoted, model);
+    snprintf (log, sizeof log, "%s/transport.log", s_dir);
+    pid_t pid = s_spawn (config, log, false);
+    s_wait_line (pid, log, "info  1 endpoint(s) bound, over zmtp; the models are loading", 1);
+    s_wait_line (pid, log, "info  sigserve " SIGSERVE_VERSION " ready", 1);
+    char endpoints[256];
+    snprintf (endpoints, sizeof endpoints, "%s, \"inproc://reload-check\"", quoted);
+    free (s_config_server ("transport.json", endpoints, ", \"transport\": \"libzmq\"", model));
+    kill (pid, SIGHUP);
+    snprintf (line, sizeof line, "error reload failed, nothing changed, the previous configuration keeps serving: "
+              "server.endpoints[1]: cannot bind inproc://reload-check: inproc:// is libzmq's in-process transport; the "
+              "zmtp transport serves tcp:// and ipc:// (use ipc://, or server.transport \"libzmq\"); this server runs "
+              "the zmtp transport until a restart (server.transport takes effect then)");
+    s_wait_line (pid, log, line, 1);
+    ck_assert_float_eq (s_infer (endpoint, "t"), 10);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    /* the same file, started: libzmq binds it */
+    snprintf (log, sizeof log, "%s/transport-restart.log", s_dir);
+    pid = s_spawn (config, log, false);
+    s_wait_line (pid, log, "info  2 endpoint(s) bound, over libzmq; the models are loading", 1);
+    s_wait_line (pid, log, "info  sigserve " SIGSERVE_VERSION " ready", 1);
+    ck_assert_float_eq (s_infer (endpoint, "t"), 10);
+    ck_assert_int_eq (tu_server_stop (pid), 0);
+    free (config);
+    free (model);
+}
+END_TEST
+
 START_TEST (help_says_watch_follows_the_weights)
 {
     char cmd[2300], out[4096];
@@ -312,6 +357,7 @@ int main (void)
     tcase_add_test (tc, watch_reloads_a_changed_weights_file);
     tcase_add_test (tc, the_start_counts_the_models_once_they_are_loaded);
     tcase_add_test (tc, a_reload_names_what_it_loaded_and_unloaded);
+    tcase_add_test (tc, a_reload_checks_endpoints_by_the_running_transport);
     tcase_add_test (tc, help_says_watch_follows_the_weights);
     suite_add_tcase (s, tc);
     int rc = tu_run_suite (s);

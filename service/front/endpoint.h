@@ -63,7 +63,8 @@ endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, stats_t *s
  * on one port of one address (a wildcard counts as every address); an ipc:// path too long, taken by a
  * file that is not a socket, or in a folder missing or not writable; with CURVE, an inproc:// endpoint.
  * Whether a port is free, and an ipc:// path live, is known only by binding: endpoints_new says. 0, or
- * -1 with ERR naming the endpoint ("server.endpoints[1]: ..."). */
+ * -1 with ERR naming the endpoint ("server.endpoints[1]: ..."). CFG->transport picks the rules: a reload
+ * passes the running transport, which binds its endpoints whatever the file says. */
 int endpoints_check (const server_config_t *cfg, char *err, size_t errlen);
 /* Whether listening on SA (an address and port of another listener: WHAT, e.g. "server.http", written
  * NAME) would take the port of one of CFG's tcp:// endpoints: -1 with ERR naming both, else 0. */

@@ -188,9 +188,26 @@ void front_assign_endpoints (server_t *self, const server_config_t *now, const s
 
 int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen)
 {
-    /* what binding the new endpoints would refuse, before any of them binds (endpoint.h) */
-    if (endpoints_check (&cfg->server, err, errlen) != 0)
+    /* What binding the new endpoints would refuse, before any of them binds (endpoint.h), by the rules of
+     * the transport that will bind them: the running one, since a change of server.transport waits for a
+     * restart (the file's transport would pass an inproc:// endpoint that zmtp then cannot bind). The
+     * copy is on the heap: a server_config_t is some 18 KiB. */
+    server_config_t *bind = malloc (sizeof *bind);
+    if (!bind) {
+        snprintf (err, errlen, "out of memory");
         return -1;
+    }
+    *bind = cfg->server;
+    bind->transport = self->cfg.transport;
+    const int refused = endpoints_check (bind, err, errlen);
+    free (bind);
+    if (refused != 0) {
+        const size_t n = strlen (err);
+        if (cfg->server.transport != self->cfg.transport && n < errlen)
+            snprintf (err + n, errlen - n, "; this server runs the %s transport until a restart (server.transport "
+                      "takes effect then)", self->cfg.transport == TRANSPORT_ZMTP ? "zmtp" : "libzmq");
+        return -1;
+    }
     s_log_restart_keys (&self->cfg, &cfg->server);
     char why[ERROR_MAX];
     int owner[CONFIG_MAX_ENDPOINTS];
