@@ -125,12 +125,16 @@ START_TEST (files_the_server_user_cannot_read)
     const bool root = geteuid () == 0;
     const int uid = root ? 65534 : -1;
     char path[2300], out[16384], want[2600];
-    /* nobody must reach the suite's folders and the config in them */
+    /* nobody must reach the suite's folders and the config in them: the suite's own folder
+     * (sigserve-test_check_config-XXXXXX) is opened to it, never $TMPDIR itself (where tu_tmpdir falls
+     * back to when that folder could not be made) */
     if (root) {
         char parent[2300];
         snprintf (parent, sizeof parent, "%s", check_dir);
         *strrchr (parent, '/') = '\0';
-        ck_assert_int_eq (chmod (parent, 0711), 0);
+        const char *base = strrchr (parent, '/');
+        if (base && strncmp (base + 1, "sigserve-", 9) == 0)
+            ck_assert_int_eq (chmod (parent, 0711), 0);
         ck_assert_int_eq (chmod (check_dir, 0711), 0);
     }
     /* weights: a copy only its owner reads */
