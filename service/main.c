@@ -8,10 +8,12 @@
  * blocked in every other thread, so none of them is ever interrupted.
  *
  * Exit codes: 0 clean stop or --check-config passed; 1 runtime failure (an endpoint cannot be
- * bound); 2 bad usage, bad configuration (server.http that cannot be bound included) or a model
- * that cannot load. */
+ * bound: its port is taken); 2 bad usage, bad configuration (what --check-config finds: an endpoint
+ * address that cannot be bound, two endpoints on one port, unreadable CURVE files; server.http that
+ * cannot be bound included) or a model that cannot load. */
 #define _GNU_SOURCE
 #include "front/auth.h"
+#include "front/endpoint.h"
 #include "backends/backends.h"
 #include "base/config.h"
 #include "ops/http.h"
@@ -19,6 +21,7 @@
 #include "base/spin.h"
 #include "clock.h"
 #include "ops/notify.h"
+#include "ops/watch.h"
 #include "serving/devices.h"
 #include "serving/registry.h"
 #include "front/server.h"
@@ -49,7 +52,7 @@ static const char *s_usage =
     "  --config FILE        load FILE, load and warm every model, bind, serve until SIGINT/SIGTERM\n"
     "  --check-config FILE  validate FILE and load every model, print a summary, exit\n"
     "  --log-level LEVEL    error, warn, info or debug (overrides server.log_level)\n"
-    "  --watch              reload when FILE changes, as on SIGHUP\n"
+    "  --watch              reload when FILE or a model's weights file changes, as on SIGHUP\n"
     "  --keygen PATH        write a new CURVE certificate: PATH (the public key, for clients and\n"
     "                       allowlists) and PATH_secret (both keys: server.curve.secret_key_file,\n"
     "                       or a client's own certificate), in czmq's format\n"
@@ -145,9 +148,23 @@ static int s_apply_logging (const config_t *cfg, const char *override)
     return 0;
 }
 
+/* What the start would refuse before it binds anything, checked the way the start does (each check is
+ * the one its part runs): endpoints the transport cannot bind or that take one port twice (the HTTP
+ * endpoint's included), an HTTP address that does not resolve, CURVE files this user cannot read. Ports
+ * are not taken: whether they are free is known when the start binds them. --check-config and the
+ * start both call it. */
+static int s_preflight (const config_t *cfg, char *err, size_t errlen)
+{
+    const server_config_t *s = &cfg->server;
+    if (endpoints_check (s, err, errlen) != 0 || http_check (s, err, errlen) != 0)
+        return -1;
+    return s->curve.secret_key_file[0] ? auth_check (&s->curve, s->transport == TRANSPORT_LIBZMQ, err, errlen) : 0;
+}
+
 static int s_check (const char *path, const config_t *cfg, model_registry_t *models)
 {
-    printf ("%s: ok: %zu endpoint(s), %zu model(s)\n", path, cfg->server.endpoint_count, model_registry_count (models));
+    printf ("%s: ok: %zu endpoint(s), %zu model(s); binding is checked at start (a port another process holds "
+            "fails it there)\n", path, cfg->server.endpoint_count, model_registry_count (models));
     for (size_t i = 0; i < model_registry_count (models); i++) {
         model_t *m = model_registry_at (models, i);
         printf ("  %s version %s: %u -> %u, backend %s, kernel %s, max_rows %u, instances %u\n", model_name (m),
@@ -190,21 +207,11 @@ typedef struct {
     stats_t *stats;
     http_t *http;                   /* NULL without server.http */
     auth_t *auth;                   /* NULL without server.curve */
-    struct timespec config_mtime;   /* --watch: the file as last loaded */
-    off_t config_size;
+    watch_t *watch;                 /* --watch: the files a reload reads, as last read */
     uint64_t last_stats;            /* the stats line: when, and the snapshots it diffs against */
     stats_snapshot_t *before;       /* STATS_SLOTS of them */
     uint64_t requests_before[STATS_SLOTS];
 } control_t;
-
-static void s_remember_file (control_t *c)
-{
-    struct stat st;
-    if (stat (c->opt->config_path, &st) == 0) {
-        c->config_mtime = st.st_mtim;
-        c->config_size = st.st_size;
-    }
-}
 
 /* How long the serving threads may spin (base/spin.h): server.spin_us when each of them (the front,
  * ZeroMQ's I/O threads and every model instance's worker) has a CPU of those this process may use. */
@@ -223,10 +230,12 @@ static void s_reload (control_t *c, const char *why)
     char err[1024];
     log_info ("reload (%s): reading %s", why, c->opt->config_path);
     notify_reloading ();
-    s_remember_file (c);
+    watch_config_read (c->watch);
     config_t *next = config_load (c->opt->config_path, err, sizeof err);
-    if (next)
+    if (next) {
+        watch_weights_read (c->watch, next);
         s_resolve_spin (next, false);
+    }
     int rc = -1;
     bool curve_now = c->auth != NULL, curve_next = next && next->server.curve.secret_key_file[0];
     if (next && curve_now != curve_next) {
@@ -256,14 +265,6 @@ static void s_reload (control_t *c, const char *why)
         c->cfg = next;
     }
     notify_ready (rc == 0 ? "serving (reloaded)" : "serving (reload failed)");
-}
-
-static bool s_file_changed (control_t *c)
-{
-    struct stat st;
-    return stat (c->opt->config_path, &st) == 0
-           && (st.st_mtim.tv_sec != c->config_mtime.tv_sec || st.st_mtim.tv_nsec != c->config_mtime.tv_nsec
-               || st.st_size != c->config_size);
 }
 
 /* One line per model with traffic since the last line: rate and server-time percentiles. */
@@ -314,10 +315,11 @@ static void s_control_loop (control_t *c, const sigset_t *signals)
         if (sig == SIGHUP)
             s_reload (c, "SIGHUP");
         uint64_t now = clock_now_ns ();
+        char why[CONFIG_NAME_MAX + 64];
         if (c->opt->watch && now - last_watch >= WATCH_INTERVAL_NS) {
             last_watch = now;
-            if (s_file_changed (c))
-                s_reload (c, "the file changed");
+            if (watch_changed (c->watch, why, sizeof why))
+                s_reload (c, why);
         }
         server_collect_retired (c->server);
         uint32_t interval = c->cfg->server.stats_interval_s;
@@ -466,6 +468,11 @@ int main (int argc, char **argv)
     if (cfg->server.queue_depth_given)
         log_warn ("%s: server.queue_depth is deprecated: it is now the default of each model's queue_depth "
                   "(requests waiting for a worker before STATUS_OVERLOADED); set it per model", opt.config_path);
+    if (s_preflight (cfg, err, sizeof err) != 0) {
+        log_error ("%s: %s", opt.config_path, err);
+        config_destroy (&cfg);
+        return 2;
+    }
 
     /* Every thread created from here on (workers, the front, ZeroMQ's) inherits the mask. */
     sigset_t signals;
@@ -553,7 +560,15 @@ int main (int argc, char **argv)
             rc = 1;
         } else {
             http_attach (http, server);
-            models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
+            /* --watch compares with the files as the load reads them (a write during the load reloads) */
+            watch_t *watch = watch_new (opt.config_path);
+            if (watch) {
+                watch_config_read (watch);
+                watch_weights_read (watch, cfg);
+            }
+            models = watch ? model_registry_load (cfg, stats, NULL, NULL, err, sizeof err) : NULL;
+            if (!watch)
+                snprintf (err, sizeof err, "out of memory");
             if (!models) {
                 log_error ("%s: %s", opt.config_path, err);
                 server_stop (server);
@@ -564,14 +579,14 @@ int main (int argc, char **argv)
                 log_info ("sigserve %s ready", SIGSERVE_VERSION);
                 notify_ready ("serving");
                 control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .http = http,
-                                      .auth = auth, .before = before };
-                s_remember_file (&control);
+                                      .auth = auth, .watch = watch, .before = before };
                 s_control_loop (&control, &signals);
                 pthread_join (thread, NULL);
                 cfg = control.cfg;
                 models = server_models (server);
                 rc = front.rc == 0 ? 0 : 1;
             }
+            watch_destroy (&watch);
         }
         /* The endpoint lets go of the server before it goes; it answers (draining) to the end. */
         http_draining (http);

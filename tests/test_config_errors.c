@@ -17,20 +17,55 @@ typedef struct {
 static const bad_case_t s_bad[] = {
     /* unknown keys, at every level */
     { "unknown top-level key", "{" SERVER_OK ", " MODELS_OK ", 'modles': []}",
-      "test.json: modles: unknown key (expected one of server, models)" },
+      "test.json: modles: unknown key; did you mean \"models\"? (expected one of server, models)" },
+    { "unknown top-level key, nothing near", "{" SERVER_OK ", " MODELS_OK ", 'clients': []}",
+      "test.json: clients: unknown key (expected one of server, models)" },
     { "unknown server key", WITH_SERVER (", 'bogus': 1"),
       "test.json: server.bogus: unknown key (expected one of endpoints, transport, max_message_bytes, busy_poll, "
       "spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, fronts, queue_depth, cpus, drain_ms, http, "
       "stats_interval_s, curve, heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
+    { "server key misspelt", WITH_SERVER (", 'max_message_size': 1024"),
+      "test.json: server.max_message_size: unknown key; did you mean \"max_message_bytes\"? (expected one of endpoints, "
+      "transport, max_message_bytes, busy_poll, spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, "
+      "fronts, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, heartbeat_ms, max_connections, "
+      "max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
+    { "server key in the singular", "{'server': {'endpoint': ['tcp://127.0.0.1:5555']}, " MODELS_OK "}",
+      "test.json: server.endpoint: unknown key; did you mean \"endpoints\"? (expected one of endpoints, "
+      "transport, max_message_bytes, busy_poll, spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, "
+      "fronts, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, heartbeat_ms, max_connections, "
+      "max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
+    { "curve key cut short", WITH_SERVER (", 'curve': {'secret_key': 'k', 'allowed_clients': 'd'}"),
+      "test.json: server.curve.secret_key: unknown key; did you mean \"secret_key_file\"? (expected one of "
+      "secret_key_file, allowed_clients)" },
+    { "model key with letters swapped", WITH_MODEL (", 'wieghts': 'w.safetensors'"),
+      "test.json: models[0].wieghts: unknown key; did you mean \"weights\"? (expected one of name, version, type, "
+      "backend, kernel, cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, "
+      "max_batch_rows, batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, "
+      "watchdog_ms, weight_dtype, specialise, weights, layers, lstm, window, head, max_streams, stream_idle_s, "
+      "advances_apart, green_context)" },
+    { "model key in another case", WITH_MODEL (", 'Max_Rows': 4"),
+      "test.json: models[0].Max_Rows: unknown key; did you mean \"max_rows\"? (expected one of name, version, type, "
+      "backend, kernel, cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, "
+      "max_batch_rows, batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, "
+      "watchdog_ms, weight_dtype, specialise, weights, layers, lstm, window, head, max_streams, stream_idle_s, "
+      "advances_apart, green_context)" },
+    { "layer key misspelt", WITH_LAYERS ("{'weight': '0.weight', 'activaton': 'relu'}"),
+      "test.json: models[0].layers[0].activaton: unknown key; did you mean \"activation\"? (expected one of weight, "
+      "bias, activation)" },
+    { "head key misspelt", "{" SERVER_OK ", 'models': [{'name': 'l', 'type': 'lstm', 'weights': 'w', 'window': 8, "
+      "'head': {'wieght': 'fc.weight'}}]}",
+      "test.json: models[0].head.wieght: unknown key; did you mean \"weight\"? (expected one of weight, bias, "
+      "activation)" },
     { "more fronts than endpoints", WITH_SERVER (", 'fronts': 2, 'transport': 'libzmq'"),
       "test.json: server.fronts: 2 fronts need at least 2 endpoints on the libzmq transport (an endpoint's socket "
-      "belongs to one front); got 1: add endpoints, lower fronts, or use transport \"zmtp\"" },
+      "belongs to one front); got 1: add endpoints, lower fronts to 1, or use transport \"zmtp\"" },
     { "fronts sharing a wildcard port", "{'server': {'endpoints': ['tcp://127.0.0.1:*'], 'fronts': 2}, " MODELS_OK "}",
       "test.json: server.endpoints[0]: tcp://127.0.0.1:*: more fronts than endpoints share each tcp:// endpoint, "
-      "which needs a port number (\"*\" would give each front a port of its own)" },
+      "which needs a port number (\"*\" would give each front a port of its own); give it one, or lower fronts "
+      "to 1" },
     { "fronts 0", WITH_SERVER (", 'fronts': 0"), "test.json: server.fronts: expected an integer from 1 to 8, got 0" },
     { "unknown model key", WITH_MODEL (", 'kernal': 'warp'"),
-      "test.json: models[0].kernal: unknown key (expected one of name, version, type, backend, kernel, "
+      "test.json: models[0].kernal: unknown key; did you mean \"kernel\"? (expected one of name, version, type, backend, kernel, "
       "cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, max_batch_rows, "
       "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, watchdog_ms, weight_dtype, "
       "specialise, weights, layers, lstm, window, "

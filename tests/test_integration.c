@@ -703,7 +703,8 @@ START_TEST (bad_config_exits_2_naming_the_key)
     snprintf (cmd, sizeof cmd, "%s/sigserve --config %s 2>&1", tu_build_dir (), path);
     ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);
     ck_assert_msg (strstr (out, "model \"big\": max_rows: a request of 64 rows x 512 features takes up to 131200 bytes, "
-                                "over server.max_message_bytes (65536); lower max_rows to 31 or raise max_message_bytes"),
+                                "over server.max_message_bytes (65536); lower max_rows to 31 or raise max_message_bytes to "
+                                "131200\n"),
                    "%s", out);
     snprintf (cmd, sizeof cmd, "%s/sigserve --bogus 2>&1", tu_build_dir ());
     ck_assert_int_eq (s_run_capture (cmd, out, sizeof out), 2);

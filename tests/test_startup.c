@@ -1,10 +1,10 @@
 /* What sigserve says when it starts, with the real binary: the endpoints are bound before any model
  * loads (a taken port fails the start at once, whatever the models); a host name where ZeroMQ wants
- * an address gets the address to use; an endpoint other hosts can reach without CURVE is warned
- * about, a loopback one is not; a CUDA model on a machine without a GPU or a build without CUDA says
- * which; a batch-scoring model (max_rows 4096) starts small and answers; a server of CPU models maps no
- * CUDA library and stays under 64 MiB. Exit codes and messages are
- * asserted exactly, never times. */
+ * an address gets the address to use (exit code 2: a configuration error, which --check-config finds
+ * too); an endpoint other hosts can reach without CURVE is warned about, a loopback one is not; a CUDA
+ * model on a machine without a GPU or a build without CUDA says which; a batch-scoring model (max_rows
+ * 4096) starts small and answers; a server of CPU models maps no CUDA library and stays under 64 MiB.
+ * Exit codes and messages are asserted exactly, never times. */
 #define _GNU_SOURCE
 #include "backends/backends.h"
 #include "base/config.h"
@@ -101,8 +101,9 @@ START_TEST (a_host_name_gets_the_address_to_bind)
     char endpoint[64], log[16384], want[512];
     snprintf (endpoint, sizeof endpoint, "tcp://localhost:%d", port);
     char *config = s_config ("localhost.json", endpoint, "cpu", NULL);
-    ck_assert_int_eq (s_run (config, endpoint, false, log, sizeof log), 1);
-    snprintf (want, sizeof want, "server.endpoints: cannot bind tcp://localhost:%d: No such device (ZeroMQ binds an "
+    /* a configuration error (--check-config finds it too: test_check_config.c), refused before anything binds */
+    ck_assert_int_eq (s_run (config, endpoint, false, log, sizeof log), 2);
+    snprintf (want, sizeof want, "server.endpoints[0]: cannot bind tcp://localhost:%d: No such device (ZeroMQ binds an "
               "address or an interface name, not a host name: \"localhost\" is 127.0.0.1, so use tcp://127.0.0.1:%d, "
               "or tcp://*:%d for every interface)", port, port, port);
     ck_assert_msg (strstr (log, want) != NULL, "%s", log);
@@ -148,9 +149,9 @@ START_TEST (a_cuda_model_without_a_gpu_says_why)
     ck_assert_int_eq (s_run (config, endpoint, false, log, sizeof log), 2);
     const char *want = backends_gpu_built ()
         ? "model \"tick_mlp\": backend \"cuda\": no NVIDIA driver on this host (no /proc/driver/nvidia): no GPU, or "
-          "its driver is not installed; use \"cpu\" or \"auto\""
+          "its driver is not installed; use \"backend\": \"cpu\" or \"auto\""
         : "model \"tick_mlp\": backend \"cuda\": this build of sigserve has no CUDA backend (nvcc was not found when "
-          "it was built); use \"cpu\" or \"auto\"";
+          "it was built); use \"backend\": \"cpu\" or \"auto\"";
     ck_assert_msg (strstr (log, want) != NULL, "%s", log);
     ck_assert_msg (strstr (log, "driver version is insufficient") == NULL, "%s", log);
     free (config);

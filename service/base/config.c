@@ -152,7 +152,7 @@ static const key_spec_t s_server_keys[] = {
     { .name = "transport", .type = KEY_ENUM, FIELD (server_config_t, transport),
       .choices = s_transport_names, .def = TRANSPORT_DEFAULT },
     { .name = "max_message_bytes", .type = KEY_U32, FIELD (server_config_t, max_message_bytes),
-      .min = 64, .max = 64 * 1024 * 1024, .def = 65536 },
+      .min = 64, .max = CONFIG_MAX_MESSAGE_BYTES, .def = 65536 },
     { .name = "busy_poll", .type = KEY_BOOL, FIELD (server_config_t, busy_poll), .def = false },
     { .name = "spin_us", .type = KEY_U32, FIELD (server_config_t, spin_us), .min = 0, .max = 100000,
       .def = CONFIG_SPIN_US_DEFAULT },
@@ -430,36 +430,52 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
     return 0;
 }
 
+/* tcp://HOST:* or tcp://HOST:0: a port the system picks. */
+static bool s_tcp_any_port (const char *endpoint)
+{
+    const char *colon = strrchr (endpoint, ':');
+    return strncmp (endpoint, "tcp://", 6) == 0 && colon && (strcmp (colon + 1, "*") == 0 || strcmp (colon + 1, "0") == 0);
+}
+
 static int s_resolve (parser_t *p, config_t *cfg)
 {
     server_config_t *server = &cfg->server;
     server->queue_depth_given = server->queue_depth != 0;
     server->ipc_file_mode = (unsigned) strtoul (server->ipc_mode, NULL, 8);
+    /* Each fix a message below offers is one this function then accepts: another transport is offered
+     * only where the endpoints suit it (tests/test_config_advice.c applies every one). */
+    bool inproc = false, wildcard = false;
+    for (size_t e = 0; e < server->endpoint_count; e++) {
+        inproc |= strncmp (server->endpoints[e], "inproc://", 9) == 0;
+        wildcard |= s_tcp_any_port (server->endpoints[e]);
+    }
     if (server->fronts > server->endpoint_count && server->transport == TRANSPORT_LIBZMQ) {
-        char why[200];
+        char why[256];
         snprintf (why, sizeof why, "%u fronts need at least %u endpoints on the libzmq transport (an endpoint's socket "
-                  "belongs to one front); got %zu: add endpoints, lower fronts, or use transport \"zmtp\"",
-                  server->fronts, server->fronts, server->endpoint_count);
+                  "belongs to one front); got %zu: add endpoints, lower fronts to %zu%s", server->fronts, server->fronts,
+                  server->endpoint_count, server->endpoint_count,
+                  inproc || wildcard ? "" : ", or use transport \"zmtp\"");
         return s_fail_at (p, "server.fronts", "%s", why);
     }
     server->share_tcp = config_fronts_share (server);
-    for (size_t e = 0; e < server->endpoint_count && server->share_tcp; e++) {
-        const char *ep = server->endpoints[e];
-        const char *colon = strrchr (ep, ':');
-        if (strncmp (ep, "tcp://", 6) == 0 && colon && (strcmp (colon + 1, "*") == 0 || strcmp (colon + 1, "0") == 0)) {
-            char at[48];
+    for (size_t e = 0; e < server->endpoint_count && server->share_tcp; e++)
+        if (s_tcp_any_port (server->endpoints[e])) {
+            char at[48], why[CONFIG_ENDPOINT_MAX + 256];
             snprintf (at, sizeof at, "server.endpoints[%zu]", e);
-            return s_fail_at (p, at, "%s: more fronts than endpoints share each tcp:// endpoint, which needs a port "
-                              "number (\"*\" would give each front a port of its own)", ep);
+            snprintf (why, sizeof why, "%s: more fronts than endpoints share each tcp:// endpoint, which needs a port "
+                      "number (\"*\" would give each front a port of its own); give it one, or lower fronts to %zu",
+                      server->endpoints[e], server->endpoint_count);
+            return s_fail_at (p, at, "%s", why);
         }
-    }
+    const bool libzmq_fits = server->fronts <= server->endpoint_count && !server->curve.secret_key_file[0];
     for (size_t e = 0; e < server->endpoint_count && server->transport == TRANSPORT_ZMTP; e++)
         if (strncmp (server->endpoints[e], "inproc://", 9) == 0) {
-            char at[48];
+            char at[48], why[CONFIG_ENDPOINT_MAX + 256];
             snprintf (at, sizeof at, "server.endpoints[%zu]", e);
-            return s_fail_at (p, at, "%s: inproc:// is libzmq's in-process transport; the zmtp transport serves "
-                              "tcp:// and ipc:// (use ipc://, or set server.transport to \"libzmq\")",
-                              server->endpoints[e]);
+            snprintf (why, sizeof why, "%s: inproc:// is libzmq's in-process transport; the zmtp transport serves "
+                      "tcp:// and ipc:// (use ipc://%s)", server->endpoints[e],
+                      libzmq_fits ? ", or set server.transport to \"libzmq\"" : "");
+            return s_fail_at (p, at, "%s", why);
         }
     for (size_t i = 0; i < cfg->model_count; i++)
         if (s_resolve_model (p, &cfg->models[i], i, server) != 0)

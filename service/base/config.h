@@ -27,6 +27,7 @@
 #define CONFIG_MAX_DEVICES 16   /* entries of a "devices" list */
 #define CONFIG_MAX_INSTANCES 64 /* worker instances of one model */
 #define CONFIG_MAX_GRAPH_ROWS 32 /* entries of a "graph_rows" list */
+#define CONFIG_MAX_MESSAGE_BYTES (64 * 1024 * 1024)    /* the most server.max_message_bytes may be */
 
 typedef enum { ACTIVATION_NONE = 0, ACTIVATION_RELU, ACTIVATION_SIGMOID, ACTIVATION_TANH } activation_t;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU, BACKEND_CUDA } backend_kind_t;

@@ -6,6 +6,7 @@
 
 #include <assert.h>
 #include <cJSON.h>
+#include <ctype.h>
 #include <stdint.h>
 #include <errno.h>
 #include <math.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---------------------------------------------------------------- messages */
 
@@ -95,6 +97,56 @@ const char *config_join (const char *const *names, char *buf, size_t size)
     for (size_t i = 0; names[i] && n < size; i++)
         n += (size_t) snprintf (buf + n, size - n, "%s%s", i ? ", " : "", names[i]);
     return buf;
+}
+
+/* The optimal string alignment distance between A and B (edits: insert, delete, substitute, swap two
+ * neighbours), case-insensitive; keys are short (a table's names), longer text counts as far away. */
+static size_t s_distance (const char *a, const char *b)
+{
+    enum { N = 64 };
+    const size_t la = strlen (a), lb = strlen (b);
+    if (la >= N || lb >= N)
+        return SIZE_MAX;
+    size_t d[N][N];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            const int ca = tolower ((unsigned char) a[i - 1]), cb = tolower ((unsigned char) b[j - 1]);
+            size_t best = d[i - 1][j - 1] + (ca != cb);
+            best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
+            best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
+            if (i > 1 && j > 1 && ca == tolower ((unsigned char) b[j - 2]) && tolower ((unsigned char) a[i - 2]) == cb
+                && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+/* The key of T that GIVEN most likely misspells: the nearest by s_distance, when it is within a third of
+ * GIVEN's length (at least 1), or the key GIVEN starts (or that starts GIVEN), from 5 characters on;
+ * NULL when none is that close. */
+static const char *s_nearest_key (const table_t *t, const char *given)
+{
+    const size_t len = strlen (given);
+    const size_t limit = len >= 3 ? (len + 2) / 3 : 1;
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < t->count; i++) {
+        const char *name = t->keys[i].name;
+        size_t d = s_distance (given, name);
+        const size_t ln = strlen (name), shorter = len < ln ? len : ln;
+        if (d > limit && shorter >= 5 && strncasecmp (given, name, shorter) == 0)
+            d = limit;      /* "secret_key" for "secret_key_file", "max_rows_per_request" for "max_rows" */
+        if (d <= limit && d < best_d) {
+            best = name;
+            best_d = d;
+        }
+    }
+    return best;
 }
 
 static const char *s_table_keys (const table_t *t, char *buf, size_t size)
@@ -367,7 +419,11 @@ static int s_parse_object (parser_t *p, const cJSON *obj, const table_t *t, char
         while (i < t->count && (!c->string || strcmp (c->string, t->keys[i].name) != 0))
             i++;
         if (i == t->count) {
-            char list[512];
+            char list[512], q[160];
+            const char *near = c->string ? s_nearest_key (t, c->string) : NULL;
+            if (near)
+                return config_fail (p, "unknown key; did you mean %s? (expected one of %s)",
+                                    config_quote (near, q, sizeof q), s_table_keys (t, list, sizeof list));
             return config_fail (p, "unknown key (expected one of %s)", s_table_keys (t, list, sizeof list));
         }
         if (seen[i])

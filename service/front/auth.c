@@ -43,6 +43,16 @@ static zcert_t *s_load_cert (const char *path, char *err, size_t errlen)
         snprintf (err, errlen, "server.curve.secret_key_file: %s: not a regular file", path);
         return NULL;
     }
+    /* zcert reads PATH_secret where there is one, else PATH: the one it reads must be readable by this
+     * user (else zcert_load fails as if the file were no certificate) */
+    char secret[CONFIG_PATH_MAX + 8];
+    snprintf (secret, sizeof secret, "%s_secret", path);
+    const char *file = access (secret, F_OK) == 0 ? secret : path;
+    if (access (file, R_OK) != 0) {
+        snprintf (err, errlen, "server.curve.secret_key_file: %s: %s (the server's user must read it)", file,
+                  strerror (errno));
+        return NULL;
+    }
     zcert_t *cert = zcert_load (path);
     if (!cert) {
         snprintf (err, errlen, "server.curve.secret_key_file: %s: cannot be read as a czmq certificate (make one "
@@ -71,7 +81,26 @@ static int s_check_folder (const char *folder, char *err, size_t errlen)
                   "certificates)", folder);
         return -1;
     }
+    /* unreadable, czmq would find no certificate in it and every client would be refused */
+    if (access (folder, R_OK | X_OK) != 0) {
+        snprintf (err, errlen, "server.curve.allowed_clients: %s: %s (the server's user must read it)", folder,
+                  strerror (errno));
+        return -1;
+    }
     return 0;
+}
+
+int auth_check (const curve_config_t *curve, bool zap, char *err, size_t errlen)
+{
+    if (zap && !zsys_has_curve ()) {
+        snprintf (err, errlen, "server.curve: this libzmq was built without CURVE support");
+        return -1;
+    }
+    zcert_t *cert = s_load_cert (curve->secret_key_file, err, errlen);
+    if (!cert)
+        return -1;
+    zcert_destroy (&cert);
+    return s_check_folder (curve->allowed_clients, err, errlen);
 }
 
 auth_t *auth_new (const curve_config_t *curve, uint32_t io_threads, bool zap, char *err, size_t errlen)

@@ -27,6 +27,11 @@ typedef struct _auth_t auth_t;
  * handling off; io_threads I/O threads) and zauth. NULL with ERR naming server.curve's key at fault. */
 auth_t *auth_new (const curve_config_t *curve, uint32_t io_threads, bool zap, char *err, size_t errlen);
 void auth_destroy (auth_t **self_p);
+/* What auth_new would refuse, checked without starting anything (sigserve --check-config, and the start
+ * before anything binds): the certificate missing, unreadable by this user, no czmq certificate or
+ * without a secret key; the allowlist folder missing, not a folder or unreadable; with ZAP, a libzmq
+ * without CURVE. The same messages as auth_new's. 0, or -1 with ERR. */
+int auth_check (const curve_config_t *curve, bool zap, char *err, size_t errlen);
 
 /* The context the server's sockets must be created in. */
 void *auth_context (auth_t *self);

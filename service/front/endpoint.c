@@ -18,26 +18,52 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
-/* ipc://PATH: a live listener there means another server owns it (refuse); a socket file nobody
- * listens on is a stale leftover (remove it, so bind can create a fresh one). */
-static int s_ipc_check (const char *endpoint, char *err, size_t errlen)
+/* What binding ipc://PATH refuses whoever else runs: a path too long for a socket address, a file there
+ * that is not a socket, a folder that is missing or not writable. AT names the key in the message. */
+static int s_ipc_path_check (const char *at, const char *endpoint, char *err, size_t errlen)
 {
     const char *path = endpoint + strlen ("ipc://");
     if (path[0] == '@')
         return 0;               /* Linux abstract namespace: no file */
-    struct stat st;
-    if (lstat (path, &st) != 0)
-        return 0;
-    if (!S_ISSOCK (st.st_mode)) {
-        snprintf (err, errlen, "server.endpoints: cannot bind %s: %s exists and is not a socket", endpoint, path);
-        return -1;
-    }
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    struct sockaddr_un a;
     if (strlen (path) >= sizeof a.sun_path) {
-        snprintf (err, errlen, "server.endpoints: cannot bind %s: the path is longer than %zu bytes", endpoint,
+        snprintf (err, errlen, "%s: cannot bind %s: the path is longer than %zu bytes", at, endpoint,
                   sizeof a.sun_path - 1);
         return -1;
     }
+    struct stat st;
+    if (lstat (path, &st) == 0 && !S_ISSOCK (st.st_mode)) {
+        snprintf (err, errlen, "%s: cannot bind %s: %s exists and is not a socket", at, endpoint, path);
+        return -1;
+    }
+    char folder[CONFIG_ENDPOINT_MAX];
+    const char *slash = strrchr (path, '/');
+    snprintf (folder, sizeof folder, "%.*s", slash ? (slash == path ? 1 : (int) (slash - path)) : 1, slash ? path : ".");
+    const char *problem = NULL;
+    if (stat (folder, &st) != 0)
+        problem = errno == ENOENT ? "does not exist" : strerror (errno);
+    else if (!S_ISDIR (st.st_mode))
+        problem = "is not a folder";
+    else if (access (folder, W_OK | X_OK) != 0)
+        problem = "is not writable by this user";
+    if (!problem)
+        return 0;
+    snprintf (err, errlen, "%s: cannot bind %s: the folder %s %s", at, endpoint, folder, problem);
+    return -1;
+}
+
+/* ipc://PATH at bind: what s_ipc_path_check refuses; then a live listener there means another server
+ * owns it (refuse); a socket file nobody listens on is a stale leftover (remove it, so bind can create
+ * a fresh one). */
+static int s_ipc_check (const char *endpoint, char *err, size_t errlen)
+{
+    if (s_ipc_path_check ("server.endpoints", endpoint, err, errlen) != 0)
+        return -1;
+    const char *path = endpoint + strlen ("ipc://");
+    struct stat st;
+    if (path[0] == '@' || lstat (path, &st) != 0)
+        return 0;
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
     strcpy (a.sun_path, path);
     int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int live = fd >= 0 && connect (fd, (struct sockaddr *) &a, sizeof a) == 0;
@@ -90,6 +116,19 @@ static void s_host_hint (const char *endpoint, char *hint, size_t len)
                   "tcp://ADDRESS%.8s, or tcp://*%.8s for every interface)", colon, colon);
 }
 
+/* "AT: cannot bind ENDPOINT: WHY", with the address to use where a host name was given (E: ENODEV). A
+ * WHY that names its key already ("server.curve: ...") is the message. */
+static void s_cannot_bind (const char *at, const char *endpoint, const char *why, int e, char *err, size_t errlen)
+{
+    char hint[1024] = "";
+    if (e == ENODEV)
+        s_host_hint (endpoint, hint, sizeof hint);
+    if (strncmp (why, "server.", 7) == 0)
+        snprintf (err, errlen, "%s", why);
+    else
+        snprintf (err, errlen, "%s: cannot bind %s: %s%s", at, endpoint, why[0] ? why : strerror (e), hint);
+}
+
 /* Binds ENDPOINT into slot I with the policies both transports share. */
 static int s_bind (endpoints_t *self, int i, const char *endpoint, char *err, size_t errlen)
 {
@@ -99,14 +138,7 @@ static int s_bind (endpoints_t *self, int i, const char *endpoint, char *err, si
     why[0] = '\0';
     errno = 0;
     if (self->ops->bind (self, i, endpoint, why, sizeof why) != 0) {
-        const int e = errno;
-        char hint[1024] = "";
-        if (e == ENODEV)
-            s_host_hint (endpoint, hint, sizeof hint);
-        if (strncmp (why, "server.", 7) == 0)
-            snprintf (err, errlen, "%s", why);
-        else
-            snprintf (err, errlen, "server.endpoints: cannot bind %s: %s%s", endpoint, why[0] ? why : strerror (e), hint);
+        s_cannot_bind ("server.endpoints", endpoint, why, errno, err, errlen);
         return -1;
     }
     if (!self->auth && !s_local (endpoint))
@@ -293,3 +325,127 @@ bool endpoints_refused (endpoints_t *self, const message_t *msg, uint64_t now_ns
     return self->ops->refused (self, msg, now_ns);
 }
 uint32_t endpoints_connections (const endpoints_t *self) { return self->connections; }
+
+/* ---------------------------------------------------------------- checked before anything binds */
+
+/* A tcp:// endpoint as bound (BOUND: "tcp://ADDRESS:P", the address the transport resolved) on the
+ * configured PORT; false when it has no address to compare (the port picked by the system). */
+static bool s_address (const char *bound, const char *configured, struct sockaddr_storage *sa)
+{
+    const char *colon = strrchr (configured, ':'), *bcolon = strrchr (bound, ':');
+    if (strncmp (bound, "tcp://", 6) != 0 || !colon || !bcolon)
+        return false;
+    const long port = strtol (colon + 1, NULL, 10);
+    if (port <= 0)
+        return false;       /* "*" or 0: never the port of another */
+    char host[INET6_ADDRSTRLEN + 2];
+    snprintf (host, sizeof host, "%.*s", (int) (bcolon - bound - 6), bound + 6);
+    memset (sa, 0, sizeof *sa);
+    struct sockaddr_in *v4 = (struct sockaddr_in *) sa;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *) sa;
+    size_t n = strlen (host);
+    if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
+        host[n - 1] = '\0';
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons ((uint16_t) port);
+        return inet_pton (AF_INET6, host + 1, &v6->sin6_addr) == 1;
+    }
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons ((uint16_t) port);
+    return inet_pton (AF_INET, host, &v4->sin_addr) == 1;
+}
+
+static bool s_any (const struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *) a)->sin_addr.s_addr == htonl (INADDR_ANY);
+    return IN6_IS_ADDR_UNSPECIFIED (&((const struct sockaddr_in6 *) a)->sin6_addr);
+}
+
+/* Whether listening on A and on B cannot both be done (Linux, SO_REUSEADDR): one port, and one address,
+ * or a wildcard of the other's family; the IPv6 wildcard takes IPv4's too (dual stack). */
+static bool s_overlap (const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    const uint16_t pa = a->ss_family == AF_INET ? ((const struct sockaddr_in *) a)->sin_port
+                                                 : ((const struct sockaddr_in6 *) a)->sin6_port;
+    const uint16_t pb = b->ss_family == AF_INET ? ((const struct sockaddr_in *) b)->sin_port
+                                                 : ((const struct sockaddr_in6 *) b)->sin6_port;
+    if (pa != pb)
+        return false;
+    if (a->ss_family != b->ss_family)
+        return (a->ss_family == AF_INET6 && s_any (a)) || (b->ss_family == AF_INET6 && s_any (b))
+               || (s_any (a) && s_any (b));
+    if (s_any (a) || s_any (b))
+        return true;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *) a)->sin_addr.s_addr == ((const struct sockaddr_in *) b)->sin_addr.s_addr;
+    return memcmp (&((const struct sockaddr_in6 *) a)->sin6_addr, &((const struct sockaddr_in6 *) b)->sin6_addr,
+                   sizeof (struct in6_addr)) == 0;
+}
+
+static const endpoint_ops_t *s_ops (const server_config_t *cfg)
+{
+    return cfg->transport == TRANSPORT_LIBZMQ ? &endpoint_zmq_ops : &endpoint_zmtp_ops;
+}
+
+/* Endpoint E of CFG checked as binding it would be (without its port), into ADDR (its address, when
+ * it has one to compare: *HAS). */
+static int s_check_one (const server_config_t *cfg, size_t e, struct sockaddr_storage *addr, bool *has, char *err,
+                        size_t errlen)
+{
+    const char *name = cfg->endpoints[e];
+    char at[48];
+    snprintf (at, sizeof at, "server.endpoints[%zu]", e);
+    *has = false;
+    if (strncmp (name, "ipc://", 6) == 0)
+        return s_ipc_path_check (at, name, err, errlen);
+    char bound[CONFIG_ENDPOINT_MAX + 64] = "", why[CONFIG_ENDPOINT_MAX + 512] = "";
+    errno = 0;
+    if (s_ops (cfg)->probe (cfg, name, bound, sizeof bound, why, sizeof why) != 0) {
+        s_cannot_bind (at, name, why, errno, err, errlen);
+        return -1;
+    }
+    *has = s_address (bound, name, addr);
+    return 0;
+}
+
+int endpoints_check (const server_config_t *cfg, char *err, size_t errlen)
+{
+    struct sockaddr_storage addr[CONFIG_MAX_ENDPOINTS];
+    bool has[CONFIG_MAX_ENDPOINTS];
+    for (size_t e = 0; e < cfg->endpoint_count && e < CONFIG_MAX_ENDPOINTS; e++) {
+        if (s_check_one (cfg, e, &addr[e], &has[e], err, errlen) != 0)
+            return -1;
+        for (size_t k = 0; k < e && has[e]; k++)
+            if (has[k] && s_overlap (&addr[e], &addr[k])) {
+                const char *colon = strrchr (cfg->endpoints[e], ':');
+                snprintf (err, errlen, "server.endpoints[%zu]: %s would listen on port %s where server.endpoints[%zu] "
+                          "(%s) listens; give one of them another port", e, cfg->endpoints[e], colon + 1, k,
+                          cfg->endpoints[k]);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+int endpoints_overlap (const server_config_t *cfg, const char *what, const char *name, const struct sockaddr *sa,
+                       char *err, size_t errlen)
+{
+    struct sockaddr_storage mine;
+    memset (&mine, 0, sizeof mine);
+    memcpy (&mine, sa, sa->sa_family == AF_INET6 ? sizeof (struct sockaddr_in6) : sizeof (struct sockaddr_in));
+    for (size_t e = 0; e < cfg->endpoint_count && e < CONFIG_MAX_ENDPOINTS; e++) {
+        struct sockaddr_storage addr;
+        bool has;
+        char why[8];
+        if (s_check_one (cfg, e, &addr, &has, why, sizeof why) == 0 && has && s_overlap (&mine, &addr)) {
+            snprintf (err, errlen, "%s: %s would listen on port %u where server.endpoints[%zu] (%s) listens; give one "
+                      "of them another port", what, name,
+                      ntohs (sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *) sa)->sin6_port
+                                                       : ((const struct sockaddr_in *) sa)->sin_port),
+                      e, cfg->endpoints[e]);
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -56,6 +56,21 @@ typedef struct _endpoints_t endpoints_t;
  * but loopback) is warned about at start: it serves plaintext. STATS (may be NULL) counts the CURVE
  * handshakes refused. */
 endpoints_t *endpoints_new (const server_config_t *cfg, auth_t *auth, stats_t *stats, char *err, size_t errlen);
+/* What binding CFG's endpoints would refuse, checked without taking their ports (sigserve --check-config,
+ * and the start and each reload before they bind): a tcp:// address the transport cannot bind (a host
+ * name where an address or an interface name is wanted gets the address to use; an address not on this
+ * host), found by binding that address on a port the system picks and letting go at once; two endpoints
+ * on one port of one address (a wildcard counts as every address); an ipc:// path too long, taken by a
+ * file that is not a socket, or in a folder missing or not writable; with CURVE, an inproc:// endpoint.
+ * Whether a port is free, and an ipc:// path live, is known only by binding: endpoints_new says. 0, or
+ * -1 with ERR naming the endpoint ("server.endpoints[1]: ..."). CFG->transport picks the rules: a reload
+ * passes the running transport, which binds its endpoints whatever the file says. */
+int endpoints_check (const server_config_t *cfg, char *err, size_t errlen);
+/* Whether listening on SA (an address and port of another listener: WHAT, e.g. "server.http", written
+ * NAME) would take the port of one of CFG's tcp:// endpoints: -1 with ERR naming both, else 0. */
+struct sockaddr;
+int endpoints_overlap (const server_config_t *cfg, const char *what, const char *name, const struct sockaddr *sa,
+                       char *err, size_t errlen);
 /* Closes every socket, letting queued replies go for at most LINGER_MS. */
 void endpoints_destroy (endpoints_t **self_p, uint32_t linger_ms);
 

@@ -46,6 +46,11 @@ typedef struct {
     void (*watch) (endpoints_t *self, uint64_t now_ns, bool force);
     bool (*refused) (endpoints_t *self, const message_t *msg, uint64_t now_ns);
     const void *(*client_key) (endpoints_t *self, const message_t *msg, size_t *len);
+    /* What binding NAME (a tcp:// or inproc:// endpoint of CFG) would refuse, found without its port: a
+     * tcp:// address is bound by the transport's own rules on a port the system picks, and let go at
+     * once. 0 with the address as bound in BOUND ("tcp://127.0.0.1:40411"; NAME for inproc://), or -1
+     * with errno and ERR. Any thread; no endpoints_t needed (endpoints_check). */
+    int (*probe) (const server_config_t *cfg, const char *name, char *bound, size_t boundlen, char *err, size_t errlen);
 } endpoint_ops_t;
 
 extern const endpoint_ops_t endpoint_zmq_ops;

@@ -64,13 +64,20 @@ static int s_prove (endpoints_t *self, void *socket, char *err, size_t errlen)
     return auth_prove (self->auth, target, err, errlen);
 }
 
+/* inproc:// makes no handshake: with CURVE on, refused (at bind, and by endpoints_check before it). */
+static int s_inproc_curve (bool curve, const char *endpoint, char *err, size_t errlen)
+{
+    if (!curve || strncmp (endpoint, "inproc://", 9) != 0)
+        return 0;
+    snprintf (err, errlen, "server.endpoints: %s: inproc endpoints make no security handshake, so they cannot "
+              "serve with server.curve; use tcp:// or ipc://", endpoint);
+    return -1;
+}
+
 static int s_bind (endpoints_t *self, int i, const char *endpoint, char *err, size_t errlen)
 {
-    if (self->auth && strncmp (endpoint, "inproc://", 9) == 0) {
-        snprintf (err, errlen, "server.endpoints: %s: inproc endpoints make no security handshake, so they cannot "
-                  "serve with server.curve; use tcp:// or ipc://", endpoint);
+    if (s_inproc_curve (self->auth != NULL, endpoint, err, errlen) != 0)
         return -1;
-    }
     void *s = zmq_socket (self->ctx, ZMQ_ROUTER);
     int64_t maxmsg = self->cfg.max_message_bytes;
     int one = 1, linger = 0;
@@ -357,8 +364,40 @@ static const void *s_client_key (endpoints_t *self, const message_t *msg, size_t
     return msg->frames[0].data;
 }
 
+/* tcp://HOST:PORT bound as tcp://HOST:* on a throwaway socket: libzmq's own rules decide what HOST may be. */
+static int s_probe (const server_config_t *cfg, const char *name, char *bound, size_t boundlen, char *err, size_t errlen)
+{
+    if (s_inproc_curve (cfg->curve.secret_key_file[0] != '\0', name, err, errlen) != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    snprintf (bound, boundlen, "%s", name);
+    const char *colon = strrchr (name, ':');
+    if (strncmp (name, "tcp://", 6) != 0 || !colon)
+        return 0;
+    char any[CONFIG_ENDPOINT_MAX + 2];
+    snprintf (any, sizeof any, "%.*s:*", (int) (colon - name), name);
+    void *ctx = zmq_ctx_new (), *s = ctx ? zmq_socket (ctx, ZMQ_ROUTER) : NULL;
+    int linger = 0, rc = s ? zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger) : -1;
+    if (rc == 0)
+        rc = zmq_bind (s, any);
+    const int e = rc == 0 ? 0 : zmq_errno ();
+    size_t len = boundlen;
+    if (rc == 0 && zmq_getsockopt (s, ZMQ_LAST_ENDPOINT, bound, &len) != 0)
+        snprintf (bound, boundlen, "%s", name);
+    if (s)
+        zmq_close (s);
+    if (ctx)
+        zmq_ctx_term (ctx);
+    if (rc != 0) {
+        snprintf (err, errlen, "%s", zmq_strerror (e));
+        errno = e;
+    }
+    return rc;
+}
+
 const endpoint_ops_t endpoint_zmq_ops = {
     .name = "libzmq", .start = s_start, .stop = s_stop, .bind = s_bind, .unbind = s_unbind, .close = s_close,
     .recv = s_recv, .release = s_release, .send = s_send, .wait = s_wait, .watch = s_watch, .refused = s_refused,
-    .client_key = s_client_key,
+    .client_key = s_client_key, .probe = s_probe,
 };

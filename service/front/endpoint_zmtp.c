@@ -275,8 +275,35 @@ static const void *s_client_key (endpoints_t *self, const message_t *msg, size_t
     return msg->frames[0].data;
 }
 
+/* tcp://HOST:PORT bound as tcp://HOST:0, the engine's own rules deciding what HOST may be; any other
+ * scheme (inproc://, reaching here from a reload whose file names another transport) judged by the engine
+ * as its bind would judge it, without the endpoint its message starts with (the caller names it). */
+static int s_probe (const server_config_t *cfg, const char *name, char *bound, size_t boundlen, char *err, size_t errlen)
+{
+    (void) cfg;
+    if (strncmp (name, "tcp://", 6) != 0) {
+        if (zmtp_endpoint_check (name, false, err, errlen) != 0) {
+            const size_t n = strlen (name);
+            if (strncmp (err, name, n) == 0 && strncmp (err + n, ": ", 2) == 0)
+                memmove (err, err + n + 2, strlen (err + n + 2) + 1);
+            return -1;
+        }
+        snprintf (bound, boundlen, "%s", name);
+        return 0;
+    }
+    const char *colon = strrchr (name, ':');
+    char any[ZMTP_ENDPOINT_MAX], got[ZMTP_ENDPOINT_MAX];
+    snprintf (any, sizeof any, "%.*s:0", colon ? (int) (colon - name) : 0, name);
+    int fd = zmtp_listen (any, 1, false, got, err, errlen);
+    if (fd < 0)
+        return -1;
+    close (fd);
+    snprintf (bound, boundlen, "%s", got);
+    return 0;
+}
+
 const endpoint_ops_t endpoint_zmtp_ops = {
     .name = "zmtp", .start = s_start, .stop = s_stop, .bind = s_bind, .unbind = s_unbind, .close = s_close,
     .recv = s_recv, .release = s_release, .send = s_send, .wait = s_wait, .options = s_options, .cork = s_cork, .watch = s_watch,
-    .refused = s_refused, .client_key = s_client_key,
+    .refused = s_refused, .client_key = s_client_key, .probe = s_probe,
 };

@@ -188,6 +188,26 @@ void front_assign_endpoints (server_t *self, const server_config_t *now, const s
 
 int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen)
 {
+    /* What binding the new endpoints would refuse, before any of them binds (endpoint.h), by the rules of
+     * the transport that will bind them: the running one, since a change of server.transport waits for a
+     * restart (the file's transport would pass an inproc:// endpoint that zmtp then cannot bind). The
+     * copy is on the heap: a server_config_t is some 18 KiB. */
+    server_config_t *bind = malloc (sizeof *bind);
+    if (!bind) {
+        snprintf (err, errlen, "out of memory");
+        return -1;
+    }
+    *bind = cfg->server;
+    bind->transport = self->cfg.transport;
+    const int refused = endpoints_check (bind, err, errlen);
+    free (bind);
+    if (refused != 0) {
+        const size_t n = strlen (err);
+        if (cfg->server.transport != self->cfg.transport && n < errlen)
+            snprintf (err + n, errlen - n, "; this server runs the %s transport until a restart (server.transport "
+                      "takes effect then)", self->cfg.transport == TRANSPORT_ZMTP ? "zmtp" : "libzmq");
+        return -1;
+    }
     s_log_restart_keys (&self->cfg, &cfg->server);
     char why[ERROR_MAX];
     int owner[CONFIG_MAX_ENDPOINTS];
@@ -233,8 +253,11 @@ int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen
     self->cfg.transport = transport;
     memcpy (self->endpoint_front, owner, sizeof owner);
     pthread_mutex_unlock (&self->lock);
-    log_info ("reload: serving %zu model(s) (%zu unchanged, %zu loaded) on %zu endpoint(s)",
-              model_registry_count (next), reused, model_registry_count (next) - reused, cfg->server.endpoint_count);
+    char loaded[1024];
+    model_registry_loaded (next, loaded, sizeof loaded);
+    log_info ("reload: serving %zu model(s) (%zu unchanged, %zu loaded%s%s) on %zu endpoint(s)",
+              model_registry_count (next), reused, model_registry_count (next) - reused, loaded[0] ? ": " : "", loaded,
+              cfg->server.endpoint_count);
     return 0;
 }
 
@@ -247,6 +270,7 @@ void server_serve (server_t *self, model_registry_t *models)
     self->models = models;
     atomic_store (&self->loading, false);
     pthread_mutex_unlock (&self->lock);
+    log_info ("serving %zu model(s) on %zu endpoint(s)", model_registry_count (models), self->cfg.endpoint_count);
 }
 
 /* SET was let go of by one more front: destroyed once every front has. */
@@ -260,12 +284,25 @@ static void s_retired (server_t *self, model_registry_t *set)
     if (++self->retired[i].fronts < self->front_count)
         return;
     self->retired[i] = self->retired[--self->retired_count];
-    size_t owned = 0;
-    for (size_t m = 0; m < model_registry_count (set); m++)
-        owned += model_registry_owns (set, m);
+    /* What the set still owns: models no longer served, and the previous load of those a reload loaded
+     * anew (new weights, a changed configuration), which are served by that name still. */
+    size_t removed = 0, replaced = 0;
+    char removed_names[512] = "", replaced_names[512] = "";
+    for (size_t m = 0; m < model_registry_count (set); m++) {
+        if (!model_registry_owns (set, m))
+            continue;
+        const char *name = model_name (model_registry_at (set, m));
+        const bool served = model_registry_find (self->models, name) != NULL;
+        char *names = served ? replaced_names : removed_names;
+        size_t used = strlen (names);
+        snprintf (names + used, sizeof removed_names - used, "%s%s", used ? ", " : "", name);
+        *(served ? &replaced : &removed) += 1;
+    }
     model_registry_destroy (&set);
-    if (owned)
-        log_info ("reload: %zu model(s) no longer served are unloaded", owned);
+    if (removed)
+        log_info ("reload: %zu model(s) no longer served are unloaded: %s", removed, removed_names);
+    if (replaced)
+        log_info ("reload: the previous load of %zu reloaded model(s) is unloaded: %s", replaced, replaced_names);
 }
 
 void server_collect_retired (server_t *self)

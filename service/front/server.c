@@ -159,9 +159,14 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
     char fronts[32] = "";
     if (self->front_count > 1)
         snprintf (fronts, sizeof fronts, " by %u fronts", self->front_count);
-    log_info ("serving %zu model(s) on %zu endpoint(s) over %s%s%s", model_registry_count (self->models),
-              self->cfg.endpoint_count, self->cfg.transport == TRANSPORT_LIBZMQ ? "libzmq" : "zmtp", fronts,
-              self->cfg.busy_poll ? ", busy-polling" : "");
+    /* Started before its models load (server_serve then says how many it serves), or with them. */
+    const char *transport = self->cfg.transport == TRANSPORT_LIBZMQ ? "libzmq" : "zmtp";
+    if (atomic_load (&self->loading))
+        log_info ("%zu endpoint(s) bound, over %s%s%s; the models are loading", self->cfg.endpoint_count, transport,
+                  fronts, self->cfg.busy_poll ? ", busy-polling" : "");
+    else
+        log_info ("serving %zu model(s) on %zu endpoint(s) over %s%s%s", model_registry_count (self->models),
+                  self->cfg.endpoint_count, transport, fronts, self->cfg.busy_poll ? ", busy-polling" : "");
     if (self->front_count > 1)
         for (uint32_t k = 0; k < self->front_count; k++) {
             char list[512] = "";

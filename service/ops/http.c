@@ -5,6 +5,7 @@
 #include "ops/http.h"
 
 #include "backends/backends.h"
+#include "front/endpoint.h"
 #include "serving/dispatch.h"
 #include "base/log.h"
 #include "ops/metrics.h"
@@ -367,7 +368,12 @@ static void s_mhd_log (void *cls, const char *fmt, va_list ap)
 /* ---------------------------------------------------------------- lifecycle */
 
 /* A listening socket on ADDRESS; -1 with ERR. *IPV6 says its family. */
-static int s_listen (const char *address, bool *ipv6, char *err, size_t errlen)
+/* A listening socket on ADDRESS ("HOST:PORT", HOST resolved; IPv4 first), the address taken in *CHOSEN
+ * (may be NULL). PROBE (http_check): on a port the system picks instead of PORT, so what binding
+ * ADDRESS refuses (a name that does not resolve, an address not on this host) is found without
+ * taking the port; *CHOSEN still has PORT. The fd, or -1 with ERR. */
+static int s_listen (const char *address, bool probe, struct sockaddr_storage *chosen, bool *ipv6, char *err,
+                     size_t errlen)
 {
     char host[CONFIG_ENDPOINT_MAX];
     const char *colon = strrchr (address, ':');
@@ -408,18 +414,40 @@ static int s_listen (const char *address, bool *ipv6, char *err, size_t errlen)
             }
             int one = 1;
             setsockopt (s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            if (bind (s, a->ai_addr, a->ai_addrlen) != 0 || listen (s, 64) != 0) {
+            struct sockaddr_storage where;
+            memset (&where, 0, sizeof where);
+            memcpy (&where, a->ai_addr, a->ai_addrlen <= sizeof where ? a->ai_addrlen : sizeof where);
+            if (probe && a->ai_family == AF_INET)
+                ((struct sockaddr_in *) &where)->sin_port = 0;
+            else if (probe)
+                ((struct sockaddr_in6 *) &where)->sin6_port = 0;
+            if (bind (s, (struct sockaddr *) &where, a->ai_addrlen) != 0 || listen (s, 64) != 0) {
                 e = errno;
                 close (s);
                 continue;
             }
             fd = s;
             *ipv6 = a->ai_family == AF_INET6;
+            if (chosen)
+                memcpy (chosen, a->ai_addr, a->ai_addrlen <= sizeof *chosen ? a->ai_addrlen : sizeof *chosen);
         }
     freeaddrinfo (res);
     if (fd < 0)
         snprintf (err, errlen, "server.http: cannot bind %s: %s", address, strerror (e ? e : EADDRNOTAVAIL));
     return fd;
+}
+
+int http_check (const server_config_t *cfg, char *err, size_t errlen)
+{
+    if (!cfg->http[0])
+        return 0;
+    struct sockaddr_storage chosen;
+    bool ipv6 = false;
+    int fd = s_listen (cfg->http, true, &chosen, &ipv6, err, errlen);
+    if (fd < 0)
+        return -1;
+    close (fd);
+    return endpoints_overlap (cfg, "server.http", cfg->http, (const struct sockaddr *) &chosen, err, errlen);
 }
 
 http_t *http_new (const char *address, stats_t *stats, char *err, size_t errlen)
@@ -440,7 +468,7 @@ http_t *http_new (const char *address, stats_t *stats, char *err, size_t errlen)
     pthread_condattr_destroy (&attr);
     snprintf (self->cuda, sizeof self->cuda, "%s", backends_cuda_built_version () ? backends_cuda_built_version () : "no");
     bool ipv6 = false;
-    int fd = s_listen (address, &ipv6, err, errlen);
+    int fd = s_listen (address, false, NULL, &ipv6, err, errlen);
     if (fd < 0) {
         http_destroy (&self);
         return NULL;

@@ -32,6 +32,11 @@ typedef struct _http_t http_t;
  * and starts serving. STATS must outlive the endpoint. NULL with ERR ("server.http: cannot bind
  * 127.0.0.1:9464: Address already in use") on failure. */
 http_t *http_new (const char *address, stats_t *stats, char *err, size_t errlen);
+/* What http_new would refuse for CFG's server.http, checked without taking its port (sigserve
+ * --check-config, and the start before anything binds): a host that does not resolve or an address not
+ * on this host (the same messages as http_new's), and a port one of the endpoints would listen on too
+ * (endpoints_overlap). 0 (also without server.http), or -1 with ERR. */
+int http_check (const server_config_t *cfg, char *err, size_t errlen);
 /* Stops serving (waits for the requests being answered) and frees everything. */
 void http_destroy (http_t **self_p);
 

@@ -16,34 +16,52 @@
 /* Bytes a packed InferRequest adds to its features: request id, model name, rows, deadline, tags. */
 #define REQUEST_FRAMING 128
 
+/* "use \"backend\": \"cpu\" or \"auto\"" for a model that cannot have the GPU it names, with the keys that go
+ * only with a GPU backend changed too: the CPU holds weights in f32 only, and green_context is for
+ * "cuda" alone (every fix a message offers is one the load then accepts: tests/test_config_advice.c). */
+static const char *s_cpu_advice (const model_config_t *cfg, char *out, size_t len)
+{
+    const bool dtype = cfg->weight_dtype != WEIGHT_DTYPE_F32;
+    snprintf (out, len, "use \"backend\": \"cpu\" or \"auto\"%s%s%s%s", dtype || cfg->green_context ? " with " : "",
+              dtype ? "\"weight_dtype\": \"f32\"" : "", dtype && cfg->green_context ? " and " : "",
+              cfg->green_context ? "\"green_context\": false" : "");
+    return out;
+}
+
 /* The backend CFG names, or the one "auto" measures fastest (CFG updated to it). */
 const backend_iface_t *model_choose_backend (model_t *m, model_config_t *cfg, const weights_t *w, char *err,
                                              size_t errlen)
 {
     if (cfg->backend != BACKEND_AUTO) {
-        char why[256];
+        char why[256], advice[160];
         const backend_iface_t *iface = backends_find (cfg->type, cfg->backend, why, sizeof why);
         if (!iface) {
-            sig_set_error (err, errlen, "model \"%s\": backend \"%s\": %s; use \"cpu\" or \"auto\"", cfg->name,
-                           backend_kind_name (cfg->backend), why);
+            sig_set_error (err, errlen, "model \"%s\": backend \"%s\": %s; %s", cfg->name,
+                           backend_kind_name (cfg->backend), why, s_cpu_advice (cfg, advice, sizeof advice));
             return NULL;
         }
         if (!backend_holds (iface, cfg->weight_dtype)) {
+            /* the CUDA LSTM kernel holds f16 and bf16: offered where it can load */
+            const bool cuda = cfg->type == MODEL_TYPE_LSTM && backends_find (cfg->type, BACKEND_CUDA, why, sizeof why);
             sig_set_error (err, errlen, "model \"%s\": weight_dtype \"%s\": backend \"%s\" (%s) holds weights in f32 "
                            "only; use \"weight_dtype\": \"f32\"%s", cfg->name, weight_dtype_name (cfg->weight_dtype),
                            backend_kind_name (cfg->backend), cfg->type == MODEL_TYPE_LSTM ? "the LSTM loop" :
                            cfg->backend == BACKEND_CPU ? cpu_kernel_name (cfg->cpu_kernel) : cuda_kernel_name (cfg->kernel),
-                           cfg->type == MODEL_TYPE_LSTM ? ", or \"backend\": \"cuda\" (its LSTM kernel holds f16 and bf16)"
-                                                        : "");
+                           cuda ? ", or \"backend\": \"cuda\" (its LSTM kernel holds f16 and bf16)" : "");
             return NULL;
         }
         int count = 0;
         if (iface->device == BACKEND_DEVICE_GPU && backends_gpu (NULL, 0)->device_count (&count, why, sizeof why) == 0)
             for (size_t i = 0; i < cfg->device_count; i++)
                 if (cfg->devices[i] >= count) {
+                    char devices[64] = "";
+                    if (count == 1 && cfg->device_count == 1)
+                        snprintf (devices, sizeof devices, "use \"device\": 0, or ");
+                    else if (count > 1 && cfg->device_count == 1)
+                        snprintf (devices, sizeof devices, "use a \"device\" from 0 to %d, or ", count - 1);
                     sig_set_error (err, errlen, "model \"%s\": backend \"%s\": device %d does not exist (this "
-                                   "machine has %d); use \"cpu\" or \"auto\"", cfg->name,
-                                   backend_kind_name (cfg->backend), cfg->devices[i], count);
+                                   "machine has %d); %s%s", cfg->name, backend_kind_name (cfg->backend),
+                                   cfg->devices[i], count, devices, s_cpu_advice (cfg, advice, sizeof advice));
                     return NULL;
                 }
         snprintf (m->selected_by, sizeof m->selected_by, "config");
@@ -233,19 +251,69 @@ void model_take_limits (model_t *m)
     m->buffer_rows = m->cfg.buffer_rows ? m->cfg.buffer_rows : m->max_rows;
 }
 
+/* The bytes a request of ROWS rows of ROW_BYTES each may take. */
+static uint64_t s_request_bytes (uint64_t rows, uint64_t row_bytes) { return rows * row_bytes + REQUEST_FRAMING; }
+
+/* Rows of ROW_BYTES that fit a message of MESSAGE_BYTES. */
+static uint64_t s_rows_fitting (uint64_t message_bytes, uint64_t row_bytes)
+{
+    return message_bytes > REQUEST_FRAMING ? (message_bytes - REQUEST_FRAMING) / row_bytes : 0;
+}
+
+/* A fix for a max_rows whose requests do not fit MAX_MESSAGE_BYTES, within the keys' ranges (max_rows
+ * 1 to 4096, max_message_bytes up to CONFIG_MAX_MESSAGE_BYTES, an LSTM's window 1 and up): fewer rows
+ * when one fits, else a larger message, else both, else (an LSTM whose one window is too large for
+ * any message) a shorter window. */
+static void s_message_size_advice (const model_config_t *cfg, uint32_t input_size, uint32_t step_size,
+                                   uint32_t max_message_bytes, char *out, size_t len)
+{
+    const uint64_t row = 4ull * input_size, need = s_request_bytes (cfg->max_rows, row);
+    const uint64_t fit = s_rows_fitting (max_message_bytes, row), fit_most = s_rows_fitting (CONFIG_MAX_MESSAGE_BYTES, row);
+    const uint64_t window = step_size ? s_rows_fitting (CONFIG_MAX_MESSAGE_BYTES, 4ull * step_size) : 0;
+    if (fit >= 1 && need <= CONFIG_MAX_MESSAGE_BYTES)
+        snprintf (out, len, "lower max_rows to %llu or raise max_message_bytes to %llu", (unsigned long long) fit,
+                  (unsigned long long) need);
+    else if (fit >= 1)
+        snprintf (out, len, "lower max_rows to %llu", (unsigned long long) fit);
+    else if (need <= CONFIG_MAX_MESSAGE_BYTES)
+        snprintf (out, len, "not one row fits: raise max_message_bytes to %llu", (unsigned long long) need);
+    else if (fit_most >= 1)
+        snprintf (out, len, "not one row fits: lower max_rows to %llu and raise max_message_bytes to %llu",
+                  (unsigned long long) fit_most, (unsigned long long) s_request_bytes (fit_most, row));
+    else if (window >= 1)
+        snprintf (out, len, "one window of %u steps is over the largest message (%d bytes): lower window to %llu%s and "
+                  "raise max_message_bytes to %llu", cfg->window, CONFIG_MAX_MESSAGE_BYTES, (unsigned long long) window,
+                  cfg->max_rows > 1 ? ", max_rows to 1" : "",
+                  (unsigned long long) s_request_bytes (1, window * 4ull * step_size));
+    else
+        snprintf (out, len, "one row is over the largest message (%d bytes): no max_message_bytes serves this model",
+                  CONFIG_MAX_MESSAGE_BYTES);
+}
+
+static int s_check_request_size (const model_config_t *cfg, uint32_t input_size, uint32_t step_size,
+                                 uint32_t max_message_bytes, char *err, size_t errlen)
+{
+    uint64_t need = s_request_bytes (cfg->max_rows, 4ull * input_size);
+    if (need <= max_message_bytes)
+        return 0;
+    char advice[256];
+    s_message_size_advice (cfg, input_size, step_size, max_message_bytes, advice, sizeof advice);
+    sig_set_error (err, errlen, "model \"%s\": max_rows: a request of %u rows x %u features takes up to %llu "
+                   "bytes, over server.max_message_bytes (%u); %s", cfg->name, cfg->max_rows, input_size,
+                   (unsigned long long) need, max_message_bytes, advice);
+    return -1;
+}
+
+int model_check_request_size (const model_config_t *cfg, const weights_t *w, uint32_t max_message_bytes, char *err,
+                              size_t errlen)
+{
+    return s_check_request_size (cfg, w->input_size, w->lstm ? w->lstm->step_size : 0, max_message_bytes, err, errlen);
+}
+
 /* A request of max_rows rows that ZeroMQ would drop for its size could never be answered. */
 int model_check_message_size (const model_t *m, uint32_t max_message_bytes, char *err, size_t errlen)
 {
-    const model_config_t *cfg = &m->cfg;
-    uint64_t need = (uint64_t) cfg->max_rows * m->input_size * 4 + REQUEST_FRAMING;
-    if (need <= max_message_bytes)
-        return 0;
-    uint64_t fit = (max_message_bytes - REQUEST_FRAMING) / (4ull * m->input_size);
-    sig_set_error (err, errlen, "model \"%s\": max_rows: a request of %u rows x %u features takes up to %llu "
-                   "bytes, over server.max_message_bytes (%u); lower max_rows to %llu or raise max_message_bytes",
-                   cfg->name, cfg->max_rows, m->input_size, (unsigned long long) need, max_message_bytes,
-                   (unsigned long long) fit);
-    return -1;
+    return s_check_request_size (&m->cfg, m->input_size, m->step_size, max_message_bytes, err, errlen);
 }
 
 void *model_heap_alloc (void *arg, size_t bytes)
@@ -354,13 +422,13 @@ model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, c
     m->stats_slot = STATS_UNKNOWN;
     m->drift = &m->own_drift;
     m->lane_count = model_lanes (server);
+    weights_t *w = NULL;    /* before the first goto failed, which destroys it */
     if (cfg->group[0] && cfg->keep_warm_us) {
         sig_set_error (err, errlen, "model \"%s\": keep_warm_us: a model in a group (\"%s\") is served by the group's "
                        "workers, which keep no one model warm; remove keep_warm_us or group", cfg->name, cfg->group);
         goto failed;
     }
-    weights_t *w = weights_load (cfg, err, errlen);
-    if (!w)
+    if (!(w = weights_load (cfg, err, errlen)))
         goto failed;
     model_take_sizes (m, w);
     if (model_check_message_size (m, max_message_bytes, err, errlen) != 0)

@@ -22,6 +22,11 @@
  * workers (idle until requests come). STATS may be NULL. NULL with ERR naming the model. */
 model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
                     size_t errlen);
+/* Whether a request of CFG's max_rows rows of W's inputs fits MAX_MESSAGE_BYTES (else ZeroMQ would drop it
+ * unanswered): 0, or -1 with ERR naming max_rows and a fix within the keys' ranges (fewer rows, a larger
+ * max_message_bytes, both, or an LSTM's shorter window). model_new checks it. */
+int model_check_request_size (const model_config_t *cfg, const weights_t *w, uint32_t max_message_bytes, char *err,
+                              size_t errlen);
 /* Stops the workers (after the requests they hold are done) and frees everything. */
 void model_destroy (model_t **self_p);
 

@@ -11,6 +11,7 @@ typedef struct {
     model_t *model;
     bool owned;
     struct stat weights;            /* the weights file as loaded: a reload compares it */
+    const char *loaded;             /* why it was loaded (model_registry_loaded); NULL: taken over */
 } entry_t;
 
 struct _model_registry_t {
@@ -35,6 +36,18 @@ static entry_t *s_unchanged (model_registry_t *previous, const model_config_t *c
     return NULL;
 }
 
+/* Why CFG loads anew where PREVIOUS (may be NULL) had no unchanged model for it. */
+static const char *s_why_loaded (const model_registry_t *previous, const model_config_t *cfg)
+{
+    for (size_t i = 0; previous && i < previous->count; i++) {
+        const entry_t *e = &previous->entries[i];
+        if (strcmp (model_name (e->model), cfg->name) == 0)
+            return memcmp (model_config (e->model), cfg, sizeof *cfg) != 0 ? "its configuration changed"
+                                                                             : "its weights file changed";
+    }
+    return "new";
+}
+
 model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, model_registry_t *previous, size_t *reused,
                                        char *err, size_t errlen)
 {
@@ -55,6 +68,7 @@ model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, mode
         stat (cfg->models[i].weights, &e->weights);     /* a missing file fails the load below, with its name */
         taken[i] = s_unchanged (previous, &cfg->models[i], &e->weights);
         kept += taken[i] != NULL;
+        e->loaded = taken[i] ? NULL : s_why_loaded (previous, &cfg->models[i]);
     }
     /* "auto" measured for every new model before any of them loads: a candidate measured next to a
      * kernel another model made resident may wait for it forever (graphs did, on an H100). */
@@ -126,6 +140,17 @@ size_t model_registry_count (const model_registry_t *self) { return self->count;
 model_t *model_registry_at (model_registry_t *self, size_t index) { return index < self->count ? self->entries[index].model : NULL; }
 bool model_registry_owns (const model_registry_t *self, size_t index) { return index < self->count && self->entries[index].owned; }
 const char *model_registry_names (const model_registry_t *self) { return self->names; }
+
+const char *model_registry_loaded (const model_registry_t *self, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < self->count && used < len; i++)
+        if (self->entries[i].loaded)
+            used += (size_t) snprintf (out + used, len - used, "%s%s (%s)", used ? ", " : "",
+                                       model_name (self->entries[i].model), self->entries[i].loaded);
+    return out;
+}
 size_t model_registry_max_outputs (const model_registry_t *self) { return self->max_outputs; }
 
 model_t *model_registry_find (model_registry_t *self, const char *name)

@@ -35,6 +35,10 @@ bool model_registry_owns (const model_registry_t *self, size_t index);
 model_t *model_registry_find (model_registry_t *self, const char *name);
 /* "a, b, c": the served names, for error messages. */
 const char *model_registry_names (const model_registry_t *self);
+/* The models this set loaded anew, each with why, for the reload's log line: "tick_mlp (its weights file
+ * changed), odd (new)" ("its configuration changed" the third reason); "" when it took every one over.
+ * Written into OUT (LEN bytes, cut when longer), which it returns. */
+const char *model_registry_loaded (const model_registry_t *self, char *out, size_t len);
 /* True when every model is loaded, warmed and available. */
 bool model_registry_ready (const model_registry_t *self);
 /* The largest rows x output size over the models: the reply buffer a server needs. */
