@@ -215,8 +215,9 @@ START_TEST (our_dealer_of_the_other_mechanism_fails_at_once_and_connects_no_more
     ck_assert_int_eq (zmtp_dealer_send (d, &hello, 1), 0);            /* queued: nothing is up yet */
     ck_assert (!zmtp_dealer_refused (d));
     ck_assert_int_eq (s_until_refused (r, d), EPROTO);
-    snprintf (want, sizeof want, "%s: %s", ep, client_curve ? "the server does not use CURVE, and this client has CURVE keys"
-                                                            : "the server asks for CURVE, and this client has no CURVE keys");
+    snprintf (want, sizeof want, "%s: %s", ep,
+              client_curve ? "the server does not use CURVE, and this client has CURVE keys"
+                           : "the server asks for CURVE, and this client has no CURVE keys");
     ck_assert_str_eq (zmtp_dealer_error (d), want);
     ck_assert (zmtp_dealer_refused (d));
     s_until_closed (r, ZMTP_CLOSE_MECHANISM, 1);
