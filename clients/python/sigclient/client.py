@@ -74,7 +74,9 @@ certificate, both czmq certificate files as ``sigserve --keygen PATH`` writes th
 PATH_secret both keys). The connection is encrypted and the server authenticates the client by its
 public key; a server that does not allow the key (or whose key is not the one given) never answers,
 so calls raise Timeout, whose message says so. A missing or malformed certificate raises ValueError
-naming the file.
+naming the file. CURVE on one side only (a CURVE server and a client without keys, or the other way
+round) raises SecurityError at once, naming the endpoint and what the server asks for
+(sigclient/_security.py; stream sockets are not watched: a stream step there times out).
 
 Like a ZeroMQ socket, a SigClient is not thread-safe: use one per thread.
 
@@ -92,7 +94,8 @@ Results and errors:
 - Timeout (also a builtin TimeoutError): no reply, or no room to send, within the timeout.
 - ProtocolError: a reply that does not decode as a sigserve.v1.Reply, has several frames or no body.
 - TransportError: a ZeroMQ call failed (bad endpoint, closed context, ...). StreamGone, a subclass:
-  the address a stream was routed to has vanished from its dns:// name.
+  the address a stream was routed to has vanished from its dns:// name. SecurityError, a subclass:
+  every peer refused the client's security mechanism (see CURVE above).
 - ValueError / TypeError: bad arguments (rows or deadline_us out of uint32 range, ragged rows, ...).
 
 Request ids start at 1 and grow by one per request (0 is what the server puts in the reply to a
@@ -122,11 +125,13 @@ from typing import Sequence
 
 import zmq
 
+from ._security import MechanismWatch
+
 __all__ = [
     "SigClient", "InferResult", "Health", "ModelInfo", "Status", "status_name", "exception_for_status",
     "SigServeError", "ServerError", "BadRequest", "UnknownModel", "BadShape", "BadValue", "Overloaded",
     "DeadlineExceeded", "Unavailable", "InternalError", "Timeout", "ProtocolError", "TransportError",
-    "StreamGone", "Stream",
+    "StreamGone", "SecurityError", "Stream",
     "DEFAULT_TIMEOUT_MS", "DEFAULT_RESOLVE_MS", "MAX_RETRY", "resolve_endpoint", "load_curve_keys",
 ]
 
@@ -233,6 +238,15 @@ class ProtocolError(SigServeError):
 
 class TransportError(SigServeError):
     """A ZeroMQ call failed."""
+
+
+class SecurityError(TransportError):
+    """CURVE on one side only. ``failure``: the endpoint and what the server asks for; the message adds
+    what to give SigClient."""
+
+    def __init__(self, failure: str, hint: str):
+        super().__init__(f"{failure} ({hint})")
+        self.failure = failure
 
 
 class StreamGone(TransportError):
@@ -554,6 +568,7 @@ class SigClient:
         self._own_context = context is None
         self._context = zmq.Context() if context is None else context
         self._socket = None
+        self._watch = None
         self._next_id = 1
         self._sent_at: dict[int, int] = {}     # pipelined request id -> send time (ns)
         self._largest_unanswered = 0           # bytes of the largest request since the last reply
@@ -563,6 +578,7 @@ class SigClient:
         try:
             self._socket = self._context.socket(zmq.DEALER)
             self._socket.setsockopt(zmq.LINGER, 0)
+            self._watch = MechanismWatch(self._socket, self._curve is not None)
             if self._curve:
                 # before any connect: a connection takes the mechanism it is made with
                 self._socket.curve_serverkey, self._socket.curve_publickey, self._socket.curve_secretkey = self._curve
@@ -578,6 +594,7 @@ class SigClient:
         self._resolve_all()
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
+        self._poller.register(self._watch.monitor, zmq.POLLIN)
 
     # -- lifetime --
 
@@ -590,6 +607,9 @@ class SigClient:
                 peer.socket = None
         self._stream_peers.clear()
         self._stream_routes.clear()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._socket is not None:
             self._socket.close(linger=0)
             self._socket = None
@@ -834,21 +854,52 @@ class SigClient:
         self._resolve_if_due()
         if not self.peers:
             raise TransportError(f"no address to send to: {self._describe()}")
+        self._watch.before_send(self.peers)
+        self._check_mechanism()
         return self._send_on(sock, payload, self._describe())
+
+    def _check_mechanism(self) -> None:
+        """Raises SecurityError while every peer refuses the client's security mechanism."""
+        self._watch.take_events(self.peers)
+        if self._watch.all_refused(self.peers):
+            raise SecurityError(self._watch.failure, self._watch.hint())
 
     def _send_on(self, sock, payload: bytes, name: str) -> int:
         self._largest_unanswered = max(self._largest_unanswered, len(payload))
         try:
             # Room to send: a DEALER queues for endpoints not up yet, up to its high-water mark.
-            if not sock.poll(self._timeout_ms, zmq.POLLOUT):
+            if not self._writable(sock):
                 raise Timeout(f"timed out after {self._timeout_ms} ms sending to {name} (send queue full)")
             sent_ns = time.monotonic_ns()     # before: the reply may arrive before send() returns
             sock.send(payload, zmq.NOBLOCK)
             return sent_ns
         except zmq.Again as e:
+            if sock is self._socket:
+                self._check_mechanism()     # its pipe went with a refused handshake
             raise Timeout(f"timed out after {self._timeout_ms} ms sending to {name} (send queue full)") from e
         except zmq.ZMQError as e:
             raise TransportError(f"cannot send to {name}: {e}") from e
+
+    def _writable(self, sock) -> bool:
+        """Room to send within the timeout. Waiting, the main socket's monitor is watched too: a DEALER
+        whose every peer refused its mechanism has no pipe and would wait the whole timeout."""
+        if sock is not self._socket:
+            return bool(sock.poll(self._timeout_ms, zmq.POLLOUT))
+        if sock.poll(0, zmq.POLLOUT):
+            return True
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLOUT)
+        poller.register(self._watch.monitor, zmq.POLLIN)
+        deadline = time.monotonic_ns() + self._timeout_ms * 1_000_000
+        while True:
+            left_ms = max(0, math.ceil((deadline - time.monotonic_ns()) / 1e6))
+            ready = dict(poller.poll(left_ms))
+            if ready.get(sock, 0) & zmq.POLLOUT:
+                return True
+            if self._watch.monitor in ready:
+                self._check_mechanism()
+            elif left_ms == 0:
+                return False
 
     # -- streams --
 
@@ -950,7 +1001,10 @@ class SigClient:
                 if self._dns and self._resolve_interval_ms > 0:
                     # a long wait still resolves dns:// names on time
                     left_ms = max(0, min(left_ms, math.ceil((self._next_resolve_ns - time.monotonic_ns()) / 1e6)))
-                if dict(self._poller.poll(left_ms)).get(sock, 0) & zmq.POLLIN:
+                ready = dict(self._poller.poll(left_ms))
+                if self._watch.monitor in ready:
+                    self._check_mechanism()
+                if ready.get(sock, 0) & zmq.POLLIN:
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
