@@ -28,6 +28,9 @@ make_build $(for p in $pages; do echo "$BUILD/man/$p"; done) >"$tmp/build-man.lo
 for p in man/*.1; do cmp -s "$p" "$BUILD/man/${p#man/}" || fail "$BUILD/man/${p#man/} is not $p"; done
 [ "$(echo $pages | wc -w)" -eq 5 ] || fail "expected five pages, found: $pages"
 ok "$BUILD/man holds all five pages: $pages"
+grep -qF 'read one with `man -l build/man/sigserve.1`' README.md ||
+    fail "README does not say how to read the pages in build/man before make install"
+ok "README says how to read them before make install (man -l build/man/sigserve.1)"
 
 # The usage block once: in SYNOPSIS, not again at the top of DESCRIPTION (nor anywhere as "usage:").
 for p in man/*.1; do
@@ -61,6 +64,27 @@ if command -v man >/dev/null 2>&1; then
         [ -s "$tmp/l.txt" ] || fail "man -l $BUILD/man/$p printed nothing"
     done
     ok "man -l renders each of $BUILD/man without a warning (as README says, before make install)"
+    # What a reader sees: each line of the program's usage block (from its --help) once in the page.
+    for b in sigserve sigclient sigload; do
+        MANWIDTH=200 man -l "$BUILD/man/$b.1" >"$tmp/$b.txt" 2>/dev/null
+        "$BUILD/$b" --help >"$tmp/$b.help"
+        "$PYTHON" - "$tmp/$b.help" "$tmp/$b.txt" <<'PY' || fail "man -l $BUILD/man/$b.1 does not show its usage block once"
+import sys
+norm = lambda line: " ".join(line.split())
+help_lines = open(sys.argv[1]).read().split("\n")
+start = next(i for i, line in enumerate(help_lines) if line.startswith("usage:"))
+end = start + 1
+while end < len(help_lines) and help_lines[end].startswith(" ") and help_lines[end].strip():
+    end += 1
+block = [norm(help_lines[start][len("usage:"):])] + [norm(line) for line in help_lines[start + 1:end]]
+page = [norm(line) for line in open(sys.argv[2]).read().split("\n")]
+wrong = [f"{page.count(line)}x {line!r}" for line in block if page.count(line) != 1]
+if wrong:
+    print("\n".join(wrong))
+sys.exit(1 if wrong else 0)
+PY
+    done
+    ok "man -l shows each program's usage block once (sigserve, sigclient, sigload)"
     sections=$tmp/5_sigserve.json.txt
     library=$tmp/3_libsigclient.txt
     for page in "$sections" "$library"; do
