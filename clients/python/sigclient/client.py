@@ -76,7 +76,7 @@ public key; a server that does not allow the key (or whose key is not the one gi
 so calls raise Timeout, whose message says so. A missing or malformed certificate raises ValueError
 naming the file. CURVE on one side only (a CURVE server and a client without keys, or the other way
 round) raises SecurityError at once, naming the endpoint and what the server asks for
-(sigclient/_security.py; stream sockets are not watched: a stream step there times out).
+(sigclient/_security.py; a stream's socket is watched the same way).
 
 Like a ZeroMQ socket, a SigClient is not thread-safe: use one per thread.
 
@@ -350,12 +350,22 @@ def _mix64(z: int) -> int:
 
 
 class _StreamPeer:
-    """The socket of the streams routed to one address: a DEALER connected there alone."""
+    """The socket of the streams routed to one address: a DEALER connected there alone, with the
+    watch of its handshakes (a refused security mechanism fails a step at once, as on the main socket)."""
 
-    def __init__(self, endpoint: str, sock):
+    def __init__(self, endpoint: str, sock, watch: MechanismWatch):
         self.endpoint = endpoint
         self.socket = sock
+        self.watch = watch
         self.gone = False
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+        if self.socket is not None:
+            self.socket.close(linger=0)
+            self.socket = None
 
 
 class Stream:
@@ -602,9 +612,7 @@ class SigClient:
         """Closes the socket at once (pending messages are dropped), and the context if the client
         made it. Safe to call twice."""
         for peer in self._stream_peers:
-            if peer.socket is not None:
-                peer.socket.close(linger=0)
-                peer.socket = None
+            peer.close()
         self._stream_peers.clear()
         self._stream_routes.clear()
         if self._watch is not None:
@@ -815,8 +823,7 @@ class SigClient:
             if not peer.gone and peer.endpoint not in listed:
                 # its streams' state is on that server: they fail from now on rather than move
                 peer.gone = True
-                peer.socket.close(linger=0)
-                peer.socket = None
+                peer.close()
         wait_ms = self._resolve_interval_ms
         if not self.peers:
             wait_ms = min(wait_ms, _EMPTY_RETRY_MS)
@@ -858,46 +865,47 @@ class SigClient:
         self._check_mechanism()
         return self._send_on(sock, payload, self._describe())
 
-    def _check_mechanism(self) -> None:
-        """Raises SecurityError while every peer refuses the client's security mechanism."""
-        self._watch.take_events(self.peers)
-        if self._watch.all_refused(self.peers):
-            raise SecurityError(self._watch.failure, self._watch.hint())
+    def _check_mechanism(self, watch: MechanismWatch | None = None, peers: list[str] | None = None) -> None:
+        """Raises SecurityError while every peer of WATCH's socket (the main one's by default) refuses
+        the client's security mechanism."""
+        watch, peers = (self._watch, self.peers) if watch is None else (watch, peers)
+        watch.take_events(peers)
+        if watch.all_refused(peers):
+            raise SecurityError(watch.failure, watch.hint())
 
-    def _send_on(self, sock, payload: bytes, name: str) -> int:
+    def _send_on(self, sock, payload: bytes, name: str, stream: _StreamPeer | None = None) -> int:
+        """Sends on SOCK: the main socket, or STREAM's."""
         self._largest_unanswered = max(self._largest_unanswered, len(payload))
+        watch, peers = (self._watch, self.peers) if stream is None else (stream.watch, [stream.endpoint])
         try:
             # Room to send: a DEALER queues for endpoints not up yet, up to its high-water mark.
-            if not self._writable(sock):
+            if not self._writable(sock, watch, peers):
                 raise Timeout(f"timed out after {self._timeout_ms} ms sending to {name} (send queue full)")
             sent_ns = time.monotonic_ns()     # before: the reply may arrive before send() returns
             sock.send(payload, zmq.NOBLOCK)
             return sent_ns
         except zmq.Again as e:
-            if sock is self._socket:
-                self._check_mechanism()     # its pipe went with a refused handshake
+            self._check_mechanism(watch, peers)     # its pipe went with a refused handshake
             raise Timeout(f"timed out after {self._timeout_ms} ms sending to {name} (send queue full)") from e
         except zmq.ZMQError as e:
             raise TransportError(f"cannot send to {name}: {e}") from e
 
-    def _writable(self, sock) -> bool:
-        """Room to send within the timeout. Waiting, the main socket's monitor is watched too: a DEALER
-        whose every peer refused its mechanism has no pipe and would wait the whole timeout."""
-        if sock is not self._socket:
-            return bool(sock.poll(self._timeout_ms, zmq.POLLOUT))
+    def _writable(self, sock, watch: MechanismWatch, peers: list[str]) -> bool:
+        """Room to send within the timeout. Waiting, the socket's monitor (WATCH) is watched too: a
+        DEALER whose every peer refused its mechanism has no pipe and would wait the whole timeout."""
         if sock.poll(0, zmq.POLLOUT):
             return True
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLOUT)
-        poller.register(self._watch.monitor, zmq.POLLIN)
+        poller.register(watch.monitor, zmq.POLLIN)
         deadline = time.monotonic_ns() + self._timeout_ms * 1_000_000
         while True:
             left_ms = max(0, math.ceil((deadline - time.monotonic_ns()) / 1e6))
             ready = dict(poller.poll(left_ms))
             if ready.get(sock, 0) & zmq.POLLOUT:
                 return True
-            if self._watch.monitor in ready:
-                self._check_mechanism()
+            if watch.monitor in ready:
+                self._check_mechanism(watch, peers)
             elif left_ms == 0:
                 return False
 
@@ -915,8 +923,10 @@ class SigClient:
         peer = next((p for p in self._stream_peers if not p.gone and p.endpoint == endpoint), None)
         if peer is None:
             sock = self._context.socket(zmq.DEALER)
+            watch = None
             try:
                 sock.setsockopt(zmq.LINGER, 0)
+                watch = MechanismWatch(sock, self._curve is not None)
                 if self._curve:
                     sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self._curve
                 if self._dns:
@@ -924,9 +934,11 @@ class SigClient:
                     sock.setsockopt(zmq.IMMEDIATE, 1)
                 sock.connect(endpoint)
             except zmq.ZMQError as e:
+                if watch is not None:
+                    watch.close()
                 sock.close(linger=0)
                 raise TransportError(f"cannot connect a stream socket to {endpoint}: {e}") from e
-            peer = _StreamPeer(endpoint, sock)
+            peer = _StreamPeer(endpoint, sock, watch)
             self._stream_peers.append(peer)
         self._stream_routes[stream_id] = peer
         return peer
@@ -943,7 +955,9 @@ class SigClient:
                              f"start the stream again from step 1")
         request_id = self._next_id
         self._next_id = self._next_id + 1 if self._next_id < UINT64_MAX else 1
-        sent = self._send_on(peer.socket, payload, peer.endpoint)
+        peer.watch.before_send([peer.endpoint])
+        self._check_mechanism(peer.watch, [peer.endpoint])
+        sent = self._send_on(peer.socket, payload, peer.endpoint, peer)
         deadline = sent + self._timeout_ms * 1_000_000
         while True:
             try:
@@ -959,7 +973,11 @@ class SigClient:
             self._discard(reply)     # a late reply to a step that timed out
 
     def _recv_stream_frame(self, peer: _StreamPeer, deadline_ns: int) -> bytes:
-        """The next frame on a stream's socket; no resolution while waiting (it could close it)."""
+        """The next frame on a stream's socket; no resolution while waiting (it could close it). Its
+        monitor is watched while waiting: a refused security mechanism raises SecurityError at once."""
+        poller = zmq.Poller()
+        poller.register(peer.socket, zmq.POLLIN)
+        poller.register(peer.watch.monitor, zmq.POLLIN)
         try:
             while True:
                 left_ms = math.ceil((deadline_ns - time.monotonic_ns()) / 1e6)
@@ -968,7 +986,10 @@ class SigClient:
                             "one given, never answers)") if self._curve else ""
                     raise Timeout(f"timed out after {self._timeout_ms} ms waiting for a reply from "
                                   f"{peer.endpoint}{hint}")
-                if peer.socket.poll(left_ms, zmq.POLLIN):
+                ready = dict(poller.poll(left_ms))
+                if peer.watch.monitor in ready:
+                    self._check_mechanism(peer.watch, [peer.endpoint])
+                if ready.get(peer.socket, 0) & zmq.POLLIN:
                     try:
                         frames = peer.socket.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
