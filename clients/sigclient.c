@@ -68,6 +68,7 @@ const char *sigclient_status_name (int status)
         case SIGCLIENT_ERR_NOMEM:     return "ERR_NOMEM";
         case SIGCLIENT_ERR_CAPACITY:  return "ERR_CAPACITY";
         case SIGCLIENT_ERR_STREAM_GONE: return "ERR_STREAM_GONE";
+        case SIGCLIENT_ERR_SECURITY:  return "ERR_SECURITY";
         default: break;
     }
     /* The proto's own names, so a status added to signal.proto is named without an edit here. */
@@ -270,6 +271,16 @@ int sigclient_last_status (const sigclient_t *self)
 
 /* ---- sending ---- */
 
+/* SOCKET's servers refused the client's security mechanism: what the socket layer says, and in
+ * parentheses what to give libsigclient (sigclient.h, "Security mismatch"; sigclient_cli.c puts its
+ * own options there). */
+static int s_fail_security (sigclient_t *self, client_sock_t *socket)
+{
+    return client_fail (self, SIGCLIENT_ERR_SECURITY, "%s (%s)", client_sock_last_failure (socket),
+                        self->curve ? "sigclient_new: no keys"
+                                    : "sigclient_new_curve: the server's public key and this client's key pair");
+}
+
 /* Sends one frame on SOCKET (NAME: what it is connected to, for messages); no resolution here. */
 static int s_send_on (sigclient_t *self, client_sock_t *socket, const char *name, const void *data, size_t len)
 {
@@ -277,6 +288,8 @@ static int s_send_on (sigclient_t *self, client_sock_t *socket, const char *name
     const zmtp_frame_t frame = { data, len };
     if (client_sock_send (socket, &frame, 1, self->timeout_ms) == 0)
         return 0;
+    if (errno == EPROTO)
+        return s_fail_security (self, socket);
     if (errno == EAGAIN)
         return client_fail (self, SIGCLIENT_ERR_TIMEOUT, "timed out after %d ms sending to %s (send queue full)",
                             self->timeout_ms, name);
@@ -390,6 +403,8 @@ static int s_recv_on (sigclient_t *self, client_sock_t *socket, const char *name
             self->frame = msg.frames[0];
             return 0;
         }
+        if (rc < 0 && errno == EPROTO)
+            return s_fail_security (self, socket);
         if (rc < 0)
             return client_fail (self, SIGCLIENT_ERR_TRANSPORT, "cannot receive from %s: %s", s_name (self, name),
                                 client_sock_strerror (errno));

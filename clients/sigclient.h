@@ -50,6 +50,18 @@
  * full)"; zmtp: it waits in the client's queue, and the call fails "timed out ... waiting for a
  * reply from ...").
  *
+ * Security mismatch (SIGCLIENT_ERR_SECURITY). A server with CURVE and a client without keys (or the
+ * other way round) cannot talk: each reads the other's mechanism in the ZMTP greeting and closes. The
+ * client does not then reconnect to that endpoint in the background (it cannot succeed); the call
+ * that found it fails at once, and so does every call while every endpoint is so refused, with
+ * sigclient_error naming the endpoint, what the server asks for and, in parentheses at the end, what
+ * to give libsigclient: "tcp://10.0.0.5:5555: the server asks for CURVE, and this client has no
+ * CURVE keys (sigclient_new_curve: the server's public key and this client's key pair)", or "...: the
+ * server does not use CURVE, and this client has CURVE keys (sigclient_new: no keys)". A call that
+ * sends tries a refused endpoint again, at most once a second, so a client outlives a server's
+ * change of configuration; a server counts one refused handshake per attempt. Both engines; never
+ * retried by sigclient_set_retry.
+ *
  * Retrying (sigclient_set_retry, off by default). Inference has no side effect, so a request
  * answered STATUS_UNAVAILABLE (a draining server, a model whose GPU failed) or not answered within
  * the timeout can be sent again; the round-robin hands the new copy to the next connected peer,
@@ -112,6 +124,8 @@ typedef enum {
     SIGCLIENT_ERR_NOMEM = -6,
     SIGCLIENT_ERR_CAPACITY = -7,        /* the reply does not fit the caller's buffer */
     SIGCLIENT_ERR_STREAM_GONE = -8,     /* a stream's server is no longer listed (see LSTM streams) */
+    SIGCLIENT_ERR_SECURITY = -9,        /* CURVE on one side only: the server refused the client's
+                                           security mechanism (see Security mismatch) */
 } sigclient_status_t;
 
 #define SIGCLIENT_DEFAULT_TIMEOUT_MS 5000
@@ -172,7 +186,8 @@ sigclient_t *sigclient_new (const char *const *endpoints, size_t count, int time
  * client by its key. SERVER_KEY is the server's public key, CLIENT_PUBLIC and CLIENT_SECRET the
  * client's keys, each 40 characters of Z85 (see sigclient_read_cert). NULL with EINVAL when a key
  * is not 40 Z85 characters. A server that does not allow the client's key (or that has another
- * key than SERVER_KEY) does not answer at all: calls time out, and sigclient_error says so. */
+ * key than SERVER_KEY) does not answer at all: calls time out, and sigclient_error says so. A server
+ * without CURVE: SIGCLIENT_ERR_SECURITY at once (see Security mismatch). */
 sigclient_t *sigclient_new_curve (const char *const *endpoints, size_t count, int timeout_ms,
                                   const char *server_key, const char *client_public, const char *client_secret);
 

@@ -304,7 +304,19 @@ static int s_client_failure_in (const sigclient_t *client, const char *context)
         fprintf (stderr, "sigclient: %s%s: %s\n", context, sigclient_status_name (status), colon ? colon + 2 : text);
         return EXIT_STATUS;
     }
-    fprintf (stderr, "sigclient: %s%s\n", context, sigclient_error (client));
+    const char *text = sigclient_error (client);
+    if (status == SIGCLIENT_ERR_SECURITY) {
+        /* the library's words end with what to give libsigclient, in parentheses: ours instead */
+        const char *hint = strrchr (text, '(');
+        int keep = hint && hint > text ? (int) (hint - text - 1) : (int) strlen (text);
+        const bool keys = strstr (text, "has CURVE keys") != NULL;
+        fprintf (stderr, "sigclient: %s%.*s (%s)\n", context, keep, text,
+                 keys ? "leave out --curve-server and --curve-client"
+                      : "pass --curve-server FILE, the server's public certificate, and --curve-client "
+                        "FILE_secret, this client's");
+        return EXIT_TRANSPORT;
+    }
+    fprintf (stderr, "sigclient: %s%s\n", context, text);
     return status == SIGCLIENT_ERR_ARGUMENT ? EXIT_USAGE : EXIT_TRANSPORT;
 }
 

@@ -4,6 +4,7 @@
 #include "zmtp_dealer.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,16 +16,29 @@
  * connect every 100 ms to a name that stays down. */
 #define S_SOCK_RECONNECT_MAX_MS 1000
 
+/* libzmq: an endpoint connected, and whether its server refused the socket's security mechanism
+ * (then it is disconnected, and connected again by a send after S_SOCK_RECONNECT_MAX_MS, as the zmtp
+ * dealer does). */
+typedef struct {
+    char *endpoint;
+    bool refused;
+    int64_t retry_at;
+} s_sock_endpoint_t;
+
 struct client_sock {
     sigclient_engine_t engine;
     zmtp_dealer_t *dealer;                  /* zmtp */
     void *zsock;                            /* libzmq: the DEALER */
     void *own_ctx;                          /* libzmq: the context made here when the caller gave none */
     int fd;                                 /* libzmq: ZMQ_FD */
-    int sndtimeo;                           /* libzmq: ZMQ_SNDTIMEO as set now */
     bool msgs;                              /* libzmq: frames[] and spare are initialised */
     zmq_msg_t frames[ZMTP_MSG_FRAMES];      /* libzmq: the last message's frames (libzmq reuses them) */
     zmq_msg_t spare;                        /* libzmq: frames past ZMTP_MSG_FRAMES, dropped */
+    void *monitor;                          /* libzmq: a PAIR taking the DEALER's handshake failures */
+    bool curve;                             /* libzmq: CURVE keys set (what a mismatch means) */
+    s_sock_endpoint_t *endpoints;           /* libzmq: those connected */
+    size_t n_endpoints;
+    char failure[SIGCLIENT_ENDPOINT_MAX + 128];     /* libzmq: the last refusal in words */
 };
 
 static int64_t s_sock_now_ns (void)
@@ -65,7 +79,6 @@ static int s_sock_zmq_open (client_sock_t *self, const client_sock_opts_t *opts)
     if (!(self->zsock = zmq_socket (ctx, ZMQ_DEALER)))
         return -1;
     int linger = 0, on = 1;
-    self->sndtimeo = -1;
     if (zmq_setsockopt (self->zsock, ZMQ_LINGER, &linger, sizeof linger) != 0)
         return -1;
     if (opts->hwm > 0
@@ -82,6 +95,18 @@ static int s_sock_zmq_open (client_sock_t *self, const client_sock_opts_t *opts)
     if (opts->immediate
         && (zmq_setsockopt (self->zsock, ZMQ_IPV6, &on, sizeof on) != 0
             || zmq_setsockopt (self->zsock, ZMQ_IMMEDIATE, &on, sizeof on) != 0))
+        return -1;
+    /* A server that refuses our security mechanism says so in its greeting: libzmq gives up on the
+     * endpoint (a protocol error is not retried) and tells only a monitor, which is how a call can
+     * fail at once, saying why, instead of timing out. */
+    static atomic_uint s_monitors;
+    char name[64];
+    snprintf (name, sizeof name, "inproc://sigclient-handshakes-%u", atomic_fetch_add (&s_monitors, 1));
+    self->curve = opts->curve != NULL;
+    if (zmq_socket_monitor (self->zsock, name, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0
+        || !(self->monitor = zmq_socket (ctx, ZMQ_PAIR))
+        || zmq_setsockopt (self->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0
+        || zmq_connect (self->monitor, name) != 0)
         return -1;
     size_t len = sizeof self->fd;
     return zmq_getsockopt (self->zsock, ZMQ_FD, &self->fd, &len);
@@ -120,8 +145,13 @@ void client_sock_destroy (client_sock_t **self_p)
             zmq_msg_close (&self->frames[f]);
         zmq_msg_close (&self->spare);
     }
+    if (self->monitor)
+        zmq_close (self->monitor);
     if (self->zsock)
         zmq_close (self->zsock);
+    for (size_t i = 0; i < self->n_endpoints; i++)
+        free (self->endpoints[i].endpoint);
+    free (self->endpoints);
     if (self->own_ctx)
         zmq_ctx_term (self->own_ctx);      /* prompt: LINGER is 0 */
     free (self);
@@ -162,9 +192,22 @@ int client_sock_connect (client_sock_t *self, const char *endpoint, char *err, s
         }
         return zmtp_dealer_connect (self->dealer, endpoint, err, errlen);
     }
-    if (zmq_connect (self->zsock, endpoint) == 0)
+    s_sock_endpoint_t *more = realloc (self->endpoints, (self->n_endpoints + 1) * sizeof *more);
+    char *copy = strdup (endpoint);
+    if (more)
+        self->endpoints = more;
+    if (!more || !copy) {
+        free (copy);
+        snprintf (err, errlen, "%s: out of memory", endpoint);
+        errno = ENOMEM;
+        return -1;
+    }
+    if (zmq_connect (self->zsock, endpoint) == 0) {
+        self->endpoints[self->n_endpoints++] = (s_sock_endpoint_t) { .endpoint = copy };
         return 0;
+    }
     int e = errno;
+    free (copy);
     snprintf (err, errlen, "%s: %s", endpoint, zmq_strerror (e));
     errno = e;
     return -1;
@@ -174,7 +217,75 @@ int client_sock_disconnect (client_sock_t *self, const char *endpoint)
 {
     if (self->engine == SIGCLIENT_ENGINE_ZMTP)
         return zmtp_dealer_disconnect (self->dealer, endpoint);
+    for (size_t i = 0; i < self->n_endpoints; i++)
+        if (strcmp (self->endpoints[i].endpoint, endpoint) == 0) {
+            bool refused = self->endpoints[i].refused;      /* then libzmq's own is gone already */
+            free (self->endpoints[i].endpoint);
+            self->endpoints[i] = self->endpoints[--self->n_endpoints];
+            return refused ? 0 : zmq_disconnect (self->zsock, endpoint);
+        }
     return zmq_disconnect (self->zsock, endpoint);
+}
+
+/* libzmq: whether every endpoint was refused for the socket's security mechanism. */
+static bool s_sock_zmq_refused (const client_sock_t *self)
+{
+    for (size_t i = 0; i < self->n_endpoints; i++)
+        if (!self->endpoints[i].refused)
+            return false;
+    return self->n_endpoints > 0;
+}
+
+/* libzmq: the monitor's events. A mechanism mismatch refuses its endpoint: named by the event as
+ * connected (an address given by name is named by the address it resolved to: then, with one
+ * endpoint, that one). */
+static void s_sock_zmq_events (client_sock_t *self)
+{
+    zmq_msg_t head, where;
+    zmq_msg_init (&head);
+    zmq_msg_init (&where);
+    while (zmq_msg_recv (&head, self->monitor, ZMQ_DONTWAIT) >= 0) {
+        if (!zmq_msg_more (&head) || zmq_msg_recv (&where, self->monitor, ZMQ_DONTWAIT) < 0 || zmq_msg_size (&head) < 6)
+            continue;
+        uint16_t event;
+        uint32_t value;
+        memcpy (&event, zmq_msg_data (&head), 2);
+        memcpy (&value, (uint8_t *) zmq_msg_data (&head) + 2, 4);
+        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || value != ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+            continue;
+        s_sock_endpoint_t *ep = self->n_endpoints == 1 ? &self->endpoints[0] : NULL;
+        for (size_t i = 0; i < self->n_endpoints; i++)
+            if (strlen (self->endpoints[i].endpoint) == zmq_msg_size (&where)
+                && memcmp (self->endpoints[i].endpoint, zmq_msg_data (&where), zmq_msg_size (&where)) == 0)
+                ep = &self->endpoints[i];
+        snprintf (self->failure, sizeof self->failure, "%s: %s", ep ? ep->endpoint : "a server",
+                  self->curve ? "the server does not use CURVE, and this client has CURVE keys"
+                              : "the server asks for CURVE, and this client has no CURVE keys");
+        if (ep && !ep->refused) {
+            zmq_disconnect (self->zsock, ep->endpoint);     /* what libzmq keeps of it: nothing more comes */
+            ep->refused = true;
+            ep->retry_at = s_sock_now_ns () + (int64_t) S_SOCK_RECONNECT_MAX_MS * 1000000;
+        }
+    }
+    zmq_msg_close (&head);
+    zmq_msg_close (&where);
+}
+
+/* libzmq, before a send: refused endpoints that are due connected again; -1 (EPROTO) while every one
+ * is refused. */
+static int s_sock_zmq_rearm (client_sock_t *self)
+{
+    const int64_t now = s_sock_now_ns ();
+    for (size_t i = 0; i < self->n_endpoints; i++) {
+        s_sock_endpoint_t *ep = &self->endpoints[i];
+        if (ep->refused && now >= ep->retry_at && zmq_connect (self->zsock, ep->endpoint) == 0)
+            ep->refused = false;
+    }
+    if (s_sock_zmq_refused (self)) {
+        errno = EPROTO;
+        return -1;
+    }
+    return 0;
 }
 
 int client_sock_send (client_sock_t *self, const zmtp_frame_t *frames, int n, int timeout_ms)
@@ -185,16 +296,40 @@ int client_sock_send (client_sock_t *self, const zmtp_frame_t *frames, int n, in
     }
     if (self->engine == SIGCLIENT_ENGINE_ZMTP)
         return zmtp_dealer_send (self->dealer, frames, n);
-    /* A blocking send bounded by SNDTIMEO, set only when the bound changes (a call's worth). */
-    if (timeout_ms != 0 && timeout_ms != self->sndtimeo) {
-        if (zmq_setsockopt (self->zsock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms) != 0)
+    if (s_sock_zmq_rearm (self) != 0)
+        return -1;
+    /* The first frame without waiting; when there is no room, a wait for room or for the monitor: a
+     * DEALER whose every connection was refused for its mechanism has no pipe, and would wait the
+     * whole bound for room that never comes. */
+    const int64_t deadline = s_sock_now_ns () + (int64_t) (timeout_ms > 0 ? timeout_ms : 0) * 1000000;
+    const int more = n > 1 ? ZMQ_SNDMORE : 0;
+    while (zmq_send (self->zsock, frames[0].data, frames[0].size, more | ZMQ_DONTWAIT) < 0) {
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN)
             return -1;
-        self->sndtimeo = timeout_ms;
+        s_sock_zmq_events (self);
+        if (s_sock_zmq_refused (self)) {
+            errno = EPROTO;
+            return -1;
+        }
+        long wait_ms = -1;
+        if (timeout_ms >= 0) {
+            int64_t left = deadline - s_sock_now_ns ();
+            if (timeout_ms == 0 || left <= 0) {
+                errno = EAGAIN;
+                return -1;
+            }
+            wait_ms = (long) ((left + 999999) / 1000000);
+        }
+        zmq_pollitem_t items[2] = { { .socket = self->zsock, .events = ZMQ_POLLOUT },
+                                    { .socket = self->monitor, .events = ZMQ_POLLIN } };
+        if (zmq_poll (items, 2, wait_ms) < 0 && errno != EINTR)
+            return -1;
     }
     /* Once the first frame is taken, libzmq takes the rest of the message whatever the high-water mark. */
-    for (int f = 0; f < n; f++) {
-        int flags = (f + 1 < n ? ZMQ_SNDMORE : 0) | (timeout_ms == 0 ? ZMQ_DONTWAIT : 0);
-        while (zmq_send (self->zsock, frames[f].data, frames[f].size, flags) < 0)
+    for (int f = 1; f < n; f++) {
+        while (zmq_send (self->zsock, frames[f].data, frames[f].size, f + 1 < n ? ZMQ_SNDMORE : 0) < 0)
             if (errno != EINTR)
                 return -1;
     }
@@ -241,6 +376,10 @@ int client_sock_recv (client_sock_t *self, zmtp_msg_t *msg, int timeout_ms)
         int rc = s_sock_zmq_take (self, msg);
         if (rc != 0 || timeout_ms == 0)
             return rc;
+        if (s_sock_zmq_refused (self)) {
+            errno = EPROTO;
+            return -1;
+        }
         long wait_ms = -1;
         if (timeout_ms > 0) {
             int64_t left = deadline - s_sock_now_ns ();
@@ -248,9 +387,13 @@ int client_sock_recv (client_sock_t *self, zmtp_msg_t *msg, int timeout_ms)
                 return 0;
             wait_ms = (long) ((left + 999999) / 1000000);
         }
-        zmq_pollitem_t item = { .socket = self->zsock, .events = ZMQ_POLLIN };
-        if (zmq_poll (&item, 1, wait_ms) < 0 && errno != EINTR)
+        /* The monitor is looked at only while waiting: nothing is added to a receive that finds a reply. */
+        zmq_pollitem_t items[2] = { { .socket = self->zsock, .events = ZMQ_POLLIN },
+                                    { .socket = self->monitor, .events = ZMQ_POLLIN } };
+        if (zmq_poll (items, 2, wait_ms) < 0 && errno != EINTR)
             return -1;
+        if (items[1].revents & ZMQ_POLLIN)
+            s_sock_zmq_events (self);
     }
 }
 
@@ -286,7 +429,7 @@ const char *client_sock_strerror (int err)
 
 const char *client_sock_last_failure (const client_sock_t *self)
 {
-    return self->engine == SIGCLIENT_ENGINE_ZMTP ? zmtp_dealer_error (self->dealer) : "";
+    return self->engine == SIGCLIENT_ENGINE_ZMTP ? zmtp_dealer_error (self->dealer) : self->failure;
 }
 
 int client_sock_keys_decode (const char *server_public, const char *client_public, const char *client_secret,

@@ -9,6 +9,12 @@
  *           thread moves every message. Requests queue per endpoint, also on one that is not up
  *           yet, unless IMMEDIATE is asked for.
  *
+ * A server that refuses the socket's security mechanism (CURVE on one side only) is not tried again
+ * until a send, at most once a second, and while every endpoint is so refused, sends and receives
+ * fail at once with EPROTO (client_sock_last_failure says what the server asks for). zmtp: the
+ * dealer reads the server's greeting (zmtp_dealer.h); libzmq: a monitor of the DEALER's handshake
+ * failures, read while a receive waits.
+ *
  * Names here are client_sock_* (never sigclient_*: the shared library exports those alone). A
  * socket is used by one thread at a time, like a ZeroMQ socket. Calls return -1 with errno on
  * failure; client_sock_strerror says it in words. */
@@ -59,11 +65,13 @@ int client_sock_disconnect (client_sock_t *self, const char *endpoint);
 
 /* Sends one message of N frames (1..ZMTP_MSG_FRAMES). libzmq waits up to TIMEOUT_MS (0: not at all,
  * -1: no bound) for room; zmtp never waits (a message with no connection up waits in its queue).
- * 0, or -1 with errno: EAGAIN (no room in time), another (the socket failed). */
+ * 0, or -1 with errno: EAGAIN (no room in time), EPROTO (every endpoint refused the security
+ * mechanism: see above), another (the socket failed). */
 int client_sock_send (client_sock_t *self, const zmtp_frame_t *frames, int n, int timeout_ms);
 /* The next message, waiting at most TIMEOUT_MS (0: no wait; -1: no bound): 1 with MSG filled (its
  * frame views valid until the next call on this socket; a message of more frames than MSG holds
- * has total_frames > nframes), 0 none in time, -1 with errno when the socket failed. */
+ * has total_frames > nframes), 0 none in time, -1 with errno when the socket failed (EPROTO: every
+ * endpoint refused the security mechanism, seen while waiting). */
 int client_sock_recv (client_sock_t *self, zmtp_msg_t *msg, int timeout_ms);
 /* For callers that poll many sockets themselves (sigload's workers): the fds to poll (at most CAP)
  * with the events wanted, and their count. After the poll, client_sock_try_recv takes in what came
@@ -78,7 +86,9 @@ int client_sock_pollfds_max (sigclient_engine_t engine, int n_endpoints);
 int client_sock_ready_count (const client_sock_t *self);
 /* ERR in words (libzmq's texts for its own codes). */
 const char *client_sock_strerror (int err);
-/* zmtp: the last connection failure in words ("" when none); libzmq: "". */
+/* The last connection failure in words ("" when none): zmtp, any ("ENDPOINT: why"); libzmq, a refused
+ * security mechanism only ("ENDPOINT: the server asks for CURVE, and this client has no CURVE keys",
+ * or "...: the server does not use CURVE, and this client has CURVE keys"). */
 const char *client_sock_last_failure (const client_sock_t *self);
 
 /* CURVE keys from their Z85 text (40 characters each) into KEYS: 0, or -1 with errno EINVAL (KEYS

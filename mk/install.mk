@@ -1,8 +1,10 @@
 # Installation: `make install` (PREFIX, DESTDIR and the directories below), `make uninstall`, and
 # the man pages: sigserve(1), sigclient(1) and sigload(1) are generated from the programs' --help and
 # kept in man/ (`make man`, `make man-check`); sigserve.json(5) and libsigclient(3) are generated at
-# build time into $(BUILD)/man/ from the references they repeat, config/README.md (man/md2man.py)
-# and the comments of clients/sigclient.h (man/h2man.py), so they cannot fall behind them.
+# build time from the references they repeat, config/README.md (man/md2man.py) and the comments of
+# clients/sigclient.h (man/h2man.py), so they cannot fall behind them. The build puts every page in
+# $(BUILD)/man/ (man/*.1 copied there), which is what is installed, and what to read before
+# installing: `man -l build/man/sigserve.1`.
 #
 #   make install                                  binaries, library, header, pkg-config file, default
 #                                                 config and demo model, man pages, systemd unit
@@ -54,7 +56,7 @@ SIGCLIENT_MAP       := $(BUILD)/libsigclient.map
 SIGCLIENT_PC        := $(BUILD)/libsigclient.pc
 SIGSERVE_CONFIG     := $(BUILD)/deploy/sigserve.json
 SIGSERVE_UNIT       := $(BUILD)/deploy/sigserve.service
-MAN_PAGES           := man/sigserve.1 man/sigclient.1 man/sigload.1
+MAN_PAGES           := $(patsubst man/%,$(BUILD)/man/%,$(wildcard man/*.1))
 MAN5_PAGE           := $(BUILD)/man/sigserve.json.5
 MAN3_PAGE           := $(BUILD)/man/libsigclient.3
 INSTALL_DEPS        := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(BUILD)/libsigclient.a \
@@ -65,7 +67,12 @@ INSTALL_DEPS        := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(B
 # rewrite them, so they are always remade (cheap) and only replaced when their text changes.
 .PHONY: install install-man uninstall man man-check FORCE-INSTALL-TEXT
 
-all: $(MAN5_PAGE) $(MAN3_PAGE)
+all: $(MAN_PAGES) $(MAN5_PAGE) $(MAN3_PAGE)
+
+# The section 1 pages, kept in man/ (`make man`), beside the others.
+$(BUILD)/man/%.1: man/%.1
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 # The pages made from the references they repeat (see the top of this file).
 $(MAN5_PAGE): config/README.md man/md2man.py VERSION
@@ -142,7 +149,7 @@ install: $(INSTALL_DEPS) install-man
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null 2>&1; then ldconfig; fi
 
 # The manual alone (make install does it too): tests/deploy/test_man.sh reads it through MANPATH.
-install-man: $(MAN5_PAGE) $(MAN3_PAGE)
+install-man: $(MAN_PAGES) $(MAN5_PAGE) $(MAN3_PAGE)
 	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5
 	$(INSTALL) -m 0644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -m 0644 $(MAN3_PAGE) $(DESTDIR)$(MANDIR)/man3/

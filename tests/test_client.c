@@ -2,8 +2,9 @@
  * float64 reference, result fields, every server error status as the client reports it, capacity
  * errors, pipelining across two endpoints, health, list_models, timeouts against a dead endpoint,
  * the engine's API and the endpoints neither engine takes, raw frames, and CURVE (a client the
- * server allows is served, the others time out alike). test_client_cli.c has the sigclient CLI
- * (tests/client_tests.h: the fixture and the helpers the two share).
+ * server allows is served, the others time out alike; CURVE on one side only is told at once).
+ * test_client_cli.c has the sigclient CLI (tests/client_tests.h: the fixture and the helpers the two
+ * share).
  *
  * Every case runs twice, once per engine (a TCase each: zmtp, libzmq), through
  * sigclient_new_engine; what differs between the engines (a request sent while an endpoint is down,
@@ -15,6 +16,8 @@
  * bound, made of the magnitudes the output came from, says so. */
 #define _GNU_SOURCE
 #include "client_tests.h"
+
+#include <zmq.h>
 
 /* ---- synchronous infer ---- */
 
@@ -490,10 +493,43 @@ END_TEST
 
 /* ---- CURVE ---- */
 
+/* A client with CURVE keys at the plaintext fixture's server: refused at once, naming the endpoint
+ * and what the server asks for; every call after it too, the round-robin and a stream's socket. */
+START_TEST (a_curve_client_at_a_plaintext_server_fails_at_once)
+{
+    sigclient_curve_keys_t keys;
+    char other[41];
+    ck_assert_int_eq (zmq_curve_keypair (keys.server_public, other), 0);
+    ck_assert_int_eq (zmq_curve_keypair (keys.client_public, keys.client_secret), 0);
+    const char *eps[1] = { s_fx.endpoint[0] };
+    sigclient_t *c = sigclient_new_engine (eps, 1, 60000, s_engine, &keys);
+    ck_assert_ptr_nonnull (c);
+    char want[512];
+    snprintf (want, sizeof want, "%s: the server does not use CURVE, and this client has CURVE keys (sigclient_new: "
+              "no keys)", s_fx.endpoint[0]);
+    sigclient_health_t h;
+    for (int call = 0; call < 2; call++) {
+        ck_assert_int_eq (sigclient_health (c, &h), -1);
+        ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_SECURITY);
+        ck_assert_str_eq (sigclient_error (c), want);
+    }
+    float in[TICK_IN], out[2];
+    s_random (in, TICK_IN);
+    size_t n_out;
+    ck_assert_int_eq (sigclient_infer (c, "tick_mlp", in, TICK_IN, 1, out, 2, &n_out, NULL), -1);
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_SECURITY);
+    ck_assert_str_eq (sigclient_error (c), want);
+    ck_assert_int_eq (sigclient_infer_stream (c, "tick_mlp", 9, 1, in, TICK_IN, out, 2, &n_out, NULL), -1);
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_SECURITY);
+    ck_assert_str_eq (sigclient_error (c), want);
+    sigclient_destroy (&c);
+}
+END_TEST
+
 /* A CURVE server (keys from sigserve --keygen; alice allowed, mallory not), of each server transport
  * (a loop test: libzmq, zmtp): alice is served, her streams' sockets too; mallory's key, or alice's
  * with another server key, gets no answer at all, and the timeout says why in the same words on
- * both engines. */
+ * both engines; a client without keys is told at once what the server asks for. */
 START_TEST (curve_allowed_served_others_time_out_alike)
 {
     const char *transport = _i ? "zmtp" : "libzmq";
@@ -567,6 +603,17 @@ START_TEST (curve_allowed_served_others_time_out_alike)
         ck_assert_str_eq (sigclient_error (c), want);
         sigclient_destroy (&c);
     }
+    /* no keys at all: told at once, its stream's socket too */
+    c = sigclient_new_engine (eps, 1, 60000, s_engine, NULL);
+    snprintf (want, sizeof want, "%s: the server asks for CURVE, and this client has no CURVE keys "
+              "(sigclient_new_curve: the server's public key and this client's key pair)", endpoint);
+    ck_assert_int_eq (sigclient_health (c, &h), -1);
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_SECURITY);
+    ck_assert_str_eq (sigclient_error (c), want);
+    ck_assert_int_eq (sigclient_infer_stream (c, "tick_mlp", 5, 1, in, TICK_IN, got, 2, &n_out, NULL), -1);
+    ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_SECURITY);
+    ck_assert_str_eq (sigclient_error (c), want);
+    sigclient_destroy (&c);
     kill (pid, SIGTERM);
     int status = 0;
     ck_assert_int_eq (waitpid (pid, &status, 0), pid);
@@ -596,6 +643,7 @@ int main (void)
         tcase_add_test (tc, requests_while_an_endpoint_is_down);
         tcase_add_test (tc, engine_api_and_refused_endpoints);
         tcase_add_loop_test (tc, curve_allowed_served_others_time_out_alike, 0, 2);
+        tcase_add_test (tc, a_curve_client_at_a_plaintext_server_fails_at_once);
         suite_add_tcase (s, tc);
     }
     return tu_run_suite (s);

@@ -1,7 +1,7 @@
 /* The sigclient CLI against the real sigserve binary over tcp loopback: infer from a file and from
  * stdin, --random rows, outputs checked against the float64 reference (within their forward error
  * bounds, tolerance.h), health and models, the exit codes (1: an error status, 2: usage, 3: no
- * answer in --timeout) and --engine. test_client.c has libsigclient (tests/client_tests.h: the
+ * answer in --timeout, or CURVE on one side only) and --engine. test_client.c has libsigclient (tests/client_tests.h: the
  * fixture and the helpers the two share).
  *
  * Every case runs twice, once per engine (a TCase each: zmtp, libzmq): the CLI is run with
@@ -173,6 +173,16 @@ START_TEST (cli_exit_codes)
     ck_assert_msg (took < 2.0, "sigclient took %.3f s with --timeout 300", took);
     snprintf (args, sizeof args, "--endpoint %s --timeout 300 health", s_dead_endpoint);
     ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 3);
+    /* 3 as well, at once: CURVE keys for a server without CURVE, and what to leave out */
+    snprintf (args, sizeof args, "'%s/sigserve' --keygen '%s/cli-key' >/dev/null", tu_build_dir (), s_fx.dir);
+    ck_assert_int_eq (system (args), 0);
+    snprintf (args, sizeof args, "--endpoint %s --timeout 60000 --curve-server '%s/cli-key' --curve-client "
+              "'%s/cli-key_secret' health", s_fx.endpoint[0], s_fx.dir, s_fx.dir);
+    ck_assert_int_eq (s_cli (args, NULL, out, sizeof out, err, sizeof err), 3);
+    char want[512];
+    snprintf (want, sizeof want, "sigclient: %s: the server does not use CURVE, and this client has CURVE keys (leave "
+              "out --curve-server and --curve-client)\n", s_fx.endpoint[0]);
+    ck_assert_str_eq (err, want);
     free (good);
     free (bad);
 }

@@ -2,8 +2,8 @@
  * libzmq: libzmq's with czmq's zauth), against libzmq clients: certificates from sigserve --keygen, an
  * allowlisted client served, an unknown key and a plaintext client get nothing while the server
  * keeps serving, a client added to the folder is served after SIGHUP, refused handshakes counted by
- * reason, and every way of being configured but unusable stops the start with exit code 2 (never a
- * plaintext fallback). */
+ * reason, every client of ours without CURVE told so at once and counted once, and every way of
+ * being configured but unusable stops the start with exit code 2 (never a plaintext fallback). */
 #define _GNU_SOURCE
 #include "sigclient.h"
 #include "signal.pb-c.h"
@@ -219,9 +219,12 @@ START_TEST (allowlisted_served_others_get_nothing)
 {
     pid_t pid = s_start ();
     ck_assert_int_eq (s_handshake ("mallory"), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);     /* a key not in the folder */
-    /* No CURVE at all: the mechanisms do not match and the handshake fails, seen by the client as
-     * the server closing (no detail) or as the mismatch itself, whichever comes first. */
+    /* No CURVE at all: the mechanisms do not match and the handshake fails. zmtp: the client always
+     * reads the server's mechanism (its greeting comes in two parts) and says it is a mismatch; a
+     * libzmq server may close first (no detail), whichever comes first. */
     const int plain = s_handshake (NULL);
+    if (strcmp (s_transport, "zmtp") == 0)
+        ck_assert_int_eq (plain, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
     ck_assert_msg (plain == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || plain == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL,
                    "a plaintext client's handshake ended with event 0x%x", plain);
     ck_assert_int_eq (s_handshake ("alice"), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
@@ -353,6 +356,135 @@ START_TEST (refused_handshakes_are_counted_and_logged)
     text[got] = 0;
     fclose (fl);
     ck_assert_msg (strstr (text, "CURVE handshakes refused since the last warning: ") != NULL, "%s", text);
+}
+END_TEST
+
+/* Waits (30 s at most) until the server on PORT has counted N plaintext clients, and requires N
+ * exactly: the clients counted have exited or been destroyed, so none is still on its way. */
+static long s_plaintext_after (int port, long n)
+{
+    long got = -1;
+    for (int i = 0; i < 300 && (got = s_auth_failures (port, "plaintext_client")) < n; i++)
+        usleep (100000);
+    return got;
+}
+
+static void s_expect_plaintext (int port, long n)
+{
+    ck_assert_int_eq (s_plaintext_after (port, n), n);
+}
+
+/* sigload (FLAG: its engine) without CURVE at s_endpoint: exit 1, and "sigload: " SAYS. */
+static void s_sigload_refused (const char *flag, const char *says)
+{
+    static char cmd[8192];
+    char text[4096], want[1300];
+    snprintf (cmd, sizeof cmd, "%s/sigload %s --endpoint %s --model tick_mlp --timeout 60000 --warmup 0 "
+              "--requests 10 --quiet 2>&1", tu_build_dir (), flag, s_endpoint);
+    ck_assert_int_eq (s_run (cmd, text, sizeof text), 1);
+    snprintf (want, sizeof want, "sigload: %s", says);
+    ck_assert_str_eq (text, want);
+}
+
+/* A client without CURVE (issue 39): each of ours is told at once what the server asks for and what
+ * to pass, in its own words, and one such client is one refused handshake (plaintext_client), not
+ * one a reconnection. Every wait is bounded by 60 s: were a client to time out instead, its text
+ * would say so. zmtp transport: every count exact. libzmq transport: libzmq's greeting (10 bytes,
+ * then the rest) races a libzmq client's, which may close before it writes its mechanism (libzmq
+ * then counts it as protocol, or not at all): the counts there are those of our engine's clients.
+ * sigload opens its load connections before it probes the server, and libzmq's I/O thread makes
+ * their handshakes while the probe fails: it adds one more when that one ends before sigload does. */
+START_TEST (a_client_without_curve_is_told_at_once_and_counted_once)
+{
+    const bool zmtp = strcmp (s_transport, "zmtp") == 0;
+    const int port = tu_free_port ();
+    char curve[4800], saved[2300];
+    snprintf (curve, sizeof curve, "{ \"secret_key_file\": \"server_secret\", \"allowed_clients\": \"allowed\" }, "
+              "\"http\": \"127.0.0.1:%d\"", port);
+    char *path = s_write_config ("curve-plain.json", curve);
+    snprintf (saved, sizeof saved, "%s", s_config);
+    snprintf (s_config, sizeof s_config, "%s", path);
+    free (path);
+    pid_t pid = s_start ();
+    snprintf (s_config, sizeof s_config, "%s", saved);
+    const char *what = "the server asks for CURVE, and this client has no CURVE keys";
+    const char *eps[] = { s_endpoint };
+    static char cmd[16384];
+    char expect[1200], text[8192], says[1024];
+    long counted = 0;
+    /* what the command lines say after their name */
+    snprintf (says, sizeof says, "%s: %s (pass --curve-server FILE, the server's public certificate, and "
+              "--curve-client FILE_secret, this client's)\n", s_endpoint, what);
+    for (int e = 0; e < 2; e++) {
+        const sigclient_engine_t engine = e ? SIGCLIENT_ENGINE_LIBZMQ : SIGCLIENT_ENGINE_ZMTP;
+        const char *flag = e ? "--engine libzmq" : "";
+        const bool exact = zmtp || engine == SIGCLIENT_ENGINE_ZMTP;
+        /* libsigclient: the call fails at once, and so does the next, without a connection. libzmq
+         * connects at once: its handshake may have failed before the first call, leaving the socket
+         * no pipe to send on (on the zmtp transport, where it is counted, the test waits for that). */
+        sigclient_t *c = sigclient_new_engine (eps, 1, 60000, engine, NULL);
+        ck_assert_ptr_nonnull (c);
+        if (engine == SIGCLIENT_ENGINE_LIBZMQ && zmtp)
+            s_expect_plaintext (port, counted + 1);
+        snprintf (expect, sizeof expect, "%s: %s (sigclient_new_curve: the server's public key and this client's key "
+                  "pair)", s_endpoint, what);
+        for (int call = 0; call < 2; call++) {
+            sigclient_health_t h;
+            ck_assert_int_eq (sigclient_health (c, &h), -1);
+            ck_assert_int_eq (sigclient_last_status (c), SIGCLIENT_ERR_SECURITY);
+            ck_assert_str_eq (sigclient_error (c), expect);
+        }
+        ck_assert_str_eq (sigclient_status_name (SIGCLIENT_ERR_SECURITY), "ERR_SECURITY");
+        sigclient_destroy (&c);
+        if (exact)
+            s_expect_plaintext (port, ++counted);
+        /* sigclient and sigload: their own options */
+        snprintf (cmd, sizeof cmd, "%s/sigclient %s --endpoint %s --timeout 60000 health 2>&1", tu_build_dir (), flag,
+                  s_endpoint);
+        ck_assert_int_eq (s_run (cmd, text, sizeof text), 3);
+        snprintf (expect, sizeof expect, "sigclient: %s", says);
+        ck_assert_str_eq (text, expect);
+        if (exact)
+            s_expect_plaintext (port, ++counted);
+        if (engine == SIGCLIENT_ENGINE_ZMTP) {
+            s_sigload_refused (flag, says);
+            s_expect_plaintext (port, ++counted);
+        }
+    }
+    /* the Python client (pyzmq, libzmq's engine) and its command line */
+    const char *py = getenv ("PYTHON") ? getenv ("PYTHON") : "/usr/bin/python3";
+    snprintf (cmd, sizeof cmd,
+              "PYTHONPATH=clients/python %s -c '\n"
+              "import sigclient\n"
+              "c = sigclient.SigClient(\"%s\", timeout_ms=60000)\n"
+              "for call in range(2):\n"
+              "    try:\n"
+              "        c.health(); print(\"served\")\n"
+              "    except sigclient.SecurityError as e:\n"
+              "        print(type(e).__name__, isinstance(e, sigclient.TransportError), e.failure, \"|\", e)\n"
+              "' 2>&1", py, s_endpoint);
+    ck_assert_msg (s_run (cmd, text, sizeof text) == 0, "%s", text);
+    char line[512];
+    snprintf (line, sizeof line, "SecurityError True %s: %s | %s: %s (SigClient(..., curve_server=FILE, "
+              "curve_client=FILE_secret): the server's public certificate and this client's secret one)\n",
+              s_endpoint, what, s_endpoint, what);
+    snprintf (expect, sizeof expect, "%s%s", line, line);
+    ck_assert_str_eq (text, expect);
+    if (zmtp)
+        s_expect_plaintext (port, ++counted);
+    snprintf (cmd, sizeof cmd, "PYTHONPATH=clients/python %s -m sigclient --endpoint %s --timeout 60000 health 2>&1",
+              py, s_endpoint);
+    ck_assert_int_eq (s_run (cmd, text, sizeof text), 3);
+    snprintf (expect, sizeof expect, "sigclient-py: %s", says);
+    ck_assert_str_eq (text, expect);
+    if (zmtp)
+        s_expect_plaintext (port, ++counted);
+    s_sigload_refused ("--engine libzmq", says);
+    if (zmtp) {
+        long got = s_plaintext_after (port, counted + 1);
+        ck_assert_msg (got == counted + 1 || got == counted + 2, "%ld after sigload's probe and connection", got);
+    }
+    ck_assert_int_eq (tu_server_stop (pid), 0);
 }
 END_TEST
 
@@ -561,6 +693,7 @@ int main (void)
         tcase_add_test (tc, configured_but_unusable_refuses_to_start);
         tcase_add_test (tc, clients_take_certificates);
         tcase_add_test (tc, refused_handshakes_are_counted_and_logged);
+        tcase_add_test (tc, a_client_without_curve_is_told_at_once_and_counted_once);
         suite_add_tcase (s, tc);
     }
     return tu_run_suite (s);

@@ -63,7 +63,7 @@ static int s_reserve_out (zmtp_conn_t *self, size_t more)
 
 /* Writes IOV (COUNT entries, TOTAL bytes) with one sendmsg when nothing is queued; queues the rest.
  * 0, or -1 when the connection ended (or memory ran out). */
-static int s_write (zmtp_conn_t *self, struct iovec *iov, int count, size_t total, uint64_t now)
+int zmtp_conn_write (zmtp_conn_t *self, struct iovec *iov, int count, size_t total, uint64_t now)
 {
     size_t done = 0;
     if (self->out_pos == self->out_end && !self->held) {
@@ -132,11 +132,11 @@ int zmtp_conn_send_command (zmtp_conn_t *self, const uint8_t *body, size_t len, 
         size_t n = zmtp_curve_seal (self->curve, ZMTP_CURVE_MSG_COMMAND, body, len, sealed);
         size_t h = zmtp_header_write (hdr, 0, n);
         struct iovec iov[2] = { { hdr, h }, { sealed, n } };
-        return s_write (self, iov, 2, h + n, now);
+        return zmtp_conn_write (self, iov, 2, h + n, now);
     }
     size_t h = zmtp_header_write (hdr, ZMTP_FLAG_COMMAND, len);
     struct iovec iov[2] = { { hdr, h }, { (void *) body, len } };
-    return s_write (self, iov, 2, h + len, now);
+    return zmtp_conn_write (self, iov, 2, h + len, now);
 }
 
 int zmtp_conn_send_error (zmtp_conn_t *self, const char *reason, uint64_t now)
@@ -200,7 +200,7 @@ int zmtp_conn_send (zmtp_conn_t *self, const zmtp_frame_t *frames, int n, uint64
         return -1;
     }
     if (!self->curve)
-        return s_write (self, iov, 2 * n, total, now) == 0 ? 0 : (errno = EPIPE, -1);
+        return zmtp_conn_write (self, iov, 2 * n, total, now) == 0 ? 0 : (errno = EPIPE, -1);
     if (total > self->seal_cap) {
         uint8_t *p = realloc (self->seal, total);
         if (!p) {
@@ -219,7 +219,7 @@ int zmtp_conn_send (zmtp_conn_t *self, const zmtp_frame_t *frames, int n, uint64
         used += h + body;
     }
     struct iovec one = { self->seal, used };
-    return s_write (self, &one, 1, used, now) == 0 ? 0 : (errno = EPIPE, -1);
+    return zmtp_conn_write (self, &one, 1, used, now) == 0 ? 0 : (errno = EPIPE, -1);
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -254,6 +254,7 @@ zmtp_conn_t *zmtp_conn_new (int fd, const zmtp_conn_opts_t *opts, uint64_t now)
     self->t_start = self->t_recv = self->t_active = now;
     self->state = ST_GREETING;
     self->peer_type = ZMTP_TYPE_UNKNOWN;
+    self->peer_mechanism = ZMTP_MECH_OTHER;
     if (self->opt.mechanism == ZMTP_MECH_CURVE) {
         uint8_t md[METADATA_MAX];
         size_t md_len = zmtp_conn_metadata (self, md, sizeof md);
@@ -266,10 +267,11 @@ zmtp_conn_t *zmtp_conn_new (int fd, const zmtp_conn_opts_t *opts, uint64_t now)
             return NULL;
         }
     }
+    /* The signature and major version now; the rest once the peer's have come (zmtp_conn_read.c). */
     uint8_t greeting[ZMTP_GREETING_BYTES];
     zmtp_greeting_write (greeting, self->opt.mechanism, self->opt.as_server);
-    struct iovec iov = { greeting, sizeof greeting };
-    s_write (self, &iov, 1, sizeof greeting, now);
+    struct iovec iov = { greeting, GREETING_FIRST };
+    zmtp_conn_write (self, &iov, 1, GREETING_FIRST, now);
     return self;
 }
 
@@ -307,6 +309,7 @@ int zmtp_conn_linger (zmtp_conn_t *self)
 zmtp_close_t zmtp_conn_why (const zmtp_conn_t *self) { return self->why; }
 const char *zmtp_conn_error (const zmtp_conn_t *self) { return self->error; }
 zmtp_socket_type_t zmtp_conn_peer_type (const zmtp_conn_t *self) { return self->peer_type; }
+zmtp_mechanism_t zmtp_conn_peer_mechanism (const zmtp_conn_t *self) { return self->peer_mechanism; }
 uint64_t zmtp_conn_last_active (const zmtp_conn_t *self) { return self->t_active; }
 
 const uint8_t *zmtp_conn_curve_client_key (const zmtp_conn_t *self)

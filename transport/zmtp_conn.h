@@ -1,8 +1,11 @@
 /* One ZMTP 3.x connection over a non-blocking stream socket (TCP or Unix), driven by the thread that
  * owns it: no thread of its own, no lock, no allocation per message.
  *
- *   greeting  ours goes out whole at once (a libzmq peer reads it byte by byte and answers as it
- *             goes); the peer's must be ZMTP 3.0 or later with our mechanism
+ *   greeting  ours goes out in two parts, as libzmq's does: the signature and major version at once,
+ *             the rest once the peer's first 11 bytes have come, so that each side has written its
+ *             mechanism before it can read the other's (a mismatch is seen for what it is on both
+ *             sides); the peer's must be ZMTP 3.0 or later with our mechanism, else MECHANISM and
+ *             close (RFC 37: no ERROR for a mismatch; the peer reads ours in our greeting)
  *   handshake NULL: READY both ways with Socket-Type (and an empty Identity); CURVE: zmtp_curve.h.
  *             The peer's socket type must suit ours (a ROUTER takes DEALER, REQ and ROUTER peers; a
  *             DEALER takes ROUTER, REP and DEALER), else ERROR and close.
@@ -83,8 +86,8 @@ typedef struct {
 
 typedef struct zmtp_conn zmtp_conn_t;
 
-/* A connection on FD (non-blocking, connected), which it owns from now on; our greeting is written at
- * once. NULL when out of memory (FD is then closed). NOW: CLOCK_MONOTONIC ns. */
+/* A connection on FD (non-blocking, connected), which it owns from now on; the first part of our
+ * greeting is written at once. NULL when out of memory (FD is then closed). NOW: CLOCK_MONOTONIC ns. */
 zmtp_conn_t *zmtp_conn_new (int fd, const zmtp_conn_opts_t *opts, uint64_t now);
 /* Closes the socket and frees. Safe on NULL; NULLs *SELF_P. */
 void zmtp_conn_destroy (zmtp_conn_t **self_p);
@@ -100,6 +103,9 @@ zmtp_close_t zmtp_conn_why (const zmtp_conn_t *self);
 const char *zmtp_conn_error (const zmtp_conn_t *self);
 /* The peer's socket type and ZMTP minor version (once ready). */
 zmtp_socket_type_t zmtp_conn_peer_type (const zmtp_conn_t *self);
+/* The security mechanism the peer's greeting names (ZMTP_MECH_OTHER until it is whole, or for one
+ * this engine does not speak): what a MECHANISM close was about. */
+zmtp_mechanism_t zmtp_conn_peer_mechanism (const zmtp_conn_t *self);
 /* CURVE server, once ready: the client's long-term public key (32 bytes); NULL otherwise. */
 const uint8_t *zmtp_conn_curve_client_key (const zmtp_conn_t *self);
 

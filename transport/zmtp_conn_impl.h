@@ -12,6 +12,7 @@
 #define OUT_HARD_DEFAULT (16u << 20)
 #define METADATA_MAX 256
 #define ERROR_TEXT 160
+#define GREETING_FIRST 11                /* the signature and the major version: what tells ZMTP 3 from older */
 
 typedef enum { ST_GREETING, ST_HANDSHAKE, ST_READY, ST_CLOSING, ST_LINGER, ST_CLOSED } state_t;
 
@@ -21,6 +22,8 @@ struct zmtp_conn {
     state_t state;
     zmtp_close_t why;
     uint8_t peer_minor;                 /* the peer's ZMTP minor version (0: 3.0, no PING) */
+    zmtp_mechanism_t peer_mechanism;    /* what the peer's greeting names (once it is whole) */
+    bool greeting_sent;                 /* the rest of our greeting went out (after the peer's first 11 bytes) */
     zmtp_socket_type_t peer_type;
     zmtp_curve_t *curve;                /* CURVE's state (NULL with the NULL mechanism) */
     uint8_t *in;                        /* what was read: [in_pos, in_end) not handed out yet */
@@ -47,6 +50,10 @@ struct zmtp_conn {
 /* zmtp_conn.c */
 /* Ends the connection for WHY, the words in its error (the first failure wins). */
 void zmtp_conn_fail (zmtp_conn_t *self, zmtp_close_t why, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
+/* Writes IOV (COUNT entries, TOTAL bytes) with one sendmsg when nothing is queued, and queues the rest:
+ * 0, or -1 when the connection ended. */
+struct iovec;
+int zmtp_conn_write (zmtp_conn_t *self, struct iovec *iov, int count, size_t total, uint64_t now);
 /* One command frame (BODY, LEN bytes): plain, or once CURVE is ready sealed with the COMMAND flag inside. */
 int zmtp_conn_send_command (zmtp_conn_t *self, const uint8_t *body, size_t len, uint64_t now);
 int zmtp_conn_send_error (zmtp_conn_t *self, const char *reason, uint64_t now);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 /* ---------------------------------------------------------------- reading */
 
@@ -99,8 +100,14 @@ int zmtp_conn_read (zmtp_conn_t *self, uint64_t now)
     return (int) n;
 }
 
-/* The peer's greeting, once whole: its version and mechanism checked, and our first handshake
- * command sent. 1 done, 0 more bytes needed, -1 failed. */
+/* The peer's greeting: the rest of ours once its first 11 bytes say ZMTP 3 (RFC 37, "Version
+ * Negotiation": what libzmq does too), then, once it is whole, its version and mechanism checked
+ * and our first handshake command sent. 1 done, 0 more bytes needed, -1 failed.
+ *
+ * Why in two parts: a libzmq peer that has our whole greeting reads our mechanism, and on a
+ * mismatch closes before it writes the rest of its own; the other side then never learns why (a
+ * CURVE server could not count a plaintext client as one). In two parts, each side writes its
+ * mechanism before it can read the other's, so both sides always see a mismatch for what it is. */
 static int s_greeting (zmtp_conn_t *self, uint64_t now)
 {
     uint8_t minor = 0;
@@ -112,11 +119,20 @@ static int s_greeting (zmtp_conn_t *self, uint64_t now)
         zmtp_conn_fail (self, ZMTP_CLOSE_VERSION, "%s", why);
         return -1;
     }
+    if (have >= GREETING_FIRST && !self->greeting_sent) {
+        uint8_t greeting[ZMTP_GREETING_BYTES];
+        zmtp_greeting_write (greeting, self->opt.mechanism, self->opt.as_server);
+        struct iovec iov = { greeting + GREETING_FIRST, ZMTP_GREETING_BYTES - GREETING_FIRST };
+        self->greeting_sent = true;
+        if (zmtp_conn_write (self, &iov, 1, ZMTP_GREETING_BYTES - GREETING_FIRST, now) != 0)
+            return -1;
+    }
     if (have < ZMTP_GREETING_BYTES)
         return 0;
     self->in_pos += ZMTP_GREETING_BYTES;
     self->m_next = self->in_pos;
     self->peer_minor = minor;
+    self->peer_mechanism = mech;
     if (mech != self->opt.mechanism) {
         zmtp_conn_fail (self, ZMTP_CLOSE_MECHANISM, "the peer's security mechanism is %s, ours %s",
                 mech == ZMTP_MECH_NULL ? "NULL (plaintext)" : mech == ZMTP_MECH_CURVE ? "CURVE" : "another one",

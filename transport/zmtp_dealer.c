@@ -15,7 +15,10 @@
 #define TICK_NS 100000000ull
 #define QUEUE_MAX_DEFAULT (16u << 20)
 
-typedef enum { P_WAITING, P_CONNECTING, P_OPEN } peer_state_t;
+/* P_REFUSED: the server's security mechanism is not ours. No timer connects it again (it cannot
+ * succeed); a message sent tries it once more, at most once per reconnect_max_ms (a server may have
+ * been restarted with another configuration). */
+typedef enum { P_WAITING, P_CONNECTING, P_OPEN, P_REFUSED } peer_state_t;
 
 typedef struct {
     char endpoint[ZMTP_ENDPOINT_MAX];
@@ -23,7 +26,7 @@ typedef struct {
     int fd;                             /* P_CONNECTING: the socket being connected */
     zmtp_conn_t *conn;                  /* P_OPEN */
     bool was_ready;                     /* its handshake finished (the pending queue went to it) */
-    uint64_t retry_at;                  /* P_WAITING: when to connect again */
+    uint64_t retry_at;                  /* P_WAITING: when to connect again; P_REFUSED: when a send may */
     uint32_t backoff_ms;
 } peer_t;
 
@@ -111,9 +114,29 @@ static void s_start (zmtp_dealer_t *self, peer_t *p, uint64_t now)
     p->state = P_CONNECTING;
 }
 
-/* P's connection ended: try again after its backoff (doubled while it never comes up). */
+/* What a client says when the server's mechanism (THEIRS) is not OURS. */
+static const char *s_mismatch (zmtp_mechanism_t ours, zmtp_mechanism_t theirs)
+{
+    if (ours == ZMTP_MECH_NULL && theirs == ZMTP_MECH_CURVE)
+        return "the server asks for CURVE, and this client has no CURVE keys";
+    if (ours == ZMTP_MECH_CURVE && theirs == ZMTP_MECH_NULL)
+        return "the server does not use CURVE, and this client has CURVE keys";
+    return "the server asks for a security mechanism other than NULL and CURVE, which this client does not speak";
+}
+
+/* P's connection ended: try again after its backoff (doubled while it never comes up); after a
+ * mechanism mismatch, only when a message is sent (P_REFUSED). */
 static void s_drop (zmtp_dealer_t *self, peer_t *p, uint64_t now)
 {
+    if (p->conn && zmtp_conn_why (p->conn) == ZMTP_CLOSE_MECHANISM) {
+        snprintf (self->error, sizeof self->error, "%s: %s", p->endpoint,
+                  s_mismatch (self->opt.mechanism, zmtp_conn_peer_mechanism (p->conn)));
+        s_close_peer (p);
+        p->was_ready = false;
+        p->state = P_REFUSED;
+        p->retry_at = now + (uint64_t) self->opt.reconnect_max_ms * 1000000ull;
+        return;
+    }
     if (p->conn && zmtp_conn_error (p->conn)[0])
         snprintf (self->error, sizeof self->error, "%s: %s", p->endpoint, zmtp_conn_error (p->conn));
     if (p->was_ready)
@@ -160,6 +183,14 @@ int zmtp_dealer_disconnect (zmtp_dealer_t *self, const char *endpoint)
             return 0;
         }
     return -1;
+}
+
+bool zmtp_dealer_refused (const zmtp_dealer_t *self)
+{
+    for (int i = 0; i < self->n; i++)
+        if (self->peers[i]->state != P_REFUSED)
+            return false;
+    return self->n > 0;
 }
 
 int zmtp_dealer_ready_count (const zmtp_dealer_t *self)
@@ -237,6 +268,17 @@ int zmtp_dealer_send (zmtp_dealer_t *self, const zmtp_frame_t *frames, int n)
         return -1;
     }
     uint64_t now = clock_now_ns ();
+    for (int i = 0; i < self->n; i++) {
+        peer_t *p = self->peers[i];
+        if (p->state == P_REFUSED && now >= p->retry_at) {
+            p->state = P_WAITING;
+            p->retry_at = now;
+        }
+    }
+    if (zmtp_dealer_refused (self)) {
+        errno = EPROTO;
+        return -1;
+    }
     for (int k = 0; k < self->n; k++) {
         int i = (self->rr_send + k) % self->n;
         peer_t *p = self->peers[i];
@@ -380,6 +422,10 @@ int zmtp_dealer_recv (zmtp_dealer_t *self, zmtp_msg_t *msg, int timeout_ms)
     for (bool first = true;; first = false) {
         if (s_take (self, msg, now) == 1)
             return 1;
+        if (zmtp_dealer_refused (self)) {
+            errno = EPROTO;
+            return -1;
+        }
         s_timers (self, now);
         if (first && timeout_ms == 0) {
             s_look (self, now);

@@ -10,6 +10,14 @@
  * connection, the connections in turn. A message from a connection that then drops is lost, as with
  * libzmq: callers time out and retry.
  *
+ * A server whose security mechanism is not the dealer's (a CURVE server and a dealer without keys,
+ * or the other way round) cannot be talked to by reconnecting: its endpoint is then not connected
+ * again by the timers, only when a message is sent, at most once per reconnect_max_ms (a server may
+ * come back with another configuration); zmtp_dealer_error says what the server asks for. While
+ * every endpoint is so refused, sends and receives fail at once (EPROTO) rather than wait. (RFC 37
+ * has a mismatch end the connection without an ERROR; each side reads the other's mechanism in its
+ * greeting. libzmq's own DEALER stops after such a protocol error too, for good.)
+ *
  * Progress (connecting, handshakes, queued writes, reconnection, heartbeats) happens inside
  * zmtp_dealer_recv and zmtp_dealer_send; a caller that polls the dealer's fds itself
  * (zmtp_dealer_pollfds) calls zmtp_dealer_recv with timeout 0 when they are ready. */
@@ -43,19 +51,25 @@ void zmtp_dealer_destroy (zmtp_dealer_t **self_p);
 int zmtp_dealer_connect (zmtp_dealer_t *self, const char *endpoint, char *err, size_t errlen);
 /* Drops ENDPOINT and its connection (what was sent on it and not answered is lost). -1 when absent. */
 int zmtp_dealer_disconnect (zmtp_dealer_t *self, const char *endpoint);
+/* Whether every endpoint is refused for its security mechanism (see the top of this file). */
+bool zmtp_dealer_refused (const zmtp_dealer_t *self);
 /* Connections up now (handshake done). */
 int zmtp_dealer_ready_count (const zmtp_dealer_t *self);
 
 /* Sends N frames (1..ZMTP_MSG_FRAMES): 0 written, queued on its connection or in the dealer's own
- * queue while none is up; -1 with errno EAGAIN when no room is left. */
+ * queue while none is up; -1 with errno EAGAIN when no room is left, EPROTO when every endpoint is
+ * refused for its security mechanism and none is due to be tried again (nothing is queued). */
 int zmtp_dealer_send (zmtp_dealer_t *self, const zmtp_frame_t *frames, int n);
 /* The next message from any connection, waiting at most TIMEOUT_MS (0: no wait; -1: no bound): 1
- * (MSG filled; its views are valid until the next call on this dealer), 0 none in time. */
+ * (MSG filled; its views are valid until the next call on this dealer), 0 none in time, -1 with errno
+ * EPROTO as soon as every endpoint is refused for its security mechanism. */
 int zmtp_dealer_recv (zmtp_dealer_t *self, zmtp_msg_t *msg, int timeout_ms);
 
 /* The fds to poll for this dealer (at most CAP), with the events wanted; the count. */
 int zmtp_dealer_pollfds (zmtp_dealer_t *self, struct pollfd *fds, int cap);
-/* The last connection failure in words ("" when none), for messages. */
+/* The last connection failure in words ("" when none), for messages: "ENDPOINT: what went wrong"; for
+ * a refused mechanism, "ENDPOINT: the server asks for CURVE, and this client has no CURVE keys" or
+ * "ENDPOINT: the server does not use CURVE, and this client has CURVE keys". */
 const char *zmtp_dealer_error (const zmtp_dealer_t *self);
 
 #endif

@@ -83,6 +83,15 @@ static int s_endpoint_ready (const sigload_t *L, const char *endpoint, bool echo
             return -1;
         }
         int n = s_exchange (s, probe, len, reply, sizeof reply, (int) (left_ms < 1000 ? left_ms : 1000));
+        if (n < 0 && errno == EPROTO) {
+            /* CURVE on one side only: trying again cannot help (sigclient_sock.h) */
+            fprintf (stderr, "sigload: %s (%s)\n", client_sock_last_failure (s),
+                     L->opt->curve_server ? "leave out --curve-server and --curve-client"
+                                          : "pass --curve-server FILE, the server's public certificate, and "
+                                            "--curve-client FILE_secret, this client's");
+            client_sock_destroy (&s);
+            return -1;
+        }
         client_sock_destroy (&s);
         int answer = n < 0 ? -2 : s_probe_answer (echo, probe, len, reply, n);
         if (answer == 1)

@@ -146,8 +146,9 @@ static void s_metrics (http_t *self, metrics_text_t *t)
     metrics_append (t, "sigserve_config_reloads_total{result=\"error\"} %llu\n",
               (unsigned long long) stats_reloads (self->stats, false));
     metrics_family (t, "sigserve_auth_failures_total", "counter",
-                    "CURVE handshakes the server refused, by reason: denied (a key not in the allowlist), "
-                    "plaintext_client (no CURVE), wrong_server_key (a hello that cannot be decrypted), protocol.");
+                    "CURVE handshakes the server refused, one per connection, by reason: denied (a key not in "
+                    "the allowlist), plaintext_client (no CURVE), wrong_server_key (a hello that cannot be "
+                    "decrypted), protocol.");
     for (int why = 0; why < AUTH_FAIL_COUNT; why++)
         metrics_append (t, "sigserve_auth_failures_total{reason=\"%s\"} %llu\n", stats_auth_failure_names[why],
                         (unsigned long long) stats_auth_failures (self->stats, (stats_auth_failure_t) why));

@@ -3,8 +3,10 @@
 # usage text, `make man` regenerates them); sigserve.json(5), made from config/README.md, and
 # libsigclient(3), made from clients/sigclient.h, hold every configuration key of the README's tables
 # and every sigclient_* function of the header and of the built library; sigserve(1) points at
-# sigserve.json(5); `make install-man` (part of `make install`) puts all five where man(1) finds
-# them by name, and each renders without a warning (man, and groff -ww where groff is installed).
+# sigserve.json(5); the build puts every page in BUILD/man (man/*.1 copied as they are), where
+# `man -l` reads them before any install, and each section 1 page says its usage block once, in its
+# SYNOPSIS; `make install-man` (part of `make install`) puts all five where man(1) finds them by
+# name, and each renders without a warning (man, and groff -ww where groff is installed).
 set -eu
 . tests/deploy/lib.sh
 for b in sigserve sigclient sigload; do [ -x "$BUILD/$b" ] || fail "$BUILD/$b is not built"; done
@@ -16,6 +18,27 @@ ok "man/sigserve.1, man/sigclient.1, man/sigload.1 match --help"
 grep -q '^\.BR sigserve\.json (5)' man/sigserve.1 && grep -q 'See sigserve.json(5)' man/sigserve.1 ||
     fail "sigserve(1) does not point at sigserve.json(5)"
 ok "sigserve(1) says: see sigserve.json(5)"
+
+# Every page in BUILD/man, as the build leaves it: what README says to read before `make install`.
+pages="$(cd man && echo *.1) libsigclient.3 sigserve.json.5"
+make_build $(for p in $pages; do echo "$BUILD/man/$p"; done) >"$tmp/build-man.log" 2>&1 ||
+    { cat "$tmp/build-man.log"; fail "make the pages in $BUILD/man"; }
+[ "$(ls "$BUILD/man" | sort | tr '\n' ' ')" = "$(echo $pages | tr ' ' '\n' | sort | tr '\n' ' ')" ] ||
+    fail "$BUILD/man holds $(ls "$BUILD/man" | tr '\n' ' '), expected $pages"
+for p in man/*.1; do cmp -s "$p" "$BUILD/man/${p#man/}" || fail "$BUILD/man/${p#man/} is not $p"; done
+[ "$(echo $pages | wc -w)" -eq 5 ] || fail "expected five pages, found: $pages"
+ok "$BUILD/man holds all five pages: $pages"
+grep -qF 'read one with `man -l build/man/sigserve.1`' README.md ||
+    fail "README does not say how to read the pages in build/man before make install"
+ok "README says how to read them before make install (man -l build/man/sigserve.1)"
+
+# The usage block once: in SYNOPSIS, not again at the top of DESCRIPTION (nor anywhere as "usage:").
+for p in man/*.1; do
+    ! grep -n '^usage:' "$p" || fail "$p repeats its usage block in DESCRIPTION"
+    first=$(sed -n '/^\.SH SYNOPSIS/,/^\.fi/p' "$p" | sed -n '3p')
+    [ -n "$first" ] && [ "$(grep -cxF -- "$first" "$p")" -eq 1 ] || fail "$p: '$first' is not said once"
+done
+ok "man/*.1 give their usage once, in SYNOPSIS"
 
 make_build install-man DESTDIR="$tmp/stage" PREFIX=/usr >"$tmp/install.log" 2>&1 ||
     { cat "$tmp/install.log"; fail "make install-man"; }
@@ -35,6 +58,33 @@ if command -v man >/dev/null 2>&1; then
         [ -s "$out" ] || fail "man $page printed nothing"
     done
     ok "man finds and renders all five through MANPATH, without a warning (MANWIDTH=80)"
+    for p in $pages; do
+        MANWIDTH=80 man -l "$BUILD/man/$p" >"$tmp/l.txt" 2>"$tmp/l.err" || { cat "$tmp/l.err"; fail "man -l $BUILD/man/$p"; }
+        [ ! -s "$tmp/l.err" ] || { cat "$tmp/l.err"; fail "man -l $BUILD/man/$p warns"; }
+        [ -s "$tmp/l.txt" ] || fail "man -l $BUILD/man/$p printed nothing"
+    done
+    ok "man -l renders each of $BUILD/man without a warning (as README says, before make install)"
+    # What a reader sees: each line of the program's usage block (from its --help) once in the page.
+    for b in sigserve sigclient sigload; do
+        MANWIDTH=200 man -l "$BUILD/man/$b.1" >"$tmp/$b.txt" 2>/dev/null
+        "$BUILD/$b" --help >"$tmp/$b.help"
+        "$PYTHON" - "$tmp/$b.help" "$tmp/$b.txt" <<'PY' || fail "man -l $BUILD/man/$b.1 does not show its usage block once"
+import sys
+norm = lambda line: " ".join(line.split())
+help_lines = open(sys.argv[1]).read().split("\n")
+start = next(i for i, line in enumerate(help_lines) if line.startswith("usage:"))
+end = start + 1
+while end < len(help_lines) and help_lines[end].startswith(" ") and help_lines[end].strip():
+    end += 1
+block = [norm(help_lines[start][len("usage:"):])] + [norm(line) for line in help_lines[start + 1:end]]
+page = [norm(line) for line in open(sys.argv[2]).read().split("\n")]
+wrong = [f"{page.count(line)}x {line!r}" for line in block if page.count(line) != 1]
+if wrong:
+    print("\n".join(wrong))
+sys.exit(1 if wrong else 0)
+PY
+    done
+    ok "man -l shows each program's usage block once (sigserve, sigclient, sigload)"
     sections=$tmp/5_sigserve.json.txt
     library=$tmp/3_libsigclient.txt
     for page in "$sections" "$library"; do

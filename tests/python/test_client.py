@@ -539,6 +539,29 @@ class Test5Timeouts(ClientTest):
                     self.assertIn(dead, str(cm.exception))
                     self.assertIsInstance(cm.exception, TimeoutError)
 
+    def test_curve_keys_at_a_plaintext_server_raise_security_error_at_once(self):
+        """CURVE on one side only is no timeout: every call raises SecurityError naming the endpoint, what
+        the server asks for and what to give SigClient, a stream's step too (the server without CURVE:
+        tests/test_curve.c has the other way round)."""
+        cert = os.path.join(workdir, "mismatch")
+        subprocess.run([SIGSERVE, "--keygen", cert], check=True, capture_output=True)
+        want = (f"{endpoints[0]}: the server does not use CURVE, and this client has CURVE keys (SigClient without "
+                f"curve_server and curve_client)")
+        with SigClient(endpoints[0], timeout_ms=60000, curve_server=cert, curve_client=cert + "_secret") as c:
+            # a stream's step goes on a socket of its own, watched the same way (twice: the second
+            # finds the endpoint refused already)
+            step = c.stream("tick_mlp", 7).step
+            for name, call in (("health", c.health), ("infer", lambda: c.infer("tick_mlp", [0.0] * 512)),
+                               ("list_models", c.list_models), ("stream step", lambda: step([0.0] * 512)),
+                               ("stream step again", lambda: step([0.0] * 512))):
+                with self.subTest(call=name):
+                    with self.assertRaises(sigclient.SecurityError) as cm:
+                        call()
+                    self.assertEqual(str(cm.exception), want)
+                    self.assertEqual(cm.exception.failure, want[:want.index(" (")])
+                    self.assertIsInstance(cm.exception, sigclient.TransportError)
+        self.assert_server_alive()
+
     def test_stale_reply_skipped(self):
         """A reply that arrives after its call timed out is skipped by the next call, which gets its own."""
         with SigClient(endpoints[0], timeout_ms=300) as c:

@@ -31,8 +31,8 @@ from typing import Sequence
 import zmq
 
 from . import __version__
-from .client import (DEFAULT_TIMEOUT_MS, MAX_RETRY, BadShape, ServerError, SigClient, SigServeError,
-                     TransportError, load_curve_keys)
+from .client import (DEFAULT_TIMEOUT_MS, MAX_RETRY, BadShape, SecurityError, ServerError, SigClient,
+                     SigServeError, TransportError, load_curve_keys)
 
 PROG = "sigclient-py"
 EXIT_OK, EXIT_STATUS, EXIT_USAGE, EXIT_TRANSPORT = 0, 1, 2, 3
@@ -608,6 +608,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as e:     # arguments the client refuses before sending
         _say(str(e))
         return EXIT_USAGE
+    except SecurityError as e:               # CURVE on one side only: the options, not SigClient's arguments
+        _say(f"{e.failure} (" + ("leave out --curve-server and --curve-client" if "has CURVE keys" in e.failure else
+                                 "pass --curve-server FILE, the server's public certificate, and --curve-client "
+                                 "FILE_secret, this client's") + ")")
+        return EXIT_TRANSPORT
     except SigServeError as e:               # Timeout, ProtocolError, TransportError
         _say(str(e))
         return EXIT_TRANSPORT

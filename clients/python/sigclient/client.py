@@ -80,7 +80,9 @@ certificate, both czmq certificate files as ``sigserve --keygen PATH`` writes th
 PATH_secret both keys). The connection is encrypted and the server authenticates the client by its
 public key; a server that does not allow the key (or whose key is not the one given) never answers,
 so calls raise Timeout, whose message says so. A missing or malformed certificate raises ValueError
-naming the file.
+naming the file. CURVE on one side only (a CURVE server and a client without keys, or the other way
+round) raises SecurityError at once, naming the endpoint and what the server asks for
+(sigclient/_security.py; a stream's socket is watched the same way).
 
 Like a ZeroMQ socket, a SigClient is not thread-safe: use one per thread.
 
@@ -98,7 +100,8 @@ Results and errors:
 - Timeout (also a builtin TimeoutError): no reply, or no room to send, within the timeout.
 - ProtocolError: a reply that does not decode as a sigserve.v1.Reply, has several frames or no body.
 - TransportError: a ZeroMQ call failed (bad endpoint, closed context, ...). StreamGone, a subclass:
-  the address a stream was routed to has vanished from its dns:// name.
+  the address a stream was routed to has vanished from its dns:// name. SecurityError, a subclass:
+  every peer refused the client's security mechanism (see CURVE above).
 - ValueError / TypeError: bad arguments (rows or deadline_us out of uint32 range, ragged rows, a
   string or a 3-D array for features, ...), named with the accepted types, never printing the data.
 
@@ -129,11 +132,13 @@ from typing import Sequence
 
 import zmq
 
+from ._security import MechanismWatch
+
 __all__ = [
     "SigClient", "InferResult", "Health", "ModelInfo", "Status", "status_name", "exception_for_status",
     "SigServeError", "ServerError", "BadRequest", "UnknownModel", "BadShape", "BadValue", "Overloaded",
     "DeadlineExceeded", "Unavailable", "InternalError", "Timeout", "ProtocolError", "TransportError",
-    "StreamGone", "Stream",
+    "StreamGone", "SecurityError", "Stream",
     "DEFAULT_TIMEOUT_MS", "DEFAULT_RESOLVE_MS", "MAX_RETRY", "resolve_endpoint", "load_curve_keys",
 ]
 
@@ -243,6 +248,15 @@ class TransportError(SigServeError):
     """A ZeroMQ call failed."""
 
 
+class SecurityError(TransportError):
+    """CURVE on one side only. ``failure``: the endpoint and what the server asks for; the message adds
+    what to give SigClient."""
+
+    def __init__(self, failure: str, hint: str):
+        super().__init__(f"{failure} ({hint})")
+        self.failure = failure
+
+
 class StreamGone(TransportError):
     """The address a stream was routed to has vanished from its dns:// name, and the stream's state
     with it: ``forget_stream``, then start the stream again from step 1."""
@@ -349,12 +363,22 @@ def _mix64(z: int) -> int:
 
 
 class _StreamPeer:
-    """The socket of the streams routed to one address: a DEALER connected there alone."""
+    """The socket of the streams routed to one address: a DEALER connected there alone, with the
+    watch of its handshakes (a refused security mechanism fails a step at once, as on the main socket)."""
 
-    def __init__(self, endpoint: str, sock):
+    def __init__(self, endpoint: str, sock, watch: MechanismWatch):
         self.endpoint = endpoint
         self.socket = sock
+        self.watch = watch
         self.gone = False
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+        if self.socket is not None:
+            self.socket.close(linger=0)
+            self.socket = None
 
 
 class Stream:
@@ -568,6 +592,7 @@ class SigClient:
         self._own_context = context is None
         self._context = zmq.Context() if context is None else context
         self._socket = None
+        self._watch = None
         self._next_id = 1
         self._sent_at: dict[int, int] = {}     # pipelined request id -> send time (ns)
         self._largest_unanswered = 0           # bytes of the largest request since the last reply
@@ -577,6 +602,7 @@ class SigClient:
         try:
             self._socket = self._context.socket(zmq.DEALER)
             self._socket.setsockopt(zmq.LINGER, 0)
+            self._watch = MechanismWatch(self._socket, self._curve is not None)
             if self._curve:
                 # before any connect: a connection takes the mechanism it is made with
                 self._socket.curve_serverkey, self._socket.curve_publickey, self._socket.curve_secretkey = self._curve
@@ -592,6 +618,7 @@ class SigClient:
         self._resolve_all()
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
+        self._poller.register(self._watch.monitor, zmq.POLLIN)
 
     # -- lifetime --
 
@@ -599,11 +626,12 @@ class SigClient:
         """Closes the socket at once (pending messages are dropped), and the context if the client
         made it. Safe to call twice."""
         for peer in self._stream_peers:
-            if peer.socket is not None:
-                peer.socket.close(linger=0)
-                peer.socket = None
+            peer.close()
         self._stream_peers.clear()
         self._stream_routes.clear()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._socket is not None:
             self._socket.close(linger=0)
             self._socket = None
@@ -812,8 +840,7 @@ class SigClient:
             if not peer.gone and peer.endpoint not in listed:
                 # its streams' state is on that server: they fail from now on rather than move
                 peer.gone = True
-                peer.socket.close(linger=0)
-                peer.socket = None
+                peer.close()
         wait_ms = self._resolve_interval_ms
         if not self.peers:
             wait_ms = min(wait_ms, _EMPTY_RETRY_MS)
@@ -855,21 +882,53 @@ class SigClient:
         self._resolve_if_due()
         if not self.peers:
             raise TransportError(f"no address to send to: {self._describe()}")
+        self._watch.before_send(self.peers)
+        self._check_mechanism()
         return self._send_on(sock, payload, self._describe())
 
-    def _send_on(self, sock, payload: bytes, name: str) -> int:
+    def _check_mechanism(self, watch: MechanismWatch | None = None, peers: list[str] | None = None) -> None:
+        """Raises SecurityError while every peer of WATCH's socket (the main one's by default) refuses
+        the client's security mechanism."""
+        watch, peers = (self._watch, self.peers) if watch is None else (watch, peers)
+        watch.take_events(peers)
+        if watch.all_refused(peers):
+            raise SecurityError(watch.failure, watch.hint())
+
+    def _send_on(self, sock, payload: bytes, name: str, stream: _StreamPeer | None = None) -> int:
+        """Sends on SOCK: the main socket, or STREAM's."""
         self._largest_unanswered = max(self._largest_unanswered, len(payload))
+        watch, peers = (self._watch, self.peers) if stream is None else (stream.watch, [stream.endpoint])
         try:
             # Room to send: a DEALER queues for endpoints not up yet, up to its high-water mark.
-            if not sock.poll(self._timeout_ms, zmq.POLLOUT):
+            if not self._writable(sock, watch, peers):
                 raise Timeout(f"timed out after {self._timeout_ms} ms sending to {name} (send queue full)")
             sent_ns = time.monotonic_ns()     # before: the reply may arrive before send() returns
             sock.send(payload, zmq.NOBLOCK)
             return sent_ns
         except zmq.Again as e:
+            self._check_mechanism(watch, peers)     # its pipe went with a refused handshake
             raise Timeout(f"timed out after {self._timeout_ms} ms sending to {name} (send queue full)") from e
         except zmq.ZMQError as e:
             raise TransportError(f"cannot send to {name}: {e}") from e
+
+    def _writable(self, sock, watch: MechanismWatch, peers: list[str]) -> bool:
+        """Room to send within the timeout. Waiting, the socket's monitor (WATCH) is watched too: a
+        DEALER whose every peer refused its mechanism has no pipe and would wait the whole timeout."""
+        if sock.poll(0, zmq.POLLOUT):
+            return True
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLOUT)
+        poller.register(watch.monitor, zmq.POLLIN)
+        deadline = time.monotonic_ns() + self._timeout_ms * 1_000_000
+        while True:
+            left_ms = max(0, math.ceil((deadline - time.monotonic_ns()) / 1e6))
+            ready = dict(poller.poll(left_ms))
+            if ready.get(sock, 0) & zmq.POLLOUT:
+                return True
+            if watch.monitor in ready:
+                self._check_mechanism(watch, peers)
+            elif left_ms == 0:
+                return False
 
     # -- streams --
 
@@ -885,8 +944,10 @@ class SigClient:
         peer = next((p for p in self._stream_peers if not p.gone and p.endpoint == endpoint), None)
         if peer is None:
             sock = self._context.socket(zmq.DEALER)
+            watch = None
             try:
                 sock.setsockopt(zmq.LINGER, 0)
+                watch = MechanismWatch(sock, self._curve is not None)
                 if self._curve:
                     sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self._curve
                 if self._dns:
@@ -894,9 +955,11 @@ class SigClient:
                     sock.setsockopt(zmq.IMMEDIATE, 1)
                 sock.connect(endpoint)
             except zmq.ZMQError as e:
+                if watch is not None:
+                    watch.close()
                 sock.close(linger=0)
                 raise TransportError(f"cannot connect a stream socket to {endpoint}: {e}") from e
-            peer = _StreamPeer(endpoint, sock)
+            peer = _StreamPeer(endpoint, sock, watch)
             self._stream_peers.append(peer)
         self._stream_routes[stream_id] = peer
         return peer
@@ -913,7 +976,9 @@ class SigClient:
                              f"start the stream again from step 1")
         request_id = self._next_id
         self._next_id = self._next_id + 1 if self._next_id < UINT64_MAX else 1
-        sent = self._send_on(peer.socket, payload, peer.endpoint)
+        peer.watch.before_send([peer.endpoint])
+        self._check_mechanism(peer.watch, [peer.endpoint])
+        sent = self._send_on(peer.socket, payload, peer.endpoint, peer)
         deadline = sent + self._timeout_ms * 1_000_000
         while True:
             try:
@@ -929,7 +994,11 @@ class SigClient:
             self._discard(reply)     # a late reply to a step that timed out
 
     def _recv_stream_frame(self, peer: _StreamPeer, deadline_ns: int) -> bytes:
-        """The next frame on a stream's socket; no resolution while waiting (it could close it)."""
+        """The next frame on a stream's socket; no resolution while waiting (it could close it). Its
+        monitor is watched while waiting: a refused security mechanism raises SecurityError at once."""
+        poller = zmq.Poller()
+        poller.register(peer.socket, zmq.POLLIN)
+        poller.register(peer.watch.monitor, zmq.POLLIN)
         try:
             while True:
                 left_ms = math.ceil((deadline_ns - time.monotonic_ns()) / 1e6)
@@ -938,7 +1007,10 @@ class SigClient:
                             "one given, never answers)") if self._curve else ""
                     raise Timeout(f"timed out after {self._timeout_ms} ms waiting for a reply from "
                                   f"{peer.endpoint}{hint}")
-                if peer.socket.poll(left_ms, zmq.POLLIN):
+                ready = dict(poller.poll(left_ms))
+                if peer.watch.monitor in ready:
+                    self._check_mechanism(peer.watch, [peer.endpoint])
+                if ready.get(peer.socket, 0) & zmq.POLLIN:
                     try:
                         frames = peer.socket.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
@@ -971,7 +1043,10 @@ class SigClient:
                 if self._dns and self._resolve_interval_ms > 0:
                     # a long wait still resolves dns:// names on time
                     left_ms = max(0, min(left_ms, math.ceil((self._next_resolve_ns - time.monotonic_ns()) / 1e6)))
-                if dict(self._poller.poll(left_ms)).get(sock, 0) & zmq.POLLIN:
+                ready = dict(self._poller.poll(left_ms))
+                if self._watch.monitor in ready:
+                    self._check_mechanism()
+                if ready.get(sock, 0) & zmq.POLLIN:
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
