@@ -20,14 +20,14 @@
 /* Why backend "cuda" cannot load on this host, as the load says it (test_startup.c asserts the same). */
 static const char *s_no_cuda (void)
 {
-    return backends_gpu ? "no NVIDIA driver on this host (no /proc/driver/nvidia): no GPU, or its driver is not "
+    return backends_gpu_built () ? "no NVIDIA driver on this host (no /proc/driver/nvidia): no GPU, or its driver is not "
                           "installed"
                         : BACKENDS_NO_GPU;
 }
 
 static bool s_cuda_runs (void)
 {
-    return backends_gpu && (access ("/proc/driver/nvidia/version", F_OK) == 0 || access ("/dev/nvidiactl", F_OK) == 0);
+    return backends_gpu_built () && (access ("/proc/driver/nvidia/version", F_OK) == 0 || access ("/dev/nvidiactl", F_OK) == 0);
 }
 
 #define SERVER_AT(extra) "'server': {'endpoints': ['tcp://127.0.0.1:1']" extra "}"
