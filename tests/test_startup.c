@@ -218,13 +218,13 @@ START_TEST (a_missing_or_broken_cuda_backend_says_so)
     ck_assert_int_eq (code, 2);
     ck_assert_msg (strstr (log, "model \"tick_mlp\": backend \"cuda\": the CUDA backend (libsigserve-cuda.so) is "
                            "missing: it belongs beside sigserve, or in lib/sigserve/ of the prefix sigserve is installed in; "
-                           "use \"cpu\" or \"auto\"") != NULL, "%s", log);
+                           "use \"backend\": \"cpu\" or \"auto\"") != NULL, "%s", log);
     snprintf (lib, sizeof lib, "%s/libsigserve-cuda.so", dir);
     free (tu_write_file (dir, "libsigserve-cuda.so", "not a library", -1));
     ck_assert_int_eq (s_run_with_a_driver (bin, config, log, sizeof log), 2);
     char want[3000];
     snprintf (want, sizeof want, "model \"tick_mlp\": backend \"cuda\": the CUDA backend (libsigserve-cuda.so) did not "
-              "load: %s: file too short; use \"cpu\" or \"auto\"", lib);
+              "load: %s: file too short; use \"backend\": \"cpu\" or \"auto\"", lib);
     ck_assert_msg (strstr (log, want) != NULL, "%s", log);
     free (config);
 }
