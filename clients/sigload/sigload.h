@@ -2,7 +2,8 @@
  *
  *   options.c  the usage text and option parsing (the thread default: the affinity mask)
  *   worker.c   connections and the worker threads' hot loop: send, receive, pace, record
- *   report.c   merging the workers' results; the table, summary.csv, .hgrm, plots, progress line
+ *   report.c   merging the workers' results; the table, summary.csv, .hgrm, progress line
+ *   plot.c     plots.gp and the PNGs gnuplot makes of it
  *   echo.c     --serve-echo: the plain ZeroMQ echo server of the transport floor (either engine)
  *   procs.c    --processes N: N copies of the load in N processes, one start per step, one report
  *   ready.c    before the sweep: every endpoint answers, every connection is up, dns:// names
@@ -366,11 +367,14 @@ void report_table_row (FILE *out, const result_t *r);
 void report_csv_header (FILE *out);
 void report_csv_row (FILE *out, const result_t *r);
 int report_write_hgrm (const char *dir, const result_t *r);
-/* Writes opt->out_dir/plots.gp and runs gnuplot on it there; true when it made PNGs, named in MADE. */
-bool report_plot (const options_t *opt, const result_t *results, size_t n, char *made, size_t made_len);
 /* The errors of every step by status, with the first text of each. */
 void report_error_details (FILE *out, const result_t *results, size_t n);
 /* One progress line on stderr: the phase (warm-up or measuring) and what was sent so far. */
 void report_progress (const sigload_t *L, int64_t now);
+
+/* ---- plot.c ---- */
+
+/* Writes opt->out_dir/plots.gp and runs gnuplot on it there; true when it made PNGs, named in MADE. */
+bool report_plot (const options_t *opt, const result_t *results, size_t n, char *made, size_t made_len);
 
 #endif
