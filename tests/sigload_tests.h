@@ -218,7 +218,7 @@ static inline void s_run_free (run_t *run)
 
 /* ---- reading summary.csv and .hgrm ---- */
 
-#define CSV_MAX_COLS 32
+#define CSV_MAX_COLS 48
 #define CSV_MAX_ROWS 16
 
 typedef struct {

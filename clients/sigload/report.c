@@ -55,6 +55,13 @@ void report_add (result_t *r, const counts_t *c, const histogram_t *total, const
         r->counts.last_answer = c->last_answer;
     if (c->lag_max > r->counts.lag_max)
         r->counts.lag_max = c->lag_max;
+    r->counts.lag_sent += c->lag_sent;
+    r->counts.own_lag_sum += c->own_lag_sum;
+    r->counts.held_lag_sum += c->held_lag_sum;
+    if (c->own_lag_max > r->counts.own_lag_max)
+        r->counts.own_lag_max = c->own_lag_max;
+    r->counts.unsent_own += c->unsent_own;
+    r->counts.unsent_held += c->unsent_held;
 }
 
 void report_totals (result_t *r)
@@ -92,16 +99,28 @@ static void s_format_errors (const result_t *r, bool csv, char *buf, size_t len)
     }
 }
 
+/* The errors column stays the last (tools read it from the end), the others where they were. */
 void report_table_header (FILE *out)
 {
     fprintf (out, "| step | mode | target | achieved req/s | requests | p50 | p90 | p99 | p99.9 | max | "
-                  "server mean | network mean | send lag mean | errors |\n");
-    fprintf (out, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+                  "server mean | network mean | send lag mean | sigload lag mean | saturated | errors |\n");
+    fprintf (out, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+                  "--- | --- |\n");
+}
+
+/* The table's verdict: "no", "no (sigload fell behind)", or "yes (server)", "yes (sigload)",
+ * "yes (sigload and server)". */
+static const char *s_verdict (const result_t *r)
+{
+    static const char *const by[] = { "no", "yes (server)", "yes (sigload)", "yes (sigload and server)" };
+    if (!r->saturated)
+        return r->sender_behind ? "no (sigload fell behind)" : "no";
+    return by[r->saturated_by];
 }
 
 void report_table_row (FILE *out, const result_t *r)
 {
-    char target[64], errors[512], server[32], lag[32];
+    char target[64], errors[512], server[32], lag[32], own[32];
     s_format_target (&r->step, target, sizeof target);
     s_format_errors (r, false, errors, sizeof errors);
     const histogram_t *h = r->total;
@@ -110,38 +129,54 @@ void report_table_row (FILE *out, const result_t *r)
         snprintf (server, sizeof server, "-");
     else
         snprintf (server, sizeof server, "%.2f", histogram_mean (r->server) / 1e3);
-    if (r->step.mode == MODE_CLOSED)
+    if (r->step.mode == MODE_CLOSED) {
         snprintf (lag, sizeof lag, "-");
-    else
+        snprintf (own, sizeof own, "-");
+    } else {
         snprintf (lag, sizeof lag, "%.2f", ok ? r->counts.lag_sum / (double) ok / 1e3 : 0.0);
-    fprintf (out, "| %s | %s | %s | %.1f | %" PRIu64 " | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %.2f | %s | %" PRIu64
-             "%s%s%s |\n",
+        snprintf (own, sizeof own, "%.2f", judge_own_lag_us (r));
+    }
+    fprintf (out, "| %s | %s | %s | %.1f | %" PRIu64 " | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %.2f | %s | %s | %s | %"
+             PRIu64 "%s%s%s |\n",
              r->step.name, r->step.mode == MODE_OPEN ? "open loop" : "closed loop", target, r->achieved,
              r->counts.requests, sigload_us (histogram_value_at_percentile (h, 50)),
              sigload_us (histogram_value_at_percentile (h, 90)), sigload_us (histogram_value_at_percentile (h, 99)),
              sigload_us (histogram_value_at_percentile (h, 99.9)), sigload_us (histogram_max (h)), server,
-             histogram_mean (r->network) / 1e3, lag, r->errors,
+             histogram_mean (r->network) / 1e3, lag, own, s_verdict (r), r->errors,
              r->errors ? " (" : "", errors, r->errors ? ")" : "");
     fflush (out);
 }
 
-/* The engine is the last column, so that those before it stay where tools read them. */
+/* New columns go after the engine, so that those before it stay where tools read them. */
 void report_csv_header (FILE *out)
 {
     fputs ("step,kind,mode,target,achieved_rps,requests,ok,errors,p50_us,p90_us,p99_us,p999_us,max_us,mean_us,"
            "server_mean_us,server_p50_us,server_p99_us,network_mean_us,network_p50_us,network_p99_us,"
-           "send_lag_mean_us,send_lag_max_us,errors_by_status,engine\n", out);
+           "send_lag_mean_us,send_lag_max_us,errors_by_status,engine,"
+           "sigload_lag_mean_us,sigload_lag_max_us,held_lag_mean_us,unsent_sigload,unsent_held,"
+           "saturated,saturated_by,sigload_behind,saturation,sigload_behind_why\n", out);
+}
+
+/* TEXT as one CSV field: its commas made semicolons, so that no quoting is needed (awk -F, reads it). */
+static void s_csv_text (char *dst, size_t len, const char *text)
+{
+    size_t n = 0;
+    for (; *text && n + 1 < len; text++)
+        dst[n++] = *text == ',' ? ';' : (unsigned char) *text < 0x20 ? ' ' : *text;
+    dst[n] = 0;
 }
 
 void report_csv_row (FILE *out, const result_t *r)
 {
-    char errors[512];
+    char errors[512], saturation[256], sender[320];
     s_format_errors (r, true, errors, sizeof errors);
+    s_csv_text (saturation, sizeof saturation, r->saturation);
+    s_csv_text (sender, sizeof sender, r->sender);
     const histogram_t *h = r->total, *s = r->server, *n = r->network;
     uint64_t ok = r->counts.outcomes[OUT_OK];
     fprintf (out,
              "%s,%s,%s,%.10g,%.3f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-             "%.3f,%.3f,%.3f,%.3f,%.3f,%s,%s\n",
+             "%.3f,%.3f,%.3f,%.3f,%.3f,%s,%s,",
              r->step.name, r->step.echo ? "echo" : "sigserve", r->step.mode == MODE_OPEN ? "open" : "closed",
              r->step.target, r->achieved, r->counts.requests, ok, r->errors,
              sigload_us (histogram_value_at_percentile (h, 50)), sigload_us (histogram_value_at_percentile (h, 90)),
@@ -151,6 +186,9 @@ void report_csv_row (FILE *out, const result_t *r)
              histogram_mean (n) / 1e3, sigload_us (histogram_value_at_percentile (n, 50)),
              sigload_us (histogram_value_at_percentile (n, 99)), ok ? r->counts.lag_sum / (double) ok / 1e3 : 0.0,
              sigload_us (r->counts.lag_max), errors, sigclient_engine_name (r->step.engine));
+    fprintf (out, "%.3f,%.3f,%.3f,%" PRIu64 ",%" PRIu64 ",%d,%s,%d,%s,%s\n", judge_own_lag_us (r),
+             sigload_us (r->counts.own_lag_max), judge_held_lag_us (r), r->counts.unsent_own, r->counts.unsent_held,
+             r->saturated, judge_by_name (r->saturated_by), r->sender_behind, saturation, sender);
     fflush (out);
 }
 
@@ -169,6 +207,20 @@ int report_write_hgrm (const char *dir, const result_t *r)
         return -1;
     }
     return 0;
+}
+
+void report_verdicts (FILE *out, const result_t *results, size_t n)
+{
+    static const char *const by[] = { "", "by the server", "by sigload, not the server",
+                                      "by sigload and the server (its statuses or full connections)" };
+    for (size_t i = 0; i < n; i++) {
+        const result_t *r = &results[i];
+        if (r->saturated)
+            fprintf (out, "%s: saturated %s: %s%s%s\n", r->step.name, by[r->saturated_by], r->saturation,
+                     r->sender_behind ? "; " : "", r->sender);
+        else if (r->sender_behind)
+            fprintf (out, "%s: not saturated, but %s (its latencies hold that lag)\n", r->step.name, r->sender);
+    }
 }
 
 void report_error_details (FILE *out, const result_t *results, size_t n)

@@ -2,6 +2,7 @@
  *
  *   options.c  the usage text and option parsing (the thread default: the affinity mask)
  *   worker.c   connections and the worker threads' hot loop: send, receive, pace, record
+ *   judge.c    each step's verdicts: saturated, the sender behind, whose doing
  *   report.c   merging the workers' results; the table, summary.csv, .hgrm, progress line
  *   plot.c     plots.gp and the PNGs gnuplot makes of it
  *   echo.c     --serve-echo: the plain ZeroMQ echo server of the transport floor (either engine)
@@ -192,6 +193,14 @@ typedef struct {
     int64_t last_answer;            /* when the last measured answer came */
     double lag_sum;                 /* send lag of measured OK requests */
     int64_t lag_max;
+    /* Open loop: the send lag of every measured request sent, split by cause. Held: while every
+     * connection of the thread was full (--max-outstanding, or a socket that took no more), which
+     * is the server's back-pressure. Own: the rest, while a connection had room: sigload's sender
+     * itself was late (its CPU, its other work). */
+    uint64_t lag_sent;              /* measured requests sent */
+    double own_lag_sum, held_lag_sum;
+    int64_t own_lag_max;
+    uint64_t unsent_own, unsent_held;   /* not sent within --timeout (counted as TIMEOUT), by cause */
     char first_error[OUT_COUNT][ERROR_TEXT];   /* the server's first text per status */
 } counts_t;
 
@@ -230,6 +239,8 @@ typedef struct {
     int64_t phase_ns;
     int64_t spin_ns;                /* spun before each scheduled send */
     bool sched_done, blocked;
+    bool held;                      /* the last send found every connection full */
+    int64_t held_from, unheld_at;   /* the last such time: from that send to the next that went out */
     size_t sched_index;             /* --schedule: the entry of this thread's next request */
     uint64_t quota;                 /* --requests: this thread's share */
     struct { connection_t *conn; stream_t *stream; } *streams;   /* its connections' streams, in turn */
@@ -268,6 +279,9 @@ struct _sigload_t {
     int64_t spin_ns;                /* --spin-us */
 };
 
+/* Whose doing a saturated step was (judge.c). */
+typedef enum { SAT_NONE, SAT_SERVER, SAT_SIGLOAD, SAT_BOTH } saturated_by_t;
+
 /* One step's merged results. */
 typedef struct {
     step_t step;
@@ -275,8 +289,11 @@ typedef struct {
     histogram_t *total, *server, *network;
     double achieved;
     uint64_t errors;                /* measured errors */
-    bool saturated;                 /* past saturation (main.c's rule): kept off the plots' scale */
+    bool saturated;                 /* past saturation (judge.c's rule): kept off the plots' scale */
     char saturation[256];           /* why, when saturated */
+    bool sender_behind;             /* sigload's own sender fell behind (judge.c's rule) */
+    char sender[320];               /* how, and what to do, when it did */
+    saturated_by_t saturated_by;    /* SAT_NONE unless saturated */
 } result_t;
 
 /* ---- main.c ---- */
@@ -353,6 +370,20 @@ void workers_destroy (sigload_t *L);
 /* A worker thread: waits at L->start, runs L->step, sets done; until L->quit. */
 void *worker_main (void *arg);
 
+/* ---- judge.c ---- */
+
+/* Judges R as it ended: saturated (and why), the sender behind (and how), saturated by whom.
+ * *FIRST_P99_US: the p99 of the first step judged of R's kind (0 before it), the default limit's base. */
+void judge_step (const options_t *opt, double *first_p99_us, result_t *r);
+/* The mean send lag, in us, of R's measured requests: sigload's own part, and the part held back
+ * by full connections. */
+double judge_own_lag_us (const result_t *r);
+double judge_held_lag_us (const result_t *r);
+/* "-", "server", "sigload" or "sigload+server". */
+const char *judge_by_name (saturated_by_t by);
+/* US as "850 us", "12.3 ms" or "1.20 s". */
+void judge_format_us (double us, char *buf, size_t len);
+
 /* ---- report.c ---- */
 
 /* Sums the workers' histograms and counts of L->step into R. */
@@ -367,6 +398,8 @@ void report_table_row (FILE *out, const result_t *r);
 void report_csv_header (FILE *out);
 void report_csv_row (FILE *out, const result_t *r);
 int report_write_hgrm (const char *dir, const result_t *r);
+/* A line for each step that saturated (why, and by whom) or whose sender fell behind (how). */
+void report_verdicts (FILE *out, const result_t *results, size_t n);
 /* The errors of every step by status, with the first text of each. */
 void report_error_details (FILE *out, const result_t *results, size_t n);
 /* One progress line on stderr: the phase (warm-up or measuring) and what was sent so far. */

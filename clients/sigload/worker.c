@@ -225,6 +225,23 @@ static void s_schedule_advance (worker_t *w, const step_t *st)
         w->sched_next = st->t0 + w->phase_ns + (int64_t) ((double) w->sched_k * w->period_ns);
 }
 
+/* A measured request scheduled at T went out at NOW: its send lag, split into the part that passed
+ * while every connection was full (held back by the server: the last such time within it) and the
+ * rest (sigload's own). */
+static void s_count_lag (worker_t *w, int64_t t, int64_t now)
+{
+    int64_t lag = now - t > 0 ? now - t : 0;
+    int64_t from = w->held_from > t ? w->held_from : t;
+    int64_t held = w->unheld_at > from ? w->unheld_at - from : 0;
+    if (held > lag)
+        held = lag;
+    w->counts.lag_sent++;
+    w->counts.held_lag_sum += (double) held;
+    w->counts.own_lag_sum += (double) (lag - held);
+    if (lag - held > w->counts.own_lag_max)
+        w->counts.own_lag_max = lag - held;
+}
+
 static int s_open_send (worker_t *w, connection_t *conns, int64_t now)
 {
     const step_t *st = &w->load->step;
@@ -239,18 +256,33 @@ static int s_open_send (worker_t *w, connection_t *conns, int64_t now)
             break;
         }
         if (now - t > w->load->timeout_ns) {
-            /* could not even be sent in time: the client is saturated */
+            /* could not even be sent in time: the connections were full (the server's doing) or
+             * the sender could not keep up (sigload's) */
             s_count_error (w, measured, OUT_TIMEOUT, "not sent within --timeout of its scheduled time");
+            if (measured && (w->held || w->unheld_at > t))
+                w->counts.unsent_held++;
+            else if (measured)
+                w->counts.unsent_own++;
         } else {
             int rc = s_send_any (w, conns, t, measured);
             if (rc == SEND_BLOCKED) {
                 w->blocked = true;
+                if (!w->held)
+                    w->held_from = now;
+                w->held = true;
                 break;
+            }
+            if (w->held) {
+                w->held = false;
+                w->unheld_at = now;
             }
             if (rc == SEND_FAILED)
                 s_count_error (w, measured, OUT_SEND_FAILED, client_sock_strerror (errno));
-            else
+            else {
                 sent++;
+                if (measured)
+                    s_count_lag (w, t, now);
+            }
         }
         if (measured)
             w->counts.requests++;
@@ -497,6 +529,8 @@ static void s_step_begin (worker_t *w, connection_t *conns)
     w->counts.last_answer = st->measure_start;
     w->rr = 0;
     w->blocked = false;
+    w->held = false;
+    w->held_from = w->unheld_at = 0;
     w->stream_rr = 0;
     if (st->mode == MODE_OPEN) {
         /* each thread's share of the rate: 1/T, or with streams its streams' share (1/N a stream) */
