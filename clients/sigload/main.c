@@ -1,7 +1,7 @@
 /* sigload's main: checks that every endpoint answers and asks the server for the model's sizes
  * (ready.c), builds the requests' payloads, starts the workers, then runs the sweep step by step
- * (the --floor step first), judging each (judge.c) as it ends. sigload.h describes the whole design;
- * sigload --help describes its use. */
+ * (each value's --floor step just before its own), judging each (judge.c) as it ends. sigload.h
+ * describes the whole design; sigload --help describes its use. */
 #define _GNU_SOURCE
 #include "clock.h"
 #include "floatlist.h"
@@ -160,17 +160,18 @@ static void s_step_name (step_t *st, bool floor_step)
               st->mode == MODE_OPEN ? "open" : "closed", value);
 }
 
-/* Runs the steps (the floor step first), judging each and printing its row as it ends; the results
- * filled. */
+/* Runs the steps (with --floor, each value's floor step just before its own), judging each and
+ * printing its row as it ends; the results filled. */
 static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE *csv, bool *any_errors,
                            char *saturated, size_t saturated_len)
 {
     const options_t *opt = L->opt;
     double first_p99_us[2] = { 0, 0 };     /* of each set's first step: the default saturation limit */
+    const size_t per_value = opt->floor ? 2 : 1;
     size_t n = 0;
     for (size_t i = 0; i < n_steps && !sigload_interrupted; i++) {
-        bool floor_step = opt->floor && i == 0;
-        size_t v = opt->floor ? (i == 0 ? 0 : i - 1) : i;
+        bool floor_step = opt->floor && i % 2 == 0;
+        size_t v = i / per_value;
         L->step = (step_t) { .mode = opt->mode, .set = floor_step ? SET_FLOOR : SET_TARGET,
                              .echo = opt->echo || floor_step, .target = opt->values[v], .requests = opt->requests,
                              .schedule = opt->schedule_file != NULL, .streams = opt->streams && !floor_step,
@@ -367,7 +368,7 @@ int main (int argc, char **argv)
     if (opt.out_dir && !(csv = s_open_out (opt.out_dir)))
         goto done;
 
-    n_steps = opt.n_values + (opt.floor ? 1 : 0);
+    n_steps = opt.n_values * (opt.floor ? 2 : 1);
     results = calloc (n_steps, sizeof *results);
     if (!results)
         goto done;
