@@ -4,6 +4,7 @@
 #include "sigload.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -45,13 +46,94 @@ static void s_plot_context (const options_t *opt, char *where, char *what, size_
 
 static bool s_is_floor (const result_t *r) { return r->step.set == SET_FLOOR; }
 
-/* Every step's percentile spectrum from its .hgrm; x is 1/(1-percentile) on a log axis. The floor
- * step is dashed like its baseline in the other plot; a step with no OK reply has no curve. */
+static bool s_has_data (const result_t *r) { return histogram_count (r->total) > 0; }
+
+static double s_pct_us (const result_t *r, double p) { return sigload_us (histogram_value_at_percentile (r->total, p)); }
+
+/* ---- the notes of a plot: one line each in a band at the top of the graph ---- */
+
+#define MAX_NOTES 14            /* lines in the band; more are summed up in its last */
+#define NOTE_TOP 0.965          /* the band's first line, as a fraction of the graph's height */
+#define NOTE_ROW 0.04           /* its line height */
+#define NOTE_CHARS 90           /* a line's length at most: half the graph's width at 9 points */
+#define NOTE_NO_X (-1.0)        /* a line of no step: at the graph's left edge */
+
+typedef struct {
+    double x;                   /* where its marker goes: a step's achieved rate, or NOTE_NO_X */
+    const char *color;
+    int pt;                     /* its marker's point type; 0: a line without marker */
+    char text[4 * NOTE_CHARS];
+} note_line_t;
+
+typedef struct {
+    note_line_t lines[MAX_NOTES];
+    size_t n, dropped;
+} notes_t;
+
+static void s_note (notes_t *notes, double x, const char *color, int pt, const char *text)
+{
+    if (notes->n == MAX_NOTES) {
+        notes->dropped++;
+        return;
+    }
+    note_line_t *l = &notes->lines[notes->n++];
+    *l = (note_line_t) { .x = x, .color = color, .pt = pt };
+    s_gp_escape (l->text, sizeof l->text, text);
+}
+
+/* The room the notes take at the top of the graph, as a fraction of its height. */
+static double s_notes_room (const notes_t *notes)
+{
+    size_t lines = notes->n + (notes->dropped > 0);
+    return lines ? 1 - NOTE_TOP + NOTE_ROW * (double) lines : 0;
+}
+
+/* Writes the notes as labels inside the graph, between XLO and XHI: each line at its step's rate
+ * (its marker there), its text running towards the middle so that it never leaves the graph. */
+static void s_write_notes (FILE *f, const notes_t *notes, double xlo, double xhi)
+{
+    for (size_t i = 0; i < notes->n; i++) {
+        const note_line_t *l = &notes->lines[i];
+        double y = NOTE_TOP - NOTE_ROW * (double) i;
+        if (l->x == NOTE_NO_X) {
+            fprintf (f, "set label \"%s\" at graph 0.01, graph %.3f left tc rgb '%s' font ',9'\n", l->text, y, l->color);
+            continue;
+        }
+        double x = l->x < xlo ? xlo : l->x > xhi ? xhi : l->x;
+        bool right = xhi > xlo && (x - xlo) / (xhi - xlo) > 0.5;
+        char point[96] = "";
+        if (l->pt)
+            snprintf (point, sizeof point, " point pt %d ps 1.5 lc rgb '%s'", l->pt, l->color);
+        fprintf (f, "set label \"%s\" at first %.3f, graph %.3f %s%s offset %d,0 tc rgb '%s' font ',9'\n", l->text, x, y,
+                 right ? "right" : "left", point, right ? -1 : 1, l->color);
+    }
+    if (notes->dropped)
+        fprintf (f, "set label \"... and %zu more lines of notes: the lines below sigload's table have them all\" at "
+                    "graph 0.01, graph %.3f left tc rgb 'black' font ',9'\n",
+                 notes->dropped, NOTE_TOP - NOTE_ROW * (double) notes->n);
+}
+
+/* ---- percentiles.png ---- */
+
+/* Every step's percentile spectrum from its .hgrm; x is 1/(1-percentile) on a log axis. The latency
+ * axis is bounded by the steps that did not saturate: a saturated step's curve runs off its top
+ * rather than flatten the others. The floor steps are dashed like their baseline in the other
+ * plot; a step with no OK reply has no curve. */
 static bool s_plot_percentiles (FILE *f, const char *where, const char *what, const result_t *results, size_t n)
 {
     size_t curves = 0;
-    for (size_t i = 0; i < n; i++)
-        curves += histogram_count (results[i].total) > 0;
+    double lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        const result_t *r = &results[i];
+        if (!s_has_data (r))
+            continue;
+        curves++;
+        if (r->saturated)
+            continue;
+        double min = sigload_us (histogram_min (r->total)), max = sigload_us (histogram_max (r->total));
+        lo = lo == 0 || min < lo ? min : lo;
+        hi = max > hi ? max : hi;
+    }
     if (curves == 0) {
         fprintf (f, "# percentiles.png: no step had an OK reply, so there is no percentile to plot\n\n");
         return false;
@@ -60,141 +142,265 @@ static bool s_plot_percentiles (FILE *f, const char *where, const char *what, co
                 "set output 'percentiles.png'\n"
                 "set title \"sigload %s: latency by percentile\\n%s; open loop: from each scheduled send, "
                 "closed loop: from the actual send\"\n"
+                "unset label\n"
+                "unset arrow\n"
+                "set ytics autofreq\n"
                 "set logscale x\n"
+                "set xrange [*:*]\n"
                 "set xlabel 'percentile'\n"
                 "set xtics ('0%%%%' 1, '90%%%%' 10, '99%%%%' 100, '99.9%%%%' 1000, '99.99%%%%' 10000, '99.999%%%%' 100000, "
-                "'99.9999%%%%' 1000000)\n"
-                "plot", where, what);
+                "'99.9999%%%%' 1000000)\n", where, what);
+    if (hi > 0)
+        fprintf (f, "# y range: the steps that did not saturate, from their least latency / 1.5 to their most x 1.5\n"
+                    "set yrange [%.3f:%.3f]\n", (lo > 0 ? lo : 1) / 1.5, hi * 1.5);
+    else
+        fprintf (f, "# y range: every step saturated, so theirs\nset yrange [*:*]\n");
+    fprintf (f, "plot");
     size_t plotted = 0;
     for (size_t i = 0; i < n; i++) {
         const result_t *r = &results[i];
-        if (histogram_count (r->total) == 0)
+        if (!s_has_data (r))
             continue;
-        fprintf (f, "%s \\\n     '%s.hgrm' using 4:1 with lines lw 2%s title '%s%s'", plotted++ ? "," : "",
-                 r->step.name, s_is_floor (r) ? " dt 2" : "", r->step.name,
-                 s_is_floor (r) ? " (echo floor)" : r->saturated ? " (saturated)" : "");
+        bool off = r->saturated && hi > 0 && sigload_us (histogram_max (r->total)) > hi * 1.5;
+        fprintf (f, "%s \\\n     '%s.hgrm' using 4:1 with lines lw 2%s title '%s%s%s'", plotted++ ? "," : "",
+                 r->step.name, s_is_floor (r) ? " dt 2" : "", r->step.name, s_is_floor (r) ? " (echo floor)" : "",
+                 !r->saturated ? "" : off ? " (saturated: off the top)" : " (saturated)");
     }
     fprintf (f, "\n\n");
     return true;
 }
 
-/* Latency against achieved throughput. The first saturated step of each curve is its knee: it is
- * plotted with the others and marked "saturated". Steps past it would stretch the latency axis by
- * orders of magnitude and flatten every other point: they are left out of the points and shown as
- * a vertical line at their throughput instead (unless every step saturated). A saturated step with
- * no OK reply has no latency to plot: a vertical line too. The --floor step is a dashed horizontal
- * baseline at its p50 and p99. */
-static bool s_plot_throughput (FILE *f, const char *where, const char *what, const result_t *results, size_t n)
+/* ---- latency_vs_throughput.png ---- */
+
+static const struct { bool echo; load_mode_t mode; const char *block, *label; } s_series[] = {
+    { false, MODE_OPEN, "sigserve_open", "sigserve open loop" },
+    { false, MODE_CLOSED, "sigserve_closed", "sigserve closed loop" },
+    { true, MODE_OPEN, "echo_open", "echo open loop" },
+    { true, MODE_CLOSED, "echo_closed", "echo closed loop" },
+};
+#define N_SERIES (sizeof s_series / sizeof s_series[0])
+
+static size_t s_series_of (const result_t *r)
 {
-    static const struct { bool echo; load_mode_t mode; const char *block, *label; } series[] = {
-        { false, MODE_OPEN, "sigserve_open", "sigserve open loop" },
-        { false, MODE_CLOSED, "sigserve_closed", "sigserve closed loop" },
-        { true, MODE_OPEN, "echo_open", "echo open loop" },
-        { true, MODE_CLOSED, "echo_closed", "echo closed loop" },
-    };
-    static const struct { int column; const char *name; } pcts[] = { { 2, "p50" }, { 3, "p99" }, { 4, "p99.9" } };
-    size_t steps = 0, with_data = 0, unsaturated = 0;
-    double lo = 0, hi = 0;
-    const result_t *floor = NULL;
+    for (size_t s = 0; s < N_SERIES; s++)
+        if (r->step.echo == s_series[s].echo && r->step.mode == s_series[s].mode)
+            return s;
+    return 0;
+}
+
+/* Who saturated R, as a note says it. */
+static const char *s_by (const result_t *r)
+{
+    bool echo = r->step.echo;
+    switch (r->saturated_by) {
+    case SAT_SIGLOAD: return echo ? "sigload, not the echo server" : "sigload, not the server";
+    case SAT_BOTH: return echo ? "sigload and the echo server" : "sigload and the server";
+    default: return echo ? "the echo server" : "the server";
+    }
+}
+
+/* The notes of the throughput plot, in the order of the steps: a saturated step off the curve (a
+ * red triangle at its achieved rate: who, why, its latencies, sigload's own lag when it fell
+ * behind), a step on the curve whose sender fell behind (orange, circled on its curve), a step
+ * under the floor measured beside it (blue); then a line that says what the orange and the blue
+ * ones mean. CURVE says which steps are on the curves; FLOOR_OF which floor step was measured
+ * beside each step (-1: none). */
+static void s_throughput_notes (const result_t *results, size_t n, const bool *curve, const long *floor_of,
+                                notes_t *notes)
+{
+    char a[32], b[32], line[4 * NOTE_CHARS];
+    size_t behind = 0, under = 0;
     for (size_t i = 0; i < n; i++) {
         const result_t *r = &results[i];
-        bool data = histogram_count (r->total) > 0;   /* an OK reply, so latencies */
-        if (s_is_floor (r)) {
-            floor = data ? r : NULL;
+        judge_format_us (judge_own_lag_us (r), a, sizeof a);
+        judge_format_us (sigload_us (r->counts.own_lag_max), b, sizeof b);
+        if (r->saturated) {
+            snprintf (line, sizeof line, "%s: saturated, by %s", r->step.name, s_by (r));
+            s_note (notes, r->achieved, "red", 9, line);
+            char rate[48] = "", lat[80] = "; no OK reply";
+            if (strncmp (r->saturation, "achieved", 8) != 0)
+                snprintf (rate, sizeof rate, "%.0f req/s, ", r->achieved);
+            if (s_has_data (r)) {
+                char p50[32], p99[32];
+                judge_format_us (s_pct_us (r, 50), p50, sizeof p50);
+                judge_format_us (s_pct_us (r, 99), p99, sizeof p99);
+                snprintf (lat, sizeof lat, ": p50 %s, p99 %s", p50, p99);
+            }
+            snprintf (line, sizeof line, "    %s%s%s", rate, r->saturation, lat);
+            s_note (notes, r->achieved, "red", 0, line);
+            if (r->sender_behind) {
+                snprintf (line, sizeof line, "    sigload's own send lag %s on average (max %s): try --processes", a, b);
+                s_note (notes, r->achieved, "red", 0, line);
+            }
             continue;
         }
-        lo = steps == 0 || r->achieved < lo ? r->achieved : lo;
-        hi = steps == 0 || r->achieved > hi ? r->achieved : hi;
-        steps++;
-        with_data += data;
-        unsaturated += data && !r->saturated;
+        if (r->sender_behind) {
+            snprintf (line, sizeof line, "%s: sigload fell behind, its own send lag %s on average (max %s)",
+                      r->step.name, a, b);
+            s_note (notes, r->achieved, "dark-orange", 6, line);
+            behind++;
+        }
+        const result_t *fl = floor_of[i] >= 0 ? &results[floor_of[i]] : NULL;
+        if (curve[i] && fl && curve[floor_of[i]] && s_pct_us (r, 50) < s_pct_us (fl, 50)) {
+            judge_format_us (s_pct_us (r, 50), a, sizeof a);
+            judge_format_us (s_pct_us (fl, 50), b, sizeof b);
+            snprintf (line, sizeof line, "%s: p50 %s, under its echo floor's %s (%s, measured just before)",
+                      r->step.name, a, b, fl->step.name);
+            s_note (notes, r->achieved, "blue", 12, line);
+            under++;
+        }
     }
-    if (with_data == 0 && !floor) {
-        fprintf (f, "# latency_vs_throughput.png: no step had an OK reply, so there is no latency to plot\n");
+    if (behind)
+        s_note (notes, NOTE_NO_X, "dark-orange", 0, "circled: latencies that hold sigload's own send lag; "
+                                                     "try --processes, or give sigload cores of its own");
+    if (under)
+        s_note (notes, NOTE_NO_X, "blue", 0, "under the floor: the echo server is another process, woken apart; the "
+                                              "host's scheduling, not a server faster than its transport");
+}
+
+/* Latency against achieved throughput. A curve per kind and mode joins the steps that did not
+ * saturate; a saturated step is never on it (unless every step of the sweep saturated: then the
+ * steps are the curve, marked so) but a red triangle in the band of notes at the top, at its
+ * achieved rate, saying who saturated (the server, or sigload itself) and its latencies. Both axes
+ * are bounded by the steps on the curves, the band of notes kept above them; the legend sits below
+ * the graph, clear of it. The --floor steps: a dashed baseline at their p50 and p99 (one step), or
+ * dashed curves (one a rate); a step under its floor says so, and a step whose sender fell behind
+ * is circled. */
+static bool s_plot_throughput (FILE *f, const char *where, const char *what, const result_t *results, size_t n)
+{
+    bool *curve = calloc (n ? n : 1, sizeof *curve);
+    long *floor_of = calloc (n ? n : 1, sizeof *floor_of);
+    if (!curve || !floor_of) {
+        free (curve);
+        free (floor_of);
+        fprintf (f, "# latency_vs_throughput.png: out of memory\n");
         return false;
     }
+    size_t with_data = 0, unsaturated = 0, floors = 0;
+    for (size_t i = 0; i < n; i++) {
+        const result_t *r = &results[i];
+        with_data += s_has_data (r);
+        unsaturated += s_has_data (r) && !r->saturated && !s_is_floor (r);
+        /* with --floor, each step's floor is the step just before it */
+        floor_of[i] = !s_is_floor (r) && i > 0 && s_is_floor (&results[i - 1])
+                              && results[i - 1].step.target == r->step.target ? (long) i - 1 : -1;
+    }
     /* every step with latencies saturated: plot them as they are, there is nothing else */
-    bool all_saturated = unsaturated == 0 && with_data > 0;
-    fprintf (f, "# Latency against achieved throughput: the steps below saturation and each curve's first\n"
-                "# saturated step (its knee), one data block per kind and mode (columns: achieved req/s,\n"
-                "# p50, p99, p99.9 in us, the step).\n");
-    bool present[sizeof series / sizeof series[0]] = { false };
-    /* each curve's knee: its first saturated step with latencies (plotted, marked) */
-    const result_t *knee[sizeof series / sizeof series[0]] = { NULL };
-    for (size_t s = 0; s < sizeof series / sizeof series[0] && !all_saturated; s++)
-        for (size_t i = 0; i < n && !knee[s]; i++) {
-            const result_t *r = &results[i];
-            if (!s_is_floor (r) && r->step.echo == series[s].echo && r->step.mode == series[s].mode && r->saturated
-                && histogram_count (r->total) > 0)
-                knee[s] = r;
+    bool all_saturated = unsaturated == 0;
+    double xlo = 0, xhi = 0, ylo = 0, yhi = 0;
+    size_t on_curves = 0;
+    for (size_t i = 0; i < n; i++) {
+        const result_t *r = &results[i];
+        curve[i] = s_has_data (r) && (!r->saturated || (all_saturated && !s_is_floor (r)));
+        if (!curve[i])
+            continue;
+        floors += s_is_floor (r);
+        double v[3] = { s_pct_us (r, 50), s_pct_us (r, 99), s_pct_us (r, 99.9) };
+        xlo = on_curves == 0 || r->achieved < xlo ? r->achieved : xlo;
+        xhi = on_curves == 0 || r->achieved > xhi ? r->achieved : xhi;
+        for (int k = 0; k < (s_is_floor (r) ? 2 : 3); k++) {
+            ylo = ylo == 0 || v[k] < ylo ? v[k] : ylo;
+            yhi = v[k] > yhi ? v[k] : yhi;
         }
-    for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
+        on_curves++;
+    }
+    if (with_data == 0 || on_curves == 0) {
+        fprintf (f, "# latency_vs_throughput.png: no step had an OK reply, so there is no latency to plot\n");
+        free (curve);
+        free (floor_of);
+        return false;
+    }
+    fprintf (f, "# Latency against achieved throughput: one data block per kind and mode, the steps that did\n"
+                "# not saturate%s (columns: achieved req/s, p50, p99, p99.9 in us, the step).\n",
+             all_saturated ? " (none did: every step, marked saturated)" : "");
+    bool present[N_SERIES] = { false };
+    for (size_t s = 0; s < N_SERIES; s++) {
         for (size_t i = 0; i < n; i++) {
             const result_t *r = &results[i];
-            if (s_is_floor (r) || r->step.echo != series[s].echo || r->step.mode != series[s].mode
-                || histogram_count (r->total) == 0 || (r->saturated && !all_saturated && r != knee[s]))
+            if (!curve[i] || s_is_floor (r) || s_series_of (r) != s)
                 continue;
             if (!present[s])
-                fprintf (f, "$%s << EOD\n", series[s].block);
+                fprintf (f, "$%s << EOD\n", s_series[s].block);
             present[s] = true;
-            fprintf (f, "%.3f %.3f %.3f %.3f %s\n", r->achieved, sigload_us (histogram_value_at_percentile (r->total, 50)),
-                     sigload_us (histogram_value_at_percentile (r->total, 99)),
-                     sigload_us (histogram_value_at_percentile (r->total, 99.9)), r->step.name);
+            fprintf (f, "%.3f %.3f %.3f %.3f %s\n", r->achieved, s_pct_us (r, 50), s_pct_us (r, 99), s_pct_us (r, 99.9),
+                     r->step.name);
         }
         if (present[s])
             fprintf (f, "EOD\n");
     }
+    if (floors > 1) {
+        fprintf (f, "# The echo floor measured beside each step (columns: achieved req/s, p50, p99 in us, the step).\n"
+                    "$echo_floor << EOD\n");
+        for (size_t i = 0; i < n; i++)
+            if (curve[i] && s_is_floor (&results[i]))
+                fprintf (f, "%.3f %.3f %.3f %s\n", results[i].achieved, s_pct_us (&results[i], 50),
+                         s_pct_us (&results[i], 99), results[i].step.name);
+        fprintf (f, "EOD\n");
+    }
+    notes_t notes = { .n = 0 };
+    s_throughput_notes (results, n, curve, floor_of, &notes);
+    /* the latency axis: the curves' values, then room above them for the notes (a log axis) */
+    double room = s_notes_room (&notes), lo = ylo / 1.5, top = yhi * 1.5;
+    if (room > 0.6)
+        room = 0.6;
+    double hi = exp (log (lo) + (log (top) - log (lo)) / (1 - room));
+    double pad = xhi > xlo ? 0.05 * (xhi - xlo) : (xhi > 0 ? 0.1 * xhi : 1);
+    double x0 = xlo - pad > 0 ? xlo - pad : 0, x1 = xhi + pad;
     fprintf (f, "set output 'latency_vs_throughput.png'\n"
                 "set title \"sigload %s: latency against achieved throughput\\n%s\"\n"
+                "unset label\n"
+                "unset arrow\n"
                 "unset logscale x\n"
                 "set xtics autofreq\n"
-                "set xlabel 'achieved throughput (requests/s)'\n", where, what);
-    if (steps > 0) {
-        double pad = hi > lo ? 0.05 * (hi - lo) : (hi > 0 ? 0.1 * hi : 1);
-        fprintf (f, "set xrange [%.3f:%.3f]\n", lo - pad > 0 ? lo - pad : 0, hi + pad);
-    }
-    for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
-        const result_t *r = knee[s];
-        if (!r)
-            continue;
-        char why[512];
-        s_gp_escape (why, sizeof why, r->saturation);
-        double p99 = sigload_us (histogram_value_at_percentile (r->total, 99));
-        fprintf (f, "# knee: %s (%s), the first saturated step of %s\n"
-                    "set label \"saturated: %s\" at first %.3f, first %.3f point pt 6 ps 3 lc rgb 'red' "
-                    "offset 1,1 tc rgb 'red'\n", r->step.name, why, series[s].label, r->step.name, r->achieved, p99);
-    }
-    for (size_t i = 0; i < n && !all_saturated; i++) {
+                "set xlabel 'achieved throughput (requests/s)'\n"
+                "# x range: the achieved rates of the %zu steps on the curves, padded by 5%% of their span\n"
+                "set xrange [%.3f:%.3f]\n"
+                "# y range: their latencies (p50 to p99.9; the floor's p50 and p99) from the least / 1.5 to the\n"
+                "# most x 1.5 (ticks up to there), and above that %zu lines of notes (%.3f of the graph)\n"
+                "set yrange [%.3f:%.3f]\n"
+                "set ytics %g, 10, %.3f\n",
+             where, what, on_curves, x0, x1, notes.n + (notes.dropped > 0), room, lo, hi,
+             pow (10, floor (log10 (lo))), top);
+    if (room > 0)
+        fprintf (f, "set arrow from graph 0, first %.3f to graph 1, first %.3f nohead lc rgb 'gray70'\n", top, top);
+    for (size_t i = 0; i < n; i++) {
         const result_t *r = &results[i];
-        bool is_knee = false;
-        for (size_t s = 0; s < sizeof series / sizeof series[0]; s++)
-            is_knee = is_knee || knee[s] == r;
-        if (s_is_floor (r) || !r->saturated || is_knee)
-            continue;
-        char why[512], p99[64] = "";
-        s_gp_escape (why, sizeof why, r->saturation);
-        if (histogram_count (r->total) > 0)
-            snprintf (p99, sizeof p99, ", p99 %.0f us", sigload_us (histogram_value_at_percentile (r->total, 99)));
-        fprintf (f, "# saturated: %s (%s)\n"
-                    "set arrow from first %.3f, graph 0 to first %.3f, graph 1 nohead dt 3 lw 2 lc rgb 'red'\n"
-                    "set label \"saturated: %s%s\" at first %.3f, graph 0.98 right rotate by 90 offset -1,0 "
-                    "tc rgb 'red'\n", r->step.name, why, r->achieved, r->achieved, r->step.name, p99, r->achieved);
+        if (r->saturated) {
+            char why[512];
+            s_gp_escape (why, sizeof why, r->saturation);
+            fprintf (f, "# saturated: %s (%s), by %s: %s\n", r->step.name, why, judge_by_name (r->saturated_by),
+                     curve[i] ? "on the curve, every step saturated" : "a marked point off the curve");
+        }
+        if (curve[i] && r->sender_behind)     /* circled on its curve */
+            fprintf (f, "set label \"\" at first %.3f, first %.3f point pt 6 ps 3 lc rgb 'dark-orange'\n", r->achieved,
+                     s_pct_us (r, 50));
     }
+    s_write_notes (f, &notes, x0, x1);
     fprintf (f, "plot");
     int plotted = 0;
-    for (size_t s = 0; s < sizeof series / sizeof series[0]; s++)
+    static const struct { int column; const char *name; } pcts[] = { { 2, "p50" }, { 3, "p99" }, { 4, "p99.9" } };
+    for (size_t s = 0; s < N_SERIES; s++)
         for (size_t p = 0; present[s] && p < sizeof pcts / sizeof pcts[0]; p++)
             fprintf (f, "%s \\\n     $%s using 1:%d with linespoints lw 2 pt 7 title '%s %s%s'", plotted++ ? "," : "",
-                     series[s].block, pcts[p].column, series[s].label, pcts[p].name,
+                     s_series[s].block, pcts[p].column, s_series[s].label, pcts[p].name,
                      all_saturated ? " (saturated)" : "");
-    if (floor) {
-        double p50 = sigload_us (histogram_value_at_percentile (floor->total, 50));
-        double p99 = sigload_us (histogram_value_at_percentile (floor->total, 99));
+    for (size_t i = 0; i < n && floors == 1; i++) {
+        const result_t *fl = &results[i];
+        if (!curve[i] || !s_is_floor (fl))
+            continue;
+        double p50 = s_pct_us (fl, 50), p99 = s_pct_us (fl, 99);
         fprintf (f, "%s \\\n     %.3f with lines dt 2 lw 2 lc rgb 'gray30' title 'echo floor p50 (%.1f us, %s)', \\\n"
                     "     %.3f with lines dt 2 lw 1 lc rgb 'gray50' title 'echo floor p99 (%.1f us)'",
-                 plotted++ ? "," : "", p50, p50, floor->step.name, p99, p99);
+                 plotted++ ? "," : "", p50, p50, fl->step.name, p99, p99);
     }
+    if (floors > 1)
+        fprintf (f, "%s \\\n     $echo_floor using 1:2 with linespoints dt 2 lw 2 pt 1 lc rgb 'gray30' "
+                    "title 'echo floor p50 (beside each step)', \\\n"
+                    "     $echo_floor using 1:3 with linespoints dt 2 lw 1 pt 1 lc rgb 'gray50' title 'echo floor p99'",
+                 plotted++ ? "," : "");
     fprintf (f, "\n");
+    free (curve);
+    free (floor_of);
     return true;
 }
 
@@ -214,7 +420,8 @@ bool report_plot (const options_t *opt, const result_t *results, size_t n, char 
                 "set terminal pngcairo size 1280,800 noenhanced\n"
                 "set rmargin 8\n"
                 "set grid\n"
-                "set key top left\n"
+                "# the legend below the graph: the notes inside it never meet it\n"
+                "set key below horizontal\n"
                 "set logscale y\n"
                 "set ylabel 'latency (us)'\n"
                 "\n");
