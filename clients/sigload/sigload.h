@@ -80,6 +80,7 @@ enum { EXIT_OK = 0, EXIT_ERRORS = 1, EXIT_USAGE = 2 };
 #define MAX_CONNS_PER_THREAD 65535      /* the connection's field is 16 bits */
 #define ERROR_TEXT 160
 #define MAX_STREAMS 1000000             /* --streams */
+#define HELD_LOG 256                    /* a worker's log of held times (worker_t) */
 
 /* Outcomes: 0..8 are the server's Status values, then the client's own. */
 enum {
@@ -239,8 +240,16 @@ typedef struct {
     int64_t phase_ns;
     int64_t spin_ns;                /* spun before each scheduled send */
     bool sched_done, blocked;
+    /* Open loop: the time the sender was held back by full connections (from a send that found
+     * every connection full to the next that went out), as the points where such a time began
+     * and ended with the total held before each: a request's held lag is the total's growth
+     * between its scheduled and its actual send. Points older than the next request's schedule
+     * are dropped; a full log drops its oldest. */
     bool held;                      /* the last send found every connection full */
-    int64_t held_from, unheld_at;   /* the last such time: from that send to the next that went out */
+    int64_t held_from;              /* since then */
+    int64_t held_total;             /* held time ended so far in the step */
+    struct { int64_t at, total; bool start; } held_log[HELD_LOG];
+    size_t held_first, held_n;      /* the log's oldest point, and its points (a ring) */
     size_t sched_index;             /* --schedule: the entry of this thread's next request */
     uint64_t quota;                 /* --requests: this thread's share */
     struct { connection_t *conn; stream_t *stream; } *streams;   /* its connections' streams, in turn */
@@ -291,6 +300,7 @@ typedef struct {
     uint64_t errors;                /* measured errors */
     bool saturated;                 /* past saturation (judge.c's rule): kept off the plots' scale */
     char saturation[256];           /* why, when saturated */
+    double p99_limit_us;            /* the p99 above which it would be (--saturation-p99, or the default) */
     bool sender_behind;             /* sigload's own sender fell behind (judge.c's rule) */
     char sender[320];               /* how, and what to do, when it did */
     saturated_by_t saturated_by;    /* SAT_NONE unless saturated */
