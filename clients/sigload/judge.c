@@ -87,13 +87,14 @@ static bool s_server_signs (const result_t *r)
 
 /* Why R is past saturation, or "": it achieved less than 90% of its target rate, saw errors, or
  * its p99 exceeded --saturation-p99 (default: 10 x the first step's p99, at least 1000 us). */
-static void s_saturation (const options_t *opt, const result_t *r, double *first_p99_us, char *why, size_t len)
+static void s_saturation (const options_t *opt, result_t *r, double *first_p99_us, char *why, size_t len)
 {
     double p99 = sigload_us (histogram_value_at_percentile (r->total, 99));
     if (*first_p99_us == 0)
         *first_p99_us = p99 > 0 ? p99 : 1;
     double limit = opt->saturation_p99_us > 0 ? opt->saturation_p99_us
                                               : (10 * *first_p99_us > 1000 ? 10 * *first_p99_us : 1000);
+    r->p99_limit_us = limit;
     why[0] = 0;
     if (opt->mode == MODE_OPEN && !r->step.schedule && r->achieved < 0.9 * r->step.target)
         snprintf (why, len, "achieved %.0f req/s, less than 90%% of %.10g", r->achieved, r->step.target);

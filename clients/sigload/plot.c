@@ -52,7 +52,7 @@ static double s_pct_us (const result_t *r, double p) { return sigload_us (histog
 
 /* ---- the notes of a plot: one line each in a band at the top of the graph ---- */
 
-#define MAX_NOTES 14            /* lines in the band; more are summed up in its last */
+#define MAX_NOTES 13            /* lines in the band; more are summed up in one more */
 #define NOTE_TOP 0.965          /* the band's first line, as a fraction of the graph's height */
 #define NOTE_ROW 0.04           /* its line height */
 #define NOTE_CHARS 90           /* a line's length at most: half the graph's width at 9 points */
@@ -217,16 +217,20 @@ static void s_throughput_notes (const result_t *results, size_t n, const bool *c
         if (r->saturated) {
             snprintf (line, sizeof line, "%s: saturated, by %s", r->step.name, s_by (r));
             s_note (notes, r->achieved, "red", 9, line);
-            char rate[48] = "", lat[80] = "; no OK reply";
-            if (strncmp (r->saturation, "achieved", 8) != 0)
-                snprintf (rate, sizeof rate, "%.0f req/s, ", r->achieved);
-            if (s_has_data (r)) {
-                char p50[32], p99[32];
-                judge_format_us (s_pct_us (r, 50), p50, sizeof p50);
-                judge_format_us (s_pct_us (r, 99), p99, sizeof p99);
+            /* its rate (the reason, when it is the rate), the reason, its latencies */
+            char lat[96] = "; no OK reply", p50[32], p99[32], limit[32];
+            judge_format_us (s_pct_us (r, 50), p50, sizeof p50);
+            judge_format_us (s_pct_us (r, 99), p99, sizeof p99);
+            judge_format_us (r->p99_limit_us, limit, sizeof limit);
+            if (s_has_data (r))
                 snprintf (lat, sizeof lat, ": p50 %s, p99 %s", p50, p99);
-            }
-            snprintf (line, sizeof line, "    %s%s%s", rate, r->saturation, lat);
+            if (strncmp (r->saturation, "achieved", 8) == 0)
+                snprintf (line, sizeof line, "    %s%s", r->saturation, lat);
+            else if (strncmp (r->saturation, "p99", 3) == 0)
+                snprintf (line, sizeof line, "    %.0f req/s: p50 %s, p99 %s, over the limit of %s", r->achieved, p50,
+                          p99, limit);
+            else
+                snprintf (line, sizeof line, "    %.0f req/s, %s%s", r->achieved, r->saturation, lat);
             s_note (notes, r->achieved, "red", 0, line);
             if (r->sender_behind) {
                 snprintf (line, sizeof line, "    sigload's own send lag %s on average (max %s): try --processes", a, b);
@@ -340,9 +344,7 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
     notes_t notes = { .n = 0 };
     s_throughput_notes (results, n, curve, floor_of, &notes);
     /* the latency axis: the curves' values, then room above them for the notes (a log axis) */
-    double room = s_notes_room (&notes), lo = ylo / 1.5, top = yhi * 1.5;
-    if (room > 0.6)
-        room = 0.6;
+    double room = s_notes_room (&notes), lo = ylo / 1.5, top = yhi * 1.5;   /* room: 0.595 at most */
     double hi = exp (log (lo) + (log (top) - log (lo)) / (1 - room));
     double pad = xhi > xlo ? 0.05 * (xhi - xlo) : (xhi > 0 ? 0.1 * xhi : 1);
     double x0 = xlo - pad > 0 ? xlo - pad : 0, x1 = xhi + pad;
