@@ -166,7 +166,9 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
                            char *saturated, size_t saturated_len)
 {
     const options_t *opt = L->opt;
-    double first_p99_us[2] = { 0, 0 };     /* of each set's first step: the default saturation limit */
+    /* the first server step's p99: the default saturation limit's base, the floor steps' too (they
+     * share the plot's scale); the first floor step, before it, is judged by its own */
+    double first_p99_us = 0;
     const size_t per_value = opt->floor ? 2 : 1;
     size_t n = 0;
     for (size_t i = 0; i < n_steps && !sigload_interrupted; i++) {
@@ -186,7 +188,8 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
         report_merge (L, r);
         procs_step_end (opt, r);
         s_step_name (&r->step, floor_step);     /* the whole load's value (--processes) */
-        judge_step (opt, &first_p99_us[r->step.set], r);
+        double floor_base = first_p99_us;
+        judge_step (opt, floor_step ? &floor_base : &first_p99_us, r);
         report_table_row (stdout, r);
         if (csv)
             report_csv_row (csv, r);

@@ -383,7 +383,8 @@ void *worker_main (void *arg);
 /* ---- judge.c ---- */
 
 /* Judges R as it ended: saturated (and why), the sender behind (and how), saturated by whom.
- * *FIRST_P99_US: the p99 of the first step judged of R's kind (0 before it), the default limit's base. */
+ * *FIRST_P99_US: the default limit's base, the p99 of the sweep's first step (0 before it: R's own,
+ * set there). */
 void judge_step (const options_t *opt, double *first_p99_us, result_t *r);
 /* The mean send lag, in us, of R's measured requests: sigload's own part, and the part held back
  * by full connections. */
