@@ -15,6 +15,10 @@
 
 #define STALL_MS 400
 
+/* The line of the throughput plot's notes that says what an orange circle means. */
+#define KEY_BEHIND "sigload fell behind where circled or said so: its own send lag is in those latencies; try " \
+                   "--processes, or give sigload cores of its own"
+
 /* Waits (up to 20 s) until the test server TS has seen N inferences. */
 static void s_wait_infers (test_server_t *ts, int n)
 {
@@ -163,11 +167,11 @@ START_TEST (a_stopped_sender_is_sigloads_doing)
     free (block);
     EXPECT_IN (gp, "# saturated: open-1000 (p99 ");
     EXPECT_IN (gp, " us above 150000.0 us), by sigload: a marked point off the curve\n");
-    EXPECT_IN (gp, "set label \"open-1000: saturated, by sigload, not the server\" at first ");
+    EXPECT_IN (gp, "set label \"open-1000: saturated, by sigload (its own send lag ");
+    EXPECT_IN (gp, "), not the server\" at first ");
     EXPECT_IN (gp, " point pt 9 ps 1.5 lc rgb 'red'");
-    EXPECT_IN (gp, "set label \"    sigload's own send lag ");
-    EXPECT_IN (gp, " on average (max ");
-    EXPECT_IN (gp, "): try --processes\" at first ");
+    EXPECT_IN (gp, ", over the limit of 150.0 ms\" at first ");
+    EXPECT_IN (gp, "set label \"" KEY_BEHIND "\" at graph 0.01, graph ");
     const int on_curve[] = { 0 };
     s_check_ranges (&csv, gp, on_curve, 1);
     free (gp);
@@ -202,8 +206,7 @@ START_TEST (a_stopped_sender_that_did_not_saturate_is_said)
     EXPECT_IN (gp, circle);
     EXPECT_IN (gp, " point pt 6 ps 3 lc rgb 'dark-orange'\n");
     EXPECT_IN (gp, "set label \"open-1000: sigload fell behind, its own send lag ");
-    EXPECT_IN (gp, "set label \"circled: latencies that hold sigload's own send lag; try --processes, or give sigload "
-                   "cores of its own\" at graph 0.01, graph ");
+    EXPECT_IN (gp, "set label \"" KEY_BEHIND "\" at graph 0.01, graph ");
     const int on_curve[] = { 0 };
     s_check_ranges (&csv, gp, on_curve, 1);
     free (gp);
@@ -257,7 +260,7 @@ START_TEST (full_connections_are_the_servers_doing)
     EXPECT_IN (gp, "set label \"open-1000: saturated, by the server\" at first ");
     EXPECT_IN (gp, " req/s: p50 ");
     EXPECT_IN (gp, ", over the limit of 150.0 ms\" at first ");
-    EXPECT_NOT_IN (gp, "set label \"    sigload's own send lag");
+    EXPECT_NOT_IN (gp, "set label \"open-1000: saturated, by sigload");
     EXPECT_NOT_IN (gp, "set label \"open-1000: sigload fell behind");
     free (gp);
     free (csv.text);
@@ -341,6 +344,48 @@ START_TEST (a_saturated_step_is_never_on_the_curve)
     free (gp);
     if (access ("/usr/bin/gnuplot", X_OK) == 0)
         EXPECT_IN (run.out, "percentiles.png, latency_vs_throughput.png");
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
+START_TEST (notes_beyond_the_band_are_summed_up)
+{
+    /* closed-1 and eight saturated steps (every other reply OVERLOADED after closed-1's): two lines
+     * each, 16 for a band of 13: the first six steps' lines, then one that says what is left out */
+    test_server_t *ts = calloc (1, sizeof *ts);
+    ts->overloaded_every = 2;
+    ts->errors_from = 100;
+    s_test_server_start (ts);
+    run_t run;
+    const char *args[] = { "--endpoint", ts->endpoint, "--model", "test", "--concurrency", "1,2,3,4,5,6,7,8,9",
+                           "--requests", "100", "--warmup", "0", NULL };
+    s_sigload ("many", args, &run);
+    s_test_server_stop (ts);
+    free (ts);
+    EXPECT_STATUS (&run, 1);
+    char *gp = s_plots (&run), label[96];
+    for (int c = 2; c <= 9; c++) {
+        snprintf (label, sizeof label, "set label \"closed-%d: saturated, by the server\" at first ", c);
+        if (c <= 7)
+            EXPECT_IN (gp, label);
+        else
+            EXPECT_NOT_IN (gp, label);
+        snprintf (label, sizeof label, "# saturated: closed-%d (50 errors), by server: a marked point off the curve\n", c);
+        EXPECT_IN (gp, label);
+    }
+    EXPECT_IN (gp, "set label \"... and 4 more lines of notes: the lines below sigload's table say it all\" at graph "
+                   "0.01, graph 0.485 left");
+    EXPECT_IN (gp, "and above that 13 lines of notes (0.555 of the graph)\n");
+    for (int c = 2; c <= 9; c++) {
+        snprintf (label, sizeof label, "\nclosed-%d: saturated by the server: 50 errors\n", c);
+        EXPECT_IN (run.out, label);
+    }
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    const int on_curve[] = { 0 };
+    s_check_ranges (&csv, gp, on_curve, 1);
+    free (gp);
     free (csv.text);
     s_run_free (&run);
 }
@@ -458,6 +503,7 @@ int main (void)
         tcase_add_test (tc, a_stopped_sender_that_did_not_saturate_is_said);
         tcase_add_test (tc, full_connections_are_the_servers_doing);
         tcase_add_test (tc, a_saturated_step_is_never_on_the_curve);
+        tcase_add_test (tc, notes_beyond_the_band_are_summed_up);
         tcase_add_test (tc, a_step_with_no_ok_reply_is_a_note_alone);
         tcase_add_test (tc, the_floor_runs_beside_every_step);
         suite_add_tcase (s, tc);

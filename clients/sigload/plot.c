@@ -55,46 +55,78 @@ static double s_pct_us (const result_t *r, double p) { return sigload_us (histog
 #define MAX_NOTES 13            /* lines in the band; more are summed up in one more */
 #define NOTE_TOP 0.965          /* the band's first line, as a fraction of the graph's height */
 #define NOTE_ROW 0.04           /* its line height */
-#define NOTE_CHARS 90           /* a line's length at most: half the graph's width at 9 points */
-#define NOTE_NO_X (-1.0)        /* a line of no step: at the graph's left edge */
+#define NOTE_CHARS 90           /* a step's line at most: half the graph's width at 9 points */
+#define NOTE_NO_X (-1.0)        /* a line of no step: at the graph's left edge, the whole width */
+
+/* How much a line matters when the band cannot hold them all: the lines that say what the marks
+ * mean, then the saturated steps, then the rest. */
+enum { NOTE_KEY, NOTE_SATURATED, NOTE_OTHER };
 
 typedef struct {
     double x;                   /* where its marker goes: a step's achieved rate, or NOTE_NO_X */
     const char *color;
     int pt;                     /* its marker's point type; 0: a line without marker */
+    int rank;                   /* NOTE_* */
+    size_t group;               /* the lines of one step go in, or stay out, together */
+    bool kept;
     char text[4 * NOTE_CHARS];
 } note_line_t;
 
 typedef struct {
-    note_line_t lines[MAX_NOTES];
-    size_t n, dropped;
+    note_line_t *lines;         /* every candidate, in order */
+    size_t n, cap;
+    size_t kept, dropped;       /* lines in the band, lines left out (s_notes_choose) */
 } notes_t;
 
-static void s_note (notes_t *notes, double x, const char *color, int pt, const char *text)
+static void s_note (notes_t *notes, size_t group, int rank, double x, const char *color, int pt, const char *text)
 {
-    if (notes->n == MAX_NOTES) {
-        notes->dropped++;
-        return;
-    }
+    if (notes->n == notes->cap)
+        return;     /* cap: two a step and the key's two, never reached */
     note_line_t *l = &notes->lines[notes->n++];
-    *l = (note_line_t) { .x = x, .color = color, .pt = pt };
+    *l = (note_line_t) { .x = x, .color = color, .pt = pt, .rank = rank, .group = group };
     s_gp_escape (l->text, sizeof l->text, text);
+}
+
+/* Keeps what fits in MAX_NOTES lines, a group at a time, by rank, then in order. */
+static void s_notes_choose (notes_t *notes)
+{
+    size_t room = MAX_NOTES;
+    for (int rank = NOTE_KEY; rank <= NOTE_OTHER; rank++)
+        for (size_t i = 0; i < notes->n; i++) {
+            if (notes->lines[i].rank != rank || (i > 0 && notes->lines[i - 1].group == notes->lines[i].group
+                                                 && notes->lines[i - 1].rank == rank))
+                continue;   /* a group is taken at its first line */
+            size_t len = 1;
+            while (i + len < notes->n && notes->lines[i + len].group == notes->lines[i].group)
+                len++;
+            if (len > room)
+                continue;
+            for (size_t k = 0; k < len; k++)
+                notes->lines[i + k].kept = true;
+            room -= len;
+        }
+    notes->kept = MAX_NOTES - room;
+    notes->dropped = notes->n - notes->kept;
 }
 
 /* The room the notes take at the top of the graph, as a fraction of its height. */
 static double s_notes_room (const notes_t *notes)
 {
-    size_t lines = notes->n + (notes->dropped > 0);
+    size_t lines = notes->kept + (notes->dropped > 0);
     return lines ? 1 - NOTE_TOP + NOTE_ROW * (double) lines : 0;
 }
 
-/* Writes the notes as labels inside the graph, between XLO and XHI: each line at its step's rate
- * (its marker there), its text running towards the middle so that it never leaves the graph. */
+/* Writes the lines kept as labels inside the graph, between XLO and XHI: each line of a step at
+ * the step's rate (its marker there), its text running towards the middle so that it never leaves
+ * the graph; the others at its left edge. */
 static void s_write_notes (FILE *f, const notes_t *notes, double xlo, double xhi)
 {
+    size_t row = 0;
     for (size_t i = 0; i < notes->n; i++) {
         const note_line_t *l = &notes->lines[i];
-        double y = NOTE_TOP - NOTE_ROW * (double) i;
+        if (!l->kept)
+            continue;
+        double y = NOTE_TOP - NOTE_ROW * (double) row++;
         if (l->x == NOTE_NO_X) {
             fprintf (f, "set label \"%s\" at graph 0.01, graph %.3f left tc rgb '%s' font ',9'\n", l->text, y, l->color);
             continue;
@@ -108,9 +140,9 @@ static void s_write_notes (FILE *f, const notes_t *notes, double xlo, double xhi
                  right ? "right" : "left", point, right ? -1 : 1, l->color);
     }
     if (notes->dropped)
-        fprintf (f, "set label \"... and %zu more lines of notes: the lines below sigload's table have them all\" at "
-                    "graph 0.01, graph %.3f left tc rgb 'black' font ',9'\n",
-                 notes->dropped, NOTE_TOP - NOTE_ROW * (double) notes->n);
+        fprintf (f, "set label \"... and %zu more line%s of notes: the lines below sigload's table say it all\" at graph "
+                    "0.01, graph %.3f left tc rgb 'black' font ',9'\n",
+                 notes->dropped, notes->dropped == 1 ? "" : "s", NOTE_TOP - NOTE_ROW * (double) row);
 }
 
 /* ---- percentiles.png ---- */
@@ -188,35 +220,38 @@ static size_t s_series_of (const result_t *r)
     return 0;
 }
 
-/* Who saturated R, as a note says it. */
-static const char *s_by (const result_t *r)
+/* Who saturated R, as a note says it; sigload with its own lag (LAG). */
+static void s_by (const result_t *r, const char *lag, char *buf, size_t len)
 {
-    bool echo = r->step.echo;
-    switch (r->saturated_by) {
-    case SAT_SIGLOAD: return echo ? "sigload, not the echo server" : "sigload, not the server";
-    case SAT_BOTH: return echo ? "sigload and the echo server" : "sigload and the server";
-    default: return echo ? "the echo server" : "the server";
-    }
+    const char *server = r->step.echo ? "the echo server" : "the server";
+    if (r->saturated_by == SAT_SIGLOAD)
+        snprintf (buf, len, "sigload (its own send lag %s), not %s", lag, server);
+    else if (r->saturated_by == SAT_BOTH)
+        snprintf (buf, len, "sigload (its own send lag %s) and %s", lag, server);
+    else
+        snprintf (buf, len, "%s", server);
 }
 
 /* The notes of the throughput plot, in the order of the steps: a saturated step off the curve (a
- * red triangle at its achieved rate: who, why, its latencies, sigload's own lag when it fell
- * behind), a step on the curve whose sender fell behind (orange, circled on its curve), a step
+ * red triangle at its achieved rate: who, with sigload's own lag when it fell behind; why; its
+ * latencies), a step on the curve whose sender fell behind (orange, circled on its curve), a step
  * under the floor measured beside it (blue); then a line that says what the orange and the blue
  * ones mean. CURVE says which steps are on the curves; FLOOR_OF which floor step was measured
  * beside each step (-1: none). */
 static void s_throughput_notes (const result_t *results, size_t n, const bool *curve, const long *floor_of,
                                 notes_t *notes)
 {
-    char a[32], b[32], line[4 * NOTE_CHARS];
+    char a[32], b[32], by[128], line[4 * NOTE_CHARS];
     size_t behind = 0, under = 0;
     for (size_t i = 0; i < n; i++) {
         const result_t *r = &results[i];
         judge_format_us (judge_own_lag_us (r), a, sizeof a);
         judge_format_us (sigload_us (r->counts.own_lag_max), b, sizeof b);
+        behind += r->sender_behind;
         if (r->saturated) {
-            snprintf (line, sizeof line, "%s: saturated, by %s", r->step.name, s_by (r));
-            s_note (notes, r->achieved, "red", 9, line);
+            s_by (r, a, by, sizeof by);
+            snprintf (line, sizeof line, "%s: saturated, by %s", r->step.name, by);
+            s_note (notes, i, NOTE_SATURATED, r->achieved, "red", 9, line);
             /* its rate (the reason, when it is the rate), the reason, its latencies */
             char lat[96] = "; no OK reply", p50[32], p99[32], limit[32];
             judge_format_us (s_pct_us (r, 50), p50, sizeof p50);
@@ -231,18 +266,13 @@ static void s_throughput_notes (const result_t *results, size_t n, const bool *c
                           p99, limit);
             else
                 snprintf (line, sizeof line, "    %.0f req/s, %s%s", r->achieved, r->saturation, lat);
-            s_note (notes, r->achieved, "red", 0, line);
-            if (r->sender_behind) {
-                snprintf (line, sizeof line, "    sigload's own send lag %s on average (max %s): try --processes", a, b);
-                s_note (notes, r->achieved, "red", 0, line);
-            }
+            s_note (notes, i, NOTE_SATURATED, r->achieved, "red", 0, line);
             continue;
         }
         if (r->sender_behind) {
             snprintf (line, sizeof line, "%s: sigload fell behind, its own send lag %s on average (max %s)",
                       r->step.name, a, b);
-            s_note (notes, r->achieved, "dark-orange", 6, line);
-            behind++;
+            s_note (notes, i, NOTE_OTHER, r->achieved, "dark-orange", 6, line);
         }
         const result_t *fl = floor_of[i] >= 0 ? &results[floor_of[i]] : NULL;
         if (curve[i] && fl && curve[floor_of[i]] && s_pct_us (r, 50) < s_pct_us (fl, 50)) {
@@ -250,16 +280,19 @@ static void s_throughput_notes (const result_t *results, size_t n, const bool *c
             judge_format_us (s_pct_us (fl, 50), b, sizeof b);
             snprintf (line, sizeof line, "%s: p50 %s, under its echo floor's %s (%s, measured just before)",
                       r->step.name, a, b, fl->step.name);
-            s_note (notes, r->achieved, "blue", 12, line);
+            s_note (notes, n + i, NOTE_OTHER, r->achieved, "blue", 12, line);
             under++;
         }
     }
     if (behind)
-        s_note (notes, NOTE_NO_X, "dark-orange", 0, "circled: latencies that hold sigload's own send lag; "
-                                                     "try --processes, or give sigload cores of its own");
+        s_note (notes, 2 * n, NOTE_KEY, NOTE_NO_X, "dark-orange", 0,
+                "sigload fell behind where circled or said so: its own send lag is in those latencies; try "
+                "--processes, or give sigload cores of its own");
     if (under)
-        s_note (notes, NOTE_NO_X, "blue", 0, "under the floor: the echo server is another process, woken apart; the "
-                                              "host's scheduling, not a server faster than its transport");
+        s_note (notes, 2 * n + 1, NOTE_KEY, NOTE_NO_X, "blue", 0,
+                "under the floor: the echo server is another process, woken apart; the host's scheduling, not a "
+                "server faster than its transport");
+    s_notes_choose (notes);
 }
 
 /* Latency against achieved throughput. A curve per kind and mode joins the steps that did not
@@ -341,8 +374,10 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
                          s_pct_us (&results[i], 99), results[i].step.name);
         fprintf (f, "EOD\n");
     }
-    notes_t notes = { .n = 0 };
-    s_throughput_notes (results, n, curve, floor_of, &notes);
+    notes_t notes = { .cap = 2 * n + 2 };
+    notes.lines = calloc (notes.cap, sizeof *notes.lines);
+    if (notes.lines)
+        s_throughput_notes (results, n, curve, floor_of, &notes);
     /* the latency axis: the curves' values, then room above them for the notes (a log axis) */
     double room = s_notes_room (&notes), lo = ylo / 1.5, top = yhi * 1.5;   /* room: 0.595 at most */
     double hi = exp (log (lo) + (log (top) - log (lo)) / (1 - room));
@@ -361,7 +396,7 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
                 "# most x 1.5 (ticks up to there), and above that %zu lines of notes (%.3f of the graph)\n"
                 "set yrange [%.3f:%.3f]\n"
                 "set ytics %g, 10, %.3f\n",
-             where, what, on_curves, x0, x1, notes.n + (notes.dropped > 0), room, lo, hi,
+             where, what, on_curves, x0, x1, notes.kept + (notes.dropped > 0), room, lo, hi,
              pow (10, floor (log10 (lo))), top);
     if (room > 0)
         fprintf (f, "set arrow from graph 0, first %.3f to graph 1, first %.3f nohead lc rgb 'gray70'\n", top, top);
@@ -401,6 +436,7 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
                     "     $echo_floor using 1:3 with linespoints dt 2 lw 1 pt 1 lc rgb 'gray50' title 'echo floor p99'",
                  plotted++ ? "," : "");
     fprintf (f, "\n");
+    free (notes.lines);
     free (curve);
     free (floor_of);
     return true;
