@@ -52,6 +52,12 @@
  *    message above 33 bytes.
  *  - --echo and --floor send the same bytes to a plain ZeroMQ echo (sigload --serve-echo): a
  *    packed request of the same size with the id in its first 8 bytes, checked by size and id.
+ *    With --floor, each value of the sweep runs against the echo just before it runs against the
+ *    server: the floor of that rate, measured beside it.
+ *  - Each step is judged as it ends (judge.c): saturated or not, and whose doing it was. Open
+ *    loop, every request's send lag is split into the time every connection of its thread was full
+ *    (the server's back-pressure) and the rest (sigload's own lateness): a generator that falls
+ *    behind is told apart from a server that does.
  *
  * sigload links libsigclient (the generated protobuf code) and common/ only, never libsigcore. */
 #ifndef SIGLOAD_H
@@ -105,7 +111,7 @@ typedef struct {
     size_t n_endpoints;
     const char *serve_echo[MAX_ENDPOINTS];
     size_t n_serve_echo;
-    const char *floor;              /* --floor: echo endpoint for the floor step */
+    const char *floor;              /* --floor: echo endpoint for the floor steps (one beside each step) */
     const char *model;              /* as given ("a,b" for several); "echo" with --echo */
     const char *models[MAX_MODELS]; /* --model split at commas, pointing into model_names */
     size_t n_models;
