@@ -77,7 +77,7 @@ static void s_check_ranges (const csv_t *csv, const char *gp, const int *on_curv
         }
     }
     double pad = xhi > xlo ? 0.05 * (xhi - xlo) : 0.1 * xhi;
-    double x0, x1, y0, y1, tick0, top, room;
+    double x0, x1, y0, y1, top, room;
     size_t lines;
     char expect[128];
     snprintf (expect, sizeof expect, "# x range: the achieved rates of the %d steps on the curves", n);
@@ -85,13 +85,25 @@ static void s_check_ranges (const csv_t *csv, const char *gp, const int *on_curv
     ck_assert_int_eq (sscanf (strstr (plot, "set xrange ["), "set xrange [%lf:%lf]", &x0, &x1), 2);
     ck_assert_double_eq_tol (x0, xlo - pad > 0 ? xlo - pad : 0, 0.01);
     ck_assert_double_eq_tol (x1, xhi + pad, 0.01);
-    ck_assert_int_eq (sscanf (strstr (plot, "# most x 1.5 (ticks up to there), and above that "),
-                              "# most x 1.5 (ticks up to there), and above that %zu lines of notes (%lf", &lines, &room), 2);
+    ck_assert_int_eq (sscanf (strstr (plot, "# most x 1.5 ("),
+                              "# most x 1.5 (%lf, where the ticks stop), and above that %zu lines of notes (%lf", &top,
+                              &lines, &room), 3);
     ck_assert_double_eq_tol (room, lines ? 0.035 + 0.04 * (double) lines : 0, 0.0006);
     ck_assert_int_eq (sscanf (strstr (plot, "set yrange ["), "set yrange [%lf:%lf]", &y0, &y1), 2);
-    ck_assert_int_eq (sscanf (strstr (plot, "set ytics "), "set ytics %lf, 10, %lf", &tick0, &top), 2);
     ck_assert_double_eq_tol (y0, ylo / 1.5, 0.001 + 1e-6 * ylo);
     ck_assert_double_eq_tol (top, yhi * 1.5, 0.002 + 1e-6 * yhi);
+    /* ticks: at least one, each within [y0, top] (none in the band of notes) */
+    const char *tics = strstr (plot, "set ytics (");
+    ck_assert_ptr_nonnull (tics);
+    tics += strlen ("set ytics (");
+    int n_tics = 0;
+    for (char *end; *tics != ')'; tics = *end == ',' ? end + 1 : end) {
+        double tick = strtod (tics, &end);
+        ck_assert_msg (end != tics, "set ytics: \"%.40s\"", tics);
+        ck_assert_msg (tick >= y0 - 1e-9 && tick <= top + 1e-9, "a y tick at %g, outside [%.3f:%.3f]", tick, y0, top);
+        n_tics++;
+    }
+    ck_assert_int_gt (n_tics, 0);
     double y1_rule = exp (log (y0) + (log (top) - log (y0)) / (1 - room));
     ck_assert_msg (fabs (y1 - y1_rule) <= 1e-4 * y1_rule, "y top %.3f, the rule gives %.3f", y1, y1_rule);
     /* every note inside: at first X in the x range (or the left edge), graph Y in the band */

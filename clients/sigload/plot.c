@@ -295,6 +295,24 @@ static void s_throughput_notes (const result_t *results, size_t n, const bool *c
     s_notes_choose (notes);
 }
 
+/* The log latency axis's ticks from LO to TOP alone (not in the notes' band above): the powers of
+ * ten, or 1, 2, 3 and 5 times them where the range spans less than two decades (TOP is at least
+ * 2.25 x LO, and no two of those are further apart than 2 x: there is always one). */
+static void s_write_ytics (FILE *f, double lo, double top)
+{
+    static const double steps[] = { 1, 2, 3, 5 };
+    bool fine = log10 (top / lo) < 2;
+    int written = 0;
+    fprintf (f, "set ytics (");
+    for (double decade = pow (10, floor (log10 (lo))); decade <= top; decade *= 10)
+        for (size_t k = 0; k < (fine ? 4 : 1); k++) {
+            double v = decade * steps[k];
+            if (v >= lo && v <= top)
+                fprintf (f, "%s%g", written++ ? ", " : "", v);
+        }
+    fprintf (f, ")\n");
+}
+
 /* Latency against achieved throughput. A curve per kind and mode joins the steps that did not
  * saturate; a saturated step is never on it (unless every step of the sweep saturated: then the
  * steps are the curve, marked so) but a red triangle in the band of notes at the top, at its
@@ -393,11 +411,10 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
                 "# x range: the achieved rates of the %zu steps on the curves, padded by 5%% of their span\n"
                 "set xrange [%.3f:%.3f]\n"
                 "# y range: their latencies (p50 to p99.9; the floor's p50 and p99) from the least / 1.5 to the\n"
-                "# most x 1.5 (ticks up to there), and above that %zu lines of notes (%.3f of the graph)\n"
-                "set yrange [%.3f:%.3f]\n"
-                "set ytics %g, 10, %.3f\n",
-             where, what, on_curves, x0, x1, notes.kept + (notes.dropped > 0), room, lo, hi,
-             pow (10, floor (log10 (lo))), top);
+                "# most x 1.5 (%.3f, where the ticks stop), and above that %zu lines of notes (%.3f of the graph)\n"
+                "set yrange [%.3f:%.3f]\n",
+             where, what, on_curves, x0, x1, top, notes.kept + (notes.dropped > 0), room, lo, hi);
+    s_write_ytics (f, lo, top);
     if (room > 0)
         fprintf (f, "set arrow from graph 0, first %.3f to graph 1, first %.3f nohead lc rgb 'gray70'\n", top, top);
     for (size_t i = 0; i < n; i++) {
