@@ -56,8 +56,8 @@ static int s_count_lines (const char *text, const char *prefix)
 }
 
 /* Checks the throughput plot's ranges against plots.gp's rule, from summary.csv's rows: x, the
- * achieved rates of the steps on the curves (ON_CURVE, N of them) padded by 5% of their span (10%
- * of the rate for one step); y, their latencies from the least / 1.5 to the most x 1.5, with ticks
+ * achieved rates of the steps on the curves (ON_CURVE, N of them) padded by 5% of their span, or
+ * of the highest rate where that is more (so the range is never a sliver of one rate); y, their latencies from the least / 1.5 to the most x 1.5, with ticks
  * up to there and the notes' room above. Every note's label lies inside the x range, at the top of
  * the graph, its text towards the middle. */
 static void s_check_ranges (const csv_t *csv, const char *gp, const int *on_curve, int n)
@@ -76,7 +76,7 @@ static void s_check_ranges (const csv_t *csv, const char *gp, const int *on_curv
             yhi = v[j] > yhi ? v[j] : yhi;
         }
     }
-    double pad = xhi > xlo ? 0.05 * (xhi - xlo) : 0.1 * xhi;
+    double pad = 0.05 * (xhi - xlo) > 0.05 * xhi ? 0.05 * (xhi - xlo) : 0.05 * xhi;
     double x0, x1, y0, y1, top, room;
     size_t lines;
     char expect[128];
@@ -85,6 +85,7 @@ static void s_check_ranges (const csv_t *csv, const char *gp, const int *on_curv
     ck_assert_int_eq (sscanf (strstr (plot, "set xrange ["), "set xrange [%lf:%lf]", &x0, &x1), 2);
     ck_assert_double_eq_tol (x0, xlo - pad > 0 ? xlo - pad : 0, 0.01);
     ck_assert_double_eq_tol (x1, xhi + pad, 0.01);
+    ck_assert_msg (x1 - x0 >= 0.0999 * xhi, "x range [%.3f:%.3f]: a sliver of the rate %.3f", x0, x1, xhi);
     ck_assert_int_eq (sscanf (strstr (plot, "# most x 1.5 ("),
                               "# most x 1.5 (%lf, where the ticks stop), and above that %zu lines of notes (%lf", &top,
                               &lines, &room), 3);
@@ -517,6 +518,56 @@ START_TEST (the_floor_runs_beside_every_step)
 }
 END_TEST
 
+START_TEST (one_rate_and_its_floor_are_not_a_sliver_of_axis)
+{
+    /* --floor at one rate: its echo step and its sigserve step achieve nearly the same rate (999.9
+     * and 1000.1 req/s); the x axis must not stretch that 0.2 req/s across the graph (it did: ticks
+     * from 999.9 to 1000.1), but hold both well inside a range of a tenth of the rate at least */
+    int port = tu_free_port ();
+    char echo[128], out_path[4300], err_path[4300];
+    snprintf (echo, sizeof echo, "tcp://127.0.0.1:%d", port);
+    snprintf (out_path, sizeof out_path, "%s/echo-one.out", s_dir);
+    snprintf (err_path, sizeof err_path, "%s/echo-one.err", s_dir);
+    const char *serve[] = { "--serve-echo", echo, NULL };
+    pid_t pid = s_spawn (serve, out_path, err_path);
+    ck_assert_int_gt (pid, 0);
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--floor", echo, "--rate", "1000",
+                           "--duration", "0.5", "--warmup", "0.1", NULL };
+    s_sigload ("one-rate", args, &run);
+    kill (pid, SIGTERM);
+    ck_assert_int_eq (waitpid (pid, NULL, 0), pid);
+    ck_assert_msg (run.status == 0 || run.status == 1, "sigload exited %d\n%s%s", run.status, run.out, run.err);
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_int_eq (csv.n_rows, 2);
+    ck_assert_str_eq (s_csv (&csv, 0, "step"), "echo-open-1000");
+    ck_assert_str_eq (s_csv (&csv, 1, "step"), "open-1000");
+    char *gp = s_plots (&run);
+    int curve[2], n_curve = 0;
+    for (int i = 0; i < 2; i++)
+        if (strcmp (s_csv (&csv, i, "saturated"), "0") == 0 && s_csv_num (&csv, i, "ok") > 0)
+            curve[n_curve++] = i;
+    if (n_curve > 0) {
+        s_check_ranges (&csv, gp, curve, n_curve);
+        double x0, x1;
+        const char *plot = s_throughput (gp);
+        ck_assert_int_eq (sscanf (strstr (plot, "set xrange ["), "set xrange [%lf:%lf]", &x0, &x1), 2);
+        ck_assert_double_ge (x1 - x0, 0.0999 * 1000);
+        for (int k = 0; k < n_curve; k++) {
+            double x = s_csv_num (&csv, curve[k], "achieved_rps");
+            ck_assert_msg (x - x0 >= 0.2 * (x1 - x0) && x1 - x >= 0.2 * (x1 - x0),
+                           "%s at %.1f, at the edge of [%.3f:%.3f]", s_csv (&csv, curve[k], "step"), x, x0, x1);
+        }
+    }
+    if (n_curve == 2)   /* one floor step on the curves: a baseline, not a curve of one point */
+        EXPECT_IN (gp, "title 'echo floor p50 (");
+    free (gp);
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("sigload_saturation");
@@ -529,6 +580,7 @@ int main (void)
         tcase_add_test (tc, notes_beyond_the_band_are_summed_up);
         tcase_add_test (tc, a_step_with_no_ok_reply_is_a_note_alone);
         tcase_add_test (tc, the_floor_runs_beside_every_step);
+        tcase_add_test (tc, one_rate_and_its_floor_are_not_a_sliver_of_axis);
         suite_add_tcase (s, tc);
     }
     return tu_run_suite (s);

@@ -399,7 +399,11 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
     /* the latency axis: the curves' values, then room above them for the notes (a log axis) */
     double room = s_notes_room (&notes), lo = ylo / 1.5, top = yhi * 1.5;   /* room: 0.595 at most */
     double hi = exp (log (lo) + (log (top) - log (lo)) / (1 - room));
-    double pad = xhi > xlo ? 0.05 * (xhi - xlo) : (xhi > 0 ? 0.1 * xhi : 1);
+    /* padded by 5% of their span, or of the highest rate where that is more: a floor step and its
+     * server step at one rate (9,991 and 10,000 req/s) are not a span to stretch across the graph */
+    double pad = 0.05 * (xhi - xlo) > 0.05 * xhi ? 0.05 * (xhi - xlo) : 0.05 * xhi;
+    if (pad <= 0)
+        pad = 1;
     double x0 = xlo - pad > 0 ? xlo - pad : 0, x1 = xhi + pad;
     fprintf (f, "set output 'latency_vs_throughput.png'\n"
                 "set title \"sigload %s: latency against achieved throughput\\n%s\"\n"
@@ -409,6 +413,7 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
                 "set xtics autofreq\n"
                 "set xlabel 'achieved throughput (requests/s)'\n"
                 "# x range: the achieved rates of the %zu steps on the curves, padded by 5%% of their span\n"
+                "# or of the highest, the more of the two\n"
                 "set xrange [%.3f:%.3f]\n"
                 "# y range: their latencies (p50 to p99.9; the floor's p50 and p99) from the least / 1.5 to the\n"
                 "# most x 1.5 (%.3f, where the ticks stop), and above that %zu lines of notes (%.3f of the graph)\n"
