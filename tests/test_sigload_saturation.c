@@ -568,6 +568,60 @@ START_TEST (one_rate_and_its_floor_are_not_a_sliver_of_axis)
 }
 END_TEST
 
+START_TEST (a_saturated_floor_is_the_echo_servers_and_stops_nothing)
+{
+    /* --saturation-p99 1: every step saturates by its p99. The floor step is the echo server's
+     * (never "the server", which is sigserve), and it does not stop the sweep: with
+     * --stop-when-saturated the sweep stops after open-500, not before it, and open-1000 never runs */
+    int port = tu_free_port ();
+    char echo[128], out_path[4300], err_path[4300];
+    snprintf (echo, sizeof echo, "tcp://127.0.0.1:%d", port);
+    snprintf (out_path, sizeof out_path, "%s/echo-sat.out", s_dir);
+    snprintf (err_path, sizeof err_path, "%s/echo-sat.err", s_dir);
+    const char *serve[] = { "--serve-echo", echo, NULL };
+    pid_t pid = s_spawn (serve, out_path, err_path);
+    ck_assert_int_gt (pid, 0);
+    run_t run;
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--floor", echo, "--rate", "500,1000",
+                           "--duration", "0.3", "--warmup", "0.1", "--saturation-p99", "1", "--stop-when-saturated",
+                           NULL };
+    s_sigload ("floor-saturated", args, &run);
+    kill (pid, SIGTERM);
+    ck_assert_int_eq (waitpid (pid, NULL, 0), pid);
+    ck_assert_msg (run.status == 0 || run.status == 1, "sigload exited %d\n%s%s", run.status, run.out, run.err);
+    csv_t csv;
+    s_csv_read (&run, &csv);
+    ck_assert_int_eq (csv.n_rows, 2);
+    ck_assert_str_eq (s_csv (&csv, 0, "step"), "echo-open-500");
+    ck_assert_str_eq (s_csv (&csv, 1, "step"), "open-500");
+    for (int i = 0; i < 2; i++) {
+        ck_assert_str_eq (s_csv (&csv, i, "saturated"), "1");
+        ck_assert_msg (strncmp (s_csv (&csv, i, "saturation"), "p99 ", 4) == 0, "%s", s_csv (&csv, i, "saturation"));
+    }
+    EXPECT_IN (run.out, "saturated at open-500 (p99 ");
+    /* the lines below the table: who, by the kind of step */
+    const char *line = strstr (run.out, "\necho-open-500: saturated by ");
+    ck_assert_msg (line != NULL, "no verdict line for echo-open-500 in:\n%s", run.out);
+    const char *eol = strchr (line + 1, '\n');
+    const char *who = strstr (line, "echo server");
+    ck_assert_msg (who && (!eol || who < eol), "echo-open-500's line names no echo server:\n%s", run.out);
+    line = strstr (run.out, "\nopen-500: saturated by ");
+    ck_assert_msg (line != NULL, "no verdict line for open-500 in:\n%s", run.out);
+    eol = strchr (line + 1, '\n');
+    who = strstr (line, "echo server");
+    ck_assert_msg (!who || (eol && who > eol), "open-500's line names the echo server:\n%s", run.out);
+    /* the plot: the floor step a red triangle of the echo server's, the server step the curve
+     * (every server step saturated: they are the curve, marked so) */
+    char *gp = s_plots (&run);
+    EXPECT_IN (gp, "set label \"echo-open-500: saturated, by ");
+    EXPECT_IN (gp, "title 'sigserve open loop p50 (saturated)'");
+    EXPECT_NOT_IN (gp, "$echo_floor << EOD");
+    free (gp);
+    free (csv.text);
+    s_run_free (&run);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("sigload_saturation");
@@ -581,6 +635,7 @@ int main (void)
         tcase_add_test (tc, a_step_with_no_ok_reply_is_a_note_alone);
         tcase_add_test (tc, the_floor_runs_beside_every_step);
         tcase_add_test (tc, one_rate_and_its_floor_are_not_a_sliver_of_axis);
+        tcase_add_test (tc, a_saturated_floor_is_the_echo_servers_and_stops_nothing);
         suite_add_tcase (s, tc);
     }
     return tu_run_suite (s);

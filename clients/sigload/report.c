@@ -211,12 +211,15 @@ int report_write_hgrm (const char *dir, const result_t *r)
 
 void report_verdicts (FILE *out, const result_t *results, size_t n)
 {
-    static const char *const by[] = { "", "by the server", "by sigload, not the server",
-                                      "by sigload and the server (its statuses or full connections)" };
+    /* an echo step's server is the echo server (a --floor step, or --echo) */
+    static const char *const by[] = { "", "by the %s", "by sigload, not the %s",
+                                      "by sigload and the %s (its statuses or full connections)" };
     for (size_t i = 0; i < n; i++) {
         const result_t *r = &results[i];
+        char who[96];
+        snprintf (who, sizeof who, by[r->saturated_by], r->step.echo ? "echo server" : "server");
         if (r->saturated)
-            fprintf (out, "%s: saturated %s: %s%s%s\n", r->step.name, by[r->saturated_by], r->saturation,
+            fprintf (out, "%s: saturated %s: %s%s%s\n", r->step.name, who, r->saturation,
                      r->sender_behind ? "; " : "", r->sender);
         else if (r->sender_behind)
             fprintf (out, "%s: not saturated, but %s (its latencies hold that lag)\n", r->step.name, r->sender);
