@@ -55,6 +55,24 @@ static int s_count_lines (const char *text, const char *prefix)
     return n;
 }
 
+/* The color of STEP's curve in the percentile plot of GP ("" when it has none), in a static buffer
+ * of its own for each of the last 4 calls. */
+static const char *s_hgrm_color (const char *gp, const char *step)
+{
+    static char colors[4][16];
+    static int next;
+    char *c = colors[next++ % 4], key[96];
+    c[0] = 0;
+    snprintf (key, sizeof key, "'%s.hgrm' using 4:1 with lines lw 2", step);
+    const char *at = strstr (gp, key);
+    if (at) {
+        const char *lc = strstr (at, " lc rgb '"), *eol = strchr (at, '\n');
+        if (lc && (!eol || lc < eol))
+            sscanf (lc, " lc rgb '%15[^']'", c);
+    }
+    return c;
+}
+
 /* Checks the throughput plot's ranges against plots.gp's rule, from summary.csv's rows: x, the
  * achieved rates of the steps on the curves (ON_CURVE, N of them) padded by 5% of their span, or
  * of the highest rate where that is more (so the range is never a sliver of one rate); y, their latencies from the least / 1.5 to the most x 1.5, with ticks
@@ -358,8 +376,13 @@ START_TEST (a_saturated_step_is_never_on_the_curve)
     EXPECT_NOT_IN (gp, "knee");
     EXPECT_NOT_IN (gp, "title 'sigserve closed loop p50 (saturated)'");
     /* the percentile plot: each spectrum, the saturated ones marked; its axis the unsaturated one's */
-    EXPECT_IN (gp, "'closed-1.hgrm' using 4:1 with lines lw 2 title 'closed-1'");
-    EXPECT_IN (gp, "'closed-2.hgrm' using 4:1 with lines lw 2 title 'closed-2 (saturated");
+    EXPECT_IN (gp, "'closed-1.hgrm' using 4:1 with lines lw 2 lc rgb '");
+    EXPECT_IN (gp, "' title 'closed-1'");
+    EXPECT_IN (gp, "'closed-2.hgrm' using 4:1 with lines lw 2 lc rgb '");
+    EXPECT_IN (gp, "' title 'closed-2 (saturated");
+    /* one color a step, none shared */
+    ck_assert_str_ne (s_hgrm_color (gp, "closed-1"), s_hgrm_color (gp, "closed-2"));
+    ck_assert_str_ne (s_hgrm_color (gp, "closed-2"), s_hgrm_color (gp, "closed-3"));
     snprintf (line, sizeof line, "# y range: the steps that did not saturate, from their least latency / 1.5 to "
                                  "their most x 1.5\nset yrange [");
     EXPECT_IN (gp, line);
@@ -484,6 +507,18 @@ START_TEST (the_floor_runs_beside_every_step)
         ck_assert_msg (row_at != NULL, "%s not in order in:\n%s", row, run.out);
     }
     char *gp = s_plots (&run);
+    /* the percentile plot: each floor step dashed, in the color of the step measured beside it */
+    for (int i = 0; i < 4; i++)
+        if (s_csv_num (&csv, i, "ok") > 0)
+            ck_assert_str_ne (s_hgrm_color (gp, steps[i]), "");
+    if (s_csv_num (&csv, 0, "ok") > 0 && s_csv_num (&csv, 1, "ok") > 0) {
+        ck_assert_str_eq (s_hgrm_color (gp, "echo-open-500"), s_hgrm_color (gp, "open-500"));
+        EXPECT_IN (gp, "'echo-open-500.hgrm' using 4:1 with lines lw 2 dt 2 lc rgb ");
+    }
+    if (s_csv_num (&csv, 2, "ok") > 0 && s_csv_num (&csv, 3, "ok") > 0)
+        ck_assert_str_eq (s_hgrm_color (gp, "echo-open-1000"), s_hgrm_color (gp, "open-1000"));
+    if (s_csv_num (&csv, 1, "ok") > 0 && s_csv_num (&csv, 3, "ok") > 0)
+        ck_assert_str_ne (s_hgrm_color (gp, "open-500"), s_hgrm_color (gp, "open-1000"));
     int floors = 0, curve[4], n_curve = 0;
     for (int i = 0; i < 4; i++)
         if (strcmp (s_csv (&csv, i, "saturated"), "0") == 0 && s_csv_num (&csv, i, "ok") > 0) {

@@ -147,10 +147,16 @@ static void s_write_notes (FILE *f, const notes_t *notes, double xlo, double xhi
 
 /* ---- percentiles.png ---- */
 
+/* The curves' colors, one a value of the sweep (gnuplot's own cycle has 8, one of them a pale
+ * yellow, and gives a floor step and its step two unrelated ones). */
+static const char *const s_colors[] = { "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                        "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf" };
+#define N_COLORS (sizeof s_colors / sizeof s_colors[0])
+
 /* Every step's percentile spectrum from its .hgrm; x is 1/(1-percentile) on a log axis. The latency
  * axis is bounded by the steps that did not saturate: a saturated step's curve runs off its top
  * rather than flatten the others. The floor steps are dashed like their baseline in the other
- * plot; a step with no OK reply has no curve. */
+ * plot, in the color of the step measured beside them; a step with no OK reply has no curve. */
 static bool s_plot_percentiles (FILE *f, const char *where, const char *what, const result_t *results, size_t n)
 {
     size_t curves = 0;
@@ -188,14 +194,17 @@ static bool s_plot_percentiles (FILE *f, const char *where, const char *what, co
     else
         fprintf (f, "# y range: every step saturated, so theirs\nset yrange [*:*]\n");
     fprintf (f, "plot");
-    size_t plotted = 0;
+    size_t plotted = 0, value = 0;
     for (size_t i = 0; i < n; i++) {
         const result_t *r = &results[i];
+        /* a color a value of the sweep: a floor step and its own step (just after it) share one */
+        const char *color = s_colors[value % N_COLORS];
+        value += !s_is_floor (r);
         if (!s_has_data (r))
             continue;
         bool off = r->saturated && hi > 0 && sigload_us (histogram_max (r->total)) > hi * 1.5;
-        fprintf (f, "%s \\\n     '%s.hgrm' using 4:1 with lines lw 2%s title '%s%s%s'", plotted++ ? "," : "",
-                 r->step.name, s_is_floor (r) ? " dt 2" : "", r->step.name, s_is_floor (r) ? " (echo floor)" : "",
+        fprintf (f, "%s \\\n     '%s.hgrm' using 4:1 with lines lw 2%s lc rgb '%s' title '%s%s%s'", plotted++ ? "," : "",
+                 r->step.name, s_is_floor (r) ? " dt 2" : "", color, r->step.name, s_is_floor (r) ? " (echo floor)" : "",
                  !r->saturated ? "" : off ? " (saturated: off the top)" : " (saturated)");
     }
     fprintf (f, "\n\n");
