@@ -25,8 +25,9 @@ static void s_gp_escape (char *dst, size_t len, const char *src)
 }
 
 /* What every plot's title carries besides its subject: "on HOST" in *WHERE, and "model M, C
- * connections, YYYY-MM-DD (UTC)" (with --echo: "an echo server, ...") in *WHAT, both escaped
- * for a double-quoted gnuplot string. */
+ * connections, YYYY-MM-DD (UTC)" (with --echo: "an echo server, ..."; with --processes N: "C
+ * connections over N processes", C the whole load's) in *WHAT, both escaped for a double-quoted
+ * gnuplot string. */
 static void s_plot_context (const options_t *opt, char *where, char *what, size_t len)
 {
     char host[256] = "", date[32] = "", text[512];
@@ -39,8 +40,12 @@ static void s_plot_context (const options_t *opt, char *where, char *what, size_
         strftime (date, sizeof date, "%Y-%m-%d", &tm);
     snprintf (text, sizeof text, "on %s", host);
     s_gp_escape (where, len, text);
-    snprintf (text, sizeof text, "%s%s, %u connection%s, %s (UTC)", opt->echo ? "an echo server" : "model ",
-              opt->echo ? "" : opt->model, opt->connections, opt->connections == 1 ? "" : "s", date);
+    unsigned conns = opt->processes > 1 && opt->all_connections ? opt->all_connections : opt->connections;
+    char procs[48] = "";
+    if (opt->processes > 1)
+        snprintf (procs, sizeof procs, " over %u processes", opt->processes);
+    snprintf (text, sizeof text, "%s%s, %u connection%s%s, %s (UTC)", opt->echo ? "an echo server" : "model ",
+              opt->echo ? "" : opt->model, conns, conns == 1 ? "" : "s", procs, date);
     s_gp_escape (what, len, text);
 }
 

@@ -151,6 +151,7 @@ typedef struct {
     size_t n_schedule;
     unsigned processes;             /* --processes: copies of the load, each 1/N of it (procs.c) */
     unsigned process;               /* this copy's index (0: the one that reports) */
+    unsigned all_connections;       /* --connections of the whole load (connections: this copy's share) */
 } options_t;
 
 /* ---- per-request state ---- */
