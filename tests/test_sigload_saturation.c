@@ -137,9 +137,27 @@ static void s_check_ranges (const csv_t *csv, const char *gp, const int *on_curv
         }
         if (sscanf (at, "\" at first %lf, graph %lf", &x, &y) != 2)
             continue;   /* a circle on a curve: at first X, first Y */
-        labels++;
         ck_assert_msg (x >= x0 - 0.001 && x <= x1 + 0.001, "a note at x %.3f, outside [%.3f:%.3f]", x, x0, x1);
         ck_assert_msg (y > 1 - room && y < 1, "a note at graph y %.3f, under the band from %.3f", y, 1 - room);
+        if (at == p + strlen ("set label \"")) {
+            /* a line's marker, a label of its own (a label with a point has its text raised off
+             * the row): a line of text at the same place */
+            const char *point = strstr (at, " point pt ");
+            ck_assert_msg (point && point < strchr (at, '\n'), "an empty label with no point: %.80s", p);
+            char place[96];
+            snprintf (place, sizeof place, "%.*s ", (int) (point - at), at);
+            bool text = false;
+            for (const char *q = strstr (plot, place); q && !text; q = strstr (q + 1, place))
+                text = q[-1] != '"' || q[-2] != ' ';
+            ck_assert_msg (text, "a marker%s has no line of text", place + 1);
+            ck_assert_msg (strstr (at, " offset ") == NULL || strstr (at, " offset ") > strchr (at, '\n'),
+                           "a marker label has text offsets: %.80s", p);
+            continue;
+        }
+        labels++;
+        const char *eol0 = strchr (at, '\n');
+        const char *pt = strstr (at, " point ");
+        ck_assert_msg (!pt || pt > eol0, "a line of text with a point (gnuplot raises its text): %.100s", p);
         bool right = (x - x0) / (x1 - x0) > 0.5;
         if (fabs ((x - x0) / (x1 - x0) - 0.5) < 0.001)
             continue;   /* the middle, either side (plots.gp's numbers are rounded) */

@@ -138,11 +138,13 @@ static void s_write_notes (FILE *f, const notes_t *notes, double xlo, double xhi
         }
         double x = l->x < xlo ? xlo : l->x > xhi ? xhi : l->x;
         bool right = xhi > xlo && (x - xlo) / (xhi - xlo) > 0.5;
-        char point[96] = "";
+        /* the marker a label of its own: gnuplot raises the text of a label that has a point, so
+         * the line would sit off its row (and closer to the line above than to the one below) */
         if (l->pt)
-            snprintf (point, sizeof point, " point pt %d ps 1.5 lc rgb '%s'", l->pt, l->color);
-        fprintf (f, "set label \"%s\" at first %.3f, graph %.3f %s%s offset %d,0 tc rgb '%s' font ',9'\n", l->text, x, y,
-                 right ? "right" : "left", point, right ? -1 : 1, l->color);
+            fprintf (f, "set label \"\" at first %.3f, graph %.3f point pt %d ps 1.5 lc rgb '%s'\n", x, y, l->pt,
+                     l->color);
+        fprintf (f, "set label \"%s\" at first %.3f, graph %.3f %s offset %d,0 tc rgb '%s' font ',9'\n", l->text, x, y,
+                 right ? "right" : "left", right ? -1 : 1, l->color);
     }
     if (notes->dropped)
         fprintf (f, "set label \"... and %zu more line%s of notes: the lines below sigload's table say it all\" at graph "
