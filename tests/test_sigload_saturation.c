@@ -107,7 +107,8 @@ static void s_check_ranges (const csv_t *csv, const char *gp, const int *on_curv
     ck_assert_int_eq (sscanf (strstr (plot, "# most x 1.5 ("),
                               "# most x 1.5 (%lf, where the ticks stop), and above that %zu lines of notes (%lf", &top,
                               &lines, &room), 3);
-    ck_assert_double_eq_tol (room, lines ? 0.035 + 0.04 * (double) lines : 0, 0.0006);
+    ck_assert_double_eq_tol (room, lines ? 0.035 + 0.036 * (double) lines : 0, 0.0006);
+    ck_assert_msg (room < 0.45, "the notes take %.3f of the graph: the curves less than half", room);
     ck_assert_int_eq (sscanf (strstr (plot, "set yrange ["), "set yrange [%lf:%lf]", &y0, &y1), 2);
     ck_assert_double_eq_tol (y0, ylo / 1.5, 0.001 + 1e-6 * ylo);
     ck_assert_double_eq_tol (top, yhi * 1.5, 0.002 + 1e-6 * yhi);
@@ -123,6 +124,9 @@ static void s_check_ranges (const csv_t *csv, const char *gp, const int *on_curv
         n_tics++;
     }
     ck_assert_int_gt (n_tics, 0);
+    /* a decade or more: enough ticks to read a value by (two powers of ten alone are not) */
+    if (top / y0 >= 10)
+        ck_assert_msg (n_tics >= 3, "%d y ticks over [%.3f:%.3f]", n_tics, y0, top);
     double y1_rule = exp (log (y0) + (log (top) - log (y0)) / (1 - room));
     ck_assert_msg (fabs (y1 - y1_rule) <= 1e-4 * y1_rule, "y top %.3f, the rule gives %.3f", y1, y1_rule);
     /* every note inside: at first X in the x range (or the left edge), graph Y in the band */
@@ -417,42 +421,54 @@ END_TEST
 START_TEST (notes_beyond_the_band_are_summed_up)
 {
     /* closed-1 and eight saturated steps (every other reply OVERLOADED after closed-1's): two lines
-     * each, 16 for a band of 13: the first six steps' lines, then one that says what is left out */
-    test_server_t *ts = calloc (1, sizeof *ts);
-    ts->overloaded_every = 2;
-    ts->errors_from = 100;
-    s_test_server_start (ts);
-    run_t run;
-    const char *args[] = { "--endpoint", ts->endpoint, "--model", "test", "--concurrency", "1,2,3,4,5,6,7,8,9",
-                           "--requests", "100", "--warmup", "0", NULL };
-    s_sigload ("many", args, &run);
-    s_test_server_stop (ts);
-    free (ts);
-    EXPECT_STATUS (&run, 1);
-    char *gp = s_plots (&run), label[96];
-    for (int c = 2; c <= 9; c++) {
-        snprintf (label, sizeof label, "set label \"closed-%d: saturated, by the server\" at first ", c);
-        if (c <= 7)
+     * each would be 16, over the band's 10, so each has one (who, rate, p99) and all eight are
+     * marked; then closed-1 and twelve: the ten kept are closed-2 (where saturation began) and the
+     * next nine, one more line says what is left out. The curves keep more than half the graph. */
+    static const struct { const char *values; int last, kept; } runs[] = { { "1,2,3,4,5,6,7,8,9", 9, 9 },
+                                                                          { "1,2,3,4,5,6,7,8,9,10,11,12,13", 13, 11 } };
+    for (size_t k = 0; k < 2; k++) {
+        test_server_t *ts = calloc (1, sizeof *ts);
+        ts->overloaded_every = 2;
+        ts->errors_from = 100;
+        s_test_server_start (ts);
+        run_t run;
+        const char *args[] = { "--endpoint", ts->endpoint, "--model", "test", "--concurrency", runs[k].values,
+                               "--requests", "100", "--warmup", "0", NULL };
+        s_sigload (k == 0 ? "many" : "more", args, &run);
+        s_test_server_stop (ts);
+        free (ts);
+        EXPECT_STATUS (&run, 1);
+        char *gp = s_plots (&run), label[128];
+        for (int c = 2; c <= runs[k].last; c++) {
+            snprintf (label, sizeof label, "set label \"closed-%d: saturated by the server, ", c);
+            if (c <= runs[k].kept)
+                EXPECT_IN (gp, label);
+            else
+                EXPECT_NOT_IN (gp, label);
+            snprintf (label, sizeof label, "# saturated: closed-%d (50 errors), by server: a marked point off the curve\n",
+                      c);
             EXPECT_IN (gp, label);
-        else
-            EXPECT_NOT_IN (gp, label);
-        snprintf (label, sizeof label, "# saturated: closed-%d (50 errors), by server: a marked point off the curve\n", c);
-        EXPECT_IN (gp, label);
+            snprintf (label, sizeof label, "\nclosed-%d: saturated by the server: 50 errors\n", c);
+            EXPECT_IN (run.out, label);
+        }
+        EXPECT_NOT_IN (gp, ": saturated, by the server\"");     /* no two-line form */
+        EXPECT_IN (gp, " req/s, p99 ");
+        if (k == 0) {
+            EXPECT_NOT_IN (gp, "more lines of notes");
+            EXPECT_IN (gp, "and above that 8 lines of notes (0.323 of the graph)\n");
+        } else {
+            EXPECT_IN (gp, "set label \"... and 2 more lines of notes: the lines below sigload's table say it all\" at "
+                           "graph 0.01, graph 0.605 left");
+            EXPECT_IN (gp, "and above that 11 lines of notes (0.431 of the graph)\n");
+        }
+        csv_t csv;
+        s_csv_read (&run, &csv);
+        const int on_curve[] = { 0 };
+        s_check_ranges (&csv, gp, on_curve, 1);
+        free (gp);
+        free (csv.text);
+        s_run_free (&run);
     }
-    EXPECT_IN (gp, "set label \"... and 4 more lines of notes: the lines below sigload's table say it all\" at graph "
-                   "0.01, graph 0.485 left");
-    EXPECT_IN (gp, "and above that 13 lines of notes (0.555 of the graph)\n");
-    for (int c = 2; c <= 9; c++) {
-        snprintf (label, sizeof label, "\nclosed-%d: saturated by the server: 50 errors\n", c);
-        EXPECT_IN (run.out, label);
-    }
-    csv_t csv;
-    s_csv_read (&run, &csv);
-    const int on_curve[] = { 0 };
-    s_check_ranges (&csv, gp, on_curve, 1);
-    free (gp);
-    free (csv.text);
-    s_run_free (&run);
 }
 END_TEST
 
@@ -663,12 +679,21 @@ START_TEST (a_saturated_floor_is_the_echo_servers_and_stops_nothing)
     eol = strchr (line + 1, '\n');
     who = strstr (line, "echo server");
     ck_assert_msg (!who || (eol && who > eol), "open-500's line names the echo server:\n%s", run.out);
-    /* the plot: the floor step a red triangle of the echo server's, the server step the curve
-     * (every server step saturated: they are the curve, marked so) */
+    /* the plot: the floor step a red triangle of the echo server's; the server step (every server
+     * step saturated) a point, joined to none (a line would run back where a step achieved less
+     * than the one before it, and draw a knee), said once in the band, no triangle of its own */
     char *gp = s_plots (&run);
     EXPECT_IN (gp, "set label \"echo-open-500: saturated, by ");
-    EXPECT_IN (gp, "title 'sigserve open loop p50 (saturated)'");
+    EXPECT_IN (gp, "$sigserve_open using 1:2 with points ps 1.3 pt 7 title 'sigserve open loop p50 (saturated: points)'");
+    EXPECT_NOT_IN (gp, "$sigserve_open using 1:2 with linespoints");
+    EXPECT_NOT_IN (gp, "set label \"open-500: saturated");
+    EXPECT_IN (gp, "# saturated: open-500 (p99 ");
+    EXPECT_IN (gp, "a point, not joined: every step saturated\n");
+    EXPECT_IN (gp, "set label \"every step saturated: each is a point, none joined to another (no curve, no knee); "
+                   "the lines below sigload's table say why\" at graph 0.01, graph ");
     EXPECT_NOT_IN (gp, "$echo_floor << EOD");
+    const int on_graph[] = { 1 };
+    s_check_ranges (&csv, gp, on_graph, 1);
     free (gp);
     free (csv.text);
     s_run_free (&run);

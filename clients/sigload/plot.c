@@ -57,15 +57,17 @@ static double s_pct_us (const result_t *r, double p) { return sigload_us (histog
 
 /* ---- the notes of a plot: one line each in a band at the top of the graph ---- */
 
-#define MAX_NOTES 13            /* lines in the band; more are summed up in one more */
+#define MAX_NOTES 10            /* lines in the band; more are summed up in one more (the band and
+                                 * its summary then take 0.431 of the graph, the curves the rest) */
 #define NOTE_TOP 0.965          /* the band's first line, as a fraction of the graph's height */
-#define NOTE_ROW 0.04           /* its line height */
+#define NOTE_ROW 0.036          /* its line height (22 px at 800 px for a 9-point line) */
 #define NOTE_CHARS 90           /* a step's line at most: half the graph's width at 9 points */
 #define NOTE_NO_X (-1.0)        /* a line of no step: at the graph's left edge, the whole width */
 
 /* How much a line matters when the band cannot hold them all: the lines that say what the marks
- * mean, then the saturated steps, then the rest. */
-enum { NOTE_KEY, NOTE_SATURATED, NOTE_OTHER };
+ * mean, then the saturated steps where saturation began (each kind's first) or that were sigload's
+ * doing, then the other saturated steps, then the rest. */
+enum { NOTE_KEY, NOTE_SATURATED, NOTE_SATURATED_MORE, NOTE_OTHER };
 
 typedef struct {
     double x;                   /* where its marker goes: a step's achieved rate, or NOTE_NO_X */
@@ -86,7 +88,7 @@ typedef struct {
 static void s_note (notes_t *notes, size_t group, int rank, double x, const char *color, int pt, const char *text)
 {
     if (notes->n == notes->cap)
-        return;     /* cap: two a step and the key's two, never reached */
+        return;     /* cap: two a step and the key's three, never reached */
     note_line_t *l = &notes->lines[notes->n++];
     *l = (note_line_t) { .x = x, .color = color, .pt = pt, .rank = rank, .group = group };
     s_gp_escape (l->text, sizeof l->text, text);
@@ -248,31 +250,71 @@ static void s_by (const result_t *r, const char *lag, char *buf, size_t len)
         snprintf (buf, len, "%s", server);
 }
 
+/* Whether step I is on a curve with a p50 under that of the floor measured beside it (FLOOR_OF). */
+static bool s_under_floor (const result_t *results, size_t i, const bool *curve, const long *floor_of)
+{
+    return curve[i] && floor_of[i] >= 0 && curve[floor_of[i]]
+           && s_pct_us (&results[i], 50) < s_pct_us (&results[floor_of[i]], 50);
+}
+
 /* The notes of the throughput plot, in the order of the steps: a saturated step off the curve (a
  * red triangle at its achieved rate: who, with sigload's own lag when it fell behind; why; its
  * latencies), a step on the curve whose sender fell behind (orange, circled on its curve), a step
  * under the floor measured beside it (blue); then a line that says what the orange and the blue
- * ones mean. CURVE says which steps are on the curves; FLOOR_OF which floor step was measured
- * beside each step (-1: none). */
+ * ones mean. Where the saturated steps' two lines each would not fit in the band, each has one
+ * (who, its rate and p99; the table below says why): a sweep run past saturation without
+ * --stop-when-saturated keeps its curves half the graph at least, and every saturated step a
+ * mark. CURVE says which steps are on the curves; FLOOR_OF which floor step was measured beside
+ * each step (-1: none). */
 static void s_throughput_notes (const result_t *results, size_t n, const bool *curve, const long *floor_of,
                                 notes_t *notes)
 {
     char a[32], b[32], by[128], line[4 * NOTE_CHARS];
-    size_t behind = 0, under = 0;
+    size_t behind = 0, under = 0, saturated = 0, points = 0;
+    for (size_t i = 0; i < n; i++) {
+        behind += results[i].sender_behind;
+        under += !results[i].saturated && s_under_floor (results, i, curve, floor_of);
+        saturated += results[i].saturated && !curve[i];
+        points += results[i].saturated && curve[i];
+    }
+    const bool compact = 2 * saturated + (behind > 0) + (under > 0) + (points > 0) > MAX_NOTES;
+    bool onset[N_SERIES] = { false };  /* a kind's first saturated step seen */
     for (size_t i = 0; i < n; i++) {
         const result_t *r = &results[i];
         judge_format_us (judge_own_lag_us (r), a, sizeof a);
         judge_format_us (sigload_us (r->counts.own_lag_max), b, sizeof b);
-        behind += r->sender_behind;
+        if (r->saturated && curve[i])
+            continue;   /* every step saturated: a point on the graph, said once below */
         if (r->saturated) {
-            s_by (r, a, by, sizeof by);
-            snprintf (line, sizeof line, "%s: saturated, by %s", r->step.name, by);
-            s_note (notes, i, NOTE_SATURATED, r->achieved, "red", 9, line);
-            /* its rate (the reason, when it is the rate), the reason, its latencies */
-            char lat[96] = "; no OK reply", p50[32], p99[32], limit[32];
+            char p50[32], p99[32], limit[32];
             judge_format_us (s_pct_us (r, 50), p50, sizeof p50);
             judge_format_us (s_pct_us (r, 99), p99, sizeof p99);
             judge_format_us (r->p99_limit_us, limit, sizeof limit);
+            const size_t series = s_series_of (r);
+            const int rank = !onset[series] || r->saturated_by == SAT_SIGLOAD || r->saturated_by == SAT_BOTH
+                                     ? NOTE_SATURATED
+                                     : NOTE_SATURATED_MORE;
+            onset[series] = true;
+            if (compact) {
+                const char *server = r->step.echo ? "the echo server" : "the server";
+                char who[64], lat[64] = ", no OK reply";
+                if (r->saturated_by == SAT_SIGLOAD)
+                    snprintf (who, sizeof who, "sigload");
+                else if (r->saturated_by == SAT_BOTH)
+                    snprintf (who, sizeof who, "sigload and %s", server);
+                else
+                    snprintf (who, sizeof who, "%s", server);
+                if (s_has_data (r))
+                    snprintf (lat, sizeof lat, ", p99 %s", p99);
+                snprintf (line, sizeof line, "%s: saturated by %s, %.0f req/s%s", r->step.name, who, r->achieved, lat);
+                s_note (notes, i, rank, r->achieved, "red", 9, line);
+                continue;
+            }
+            s_by (r, a, by, sizeof by);
+            snprintf (line, sizeof line, "%s: saturated, by %s", r->step.name, by);
+            s_note (notes, i, rank, r->achieved, "red", 9, line);
+            /* its rate (the reason, when it is the rate), the reason, its latencies */
+            char lat[96] = "; no OK reply";
             if (s_has_data (r))
                 snprintf (lat, sizeof lat, ": p50 %s, p99 %s", p50, p99);
             if (strncmp (r->saturation, "achieved", 8) == 0)
@@ -282,7 +324,7 @@ static void s_throughput_notes (const result_t *results, size_t n, const bool *c
                           p99, limit);
             else
                 snprintf (line, sizeof line, "    %.0f req/s, %s%s", r->achieved, r->saturation, lat);
-            s_note (notes, i, NOTE_SATURATED, r->achieved, "red", 0, line);
+            s_note (notes, i, rank, r->achieved, "red", 0, line);
             continue;
         }
         if (r->sender_behind) {
@@ -290,16 +332,19 @@ static void s_throughput_notes (const result_t *results, size_t n, const bool *c
                       r->step.name, a, b);
             s_note (notes, i, NOTE_OTHER, r->achieved, "dark-orange", 6, line);
         }
-        const result_t *fl = floor_of[i] >= 0 ? &results[floor_of[i]] : NULL;
-        if (curve[i] && fl && curve[floor_of[i]] && s_pct_us (r, 50) < s_pct_us (fl, 50)) {
+        if (s_under_floor (results, i, curve, floor_of)) {
+            const result_t *fl = &results[floor_of[i]];
             judge_format_us (s_pct_us (r, 50), a, sizeof a);
             judge_format_us (s_pct_us (fl, 50), b, sizeof b);
             snprintf (line, sizeof line, "%s: p50 %s, under its echo floor's %s (%s, measured just before)",
                       r->step.name, a, b, fl->step.name);
             s_note (notes, n + i, NOTE_OTHER, r->achieved, "blue", 12, line);
-            under++;
         }
     }
+    if (points)
+        s_note (notes, 2 * n + 2, NOTE_KEY, NOTE_NO_X, "red", 0,
+                "every step saturated: each is a point, none joined to another (no curve, no knee); the lines "
+                "below sigload's table say why");
     if (behind)
         s_note (notes, 2 * n, NOTE_KEY, NOTE_NO_X, "dark-orange", 0,
                 "sigload fell behind where circled or said so: its own send lag is in those latencies; try "
@@ -311,17 +356,21 @@ static void s_throughput_notes (const result_t *results, size_t n, const bool *c
     s_notes_choose (notes);
 }
 
-/* The log latency axis's ticks from LO to TOP alone (not in the notes' band above): the powers of
- * ten, or 1, 2, 3 and 5 times them where the range spans less than two decades (TOP is at least
- * 2.25 x LO, and no two of those are further apart than 2 x: there is always one). */
+/* The log latency axis's ticks from LO to TOP alone (not in the notes' band above): 1, 2, 3 and 5
+ * times the powers of ten where the range spans less than two decades (TOP is at least 2.25 x LO,
+ * and no two of those are further apart than 2 x: there is always one), 1, 2 and 5 times them up
+ * to three and a half (two powers of ten alone are too few to read a value by), the powers of ten
+ * beyond. */
 static void s_write_ytics (FILE *f, double lo, double top)
 {
-    static const double steps[] = { 1, 2, 3, 5 };
-    bool fine = log10 (top / lo) < 2;
+    static const double fine[] = { 1, 2, 3, 5 }, mid[] = { 1, 2, 5 }, coarse[] = { 1 };
+    const double decades = log10 (top / lo);
+    const double *steps = decades < 2 ? fine : decades < 3.5 ? mid : coarse;
+    const size_t n_steps = decades < 2 ? 4 : decades < 3.5 ? 3 : 1;
     int written = 0;
     fprintf (f, "set ytics (");
     for (double decade = pow (10, floor (log10 (lo))); decade <= top; decade *= 10)
-        for (size_t k = 0; k < (fine ? 4 : 1); k++) {
+        for (size_t k = 0; k < n_steps; k++) {
             double v = decade * steps[k];
             if (v >= lo && v <= top)
                 fprintf (f, "%s%g", written++ ? ", " : "", v);
@@ -330,9 +379,10 @@ static void s_write_ytics (FILE *f, double lo, double top)
 }
 
 /* Latency against achieved throughput. A curve per kind and mode joins the steps that did not
- * saturate; a saturated step is never on it (unless every step of the sweep saturated: then the
- * steps are the curve, marked so) but a red triangle in the band of notes at the top, at its
- * achieved rate, saying who saturated (the server, or sigload itself) and its latencies. Both axes
+ * saturate; a saturated step is never on it but a red triangle in the band of notes at the top, at
+ * its achieved rate, saying who saturated (the server, or sigload itself) and its latencies (unless
+ * every step of the sweep saturated: then the steps are points, joined by no line, and one line of
+ * the band says so). Both axes
  * are bounded by the steps on the curves, the band of notes kept above them; the legend sits below
  * the graph, clear of it. The --floor steps: a dashed baseline at their p50 and p99 (one step), or
  * dashed curves (one a rate); a step under its floor says so, and a step whose sender fell behind
@@ -356,7 +406,8 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
         floor_of[i] = !s_is_floor (r) && i > 0 && s_is_floor (&results[i - 1])
                               && results[i - 1].step.target == r->step.target ? (long) i - 1 : -1;
     }
-    /* every step with latencies saturated: plot them as they are, there is nothing else */
+    /* every step with latencies saturated: plot them as points, unjoined (a line through them would
+     * run back where a step achieved less than the one before, and show a knee that is none) */
     bool all_saturated = unsaturated == 0;
     double xlo = 0, xhi = 0, ylo = 0, yhi = 0;
     size_t on_curves = 0;
@@ -383,7 +434,7 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
     }
     fprintf (f, "# Latency against achieved throughput: one data block per kind and mode, the steps that did\n"
                 "# not saturate%s (columns: achieved req/s, p50, p99, p99.9 in us, the step).\n",
-             all_saturated ? " (none did: every step, marked saturated)" : "");
+             all_saturated ? " (none did: every step, drawn as points)" : "");
     bool present[N_SERIES] = { false };
     for (size_t s = 0; s < N_SERIES; s++) {
         for (size_t i = 0; i < n; i++) {
@@ -408,7 +459,7 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
                          s_pct_us (&results[i], 99), results[i].step.name);
         fprintf (f, "EOD\n");
     }
-    notes_t notes = { .cap = 2 * n + 2 };
+    notes_t notes = { .cap = 2 * n + 3 };
     notes.lines = calloc (notes.cap, sizeof *notes.lines);
     if (notes.lines)
         s_throughput_notes (results, n, curve, floor_of, &notes);
@@ -444,7 +495,7 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
             char why[512];
             s_gp_escape (why, sizeof why, r->saturation);
             fprintf (f, "# saturated: %s (%s), by %s: %s\n", r->step.name, why, judge_by_name (r->saturated_by),
-                     curve[i] ? "on the curve, every step saturated" : "a marked point off the curve");
+                     curve[i] ? "a point, not joined: every step saturated" : "a marked point off the curve");
         }
         if (curve[i] && r->sender_behind)     /* circled on its curve */
             fprintf (f, "set label \"\" at first %.3f, first %.3f point pt 6 ps 3 lc rgb 'dark-orange'\n", r->achieved,
@@ -456,9 +507,9 @@ static bool s_plot_throughput (FILE *f, const char *where, const char *what, con
     static const struct { int column; const char *name; } pcts[] = { { 2, "p50" }, { 3, "p99" }, { 4, "p99.9" } };
     for (size_t s = 0; s < N_SERIES; s++)
         for (size_t p = 0; present[s] && p < sizeof pcts / sizeof pcts[0]; p++)
-            fprintf (f, "%s \\\n     $%s using 1:%d with linespoints lw 2 pt 7 title '%s %s%s'", plotted++ ? "," : "",
-                     s_series[s].block, pcts[p].column, s_series[s].label, pcts[p].name,
-                     all_saturated ? " (saturated)" : "");
+            fprintf (f, "%s \\\n     $%s using 1:%d with %s pt 7 title '%s %s%s'", plotted++ ? "," : "",
+                     s_series[s].block, pcts[p].column, all_saturated ? "points ps 1.3" : "linespoints lw 2",
+                     s_series[s].label, pcts[p].name, all_saturated ? " (saturated: points)" : "");
     for (size_t i = 0; i < n && floors == 1; i++) {
         const result_t *fl = &results[i];
         if (!curve[i] || !s_is_floor (fl))
