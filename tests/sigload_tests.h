@@ -158,9 +158,9 @@ static inline pid_t s_spawn (const char *const *args, const char *out_path, cons
     return s_spawn_with (args, out_path, err_path, 0);
 }
 
-/* Runs sigload with ARGS (NULL-terminated) plus "--out DIR" when NAME is given and "--quiet"
- * unless RUN_VERBOSE; RUN_PINNED runs it on one CPU. Waits up to 60 s. */
-static inline void s_sigload_with (const char *name, const char *const *args, run_t *run, unsigned flags)
+/* Starts sigload with ARGS (NULL-terminated) plus "--out DIR" when NAME is given and "--quiet"
+ * unless RUN_VERBOSE; RUN_PINNED runs it on one CPU. Its pid; s_sigload_wait ends the run. */
+static inline pid_t s_sigload_start (const char *name, const char *const *args, run_t *run, unsigned flags)
 {
     memset (run, 0, sizeof *run);
     const char *all[64];
@@ -180,6 +180,16 @@ static inline void s_sigload_with (const char *name, const char *const *args, ru
     snprintf (err_path, sizeof err_path, "%s/%s.err", s_dir, name ? name : "run");
     pid_t pid = s_spawn_with (all, out_path, err_path, flags);
     ck_assert_int_gt (pid, 0);
+    return pid;
+}
+
+/* Waits up to 60 s for the sigload of s_sigload_start (PID, named NAME) to exit, then reads what
+ * it printed into RUN. */
+static inline void s_sigload_wait (const char *name, pid_t pid, run_t *run)
+{
+    char out_path[4300], err_path[4300];
+    snprintf (out_path, sizeof out_path, "%s/%s.out", s_dir, name ? name : "run");
+    snprintf (err_path, sizeof err_path, "%s/%s.err", s_dir, name ? name : "run");
     int status = 0;
     run->status = -1;
     for (int waited = 0; waited < 60000; waited += 10) {
@@ -195,6 +205,12 @@ static inline void s_sigload_with (const char *name, const char *const *args, ru
     }
     run->out = s_slurp (out_path);
     run->err = s_slurp (err_path);
+}
+
+/* Runs sigload (s_sigload_start's arguments) and waits for it. */
+static inline void s_sigload_with (const char *name, const char *const *args, run_t *run, unsigned flags)
+{
+    s_sigload_wait (name, s_sigload_start (name, args, run, flags), run);
 }
 
 static inline void s_sigload (const char *name, const char *const *args, run_t *run)
@@ -218,9 +234,28 @@ static inline void s_run_free (run_t *run)
 #define EXPECT_NOT_IN(text, fragment) \
     ck_assert_msg (strstr ((text), (fragment)) == NULL, "\"%s\" found in:\n%s", (fragment), (text))
 
-/* ---- reading summary.csv and .hgrm ---- */
+/* ---- reading summary.csv, .hgrm and plots.gp ---- */
 
-#define CSV_MAX_COLS 32
+/* The lines of TEXT between "START" and the next "EOD" (a gnuplot data block), as a new string. */
+static inline char *s_block (const char *text, const char *start)
+{
+    const char *from = strstr (text, start);
+    ck_assert_msg (from != NULL, "no \"%s\" in:\n%s", start, text);
+    from += strlen (start);
+    const char *to = strstr (from, "\nEOD\n");
+    ck_assert_msg (to != NULL, "data block %s has no end", start);
+    return strndup (from, (size_t) (to - from));
+}
+
+/* RUN's plots.gp, as a new string. */
+static inline char *s_plots (const run_t *run)
+{
+    char path[4400];
+    snprintf (path, sizeof path, "%s/plots.gp", run->dir);
+    return s_slurp (path);
+}
+
+#define CSV_MAX_COLS 48
 #define CSV_MAX_ROWS 16
 
 typedef struct {

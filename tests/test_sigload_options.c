@@ -263,6 +263,10 @@ START_TEST (processes_merge_into_one_table)
     ck_assert_str_eq (s_csv (&csv, 1, "step"), "echo-open-2000");
     ck_assert_double_eq (s_csv_num (&csv, 1, "ok"), 1001);
     ck_assert_int_eq (s_hgrm_check (&run, "echo-open-2000", NULL), 1001);
+    /* the plots' titles: the whole load's connections (process 0 holds 2 of the 3), and the processes */
+    char *gp = s_plots (&run);
+    EXPECT_IN (gp, "an echo server, 3 connections over 2 processes, ");
+    free (gp);
     free (csv.text);
     s_run_free (&run);
     const char *closed_args[] = { "--endpoint", echo, "--echo", "--processes", "3", "--connections", "3",

@@ -123,7 +123,7 @@ print(f"{name}: {instances} instance(s) over GPU(s) {devices}, workers on CPUs {
       f"the GPUs' NUMA CPUs among {server_cpus}: {near or 'unknown'}")
 PY
 }
-# run_load NAME ARGS...: one sigload run (the floor step first when --floor is given): its table in
+# run_load NAME ARGS...: one sigload run (with --floor, an echo step beside each step): its table in
 # $LOGS/NAME.log, its CSV in $OUT/curves/NAME/summary.csv
 run_load () {
     name=$1; shift

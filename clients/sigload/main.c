@@ -1,7 +1,7 @@
 /* sigload's main: checks that every endpoint answers and asks the server for the model's sizes
  * (ready.c), builds the requests' payloads, starts the workers, then runs the sweep step by step
- * (the --floor step first), judging saturation after each. sigload.h describes the whole design;
- * sigload --help describes its use. */
+ * (each value's --floor step just before its own), judging each (judge.c) as it ends. sigload.h
+ * describes the whole design; sigload --help describes its use. */
 #define _GNU_SOURCE
 #include "clock.h"
 #include "floatlist.h"
@@ -160,35 +160,20 @@ static void s_step_name (step_t *st, bool floor_step)
               st->mode == MODE_OPEN ? "open" : "closed", value);
 }
 
-/* Why R is past saturation, or "": it achieved less than 90% of its target rate, saw errors, or
- * its p99 exceeded --saturation-p99 (default: 10 x the first step's p99, at least 1000 us). The
- * sweep stops there with --stop-when-saturated; the plots keep such steps off their scale. */
-static void s_saturation (const options_t *opt, const result_t *r, double *first_p99_us, char *why, size_t len)
-{
-    double p99 = sigload_us (histogram_value_at_percentile (r->total, 99));
-    if (*first_p99_us == 0)
-        *first_p99_us = p99 > 0 ? p99 : 1;
-    double limit = opt->saturation_p99_us > 0 ? opt->saturation_p99_us
-                                              : (10 * *first_p99_us > 1000 ? 10 * *first_p99_us : 1000);
-    why[0] = 0;
-    if (opt->mode == MODE_OPEN && !r->step.schedule && r->achieved < 0.9 * r->step.target)
-        snprintf (why, len, "achieved %.0f req/s, less than 90%% of %.10g", r->achieved, r->step.target);
-    else if (r->errors)
-        snprintf (why, len, "%" PRIu64 " errors", r->errors);
-    else if (p99 > limit)
-        snprintf (why, len, "p99 %.1f us above %.1f us", p99, limit);
-}
-
-/* Runs the steps (the floor step first), printing each row as it ends; the results filled. */
+/* Runs the steps (with --floor, each value's floor step just before its own), judging each and
+ * printing its row as it ends; the results filled. */
 static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE *csv, bool *any_errors,
                            char *saturated, size_t saturated_len)
 {
     const options_t *opt = L->opt;
+    /* the first server step's p99: the default saturation limit's base, the floor steps' too (they
+     * share the plot's scale); the first floor step, before it, is judged by its own */
     double first_p99_us = 0;
+    const size_t per_value = opt->floor ? 2 : 1;
     size_t n = 0;
     for (size_t i = 0; i < n_steps && !sigload_interrupted; i++) {
-        bool floor_step = opt->floor && i == 0;
-        size_t v = opt->floor ? (i == 0 ? 0 : i - 1) : i;
+        bool floor_step = opt->floor && i % 2 == 0;
+        size_t v = i / per_value;
         L->step = (step_t) { .mode = opt->mode, .set = floor_step ? SET_FLOOR : SET_TARGET,
                              .echo = opt->echo || floor_step, .target = opt->values[v], .requests = opt->requests,
                              .schedule = opt->schedule_file != NULL, .streams = opt->streams && !floor_step,
@@ -203,6 +188,8 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
         report_merge (L, r);
         procs_step_end (opt, r);
         s_step_name (&r->step, floor_step);     /* the whole load's value (--processes) */
+        double floor_base = first_p99_us;
+        judge_step (opt, floor_step ? &floor_base : &first_p99_us, r);
         report_table_row (stdout, r);
         if (csv)
             report_csv_row (csv, r);
@@ -211,9 +198,7 @@ static size_t s_run_sweep (sigload_t *L, result_t *results, size_t n_steps, FILE
         if (r->errors || r->counts.warmup_errors)
             *any_errors = true;
         if (floor_step)
-            continue;
-        s_saturation (opt, r, &first_p99_us, r->saturation, sizeof r->saturation);
-        r->saturated = r->saturation[0] != 0;
+            continue;   /* a saturated floor is said, and the sweep of the server goes on */
         if (r->saturated && opt->stop_when_saturated && i + 1 < n_steps) {
             snprintf (saturated, saturated_len, "saturated at %s (%s): the sweep stopped there", r->step.name,
                       r->saturation);
@@ -386,7 +371,7 @@ int main (int argc, char **argv)
     if (opt.out_dir && !(csv = s_open_out (opt.out_dir)))
         goto done;
 
-    n_steps = opt.n_values + (opt.floor ? 1 : 0);
+    n_steps = opt.n_values * (opt.floor ? 2 : 1);
     results = calloc (n_steps, sizeof *results);
     if (!results)
         goto done;
@@ -415,6 +400,7 @@ int main (int argc, char **argv)
     printf ("\n");
     if (saturated[0])
         printf ("%s\n", saturated);
+    report_verdicts (stdout, results, n_results);
     report_error_details (stdout, results, n_results);
     if (opt.out_dir) {
         if (csv) {

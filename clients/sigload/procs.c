@@ -115,6 +115,7 @@ int procs_start (options_t *opt)
         if (me == 0)
             s_shared->share0[i] = opt->values[i];
     }
+    opt->all_connections = opt->connections;
     opt->connections = (unsigned) s_share (opt->connections, n, me);
     opt->threads = (unsigned) s_share (opt->threads, n, me);
     if (opt->threads < 1)

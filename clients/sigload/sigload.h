@@ -2,7 +2,9 @@
  *
  *   options.c  the usage text and option parsing (the thread default: the affinity mask)
  *   worker.c   connections and the worker threads' hot loop: send, receive, pace, record
- *   report.c   merging the workers' results; the table, summary.csv, .hgrm, plots, progress line
+ *   judge.c    each step's verdicts: saturated, the sender behind, whose doing
+ *   report.c   merging the workers' results; the table, summary.csv, .hgrm, progress line
+ *   plot.c     plots.gp and the PNGs gnuplot makes of it
  *   echo.c     --serve-echo: the plain ZeroMQ echo server of the transport floor (either engine)
  *   procs.c    --processes N: N copies of the load in N processes, one start per step, one report
  *   ready.c    before the sweep: every endpoint answers, every connection is up, dns:// names
@@ -50,6 +52,12 @@
  *    message above 33 bytes.
  *  - --echo and --floor send the same bytes to a plain ZeroMQ echo (sigload --serve-echo): a
  *    packed request of the same size with the id in its first 8 bytes, checked by size and id.
+ *    With --floor, each value of the sweep runs against the echo just before it runs against the
+ *    server: the floor of that rate, measured beside it.
+ *  - Each step is judged as it ends (judge.c): saturated or not, and whose doing it was. Open
+ *    loop, every request's send lag is split into the time every connection of its thread was full
+ *    (the server's back-pressure) and the rest (sigload's own lateness): a generator that falls
+ *    behind is told apart from a server that does.
  *
  * sigload links libsigclient (the generated protobuf code) and common/ only, never libsigcore. */
 #ifndef SIGLOAD_H
@@ -78,6 +86,7 @@ enum { EXIT_OK = 0, EXIT_ERRORS = 1, EXIT_USAGE = 2 };
 #define MAX_CONNS_PER_THREAD 65535      /* the connection's field is 16 bits */
 #define ERROR_TEXT 160
 #define MAX_STREAMS 1000000             /* --streams */
+#define HELD_LOG 256                    /* a worker's log of held times (worker_t) */
 
 /* Outcomes: 0..8 are the server's Status values, then the client's own. */
 enum {
@@ -102,7 +111,7 @@ typedef struct {
     size_t n_endpoints;
     const char *serve_echo[MAX_ENDPOINTS];
     size_t n_serve_echo;
-    const char *floor;              /* --floor: echo endpoint for the floor step */
+    const char *floor;              /* --floor: echo endpoint for the floor steps (one beside each step) */
     const char *model;              /* as given ("a,b" for several); "echo" with --echo */
     const char *models[MAX_MODELS]; /* --model split at commas, pointing into model_names */
     size_t n_models;
@@ -142,6 +151,7 @@ typedef struct {
     size_t n_schedule;
     unsigned processes;             /* --processes: copies of the load, each 1/N of it (procs.c) */
     unsigned process;               /* this copy's index (0: the one that reports) */
+    unsigned all_connections;       /* --connections of the whole load (connections: this copy's share) */
 } options_t;
 
 /* ---- per-request state ---- */
@@ -191,6 +201,14 @@ typedef struct {
     int64_t last_answer;            /* when the last measured answer came */
     double lag_sum;                 /* send lag of measured OK requests */
     int64_t lag_max;
+    /* Open loop: the send lag of every measured request sent, split by cause. Held: while every
+     * connection of the thread was full (--max-outstanding, or a socket that took no more), which
+     * is the server's back-pressure. Own: the rest, while a connection had room: sigload's sender
+     * itself was late (its CPU, its other work). */
+    uint64_t lag_sent;              /* measured requests sent */
+    double own_lag_sum, held_lag_sum;
+    int64_t own_lag_max;
+    uint64_t unsent_own, unsent_held;   /* not sent within --timeout (counted as TIMEOUT), by cause */
     char first_error[OUT_COUNT][ERROR_TEXT];   /* the server's first text per status */
 } counts_t;
 
@@ -229,6 +247,16 @@ typedef struct {
     int64_t phase_ns;
     int64_t spin_ns;                /* spun before each scheduled send */
     bool sched_done, blocked;
+    /* Open loop: the time the sender was held back by full connections (from a send that found
+     * every connection full to the next that went out), as the points where such a time began
+     * and ended with the total held before each: a request's held lag is the total's growth
+     * between its scheduled and its actual send. Points older than the next request's schedule
+     * are dropped; a full log drops its oldest. */
+    bool held;                      /* the last send found every connection full */
+    int64_t held_from;              /* since then */
+    int64_t held_total;             /* held time ended so far in the step */
+    struct { int64_t at, total; bool start; } held_log[HELD_LOG];
+    size_t held_first, held_n;      /* the log's oldest point, and its points (a ring) */
     size_t sched_index;             /* --schedule: the entry of this thread's next request */
     uint64_t quota;                 /* --requests: this thread's share */
     struct { connection_t *conn; stream_t *stream; } *streams;   /* its connections' streams, in turn */
@@ -267,6 +295,9 @@ struct _sigload_t {
     int64_t spin_ns;                /* --spin-us */
 };
 
+/* Whose doing a saturated step was (judge.c). */
+typedef enum { SAT_NONE, SAT_SERVER, SAT_SIGLOAD, SAT_BOTH } saturated_by_t;
+
 /* One step's merged results. */
 typedef struct {
     step_t step;
@@ -274,8 +305,12 @@ typedef struct {
     histogram_t *total, *server, *network;
     double achieved;
     uint64_t errors;                /* measured errors */
-    bool saturated;                 /* past saturation (main.c's rule): kept off the plots' scale */
+    bool saturated;                 /* past saturation (judge.c's rule): kept off the plots' scale */
     char saturation[256];           /* why, when saturated */
+    double p99_limit_us;            /* the p99 above which it would be (--saturation-p99, or the default) */
+    bool sender_behind;             /* sigload's own sender fell behind (judge.c's rule) */
+    char sender[320];               /* how, and what to do, when it did */
+    saturated_by_t saturated_by;    /* SAT_NONE unless saturated */
 } result_t;
 
 /* ---- main.c ---- */
@@ -352,6 +387,21 @@ void workers_destroy (sigload_t *L);
 /* A worker thread: waits at L->start, runs L->step, sets done; until L->quit. */
 void *worker_main (void *arg);
 
+/* ---- judge.c ---- */
+
+/* Judges R as it ended: saturated (and why), the sender behind (and how), saturated by whom.
+ * *FIRST_P99_US: the default limit's base, the p99 of the sweep's first step (0 before it: R's own,
+ * set there). */
+void judge_step (const options_t *opt, double *first_p99_us, result_t *r);
+/* The mean send lag, in us, of R's measured requests: sigload's own part, and the part held back
+ * by full connections. */
+double judge_own_lag_us (const result_t *r);
+double judge_held_lag_us (const result_t *r);
+/* "-", "server", "sigload" or "sigload+server". */
+const char *judge_by_name (saturated_by_t by);
+/* US as "850 us", "12.3 ms" or "1.20 s". */
+void judge_format_us (double us, char *buf, size_t len);
+
 /* ---- report.c ---- */
 
 /* Sums the workers' histograms and counts of L->step into R. */
@@ -366,11 +416,16 @@ void report_table_row (FILE *out, const result_t *r);
 void report_csv_header (FILE *out);
 void report_csv_row (FILE *out, const result_t *r);
 int report_write_hgrm (const char *dir, const result_t *r);
-/* Writes opt->out_dir/plots.gp and runs gnuplot on it there; true when it made PNGs, named in MADE. */
-bool report_plot (const options_t *opt, const result_t *results, size_t n, char *made, size_t made_len);
+/* A line for each step that saturated (why, and by whom) or whose sender fell behind (how). */
+void report_verdicts (FILE *out, const result_t *results, size_t n);
 /* The errors of every step by status, with the first text of each. */
 void report_error_details (FILE *out, const result_t *results, size_t n);
 /* One progress line on stderr: the phase (warm-up or measuring) and what was sent so far. */
 void report_progress (const sigload_t *L, int64_t now);
+
+/* ---- plot.c ---- */
+
+/* Writes opt->out_dir/plots.gp and runs gnuplot on it there; true when it made PNGs, named in MADE. */
+bool report_plot (const options_t *opt, const result_t *results, size_t n, char *made, size_t made_len);
 
 #endif

@@ -225,6 +225,58 @@ static void s_schedule_advance (worker_t *w, const step_t *st)
         w->sched_next = st->t0 + w->phase_ns + (int64_t) ((double) w->sched_k * w->period_ns);
 }
 
+/* The sender's held log (worker_t): a point where a held time begins (START) or ends at AT. */
+static void s_held_mark (worker_t *w, int64_t at, bool start)
+{
+    if (w->held_n == HELD_LOG) {
+        w->held_first = (w->held_first + 1) % HELD_LOG;
+        w->held_n--;
+    }
+    size_t k = (w->held_first + w->held_n++) % HELD_LOG;
+    w->held_log[k].at = at;
+    w->held_log[k].total = w->held_total;
+    w->held_log[k].start = start;
+}
+
+/* The sender's total held time up to T (T from the requests' schedule, which never goes back:
+ * the points before the last one at or before T are dropped). */
+static int64_t s_held_until (worker_t *w, int64_t t)
+{
+    while (w->held_n >= 2 && w->held_log[(w->held_first + 1) % HELD_LOG].at <= t) {
+        w->held_first = (w->held_first + 1) % HELD_LOG;
+        w->held_n--;
+    }
+    if (w->held_n == 0)
+        return w->held ? w->held_total + (t > w->held_from ? t - w->held_from : 0) : w->held_total;
+    const int64_t at = w->held_log[w->held_first].at, total = w->held_log[w->held_first].total;
+    if (at > t)
+        return total;   /* before every point: none of the held time since then was before T */
+    return w->held_log[w->held_first].start ? total + (t - at) : total;
+}
+
+/* The held time between T and NOW. */
+static int64_t s_held_since (worker_t *w, int64_t t, int64_t now)
+{
+    int64_t total = w->held_total + (w->held ? now - w->held_from : 0);
+    int64_t held = total - s_held_until (w, t);
+    return held > 0 ? held : 0;
+}
+
+/* A measured request scheduled at T went out at NOW: its send lag, split into the part that passed
+ * while every connection was full (held back by the server) and the rest (sigload's own). */
+static void s_count_lag (worker_t *w, int64_t t, int64_t now)
+{
+    int64_t lag = now - t > 0 ? now - t : 0;
+    int64_t held = s_held_since (w, t, now);
+    if (held > lag)
+        held = lag;
+    w->counts.lag_sent++;
+    w->counts.held_lag_sum += (double) held;
+    w->counts.own_lag_sum += (double) (lag - held);
+    if (lag - held > w->counts.own_lag_max)
+        w->counts.own_lag_max = lag - held;
+}
+
 static int s_open_send (worker_t *w, connection_t *conns, int64_t now)
 {
     const step_t *st = &w->load->step;
@@ -239,18 +291,36 @@ static int s_open_send (worker_t *w, connection_t *conns, int64_t now)
             break;
         }
         if (now - t > w->load->timeout_ns) {
-            /* could not even be sent in time: the client is saturated */
+            /* could not even be sent in time: the connections were full (the server's doing) or
+             * the sender could not keep up (sigload's) */
             s_count_error (w, measured, OUT_TIMEOUT, "not sent within --timeout of its scheduled time");
+            if (measured && 2 * s_held_since (w, t, now) >= now - t)
+                w->counts.unsent_held++;
+            else if (measured)
+                w->counts.unsent_own++;
         } else {
             int rc = s_send_any (w, conns, t, measured);
             if (rc == SEND_BLOCKED) {
                 w->blocked = true;
+                if (!w->held) {
+                    w->held = true;
+                    w->held_from = now;
+                    s_held_mark (w, now, true);
+                }
                 break;
+            }
+            if (w->held) {
+                w->held = false;
+                w->held_total += now - w->held_from;
+                s_held_mark (w, now, false);
             }
             if (rc == SEND_FAILED)
                 s_count_error (w, measured, OUT_SEND_FAILED, client_sock_strerror (errno));
-            else
+            else {
                 sent++;
+                if (measured)
+                    s_count_lag (w, t, now);
+            }
         }
         if (measured)
             w->counts.requests++;
@@ -497,6 +567,9 @@ static void s_step_begin (worker_t *w, connection_t *conns)
     w->counts.last_answer = st->measure_start;
     w->rr = 0;
     w->blocked = false;
+    w->held = false;
+    w->held_from = w->held_total = 0;
+    w->held_first = w->held_n = 0;
     w->stream_rr = 0;
     if (st->mode == MODE_OPEN) {
         /* each thread's share of the rate: 1/T, or with streams its streams' share (1/N a stream) */
