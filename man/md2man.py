@@ -7,10 +7,11 @@ install` puts it in share/man/man5). Never edit the output: edit config/README.m
 
 The Markdown it reads is the plain kind the README is written in: # headings, paragraphs, "- "
 lists, fenced code blocks (also inside list items), tables, `code`, **bold**, *emphasis* and
-[links](target). A table becomes one tagged paragraph per row: the first column is the tag (a key,
-a file), the last is the text, and the columns between are listed as "header: value" (type, range,
-default). The README's "# " title is left out: the page has its own NAME. Anything else is kept as
-text, so a construct this script does not know shows up as it is written instead of vanishing.
+[links](target) (one to a #section of the same page shows its text alone). A table becomes one
+tagged paragraph per row: the first column is the tag (a key, a file), the last is the text, and
+the columns between are listed as "header: value" (type, default). The README's "# " title is
+left out: the page has its own NAME. Anything else is kept as text, so a construct this script does
+not know shows up as it is written instead of vanishing.
 """
 import re
 import sys
@@ -34,7 +35,8 @@ INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?
 
 
 def inline(text: str) -> str:
-    """`code` and **bold** in bold, *emphasis* in italics, [text](target) as text (target)."""
+    """`code` and **bold** in bold, *emphasis* in italics, [text](target) as text (target), and
+    [text](#section), a link within the page, as its text."""
     out, pos = [], 0
     for m in INLINE.finditer(text):
         out.append(esc(text[pos:m.start()]))
@@ -48,6 +50,8 @@ def inline(text: str) -> str:
             out.append(f"\\fB{inline(bold)}\\fR")
         elif em is not None:
             out.append(f"\\fI{inline(em)}\\fR")
+        elif target.startswith("#"):          # a section of the same page: the page reads on
+            out.append(inline(link_text))
         else:
             out.append(f"{inline(link_text)} ({esc(target)})")
         pos = m.end()

@@ -1,7 +1,7 @@
 #!/bin/sh
-# Runs the Check suites given as arguments and the Python wire test, then prints one line:
-# "N passed, N failed, N skipped". GPU suites skip themselves (with the reason) when no CUDA
-# device is present.
+# Runs the Check suites given as arguments, then the suites of tests/python, tests/deploy and
+# tests/docs (the documentation's checks), then prints one line: "N passed, N failed, N skipped".
+# GPU suites skip themselves (with the reason) when no CUDA device is present.
 set -u
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -33,7 +33,7 @@ done
 # make test leaves the user's images (sigserve:cpu, sigserve:cuda, their build cache) as they were.
 # The end is a suite of its own, deploy_images, which checks that.
 images=""
-for py in tests/python/test_*.py tests/python/test_*.sh tests/deploy/test_*.sh; do
+for py in tests/python/test_*.py tests/python/test_*.sh tests/deploy/test_*.sh tests/docs/test_*.py; do
     [ -f "$py" ] || continue
     name=$(basename "${py%.*}")
     log="$BUILD/tests/$name.log"
