@@ -3,9 +3,13 @@
 # missing Debian packages first (deploy/install-deps.sh), then build.
 
 BUILD    ?= build
-# Parallel by default: one job per CPU (a -j on the command line wins).
+# Parallel by default: one job per CPU (a -j on the command line wins). Only at the top: a sub-make
+# (make run, make test) shares its parent's jobs, and one that set -j again would say so in a warning.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
-MAKEFLAGS += -j$(JOBS) --no-print-directory
+ifeq ($(MAKELEVEL),0)
+MAKEFLAGS += -j$(JOBS)
+endif
+MAKEFLAGS += --no-print-directory
 # Quiet by default: one short line per file built; V=1 prints the commands.
 V        ?= 0
 ifeq ($(V),1)
