@@ -119,8 +119,8 @@ HAVE_DRIVER := $(shell test -e /proc/driver/nvidia/version -o -e /dev/nvidiactl 
 RUN_TARGETS := $(BUILD)/sigserve $(BUILD)/sigclient $(BUILD)/sigload $(DEMO) $(if $(HAVE_DRIVER),$(GPU_PLUGIN))
 run: deps
 	@$(MAKE) $(RUN_TARGETS)
-	@if [ -n "$(GPU_PLUGIN)" ] && [ -z "$(HAVE_DRIVER)" ]; then echo "note: no NVIDIA driver here: the CUDA backend \
-	    ($(GPU_PLUGIN)) is not built; the demo model runs on the CPU (make all builds everything)"; fi
+	@if [ -n "$(GPU_PLUGIN)" ] && [ -z "$(HAVE_DRIVER)" ]; then echo "note: no NVIDIA driver here: the CUDA backend" \
+	    "($(GPU_PLUGIN)) is not built; the demo model runs on the CPU (make all builds everything)"; fi
 	$(BUILD)/sigserve --config config/sigserve.json
 
 # What CI runs (.ci/run): every suite, then a short fuzz of each target (tests/fuzz, mk/fuzz.mk).
