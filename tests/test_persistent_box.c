@@ -3,7 +3,8 @@
  * with acquire, the features read, the outputs stored, the done word after them): every request
  * answered with its own outputs, both completion modes, rows padded to row_floats with the padding
  * zero, the ring reused slot by slot; and two publishers (a device process's worker and a front)
- * that take turns through a claim, sharing one descriptor, so sequences continue across them. */
+ * that take turns through a claim, sharing one descriptor, so sequences continue across them; and
+ * pbox_call, the wait a front runs with its watchdog. */
 #define _GNU_SOURCE
 #include "testutil.h"
 
@@ -13,6 +14,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +201,112 @@ START_TEST (two_publishers_share_the_sequence)
 }
 END_TEST
 
+/* pbox_call, the front's whole request through a device process's mailbox: answered by the kernel
+ * (outputs back, busy_since set for the call and cleared after it); the instance lost or no longer
+ * available while it waits (SIG_UNAVAILABLE naming the model, the instance and why, busy_since
+ * cleared); and a kernel that never answers, past watchdog_ms + 1 s (the same, saying so). */
+typedef struct {
+    _Atomic int lost;
+    _Atomic bool available;
+    _Atomic uint64_t busy_since;
+    char state[64];
+} watched_t;
+
+static pbox_watch_t s_watch (watched_t *w, uint32_t watchdog_ms)
+{
+    atomic_store (&w->lost, 0);
+    atomic_store (&w->available, true);
+    atomic_store (&w->busy_since, 0);
+    snprintf (w->state, sizeof w->state, "its device process was lost");
+    return (pbox_watch_t) { .lost = &w->lost, .available = &w->available, .busy_since = &w->busy_since,
+                            .state = w->state, .model = "m", .instance = 3, .watchdog_ms = watchdog_ms };
+}
+
+START_TEST (a_call_is_answered_and_its_busy_time_cleared)
+{
+    fake_t f;
+    s_fake_init (&f, 5, 2, 4, PBOX_DONE_SEQUENCE);
+    watched_t w;
+    const pbox_watch_t watch = s_watch (&w, 0);
+    pthread_t t;
+    ck_assert_int_eq (pthread_create (&t, NULL, s_kernel, &f), 0);
+    const float x[10] = { 1, 2, 3, 4, 5, 0.5f, 0.25f, -1, -2, 8 };
+    float y[4] = { 0 };
+    char err[256] = "";
+    for (uint32_t seq = 1; seq <= 3; seq++) {
+        ck_assert_int_eq (pbox_call (&f.b, x, 2, y, &watch, err, sizeof err), SIG_OK);
+        for (uint32_t r = 0; r < 2; r++)
+            for (uint32_t k = 0; k < 2; k++)
+                ck_assert_float_eq (y[r * 2 + k], s_expect (x + r * 5, 5, k, seq));
+        ck_assert_uint_eq (atomic_load (&w.busy_since), 0);
+    }
+    ck_assert_str_eq (err, "");
+    atomic_store (&f.stop, true);
+    pthread_join (t, NULL);
+    free (f.b.box);
+}
+END_TEST
+
+/* Sets the instance lost (or unavailable) once the call is waiting: busy_since says it is. */
+typedef struct {
+    watched_t *w;
+    bool unavailable;
+    uint64_t seen;
+} loser_t;
+
+static void *s_lose (void *arg)
+{
+    loser_t *l = arg;
+    while (!(l->seen = atomic_load (&l->w->busy_since)))
+        sched_yield ();
+    if (l->unavailable)
+        atomic_store (&l->w->available, false);
+    else
+        atomic_store (&l->w->lost, 1);
+    return NULL;
+}
+
+START_TEST (a_lost_or_unavailable_instance_ends_the_wait)
+{
+    for (int unavailable = 0; unavailable < 2; unavailable++) {
+        fake_t f;
+        s_fake_init (&f, 3, 1, 2, PBOX_DONE_OUTPUTS);       /* no kernel: nothing answers */
+        watched_t w;
+        const pbox_watch_t watch = s_watch (&w, 0);
+        loser_t l = { &w, unavailable == 1, 0 };
+        pthread_t t;
+        ck_assert_int_eq (pthread_create (&t, NULL, s_lose, &l), 0);
+        const float x[3] = { 1, 2, 3 };
+        float y[1];
+        char err[256];
+        ck_assert_int_eq (pbox_call (&f.b, x, 1, y, &watch, err, sizeof err), SIG_UNAVAILABLE);
+        pthread_join (t, NULL);
+        ck_assert_uint_gt (l.seen, 0);
+        ck_assert_str_eq (err, "model \"m\" instance 3: its device process was lost; the request was not answered by it");
+        ck_assert_uint_eq (atomic_load (&w.busy_since), 0);
+        ck_assert_uint_eq (f.b.next, 1);
+        free (f.b.box);
+    }
+}
+END_TEST
+
+START_TEST (a_kernel_that_never_answers_is_given_up_after_its_watchdog)
+{
+    fake_t f;
+    s_fake_init (&f, 3, 1, 2, PBOX_DONE_SEQUENCE);           /* no kernel: nothing answers */
+    watched_t w;
+    const pbox_watch_t watch = s_watch (&w, 1);
+    const float x[3] = { 1, 2, 3 };
+    float y[1];
+    char err[256];
+    ck_assert_int_eq (pbox_call (&f.b, x, 1, y, &watch, err, sizeof err), SIG_UNAVAILABLE);
+    ck_assert_str_eq (err, "model \"m\" instance 3: its persistent kernel did not answer within watchdog_ms (1) + 1 s; "
+                           "the model is unavailable there until its process is started again");
+    ck_assert_uint_eq (atomic_load (&w.busy_since), 0);
+    free (f.b.box);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("persistent_box");
@@ -208,6 +316,9 @@ int main (void)
     tcase_add_test (c, answers_come_back_by_sequence);
     tcase_add_test (c, a_stale_answer_is_not_complete);
     tcase_add_test (c, two_publishers_share_the_sequence);
+    tcase_add_test (c, a_call_is_answered_and_its_busy_time_cleared);
+    tcase_add_test (c, a_lost_or_unavailable_instance_ends_the_wait);
+    tcase_add_test (c, a_kernel_that_never_answers_is_given_up_after_its_watchdog);
     suite_add_tcase (s, c);
     return tu_run_suite (s);
 }

@@ -1,8 +1,9 @@
 /* The host's half of the persistent MLP kernel's mailbox protocol (kernels/kernels.h, "persistent"),
  * without CUDA: what the CUDA backend does for each request (backends/cuda/mlp_persistent.c), and
  * what a front does when it runs a request inline on a persistent model that a device process
- * serves (serving/worker.c: the mailbox then lies in the region shared with that process, and the
- * descriptor below too, so both sides publish into the same ring).
+ * serves (pbox_call, from serving/worker.c: the mailbox then lies in the region shared with that
+ * process, and the descriptor below too, so both sides publish into the same ring; the wait and its
+ * watchdog are the backend's, the front only says who watches the process).
  *
  * A request: its features copied into slot n % ring (each row padded with zeros to row_floats),
  * the output words it waits for set to the sentinel (done by outputs), then the request word
@@ -13,8 +14,14 @@
 #ifndef SIGSERVE_PERSISTENT_BOX_H
 #define SIGSERVE_PERSISTENT_BOX_H
 
+#include "base/status.h"
+#include "clock.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define PBOX_SENTINEL 0x7fbadbadu          /* = SIG_PERSISTENT_SENTINEL */
@@ -103,6 +110,58 @@ static inline bool pbox_answered (const void *arg)
 static inline void pbox_read (const pbox_answer_t *a, float *out)
 {
     memcpy (out, a->outputs, (size_t) a->words * sizeof (float));
+}
+
+/* Who watches a request published into a mailbox that another process's kernel serves (a device
+ * process: the front runs such a request itself, serving/worker.c): the process's supervisor sets
+ * LOST when the process is gone and clears AVAILABLE (with STATE saying why) when the instance cannot
+ * run; BUSY_SINCE is set for the call's length, and the supervisor ends a process whose launch runs
+ * past WATCHDOG_MS (0: 1000) by it. MODEL and INSTANCE name it in messages. */
+typedef struct {
+    const _Atomic int *lost;
+    const _Atomic bool *available;
+    _Atomic uint64_t *busy_since;
+    const char *state;
+    const char *model;
+    uint32_t instance, watchdog_ms;
+} pbox_watch_t;
+
+#define PBOX_GRACE_NS 1000000000ull     /* past watchdog_ms, in case the supervisor did not end it */
+
+/* One request through B watched by W: ROWS rows of IN published, polled until answered (OUT: rows x
+ * output_size floats), or until W says the instance is lost or watchdog_ms + 1 s pass.
+ * SIG_OK, or SIG_UNAVAILABLE with ERR naming the model and instance. */
+static inline sig_status_t pbox_call (persistent_box_t *b, const float *in, uint32_t rows, float *out,
+                                      const pbox_watch_t *w, char *err, size_t errlen)
+{
+    const uint32_t watchdog_ms = w->watchdog_ms ? w->watchdog_ms : 1000u;
+    const uint64_t t0 = clock_now_ns (), limit = (uint64_t) watchdog_ms * 1000000ull + PBOX_GRACE_NS;
+    atomic_store_explicit (w->busy_since, t0, memory_order_relaxed);
+    const pbox_answer_t a = pbox_publish (b, in, rows);
+    sig_status_t st = SIG_OK;
+    for (uint32_t spins = 1; !pbox_answered (&a); spins++) {
+        if ((spins & 63u) == 0u) {
+            if (atomic_load_explicit (w->lost, memory_order_relaxed)
+                || !atomic_load_explicit (w->available, memory_order_relaxed)) {
+                snprintf (err, errlen, "model \"%s\" instance %u: %.200s; the request was not answered by it",
+                          w->model, w->instance, w->state);
+                st = SIG_UNAVAILABLE;
+                break;
+            }
+            if (clock_now_ns () - t0 > limit) {
+                snprintf (err, errlen, "model \"%s\" instance %u: its persistent kernel did not answer within "
+                          "watchdog_ms (%u) + 1 s; the model is unavailable there until its process is started "
+                          "again", w->model, w->instance, watchdog_ms);
+                st = SIG_UNAVAILABLE;
+                break;
+            }
+        }
+        _mm_pause ();
+    }
+    if (st == SIG_OK)
+        pbox_read (&a, out);
+    atomic_store_explicit (w->busy_since, 0, memory_order_relaxed);
+    return st;
 }
 
 #endif

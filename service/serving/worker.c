@@ -256,44 +256,16 @@ void worker_run_inline (model_t *m, backend_model_t *impl, job_t *j)
     s_run_inline (m, j, s_on_context, &c);
 }
 
-#define BOX_GRACE_NS 1000000000ull      /* past watchdog_ms, in case the supervisor did not end it */
-
 /* A persistent MLP in a device process, run by a front through the instance's mailbox in the region
- * (backends/persistent_box.h): published, then polled until answered, or until the instance is lost
- * (its process gone: the supervisor says so) or watchdog_ms + 1 s pass (the supervisor kills a
- * process whose launch runs past watchdog_ms: busy_since is set for it). */
+ * (backends/persistent_box.h: pbox_call waits, and gives up when the instance is lost or its
+ * watchdog passes). */
 static sig_status_t s_through_box (void *arg, job_t *j, char *err, size_t errlen)
 {
     instance_t *in = arg;
-    const model_t *m = in->model;
-    const uint64_t t0 = clock_now_ns ();
-    const uint64_t limit = (uint64_t) (m->cfg.watchdog_ms ? m->cfg.watchdog_ms : 1000u) * 1000000ull + BOX_GRACE_NS;
-    atomic_store_explicit (&in->sh->busy_since, t0, memory_order_relaxed);
-    const pbox_answer_t a = pbox_publish (&in->sh->box, j->features, j->rows);
-    sig_status_t st = SIG_OK;
-    for (uint32_t spins = 1; !pbox_answered (&a); spins++) {
-        if ((spins & 63u) == 0u) {
-            if (atomic_load_explicit (&in->lost, memory_order_relaxed)
-                || !atomic_load_explicit (&in->sh->available, memory_order_relaxed)) {
-                snprintf (err, errlen, "model \"%s\" instance %u: %.200s; the request was not answered by it",
-                          m->cfg.name, in->index, in->sh->state);
-                st = SIG_UNAVAILABLE;
-                break;
-            }
-            if (clock_now_ns () - t0 > limit) {
-                snprintf (err, errlen, "model \"%s\" instance %u: its persistent kernel did not answer within "
-                          "watchdog_ms (%u) + 1 s; the model is unavailable there until its process is started "
-                          "again", m->cfg.name, in->index, m->cfg.watchdog_ms ? m->cfg.watchdog_ms : 1000u);
-                st = SIG_UNAVAILABLE;
-                break;
-            }
-        }
-        _mm_pause ();
-    }
-    if (st == SIG_OK)
-        pbox_read (&a, j->outputs);
-    atomic_store_explicit (&in->sh->busy_since, 0, memory_order_relaxed);
-    return st;
+    const pbox_watch_t w = { .lost = &in->lost, .available = &in->sh->available, .busy_since = &in->sh->busy_since,
+                             .state = in->sh->state, .model = in->model->cfg.name, .instance = in->index,
+                             .watchdog_ms = in->model->cfg.watchdog_ms };
+    return pbox_call (&in->sh->box, j->features, j->rows, j->outputs, &w, err, errlen);
 }
 
 bool worker_run_inline_on (instance_t *in, job_t *j)
