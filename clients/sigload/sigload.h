@@ -309,7 +309,7 @@ typedef struct {
     char saturation[256];           /* why, when saturated */
     double p99_limit_us;            /* the p99 above which it would be (--saturation-p99, or the default) */
     bool sender_behind;             /* sigload's own sender fell behind (judge.c's rule) */
-    char sender[320];               /* how, and what to do, when it did */
+    char sender[448];               /* how, and what to do, when it did */
     saturated_by_t saturated_by;    /* SAT_NONE unless saturated */
 } result_t;
 
