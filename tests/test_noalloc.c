@@ -10,6 +10,7 @@
 #include "weights/weights.h"
 #include "serving/registry.h"
 #include "front/server.h"
+#include "base/stats.h"
 #include "base/threads.h"
 #include "signal.pb-c.h"
 #include "testutil.h"
@@ -46,6 +47,15 @@ void *__wrap_aligned_alloc (size_t a, size_t n) { s_count (); return __real_alig
 int __wrap_posix_memalign (void **p, size_t a, size_t n) { s_count (); return __real_posix_memalign (p, a, n); }
 
 static volatile sig_atomic_t s_stop;
+
+/* Requests the fronts ran themselves, every model's. */
+static uint64_t s_inlined (const stats_t *stats)
+{
+    uint64_t n = 0;
+    for (size_t slot = 0; slot < stats_slot_count (stats); slot++)
+        n += stats_inline (stats, slot);
+    return n;
+}
 
 static void *s_serve (void *arg)
 {
@@ -151,9 +161,11 @@ START_TEST (no_allocation_per_request_once_warm)
     char err[1024];
     config_t *cfg = config_load (path, err, sizeof err);
     ck_assert_msg (cfg != NULL, "%s", err);
-    model_registry_t *models = model_registry_new (cfg, err, sizeof err);
+    stats_t *stats = stats_new ();      /* the models' counts and the server's, in one place */
+    ck_assert_ptr_nonnull (stats);
+    model_registry_t *models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
     ck_assert_msg (models != NULL, "%s", err);
-    server_t *server = server_new (&cfg->server, models, NULL, NULL, err, sizeof err);
+    server_t *server = server_new (&cfg->server, models, stats, NULL, err, sizeof err);
     ck_assert_msg (server != NULL, "%s", err);
     pthread_t th;
     s_stop = 0;
@@ -193,14 +205,14 @@ START_TEST (no_allocation_per_request_once_warm)
      * cores). The client sends until 200 ran on the front, each after the reply before it; every
      * one, inlined or handed off, is counted for allocations. Then 100 pairs sent together: a pair
      * is at most two messages a turn, so both of each run on the front too. */
-    const uint64_t inlined_before = server_stats (server)->inlined;
+    const uint64_t inlined_before = s_inlined (stats);
     int sent = 0;
-    while (server_stats (server)->inlined - inlined_before < 200 && sent < 2000) {
+    while (s_inlined (stats) - inlined_before < 200 && sent < 2000) {
         s_send_to (socks[sent % 2], "tiny", features, 64);
         s_drain (socks[sent % 2], 1);
         sent++;
     }
-    const uint64_t lone_inlined = server_stats (server)->inlined - inlined_before;
+    const uint64_t lone_inlined = s_inlined (stats) - inlined_before;
     for (int pair = 0; pair < 100; pair++) {
         s_send_to (socks[0], "tiny", features, 64);
         s_send_to (socks[0], "tiny", features, 64);
@@ -212,19 +224,20 @@ START_TEST (no_allocation_per_request_once_warm)
 
     s_stop = 1;
     pthread_join (th, NULL);
-    /* The fronts' counters are exact once the server has returned (a reply can reach the client
+    /* The counts are exact once the server has returned (a reply can reach the client
      * before its front counts it as replied). */
     ck_assert_uint_eq (lone_inlined, 200);
     ck_assert_msg (sent < 400, "only %llu of %d lone requests ran on the front", (unsigned long long) lone_inlined, sent);
-    ck_assert_uint_eq (server_stats (server)->inlined - inlined_before, 200 + 200);      /* every pair's two */
-    ck_assert_int_eq (server_stats (server)->received, 250 * PER_ROUND + sent + 200);
-    ck_assert_int_eq (server_stats (server)->replied, 250 * PER_ROUND + sent + 200);
-    ck_assert_int_eq (server_stats (server)->admitted, 250 * (2 + BURST) + sent + 200);
+    ck_assert_uint_eq (s_inlined (stats) - inlined_before, 200 + 200);      /* every pair's two */
+    ck_assert_int_eq (stats_server (stats, STATS_RECEIVED), 250 * PER_ROUND + sent + 200);
+    ck_assert_int_eq (stats_server (stats, STATS_REPLIED), 250 * PER_ROUND + sent + 200);
+    ck_assert_int_eq (stats_server (stats, STATS_ADMITTED), 250 * (2 + BURST) + sent + 200);
     zmq_close (socks[0]);
     zmq_close (socks[1]);
     zmq_ctx_term (ctx);
     server_destroy (&server);
     model_registry_destroy (&models);
+    stats_destroy (&stats);
     config_destroy (&cfg);
     free (path);
     ck_assert_int_eq (tu_remove_tree (dir), 0);

@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -234,6 +235,61 @@ START_TEST (reloads_and_send_failures_are_counted)
 }
 END_TEST
 
+/* Fronts count the same model at once, each in its shard (stats_writer): nothing is lost, and every
+ * reader sums the shards (requests, histograms, server counts, inline runs, sheds). A plain load and
+ * store on one shared counter loses increments when two fronts interleave. */
+#define FRONT_COUNTS 200000
+
+typedef struct {
+    stats_t *stats;
+    unsigned writer;
+    int slot;
+} front_arg_t;
+
+static void *s_front (void *arg)
+{
+    const front_arg_t *a = arg;
+    stats_writer (a->writer);
+    for (int i = 0; i < FRONT_COUNTS; i++) {
+        stats_count (a->stats, a->slot, SIG_OK);
+        stats_observe (a->stats, a->slot, STAGE_SERVER, 3000);
+        stats_count_server (a->stats, STATS_RECEIVED);
+        stats_count_inline (a->stats, a->slot);
+        stats_count_shed (a->stats, a->slot, SHED_DEADLINE);
+    }
+    return NULL;
+}
+
+START_TEST (fronts_count_one_model_at_once_and_lose_nothing)
+{
+    stats_t *s = stats_new ();
+    const int slot = stats_slot (s, "m");
+    front_arg_t args[4];
+    pthread_t t[4];
+    for (unsigned k = 0; k < 4; k++) {
+        args[k] = (front_arg_t) { s, 1 + k, slot };
+        ck_assert_int_eq (pthread_create (&t[k], NULL, s_front, &args[k]), 0);
+    }
+    for (int k = 0; k < 4; k++)
+        pthread_join (t[k], NULL);
+    stats_count_server (s, STATS_RECEIVED);        /* this thread: shard 0 */
+    ck_assert_uint_eq (stats_requests (s, slot, SIG_OK), 4 * FRONT_COUNTS);
+    ck_assert_uint_eq (stats_server (s, STATS_RECEIVED), 4 * FRONT_COUNTS + 1);
+    ck_assert_uint_eq (stats_inline (s, slot), 4 * FRONT_COUNTS);
+    ck_assert_uint_eq (stats_sheds (s, slot, SHED_DEADLINE), 4 * FRONT_COUNTS);
+    uint64_t cumulative[STATS_LE_COUNT + 1], sum = 0;
+    stats_histogram (s, slot, STAGE_SERVER, cumulative, &sum);
+    ck_assert_uint_eq (cumulative[STATS_LE_COUNT], 4 * FRONT_COUNTS);
+    ck_assert_uint_eq (cumulative[1], 0);                       /* 3 us: over the 2 us bound */
+    ck_assert_uint_eq (cumulative[2], 4 * FRONT_COUNTS);        /* within 5 us */
+    ck_assert_uint_eq (sum, 4ull * FRONT_COUNTS * 3000);
+    stats_snapshot_t snap;
+    stats_snapshot (s, slot, STAGE_SERVER, &snap);
+    ck_assert_uint_eq (snap.count, 4 * FRONT_COUNTS);
+    stats_destroy (&s);
+}
+END_TEST
+
 START_TEST (the_process_figures_are_the_kernels)
 {
     stats_process_t p;
@@ -263,6 +319,7 @@ int main (void)
     tcase_add_test (tc, batch_rows_fall_in_the_bucket_of_their_bound);
     tcase_add_test (tc, reloads_and_send_failures_are_counted);
     tcase_add_test (tc, the_process_figures_are_the_kernels);
+    tcase_add_test (tc, fronts_count_one_model_at_once_and_lose_nothing);
     suite_add_tcase (s, tc);
     TCase *tq = tcase_create ("percentiles");
     tcase_add_test (tq, a_quantile_is_the_edge_of_the_bucket_holding_its_rank);

@@ -1,6 +1,7 @@
 #include "base/stats.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,26 +26,39 @@ typedef struct {
     _Atomic uint64_t fine[STATS_FINE_BUCKETS];
 } histogram_t;
 
+/* One model name's counters, in one writer's shard. */
 typedef struct {
-    char name[NAME_MAX_BYTES];
     _Atomic uint64_t requests[STATS_STATUS_COUNT];
     histogram_t stage[STAGE_COUNT];
     _Atomic uint64_t rows_le[STATS_ROWS_LE_COUNT + 1];
     _Atomic uint64_t rows_sum;
     _Atomic uint64_t sheds[SHED_COUNT];
     _Atomic uint64_t inline_runs;
-} slot_t;
+} counts_t;
+
+/* Everything one writer counts: a front's, or (shard 0) every other thread's. */
+typedef struct {
+    counts_t slots[STATS_SLOTS];
+    _Atomic uint64_t server[STATS_SERVER_COUNT];
+    _Atomic uint64_t auth_failures[AUTH_FAIL_COUNT];
+    _Atomic uint64_t reloads[2];        /* [0] error, [1] ok */
+} shard_t;
 
 struct _stats_t {
-    _Atomic size_t count;           /* slots in use; published after the name is written */
-    slot_t slots[STATS_SLOTS];
-    _Atomic uint64_t send_failures;
-    _Atomic uint64_t auth_failures[AUTH_FAIL_COUNT];
-    _Atomic uint64_t reloads[2];    /* [0] error, [1] ok */
-    _Atomic uint64_t spin_sleeps[2];    /* [0] the front, [1] workers */
+    _Atomic size_t count;               /* slots in use; published after the name is written */
+    char names[STATS_SLOTS][NAME_MAX_BYTES];
+    _Atomic uint64_t spin_sleeps[2];    /* [0] the front, [1] workers: any thread, an atomic add */
+    shard_t shards[STATS_WRITERS];      /* untouched pages of the unused ones are never resident */
 };
 
-/* One writer per counter: a relaxed load and store, no read-modify-write instruction. */
+/* The calling thread's shard (stats_writer); 0 for every thread that did not say. */
+static _Thread_local unsigned s_writer;
+
+void stats_writer (unsigned writer) { s_writer = writer < STATS_WRITERS ? writer : 0; }
+
+static inline shard_t *s_mine (stats_t *self) { return &self->shards[s_writer]; }
+
+/* One writer per counter (the shard's thread): a relaxed load and store, no read-modify-write. */
 static inline void s_bump (_Atomic uint64_t *c, uint64_t by)
 {
     atomic_store_explicit (c, atomic_load_explicit (c, memory_order_relaxed) + by, memory_order_relaxed);
@@ -55,11 +69,22 @@ static inline uint64_t s_get (const _Atomic uint64_t *c)
     return atomic_load_explicit ((_Atomic uint64_t *) c, memory_order_relaxed);
 }
 
+/* The sum over the shards of the counter at byte OFFSET of a shard. */
+static uint64_t s_sum (const stats_t *self, size_t offset)
+{
+    uint64_t sum = 0;
+    for (size_t w = 0; w < STATS_WRITERS; w++)
+        sum += s_get ((const _Atomic uint64_t *) ((const char *) &self->shards[w] + offset));
+    return sum;
+}
+
+#define S_SUM(self, field) s_sum ((self), offsetof (shard_t, field))
+
 stats_t *stats_new (void)
 {
     stats_t *self = calloc (1, sizeof *self);
     if (self) {
-        snprintf (self->slots[STATS_UNKNOWN].name, NAME_MAX_BYTES, "_unknown");
+        snprintf (self->names[STATS_UNKNOWN], NAME_MAX_BYTES, "_unknown");
         atomic_store (&self->count, 1);
     }
     return self;
@@ -77,27 +102,27 @@ int stats_slot (stats_t *self, const char *name)
 {
     size_t n = atomic_load (&self->count);
     for (size_t i = 0; i < n; i++)
-        if (strcmp (self->slots[i].name, name) == 0)
+        if (strcmp (self->names[i], name) == 0)
             return (int) i;
     if (n == STATS_SLOTS)
         return -1;
-    snprintf (self->slots[n].name, NAME_MAX_BYTES, "%s", name);
+    snprintf (self->names[n], NAME_MAX_BYTES, "%s", name);
     atomic_store_explicit (&self->count, n + 1, memory_order_release);
     return (int) n;
 }
 
 size_t stats_slot_count (const stats_t *self) { return atomic_load_explicit (&((stats_t *) self)->count, memory_order_acquire); }
-const char *stats_slot_name (const stats_t *self, size_t slot) { return self->slots[slot].name; }
+const char *stats_slot_name (const stats_t *self, size_t slot) { return self->names[slot]; }
 
 const char *const stats_shed_names[SHED_COUNT] = { "queue_time", "deadline", "queue_depth", "buffers", "client" };
 
 void stats_count_shed (stats_t *self, int slot, stats_shed_t why)
 {
     if ((unsigned) why < SHED_COUNT)
-        s_bump (&self->slots[slot].sheds[why], 1);
+        s_bump (&s_mine (self)->slots[slot].sheds[why], 1);
 }
 
-void stats_count_inline (stats_t *self, int slot) { s_bump (&self->slots[slot].inline_runs, 1); }
+void stats_count_inline (stats_t *self, int slot) { s_bump (&s_mine (self)->slots[slot].inline_runs, 1); }
 
 void stats_count_spin_sleep (stats_t *self, bool worker)
 {
@@ -106,13 +131,24 @@ void stats_count_spin_sleep (stats_t *self, bool worker)
 
 uint64_t stats_spin_sleeps (const stats_t *self, bool worker) { return s_get (&self->spin_sleeps[worker]); }
 
-uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why) { return s_get (&self->slots[slot].sheds[why]); }
-uint64_t stats_inline (const stats_t *self, size_t slot) { return s_get (&self->slots[slot].inline_runs); }
+uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why) { return S_SUM (self, slots[slot].sheds[why]); }
+uint64_t stats_inline (const stats_t *self, size_t slot) { return S_SUM (self, slots[slot].inline_runs); }
 
 void stats_count (stats_t *self, int slot, sig_status_t status)
 {
     if ((unsigned) status < STATS_STATUS_COUNT)
-        s_bump (&self->slots[slot].requests[status], 1);
+        s_bump (&s_mine (self)->slots[slot].requests[status], 1);
+}
+
+void stats_count_server (stats_t *self, stats_server_t what)
+{
+    if ((unsigned) what < STATS_SERVER_COUNT)
+        s_bump (&s_mine (self)->server[what], 1);
+}
+
+uint64_t stats_server (const stats_t *self, stats_server_t what)
+{
+    return (unsigned) what < STATS_SERVER_COUNT ? S_SUM (self, server[what]) : 0;
 }
 
 /* Fine bucket of NS: values below 256 ns share bucket 0; then 8 sub-buckets per power of two. */
@@ -139,7 +175,7 @@ static uint64_t s_fine_upper (size_t i)
 
 void stats_observe (stats_t *self, int slot, stats_stage_t stage, uint64_t ns)
 {
-    histogram_t *h = &self->slots[slot].stage[stage];
+    histogram_t *h = &s_mine (self)->slots[slot].stage[stage];
     size_t b = 0;
     while (b < STATS_LE_COUNT && ns > s_le_ns[b])
         b++;
@@ -153,36 +189,36 @@ void stats_observe_batch (stats_t *self, int slot, uint32_t rows)
     size_t b = 0;
     while (b < STATS_ROWS_LE_COUNT && rows > stats_le_rows[b])
         b++;
-    s_bump (&self->slots[slot].rows_le[b], 1);
-    s_bump (&self->slots[slot].rows_sum, rows);
+    counts_t *c = &s_mine (self)->slots[slot];
+    s_bump (&c->rows_le[b], 1);
+    s_bump (&c->rows_sum, rows);
 }
 
-void stats_count_send_failure (stats_t *self) { s_bump (&self->send_failures, 1); }
-void stats_count_auth_failure (stats_t *self, stats_auth_failure_t why) { s_bump (&self->auth_failures[why], 1); }
+void stats_count_send_failure (stats_t *self) { stats_count_server (self, STATS_SEND_FAILURES); }
+void stats_count_auth_failure (stats_t *self, stats_auth_failure_t why) { s_bump (&s_mine (self)->auth_failures[why], 1); }
 
 const char *const stats_auth_failure_names[AUTH_FAIL_COUNT] = {
     [AUTH_FAIL_DENIED] = "denied", [AUTH_FAIL_PLAINTEXT] = "plaintext_client",
     [AUTH_FAIL_WRONG_KEY] = "wrong_server_key", [AUTH_FAIL_PROTOCOL] = "protocol",
 };
-void stats_count_reload (stats_t *self, bool ok) { s_bump (&self->reloads[ok ? 1 : 0], 1); }
+void stats_count_reload (stats_t *self, bool ok) { s_bump (&s_mine (self)->reloads[ok ? 1 : 0], 1); }
 
 uint64_t stats_requests (const stats_t *self, size_t slot, sig_status_t status)
 {
-    return (unsigned) status < STATS_STATUS_COUNT ? s_get (&self->slots[slot].requests[status]) : 0;
+    return (unsigned) status < STATS_STATUS_COUNT ? S_SUM (self, slots[slot].requests[status]) : 0;
 }
 
-uint64_t stats_send_failures (const stats_t *self) { return s_get (&self->send_failures); }
-uint64_t stats_auth_failures (const stats_t *self, stats_auth_failure_t why) { return s_get (&self->auth_failures[why]); }
-uint64_t stats_reloads (const stats_t *self, bool ok) { return s_get (&self->reloads[ok ? 1 : 0]); }
+uint64_t stats_send_failures (const stats_t *self) { return stats_server (self, STATS_SEND_FAILURES); }
+uint64_t stats_auth_failures (const stats_t *self, stats_auth_failure_t why) { return S_SUM (self, auth_failures[why]); }
+uint64_t stats_reloads (const stats_t *self, bool ok) { return S_SUM (self, reloads[ok ? 1 : 0]); }
 
 void stats_histogram (const stats_t *self, size_t slot, stats_stage_t stage, uint64_t cumulative[STATS_LE_COUNT + 1],
                       uint64_t *sum_ns)
 {
-    const histogram_t *h = &self->slots[slot].stage[stage];
     uint64_t run = 0;
     for (size_t b = 0; b <= STATS_LE_COUNT; b++)
-        cumulative[b] = run += s_get (&h->le[b]);
-    *sum_ns = s_get (&h->sum);
+        cumulative[b] = run += S_SUM (self, slots[slot].stage[stage].le[b]);
+    *sum_ns = S_SUM (self, slots[slot].stage[stage].sum);
 }
 
 void stats_batch_histogram (const stats_t *self, size_t slot, uint64_t cumulative[STATS_ROWS_LE_COUNT + 1],
@@ -190,16 +226,15 @@ void stats_batch_histogram (const stats_t *self, size_t slot, uint64_t cumulativ
 {
     uint64_t run = 0;
     for (size_t b = 0; b <= STATS_ROWS_LE_COUNT; b++)
-        cumulative[b] = run += s_get (&self->slots[slot].rows_le[b]);
-    *sum_rows = s_get (&self->slots[slot].rows_sum);
+        cumulative[b] = run += S_SUM (self, slots[slot].rows_le[b]);
+    *sum_rows = S_SUM (self, slots[slot].rows_sum);
 }
 
 void stats_snapshot (const stats_t *self, size_t slot, stats_stage_t stage, stats_snapshot_t *out)
 {
-    const histogram_t *h = &self->slots[slot].stage[stage];
     out->count = 0;
     for (size_t b = 0; b < STATS_FINE_BUCKETS; b++)
-        out->count += out->buckets[b] = s_get (&h->fine[b]);
+        out->count += out->buckets[b] = S_SUM (self, slots[slot].stage[stage].fine[b]);
 }
 
 uint64_t stats_quantile_ns (const stats_snapshot_t *now, const stats_snapshot_t *before, double q, uint64_t *count)

@@ -1,9 +1,10 @@
 /* The server's counters and latency histograms, per model name (stable across reloads: a model
  * keeps its slot when it is reloaded or removed and added back; slot 0 is "_unknown", where
  * requests for names that are not served and undecodable requests are counted, so clients cannot
- * create new series). One thread writes each slot (the front); readers (the HTTP thread, the
- * stats log line) read with relaxed atomic loads at any time: no locks, no allocation on the
- * request path. Histograms are kept twice: in Prometheus' fixed buckets (1 us to 100 ms, exact)
+ * create new series), and the server's own counts: the one place the server counts. Each front
+ * writes a shard of its own (stats_writer); readers (the HTTP thread, the stats log line, the stop
+ * line) sum the shards with relaxed atomic loads at any time: no locks, no allocation, no
+ * read-modify-write on the request path. Histograms are kept twice: in Prometheus' fixed buckets (1 us to 100 ms, exact)
  * and log-linear (8 sub-buckets per power of two, ~9% wide) for percentiles. */
 #ifndef SIGSERVE_STATS_H
 #define SIGSERVE_STATS_H
@@ -42,7 +43,24 @@ typedef enum {
 } stats_shed_t;
 extern const char *const stats_shed_names[SHED_COUNT];
 
+/* The server's own counts (sigserve's stop line; sigserve_messages_total and friends). */
+typedef enum {
+    STATS_RECEIVED = 0,         /* messages taken from the sockets */
+    STATS_REPLIED,              /* replies handed to the transport */
+    STATS_SEND_FAILURES,        /* replies the transport refused (peer gone, its queue full) */
+    STATS_DROPPED,              /* messages that could not be addressed, or came past max_connections */
+    STATS_ADMITTED,             /* infer requests admitted (handed to a worker, or run inline) */
+    STATS_INFER_REPLIES,        /* of the replies, those to infer requests */
+    STATS_SERVER_COUNT
+} stats_server_t;
+
 typedef struct _stats_t stats_t;
+
+/* Writers are threads: each front says which it is (1 + its index) before it counts, and counts in
+ * a shard of its own (no two threads ever write one counter); a thread that does not say counts in
+ * shard 0 (the control thread's reloads, the tests). Readers sum the shards. */
+#define STATS_WRITERS 9                 /* CONFIG_MAX_FRONTS + 1 */
+void stats_writer (unsigned writer);
 
 stats_t *stats_new (void);
 void stats_destroy (stats_t **self_p);
@@ -57,7 +75,8 @@ const char *stats_slot_name (const stats_t *self, size_t slot);
 void stats_count (stats_t *self, int slot, sig_status_t status);
 void stats_observe (stats_t *self, int slot, stats_stage_t stage, uint64_t ns);
 void stats_observe_batch (stats_t *self, int slot, uint32_t batch_rows);
-void stats_count_send_failure (stats_t *self);
+void stats_count_send_failure (stats_t *self);      /* = stats_count_server (STATS_SEND_FAILURES) */
+void stats_count_server (stats_t *self, stats_server_t what);
 void stats_count_auth_failure (stats_t *self, stats_auth_failure_t why);
 void stats_count_shed (stats_t *self, int slot, stats_shed_t why);
 /* A request the front computed itself (server.inline_us) instead of handing it to a worker. */
@@ -71,6 +90,7 @@ void stats_count_reload (stats_t *self, bool ok);
 /* Readers. */
 uint64_t stats_requests (const stats_t *self, size_t slot, sig_status_t status);
 uint64_t stats_send_failures (const stats_t *self);
+uint64_t stats_server (const stats_t *self, stats_server_t what);
 uint64_t stats_auth_failures (const stats_t *self, stats_auth_failure_t why);
 uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why);
 uint64_t stats_inline (const stats_t *self, size_t slot);

@@ -141,9 +141,8 @@ static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferReq
             if (limited)
                 clients_add (self->clients, &client);
             endpoints_hold (self->endpoints, msg->socket);
-            self->counters.admitted++;
+            stats_count_server (self->stats, STATS_ADMITTED);
             if (ran) {
-                self->counters.inlined++;
                 uint64_t spent = clock_now_ns () - msg->t_recv;
                 self->inline_left_ns = spent < self->inline_left_ns ? self->inline_left_ns - spent : 0;
                 front_send_job (self, m, ran);
@@ -157,13 +156,13 @@ static void s_admit (front_t *self, message_t *msg, const Sigserve__V1__InferReq
 
 static void s_handle (front_t *self, message_t *msg)
 {
-    self->counters.received++;
+    stats_count_server (self->stats, STATS_RECEIVED);
     if (endpoints_refused (self->endpoints, msg, msg->t_recv)) {
         /* From a connection past max_connections, already shut down: no reply goes to it. */
-        self->counters.dropped++;
+        stats_count_server (self->stats, STATS_DROPPED);
     } else if (msg->total_frames < 2) {
         /* Not from a ROUTER peer we can address: nothing to reply to. */
-        self->counters.dropped++;
+        stats_count_server (self->stats, STATS_DROPPED);
         log_debug ("dropped a message of %zu frame(s): it carries no envelope to reply on", msg->total_frames);
     } else if (msg->cut || msg->total_frames > MAX_FRAMES || msg->bytes > self->cfg.max_message_bytes
                || !envelope_fits (msg->frames, msg->nframes - 1)) {

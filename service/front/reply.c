@@ -32,22 +32,20 @@ void front_send (front_t *self, int socket, const frame_t *envelope, int count, 
     int rc = endpoints_send (self->endpoints, socket, envelope, count, self->reply_buf, len);
     int e = errno;
     if (rc == 0) {
-        self->counters.replied++;
+        stats_count_server (self->stats, STATS_REPLIED);
         return;
     }
     /* The client's pipe is full (it does not read) or the client is gone: the reply is lost.
      * Counted, and said at warn level at most once a second with how many since. */
-    self->counters.send_failures++;
     self->failures_since_warn++;
-    if (self->stats)
-        stats_count_send_failure (self->stats);
+    stats_count_send_failure (self->stats);
     uint64_t now = clock_now_ns ();
     if (now - self->last_warn >= WARN_INTERVAL_NS) {
         log_warn ("reply not sent on %s: %s (%s); %llu repl%s lost since the last warning, %llu in all",
                   endpoints_name (self->endpoints, socket), strerror (e),
                   e == EAGAIN ? "the client's queue is full: it is not reading its replies"
                               : "the client has gone", (unsigned long long) self->failures_since_warn,
-                  self->failures_since_warn == 1 ? "y" : "ies", (unsigned long long) self->counters.send_failures);
+                  self->failures_since_warn == 1 ? "y" : "ies", (unsigned long long) stats_send_failures (self->stats));
         self->last_warn = now;
         self->failures_since_warn = 0;
     }
@@ -68,9 +66,8 @@ void front_send_error (front_t *self, int socket, const frame_t *envelope, int c
     uint64_t now = clock_now_ns ();
     infer.queue_ns = now - t_recv;
     infer.server_ns = now - t_recv;
-    self->counters.by_status[status]++;
-    if (self->stats)
-        stats_count (self->stats, slot, status);
+    stats_count_server (self->stats, STATS_INFER_REPLIES);
+    stats_count (self->stats, slot, status);
     front_send (self, socket, envelope, count, &reply);
 }
 
@@ -94,16 +91,14 @@ void front_send_job (front_t *self, model_t *m, job_t *j)
         infer.error = j->error;
     uint64_t now = clock_now_ns ();
     infer.server_ns = now - j->t_recv;
-    self->counters.by_status[j->status]++;
-    if (self->stats) {
-        int slot = model_stats_slot (m);
-        stats_count (self->stats, slot, j->status);
-        stats_observe (self->stats, slot, STAGE_QUEUE, infer.queue_ns);
-        stats_observe (self->stats, slot, STAGE_SERVER, infer.server_ns);
-        if (j->batch_rows) {
-            stats_observe (self->stats, slot, STAGE_COMPUTE, j->compute_ns);
-            stats_observe_batch (self->stats, slot, j->batch_rows);
-        }
+    stats_count_server (self->stats, STATS_INFER_REPLIES);
+    const int slot = model_stats_slot (m);
+    stats_count (self->stats, slot, j->status);
+    stats_observe (self->stats, slot, STAGE_QUEUE, infer.queue_ns);
+    stats_observe (self->stats, slot, STAGE_SERVER, infer.server_ns);
+    if (j->batch_rows) {
+        stats_observe (self->stats, slot, STAGE_COMPUTE, j->compute_ns);
+        stats_observe_batch (self->stats, slot, j->batch_rows);
     }
     if (j->counted) {
         clients_release (self->clients, &j->client);

@@ -117,11 +117,14 @@ static void s_pin (front_t *self)
 }
 
 /* One front's loop, until it has drained. */
+_Static_assert (STATS_WRITERS >= CONFIG_MAX_FRONTS + 1, "a stats shard for each front and one for the rest");
+
 static void s_front_run (front_t *self)
 {
     char role[16];
     snprintf (role, sizeof role, self->index ? "front%u" : "front", self->index);
     threads_set_role (role);
+    stats_writer (1u + self->index);    /* this thread's shard: no other writes its counters */
     s_pin (self);
     self->last_activity = self->last_message = clock_now_ns ();
     server_t *server = self->server;
@@ -192,14 +195,12 @@ int server_run (server_t *self, volatile sig_atomic_t *stop)
             pthread_join (self->fronts[k]->thread, NULL);
             self->fronts[k]->started = false;
         }
-    const server_stats_t *c = server_stats (self);
-    uint64_t infer_replies = 0;
-    for (int st = 0; st < 16; st++)
-        infer_replies += c->by_status[st];
+    const stats_t *c = self->stats;
     log_info ("stopped: %llu received, %llu admitted, %llu replied (%llu to infer requests), %llu send failures, "
-              "%llu dropped", (unsigned long long) c->received, (unsigned long long) c->admitted,
-              (unsigned long long) c->replied, (unsigned long long) infer_replies,
-              (unsigned long long) c->send_failures, (unsigned long long) c->dropped);
+              "%llu dropped", (unsigned long long) stats_server (c, STATS_RECEIVED),
+              (unsigned long long) stats_server (c, STATS_ADMITTED), (unsigned long long) stats_server (c, STATS_REPLIED),
+              (unsigned long long) stats_server (c, STATS_INFER_REPLIES),
+              (unsigned long long) stats_send_failures (c), (unsigned long long) stats_server (c, STATS_DROPPED));
     return 0;
 }
 
@@ -357,24 +358,7 @@ void server_destroy (server_t **self_p)
     *self_p = NULL;
 }
 
-/* The fronts' counters summed (exact once server_run has returned). */
-const server_stats_t *server_stats (const server_t *self)
-{
-    static _Thread_local server_stats_t sum;
-    memset (&sum, 0, sizeof sum);
-    for (uint32_t k = 0; k < self->front_count; k++) {
-        const server_stats_t *c = &self->fronts[k]->counters;
-        sum.received += c->received;
-        sum.replied += c->replied;
-        sum.send_failures += c->send_failures;
-        sum.dropped += c->dropped;
-        sum.admitted += c->admitted;
-        sum.inlined += c->inlined;
-        for (int st = 0; st < 16; st++)
-            sum.by_status[st] += c->by_status[st];
-    }
-    return &sum;
-}
+const stats_t *server_counts (const server_t *self) { return self->stats; }
 
 model_registry_t *server_models (server_t *self) { return self->models; }
 void server_lock (server_t *self) { pthread_mutex_lock (&self->lock); }

@@ -20,15 +20,6 @@
 
 typedef struct _server_t server_t;
 
-typedef struct {
-    uint64_t received;          /* messages taken from the sockets */
-    uint64_t replied;           /* replies handed to ZeroMQ */
-    uint64_t by_status[16];     /* infer replies by status */
-    uint64_t send_failures;     /* replies ZeroMQ refused (peer gone, its queue full) */
-    uint64_t dropped;           /* messages that could not be addressed, or came past max_connections */
-    uint64_t admitted;          /* infer requests admitted (handed to a worker, or run inline) */
-    uint64_t inlined;           /* of those, run on the front itself (server.inline_us) */
-} server_stats_t;
 
 /* Binds every endpoint of CFG (with AUTH, not NULL, every one a CURVE server: endpoint.h).
  * MODELS stays the caller's (a reload replaces it: see server_reload); STATS may be NULL.
@@ -69,6 +60,8 @@ void server_unlock (server_t *self);
 /* True while the front serves (not draining), every model is loaded and available. */
 bool server_ready (server_t *self);
 
-const server_stats_t *server_stats (const server_t *self);
+/* Where the server counts (the STATS given to server_new, or its own): stats_server's counts, and
+ * every model's (exact once server_run has returned). */
+const stats_t *server_counts (const server_t *self);
 
 #endif

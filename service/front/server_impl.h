@@ -5,7 +5,7 @@
  *   reply.c   sending replies, and collecting the finished jobs of every model the front answers for
  *   reload.c  the control thread's commands (bind, swap, unbind) and retiring replaced model sets
  * A server has server.fronts fronts (front_t), each a thread owning some of the endpoints (front k:
- * endpoints k, k + fronts, ...), its clients table, codec, reply buffer, counters, waker, and a lane
+ * endpoints k, k + fronts, ...), its clients table, codec, reply buffer, waker, and a lane
  * of every model (serving/dispatch.h): nothing on the request path is shared between fronts but the
  * workers' rings. The server_t holds what they share: the configuration, the stop flag, the set the
  * HTTP thread reads, the reload lock, and the sets retired by some fronts and not yet by all.
@@ -60,7 +60,6 @@ struct front {
     uint8_t *reply_buf;
     size_t reply_cap;
     char error[ERROR_MAX];
-    server_stats_t counters;
     front_state_t state;
     _Atomic bool serving;               /* state == FRONT_SERVING, for other threads */
     _Atomic bool loading;               /* no models yet (server_new without them): infer answers UNAVAILABLE */
