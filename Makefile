@@ -46,7 +46,8 @@ ifneq ($(NVCC),)
   # GPU; libsigcuda.a, linked into the tests and tools that call the backend's own functions).
   CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
   # The sources NVRTC compiles at load (kernels/mlp_persistent_spec.cu, lstm_persistent_spec.cu), embedded as text.
-  SPEC_SOURCES := kernels/kernels.h kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
+  SPEC_SOURCES := kernels/sig_common.h kernels/sig_fused.h kernels/sig_spec.h kernels/sig_persistent.h kernels/sig_lstm.h \
+                  kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
                   kernels/mlp_persistent_kernel.cuh kernels/lstm_persistent.cu kernels/lstm_persistent_device.cuh \
                   kernels/lstm_persistent_impl.cuh
   SPEC_OBJ := $(BUILD)/obj/gen/spec_sources.o
@@ -227,10 +228,11 @@ $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a
 $(BUILD)/sigload: $(SIGLOAD_OBJ) $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
 	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
-$(BUILD)/green-probe: tools/green-probe.cu kernels/sig_device.cuh kernels/kernels.h
+$(BUILD)/green-probe: tools/green-probe.cu kernels/sig_device.cuh kernels/sig_common.h
 	$(call quiet,NVCC,$<)$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $< -lnvrtc
 
-$(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh kernels/kernels.h
+$(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh kernels/sig_common.h kernels/sig_lstm.h \
+           kernels/sig_spec.h
 	$(call quiet,NVCC,$<)$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $<
 
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a

@@ -1,4 +1,4 @@
-/* lstm persistent: an LSTM served by one resident launch (kernels.h: the mailbox and commands).
+/* lstm persistent: an LSTM served by one resident launch (sig_lstm.h: the mailbox and commands).
  *
  * WHO HOLDS WHAT. B blocks of 512 threads, one per SM: a thread-block cluster of 1..16 (CLUSTER)
  * or a cooperative grid of one block per SM (GRID, when no cluster holds the weights). Block b owns
@@ -63,7 +63,7 @@
  * cluster meets at a barrier once after setup (nobody writes a block's shared memory before it
  * zeroed it) and once before exit (nobody writes into an exited block).
  *
- * APART (plan 4, kernels.h; the plan's `apart`, a cluster's only, asked for: SIG_LSTM_SYNC_ADVANCE_APART,
+ * APART (plan 4, sig_lstm.h; the plan's `apart`, a cluster's only, asked for: SIG_LSTM_SYNC_ADVANCE_APART,
  * a model's `advances_apart`; a single stream's step measured 0.4-1.2 us slower): two resident launches of the
  * same instantiation (AP), each with its own mailbox and its own copy of the weights. The serving
  * one (ROLE_SERVE) takes STEP, WINDOW and PING; the advancer (ROLE_ADVANCE) ADVANCE and RESET, on
@@ -82,7 +82,7 @@
  * A zero-stage advance (W = 1) and every window batch still do one all-gather, so the rule above
  * holds for every command. STALL (tests) makes block 0 stop reading commands; it still sees stop.
  *
- * SPECIALISED (L_SPEC, the default: kernels.h SIG_LSTM_SYNC_GENERIC): lstm_persistent_spec.cu has
+ * SPECIALISED (L_SPEC, the default: sig_lstm.h SIG_LSTM_SYNC_GENERIC): lstm_persistent_spec.cu has
  * NVRTC compile this file at load with the model's image header as constant words, so every plan
  * and layout field is a constant where the generic kernel reads it from shared memory; the kernel
  * checks the image's header against them word by word and exits at once (never ready) on a mismatch.
@@ -94,7 +94,7 @@
  * in lstm_persistent_impl.cuh; the stateless device helpers (PTX, arithmetic) in
  * lstm_persistent_device.cuh; the specialised kernel's source and launch in lstm_persistent_spec.cu.
  * Which devices run it: sig_clusters_supported (caps.cu). */
-#include "kernels.h"
+#include "sig_lstm.h"
 #include "lstm_persistent_device.cuh"
 #include "lstm_persistent_impl.cuh"
 #include "sig_device.cuh"
@@ -118,14 +118,14 @@ struct l_ctx_t {
     bool lanes;                   /* t < active: this warp takes part in the dot products */
     bool unit;                    /* the unit lane of a unit this block owns */
     uint32_t bcg, agg;            /* LL generations: broadcasts, all-gathers */
-    uint32_t role;                /* SIG_LSTM_ROLE_* (kernels.h: plan 4) */
+    uint32_t role;                /* SIG_LSTM_ROLE_* (sig_lstm.h: plan 4) */
     const char *ctrl;             /* the stop word (a step waiting apart for its state honours it) */
     uint64_t *stamps;             /* the traced instantiation's blocks 0 and 1: this command's stamps
                                    * (thread 0's; SIG_LSTM_TRACE_STAMPS + 1, the last %globaltimer
                                    * when seen), else nullptr: the serving kernel has no stamp code */
 };
 
-/* Thread 0 of a traced block (0 or 1) notes stamp I (kernels.h: SIG_LSTM_TRACE_*). */
+/* Thread 0 of a traced block (0 or 1) notes stamp I (sig_lstm.h: SIG_LSTM_TRACE_*). */
 __device__ __forceinline__ void l_stamp (const l_ctx_t &c, uint32_t i)
 {
     if (c.stamps && c.t == 0u && i < SIG_LSTM_TRACE_STAMPS)
@@ -499,7 +499,7 @@ __device__ __forceinline__ void l_read_features (const l_ctx_t &c, const char *e
                 continue;
             const bool two = i + 1u < nw;
             while ((uint32_t) (w[u][0] >> 32) != seq || (two && (uint32_t) (w[u][1] >> 32) != seq)) {
-                if (stale)   /* the traced kernel counts the re-reads (kernels.h: SIG_LSTM_TRACE_STALE) */
+                if (stale)   /* the traced kernel counts the re-reads (sig_lstm.h: SIG_LSTM_TRACE_STALE) */
                     atomicAdd (stale, 1u);
                 l_ld_sys_v2 (entry + 16u * p, w[u][0], w[u][1]);
             }
@@ -617,7 +617,7 @@ __device__ __forceinline__ void l_head (const l_ctx_t &c, float *dst, bool fence
     }
 }
 
-/* Apart (plan 4): the records (G's four words, c's, a pad: kernels.h) of SLOT's layer K, the unit
+/* Apart (plan 4): the records (G's four words, c's, a pad: sig_lstm.h) of SLOT's layer K, the unit
  * lane's, in device memory and in the staging buffer. */
 __device__ __forceinline__ uint64_t *l_record (const l_ctx_t &c, uint32_t slot, uint32_t k)
 {
@@ -662,7 +662,7 @@ __device__ __forceinline__ void l_state_take (const l_ctx_t &c, uint32_t slot, u
 }
 
 /* A step of stream SLOT at ring position POS: the critical path. VER: apart (c.role SERVE), the
- * version of the state it needs (kernels.h: plan 4), read from device memory; else the state comes
+ * version of the state it needs (sig_lstm.h: plan 4), read from device memory; else the state comes
  * from the hot copy. */
 template <int DT, int MODE, bool AP>
 __device__ __forceinline__ void l_step (l_ctx_t &c, uint32_t slot, uint32_t pos, bool wide, uint32_t ver, uint32_t &hot,
@@ -883,7 +883,7 @@ __device__ __forceinline__ void l_window (l_ctx_t &c, const sig_lstm_layout_t &l
     }
 }
 
-/* One record of a traced block (thread 0; block b's in its own area, kernels.h SIG_LSTM_TRACE_BLOCKS):
+/* One record of a traced block (thread 0; block b's in its own area, sig_lstm.h SIG_LSTM_TRACE_BLOCKS):
  * op, when seen and now (%globaltimer), the stamps; the stamps cleared for the next command. */
 __device__ __forceinline__ void l_trace_record (const l_ctx_t &c, uint32_t op, uint32_t &traced)
 {
@@ -900,7 +900,7 @@ __device__ __forceinline__ void l_trace_record (const l_ctx_t &c, uint32_t op, u
     }
 }
 
-/* TR: the traced instantiation (blocks 0 and 1 stamp their phases, kernels.h SIG_LSTM_TRACE_*); the serving
+/* TR: the traced instantiation (blocks 0 and 1 stamp their phases, sig_lstm.h SIG_LSTM_TRACE_*); the serving
  * one (TR false) has no stamp code (c.stamps is nullptr, known at compile time). AP: the instantiation
  * of the two apart launches (plan 4: ROLE_SERVE and ROLE_ADVANCE, a cluster's only), so that the one
  * of ROLE_ALL keeps its code (and its registers: the state words in flight spill a few). */
@@ -1060,7 +1060,7 @@ __device__ __forceinline__ void l_kernel_body (const l_header_t *__restrict__ im
         if (op == L_OP_STOP)
             break;
         const uint32_t pos = s_cw[0] >> 8;
-        /* apart (kernels.h: plan 4), a stream command's word 1 carries the version too; a window's, rows */
+        /* apart (sig_lstm.h: plan 4), a stream command's word 1 carries the version too; a window's, rows */
         const uint32_t arg = s_cw[1] & ~SIG_LSTM_WIDE_INPUTS;
         const uint32_t slot = AP && op != SIG_LSTM_OP_WINDOW ? arg & SIG_LSTM_APART_SLOTS : arg;
         const uint32_t ver = (arg >> SIG_LSTM_VERSION_SHIFT) & SIG_LSTM_VERSION_MASK;

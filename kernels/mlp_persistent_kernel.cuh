@@ -1,4 +1,4 @@
-/* persistent: the whole MLP served by one resident thread-block cluster (kernels.h: the mailbox).
+/* persistent: the whole MLP served by one resident thread-block cluster (sig_persistent.h: the mailbox).
  *
  * ROLES. The cluster has C = 1, 2, 4 or 8 blocks (the grid is the cluster) of T = 256 threads,
  * one block per SM. Block 0, the leader, polls the mailbox, runs the "local" layers and writes the
@@ -117,7 +117,7 @@
 #ifndef SIGSERVE_MLP_PERSISTENT_KERNEL_CUH
 #define SIGSERVE_MLP_PERSISTENT_KERNEL_CUH
 
-#include "kernels.h"
+#include "sig_persistent.h"
 #include "mlp_persistent_impl.cuh"
 #include "sig_device.cuh"
 
@@ -802,7 +802,7 @@ __device__ __forceinline__ void s_fence_sys (void)   /* a release (and acquire) 
     asm volatile ("fence.acq_rel.sys;" ::: "memory");
 }
 
-/* TRACE: the instantiation sigbench --trace runs (stamps into TRACE, kernels.h); the serving kernel
+/* TRACE: the instantiation sigbench --trace runs (stamps into TRACE, sig_persistent.h); the serving kernel
  * is the other one, with every stamp compiled out. DT: how the weights are held (SIG_DTYPE_*), one
  * instantiation each, so that no dtype's code adds to another's registers. */
 #ifdef P_SPEC
@@ -836,7 +836,7 @@ __host__ __device__ constexpr uint32_t p_solo_from (const p_header_t &h, uint32_
 }
 
 /* The kernel's body (the generic kernel and the specialised one below are this, nothing else).
- * TRACE: the instantiation sigbench --trace runs (stamps into TRACE, kernels.h); the serving kernel
+ * TRACE: the instantiation sigbench --trace runs (stamps into TRACE, sig_persistent.h); the serving kernel
  * is the other one, with every stamp compiled out. DT: how the weights are held (SIG_DTYPE_*), one
  * instantiation each, so that no dtype's code adds to another's registers. */
 template <bool TRACE, int DT>

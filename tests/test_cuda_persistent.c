@@ -9,7 +9,7 @@
 #include "cuda_tests.h"
 
 #include "backends/autoselect.h"
-#include "kernels.h"
+#include "sig_persistent.h"
 
 static const sig_persistent_tuning_t s_default_tuning = { 0, 0, 0, SIG_DONE_OUTPUTS, 0, 0, 0, 0, 0 };
 

@@ -8,7 +8,8 @@
 #include "cuda_tests.h"
 
 #include "backends/cuda/green.h"
-#include "kernels.h"
+#include "sig_common.h"
+#include "sig_persistent.h"
 
 #include <cublas_v2.h>
 #include <pthread.h>

@@ -6,7 +6,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/green.h"
 #include "base/log.h"
-#include "kernels.h"
+#include "sig_common.h"
 
 #include <pthread.h>
 #include <stdio.h>
