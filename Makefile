@@ -48,7 +48,9 @@ ifneq ($(NVCC),)
   # The sources NVRTC compiles at load (kernels/mlp_persistent_spec.cu, lstm_persistent_spec.cu), embedded as text.
   SPEC_SOURCES := kernels/sig_common.h kernels/sig_fused.h kernels/sig_spec.h kernels/sig_persistent.h kernels/sig_lstm.h \
                   kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
-                  kernels/mlp_persistent_kernel.cuh kernels/lstm_persistent.cu kernels/lstm_persistent_device.cuh \
+                  kernels/mlp_persistent_kernel.cuh kernels/mlp_persistent_sync.cuh kernels/mlp_persistent_gemv.cuh \
+                  kernels/mlp_persistent_io.cuh kernels/lstm_persistent.cu kernels/lstm_persistent_ctx.cuh \
+                  kernels/lstm_persistent_exchange.cuh kernels/lstm_persistent_ops.cuh kernels/lstm_persistent_device.cuh \
                   kernels/lstm_persistent_impl.cuh
   SPEC_OBJ := $(BUILD)/obj/gen/spec_sources.o
 endif
