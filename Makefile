@@ -136,8 +136,8 @@ test-all: test
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_ALL_FUZZ_SECONDS) FUZZ_JOBS=2
 
-# The house rules of service/ (tools/check-house.py: layers, no call cycle, file sizes), then every
-# suite already built; tests/run.sh prints one summary line.
+# The house rules (tools/check-house.py: service/'s layers, no call cycle in service/, clients/ or
+# tools/, file sizes), then every suite already built; tests/run.sh prints one summary line.
 check: all
 	@$(PYTHON) tools/check-house.py $(BUILD)
 	@$(MAKE) --no-print-directory check-nocuda
