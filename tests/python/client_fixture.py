@@ -307,10 +307,11 @@ class FakeServer:
     server answered), stream_id and step, or STATUS_UNAVAILABLE, or not at all (mode "ok",
     "unavailable", "silent"), or STATUS_BAD_VALUE when the first feature is NaN; health always; the
     model list with one LSTM model "seq" (window 4, step_size 3). Counts the infer requests it
-    received and keeps them in ``seen`` (connection identity, the InferRequest) in arrival order."""
+    received and keeps them in ``seen`` (connection identity, the InferRequest) in arrival order, and
+    counts the health requests it answered (``healths``)."""
 
     def __init__(self, address, port, tag, mode="ok"):
-        self.tag, self.mode, self.requests = tag, mode, 0
+        self.tag, self.mode, self.requests, self.healths = tag, mode, 0, 0
         self.seen = []
         self._stop = threading.Event()
         self._ctx = zmq.Context()
@@ -349,6 +350,7 @@ class FakeServer:
                 m.window, m.step_size, m.input_size, m.output_size, m.max_rows, m.available = 4, 3, 12, 2, 1, True
             else:
                 reply.health.live = reply.health.ready = True
+                self.healths += 1
             self._sock.send_multipart([identity, reply.SerializeToString()])
 
     def close(self):
@@ -377,6 +379,25 @@ def wait_for(predicate, cap_s=10.0):
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.001)
     return predicate()
+
+
+def wait_connected(client, fakes, cap_s=10.0):
+    """Sends health requests until each of FAKES has answered one since (CAP_S at most): the client's
+    connection to every one is then up, and ZMQ_IMMEDIATE (a dns:// client's) hands requests to all of
+    them in turn. Whether they all answered."""
+    before = [f.healths for f in fakes]
+    return wait_for(lambda: client.health().live and all(f.healths > b for f, b in zip(fakes, before)), cap_s)
+
+
+def drive_until(client, predicate, cap_s=10.0):
+    """Receives (nothing is pending: each wait of 20 ms times out) until PREDICATE holds, CAP_S at most:
+    a client resolves its dns:// names when they are due inside the calls that send or receive, and
+    this one sends nothing. PREDICATE's last value."""
+    def received_then():
+        with contextlib.suppress(Timeout):
+            client.recv_infer(timeout_ms=20)
+        return predicate()
+    return wait_for(received_then, cap_s)
 
 
 # ---- an LSTM server of a test class's own ----

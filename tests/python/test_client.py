@@ -304,8 +304,8 @@ class Test4HealthModels(ClientTest):
     def test_late_infer_reply_skipped_by_health(self):
         rid = self.client.send_infer("tick_mlp", random_features(512))
         # The front answers health at once while a worker computes the infer: let the infer reply
-        # arrive first, as a late reply would.
-        time.sleep(0.2)
+        # arrive first, as a late reply would (its socket readable: 10 s at most).
+        self.assertTrue(self.client._check_open().poll(10000, zmq.POLLIN), "no reply to the infer within 10 s")
         self.assertTrue(self.client.health().ready)
         self.assertEqual(self.client.discarded_replies, 1)
         self.assertEqual(self.client.pending, 0, f"request {rid} was answered and discarded")

@@ -16,7 +16,7 @@ import unittest
 
 import sigclient
 import client_fixture as fx
-from client_fixture import FakeServer, Fleet, Pool, ShutdownCheck, py_cli, random_features
+from client_fixture import FakeServer, Fleet, Pool, ShutdownCheck, drive_until, py_cli, random_features, wait_connected
 from reference import forward, free_port, run_in_order
 from sigclient import SigClient, Timeout, Unavailable
 
@@ -74,15 +74,16 @@ class TestADnsRetry(unittest.TestCase):
         self.fake("127.0.0.2", 2.0)
         with self.client(Fleet("127.0.0.1", "127.0.0.2")) as c:
             self.assertEqual(c.peers, [f"tcp://127.0.0.1:{self.port}", f"tcp://127.0.0.2:{self.port}"])
-            c.health()
-            time.sleep(0.1)     # both connections up: ZMQ_IMMEDIATE sends only to those
+            # both connections up: ZMQ_IMMEDIATE sends only to those
+            self.assertTrue(wait_connected(c, self.fakes), "not both connected within 10 s")
             for _ in range(40):
                 c.send_infer("m", [0.0])
             tags = [c.recv_infer().outputs[0] for _ in range(40)]
             self.assertEqual((tags.count(1.0), tags.count(2.0)), (20, 20))
 
     def test_follows_the_name(self):
-        a, b = self.fake("127.0.0.1", 1.0), self.fake("127.0.0.2", 2.0)
+        a = self.fake("127.0.0.1", 1.0)
+        self.fake("127.0.0.2", 2.0)
         fleet = Fleet("127.0.0.1")
         # one retry: a request sent as its peer is disconnected may be dropped with the peer's pipe
         with self.client(fleet, timeout_ms=300, retries=1, resolve_interval_ms=100) as c:
@@ -92,16 +93,14 @@ class TestADnsRetry(unittest.TestCase):
             # pipe (whose requests the short timeout is for) is gone: a slow machine may take longer
             # than 300 ms to connect (it did once, beside an image build), so wait for the switch and
             # give the new connection a longer timeout
-            for _ in range(100):
-                if c.peers == [f"tcp://127.0.0.2:{self.port}"]:
-                    break
-                time.sleep(0.05)
+            self.assertTrue(drive_until(c, lambda: c.peers == [f"tcp://127.0.0.2:{self.port}"]), c.peers)
             c.timeout_ms = 5000
             self.assertEqual([c.infer("m", [0.0]).outputs[0] for _ in range(10)], [2.0] * 10)
             self.assertEqual(c.peers, [f"tcp://127.0.0.2:{self.port}"])
             self.assertLessEqual(a.requests, 11)
+            looked_up = fleet.lookups
             fleet.down = True       # a failed resolution keeps what the client has
-            time.sleep(0.15)
+            self.assertTrue(drive_until(c, lambda: fleet.lookups > looked_up), "no resolution within 10 s")
             self.assertEqual(c.infer("m", [0.0]).outputs[0], 2.0)
             self.assertEqual(c.peers, [f"tcp://127.0.0.2:{self.port}"])
 
@@ -117,15 +116,15 @@ class TestADnsRetry(unittest.TestCase):
                 c.infer("m", [0.0])
             self.assertLess(time.monotonic() - t0, 1.0)
             fleet.down, fleet.addresses = False, ["127.0.0.1"]
-            time.sleep(0.25)
+            # a name with no address is tried again every 200 ms (not after the 5 s interval)
+            self.assertTrue(drive_until(c, lambda: c.peers == [f"tcp://127.0.0.1:{self.port}"]), c.peers)
             self.assertEqual(c.infer("m", [0.0]).outputs[0], 1.0)
 
     def test_unavailable_is_retried(self):
         a = self.fake("127.0.0.1", 1.0, "unavailable")
         self.fake("127.0.0.2", 2.0)
         with self.client(Fleet("127.0.0.1", "127.0.0.2")) as c:
-            c.health()
-            time.sleep(0.1)
+            self.assertTrue(wait_connected(c, self.fakes), "not both connected within 10 s")
             failed = 0
             for _ in range(10):
                 try:
@@ -151,8 +150,7 @@ class TestADnsRetry(unittest.TestCase):
         self.fake("127.0.0.1", 1.0, "silent")
         self.fake("127.0.0.2", 2.0)
         with self.client(Fleet("127.0.0.1", "127.0.0.2"), timeout_ms=300, retries=2) as c:
-            c.health()
-            time.sleep(0.1)
+            self.assertTrue(wait_connected(c, self.fakes), "not both connected within 10 s")
             for _ in range(4):
                 t0 = time.monotonic()
                 r = c.infer("m", [0.0])
