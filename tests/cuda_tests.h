@@ -146,29 +146,17 @@ static inline double s_ms (void)
 
 /* ---- the main ---- */
 
-/* In a child: is there a device? The parent must not initialise CUDA before Check forks. */
-static inline int s_device_present (char *why, size_t len)
+/* Is there a device? Asked in a child (tu_in_child): the parent must not initialise CUDA before
+ * Check forks. */
+static inline int s_count_devices (char *msg, size_t cap)
 {
-    int fds[2];
-    if (pipe (fds) != 0)
-        return 0;
-    pid_t pid = fork ();
-    if (pid == 0) {
-        close (fds[0]);
-        int count = 0;
-        char reason[256] = "";
-        int rc = cuda_device_count (&count, reason, sizeof reason);
-        ssize_t ignored = write (fds[1], reason, strlen (reason) + 1);
-        (void) ignored;
-        _exit (rc == 0 ? 0 : 1);
-    }
-    close (fds[1]);
-    ssize_t n = read (fds[0], why, len - 1);
-    why[n > 0 ? n : 0] = 0;
-    close (fds[0]);
-    int status = 0;
-    waitpid (pid, &status, 0);
-    return WIFEXITED (status) && WEXITSTATUS (status) == 0;
+    int count = 0;
+    return cuda_device_count (&count, msg, cap);
+}
+
+static inline bool s_device_present (char *why, size_t len)
+{
+    return tu_in_child (s_count_devices, why, len);
 }
 
 /* Whether the suite runs: SKIP (and false) without a device; else the seed, printed. Every kernel

@@ -318,42 +318,30 @@ static inline void s_check_model (const lstm_shape_t *shape, weight_dtype_t d, c
 
 /* ---- the main ---- */
 
-/* In a child: is there a device of compute capability 9.0? The parent must not start CUDA before
- * Check forks. */
-static inline int s_device_present (char *why, size_t len)
+/* Is there a device of compute capability 9.0? Asked in a child (tu_in_child): the parent must not
+ * start CUDA before Check forks. */
+static inline int s_device_90 (char *reason, size_t cap)
 {
-    int fds[2];
-    if (pipe (fds) != 0)
-        return 0;
-    pid_t pid = fork ();
-    if (pid == 0) {
-        close (fds[0]);
-        int count = 0, ok = 0;
-        char reason[400] = "";
-        char why[300] = "";
-        if (cuda_device_count (&count, why, sizeof why) != 0)
-            snprintf (reason, sizeof reason, "no CUDA device: %s", why);
-        else {
-            struct cudaDeviceProp p;
-            cudaGetDeviceProperties (&p, 0);
-            ok = p.major == 9 && p.minor == 0;
-            if (!ok)
-                snprintf (reason, sizeof reason, "device 0 (%s) has compute capability %d.%d; the LSTM kernel needs "
-                          "9.0", p.name, p.major, p.minor);
-            else
-                snprintf (reason, sizeof reason, "%s, %d SMs", p.name, p.multiProcessorCount);
-        }
-        ssize_t ignored = write (fds[1], reason, strlen (reason) + 1);
-        (void) ignored;
-        _exit (ok ? 0 : 1);
+    int count = 0, ok = 0;
+    char why[300] = "";
+    if (cuda_device_count (&count, why, sizeof why) != 0)
+        snprintf (reason, cap, "no CUDA device: %s", why);
+    else {
+        struct cudaDeviceProp p;
+        cudaGetDeviceProperties (&p, 0);
+        ok = p.major == 9 && p.minor == 0;
+        if (!ok)
+            snprintf (reason, cap, "device 0 (%s) has compute capability %d.%d; the LSTM kernel needs 9.0", p.name,
+                      p.major, p.minor);
+        else
+            snprintf (reason, cap, "%s, %d SMs", p.name, p.multiProcessorCount);
     }
-    close (fds[1]);
-    ssize_t n = read (fds[0], why, len - 1);
-    why[n > 0 ? n : 0] = 0;
-    close (fds[0]);
-    int status = 0;
-    waitpid (pid, &status, 0);
-    return WIFEXITED (status) && WEXITSTATUS (status) == 0;
+    return ok ? 0 : -1;
+}
+
+static inline bool s_device_present (char *why, size_t len)
+{
+    return tu_in_child (s_device_90, why, len);
 }
 
 /* Whether the suite runs: SKIP (and false) without a 9.0 device; else the device and the seed,

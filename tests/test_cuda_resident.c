@@ -674,12 +674,8 @@ int main (int argc, char **argv)
 
 #else
 
-#include <stdio.h>
+#include "testutil.h"
 
-int main (void)
-{
-    printf ("SKIP: this build has no CUDA backend (nvcc was not found when it was built)\n");
-    return 0;
-}
+int main (void) { return tu_skip_without_cuda (); }
 
 #endif

@@ -34,7 +34,7 @@ import zmq
 
 import sigclient
 import sigclient.cli
-from reference import f32, forward, free_port, load_lstm, load_model, rel_error
+from reference import f32, forward, free_port, load_lstm, load_model, rel_error, run_in_order
 from sigclient import SigClient, Status, Timeout
 
 BUILD = os.path.abspath(os.environ.get("BUILD", "build"))
@@ -240,6 +240,15 @@ class ClientTest(unittest.TestCase):
             pool.add(client.infer("tick_mlp", f, rows=2).outputs, forward(tick, f, 2))
         pool.check(self)
 
+
+
+def run(classes):
+    """A suite's main: runs CLASSES in the order given (the last may stop the server), then stops the
+    server also when interrupted (unittest's tearDownModule does too; twice is harmless)."""
+    try:
+        return run_in_order(classes)
+    finally:
+        stop_server()
 
 
 class ShutdownCheck:

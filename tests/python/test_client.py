@@ -28,7 +28,7 @@ import client_fixture as fx
 from client_fixture import (BUILD, ClientTest, JUNK, Pool, ROOT, SIGSERVE, ShutdownCheck, TEXT_COUNT_0,
                             TEXT_COUNT_1026, TEXT_COUNT_511, TEXT_EMPTY, TEXT_INF, TEXT_NAN, TEXT_NOT_DIVIDING,
                             TEXT_ROWS, TEXT_UNDECODABLE, TEXT_UNKNOWN, TEXT_UNKNOWN_EMPTY, random_features)
-from reference import forward, free_port, run_in_order
+from reference import forward, free_port
 from sigclient import (BadRequest, BadShape, BadValue, DeadlineExceeded, InferResult, InternalError, Overloaded,
                        ProtocolError, ServerError, SigClient, SigServeError, Status, Timeout, Unavailable, UnknownModel)
 
@@ -567,12 +567,9 @@ class Test9Shutdown(ShutdownCheck, unittest.TestCase):
 
 
 def main():
-    try:
-        # In this order: the last one stops the server.
-        return run_in_order((Test0Package, Test1Infer, Test2Errors, Test3Pipelined, Test4HealthModels, Test5Timeouts,
-                             Test6Deadline, Test7Lifetime, Test9Shutdown))
-    finally:
-        fx.stop_server()    # also when interrupted; unittest calls it too, and twice is harmless
+    # In this order: the last one stops the server.
+    return fx.run((Test0Package, Test1Infer, Test2Errors, Test3Pipelined, Test4HealthModels, Test5Timeouts,
+                   Test6Deadline, Test7Lifetime, Test9Shutdown))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import unittest
 import sigclient
 import client_fixture as fx
 from client_fixture import FakeServer, Fleet, Pool, ShutdownCheck, drive_until, py_cli, random_features, wait_connected
-from reference import forward, free_port, run_in_order
+from reference import forward, free_port
 from sigclient import SigClient, Timeout, Unavailable
 
 
@@ -183,11 +183,8 @@ class Test9Shutdown(ShutdownCheck, unittest.TestCase):
 
 
 def main():
-    try:
-        # In this order: the last one stops the server.
-        return run_in_order((TestADnsRetry, Test9Shutdown))
-    finally:
-        fx.stop_server()    # also when interrupted; unittest calls it too, and twice is harmless
+    # In this order: the last one stops the server.
+    return fx.run((TestADnsRetry, Test9Shutdown))
 
 
 if __name__ == "__main__":

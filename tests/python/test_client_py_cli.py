@@ -18,7 +18,7 @@ import unittest
 import client_fixture as fx
 from client_fixture import (Pool, ROOT, ShutdownCheck, TEXT_COUNT_511, TEXT_NAN, TEXT_ROWS, TEXT_UNKNOWN, TIMING_KEYS,
                             c_cli, fields, keys, py_cli, random_features)
-from reference import f32, forward, free_port, run_in_order
+from reference import f32, forward, free_port
 from sigclient import SigClient
 
 
@@ -306,11 +306,8 @@ class Test9Shutdown(ShutdownCheck, unittest.TestCase):
 
 
 def main():
-    try:
-        # In this order: the last one stops the server.
-        return run_in_order((Test8Cli, Test9Shutdown))
-    finally:
-        fx.stop_server()    # also when interrupted; unittest calls it too, and twice is harmless
+    # In this order: the last one stops the server.
+    return fx.run((Test8Cli, Test9Shutdown))
 
 
 if __name__ == "__main__":
