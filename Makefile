@@ -50,8 +50,11 @@ ifneq ($(NVCC),)
   # GPU; libsigcuda.a, linked into the tests and tools that call the backend's own functions).
   CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
   # The sources NVRTC compiles at load (kernels/mlp_persistent_spec.cu, lstm_persistent_spec.cu), embedded as text.
-  SPEC_SOURCES := kernels/kernels.h kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
-                  kernels/mlp_persistent_kernel.cuh kernels/lstm_persistent.cu kernels/lstm_persistent_device.cuh \
+  SPEC_SOURCES := kernels/sig_common.h kernels/sig_fused.h kernels/sig_spec.h kernels/sig_persistent.h kernels/sig_lstm.h \
+                  kernels/mlp_persistent_impl.cuh kernels/sig_device.cuh \
+                  kernels/mlp_persistent_kernel.cuh kernels/mlp_persistent_sync.cuh kernels/mlp_persistent_gemv.cuh \
+                  kernels/mlp_persistent_io.cuh kernels/lstm_persistent.cu kernels/lstm_persistent_ctx.cuh \
+                  kernels/lstm_persistent_exchange.cuh kernels/lstm_persistent_ops.cuh kernels/lstm_persistent_device.cuh \
                   kernels/lstm_persistent_impl.cuh
   SPEC_OBJ := $(BUILD)/obj/gen/spec_sources.o
 endif
@@ -137,8 +140,8 @@ test-all: test
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_ALL_FUZZ_SECONDS) FUZZ_JOBS=2
 
-# The house rules of service/ (tools/check-house.py: layers, no call cycle, file sizes), then every
-# suite already built; tests/run.sh prints one summary line.
+# The house rules (tools/check-house.py: service/'s layers, no call cycle in service/, clients/ or
+# tools/, file sizes), then every suite already built; tests/run.sh prints one summary line.
 check: all
 	@$(PYTHON) tools/check-house.py $(BUILD)
 	@$(MAKE) --no-print-directory check-nocuda
@@ -231,10 +234,11 @@ $(BUILD)/sigclient: $(BUILD)/obj/clients/sigclient_cli.o $(BUILD)/libsigclient.a
 $(BUILD)/sigload: $(SIGLOAD_OBJ) $(BUILD)/libsigclient.a $(BUILD)/libsigcommon.a
 	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
-$(BUILD)/green-probe: tools/green-probe.cu kernels/sig_device.cuh kernels/kernels.h
+$(BUILD)/green-probe: tools/green-probe.cu kernels/sig_device.cuh kernels/sig_common.h
 	$(call quiet,NVCC,$<)$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $< -lnvrtc
 
-$(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh kernels/kernels.h
+$(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh kernels/sig_common.h kernels/sig_lstm.h \
+           kernels/sig_spec.h
 	$(call quiet,NVCC,$<)$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -o $@ $<
 
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a

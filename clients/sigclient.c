@@ -29,13 +29,6 @@ S_SAME_STATUS (SIGCLIENT_INTERNAL, SIGSERVE__V1__STATUS__STATUS_INTERNAL);
  * a reply, so a timeout after one is worth a hint. */
 #define S_SERVER_DEFAULT_MAX_MESSAGE 65536
 
-int64_t client_now_ns (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void client_reset (sigclient_t *self)
 {
     self->status = SIGCLIENT_OK;
@@ -210,7 +203,7 @@ void sigclient_destroy (sigclient_t **self_p)
 {
     if (!self_p || !*self_p) return;
     sigclient_t *self = *self_p;
-    client_streams_destroy (self);
+    if (self->streams_destroy) self->streams_destroy (self);
     client_sock_destroy (&self->socket);
     if (self->ctx) zmq_ctx_term (self->ctx);   /* prompt: LINGER is 0 */
     explicit_bzero (&self->curve_keys, sizeof self->curve_keys);

@@ -234,7 +234,7 @@ void client_resolve_all (sigclient_t *self)
 {
     for (size_t i = 0; i < self->n_dns; i++) s_dns_refresh (self, &self->dns[i]);
     s_describe (self);
-    client_streams_refresh (self);
+    if (self->streams_refresh) self->streams_refresh (self);
     int64_t wait_ms = self->resolve_interval_ms;
     if (client_peer_count (self) == 0 && wait_ms > S_DNS_EMPTY_RETRY_MS) wait_ms = S_DNS_EMPTY_RETRY_MS;
     self->next_resolve_ns = client_now_ns () + wait_ms * 1000000;

@@ -6,6 +6,7 @@
 #ifndef SIGCLIENT_IMPL_H
 #define SIGCLIENT_IMPL_H
 
+#include "clock.h"
 #include "sigclient.h"
 #include "sigclient_sock.h"
 
@@ -53,6 +54,11 @@ struct _sigclient_t {
     bool curve;                 /* CURVE keys set: a refused key looks like a timeout */
     client_sock_keys_t curve_keys;  /* for every socket, stream sockets too */
     client_streams_t *streams;  /* LSTM streams' routes and sockets; NULL until the first stream call */
+    /* Set with self->streams by sigclient_stream.c, which holds sockets of its own: the core and the
+     * dns:// resolution call down through these (after a resolution: drop the sockets of vanished
+     * addresses; at destroy: free the streams), so neither depends on the streams' file. */
+    void (*streams_refresh) (sigclient_t *self);
+    void (*streams_destroy) (sigclient_t *self);
     zmtp_frame_t frame;         /* the last frame received: a view, valid until that socket's next receive */
     int status;                 /* last outcome, a sigclient_status_t */
     char error[768];            /* last failure in words */
@@ -69,9 +75,11 @@ typedef struct {
     uint64_t step;
 } client_infer_args_t;
 
+/* The monotonic clock every deadline is taken from (common/clock.h's). */
+static inline int64_t client_now_ns (void) { return (int64_t) clock_now_ns (); }
+
 /* ---- sigclient.c ---- */
 
-int64_t client_now_ns (void);
 void client_reset (sigclient_t *self);
 int client_fail (sigclient_t *self, int status, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
 /* A DEALER of the client's engine with its options (CURVE keys; requests only to connections that
@@ -106,13 +114,8 @@ size_t client_addresses (const sigclient_t *self, const char **out, size_t cap);
 int client_dns_parse (const char *endpoint, char *name, char *port, char *error, size_t error_cap);
 /* Addresses the round-robin socket is connected to now (static endpoints and dns:// addresses). */
 size_t client_peer_count (const sigclient_t *self);
-/* Resolves every dns:// name now, rewrites self->endpoints, tells the streams what vanished. */
+/* Resolves every dns:// name now, rewrites self->endpoints, tells the streams what vanished
+ * (self->streams_refresh). */
 void client_resolve_all (sigclient_t *self);
-
-/* ---- sigclient_stream.c ---- */
-
-/* After a resolution: streams routed to an address no longer listed lose their socket. */
-void client_streams_refresh (sigclient_t *self);
-void client_streams_destroy (sigclient_t *self);
 
 #endif

@@ -47,10 +47,20 @@ static uint64_t s_mix64 (uint64_t z)
     return z ^ (z >> 31);
 }
 
+static void s_streams_refresh (sigclient_t *self);
+static void s_streams_destroy (sigclient_t *self);
+
+/* The client's streams, made with the first stream call; from then on the client tells them of
+ * each resolution and frees them when it is destroyed (its hooks). */
 static client_streams_t *s_streams (sigclient_t *self)
 {
-    if (!self->streams && !(self->streams = calloc (1, sizeof *self->streams)))
+    if (self->streams) return self->streams;
+    if (!(self->streams = calloc (1, sizeof *self->streams))) {
         client_fail (self, SIGCLIENT_ERR_NOMEM, "cannot allocate the streams' table");
+        return NULL;
+    }
+    self->streams_refresh = s_streams_refresh;
+    self->streams_destroy = s_streams_destroy;
     return self->streams;
 }
 
@@ -160,7 +170,8 @@ static s_peer_t *s_route (sigclient_t *self, uint64_t stream_id)
     return &st->peers[peer];
 }
 
-void client_streams_refresh (sigclient_t *self)
+/* After a resolution: streams routed to an address no longer listed lose their socket. */
+static void s_streams_refresh (sigclient_t *self)
 {
     client_streams_t *st = self->streams;
     if (!st) return;
@@ -180,7 +191,7 @@ void client_streams_refresh (sigclient_t *self)
     free (addresses);
 }
 
-void client_streams_destroy (sigclient_t *self)
+static void s_streams_destroy (sigclient_t *self)
 {
     client_streams_t *st = self->streams;
     if (!st) return;
@@ -192,6 +203,8 @@ void client_streams_destroy (sigclient_t *self)
     free (st->routes);
     free (st);
     self->streams = NULL;
+    self->streams_refresh = NULL;
+    self->streams_destroy = NULL;
 }
 
 /* ---- the API ---- */

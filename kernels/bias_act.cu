@@ -3,7 +3,7 @@
  * Launch: 256 threads per block, one thread per element; grid.x covers the outputs, grid.y the
  * batch rows (a block loops when rows > 65535). No division: the 2-D grid gives m and r directly. */
 #include "cuda_check.h"
-#include "kernels.h"
+#include "sig_dense.h"
 #include "sig_device.cuh"
 
 #define BIAS_ACT_THREADS 256u

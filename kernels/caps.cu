@@ -1,5 +1,5 @@
-/* What a device can run (kernels.h: sig_clusters_supported). */
-#include "kernels.h"
+/* What a device can run (sig_common.h: sig_clusters_supported). */
+#include "sig_common.h"
 
 extern "C" int sig_clusters_supported (int device, int exact, int *major, int *minor)
 {

@@ -26,7 +26,7 @@
  * padding is never even read), columns read are < K; x is read at r * K + k, k < K; y is written
  * at r * out + m, m < out. fp32 FMA throughout. */
 #include "cuda_check.h"
-#include "kernels.h"
+#include "sig_dense.h"
 #include "sig_device.cuh"
 
 #include <string.h>

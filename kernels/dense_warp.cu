@@ -5,7 +5,7 @@
  * layer over many SMs: 256 outputs -> 64 blocks, 64 outputs -> 16, which is what a latency-bound
  * GEMV wants (each SM's L2 bandwidth is the limit once its warps' loads are all in flight). */
 #include "cuda_check.h"
-#include "kernels.h"
+#include "sig_dense.h"
 #include "sig_device.cuh"
 
 #define WARP_WARPS_PER_BLOCK 4u

@@ -1,6 +1,6 @@
 /* An empty kernel: the launch-overhead table (seed 000, Table 1) times launching nothing. */
 #include "cuda_check.h"
-#include "kernels.h"
+#include "sig_common.h"
 
 static __global__ void s_empty_kernel (void) {}
 

@@ -1,6 +1,6 @@
 // A kernel that traps: the GPU suites use it to lose the context on purpose and check that the
 // model is marked unavailable and the service keeps answering.
-#include "kernels.h"
+#include "sig_common.h"
 #include "cuda_check.h"
 
 static __global__ void s_trap_kernel (void) { __trap (); }

@@ -5,7 +5,7 @@
 #ifndef SIGSERVE_LSTM_PERSISTENT_DEVICE_CUH
 #define SIGSERVE_LSTM_PERSISTENT_DEVICE_CUH
 
-#include "kernels.h"
+#include "sig_lstm.h"
 #include "sig_device.cuh"
 
 #include <stdint.h>   /* no cuda_fp16.h / cuda_bf16.h (NVRTC carries neither): halves are PTX and bit operations */

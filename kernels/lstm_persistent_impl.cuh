@@ -4,7 +4,7 @@
 #ifndef SIGSERVE_LSTM_PERSISTENT_IMPL_CUH
 #define SIGSERVE_LSTM_PERSISTENT_IMPL_CUH
 
-#include "kernels.h"
+#include "sig_lstm.h"
 
 #include <stdint.h>
 
@@ -25,7 +25,7 @@ struct alignas (16) l_header_t {
 
 /* lstm_persistent.cu: the kernel instantiation for DTYPE and MODE (SIG_LSTM_CLUSTER or
  * SIG_LSTM_GRID), the serving one or the TRACED one (per-phase stamps, lstmbench --trace), the one of
- * ROLE_ALL or (APART, a cluster's only) the one of the two apart launches (kernels.h: plan 4), as the
+ * ROLE_ALL or (APART, a cluster's only) the one of the two apart launches (sig_lstm.h: plan 4), as the
  * pointer the runtime's queries and launches take; nullptr for any other. */
 const void *l_kernel_for (uint32_t dtype, uint32_t mode, bool traced, bool apart);
 

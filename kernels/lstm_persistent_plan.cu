@@ -2,7 +2,7 @@
  * offsets), the mailbox layout and the packing of the weight image, for the kernel of
  * lstm_persistent.cu (which says how it works, and holds the launch and l_kernel_for, the
  * instantiations the plan queries). Shared definitions: lstm_persistent_impl.cuh. */
-#include "kernels.h"
+#include "sig_lstm.h"
 #include "lstm_persistent_impl.cuh"
 #include "sig_device.cuh"
 
@@ -214,7 +214,7 @@ static void l_finish (const sig_lstm_net_t *n, const sig_lstm_tuning_t *tu, sig_
         plan->sync |= SIG_LSTM_SYNC_FEAT_SHARED;
     l_plan_math (n, tu->math, plan);
     plan->trace = tu->trace;
-    if (plan->apart)   /* the apart launches keep the generic kernel (kernels.h) */
+    if (plan->apart)   /* the apart launches keep the generic kernel (sig_lstm.h) */
         plan->sync |= SIG_LSTM_SYNC_ADVANCE_APART | SIG_LSTM_SYNC_GENERIC;
 }
 
@@ -309,7 +309,7 @@ extern "C" int sig_lstm_plan (const sig_lstm_net_t *net, uint32_t dtype, uint32_
         return (int) cudaErrorNotSupported;
     }
     /* plan 4: the advances in a second launch of the same shape (and a staging buffer), where two fit
-     * (kernels.h) */
+     * (sig_lstm.h) */
     char inline_why[sizeof plan->why] = "";
     if (!(tu->sync & SIG_LSTM_SYNC_ADVANCE_APART)) {
         snprintf (inline_why, sizeof inline_why, "the default (SIG_LSTM_SYNC_ADVANCE_APART not asked for)");
@@ -356,7 +356,7 @@ extern "C" int sig_lstm_layout (const sig_lstm_plan_t *plan, sig_lstm_layout_t *
     if (!plan || !lay || !plan->blocks)
         return (int) cudaErrorInvalidValue;
     const uint64_t status = l_align (4ull * plan->blocks, L_LINE);
-    /* the features from the 128-byte line after the command words' (kernels.h) */
+    /* the features from the 128-byte line after the command words' (sig_lstm.h) */
     const uint32_t feat = (plan->sync & SIG_LSTM_SYNC_FEAT_SHARED) ? 2u : 128u / 8u;
     const uint64_t cmd = l_align (8ull * (feat + plan->in), L_LINE);
     const uint64_t outs = l_align (4ull * plan->out, L_LINE);

@@ -4,7 +4,8 @@
  * loaded by sig_spec_load_fn and launched through the driver API (mlp_persistent_spec.cu has both).
  * The text of lstm_persistent.cu and the headers it includes are embedded at build time
  * (tools/embed-sources.sh). Host code only. */
-#include "kernels.h"
+#include "sig_lstm.h"
+#include "sig_spec.h"
 #include "lstm_persistent_impl.cuh"
 
 #include <stdio.h>

@@ -74,7 +74,7 @@
  * (through shared memory, after a __syncthreads). The host-side sig_fused_net_validate() performs
  * the same checks, with the same code, with a message-worthy status, and fills fast. */
 #include "cuda_check.h"
-#include "kernels.h"
+#include "sig_fused.h"
 #include "sig_device.cuh"
 
 #include <cooperative_groups.h>

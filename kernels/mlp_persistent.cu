@@ -3,7 +3,7 @@
  * which says how it works; mlp_persistent_spec.cu compiles the same source specialised for one model
  * at load (NVRTC). */
 #include "cuda_check.h"
-#include "kernels.h"
+#include "sig_persistent.h"
 #include "mlp_persistent_impl.cuh"
 #include "mlp_persistent_kernel.cuh"
 #include "sig_device.cuh"

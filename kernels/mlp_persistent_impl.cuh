@@ -4,7 +4,8 @@
 #ifndef SIGSERVE_MLP_PERSISTENT_IMPL_CUH
 #define SIGSERVE_MLP_PERSISTENT_IMPL_CUH
 
-#include "kernels.h"
+#include "sig_fused.h"
+#include "sig_persistent.h"
 
 #include <stdint.h>
 

@@ -2,7 +2,8 @@
  * threads, shared memory) and the packing of the weight image, for the kernels of
  * mlp_persistent.cu (which says how they work, and holds the launches and the two kernel queries
  * the plan needs: p_static_smem, p_placeable). Shared definitions: mlp_persistent_impl.cuh. */
-#include "kernels.h"
+#include "sig_fused.h"
+#include "sig_persistent.h"
 #include "mlp_persistent_impl.cuh"
 
 #include <cuda_bf16.h>
@@ -46,7 +47,7 @@ extern "C" int sig_persistent_layout (uint32_t in, uint32_t out, uint32_t max_ro
     return (int) cudaSuccess;
 }
 
-/* The descriptor checks of the fused kernel (kernels.h), on host pointers. */
+/* The descriptor checks of the fused kernel (sig_fused.h), on host pointers. */
 static bool s_net_ok (const sig_fused_net_t *n)
 {
     if (n->layer_count < 1u || n->layer_count > SIG_FUSED_MAX_LAYERS)

@@ -1,13 +1,16 @@
 /* persistent, specialised at load: the kernel of mlp_persistent_kernel.cuh compiled with NVRTC for one
  * model's image header (its shapes and plan as constants, mlp_persistent_kernel.cuh says what that
  * changes), loaded and launched through the driver API. The kernel's source text is embedded in the
- * binary at build time (tools/embed-sources.sh: kernels.h, mlp_persistent_impl.cuh, sig_device.cuh,
- * mlp_persistent_kernel.cuh), so the server needs libnvrtc but no CUDA headers: the few system headers
- * they include are given as stubs below (cuda_fp16.h is one of NVRTC's built-in headers).
+ * binary at build time (tools/embed-sources.sh, the Makefile's SPEC_SOURCES: the family headers it
+ * includes, mlp_persistent_impl.cuh, sig_device.cuh, mlp_persistent_kernel.cuh and its parts), so the
+ * server needs libnvrtc but no CUDA headers: the few system headers they include are given as stubs
+ * below (cuda_fp16.h is one of NVRTC's built-in headers).
  *
  * The driver entry points come from the runtime (cudaGetDriverEntryPointByVersion): nothing links
  * libcuda, and a machine without a driver (CI) can still compile. Host code only. */
-#include "kernels.h"
+#include "sig_fused.h"
+#include "sig_persistent.h"
+#include "sig_spec.h"
 #include "mlp_persistent_impl.cuh"
 
 #include <cuda.h>

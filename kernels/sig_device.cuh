@@ -5,7 +5,7 @@
 #ifndef SIGSERVE_SIG_DEVICE_CUH
 #define SIGSERVE_SIG_DEVICE_CUH
 
-#include "kernels.h"
+#include "sig_common.h"
 #include <cuda_runtime.h>
 #include <stdint.h>
 

@@ -7,11 +7,12 @@
  * wrapped waker.
  *
  * Holding jobs in the queue without relying on time: the Makefile links both suites with
- * -Wl,--wrap=waker_wake,--wrap=waker_sleep. The wrappers count the workers inside waker_sleep, and
- * while the test holds the wake-ups an admission wakes nobody (the waker it would have rung is
- * recorded instead). A worker counted asleep has already looked at its queue for the last time
- * before sleeping with no timeout, so every job admitted while the wake-ups are held stays queued,
- * and the recorded wakers say which instance each admission chose, until the test rings them.
+ * -Wl,--wrap=waker_wake,--wrap=waker_sleep. The wrappers keep the wakers of the workers inside
+ * waker_sleep, and while the test holds the wake-ups an admission wakes nobody (the waker it would
+ * have rung is recorded instead). A worker asleep whose waker holds no wake-up has already looked at
+ * its queue for the last time before sleeping with no timeout, so every job admitted while the
+ * wake-ups are held stays queued, and the recorded wakers say which instance each admission chose,
+ * until the test rings them.
  *
  * Each suite's binary includes it once, after defining _GNU_SOURCE: everything here is static but
  * the two wrappers the linker asks for. */
@@ -30,6 +31,7 @@
 #include "tolerance.h"
 
 #include <check.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <math.h>
@@ -61,32 +63,64 @@ void __wrap_waker_wake (waker_t *w)
     __real_waker_wake (w);
 }
 
-static atomic_int s_sleeps;                     /* entries into waker_sleep, ever */
+/* The wakers of the workers inside waker_sleep (one entry a worker asleep). */
+static pthread_mutex_t s_sleepers_lock = PTHREAD_MUTEX_INITIALIZER;
+static waker_t *s_sleepers[RECORDED_MAX];
+static int s_sleeper_count;
 
 void __wrap_waker_sleep (waker_t *w, uint64_t timeout_ns)
 {
-    atomic_fetch_add (&s_sleeps, 1);
+    pthread_mutex_lock (&s_sleepers_lock);
+    s_sleepers[s_sleeper_count++] = w;
+    pthread_mutex_unlock (&s_sleepers_lock);
     atomic_fetch_add (&s_asleep, 1);
     __real_waker_sleep (w, timeout_ns);
     atomic_fetch_sub (&s_asleep, 1);
+    pthread_mutex_lock (&s_sleepers_lock);
+    for (int i = 0; i < s_sleeper_count; i++)
+        if (s_sleepers[i] == w) {
+            s_sleepers[i] = s_sleepers[--s_sleeper_count];
+            break;
+        }
+    pthread_mutex_unlock (&s_sleepers_lock);
 }
 
-/* Waits (10 s at most) until N workers sleep, and stay asleep: a wake-up left over in a waker's
+/* Whether the worker asleep on W stays asleep until it is woken: no wake-up pending (its eventfd
+ * empty; a futex waker's word still the one it announced) and still announced. In that order: a
+ * sleep that returns stores sleeping 0 before it reads its eventfd empty. */
+static inline bool s_stays_asleep (waker_t *w)
+{
+    bool pending;
+    if (w->fd >= 0) {
+        struct pollfd p = { .fd = w->fd, .events = POLLIN };
+        pending = poll (&p, 1, 0) > 0;
+    } else
+        pending = atomic_load (&w->seq) != w->snap;
+    return !pending && atomic_load (&w->sleeping) == 1;
+}
+
+/* Whether N workers are inside waker_sleep and every one stays asleep until woken. */
+static inline bool s_settled (int n)
+{
+    pthread_mutex_lock (&s_sleepers_lock);
+    bool settled = s_sleeper_count == n;
+    for (int i = 0; settled && i < s_sleeper_count; i++)
+        settled = s_stays_asleep (s_sleepers[i]);
+    pthread_mutex_unlock (&s_sleepers_lock);
+    return settled;
+}
+
+/* Waits (10 s at most) until N workers sleep and stay asleep: a wake-up left over in a waker's
  * eventfd (rung while its worker was looking at its queue) makes its next sleep return at once, and
- * a worker counted asleep then would take what the test queues. So: N asleep, and no worker entered
- * a sleep again over 5 ms. Then holds the wake-ups. */
+ * a worker counted asleep then would take what the test queues; so each sleeping worker's waker must
+ * hold no wake-up (s_stays_asleep). Then holds the wake-ups: from here on only s_release wakes them. */
 static inline void s_hold (int n)
 {
     const uint64_t until = clock_now_ns () + 10000000000ull;
-    for (;;) {
-        while (atomic_load (&s_asleep) != n && clock_now_ns () < until)
-            usleep (100);
-        const int entries = atomic_load (&s_sleeps);
-        usleep (5000);
-        if ((atomic_load (&s_asleep) == n && atomic_load (&s_sleeps) == entries) || clock_now_ns () >= until)
-            break;
-    }
-    ck_assert_msg (atomic_load (&s_asleep) == n, "%d of %d workers asleep after 10 s", atomic_load (&s_asleep), n);
+    while (!s_settled (n) && clock_now_ns () < until)
+        usleep (100);
+    ck_assert_msg (s_settled (n), "%d of %d workers asleep after 10 s (or one with a wake-up pending)",
+                   atomic_load (&s_asleep), n);
     s_recorded_count = 0;
     atomic_store (&s_holding, true);
 }

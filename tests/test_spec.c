@@ -20,7 +20,11 @@
 
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backends/cuda/kernel_cache.h"
-#include "kernels.h"
+#include "sig_common.h"
+#include "sig_fused.h"
+#include "sig_lstm.h"
+#include "sig_persistent.h"
+#include "sig_spec.h"
 #include "backends/persistent_box.h"
 
 enum { OPTIN_SM90 = 232448, STATIC_SMEM = 1536 };   /* cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90;

@@ -349,3 +349,32 @@ void tu_fixture_teardown (tu_fixture_t *f)
     tu_remove_tree (f->dir);
     ck_assert_int_eq (rc, 0);
 }
+
+bool tu_in_child (int (*check) (char *msg, size_t cap), char *out, size_t outlen)
+{
+    int fds[2];
+    if (pipe (fds) != 0)
+        return false;
+    pid_t pid = fork ();
+    if (pid == 0) {
+        close (fds[0]);
+        char msg[512] = "";
+        const int rc = check (msg, sizeof msg);
+        ssize_t ignored = write (fds[1], msg, strlen (msg) + 1);
+        (void) ignored;
+        _exit (rc == 0 ? 0 : 1);
+    }
+    close (fds[1]);
+    ssize_t n = read (fds[0], out, outlen - 1);
+    out[n > 0 ? n : 0] = 0;
+    close (fds[0]);
+    int status = 0;
+    waitpid (pid, &status, 0);
+    return WIFEXITED (status) && WEXITSTATUS (status) == 0;
+}
+
+int tu_skip_without_cuda (void)
+{
+    printf ("SKIP: this build has no CUDA backend (nvcc was not found when it was built)\n");
+    return 0;
+}

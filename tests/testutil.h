@@ -86,4 +86,11 @@ int tu_run_suite (struct Suite *suite);
 /* Removes DIR and everything under it; 0 on success. */
 int tu_remove_tree (const char *dir);
 
+/* Runs CHECK in a child process, so that this one starts nothing it must not carry into Check's
+ * forks (CUDA above all): CHECK writes a line of text into MSG (CAP bytes) and returns 0 when all is
+ * well. That text goes to OUT (OUTLEN bytes); whether CHECK returned 0 (and the child exited). */
+bool tu_in_child (int (*check) (char *msg, size_t cap), char *out, size_t outlen);
+/* The main of a GPU suite in a build without the CUDA backend: says so (SKIP) and passes (0). */
+int tu_skip_without_cuda (void);
+
 #endif

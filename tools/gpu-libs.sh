@@ -6,7 +6,7 @@
 set -eu
 B=${BUILD:-build}
 rm -rf .devlibs && mkdir -p .devlibs
-# ONLY="sigbench tests/test_cuda": those binaries alone (the device tool carries 64 MiB with the tree)
+# ONLY="sigbench tests/test_cuda_persistent": those binaries alone (the device tool carries 64 MiB with the tree)
 ALL="sigserve sigserve-test sigclient sigbench sigload lstmbench rtt $(cd "$B" && echo tests/test_*)"
 ONLY=${ONLY:-$ALL}
 for bin in $(for b in $ONLY; do echo "$B/$b"; done); do

@@ -26,30 +26,35 @@ step () {   # step NAME COMMAND...: runs, logs to $OUT/NAME.log, notes the resul
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -n 2;
   uname -r; nproc; grep -m1 'model name' /proc/cpuinfo; date -u; } >"$OUT/env.txt" 2>&1
 if [ "${TESTS:-1}" = 1 ]; then
-# The GPU suite in one process (CK_FORK=no: one CUDA context, as in the server), bounded: a test
-# that hangs next to a resident persistent kernel must not take the whole call. CUDA_CASE names
-# one of its cases (kernels, persistent, lost) to run alone.
-# Skipped when GPU_TESTS names suites and test_cuda is not one of them.
-case " ${GPU_TESTS:-test_cuda} " in *" test_cuda "*) run_cuda=1 ;; *) run_cuda=0 ;; esac
-if [ "$run_cuda" = 0 ]; then
-    :
-elif [ -n "${CUDA_CASE:-}" ]; then
-    step test_cuda env CK_FORK=no CK_RUN_CASE="$CUDA_CASE" timeout "${CUDA_TIMEOUT:-400}" $BUILD/tests/test_cuda
-else
-    step test_cuda env CK_FORK=no timeout "${CUDA_TIMEOUT:-400}" $BUILD/tests/test_cuda
-fi
+# The GPU suites, each in one process (CK_FORK=no: one CUDA context, as in the server), bounded: a
+# test that hangs next to a resident persistent kernel must not take the whole call. GPU_TESTS, when
+# set, names the suites to run (space-separated), as for the rest below. CUDA_CASE names one case of
+# the MLP suites to run alone: kernels or lost (test_cuda), persistent (test_cuda_persistent),
+# resident, green or lost (test_cuda_resident); each suite bounded by CUDA_TIMEOUT. LSTM_CASE the
+# same for the LSTM suites: lstm, generic, head or green (test_lstm_cuda), plan4
+# (test_lstm_cuda_apart); each bounded by LSTM_TEST_TIMEOUT. A suite without the case named is not run.
+gpu_suite () {   # gpu_suite NAME CASES CASE LIMIT: CASES, NAME's cases (comma-separated)
+    if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $1 "*) ;; *) return 0;; esac; fi
+    if [ -n "$3" ]; then case ",$2," in *",$3,"*) ;; *) return 0;; esac; fi
+    step "$1" env CK_FORK=no ${3:+CK_RUN_CASE=$3} timeout "$4" "$BUILD/tests/$1"
+}
+GPU_SUITES="test_cuda test_cuda_persistent test_cuda_resident test_lstm_cuda test_lstm_cuda_apart"
+gpu_suite test_cuda kernels,lost "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
+gpu_suite test_cuda_persistent persistent "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
+gpu_suite test_cuda_resident resident,green,lost "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
+gpu_suite test_lstm_cuda lstm,generic,head,green "${LSTM_CASE:-}" "${LSTM_TEST_TIMEOUT:-600}"
+gpu_suite test_lstm_cuda_apart plan4 "${LSTM_CASE:-}" "${LSTM_TEST_TIMEOUT:-600}"
 # Which CUDA calls wait for a resident persistent kernel, with lazy and eager module loading
 # (each probe in its own process, each call bounded: docs/persistent-notes.md). PROBE_OP=N runs probe N
 # alone (18, 19: a specialised kernel compiled and loaded with NVRTC next to the resident one).
-[ "${PROBE:-1}" = 1 ] && step probe timeout 300 $BUILD/tests/test_cuda --probe ${PROBE_OP:-}
+[ "${PROBE:-1}" = 1 ] && step probe timeout 300 $BUILD/tests/test_cuda_resident --probe ${PROBE_OP:-}
 # The rest: every suite (GPU_TESTS, space-separated names, narrows it: the CPU suites also run
 # on the development machine and in CI), then the PyTorch comparisons.
 for t in $BUILD/tests/test_*; do
-    n=$(basename "$t"); [ "$n" = test_cuda ] && continue; case "$n" in *.log) continue;; esac
+    n=$(basename "$t"); case "$n" in *.log) continue;; esac
+    case " $GPU_SUITES " in *" $n "*) continue;; esac   # run above
     if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $n "*) ;; *) continue;; esac; fi
-    # LSTM_CASE names one of test_lstm_cuda's cases (lstm, plan4, head) to run alone
-    case "$n" in test_lstm_cuda) step "$n" env CK_FORK=no ${LSTM_CASE:+CK_RUN_CASE=$LSTM_CASE} timeout "${LSTM_TEST_TIMEOUT:-600}" "$t" ;;
-                 *) step "$n" timeout 300 "$t" ;; esac
+    step "$n" timeout 300 "$t"
 done
 # TORCH=lstm: the LSTM comparison alone.
 [ "${TORCH:-1}" = 1 ] && step torch_export python3 tests/python/test_torch_export.py

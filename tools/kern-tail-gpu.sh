@@ -22,7 +22,7 @@ step () {   # step NAME SECONDS COMMAND...
 }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -n 1; date -u; } >"$OUT/env.txt" 2>&1
 [ "${TRACE1:-1}" = 1 ] && step trace1 120 taskset -c 3 $B/sigbench $W --iterations "${ITER:-20000}" --only-persistent --dtypes "${DTYPES:-f32,f16}" --trace
-[ "${TESTS:-1}" = 1 ] && step test_cuda "${CUDA_TIMEOUT:-360}" env CK_FORK=no CK_RUN_CASE=persistent $B/tests/test_cuda
+[ "${TESTS:-1}" = 1 ] && step test_cuda_persistent "${CUDA_TIMEOUT:-360}" env CK_FORK=no $B/tests/test_cuda_persistent
 if [ "${SANITIZE:-1}" = 1 ]; then
     step memcheck_persistent "${MC_LIMIT:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 $B/sigbench --shape 597,293,33,1 \
         --rows 7 --iterations 40 --warmup 4 --only-persistent --persistent-variants --dtypes "${MC_DTYPES:-f32,f16,bf16}"
@@ -39,5 +39,5 @@ for f in "$OUT"/trace*.log "$OUT"/variants.log; do
     echo "== $(basename "$f")"
     grep -E '^\| (persistent|ping-pong floor \| \+ read the features, output as)|^\| (seen|->|tail layer)|^\| phase|relative error' "$f" | cut -c1-200
 done
-grep -hE ':[FE]:' "$OUT"/test_cuda.log 2>/dev/null | cut -c1-300 | head -n 10
+grep -hE ':[FE]:' "$OUT"/test_cuda_persistent.log 2>/dev/null | cut -c1-300 | head -n 10
 cat "$S"

@@ -1,9 +1,9 @@
 #!/bin/sh
 # The LSTM work's GPU call, in two halves (tools/gpu-libs.sh adapted):
-#   sh tools/lstm-gpu.sh pack   here: copies lstmbench, test_lstm and test_lstm_cuda from $BUILD
+#   sh tools/lstm-gpu.sh pack   here: copies lstmbench, test_lstm and the LSTM GPU suites from $BUILD
 #                               (default build-g) into .gpubuild-g and the shared libraries a CUDA
 #                               host lacks into .devlibs-g (both in .git/info/exclude);
-#   sh tools/lstm-gpu.sh run    on the device (carry .gpubuild-g and .devlibs-g): the GPU suite,
+#   sh tools/lstm-gpu.sh run    on the device (carry .gpubuild-g and .devlibs-g): the GPU suites,
 #                               the PyTorch comparison, lstmbench (GPU rows, a cluster-size sweep,
 #                               CPU rows) and compute-sanitizer memcheck over short runs; logs under
 #                               $OUT, a short table last. Every step has its own time limit (the
@@ -23,12 +23,19 @@ setup () {
     t0=$(date +%s)
 }
 step () { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$S"; }
+gpu_suites () {   # gpu_suites SECONDS: the LSTM GPU suites (plan 4's apart), each bounded by SECONDS
+    for t in test_lstm_cuda test_lstm_cuda_apart; do
+        CK_FORK=no timeout "$1" $B/tests/$t > "$O/$t.log" 2>&1
+        step "   $t rc=$?: $(grep -E '^[0-9]+%: Checks' "$O/$t.log")"
+        grep -E ':[EF]:' "$O/$t.log" | head -n 8 | tee -a "$S"
+    done
+}
 case "${1:-}" in
 pack)
     B=${BUILD:-build-g}
     rm -rf .gpubuild-g .devlibs-g
     mkdir -p .gpubuild-g/tests .devlibs-g
-    for f in lstmbench tests/test_lstm tests/test_lstm_cuda; do cp "$B/$f" ".gpubuild-g/$f" || exit 1; done
+    for f in lstmbench tests/test_lstm tests/test_lstm_cuda tests/test_lstm_cuda_apart; do cp "$B/$f" ".gpubuild-g/$f" || exit 1; done
     for bin in .gpubuild-g/lstmbench .gpubuild-g/tests/*; do ldd "$bin" | awk '/=> \//{print $3}'; done | sort -u \
         | grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' \
         | grep -v '/usr/local/cuda' | while read -r lib; do cp -L "$lib" .devlibs-g/; done
@@ -39,10 +46,8 @@ run)
     B=.gpubuild-g
     setup "$PWD/.devlibs-g"
 
-    step "1. GPU suite (CK_FORK=no)"
-    CK_FORK=no timeout 120 $B/tests/test_lstm_cuda > "$O/test_lstm_cuda.log" 2>&1
-    step "   test_lstm_cuda rc=$?: $(grep -E '^[0-9]+%: Checks' "$O/test_lstm_cuda.log")"
-    grep -E ':[EF]:' "$O/test_lstm_cuda.log" | head -n 8 | tee -a "$S"
+    step "1. GPU suites (CK_FORK=no)"
+    gpu_suites 120
 
     step "2. lstmbench, GPU rows (every size and weight type, floors)"
     timeout 170 taskset -c 2 $B/lstmbench --backends cuda --iterations 10000 --warmup 1000 --seconds 6 \
@@ -79,7 +84,7 @@ run)
         echo "| row (us) | p50 | p90 | p99 | p99.9 | min | max | mean | sd |"
         grep -hE '^\| (small|medium|large)' "$O/bench_cuda.log" "$O/bench_sweep.log" "$O/bench_cpu.log" \
             | sed -E 's/ \(n ([0-9]+)[^|]*\|/ (n \1) |/'
-        grep -hE '(relative error|refused|watchdog|destroy of)' "$O/test_lstm_cuda.log" | cut -c1-150 | head -n 26
+        grep -hE '(relative error|refused|watchdog|destroy of)' "$O"/test_lstm_cuda*.log | cut -c1-150 | head -n 26
         grep -hE '^(ok|FAIL)' "$O/torch.log"
     } | tee -a "$S"
     ;;
@@ -115,10 +120,8 @@ plan3)
         step "   $(grep -E 'ERROR SUMMARY|^rc=' "$O/memcheck.log" | tr '\n' ' ')"
         ;;
     2)
-        step "1. GPU suite (CK_FORK=no)"
-        CK_FORK=no timeout "${LSTM_TEST_TIMEOUT:-330}" $B/tests/test_lstm_cuda > "$O/test_lstm_cuda.log" 2>&1
-        step "   test_lstm_cuda rc=$?: $(grep -E '^[0-9]+%: Checks' "$O/test_lstm_cuda.log")"
-        grep -E ':[EF]:' "$O/test_lstm_cuda.log" | head -n 8 | tee -a "$S"
+        step "1. GPU suites (CK_FORK=no)"
+        gpu_suites "${LSTM_TEST_TIMEOUT:-330}"
         step "2. lstmbench full windows, wide and half products"
         bench windows2 1.2 65 --dtypes f16,bf16 --math wide,half --no-floors --iterations 3000
         ;;
@@ -133,7 +136,9 @@ plan3)
         for f in "$O"/steps*.log "$O"/windows*.log; do
             [ -f "$f" ] && grep -hE '^\| (small|medium|large)' "$f" | awk -F'|' '{sub(/ \(n [0-9]+[^)]*\)/, "", $2); printf "|%s| %s | %s |\n", $2, $3, $5}'
         done
-        [ -f "$O/test_lstm_cuda.log" ] && grep -hE '(largest error|refused|watchdog|destroy of)' "$O/test_lstm_cuda.log" | cut -c1-170 | head -n 60
+        for t in test_lstm_cuda test_lstm_cuda_apart; do
+            [ -f "$O/$t.log" ] && grep -hE '(largest error|refused|watchdog|destroy of)' "$O/$t.log" | cut -c1-170 | head -n 60
+        done
     } | tee -a "$S"
     ;;
 *)

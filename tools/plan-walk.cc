@@ -5,7 +5,8 @@
 //   plan-walk ROWS DTYPE W0 W1 ... : one plan (DTYPE 0 f32, 1 f16, 2 bf16), its layers and buffers
 //   plan-walk --walk ROWS          : families of nets, growing width: the largest raw fp32 size (weights
 //                                    and biases) accepted and the smallest refused, as fractions of the budget
-#include "kernels.h"
+#include "sig_fused.h"
+#include "sig_persistent.h"
 
 #include <stdio.h>
 #include <stdlib.h>

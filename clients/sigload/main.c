@@ -19,22 +19,6 @@
 
 #define RANDOM_SETS 64                  /* distinct random requests, cycled */
 
-volatile sig_atomic_t sigload_interrupted;
-
-static void s_on_signal (int sig)
-{
-    (void) sig;
-    sigload_interrupted = 1;
-}
-
-void sigload_catch_signals (void)
-{
-    struct sigaction sa = { .sa_handler = s_on_signal };
-    sigemptyset (&sa.sa_mask);
-    sigaction (SIGINT, &sa, NULL);
-    sigaction (SIGTERM, &sa, NULL);
-}
-
 /* Features (and expected outputs), the echo payloads and the buffers' sizes. */
 static int s_prepare_payloads (sigload_t *L, uint32_t input_size)
 {

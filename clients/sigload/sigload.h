@@ -9,6 +9,7 @@
  *   procs.c    --processes N: N copies of the load in N processes, one start per step, one report
  *   ready.c    before the sweep: every endpoint answers, every connection is up, dns:// names
  *              expanded, the model's sizes
+ *   signals.c  SIGINT and SIGTERM: a flag the sweep, the echo server and the processes' steps look at
  *   main.c     main: the requests' payloads, the sweep
  *
  * Design. The main thread parses the options, connects every DEALER socket (clients/sigclient_sock.h:
@@ -313,7 +314,7 @@ typedef struct {
     saturated_by_t saturated_by;    /* SAT_NONE unless saturated */
 } result_t;
 
-/* ---- main.c ---- */
+/* ---- signals.c ---- */
 
 /* Set by SIGINT and SIGTERM once sigload_catch_signals () ran. */
 extern volatile sig_atomic_t sigload_interrupted;

@@ -7,7 +7,7 @@
  * cudaHostRegister) takes mailboxes from a registered pool (box_source_take): chunks of at least
  * BOX_SOURCE_CHUNK bytes, each registered once when it is taken from the source, and mailboxes cut
  * from them, so that most loads take their mailbox without a registration. Registering next to a
- * resident persistent kernel does not wait for it (test_cuda --probe 21: 0.75 ms on an H200, the
+ * resident persistent kernel does not wait for it (test_cuda_resident --probe 21: 0.75 ms on an H200, the
  * kernel answering throughout), so a new chunk may be registered at any time. Mailboxes are never
  * given back to the pool (the backend keeps released ones for later loads). */
 #ifndef SIGSERVE_BOX_SOURCE_H

@@ -1,4 +1,4 @@
-/* The host's half of the persistent MLP kernel's mailbox protocol (kernels/kernels.h, "persistent"),
+/* The host's half of the persistent MLP kernel's mailbox protocol (kernels/sig_persistent.h),
  * without CUDA: what the CUDA backend does for each request (backends/cuda/mlp_persistent.c), and
  * what a front does when it runs a request inline on a persistent model that a device process
  * serves (pbox_call, from serving/worker.c: the mailbox then lies in the region shared with that

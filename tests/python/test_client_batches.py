@@ -8,8 +8,8 @@ and send nothing.
 
 Run as tests/run.sh does (it runs every tests/python/test_*.py):
     BUILD=build PYTHONPATH=build/gen/py:clients/python /usr/bin/python3 tests/python/test_client_batches.py
-The server and its models are tests/python/test_client.py's (imported: its setUpModule starts them),
-the LSTM one its TestCStreamsServer's. Outputs are checked against the same float64 reference.
+The server and its models are tests/python/client_fixture.py's (its start_server starts them), the
+LSTM one its LstmServer's. Outputs are checked against the same float64 reference.
 The numpy cases run where the interpreter has numpy and are skipped, saying so, where it has not
 (Debian: python3-numpy; or PYTHON=build/venv-convert/bin/python, which tests/python/test_convert.sh
 makes); the cases without numpy run everywhere, one of them with numpy made unimportable. The last
@@ -23,7 +23,7 @@ import unittest
 import warnings
 from array import array
 
-import test_client as tc
+import client_fixture as fx
 from reference import forward, lstm_stream, lstm_window, run_in_order
 from sigclient import BadShape, SigClient
 
@@ -40,15 +40,15 @@ NESTED = "(one row holds numbers, a batch rows of numbers: two levels at most)"
 def setUpModule():
     print(f"test_client_batches: numpy {np.__version__ if np is not None else 'not importable'} in "
           f"{sys.executable}", flush=True)
-    tc.setUpModule()
+    fx.start_server()
 
 
 def tearDownModule():
-    tc.tearDownModule()
+    fx.stop_server()
 
 
 def rows_of(count, width):
-    return [tc.random_features(width) for _ in range(count)]
+    return [fx.random_features(width) for _ in range(count)]
 
 
 def flat(rows):
@@ -67,7 +67,7 @@ class BatchTest(unittest.TestCase):
     """A fresh client per test: its first request is id 1, so a test can tell that an error sent nothing."""
 
     def setUp(self):
-        self.client = SigClient(tc.endpoints, timeout_ms=5000)
+        self.client = SigClient(fx.endpoints, timeout_ms=5000)
 
     def tearDown(self):
         self.client.close()
@@ -80,12 +80,12 @@ class BatchTest(unittest.TestCase):
         return cm.exception
 
     def assert_nothing_sent(self):
-        r = self.client.infer("odd", tc.random_features(33))
+        r = self.client.infer("odd", fx.random_features(33))
         self.assertEqual(r.request_id, 1)
 
     def check_odd(self, rows, outputs_flat):
-        pool = tc.Pool()
-        pool.add(outputs_flat, forward(tc.odd, flat(rows), len(rows)))
+        pool = fx.Pool()
+        pool.add(outputs_flat, forward(fx.odd, flat(rows), len(rows)))
         pool.check(self)
 
 
@@ -113,9 +113,9 @@ class Test1Lists(BatchTest):
         rows = rows_of(3, 512)
         r = self.client.infer("tick_mlp", rows)
         self.assertEqual([len(o) for o in r.outputs], [1, 1, 1])
-        pool = tc.Pool()
+        pool = fx.Pool()
         pool.add(flat(r.outputs) + flat(self.client.infer("tick_mlp", rows[:1]).outputs),
-                 forward(tc.tick, flat(rows) + rows[0], 4))
+                 forward(fx.tick, flat(rows) + rows[0], 4))
         pool.check(self)
 
     def test_one_row_is_as_before(self):
@@ -132,7 +132,7 @@ class Test1Lists(BatchTest):
         self.assert_raises_exactly(
             BadShape, 'server replied STATUS_BAD_SHAPE: features: expected rows x input size = 3 x 33 = 99 values for '
                       'model "odd", got 96', self.client.infer, "odd", rows_of(3, 32))
-        self.assert_raises_exactly(BadShape, "server replied STATUS_BAD_SHAPE: " + tc.TEXT_ROWS,
+        self.assert_raises_exactly(BadShape, "server replied STATUS_BAD_SHAPE: " + fx.TEXT_ROWS,
                                    self.client.infer, "tick_mlp", rows_of(9, 512))
 
     def test_rows_that_contradict_the_batch(self):
@@ -237,7 +237,7 @@ class Test1Lists(BatchTest):
             "print(json.dumps(out))\n")
         for mode in ("block", "plain"):
             with self.subTest(mode=mode):
-                run = subprocess.run([sys.executable, "-c", script, tc.endpoints[0], json.dumps(rows), mode],
+                run = subprocess.run([sys.executable, "-c", script, fx.endpoints[0], json.dumps(rows), mode],
                                      capture_output=True, text=True, timeout=60)
                 self.assertEqual(run.returncode, 0, run.stderr)
                 got = json.loads(run.stdout)
@@ -338,21 +338,17 @@ class Test2Numpy(BatchTest):
                                    self.client.infer_rows, "odd", np.array(rows[0]))
 
 
-class Test3Streams(unittest.TestCase):
-    """Stream.step and stream_id steps on test_client's LSTM server: a step is one row, as a list, a
+class Test3Streams(fx.LstmServer, unittest.TestCase):
+    """Stream.step and stream_id steps on client_fixture's LSTM server: a step is one row, as a list, a
     1-D array or a batch of one row (answered as one row); whole windows go as batches too."""
 
-    setUpClass = classmethod(tc.TestCStreamsServer.setUpClass.__func__)
-    tearDownClass = classmethod(tc.TestCStreamsServer.tearDownClass.__func__)
-    steps = tc.TestCStreamsServer.steps
-
     def test_steps_in_every_form(self):
-        n = 2 * tc.LSTM_WINDOW
+        n = 2 * fx.LSTM_WINDOW
         steps = self.steps(n)
         forms = [("list", lambda s: s, None), ("one-row list", lambda s: [s], "list")]
         if np is not None:
             forms += [("1-D array", np.array, None), ("one-row array", lambda s: np.array([s], dtype=np.float32), "numpy")]
-        pool = tc.Pool()
+        pool = fx.Pool()
         with SigClient(self.endpoint) as c:
             stream = c.stream("seq", 91)
             for t, step in enumerate(steps):
@@ -361,13 +357,13 @@ class Test3Streams(unittest.TestCase):
                     r = stream.step(form(step))
                     if batch is None:
                         self.assertIs(type(r.outputs), list)
-                        self.assertEqual(len(r.outputs), tc.LSTM_OUT)
+                        self.assertEqual(len(r.outputs), fx.LSTM_OUT)
                         got = r.outputs
                     elif batch == "list":
-                        self.assertEqual([len(o) for o in r.outputs], [tc.LSTM_OUT])
+                        self.assertEqual([len(o) for o in r.outputs], [fx.LSTM_OUT])
                         got = r.outputs[0]
                     else:
-                        self.assertEqual((r.outputs.shape, r.outputs.dtype), ((1, tc.LSTM_OUT), np.float32))
+                        self.assertEqual((r.outputs.shape, r.outputs.dtype), ((1, fx.LSTM_OUT), np.float32))
                         got = r.outputs[0].tolist()
                     pool.add(got, lstm_stream(self.model, steps, t + 1))
             pool.check(self)
@@ -390,19 +386,19 @@ class Test3Streams(unittest.TestCase):
                     stream.step(bad)
                 self.assertEqual(str(cm.exception), text)
             self.assertEqual(stream.next_step, 2)          # nothing applied: step 2 goes again
-            pool = tc.Pool()
+            pool = fx.Pool()
             for t in (1, 2):
                 pool.add(stream.step(steps[t]).outputs, lstm_stream(self.model, steps, t + 1))
             pool.add(c.infer("seq", [steps[0]], stream_id=93, step=1).outputs[0], lstm_stream(self.model, steps, 1))
             pool.check(self)
 
     def test_whole_windows_as_a_batch(self):
-        windows = [self.steps(tc.LSTM_WINDOW) for _ in range(3)]
+        windows = [self.steps(fx.LSTM_WINDOW) for _ in range(3)]
         batch = [flat(w) for w in windows]
         with SigClient(self.endpoint) as c:
             r = c.infer("seq", batch)
-            self.assertEqual([len(o) for o in r.outputs], [tc.LSTM_OUT] * 3)
-            pool = tc.Pool()
+            self.assertEqual([len(o) for o in r.outputs], [fx.LSTM_OUT] * 3)
+            pool = fx.Pool()
             for w, o in zip(windows, r.outputs):
                 pool.add(o, lstm_window(self.model, w))
             pool.check(self)

@@ -2,7 +2,8 @@
 # sigclient-py convert (ONNX -> safetensors + config entry), end to end: in a virtual environment
 # of its own, $BUILD/venv-convert (kept between runs, so a second run installs only the package),
 # with onnx and onnxruntime from the package index and ./clients/python, runs
-# tests/python/onnx_convert.py against the real $BUILD/sigserve. That file says what it checks.
+# tests/python/onnx_convert.py (its models: onnx_graphs.py) against the real $BUILD/sigserve. That
+# file says what it checks.
 #
 #   BUILD=build sh tests/python/test_convert.sh      (PYTHON: the interpreter, default /usr/bin/python3)
 #

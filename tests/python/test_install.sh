@@ -2,8 +2,8 @@
 # `pip install ./clients/python` into a fresh virtual environment gives a working package and a
 # working `sigclient-py`, with no C build on the Python path: the installed package carries its own
 # generated signal_pb2. Then, against a live sigserve ($BUILD/sigserve, default build), runs
-# sigclient-py health / models / infer from the venv's bin, and tests/python/test_client.py and
-# test_client_batches.py with the venv's python and no PYTHONPATH.
+# sigclient-py health / models / infer from the venv's bin, and the client's suites
+# (tests/python/test_client*.py) with the venv's python and no PYTHONPATH.
 #
 #   BUILD=build sh tests/python/test_install.sh      (PYTHON: the interpreter, default /usr/bin/python3)
 #
@@ -187,7 +187,7 @@ kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; server_pid=""
 
 # ---- the client's own suites, on the installed package ----
 
-for suite in test_client test_client_batches; do
+for suite in test_client test_client_py_cli test_client_fleet test_client_streams test_client_batches; do
     (BUILD=$BUILD_ABS "$VPY" tests/python/$suite.py) >"$tmp/$suite.log" 2>&1; rc=$?
     summary=$(tail -n 1 "$tmp/$suite.log")
     if [ $rc -eq 0 ] && echo "$summary" | grep -Eq '^[1-9][0-9]* passed, 0 failed$'; then

@@ -119,15 +119,15 @@ The command line ``sigclient-py`` (sigclient/cli.py; also ``python3 -m sigclient
 sigclient's commands, options, output and exit codes.
 
 Requires pyzmq and protobuf (Debian: python3-zmq, python3-protobuf); nothing else.
+
+This module is the client itself (SigClient); its parts are modules of their own, whose public names
+are this module's: _errors.py (Status and the exceptions), _results.py (InferResult, Health,
+ModelInfo), _args.py (argument checks), _dns.py (dns:// endpoints), _stream.py (LSTM streams).
 """
 from __future__ import annotations
 
-import enum
 import math
-import re
-import socket as _socket
 import time
-from dataclasses import dataclass
 from typing import Sequence
 
 import zmq
@@ -144,356 +144,20 @@ __all__ = [
 
 DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_RESOLVE_MS = 5000        # how often dns:// names are resolved again
-MAX_RETRY = 16
 _EMPTY_RETRY_MS = 200            # a name with no address connected is tried this often
-_DNS_PREFIX = "dns://"
-UINT32_MAX = (1 << 32) - 1
-UINT64_MAX = (1 << 64) - 1
 # sigserve's default max_message_bytes: a larger request is dropped by ZeroMQ without a reply, so a
 # timeout after one is worth a hint.
 _SERVER_DEFAULT_MAX_MESSAGE = 65536
 
-
-# The package's own generated module (see _pb/__init__.py): never a signal_pb2 found elsewhere on
-# sys.path, so what this client speaks is what it was tested with.
-from ._pb import signal_pb2 as pb  # noqa: E402
+# The client's parts (each module says what it holds); their public names are this module's.
 from . import _features  # noqa: E402
-
-# sigserve.v1.Status as an IntEnum, built from the generated code so a status added to the proto is
-# known here without an edit.
-Status = enum.IntEnum("Status", {name: value for name, value in pb.Status.items()})
-Status.__doc__ = "sigserve.v1.Status: STATUS_OK, STATUS_BAD_REQUEST, ..."
-
-
-def status_name(status: int) -> str:
-    """"STATUS_OK", "STATUS_BAD_SHAPE", ...; "STATUS_UNKNOWN(N)" for a value the proto does not name."""
-    try:
-        return Status(status).name
-    except ValueError:
-        return f"STATUS_UNKNOWN({status})"
-
-
-def _as_status(status: int) -> int:
-    try:
-        return Status(status)
-    except ValueError:
-        return int(status)
-
-
-# ---- exceptions ----
-
-class SigServeError(Exception):
-    """Base of every error this module raises (besides ValueError/TypeError for bad arguments)."""
-
-
-class ServerError(SigServeError):
-    """The server answered with a non-OK status. ``message`` is the server's text, verbatim."""
-
-    def __init__(self, status: int, status_name: str, message: str, *, request_id: int | None = None,
-                 result: InferResult | None = None):
-        super().__init__(status, status_name, message)
-        self.status = status
-        self.status_name = status_name
-        self.message = message
-        self.request_id = request_id
-        self.result = result
-
-    message_suffix = ""      # " (after N attempts)" when retries were used
-
-    def __str__(self) -> str:
-        return f"server replied {self.status_name}: {self.message or '(no error text)'}{self.message_suffix}"
-
-
-class BadRequest(ServerError):
-    """STATUS_BAD_REQUEST: the server could not decode the request."""
-
-
-class UnknownModel(ServerError):
-    """STATUS_UNKNOWN_MODEL: the model is not served there."""
-
-
-class BadShape(ServerError):
-    """STATUS_BAD_SHAPE: features != rows x input size, or rows out of 1..max_rows."""
-
-
-class BadValue(ServerError):
-    """STATUS_BAD_VALUE: a NaN or Inf feature."""
-
-
-class Overloaded(ServerError):
-    """STATUS_OVERLOADED."""
-
-
-class DeadlineExceeded(ServerError):
-    """STATUS_DEADLINE_EXCEEDED: still queued past deadline_us, not run."""
-
-
-class Unavailable(ServerError):
-    """STATUS_UNAVAILABLE: the model cannot run now (for example a lost GPU context)."""
-
-
-class InternalError(ServerError):
-    """STATUS_INTERNAL."""
-
-
-class Timeout(SigServeError, TimeoutError):
-    """No reply (or no room to send) within the timeout."""
-
-
-class ProtocolError(SigServeError):
-    """A reply that is not a well-formed sigserve.v1.Reply (undecodable, several frames, no body)."""
-
-
-class TransportError(SigServeError):
-    """A ZeroMQ call failed."""
-
-
-class SecurityError(TransportError):
-    """CURVE on one side only. ``failure``: the endpoint and what the server asks for; the message adds
-    what to give SigClient."""
-
-    def __init__(self, failure: str, hint: str):
-        super().__init__(f"{failure} ({hint})")
-        self.failure = failure
-
-
-class StreamGone(TransportError):
-    """The address a stream was routed to has vanished from its dns:// name, and the stream's state
-    with it: ``forget_stream``, then start the stream again from step 1."""
-
-
-_EXCEPTIONS: dict[int, type[ServerError]] = {
-    Status.STATUS_BAD_REQUEST: BadRequest,
-    Status.STATUS_UNKNOWN_MODEL: UnknownModel,
-    Status.STATUS_BAD_SHAPE: BadShape,
-    Status.STATUS_BAD_VALUE: BadValue,
-    Status.STATUS_OVERLOADED: Overloaded,
-    Status.STATUS_DEADLINE_EXCEEDED: DeadlineExceeded,
-    Status.STATUS_UNAVAILABLE: Unavailable,
-    Status.STATUS_INTERNAL: InternalError,
-}
-
-
-def exception_for_status(status: int, message: str, *, request_id: int | None = None,
-                         result: InferResult | None = None) -> ServerError:
-    """The ServerError subclass for a non-OK STATUS (the base class for a status not known here)."""
-    cls = _EXCEPTIONS.get(int(status), ServerError)
-    return cls(int(status), status_name(status), message, request_id=request_id, result=result)
-
-
-# ---- results ----
-
-@dataclass
-class InferResult:
-    """One InferReply. ``outputs`` is rows x output size, row-major (flat; for a batch, shaped
-    (rows, outputs): see the module docstring). Timings in nanoseconds:
-    ``queue_ns`` (server: receipt to compute), ``compute_ns`` (the backend), ``server_ns`` (receipt
-    to send) and ``round_trip_ns`` (this client: send to receipt; 0 when the request was not sent by
-    this client, e.g. a rejection of raw bytes). ``status``/``error`` are set on the results of
-    recv_infer; infer raises instead of returning a non-OK result."""
-    request_id: int
-    outputs: list       # flat floats; a batch's: rows of floats, or a float32 numpy array
-    rows: int
-    model_version: str
-    queue_ns: int
-    compute_ns: int
-    server_ns: int
-    round_trip_ns: int
-    status: int = Status.STATUS_OK
-    error: str = ""
-    attempts: int = 1        # infer: requests sent for this answer (1 + retries used)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == Status.STATUS_OK
-
-    @property
-    def status_name(self) -> str:
-        return status_name(self.status)
-
-    @property
-    def output_size(self) -> int:
-        """Outputs per row (0 for a non-OK result)."""
-        if _features.is_shaped(self.outputs):
-            return len(self.outputs[0])
-        return len(self.outputs) // self.rows if self.rows else 0
-
-    def output_rows(self) -> list[list[float]]:
-        """The outputs split into rows (lists of floats, whatever shape ``outputs`` has)."""
-        if _features.is_shaped(self.outputs):
-            return [[float(v) for v in row] for row in self.outputs]
-        n = self.output_size
-        return [self.outputs[r * n:(r + 1) * n] for r in range(self.rows)] if n else []
-
-    def raise_for_status(self) -> InferResult:
-        """Raises the ServerError subclass for a non-OK status; returns self when OK."""
-        if not self.ok:
-            raise exception_for_status(self.status, self.error, request_id=self.request_id, result=self)
-        return self
-
-
-@dataclass
-class Health:
-    live: bool
-    ready: bool          # every model loaded and warmed
-    version: str         # the server's version
-
-
-@dataclass
-class ModelInfo:
-    name: str
-    version: str
-    backend: str         # "cpu" or "cuda"
-    kernel: str
-    input_size: int      # features per row
-    output_size: int     # outputs per row
-    max_rows: int
-    available: bool
-    type: str = ""       # "mlp" or "lstm" ("" from a server that predates LSTM models)
-    window: int = 0      # lstm: time steps of a window (input_size = window x step_size)
-    step_size: int = 0   # lstm: features of one step, what a stream step carries
-
-
-def _mix64(z: int) -> int:
-    """splitmix64's finalizer (as the C client's s_mix64): how a stream id picks its address."""
-    z = (z + 0x9E3779B97F4A7C15) & UINT64_MAX
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & UINT64_MAX
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & UINT64_MAX
-    return z ^ (z >> 31)
-
-
-class _StreamPeer:
-    """The socket of the streams routed to one address: a DEALER connected there alone, with the
-    watch of its handshakes (a refused security mechanism fails a step at once, as on the main socket)."""
-
-    def __init__(self, endpoint: str, sock, watch: MechanismWatch):
-        self.endpoint = endpoint
-        self.socket = sock
-        self.watch = watch
-        self.gone = False
-
-    def close(self) -> None:
-        if self.watch is not None:
-            self.watch.close()
-            self.watch = None
-        if self.socket is not None:
-            self.socket.close(linger=0)
-            self.socket = None
-
-
-class Stream:
-    """One stream of an LSTM model on a SigClient (``client.stream(model, stream_id)``): ``step``
-    sends the next step numbered ``next_step`` (1 for a new stream) and moves the number on only
-    after an OK answer; after a ServerError the step was not applied and the same number goes
-    again; after Timeout or TransportError nobody knows: the number stays too (a server that checks
-    numbers refuses a duplicate rather than apply it; set ``next_step`` to move past it)."""
-
-    def __init__(self, client: SigClient, model: str, stream_id: int, first_step: int = 1):
-        if not isinstance(model, str):
-            raise TypeError(f"model: expected a str, got {type(model).__name__}")
-        self.client = client
-        self.model = model
-        self.stream_id = _stream_id(stream_id)
-        self.next_step = _uint64("first_step", first_step)
-
-    def step(self, features: Sequence[float], deadline_us: int = 0) -> InferResult:
-        """Sends one step (the model's step_size floats: a sequence, a 1-D numpy array, or one row
-        of them, whose output comes back as one row) and returns the output for the window that
-        ends with it. Raises as ``SigClient.infer``."""
-        result = self.client.infer(self.model, features, deadline_us=deadline_us, stream_id=self.stream_id,
-                                   step=self.next_step)
-        if self.next_step:
-            self.next_step += 1
-        return result
-
-    @property
-    def endpoint(self) -> str:
-        """The address this stream's steps go to."""
-        return self.client.stream_endpoint(self.stream_id)
-
-    def __repr__(self) -> str:
-        return f"Stream({self.model!r}, stream_id={self.stream_id}, next_step={self.next_step})"
-
-
-# ---- dns:// endpoints ----
-
-def _getaddrinfo(name: str) -> list[str]:
-    """Every address behind NAME, numeric ("10.0.0.7", "::1")."""
-    infos = _socket.getaddrinfo(name, None, _socket.AF_UNSPEC, _socket.SOCK_STREAM)
-    return [info[4][0].split("%")[0] for info in infos if info[0] in (_socket.AF_INET, _socket.AF_INET6)]
-
-
-def _parse_dns(endpoint: str) -> tuple[str, int]:
-    """("NAME", PORT) of "dns://NAME:PORT" (NAME may be a bracketed IPv6 literal); ValueError otherwise."""
-    m = re.fullmatch(r"dns://(\[[^\]/]+\]|[^\[\]/]+):([0-9]+)", endpoint)
-    port = int(m.group(2)) if m else 0
-    if not m or not 1 <= port <= 65535:
-        raise ValueError(f"bad endpoint {endpoint!r}: expected dns://NAME:PORT with a port from 1 to 65535")
-    name = m.group(1)
-    return (name[1:-1] if name.startswith("[") else name), port
-
-
-def _dns_lookup(name: str, port: int, resolver) -> list[str]:
-    """The tcp:// endpoints behind NAME, sorted, without duplicates (maybe none). Raises OSError."""
-    found = {f"tcp://[{a}]:{port}" if ":" in a else f"tcp://{a}:{port}" for a in resolver(name)}
-    return sorted(found)
-
-
-def resolve_endpoint(endpoint: str, resolver=None) -> list[str]:
-    """"dns://NAME:PORT" -> ["tcp://ADDR:PORT", ...] for every address behind NAME (sorted); any other
-    endpoint -> [endpoint]. Raises ValueError for a malformed one, TransportError when NAME has no address.
-    RESOLVER (name -> list of numeric addresses) replaces getaddrinfo, for tests."""
-    if not endpoint.startswith(_DNS_PREFIX):
-        return [endpoint]
-    name, port = _parse_dns(endpoint)
-    try:
-        found = _dns_lookup(name, port, resolver or _getaddrinfo)
-    except OSError as e:
-        raise TransportError(f"{endpoint}: {e.strerror or e}") from e
-    if not found:
-        raise TransportError(f"{endpoint}: no address")
-    return found
-
-
-class _DnsEndpoint:
-    """One dns://NAME:PORT and the tcp:// endpoints connected for it now."""
-
-    def __init__(self, endpoint: str):
-        self.endpoint = endpoint
-        self.name, self.port = _parse_dns(endpoint)
-        self.connected: list[str] = []
-        self.error = ""       # why the last resolution gave nothing; "" when it gave addresses
-
-    def refresh(self, sock, resolver) -> None:
-        """Connects new addresses, disconnects vanished ones; a failure or no address changes nothing."""
-        try:
-            fresh = _dns_lookup(self.name, self.port, resolver)
-        except OSError as e:
-            self.error = str(e.strerror or e)
-            return
-        if not fresh:
-            self.error = "no address"
-            return
-        self.error = ""
-        for e in self.connected:
-            if e not in fresh:
-                sock.disconnect(e)        # requests still queued for it are dropped
-        kept = [e for e in self.connected if e in fresh]
-        for e in fresh:
-            if e in kept:
-                continue
-            try:
-                sock.connect(e)
-                kept.append(e)
-            except zmq.ZMQError as err:
-                self.error = f"cannot connect to {e}: {err}"
-        self.connected = sorted(kept)
-
-    def describe(self) -> str:
-        inner = ", ".join(self.connected) if self.connected else "no address"
-        if self.error and not (not self.connected and self.error == "no address"):
-            inner += ("; last resolution: " if self.connected else ": ") + self.error
-        return f"{self.endpoint} [{inner}]"
+from ._args import MAX_RETRY, UINT64_MAX, _retries, _stream_id, _timeout, _uint32, _uint64  # noqa: E402
+from ._dns import _DNS_PREFIX, _DnsEndpoint, _getaddrinfo, resolve_endpoint  # noqa: E402
+from ._errors import (BadRequest, BadShape, BadValue, DeadlineExceeded, InternalError, Overloaded,  # noqa: E402,F401
+                      ProtocolError, SecurityError, ServerError, SigServeError, Status, StreamGone, Timeout,
+                      TransportError, Unavailable, UnknownModel, _as_status, exception_for_status, pb, status_name)
+from ._results import Health, InferResult, ModelInfo  # noqa: E402
+from ._stream import Stream, _mix64, _StreamPeer  # noqa: E402,F401
 
 
 # ---- the client ----
@@ -510,43 +174,6 @@ def _split_endpoints(endpoints: str | Sequence[str]) -> list[str]:
             raise ValueError(f"bad endpoint {e!r}: expected a string such as 'tcp://127.0.0.1:5555'")
     return items
 
-
-def _uint32(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if not 0 <= value <= UINT32_MAX:
-        raise ValueError(f"{name}: expected 0 to {UINT32_MAX}, got {value}")
-    return value
-
-
-def _uint64(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if not 0 <= value <= UINT64_MAX:
-        raise ValueError(f"{name}: expected 0 to {UINT64_MAX}, got {value}")
-    return value
-
-
-def _stream_id(value: int) -> int:
-    if _uint64("stream_id", value) == 0:
-        raise ValueError("stream_id: 0 is not a stream (a whole window goes without one)")
-    return value
-
-
-def _timeout(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int (milliseconds), got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name}: expected a positive number of milliseconds, got {value}")
-    return value
-
-
-def _retries(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"retries: expected an int, got {type(value).__name__}")
-    if not 0 <= value <= MAX_RETRY:
-        raise ValueError(f"retries: expected 0 to {MAX_RETRY}, got {value}")
-    return value
 
 
 def load_curve_keys(curve_server: str, curve_client: str) -> tuple[bytes, bytes, bytes]:

@@ -4,6 +4,7 @@
 #include "backends/cuda/backend_cuda_impl.h"
 
 #include "backends/cuda/device.h"
+#include "sig_common.h"
 
 bool cuda_model_lost (const backend_model_t *m) { return m->persistent ? m->host.lost : m->lost; }
 

@@ -12,7 +12,7 @@
 
 #include "backends/backend.h"
 #include "backends/persistent_box.h"
-#include "kernels.h"
+#include "sig_persistent.h"
 
 #include <cuda_runtime_api.h>
 #include <stdbool.h>

@@ -9,7 +9,9 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/persistent.h"
 #include "backends/persistent_box.h"
-#include "kernels.h"
+#include "sig_fused.h"
+#include "sig_persistent.h"
+#include "sig_spec.h"
 
 #include <cublas_v2.h>
 #include <stdbool.h>

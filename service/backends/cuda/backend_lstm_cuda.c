@@ -16,7 +16,7 @@
  * releases that would wait for it are deferred and cuBLAS loads refused (device.h). Nothing
  * synchronises the device; device memory comes from the device's stream-ordered pool.
  *
- * Apart (plan 4, kernels.h; the plan's `apart`, asked for with SIG_LSTM_SYNC_ADVANCE_APART: not the
+ * Apart (plan 4, sig_lstm.h; the plan's `apart`, asked for with SIG_LSTM_SYNC_ADVANCE_APART: not the
  * default, a single stream's step measured slower): a second resident launch, the advancer, with a
  * mailbox and stream of its own, takes the advances and resets, so a stream's step never waits
  * behind another stream's advance. Each slot counts the versions of its state posted (every
@@ -30,7 +30,9 @@
 #include "backends/cuda/lstm_spec.h"
 #include "backends/cuda/persistent.h"
 #include "base/log.h"
-#include "kernels.h"
+#include "sig_common.h"
+#include "sig_lstm.h"
+#include "sig_spec.h"
 #include "weights/lstm.h"
 #include "weights/reference.h"
 
@@ -66,7 +68,7 @@ struct backend_model {
     sig_lstm_layout_t lay;
     void *d_image, *d_state, *d_xchg;
     const sig_spec_module_t *spec;   /* the kernel specialised for the plan (the kernel cache's), else NULL:
-                                      * the generic kernel (kernels.h SIG_LSTM_SYNC_GENERIC) */
+                                      * the generic kernel (sig_lstm.h SIG_LSTM_SYNC_GENERIC) */
     ring_t serve, advr;         /* the serving kernel's ring; apart, the advancer's */
     slot_t *slots;
 };

@@ -13,7 +13,7 @@
 
 #include "backends/backend_lstm.h"
 
-#include "kernels.h"
+#include "sig_lstm.h"
 
 #include <stdbool.h>
 
@@ -33,7 +33,7 @@ sig_status_t lstm_cuda_ping (backend_model_t *m, const float *x, float *out, cha
 /* Test only: the kernel stops taking commands (it still honours stop), so the watchdog fires. */
 int lstm_cuda_stall (backend_model_t *m);
 bool lstm_cuda_lost (const backend_model_t *m);
-/* Whether the advances run apart, in a second resident launch (plan 4: kernels.h). */
+/* Whether the advances run apart, in a second resident launch (plan 4: sig_lstm.h). */
 bool lstm_cuda_apart (const backend_model_t *m);
 /* Test only, apart: ON, the advancer takes no further command (SIG_LSTM_OP_HOLD) until called with
  * ON false (which only lowers the hold word: safe while another thread waits in a step). 0, or a

@@ -12,6 +12,9 @@
 #include "backends/cuda/backend_cuda_impl.h"
 
 #include "backends/cuda/device.h"
+#include "sig_common.h"
+#include "sig_dense.h"
+#include "sig_fused.h"
 
 #include <sched.h>
 #include <stdio.h>

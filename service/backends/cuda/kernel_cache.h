@@ -8,7 +8,7 @@
 #ifndef SIGSERVE_KERNEL_CACHE_H
 #define SIGSERVE_KERNEL_CACHE_H
 
-#include "kernels.h"
+#include "sig_spec.h"
 
 #include <stdbool.h>
 #include <stddef.h>

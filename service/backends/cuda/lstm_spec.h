@@ -4,7 +4,8 @@
 #define SIGSERVE_LSTM_SPEC_H
 
 #include "base/config.h"
-#include "kernels.h"
+#include "sig_lstm.h"
+#include "sig_spec.h"
 #include "weights/lstm.h"
 #include "weights/weights.h"
 

@@ -9,6 +9,9 @@
 
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernel_cache.h"
+#include "sig_fused.h"
+#include "sig_persistent.h"
+#include "sig_spec.h"
 #include "base/log.h"
 #include "weights/reference.h"
 
@@ -19,7 +22,7 @@
 #include <string.h>
 
 _Static_assert (SIG_DTYPE_F32 == (int) WEIGHT_DTYPE_F32 && SIG_DTYPE_F16 == (int) WEIGHT_DTYPE_F16
-                    && SIG_DTYPE_BF16 == (int) WEIGHT_DTYPE_BF16, "kernels.h's SIG_DTYPE_* = weight_dtype_t");
+                    && SIG_DTYPE_BF16 == (int) WEIGHT_DTYPE_BF16, "sig_persistent.h's SIG_DTYPE_* = weight_dtype_t");
 
 /* Tests and benchmarks: the knobs every later load uses (cuda_persistent_tuning). */
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -38,7 +41,7 @@ void cuda_persistent_tuning (const sig_persistent_tuning_t *tuning)
 /* ---- the request path ---- */
 
 _Static_assert (PBOX_SENTINEL == SIG_PERSISTENT_SENTINEL && (int) PBOX_DONE_OUTPUTS == (int) SIG_DONE_OUTPUTS
-                    && (int) PBOX_DONE_SEQUENCE == (int) SIG_DONE_SEQUENCE, "persistent_box.h speaks kernels.h's protocol");
+                    && (int) PBOX_DONE_SEQUENCE == (int) SIG_DONE_SEQUENCE, "persistent_box.h speaks sig_persistent.h's protocol");
 
 sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err,
                                     size_t errlen)

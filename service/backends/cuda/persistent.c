@@ -6,7 +6,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/green.h"
 #include "base/log.h"
-#include "kernels.h"
+#include "sig_common.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -66,7 +66,7 @@ static cudaError_t s_box_get (int device, size_t bytes, bool *shared, uint8_t **
     pthread_mutex_unlock (&s_lock);
     if (*shared) {
         /* From the registered pool; a new chunk when it has no room (registering next to a resident
-         * kernel does not wait for it: test_cuda --probe 21). s_launch_lock: not while a launch makes
+         * kernel does not wait for it: test_cuda_resident --probe 21). s_launch_lock: not while a launch makes
          * a kernel resident. */
         pthread_mutex_lock (&s_launch_lock);
         uint8_t *q = box_source_take (bytes, s_register, NULL, got);

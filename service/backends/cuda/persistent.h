@@ -83,7 +83,7 @@ int persistent_green_prepare (int device, char *why, size_t whylen);
 cudaError_t persistent_launch (persistent_t *p, int (*launch) (void *arg), void *arg);
 /* Runs FN (ARG) while no persistent kernel can be launched (persistent_launch waits for it), with
  * the number of persistent kernels resident on DEVICE then: loading a module next to a resident
- * kernel waits for it forever (measured: test_cuda --probe 18), so a module is loaded only when that
+ * kernel waits for it forever (measured: test_cuda_resident --probe 18), so a module is loaded only when that
  * number is 0, and none can become resident meanwhile. Returns FN's result. */
 int persistent_exclusive (int device, int (*fn) (int resident, void *arg), void *arg);
 /* Waits until READY (ARG) says the kernel loaded its weights, the kernel ends (its error), or 20 s
