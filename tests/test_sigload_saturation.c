@@ -507,26 +507,33 @@ START_TEST (a_step_with_no_ok_reply_is_a_note_alone)
 }
 END_TEST
 
+/* sigload against the server with --floor at RATES (each 0.5 s after 0.1 s of warm-up), the floor's
+ * echo server (ECHO_NAME.out / .err in the suite's folder) started for it and stopped after; RUN is
+ * what sigload wrote and returned (0, or 1 where a step saturated). */
+static void s_floor_run (const char *name, const char *echo_name, const char *rates, run_t *run)
+{
+    char echo[128], out_path[4300], err_path[4300];
+    snprintf (echo, sizeof echo, "tcp://127.0.0.1:%d", tu_free_port ());
+    snprintf (out_path, sizeof out_path, "%s/%s.out", s_dir, echo_name);
+    snprintf (err_path, sizeof err_path, "%s/%s.err", s_dir, echo_name);
+    const char *serve[] = { "--serve-echo", echo, NULL };
+    pid_t pid = s_spawn (serve, out_path, err_path);
+    ck_assert_int_gt (pid, 0);
+    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--floor", echo, "--rate", rates,
+                           "--duration", "0.5", "--warmup", "0.1", NULL };
+    s_sigload (name, args, run);
+    kill (pid, SIGTERM);
+    ck_assert_int_eq (waitpid (pid, NULL, 0), pid);
+    ck_assert_msg (run->status == 0 || run->status == 1, "sigload exited %d\n%s%s", run->status, run->out, run->err);
+}
+
 START_TEST (the_floor_runs_beside_every_step)
 {
     /* against sigserve, --floor at 500/s and 1000/s: each rate's echo step just before its own; the
      * floor a dashed curve of the floor steps that did not saturate; a sigserve step under its
      * floor's p50 says so, one that is not says nothing */
-    int port = tu_free_port ();
-    char echo[128], out_path[4300], err_path[4300];
-    snprintf (echo, sizeof echo, "tcp://127.0.0.1:%d", port);
-    snprintf (out_path, sizeof out_path, "%s/echo-server.out", s_dir);
-    snprintf (err_path, sizeof err_path, "%s/echo-server.err", s_dir);
-    const char *serve[] = { "--serve-echo", echo, NULL };
-    pid_t pid = s_spawn (serve, out_path, err_path);
-    ck_assert_int_gt (pid, 0);
     run_t run;
-    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--floor", echo, "--rate", "500,1000",
-                           "--duration", "0.5", "--warmup", "0.1", NULL };
-    s_sigload ("floors", args, &run);
-    kill (pid, SIGTERM);
-    ck_assert_int_eq (waitpid (pid, NULL, 0), pid);
-    ck_assert_msg (run.status == 0 || run.status == 1, "sigload exited %d\n%s%s", run.status, run.out, run.err);
+    s_floor_run ("floors", "echo-server", "500,1000", &run);
     csv_t csv;
     s_csv_read (&run, &csv);
     ck_assert_int_eq (csv.n_rows, 4);
@@ -592,21 +599,8 @@ START_TEST (one_rate_and_its_floor_are_not_a_sliver_of_axis)
     /* --floor at one rate: its echo step and its sigserve step achieve nearly the same rate (999.9
      * and 1000.1 req/s); the x axis must not stretch that 0.2 req/s across the graph (it did: ticks
      * from 999.9 to 1000.1), but hold both well inside a range of a tenth of the rate at least */
-    int port = tu_free_port ();
-    char echo[128], out_path[4300], err_path[4300];
-    snprintf (echo, sizeof echo, "tcp://127.0.0.1:%d", port);
-    snprintf (out_path, sizeof out_path, "%s/echo-one.out", s_dir);
-    snprintf (err_path, sizeof err_path, "%s/echo-one.err", s_dir);
-    const char *serve[] = { "--serve-echo", echo, NULL };
-    pid_t pid = s_spawn (serve, out_path, err_path);
-    ck_assert_int_gt (pid, 0);
     run_t run;
-    const char *args[] = { "--endpoint", s_endpoint, "--model", "tick_mlp", "--floor", echo, "--rate", "1000",
-                           "--duration", "0.5", "--warmup", "0.1", NULL };
-    s_sigload ("one-rate", args, &run);
-    kill (pid, SIGTERM);
-    ck_assert_int_eq (waitpid (pid, NULL, 0), pid);
-    ck_assert_msg (run.status == 0 || run.status == 1, "sigload exited %d\n%s%s", run.status, run.out, run.err);
+    s_floor_run ("one-rate", "echo-one", "1000", &run);
     csv_t csv;
     s_csv_read (&run, &csv);
     ck_assert_int_eq (csv.n_rows, 2);
