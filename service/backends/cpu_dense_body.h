@@ -1,0 +1,268 @@
+/* The vector kernels of the dense layers (cpu_dense.h), written once on 16-float GCC vectors and
+ * compiled per instruction path: cpu_dense_avx512.c (a vector a register) and cpu_dense_avx2.c (GCC
+ * splits each into two). The including file sets its #pragma GCC target first and defines:
+ *   S_NAME, S_PATH         the ops table's name (cpu_dense_avx512) and its path ("avx512")
+ *   s_bcast (f)            F in every lane
+ *   s_f16 (p)              16 halves at P (32-byte aligned) widened to a v16f
+ *   s_x4_t, s_x4 (x4)      four u8 activations (one 32-bit word) made ready for s_dot4
+ *   s_dot4 (acc, w, x)     ACC + in each lane the dot product of its four s8 weights in W with X
+ *   s_round (v)            V rounded to the nearest integer, ties to even (the FPU's mode)
+ *   S_KEEP (v)             where V fits a register: one load feeding both its uses (GCC would
+ *                          otherwise load a bf16 lane again for the shift)
+ *   s_fma (a, b, c)        a b + c rounded once (the int8 outputs must be the scalar path's bits)
+ *   the types v16f, v16i, v16u (16 lanes of float, int32, uint32) and v16b (16 uint8)
+ *   S_KU_F32 (G), S_KU_BF16 (G), S_KU_INT8 (G)   inputs steps unrolled for a group of G blocks
+ *                          (independent accumulators: enough to hide the FMA's latency, few enough
+ *                          to stay in registers)
+ * Aligned loads throughout: the layout's groups and slices sit on 64 bytes (32 for f16). */
+#ifndef S_NAME
+#error "cpu_dense_body.h is included by cpu_dense_avx512.c and cpu_dense_avx2.c only"
+#endif
+
+#include "backends/backend.h"
+#include "backends/cpu_dense.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define S_INLINE static inline __attribute__ ((always_inline))
+
+/* ---------------------------------------------------------------- the k loops of one group */
+
+/* ACC[b] += the group's block b (16 outputs) over inputs [k0, k1) of X, for G blocks; W is the
+ * group's first slice (WIDTH outputs a slice). */
+S_INLINE void s_f32_tile (const float *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, v16f *acc,
+                          const int G, const int KU)
+{
+    v16f a[8][4] = { { { 0 } } };
+    const float *w = W + (size_t) k0 * width, *xk = x + k0;
+    for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * width, xk += KU) {
+#pragma GCC unroll 8
+        for (int u = 0; u < KU; u++) {
+            const v16f xb = s_bcast (xk[u]);
+#pragma GCC unroll 4
+            for (int b = 0; b < G; b++)
+                a[u][b] += *(const v16f *) __builtin_assume_aligned (w + (size_t) u * width + 16 * b, 64) * xb;
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < G; b++)
+#pragma GCC unroll 8
+        for (int u = 0; u < KU; u++)
+            acc[b] += a[u][b];
+}
+
+S_INLINE void s_f16_tile (const uint16_t *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, v16f *acc,
+                          const int G, const int KU)
+{
+    v16f a[8][4] = { { { 0 } } };
+    const uint16_t *w = W + (size_t) k0 * width;
+    const float *xk = x + k0;
+    for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * width, xk += KU) {
+#pragma GCC unroll 8
+        for (int u = 0; u < KU; u++) {
+            const v16f xb = s_bcast (xk[u]);
+#pragma GCC unroll 4
+            for (int b = 0; b < G; b++)
+                a[u][b] += s_f16 (w + (size_t) u * width + 16 * b) * xb;
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < G; b++)
+#pragma GCC unroll 8
+        for (int u = 0; u < KU; u++)
+            acc[b] += a[u][b];
+}
+
+/* bf16: a lane holds inputs 2s (low half: shifted up, the plain bf16) and 2s + 1 (the whole lane). */
+S_INLINE void s_bf16_tile (const uint16_t *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, v16f *acc,
+                           const int G, const int KU)
+{
+    v16f a[4][4][2] = { { { { 0 } } } };
+    const uint16_t *w = W + (size_t) k0 * width;      /* slice k0 / 2, 2 width halves a slice */
+    const float *xk = x + k0;
+    for (uint32_t n = (k1 - k0) / (2 * (uint32_t) KU); n; n--, w += (size_t) KU * 2 * width, xk += 2 * KU) {
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) {
+            const v16f xe = s_bcast (xk[2 * u]), xo = s_bcast (xk[2 * u + 1]);
+#pragma GCC unroll 4
+            for (int b = 0; b < G; b++) {
+                v16u lane = *(const v16u *) __builtin_assume_aligned (w + (size_t) u * 2 * width + 32 * b, 64);
+                S_KEEP (lane);
+                a[u][b][0] += (v16f) (lane << 16) * xe;
+                a[u][b][1] += (v16f) lane * xo;
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < G; b++)
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++)
+            acc[b] += a[u][b][0] + a[u][b][1];
+}
+
+S_INLINE void s_int8_tile (const int8_t *W, uint32_t width, const uint8_t *q, uint32_t k0, uint32_t k1, v16i *acc,
+                           const int G, const int KU)
+{
+    v16i a[4][4] = { { { 0 } } };
+    const int8_t *w = W + (size_t) k0 * width;        /* slice k0 / 4, 4 width bytes a slice */
+    const uint8_t *qk = q + k0;
+    for (uint32_t n = (k1 - k0) / (4 * (uint32_t) KU); n; n--, w += (size_t) KU * 4 * width, qk += 4 * KU) {
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) {
+            uint32_t x4;
+            memcpy (&x4, qk + 4 * u, sizeof x4);
+            const s_x4_t xb = s_x4 (x4);
+#pragma GCC unroll 4
+            for (int b = 0; b < G; b++)
+                a[u][b] = s_dot4 (a[u][b], *(const v16i *) __builtin_assume_aligned (w + (size_t) u * 4 * width + 64 * b, 64), xb);
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < G; b++)
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++)
+            acc[b] += a[u][b];
+}
+
+/* ---------------------------------------------------------------- bias, activation, stores */
+
+S_INLINE void s_store (float *y, v16f v, activation_t act)
+{
+    if (act == ACTIVATION_RELU)
+        v = (v16f) ((v16i) v & (v16i) (v > 0));
+    *(v16f *) __builtin_assume_aligned (y, 64) = v;
+    if (act == ACTIVATION_SIGMOID || act == ACTIVATION_TANH)
+        for (int i = 0; i < 16; i++)
+            y[i] = backend_activate (y[i], act);
+}
+
+/* ---------------------------------------------------------------- one layer */
+
+/* The walk every dtype shares: groups, k chunks (rows > 1), rows. TILE (W_group, width, row, k0,
+ * k1, acc, G) runs one group's k range for one row; ACC_T is its accumulators' type. First chunk:
+ * accumulators from 0; later ones from the partial sums; the last one finishes the outputs. */
+#define S_WALK(ELEM, ACC_T, ROW_IN, TILE, FINISH)                                                              \
+    do {                                                                                                       \
+        const uint32_t chunk = io->rows == 1 ? L->in_pad : cpu_dense_chunk (L->dtype);                        \
+        for (uint32_t g0 = 0; g0 < L->out_pad; g0 += CPU_DENSE_GROUP) {                                       \
+            const uint32_t width = L->out_pad - g0 < CPU_DENSE_GROUP ? L->out_pad - g0 : CPU_DENSE_GROUP;     \
+            const int G = (int) (width / CPU_DENSE_BLOCK);                                                     \
+            const ELEM *Wg = (const ELEM *) L->weight + (size_t) g0 * L->in_pad;                                \
+            for (uint32_t k0 = 0; k0 < L->in_pad; k0 += chunk) {                                              \
+                const uint32_t k1 = k0 + chunk < L->in_pad ? k0 + chunk : L->in_pad;                          \
+                for (uint32_t r = 0; r < io->rows; r++) {                                                      \
+                    ACC_T acc[4] = { { 0 } };                                                                  \
+                    ACC_T *part = (ACC_T *) io->partial + ((size_t) r * L->out_pad + g0) / 16;                 \
+                    if (k0 > 0)                                                                                \
+                        for (int b = 0; b < G; b++)                                                            \
+                            acc[b] = part[b];                                                                  \
+                    switch (G) {                                                                               \
+                    case 4: TILE (Wg, width, ROW_IN, k0, k1, acc, 4); break;                                   \
+                    case 3: TILE (Wg, width, ROW_IN, k0, k1, acc, 3); break;                                   \
+                    case 2: TILE (Wg, width, ROW_IN, k0, k1, acc, 2); break;                                   \
+                    default: TILE (Wg, width, ROW_IN, k0, k1, acc, 1); break;                                  \
+                    }                                                                                          \
+                    if (k1 < L->in_pad)                                                                        \
+                        for (int b = 0; b < G; b++)                                                            \
+                            part[b] = acc[b];                                                                  \
+                    else                                                                                       \
+                        for (int b = 0; b < G; b++)                                                            \
+                            FINISH;                                                                            \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+    } while (0)
+
+#define S_ROW_X (io->x + (size_t) r * io->x_stride)
+#define S_ROW_Q (io->q + (size_t) r * io->q_stride)
+#define S_FINISH_FLOAT                                                                                         \
+    s_store (io->y + (size_t) r * io->y_stride + g0 + 16 * b,                                                  \
+             acc[b] + *(const v16f *) __builtin_assume_aligned (L->bias + g0 + 16 * b, 64), L->activation)
+
+#define S_F32_TILE(W, width, x, k0, k1, acc, G) s_f32_tile (W, width, x, k0, k1, acc, G, S_KU_F32 (G))
+#define S_F16_TILE(W, width, x, k0, k1, acc, G) s_f16_tile (W, width, x, k0, k1, acc, G, S_KU_F32 (G))
+#define S_BF16_TILE(W, width, x, k0, k1, acc, G) s_bf16_tile (W, width, x, k0, k1, acc, G, S_KU_BF16 (G))
+#define S_INT8_TILE(W, width, q, k0, k1, acc, G) s_int8_tile (W, width, q, k0, k1, acc, G, S_KU_INT8 (G))
+
+static void s_dense_f32 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+{
+    S_WALK (float, v16f, S_ROW_X, S_F32_TILE, S_FINISH_FLOAT);
+}
+
+static void s_dense_f16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+{
+    S_WALK (uint16_t, v16f, S_ROW_X, S_F16_TILE, S_FINISH_FLOAT);
+}
+
+static void s_dense_bf16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+{
+    S_WALK (uint16_t, v16f, S_ROW_X, S_BF16_TILE, S_FINISH_FLOAT);
+}
+
+/* int8: y = fma ((float) (dot - zero rowsum), w_scale x_scale, b), as every path computes it. */
+S_INLINE void s_int8_finish (const cpu_dense_t *L, const cpu_dense_io_t *io, uint32_t r, uint32_t o, v16i acc)
+{
+    const v16i rowsum = *(const v16i *) __builtin_assume_aligned (L->rowsum + o, 64);
+    const v16f dot = __builtin_convertvector (acc - rowsum * io->q_zero[r], v16f);
+    const v16f scale = *(const v16f *) __builtin_assume_aligned (L->scale + o, 64) * io->q_scale[r];
+    s_store (io->y + (size_t) r * io->y_stride + o,
+             s_fma (dot, scale, *(const v16f *) __builtin_assume_aligned (L->bias + o, 64)), L->activation);
+}
+
+static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+{
+    S_WALK (int8_t, v16i, S_ROW_Q, S_INT8_TILE, s_int8_finish (L, io, r, g0 + 16 * (uint32_t) b, acc[b]));
+}
+
+/* ---------------------------------------------------------------- int8 activations */
+
+static void s_quantize (const float *x, uint32_t x_stride, uint32_t rows, uint32_t n, uint32_t n_pad, uint8_t *q,
+                        uint32_t q_stride, float *scale, int32_t *zero)
+{
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *row = x + (size_t) r * x_stride;
+        uint8_t *qr = q + (size_t) r * q_stride;
+        v16f vmax = { 0 };
+        v16i vneg = { 0 };
+        uint32_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const v16f v = *(const v16f *) __builtin_assume_aligned (row + i, 64);
+            const v16f a = (v16f) ((v16i) v & 0x7fffffff);
+            const v16i more = a > vmax;
+            vmax = (v16f) (((v16i) a & more) | ((v16i) vmax & ~more));
+            vneg |= v < 0;
+        }
+        float amax = 0;
+        int neg = 0;
+        for (int l = 0; l < 16; l++) {
+            amax = vmax[l] > amax ? vmax[l] : amax;
+            neg |= vneg[l] != 0;
+        }
+        for (; i < n; i++) {
+            const float a = row[i] < 0 ? -row[i] : row[i];
+            amax = a > amax ? a : amax;
+            neg |= row[i] < 0;
+        }
+        const float levels = neg ? 127.0f : 255.0f;
+        scale[r] = amax / levels;
+        zero[r] = neg ? 128 : 0;
+        const float inv = amax > 0 ? levels / amax : 0.0f;
+        for (i = 0; i < n_pad; i += 16) {
+            v16i t = s_round (*(const v16f *) __builtin_assume_aligned (row + i, 64) * inv) + zero[r];
+            t &= t > 0;
+            const v16i big = t > 255;
+            t = (t & ~big) | (255 & big);
+            *(v16b *) (qr + i) = __builtin_convertvector (t, v16b);
+        }
+        for (i = n; i < n_pad; i++)
+            qr[i] = 0;
+    }
+}
+
+const cpu_dense_ops_t S_NAME = {
+    .name = S_PATH,
+    .dense = { [WEIGHT_DTYPE_F32] = s_dense_f32, [WEIGHT_DTYPE_F16] = s_dense_f16, [WEIGHT_DTYPE_BF16] = s_dense_bf16,
+               [WEIGHT_DTYPE_INT8] = s_dense_int8 },
+    .quantize = s_quantize,
+};
