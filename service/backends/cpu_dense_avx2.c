@@ -54,6 +54,34 @@ static inline v16i s_round (v16f v)
     return __builtin_shufflevector (lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 
+static inline v16f s_max (v16f a, v16f b)
+{
+    const v16i more = a > b;
+    return (v16f) (((v16i) a & more) | ((v16i) b & ~more));
+}
+
+static inline float s_hmax (v16f v)
+{
+    float m = v[0];
+    for (int i = 1; i < 16; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+static inline int s_any (v16i m)
+{
+    const __m256i lo = (__m256i) __builtin_shufflevector (m, m, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i hi = (__m256i) __builtin_shufflevector (m, m, 8, 9, 10, 11, 12, 13, 14, 15);
+    return !_mm256_testz_si256 (_mm256_or_si256 (lo, hi), _mm256_or_si256 (lo, hi));
+}
+
+static inline v16b s_u8 (v16i t)
+{
+    t &= t > 0;
+    const v16i big = t > 255;
+    return __builtin_convertvector ((t & ~big) | (255 & big), v16b);
+}
+
 static inline v16f s_fma (v16f a, v16f b, v16f c)
 {
 #define S_HALF(v, i) (__m256) __builtin_shufflevector (v, v, i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7)
@@ -66,6 +94,7 @@ static inline v16f s_fma (v16f a, v16f b, v16f c)
 /* 16 registers: a group's accumulators (two registers a block) must leave room for the loads */
 #define S_KU_F32(G) ((G) >= 3 ? 1 : (G) == 2 ? 2 : 4)
 #define S_KU_BF16(G) ((G) >= 2 ? 1 : 2)
+#define S_KU_F16(G) S_KU_F32 (G)
 #define S_KU_INT8(G) ((G) >= 2 ? 1 : 2)
 
 #define S_KEEP(v) (void) (v)

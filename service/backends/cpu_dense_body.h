@@ -9,9 +9,11 @@
  *   s_round (v)            V rounded to the nearest integer, ties to even (the FPU's mode)
  *   S_KEEP (v)             where V fits a register: one load feeding both its uses (GCC would
  *                          otherwise load a bf16 lane again for the shift)
+ *   s_max (a, b), s_hmax (v), s_any (m)   lane maxima (no NaN here), V's largest lane, any lane of M set
+ *   s_u8 (t)               T's lanes clamped to [0, 255] as bytes
  *   s_fma (a, b, c)        a b + c rounded once (the int8 outputs must be the scalar path's bits)
  *   the types v16f, v16i, v16u (16 lanes of float, int32, uint32) and v16b (16 uint8)
- *   S_KU_F32 (G), S_KU_BF16 (G), S_KU_INT8 (G)   inputs steps unrolled for a group of G blocks
+ *   S_KU_F32 (G), S_KU_F16 (G), S_KU_BF16 (G), S_KU_INT8 (G)   input steps unrolled for a group of G blocks
  *                          (independent accumulators: enough to hide the FMA's latency, few enough
  *                          to stay in registers)
  * Aligned loads throughout: the layout's groups and slices sit on 64 bytes (32 for f16). */
@@ -34,10 +36,10 @@
 S_INLINE void s_f32_tile (const float *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, v16f *acc,
                           const int G, const int KU)
 {
-    v16f a[8][4] = { { { 0 } } };
+    v16f a[16][4] = { { { 0 } } };
     const float *w = W + (size_t) k0 * width, *xk = x + k0;
     for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * width, xk += KU) {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int u = 0; u < KU; u++) {
             const v16f xb = s_bcast (xk[u]);
 #pragma GCC unroll 4
@@ -47,7 +49,7 @@ S_INLINE void s_f32_tile (const float *W, uint32_t width, const float *x, uint32
     }
 #pragma GCC unroll 4
     for (int b = 0; b < G; b++)
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int u = 0; u < KU; u++)
             acc[b] += a[u][b];
 }
@@ -78,11 +80,11 @@ S_INLINE void s_f16_tile (const uint16_t *W, uint32_t width, const float *x, uin
 S_INLINE void s_bf16_tile (const uint16_t *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, v16f *acc,
                            const int G, const int KU)
 {
-    v16f a[4][4][2] = { { { { 0 } } } };
+    v16f a[8][4][2] = { { { { 0 } } } };
     const uint16_t *w = W + (size_t) k0 * width;      /* slice k0 / 2, 2 width halves a slice */
     const float *xk = x + k0;
     for (uint32_t n = (k1 - k0) / (2 * (uint32_t) KU); n; n--, w += (size_t) KU * 2 * width, xk += 2 * KU) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int u = 0; u < KU; u++) {
             const v16f xe = s_bcast (xk[2 * u]), xo = s_bcast (xk[2 * u + 1]);
 #pragma GCC unroll 4
@@ -96,7 +98,7 @@ S_INLINE void s_bf16_tile (const uint16_t *W, uint32_t width, const float *x, ui
     }
 #pragma GCC unroll 4
     for (int b = 0; b < G; b++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int u = 0; u < KU; u++)
             acc[b] += a[u][b][0] + a[u][b][1];
 }
@@ -181,7 +183,7 @@ S_INLINE void s_store (float *y, v16f v, activation_t act)
              acc[b] + *(const v16f *) __builtin_assume_aligned (L->bias + g0 + 16 * b, 64), L->activation)
 
 #define S_F32_TILE(W, width, x, k0, k1, acc, G) s_f32_tile (W, width, x, k0, k1, acc, G, S_KU_F32 (G))
-#define S_F16_TILE(W, width, x, k0, k1, acc, G) s_f16_tile (W, width, x, k0, k1, acc, G, S_KU_F32 (G))
+#define S_F16_TILE(W, width, x, k0, k1, acc, G) s_f16_tile (W, width, x, k0, k1, acc, G, S_KU_F16 (G))
 #define S_BF16_TILE(W, width, x, k0, k1, acc, G) s_bf16_tile (W, width, x, k0, k1, acc, G, S_KU_BF16 (G))
 #define S_INT8_TILE(W, width, q, k0, k1, acc, G) s_int8_tile (W, width, q, k0, k1, acc, G, S_KU_INT8 (G))
 
@@ -223,38 +225,35 @@ static void s_quantize (const float *x, uint32_t x_stride, uint32_t rows, uint32
     for (uint32_t r = 0; r < rows; r++) {
         const float *row = x + (size_t) r * x_stride;
         uint8_t *qr = q + (size_t) r * q_stride;
-        v16f vmax = { 0 };
-        v16i vneg = { 0 };
+        /* the row's largest |x| and whether any x < 0 (-0 is not: as the scalar path) */
+        v16f m0 = { 0 }, m1 = { 0 };
+        v16i neg = { 0 };
         uint32_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            const v16f v0 = *(const v16f *) __builtin_assume_aligned (row + i, 64);
+            const v16f v1 = *(const v16f *) __builtin_assume_aligned (row + i + 16, 64);
+            m0 = s_max (m0, (v16f) ((v16i) v0 & 0x7fffffff));
+            m1 = s_max (m1, (v16f) ((v16i) v1 & 0x7fffffff));
+            neg |= (v0 < 0) | (v1 < 0);
+        }
         for (; i + 16 <= n; i += 16) {
             const v16f v = *(const v16f *) __builtin_assume_aligned (row + i, 64);
-            const v16f a = (v16f) ((v16i) v & 0x7fffffff);
-            const v16i more = a > vmax;
-            vmax = (v16f) (((v16i) a & more) | ((v16i) vmax & ~more));
-            vneg |= v < 0;
+            m0 = s_max (m0, (v16f) ((v16i) v & 0x7fffffff));
+            neg |= v < 0;
         }
-        float amax = 0;
-        int neg = 0;
-        for (int l = 0; l < 16; l++) {
-            amax = vmax[l] > amax ? vmax[l] : amax;
-            neg |= vneg[l] != 0;
-        }
+        float amax = s_hmax (s_max (m0, m1));
+        int any = s_any (neg);
         for (; i < n; i++) {
             const float a = row[i] < 0 ? -row[i] : row[i];
             amax = a > amax ? a : amax;
-            neg |= row[i] < 0;
+            any |= row[i] < 0;
         }
-        const float levels = neg ? 127.0f : 255.0f;
+        const float levels = any ? 127.0f : 255.0f;
         scale[r] = amax / levels;
-        zero[r] = neg ? 128 : 0;
+        zero[r] = any ? 128 : 0;
         const float inv = amax > 0 ? levels / amax : 0.0f;
-        for (i = 0; i < n_pad; i += 16) {
-            v16i t = s_round (*(const v16f *) __builtin_assume_aligned (row + i, 64) * inv) + zero[r];
-            t &= t > 0;
-            const v16i big = t > 255;
-            t = (t & ~big) | (255 & big);
-            *(v16b *) (qr + i) = __builtin_convertvector (t, v16b);
-        }
+        for (i = 0; i < n_pad; i += 16)
+            *(v16b *) (qr + i) = s_u8 (s_round (*(const v16f *) __builtin_assume_aligned (row + i, 64) * inv) + zero[r]);
         for (i = n; i < n_pad; i++)
             qr[i] = 0;
     }
