@@ -3,8 +3,8 @@
  *   - cpu loop DTYPE (PATH): the backend's infer, the path cpu_isa chose (SIGSERVE_CPU_ISA caps it);
  *   - floor DTYPE: one streaming read of exactly the model's weight bytes in that dtype (the matrices,
  *     no biases or scales), with the path's loads (64 bytes on AVX-512, 32 on AVX2, 8 in C), timed
- *     like infer: what reading the weights from L2 costs this core, the bound a kernel that reads
- *     every weight once cannot beat;
+ *     like infer and call by call in turn with it: what reading the weights from L2 costs this core,
+ *     the bound a kernel that reads every weight once cannot beat;
  *   - OpenBLAS sgemv, one thread, per layer, then bias and activation in C: the library peer for f32
  *     (it has no f16 or int8 GEMV, and Debian's build leaves out its bf16 routines: no
  *     cblas_sbgemv in libopenblas 0.3.21+ds). OpenBLAS picks its kernels from the CPU model at load: where a VM hides it, start
@@ -78,35 +78,31 @@ static void s_summary_row (const char *label, double *samples, uint32_t n, laten
     latency_print_row (stdout, label, s);
 }
 
-/* The floor of DTYPE's weights on PATH: BYTES read by READ, timed like infer. p50 into *P50. */
-static void s_floor (const options_t *o, size_t bytes, cpu_path_t path, weight_dtype_t dtype, double *samples,
-                     double *p50)
+/* A floor: BYTES of weights read by the loads of PATH (a buffer of its own, as large). */
+typedef struct {
+    read_fn read;
+    const char *loads;
+    unsigned char *buf;
+    size_t bytes;
+} floor_t;
+
+static void s_floor_open (floor_t *f, size_t bytes, cpu_path_t path)
 {
-    const read_fn read = path >= CPU_PATH_AVX512 ? s_read64 : path == CPU_PATH_AVX2 ? s_read32 : s_read8;
-    const char *loads = path >= CPU_PATH_AVX512 ? "64-byte" : path == CPU_PATH_AVX2 ? "32-byte" : "8-byte";
-    unsigned char *buf = aligned_alloc (64, (bytes + 63) / 64 * 64);
+    f->read = path >= CPU_PATH_AVX512 ? s_read64 : path == CPU_PATH_AVX2 ? s_read32 : s_read8;
+    f->loads = path >= CPU_PATH_AVX512 ? "64-byte" : path == CPU_PATH_AVX2 ? "32-byte" : "8-byte";
+    f->bytes = bytes;
+    f->buf = aligned_alloc (64, (bytes + 63) / 64 * 64);
     for (size_t i = 0; i < bytes; i++)
-        buf[i] = (unsigned char) (i * 2654435761u >> 13);
-    for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
-        const double t0 = sb_now_us ();
-        read (buf, bytes);
-        const double t1 = sb_now_us ();
-        if (i >= o->warmup)
-            samples[i - o->warmup] = t1 - t0;
-    }
-    char label[160];
-    snprintf (label, sizeof label, "floor %s: one read of the %zu weight bytes (%s loads)", weight_dtype_name (dtype),
-              bytes, loads);
-    latency_summary_t s;
-    s_summary_row (label, samples, o->iterations, &s);
-    *p50 = s.p50;
-    free (buf);
+        f->buf[i] = (unsigned char) (i * 2654435761u >> 13);
 }
 
-/* One row of the backend (KERNEL, DTYPE); the pooled relative error, or -1 when it did not load. */
+/* The backend (KERNEL, DTYPE), and its floor when FLOOR is not NULL: the two timed call by call in
+ * turn, so both see the same machine (other processes' load comes and goes on a shared host); both
+ * sets of weights stay in L2 (tick_mlp f32: 2 x 590 KB of 2 MiB). Rows printed; p50s in P50 and
+ * FLOOR50. The pooled relative error, or -1 when the model did not load. */
 static double s_bench_backend (const options_t *o, const weights_t *w, cpu_kernel_t kernel, weight_dtype_t dtype,
-                               float *const *in, const double *const *ref, double *samples, double *p50, char *isa,
-                               size_t isalen)
+                               float *const *in, const double *const *ref, const floor_t *floor, double *samples,
+                               double *p50, double *floor50)
 {
     model_config_t cfg;
     memset (&cfg, 0, sizeof cfg);
@@ -120,28 +116,41 @@ static double s_bench_backend (const options_t *o, const weights_t *w, cpu_kerne
         fprintf (stderr, "sigbench: %s\n", err);
         return -1;
     }
-    snprintf (isa, isalen, "%s", backend_cpu_iface.isa (m));
     const size_t nout = (size_t) o->rows * w->output_size;
     float *y = malloc (nout * sizeof (float));
+    double *floor_samples = samples + o->iterations;
     pooled_error_t error = { 0, 0 };
     for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
-        const double t0 = sb_now_us ();
+        double t0 = sb_now_us ();
         backend_cpu_iface.infer (m, in[i % POOL], o->rows, y, err, sizeof err);
-        const double t1 = sb_now_us ();
+        double t1 = sb_now_us ();
         if (i >= o->warmup) {
             samples[i - o->warmup] = t1 - t0;
             /* one normalised error over every timed output, checked outside the timed region */
             sb_pool (&error, y, ref[i % POOL], nout);
         }
+        if (floor) {
+            t0 = sb_now_us ();
+            floor->read (floor->buf, floor->bytes);
+            t1 = sb_now_us ();
+            if (i >= o->warmup)
+                floor_samples[i - o->warmup] = t1 - t0;
+        }
     }
     char label[160];
     if (kernel == CPU_KERNEL_BLAS)
-        snprintf (label, sizeof label, "cpu blas f32 (OpenBLAS sgemv/sgemm, 1 thread, %s)", isa);
+        snprintf (label, sizeof label, "cpu blas f32 (OpenBLAS sgemv/sgemm, 1 thread, %s)", backend_cpu_iface.isa (m));
     else
-        snprintf (label, sizeof label, "cpu loop %s (%s)", weight_dtype_name (dtype), isa);
+        snprintf (label, sizeof label, "cpu loop %s (%s)", weight_dtype_name (dtype), backend_cpu_iface.isa (m));
     latency_summary_t s;
     s_summary_row (label, samples, o->iterations, &s);
     *p50 = s.p50;
+    if (floor) {
+        snprintf (label, sizeof label, "floor %s: one read of the %zu weight bytes (%s loads)", weight_dtype_name (dtype),
+                  floor->bytes, floor->loads);
+        s_summary_row (label, floor_samples, o->iterations, &s);
+        *floor50 = s.p50;
+    }
     free (y);
     backend_cpu_iface.destroy (&m);
     return sb_pooled (&error);
@@ -156,7 +165,7 @@ static double s_limit (weight_dtype_t d)
 
 int sb_bench_cpu (const options_t *o, const weights_t *w, float *const *in, const double *const *ref)
 {
-    double *samples = malloc (o->iterations * sizeof (double));
+    double *samples = malloc (2 * (size_t) o->iterations * sizeof (double));
     cpu_path_t cap;
     const int bad_cap = cpu_isa_cap (&cap);
     const char *env = getenv ("SIGSERVE_CPU_ISA");
@@ -165,20 +174,22 @@ int sb_bench_cpu (const options_t *o, const weights_t *w, float *const *in, cons
             env ? "; SIGSERVE_CPU_ISA=" : "", env ? env : "", bad_cap ? " (ignored)" : "");
     latency_print_header (stdout, "method");
     int bad = 0;
-    char isa[64], notes[1024] = "";
+    char notes[1024] = "";
     size_t used = 0;
     for (int d = 0; d < o->cpu_dtype_count; d++) {
         const weight_dtype_t dtype = o->cpu_dtypes[d];
+        size_t bytes = 0;
+        for (size_t l = 0; l < w->layer_count; l++)
+            bytes += (size_t) w->layers[l].in * w->layers[l].out * (dtype == WEIGHT_DTYPE_F32 ? 4 : dtype == WEIGHT_DTYPE_INT8 ? 1 : 2);
+        floor_t floor;
+        s_floor_open (&floor, bytes, cpu_isa_path (dtype, o->rows, NULL, 0));
         double p50, floor50;
-        const double e = s_bench_backend (o, w, CPU_KERNEL_LOOP, dtype, in, ref, samples, &p50, isa, sizeof isa);
+        const double e = s_bench_backend (o, w, CPU_KERNEL_LOOP, dtype, in, ref, &floor, samples, &p50, &floor50);
+        free (floor.buf);
         if (e < 0) {
             bad = 1;
             continue;
         }
-        size_t bytes = 0;
-        for (size_t l = 0; l < w->layer_count; l++)
-            bytes += (size_t) w->layers[l].in * w->layers[l].out * (dtype == WEIGHT_DTYPE_F32 ? 4 : dtype == WEIGHT_DTYPE_INT8 ? 1 : 2);
-        s_floor (o, bytes, cpu_isa_path (dtype, o->rows, NULL, 0), dtype, samples, &floor50);
         used += (size_t) snprintf (notes + used, sizeof notes - used, "%s%s %.2fx its floor (error %.2e)", used ? ", " : "",
                                    weight_dtype_name (dtype), p50 / floor50, e);
         if (!(e <= s_limit (dtype))) {
@@ -187,8 +198,8 @@ int sb_bench_cpu (const options_t *o, const weights_t *w, float *const *in, cons
             bad = 1;
         }
     }
-    double p50;
-    const double eb = s_bench_backend (o, w, CPU_KERNEL_BLAS, WEIGHT_DTYPE_F32, in, ref, samples, &p50, isa, sizeof isa);
+    double p50, unused;
+    const double eb = s_bench_backend (o, w, CPU_KERNEL_BLAS, WEIGHT_DTYPE_F32, in, ref, NULL, samples, &p50, &unused);
     printf ("\np50 over the floor of the same dtype: %s; relative error ||y - ref|| / ||ref|| against the float64 "
             "reference over every timed call: OpenBLAS %.2e\n\n", notes, eb);
     if (!(eb >= 0 && eb <= 1e-5))
