@@ -36,19 +36,22 @@ static model_config_t s_config (cpu_kernel_t kernel, uint32_t max_rows, weight_d
     return cfg;
 }
 
-/* The paths to run: every SIGSERVE_CPU_ISA cap whose path this machine has. */
-static const char *const s_caps[] = { "scalar", "avx2", "avx512" };
+/* The paths to run: every SIGSERVE_CPU_ISA cap whose path this machine has ("amx": the tiles, for
+ * int8 batches of 16 rows or more; the rest as under "avx512"). */
+static const char *const s_caps[] = { "scalar", "avx2", "avx512", "amx" };
 
 static int s_cap_count (void)
 {
     const cpu_features_t *f = cpu_isa_features ();
-    return f->avx512 ? 3 : f->avx2 ? 2 : 1;
+    return f->amx_cpu && f->vnni ? 4 : f->avx512 ? 3 : f->avx2 ? 2 : 1;
 }
 
-/* The path a load under cap CAP must report for DTYPE, from the features alone. */
-static const char *s_expected_isa (int cap, weight_dtype_t dtype)
+/* The path a load under cap CAP must report for DTYPE and MAX_ROWS, from the features alone. */
+static const char *s_expected_isa (int cap, weight_dtype_t dtype, uint32_t max_rows)
 {
     const cpu_features_t *f = cpu_isa_features ();
+    if (cap >= 3 && dtype == WEIGHT_DTYPE_INT8 && max_rows >= CPU_AMX_MIN_ROWS && f->amx_cpu && f->vnni)
+        return "avx512-vnni+amx";
     if (cap >= 2 && f->avx512 && (dtype != WEIGHT_DTYPE_INT8 || f->vnni))
         return dtype == WEIGHT_DTYPE_INT8 ? "avx512-vnni" : "avx512";
     return cap >= 1 && f->avx2 ? "avx2" : "scalar";
@@ -71,7 +74,7 @@ static void s_check_on (const uint32_t *sizes, const activation_t *acts, size_t 
     unsetenv ("SIGSERVE_CPU_ISA");
     ck_assert_msg (m != NULL, "load: %s", err);
     if (kernel == CPU_KERNEL_LOOP)
-        ck_assert_str_eq (backend_cpu_iface.isa (m), s_expected_isa (cap, dtype));
+        ck_assert_str_eq (backend_cpu_iface.isa (m), s_expected_isa (cap, dtype, cfg.max_rows));
     size_t nin = (size_t) rows * w->input_size, nout = (size_t) rows * w->output_size;
     const int ROUNDS = nout >= 32 ? 8 : (int) ((256 + nout - 1) / nout);
     float *in = malloc (nin * sizeof (float)), *out = malloc (nout * sizeof (float));
@@ -137,8 +140,11 @@ START_TEST (chains_match_reference)
     const uint32_t wide[] = { 7, 1000, 3 };
     const struct { const uint32_t *sizes; size_t layers; } chains[] = { { demo, 3 }, { odd, 4 }, { tiny, 2 }, { wide, 2 } };
     activation_t acts[4] = { ACTIVATION_RELU, ACTIVATION_RELU, ACTIVATION_TANH, ACTIVATION_NONE };
+    /* rows 16 and 21: batches (AMX tiles for int8: a full tile and a partial one) */
+    const uint32_t rows_list[] = { 1, 3, 7, 16, 21 };
     for (size_t c = 0; c < 4; c++)
-        for (uint32_t rows = 1; rows <= 7; rows += 2) {
+        for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
+            const uint32_t rows = rows_list[ri];
             acts[chains[c].layers - 1] = ACTIVATION_NONE;
             char label[32];
             snprintf (label, sizeof label, "chain %zu", c);
@@ -202,7 +208,7 @@ START_TEST (weight_dtypes_held_or_refused_by_name)
             model_info_t info;
             model_describe (m, &info);
             ck_assert_str_eq (info.weight_dtype, cases[i][2]);
-            ck_assert_str_eq (info.isa, s_expected_isa (2, cfg->models[0].weight_dtype));
+            ck_assert_str_eq (info.isa, s_expected_isa (3, cfg->models[0].weight_dtype, cfg->models[0].max_rows));
             model_destroy (&m);
         }
         config_destroy (&cfg);
@@ -228,7 +234,7 @@ START_TEST (packed_weights_within_their_rounding)
         cpu_dense_t L;
         char err[256];
         ck_assert_msg (cpu_dense_pack (&L, src, (weight_dtype_t) d, "0.weight", err, sizeof err) == 0, "%s", err);
-        ck_assert_uint_eq (L.in_pad, 48);
+        ck_assert_uint_eq (L.in_pad, d == WEIGHT_DTYPE_INT8 ? 64 : 48);
         ck_assert_uint_eq (L.out_pad, 48);
         for (uint32_t o = 0; o < L.out_pad; o++) {
             double wmax = 0;
@@ -303,22 +309,26 @@ START_TEST (int8_paths_agree_bit_for_bit)
     const uint32_t sizes[] = { 293, 597, 31, 33, 1 };
     const activation_t acts[] = { ACTIVATION_RELU, ACTIVATION_TANH, ACTIVATION_NONE, ACTIVATION_SIGMOID };
     weights_t *w = weights_random (sizes, acts, 4, rng_next (&s_seed));
-    const uint32_t rows = 5;
-    float in[5 * 293], out[3][5];
+    enum { ROWS = 21 };
+    static float in[ROWS * 293], out[4][ROWS];
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
         in[i] = rng_uniform (&s_seed, -2.0f, 2.0f);
+    const uint32_t calls[] = { 1, 5, 16, ROWS };
     for (int cap = 0; cap < s_cap_count (); cap++) {
-        model_config_t cfg = s_config (CPU_KERNEL_LOOP, rows, WEIGHT_DTYPE_INT8);
+        model_config_t cfg = s_config (CPU_KERNEL_LOOP, ROWS, WEIGHT_DTYPE_INT8);
         char err[256];
         setenv ("SIGSERVE_CPU_ISA", s_caps[cap], 1);
         backend_model_t *m = backend_cpu_iface.load (w, &cfg, 0, err, sizeof err);
         unsetenv ("SIGSERVE_CPU_ISA");
         ck_assert_msg (m != NULL, "%s", err);
-        for (uint32_t r = 1; r <= rows; r += rows - 1)
-            ck_assert_int_eq (backend_cpu_iface.infer (m, in, r, out[cap], err, sizeof err), SIG_OK);
-        for (uint32_t r = 0; r < rows; r++)
-            ck_assert_msg (out[cap][r] == out[0][r], "row %u: %s %.9g, scalar %.9g", r, s_caps[cap], (double) out[cap][r],
-                           (double) out[0][r]);
+        ck_assert_str_eq (backend_cpu_iface.isa (m), s_expected_isa (cap, WEIGHT_DTYPE_INT8, ROWS));
+        for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
+            ck_assert_int_eq (backend_cpu_iface.infer (m, in, calls[c], out[cap], err, sizeof err), SIG_OK);
+            for (uint32_t r = 0; r < calls[c]; r++)
+                ck_assert_msg (memcmp (&out[cap][r], &out[0][r], sizeof (float)) == 0 || cap == 0,
+                               "%u rows, row %u: %s %.9g, scalar %.9g", calls[c], r, s_caps[cap], (double) out[cap][r],
+                               (double) out[0][r]);
+        }
         backend_cpu_iface.destroy (&m);
     }
     weights_destroy (&w);
@@ -334,11 +344,11 @@ START_TEST (isa_cap_lowers_only)
     ck_assert_int_eq (cpu_isa_cap (&cap), 0);
     ck_assert_int_eq (cap, CPU_PATH_AMX);
     ck_assert_str_eq (cpu_path_name (cpu_isa_path (WEIGHT_DTYPE_BF16, 1, NULL, 0), WEIGHT_DTYPE_BF16),
-                      s_expected_isa (2, WEIGHT_DTYPE_BF16));
+                      s_expected_isa (3, WEIGHT_DTYPE_BF16, 1));
     setenv ("SIGSERVE_CPU_ISA", "avx1024", 1);
     ck_assert_int_eq (cpu_isa_cap (&cap), -1);
     ck_assert_str_eq (cpu_path_name (cpu_isa_path (WEIGHT_DTYPE_INT8, 1, NULL, 0), WEIGHT_DTYPE_INT8),
-                      s_expected_isa (2, WEIGHT_DTYPE_INT8));
+                      s_expected_isa (3, WEIGHT_DTYPE_INT8, 1));
     setenv ("SIGSERVE_CPU_ISA", "scalar", 1);
     char why[160];
     ck_assert_int_eq (cpu_isa_path (WEIGHT_DTYPE_F32, 1, why, sizeof why), CPU_PATH_SCALAR);

@@ -33,6 +33,7 @@ struct backend_model {
     cpu_kernel_t kernel;
     weight_dtype_t dtype;
     const cpu_dense_ops_t *ops; /* loop: the path's kernels */
+    const cpu_dense_ops_t *batch_ops;   /* for rows >= CPU_AMX_MIN_ROWS where another path wins (AMX), else NULL */
     char isa[48];               /* the path, as /models and the load's log line name it */
     uint32_t max_rows;          /* rows one call may carry (backend_rows) */
     size_t layer_count;
@@ -41,7 +42,8 @@ struct backend_model {
     uint32_t input_size, output_size;
     uint32_t act_stride;        /* floats per row in the activation buffers (widest, padded) */
     float *act[2];              /* ping-pong activations: max_rows x act_stride, padding finite */
-    uint8_t *q;                 /* int8: quantized activations, max_rows x act_stride bytes */
+    uint8_t *q;                 /* int8: quantized activations, max_rows x q_stride bytes */
+    uint32_t q_stride;          /* the widest layer's inputs rounded up to CPU_DENSE_KPAD_INT8 */
     float *q_scale;             /* int8: per row */
     int32_t *q_zero;
     float *partial;             /* rows > 1: max_rows x act_stride partial sums (fp32 or int32) */
@@ -127,10 +129,15 @@ static int s_load_dense (backend_model_t *m, const weights_t *w, const model_con
 {
     char why[160];
     cpu_isa_features ();        /* logs what this CPU has, once */
-    const cpu_path_t path = cpu_isa_path (m->dtype, m->max_rows, why, sizeof why);
+    const cpu_path_t path = cpu_isa_path (m->dtype, 1, why, sizeof why);
     m->ops = path >= CPU_PATH_AVX512 ? &cpu_dense_avx512 : path == CPU_PATH_AVX2 ? &cpu_dense_avx2 : &cpu_dense_scalar;
     snprintf (m->isa, sizeof m->isa, "%s", cpu_path_name (path, m->dtype));
     log_debug ("model %s: %s weights on the %s path", cfg->name, weight_dtype_name (m->dtype), why);
+    if (m->max_rows >= CPU_AMX_MIN_ROWS && cpu_isa_path (m->dtype, m->max_rows, why, sizeof why) == CPU_PATH_AMX) {
+        m->batch_ops = &cpu_dense_amx;
+        snprintf (m->isa + strlen (m->isa), sizeof m->isa - strlen (m->isa), "+amx");
+        log_debug ("model %s: batches of %u rows or more on %s", cfg->name, CPU_AMX_MIN_ROWS, why);
+    }
     m->dense = calloc (w->layer_count, sizeof *m->dense);
     if (!m->dense)
         return -1;
@@ -145,11 +152,12 @@ static int s_load_dense (backend_model_t *m, const weights_t *w, const model_con
     const size_t cells = (size_t) m->max_rows * m->act_stride;
     m->partial = m->max_rows > 1 ? floats_zeroed (cells) : NULL;
     if (m->dtype == WEIGHT_DTYPE_INT8) {
-        m->q = aligned_alloc (64, (cells + 63) / 64 * 64);
+        m->q_stride = (w->widest + CPU_DENSE_KPAD_INT8 - 1) / CPU_DENSE_KPAD_INT8 * CPU_DENSE_KPAD_INT8;
+        m->q = aligned_alloc (64, (size_t) m->max_rows * m->q_stride);
         m->q_scale = floats_zeroed (m->max_rows);
         m->q_zero = calloc (m->max_rows, sizeof *m->q_zero);
         if (m->q)
-            memset (m->q, 0, (cells + 63) / 64 * 64);
+            memset (m->q, 0, (size_t) m->max_rows * m->q_stride);
     }
     return (m->max_rows > 1 && !m->partial) || (m->dtype == WEIGHT_DTYPE_INT8 && (!m->q || !m->q_scale || !m->q_zero))
            ? -1 : 0;
@@ -236,12 +244,13 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
             /* every layer writes out_pad floats a row (its padding: act (0), finite), which the next
              * reads as its in_pad: the same count */
             const cpu_dense_t *L = &m->dense[i];
+            const cpu_dense_ops_t *ops = rows >= CPU_AMX_MIN_ROWS && m->batch_ops ? m->batch_ops : m->ops;
             const cpu_dense_io_t io = { .rows = rows, .x = x, .x_stride = stride, .y = y, .y_stride = stride,
-                                        .q = m->q, .q_stride = stride, .q_scale = m->q_scale, .q_zero = m->q_zero,
+                                        .q = m->q, .q_stride = m->q_stride, .q_scale = m->q_scale, .q_zero = m->q_zero,
                                         .partial = m->partial };
             if (L->dtype == WEIGHT_DTYPE_INT8)
-                m->ops->quantize (x, stride, rows, L->in, L->in_pad, m->q, stride, m->q_scale, m->q_zero);
-            m->ops->dense[L->dtype] (L, &io);
+                ops->quantize (x, stride, rows, L->in, L->in_pad, m->q, m->q_stride, m->q_scale, m->q_zero);
+            ops->dense[L->dtype] (L, &io);
         }
         cur ^= 1;
     }

@@ -8,8 +8,9 @@
  *     group g (outputs 64g ..), slice s, output j of the group, t < STEP:  W[o = 64g + j][k = s STEP + t]
  * at element  64g in_pad + (s width + j) STEP + t.
  * STEP is 1 for f32 and f16, 2 for bf16 (a 32-bit lane holds inputs 2s and 2s + 1 of one output) and
- * 4 for int8 (the four bytes vpdpbusd sums into one lane). in_pad is in rounded up to 16 (every
- * kernel's unrolled k loop divides it); the padding is zero. For rows > 1 the k loop is cut into
+ * 4 for int8 (the four bytes vpdpbusd sums into one lane; 16 slices of a 64-output group are an AMX
+ * B tile). in_pad is in rounded up to 16 (every kernel's unrolled k loop divides it), 64 for int8
+ * (an AMX tile's k); the padding is zero. For rows > 1 the k loop is cut into
  * chunks whose slice of a group fits in L1 (16 KiB), and each chunk serves every row before the next
  * is read: a batch reads the weights from L2 once, not once a row.
  *
@@ -40,12 +41,13 @@
 
 #define CPU_DENSE_BLOCK 16      /* outputs a vector of the layout holds; out_pad is a multiple */
 #define CPU_DENSE_GROUP 64      /* outputs of a full group */
-#define CPU_DENSE_KPAD 16       /* in_pad is a multiple */
+#define CPU_DENSE_KPAD 16       /* in_pad is a multiple (int8: of CPU_DENSE_KPAD_INT8) */
+#define CPU_DENSE_KPAD_INT8 64  /* an AMX tile's 64 bytes of k */
 #define CPU_DENSE_CHUNK_BYTES 16384     /* a group's slice of weights per k chunk when rows > 1 */
 
 typedef struct {
     uint32_t in, out;           /* logical sizes */
-    uint32_t in_pad, out_pad;   /* in rounded up to CPU_DENSE_KPAD, out to CPU_DENSE_BLOCK */
+    uint32_t in_pad, out_pad;   /* in rounded up to CPU_DENSE_KPAD (int8: _INT8), out to CPU_DENSE_BLOCK */
     activation_t activation;
     weight_dtype_t dtype;
     void *weight;               /* the layout above: f32 floats, f16 / bf16 uint16_t, int8 int8_t */
@@ -84,6 +86,10 @@ typedef struct {
 extern const cpu_dense_ops_t cpu_dense_scalar;
 extern const cpu_dense_ops_t cpu_dense_avx2;
 extern const cpu_dense_ops_t cpu_dense_avx512;
+/* Batches of rows >= CPU_AMX_MIN_ROWS (cpu_isa.h) on AMX tiles: int8 only (tdpbusd: the same exact
+ * sums, the same bits as every other path), with AVX-512 VNNI's quantization and rescaling; 16 rows
+ * a tile, the weights of a group's 64 k a B tile straight from the layout (rows: k quads). */
+extern const cpu_dense_ops_t cpu_dense_amx;
 
 /* Packs SRC into L in DTYPE (the layout above). 0, or -1 with ERR: out of memory; a weight the dtype
  * cannot hold (f16: |w| > 65504; bf16: past 3.3895e38); int8 with more inputs than an int32 dot

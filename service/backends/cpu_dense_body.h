@@ -252,10 +252,10 @@ static void s_quantize (const float *x, uint32_t x_stride, uint32_t rows, uint32
         scale[r] = amax / levels;
         zero[r] = any ? 128 : 0;
         const float inv = amax > 0 ? levels / amax : 0.0f;
-        for (i = 0; i < n_pad; i += 16)
+        /* X holds n rounded up to 16 floats a row (int8's n_pad may be more: zeros) */
+        for (i = 0; i < n; i += 16)
             *(v16b *) (qr + i) = s_u8 (s_round (*(const v16f *) __builtin_assume_aligned (row + i, 64) * inv) + zero[r]);
-        for (i = n; i < n_pad; i++)
-            qr[i] = 0;
+        memset (qr + n, 0, n_pad - n);
     }
 }
 

@@ -120,7 +120,8 @@ int cpu_dense_pack (cpu_dense_t *L, const dense_layer_t *src, weight_dtype_t dty
     memset (L, 0, sizeof *L);
     L->in = src->in;
     L->out = src->out;
-    L->in_pad = (src->in + CPU_DENSE_KPAD - 1) / CPU_DENSE_KPAD * CPU_DENSE_KPAD;
+    const uint32_t kpad = dtype == WEIGHT_DTYPE_INT8 ? CPU_DENSE_KPAD_INT8 : CPU_DENSE_KPAD;
+    L->in_pad = (src->in + kpad - 1) / kpad * kpad;
     L->out_pad = (src->out + CPU_DENSE_BLOCK - 1) / CPU_DENSE_BLOCK * CPU_DENSE_BLOCK;
     L->activation = src->activation;
     L->dtype = dtype;

@@ -109,7 +109,13 @@ cpu_path_t cpu_isa_path (weight_dtype_t dtype, unsigned rows, char *why, size_t 
     const bool capped = cpu_isa_cap (&cap) == 0 && cap < CPU_PATH_AMX;
     char because[96] = "";
     cpu_path_t p = CPU_PATH_SCALAR;
-    (void) rows;   /* AMX: the batch path, when a dtype has one (cpu_dense.h) */
+    /* AMX: batches of int8 (cpu_dense.h); bf16 and f32 have no AMX kernel (yet) */
+    if (rows >= CPU_AMX_MIN_ROWS && dtype == WEIGHT_DTYPE_INT8 && f->amx_cpu && f->vnni && cap >= CPU_PATH_AMX
+        && cpu_isa_amx_grant () == 0) {
+        if (why)
+            snprintf (why, whylen, "amx: tiles for batches of %u rows or more", CPU_AMX_MIN_ROWS);
+        return CPU_PATH_AMX;
+    }
     if (f->avx512 && (dtype != WEIGHT_DTYPE_INT8 || f->vnni) && cap >= CPU_PATH_AVX512)
         p = CPU_PATH_AVX512;
     else if (f->avx2 && cap >= CPU_PATH_AVX2) {
