@@ -6,32 +6,32 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef float v16f __attribute__ ((vector_size (64)));
-typedef int32_t v16i __attribute__ ((vector_size (64)));
-typedef uint32_t v16u __attribute__ ((vector_size (64)));
-typedef uint8_t v16b __attribute__ ((vector_size (16)));
+#define VW 16
+typedef float vf __attribute__ ((vector_size (64)));
+typedef int32_t vi __attribute__ ((vector_size (64)));
+typedef uint32_t vu __attribute__ ((vector_size (64)));
+typedef uint8_t vb __attribute__ ((vector_size (16)));
 
-static inline v16f s_bcast (float f) { return (v16f) _mm512_set1_ps (f); }
-static inline v16f s_f16 (const uint16_t *p) { return (v16f) _mm512_cvtph_ps (_mm256_load_si256 ((const __m256i *) p)); }
+static inline vf s_bcast (float f) { return (vf) _mm512_set1_ps (f); }
+static inline vf s_f16 (const uint16_t *p) { return (vf) _mm512_cvtph_ps (_mm256_load_si256 ((const __m256i *) p)); }
 
 typedef __m512i s_x4_t;
 static inline s_x4_t s_x4 (uint32_t x4) { return _mm512_set1_epi32 ((int) x4); }
-static inline v16i s_dot4 (v16i acc, v16i w, s_x4_t x) { return (v16i) _mm512_dpbusd_epi32 ((__m512i) acc, x, (__m512i) w); }
-static inline v16i s_round (v16f v) { return (v16i) _mm512_cvtps_epi32 ((__m512) v); }
-static inline v16f s_max (v16f a, v16f b) { return (v16f) _mm512_max_ps ((__m512) a, (__m512) b); }
-static inline float s_hmax (v16f v) { return _mm512_reduce_max_ps ((__m512) v); }
-static inline int s_any (v16i m) { return _mm512_test_epi32_mask ((__m512i) m, (__m512i) m) != 0; }
-static inline v16b s_u8 (v16i t) { return (v16b) _mm512_cvtusepi32_epi8 (_mm512_max_epi32 ((__m512i) t, _mm512_setzero_si512 ())); }
-static inline v16f s_fma (v16f a, v16f b, v16f c) { return (v16f) _mm512_fmadd_ps ((__m512) a, (__m512) b, (__m512) c); }
+static inline vi s_dot4 (vi acc, vi w, s_x4_t x) { return (vi) _mm512_dpbusd_epi32 ((__m512i) acc, x, (__m512i) w); }
+static inline vi s_round (vf v) { return (vi) _mm512_cvtps_epi32 ((__m512) v); }
+static inline vf s_max (vf a, vf b) { return (vf) _mm512_max_ps ((__m512) a, (__m512) b); }
+static inline float s_hmax (vf v) { return _mm512_reduce_max_ps ((__m512) v); }
+static inline int s_any (vi m) { return _mm512_test_epi32_mask ((__m512i) m, (__m512i) m) != 0; }
+static inline vb s_u8 (vi t) { return (vb) _mm512_cvtusepi32_epi8 (_mm512_max_epi32 ((__m512i) t, _mm512_setzero_si512 ())); }
+static inline vf s_fma (vf a, vf b, vf c) { return (vf) _mm512_fmadd_ps ((__m512) a, (__m512) b, (__m512) c); }
 
-/* 16 independent accumulator chains per group where the layout allows (in_pad is a multiple of 16):
- * a layer of one group (64 outputs or fewer) is otherwise bound by the FMA's (4 cycles) and
- * vpdpbusd's (5) latency, not by L2 (tick_mlp's 256x64 in int8: 0.24 us with 8, floor 0.11) */
+/* Independent accumulator chains per group, where the layout allows (in_pad is a multiple of 16):
+ * 16 for f32 and int8, 8 double-FMA chains for bf16; a layer of one group (64 outputs or fewer)
+ * is otherwise bound by the FMA's (4 cycles) and vpdpbusd's (5) latency */
 #define S_KU_F32(G) ((G) >= 3 ? 4 : (G) == 2 ? 8 : 16)
+#define S_KU_F16(G) ((G) >= 3 ? 2 : (G) == 2 ? 4 : 8)   /* bound by vcvtph2ps (two uops), not latency */
 #define S_KU_BF16(G) ((G) >= 3 ? 2 : (G) == 2 ? 4 : 8)
-#define S_KU_F16(G) ((G) >= 3 ? 2 : (G) == 2 ? 4 : 8)  /* bound by vcvtph2ps (two uops), not latency */
 #define S_KU_INT8(G) 4
-
 #define S_KEEP(v) __asm__ ("" : "+v" (v))
 #define S_NAME cpu_dense_avx512
 #define S_PATH "avx512"
@@ -101,7 +101,7 @@ static void s_dense_int8_amx (const cpu_dense_t *L, const cpu_dense_io_t *io)
             _tile_stored (3, &c[0][48], sizeof c[0]);
             for (unsigned r = 0; r < m; r++)
                 for (unsigned b = 0; b < G; b++)
-                    s_int8_finish (L, io, r0 + r, g0 + 16 * b, *(const v16i *) &c[r][16 * b]);
+                    s_int8_finish (L, io, r0 + r, g0 + 16 * b, *(const vi *) &c[r][16 * b]);
         }
     }
     _tile_release ();   /* the tiles back to their initial state: nothing for a context switch to save */
