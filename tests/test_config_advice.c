@@ -132,9 +132,9 @@ static const check_case_t s_cases_without_gpu[] = {
       "model \"m\": backend \"cuda\": " NO_CUDA "; use \"backend\": \"cpu\" or \"auto\" with \"green_context\": false",
       { { "use \"backend\": \"cpu\"", { "models.0.backend='cpu'", "models.0.green_context=false" } },
         { "or \"auto\" with \"green_context\": false", { "models.0.backend='auto'", "models.0.green_context=false" } } } },
-    { "bf16 weights on the CPU's LSTM, no GPU to offer",
-      CONFIG (SERVER_AT (""), WIDE_MODEL (", 'backend': 'cpu', 'window': 8, 'weight_dtype': 'bf16'")),
-      "model \"seq\": weight_dtype \"bf16\": backend \"cpu\" (the LSTM loop) holds weights in f32 only; use "
+    { "f16 weights on the CPU's LSTM, no GPU to offer",
+      CONFIG (SERVER_AT (""), WIDE_MODEL (", 'backend': 'cpu', 'window': 8, 'weight_dtype': 'f16'")),
+      "model \"seq\": weight_dtype \"f16\": backend \"cpu\" (the LSTM loop) holds weights in f32 and bf16 only; use "
       "\"weight_dtype\": \"f32\"",
       { { "use \"weight_dtype\": \"f32\"", { "models.0.weight_dtype='f32'" } } } },
 };

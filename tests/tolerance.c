@@ -445,8 +445,9 @@ static int s_run_open (lstm_run_t *r, const lstm_weights_t *w, weight_dtype_t he
     r->T = w->window;
     r->L = (uint32_t) w->layer_count;
     r->H = w->hidden;
-    r->uw = held == WEIGHT_DTYPE_F16 ? 0x1p-11 : held == WEIGHT_DTYPE_BF16 ? 0x1p-8 : 0.0;
-    r->etaw = held == WEIGHT_DTYPE_F16 ? 0x1p-25 : held == WEIGHT_DTYPE_BF16 ? 0x1p-134 : 0.0;
+    /* bf16 weights: the CPU's odd lanes (cpu_dense.h) as for the MLP, plain rounding within it */
+    r->uw = held == WEIGHT_DTYPE_F16 ? 0x1p-11 : held == WEIGHT_DTYPE_BF16 ? 0x1p-8 / (1 - 0x1p-8) : 0.0;
+    r->etaw = held == WEIGHT_DTYPE_F16 ? 0x1p-25 : held == WEIGHT_DTYPE_BF16 ? 0x1p-133 : 0.0;
     r->up = products == WEIGHT_DTYPE_F16 ? 0x1p-11 : products == WEIGHT_DTYPE_BF16 ? 0x1p-8 : 0.0;
     r->etap = products == WEIGHT_DTYPE_F16 ? 0x1p-25 : products == WEIGHT_DTYPE_BF16 ? 0x1p-134 : 0.0;
     const size_t steps = (size_t) r->T * r->L, H = r->H, wide = w->step_size > H ? w->step_size : H;

@@ -119,6 +119,10 @@ static inline size_t cpu_dense_index (const cpu_dense_t *L, uint32_t o, uint32_t
 /* The weight W[o][k] as the kernels compute with it (the scale included for int8). */
 float cpu_dense_weight (const cpu_dense_t *L, uint32_t o, uint32_t k);
 
+/* A bf16 lane as the layout holds it (the NUMERICS above): LANE[0] the even input's weight (bf16,
+ * nearest even), LANE[1] the odd's high half. Also the CPU LSTM's bf16 matrices. */
+void cpu_dense_bf16_lane (float even, float odd, uint16_t lane[2]);
+
 /* f16 <-> f32, round to nearest even (for machines without F16C: the scalar path and the packing). */
 uint16_t cpu_dense_f16_from_f32 (float v);
 float cpu_dense_f32_from_f16 (uint16_t h);

@@ -80,6 +80,12 @@ static uint16_t s_bf16_high (float w, uint16_t lo)
     return (uint16_t) best;
 }
 
+void cpu_dense_bf16_lane (float even, float odd, uint16_t lane[2])
+{
+    lane[0] = s_bf16 (even);
+    lane[1] = s_bf16_high (odd, lane[0]);
+}
+
 float cpu_dense_weight (const cpu_dense_t *L, uint32_t o, uint32_t k)
 {
     const size_t i = cpu_dense_index (L, o, k);
@@ -180,9 +186,8 @@ int cpu_dense_pack (cpu_dense_t *L, const dense_layer_t *src, weight_dtype_t dty
         }
         if (dtype == WEIGHT_DTYPE_BF16)
             for (uint32_t k = 0; k < L->in_pad; k += 2) {
-                uint16_t *lane = (uint16_t *) L->weight + cpu_dense_index (L, o, k);
-                lane[0] = k < src->in ? s_bf16 (row[k]) : 0;
-                lane[1] = s_bf16_high (k + 1 < src->in ? row[k + 1] : 0.0f, lane[0]);
+                cpu_dense_bf16_lane (k < src->in ? row[k] : 0.0f, k + 1 < src->in ? row[k + 1] : 0.0f,
+                                     (uint16_t *) L->weight + cpu_dense_index (L, o, k));
             }
     }
     return 0;
