@@ -55,6 +55,7 @@ static inline vf s_fma (vf a, vf b, vf c) { return (vf) _mm256_fmadd_ps ((__m256
 #define S_KU_BF16(G) ((G) >= 3 ? 1 : (G) == 2 ? 2 : 4)
 #define S_KU_INT8(G) ((G) >= 2 ? 1 : 2)
 #define S_KEEP(v) __asm__ ("" : "+x" (v))
+#define S_INT8_TARGET
 #define S_NAME cpu_dense_avx2
 #define S_PATH "avx2"
 #include "backends/cpu_dense_body.h"

@@ -1,7 +1,8 @@
 /* The dense layers on AVX-512 (F, BW, VL, DQ; int8 with VNNI): cpu_dense_body.h compiled for it; and
  * int8 batches on AMX tiles (cpu_dense_amx). Called only where cpu_isa.h found those (the rest of the
- * build targets baseline x86-64). */
-#pragma GCC target ("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")
+ * build targets baseline x86-64). Only the int8 functions may use VNNI, and only the AMX ones AMX
+ * (their own target attributes): f32 runs on AVX-512 CPUs without either. */
+#pragma GCC target ("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,7 +18,8 @@ static inline vf s_f16 (const uint16_t *p) { return (vf) _mm512_cvtph_ps (_mm256
 
 typedef __m512i s_x4_t;
 static inline s_x4_t s_x4 (uint32_t x4) { return _mm512_set1_epi32 ((int) x4); }
-static inline vi s_dot4 (vi acc, vi w, s_x4_t x) { return (vi) _mm512_dpbusd_epi32 ((__m512i) acc, x, (__m512i) w); }
+#define S_INT8_TARGET __attribute__ ((target ("avx512vnni")))
+S_INT8_TARGET static inline vi s_dot4 (vi acc, vi w, s_x4_t x) { return (vi) _mm512_dpbusd_epi32 ((__m512i) acc, x, (__m512i) w); }
 static inline vi s_round (vf v) { return (vi) _mm512_cvtps_epi32 ((__m512) v); }
 static inline vf s_max (vf a, vf b) { return (vf) _mm512_max_ps ((__m512) a, (__m512) b); }
 static inline float s_hmax (vf v) { return _mm512_reduce_max_ps ((__m512) v); }
@@ -47,7 +49,9 @@ typedef struct {
 
 /* Tiles 0-3: C, M rows x 16 int32 (a block of outputs each); 4: A, M rows x 64 u8; 5-7: B, 16 k quads x
  * 16 outputs x 4 s8. Loading a configuration zeroes every tile. */
-static void s_tiles (unsigned m)
+#define S_AMX_TARGET __attribute__ ((target ("avx512vnni,amx-tile,amx-int8")))
+
+S_AMX_TARGET static void s_tiles (unsigned m)
 {
     s_tilecfg_t c;
     memset (&c, 0, sizeof c);
@@ -61,7 +65,7 @@ static void s_tiles (unsigned m)
     _tile_loadconfig (&c);
 }
 
-static void s_dense_int8_amx (const cpu_dense_t *L, const cpu_dense_io_t *io)
+S_AMX_TARGET static void s_dense_int8_amx (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
     int32_t c[16][CPU_DENSE_GROUP] __attribute__ ((aligned (64)));
     for (uint32_t r0 = 0; r0 < io->rows; r0 += 16) {

@@ -15,6 +15,7 @@
  *   s_max (a, b), s_hmax (v), s_any (m)   lane maxima (no NaN here), V's largest lane, any lane of M set
  *   s_u8 (t)               T's lanes clamped to [0, 255] as bytes
  *   s_fma (a, b, c)        a b + c rounded once (the int8 outputs must be the scalar path's bits)
+ *   S_INT8_TARGET          the int8 functions' target attribute (VNNI on AVX-512; empty on AVX2)
  *   S_KU_F32 (G), S_KU_F16 (G), S_KU_BF16 (G), S_KU_INT8 (G)   input steps unrolled for a group of
  *                          G blocks (independent accumulators: enough to hide the FMA's latency,
  *                          few enough to stay in registers; each divides in_pad's steps)
@@ -108,7 +109,7 @@ S_INLINE void s_bf16_tile (const uint16_t *W, uint32_t width, const float *x, ui
             acc[j] += a[u][j];
 }
 
-S_INLINE void s_int8_tile (const int8_t *W, uint32_t width, const uint8_t *q, uint32_t k0, uint32_t k1, vi *acc,
+S_INT8_TARGET S_INLINE void s_int8_tile (const int8_t *W, uint32_t width, const uint8_t *q, uint32_t k0, uint32_t k1, vi *acc,
                            const int G, const int KU)
 {
     vi a[4][4 * NV] = { { { 0 } } };
@@ -210,7 +211,7 @@ static void s_dense_bf16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 
 /* int8: y = fma ((float) (dot - zero rowsum), w_scale x_scale, b), as every path computes it;
  * outputs O .. O + VW - 1 of row R. */
-S_INLINE void s_int8_finish (const cpu_dense_t *L, const cpu_dense_io_t *io, uint32_t r, uint32_t o, vi acc)
+S_INT8_TARGET S_INLINE void s_int8_finish (const cpu_dense_t *L, const cpu_dense_io_t *io, uint32_t r, uint32_t o, vi acc)
 {
     const vi rowsum = *(const vi *) S_AL (L->rowsum + o);
     const vf dot = __builtin_convertvector (acc - rowsum * io->q_zero[r], vf);
@@ -218,7 +219,7 @@ S_INLINE void s_int8_finish (const cpu_dense_t *L, const cpu_dense_io_t *io, uin
     s_store (io->y + (size_t) r * io->y_stride + o, s_fma (dot, scale, *(const vf *) S_AL (L->bias + o)), L->activation);
 }
 
-static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+S_INT8_TARGET static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
     S_WALK (int8_t, vi, S_ROW_Q, S_INT8_TILE, s_int8_finish (L, io, r, g0 + VW * (uint32_t) j, acc[j]));
 }
