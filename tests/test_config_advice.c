@@ -55,9 +55,12 @@ static const check_case_t s_cases[] = {
       { { "raise max_message_bytes to 65664", { "server.max_message_bytes=65664" } } } },
 
     /* serving/model.c: what goes only with a GPU backend */
-    { "f16 weights on the CPU loop", CONFIG (SERVER_AT (""), DEMO_MODEL (", 'backend': 'cpu', 'weight_dtype': 'f16'")),
-      "model \"m\": weight_dtype \"f16\": backend \"cpu\" (loop) holds weights in f32 only; use \"weight_dtype\": \"f32\"",
-      { { "use \"weight_dtype\": \"f32\"", { "models.0.weight_dtype='f32'" } } } },
+    { "bf16 weights on the CPU's blas kernel",
+      CONFIG (SERVER_AT (""), DEMO_MODEL (", 'backend': 'cpu', 'cpu_kernel': 'blas', 'weight_dtype': 'bf16'")),
+      "model \"m\": weight_dtype \"bf16\": cpu_kernel \"blas\" holds weights in f32 only; use \"cpu_kernel\": \"loop\" or "
+      "\"weight_dtype\": \"f32\"",
+      { { "use \"cpu_kernel\": \"loop\"", { "models.0.cpu_kernel='loop'" } },
+        { "or \"weight_dtype\": \"f32\"", { "models.0.weight_dtype='f32'" } } } },
     { "keep_warm_us in a group", CONFIG (SERVER_AT (""), DEMO_MODEL (", 'backend': 'cpu', 'group': 'g', 'keep_warm_us': 100")),
       "model \"m\": keep_warm_us: a model in a group (\"g\") is served by the group's workers, which keep no one model "
       "warm; remove keep_warm_us or group",
@@ -118,14 +121,20 @@ static const check_case_t s_cases_without_gpu[] = {
       "model \"seq\": backend \"cuda\": " NO_CUDA "; use \"backend\": \"cpu\" or \"auto\" with \"weight_dtype\": \"f32\"",
       { { "use \"backend\": \"cpu\"", { "models.0.backend='cpu'", "models.0.weight_dtype='f32'" } },
         { "or \"auto\" with \"weight_dtype\": \"f32\"", { "models.0.backend='auto'", "models.0.weight_dtype='f32'" } } } },
+    /* the CPU's MLP loop holds bf16 (and f16, int8): nothing else to change */
+    { "backend cuda without a GPU, MLP weights in bf16",
+      CONFIG (SERVER_AT (""), DEMO_MODEL (", 'backend': 'cuda', 'kernel': 'persistent', 'weight_dtype': 'bf16'")),
+      "model \"m\": backend \"cuda\": " NO_CUDA "; use \"backend\": \"cpu\" or \"auto\"",
+      { { "use \"backend\": \"cpu\"", { "models.0.backend='cpu'" } },
+        { "or \"auto\"", { "models.0.backend='auto'" } } } },
     { "backend cuda without a GPU, in a green context",
       CONFIG (SERVER_AT (""), DEMO_MODEL (", 'backend': 'cuda', 'kernel': 'persistent', 'green_context': true")),
       "model \"m\": backend \"cuda\": " NO_CUDA "; use \"backend\": \"cpu\" or \"auto\" with \"green_context\": false",
       { { "use \"backend\": \"cpu\"", { "models.0.backend='cpu'", "models.0.green_context=false" } },
         { "or \"auto\" with \"green_context\": false", { "models.0.backend='auto'", "models.0.green_context=false" } } } },
-    { "bf16 weights on the CPU's LSTM, no GPU to offer",
-      CONFIG (SERVER_AT (""), WIDE_MODEL (", 'backend': 'cpu', 'window': 8, 'weight_dtype': 'bf16'")),
-      "model \"seq\": weight_dtype \"bf16\": backend \"cpu\" (the LSTM loop) holds weights in f32 only; use "
+    { "f16 weights on the CPU's LSTM, no GPU to offer",
+      CONFIG (SERVER_AT (""), WIDE_MODEL (", 'backend': 'cpu', 'window': 8, 'weight_dtype': 'f16'")),
+      "model \"seq\": weight_dtype \"f16\": backend \"cpu\" (the LSTM loop) holds weights in f32 and bf16 only; use "
       "\"weight_dtype\": \"f32\"",
       { { "use \"weight_dtype\": \"f32\"", { "models.0.weight_dtype='f32'" } } } },
 };

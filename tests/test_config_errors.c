@@ -186,7 +186,7 @@ static const bad_case_t s_bad[] = {
     { "bad type", WITH_MODEL (", 'type': 'gru'"),
       "test.json: models[0].type: expected one of mlp, lstm, got \"gru\"" },
     { "bad weight_dtype", WITH_MODEL (", 'weight_dtype': 'fp8'"),
-      "test.json: models[0].weight_dtype: expected one of f32, f16, bf16, got \"fp8\"" },
+      "test.json: models[0].weight_dtype: expected one of f32, f16, bf16, int8, got \"fp8\"" },
     { "bad log_format", WITH_SERVER (", 'log_format': 'yaml'"),
       "test.json: server.log_format: expected one of text, json, got \"yaml\"" },
     { "bad transport", WITH_SERVER (", 'transport': 'zeromq'"),

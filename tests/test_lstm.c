@@ -30,6 +30,9 @@ static char *s_path (const char *name)
     return p;
 }
 
+/* The weight dtype the checks load and bound (bf16_matches_reference sets it). */
+static weight_dtype_t s_dtype = WEIGHT_DTYPE_F32;
+
 static void s_fill (float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -47,6 +50,7 @@ static backend_model_t *s_load (const lstm_shape_t *shape, uint32_t max_rows, ui
     cfg->max_rows = max_rows;
     cfg->max_batch_rows = max_rows;
     cfg->max_streams = slots;
+    cfg->weight_dtype = s_dtype;
     backend_model_t *m = backend_lstm_cpu_iface.load (*w, cfg, 0, err, sizeof err);
     ck_assert_msg (m != NULL, "load: %s", err);
     free (path);
@@ -68,8 +72,8 @@ static void s_check_windows (backend_model_t *m, const weights_t *w, uint32_t ro
         ck_assert_int_eq (backend_lstm_cpu_iface.infer (m, x, rows, y, err, sizeof err), SIG_OK);
         for (size_t i = 0; i < nout; i++)
             ck_assert_msg (isfinite (y[i]), "output %zu not written", i);
-        ck_assert_int_eq (tol_lstm_window (l, WEIGHT_DTYPE_F32, x, rows, ref, bound), 0);
-        TOL_ASSERT (y, ref, bound, nout, l->head.out, "%s rows %u round %d", what, rows, r);
+        ck_assert_int_eq (tol_lstm_window (l, s_dtype, x, rows, ref, bound), 0);
+        TOL_ASSERT (y, ref, bound, nout, l->head.out, "%s %s rows %u round %d", weight_dtype_name (s_dtype), what, rows, r);
     }
     free (x);
     free (y);
@@ -192,9 +196,9 @@ static void s_check_streams (const lstm_shape_t *shape, uint32_t streams, uint32
             for (uint32_t o = 0; o < out; o++)
                 ck_assert_msg (isfinite (y[o]), "stream %u step %u output %u not written", s, i, o);
             const float *mine = hist + (size_t) s * steps * in;
-            ck_assert_int_eq (tol_lstm_stream (l, WEIGHT_DTYPE_F32, mine, count[s], ref, bound), 0);
-            TOL_ASSERT (y, ref, bound, out, out, "%u streams x %u steps (window %u, %zu layers, %u units): stream %u "
-                        "step %u", streams, steps, W, l->layer_count, l->hidden, s, i);
+            ck_assert_int_eq (tol_lstm_stream (l, s_dtype, mine, count[s], ref, bound), 0);
+            TOL_ASSERT (y, ref, bound, out, out, "%s: %u streams x %u steps (window %u, %zu layers, %u units): stream %u "
+                        "step %u", weight_dtype_name (s_dtype), streams, steps, W, l->layer_count, l->hidden, s, i);
             /* the same window as a full-window request */
             for (uint32_t t = 0; t < W; t++) {
                 const int64_t k = (int64_t) count[s] - W + t;
@@ -231,6 +235,36 @@ START_TEST (streams_match_reference)
     const lstm_shape_t c = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2,
                              .head_act = ACTIVATION_TANH };
     s_check_streams (&c, 4, 9, 1);
+}
+END_TEST
+
+/* bf16 weights (two to a lane, fp32 arithmetic): the same windows and streams within the bound of
+ * the f32 weights' reference plus their rounding (tolerance.c), odd inputs and units included. */
+START_TEST (bf16_matches_reference)
+{
+    s_dtype = WEIGHT_DTYPE_BF16;
+    const lstm_shape_t shapes[] = {
+        { .layers = 1, .step_size = 1, .hidden = 1, .out = 1, .window = 1 },
+        { .layers = 2, .step_size = 33, .hidden = 17, .out = 1, .window = 7, .head_act = ACTIVATION_SIGMOID },
+        { .layers = 3, .step_size = 3, .hidden = 40, .out = 2, .window = 5, .head_act = ACTIVATION_RELU },
+        { .layers = 2, .step_size = 64, .hidden = 96, .out = 1, .window = 3 },
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (uint32_t rows = 1; rows <= 3; rows += 2) {
+            weights_t *w;
+            model_config_t cfg;
+            backend_model_t *m = s_load (&shapes[s], 3, 2, &w, &cfg);
+            char what[32];
+            snprintf (what, sizeof what, "shape %zu", s);
+            s_check_windows (m, w, rows, 4, what);
+            backend_lstm_cpu_iface.destroy (&m);
+            weights_destroy (&w);
+        }
+    const lstm_shape_t a = { .layers = 2, .step_size = 5, .hidden = 19, .out = 2, .window = 6 };
+    s_check_streams (&a, 3, 17, 1);
+    const lstm_shape_t c = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2, .head_act = ACTIVATION_TANH };
+    s_check_streams (&c, 4, 9, 1);
+    s_dtype = WEIGHT_DTYPE_F32;
 }
 END_TEST
 
@@ -458,6 +492,7 @@ int main (void)
     tcase_add_test (tc, hand_computed_case);
     tcase_add_test (tc, full_window_matches_reference);
     tcase_add_test (tc, streams_match_reference);
+    tcase_add_test (tc, bf16_matches_reference);
     tcase_add_test (tc, small_model);
     tcase_add_test (tc, raw_step_ring);
     tcase_add_test (tc, refusals);

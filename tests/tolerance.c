@@ -43,6 +43,23 @@
  * The reference stays the f32 weights' (the model as trained): the bound says how far a kernel
  * holding the rounded weights may be from it, to first order in u_w (the product of two layers'
  * weight roundings, u_w^2 relative, is left to TOL_SAFETY).
+ * bf16 on the CPU (cpu_dense.h): the odd input's weight is the nearest fp32 whose low 16 bits are its
+ * neighbour's bf16, within half the spacing of those values: 2^-8 |w| inside a binade, 2^-8 / (1 -
+ * 2^-8) |w| across a power of two (the gap there is an ulp plus the low bits' worth), 2^-133 near
+ * 0; the bound takes u_w = 2^-8 / (1 - 2^-8), eta_w = 2^-133 for every bf16 kernel.
+ * INT8 (the CPU's int8, cpu_dense.h): each row o of W is held as s_o q (q integers in [-127, 127],
+ * s_o = fl (max |w_o| / 127), q the nearest integer to fl (w fl (127 / max))): the two roundings
+ * before q move w / s_o by 3 u 127 < 2^-10 at most, so |w~ - w| <= ew_o = max |w_o| / 127 (1 + u)
+ * (1/2 + 2^-10). Each row of a layer's computed inputs a^ is held alike, x~ = s (u8 - zero), s = max
+ * |a^| / Q, Q = 255 when no a^ is negative (zero 0), else 127 (zero 128): |x~ - a^| <= ex = A / Q
+ * (1 + u) (1/2 + 2^-10), with A >= max |a^| (max (|a| + e)) and Q = 127 unless no a^ can be negative
+ * (the layer below is relu or sigmoid, the inputs are, or every a - e >= 0): the larger step. The
+ * sum of q (u8 - zero) is exact in int32; y = fl (fl ((float) D) fl (s_o s) + b) rounds three times:
+ * gamma_3 (|b| + |W~| |x~|). So a unit's own error is
+ *     ew_o sum |x~| + ex sum |w_o| + gamma_3 (|b| + sum (|w| + ew_o) |x~|),  |x~| <= |a| + e + ex
+ * (w~ x~ - w a^ = (w~ - w) x~ + w (x~ - a^)), and the inputs' error is carried through |W| as above.
+ * The activations' step is shared by the layer's units; the backward pass weighs each unit's share
+ * by |dy / dz|, an upper bound still (the triangle inequality).
  * A relu whose interval holds 0 (it may switch) passes nothing back; its whole change, at most
  * ez, counts as its own error. Through relu and none the map from the rounding errors to y is
  * then linear over the whole region they span, so for such chains the bound is rigorous; tanh and
@@ -100,6 +117,7 @@
 #include <assert.h>
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +168,7 @@ static double s_act_error (activation_t a, double mag)
 typedef struct {
     const weights_t *w;
     double uw, etaw;                /* the held weights: |W~ - W| <= uw |W| + etaw (0, 0: f32) */
+    bool int8;                      /* int8 weights and activations (the header comment's INT8) */
     size_t *off;
     double *Z, *A, *EZ, *EA, *RZ, *RA;
     double *ab, *zb;                /* the backward pass: adjoints of a layer's values, of its z */
@@ -160,8 +179,11 @@ static int s_mlp_open (mlp_run_t *r, const weights_t *w, weight_dtype_t held)
 {
     memset (r, 0, sizeof *r);
     r->w = w;
-    r->uw = held == WEIGHT_DTYPE_F16 ? 0x1p-11 : held == WEIGHT_DTYPE_BF16 ? 0x1p-8 : 0.0;
-    r->etaw = held == WEIGHT_DTYPE_F16 ? 0x1p-25 : held == WEIGHT_DTYPE_BF16 ? 0x1p-134 : 0.0;
+    /* bf16: the CPU's odd lanes (cpu_dense.h) are within 2^-8 / (1 - 2^-8) and 2^-133, plain rounding
+     * within 2^-8 and 2^-134: the bound takes the larger */
+    r->uw = held == WEIGHT_DTYPE_F16 ? 0x1p-11 : held == WEIGHT_DTYPE_BF16 ? 0x1p-8 / (1 - 0x1p-8) : 0.0;
+    r->etaw = held == WEIGHT_DTYPE_F16 ? 0x1p-25 : held == WEIGHT_DTYPE_BF16 ? 0x1p-133 : 0.0;
+    r->int8 = held == WEIGHT_DTYPE_INT8;
     r->off = malloc ((w->layer_count + 1) * sizeof *r->off);
     size_t units = 0;
     for (size_t l = 0; r->off && l < w->layer_count; l++) {
@@ -185,6 +207,24 @@ static int s_mlp_open (mlp_run_t *r, const weights_t *w, weight_dtype_t held)
     return 0;
 }
 
+/* INT8: the bound on |x~ - a^| for every input of layer L (the header comment): A / Q (1/2 + 2^-10),
+ * A bounding the row's largest |a^|, Q 255 where no a^ can be negative, else 127. */
+static double s_int8_input_error (const mlp_run_t *r, size_t l, const float *x)
+{
+    const dense_layer_t *L = &r->w->layers[l];
+    const size_t below = l ? r->off[l - 1] : 0;
+    const activation_t act = l ? r->w->layers[l - 1].activation : ACTIVATION_NONE;
+    double A = 0;
+    bool nonneg = act == ACTIVATION_RELU || act == ACTIVATION_SIGMOID;
+    bool all = true;
+    for (uint32_t i = 0; i < L->in; i++) {
+        const double a = l ? r->A[below + i] : x[i], e = l ? r->EA[below + i] : 0.0;
+        A = fmax (A, fabs (a) + e);
+        all = all && a - e >= 0;
+    }
+    return A / (nonneg || all ? 255.0 : 127.0) * (1 + U32) * (0.5 + 0x1p-10);
+}
+
 static void s_mlp_forward (mlp_run_t *r, const float *x)
 {
     const weights_t *w = r->w;
@@ -192,7 +232,36 @@ static void s_mlp_forward (mlp_run_t *r, const float *x)
         const dense_layer_t *L = &w->layers[l];
         const double g = tol_gamma ((uint64_t) L->in + 1);
         const size_t at = r->off[l], below = l ? r->off[l - 1] : 0;
-        for (uint32_t o = 0; o < L->out; o++) {
+        const double ex = r->int8 ? s_int8_input_error (r, l, x) : 0.0;
+        for (uint32_t o = 0; o < L->out && r->int8; o++) {
+            const float *row = L->weight + (size_t) o * L->in;
+            double wmax = 0;
+            for (uint32_t i = 0; i < L->in; i++)
+                wmax = fmax (wmax, fabs ((double) row[i]));
+            const double ew = wmax / 127 * (1 + U32) * (0.5 + 0x1p-10);
+            double acc = L->bias[o], xq = 0, wabs = 0, mag = 0, carried = 0;
+            for (uint32_t i = 0; i < L->in; i++) {
+                const double a = l ? r->A[below + i] : x[i], e = l ? r->EA[below + i] : 0.0;
+                const double wa = fabs ((double) row[i]), xa = fabs (a) + e + ex;    /* |x~| at most */
+                acc += (double) row[i] * a;
+                xq += xa;
+                wabs += wa;
+                mag += (wa + ew) * xa;
+                carried += wa * e;
+            }
+            /* the weights' quantization on x~, the activations' through W, the three fp32 roundings
+             * of the rescaling on |b| + |W~| |x~| */
+            const double own = ew * xq + ex * wabs + tol_gamma (3) * (fabs ((double) L->bias[o]) + mag) + 3 * ETA;
+            const double ez = own + carried;
+            const double v = reference_activate (L->activation, acc), sl = s_slope (L->activation, acc, ez);
+            r->Z[at + o] = acc;
+            r->A[at + o] = v;
+            r->EZ[at + o] = ez;
+            r->RZ[at + o] = own;
+            r->RA[at + o] = s_act_error (L->activation, fabs (v) + sl * ez);
+            r->EA[at + o] = sl * ez + r->RA[at + o];
+        }
+        for (uint32_t o = 0; o < L->out && !r->int8; o++) {
             const float *row = L->weight + (size_t) o * L->in;
             /* the reference's sum, in its order (reference_forward's values bit for bit) */
             double acc = L->bias[o], mag = fabs ((double) L->bias[o]), carried = 0, wmag = 0, asum = 0;
@@ -376,8 +445,9 @@ static int s_run_open (lstm_run_t *r, const lstm_weights_t *w, weight_dtype_t he
     r->T = w->window;
     r->L = (uint32_t) w->layer_count;
     r->H = w->hidden;
-    r->uw = held == WEIGHT_DTYPE_F16 ? 0x1p-11 : held == WEIGHT_DTYPE_BF16 ? 0x1p-8 : 0.0;
-    r->etaw = held == WEIGHT_DTYPE_F16 ? 0x1p-25 : held == WEIGHT_DTYPE_BF16 ? 0x1p-134 : 0.0;
+    /* bf16 weights: the CPU's odd lanes (cpu_dense.h) as for the MLP, plain rounding within it */
+    r->uw = held == WEIGHT_DTYPE_F16 ? 0x1p-11 : held == WEIGHT_DTYPE_BF16 ? 0x1p-8 / (1 - 0x1p-8) : 0.0;
+    r->etaw = held == WEIGHT_DTYPE_F16 ? 0x1p-25 : held == WEIGHT_DTYPE_BF16 ? 0x1p-133 : 0.0;
     r->up = products == WEIGHT_DTYPE_F16 ? 0x1p-11 : products == WEIGHT_DTYPE_BF16 ? 0x1p-8 : 0.0;
     r->etap = products == WEIGHT_DTYPE_F16 ? 0x1p-25 : products == WEIGHT_DTYPE_BF16 ? 0x1p-134 : 0.0;
     const size_t steps = (size_t) r->T * r->L, H = r->H, wide = w->step_size > H ? w->step_size : H;

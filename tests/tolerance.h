@@ -37,7 +37,9 @@ int tol_mlp (const weights_t *w, const float *in, uint32_t rows, double *ref, do
 /* The same for a kernel that holds the weights in HELD (f16, bf16: each weight rounded to nearest,
  * widened to fp32 exactly, fp32 arithmetic): REF stays the f32 weights' reference; BOUND adds the
  * weights' rounding, u_w |W| |x| + eta_w sum |x| per unit (u_w = 2^-11 for f16, 2^-8 for bf16),
- * carried to the outputs like every other rounding. HELD f32: tol_mlp. */
+ * carried to the outputs like every other rounding. HELD int8: the CPU's int8 (weights per row and each
+ * layer's activations per row quantized to 8 bits, exact integer sums; tolerance.c derives it). HELD
+ * f32: tol_mlp. */
 int tol_mlp_held (const weights_t *w, weight_dtype_t held, const float *in, uint32_t rows, double *ref, double *bound);
 
 /* An LSTM over full windows (lstm_reference_window's values in REF) and a stream's output for the

@@ -39,6 +39,7 @@
 #endif
 
 #include <getopt.h>
+#include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -809,6 +810,53 @@ static int s_bench_instances (const options_t *o, const char *size, const char *
 /* ---------------------------------------------------------------------------------------------
  * One size: every backend and weight type asked for */
 
+static volatile uint64_t s_sink;
+
+/* One streaming read of N bytes with 64-byte loads (the CPU rows' floor). */
+__attribute__ ((target ("avx512f"))) static void s_read64 (const void *p, size_t n)
+{
+    const __m512i *v = p;
+    __m512i a = _mm512_setzero_si512 (), b = a, c = a, d = a;
+    size_t i = 0;
+    for (; i + 4 <= n / 64; i += 4) {
+        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
+        b = _mm512_or_si512 (b, _mm512_load_si512 (v + i + 1));
+        c = _mm512_or_si512 (c, _mm512_load_si512 (v + i + 2));
+        d = _mm512_or_si512 (d, _mm512_load_si512 (v + i + 3));
+    }
+    for (; i < n / 64; i++)
+        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
+    s_sink = (uint64_t) _mm512_reduce_or_epi64 (_mm512_or_si512 (_mm512_or_si512 (a, b), _mm512_or_si512 (c, d)));
+}
+
+/* The CPU rows' floor for DTYPE: one read of the LSTM's W_ih and W_hh bytes in that dtype (a step
+ * reads the W_ih part; its advance, the W_hh part), with AVX-512 loads, on the same core; a row. */
+static void s_cpu_floor (const options_t *o, const char *size, const lstm_weights_t *l, const char *dname, row_t *r)
+{
+    if (!__builtin_cpu_supports ("avx512f"))
+        return;
+    size_t weights = 0;
+    for (size_t k = 0; k < l->layer_count; k++)
+        weights += 4 * (size_t) l->hidden * (l->layers[k].in + l->hidden);
+    const size_t bytes = weights * (strcmp (dname, "f32") == 0 ? 4 : 2);
+    unsigned char *buf = aligned_alloc (64, (bytes + 63) / 64 * 64);
+    memset (buf, 0x5a, bytes);
+    r->n = 0;
+    r->note[0] = 0;
+    for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
+        const double t0 = clock_now_us ();
+        s_read64 (buf, bytes);
+        const double t1 = clock_now_us ();
+        if (i >= o->warmup)
+            r->samples[r->n++] = t1 - t0;
+    }
+    char label[160];
+    snprintf (label, sizeof label, "%s floor %s: one read of the %zu bytes of W_ih and W_hh (64-byte loads)", size, dname,
+              bytes);
+    s_print (label, r);
+    free (buf);
+}
+
 static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, const char *dir)
 {
     lstm_shape_t shape;
@@ -842,8 +890,16 @@ static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, c
             continue;
         }
         const bool cuda = strcmp (bname, "cuda") == 0;
-        char dl[64];
-        snprintf (dl, sizeof dl, "%s", cuda ? o->dtypes : "f32");
+        char dl[64] = "";
+        if (cuda)
+            snprintf (dl, sizeof dl, "%s", o->dtypes);
+        else {   /* the CPU's: those of --dtypes it holds (f32, bf16), each then beside its floor */
+            char want[64];
+            snprintf (want, sizeof want, "%s", o->dtypes);
+            for (char *s8 = NULL, *d = strtok_r (want, ",", &s8); d; d = strtok_r (NULL, ",", &s8))
+                if (s_dtype (d) >= 0 && backend_holds (B, (weight_dtype_t) s_dtype (d)))
+                    snprintf (dl + strlen (dl), sizeof dl - strlen (dl), "%s%s", dl[0] ? "," : "", d);
+        }
         for (char *s2 = NULL, *dname = strtok_r (dl, ",", &s2); dname && rc == 0; dname = strtok_r (NULL, ",", &s2)) {
 #ifdef SIGSERVE_HAVE_CUDA
             if (cuda && o->instances[0]) {      /* --instances: those rows instead of the usual ones */
@@ -867,6 +923,8 @@ static int s_bench_size (const options_t *o, const char *size, uint64_t *seed, c
                     const uint32_t math = s_math (ma);
                     const bool first = bstr == bl && sy == sl && ma == ml;
                     rc = s_bench_model (o, size, bname, dname, blocks, sync, math, 0, first, w, &cfg, seed, &r);
+                    if (rc == 0 && !cuda && !o->no_floors)
+                        s_cpu_floor (o, size, l, dname, &r);
 #ifdef SIGSERVE_HAVE_CUDA
                     if (rc == 0 && cuda && o->trace) {   /* the traced instantiation, beside the serving rows */
                         const size_t bytes = (size_t) SIG_LSTM_TRACE_BLOCKS * SIG_LSTM_TRACE_RECORDS * SIG_LSTM_TRACE_WORDS

@@ -114,9 +114,10 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
                                                                 : cuda_kernel_name (opts[i].cfg.kernel);
         log_debug ("model %s: backend auto: loading candidate %s %s%s", cfg->name, c->backend, kname,
                    opts[i].cfg.zero_copy ? "+zerocopy" : "");
+        char held[64];
         if (!backend_holds (opts[i].iface, cfg->weight_dtype))
-            snprintf (why_not, sizeof why_not, "model: holds weights in f32 only, not %s",
-                      weight_dtype_name (cfg->weight_dtype));
+            snprintf (why_not, sizeof why_not, "model: holds weights in %s, not %s",
+                      backend_holds_text (opts[i].iface, held, sizeof held), weight_dtype_name (cfg->weight_dtype));
         else if (opts[i].beside)
             snprintf (why_not, sizeof why_not, "model: beside a resident kernel on device %d (a restart measures it)",
                       device);

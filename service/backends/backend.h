@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct backend_model backend_model_t;   /* each backend defines it */
 
@@ -32,6 +33,10 @@ typedef struct {
      * SIG_OK, or SIG_INTERNAL / SIG_UNAVAILABLE with a message in ERR. */
     sig_status_t (*infer) (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
     const char *(*kernel_name) (const backend_model_t *m);
+    /* Optional (NULL: none to name). The instruction path M runs on the CPU: "avx512", "avx512-vnni",
+     * "avx2", "scalar" (cpu_isa.h), or the library's ("openblas SkylakeX"); /models and the load's
+     * log line show it. */
+    const char *(*isa) (const backend_model_t *m);
     void (*destroy) (backend_model_t **m_p);
     /* Streaming LSTM models only (NULL elsewhere). A stream's window and precomputed state live in
      * slot SLOT (0 <= SLOT < backend_stream_slots (cfg)), which the worker assigns.
@@ -80,6 +85,19 @@ static inline uint32_t backend_stream_slots (const model_config_t *cfg)
 static inline bool backend_holds (const backend_iface_t *b, weight_dtype_t d)
 {
     return d == WEIGHT_DTYPE_F32 || (b->weight_dtypes & (1u << d)) != 0;
+}
+
+/* The weight dtypes B holds, as text ("f32 only", "f32, f16 and bf16 only") in BUF. */
+static inline const char *backend_holds_text (const backend_iface_t *b, char *buf, size_t len)
+{
+    size_t used = (size_t) snprintf (buf, len, "f32");
+    int left = __builtin_popcount (b->weight_dtypes & ~1u);
+    for (int d = 1; d < WEIGHT_DTYPE_COUNT && used < len; d++)
+        if (b->weight_dtypes & (1u << d))
+            used += (size_t) snprintf (buf + used, len - used, "%s%s", --left ? ", " : " and ", weight_dtype_name ((weight_dtype_t) d));
+    if (used < len)
+        snprintf (buf + used, len - used, " only");
+    return buf;
 }
 
 /* act (V) in float32, as the CPU backends apply it. */

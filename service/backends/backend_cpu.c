@@ -1,13 +1,15 @@
 /* CPU backend: fused dense layers (GEMV + bias + activation) on one core.
  * Two kernels, chosen per model by "cpu_kernel":
- *   loop: hand-written; weights copied at load into rows padded to a multiple of 16 floats and
- *         64-byte aligned, so the dot products run on whole 16-float vectors with no tail, eight
- *         output neurons at a time so each input vector load serves eight weight rows; a batch
- *         of rows is one pass over the weights (each block of eight weight rows serves every row).
- *         Compiled for AVX-512, AVX2 and baseline x86-64; the loader picks at start.
- *   blas: OpenBLAS sgemv (rows == 1) / sgemm (rows > 1) with one thread, then bias + activation.
- * Everything is allocated at load; infer allocates nothing. */
+ *   loop: hand-written (cpu_dense.h): the weights packed at load, K-major in groups of 64 outputs, in
+ *         the model's weight_dtype (f32, f16, bf16 or int8), on the best instruction path this CPU
+ *         has (cpu_isa.h: AVX-512, AVX2 or plain C, chosen at load; SIGSERVE_CPU_ISA caps it). A
+ *         batch of rows reads each chunk of weights once for all of them.
+ *   blas: OpenBLAS sgemv (rows == 1) / sgemm (rows > 1) with one thread, then bias + activation
+ *         (f32 weights only).
+ * Everything is allocated at load; infer allocates nothing and takes no lock. */
 #include "backends/backend.h"
+#include "backends/cpu_dense.h"
+#include "backends/cpu_isa.h"
 #include "base/floats.h"
 #include "base/log.h"
 
@@ -17,90 +19,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define VEC 16   /* floats per vector and the padding unit of every row */
+#define VEC 16   /* the padding unit of every activation row */
 
-typedef float v16 __attribute__ ((vector_size (64)));
-
+/* The blas kernel's layers: W [out][in] as the file has it. */
 typedef struct {
-    uint32_t in, out;           /* logical sizes */
-    uint32_t in_pad;            /* in rounded up to VEC */
+    uint32_t in, out;
     activation_t activation;
-    float *weight;              /* loop: [out][in_pad], zero-padded; blas: [out][in] */
+    float *weight;              /* [out][in] */
     float *bias;                /* [out] */
 } cpu_layer_t;
 
 struct backend_model {
     cpu_kernel_t kernel;
+    weight_dtype_t dtype;
+    const cpu_dense_ops_t *ops; /* loop: the path's kernels */
+    const cpu_dense_ops_t *batch_ops;   /* for rows >= CPU_AMX_MIN_ROWS where another path wins (AMX), else NULL */
+    char isa[48];               /* the path, as /models and the load's log line name it */
     uint32_t max_rows;          /* rows one call may carry (backend_rows) */
     size_t layer_count;
-    cpu_layer_t *layers;
+    cpu_dense_t *dense;         /* loop */
+    cpu_layer_t *layers;        /* blas */
     uint32_t input_size, output_size;
     uint32_t act_stride;        /* floats per row in the activation buffers (widest, padded) */
-    float *act[2];              /* ping-pong activations: max_rows x act_stride, padding zero */
+    float *act[2];              /* ping-pong activations: max_rows x act_stride, padding finite */
+    uint8_t *q;                 /* int8: quantized activations, max_rows x q_stride bytes */
+    uint32_t q_stride;          /* the widest layer's inputs rounded up to CPU_DENSE_KPAD_INT8 */
+    float *q_scale;             /* int8: per row */
+    int32_t *q_zero;
+    float *partial;             /* rows > 1: max_rows x act_stride partial sums (fp32 or int32) */
 };
 
 static size_t s_pad (size_t n) { return (n + VEC - 1) / VEC * VEC; }
-
-#define ROWS_PER_BLOCK 8   /* independent accumulator chains: enough to keep both FMA ports busy */
-
-typedef float v8 __attribute__ ((vector_size (32)));
-typedef float v4 __attribute__ ((vector_size (16)));
-
-/* A tree of shuffles and adds (four steps), not sixteen dependent scalar adds. */
-static inline float s_hsum (v16 v)
-{
-    v8 h = __builtin_shufflevector (v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector (v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    v4 q = __builtin_shufflevector (h, h, 0, 1, 2, 3) + __builtin_shufflevector (h, h, 4, 5, 6, 7);
-    return (q[0] + q[2]) + (q[1] + q[3]);
-}
-
-
-/* Outputs o .. o + ROWS_PER_BLOCK - 1 for one row: x and every W row hold in_pad floats, zero
- * beyond in. */
-static inline __attribute__ ((always_inline)) void s_block (const cpu_layer_t *L, uint32_t o, const v16 *xv, float *y)
-{
-    const uint32_t n = L->in_pad / VEC;
-    const v16 *w = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) o * L->in_pad, 64);
-    v16 a[ROWS_PER_BLOCK] = { { 0 } };
-    for (uint32_t k = 0; k < n; k++) {
-        v16 xk = xv[k];
-        for (int r = 0; r < ROWS_PER_BLOCK; r++)
-            a[r] += w[(size_t) r * n + k] * xk;
-    }
-    for (int r = 0; r < ROWS_PER_BLOCK; r++)
-        y[o + r] = backend_activate (s_hsum (a[r]) + L->bias[o + r], L->activation);
-}
-
-/* Output o alone (the tail past the last whole block). */
-static inline __attribute__ ((always_inline)) void s_single (const cpu_layer_t *L, uint32_t o, const v16 *xv, float *y)
-{
-    const uint32_t n = L->in_pad / VEC;
-    const v16 *w = (const v16 *) __builtin_assume_aligned (L->weight + (size_t) o * L->in_pad, 64);
-    v16 a = { 0 }, b = { 0 };
-    uint32_t k = 0;
-    for (; k + 2 <= n; k += 2) {
-        a += w[k] * xv[k];
-        b += w[k + 1] * xv[k + 1];
-    }
-    if (k < n)
-        a += w[k] * xv[k];
-    y[o] = backend_activate (s_hsum (a + b) + L->bias[o], L->activation);
-}
-
-/* y[r][o] = act(W[o] . x[r] + b[o]) for ROWS rows STRIDE floats apart. One pass over the weights:
- * a block of ROWS_PER_BLOCK weight rows (16 KiB at 512 inputs) serves every row of the batch from
- * L1 before the next block is read, instead of the whole matrix being read again from L2 per row. */
-__attribute__ ((target_clones ("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void s_dense (const cpu_layer_t *L, const float *restrict x, uint32_t rows, uint32_t stride, float *restrict y)
-{
-    uint32_t o = 0;
-    for (; o + ROWS_PER_BLOCK <= L->out; o += ROWS_PER_BLOCK)
-        for (uint32_t r = 0; r < rows; r++)
-            s_block (L, o, (const v16 *) __builtin_assume_aligned (x + (size_t) r * stride, 64), y + (size_t) r * stride);
-    for (; o < L->out; o++)
-        for (uint32_t r = 0; r < rows; r++)
-            s_single (L, o, (const v16 *) __builtin_assume_aligned (x + (size_t) r * stride, 64), y + (size_t) r * stride);
-}
 
 static void s_biabackend_activate (const cpu_layer_t *L, float *y, uint32_t rows, uint32_t stride)
 {
@@ -129,27 +78,31 @@ static void s_cpu_destroy (backend_model_t **m_p)
             free (m->layers[i].weight);
             free (m->layers[i].bias);
         }
+        for (size_t i = 0; m->dense && i < m->layer_count; i++)
+            cpu_dense_free (&m->dense[i]);
         free (m->layers);
+        free (m->dense);
         free (m->act[0]);
         free (m->act[1]);
+        free (m->q);
+        free (m->q_scale);
+        free (m->q_zero);
+        free (m->partial);
         free (m);
         *m_p = NULL;
     }
 }
 
-static int s_copy_layer (cpu_layer_t *dst, const dense_layer_t *src, cpu_kernel_t kernel)
+static int s_copy_layer (cpu_layer_t *dst, const dense_layer_t *src)
 {
     dst->in = src->in;
     dst->out = src->out;
     dst->activation = src->activation;
-    dst->in_pad = kernel == CPU_KERNEL_LOOP ? (uint32_t) s_pad (src->in) : src->in;
-    dst->weight = floats_zeroed ((size_t) src->out * dst->in_pad);
+    dst->weight = floats_zeroed ((size_t) src->out * src->in);
     dst->bias = floats_zeroed (src->out);
     if (!dst->weight || !dst->bias)
         return -1;
-    for (uint32_t o = 0; o < src->out; o++)
-        memcpy (dst->weight + (size_t) o * dst->in_pad, src->weight + (size_t) o * src->in,
-                src->in * sizeof (float));
+    memcpy (dst->weight, src->weight, (size_t) src->out * src->in * sizeof (float));
     memcpy (dst->bias, src->bias, src->out * sizeof (float));
     return 0;
 }
@@ -171,31 +124,88 @@ static void s_warn_generic_openblas (void)
                   __builtin_cpu_supports ("avx512f") ? "SkylakeX" : "Haswell");
 }
 
+/* The loop kernel's layers in the model's dtype, on the path cpu_isa picks. */
+static int s_load_dense (backend_model_t *m, const weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
+{
+    char why[160];
+    cpu_isa_features ();        /* logs what this CPU has, once */
+    const cpu_path_t path = cpu_isa_path (m->dtype, 1, why, sizeof why);
+    m->ops = path >= CPU_PATH_AVX512 ? &cpu_dense_avx512 : path == CPU_PATH_AVX2 ? &cpu_dense_avx2 : &cpu_dense_scalar;
+    snprintf (m->isa, sizeof m->isa, "%s", cpu_path_name (path, m->dtype));
+    log_debug ("model %s: %s weights on the %s path", cfg->name, weight_dtype_name (m->dtype), why);
+    if (m->max_rows >= CPU_AMX_MIN_ROWS && cpu_isa_path (m->dtype, m->max_rows, why, sizeof why) == CPU_PATH_AMX) {
+        m->batch_ops = &cpu_dense_amx;
+        snprintf (m->isa + strlen (m->isa), sizeof m->isa - strlen (m->isa), "+amx");
+        log_debug ("model %s: batches of %u rows or more on %s", cfg->name, CPU_AMX_MIN_ROWS, why);
+    }
+    m->dense = calloc (w->layer_count, sizeof *m->dense);
+    if (!m->dense)
+        return -1;
+    for (size_t i = 0; i < w->layer_count; i++) {
+        char e[384];
+        const char *tensor = i < cfg->layer_count ? cfg->layers[i].weight : "layer";
+        if (cpu_dense_pack (&m->dense[i], &w->layers[i], m->dtype, tensor, e, sizeof e) != 0) {
+            snprintf (err, errlen, "model \"%s\": %s", cfg->name, e);
+            return -2;
+        }
+    }
+    const size_t cells = (size_t) m->max_rows * m->act_stride;
+    m->partial = m->max_rows > 1 ? floats_zeroed (cells) : NULL;
+    if (m->dtype == WEIGHT_DTYPE_INT8) {
+        m->q_stride = (w->widest + CPU_DENSE_KPAD_INT8 - 1) / CPU_DENSE_KPAD_INT8 * CPU_DENSE_KPAD_INT8;
+        m->q = aligned_alloc (64, (size_t) m->max_rows * m->q_stride);
+        m->q_scale = floats_zeroed (m->max_rows);
+        m->q_zero = calloc (m->max_rows, sizeof *m->q_zero);
+        if (m->q)
+            memset (m->q, 0, (size_t) m->max_rows * m->q_stride);
+    }
+    return (m->max_rows > 1 && !m->partial) || (m->dtype == WEIGHT_DTYPE_INT8 && (!m->q || !m->q_scale || !m->q_zero))
+           ? -1 : 0;
+}
+
 static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
+    (void) device;
+    if (cfg->cpu_kernel == CPU_KERNEL_BLAS && cfg->weight_dtype != WEIGHT_DTYPE_F32) {
+        snprintf (err, errlen, "model \"%s\": weight_dtype \"%s\": cpu_kernel \"blas\" holds weights in f32 only; use "
+                  "\"cpu_kernel\": \"loop\" or \"weight_dtype\": \"f32\"", cfg->name, weight_dtype_name (cfg->weight_dtype));
+        return NULL;
+    }
     backend_model_t *m = calloc (1, sizeof *m);
     if (!m)
         goto oom;
     m->kernel = cfg->cpu_kernel;
-    (void) device;
+    m->dtype = cfg->weight_dtype;
     m->max_rows = backend_rows (cfg);
     m->layer_count = w->layer_count;
     m->input_size = w->input_size;
     m->output_size = w->output_size;
     m->act_stride = (uint32_t) s_pad (w->widest);
-    m->layers = calloc (w->layer_count, sizeof *m->layers);
     m->act[0] = floats_zeroed ((size_t) m->max_rows * m->act_stride);
     m->act[1] = floats_zeroed ((size_t) m->max_rows * m->act_stride);
-    if (!m->layers || !m->act[0] || !m->act[1])
+    if (!m->act[0] || !m->act[1])
         goto oom;
-    for (size_t i = 0; i < w->layer_count; i++)
-        if (s_copy_layer (&m->layers[i], &w->layers[i], m->kernel) != 0)
-            goto oom;
     if (m->kernel == CPU_KERNEL_BLAS) {
+        m->layers = calloc (w->layer_count, sizeof *m->layers);
+        if (!m->layers)
+            goto oom;
+        for (size_t i = 0; i < w->layer_count; i++)
+            if (s_copy_layer (&m->layers[i], &w->layers[i]) != 0)
+                goto oom;
         openblas_set_num_threads (1);   /* one core per model: threads would wreck the tail */
         s_warn_generic_openblas ();
+        const char *core = openblas_get_corename ();
+        snprintf (m->isa, sizeof m->isa, "openblas %s", core ? core : "?");
+    } else {
+        const int rc = s_load_dense (m, w, cfg, err, errlen);
+        if (rc == -2) {
+            s_cpu_destroy (&m);
+            return NULL;
+        }
+        if (rc != 0)
+            goto oom;
     }
-    /* Warm: page in the weights and buffers, and let the loader resolve the kernel clones. */
+    /* Warm: page in the weights and buffers. */
     float *probe_out = floats_zeroed ((size_t) m->max_rows * m->output_size);
     if (!probe_out)
         goto oom;
@@ -217,8 +227,8 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
     (void) err;
     (void) errlen;
     const uint32_t stride = m->act_stride;
-    /* Rows go into the padded activation buffer. A wider layer may have left values past
-     * input_size in it, so the few floats up to the padding boundary are cleared each time. */
+    /* Rows go into the padded activation buffer; the floats up to the padding boundary are cleared
+     * (the layers read whole vectors). */
     const uint32_t in_pad = (uint32_t) s_pad (m->input_size);
     for (uint32_t r = 0; r < rows; r++) {
         float *row = m->act[0] + (size_t) r * stride;
@@ -227,18 +237,21 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
     }
     int cur = 0;
     for (size_t i = 0; i < m->layer_count; i++) {
-        const cpu_layer_t *L = &m->layers[i];
         float *x = m->act[cur], *y = m->act[cur ^ 1];
         if (m->kernel == CPU_KERNEL_BLAS)
-            s_dense_blas (L, x, stride, y, stride, rows);
-        else
-            s_dense (L, x, rows, stride, y);
-        /* The next layer reads in_pad floats: whatever a wider earlier layer left past out must
-         * be zero again. Only the few floats up to the padding boundary need clearing. */
-        uint32_t pad = (uint32_t) s_pad (L->out);
-        if (pad > L->out)
-            for (uint32_t r = 0; r < rows; r++)
-                memset (y + (size_t) r * stride + L->out, 0, (pad - L->out) * sizeof (float));
+            s_dense_blas (&m->layers[i], x, stride, y, stride, rows);
+        else {
+            /* every layer writes out_pad floats a row (its padding: act (0), finite), which the next
+             * reads as its in_pad: the same count */
+            const cpu_dense_t *L = &m->dense[i];
+            const cpu_dense_ops_t *ops = rows >= CPU_AMX_MIN_ROWS && m->batch_ops ? m->batch_ops : m->ops;
+            const cpu_dense_io_t io = { .rows = rows, .x = x, .x_stride = stride, .y = y, .y_stride = stride,
+                                        .q = m->q, .q_stride = m->q_stride, .q_scale = m->q_scale, .q_zero = m->q_zero,
+                                        .partial = m->partial };
+            if (L->dtype == WEIGHT_DTYPE_INT8)
+                ops->quantize (x, stride, rows, L->in, L->in_pad, m->q, m->q_stride, m->q_scale, m->q_zero);
+            ops->dense[L->dtype] (L, &io);
+        }
         cur ^= 1;
     }
     for (uint32_t r = 0; r < rows; r++)
@@ -247,11 +260,14 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
 }
 
 static const char *s_cpu_kernel_name (const backend_model_t *m) { return cpu_kernel_name (m->kernel); }
+static const char *s_cpu_isa (const backend_model_t *m) { return m->isa; }
 
 const backend_iface_t backend_cpu_iface = {
     .name = "cpu",
+    .weight_dtypes = 1u << WEIGHT_DTYPE_F16 | 1u << WEIGHT_DTYPE_BF16 | 1u << WEIGHT_DTYPE_INT8,
     .load = s_cpu_load,
     .infer = s_cpu_infer,
     .kernel_name = s_cpu_kernel_name,
+    .isa = s_cpu_isa,
     .destroy = s_cpu_destroy,
 };

@@ -26,7 +26,7 @@ static const char *const s_log_level_names[] = { "error", "warn", "info", "debug
 static const char *const s_log_format_names[] = { "text", "json", NULL };
 static const char *const s_transport_names[] = { "zmtp", "libzmq", NULL };
 static const char *const s_model_type_names[] = { "mlp", "lstm", NULL };
-static const char *const s_weight_dtype_names[] = { "f32", "f16", "bf16", NULL };
+static const char *const s_weight_dtype_names[] = { "f32", "f16", "bf16", "int8", NULL };
 
 /* KEY_ENUM rows store the index through an int. */
 _Static_assert (sizeof (activation_t) == sizeof (int), "activation_t is int-sized");

@@ -39,8 +39,11 @@ typedef enum {
 typedef enum { CUDA_WAIT_SPIN = 0, CUDA_WAIT_YIELD, CUDA_WAIT_BLOCK } cuda_wait_t;
 typedef enum { CPU_KERNEL_LOOP = 0, CPU_KERNEL_BLAS } cpu_kernel_t;
 typedef enum { MODEL_TYPE_MLP = 0, MODEL_TYPE_LSTM } model_type_t;
-/* How a backend may hold the weights on its device (CUDA LSTM kernels); f32 everywhere else. */
-typedef enum { WEIGHT_DTYPE_F32 = 0, WEIGHT_DTYPE_F16, WEIGHT_DTYPE_BF16 } weight_dtype_t;
+/* How a backend holds the weights (backend.h's weight_dtypes says which it can): f32; f16 or bf16 (each
+ * weight rounded once at load); int8 (per-output-row scales, the activations quantized per row at each
+ * layer: the CPU MLP backend alone). */
+typedef enum { WEIGHT_DTYPE_F32 = 0, WEIGHT_DTYPE_F16, WEIGHT_DTYPE_BF16, WEIGHT_DTYPE_INT8 } weight_dtype_t;
+#define WEIGHT_DTYPE_COUNT 4
 typedef enum { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON } log_format_t;
 /* What speaks ZeroMQ on the endpoints: our own ZMTP engine, or libzmq (front/endpoint.h). */
 typedef enum { TRANSPORT_ZMTP = 0, TRANSPORT_LIBZMQ } transport_t;

@@ -171,6 +171,9 @@ static cJSON *s_model_json (model_t *m, model_info_t *info)
     cJSON_AddStringToObject (j, "type", info->type);
     cJSON_AddStringToObject (j, "backend", info->backend);
     cJSON_AddStringToObject (j, "kernel", info->kernel);
+    if (info->isa[0])
+        cJSON_AddStringToObject (j, "isa", info->isa);
+    cJSON_AddStringToObject (j, "weight_dtype", info->weight_dtype);
     cJSON_AddNumberToObject (j, "input_size", info->input_size);
     cJSON_AddNumberToObject (j, "output_size", info->output_size);
     if (info->window) {

@@ -17,11 +17,13 @@
 #define REQUEST_FRAMING 128
 
 /* "use \"backend\": \"cpu\" or \"auto\"" for a model that cannot have the GPU it names, with the keys that go
- * only with a GPU backend changed too: the CPU holds weights in f32 only, and green_context is for
- * "cuda" alone (every fix a message offers is one the load then accepts: tests/test_config_advice.c). */
+ * only with a GPU backend changed too: a weight_dtype the CPU backend of its type does not hold, and
+ * green_context, which is for "cuda" alone (every fix a message offers is one the load then accepts:
+ * tests/test_config_advice.c). */
 static const char *s_cpu_advice (const model_config_t *cfg, char *out, size_t len)
 {
-    const bool dtype = cfg->weight_dtype != WEIGHT_DTYPE_F32;
+    const backend_iface_t *cpu = backends_built (cfg->type, BACKEND_CPU);
+    const bool dtype = cpu && !backend_holds (cpu, cfg->weight_dtype);
     snprintf (out, len, "use \"backend\": \"cpu\" or \"auto\"%s%s%s%s", dtype || cfg->green_context ? " with " : "",
               dtype ? "\"weight_dtype\": \"f32\"" : "", dtype && cfg->green_context ? " and " : "",
               cfg->green_context ? "\"green_context\": false" : "");
@@ -43,11 +45,12 @@ const backend_iface_t *model_choose_backend (model_t *m, model_config_t *cfg, co
         if (!backend_holds (iface, cfg->weight_dtype)) {
             /* the CUDA LSTM kernel holds f16 and bf16: offered where it can load */
             const bool cuda = cfg->type == MODEL_TYPE_LSTM && backends_find (cfg->type, BACKEND_CUDA, why, sizeof why);
-            sig_set_error (err, errlen, "model \"%s\": weight_dtype \"%s\": backend \"%s\" (%s) holds weights in f32 "
-                           "only; use \"weight_dtype\": \"f32\"%s", cfg->name, weight_dtype_name (cfg->weight_dtype),
-                           backend_kind_name (cfg->backend), cfg->type == MODEL_TYPE_LSTM ? "the LSTM loop" :
+            char held[64];
+            sig_set_error (err, errlen, "model \"%s\": weight_dtype \"%s\": backend \"%s\" (%s) holds weights in %s; "
+                           "use \"weight_dtype\": \"f32\"%s", cfg->name, weight_dtype_name (cfg->weight_dtype),
+                           backend_kind_name (cfg->backend), cfg->type == MODEL_TYPE_LSTM ? (cfg->backend == BACKEND_CPU ? "the LSTM loop" : "the LSTM kernel") :
                            cfg->backend == BACKEND_CPU ? cpu_kernel_name (cfg->cpu_kernel) : cuda_kernel_name (cfg->kernel),
-                           cuda ? ", or \"backend\": \"cuda\" (its LSTM kernel holds f16 and bf16)" : "");
+                           backend_holds_text (iface, held, sizeof held), cuda ? ", or \"backend\": \"cuda\" (its LSTM kernel holds f16 and bf16)" : "");
             return NULL;
         }
         int count = 0;
@@ -360,12 +363,15 @@ void model_log_loaded (const model_t *m, bool derived)
             used += (size_t) snprintf (placement + used, sizeof placement - used, " on cpu %d%s", in->cpus[0],
                                        in->cpu_count > 1 ? "+" : "");
     }
-    log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s, max_rows %u, max_batch_rows %u, "
+    char path[96] = "";
+    if (m->isa[0] || m->cfg.weight_dtype != WEIGHT_DTYPE_F32)
+        snprintf (path, sizeof path, " (%s%s%s weights)", m->isa, m->isa[0] ? ", " : "", weight_dtype_name (m->cfg.weight_dtype));
+    log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s%s, max_rows %u, max_batch_rows %u, "
               "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
               "request buffers %u x %u rows + %u x %u rows%s (%.1f MiB; %.1f MiB resident, the rest as a deeper "
               "queue first needs it)",
               m->cfg.name, m->cfg.version, m->input_size, m->output_size, m->iface->name, m->selected_by,
-              model_kernel_name (m), m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
+              model_kernel_name (m), path, m->max_rows, m->batch_rows, m->instance_count, placement, m->launch_ns / 1e3,
               m->row_ns / 1e3, !m->inline_ns ? "" : model_launch_ns (m, 1) <= m->inline_ns ? " (run on the front when idle)"
                                                   : " (over server.inline_us: never run on the front)",
               m->cfg.max_queue_us, m->cfg.queue_depth, derived ? " (derived)" : "", m->job_count,
@@ -471,6 +477,7 @@ model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, c
         if (model_instance_queues (m, &m->instances[i], err, errlen) != 0)
             goto failed;
     snprintf (m->kernel_names[0], sizeof m->kernel_names[0], "%s", m->iface->kernel_name (m->instances[0].impl));
+    snprintf (m->isa, sizeof m->isa, "%s", m->iface->isa ? m->iface->isa (m->instances[0].impl) : "");
     if (model_start_workers (m, err, errlen) != 0)
         goto failed;
     if (stats) {
@@ -565,6 +572,8 @@ void model_describe (model_t *m, model_info_t *info)
     info->type = model_type_name (m->cfg.type);
     info->backend = m->iface->name;
     info->kernel = model_kernel_name (m);
+    info->isa = m->isa;
+    info->weight_dtype = weight_dtype_name (m->cfg.weight_dtype);
     info->selected_by = m->selected_by;
     info->input_size = m->input_size;
     info->output_size = m->output_size;

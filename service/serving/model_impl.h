@@ -125,6 +125,7 @@ struct _model_t {
     char kernel_names[2][48];
     _Atomic uint32_t kernel_at;
     char selected_by[16];               /* "config" or "measurement" */
+    char isa[48];                       /* the CPU instruction path (backend.h's isa), "" where none */
     size_t candidate_count;
     autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];   /* what "auto" measured, fastest first */
     uint32_t instance_count;

@@ -1,0 +1,273 @@
+/* The vector kernels of the dense layers (cpu_dense.h), written once on GCC vectors of VW lanes and
+ * compiled per instruction path: cpu_dense_avx512.c (VW 16: a block of 16 outputs is one register)
+ * and cpu_dense_avx2.c (VW 8: two). Written for the path's own width: 64-byte GCC vectors on AVX2
+ * went through memory (GCC 12 lowers them badly: tick_mlp f32 took 134 us, against 7 on AVX-512).
+ * The including file sets its #pragma GCC target first and defines:
+ *   S_NAME, S_PATH         the ops table's name (cpu_dense_avx512) and its path ("avx512")
+ *   VW and the types vf, vi, vu (VW lanes of float, int32, uint32) and vb (VW uint8)
+ *   s_bcast (f)            F in every lane
+ *   s_f16 (p)              VW halves at P widened to a vf
+ *   s_x4_t, s_x4 (x4)      four u8 activations (one 32-bit word) made ready for s_dot4
+ *   s_dot4 (acc, w, x)     ACC + in each lane the dot product of its four s8 weights in W with X
+ *   s_round (v)            V rounded to the nearest integer, ties to even (the FPU's mode)
+ *   S_KEEP (v)             one load feeding both uses of V (GCC would load a bf16 lane again for
+ *                          the shift)
+ *   s_max (a, b), s_hmax (v), s_any (m)   lane maxima (no NaN here), V's largest lane, any lane of M set
+ *   s_u8 (t)               T's lanes clamped to [0, 255] as bytes
+ *   s_fma (a, b, c)        a b + c rounded once (the int8 outputs must be the scalar path's bits)
+ *   S_INT8_TARGET          the int8 functions' target attribute (VNNI on AVX-512; empty on AVX2)
+ *   S_KU_F32 (G), S_KU_F16 (G), S_KU_BF16 (G), S_KU_INT8 (G)   input steps unrolled for a group of
+ *                          G blocks (independent accumulators: enough to hide the FMA's latency,
+ *                          few enough to stay in registers; each divides in_pad's steps)
+ * Aligned loads throughout: the layout's groups and slices sit on 64 bytes (32 for f16). */
+#ifndef S_NAME
+#error "cpu_dense_body.h is included by cpu_dense_avx512.c and cpu_dense_avx2.c only"
+#endif
+
+#include "backends/backend.h"
+#include "backends/cpu_dense.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define S_INLINE static inline __attribute__ ((always_inline))
+#define NV (CPU_DENSE_BLOCK / VW)           /* vectors a block of 16 outputs */
+#define S_AL(p) __builtin_assume_aligned ((p), VW * 4)
+
+/* ---------------------------------------------------------------- the k loops of one group */
+
+/* ACC[j] += vector j of the group (block j / NV) over inputs [k0, k1) of X, for G blocks; W is the
+ * group's first slice (WIDTH outputs a slice). */
+S_INLINE void s_f32_tile (const float *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, vf *acc,
+                          const int G, const int KU)
+{
+    vf a[16][4 * NV] = { { { 0 } } };
+    const float *w = W + (size_t) k0 * width, *xk = x + k0;
+    for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * width, xk += KU) {
+#pragma GCC unroll 16
+        for (int u = 0; u < KU; u++) {
+            const vf xb = s_bcast (xk[u]);
+#pragma GCC unroll 8
+            for (int j = 0; j < G * NV; j++)
+                a[u][j] += *(const vf *) S_AL (w + (size_t) u * width + VW * j) * xb;
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < G * NV; j++)
+#pragma GCC unroll 16
+        for (int u = 0; u < KU; u++)
+            acc[j] += a[u][j];
+}
+
+S_INLINE void s_f16_tile (const uint16_t *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, vf *acc,
+                          const int G, const int KU)
+{
+    vf a[8][4 * NV] = { { { 0 } } };
+    const uint16_t *w = W + (size_t) k0 * width;
+    const float *xk = x + k0;
+    for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * width, xk += KU) {
+#pragma GCC unroll 8
+        for (int u = 0; u < KU; u++) {
+            const vf xb = s_bcast (xk[u]);
+#pragma GCC unroll 8
+            for (int j = 0; j < G * NV; j++)
+                a[u][j] += s_f16 (w + (size_t) u * width + VW * j) * xb;
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < G * NV; j++)
+#pragma GCC unroll 8
+        for (int u = 0; u < KU; u++)
+            acc[j] += a[u][j];
+}
+
+/* bf16: a lane holds inputs 2s (low half: shifted up, the plain bf16) and 2s + 1 (the whole lane);
+ * both products go to one accumulator (two dependent FMAs a step: KU sets the chains). */
+S_INLINE void s_bf16_tile (const uint16_t *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, vf *acc,
+                           const int G, const int KU)
+{
+    vf a[8][4 * NV] = { { { 0 } } };
+    const uint16_t *w = W + (size_t) k0 * width;      /* slice k0 / 2, 2 width halves a slice */
+    const float *xk = x + k0;
+    for (uint32_t n = (k1 - k0) / (2 * (uint32_t) KU); n; n--, w += (size_t) KU * 2 * width, xk += 2 * KU) {
+#pragma GCC unroll 8
+        for (int u = 0; u < KU; u++) {
+            const vf xe = s_bcast (xk[2 * u]), xo = s_bcast (xk[2 * u + 1]);
+#pragma GCC unroll 8
+            for (int j = 0; j < G * NV; j++) {
+                vu lane = *(const vu *) S_AL (w + (size_t) u * 2 * width + 2 * VW * j);
+                S_KEEP (lane);
+                a[u][j] += (vf) (lane << 16) * xe;
+                a[u][j] += (vf) lane * xo;
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < G * NV; j++)
+#pragma GCC unroll 8
+        for (int u = 0; u < KU; u++)
+            acc[j] += a[u][j];
+}
+
+S_INT8_TARGET S_INLINE void s_int8_tile (const int8_t *W, uint32_t width, const uint8_t *q, uint32_t k0, uint32_t k1, vi *acc,
+                           const int G, const int KU)
+{
+    vi a[4][4 * NV] = { { { 0 } } };
+    const int8_t *w = W + (size_t) k0 * width;        /* slice k0 / 4, 4 width bytes a slice */
+    const uint8_t *qk = q + k0;
+    for (uint32_t n = (k1 - k0) / (4 * (uint32_t) KU); n; n--, w += (size_t) KU * 4 * width, qk += 4 * KU) {
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++) {
+            uint32_t x4;
+            memcpy (&x4, qk + 4 * u, sizeof x4);
+            const s_x4_t xb = s_x4 (x4);
+#pragma GCC unroll 8
+            for (int j = 0; j < G * NV; j++)
+                a[u][j] = s_dot4 (a[u][j], *(const vi *) S_AL (w + (size_t) u * 4 * width + 4 * VW * j), xb);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < G * NV; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < KU; u++)
+            acc[j] += a[u][j];
+}
+
+/* ---------------------------------------------------------------- bias, activation, stores */
+
+S_INLINE void s_store (float *y, vf v, activation_t act)
+{
+    if (act == ACTIVATION_RELU)
+        v = (vf) ((vi) v & (vi) (v > 0));
+    *(vf *) S_AL (y) = v;
+    if (act == ACTIVATION_SIGMOID || act == ACTIVATION_TANH)
+        for (int i = 0; i < VW; i++)
+            y[i] = backend_activate (y[i], act);
+}
+
+/* ---------------------------------------------------------------- one layer */
+
+/* The walk every dtype shares: groups, k chunks (rows > 1), rows. TILE (W_group, width, row, k0,
+ * k1, acc, G) runs one group's k range for one row; ACC_T is its accumulators' type. First chunk:
+ * accumulators from 0; later ones from the partial sums; the last one finishes the outputs
+ * (FINISH: vector j of the group, outputs o = g0 + VW j). */
+#define S_WALK(ELEM, ACC_T, ROW_IN, TILE, FINISH)                                                              \
+    do {                                                                                                       \
+        const uint32_t chunk = io->rows == 1 ? L->in_pad : cpu_dense_chunk (L->dtype);                        \
+        for (uint32_t g0 = 0; g0 < L->out_pad; g0 += CPU_DENSE_GROUP) {                                       \
+            const uint32_t width = L->out_pad - g0 < CPU_DENSE_GROUP ? L->out_pad - g0 : CPU_DENSE_GROUP;     \
+            const int G = (int) (width / CPU_DENSE_BLOCK);                                                     \
+            const ELEM *Wg = (const ELEM *) L->weight + (size_t) g0 * L->in_pad;                                \
+            for (uint32_t k0 = 0; k0 < L->in_pad; k0 += chunk) {                                              \
+                const uint32_t k1 = k0 + chunk < L->in_pad ? k0 + chunk : L->in_pad;                          \
+                for (uint32_t r = 0; r < io->rows; r++) {                                                      \
+                    ACC_T acc[4 * NV] = { { 0 } };                                                             \
+                    ACC_T *part = (ACC_T *) io->partial + ((size_t) r * L->out_pad + g0) / VW;                 \
+                    if (k0 > 0)                                                                                \
+                        for (int j = 0; j < G * NV; j++)                                                       \
+                            acc[j] = part[j];                                                                  \
+                    switch (G) {                                                                               \
+                    case 4: TILE (Wg, width, ROW_IN, k0, k1, acc, 4); break;                                   \
+                    case 3: TILE (Wg, width, ROW_IN, k0, k1, acc, 3); break;                                   \
+                    case 2: TILE (Wg, width, ROW_IN, k0, k1, acc, 2); break;                                   \
+                    default: TILE (Wg, width, ROW_IN, k0, k1, acc, 1); break;                                  \
+                    }                                                                                          \
+                    if (k1 < L->in_pad)                                                                        \
+                        for (int j = 0; j < G * NV; j++)                                                       \
+                            part[j] = acc[j];                                                                  \
+                    else                                                                                       \
+                        for (int j = 0; j < G * NV; j++)                                                       \
+                            FINISH;                                                                            \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+    } while (0)
+
+#define S_ROW_X (io->x + (size_t) r * io->x_stride)
+#define S_ROW_Q (io->q + (size_t) r * io->q_stride)
+#define S_FINISH_FLOAT                                                                                         \
+    s_store (io->y + (size_t) r * io->y_stride + g0 + VW * j,                                                  \
+             acc[j] + *(const vf *) S_AL (L->bias + g0 + VW * j), L->activation)
+
+#define S_F32_TILE(W, width, x, k0, k1, acc, G) s_f32_tile (W, width, x, k0, k1, acc, G, S_KU_F32 (G))
+#define S_F16_TILE(W, width, x, k0, k1, acc, G) s_f16_tile (W, width, x, k0, k1, acc, G, S_KU_F16 (G))
+#define S_BF16_TILE(W, width, x, k0, k1, acc, G) s_bf16_tile (W, width, x, k0, k1, acc, G, S_KU_BF16 (G))
+#define S_INT8_TILE(W, width, q, k0, k1, acc, G) s_int8_tile (W, width, q, k0, k1, acc, G, S_KU_INT8 (G))
+
+static void s_dense_f32 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+{
+    S_WALK (float, vf, S_ROW_X, S_F32_TILE, S_FINISH_FLOAT);
+}
+
+static void s_dense_f16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+{
+    S_WALK (uint16_t, vf, S_ROW_X, S_F16_TILE, S_FINISH_FLOAT);
+}
+
+static void s_dense_bf16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+{
+    S_WALK (uint16_t, vf, S_ROW_X, S_BF16_TILE, S_FINISH_FLOAT);
+}
+
+/* int8: y = fma ((float) (dot - zero rowsum), w_scale x_scale, b), as every path computes it;
+ * outputs O .. O + VW - 1 of row R. */
+S_INT8_TARGET S_INLINE void s_int8_finish (const cpu_dense_t *L, const cpu_dense_io_t *io, uint32_t r, uint32_t o, vi acc)
+{
+    const vi rowsum = *(const vi *) S_AL (L->rowsum + o);
+    const vf dot = __builtin_convertvector (acc - rowsum * io->q_zero[r], vf);
+    const vf scale = *(const vf *) S_AL (L->scale + o) * io->q_scale[r];
+    s_store (io->y + (size_t) r * io->y_stride + o, s_fma (dot, scale, *(const vf *) S_AL (L->bias + o)), L->activation);
+}
+
+S_INT8_TARGET static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io_t *io)
+{
+    S_WALK (int8_t, vi, S_ROW_Q, S_INT8_TILE, s_int8_finish (L, io, r, g0 + VW * (uint32_t) j, acc[j]));
+}
+
+/* ---------------------------------------------------------------- int8 activations */
+
+static void s_quantize (const float *x, uint32_t x_stride, uint32_t rows, uint32_t n, uint32_t n_pad, uint8_t *q,
+                        uint32_t q_stride, float *scale, int32_t *zero)
+{
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *row = x + (size_t) r * x_stride;
+        uint8_t *qr = q + (size_t) r * q_stride;
+        /* the row's largest |x| and whether any x < 0 (-0 is not: as the scalar path) */
+        vf m0 = { 0 }, m1 = { 0 };
+        vi neg = { 0 };
+        uint32_t i = 0;
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+            const vf v0 = *(const vf *) S_AL (row + i), v1 = *(const vf *) S_AL (row + i + VW);
+            m0 = s_max (m0, (vf) ((vi) v0 & 0x7fffffff));
+            m1 = s_max (m1, (vf) ((vi) v1 & 0x7fffffff));
+            neg |= (v0 < 0) | (v1 < 0);
+        }
+        for (; i + VW <= n; i += VW) {
+            const vf v = *(const vf *) S_AL (row + i);
+            m0 = s_max (m0, (vf) ((vi) v & 0x7fffffff));
+            neg |= v < 0;
+        }
+        float amax = s_hmax (s_max (m0, m1));
+        int any = s_any (neg);
+        for (; i < n; i++) {
+            const float a = row[i] < 0 ? -row[i] : row[i];
+            amax = a > amax ? a : amax;
+            any |= row[i] < 0;
+        }
+        const float levels = any ? 127.0f : 255.0f;
+        scale[r] = amax / levels;
+        zero[r] = any ? 128 : 0;
+        const float inv = amax > 0 ? levels / amax : 0.0f;
+        /* X holds n rounded up to 16 floats a row (int8's n_pad may be more: zeros) */
+        for (i = 0; i < n; i += VW)
+            *(vb *) (qr + i) = s_u8 (s_round (*(const vf *) S_AL (row + i) * inv) + zero[r]);
+        memset (qr + n, 0, n_pad - n);
+    }
+}
+
+const cpu_dense_ops_t S_NAME = {
+    .name = S_PATH,
+    .dense = { [WEIGHT_DTYPE_F32] = s_dense_f32, [WEIGHT_DTYPE_F16] = s_dense_f16, [WEIGHT_DTYPE_BF16] = s_dense_bf16,
+               [WEIGHT_DTYPE_INT8] = s_dense_int8 },
+    .quantize = s_quantize,
+};
