@@ -265,9 +265,11 @@ static void s_print_device (void)
             p.minor, p.multiProcessorCount, driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
 }
 
-/* Tables 1-3. 0 when they ran, -1 when there is no device (the reason printed), 1 when the
- * persistent rows missed an error bound. */
-int sb_bench_gpu (const options_t *o, const weights_t *w, float *const *in, const double *const *ref)
+/* Tables 1-3, PERSISTENT (sb_bench_persistent, passed in: persistent.c uses this file's helpers, so
+ * this file does not call it by name) for the resident kernel's rows. 0 when they ran, -1 when there
+ * is no device (the reason printed), 1 when the persistent rows missed an error bound. */
+int sb_bench_gpu (const options_t *o, const weights_t *w, float *const *in, const double *const *ref,
+                  sb_bench_fn persistent)
 {
     int count = 0;
     char why[256];
@@ -280,7 +282,7 @@ int sb_bench_gpu (const options_t *o, const weights_t *w, float *const *in, cons
         printf ("### End-to-end in process, persistent kernel, %u iterations after %u warm-up, host clock from "
                 "copy-in to copy-out (wait: %s), microseconds\n\n", o->iterations, o->warmup, cuda_wait_name (o->wait));
         latency_print_header (stdout, "kernel | host memory + launch");
-        int rc = sb_bench_persistent (o, w, in, ref);
+        int rc = persistent (o, w, in, ref);
         printf ("\n");
         return rc ? 1 : 0;
     }
@@ -329,7 +331,7 @@ int sb_bench_gpu (const options_t *o, const weights_t *w, float *const *in, cons
             errors[k][5] = INFINITY;
     }
     /* Same table, same method: the resident kernel, then the floor it is measured against. */
-    const int persistent_rc = sb_bench_persistent (o, w, in, ref);
+    const int persistent_rc = persistent (o, w, in, ref);
     printf ("\nrelative error ||y - ref|| / ||ref|| against the float64 reference over the timed runs "
             "(kernel-only direct, graph; end-to-end pageable, pinned, pinned+graph, zero-copy+graph):\n");
     for (int k = 0; k < 4; k++) {

@@ -263,7 +263,7 @@ int main (int argc, char **argv)
             printf ("GPU tables skipped for device %d: it does not exist\n\n", o.device);
             continue;
         }
-        gpu_bad |= sb_bench_gpu (&o, w, in, (const double *const *) ref) > 0;
+        gpu_bad |= sb_bench_gpu (&o, w, in, (const double *const *) ref, sb_bench_persistent) > 0;
     }
 #else
     printf ("GPU tables skipped: this build has no CUDA backend (nvcc was not found when it was built)\n\n");

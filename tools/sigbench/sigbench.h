@@ -96,7 +96,10 @@ double sb_bench_e2e (const options_t *o, backend_model_t *m, const weights_t *w,
                      const double *const *ref, latency_summary_t *out);
 /* Tables 1-3. 0 when they ran, -1 when there is no device (the reason printed), 1 when the
  * persistent rows missed an error bound. */
-int sb_bench_gpu (const options_t *o, const weights_t *w, float *const *in, const double *const *ref);
+/* A table of rows over W: 0, or 1 when a row missed its error bound. */
+typedef int (*sb_bench_fn) (const options_t *o, const weights_t *w, float *const *in, const double *const *ref);
+int sb_bench_gpu (const options_t *o, const weights_t *w, float *const *in, const double *const *ref,
+                  sb_bench_fn persistent);
 /* persistent.c: the persistent rows of the end-to-end table and the floors beside them. */
 int sb_bench_persistent (const options_t *o, const weights_t *w, float *const *in, const double *const *ref);
 #endif
