@@ -150,7 +150,10 @@ int cpu_dense_pack (cpu_dense_t *L, const dense_layer_t *src, weight_dtype_t dty
     L->bias = floats_zeroed (L->out_pad);
     if (dtype == WEIGHT_DTYPE_INT8) {
         L->scale = floats_zeroed (L->out_pad);
-        L->rowsum = calloc (L->out_pad, sizeof *L->rowsum);
+        /* read as whole 64-byte vectors (cpu_dense_body.h): aligned as the floats are */
+        const size_t bytes = ((size_t) L->out_pad * sizeof *L->rowsum + 63) / 64 * 64;
+        if ((L->rowsum = aligned_alloc (64, bytes)))
+            memset (L->rowsum, 0, bytes);
     }
     if (!L->weight || !L->bias || (dtype == WEIGHT_DTYPE_INT8 && (!L->scale || !L->rowsum))) {
         sig_set_error (err, errlen, "out of memory packing %s", name);
