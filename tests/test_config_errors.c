@@ -180,8 +180,8 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].backend: expected one of auto, cpu, cuda, got \"tpu\"" },
     { "bad kernel", WITH_MODEL (", 'kernel': 'Warp'"),
       "test.json: models[0].kernel: expected one of warp, cublas, mbyv, fused, persistent, got \"Warp\"" },
-    { "bad type", WITH_MODEL (", 'type': 'gru'"),
-      "test.json: models[0].type: expected one of mlp, lstm, got \"gru\"" },
+    { "bad type", WITH_MODEL (", 'type': 'rnn'"),
+      "test.json: models[0].type: expected one of mlp, lstm, gru, got \"rnn\"" },
     { "bad weight_dtype", WITH_MODEL (", 'weight_dtype': 'fp8'"),
       "test.json: models[0].weight_dtype: expected one of f32, f16, bf16, got \"fp8\"" },
     { "bad log_format", WITH_SERVER (", 'log_format': 'yaml'"),
@@ -264,9 +264,9 @@ static const bad_case_t s_bad[] = {
 
     /* model types */
     { "lstm keys on an mlp", WITH_MODEL (", 'window': 64"),
-      "test.json: models[0].window: only for models of \"type\": \"lstm\"; this model is \"mlp\"" },
+      "test.json: models[0].window: only for models of \"type\": \"lstm\" or \"gru\"; this model is \"mlp\"" },
     { "head on an mlp", WITH_MODEL (", 'head': {'weight': 'fc.weight'}"),
-      "test.json: models[0].head: only for models of \"type\": \"lstm\"; this model is \"mlp\"" },
+      "test.json: models[0].head: only for models of \"type\": \"lstm\" or \"gru\"; this model is \"mlp\"" },
     { "layers on an lstm", WITH_MODEL (", 'type': 'lstm', 'window': 8, 'head': {'weight': 'fc.weight'}"),
       "test.json: models[0].layers: only for models of \"type\": \"mlp\"; this model is \"lstm\" (its layers come "
       "from the weight_ih_l{k}/weight_hh_l{k} tensors; its output layer is \"head\")" },

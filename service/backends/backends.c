@@ -2,7 +2,9 @@
  * has for a type. */
 #include "backends/backends.h"
 
+#include "backends/backend_gru.h"
 #include "backends/backend_lstm.h"
+#include "weights/gru.h"
 #include "weights/reference.h"
 
 #include <stdio.h>
@@ -26,6 +28,8 @@ static const backends_type_t s_types[MODEL_TYPE_COUNT] = {
     [MODEL_TYPE_MLP] = { .cpu = &backend_cpu_iface, .reference = reference_forward },
     [MODEL_TYPE_LSTM] = { .cpu = &backend_lstm_cpu_iface, .reference = s_lstm_window,
                           .reference_stream = s_lstm_stream },
+    [MODEL_TYPE_GRU] = { .cpu = &backend_gru_cpu_iface, .reference = gru_reference_window,
+                         .reference_stream = gru_reference_stream },
 };
 
 const backends_type_t *backends_type (model_type_t type)

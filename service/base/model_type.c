@@ -63,16 +63,20 @@ static const key_spec_t s_lstm_keys[] = {
     { .name = "advances_apart", .type = KEY_BOOL, FIELD (model_config_t, advances_apart), .def = false },
 };
 
+static const key_spec_t s_gru_keys[] = { RECURRENT_KEYS ("gru") };
+
 #define TYPE_KEYS(type, rows) { .what = "model", .keys = rows, .count = sizeof (rows) / sizeof (rows)[0], \
                                 .required_for = "\"type\": \"" type "\"" }
 static const table_t s_mlp_table = TYPE_KEYS ("mlp", s_mlp_keys);
 static const table_t s_lstm_table = TYPE_KEYS ("lstm", s_lstm_keys);
+static const table_t s_gru_table = TYPE_KEYS ("gru", s_gru_keys);
 
 /* ---------------------------------------------------------------- the table */
 
 const char *const model_type_names[] = {
     [MODEL_TYPE_MLP] = "mlp",
     [MODEL_TYPE_LSTM] = "lstm",
+    [MODEL_TYPE_GRU] = "gru",
     [MODEL_TYPE_COUNT] = NULL,
 };
 
@@ -81,6 +85,8 @@ static const model_type_info_t s_types[MODEL_TYPE_COUNT] = {
                          .caps = MODEL_CAP_BATCH | MODEL_CAP_INLINE | MODEL_CAP_CUDA_KERNELS },
     [MODEL_TYPE_LSTM] = { .title = "LSTM", .keys = &s_lstm_table, .gates = 4, .gate_names = "i, f, g, o",
                           .caps = MODEL_CAP_BATCH | MODEL_CAP_WINDOW | MODEL_CAP_STREAM | MODEL_CAP_CUDA_RESIDENT },
+    [MODEL_TYPE_GRU] = { .title = "GRU", .keys = &s_gru_table, .gates = 3, .gate_names = "r, z, n",
+                         .caps = MODEL_CAP_BATCH | MODEL_CAP_WINDOW | MODEL_CAP_STREAM },
 };
 
 const model_type_info_t *model_type_info (model_type_t t)

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { MODEL_TYPE_MLP = 0, MODEL_TYPE_LSTM, MODEL_TYPE_COUNT } model_type_t;
+typedef enum { MODEL_TYPE_MLP = 0, MODEL_TYPE_LSTM, MODEL_TYPE_GRU, MODEL_TYPE_COUNT } model_type_t;
 
 /* What serving a type can do. */
 #define MODEL_CAP_BATCH (1u << 0)       /* several requests' rows go into one launch */
