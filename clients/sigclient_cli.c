@@ -64,7 +64,7 @@ static const char *s_usage =
     "                   p50 p90 p99 p99.9 min max mean sd (us) on stderr\n"
     "  --warmup W       with --repeat: send W more requests first and leave them out (default 0)\n"
     "  --deadline-us D  the server drops the request if still queued after D us (default: none)\n"
-    "  --stream ID      LSTM models: send the features as steps of stream ID (1 or more), in\n"
+    "  --stream ID      recurrent models: send the features as steps of stream ID (1 or more), in\n"
     "                   order, one request a step, each step the model's step_size values (from\n"
     "                   the server's model list): --file/--stdin hold the steps one after another\n"
     "                   (one a line, by habit), --random N --repeat K sends K random steps of N.\n"
@@ -368,7 +368,10 @@ static void s_shape_hint (sigclient_t *client, const options_t *opts, size_t n)
 {
     sigclient_model_info_t m;
     if (s_find_model (client, opts->model, &m) != 0 || m.input_size == 0) return;
-    bool lstm = strcmp (m.type, "lstm") == 0;
+    /* a model with a window (a recurrent type: its list entry gives a step size) keeps streams */
+    char title[sizeof m.type];
+    for (size_t i = 0; i < sizeof title; i++)
+        title[i] = (char) toupper ((unsigned char) m.type[i]);
     if (!opts->rows_given && n % m.input_size == 0 && n / m.input_size > 1) {
         size_t rows = n / m.input_size;
         if (opts->random_n)
@@ -379,9 +382,10 @@ static void s_shape_hint (sigclient_t *client, const options_t *opts, size_t n)
                      n, rows, opts->model, m.input_size, rows, m.max_rows && rows > m.max_rows
                      ? " (more than its max_rows: split them over several requests)" : "");
     }
-    else if (lstm && m.step_size && n == (size_t) opts->rows * m.step_size)
-        fprintf (stderr, "sigclient: hint: %zu values are one step of LSTM model \"%s\" (window %u x step_size %u): "
-                         "add --stream ID to send them as a step of stream ID\n", n, opts->model, m.window, m.step_size);
+    else if (m.step_size && n == (size_t) opts->rows * m.step_size)
+        fprintf (stderr, "sigclient: hint: %zu values are one step of %s model \"%s\" (window %u x step_size %u): "
+                         "add --stream ID to send them as a step of stream ID\n", n, title, opts->model, m.window,
+                 m.step_size);
 }
 
 static void s_print_outputs (const float *outputs, size_t n, uint32_t rows)
@@ -423,7 +427,7 @@ static int s_infer_stream (sigclient_t *client, const options_t *opts)
     sigclient_model_info_t m;
     int found = s_find_model (client, opts->model, &m);
     if (found < 0) return s_client_failure (client);
-    size_t step_size = found == 0 && strcmp (m.type, "lstm") == 0 ? m.step_size : 0;
+    size_t step_size = found == 0 ? m.step_size : 0;     /* 0: not a model with a window */
     float *features = NULL;
     size_t n_features = 0, n_steps;
     uint64_t warmup = 0;

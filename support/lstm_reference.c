@@ -118,7 +118,7 @@ void lstm_config (model_config_t *cfg, const char *name, const char *path, const
     cfg->weight_dtype = WEIGHT_DTYPE_F32;
     cfg->specialise = true;   /* the configuration's default (the CUDA kernel specialised for its plan) */
     snprintf (cfg->weights, sizeof cfg->weights, "%s", path);
-    strcpy (cfg->lstm_prefix, "lstm.");
+    strcpy (cfg->rnn_prefix, "lstm.");
     cfg->window = shape->window;
     strcpy (cfg->head.weight, "head.weight");
     strcpy (cfg->head.bias, "head.bias");

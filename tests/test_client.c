@@ -587,7 +587,7 @@ START_TEST (curve_allowed_served_others_time_out_alike)
     /* a stream's own socket takes the keys too: the server answers (an MLP keeps no stream) */
     ck_assert_int_eq (sigclient_infer_stream (c, "tick_mlp", 5, 1, in, TICK_IN, got, 2, &n_out, NULL), -1);
     ck_assert_str_eq (sigclient_error (c), "server replied STATUS_BAD_SHAPE: stream_id: model \"tick_mlp\" is of type "
-                                           "mlp, and only lstm models keep streams; send stream_id 0");
+                                           "mlp, which keeps no streams; send stream_id 0");
     sigclient_destroy (&c);
     char want[512];
     snprintf (want, sizeof want, "timed out after 300 ms waiting for a reply from %s (CURVE: a server that does not "

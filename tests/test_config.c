@@ -290,7 +290,7 @@ START_TEST (test_lstm_model_keys)
     ck_assert (m->advances_apart);
     ck_assert (m->green_context);
     ck_assert_int_eq (m->type, MODEL_TYPE_LSTM);
-    ck_assert_str_eq (m->lstm_prefix, "lstm.");
+    ck_assert_str_eq (m->rnn_prefix, "lstm.");
     ck_assert_uint_eq (m->window, 64);
     ck_assert_str_eq (m->head.weight, "fc.weight");
     ck_assert_str_eq (m->head.bias, "fc.bias");

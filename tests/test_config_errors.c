@@ -41,14 +41,12 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].wieghts: unknown key; did you mean \"weights\"? (expected one of name, version, type, "
       "backend, kernel, cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, "
       "max_batch_rows, batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, "
-      "watchdog_ms, weight_dtype, specialise, weights, layers, lstm, window, head, max_streams, stream_idle_s, "
-      "advances_apart, green_context)" },
+      "watchdog_ms, weight_dtype, specialise, weights, green_context, layers)" },
     { "model key in another case", WITH_MODEL (", 'Max_Rows': 4"),
       "test.json: models[0].Max_Rows: unknown key; did you mean \"max_rows\"? (expected one of name, version, type, "
       "backend, kernel, cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, "
       "max_batch_rows, batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, "
-      "watchdog_ms, weight_dtype, specialise, weights, layers, lstm, window, head, max_streams, stream_idle_s, "
-      "advances_apart, green_context)" },
+      "watchdog_ms, weight_dtype, specialise, weights, green_context, layers)" },
     { "layer key misspelt", WITH_LAYERS ("{'weight': '0.weight', 'activaton': 'relu'}"),
       "test.json: models[0].layers[0].activaton: unknown key; did you mean \"activation\"? (expected one of weight, "
       "bias, activation)" },
@@ -68,8 +66,7 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].kernal: unknown key; did you mean \"kernel\"? (expected one of name, version, type, backend, kernel, "
       "cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, max_batch_rows, "
       "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, watchdog_ms, weight_dtype, "
-      "specialise, weights, layers, lstm, window, "
-      "head, max_streams, stream_idle_s, advances_apart, green_context)" },
+      "specialise, weights, green_context, layers)" },
     { "green_context on the CPU", WITH_MODEL (", 'backend': 'cpu', 'green_context': true"),
       "test.json: models[0].green_context: only with \"backend\": \"cuda\" (SMs of a GPU held for the model's "
       "persistent kernel); this model's backend is \"cpu\"" },
@@ -183,8 +180,8 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].backend: expected one of auto, cpu, cuda, got \"tpu\"" },
     { "bad kernel", WITH_MODEL (", 'kernel': 'Warp'"),
       "test.json: models[0].kernel: expected one of warp, cublas, mbyv, fused, persistent, got \"Warp\"" },
-    { "bad type", WITH_MODEL (", 'type': 'gru'"),
-      "test.json: models[0].type: expected one of mlp, lstm, got \"gru\"" },
+    { "bad type", WITH_MODEL (", 'type': 'rnn'"),
+      "test.json: models[0].type: expected one of mlp, lstm, gru, got \"rnn\"" },
     { "bad weight_dtype", WITH_MODEL (", 'weight_dtype': 'fp8'"),
       "test.json: models[0].weight_dtype: expected one of f32, f16, bf16, int8, got \"fp8\"" },
     { "bad log_format", WITH_SERVER (", 'log_format': 'yaml'"),
@@ -211,7 +208,7 @@ static const bad_case_t s_bad[] = {
     { "no weights", "{" SERVER_OK ", 'models': [{'name': 'm', 'layers': [" LAYER_OK "]}]}",
       "test.json: models[0].weights: required key missing" },
     { "no layers", "{" SERVER_OK ", 'models': [{'name': 'm', 'weights': 'w'}]}",
-      "test.json: models[0].layers: required key missing" },
+      "test.json: models[0].layers: required key missing for \"type\": \"mlp\"" },
     { "no layer weight", WITH_LAYERS ("{'bias': '0.bias'}"),
       "test.json: models[0].layers[0].weight: required key missing" },
     { "empty top level", "{}", "test.json: server: required key missing" },
@@ -267,12 +264,12 @@ static const bad_case_t s_bad[] = {
 
     /* model types */
     { "lstm keys on an mlp", WITH_MODEL (", 'window': 64"),
-      "test.json: models[0].window: only for models of \"type\": \"lstm\"; this model is \"mlp\"" },
+      "test.json: models[0].window: only for models of \"type\": \"lstm\" or \"gru\"; this model is \"mlp\"" },
     { "head on an mlp", WITH_MODEL (", 'head': {'weight': 'fc.weight'}"),
-      "test.json: models[0].head: only for models of \"type\": \"lstm\"; this model is \"mlp\"" },
+      "test.json: models[0].head: only for models of \"type\": \"lstm\" or \"gru\"; this model is \"mlp\"" },
     { "layers on an lstm", WITH_MODEL (", 'type': 'lstm', 'window': 8, 'head': {'weight': 'fc.weight'}"),
-      "test.json: models[0].layers: not for models of \"type\": \"lstm\" (the layers come from the "
-      "weight_ih_l{k}/weight_hh_l{k} tensors; the output layer is \"head\")" },
+      "test.json: models[0].layers: only for models of \"type\": \"mlp\"; this model is \"lstm\" (its layers come "
+      "from the weight_ih_l{k}/weight_hh_l{k} tensors; its output layer is \"head\")" },
     { "lstm without window", "{" SERVER_OK ", 'models': [{'name': 'l', 'type': 'lstm', 'weights': 'w', "
       "'head': {'weight': 'fc.weight'}}]}",
       "test.json: models[0].window: required key missing for \"type\": \"lstm\"" },

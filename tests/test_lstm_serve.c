@@ -195,7 +195,7 @@ START_TEST (shape_errors_name_the_sizes)
               "features: expected rows x window x step size = 1 x 16 x 8 = 128 values for model \"seq\" (whole "
               "windows; one step goes with a stream_id), got 8");
     s_expect (s, "tick_mlp", f, 512, 1, 3, SIGSERVE__V1__STATUS__STATUS_BAD_SHAPE,
-              "stream_id: model \"tick_mlp\" is of type mlp, and only lstm models keep streams; send stream_id 0");
+              "stream_id: model \"tick_mlp\" is of type mlp, which keeps no streams; send stream_id 0");
     zmq_close (s);
 }
 END_TEST

@@ -206,7 +206,7 @@ END_TEST
 START_TEST (a_stream_id_on_an_mlp_is_refused)
 {
     s_refused ("mlp", s_f, MLP_IN, 1, 7, SIG_BAD_SHAPE,
-               "stream_id: model \"mlp\" is of type mlp, and only lstm models keep streams; send stream_id 0");
+               "stream_id: model \"mlp\" is of type mlp, which keeps no streams; send stream_id 0");
 }
 END_TEST
 

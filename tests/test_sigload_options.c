@@ -101,7 +101,7 @@ START_TEST (streams_against_an_lstm_model)
                           "--requests", "10", NULL };
     s_sigload (NULL, mlp, &run);
     EXPECT_STATUS (&run, 1);
-    EXPECT_IN (run.err, "--streams: model \"tick_mlp\" is of type mlp; only lstm models keep streams");
+    EXPECT_IN (run.err, "--streams: model \"tick_mlp\" is of type mlp, which keeps no streams");
     s_run_free (&run);
 }
 END_TEST

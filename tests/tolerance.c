@@ -680,6 +680,13 @@ void tol_round_lstm (lstm_weights_t *w, weight_dtype_t d)
     }
 }
 
+/* ---- for the bounds of other recurrent types (tolerance_gru.c) ---- */
+
+double tol_sig_err (double z) { return s_sig_err (z); }
+double tol_tanh_err (double z) { return s_tanh_err (z); }
+double tol_slope (activation_t a, double z, double e) { return s_slope (a, z, e); }
+double tol_act_error (activation_t a, double mag) { return s_act_error (a, mag); }
+
 /* ---- the check ---- */
 
 size_t tol_outside (const float *out, const double *ref, const double *bound, size_t n, double *worst)

@@ -64,6 +64,15 @@ int tol_lstm_window_products (const lstm_weights_t *w, weight_dtype_t held, weig
 int tol_lstm_stream_products (const lstm_weights_t *w, weight_dtype_t held, weight_dtype_t products, const float *steps,
                               uint64_t count, double *ref, double *bound);
 
+/* The pieces of these bounds that other recurrent types' bounds reuse (tolerance_gru.c): the
+ * recurrent kernels' float32 sigmoid and tanh of Z, their absolute errors at most; the largest
+ * |act'| over [Z - E, Z + E]; and the error of the backends' float32 activation A of a value of
+ * magnitude MAG. */
+double tol_sig_err (double z);
+double tol_tanh_err (double z);
+double tol_slope (activation_t a, double z, double e);
+double tol_act_error (activation_t a, double mag);
+
 /* V as a kernel holding weights in D holds it: rounded to nearest even in f16 or bf16 (f32: V). */
 float tol_round (float v, weight_dtype_t d);
 /* Every weight matrix of an MLP (the biases stay f32, as the persistent kernel holds them) rounded to

@@ -209,8 +209,8 @@ static uint32_t s_input_size (sigload_t *L, uint32_t *output_size)
         if (ready_model_sizes (L->workers[0].conns[SET_TARGET][0].socket, model, (int) opt->timeout_ms, &m,
                            served, sizeof served) == 0) {
             uint32_t in = m.in, out = m.out;
-            if (opt->streams && strcmp (m.type, "lstm") != 0) {
-                fprintf (stderr, "sigload: --streams: model \"%s\" is of type %s; only lstm models keep streams\n",
+            if (opt->streams && m.step_size == 0) {   /* no window (not a recurrent type): no streams */
+                fprintf (stderr, "sigload: --streams: model \"%s\" is of type %s, which keeps no streams\n",
                          model, m.type[0] ? m.type : "unknown");
                 return 0;
             }

@@ -94,7 +94,7 @@ static const char *s_help =
     "Requests:\n"
     "  --model M[,M2,...]    the model to run (required unless --echo); several: request k goes to\n"
     "                        model k mod N (they must take the same input size; no --expect).\n"
-    "  --streams N           LSTM models: every request is the next step of one of N streams\n"
+    "  --streams N           recurrent models: every request is the next step of one of N streams\n"
     "                        (stream ids B..B+N-1), steps numbered from 1 (InferRequest.step), the\n"
     "                        way STAC-ML drives an LSTM. Stream k is carried by connection k mod C\n"
     "                        alone, so its steps reach one server in order; a thread sends to its\n"

@@ -66,19 +66,21 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
 {
     option_t opts[16];
     size_t n = 0;
-    const bool lstm = cfg->type == MODEL_TYPE_LSTM;
     char why[256] = BACKENDS_NO_GPU;
     opts[n] = (option_t) { .iface = backends_find (cfg->type, BACKEND_CPU, why, sizeof why), .cfg = *cfg };
     opts[n].cfg.backend = BACKEND_CPU;
     n++;
     int devices = 0;
     const gpu_backend_t *gpu = backends_gpu (why, sizeof why);
+    const backend_iface_t *cuda = gpu ? gpu->by_type[cfg->type] : NULL;
     if (!gpu || gpu->device_count (&devices, why, sizeof why) != 0 || device >= devices)
         log_info ("model %s: backend auto: no CUDA device to measure (%s)", cfg->name,
                   devices ? "the configured device does not exist" : why);
-    else if (lstm) {
-        /* one GPU LSTM backend; its kernel follows the shape and weight_dtype */
-        opts[n] = (option_t) { .iface = gpu->lstm, .cfg = *cfg };
+    else if (!cuda)
+        log_info ("model %s: backend auto: no CUDA backend for \"type\": \"%s\"", cfg->name, model_type_name (cfg->type));
+    else if (!model_type_can (cfg->type, MODEL_CAP_CUDA_KERNELS)) {
+        /* one candidate: its kernel follows the shape and weight_dtype */
+        opts[n] = (option_t) { .iface = cuda, .cfg = *cfg };
         opts[n].cfg.backend = BACKEND_CUDA;
         n++;
     } else {
@@ -92,7 +94,7 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
             for (int zc = 0; zc < 2; zc++) {
                 if (k == CUDA_KERNEL_PERSISTENT && zc)
                     continue;       /* always reads and writes mapped memory */
-                opts[n] = (option_t) { .iface = gpu->mlp, .cfg = *cfg };
+                opts[n] = (option_t) { .iface = cuda, .cfg = *cfg };
                 opts[n].cfg.backend = BACKEND_CUDA;
                 opts[n].cfg.kernel = (cuda_kernel_t) k;
                 opts[n].cfg.zero_copy = zc;

@@ -27,6 +27,7 @@
  * x86-64 (the loader picks at start). Everything is allocated at load; nothing after. */
 #include "backends/backend_lstm.h"
 #include "backends/cpu_dense.h"
+#include "backends/vec16.h"
 #include "base/floats.h"
 
 #include "weights/lstm.h"
@@ -39,8 +40,6 @@
 #define VEC 16
 #define PROJ_RING_MAX_BYTES (512ull << 20)   /* above: the ring keeps raw steps */
 
-typedef float v16 __attribute__ ((vector_size (64)));
-typedef int32_t vi16 __attribute__ ((vector_size (64)));
 typedef uint32_t vu16 __attribute__ ((vector_size (64)));
 
 /* A K-major matrix of K rows of N columns: fp32 [K][N], or bf16 lanes [(K + 1) / 2][N][2]. */
@@ -90,51 +89,7 @@ struct backend_model {
 static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 /* ---------------------------------------------------------------------------------------------
- * Vector math (always inlined: compiled once per target clone) */
-
-#define INLINE static inline __attribute__ ((always_inline))
-
-/* (a brace list of sixteen copies compiled to sixteen masked broadcasts inside the clones) */
-INLINE v16 s_splat (float v)
-{
-    v16 r;
-    __builtin_memcpy (&r, &(float[16]) { v }, 4);
-    return __builtin_shufflevector (r, r, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-}
-
-INLINE v16 s_select (vi16 mask, v16 yes, v16 no) { return (v16) (((vi16) yes & mask) | ((vi16) no & ~mask)); }
-
-/* Cephes expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-5 polynomial; about 1 ulp. Clamped to
- * [-87.3, 88] (normal results): sigmoid and tanh need nothing beyond. */
-INLINE v16 s_exp (v16 x)
-{
-    x = s_select (x > s_splat (88.0f), s_splat (88.0f), x);
-    x = s_select (x < s_splat (-87.3f), s_splat (-87.3f), x);
-    v16 fx = x * s_splat (1.44269504088896341f) + s_splat (0.5f);
-    vi16 n = __builtin_convertvector (fx, vi16);       /* toward zero */
-    v16 fn = __builtin_convertvector (n, v16);
-    n += (vi16) (fn > fx);                              /* -1 where the truncation went up: floor */
-    fn = __builtin_convertvector (n, v16);
-    x = x - fn * s_splat (0.693359375f) - fn * s_splat (-2.12194440e-4f);
-    const v16 z = x * x;
-    v16 y = s_splat (1.9875691500e-4f);
-    y = y * x + s_splat (1.3981999507e-3f);
-    y = y * x + s_splat (8.3334519073e-3f);
-    y = y * x + s_splat (4.1665795894e-2f);
-    y = y * x + s_splat (1.6666665459e-1f);
-    y = y * x + s_splat (5.0000001201e-1f);
-    y = y * z + x + s_splat (1.0f);
-    const vi16 scale = (n + 127) << 23;
-    return y * (v16) scale;
-}
-
-INLINE v16 s_sigmoid (v16 x) { return s_splat (1.0f) / (s_splat (1.0f) + s_exp (-x)); }
-INLINE v16 s_tanh (v16 x) { return s_splat (2.0f) * s_sigmoid (x + x) - s_splat (1.0f); }
-
-/* ---------------------------------------------------------------------------------------------
- * Kernels */
-
-#define CLONES __attribute__ ((target_clones ("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+ * Kernels (compiled once per target: vec16.h's CLONES) */
 
 /* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 64); B1, B2 may be NULL. */
 CLONES static void s_gemv_f32 (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
@@ -144,13 +99,13 @@ CLONES static void s_gemv_f32 (const float *restrict Wt, uint32_t K, uint32_t N,
     for (; nb + 128 <= N; nb += 128) {
         v16 acc[8];
         for (int j = 0; j < 8; j++) {
-            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : s_splat (0.0f);
+            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
             if (b2)
                 acc[j] += *(const v16 *) (b2 + nb + 16 * j);
         }
         const float *w = Wt + nb;
         for (uint32_t k = 0; k < K; k++, w += N) {
-            const v16 xk = s_splat (x[k]);
+            const v16 xk = vec16_splat (x[k]);
             for (int j = 0; j < 8; j++)
                 acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
         }
@@ -160,13 +115,13 @@ CLONES static void s_gemv_f32 (const float *restrict Wt, uint32_t K, uint32_t N,
     if (nb < N) {   /* one block of 64 left */
         v16 acc[4];
         for (int j = 0; j < 4; j++) {
-            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : s_splat (0.0f);
+            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
             if (b2)
                 acc[j] += *(const v16 *) (b2 + nb + 16 * j);
         }
         const float *w = Wt + nb;
         for (uint32_t k = 0; k < K; k++, w += N) {
-            const v16 xk = s_splat (x[k]);
+            const v16 xk = vec16_splat (x[k]);
             for (int j = 0; j < 4; j++)
                 acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
         }
@@ -187,7 +142,7 @@ CLONES static void s_gemm_f32 (const float *restrict Wt, uint32_t K, uint32_t N,
                 xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
             v16 acc[4][4];
             for (int j = 0; j < 4; j++) {
-                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : s_splat (0.0f);
+                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : vec16_splat (0.0f);
                 for (int r = 0; r < 4; r++)
                     acc[r][j] = b;
             }
@@ -197,7 +152,7 @@ CLONES static void s_gemm_f32 (const float *restrict Wt, uint32_t K, uint32_t N,
                 for (int j = 0; j < 4; j++)
                     wv[j] = *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64);
                 for (int r = 0; r < 4; r++) {
-                    const v16 xk = s_splat (xr[r][k]);
+                    const v16 xk = vec16_splat (xr[r][k]);
                     for (int j = 0; j < 4; j++)
                         acc[r][j] += wv[j] * xk;
                 }
@@ -209,7 +164,7 @@ CLONES static void s_gemm_f32 (const float *restrict Wt, uint32_t K, uint32_t N,
 }
 
 /* The lanes of pair p, columns n .. n + 15: inputs 2p (E) and 2p + 1 (O) widened to fp32. */
-INLINE void s_pair (const uint16_t *Wp, uint32_t N, uint32_t p, uint32_t n, v16 *e, v16 *o)
+VEC16_INLINE void s_pair (const uint16_t *Wp, uint32_t N, uint32_t p, uint32_t n, v16 *e, v16 *o)
 {
     const vu16 lane = *(const vu16 *) __builtin_assume_aligned (Wp + ((size_t) p * N + n) * 2, 64);
     *e = (v16) (lane << 16);
@@ -217,17 +172,17 @@ INLINE void s_pair (const uint16_t *Wp, uint32_t N, uint32_t p, uint32_t n, v16 
 }
 
 /* Outputs nb .. nb + 16 J of s_gemv_bf16 (J independent accumulators, two FMAs each a pair). */
-INLINE void s_gemv_bf16_block (const uint16_t *restrict Wp, uint32_t K, uint32_t N, const float *restrict x,
+VEC16_INLINE void s_gemv_bf16_block (const uint16_t *restrict Wp, uint32_t K, uint32_t N, const float *restrict x,
                                const float *b1, const float *b2, float *restrict y, uint32_t nb, const int J)
 {
     v16 acc[8];
     for (int j = 0; j < J; j++) {
-        acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : s_splat (0.0f);
+        acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
         if (b2)
             acc[j] += *(const v16 *) (b2 + nb + 16 * j);
     }
     for (uint32_t p = 0; p < K / 2; p++) {
-        const v16 xe = s_splat (x[2 * p]), xo = s_splat (x[2 * p + 1]);
+        const v16 xe = vec16_splat (x[2 * p]), xo = vec16_splat (x[2 * p + 1]);
         for (int j = 0; j < J; j++) {
             v16 e, o;
             s_pair (Wp, N, p, nb + 16 * (uint32_t) j, &e, &o);
@@ -236,7 +191,7 @@ INLINE void s_gemv_bf16_block (const uint16_t *restrict Wp, uint32_t K, uint32_t
         }
     }
     if (K & 1) {
-        const v16 xe = s_splat (x[K - 1]);
+        const v16 xe = vec16_splat (x[K - 1]);
         for (int j = 0; j < J; j++) {
             v16 e, o;
             s_pair (Wp, N, K / 2, nb + 16 * (uint32_t) j, &e, &o);
@@ -269,7 +224,7 @@ CLONES static void s_gemm_bf16 (const uint16_t *restrict Wp, uint32_t K, uint32_
                 xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
             v16 acc[4][4];
             for (int j = 0; j < 4; j++) {
-                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : s_splat (0.0f);
+                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : vec16_splat (0.0f);
                 for (int r = 0; r < 4; r++)
                     acc[r][j] = b;
             }
@@ -279,7 +234,7 @@ CLONES static void s_gemm_bf16 (const uint16_t *restrict Wp, uint32_t K, uint32_
                     s_pair (Wp, N, p, nb + 16 * (uint32_t) j, &e[j], &o[j]);
                 const bool odd = 2 * p + 1 < K;
                 for (int r = 0; r < 4; r++) {
-                    const v16 xe = s_splat (xr[r][2 * p]), xo = s_splat (odd ? xr[r][2 * p + 1] : 0.0f);
+                    const v16 xe = vec16_splat (xr[r][2 * p]), xo = vec16_splat (odd ? xr[r][2 * p + 1] : 0.0f);
                     for (int j = 0; j < 4; j++)
                         acc[r][j] += e[j] * xe + o[j] * xo;
                 }
@@ -313,11 +268,11 @@ CLONES static void s_cells (const float *restrict gates, uint32_t blocks, float 
 {
     for (uint32_t b = 0; b < blocks; b++) {
         const v16 *g = (const v16 *) (gates + 64 * (size_t) b);
-        const v16 i = s_sigmoid (g[0]), f = s_sigmoid (g[1]), gg = s_tanh (g[2]), o = s_sigmoid (g[3]);
+        const v16 i = vec16_sigmoid (g[0]), f = vec16_sigmoid (g[1]), gg = vec16_tanh (g[2]), o = vec16_sigmoid (g[3]);
         v16 *cv = (v16 *) (c + 16 * (size_t) b);
         const v16 cn = f * *cv + i * gg;
         *cv = cn;
-        *(v16 *) (h + 16 * (size_t) b) = o * s_tanh (cn);
+        *(v16 *) (h + 16 * (size_t) b) = o * vec16_tanh (cn);
     }
 }
 
@@ -326,7 +281,7 @@ static void s_head (const backend_model_t *m, const float *h, float *out)
 {
     for (uint32_t o = 0; o < m->out; o++) {
         const v16 *w = (const v16 *) (m->head_w + (size_t) o * m->Hp), *hv = (const v16 *) h;
-        v16 acc = s_splat (0.0f);
+        v16 acc = vec16_splat (0.0f);
         for (uint32_t b = 0; b < m->Hp / VEC; b++)
             acc += w[b] * hv[b];
         float s = 0.0f;

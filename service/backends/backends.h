@@ -15,8 +15,9 @@
 
 typedef struct {
     const char *name;                   /* "cuda" */
-    const backend_iface_t *mlp;         /* its MLP backend (kernels: cuda_kernel_t) */
-    const backend_iface_t *lstm;        /* its LSTM backend */
+    /* Its backend for each model type (the CUDA column of the model types table); NULL: none. The
+     * MLP's runs the kernels of cuda_kernel_t. */
+    const backend_iface_t *by_type[MODEL_TYPE_COUNT];
     /* Devices this process sees: 0 with *COUNT, or -1 with a reason a user can act on. */
     int (*device_count) (int *count, char *why, size_t whylen);
     /* The CPUs next to DEVICE (its NUMA node) into CPUS (up to CAP); 0 when the system does not say. */
@@ -52,6 +53,22 @@ static inline bool backends_gpu_driver (char *why, size_t whylen)
     snprintf (why, whylen, "%s", BACKENDS_NO_DRIVER);
     return false;
 }
+
+/* The model types table's backend half (base/model_type.h holds the rest: names, keys, weights,
+ * capabilities), by type: the CPU backend that serves it, and the float64 reference every backend
+ * of it is judged by. (Its CUDA backend is the GPU library's: gpu_backend_t.by_type.) */
+typedef struct {
+    const backend_iface_t *cpu;
+    /* ROWS rows of input_size features (a recurrent type: whole windows) into ROWS x output_size
+     * values: 0, or -1 when memory runs out. */
+    int (*reference) (const weights_t *w, const float *in, uint32_t rows, double *out);
+    /* MODEL_CAP_STREAM: a stream's output once COUNT steps of step_size features went in (the window of
+     * its last steps, zeros before the first). NULL for a type without streams. */
+    int (*reference_stream) (const weights_t *w, const float *steps, uint64_t count, double *out);
+} backends_type_t;
+
+/* TYPE's row; NULL outside the table. */
+const backends_type_t *backends_type (model_type_t type);
 
 /* sigserve-test (the mailbox emulator, tests/mailbox_backend.c): the MLP backend "cpu" stands for. */
 void backends_set_test_cpu_mlp (const backend_iface_t *iface);

@@ -16,7 +16,6 @@
 #include <string.h>
 
 /* Value names, indexed by the enums of config.h; NULL-terminated for the enum rows. */
-static const char *const s_activation_names[] = { "none", "relu", "sigmoid", "tanh", NULL };
 static const char *const s_backend_names[] = { "auto", "cpu", "cuda", NULL };
 static const char *const s_cuda_kernel_names[] = { "warp", "cublas", "mbyv", "fused", "persistent", NULL };
 _Static_assert (sizeof s_cuda_kernel_names / sizeof s_cuda_kernel_names[0] == CUDA_KERNEL_COUNT + 1, "kernel names");
@@ -25,7 +24,6 @@ static const char *const s_cpu_kernel_names[] = { "loop", "blas", NULL };
 static const char *const s_log_level_names[] = { "error", "warn", "info", "debug", NULL };
 static const char *const s_log_format_names[] = { "text", "json", NULL };
 static const char *const s_transport_names[] = { "zmtp", "libzmq", NULL };
-static const char *const s_model_type_names[] = { "mlp", "lstm", NULL };
 static const char *const s_weight_dtype_names[] = { "f32", "f16", "bf16", "int8", NULL };
 
 /* KEY_ENUM rows store the index through an int. */
@@ -44,26 +42,15 @@ static int s_check_printable (parser_t *p, const char *value);
 static int s_check_endpoint (parser_t *p, const char *value);
 static int s_check_host_port (parser_t *p, const char *value);
 static int s_check_file_mode (parser_t *p, const char *value);
-static int s_derive_bias (parser_t *p, const void *object, char *dst, size_t size);
-
-static const key_spec_t s_layer_keys[] = {
-    { .name = "weight", .type = KEY_STRING, .required = true, FIELD (layer_config_t, weight),
-      .len_min = 1, .len_max = CONFIG_NAME_MAX - 1 },
-    { .name = "bias", .type = KEY_STRING, FIELD (layer_config_t, bias),
-      .len_min = 1, .len_max = CONFIG_NAME_MAX - 1, .nullable = true, .derive = s_derive_bias },
-    { .name = "activation", .type = KEY_ENUM, FIELD (layer_config_t, activation),
-      .choices = s_activation_names, .def = ACTIVATION_NONE },
-};
-static const table_t s_layer_table = TABLE ("layer", s_layer_keys);
-_Static_assert (sizeof s_layer_keys / sizeof s_layer_keys[0] <= KEYS_MAX, "raise KEYS_MAX");
 
 static const key_spec_t s_model_keys[] = {
     { .name = "name", .type = KEY_STRING, .required = true, FIELD (model_config_t, name),
       .len_min = 1, .len_max = CONFIG_NAME_MAX - 1, .unique = true, .check = s_check_model_name },
     { .name = "version", .type = KEY_STRING, FIELD (model_config_t, version),
       .len_min = 1, .len_max = CONFIG_NAME_MAX - 1, .def_str = "1", .check = s_check_printable },
+    /* the keys of its type follow these (base/model_type.c) */
     { .name = "type", .type = KEY_ENUM, FIELD (model_config_t, type),
-      .choices = s_model_type_names, .def = MODEL_TYPE_MLP },
+      .choices = model_type_names, .def = MODEL_TYPE_MLP },
     { .name = "backend", .type = KEY_ENUM, FIELD (model_config_t, backend),
       .choices = s_backend_names, .def = BACKEND_AUTO },
     /* -1: not given (resolved to warp; "auto" then measures every kernel) */
@@ -116,23 +103,13 @@ static const key_spec_t s_model_keys[] = {
     { .name = "specialise", .type = KEY_BOOL, FIELD (model_config_t, specialise), .def = true },
     { .name = "weights", .type = KEY_PATH, .required = true, FIELD (model_config_t, weights),
       .len_min = 1, .len_max = CONFIG_PATH_MAX - 1 },
-    /* required for "mlp", refused for "lstm": checked once the model is read (s_check_model) */
-    { .name = "layers", .type = KEY_OBJECT_ARRAY, .offset = offsetof (model_config_t, layers),
-      .size = sizeof (layer_config_t), .count_offset = offsetof (model_config_t, layer_count),
-      .min = 1, .max = CONFIG_MAX_LAYERS, .what = "layer", .sub = &s_layer_table },
-    { .name = "lstm", .type = KEY_STRING, FIELD (model_config_t, lstm_prefix),
-      .len_min = 0, .len_max = CONFIG_NAME_MAX - 16, .def_str = "" },
-    { .name = "window", .type = KEY_U32, FIELD (model_config_t, window), .min = 1, .max = 4096, .def = 0 },
-    { .name = "head", .type = KEY_OBJECT, .offset = offsetof (model_config_t, head), .sub = &s_layer_table },
-    { .name = "max_streams", .type = KEY_U32, FIELD (model_config_t, max_streams),
-      .min = 1, .max = 1000000, .def = 1024 },
-    { .name = "stream_idle_s", .type = KEY_U32, FIELD (model_config_t, stream_idle_s),
-      .min = 1, .max = 86400, .def = 300 },
-    { .name = "advances_apart", .type = KEY_BOOL, FIELD (model_config_t, advances_apart), .def = false },
     /* with "backend": "cuda" and a persistent kernel only: checked once the model is read (s_resolve_model) */
     { .name = "green_context", .type = KEY_BOOL, FIELD (model_config_t, green_context), .def = false },
 };
-static const table_t s_model_table = TABLE ("model", s_model_keys);
+static const table_t s_model_table = {
+    .what = "model", .keys = s_model_keys, .count = sizeof s_model_keys / sizeof s_model_keys[0],
+    .extra = model_type_config_keys, .elsewhere = model_type_config_elsewhere,
+};
 _Static_assert (sizeof s_model_keys / sizeof s_model_keys[0] <= KEYS_MAX, "raise KEYS_MAX");
 
 static const key_spec_t s_curve_keys[] = {
@@ -294,23 +271,6 @@ static int s_check_file_mode (parser_t *p, const char *value)
     return 0;
 }
 
-/* An absent "bias" is the weight's name with ".weight" replaced by ".bias", which is how
- * PyTorch names an nn.Linear's tensors. */
-static int s_derive_bias (parser_t *p, const void *object, char *dst, size_t size)
-{
-    const layer_config_t *layer = object;
-    const char *suffix = ".weight";
-    size_t n = strlen (layer->weight), sn = strlen (suffix);
-    if (n < sn || strcmp (layer->weight + n - sn, suffix) != 0) {
-        char q[160];
-        return config_fail (p, "required key missing: the weight %s does not end in \".weight\", so the "
-                          "bias name cannot be derived; give \"bias\" (a tensor name, or null for none)",
-                       config_quote (layer->weight, q, sizeof q));
-    }
-    snprintf (dst, size, "%.*s.bias", (int) (n - sn), layer->weight);
-    return 0;
-}
-
 void config_text_position (const char *text, const char *pos, size_t *line, size_t *column)
 {
     *line = 1;
@@ -377,8 +337,7 @@ static int s_resolve_buffers (parser_t *p, model_config_t *m, size_t index)
     return 0;
 }
 
-/* One model, once every key is read: the defaults that depend on other keys, and the keys that
- * go (or must not go) with its type. */
+/* One model, once every key is read (its type's with them): the defaults that depend on other keys. */
 static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const server_config_t *server)
 {
     char at[64];
@@ -404,29 +363,10 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
         return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].green_context", index), at),
                           "only with \"backend\": \"cuda\" (SMs of a GPU held for the model's persistent kernel); this "
                           "model's backend is \"%s\"", backend_kind_name (m->backend));
-    if (m->green_context && m->type == MODEL_TYPE_MLP && m->kernel != CUDA_KERNEL_PERSISTENT)
+    if (m->green_context && !model_type_can (m->type, MODEL_CAP_CUDA_RESIDENT) && m->kernel != CUDA_KERNEL_PERSISTENT)
         return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].green_context", index), at),
                           "only with \"kernel\": \"persistent\" (a resident kernel holds SMs; a launched one gives "
                           "them back); this model's kernel is \"%s\"", cuda_kernel_name (m->kernel));
-    static const char *const lstm_only[] = { "window", "head" };
-    bool has_lstm[2] = { m->window > 0, m->head.weight[0] != '\0' };
-    if (m->type == MODEL_TYPE_MLP) {
-        if (m->layer_count == 0)
-            return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].layers", index), at), "required key missing%s", "");
-        for (int k = 0; k < 2; k++)
-            if (has_lstm[k])
-                return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].%s", index, lstm_only[k]), at),
-                                  "only for models of \"type\": \"lstm\"; this model is \"%s\"", "mlp");
-        return 0;
-    }
-    if (m->layer_count > 0)
-        return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].layers", index), at),
-                          "not for models of \"type\": \"lstm\" (the layers come from the %s tensors; "
-                          "the output layer is \"head\")", "weight_ih_l{k}/weight_hh_l{k}");
-    for (int k = 0; k < 2; k++)
-        if (!has_lstm[k])
-            return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].%s", index, lstm_only[k]), at),
-                              "required key missing for \"type\": \"%s\"", "lstm");
     return 0;
 }
 
@@ -486,12 +426,23 @@ static int s_resolve (parser_t *p, config_t *cfg)
 /* ---------------------------------------------------------------- public API */
 
 /* The keys of table T in SECTION (ARRAY: SECTION is an array of such objects, so the sections
- * below it index an element: "models" -> "models[i].layers"). */
+ * below it index an element: "models" -> "models[i].layers"); the model table's followed by every
+ * model type's, each key once. */
 static void s_each_key (const table_t *t, const char *section, bool array,
                         void (*fn) (const char *, const char *, void *), void *arg)
 {
     for (size_t i = 0; i < t->count; i++) {
         const key_spec_t *k = &t->keys[i];
+        bool again = false;     /* another type's key of that name, listed already */
+        for (int ty = 0; ty < MODEL_TYPE_COUNT && t->required_for && !again; ty++) {
+            const table_t *o = model_type_info ((model_type_t) ty)->keys;
+            if (o == t)
+                break;
+            for (size_t j = 0; j < o->count; j++)
+                again |= strcmp (o->keys[j].name, k->name) == 0;
+        }
+        if (again)
+            continue;
         fn (section, k->name, arg);
         if (!k->sub)
             continue;
@@ -499,6 +450,8 @@ static void s_each_key (const table_t *t, const char *section, bool array,
         snprintf (sub, sizeof sub, "%s%s%s%s", section, array ? "[i]" : "", section[0] ? "." : "", k->name);
         s_each_key (k->sub, sub, k->type == KEY_OBJECT_ARRAY, fn, arg);
     }
+    for (int ty = 0; ty < MODEL_TYPE_COUNT && t->extra; ty++)
+        s_each_key (model_type_info ((model_type_t) ty)->keys, section, array, fn, arg);
 }
 
 void config_each_key (void (*fn) (const char *section, const char *key, void *arg), void *arg)
@@ -555,12 +508,15 @@ void config_destroy (config_t **self_p)
 #define S_NAME(names, value) \
     ((unsigned) (value) < sizeof (names) / sizeof (names)[0] - 1 ? (names)[value] : "unknown")
 
-const char *activation_name (activation_t a) { return S_NAME (s_activation_names, a); }
+/* (every name but the NULL that ends the list) */
+const char *activation_name (activation_t a)
+{
+    return (unsigned) a <= ACTIVATION_TANH ? config_activation_names[a] : "unknown";
+}
 const char *backend_kind_name (backend_kind_t b) { return S_NAME (s_backend_names, b); }
 const char *cuda_kernel_name (cuda_kernel_t k) { return S_NAME (s_cuda_kernel_names, k); }
 const char *cpu_kernel_name (cpu_kernel_t k) { return S_NAME (s_cpu_kernel_names, k); }
 const char *cuda_wait_name (cuda_wait_t w) { return S_NAME (s_cuda_wait_names, w); }
-const char *model_type_name (model_type_t t) { return S_NAME (s_model_type_names, t); }
 const char *weight_dtype_name (weight_dtype_t d) { return S_NAME (s_weight_dtype_names, d); }
 
 uint32_t config_serving_threads (const config_t *cfg)

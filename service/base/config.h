@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/model_type.h"
+
 #define CONFIG_MAX_ENDPOINTS 16
 #define CONFIG_MAX_MODELS 64
 #define CONFIG_MAX_LAYERS 64
@@ -38,7 +40,6 @@ typedef enum {
 /* How the host waits for the GPU: spin on the completion event, spin with sched_yield, or block. */
 typedef enum { CUDA_WAIT_SPIN = 0, CUDA_WAIT_YIELD, CUDA_WAIT_BLOCK } cuda_wait_t;
 typedef enum { CPU_KERNEL_LOOP = 0, CPU_KERNEL_BLAS } cpu_kernel_t;
-typedef enum { MODEL_TYPE_MLP = 0, MODEL_TYPE_LSTM } model_type_t;
 /* How a backend holds the weights (backend.h's weight_dtypes says which it can): f32; f16 or bf16 (each
  * weight rounded once at load); int8 (per-output-row scales, the activations quantized per row at each
  * layer: the CPU MLP backend alone). */
@@ -88,13 +89,14 @@ typedef struct {
     bool specialise;                /* persistent: compile the kernel for this model's shapes at load (NVRTC) */
     char kernel_cache_dir[CONFIG_PATH_MAX];  /* resolved: server.kernel_cache_dir (the backend reads it here) */
     char weights[CONFIG_PATH_MAX];  /* resolved: relative paths joined to the config's folder */
+    /* The keys of the model's type (base/model_type.c reads them; zero for the other types): */
     size_t layer_count;             /* mlp */
     layer_config_t layers[CONFIG_MAX_LAYERS];
-    char lstm_prefix[CONFIG_NAME_MAX];  /* lstm: tensor name prefix ("lstm.") */
-    uint32_t window;                /* lstm: time steps of a window */
-    layer_config_t head;            /* lstm: the linear head on the last hidden state */
-    uint32_t max_streams;           /* lstm: streams held at once */
-    uint32_t stream_idle_s;         /* lstm: a stream idle this long is forgotten */
+    char rnn_prefix[CONFIG_NAME_MAX];   /* recurrent: its tensors' name prefix ("lstm.": the key named after the type) */
+    uint32_t window;                /* recurrent: time steps of a window */
+    layer_config_t head;            /* recurrent: the linear head on the last hidden state */
+    uint32_t max_streams;           /* recurrent: streams held at once */
+    uint32_t stream_idle_s;         /* recurrent: a stream idle this long is forgotten */
     bool advances_apart;            /* lstm, cuda: the advances in a second resident kernel (plan 4) */
     bool green_context;             /* cuda, persistent kernels: each in a green context of SMs of its own */
 } model_config_t;
@@ -178,7 +180,6 @@ const char *backend_kind_name (backend_kind_t b);
 const char *cuda_kernel_name (cuda_kernel_t k);
 const char *cpu_kernel_name (cpu_kernel_t k);
 const char *cuda_wait_name (cuda_wait_t w);
-const char *model_type_name (model_type_t t);
 const char *weight_dtype_name (weight_dtype_t d);
 
 #endif

@@ -126,17 +126,33 @@ static size_t s_distance (const char *a, const char *b)
     return d[la][lb];
 }
 
-/* The key of T that GIVEN most likely misspells: the nearest by s_distance, when it is within a third of
+/* The keys an object takes: its table's, then those its table's extra hook chose for it. */
+typedef struct {
+    const key_spec_t *key[KEYS_MAX];
+    const char *required_for[KEYS_MAX];
+    size_t count;
+} keys_t;
+
+static void s_keys_add (keys_t *ks, const table_t *t)
+{
+    for (size_t i = 0; t && i < t->count; i++) {
+        assert (ks->count < KEYS_MAX);     /* raise KEYS_MAX */
+        ks->required_for[ks->count] = t->required_for;
+        ks->key[ks->count++] = &t->keys[i];
+    }
+}
+
+/* The key of KS that GIVEN most likely misspells: the nearest by s_distance, when it is within a third of
  * GIVEN's length (at least 1), or the key GIVEN starts (or that starts GIVEN), from 5 characters on;
  * NULL when none is that close. */
-static const char *s_nearest_key (const table_t *t, const char *given)
+static const char *s_nearest_key (const keys_t *ks, const char *given)
 {
     const size_t len = strlen (given);
     const size_t limit = len >= 3 ? (len + 2) / 3 : 1;
     const char *best = NULL;
     size_t best_d = SIZE_MAX;
-    for (size_t i = 0; i < t->count; i++) {
-        const char *name = t->keys[i].name;
+    for (size_t i = 0; i < ks->count; i++) {
+        const char *name = ks->key[i]->name;
         size_t d = s_distance (given, name);
         const size_t ln = strlen (name), shorter = len < ln ? len : ln;
         if (d > limit && shorter >= 5 && strncasecmp (given, name, shorter) == 0)
@@ -149,12 +165,12 @@ static const char *s_nearest_key (const table_t *t, const char *given)
     return best;
 }
 
-static const char *s_table_keys (const table_t *t, char *buf, size_t size)
+static const char *s_table_keys (const keys_t *ks, char *buf, size_t size)
 {
     const char *names[KEYS_MAX + 1];
-    for (size_t i = 0; i < t->count; i++)
-        names[i] = t->keys[i].name;
-    names[t->count] = NULL;
+    for (size_t i = 0; i < ks->count; i++)
+        names[i] = ks->key[i]->name;
+    names[ks->count] = NULL;
     return config_join (names, buf, size);
 }
 
@@ -375,8 +391,10 @@ static int s_read_value (parser_t *p, const key_spec_t *k, const cJSON *v, char 
     return config_fail (p, "internal error: key type %d", (int) k->type);
 }
 
-static int s_apply_default (parser_t *p, const key_spec_t *k, char *target)
+static int s_apply_default (parser_t *p, const key_spec_t *k, const char *required_for, char *target)
 {
+    if (k->required && required_for)
+        return config_fail (p, "required key missing for %s", required_for);
     if (k->required)
         return config_fail (p, "required key missing");
     switch (k->type) {
@@ -408,34 +426,42 @@ static int s_apply_default (parser_t *p, const key_spec_t *k, char *target)
     return 0;
 }
 
-/* Unknown and repeated keys first (in document order), then every row in table order, so a
- * derived default sees the keys of the rows above it. */
+/* Unknown and repeated keys first (in document order), then every row in table order (the extra
+ * keys the table chose for OBJ after its own), so a derived default sees the keys of the rows above it. */
 static int s_parse_object (parser_t *p, const cJSON *obj, const table_t *t, char *target, const siblings_t *sib)
 {
+    keys_t ks = { .count = 0 };
+    const table_t *extra = NULL;
+    if (t->extra && t->extra (p, obj, &extra) != 0)
+        return -1;
+    s_keys_add (&ks, t);
+    s_keys_add (&ks, extra);
     bool seen[KEYS_MAX] = { false };
     for (const cJSON *c = obj->child; c; c = c->next) {
         size_t mark = config_path_push_key (p, c->string ? c->string : "");
         size_t i = 0;
-        while (i < t->count && (!c->string || strcmp (c->string, t->keys[i].name) != 0))
+        while (i < ks.count && (!c->string || strcmp (c->string, ks.key[i]->name) != 0))
             i++;
-        if (i == t->count) {
+        if (i == ks.count) {
             char list[512], q[160];
-            const char *near = c->string ? s_nearest_key (t, c->string) : NULL;
+            if (c->string && t->elsewhere && t->elsewhere (p, obj, c->string) != 0)
+                return -1;
+            const char *near = c->string ? s_nearest_key (&ks, c->string) : NULL;
             if (near)
                 return config_fail (p, "unknown key; did you mean %s? (expected one of %s)",
-                                    config_quote (near, q, sizeof q), s_table_keys (t, list, sizeof list));
-            return config_fail (p, "unknown key (expected one of %s)", s_table_keys (t, list, sizeof list));
+                                    config_quote (near, q, sizeof q), s_table_keys (&ks, list, sizeof list));
+            return config_fail (p, "unknown key (expected one of %s)", s_table_keys (&ks, list, sizeof list));
         }
         if (seen[i])
             return config_fail (p, "duplicate key");
         seen[i] = true;
         config_path_pop (p, mark);
     }
-    for (size_t i = 0; i < t->count; i++) {
-        const key_spec_t *k = &t->keys[i];
+    for (size_t i = 0; i < ks.count; i++) {
+        const key_spec_t *k = ks.key[i];
         const cJSON *v = cJSON_GetObjectItemCaseSensitive (obj, k->name);
         size_t mark = config_path_push_key (p, k->name);
-        if ((v ? s_read_value (p, k, v, target, sib) : s_apply_default (p, k, target)) != 0)
+        if ((v ? s_read_value (p, k, v, target, sib) : s_apply_default (p, k, ks.required_for[i], target)) != 0)
             return -1;
         config_path_pop (p, mark);
     }

@@ -1,4 +1,5 @@
-/* The table-driven JSON reader that config.c is built on, private to base/config*.c: a table row
+/* The table-driven JSON reader that config.c is built on, private to base/config*.c (and
+ * model_type.c, which holds the keys of each model type): a table row
  * names a key, its type, bounds, default and target field, so adding a key is adding a row; the
  * walker knows nothing about any particular key except through the rows' optional check and derive
  * hooks. Every failure is one message "<file>: <json path>: <problem>" that says what was expected
@@ -59,10 +60,17 @@ struct s_table {
     const char *what;           /* noun for messages about one such object ("model") */
     const key_spec_t *keys;
     size_t count;
+    /* Optional: the keys OBJ takes besides these, chosen by OBJ itself (a model's, by its type): 0 with
+     * *EXTRA (NULL: none), or -1 with the parser's ERR. Read after these, in their table's order. */
+    int (*extra) (struct s_parser *p, const cJSON *obj, const struct s_table **extra);
+    /* Optional: KEY of OBJ is in neither table: -1 with a message saying whose key it is (another
+     * type's), or 0 (then it is an unknown key). */
+    int (*elsewhere) (struct s_parser *p, const cJSON *obj, const char *key);
+    const char *required_for;   /* a missing required key's message ends "for <this>" (a type's keys) */
 };
 
 #define KEYS_MAX 40
-#define TABLE(noun, rows) { noun, rows, sizeof (rows) / sizeof (rows)[0] }
+#define TABLE(noun, rows) { .what = noun, .keys = rows, .count = sizeof (rows) / sizeof (rows)[0] }
 #define FIELD(type, member) .offset = offsetof (type, member), .size = sizeof (((type *) 0)->member)
 
 struct s_parser {
@@ -86,6 +94,12 @@ const char *config_kind (const cJSON *v);
 const char *config_quote (const char *s, char *buf, size_t size);
 /* "none, relu, sigmoid, tanh": NAMES (NULL-terminated) joined. */
 const char *config_join (const char *const *names, char *buf, size_t size);
+/* model_type.c's part: the keys of a model's type (s_table's extra and elsewhere for the model
+ * table), and the values of a dense layer's "activation" (activation_t's names, NULL-terminated). */
+int model_type_config_keys (parser_t *p, const cJSON *obj, const table_t **extra);
+int model_type_config_elsewhere (parser_t *p, const cJSON *obj, const char *key);
+extern const char *const config_activation_names[];
+
 /* Reads OBJ with table T into TARGET: unknown and repeated keys refused first, then every row in
  * table order (a derived default sees the rows above it). 0, or -1 with the parser's ERR. */
 int config_walk_object (parser_t *p, const cJSON *obj, const table_t *t, char *target);

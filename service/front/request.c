@@ -47,9 +47,9 @@ sig_status_t request_check_infer (model_registry_t *models, const Sigserve__V1__
     *model_p = m;
     uint32_t rows = req->rows ? req->rows : 1;
     uint32_t in = model_input_size (m);
-    if (req->stream_id && model_type (m) != MODEL_TYPE_LSTM) {
-        snprintf (err, errlen, "stream_id: model \"%s\" is of type %s, and only lstm models keep streams; send "
-                  "stream_id 0", model_name (m), model_type_name (model_type (m)));
+    if (req->stream_id && !model_type_can (model_type (m), MODEL_CAP_STREAM)) {
+        snprintf (err, errlen, "stream_id: model \"%s\" is of type %s, which keeps no streams; send stream_id 0",
+                  model_name (m), model_type_name (model_type (m)));
         return SIG_BAD_SHAPE;
     }
     if (req->stream_id) {
@@ -76,7 +76,7 @@ sig_status_t request_check_infer (model_registry_t *models, const Sigserve__V1__
                   "(model \"%s\" takes %u features per row)", req->n_features, rows, in, model_name (m), in);
         return SIG_BAD_SHAPE;
     }
-    if (req->n_features != (size_t) rows * in && model_type (m) == MODEL_TYPE_LSTM) {
+    if (req->n_features != (size_t) rows * in && model_type_can (model_type (m), MODEL_CAP_WINDOW)) {
         snprintf (err, errlen, "features: expected rows x window x step size = %u x %u x %u = %zu values for model "
                   "\"%s\" (whole windows; one step goes with a stream_id), got %zu", rows, model_window (m),
                   model_step_size (m), (size_t) rows * in, model_name (m), req->n_features);

@@ -107,7 +107,8 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
 {
     if (ran)
         *ran = NULL;
-    if (a->stream_id && !m->iface->stream_step) {   /* request_check_infer refuses it first; never run it */
+    /* request_check_infer refuses it first; never run it */
+    if (a->stream_id && !model_type_can (m->cfg.type, MODEL_CAP_STREAM)) {
         snprintf (err, errlen, "stream_id: model \"%s\" keeps no streams; send stream_id 0", m->cfg.name);
         return SIG_BAD_SHAPE;
     }

@@ -6,7 +6,6 @@
 #include "backends/backends.h"
 #include "base/floats.h"
 #include "base/log.h"
-#include "weights/lstm.h"
 #include "weights/weights.h"
 
 #include <stdio.h>
@@ -43,14 +42,24 @@ const backend_iface_t *model_choose_backend (model_t *m, model_config_t *cfg, co
             return NULL;
         }
         if (!backend_holds (iface, cfg->weight_dtype)) {
-            /* the CUDA LSTM kernel holds f16 and bf16: offered where it can load */
-            const bool cuda = cfg->type == MODEL_TYPE_LSTM && backends_find (cfg->type, BACKEND_CUDA, why, sizeof why);
-            char held[64];
+            /* the type's other backend where it holds the type, as a whole, and can load (the CUDA LSTM
+             * kernel holds f16 and bf16; the MLP's, one kernel of them) */
+            const backend_kind_t other = cfg->backend == BACKEND_CPU ? BACKEND_CUDA : BACKEND_CPU;
+            const backend_iface_t *holds = backends_find (cfg->type, other, why, sizeof why);
+            const model_type_info_t *type = model_type_info (cfg->type);
+            const bool kernels = model_type_can (cfg->type, MODEL_CAP_CUDA_KERNELS);
+            char what[64], offer[128] = "", held[64];
+            if (kernels)
+                snprintf (what, sizeof what, "%s", cfg->backend == BACKEND_CPU ? cpu_kernel_name (cfg->cpu_kernel)
+                                                                                : cuda_kernel_name (cfg->kernel));
+            else
+                snprintf (what, sizeof what, "the %s %s", type->title, cfg->backend == BACKEND_CPU ? "loop" : "kernel");
+            if (!kernels && holds && backend_holds (holds, cfg->weight_dtype))
+                snprintf (offer, sizeof offer, ", or \"backend\": \"%s\" (its %s kernel holds f16 and bf16)",
+                          backend_kind_name (other), type->title);
             sig_set_error (err, errlen, "model \"%s\": weight_dtype \"%s\": backend \"%s\" (%s) holds weights in %s; "
                            "use \"weight_dtype\": \"f32\"%s", cfg->name, weight_dtype_name (cfg->weight_dtype),
-                           backend_kind_name (cfg->backend), cfg->type == MODEL_TYPE_LSTM ? (cfg->backend == BACKEND_CPU ? "the LSTM loop" : "the LSTM kernel") :
-                           cfg->backend == BACKEND_CPU ? cpu_kernel_name (cfg->cpu_kernel) : cuda_kernel_name (cfg->kernel),
-                           backend_holds_text (iface, held, sizeof held), cuda ? ", or \"backend\": \"cuda\" (its LSTM kernel holds f16 and bf16)" : "");
+                           backend_kind_name (cfg->backend), what, backend_holds_text (iface, held, sizeof held), offer);
             return NULL;
         }
         int count = 0;
@@ -146,7 +155,12 @@ int model_instance_queues (model_t *m, instance_t *in, char *err, size_t errlen)
         sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", cfg->name, in->index);
         return -1;
     }
-    if (m->iface->stream_step
+    if (model_type_can (cfg->type, MODEL_CAP_STREAM) && !m->iface->stream_step) {
+        sig_set_error (err, errlen, "model \"%s\": backend \"%s\" serves \"type\": \"%s\" without its stream entries",
+                       cfg->name, m->iface->name, model_type_name (cfg->type));
+        return -1;
+    }
+    if (model_type_can (cfg->type, MODEL_CAP_STREAM)
         && !(in->streams = streams_new (backend_stream_slots (cfg), (uint64_t) cfg->stream_idle_s * 1000000000ull))) {
         sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u's streams", cfg->name, in->index);
         return -1;
@@ -240,10 +254,8 @@ void model_take_sizes (model_t *m, const weights_t *w)
 {
     m->input_size = w->input_size;
     m->output_size = w->output_size;
-    if (w->lstm) {
-        m->window = w->lstm->window;
-        m->step_size = w->lstm->step_size;
-    }
+    m->window = w->window;
+    m->step_size = w->step_size;
     model_take_limits (m);
 }
 
@@ -310,7 +322,7 @@ static int s_check_request_size (const model_config_t *cfg, uint32_t input_size,
 int model_check_request_size (const model_config_t *cfg, const weights_t *w, uint32_t max_message_bytes, char *err,
                               size_t errlen)
 {
-    return s_check_request_size (cfg, w->input_size, w->lstm ? w->lstm->step_size : 0, max_message_bytes, err, errlen);
+    return s_check_request_size (cfg, w->input_size, w->step_size, max_message_bytes, err, errlen);
 }
 
 /* A request of max_rows rows that ZeroMQ would drop for its size could never be answered. */
@@ -452,10 +464,10 @@ model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, c
     for (uint32_t i = 0; i < m->instance_count; i++)
         if (model_instance_load (m, &m->instances[i], i, w, err, errlen) != 0)
             goto failed;
-    /* The front's own context, for the requests it runs itself: CPU models without streams (a
-     * stream's window lives in its instance) and without keep_warm_us (which keeps the workers warm
+    /* The front's own context, for the requests it runs itself: types that hold nothing per instance
+     * between requests (not a stream's window) and without keep_warm_us (which keeps the workers warm
      * for the next request: that request must then go to them). */
-    if (server->inline_us && !m->iface->stream_step && !cfg->keep_warm_us) {
+    if (server->inline_us && model_type_can (cfg->type, MODEL_CAP_INLINE) && !cfg->keep_warm_us) {
         if (m->iface->device == BACKEND_DEVICE_CPU) {
             for (uint32_t k = 0; k < m->lane_count; k++)     /* one for each front */
                 if (!(m->lanes[k].front_impl = m->iface->load (w, &m->cfg, 0, err, errlen)))

@@ -23,7 +23,8 @@ int model_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t
 bool model_plan_resident (const model_plan_t *plan)
 {
     return plan->cfg.backend == BACKEND_CUDA
-           && (plan->cfg.type == MODEL_TYPE_LSTM || plan->cfg.kernel == CUDA_KERNEL_PERSISTENT);
+           && (model_type_can (plan->cfg.type, MODEL_CAP_CUDA_RESIDENT)
+               || (model_type_can (plan->cfg.type, MODEL_CAP_CUDA_KERNELS) && plan->cfg.kernel == CUDA_KERNEL_PERSISTENT));
 }
 
 model_t *model_new_planned (const model_plan_t *plan, const server_config_t *server, stats_t *stats, char *err,

@@ -5,7 +5,6 @@
 #define _GNU_SOURCE
 #include "serving/model_impl.h"
 
-#include "backends/backend_lstm.h"
 #include "backends/backends.h"
 #include "base/log.h"
 #include "clock.h"
@@ -400,8 +399,9 @@ model_t *model_remote_new (const model_config_t *cfg, const model_plan_t *plan, 
     if (model_check_message_size (m, server->max_message_bytes, err, errlen) != 0)
         goto failed;
     /* Run to completion on the front: a persistent MLP, through its mailbox in the region (the front
-     * makes no CUDA call); graphs need the device process's context, LSTM steps never run inline. */
-    if (server->inline_us && shareable && m->cfg.type == MODEL_TYPE_MLP && !m->cfg.keep_warm_us) {
+     * makes no CUDA call); graphs need the device process's context, types holding streams never run
+     * inline. */
+    if (server->inline_us && shareable && model_type_can (m->cfg.type, MODEL_CAP_INLINE) && !m->cfg.keep_warm_us) {
         m->inline_shared = true;
         m->inline_ns = (uint64_t) server->inline_us * 1000;
     }

@@ -87,8 +87,8 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
     while (n < m->batch_rows && (j = s_peek (in, &lane)) != NULL) {
         if (j->stream_id)
             break;      /* a stream step goes alone (s_stream_step), after what was taken */
-        if (n > 0 && *rows + j->rows > m->batch_rows)
-            break;
+        if (n > 0 && (*rows + j->rows > m->batch_rows || !model_type_can (m->cfg.type, MODEL_CAP_BATCH)))
+            break;      /* (a type that cannot batch runs one request a launch) */
         s_pop (in, lane, j);
         uint64_t now = clock_now_ns ();
         j->t_start = now;

@@ -1,10 +1,10 @@
-/* A model's weights (weights.h): the dense chain read here, an LSTM by lstm.c, every tensor
+/* A model's weights (weights.h): the dense chain read here, recurrent layers by rnn.c, every tensor
  * through tensors.c. (Random weights and the float64 reference are test and tool support:
  * support/reference.c.) */
 #include "weights/weights.h"
 
 #include "base/status.h"
-#include "weights/lstm.h"
+#include "weights/rnn.h"
 #include "weights/safetensors.h"
 #include "weights/tensors.h"
 
@@ -47,18 +47,26 @@ static int s_load_layer (weights_t *self, size_t i, const model_config_t *cfg,
 weights_t *weights_load (const model_config_t *cfg, char *err, size_t errlen)
 {
     assert (cfg);
-    if (cfg->type == MODEL_TYPE_LSTM) {
+    const model_type_info_t *type = model_type_info (cfg->type);
+    if (!type) {
+        sig_set_error (err, errlen, "model \"%s\": no model type %d", cfg->name, (int) cfg->type);
+        return NULL;
+    }
+    if (type->gates) {
         weights_t *self = calloc (1, sizeof *self);
         if (!self) {
             sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
             return NULL;
         }
-        self->type = MODEL_TYPE_LSTM;
-        if (!(self->lstm = lstm_weights_load (cfg, err, errlen))) {
+        self->type = cfg->type;
+        if (!(self->rnn = rnn_weights_load (cfg, err, errlen))) {
             free (self);
             return NULL;
         }
-        const lstm_weights_t *l = self->lstm;
+        const rnn_weights_t *l = self->rnn;
+        self->lstm = cfg->type == MODEL_TYPE_LSTM ? self->rnn : NULL;
+        self->window = l->window;
+        self->step_size = l->step_size;
         self->input_size = l->window * l->step_size;
         self->output_size = l->head.out;
         self->widest = l->step_size > l->hidden ? l->step_size : l->hidden;
@@ -96,7 +104,7 @@ void weights_destroy (weights_t **self_p)
     if (!self_p || !*self_p)
         return;
     weights_t *self = *self_p;
-    lstm_weights_destroy (&self->lstm);
+    rnn_weights_destroy (&self->rnn);
     for (size_t i = 0; self->layers && i < self->layer_count; i++) {
         free (self->layers[i].weight);
         free (self->layers[i].bias);

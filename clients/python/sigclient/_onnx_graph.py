@@ -10,6 +10,7 @@ from __future__ import annotations
 
 _ACTIVATIONS = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}
 _LSTM_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
+_GRU_ACTIVATIONS = ["Sigmoid", "Tanh"]
 INPUT = "input"                    # the source of a value computed from the graph input alone
 _BIG = 2 ** 31 - 1                  # Slice ends at or past this are "to the end"
 _AXIS_WORDS = {"S": "steps", "D": "directions", "B": "batch", "H": "hidden", "1": "1", "K": "layers"}
@@ -38,10 +39,11 @@ class Seq:
 
 
 class Lstm:
-    """One LSTM node, its weights in PyTorch's layout and the layer below it (None: the input)."""
+    """One recurrent node (an LSTM, or a GRU: KIND, sigserve's "type"), its weights in PyTorch's layout and
+    the layer below it (None: the input)."""
 
-    def __init__(self, node, desc, w_ih, w_hh, b_ih, b_hh, below):
-        self.node, self.desc, self.below = node, desc, below
+    def __init__(self, node, desc, w_ih, w_hh, b_ih, b_hh, below, kind="lstm"):
+        self.node, self.desc, self.below, self.kind = node, desc, below, kind
         self.w_ih, self.w_hh, self.b_ih, self.b_hh = w_ih, w_hh, b_ih, b_hh
         self.hidden, self.inputs = w_hh.shape[1], w_ih.shape[1]
 
@@ -50,6 +52,12 @@ def _torch_gates(np, a):
     """Rows in ONNX's gate order i, o, f, c -> PyTorch's i, f, g (= c), o."""
     i, o, f, c = np.split(a, 4, axis=0)
     return np.concatenate([i, f, c, o], axis=0)
+
+
+def _torch_gru_gates(np, a):
+    """A GRU's rows in ONNX's gate order z, r, h -> PyTorch's r, z, n (= h)."""
+    z, r, h = np.split(a, 3, axis=0)
+    return np.concatenate([r, z, h], axis=0)
 
 
 class Graph:
@@ -229,9 +237,9 @@ class Graph:
             handler = getattr(self, "_op_" + node.op_type, None)
             if handler is None:
                 raise ConvertError(f"{self.desc(node)}: op {node.op_type} is not supported (sigserve serves "
-                                   f"dense layers - Gemm, MatMul + Add, with Relu, Tanh or Sigmoid - and LSTMs "
+                                   f"dense layers - Gemm, MatMul + Add, with Relu, Tanh or Sigmoid - and LSTMs or GRUs "
                                    f"with a dense head)")
-            if k != 0 and node.op_type != "LSTM":
+            if k != 0 and node.op_type not in ("LSTM", "GRU"):
                 raise ConvertError(f"{self.desc(node)}: output {k} is read; only its first output is supported")
             v = handler(node, k)
         self.memo[name] = v
@@ -742,10 +750,80 @@ class Graph:
         self.lstms[id(node)] = layer
         return layer
 
+    # ---- GRU ----
+
+    def _op_GRU(self, node, k):
+        layer = self.gru(node)
+        if k == 0:
+            return Seq(["S", "D", "B", "H"], [layer])
+        return Seq(["D", "B", "H"], [layer])
+
+    def gru(self, node) -> Lstm:
+        """A GRU node as PyTorch computes it (linear_before_reset = 1: n = tanh (W_n x + b_in + r (R_n h +
+        b_hn)), which torch.onnx.export writes); ONNX's default, the reset gate applied before R_n, is
+        another function and refused."""
+        if id(node) in self.lstms:
+            return self.lstms[id(node)]
+        np, desc, a = self.np, self.desc(node), self.attrs(node)
+        direction = a.get("direction", b"forward")
+        direction = direction.decode() if isinstance(direction, bytes) else direction
+        if direction != "forward":
+            raise ConvertError(f'{desc}: direction "{direction}"; sigserve runs forward GRUs only')
+        if a.get("layout", 0) != 0:
+            raise ConvertError(f"{desc}: layout = {a['layout']} (batch first); only layout = 0 is supported "
+                               f"(torch.onnx.export writes 0 and a Transpose)")
+        if a.get("linear_before_reset", 0) != 1:
+            raise ConvertError(f"{desc}: linear_before_reset = {a.get('linear_before_reset', 0)} (the reset gate "
+                               f"applied to h before R); sigserve computes PyTorch's GRU, r * (R_n h + b_hn): "
+                               f"linear_before_reset = 1, as torch.onnx.export writes it")
+        if "clip" in a:
+            raise ConvertError(f"{desc}: clip = {a['clip']:g}; sigserve's GRU does not clip")
+        acts = [x.decode() if isinstance(x, bytes) else x for x in a.get("activations", _GRU_ACTIVATIONS)]
+        if acts != _GRU_ACTIVATIONS:
+            raise ConvertError(f"{desc}: activations {acts}; only the default {_GRU_ACTIVATIONS} is supported")
+        for attr in ("activation_alpha", "activation_beta"):
+            if attr in a:
+                raise ConvertError(f"{desc}: {attr} is given; only the default activations are supported")
+        names = list(node.input) + [""] * (6 - len(node.input))
+        x, wn, rn, bn, seq_lens, h0 = names[:6]
+        if seq_lens:
+            raise ConvertError(f'{desc}: input sequence_lens ("{seq_lens}") is given; sigserve runs every window '
+                               f'at its full length')
+        if not self.is_zero(h0):
+            raise ConvertError(f'{desc}: input initial_h ("{h0}") is not provably zero (it comes from '
+                               f'{self.origin_of(h0)}); sigserve starts every window from a zero state')
+        w = self.weight(wn, node, "input W")
+        r = self.weight(rn, node, "input R")
+        if r.ndim != 3 or r.shape[0] != 1 or r.shape[1] != 3 * r.shape[2] or r.shape[2] == 0:
+            raise ConvertError(f"{desc}: R has shape {list(r.shape)}, expected [1, 3 x hidden, hidden]")
+        hidden = r.shape[2]
+        if a.get("hidden_size", hidden) != hidden:
+            raise ConvertError(f"{desc}: hidden_size = {a['hidden_size']} but R is {list(r.shape)}")
+        if w.ndim != 3 or w.shape[:2] != (1, 3 * hidden) or w.shape[2] == 0:
+            raise ConvertError(f"{desc}: W has shape {list(w.shape)}, expected [1, {3 * hidden}, inputs]")
+        if bn:
+            b = self.weight(bn, node, "input B")
+            if b.shape != (1, 6 * hidden):
+                raise ConvertError(f"{desc}: B has shape {list(b.shape)}, expected [1, {6 * hidden}]")
+        else:
+            b = np.zeros((1, 6 * hidden), dtype=np.float32)
+        below = self.lstm_input(node, self.value(x, desc), w.shape[2])
+        if below is not None and below.hidden != hidden:
+            raise ConvertError(f"{desc}: hidden size {hidden}, but the GRU below it ({below.desc}) has "
+                               f"{below.hidden}; sigserve's stacked layers share one hidden size")
+        layer = Lstm(node, desc, _torch_gru_gates(np, w[0]), _torch_gru_gates(np, r[0]),
+                     _torch_gru_gates(np, b[0, :3 * hidden]), _torch_gru_gates(np, b[0, 3 * hidden:]), below, "gru")
+        self.lstms[id(node)] = layer
+        return layer
+
     def lstm_input(self, node, v, inputs):
         """The layer below NODE (None: NODE reads the graph input), from its X's value V; sets the window."""
         desc = self.desc(node)
         if isinstance(v, Seq) and len(v.sources) == 1 and isinstance(v.sources[0], Lstm):
+            kind = "gru" if node.op_type == "GRU" else "lstm"
+            if v.sources[0].kind != kind:
+                raise ConvertError(f"{desc}: stacked on {v.sources[0].desc}; sigserve's layers are all LSTMs or all "
+                                   f"GRUs")
             if v.axes != ["S", "B", "H"]:
                 raise ConvertError(f"{desc}: its input X is the output of {v.sources[0].desc} as "
                                    f"{self.axes_text(v.axes)}; a stacked LSTM reads [steps, batch, hidden] (Y "

@@ -80,7 +80,7 @@ options:
                    p50 p90 p99 p99.9 min max mean sd (us) on stderr
   --warmup W       with --repeat: send W more requests first and leave them out (default 0)
   --deadline-us D  the server drops the request if still queued after D us (default: none)
-  --stream ID      LSTM models: send the features as steps of stream ID (1 or more), in
+  --stream ID      recurrent models: send the features as steps of stream ID (1 or more), in
                    order, one request a step, each step the model's step_size values (from
                    the server's model list): --file/--stdin hold the steps one after another
                    (one a line, by habit), --random N --repeat K sends K random steps of N.
@@ -429,8 +429,8 @@ def shape_hint(client: SigClient, opts: Options, n: int) -> None:
             split = " (more than its max_rows: split them over several requests)" if m.max_rows and rows > m.max_rows else ""
             _say(f'hint: {n} values are {rows} rows of model "{opts.model}"\'s {m.input_size} inputs: '
                  f"add --rows {rows}{split}")
-    elif m.type == "lstm" and m.step_size and n == opts.rows * m.step_size:
-        _say(f'hint: {n} values are one step of LSTM model "{opts.model}" (window {m.window} x step_size '
+    elif m.step_size and n == opts.rows * m.step_size:   # a model with a window (recurrent) keeps streams
+        _say(f'hint: {n} values are one step of {m.type.upper()} model "{opts.model}" (window {m.window} x step_size '
              f"{m.step_size}): add --stream ID to send them as a step of stream ID")
 
 
@@ -438,7 +438,7 @@ def run_infer_stream(client: SigClient, opts: Options) -> int:
     """--stream: the features as steps of one stream, in order, one output line per step (the C CLI's
     s_infer_stream)."""
     m = find_model(client, opts.model)
-    step_size = m.step_size if m is not None and m.type == "lstm" else 0
+    step_size = m.step_size if m is not None else 0   # 0: not a model with a window
     rng = values = None
     warmup = 0
     if opts.random_n:

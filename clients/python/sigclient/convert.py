@@ -29,6 +29,11 @@ depends on matters; everything on that path must be one of these):
   last. Without a head the converter writes an identity head (hidden -> hidden). ONNX's gate
   order i, o, f, c is reordered to PyTorch's i, f, g, o; B's first half (Wb) goes to bias_ih, its
   second (Rb) to bias_hh. The window is the input's static sequence length, else ``window``.
+- GRU: the same with ``GRU`` nodes (all of a stack GRUs; forward, default activations, no clip,
+  layout 0, ``linear_before_reset`` 1 as torch.onnx.export writes it: PyTorch's n = tanh (W_n x +
+  b_in + r (R_n h + b_hn)); ONNX's default 0 is another function and refused; initial_h absent or
+  provably zero), the model ``"type": "gru"``. ONNX's gate order z, r, h is reordered to
+  PyTorch's r, z, n.
 
 Everything else is refused with a ConvertError that names the node, the op and the attribute or
 input: other ops, other attribute values, a head that reads anything but the last step of the last
@@ -98,8 +103,8 @@ def write_safetensors(path: str, tensors: dict) -> int:
 
 class Converted:
     """What the converter makes of an ONNX model: TENSORS (name -> float32 array) for the safetensors
-    file, SNIPPET (the config's model object, "weights" filled in by write), KIND ("mlp" or
-    "lstm"), SHAPE (one line describing it) and NOTES (conversions the user should know of)."""
+    file, SNIPPET (the config's model object, "weights" filled in by write), KIND ("mlp", "lstm" or
+    "gru"), SHAPE (one line describing it) and NOTES (conversions the user should know of)."""
 
     def __init__(self, kind, tensors, snippet, shape, notes):
         self.kind, self.tensors, self.snippet, self.shape, self.notes = kind, tensors, snippet, shape, notes
@@ -187,8 +192,10 @@ def load(onnx_path: str, name: str | None = None, window: int | None = None) -> 
         stack.insert(0, top)
         top = top.below
     in_stack = {id(layer.node) for layer in stack}
-    for node in graph.node:         # an LSTM on top of the one the head reads: the head skips a layer
-        if node.op_type == "LSTM" and id(node) not in in_stack and node.input:
+    kind = stack[0].kind            # "lstm" or "gru": sigserve's type, its tensors' prefix
+    title = kind.upper()
+    for node in graph.node:         # a layer on top of the one the head reads: the head skips a layer
+        if node.op_type in ("LSTM", "GRU") and id(node) not in in_stack and node.input:
             try:
                 above = g.value(node.input[0], g.desc(node))
             except ConvertError:
@@ -197,34 +204,34 @@ def load(onnx_path: str, name: str | None = None, window: int | None = None) -> 
                 raise ConvertError(f"the head reads {rows.origin.desc}, below {g.desc(node)} in the stack; "
                                    f"sigserve's head reads the last layer")
     if len(rows.layers) > 1:
-        raise ConvertError(f"after the LSTM the graph has {len(rows.layers)} dense layers "
-                           f"({', '.join(layer['nodes'][0] for layer in rows.layers)}); sigserve's LSTM head is one "
-                           f"dense layer")
+        raise ConvertError(f"after the {title} the graph has {len(rows.layers)} dense layers "
+                           f"({', '.join(layer['nodes'][0] for layer in rows.layers)}); sigserve's {title} head is "
+                           f"one dense layer")
     hidden = stack[0].hidden
     tensors = {}
     for k, layer in enumerate(stack):
-        tensors[f"lstm.weight_ih_l{k}"] = layer.w_ih
-        tensors[f"lstm.weight_hh_l{k}"] = layer.w_hh
-        tensors[f"lstm.bias_ih_l{k}"] = layer.b_ih
-        tensors[f"lstm.bias_hh_l{k}"] = layer.b_hh
+        tensors[f"{kind}.weight_ih_l{k}"] = layer.w_ih
+        tensors[f"{kind}.weight_hh_l{k}"] = layer.w_hh
+        tensors[f"{kind}.bias_ih_l{k}"] = layer.b_ih
+        tensors[f"{kind}.bias_hh_l{k}"] = layer.b_hh
     if rows.layers:
         head = rows.layers[0]
     else:
         head = {"weight": np.eye(hidden, dtype=np.float32), "bias": None, "activation": "none"}
-        g.notes.append(f"no dense layer after the LSTM: an identity head ({hidden} -> {hidden}) was written")
+        g.notes.append(f"no dense layer after the {title}: an identity head ({hidden} -> {hidden}) was written")
     tensors["head.weight"] = head["weight"]
     if head["bias"] is not None:
         tensors["head.bias"] = head["bias"]
     inputs = stack[0].inputs
-    snippet = {"name": name, "type": "lstm", "weights": None, **_max_rows(g.window * inputs, g.notes),
-               "lstm": "lstm.", "window": g.window,
+    snippet = {"name": name, "type": kind, "weights": None, **_max_rows(g.window * inputs, g.notes),
+               kind: f"{kind}.", "window": g.window,
                "head": {"weight": "head.weight", "bias": "head.bias" if head["bias"] is not None else None,
                         "activation": head["activation"]}}
-    shape = (f"lstm: {len(stack)} layer{'s' if len(stack) > 1 else ''}, {inputs} inputs a step, hidden {hidden}, "
+    shape = (f"{kind}: {len(stack)} layer{'s' if len(stack) > 1 else ''}, {inputs} inputs a step, hidden {hidden}, "
              f"window {g.window}, head {hidden} -> {head['weight'].shape[0]} ({head['activation']}); a request row "
              f"is one window: {g.window} x {inputs} = {g.window * inputs} features, step after step (the ONNX "
              f"input is [{g.input_layout}])")
-    return Converted("lstm", tensors, snippet, shape, g.notes)
+    return Converted(kind, tensors, snippet, shape, g.notes)
 
 
 def convert(onnx_path: str, out_prefix: str, name: str | None = None, window: int | None = None) -> dict:

@@ -8,8 +8,7 @@
 /* What gpu_load.c looks up in libsigserve-cuda.so (or finds linked in). */
 const gpu_backend_t sigserve_gpu_backend = {
     .name = "cuda",
-    .mlp = &backend_cuda_iface,
-    .lstm = &backend_lstm_cuda_iface,
+    .by_type = { [MODEL_TYPE_MLP] = &backend_cuda_iface, [MODEL_TYPE_LSTM] = &backend_lstm_cuda_iface },
     .device_count = cuda_device_count,
     .device_cpus = cuda_device_cpus,
     .resident = cuda_device_resident,
