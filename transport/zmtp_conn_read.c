@@ -134,6 +134,11 @@ static int s_greeting (zmtp_conn_t *self, uint64_t now)
     self->peer_minor = minor;
     self->peer_mechanism = mech;
     if (mech != self->opt.mechanism) {
+        /* The rest of our greeting out first, even while the router holds writes for a burst: the
+         * peer learns the mismatch from our mechanism (a libzmq client's monitor says so) only if
+         * it has it before we close. Both parts of a fast peer's greeting can come in one read, and
+         * the held rest was then dropped with the connection. */
+        zmtp_conn_flush (self);
         zmtp_conn_fail (self, ZMTP_CLOSE_MECHANISM, "the peer's security mechanism is %s, ours %s",
                 mech == ZMTP_MECH_NULL ? "NULL (plaintext)" : mech == ZMTP_MECH_CURVE ? "CURVE" : "another one",
                 self->opt.mechanism == ZMTP_MECH_CURVE ? "CURVE" : "NULL");
