@@ -92,14 +92,15 @@ const backend_iface_t *autoselect_choose (const weights_t *w, model_config_t *cf
             if (cfg->kernel_given && (int) cfg->kernel != k)
                 continue;
             for (int zc = 0; zc < 2; zc++) {
-                if (k == CUDA_KERNEL_PERSISTENT && zc)
-                    continue;       /* always reads and writes mapped memory */
+                const cuda_kernel_info_t *kernel = cuda_kernel_info ((cuda_kernel_t) k);
+                if (zc && !kernel->zero_copy_choice)
+                    continue;       /* it always reads and writes mapped memory */
                 opts[n] = (option_t) { .iface = cuda, .cfg = *cfg };
                 opts[n].cfg.backend = BACKEND_CUDA;
                 opts[n].cfg.kernel = (cuda_kernel_t) k;
                 opts[n].cfg.zero_copy = zc;
                 opts[n].cfg.graph = true;
-                opts[n].beside = resident > 0 && k != CUDA_KERNEL_PERSISTENT;
+                opts[n].beside = resident > 0 && !kernel->resident;
                 n++;
             }
         }

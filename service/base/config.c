@@ -17,8 +17,6 @@
 
 /* Value names, indexed by the enums of config.h; NULL-terminated for the enum rows. */
 static const char *const s_backend_names[] = { "auto", "cpu", "cuda", NULL };
-static const char *const s_cuda_kernel_names[] = { "warp", "cublas", "mbyv", "fused", "persistent", NULL };
-_Static_assert (sizeof s_cuda_kernel_names / sizeof s_cuda_kernel_names[0] == CUDA_KERNEL_COUNT + 1, "kernel names");
 static const char *const s_cuda_wait_names[] = { "spin", "yield", "block", NULL };
 static const char *const s_cpu_kernel_names[] = { "loop", "blas", NULL };
 static const char *const s_log_level_names[] = { "error", "warn", "info", "debug", NULL };
@@ -55,7 +53,7 @@ static const key_spec_t s_model_keys[] = {
       .choices = s_backend_names, .def = BACKEND_AUTO },
     /* -1: not given (resolved to warp; "auto" then measures every kernel) */
     { .name = "kernel", .type = KEY_ENUM, FIELD (model_config_t, kernel),
-      .choices = s_cuda_kernel_names, .def = -1 },
+      .choices = cuda_kernel_names, .def = -1 },
     { .name = "cpu_kernel", .type = KEY_ENUM, FIELD (model_config_t, cpu_kernel),
       .choices = s_cpu_kernel_names, .def = CPU_KERNEL_LOOP },
     { .name = "graph", .type = KEY_BOOL, FIELD (model_config_t, graph), .def = true },
@@ -363,7 +361,7 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
         return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].green_context", index), at),
                           "only with \"backend\": \"cuda\" (SMs of a GPU held for the model's persistent kernel); this "
                           "model's backend is \"%s\"", backend_kind_name (m->backend));
-    if (m->green_context && !model_type_can (m->type, MODEL_CAP_CUDA_RESIDENT) && m->kernel != CUDA_KERNEL_PERSISTENT)
+    if (m->green_context && !model_type_can (m->type, MODEL_CAP_CUDA_RESIDENT) && !cuda_kernel_info (m->kernel)->resident)
         return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].green_context", index), at),
                           "only with \"kernel\": \"persistent\" (a resident kernel holds SMs; a launched one gives "
                           "them back); this model's kernel is \"%s\"", cuda_kernel_name (m->kernel));
@@ -514,7 +512,7 @@ const char *activation_name (activation_t a)
     return (unsigned) a <= ACTIVATION_TANH ? config_activation_names[a] : "unknown";
 }
 const char *backend_kind_name (backend_kind_t b) { return S_NAME (s_backend_names, b); }
-const char *cuda_kernel_name (cuda_kernel_t k) { return S_NAME (s_cuda_kernel_names, k); }
+const char *cuda_kernel_name (cuda_kernel_t k) { return (unsigned) k < CUDA_KERNEL_COUNT ? cuda_kernel_names[k] : "unknown"; }
 const char *cpu_kernel_name (cpu_kernel_t k) { return S_NAME (s_cpu_kernel_names, k); }
 const char *cuda_wait_name (cuda_wait_t w) { return S_NAME (s_cuda_wait_names, w); }
 const char *weight_dtype_name (weight_dtype_t d) { return S_NAME (s_weight_dtype_names, d); }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/cuda_kernel.h"
 #include "base/model_type.h"
 
 #define CONFIG_MAX_ENDPOINTS 16
@@ -33,10 +34,6 @@
 
 typedef enum { ACTIVATION_NONE = 0, ACTIVATION_RELU, ACTIVATION_SIGMOID, ACTIVATION_TANH } activation_t;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU, BACKEND_CUDA } backend_kind_t;
-typedef enum {
-    CUDA_KERNEL_WARP = 0, CUDA_KERNEL_CUBLAS, CUDA_KERNEL_MBYV, CUDA_KERNEL_FUSED, CUDA_KERNEL_PERSISTENT
-} cuda_kernel_t;
-#define CUDA_KERNEL_COUNT 5
 /* How the host waits for the GPU: spin on the completion event, spin with sched_yield, or block. */
 typedef enum { CUDA_WAIT_SPIN = 0, CUDA_WAIT_YIELD, CUDA_WAIT_BLOCK } cuda_wait_t;
 typedef enum { CPU_KERNEL_LOOP = 0, CPU_KERNEL_BLAS } cpu_kernel_t;

@@ -67,7 +67,7 @@ uint32_t model_input_size (const model_t *m);
 uint32_t model_output_size (const model_t *m);
 uint32_t model_max_rows (const model_t *m);
 model_type_t model_type (const model_t *m);
-/* LSTM: time steps of a window and features of one step (0 for an mlp). */
+/* A recurrent type's time steps of a window and features of one step (0 for an mlp). */
 uint32_t model_window (const model_t *m);
 uint32_t model_step_size (const model_t *m);
 uint32_t model_instance_count (const model_t *m);
@@ -99,7 +99,7 @@ typedef struct {
     const char *weight_dtype;       /* how the weights are held: "f32", "f16", "bf16", "int8" */
     const char *selected_by;        /* "config" or "measurement" */
     uint32_t input_size, output_size, max_rows, max_batch_rows, queue_depth, instances;
-    uint32_t window, step_size;     /* lstm; 0 for an mlp */
+    uint32_t window, step_size;     /* recurrent (lstm, gru); 0 for an mlp */
     uint32_t max_queue_us;
     uint64_t launch_ns, row_ns;     /* a launch of r rows, as timed at load: launch_ns + r x row_ns */
     bool available;

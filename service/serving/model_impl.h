@@ -86,7 +86,7 @@ typedef struct {
     float *warm_in;                     /* keep_warm: the last request's first row */
     bool have_warm;
     job_t **taken;                      /* the batch being computed: up to max_batch_rows jobs */
-    streams_t *streams;                 /* LSTM: stream_id -> backend slot (NULL for other models) */
+    streams_t *streams;                 /* types with streams: stream_id -> backend slot (else NULL) */
     /* the server's, for an instance in a device process: 1 once the process is lost (each front then
      * answers what its lane held: dispatch_reclaim, a bit each in reclaimed), 2 when all have, 0 serving */
     _Atomic int lost;
@@ -97,8 +97,8 @@ struct _model_t {
     model_config_t given;               /* as configured: what a reload compares */
     model_config_t cfg;                 /* as loaded: backend, kernel and zero_copy resolved by auto */
     const backend_iface_t *iface;
-    uint32_t input_size, output_size;   /* lstm: input_size is a whole window (window x step_size) */
-    uint32_t window, step_size;         /* lstm; 0 for an mlp */
+    uint32_t input_size, output_size;   /* recurrent: input_size is a whole window (window x step_size) */
+    uint32_t window, step_size;         /* recurrent (MODEL_CAP_WINDOW); 0 for an mlp */
     uint32_t max_rows;                  /* rows one request may carry */
     uint32_t batch_rows;                /* rows one launch may carry (max_batch_rows) */
     /* A launch of r rows takes about (launch_ns + r x row_ns) x drift / 1024: the first two timed at
@@ -109,7 +109,8 @@ struct _model_t {
     uint64_t max_queue_ns;              /* cfg.max_queue_us */
     /* Run to completion on the front (server.inline_us): a request whose launch is predicted under
      * inline_ns, when nothing of the model waits, runs on its lane's front_impl, the front's own context. */
-    uint64_t inline_ns;                 /* 0: never (an LSTM, keep_warm_us, in a device process, or inline_us 0) */
+    uint64_t inline_ns;                 /* 0: never (a type without MODEL_CAP_INLINE, keep_warm_us, in a device
+                                           process, or inline_us 0) */
     /* A GPU model in this process: no context of the front's own (one resident kernel or graph set per
      * instance), so the front runs an inline request on an idle instance's context, claimed from its
      * worker (instance_shared_t.claim). A persistent MLP in a device process: the same, through the
@@ -182,7 +183,7 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
 int model_instance_queues (model_t *m, instance_t *in, char *err, size_t errlen);
 uint32_t model_queue_depth_default (const model_t *m);
 double model_buffer_mib (const model_t *m);
-/* M's sizes from its weights W (input, output, LSTM window and step) and its row limits from its cfg. */
+/* M's sizes from its weights W (input, output, a recurrent model's window and step) and its row limits from its cfg. */
 void model_take_sizes (model_t *m, const weights_t *w);
 /* Its row limits from its cfg (max_rows, max_batch_rows, buffer_rows). */
 void model_take_limits (model_t *m);

@@ -24,7 +24,7 @@ bool model_plan_resident (const model_plan_t *plan)
 {
     return plan->cfg.backend == BACKEND_CUDA
            && (model_type_can (plan->cfg.type, MODEL_CAP_CUDA_RESIDENT)
-               || (model_type_can (plan->cfg.type, MODEL_CAP_CUDA_KERNELS) && plan->cfg.kernel == CUDA_KERNEL_PERSISTENT));
+               || (model_type_can (plan->cfg.type, MODEL_CAP_CUDA_KERNELS) && cuda_kernel_info (plan->cfg.kernel)->resident));
 }
 
 model_t *model_new_planned (const model_plan_t *plan, const server_config_t *server, stats_t *stats, char *err,

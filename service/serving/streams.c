@@ -1,4 +1,4 @@
-/* LSTM stream slots (streams.h). */
+/* The stream slots of a type with streams (streams.h). */
 #include "serving/streams.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* The LSTM streams one worker instance holds: stream_id -> backend slot, sized at load
+/* The streams (of an LSTM, a GRU) one worker instance holds: stream_id -> backend slot, sized at load
  * (backend_stream_slots), no allocation after. A stream idle for stream_idle_s gives its slot to
  * a new one; with every slot busy and none idle, a new stream is refused (the caller answers
  * OVERLOADED). Open addressing with backward-shift deletion. One worker thread only. */

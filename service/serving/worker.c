@@ -334,7 +334,7 @@ static bool s_step_expected (instance_t *in, job_t *j)
     return false;
 }
 
-/* One step of an LSTM stream: the critical path (one step per layer from the state the last
+/* One step of a stream (an LSTM's, a GRU's): the critical path (one step per layer from the state the last
  * advance left), the reply handed to the front, and only then the advance for the next step. */
 static void s_stream_step (instance_t *in, job_t *j)
 {

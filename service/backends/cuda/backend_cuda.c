@@ -38,11 +38,11 @@ int cuda_model_inject_hang (backend_model_t *m, unsigned ms)
     return sig_hang_kernel (m->persistent ? m->side : m->stream, ms);
 }
 
-/* The kernels that hold weights in f16 and bf16: "persistent" alone (the iface's weight_dtypes says
- * what the backend as a whole may hold; this says which of its kernels do). */
+/* Whether KERNEL holds weights in D (the iface's weight_dtypes says what the backend as a whole may
+ * hold; the kernels table, which of its kernels do). */
 static bool s_kernel_holds (cuda_kernel_t kernel, weight_dtype_t d)
 {
-    return d == WEIGHT_DTYPE_F32 || kernel == CUDA_KERNEL_PERSISTENT;
+    return d == WEIGHT_DTYPE_F32 || (cuda_kernel_info (kernel)->weight_dtypes & (1u << d)) != 0;
 }
 
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
@@ -55,14 +55,14 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     }
     if (cuda_device_check (device, cfg->name, err, errlen) != 0)
         return NULL;
-    return cfg->kernel == CUDA_KERNEL_PERSISTENT ? cuda_persistent_load (w, cfg, device, err, errlen)
-                                                 : cuda_graph_load (w, cfg, device, err, errlen);
+    return cuda_kernel_info (cfg->kernel)->resident ? cuda_persistent_load (w, cfg, device, err, errlen)
+                                                    : cuda_graph_load (w, cfg, device, err, errlen);
 }
 
 /* The device's green contexts (green_context) and the specialised kernel's module, ahead of the load. */
 static int s_prepare (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen)
 {
-    if (cfg->type != MODEL_TYPE_MLP || cfg->kernel != CUDA_KERNEL_PERSISTENT || !(cfg->specialise || cfg->green_context))
+    if (!cuda_kernel_info (cfg->kernel)->resident || !(cfg->specialise || cfg->green_context))
         return 0;
     if (!w)
         return 1;
@@ -91,13 +91,7 @@ static const char *s_kernel_name (const backend_model_t *m)
 {
     if (m->persistent)
         return m->pingpong ? "pingpong" : m->spec ? "persistent-nvrtc" : "persistent";   /* always mapped memory */
-    if ((unsigned) m->kernel > CUDA_KERNEL_FUSED)
-        return cuda_kernel_name (m->kernel);
-    static const char *const names[2][2][4] = {
-        { { "warp", "cublas", "mbyv", "fused" }, { "warp+zerocopy", "cublas+zerocopy", "mbyv+zerocopy", "fused+zerocopy" } },
-        { { "warp+graph", "cublas+graph", "mbyv+graph", "fused+graph" },
-          { "warp+graph+zerocopy", "cublas+graph+zerocopy", "mbyv+graph+zerocopy", "fused+graph+zerocopy" } } };
-    return names[m->graph][m->zero_copy][m->kernel];
+    return m->label;    /* the kernel's name from the kernels table, and how it runs (cuda_graph_load) */
 }
 
 const backend_iface_t backend_cuda_iface = {

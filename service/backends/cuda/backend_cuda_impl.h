@@ -28,6 +28,7 @@ struct backend_model {
     char name[CONFIG_NAME_MAX];
     int device;
     cuda_kernel_t kernel;
+    char label[48];             /* graph models: the kernel's name and how it runs ("warp+graph+zerocopy") */
     bool graph;                 /* the request path replays graphs (else direct launches) */
     bool zero_copy;             /* d_in/d_out are the device addresses of mapped h_in/h_out */
     cuda_wait_t wait;

@@ -33,39 +33,56 @@ static cudaError_t s_dev_alloc (backend_model_t *m, void **p, size_t bytes)
     return cuda_device_alloc (m->device, m->stream, p, bytes);
 }
 
-/* ---- launching the layers ---- */
+/* ---- launching the layers: the launch column of the kernels table (base/cuda_kernel.h) ---- */
+
+static int s_warp (backend_model_t *m, const cuda_layer_t *L, const float *x, float *y, uint32_t rows)
+{
+    return sig_dense_warp (L->w, L->b, x, y, L->in, L->out, rows, (int) L->activation, m->stream);
+}
+
+static int s_mbyv (backend_model_t *m, const cuda_layer_t *L, const float *x, float *y, uint32_t rows)
+{
+    return sig_dense_mbyv (L->w, L->b, x, y, L->in, L->out, L->out_pad, rows, (int) L->activation, m->stream);
+}
+
+static int s_cublas (backend_model_t *m, const cuda_layer_t *L, const float *x, float *y, uint32_t rows)
+{
+    /* Row-major W [out][in] is column-major [in][out]: y (out x rows) = W^T-view x. */
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = cublasSgemm (m->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int) L->out, (int) rows, (int) L->in, &one,
+                                     L->w, (int) L->in, x, (int) L->in, &zero, y, (int) L->out);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return (int) cudaErrorLaunchFailure;
+    return sig_bias_act (L->b, y, L->out, rows, (int) L->activation, m->stream);
+}
+
+static int s_fused (backend_model_t *m, uint32_t rows)
+{
+    return sig_mlp_fused (m->d_net, m->d_in, m->d_out, m->d_act[0], rows, m->stream);
+}
+
+/* A kernel launched a layer at a time, or once for the whole model; "persistent" has neither here (it
+ * is launched once at load: mlp_persistent.c). */
+static const struct {
+    int (*layer) (backend_model_t *m, const cuda_layer_t *L, const float *x, float *y, uint32_t rows);
+    int (*whole) (backend_model_t *m, uint32_t rows);
+} s_launch[CUDA_KERNEL_COUNT] = {
+    [CUDA_KERNEL_WARP] = { .layer = s_warp },
+    [CUDA_KERNEL_CUBLAS] = { .layer = s_cublas },
+    [CUDA_KERNEL_MBYV] = { .layer = s_mbyv },
+    [CUDA_KERNEL_FUSED] = { .whole = s_fused },
+};
 
 static int s_enqueue_layers (backend_model_t *m, uint32_t rows)
 {
-    if (m->kernel == CUDA_KERNEL_FUSED)
-        return sig_mlp_fused (m->d_net, m->d_in, m->d_out, m->d_act[0], rows, m->stream);
+    if (s_launch[m->kernel].whole)
+        return s_launch[m->kernel].whole (m, rows);
+    if (!s_launch[m->kernel].layer)
+        return (int) cudaErrorInvalidValue;
     const float *x = m->d_in;
     for (size_t i = 0; i < m->layer_count; i++) {
-        const cuda_layer_t *L = &m->layers[i];
         float *y = i + 1 == m->layer_count ? m->d_out : m->d_act[i & 1];
-        int rc = 0;
-        switch (m->kernel) {
-        case CUDA_KERNEL_WARP:
-            rc = sig_dense_warp (L->w, L->b, x, y, L->in, L->out, rows, (int) L->activation, m->stream);
-            break;
-        case CUDA_KERNEL_MBYV:
-            rc = sig_dense_mbyv (L->w, L->b, x, y, L->in, L->out, L->out_pad, rows, (int) L->activation, m->stream);
-            break;
-        case CUDA_KERNEL_CUBLAS: {
-            /* Row-major W [out][in] is column-major [in][out]: y (out x rows) = W^T-view x. */
-            const float one = 1.0f, zero = 0.0f;
-            cublasStatus_t st = cublasSgemm (m->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int) L->out, (int) rows,
-                                             (int) L->in, &one, L->w, (int) L->in, x, (int) L->in, &zero, y,
-                                             (int) L->out);
-            rc = st == CUBLAS_STATUS_SUCCESS ? 0 : (int) cudaErrorLaunchFailure;
-            if (rc == 0)
-                rc = sig_bias_act (L->b, y, L->out, rows, (int) L->activation, m->stream);
-            break;
-        }
-        case CUDA_KERNEL_FUSED:
-        case CUDA_KERNEL_PERSISTENT:
-            break;
-        }
+        const int rc = s_launch[m->kernel].layer (m, &m->layers[i], x, y, rows);
         if (rc != 0)
             return rc;
         x = y;
@@ -342,16 +359,23 @@ static cudaError_t s_allocate (backend_model_t *m, const weights_t *w)
 backend_model_t *cuda_graph_load (const weights_t *w, const model_config_t *cfg, int device, char *err,
                                   size_t errlen)
 {
-    if (cfg->kernel == CUDA_KERNEL_CUBLAS && cuda_device_resident (device) > 0) {   /* docs/persistent-notes.md */
-        sig_set_error (err, errlen, "model \"%s\": kernel \"cublas\" cannot be loaded while a persistent kernel is "
-                       "resident on device %d (cuBLAS waits for the whole device, which a persistent kernel never lets "
-                       "go idle); load it before the persistent models, or use kernel \"warp\", \"mbyv\" or "
-                       "\"fused\"", cfg->name, device);
+    const cuda_kernel_info_t *kernel = cuda_kernel_info (cfg->kernel);
+    if (!kernel || (!s_launch[cfg->kernel].layer && !s_launch[cfg->kernel].whole)) {
+        sig_set_error (err, errlen, "model \"%s\": kernel \"%s\" is not launched per request (no graph path)",
+                       cfg->name, cuda_kernel_name (cfg->kernel));
         return NULL;
     }
-    if (cfg->kernel == CUDA_KERNEL_FUSED && !sig_clusters_supported (device, 0, NULL, NULL)) {
-        sig_set_error (err, errlen, "model \"%s\": kernel \"fused\" needs thread-block clusters (compute capability "
-                       "9.0 or later) and device %d has none; use warp, mbyv or cublas", cfg->name, device);
+    if (!kernel->beside_resident && cuda_device_resident (device) > 0) {   /* docs/persistent-notes.md */
+        sig_set_error (err, errlen, "model \"%s\": kernel \"%s\" cannot be loaded while a persistent kernel is "
+                       "resident on device %d (cuBLAS waits for the whole device, which a persistent kernel never lets "
+                       "go idle); load it before the persistent models, or use kernel \"warp\", \"mbyv\" or "
+                       "\"fused\"", cfg->name, cuda_kernel_name (cfg->kernel), device);
+        return NULL;
+    }
+    if (kernel->clusters && !sig_clusters_supported (device, 0, NULL, NULL)) {
+        sig_set_error (err, errlen, "model \"%s\": kernel \"%s\" needs thread-block clusters (compute capability "
+                       "9.0 or later) and device %d has none; use warp, mbyv or cublas", cfg->name,
+                       cuda_kernel_name (cfg->kernel), device);
         return NULL;
     }
     if (cfg->kernel == CUDA_KERNEL_FUSED && w->layer_count > SIG_FUSED_MAX_LAYERS) {
@@ -391,6 +415,8 @@ backend_model_t *cuda_graph_load (const weights_t *w, const model_config_t *cfg,
     m->kernel = cfg->kernel;
     m->graph = cfg->graph;
     m->zero_copy = cfg->zero_copy;
+    snprintf (m->label, sizeof m->label, "%s%s%s", cuda_kernel_name (m->kernel), m->graph ? "+graph" : "",
+              m->zero_copy ? "+zerocopy" : "");
     m->wait = cfg->wait;
     m->max_rows = backend_rows (cfg);
     m->input_size = w->input_size;
