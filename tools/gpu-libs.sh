@@ -7,7 +7,7 @@ set -eu
 B=${BUILD:-build}
 rm -rf .devlibs && mkdir -p .devlibs
 # ONLY="sigbench tests/test_cuda_persistent": those binaries alone (the device tool carries 64 MiB with the tree)
-ALL="sigserve sigserve-test sigclient sigbench sigload lstmbench rtt $(cd "$B" && echo tests/test_*)"
+ALL="sigserve sigserve-test sigclient sigbench sigload lstmbench rnncheck rtt $(cd "$B" && echo tests/test_*)"
 ONLY=${ONLY:-$ALL}
 for bin in $(for b in $ONLY; do echo "$B/$b"; done); do
     case "$bin" in *.log) continue;; esac

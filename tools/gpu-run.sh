@@ -56,10 +56,12 @@ for t in $BUILD/tests/test_*; do
     if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $n "*) ;; *) continue;; esac; fi
     step "$n" timeout 300 "$t"
 done
-# TORCH=lstm: the LSTM comparison alone.
+# TORCH=lstm: the LSTM comparison alone; TORCH=gru the GRU one.
 [ "${TORCH:-1}" = 1 ] && step torch_export python3 tests/python/test_torch_export.py
 case "${TORCH:-1}" in 1|lstm) torch_lstm=1 ;; *) torch_lstm=0 ;; esac
 [ "$torch_lstm" = 1 ] && [ -f "$BUILD/lstmbench" ] && step torch_lstm timeout 60 python3 tests/python/test_lstm_torch.py
+# TORCH=gru: the GRU comparison alone (rnncheck: the GRU backends beside PyTorch).
+case "${TORCH:-1}" in 1|gru) [ -f "$BUILD/rnncheck" ] && step torch_gru timeout 120 python3 tests/python/test_gru_torch.py ;; esac
 fi
 # LSTM streaming steps (issue 13): every size, f16 and f32 weights, floors in the same run; the
 # CPU rows beside them (tools/lstm-gpu.sh has the longer run). LSTM_RUNS=N more runs of the CUDA rows
