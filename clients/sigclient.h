@@ -60,7 +60,10 @@
  * server does not use CURVE, and this client has CURVE keys (sigclient_new: no keys)". A call that
  * sends tries a refused endpoint again, at most once a second, so a client outlives a server's
  * change of configuration; a server counts one refused handshake per attempt. Both engines; never
- * retried by sigclient_set_retry.
+ * retried by sigclient_set_retry. On libzmq's engine a handshake often fails without saying why (the
+ * server closes before libzmq reads its mechanism; libzmq would reconnect for ever): the client then
+ * reads the server's greeting itself (transport/zmtp_probe.h, at most once a second an endpoint, on
+ * such a failure only), which a libzmq server counts as one more refused handshake.
  *
  * Retrying (sigclient_set_retry, off by default). Inference has no side effect, so a request
  * answered STATUS_UNAVAILABLE (a draining server, a model whose GPU failed) or not answered within

@@ -2,6 +2,7 @@
 #include "sigclient_sock.h"
 #include "zmtp_curve.h"
 #include "zmtp_dealer.h"
+#include "zmtp_probe.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -23,7 +24,11 @@ typedef struct {
     char *endpoint;
     bool refused;
     int64_t retry_at;
+    int64_t probe_at;       /* a handshake that failed without detail is looked into again from then */
 } s_sock_endpoint_t;
+
+/* libzmq: how long a look at a server's greeting may take (zmtp_probe.h), on a failure only */
+#define S_SOCK_PROBE_MS 250
 
 struct client_sock {
     sigclient_engine_t engine;
@@ -103,7 +108,7 @@ static int s_sock_zmq_open (client_sock_t *self, const client_sock_opts_t *opts)
     char name[64];
     snprintf (name, sizeof name, "inproc://sigclient-handshakes-%u", atomic_fetch_add (&s_monitors, 1));
     self->curve = opts->curve != NULL;
-    if (zmq_socket_monitor (self->zsock, name, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0
+    if (zmq_socket_monitor (self->zsock, name, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0
         || !(self->monitor = zmq_socket (ctx, ZMQ_PAIR))
         || zmq_setsockopt (self->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0
         || zmq_connect (self->monitor, name) != 0)
@@ -236,6 +241,23 @@ static bool s_sock_zmq_refused (const client_sock_t *self)
     return self->n_endpoints > 0;
 }
 
+/* libzmq: whether a handshake with WHERE that failed without detail (EPIPE, ECONNRESET) was a
+ * mechanism mismatch. libzmq's engine often loses that race: the server closes as soon as it has
+ * read our greeting, and the engine, writing the rest of its own, sees the close before it reads the
+ * server's mechanism, then reconnects for ever (zmtp_probe.h). The server's greeting, read on a
+ * connection of our own, says. Looked into at most once a S_SOCK_RECONNECT_MAX_MS an endpoint. */
+static bool s_sock_zmq_mismatch (client_sock_t *self, s_sock_endpoint_t *ep, const char *where)
+{
+    const int64_t now = s_sock_now_ns ();
+    if (!ep || ep->refused || now < ep->probe_at)
+        return false;
+    ep->probe_at = now + (int64_t) S_SOCK_RECONNECT_MAX_MS * 1000000;
+    const zmtp_mechanism_t ours = self->curve ? ZMTP_MECH_CURVE : ZMTP_MECH_NULL;
+    zmtp_mechanism_t theirs;
+    return zmtp_probe_mechanism (where, ours, S_SOCK_PROBE_MS, &theirs) == 0 && theirs != ours
+           && (theirs == ZMTP_MECH_CURVE || theirs == ZMTP_MECH_NULL);
+}
+
 /* libzmq: the monitor's events. A mechanism mismatch refuses its endpoint: named by the event as
  * connected (an address given by name is named by the address it resolved to: then, with one
  * endpoint, that one). */
@@ -251,13 +273,18 @@ static void s_sock_zmq_events (client_sock_t *self)
         uint32_t value;
         memcpy (&event, zmq_msg_data (&head), 2);
         memcpy (&value, (uint8_t *) zmq_msg_data (&head) + 2, 4);
-        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || value != ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-            continue;
         s_sock_endpoint_t *ep = self->n_endpoints == 1 ? &self->endpoints[0] : NULL;
         for (size_t i = 0; i < self->n_endpoints; i++)
             if (strlen (self->endpoints[i].endpoint) == zmq_msg_size (&where)
                 && memcmp (self->endpoints[i].endpoint, zmq_msg_data (&where), zmq_msg_size (&where)) == 0)
                 ep = &self->endpoints[i];
+        char addr[SIGCLIENT_ENDPOINT_MAX];
+        snprintf (addr, sizeof addr, "%.*s", (int) zmq_msg_size (&where), (const char *) zmq_msg_data (&where));
+        const bool mismatch = event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                              ? value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                              : event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && s_sock_zmq_mismatch (self, ep, addr);
+        if (!mismatch)
+            continue;
         snprintf (self->failure, sizeof self->failure, "%s: %s", ep ? ep->endpoint : "a server",
                   self->curve ? "the server does not use CURVE, and this client has CURVE keys"
                               : "the server asks for CURVE, and this client has no CURVE keys");

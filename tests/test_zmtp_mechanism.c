@@ -8,11 +8,13 @@
 #define _GNU_SOURCE
 #include "testutil.h"
 #include "zmtp_dealer.h"
+#include "zmtp_probe.h"
 #include "zmtp_router.h"
 
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
@@ -301,6 +303,86 @@ START_TEST (our_dealer_without_curve_at_a_libzmq_curve_router_is_refused_and_lib
 }
 END_TEST
 
+
+/* A peer that is not ZeroMQ: accepts one connection on *ARG (a listening fd) and answers in HTTP. */
+static void *s_http_peer (void *arg)
+{
+    int c = accept (*(int *) arg, NULL, NULL);
+    if (c >= 0) {
+        static const char answer[] = "HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n";
+        if (write (c, answer, sizeof answer - 1) < 0)
+            perror ("write");
+        close (c);
+    }
+    return NULL;
+}
+
+/* zmtp_probe_mechanism: a libzmq ROUTER's mechanism from its greeting (CURVE and NULL), the rest of
+ * ours sent so that a CURVE server counts the probe as the plaintext client it is (a mechanism
+ * mismatch in its monitor, not a failure without detail); a closed port, a listener that says
+ * nothing and a peer that is not ZeroMQ each fail with their errno. */
+START_TEST (the_probe_reads_a_servers_mechanism_and_is_refused_as_what_it_is)
+{
+    void *ctx = zmq_ctx_new ();
+    for (int curve = 0; curve < 2; curve++) {
+        void *r = zmq_socket (ctx, ZMQ_ROUTER);
+        int one = 1, linger = 0;
+        zmq_setsockopt (r, ZMQ_LINGER, &linger, sizeof linger);
+        char pub[41], sec[41], ep[64], name[64];
+        if (curve) {
+            ck_assert_int_eq (zmq_curve_keypair (pub, sec), 0);
+            zmq_setsockopt (r, ZMQ_CURVE_SERVER, &one, sizeof one);
+            zmq_setsockopt (r, ZMQ_CURVE_SECRETKEY, sec, 40);
+        }
+        snprintf (name, sizeof name, "inproc://probe-%d", curve);
+        void *monitor = s_zmonitor (ctx, r, name);
+        snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", tu_free_port ());
+        ck_assert_int_eq (zmq_bind (r, ep), 0);
+        /* the other mechanism first (a mismatch), then the same (the server waits for a handshake
+         * the probe closes: a failure without detail) */
+        for (int same = 0; same < 2; same++) {
+            zmtp_mechanism_t got = ZMTP_MECH_OTHER;
+            const bool ours_curve = same ? curve : !curve;
+            ck_assert_int_eq (zmtp_probe_mechanism (ep, ours_curve ? ZMTP_MECH_CURVE : ZMTP_MECH_NULL, 5000, &got), 0);
+            ck_assert_int_eq (got, curve ? ZMTP_MECH_CURVE : ZMTP_MECH_NULL);
+            uint16_t event = 0;
+            uint32_t value = 0;
+            s_zevent (monitor, &event, &value);
+            ck_assert_uint_eq (event, same ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL : ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
+            if (!same)
+                ck_assert_uint_eq (value, ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH);
+        }
+        zmq_close (monitor);
+        zmq_close (r);
+    }
+    zmq_ctx_term (ctx);
+    zmtp_mechanism_t got;
+    char ep[64];
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", tu_free_port ());
+    ck_assert_int_eq (zmtp_probe_mechanism (ep, ZMTP_MECH_NULL, 5000, &got), -1);
+    ck_assert_int_eq (errno, ECONNREFUSED);
+    /* a listener that accepts (the backlog) and says nothing; then one that is not ZeroMQ */
+    int l = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    ck_assert_int_eq (bind (l, (struct sockaddr *) &a, sizeof a), 0);
+    ck_assert_int_eq (listen (l, 4), 0);
+    ck_assert_int_eq (getsockname (l, (struct sockaddr *) &a, &len), 0);
+    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", ntohs (a.sin_port));
+    ck_assert_int_eq (zmtp_probe_mechanism (ep, ZMTP_MECH_NULL, 100, &got), -1);
+    ck_assert_int_eq (errno, ETIMEDOUT);
+    int c = accept (l, NULL, NULL);     /* the probe's, closed */
+    ck_assert_int_ge (c, 0);
+    close (c);
+    pthread_t t;
+    ck_assert_int_eq (pthread_create (&t, NULL, s_http_peer, &l), 0);
+    ck_assert_int_eq (zmtp_probe_mechanism (ep, ZMTP_MECH_NULL, 5000, &got), -1);
+    ck_assert_int_eq (errno, EPROTO);
+    ck_assert_int_eq (pthread_join (t, NULL), 0);
+    close (l);
+}
+END_TEST
+
 int main (void)
 {
     if (sodium_init () < 0 || crypto_box_keypair (s_server_keys.public_key, s_server_keys.secret_key) != 0)
@@ -313,6 +395,7 @@ int main (void)
     tcase_add_loop_test (tc, our_dealer_of_the_other_mechanism_fails_at_once_and_connects_no_more, 0, 2);
     tcase_add_test (tc, a_send_tries_a_refused_endpoint_again_after_reconnect_max_ms);
     tcase_add_test (tc, our_dealer_without_curve_at_a_libzmq_curve_router_is_refused_and_libzmq_knows_why);
+    tcase_add_test (tc, the_probe_reads_a_servers_mechanism_and_is_refused_as_what_it_is);
     suite_add_tcase (s, tc);
     SRunner *sr = srunner_create (s);
     srunner_run_all (sr, CK_NORMAL);

@@ -355,6 +355,39 @@ class Test5Timeouts(ClientTest):
                     self.assertIsInstance(cm.exception, sigclient.TransportError)
         self.assert_server_alive()
 
+    def test_probe_reads_a_servers_mechanism(self):
+        """After a handshake that failed without detail (libzmq saw the server's close before its
+        mechanism), the client reads the server's greeting itself: CURVE and NULL from pyzmq ROUTERs,
+        None from a closed port and from a peer that is not ZeroMQ."""
+        from sigclient._security import probe_mechanism
+        ctx = zmq.Context.instance()
+        for curve in (False, True):
+            r = ctx.socket(zmq.ROUTER)
+            r.linger = 0
+            if curve:
+                r.curve_secretkey = zmq.curve_keypair()[1]
+                r.curve_server = True
+            port = r.bind_to_random_port("tcp://127.0.0.1")
+            with self.subTest(curve=curve):
+                for ours in (False, True):
+                    self.assertEqual(probe_mechanism(f"tcp://127.0.0.1:{port}", ours), "CURVE" if curve else "NULL")
+            r.close()
+        self.assertIsNone(probe_mechanism(f"tcp://127.0.0.1:{free_port()}", False))
+        import socket
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            port = listener.getsockname()[1]
+
+            def answer():
+                conn, _ = listener.accept()
+                with conn:
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n" + bytes(64))
+            t = threading.Thread(target=answer)
+            t.start()
+            self.assertIsNone(probe_mechanism(f"tcp://127.0.0.1:{port}", False, timeout=5.0))
+            t.join()
+
     def test_stale_reply_skipped(self):
         """A reply that arrives after its call timed out is skipped by the next call, which gets its own."""
         with SigClient(fx.endpoints[0], timeout_ms=300) as c:
