@@ -99,6 +99,11 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c)) $(BUILD)/sigbench
 # sigbench is a folder of its own (tools/sigbench/: one file per table)
 SIGBENCH_OBJ := $(call obj,$(wildcard tools/sigbench/*.c))
+# its oneDNN peer rows (tools/sigbench/onednn.c) where Debian's libdnnl-dev is installed
+ifneq ($(wildcard /usr/include/dnnl.h),)
+  $(BUILD)/obj/tools/sigbench/onednn.o: CFLAGS += -DSIGBENCH_HAVE_DNNL
+  SIGBENCH_LIBS := -ldnnl
+endif
 LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a \
             $(BUILD)/libsigzmtp.a
 BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS) \
@@ -255,7 +260,7 @@ $(CUDA_TOOLS): $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(if 
 $(BUILD)/sigbench: $(SIGBENCH_OBJ) $(BUILD)/libsigsupport.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) \
                    $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $(SIGBENCH_OBJ) $(BUILD)/libsigsupport.a $(GPU_STATIC) \
-	    $(filter-out %.o %/libsigsupport.a %/libsigcuda.a,$^) $(LDLIBS) $(CUDA_LDLIBS)
+	    $(filter-out %.o %/libsigsupport.a %/libsigcuda.a,$^) $(LDLIBS) $(CUDA_LDLIBS) $(SIGBENCH_LIBS)
 
 # Every suite links testutil.o (shared helpers) and the kernel checks' error bounds (tolerance.o, and
 # tolerance_<type>.o for a model type with bounds of its own).

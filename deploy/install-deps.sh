@@ -11,6 +11,10 @@ check libsubunit-dev libopenblas-dev
 python3 python3-zmq python3-protobuf protobuf-compiler
 gnuplot-nox python3-yaml python3-numpy
 clang libclang-rt-dev"
+# The benchmarks' library peers (sigbench's oneDNN rows); --no-bench leaves them out (the image's
+# build stage: it ships no benchmark).
+BENCH_PACKAGES="libdnnl-dev"
+[ "${1:-}" = "--no-bench" ] || PACKAGES="$PACKAGES $BENCH_PACKAGES"
 
 missing=""
 for p in $PACKAGES; do

@@ -8,8 +8,9 @@
  *   - OpenBLAS sgemv, one thread, per layer, then bias and activation in C: the library peer for f32
  *     (it has no f16 or int8 GEMV, and Debian's build leaves out its bf16 routines: no
  *     cblas_sbgemv in libopenblas 0.3.21+ds). OpenBLAS picks its kernels from the CPU model at load: where a VM hides it, start
- *     with OPENBLAS_CORETYPE (the server warns; the row names the core it ran). oneDNN is not here
- *     (see docs/perf.md).
+ *     with OPENBLAS_CORETYPE (the server warns; the row names the core it ran);
+ *   - oneDNN's matmul in the same dtype after each backend row (onednn.c: f32 and bf16; where it
+ *     has no kernel, or no dnnl.h was found at build time, its row says so).
  * Every timed output is checked against the float64 reference (a pooled relative error under a
  * sanity limit per dtype; the tests hold each output to its derived bound). */
 #define _GNU_SOURCE
@@ -190,8 +191,18 @@ int sb_bench_cpu (const options_t *o, const weights_t *w, float *const *in, cons
             bad = 1;
             continue;
         }
+        double dnnl50 = 0;
+        const double ed = sb_bench_onednn (o, w, in, ref, dtype, samples, &dnnl50);
         used += (size_t) snprintf (notes + used, sizeof notes - used, "%s%s %.2fx its floor (error %.2e)", used ? ", " : "",
                                    weight_dtype_name (dtype), p50 / floor50, e);
+        if (ed >= 0 && used < sizeof notes)
+            used += (size_t) snprintf (notes + used, sizeof notes - used, " and %.2fx oneDNN's (its error %.2e)",
+                                       p50 / dnnl50, ed);
+        if (ed >= 0 && !(ed <= s_limit (dtype))) {
+            fprintf (stderr, "sigbench: oneDNN %s: relative error %.3g over %.0e\n", weight_dtype_name (dtype), ed,
+                     s_limit (dtype));
+            bad = 1;
+        }
         if (!(e <= s_limit (dtype))) {
             fprintf (stderr, "sigbench: cpu loop %s: relative error %.3g over %.0e\n", weight_dtype_name (dtype), e,
                      s_limit (dtype));

@@ -64,6 +64,10 @@ static inline double sb_pooled (const pooled_error_t *p) { return p->den > 0 ? s
 /* Table 4 (cpu.c): the CPU backend in each of o->cpu_dtypes, beside its floor and its peers. 0, or 1
  * when a row's outputs missed the error check. */
 int sb_bench_cpu (const options_t *o, const weights_t *w, float *const *in, const double *const *ref);
+/* oneDNN's matmul in DTYPE, one thread (onednn.c): its row printed, p50 in *P50 (SAMPLES: o->iterations
+ * of room); the pooled relative error, or -1 where it did not run (the row says why). */
+double sb_bench_onednn (const options_t *o, const weights_t *w, float *const *in, const double *const *ref,
+                        weight_dtype_t dtype, double *samples, double *p50);
 
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backends/cuda/backend_cuda.h"
