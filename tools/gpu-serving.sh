@@ -8,7 +8,7 @@
 # tools/gpu-libs.sh (.gpubuild, .devlibs); pyzmq for the peers as a wheel in .whl; the gpus step
 # makes its weights with python3 (numpy or torch, examples/gpu-bound/make-weights.py).
 #
-#   OUT=... STEPS="floor sweeps scale fronts models lowload peers warm metrics core gpus gpus-tick transport transport-tput" bash tools/gpu-serving.sh
+#   OUT=... STEPS="floor sweeps scale fronts models lowload dtypes peers warm metrics core gpus gpus-tick transport transport-tput" bash tools/gpu-serving.sh
 #
 # Every step writes its sigload tables to $OUT/logs/<step>.log; a summary table is printed last.
 # Cores: the host has 16 (x2 host: 32). sigload runs on the last 8, servers on the first ones
@@ -245,6 +245,17 @@ groups)     # issue 18 item 2: 1 -> 8 models at the same total 40k/s, each model
                 stop
             done
         done
+    done
+    ;;
+dtypes)     # issue 36: tick_mlp on the CPU loop in each weight dtype (DTYPES, default f32 bf16 int8) at 2k/s, one
+            # connection, busy-polled front and worker on cores of their own, the echo floor in the same run: the
+            # server's own time is p50 - floor p50, and a lower dtype should take off what its kernel saves (sigbench)
+    for d in ${DTYPES:-f32 bf16 int8}; do
+        config "dtype-$d" '"endpoints": ["tcp://127.0.0.1:5555"], "busy_poll": true, "cpus": [2]' \
+            "$(model tick_mlp "\"backend\": \"cpu\", \"weight_dtype\": \"$d\", \"cpus\": [3],")"
+        serve "dtype-$d" 0-5 || continue
+        load "dtype-$d" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" --connections 1 --rate 2k
+        stop
     done
     ;;
 lowload)    # 10k/s against the echo floor in the same run
