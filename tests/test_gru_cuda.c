@@ -77,7 +77,7 @@ typedef struct {
 } opts_t;
 
 /* F: random weights of SHAPE loaded on the CUDA backend as O says; the mode and the kernel's name
- * are what was asked for. SLOT_IN_LIVE: which of s_live holds it. */
+ * are what was asked for. LIVE: which of s_live holds it (the teardown destroys it after a failure). */
 static void s_open (fixture_t *f, int live, const lstm_shape_t *shape, const opts_t *o)
 {
     char path[512], err[1024] = "";
@@ -493,6 +493,11 @@ START_TEST (refusals)
     char want[256];
     snprintf (want, sizeof want, "model \"gru\": device %d: no such CUDA device (this machine has %d)", count, count);
     ck_assert_str_eq (err, want);
+    f.cfg.weight_dtype = WEIGHT_DTYPE_BF16;
+    ck_assert_ptr_null (B->load (f.w, &f.cfg, 0, err, sizeof err));
+    ck_assert_str_eq (err, "model \"gru\": weight_dtype \"bf16\": the CUDA GRU kernels hold weights in f32 only; use "
+                           "\"weight_dtype\": \"f32\"");
+    f.cfg.weight_dtype = WEIGHT_DTYPE_F32;
     f.w->rnn->hidden = SIG_GRU_MAX_HIDDEN + 1;   /* the check comes before any use of the tensors */
     ck_assert_ptr_null (B->load (f.w, &f.cfg, 0, err, sizeof err));
     ck_assert_str_eq (err, "model \"gru\": the CUDA GRU kernels take at most 4096 hidden units (h is kept in shared "

@@ -39,6 +39,8 @@
 
 #define GATES 3
 
+_Static_assert (sizeof (sig_gru_cmd_t) == 16, "a step's features follow its command 16-byte aligned");
+
 typedef struct {
     float *w_ih, *w_hh, *b_i, *b_hn;   /* device (sig_gru.h's layout) */
     sig_gru_layer_t k;                 /* the same, as the kernels take it */
@@ -574,6 +576,11 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
                        "\"type\": \"%s\"", cfg->name, model_type_name (w->type));
         return NULL;
     }
+    if (cfg->weight_dtype != WEIGHT_DTYPE_F32) {
+        sig_set_error (err, errlen, "model \"%s\": weight_dtype \"%s\": the CUDA GRU kernels hold weights in f32 only; "
+                       "use \"weight_dtype\": \"f32\"", cfg->name, weight_dtype_name (cfg->weight_dtype));
+        return NULL;
+    }
     if (g->hidden > SIG_GRU_MAX_HIDDEN) {
         sig_set_error (err, errlen, "model \"%s\": the CUDA GRU kernels take at most %d hidden units (h is kept in "
                        "shared memory), the model has %u; use \"backend\": \"cpu\"", cfg->name, SIG_GRU_MAX_HIDDEN,
@@ -619,7 +626,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     snprintf (m->label, sizeof m->label, "%s%s", m->whole ? "gru-seq" : "gru-step", m->graph ? "+graph" : "");
     m->graph_count = (uint32_t) buckets.graph_rows_count;
     for (uint32_t k = 0, r = 1; k < m->graph_count; k++) {
-        m->graph_rows[k] = (uint32_t) buckets.graph_rows[k];
+        /* (the config's last is the largest launch; a caller's larger one would overrun the buffers) */
+        m->graph_rows[k] = (uint32_t) buckets.graph_rows[k] < max_rows ? (uint32_t) buckets.graph_rows[k] : max_rows;
         for (; r <= m->graph_rows[k] && r <= max_rows; r++)
             m->bucket[r] = (uint8_t) k;
     }
