@@ -131,6 +131,20 @@ START_TEST (list_describes_the_gru)
         ck_assert_str_eq (m->backend, backends[i]);
         ck_assert_str_eq (m->kernel, kernels[i]);
     }
+    /* "auto" measured the CPU's loop and, where a GPU is, the CUDA backend: each loaded and timed */
+    Sigserve__V1__ModelInfo *a = r->list_models->models[1];
+    ck_assert_str_eq (a->selected_by, "measurement");
+    ck_assert_uint_eq (a->n_candidates, s_gpu_host () && backends_gpu_built () ? 2 : 1);
+    bool seen[2] = { false, false };
+    for (size_t i = 0; i < a->n_candidates; i++) {
+        const Sigserve__V1__Candidate *c = a->candidates[i];
+        const int cuda = strcmp (c->backend, "cuda") == 0;
+        ck_assert_msg (cuda || strcmp (c->backend, "cpu") == 0, "candidate %zu: backend %s", i, c->backend);
+        ck_assert_msg (!seen[cuda], "candidate %zu: backend %s twice", i, c->backend);
+        seen[cuda] = true;
+        ck_assert_str_eq (c->kernel, s_kernel_of (c->backend));
+        ck_assert_msg (c->note[0] == 0 && c->p99_us > 0, "candidate %s: %s", c->backend, c->note);
+    }
     Sigserve__V1__ModelInfo *m = r->list_models->models[0];
     ck_assert_uint_eq (m->window, WINDOW);
     ck_assert_uint_eq (m->step_size, STEP);
