@@ -13,7 +13,7 @@
  * and its state, each layer's h after the W - 1 steps before its next step (the state of W - 1 zero
  * steps after a reset). stream_step runs the owed advance first if there is one; stream_advance
  * posts the advance and returns (it runs after the reply, before the next command on the stream).
- * Two advances never share the pinned command: between two posts a step has run and been waited
+ * Two advances never race on their pinned command: between two posts a step has run and been waited
  * for, so the first advance (before it on the stream) is complete.
  *
  * Device memory comes from the device's pool and goes back on the stream; pinned memory and graph
