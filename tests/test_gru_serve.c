@@ -1,10 +1,12 @@
-/* GRU models served over real sockets by sigserve (the CPU backend, also where "auto" chooses it),
+/* GRU models served over real sockets by sigserve (the CPU backend, and whichever "auto" chooses),
  * beside an LSTM and the demo MLP: the model list, whole windows of several rows, streams
  * (interleaved, longer than the window, split over two instances, numbered steps) against the
  * float64 reference (each output within its error bound, tolerance_gru.h), shape errors naming the
- * step and window sizes, and a GRU asked of the CUDA backend refused at load naming the backend.
- * Order and counts are asserted, never times. */
+ * step and window sizes; the same model on the CUDA backend where a GPU is (in its device process;
+ * skipped without one, saying so), and a GRU asked of the CUDA backend on a host without one
+ * refused at load naming the backend. Order and counts are asserted, never times. */
 #define _GNU_SOURCE
+#include "backends/backends.h"
 #include "gru_weights.h"
 #include "rng.h"
 #include "serving/model.h"
@@ -29,6 +31,8 @@
 
 static char s_dir[2048], s_endpoint[64];
 static pid_t s_server = -1;
+static const char *s_backend = "cpu";   /* the "gru" model's, set by the fixture of its test case */
+static bool s_no_gpu;                   /* the GPU case on a host without a GPU: its tests say so and pass */
 static const rnn_weights_t *s_w;
 static weights_t *s_weights;
 static void *s_ctx;
@@ -81,8 +85,25 @@ static void s_random (float *f, size_t n)
         f[i] = rng_uniform (&s_seed, -1, 1);
 }
 
+/* Whether this host has an NVIDIA driver (the CUDA backend can serve here). */
+static bool s_gpu_host (void) { return access ("/proc/driver/nvidia", F_OK) == 0; }
+
+/* The GPU case's test on a host without a GPU: says so (true) and does nothing. */
+static bool s_skipped (const char *test)
+{
+    if (s_no_gpu)
+        printf ("%s (%s): skipped: no NVIDIA driver on this host (no /proc/driver/nvidia)\n", test, s_backend);
+    return s_no_gpu;
+}
+
+/* What a GRU of these shapes is served by on BACKEND: the kernel's name (19 units: the CUDA
+ * backend's sequence kernel, in graphs). */
+static const char *s_kernel_of (const char *backend) { return strcmp (backend, "cuda") == 0 ? "gru-seq+graph" : "gru-loop"; }
+
 START_TEST (list_describes_the_gru)
 {
+    if (s_skipped ("list_describes_the_gru"))
+        return;
     void *s = s_socket (5000);
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
     Sigserve__V1__ListModelsRequest l = SIGSERVE__V1__LIST_MODELS_REQUEST__INIT;
@@ -95,13 +116,34 @@ START_TEST (list_describes_the_gru)
     Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, (size_t) n, buf);
     ck_assert_uint_eq (r->list_models->n_models, 4);
     const char *names[4] = { "gru", "auto_gru", "seq", "tick_mlp" }, *types[4] = { "gru", "gru", "lstm", "mlp" };
-    const char *kernels[4] = { "gru-loop", "gru-loop", "lstm-loop", "loop" };
+    const char *backends[4] = { s_backend, "cpu", "cpu", "cpu" };
+    const char *kernels[4] = { s_kernel_of (s_backend), "gru-loop", "lstm-loop", "loop" };
+    /* where a GPU is, "auto" measures the CUDA backend too, and either may win */
+    const bool auto_cuda = s_gpu_host () && strcmp (r->list_models->models[1]->backend, "cuda") == 0;
+    if (auto_cuda) {
+        backends[1] = "cuda";
+        kernels[1] = s_kernel_of ("cuda");
+    }
     for (size_t i = 0; i < 4; i++) {
         Sigserve__V1__ModelInfo *m = r->list_models->models[i];
         ck_assert_str_eq (m->name, names[i]);
         ck_assert_str_eq (m->type, types[i]);
-        ck_assert_str_eq (m->backend, "cpu");
+        ck_assert_str_eq (m->backend, backends[i]);
         ck_assert_str_eq (m->kernel, kernels[i]);
+    }
+    /* "auto" measured the CPU's loop and, where a GPU is, the CUDA backend: each loaded and timed */
+    Sigserve__V1__ModelInfo *a = r->list_models->models[1];
+    ck_assert_str_eq (a->selected_by, "measurement");
+    ck_assert_uint_eq (a->n_candidates, s_gpu_host () && backends_gpu_built () ? 2 : 1);
+    bool seen[2] = { false, false };
+    for (size_t i = 0; i < a->n_candidates; i++) {
+        const Sigserve__V1__Candidate *c = a->candidates[i];
+        const int cuda = strcmp (c->backend, "cuda") == 0;
+        ck_assert_msg (cuda || strcmp (c->backend, "cpu") == 0, "candidate %zu: backend %s", i, c->backend);
+        ck_assert_msg (!seen[cuda], "candidate %zu: backend %s twice", i, c->backend);
+        seen[cuda] = true;
+        ck_assert_str_eq (c->kernel, s_kernel_of (c->backend));
+        ck_assert_msg (c->note[0] == 0 && c->p99_us > 0, "candidate %s: %s", c->backend, c->note);
     }
     Sigserve__V1__ModelInfo *m = r->list_models->models[0];
     ck_assert_uint_eq (m->window, WINDOW);
@@ -117,6 +159,8 @@ END_TEST
 
 START_TEST (whole_windows_match_the_reference)
 {
+    if (s_skipped ("whole_windows_match_the_reference"))
+        return;
     void *s = s_socket (5000);
     const char *models[2] = { "gru", "auto_gru" };
     for (int k = 0; k < 2; k++)
@@ -142,6 +186,8 @@ START_TEST (interleaved_streams_match_the_reference)
     /* Three streams, 2.5 windows each, steps interleaved; each reply equals the reference over that
      * stream's steps so far (zeros before its first). Stream ids 10, 11, 12 land on both
      * instances (id % 2). Numbered steps from 1. */
+    if (s_skipped ("interleaved_streams_match_the_reference"))
+        return;
     void *s = s_socket (5000);
     enum { STEPS = 5 * WINDOW / 2 };
     static float steps[STREAMS][STEPS * STEP];
@@ -205,10 +251,15 @@ START_TEST (shape_errors_name_the_sizes)
 }
 END_TEST
 
-/* Not over sockets: a GRU asked of the CUDA backend does not load, and says which backend and what
- * to use instead (this build's CUDA backends serve no GRU; a host without a GPU says that first). */
-START_TEST (cuda_is_refused_naming_the_backend)
+/* Not over sockets: on a host without a GPU (or a build without CUDA), a GRU asked of the CUDA
+ * backend does not load, and says which backend, why, and what to use instead. (Where a GPU is, the
+ * "gpu" case serves one.) */
+START_TEST (cuda_without_a_gpu_is_refused)
 {
+    if (s_gpu_host () && backends_gpu_built ()) {
+        printf ("cuda_without_a_gpu_is_refused: skipped: this host has a GPU (the \"gpu\" case serves a CUDA GRU)\n");
+        return;
+    }
     char path[2200], err[1024] = "";
     snprintf (path, sizeof path, "%s/gru.safetensors", s_dir);
     model_config_t cfg;
@@ -221,8 +272,7 @@ START_TEST (cuda_is_refused_naming_the_backend)
     const char *prefix = "model \"g\": backend \"cuda\": ";
     ck_assert_msg (strncmp (err, prefix, strlen (prefix)) == 0, "%s", err);
     ck_assert_msg (strstr (err, "; use \"backend\": \"cpu\" or \"auto\"") != NULL, "%s", err);
-    if (access ("/proc/driver/nvidia/version", F_OK) == 0)
-        ck_assert_msg (strstr (err, "serve no models of \"type\": \"gru\"") || strstr (err, "no CUDA"), "%s", err);
+    ck_assert_msg (strstr (err, backends_gpu_built () ? BACKENDS_NO_DRIVER : BACKENDS_NO_GPU) != NULL, "%s", err);
 }
 END_TEST
 
@@ -231,6 +281,9 @@ static void s_ctx_term (void) { zmq_ctx_term (s_ctx); s_ctx = NULL; }
 
 static void s_setup (void)
 {
+    s_no_gpu = strcmp (s_backend, "cpu") != 0 && !s_gpu_host ();
+    if (s_no_gpu)
+        return;
     char *dir = tu_tmpdir ();
     snprintf (s_dir, sizeof s_dir, "%s", dir);
     free (dir);
@@ -249,7 +302,7 @@ static void s_setup (void)
     char json[4096];
     snprintf (json, sizeof json,
               "{ \"server\": { \"endpoints\": [\"%s\"], \"log_level\": \"warn\", \"stats_interval_s\": 0 },"
-              "  \"models\": [ { \"name\": \"gru\", \"type\": \"gru\", \"backend\": \"cpu\", \"weights\": \"gru.safetensors\","
+              "  \"models\": [ { \"name\": \"gru\", \"type\": \"gru\", \"backend\": \"%s\", \"weights\": \"gru.safetensors\","
               "    \"gru\": \"gru.\", \"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"sigmoid\" },"
               "    \"instances\": 2, \"max_rows\": 3, \"max_streams\": 8 },"
               "   { \"name\": \"auto_gru\", \"type\": \"gru\", \"weights\": \"gru.safetensors\", \"gru\": \"gru.\","
@@ -258,7 +311,7 @@ static void s_setup (void)
               "    \"lstm\": \"lstm.\", \"window\": 3, \"head\": { \"weight\": \"head.weight\" } },"
               "   { \"name\": \"tick_mlp\", \"backend\": \"cpu\", \"weights\": \"%s/models/tick_mlp.safetensors\","
               "    \"layers\": [ { \"weight\": \"0.weight\" }, { \"weight\": \"2.weight\" }, { \"weight\": \"4.weight\" } ] } ] }",
-              s_endpoint, WINDOW, WINDOW, tu_build_abs ());
+              s_endpoint, s_backend, WINDOW, WINDOW, tu_build_abs ());
     char *cp = tu_write_file (s_dir, "gru.json", json, -1);
     char log[2300];
     snprintf (log, sizeof log, "%s/server.log", s_dir);
@@ -269,10 +322,18 @@ static void s_setup (void)
 
 static void s_teardown (void)
 {
+    if (s_no_gpu)
+        return;
     int rc = tu_server_stop (s_server);
     weights_destroy (&s_weights);
     tu_remove_tree (s_dir);
     ck_assert_int_eq (rc, 0);
+}
+
+static void s_setup_cuda (void)
+{
+    s_backend = "cuda";
+    s_setup ();
 }
 
 int main (void)
@@ -286,7 +347,16 @@ int main (void)
     tcase_add_test (tc, whole_windows_match_the_reference);
     tcase_add_test (tc, interleaved_streams_match_the_reference);
     tcase_add_test (tc, shape_errors_name_the_sizes);
-    tcase_add_test (tc, cuda_is_refused_naming_the_backend);
+    tcase_add_test (tc, cuda_without_a_gpu_is_refused);
     suite_add_tcase (s, tc);
+    /* the same model on the CUDA backend (CK_RUN_CASE=gpu runs it alone) */
+    TCase *g = tcase_create ("gpu");
+    tcase_add_unchecked_fixture (g, s_setup_cuda, s_teardown);
+    tcase_add_checked_fixture (g, s_ctx_new, s_ctx_term);
+    tcase_set_timeout (g, 120);
+    tcase_add_test (g, list_describes_the_gru);
+    tcase_add_test (g, whole_windows_match_the_reference);
+    tcase_add_test (g, interleaved_streams_match_the_reference);
+    suite_add_tcase (s, g);
     return tu_run_suite (s);
 }

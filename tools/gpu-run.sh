@@ -32,18 +32,20 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the MLP suites to run alone: kernels or lost (test_cuda), persistent (test_cuda_persistent),
 # resident, green or lost (test_cuda_resident); each suite bounded by CUDA_TIMEOUT. LSTM_CASE the
 # same for the LSTM suites: lstm, generic, head or green (test_lstm_cuda), plan4
-# (test_lstm_cuda_apart); each bounded by LSTM_TEST_TIMEOUT. A suite without the case named is not run.
+# (test_lstm_cuda_apart); each bounded by LSTM_TEST_TIMEOUT. GRU_CASE the same for test_gru_cuda: gru
+# (windows, refusals) or gru_streams; bounded by GRU_TEST_TIMEOUT. A suite without the case named is not run.
 gpu_suite () {   # gpu_suite NAME CASES CASE LIMIT: CASES, NAME's cases (comma-separated)
     if [ -n "${GPU_TESTS:-}" ]; then case " $GPU_TESTS " in *" $1 "*) ;; *) return 0;; esac; fi
     if [ -n "$3" ]; then case ",$2," in *",$3,"*) ;; *) return 0;; esac; fi
     step "$1" env CK_FORK=no ${3:+CK_RUN_CASE=$3} timeout "$4" "$BUILD/tests/$1"
 }
-GPU_SUITES="test_cuda test_cuda_persistent test_cuda_resident test_lstm_cuda test_lstm_cuda_apart"
+GPU_SUITES="test_cuda test_cuda_persistent test_cuda_resident test_lstm_cuda test_lstm_cuda_apart test_gru_cuda"
 gpu_suite test_cuda kernels,lost "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
 gpu_suite test_cuda_persistent persistent "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
 gpu_suite test_cuda_resident resident,green,lost "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
 gpu_suite test_lstm_cuda lstm,generic,head,green "${LSTM_CASE:-}" "${LSTM_TEST_TIMEOUT:-600}"
 gpu_suite test_lstm_cuda_apart plan4 "${LSTM_CASE:-}" "${LSTM_TEST_TIMEOUT:-600}"
+gpu_suite test_gru_cuda gru,gru_streams "${GRU_CASE:-}" "${GRU_TEST_TIMEOUT:-600}"
 # Which CUDA calls wait for a resident persistent kernel, with lazy and eager module loading
 # (each probe in its own process, each call bounded: docs/persistent-notes.md). PROBE_OP=N runs probe N
 # alone (18, 19: a specialised kernel compiled and loaded with NVRTC next to the resident one).

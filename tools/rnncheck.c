@@ -87,7 +87,7 @@ int main (int argc, char **argv)
         .type = (model_type_t) t, .backend = kind, .cpu_kernel = CPU_KERNEL_LOOP, .device_count = 1, .max_rows = 1,
         .max_batch_rows = 1, .instances = 1, .max_streams = 1, .stream_idle_s = 300, .watchdog_ms = 1000,
         .window = (uint32_t) window, .head = { .weight = "head.weight", .bias = "head.bias", .activation = act },
-        .specialise = true,
+        .specialise = true, .graph = true,   /* as a model's config has them by default */
     };
     snprintf (cfg.name, sizeof cfg.name, "check");
     snprintf (cfg.weights, sizeof cfg.weights, "%s", argv[optind]);

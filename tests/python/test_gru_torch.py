@@ -7,8 +7,10 @@ entries, the same code the server calls, and the float64 reference they are judg
 window, then one stream of more steps than the window (each output is PyTorch's over the last
 `window` steps, zeros before the first). Shapes: odd widths, one layer and several, a model without
 biases. Compared with PyTorch in float64, pooled ||out - ref|| / ||ref||: 1e-5 for the CPU backend,
-1e-12 for the float64 reference. Prints "SKIP: why" and exits 0 without torch and safetensors
-(Debian's python3 on CI has neither); runs on the GPU host, where torch is.
+1e-12 for the float64 reference; where a GPU is (an NVIDIA driver), 1e-5 for the CUDA backend too
+(rnncheck --backend cuda: its CUDA graphs), which is skipped, saying so, without one. Prints "SKIP:
+why" and exits 0 without torch and safetensors (Debian's python3 on CI has neither); runs on the
+GPU host, where torch is (rnncheck opens the CUDA backend, libsigserve-cuda.so, from beside itself).
 
 Run: BUILD=build python3 tests/python/test_gru_torch.py
 """
@@ -27,7 +29,11 @@ except ImportError as e:  # CI: Debian's python3 has no torch
 
 BUILD = os.environ.get("BUILD", "build")
 RNNCHECK = os.path.join(BUILD, "rnncheck")
-TOL = {"cpu": 1e-5, "reference": 1e-12}
+TOL = {"cpu": 1e-5, "cuda": 1e-5, "reference": 1e-12}
+# The CUDA backend's comparison needs a GPU: its driver's files say whether this host has one.
+GPU = os.path.exists("/proc/driver/nvidia/version")
+BACKENDS = (("cpu", ["--backend", "cpu"]),) + ((("cuda", ["--backend", "cuda"]),) if GPU else ()) \
+    + (("reference", ["--reference"]),)
 
 
 class Model(torch.nn.Module):
@@ -67,7 +73,7 @@ def run_case(tmp, layers, inputs, hidden, outputs, window, steps, bias=True):
             want_steps.append(ref(w.unsqueeze(0))[0].tolist())
     text = " ".join(f"{v:.9g}" for v in torch.cat([win.flatten(), stream.flatten()]).tolist())
     failures = 0
-    for what, args in (("cpu", ["--backend", "cpu"]), ("reference", ["--reference"])):
+    for what, args in BACKENDS:
         p = subprocess.run([RNNCHECK, "--type", "gru", "--window", str(window), path] + args, input=text,
                            capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
@@ -96,13 +102,17 @@ def main():
         print(f"FAIL: {RNNCHECK} not built")
         return 1
     tmp = tempfile.mkdtemp(prefix="sigserve-gru-torch-")
+    if not GPU:
+        print("skip cuda: no NVIDIA driver on this host (no /proc/driver/nvidia/version): the CUDA backend is compared "
+              "where a GPU is")
     failures = 0
     failures += run_case(tmp, 1, 1, 1, 1, 1, 4)
     failures += run_case(tmp, 2, 7, 13, 3, 5, 12)
     failures += run_case(tmp, 3, 33, 17, 2, 9, 20)
     failures += run_case(tmp, 2, 5, 21, 1, 4, 9, bias=False)
     failures += run_case(tmp, 2, 128, 96, 1, 64, 70)   # the LSTM's small size, as a GRU
-    print(f"{'FAIL' if failures else 'ok'}: PyTorch nn.GRU exports through sigserve's GRU backend and reference")
+    print(f"{'FAIL' if failures else 'ok'}: PyTorch nn.GRU exports through sigserve's GRU backends "
+          f"({'cpu, cuda' if GPU else 'cpu'}) and reference")
     return 1 if failures else 0
 
 
