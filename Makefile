@@ -251,8 +251,10 @@ $(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The benchmarks call the CUDA backend's own functions: it is linked in (the others open it as sigserve does).
-CUDA_TOOLS := $(BUILD)/lstmbench
+# The benchmarks call the CUDA backend's own functions, and rnncheck reaches it through the backends table
+# without the executable's symbols that libsigserve-cuda.so needs: it is linked in (the others open it as
+# sigserve does).
+CUDA_TOOLS := $(BUILD)/lstmbench $(BUILD)/rnncheck
 $(CUDA_TOOLS): $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) \
                $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libsigsupport.a $(GPU_STATIC) \
