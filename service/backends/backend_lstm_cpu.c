@@ -15,7 +15,7 @@
  * computed once by the step) when they fit in 512 MiB over every slot, else the raw steps (then
  * an advance projects them again). An advance reruns the last W - 1 steps from a zero state,
  * layer after layer: the layer's input projections for every step as one matrix product (weights
- * read once for all steps), then the recurrence with W_hh.
+ * read once for all steps), then the recurrence with W_hh. The slots and their rings: rnn_slots.h.
  *
  * BF16 (weight_dtype "bf16"): each matrix in the same order, inputs in pairs: the 32-bit lane of
  * pair p and column n holds inputs 2p (low half, the plain bf16) and 2p + 1 (the whole lane, within
@@ -27,6 +27,8 @@
  * x86-64 (the loader picks at start). Everything is allocated at load; nothing after. */
 #include "backends/backend_lstm.h"
 #include "backends/cpu_dense.h"
+#include "backends/rnn_head.h"
+#include "backends/rnn_slots.h"
 #include "backends/vec16.h"
 #include "base/floats.h"
 
@@ -38,7 +40,6 @@
 #include <string.h>
 
 #define VEC 16
-#define PROJ_RING_MAX_BYTES (512ull << 20)   /* above: the ring keeps raw steps */
 
 typedef uint32_t vu16 __attribute__ ((vector_size (64)));
 
@@ -55,27 +56,15 @@ typedef struct {
     float *bias;                /* [4Hp] */
 } cpu_lstm_layer_t;
 
-typedef struct {
-    uint32_t pos;               /* ring position of the next step */
-    bool owed;                  /* a step ran and no advance since: the state is stale */
-} cpu_slot_t;
-
 struct backend_model {
     char name[CONFIG_NAME_MAX];
     weight_dtype_t dtype;       /* f32 or bf16 */
     uint32_t L, in, H, Hp, N;   /* N = 4 Hp */
     uint32_t in_pad;            /* a raw step's row in the ring */
-    uint32_t W, out, max_rows, slot_count;
-    activation_t head_act;
+    uint32_t W, out, max_rows;
     cpu_lstm_layer_t *layers;
-    float *head_w;              /* [out][Hp] */
-    float *head_b;              /* [out] */
-    bool keep_proj;             /* the ring holds W_ih0 x (N floats), else x (in_pad floats) */
-    size_t ring_row;            /* floats per ring entry */
-    size_t slot_floats;         /* ring W x ring_row, then G [L][N], then c [L][Hp] */
-    float *slots;
-    cpu_slot_t *slot;
-    float *reset_state;         /* G and c of a window of zeros (what stream_reset copies) */
+    rnn_head_t head;
+    rnn_slots_t slots;          /* each: its ring, then G [L][N], then c [L][Hp] */
     /* scratch */
     float *proj;                /* [W][N]: a layer's input projections (bias included) */
     float *proj0;               /* [W][N]: layer 0's (no bias), when they are computed here */
@@ -276,21 +265,6 @@ CLONES static void s_cells (const float *restrict gates, uint32_t blocks, float 
     }
 }
 
-/* OUT[o] = act(head_w[o] . h + head_b[o]) */
-static void s_head (const backend_model_t *m, const float *h, float *out)
-{
-    for (uint32_t o = 0; o < m->out; o++) {
-        const v16 *w = (const v16 *) (m->head_w + (size_t) o * m->Hp), *hv = (const v16 *) h;
-        v16 acc = vec16_splat (0.0f);
-        for (uint32_t b = 0; b < m->Hp / VEC; b++)
-            acc += w[b] * hv[b];
-        float s = 0.0f;
-        for (int k = 0; k < VEC; k++)
-            s += acc[k];
-        out[o] = backend_activate (s + m->head_b[o], m->head_act);
-    }
-}
-
 /* ---------------------------------------------------------------------------------------------
  * A sequence: T steps from a zero state through every layer, layer 0's projection of step t at
  * m->p0[t] (no bias). Leaves each layer's final h and c in m->h, m->c. */
@@ -317,11 +291,7 @@ static void s_sequence (backend_model_t *m, uint32_t T)
     }
 }
 
-static float *s_slot_ring (const backend_model_t *m, uint32_t slot) { return m->slots + (size_t) slot * m->slot_floats; }
-static float *s_slot_G (const backend_model_t *m, uint32_t slot)
-{
-    return s_slot_ring (m, slot) + (size_t) m->W * m->ring_row;
-}
+static float *s_slot_G (const backend_model_t *m, uint32_t slot) { return rnn_slots_state (&m->slots, slot); }
 static float *s_slot_c (const backend_model_t *m, uint32_t slot) { return s_slot_G (m, slot) + (size_t) m->L * m->N; }
 
 /* State from m->h, m->c: G = W_hh h + b per layer, and c. */
@@ -348,11 +318,8 @@ static void s_destroy (backend_model_t **m_p)
         free (m->layers[k].bias);
     }
     free (m->layers);
-    free (m->head_w);
-    free (m->head_b);
-    free (m->slots);
-    free (m->slot);
-    free (m->reset_state);
+    rnn_head_free (&m->head);
+    rnn_slots_free (&m->slots);
     free (m->proj);
     free (m->proj0);
     free (m->seq[0]);
@@ -419,9 +386,6 @@ static long s_unheld_bf16 (const float *src, size_t n)
     return -1;
 }
 
-static void s_reset (backend_model_t *m, uint32_t slot);
-static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
-
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
     (void) device;
@@ -462,13 +426,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     m->in_pad = (uint32_t) s_pad (m->in, VEC);
     m->W = lw->window;
     m->out = lw->head.out;
-    m->head_act = lw->head.activation;
     m->max_rows = backend_rows (cfg) ? backend_rows (cfg) : 1;
-    m->slot_count = backend_stream_slots (cfg);
     const size_t N = m->N, Hp = m->Hp, W = m->W, L = m->L;
-    m->keep_proj = (uint64_t) m->slot_count * W * N * sizeof (float) <= PROJ_RING_MAX_BYTES;
-    m->ring_row = m->keep_proj ? N : m->in_pad;
-    m->slot_floats = s_pad (W * m->ring_row + L * N + L * Hp, VEC);
     if (!(m->layers = calloc (L, sizeof *m->layers)))
         goto oom;
     for (uint32_t k = 0; k < m->L; k++) {
@@ -482,13 +441,9 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
             for (uint32_t j = 0; j < m->H; j++)
                 dst->bias[s_col (q, j)] = src->bias[(size_t) q * m->H + j];
     }
-    if (!(m->head_w = floats_zeroed ((size_t) m->out * Hp)) || !(m->head_b = floats_zeroed (m->out)))
-        goto oom;
-    for (uint32_t o = 0; o < m->out; o++)
-        memcpy (m->head_w + (size_t) o * Hp, lw->head.weight + (size_t) o * m->H, m->H * sizeof (float));
-    memcpy (m->head_b, lw->head.bias, m->out * sizeof (float));
-    if (!(m->slots = floats_zeroed ((size_t) m->slot_count * m->slot_floats)) || !(m->slot = calloc (m->slot_count ? m->slot_count : 1, sizeof *m->slot))
-        || !(m->reset_state = floats_zeroed (L * N + L * Hp)) || !(m->proj = floats_zeroed (W * N))
+    if (rnn_head_init (&m->head, &lw->head, m->Hp) != 0
+        || rnn_slots_init (&m->slots, backend_stream_slots (cfg), m->W, m->N, m->in_pad, L * N + L * Hp) != 0
+        || !(m->proj = floats_zeroed (W * N))
         || !(m->proj0 = floats_zeroed (W * N)) || !(m->seq[0] = floats_zeroed (W * Hp))
         || !(m->seq[1] = floats_zeroed (W * Hp)) || !(m->h = floats_zeroed (L * Hp)) || !(m->c = floats_zeroed (L * Hp))
         || !(m->gates = floats_zeroed (N)) || !(m->zeros = floats_zeroed (N))
@@ -498,20 +453,11 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     for (size_t t = 0; t < W; t++)
         m->p0[t] = m->zeros;
     s_sequence (m, m->W - 1);
-    s_store_state (m, m->reset_state, m->reset_state + L * N);
-    for (uint32_t s = 0; s < m->slot_count; s++)
-        s_reset (m, s);
-    /* Warm: page in everything, let the loader resolve the clones. */
-    float *probe = floats_zeroed ((size_t) m->max_rows * m->out);
-    float *x = floats_zeroed ((size_t) m->max_rows * W * m->in);
-    if (!probe || !x) {
-        free (probe);
-        free (x);
+    s_store_state (m, m->slots.reset_state, m->slots.reset_state + L * N);
+    for (uint32_t s = 0; s < m->slots.count; s++)
+        rnn_slots_reset (&m->slots, s);
+    if (backend_warm (&backend_lstm_cpu_iface, m, m->max_rows, W * m->in, m->out, err, errlen) != 0)
         goto oom;
-    }
-    s_infer (m, x, m->max_rows, probe, err, errlen);
-    free (probe);
-    free (x);
     return m;
 oom:
     sig_set_error (err, errlen, "model \"%s\": out of memory loading the LSTM CPU backend", cfg->name);
@@ -529,61 +475,44 @@ static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows,
         for (uint32_t t = 0; t < m->W; t++)
             m->p0[t] = m->proj0 + (size_t) t * m->N;
         s_sequence (m, m->W);
-        s_head (m, m->h + (size_t) (m->L - 1) * m->Hp, out + (size_t) r * m->out);
+        rnn_head_apply (&m->head, m->h + (size_t) (m->L - 1) * m->Hp, out + (size_t) r * m->out);
     }
     return SIG_OK;
 }
 
-static void s_reset (backend_model_t *m, uint32_t slot)
+static void s_reset (backend_model_t *m, uint32_t slot) { rnn_slots_reset (&m->slots, slot); }
+
+/* rnn_project_fn: layer 0's W_ih of raw steps from the ring (an advance's) */
+static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, float *y)
 {
-    if (slot >= m->slot_count)
-        return;
-    float *ring = s_slot_ring (m, slot);
-    memset (ring, 0, (size_t) m->W * m->ring_row * sizeof (float));
-    memcpy (s_slot_G (m, slot), m->reset_state, ((size_t) m->L * m->N + (size_t) m->L * m->Hp) * sizeof (float));
-    m->slot[slot] = (cpu_slot_t) { .pos = 0, .owed = false };
+    const backend_model_t *m = ctx;
+    s_gemm (&m->layers[0].wih, m->in, m->N, x, xs, T, y, m->N, NULL);
 }
 
 static void s_advance (backend_model_t *m, uint32_t slot)
 {
-    if (slot >= m->slot_count || !m->slot[slot].owed)
+    if (!rnn_slots_owed (&m->slots, slot))
         return;
-    const uint32_t W = m->W, T = W - 1, first = (m->slot[slot].pos + 1) % W;
-    const float *ring = s_slot_ring (m, slot);
-    if (m->keep_proj) {
-        for (uint32_t t = 0; t < T; t++)
-            m->p0[t] = ring + (size_t) ((first + t) % W) * m->ring_row;
-    } else {
-        /* the raw steps, oldest first, in at most two contiguous runs of the ring */
-        const uint32_t run = T < W - first ? T : W - first;
-        if (run)
-            s_gemm (&m->layers[0].wih, m->in, m->N, ring + (size_t) first * m->ring_row, m->ring_row, run, m->proj0,
-                    m->N, NULL);
-        if (T > run)
-            s_gemm (&m->layers[0].wih, m->in, m->N, ring, m->ring_row, T - run, m->proj0 + (size_t) run * m->N, m->N,
-                    NULL);
-        for (uint32_t t = 0; t < T; t++)
-            m->p0[t] = m->proj0 + (size_t) t * m->N;
-    }
-    s_sequence (m, T);
+    rnn_slots_history (&m->slots, slot, s_project0, m, m->proj0, m->N, m->p0);
+    s_sequence (m, m->W - 1);
     s_store_state (m, s_slot_G (m, slot), s_slot_c (m, slot));
-    m->slot[slot].owed = false;
+    m->slots.slot[slot].owed = false;
 }
 
 static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err, size_t errlen)
 {
-    if (slot >= m->slot_count) {
-        sig_set_error (err, errlen, "model \"%s\": stream slot %u of %u", m->name, slot, m->slot_count);
+    if (slot >= m->slots.count) {
+        sig_set_error (err, errlen, "model \"%s\": stream slot %u of %u", m->name, slot, m->slots.count);
         return SIG_INTERNAL;
     }
-    if (m->slot[slot].owed)
+    if (m->slots.slot[slot].owed)
         s_advance (m, slot);
     const uint32_t N = m->N, Hp = m->Hp;
-    float *ring = s_slot_ring (m, slot), *G = s_slot_G (m, slot), *c0 = s_slot_c (m, slot);
-    float *entry = ring + (size_t) m->slot[slot].pos * m->ring_row;
+    float *G = s_slot_G (m, slot), *c0 = s_slot_c (m, slot);
+    float *entry = rnn_slots_entry (&m->slots, slot);
     /* layer 0: its projection of x goes into the ring (or x itself), then gates = G + W_ih x */
     const float *p;
-    if (m->keep_proj) {
+    if (m->slots.keep_proj) {
         s_gemv (&m->layers[0].wih, m->in, N, x, NULL, NULL, entry);
         p = entry;
     } else {
@@ -602,9 +531,8 @@ static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, f
             s_gemv (&m->layers[k].wih, m->H, N, h + (size_t) (k - 1) * Hp, G + (size_t) k * N, NULL, m->gates);
         s_cells (m->gates, Hp / VEC, ck, hk);
     }
-    s_head (m, h + (size_t) (m->L - 1) * Hp, out);
-    m->slot[slot].pos = (m->slot[slot].pos + 1) % m->W;
-    m->slot[slot].owed = true;
+    rnn_head_apply (&m->head, h + (size_t) (m->L - 1) * Hp, out);
+    rnn_slots_stepped (&m->slots, slot);
     return SIG_OK;
 }
 

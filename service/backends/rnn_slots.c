@@ -1,0 +1,60 @@
+/* The CPU recurrent backends' stream slots (rnn_slots.h). */
+#include "backends/rnn_slots.h"
+#include "base/floats.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int rnn_slots_init (rnn_slots_t *self, uint32_t count, uint32_t W, uint32_t N, uint32_t in_pad, size_t state_floats)
+{
+    memset (self, 0, sizeof *self);
+    self->count = count;
+    self->W = W;
+    self->keep_proj = (uint64_t) count * W * N * sizeof (float) <= RNN_SLOTS_PROJ_MAX_BYTES;
+    self->ring_row = self->keep_proj ? N : in_pad;
+    self->state_floats = state_floats;
+    self->slot_floats = ((size_t) W * self->ring_row + state_floats + 15) / 16 * 16;
+    if (!(self->mem = floats_zeroed ((size_t) count * self->slot_floats))
+        || !(self->slot = calloc (count ? count : 1, sizeof *self->slot))
+        || !(self->reset_state = floats_zeroed (state_floats)))
+        return -1;
+    return 0;
+}
+
+void rnn_slots_free (rnn_slots_t *self)
+{
+    if (!self)
+        return;
+    free (self->mem);
+    free (self->slot);
+    free (self->reset_state);
+    memset (self, 0, sizeof *self);
+}
+
+void rnn_slots_reset (rnn_slots_t *self, uint32_t slot)
+{
+    if (slot >= self->count)
+        return;
+    memset (rnn_slots_ring (self, slot), 0, (size_t) self->W * self->ring_row * sizeof (float));
+    memcpy (rnn_slots_state (self, slot), self->reset_state, self->state_floats * sizeof (float));
+    self->slot[slot] = (rnn_slot_t) { .pos = 0, .owed = false };
+}
+
+void rnn_slots_history (const rnn_slots_t *self, uint32_t slot, rnn_project_fn *project, const void *ctx,
+                        float *proj0, uint32_t N, const float **p0)
+{
+    const uint32_t W = self->W, T = W - 1, first = (self->slot[slot].pos + 1) % W;
+    const float *ring = rnn_slots_ring (self, slot);
+    if (self->keep_proj) {
+        for (uint32_t t = 0; t < T; t++)
+            p0[t] = ring + (size_t) ((first + t) % W) * self->ring_row;
+        return;
+    }
+    const uint32_t run = T < W - first ? T : W - first;
+    if (run)
+        project (ctx, ring + (size_t) first * self->ring_row, self->ring_row, run, proj0);
+    if (T > run)
+        project (ctx, ring, self->ring_row, T - run, proj0 + (size_t) run * N);
+    for (uint32_t t = 0; t < T; t++)
+        p0[t] = proj0 + (size_t) t * N;
+}
