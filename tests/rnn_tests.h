@@ -5,7 +5,8 @@
  *   - interleaved streams of more steps than the window (so rings wrap), the first reset halfway:
  *     each step's output within its bound of the reference over that stream's history, and within
  *     twice it of a full window of the last W steps with zeros before the first (itself within the
- *     bound).
+ *     bound);
+ *   - the hand-computed case: a window and a stream against the values worked out by hand.
  * A suite says what it checks with in an rnn_suite_t. Each suite includes this once: everything
  * here is static. */
 #ifndef SIGSERVE_RNN_TESTS_H
@@ -106,6 +107,23 @@ static void s_check_windows (const rnn_suite_t *S, backend_model_t *m, const wei
     free (plain);
 }
 
+/* Each of the N SHAPES loaded (3 rows, 2 stream slots) once per row count from 1 to 3, by ROWS_STEP:
+ * ROUNDS rounds of s_check_windows, the case named "shape I". */
+static void s_check_shapes (const rnn_suite_t *S, const lstm_shape_t *shapes, size_t n, uint32_t rows_step, int rounds)
+{
+    for (size_t s = 0; s < n; s++)
+        for (uint32_t rows = 1; rows <= 3; rows += rows_step) {
+            weights_t *w;
+            model_config_t cfg;
+            backend_model_t *m = S->load (&shapes[s], 3, 2, &w, &cfg);
+            char what[32];
+            snprintf (what, sizeof what, "shape %zu", s);
+            s_check_windows (S, m, w, rows, rounds, what);
+            S->B->destroy (&m);
+            weights_destroy (&w);
+        }
+}
+
 /* STREAMS interleaved streams of STEPS steps each on slots 1.. (slot 0 unused: ids need not be
  * dense), each step's output checked on every CHECK_EVERY-th step and the last two. */
 static void s_check_streams (const rnn_suite_t *S, const lstm_shape_t *shape, uint32_t streams, uint32_t steps,
@@ -172,6 +190,38 @@ static void s_check_streams (const rnn_suite_t *S, const lstm_shape_t *shape, ui
     free (bound2);
     S->B->destroy (&m);
     weights_destroy (&w);
+}
+
+
+/* The hand-computed case (1 input, 1 unit, 1 output, window 2) loaded as M: the window [1, -2], then
+ * a stream 1, -2, 3 on slot 1 (windows [0, 1], [1, -2], [-2, 3]), each output's reference the hand's
+ * (WANT_WINDOW, WANT_STEPS; computed with the decimal weights: the file holds them rounded to f32,
+ * 0.1f and the like, ~1e-9 here) and the backend within its bound of it. Destroys M, twice. */
+static void s_check_hand (const rnn_suite_t *S, backend_model_t *m, const weights_t *w, double want_window,
+                          const double want_steps[3])
+{
+    const float window[2] = { 1.0f, -2.0f };
+    float y = NAN;
+    double ref, bound;
+    char err[256];
+    ck_assert_int_eq (S->B->infer (m, window, 1, &y, err, sizeof err), SIG_OK);
+    ck_assert_int_eq (S->window_bound (w->rnn, window, 1, &ref, &bound), 0);
+    ck_assert_msg (fabs (ref - want_window) < 1e-8, "reference, window [1, -2]: %.17g", ref);
+    TOL_ASSERT (&y, &ref, &bound, 1, 1, "window [1, -2]");
+    const float steps[3] = { 1.0f, -2.0f, 3.0f };
+    S->B->stream_reset (m, 1);
+    for (int i = 0; i < 3; i++) {
+        y = NAN;
+        ck_assert_int_eq (S->B->stream_step (m, 1, &steps[i], &y, err, sizeof err), SIG_OK);
+        ck_assert_int_eq (S->stream_bound (w->rnn, steps, (uint64_t) i + 1, &ref, &bound), 0);
+        ck_assert_msg (fabs (ref - want_steps[i]) < 1e-8, "reference, step %d: %.17g, expected %.17g", i, ref,
+                       want_steps[i]);
+        TOL_ASSERT (&y, &ref, &bound, 1, 1, "step %d", i);
+        S->B->stream_advance (m, 1);
+    }
+    S->B->destroy (&m);
+    S->B->destroy (&m);
+    ck_assert_ptr_null (m);
 }
 
 #endif

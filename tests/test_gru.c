@@ -107,30 +107,9 @@ START_TEST (hand_computed_case)
     ck_assert_uint_eq (w->step_size, 1);
     backend_model_t *m = s_cpu->load (w, &cfg, 0, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
-    /* the hand's values used the decimal weights; the file holds them rounded to f32 (0.1f and the
-     * like, ~1e-9 here) */
-    const float window[2] = { 1.0f, -2.0f };
-    float y = NAN;
-    double ref, bound;
-    ck_assert_int_eq (s_cpu->infer (m, window, 1, &y, err, sizeof err), SIG_OK);
-    ck_assert_int_eq (tol_gru_window (w->rnn, window, 1, &ref, &bound), 0);
-    ck_assert_msg (fabs (ref - -0.5757632654649656) < 1e-8, "reference, window [1, -2]: %.17g", ref);
-    TOL_ASSERT (&y, &ref, &bound, 1, 1, "window [1, -2]");
-    /* a stream 1, -2, 3: windows [0, 1], [1, -2], [-2, 3] */
-    const float steps[3] = { 1.0f, -2.0f, 3.0f };
+    /* the hand's values: the stream's windows [0, 1], [1, -2], [-2, 3]; [1, -2] alone */
     const double want[3] = { 0.09539810594096676, -0.5757632654649656, 0.4662792339435027 };
-    s_cpu->stream_reset (m, 1);
-    for (int i = 0; i < 3; i++) {
-        y = NAN;
-        ck_assert_int_eq (s_cpu->stream_step (m, 1, &steps[i], &y, err, sizeof err), SIG_OK);
-        ck_assert_int_eq (tol_gru_stream (w->rnn, steps, (uint64_t) i + 1, &ref, &bound), 0);
-        ck_assert_msg (fabs (ref - want[i]) < 1e-8, "reference, step %d: %.17g, expected %.17g", i, ref, want[i]);
-        TOL_ASSERT (&y, &ref, &bound, 1, 1, "step %d", i);
-        s_cpu->stream_advance (m, 1);
-    }
-    s_cpu->destroy (&m);
-    s_cpu->destroy (&m);
-    ck_assert_ptr_null (m);
+    s_check_hand (&s_gru, m, w, -0.5757632654649656, want);
     weights_destroy (&w);
     unlink (path);
     free (path);
@@ -150,17 +129,7 @@ START_TEST (full_window_matches_reference)
         { .layers = 2, .step_size = 64, .hidden = 33, .out = 1, .window = 9 },
         { .layers = 1, .step_size = 13, .hidden = 50, .out = 2, .window = 3 },
     };
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (uint32_t rows = 1; rows <= 3; rows++) {
-            weights_t *w;
-            model_config_t cfg;
-            backend_model_t *m = s_load (&shapes[s], 3, 2, &w, &cfg);
-            char what[32];
-            snprintf (what, sizeof what, "shape %zu", s);
-            s_check_windows (&s_gru, m, w, rows, 3, what);
-            s_cpu->destroy (&m);
-            weights_destroy (&w);
-        }
+    s_check_shapes (&s_gru, shapes, sizeof shapes / sizeof shapes[0], 1, 3);
 }
 END_TEST
 

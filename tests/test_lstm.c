@@ -78,30 +78,9 @@ START_TEST (hand_computed_case)
     ck_assert_msg (w != NULL, "%s", err);
     backend_model_t *m = backend_lstm_cpu_iface.load (w, &cfg, 0, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
-    /* the reference is the hand's (which used the decimal weights: the file holds them rounded to
-     * f32, 0.1f and the like, a difference of ~1e-9 here), the backend within its bound of it */
-    const float window[2] = { 1.0f, -2.0f };
-    float y = NAN;
-    double ref, bound;
-    ck_assert_int_eq (backend_lstm_cpu_iface.infer (m, window, 1, &y, err, sizeof err), SIG_OK);
-    ck_assert_int_eq (tol_lstm_window (w->lstm, WEIGHT_DTYPE_F32, window, 1, &ref, &bound), 0);
-    ck_assert_msg (fabs (ref - -0.4871412369021575) < 1e-8, "reference, window [1, -2]: %.17g", ref);
-    TOL_ASSERT (&y, &ref, &bound, 1, 1, "window [1, -2]");
-    /* a stream 1, -2, 3: windows [0, 1], [1, -2], [-2, 3] */
-    const float steps[3] = { 1.0f, -2.0f, 3.0f };
+    /* the hand's values: the stream's windows [0, 1], [1, -2], [-2, 3]; [1, -2] alone */
     const double want[3] = { 0.11357185865533792, -0.4871412369021575, 0.6626177413617271 };
-    backend_lstm_cpu_iface.stream_reset (m, 1);
-    for (int i = 0; i < 3; i++) {
-        y = NAN;
-        ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m, 1, &steps[i], &y, err, sizeof err), SIG_OK);
-        ck_assert_int_eq (tol_lstm_stream (w->lstm, WEIGHT_DTYPE_F32, steps, (uint64_t) i + 1, &ref, &bound), 0);
-        ck_assert_msg (fabs (ref - want[i]) < 1e-8, "reference, step %d: %.17g, expected %.17g", i, ref, want[i]);
-        TOL_ASSERT (&y, &ref, &bound, 1, 1, "step %d", i);
-        backend_lstm_cpu_iface.stream_advance (m, 1);
-    }
-    backend_lstm_cpu_iface.destroy (&m);
-    backend_lstm_cpu_iface.destroy (&m);
-    ck_assert_ptr_null (m);
+    s_check_hand (&s_lstm, m, w, -0.4871412369021575, want);
     weights_destroy (&w);
     unlink (path);
     free (path);
@@ -119,17 +98,7 @@ START_TEST (full_window_matches_reference)
         { .layers = 3, .step_size = 3, .hidden = 40, .out = 2, .window = 5, .head_act = ACTIVATION_RELU },
         { .layers = 2, .step_size = 64, .hidden = 96, .out = 1, .window = 3 },
     };
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (uint32_t rows = 1; rows <= 3; rows++) {
-            weights_t *w;
-            model_config_t cfg;
-            backend_model_t *m = s_load (&shapes[s], 3, 2, &w, &cfg);
-            char what[32];
-            snprintf (what, sizeof what, "shape %zu", s);
-            s_check_windows (&s_lstm, m, w, rows, 4, what);
-            backend_lstm_cpu_iface.destroy (&m);
-            weights_destroy (&w);
-        }
+    s_check_shapes (&s_lstm, shapes, sizeof shapes / sizeof shapes[0], 1, 4);
 }
 END_TEST
 
@@ -156,17 +125,7 @@ START_TEST (bf16_matches_reference)
         { .layers = 3, .step_size = 3, .hidden = 40, .out = 2, .window = 5, .head_act = ACTIVATION_RELU },
         { .layers = 2, .step_size = 64, .hidden = 96, .out = 1, .window = 3 },
     };
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (uint32_t rows = 1; rows <= 3; rows += 2) {
-            weights_t *w;
-            model_config_t cfg;
-            backend_model_t *m = s_load (&shapes[s], 3, 2, &w, &cfg);
-            char what[32];
-            snprintf (what, sizeof what, "shape %zu", s);
-            s_check_windows (&s_lstm, m, w, rows, 4, what);
-            backend_lstm_cpu_iface.destroy (&m);
-            weights_destroy (&w);
-        }
+    s_check_shapes (&s_lstm, shapes, sizeof shapes / sizeof shapes[0], 2, 4);
     const lstm_shape_t a = { .layers = 2, .step_size = 5, .hidden = 19, .out = 2, .window = 6 };
     s_check_streams (&s_lstm, &a, 3, 17, 1);
     const lstm_shape_t c = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2, .head_act = ACTIVATION_TANH };
