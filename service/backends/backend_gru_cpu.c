@@ -57,7 +57,6 @@ struct backend_model {
     float *seq[2];              /* [W][Hp]: hidden sequences of consecutive layers */
     float *h;                   /* [L][Hp] */
     float *gi, *gh;             /* [N] each */
-    float *zeros;               /* [N] */
     const float **p0;           /* [W]: layer 0's projection of each step of a sequence */
 };
 
@@ -183,6 +182,21 @@ static void s_store_state (backend_model_t *m, float *GH, float *h)
     memcpy (h, m->h, (size_t) m->L * m->Hp * sizeof (float));
 }
 
+/* rnn_slots_backend_t's: layer 0's W_ih x of raw steps from a ring */
+static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, float *y)
+{
+    const backend_model_t *m = ctx;
+    s_gemm (m->layers[0].wih, m->in, m->N, x, xs, T, y, m->N, NULL);
+}
+
+/* rnn_slots_backend_t's: the W - 1 steps at m->p0 from a zero state, their state into STATE */
+static void s_rerun (void *ctx, float *state)
+{
+    backend_model_t *m = ctx;
+    s_sequence (m, m->W - 1);
+    s_store_state (m, state, state + (size_t) m->L * m->N);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The interface */
 
@@ -207,7 +221,6 @@ static void s_destroy (backend_model_t **m_p)
     free (m->h);
     free (m->gi);
     free (m->gh);
-    free (m->zeros);
     free ((void *) m->p0);
     free (m);
     *m_p = NULL;
@@ -276,19 +289,16 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         if (s_take_layer (m, &gw->layers[k], &m->layers[k]) != 0)
             goto oom;
     if (rnn_head_init (&m->head, &gw->head, m->Hp) != 0
-        || rnn_slots_init (&m->slots, backend_stream_slots (cfg), m->W, m->N, m->in_pad, L * N + L * Hp) != 0
         || !(m->proj = floats_zeroed (W * N))
         || !(m->proj0 = floats_zeroed (W * N)) || !(m->seq[0] = floats_zeroed (W * Hp))
         || !(m->seq[1] = floats_zeroed (W * Hp)) || !(m->h = floats_zeroed (L * Hp)) || !(m->gi = floats_zeroed (N))
-        || !(m->gh = floats_zeroed (N)) || !(m->zeros = floats_zeroed (N)) || !(m->p0 = calloc (W, sizeof *m->p0)))
+        || !(m->gh = floats_zeroed (N)) || !(m->p0 = calloc (W, sizeof *m->p0)))
         goto oom;
-    /* The state of a window of zeros: its W - 1 steps project to 0. */
-    for (size_t t = 0; t < W; t++)
-        m->p0[t] = m->zeros;
-    s_sequence (m, m->W - 1);
-    s_store_state (m, m->slots.reset_state, m->slots.reset_state + L * N);
-    for (uint32_t s = 0; s < m->slots.count; s++)
-        rnn_slots_reset (&m->slots, s);
+    const rnn_slots_backend_t advance = { .project = s_project0, .rerun = s_rerun, .ctx = m, .proj0 = m->proj0,
+                                          .p0 = m->p0 };
+    if (rnn_slots_init (&m->slots, backend_stream_slots (cfg), m->W, m->N, m->in_pad, L * N + L * Hp, &advance) != 0)
+        goto oom;
+    rnn_slots_start (&m->slots);
     if (backend_warm (&backend_gru_cpu_iface, m, m->max_rows, W * m->in, m->out, err, errlen) != 0)
         goto oom;
     return m;
@@ -315,31 +325,12 @@ static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows,
 
 static void s_reset (backend_model_t *m, uint32_t slot) { rnn_slots_reset (&m->slots, slot); }
 
-/* rnn_project_fn: layer 0's W_ih of raw steps from the ring (an advance's) */
-static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, float *y)
-{
-    const backend_model_t *m = ctx;
-    s_gemm (m->layers[0].wih, m->in, m->N, x, xs, T, y, m->N, NULL);
-}
-
-static void s_advance (backend_model_t *m, uint32_t slot)
-{
-    if (!rnn_slots_owed (&m->slots, slot))
-        return;
-    rnn_slots_history (&m->slots, slot, s_project0, m, m->proj0, m->N, m->p0);
-    s_sequence (m, m->W - 1);
-    s_store_state (m, s_slot_GH (m, slot), s_slot_h (m, slot));
-    m->slots.slot[slot].owed = false;
-}
+static void s_advance (backend_model_t *m, uint32_t slot) { rnn_slots_advance (&m->slots, slot); }
 
 static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err, size_t errlen)
 {
-    if (slot >= m->slots.count) {
-        sig_set_error (err, errlen, "model \"%s\": stream slot %u of %u", m->name, slot, m->slots.count);
+    if (rnn_slots_step_begin (&m->slots, slot, m->name, err, errlen) != 0)   /* an owed advance runs first */
         return SIG_INTERNAL;
-    }
-    if (m->slots.slot[slot].owed)
-        s_advance (m, slot);
     const uint32_t N = m->N, Hp = m->Hp;
     float *GH = s_slot_GH (m, slot), *h0 = s_slot_h (m, slot);
     float *entry = rnn_slots_entry (&m->slots, slot);

@@ -71,7 +71,6 @@ struct backend_model {
     float *seq[2];              /* [W][Hp]: hidden sequences of consecutive layers */
     float *h, *c;               /* [L][Hp] */
     float *gates;               /* [N] */
-    float *zeros;               /* [N] */
     const float **p0;           /* [W]: layer 0's projection of each step of a sequence */
 };
 
@@ -80,43 +79,36 @@ static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 /* ---------------------------------------------------------------------------------------------
  * Kernels (compiled once per target: vec16.h's CLONES) */
 
-/* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 64); B1, B2 may be NULL. */
+/* Outputs nb .. nb + 16 J of s_gemv_f32 (J independent accumulators; a constant once inlined). */
+VEC16_INLINE void s_gemv_f32_block (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
+                                    const float *b1, const float *b2, float *restrict y, uint32_t nb, const int J)
+{
+    v16 acc[8];
+    for (int j = 0; j < J; j++) {
+        acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
+        if (b2)
+            acc[j] += *(const v16 *) (b2 + nb + 16 * j);
+    }
+    const float *w = Wt + nb;
+    for (uint32_t k = 0; k < K; k++, w += N) {
+        const v16 xk = vec16_splat (x[k]);
+        for (int j = 0; j < J; j++)
+            acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
+    }
+    for (int j = 0; j < J; j++)
+        *(v16 *) (y + nb + 16 * j) = acc[j];
+}
+
+/* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 64); B1, B2 may be NULL.
+ * Eight blocks of 16 outputs at a time, then the one block of 64 left. */
 CLONES static void s_gemv_f32 (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
-                           const float *b1, const float *b2, float *restrict y)
+                               const float *b1, const float *b2, float *restrict y)
 {
     uint32_t nb = 0;
-    for (; nb + 128 <= N; nb += 128) {
-        v16 acc[8];
-        for (int j = 0; j < 8; j++) {
-            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
-            if (b2)
-                acc[j] += *(const v16 *) (b2 + nb + 16 * j);
-        }
-        const float *w = Wt + nb;
-        for (uint32_t k = 0; k < K; k++, w += N) {
-            const v16 xk = vec16_splat (x[k]);
-            for (int j = 0; j < 8; j++)
-                acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
-        }
-        for (int j = 0; j < 8; j++)
-            *(v16 *) (y + nb + 16 * j) = acc[j];
-    }
-    if (nb < N) {   /* one block of 64 left */
-        v16 acc[4];
-        for (int j = 0; j < 4; j++) {
-            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
-            if (b2)
-                acc[j] += *(const v16 *) (b2 + nb + 16 * j);
-        }
-        const float *w = Wt + nb;
-        for (uint32_t k = 0; k < K; k++, w += N) {
-            const v16 xk = vec16_splat (x[k]);
-            for (int j = 0; j < 4; j++)
-                acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
-        }
-        for (int j = 0; j < 4; j++)
-            *(v16 *) (y + nb + 16 * j) = acc[j];
-    }
+    for (; nb + 128 <= N; nb += 128)
+        s_gemv_f32_block (Wt, K, N, x, b1, b2, y, nb, 8);
+    if (nb < N)
+        s_gemv_f32_block (Wt, K, N, x, b1, b2, y, nb, 4);
 }
 
 /* Y[t][n] = (BIAS ? bias[n] : 0) + sum_k Wt[k][n] X[t][k] for T rows: tiles of 64 outputs x 4
@@ -302,6 +294,21 @@ static void s_store_state (backend_model_t *m, float *G, float *c)
     memcpy (c, m->c, (size_t) m->L * m->Hp * sizeof (float));
 }
 
+/* rnn_slots_backend_t's: layer 0's W_ih x of raw steps from a ring */
+static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, float *y)
+{
+    const backend_model_t *m = ctx;
+    s_gemm (&m->layers[0].wih, m->in, m->N, x, xs, T, y, m->N, NULL);
+}
+
+/* rnn_slots_backend_t's: the W - 1 steps at m->p0 from a zero state, their state into STATE */
+static void s_rerun (void *ctx, float *state)
+{
+    backend_model_t *m = ctx;
+    s_sequence (m, m->W - 1);
+    s_store_state (m, state, state + (size_t) m->L * m->N);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The interface */
 
@@ -327,7 +334,6 @@ static void s_destroy (backend_model_t **m_p)
     free (m->h);
     free (m->c);
     free (m->gates);
-    free (m->zeros);
     free ((void *) m->p0);
     free (m);
     *m_p = NULL;
@@ -442,20 +448,17 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
                 dst->bias[s_col (q, j)] = src->bias[(size_t) q * m->H + j];
     }
     if (rnn_head_init (&m->head, &lw->head, m->Hp) != 0
-        || rnn_slots_init (&m->slots, backend_stream_slots (cfg), m->W, m->N, m->in_pad, L * N + L * Hp) != 0
         || !(m->proj = floats_zeroed (W * N))
         || !(m->proj0 = floats_zeroed (W * N)) || !(m->seq[0] = floats_zeroed (W * Hp))
         || !(m->seq[1] = floats_zeroed (W * Hp)) || !(m->h = floats_zeroed (L * Hp)) || !(m->c = floats_zeroed (L * Hp))
-        || !(m->gates = floats_zeroed (N)) || !(m->zeros = floats_zeroed (N))
+        || !(m->gates = floats_zeroed (N))
         || !(m->p0 = calloc (W, sizeof *m->p0)))
         goto oom;
-    /* The state of a window of zeros: its W - 1 steps project to 0. */
-    for (size_t t = 0; t < W; t++)
-        m->p0[t] = m->zeros;
-    s_sequence (m, m->W - 1);
-    s_store_state (m, m->slots.reset_state, m->slots.reset_state + L * N);
-    for (uint32_t s = 0; s < m->slots.count; s++)
-        rnn_slots_reset (&m->slots, s);
+    const rnn_slots_backend_t advance = { .project = s_project0, .rerun = s_rerun, .ctx = m, .proj0 = m->proj0,
+                                          .p0 = m->p0 };
+    if (rnn_slots_init (&m->slots, backend_stream_slots (cfg), m->W, m->N, m->in_pad, L * N + L * Hp, &advance) != 0)
+        goto oom;
+    rnn_slots_start (&m->slots);
     if (backend_warm (&backend_lstm_cpu_iface, m, m->max_rows, W * m->in, m->out, err, errlen) != 0)
         goto oom;
     return m;
@@ -482,31 +485,12 @@ static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows,
 
 static void s_reset (backend_model_t *m, uint32_t slot) { rnn_slots_reset (&m->slots, slot); }
 
-/* rnn_project_fn: layer 0's W_ih of raw steps from the ring (an advance's) */
-static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, float *y)
-{
-    const backend_model_t *m = ctx;
-    s_gemm (&m->layers[0].wih, m->in, m->N, x, xs, T, y, m->N, NULL);
-}
-
-static void s_advance (backend_model_t *m, uint32_t slot)
-{
-    if (!rnn_slots_owed (&m->slots, slot))
-        return;
-    rnn_slots_history (&m->slots, slot, s_project0, m, m->proj0, m->N, m->p0);
-    s_sequence (m, m->W - 1);
-    s_store_state (m, s_slot_G (m, slot), s_slot_c (m, slot));
-    m->slots.slot[slot].owed = false;
-}
+static void s_advance (backend_model_t *m, uint32_t slot) { rnn_slots_advance (&m->slots, slot); }
 
 static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err, size_t errlen)
 {
-    if (slot >= m->slots.count) {
-        sig_set_error (err, errlen, "model \"%s\": stream slot %u of %u", m->name, slot, m->slots.count);
+    if (rnn_slots_step_begin (&m->slots, slot, m->name, err, errlen) != 0)   /* an owed advance runs first */
         return SIG_INTERNAL;
-    }
-    if (m->slots.slot[slot].owed)
-        s_advance (m, slot);
     const uint32_t N = m->N, Hp = m->Hp;
     float *G = s_slot_G (m, slot), *c0 = s_slot_c (m, slot);
     float *entry = rnn_slots_entry (&m->slots, slot);
