@@ -6,12 +6,12 @@
 #include "clock.h"
 #include "latency.h"
 #include "lstm_reference.h"
+#include "read_floor.h"
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backends/cuda/backend_lstm_cuda.h"
 #include <cuda_runtime_api.h>
 #endif
 
-#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,25 +152,6 @@ static int s_bench_model (const options_t *o, const char *size, const char *bnam
 /* ---------------------------------------------------------------------------------------------
  * One size: every backend and weight type asked for */
 
-static volatile uint64_t s_sink;
-
-/* One streaming read of N bytes with 64-byte loads (the CPU rows' floor). */
-__attribute__ ((target ("avx512f"))) static void s_read64 (const void *p, size_t n)
-{
-    const __m512i *v = p;
-    __m512i a = _mm512_setzero_si512 (), b = a, c = a, d = a;
-    size_t i = 0;
-    for (; i + 4 <= n / 64; i += 4) {
-        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
-        b = _mm512_or_si512 (b, _mm512_load_si512 (v + i + 1));
-        c = _mm512_or_si512 (c, _mm512_load_si512 (v + i + 2));
-        d = _mm512_or_si512 (d, _mm512_load_si512 (v + i + 3));
-    }
-    for (; i < n / 64; i++)
-        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
-    s_sink = (uint64_t) _mm512_reduce_or_epi64 (_mm512_or_si512 (_mm512_or_si512 (a, b), _mm512_or_si512 (c, d)));
-}
-
 /* The CPU rows' floor for DTYPE: one read of the LSTM's W_ih and W_hh bytes in that dtype (a step
  * reads the W_ih part; its advance, the W_hh part), with AVX-512 loads, on the same core; a row. */
 static void s_cpu_floor (const options_t *o, const char *size, const lstm_weights_t *l, const char *dname, row_t *r)
@@ -187,7 +168,7 @@ static void s_cpu_floor (const options_t *o, const char *size, const lstm_weight
     r->note[0] = 0;
     for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
         const double t0 = clock_now_us ();
-        s_read64 (buf, bytes);
+        read_floor_64 (buf, bytes);
         const double t1 = clock_now_us ();
         if (i >= o->warmup)
             r->samples[r->n++] = t1 - t0;
