@@ -231,6 +231,36 @@ int tu_remove_tree (const char *dir)
     return nftw (dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+void tu_fake_serve (const char *endpoint, atomic_bool *bound, atomic_bool *stop, tu_fake_fn *on_request, void *arg)
+{
+    void *ctx = zmq_ctx_new ();
+    void *router = zmq_socket (ctx, ZMQ_ROUTER);
+    int linger = 0;
+    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_msg (zmq_bind (router, endpoint) == 0, "bind %s: %s", endpoint, zmq_strerror (errno));
+    atomic_store (bound, true);
+    while (!atomic_load (stop)) {
+        zmq_pollitem_t item = { .socket = router, .events = ZMQ_POLLIN };
+        if (zmq_poll (&item, 1, 20) <= 0)
+            continue;
+        zmq_msg_t identity, payload;
+        zmq_msg_init (&identity);
+        zmq_msg_init (&payload);
+        if (zmq_msg_recv (&identity, router, 0) >= 0 && zmq_msg_recv (&payload, router, 0) >= 0) {
+            Sigserve__V1__Request *req =
+                sigserve__v1__request__unpack (NULL, zmq_msg_size (&payload), zmq_msg_data (&payload));
+            if (req) {
+                on_request (arg, router, &identity, req);
+                sigserve__v1__request__free_unpacked (req, NULL);
+            }
+        }
+        zmq_msg_close (&identity);
+        zmq_msg_close (&payload);
+    }
+    zmq_close (router);
+    zmq_ctx_term (ctx);
+}
+
 size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *features, size_t n, uint32_t rows,
                       uint64_t request_id, uint32_t deadline_us)
 {
