@@ -231,6 +231,40 @@ int tu_remove_tree (const char *dir)
     return nftw (dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+int tu_thread_cpus (pid_t pid, const char *name, char *out, size_t cap)
+{
+    char dir[64];
+    snprintf (dir, sizeof dir, "/proc/%d/task", (int) pid);
+    DIR *d = opendir (dir);
+    struct dirent *e;
+    int found = -1;
+    while (d && found < 0 && (e = readdir (d)) != NULL) {
+        char path[600], comm[64] = "", line[256];
+        snprintf (path, sizeof path, "%s/%s/comm", dir, e->d_name);
+        FILE *f = fopen (path, "r");
+        if (!f)
+            continue;
+        if (fgets (comm, sizeof comm, f))
+            comm[strcspn (comm, "\n")] = 0;
+        fclose (f);
+        if (strcmp (comm, name) != 0)
+            continue;
+        snprintf (path, sizeof path, "%s/%s/status", dir, e->d_name);
+        f = fopen (path, "r");
+        while (f && fgets (line, sizeof line, f))
+            if (strncmp (line, "Cpus_allowed_list:", 18) == 0) {
+                snprintf (out, cap, "%s", line + 18 + strspn (line + 18, " \t"));
+                out[strcspn (out, "\n")] = 0;
+                found = 0;
+            }
+        if (f)
+            fclose (f);
+    }
+    if (d)
+        closedir (d);
+    return found;
+}
+
 void tu_fake_serve (const char *endpoint, atomic_bool *bound, atomic_bool *stop, tu_fake_fn *on_request, void *arg)
 {
     void *ctx = zmq_ctx_new ();

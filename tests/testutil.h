@@ -36,6 +36,10 @@ pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int
 /* SIGTERM then wait; returns the exit status (or -1). */
 int tu_server_stop (pid_t pid);
 
+/* The CPUs thread NAME of process PID may run on ("0", "0-1"), from /proc, into OUT (CAP bytes); -1
+ * when there is no such thread. */
+int tu_thread_cpus (pid_t pid, const char *name, char *out, size_t cap);
+
 /* A fake sigserve's loop, for the client suites' servers of their own: binds a ROUTER at ENDPOINT
  * (asserted), sets *BOUND, then until *STOP hands each request that decodes to ON_REQUEST (with ARG,
  * and the sender's routing id IDENTITY: it answers on ROUTER, or not), polling every 20 ms. The
