@@ -58,16 +58,7 @@ static void *s_ctx;
 
 /* ---- helpers ---- */
 
-static void *s_socket (const char *endpoint, int timeout_ms)
-{
-    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
-    int linger = 0, hwm = 0;
-    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
-    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    ck_assert_int_eq (zmq_connect (s, endpoint), 0);
-    return s;
-}
+static void *s_socket (const char *endpoint, int timeout_ms) { return tu_dealer (s_ctx, endpoint, timeout_ms); }
 
 static void s_send (void *sock, const char *model, const float *f, size_t n, uint32_t rows, uint64_t id)
 {

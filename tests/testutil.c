@@ -231,6 +231,17 @@ int tu_remove_tree (const char *dir)
     return nftw (dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+void *tu_dealer (void *ctx, const char *endpoint, int timeout_ms)
+{
+    void *s = zmq_socket (ctx, ZMQ_DEALER);
+    int linger = 0, hwm = 0;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    ck_assert_msg (zmq_connect (s, endpoint) == 0, "connect %s: %s", endpoint, zmq_strerror (errno));
+    return s;
+}
+
 int tu_thread_cpus (pid_t pid, const char *name, char *out, size_t cap)
 {
     char dir[64];

@@ -36,6 +36,10 @@ pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int
 /* SIGTERM then wait; returns the exit status (or -1). */
 int tu_server_stop (pid_t pid);
 
+/* A DEALER of CTX connected to ENDPOINT (asserted): linger 0, receives time out after TIMEOUT_MS, no
+ * send high-water mark (the suites pipeline many requests). */
+void *tu_dealer (void *ctx, const char *endpoint, int timeout_ms);
+
 /* The CPUs thread NAME of process PID may run on ("0", "0-1"), from /proc, into OUT (CAP bytes); -1
  * when there is no such thread. */
 int tu_thread_cpus (pid_t pid, const char *name, char *out, size_t cap);
