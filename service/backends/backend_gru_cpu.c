@@ -65,26 +65,6 @@ static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 /* ---------------------------------------------------------------------------------------------
  * Kernels (compiled once per target: vec16.h's CLONES) */
 
-/* J accumulators of 16 columns from NB: y = b1 (+ b2) + sum_k Wt[k] x[k] (J a constant once inlined). */
-VEC16_INLINE void s_gemv_cols (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
-                               const float *b1, const float *b2, float *restrict y, uint32_t nb, const int J)
-{
-    v16 acc[6];
-    for (int j = 0; j < J; j++) {
-        acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
-        if (b2)
-            acc[j] += *(const v16 *) (b2 + nb + 16 * j);
-    }
-    const float *w = Wt + nb;
-    for (uint32_t k = 0; k < K; k++, w += N) {
-        const v16 xk = vec16_splat (x[k]);
-        for (int j = 0; j < J; j++)
-            acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
-    }
-    for (int j = 0; j < J; j++)
-        *(v16 *) (y + nb + 16 * j) = acc[j];
-}
-
 /* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 48); B1, B2 may be NULL.
  * Two blocks of units at a time (96 columns, six accumulators), then the odd one. */
 CLONES static void s_gemv (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
@@ -92,9 +72,9 @@ CLONES static void s_gemv (const float *restrict Wt, uint32_t K, uint32_t N, con
 {
     uint32_t nb = 0;
     for (; nb + 2 * BLOCK <= N; nb += 2 * BLOCK)
-        s_gemv_cols (Wt, K, N, x, b1, b2, y, nb, 6);
+        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 6);
     if (nb < N)
-        s_gemv_cols (Wt, K, N, x, b1, b2, y, nb, 3);
+        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 3);
 }
 
 /* Y[t][n] = (BIAS ? bias[n] : 0) + sum_k Wt[k][n] X[t][k] for T rows: tiles of one block (48
@@ -103,31 +83,7 @@ CLONES static void s_gemm (const float *restrict Wt, uint32_t K, uint32_t N, con
                            uint32_t T, float *restrict Y, size_t ys, const float *bias)
 {
     for (uint32_t nb = 0; nb < N; nb += BLOCK)
-        for (uint32_t t0 = 0; t0 < T; t0 += 4) {
-            const float *xr[4];
-            for (int r = 0; r < 4; r++)   /* past the last row: recompute the last, store nothing */
-                xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
-            v16 acc[4][GATES];
-            for (int j = 0; j < GATES; j++) {
-                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : vec16_splat (0.0f);
-                for (int r = 0; r < 4; r++)
-                    acc[r][j] = b;
-            }
-            const float *w = Wt + nb;
-            for (uint32_t k = 0; k < K; k++, w += N) {
-                v16 wv[GATES];
-                for (int j = 0; j < GATES; j++)
-                    wv[j] = *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64);
-                for (int r = 0; r < 4; r++) {
-                    const v16 xk = vec16_splat (xr[r][k]);
-                    for (int j = 0; j < GATES; j++)
-                        acc[r][j] += wv[j] * xk;
-                }
-            }
-            for (int r = 0; r < 4 && t0 + (uint32_t) r < T; r++)
-                for (int j = 0; j < GATES; j++)
-                    *(v16 *) (Y + (size_t) (t0 + r) * ys + nb + 16 * j) = acc[r][j];
-        }
+        vec16_gemm_cols (Wt, K, N, X, xs, T, Y, ys, bias, nb, GATES);
 }
 
 /* The cell update of Hp / 16 blocks of units from GI (W_ih x + BI) and GH (W_hh h + BH), both

@@ -79,26 +79,6 @@ static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 /* ---------------------------------------------------------------------------------------------
  * Kernels (compiled once per target: vec16.h's CLONES) */
 
-/* Outputs nb .. nb + 16 J of s_gemv_f32 (J independent accumulators; a constant once inlined). */
-VEC16_INLINE void s_gemv_f32_block (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
-                                    const float *b1, const float *b2, float *restrict y, uint32_t nb, const int J)
-{
-    v16 acc[8];
-    for (int j = 0; j < J; j++) {
-        acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
-        if (b2)
-            acc[j] += *(const v16 *) (b2 + nb + 16 * j);
-    }
-    const float *w = Wt + nb;
-    for (uint32_t k = 0; k < K; k++, w += N) {
-        const v16 xk = vec16_splat (x[k]);
-        for (int j = 0; j < J; j++)
-            acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
-    }
-    for (int j = 0; j < J; j++)
-        *(v16 *) (y + nb + 16 * j) = acc[j];
-}
-
 /* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 64); B1, B2 may be NULL.
  * Eight blocks of 16 outputs at a time, then the one block of 64 left. */
 CLONES static void s_gemv_f32 (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
@@ -106,42 +86,18 @@ CLONES static void s_gemv_f32 (const float *restrict Wt, uint32_t K, uint32_t N,
 {
     uint32_t nb = 0;
     for (; nb + 128 <= N; nb += 128)
-        s_gemv_f32_block (Wt, K, N, x, b1, b2, y, nb, 8);
+        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 8);
     if (nb < N)
-        s_gemv_f32_block (Wt, K, N, x, b1, b2, y, nb, 4);
+        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 4);
 }
 
 /* Y[t][n] = (BIAS ? bias[n] : 0) + sum_k Wt[k][n] X[t][k] for T rows: tiles of 64 outputs x 4
  * rows (16 accumulators), so each weight vector loaded serves four steps. */
 CLONES static void s_gemm_f32 (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict X, size_t xs,
-                           uint32_t T, float *restrict Y, size_t ys, const float *bias)
+                               uint32_t T, float *restrict Y, size_t ys, const float *bias)
 {
     for (uint32_t nb = 0; nb < N; nb += 64)
-        for (uint32_t t0 = 0; t0 < T; t0 += 4) {
-            const float *xr[4];
-            for (int r = 0; r < 4; r++)   /* past the last row: recompute the last, store nothing */
-                xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
-            v16 acc[4][4];
-            for (int j = 0; j < 4; j++) {
-                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : vec16_splat (0.0f);
-                for (int r = 0; r < 4; r++)
-                    acc[r][j] = b;
-            }
-            const float *w = Wt + nb;
-            for (uint32_t k = 0; k < K; k++, w += N) {
-                v16 wv[4];
-                for (int j = 0; j < 4; j++)
-                    wv[j] = *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64);
-                for (int r = 0; r < 4; r++) {
-                    const v16 xk = vec16_splat (xr[r][k]);
-                    for (int j = 0; j < 4; j++)
-                        acc[r][j] += wv[j] * xk;
-                }
-            }
-            for (int r = 0; r < 4 && t0 + (uint32_t) r < T; r++)
-                for (int j = 0; j < 4; j++)
-                    *(v16 *) (Y + (size_t) (t0 + r) * ys + nb + 16 * j) = acc[r][j];
-        }
+        vec16_gemm_cols (Wt, K, N, X, xs, T, Y, ys, bias, nb, 4);
 }
 
 /* The lanes of pair p, columns n .. n + 15: inputs 2p (E) and 2p + 1 (O) widened to fp32. */
