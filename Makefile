@@ -96,14 +96,16 @@ SIGLOAD_OBJ := $(call obj,$(or $(wildcard clients/sigload/*.c),$(wildcard client
 CLIENT_LIBS := $(shell pkg-config --libs libzmq libsodium libprotobuf-c 2>/dev/null) -lpthread -lm
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
-TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c)) $(BUILD)/sigbench
-# sigbench is a folder of its own (tools/sigbench/: one file per table)
+TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c)) $(BUILD)/sigbench $(BUILD)/lstmbench
+# sigbench and lstmbench are folders of their own (tools/sigbench/: one file per table; tools/lstmbench/:
+# one per subject)
 SIGBENCH_OBJ := $(call obj,$(wildcard tools/sigbench/*.c))
 # its oneDNN peer rows (tools/sigbench/onednn.c) where Debian's libdnnl-dev is installed
 ifneq ($(wildcard /usr/include/dnnl.h),)
   $(BUILD)/obj/tools/sigbench/onednn.o: CFLAGS += -DSIGBENCH_HAVE_DNNL
   SIGBENCH_LIBS := -ldnnl
 endif
+LSTMBENCH_OBJ := $(call obj,$(wildcard tools/lstmbench/*.c))
 LIBS     := $(BUILD)/libsigcore.a $(BUILD)/libsigcommon.a $(BUILD)/libsigsupport.a $(BUILD)/libsigclient.a \
             $(BUILD)/libsigzmtp.a
 BINS     := $(BUILD)/sigserve $(BUILD)/sigserve-test $(BUILD)/sigclient $(BUILD)/sigload $(LIBS) $(BUILD)/libsigclient.so $(TOOLS) \
@@ -158,7 +160,7 @@ check: all
 # builds only what it installs, so it would not notice a tool that needs CUDA): every C file of
 # such a build compiles there, syntax and types only, with a build's flags less the CUDA ones.
 NOCUDA_SRC := $(filter-out service/backends/cuda/%.c service/backends/gpu_load.c,$(sort $(wildcard common/*.c transport/*.c support/*.c clients/*.c \
-              clients/sigload/*.c tools/*.c tools/sigbench/*.c tests/*.c) $(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c))))
+              clients/sigload/*.c tools/*.c tools/sigbench/*.c tools/lstmbench/*.c tests/*.c) $(foreach d,$(SERVICE_DIRS),$(wildcard $(d)/*.c))))
 check-nocuda: $(PROTO_H)
 	@printf '%s\n' $(NOCUDA_SRC) | xargs -P 2 -n 8 $(CC) $(NOCUDA_CFLAGS) -fsyntax-only
 	@echo "PASS  check-nocuda  $(words $(NOCUDA_SRC)) C files compile without CUDA"
@@ -251,18 +253,16 @@ $(BUILD)/%: tools/%.cu kernels/lstm_persistent_device.cuh kernels/sig_device.cuh
 $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
 	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The benchmarks call the CUDA backend's own functions, and rnncheck reaches it through the backends table
-# without the executable's symbols that libsigserve-cuda.so needs: it is linked in (the others open it as
-# sigserve does).
-CUDA_TOOLS := $(BUILD)/lstmbench $(BUILD)/rnncheck
-$(CUDA_TOOLS): $(BUILD)/%: $(BUILD)/obj/tools/%.o $(BUILD)/libsigsupport.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) \
-               $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
-	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libsigsupport.a $(GPU_STATIC) \
-	    $(filter-out $< %/libsigsupport.a %/libsigcuda.a,$^) $(LDLIBS) $(CUDA_LDLIBS)
-$(BUILD)/sigbench: $(SIGBENCH_OBJ) $(BUILD)/libsigsupport.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) \
-                   $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
-	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $(SIGBENCH_OBJ) $(BUILD)/libsigsupport.a $(GPU_STATIC) \
-	    $(filter-out %.o %/libsigsupport.a %/libsigcuda.a,$^) $(LDLIBS) $(CUDA_LDLIBS) $(SIGBENCH_LIBS)
+# The benchmarks call the CUDA backend's own functions, and rnncheck reaches it through the backends
+# table without the executable's symbols that libsigserve-cuda.so needs: it is linked in (the others
+# open it as sigserve does).
+$(BUILD)/sigbench: $(SIGBENCH_OBJ)
+$(BUILD)/lstmbench: $(LSTMBENCH_OBJ)
+$(BUILD)/rnncheck: $(BUILD)/obj/tools/rnncheck.o
+$(BUILD)/sigbench $(BUILD)/lstmbench $(BUILD)/rnncheck: $(BUILD)/libsigsupport.a $(if $(GPU_STATIC),$(BUILD)/libsigcuda.a) \
+                                      $(BUILD)/libsigcore.a $(BUILD)/libsigzmtp.a $(BUILD)/libsigcommon.a
+	$(call quiet,LINK,$@)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libsigsupport.a $(GPU_STATIC) \
+	    $(filter-out %.o %/libsigsupport.a %/libsigcuda.a,$^) $(LDLIBS) $(CUDA_LDLIBS) $(if $(filter %/sigbench,$@),$(SIGBENCH_LIBS))
 
 # Every suite links testutil.o (shared helpers) and the kernel checks' error bounds (tolerance.o, and
 # tolerance_<type>.o for a model type with bounds of its own).

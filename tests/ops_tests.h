@@ -532,15 +532,9 @@ static inline void s_stop (pid_t pid) { ck_assert_int_eq (tu_server_stop (pid), 
 
 static inline void *s_dealer (int zport)
 {
-    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
-    int linger = 0, timeout = 20000, hwm = 0;
-    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
     char ep[64];
     snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", zport);
-    ck_assert_int_eq (zmq_connect (s, ep), 0);
-    return s;
+    return tu_dealer (s_ctx, ep, 20000);
 }
 
 static inline void s_send (void *s, const char *model, const float *f, size_t n, uint32_t rows, uint64_t id)

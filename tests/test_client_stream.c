@@ -139,34 +139,18 @@ static void s_fake_record (fake_t *fake, zmq_msg_t *identity, const Sigserve__V1
     pthread_mutex_unlock (&fake->lock);
 }
 
+static void s_fake_request (void *arg, void *router, zmq_msg_t *identity, Sigserve__V1__Request *req)
+{
+    fake_t *fake = arg;
+    bool infer = req->body_case == SIGSERVE__V1__REQUEST__BODY_INFER;
+    if (infer) s_fake_record (fake, identity, req->infer);
+    if (!(infer && atomic_load (&fake->silent))) s_fake_answer (router, identity, req);
+}
+
 static void *s_fake_main (void *arg)
 {
     fake_t *fake = arg;
-    void *ctx = zmq_ctx_new ();
-    void *router = zmq_socket (ctx, ZMQ_ROUTER);
-    int linger = 0;
-    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
-    ck_assert_msg (zmq_bind (router, fake->endpoint) == 0, "bind %s: %s", fake->endpoint, zmq_strerror (errno));
-    atomic_store (&fake->bound, true);
-    while (!atomic_load (&fake->stop)) {
-        zmq_pollitem_t item = { .socket = router, .events = ZMQ_POLLIN };
-        if (zmq_poll (&item, 1, 20) <= 0) continue;
-        zmq_msg_t identity, payload;
-        zmq_msg_init (&identity);
-        zmq_msg_init (&payload);
-        if (zmq_msg_recv (&identity, router, 0) >= 0 && zmq_msg_recv (&payload, router, 0) >= 0) {
-            Sigserve__V1__Request *req =
-                sigserve__v1__request__unpack (NULL, zmq_msg_size (&payload), zmq_msg_data (&payload));
-            bool infer = req && req->body_case == SIGSERVE__V1__REQUEST__BODY_INFER;
-            if (infer) s_fake_record (fake, &identity, req->infer);
-            if (req && !(infer && atomic_load (&fake->silent))) s_fake_answer (router, &identity, req);
-            if (req) sigserve__v1__request__free_unpacked (req, NULL);
-        }
-        zmq_msg_close (&identity);
-        zmq_msg_close (&payload);
-    }
-    zmq_close (router);
-    zmq_ctx_term (ctx);
+    tu_fake_serve (fake->endpoint, &fake->bound, &fake->stop, s_fake_request, fake);
     return NULL;
 }
 

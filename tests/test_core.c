@@ -13,7 +13,6 @@
 #include "tolerance.h"
 
 #include <check.h>
-#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -59,16 +58,7 @@ static void *s_ctx;
 
 /* ---- helpers ---- */
 
-static void *s_socket (const char *endpoint, int timeout_ms)
-{
-    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
-    int linger = 0, hwm = 0;
-    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
-    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    ck_assert_int_eq (zmq_connect (s, endpoint), 0);
-    return s;
-}
+static void *s_socket (const char *endpoint, int timeout_ms) { return tu_dealer (s_ctx, endpoint, timeout_ms); }
 
 static void s_send (void *sock, const char *model, const float *f, size_t n, uint32_t rows, uint64_t id)
 {
@@ -300,41 +290,6 @@ END_TEST
 
 /* ---- instances and CPUs ---- */
 
-/* The CPUs thread NAME of process PID may run on ("0", "0-1"), from /proc. */
-static int s_thread_cpus (pid_t pid, const char *name, char *out, size_t cap)
-{
-    char dir[64];
-    snprintf (dir, sizeof dir, "/proc/%d/task", (int) pid);
-    DIR *d = opendir (dir);
-    struct dirent *e;
-    int found = 0;
-    while (d && (e = readdir (d)) != NULL && !found) {
-        char path[600], comm[64] = "", line[256];
-        snprintf (path, sizeof path, "%s/%s/comm", dir, e->d_name);
-        FILE *f = fopen (path, "r");
-        if (!f)
-            continue;
-        if (fgets (comm, sizeof comm, f))
-            comm[strcspn (comm, "\n")] = 0;
-        fclose (f);
-        if (strcmp (comm, name) != 0)
-            continue;
-        snprintf (path, sizeof path, "%s/%s/status", dir, e->d_name);
-        f = fopen (path, "r");
-        while (f && fgets (line, sizeof line, f))
-            if (strncmp (line, "Cpus_allowed_list:", 18) == 0) {
-                snprintf (out, cap, "%s", line + 18 + strspn (line + 18, " \t"));
-                out[strcspn (out, "\n")] = 0;
-                found = 1;
-            }
-        if (f)
-            fclose (f);
-    }
-    if (d)
-        closedir (d);
-    return found ? 0 : -1;
-}
-
 START_TEST (instances_share_the_load_on_their_cpus)
 {
     void *s = s_socket (s_fx.endpoint[0], 30000);
@@ -373,9 +328,9 @@ START_TEST (instances_share_the_load_on_their_cpus)
     sigserve__v1__reply__free_unpacked (r, NULL);
     /* Both of pair's workers run on CPU 0 ("cpus": [0]); the names say which thread is which. */
     char cpus[64];
-    ck_assert_int_eq (s_thread_cpus (s_fx.server, "w0-pair", cpus, sizeof cpus), 0);
+    ck_assert_int_eq (tu_thread_cpus (s_fx.server, "w0-pair", cpus, sizeof cpus), 0);
     ck_assert_str_eq (cpus, "0");
-    ck_assert_int_eq (s_thread_cpus (s_fx.server, "w1-pair", cpus, sizeof cpus), 0);
+    ck_assert_int_eq (tu_thread_cpus (s_fx.server, "w1-pair", cpus, sizeof cpus), 0);
     ck_assert_str_eq (cpus, "0");
     zmq_close (s);
 }

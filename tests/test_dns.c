@@ -72,35 +72,19 @@ static void s_fake_reply (void *router, zmq_msg_t *identity, const Sigserve__V1_
     zmq_send (router, buf, len, 0);
 }
 
+static void s_fake_request (void *arg, void *router, zmq_msg_t *identity, Sigserve__V1__Request *req)
+{
+    fake_t *fake = arg;
+    if (req->body_case == SIGSERVE__V1__REQUEST__BODY_INFER) atomic_fetch_add (&fake->requests, 1);
+    if (req->body_case == SIGSERVE__V1__REQUEST__BODY_HEALTH) atomic_fetch_add (&fake->healths, 1);
+    if (req->body_case != SIGSERVE__V1__REQUEST__BODY_INFER || atomic_load (&fake->mode) != FAKE_SILENT)
+        s_fake_reply (router, identity, req, fake);
+}
+
 static void *s_fake_main (void *arg)
 {
     fake_t *fake = arg;
-    void *ctx = zmq_ctx_new ();
-    void *router = zmq_socket (ctx, ZMQ_ROUTER);
-    int linger = 0;
-    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
-    ck_assert_msg (zmq_bind (router, fake->endpoint) == 0, "bind %s: %s", fake->endpoint, zmq_strerror (errno));
-    atomic_store (&fake->bound, true);
-    while (!atomic_load (&fake->stop)) {
-        zmq_pollitem_t item = { .socket = router, .events = ZMQ_POLLIN };
-        if (zmq_poll (&item, 1, 20) <= 0) continue;
-        zmq_msg_t identity, payload;
-        zmq_msg_init (&identity);
-        zmq_msg_init (&payload);
-        if (zmq_msg_recv (&identity, router, 0) >= 0 && zmq_msg_recv (&payload, router, 0) >= 0) {
-            Sigserve__V1__Request *req =
-                sigserve__v1__request__unpack (NULL, zmq_msg_size (&payload), zmq_msg_data (&payload));
-            if (req && req->body_case == SIGSERVE__V1__REQUEST__BODY_INFER) atomic_fetch_add (&fake->requests, 1);
-            if (req && req->body_case == SIGSERVE__V1__REQUEST__BODY_HEALTH) atomic_fetch_add (&fake->healths, 1);
-            if (req && (req->body_case != SIGSERVE__V1__REQUEST__BODY_INFER || atomic_load (&fake->mode) != FAKE_SILENT))
-                s_fake_reply (router, &identity, req, fake);
-            if (req) sigserve__v1__request__free_unpacked (req, NULL);
-        }
-        zmq_msg_close (&identity);
-        zmq_msg_close (&payload);
-    }
-    zmq_close (router);
-    zmq_ctx_term (ctx);
+    tu_fake_serve (fake->endpoint, &fake->bound, &fake->stop, s_fake_request, fake);
     return NULL;
 }
 

@@ -12,6 +12,7 @@
 #include "base/config.h"
 #include "gru_weights.h"
 #include "rng.h"
+#include "rnn_tests.h"
 #include "st_write.h"
 #include "testutil.h"
 #include "tolerance_gru.h"
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 void *__real_malloc (size_t n);
@@ -45,22 +45,7 @@ int __wrap_posix_memalign (void **p, size_t a, size_t n)
     return __real_posix_memalign (p, a, n);
 }
 
-static uint64_t s_seed;
-static char *s_dir;
 static const backend_iface_t *s_cpu = &backend_gru_cpu_iface;
-
-static char *s_path (const char *name)
-{
-    char *p = malloc (strlen (s_dir) + strlen (name) + 2);
-    sprintf (p, "%s/%s", s_dir, name);
-    return p;
-}
-
-static void s_fill (float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = rng_uniform (&s_seed, -1.0f, 1.0f);
-}
 
 /* Random weights of SHAPE (with biases, or none), loaded as the server loads them, with MAX_ROWS and
  * SLOTS stream slots; the backend model (and W, CFG). */
@@ -88,36 +73,12 @@ static backend_model_t *s_load (const lstm_shape_t *shape, uint32_t max_rows, ui
     return s_load_bias (shape, true, max_rows, slots, w, cfg);
 }
 
-/* Full windows, ROWS at a time, ROUNDS rounds: every output within its bound. WHAT names the case. */
-static void s_check_windows (backend_model_t *m, const weights_t *w, uint32_t rows, int rounds, const char *what)
-{
-    const rnn_weights_t *g = w->rnn;
-    const size_t nin = (size_t) rows * g->window * g->step_size, nout = (size_t) rows * g->head.out;
-    float *x = malloc (nin * sizeof (float)), *y = malloc (nout * sizeof (float));
-    double *ref = malloc (nout * sizeof (double)), *bound = malloc (nout * sizeof (double));
-    double *plain = malloc (nout * sizeof (double));
-    char err[256];
-    for (int r = 0; r < rounds; r++) {
-        s_fill (x, nin);
-        for (size_t i = 0; i < nout; i++)
-            y[i] = NAN;
-        ck_assert_int_eq (s_cpu->infer (m, x, rows, y, err, sizeof err), SIG_OK);
-        for (size_t i = 0; i < nout; i++)
-            ck_assert_msg (isfinite (y[i]), "%s: output %zu not written", what, i);
-        ck_assert_int_eq (tol_gru_window (g, x, rows, ref, bound), 0);
-        /* the bounds' reference is the server's, bit for bit */
-        ck_assert_int_eq (gru_reference_window (w, x, rows, plain), 0);
-        for (size_t i = 0; i < nout; i++)
-            ck_assert_msg (plain[i] == ref[i], "%s: output %zu: reference %.17g, the bound's %.17g", what, i, plain[i],
-                           ref[i]);
-        TOL_ASSERT (y, ref, bound, nout, g->head.out, "%s rows %u round %d", what, rows, r);
-    }
-    free (x);
-    free (y);
-    free (ref);
-    free (bound);
-    free (plain);
-}
+static const char *s_label (void) { return "f32"; }
+
+/* Every third step (i % 3 == 1) leaves its advance owed: the next step runs it. */
+static const rnn_suite_t s_gru = { .B = &backend_gru_cpu_iface, .load = s_load, .window_bound = tol_gru_window,
+                                   .stream_bound = tol_gru_stream, .reference = gru_reference_window,
+                                   .label = s_label, .owe_every = 3 };
 
 START_TEST (hand_computed_case)
 {
@@ -146,30 +107,9 @@ START_TEST (hand_computed_case)
     ck_assert_uint_eq (w->step_size, 1);
     backend_model_t *m = s_cpu->load (w, &cfg, 0, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
-    /* the hand's values used the decimal weights; the file holds them rounded to f32 (0.1f and the
-     * like, ~1e-9 here) */
-    const float window[2] = { 1.0f, -2.0f };
-    float y = NAN;
-    double ref, bound;
-    ck_assert_int_eq (s_cpu->infer (m, window, 1, &y, err, sizeof err), SIG_OK);
-    ck_assert_int_eq (tol_gru_window (w->rnn, window, 1, &ref, &bound), 0);
-    ck_assert_msg (fabs (ref - -0.5757632654649656) < 1e-8, "reference, window [1, -2]: %.17g", ref);
-    TOL_ASSERT (&y, &ref, &bound, 1, 1, "window [1, -2]");
-    /* a stream 1, -2, 3: windows [0, 1], [1, -2], [-2, 3] */
-    const float steps[3] = { 1.0f, -2.0f, 3.0f };
+    /* the hand's values: the stream's windows [0, 1], [1, -2], [-2, 3]; [1, -2] alone */
     const double want[3] = { 0.09539810594096676, -0.5757632654649656, 0.4662792339435027 };
-    s_cpu->stream_reset (m, 1);
-    for (int i = 0; i < 3; i++) {
-        y = NAN;
-        ck_assert_int_eq (s_cpu->stream_step (m, 1, &steps[i], &y, err, sizeof err), SIG_OK);
-        ck_assert_int_eq (tol_gru_stream (w->rnn, steps, (uint64_t) i + 1, &ref, &bound), 0);
-        ck_assert_msg (fabs (ref - want[i]) < 1e-8, "reference, step %d: %.17g, expected %.17g", i, ref, want[i]);
-        TOL_ASSERT (&y, &ref, &bound, 1, 1, "step %d", i);
-        s_cpu->stream_advance (m, 1);
-    }
-    s_cpu->destroy (&m);
-    s_cpu->destroy (&m);
-    ck_assert_ptr_null (m);
+    s_check_hand (&s_gru, m, w, -0.5757632654649656, want);
     weights_destroy (&w);
     unlink (path);
     free (path);
@@ -189,17 +129,7 @@ START_TEST (full_window_matches_reference)
         { .layers = 2, .step_size = 64, .hidden = 33, .out = 1, .window = 9 },
         { .layers = 1, .step_size = 13, .hidden = 50, .out = 2, .window = 3 },
     };
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (uint32_t rows = 1; rows <= 3; rows++) {
-            weights_t *w;
-            model_config_t cfg;
-            backend_model_t *m = s_load (&shapes[s], 3, 2, &w, &cfg);
-            char what[32];
-            snprintf (what, sizeof what, "shape %zu", s);
-            s_check_windows (m, w, rows, 3, what);
-            s_cpu->destroy (&m);
-            weights_destroy (&w);
-        }
+    s_check_shapes (&s_gru, shapes, sizeof shapes / sizeof shapes[0], 1, 3);
 }
 END_TEST
 
@@ -213,91 +143,24 @@ START_TEST (no_biases)
     for (size_t k = 0; k < w->rnn->layer_count; k++)
         for (size_t i = 0; i < 3 * (size_t) s.hidden; i++)
             ck_assert (w->rnn->layers[k].bias_ih[i] == 0.0f && w->rnn->layers[k].bias_hh[i] == 0.0f);
-    s_check_windows (m, w, 2, 3, "no biases");
+    s_check_windows (&s_gru, m, w, 2, 3, "no biases");
     s_cpu->destroy (&m);
     weights_destroy (&w);
 }
 END_TEST
 
-/* STREAMS interleaved streams of STEPS steps each (more than the window, so rings wrap), each
- * step's output within its bound of the reference over that stream's history, and within twice it
- * of a full window of the last W steps with zeros before the first (itself within the bound).
- * Stream 0 is reset halfway and starts over. SLOTS beyond what the streams use: MORE_SLOTS. */
-static void s_check_streams (const lstm_shape_t *shape, uint32_t streams, uint32_t steps, uint32_t more_slots)
-{
-    weights_t *w;
-    model_config_t cfg;
-    backend_model_t *m = s_load (shape, 1, streams + 1 + more_slots, &w, &cfg);
-    const rnn_weights_t *g = w->rnn;
-    const uint32_t in = g->step_size, W = g->window, out = g->head.out;
-    float *hist = calloc ((size_t) streams * steps * in, sizeof (float));
-    uint32_t *count = calloc (streams, sizeof (uint32_t));
-    float *y = malloc (out * sizeof (float)), *yw = malloc (out * sizeof (float));
-    float *win = malloc ((size_t) W * in * sizeof (float));
-    double *ref = malloc (out * sizeof (double)), *bound = malloc (out * sizeof (double));
-    double *as_ref = malloc (out * sizeof (double)), *bound2 = malloc (out * sizeof (double));
-    char err[256];
-    for (uint32_t s = 0; s < streams; s++)
-        s_cpu->stream_reset (m, s + 1);   /* slots 1.. (slot 0 unused: ids need not be dense) */
-    for (uint32_t i = 0; i < steps; i++)
-        for (uint32_t s = 0; s < streams; s++) {
-            if (s == 0 && i == steps / 2) {   /* a stream reset: it starts over from zeros */
-                s_cpu->stream_reset (m, 1);
-                count[0] = 0;
-            }
-            float *x = hist + ((size_t) s * steps + count[s]) * in;
-            s_fill (x, in);
-            count[s]++;
-            for (uint32_t o = 0; o < out; o++)
-                y[o] = NAN;
-            ck_assert_int_eq (s_cpu->stream_step (m, s + 1, x, y, err, sizeof err), SIG_OK);
-            if (i % 3 != 1)     /* and every third step the next one runs the owed advance itself */
-                s_cpu->stream_advance (m, s + 1);
-            for (uint32_t o = 0; o < out; o++)
-                ck_assert_msg (isfinite (y[o]), "stream %u step %u output %u not written", s, i, o);
-            const float *mine = hist + (size_t) s * steps * in;
-            ck_assert_int_eq (tol_gru_stream (g, mine, count[s], ref, bound), 0);
-            TOL_ASSERT (y, ref, bound, out, out, "%u streams x %u steps (window %u, %zu layers, %u units): stream %u "
-                        "step %u", streams, steps, W, g->layer_count, g->hidden, s, i);
-            /* the same window as a full-window request */
-            for (uint32_t t = 0; t < W; t++) {
-                const int64_t k = (int64_t) count[s] - W + t;
-                if (k >= 0)
-                    memcpy (win + (size_t) t * in, hist + ((size_t) s * steps + k) * in, in * sizeof (float));
-                else
-                    memset (win + (size_t) t * in, 0, in * sizeof (float));
-            }
-            ck_assert_int_eq (s_cpu->infer (m, win, 1, yw, err, sizeof err), SIG_OK);
-            TOL_ASSERT (yw, ref, bound, out, out, "stream %u step %u: the full window", s, i);
-            tol_pair (y, bound, out, as_ref, bound2);
-            TOL_ASSERT (yw, as_ref, bound2, out, out, "stream %u step %u: the full window against the streamed output",
-                        s, i);
-        }
-    free (hist);
-    free (count);
-    free (y);
-    free (yw);
-    free (win);
-    free (ref);
-    free (bound);
-    free (as_ref);
-    free (bound2);
-    s_cpu->destroy (&m);
-    weights_destroy (&w);
-}
-
 START_TEST (streams_match_reference)
 {
     const lstm_shape_t a = { .layers = 2, .step_size = 5, .hidden = 19, .out = 2, .window = 6 };
-    s_check_streams (&a, 3, 17, 0);
+    s_check_streams (&s_gru, &a, 3, 17, 1);
     const lstm_shape_t b = { .layers = 3, .step_size = 12, .hidden = 33, .out = 1, .window = 1 };
-    s_check_streams (&b, 2, 5, 0);
+    s_check_streams (&s_gru, &b, 2, 5, 1);
     const lstm_shape_t c = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2,
                              .head_act = ACTIVATION_TANH };
-    s_check_streams (&c, 4, 9, 0);
+    s_check_streams (&s_gru, &c, 4, 9, 1);
     const lstm_shape_t d = { .layers = 1, .step_size = 9, .hidden = 48, .out = 3, .window = 5,
                              .head_act = ACTIVATION_SIGMOID };
-    s_check_streams (&d, 2, 12, 0);
+    s_check_streams (&s_gru, &d, 2, 12, 1);
 }
 END_TEST
 
@@ -533,9 +396,6 @@ END_TEST
 
 int main (void)
 {
-    s_seed = (uint64_t) time (NULL) ^ ((uint64_t) clock () << 32);
-    printf ("seed %llu\n", (unsigned long long) s_seed);
-    s_dir = tu_tmpdir ();
     Suite *s = suite_create ("gru");
     TCase *tc = tcase_create ("cpu");
     tcase_set_timeout (tc, 120);
@@ -550,8 +410,5 @@ int main (void)
     tcase_add_test (tc, no_allocation_once_loaded);
     tcase_add_test (tc, refusals);
     suite_add_tcase (s, tc);
-    int rc = tu_run_suite (s);
-    tu_remove_tree (s_dir);
-    free (s_dir);
-    return rc;
+    return s_run (s);
 }

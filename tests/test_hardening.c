@@ -41,16 +41,7 @@ static uint64_t s_seed = 42;
     ",\n   { \"name\": \"huge\", \"backend\": \"cpu\", \"weights\": \"odd.safetensors\", \"queue_depth\": 64,\n" \
     "     \"layers\": [ { \"weight\": \"a.weight\", \"activation\": \"none\" }, { \"weight\": \"b.weight\" } ] }"
 
-static void *s_dealer (const char *endpoint, int timeout_ms)
-{
-    void *s = zmq_socket (s_ctx, ZMQ_DEALER);
-    int linger = 0, hwm = 0;
-    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
-    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    ck_assert_int_eq (zmq_connect (s, endpoint), 0);
-    return s;
-}
+static void *s_dealer (const char *endpoint, int timeout_ms) { return tu_dealer (s_ctx, endpoint, timeout_ms); }
 
 /* The next reply's InferReply (the caller frees *HOLDER), or NULL on timeout. */
 static Sigserve__V1__InferReply *s_recv_infer (void *sock, Sigserve__V1__Reply **holder)

@@ -6,6 +6,7 @@
 #include "backends/backend_lstm.h"
 #include "lstm_reference.h"
 #include "rng.h"
+#include "rnn_tests.h"
 #include "st_write.h"
 #include "testutil.h"
 #include "tolerance.h"
@@ -17,27 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static uint64_t s_seed;
-static char *s_dir;
-
-static char *s_path (const char *name)
-{
-    char *p = malloc (strlen (s_dir) + strlen (name) + 2);
-    sprintf (p, "%s/%s", s_dir, name);
-    return p;
-}
 
 /* The weight dtype the checks load and bound (bf16_matches_reference sets it). */
 static weight_dtype_t s_dtype = WEIGHT_DTYPE_F32;
-
-static void s_fill (float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = rng_uniform (&s_seed, -1.0f, 1.0f);
-}
 
 /* Loads random weights of SHAPE with MAX_ROWS and SLOTS, returns the model (and W, CFG). */
 static backend_model_t *s_load (const lstm_shape_t *shape, uint32_t max_rows, uint32_t slots, weights_t **w,
@@ -57,29 +41,20 @@ static backend_model_t *s_load (const lstm_shape_t *shape, uint32_t max_rows, ui
     return m;
 }
 
-/* Full windows, ROWS at a time, ROUNDS rounds: every output within its bound. WHAT names the case. */
-static void s_check_windows (backend_model_t *m, const weights_t *w, uint32_t rows, int rounds, const char *what)
+static int s_window_bound (const rnn_weights_t *w, const float *in, uint32_t rows, double *ref, double *bound)
 {
-    const lstm_weights_t *l = w->lstm;
-    const size_t nin = (size_t) rows * l->window * l->step_size, nout = (size_t) rows * l->head.out;
-    float *x = malloc (nin * sizeof (float)), *y = malloc (nout * sizeof (float));
-    double *ref = malloc (nout * sizeof (double)), *bound = malloc (nout * sizeof (double));
-    char err[256];
-    for (int r = 0; r < rounds; r++) {
-        s_fill (x, nin);
-        for (size_t i = 0; i < nout; i++)
-            y[i] = NAN;
-        ck_assert_int_eq (backend_lstm_cpu_iface.infer (m, x, rows, y, err, sizeof err), SIG_OK);
-        for (size_t i = 0; i < nout; i++)
-            ck_assert_msg (isfinite (y[i]), "output %zu not written", i);
-        ck_assert_int_eq (tol_lstm_window (l, s_dtype, x, rows, ref, bound), 0);
-        TOL_ASSERT (y, ref, bound, nout, l->head.out, "%s %s rows %u round %d", weight_dtype_name (s_dtype), what, rows, r);
-    }
-    free (x);
-    free (y);
-    free (ref);
-    free (bound);
+    return tol_lstm_window (w, s_dtype, in, rows, ref, bound);
 }
+
+static int s_stream_bound (const rnn_weights_t *w, const float *steps, uint64_t count, double *ref, double *bound)
+{
+    return tol_lstm_stream (w, s_dtype, steps, count, ref, bound);
+}
+
+static const char *s_label (void) { return weight_dtype_name (s_dtype); }
+
+static const rnn_suite_t s_lstm = { .B = &backend_lstm_cpu_iface, .load = s_load, .window_bound = s_window_bound,
+                                    .stream_bound = s_stream_bound, .label = s_label };
 
 START_TEST (hand_computed_case)
 {
@@ -103,30 +78,9 @@ START_TEST (hand_computed_case)
     ck_assert_msg (w != NULL, "%s", err);
     backend_model_t *m = backend_lstm_cpu_iface.load (w, &cfg, 0, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
-    /* the reference is the hand's (which used the decimal weights: the file holds them rounded to
-     * f32, 0.1f and the like, a difference of ~1e-9 here), the backend within its bound of it */
-    const float window[2] = { 1.0f, -2.0f };
-    float y = NAN;
-    double ref, bound;
-    ck_assert_int_eq (backend_lstm_cpu_iface.infer (m, window, 1, &y, err, sizeof err), SIG_OK);
-    ck_assert_int_eq (tol_lstm_window (w->lstm, WEIGHT_DTYPE_F32, window, 1, &ref, &bound), 0);
-    ck_assert_msg (fabs (ref - -0.4871412369021575) < 1e-8, "reference, window [1, -2]: %.17g", ref);
-    TOL_ASSERT (&y, &ref, &bound, 1, 1, "window [1, -2]");
-    /* a stream 1, -2, 3: windows [0, 1], [1, -2], [-2, 3] */
-    const float steps[3] = { 1.0f, -2.0f, 3.0f };
+    /* the hand's values: the stream's windows [0, 1], [1, -2], [-2, 3]; [1, -2] alone */
     const double want[3] = { 0.11357185865533792, -0.4871412369021575, 0.6626177413617271 };
-    backend_lstm_cpu_iface.stream_reset (m, 1);
-    for (int i = 0; i < 3; i++) {
-        y = NAN;
-        ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m, 1, &steps[i], &y, err, sizeof err), SIG_OK);
-        ck_assert_int_eq (tol_lstm_stream (w->lstm, WEIGHT_DTYPE_F32, steps, (uint64_t) i + 1, &ref, &bound), 0);
-        ck_assert_msg (fabs (ref - want[i]) < 1e-8, "reference, step %d: %.17g, expected %.17g", i, ref, want[i]);
-        TOL_ASSERT (&y, &ref, &bound, 1, 1, "step %d", i);
-        backend_lstm_cpu_iface.stream_advance (m, 1);
-    }
-    backend_lstm_cpu_iface.destroy (&m);
-    backend_lstm_cpu_iface.destroy (&m);
-    ck_assert_ptr_null (m);
+    s_check_hand (&s_lstm, m, w, -0.4871412369021575, want);
     weights_destroy (&w);
     unlink (path);
     free (path);
@@ -144,97 +98,19 @@ START_TEST (full_window_matches_reference)
         { .layers = 3, .step_size = 3, .hidden = 40, .out = 2, .window = 5, .head_act = ACTIVATION_RELU },
         { .layers = 2, .step_size = 64, .hidden = 96, .out = 1, .window = 3 },
     };
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (uint32_t rows = 1; rows <= 3; rows++) {
-            weights_t *w;
-            model_config_t cfg;
-            backend_model_t *m = s_load (&shapes[s], 3, 2, &w, &cfg);
-            char what[32];
-            snprintf (what, sizeof what, "shape %zu", s);
-            s_check_windows (m, w, rows, 4, what);
-            backend_lstm_cpu_iface.destroy (&m);
-            weights_destroy (&w);
-        }
+    s_check_shapes (&s_lstm, shapes, sizeof shapes / sizeof shapes[0], 1, 4);
 }
 END_TEST
-
-/* STREAMS interleaved streams of STEPS steps each (more than the window, so rings wrap), each
- * step's output within its bound of the reference over that stream's history, and within twice
- * it of a full window of the last W steps with zeros before the first (itself within the bound).
- * Stream 0 is reset halfway and starts over. */
-static void s_check_streams (const lstm_shape_t *shape, uint32_t streams, uint32_t steps, uint32_t check_every)
-{
-    weights_t *w;
-    model_config_t cfg;
-    backend_model_t *m = s_load (shape, 1, streams + 1, &w, &cfg);
-    const lstm_weights_t *l = w->lstm;
-    const uint32_t in = l->step_size, W = l->window, out = l->head.out;
-    float *hist = calloc ((size_t) streams * steps * in, sizeof (float));
-    uint32_t *count = calloc (streams, sizeof (uint32_t));
-    float *y = malloc (out * sizeof (float)), *yw = malloc (out * sizeof (float));
-    float *win = malloc ((size_t) W * in * sizeof (float));
-    double *ref = malloc (out * sizeof (double)), *bound = malloc (out * sizeof (double));
-    double *as_ref = malloc (out * sizeof (double)), *bound2 = malloc (out * sizeof (double));
-    char err[256];
-    for (uint32_t s = 0; s < streams; s++)
-        backend_lstm_cpu_iface.stream_reset (m, s + 1);   /* slots 1.. (slot 0 unused: ids need not be dense) */
-    for (uint32_t i = 0; i < steps; i++)
-        for (uint32_t s = 0; s < streams; s++) {
-            if (s == 0 && i == steps / 2) {   /* a stream reset: it starts over from zeros */
-                backend_lstm_cpu_iface.stream_reset (m, 1);
-                count[0] = 0;
-            }
-            float *x = hist + ((size_t) s * steps + count[s]) * in;
-            s_fill (x, in);
-            count[s]++;
-            for (uint32_t o = 0; o < out; o++)
-                y[o] = NAN;
-            ck_assert_int_eq (backend_lstm_cpu_iface.stream_step (m, s + 1, x, y, err, sizeof err), SIG_OK);
-            backend_lstm_cpu_iface.stream_advance (m, s + 1);
-            if (i % check_every != 0 && i + 2 < steps)
-                continue;
-            for (uint32_t o = 0; o < out; o++)
-                ck_assert_msg (isfinite (y[o]), "stream %u step %u output %u not written", s, i, o);
-            const float *mine = hist + (size_t) s * steps * in;
-            ck_assert_int_eq (tol_lstm_stream (l, s_dtype, mine, count[s], ref, bound), 0);
-            TOL_ASSERT (y, ref, bound, out, out, "%s: %u streams x %u steps (window %u, %zu layers, %u units): stream %u "
-                        "step %u", weight_dtype_name (s_dtype), streams, steps, W, l->layer_count, l->hidden, s, i);
-            /* the same window as a full-window request */
-            for (uint32_t t = 0; t < W; t++) {
-                const int64_t k = (int64_t) count[s] - W + t;
-                if (k >= 0)
-                    memcpy (win + (size_t) t * in, hist + ((size_t) s * steps + k) * in, in * sizeof (float));
-                else
-                    memset (win + (size_t) t * in, 0, in * sizeof (float));
-            }
-            ck_assert_int_eq (backend_lstm_cpu_iface.infer (m, win, 1, yw, err, sizeof err), SIG_OK);
-            TOL_ASSERT (yw, ref, bound, out, out, "stream %u step %u: the full window", s, i);
-            tol_pair (y, bound, out, as_ref, bound2);
-            TOL_ASSERT (yw, as_ref, bound2, out, out, "stream %u step %u: the full window against the streamed output",
-                        s, i);
-        }
-    free (hist);
-    free (count);
-    free (y);
-    free (yw);
-    free (win);
-    free (ref);
-    free (bound);
-    free (as_ref);
-    free (bound2);
-    backend_lstm_cpu_iface.destroy (&m);
-    weights_destroy (&w);
-}
 
 START_TEST (streams_match_reference)
 {
     const lstm_shape_t a = { .layers = 2, .step_size = 5, .hidden = 19, .out = 2, .window = 6 };
-    s_check_streams (&a, 3, 17, 1);
+    s_check_streams (&s_lstm, &a, 3, 17, 1);
     const lstm_shape_t b = { .layers = 3, .step_size = 12, .hidden = 33, .out = 1, .window = 1 };
-    s_check_streams (&b, 2, 5, 1);
+    s_check_streams (&s_lstm, &b, 2, 5, 1);
     const lstm_shape_t c = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2,
                              .head_act = ACTIVATION_TANH };
-    s_check_streams (&c, 4, 9, 1);
+    s_check_streams (&s_lstm, &c, 4, 9, 1);
 }
 END_TEST
 
@@ -249,21 +125,11 @@ START_TEST (bf16_matches_reference)
         { .layers = 3, .step_size = 3, .hidden = 40, .out = 2, .window = 5, .head_act = ACTIVATION_RELU },
         { .layers = 2, .step_size = 64, .hidden = 96, .out = 1, .window = 3 },
     };
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (uint32_t rows = 1; rows <= 3; rows += 2) {
-            weights_t *w;
-            model_config_t cfg;
-            backend_model_t *m = s_load (&shapes[s], 3, 2, &w, &cfg);
-            char what[32];
-            snprintf (what, sizeof what, "shape %zu", s);
-            s_check_windows (m, w, rows, 4, what);
-            backend_lstm_cpu_iface.destroy (&m);
-            weights_destroy (&w);
-        }
+    s_check_shapes (&s_lstm, shapes, sizeof shapes / sizeof shapes[0], 2, 4);
     const lstm_shape_t a = { .layers = 2, .step_size = 5, .hidden = 19, .out = 2, .window = 6 };
-    s_check_streams (&a, 3, 17, 1);
+    s_check_streams (&s_lstm, &a, 3, 17, 1);
     const lstm_shape_t c = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2, .head_act = ACTIVATION_TANH };
-    s_check_streams (&c, 4, 9, 1);
+    s_check_streams (&s_lstm, &c, 4, 9, 1);
     s_dtype = WEIGHT_DTYPE_F32;
 }
 END_TEST
@@ -275,10 +141,10 @@ START_TEST (small_model)
     weights_t *w;
     model_config_t cfg;
     backend_model_t *m = s_load (&LSTM_SHAPE_SMALL, 2, 2, &w, &cfg);
-    s_check_windows (m, w, 2, 3, "small, full window");
+    s_check_windows (&s_lstm, m, w, 2, 3, "small, full window");
     backend_lstm_cpu_iface.destroy (&m);
     weights_destroy (&w);
-    s_check_streams (&LSTM_SHAPE_SMALL, 2, 70, 9);
+    s_check_streams (&s_lstm, &LSTM_SHAPE_SMALL, 2, 70, 9);
 }
 END_TEST
 
@@ -483,9 +349,6 @@ END_TEST
 
 int main (void)
 {
-    s_seed = (uint64_t) time (NULL) ^ ((uint64_t) clock () << 32);
-    printf ("seed %llu\n", (unsigned long long) s_seed);
-    s_dir = tu_tmpdir ();
     Suite *s = suite_create ("lstm");
     TCase *tc = tcase_create ("cpu");
     tcase_set_timeout (tc, 120);
@@ -498,8 +361,5 @@ int main (void)
     tcase_add_test (tc, refusals);
     tcase_add_test (tc, half_products_within_their_bound);
     suite_add_tcase (s, tc);
-    int rc = tu_run_suite (s);
-    tu_remove_tree (s_dir);
-    free (s_dir);
-    return rc;
+    return s_run (s);
 }

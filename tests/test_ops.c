@@ -10,7 +10,6 @@
 #include "lstm_reference.h"
 
 #include <cJSON.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -224,41 +223,6 @@ END_TEST
 
 /* ---------------------------------------------------------------- placement */
 
-/* The CPUs thread NAME of process PID may run on ("0", "0-1"), from /proc; -1 when no such thread. */
-static int s_thread_cpus (pid_t pid, const char *name, char *out, size_t cap)
-{
-    char dir[64];
-    snprintf (dir, sizeof dir, "/proc/%d/task", (int) pid);
-    DIR *d = opendir (dir);
-    struct dirent *e;
-    int found = -1;
-    while (d && found < 0 && (e = readdir (d)) != NULL) {
-        char path[600], comm[64] = "", line[256];
-        snprintf (path, sizeof path, "%s/%s/comm", dir, e->d_name);
-        FILE *f = fopen (path, "r");
-        if (!f)
-            continue;
-        if (fgets (comm, sizeof comm, f))
-            comm[strcspn (comm, "\n")] = 0;
-        fclose (f);
-        if (strcmp (comm, name) != 0)
-            continue;
-        snprintf (path, sizeof path, "%s/%s/status", dir, e->d_name);
-        f = fopen (path, "r");
-        while (f && fgets (line, sizeof line, f))
-            if (strncmp (line, "Cpus_allowed_list:", 18) == 0) {
-                snprintf (out, cap, "%s", line + 18 + strspn (line + 18, " \t"));
-                out[strcspn (out, "\n")] = 0;
-                found = 0;
-            }
-        if (f)
-            fclose (f);
-    }
-    if (d)
-        closedir (d);
-    return found;
-}
-
 /* The log line of PATH that contains WHAT, into LINE (without its newline); false when none. */
 static bool s_log_line (const char *path, const char *what, char *line, size_t cap)
 {
@@ -387,10 +351,10 @@ START_TEST (a_cpu_lstm_is_placed_on_the_cpu_and_pinned_only_when_asked)
     for (int i = 0; i < 2; i++) {
         char name[32];
         snprintf (name, sizeof name, "w%d-seq", i);
-        ck_assert_msg (s_thread_cpus (pid, name, cpus, sizeof cpus) == 0, "no thread %s", name);
+        ck_assert_msg (tu_thread_cpus (pid, name, cpus, sizeof cpus) == 0, "no thread %s", name);
         ck_assert_msg (strcmp (cpus, own) == 0, "%s may run on %s, the process on %s", name, cpus, own);
     }
-    ck_assert_int_eq (s_thread_cpus (pid, "w0-pinned", cpus, sizeof cpus), 0);
+    ck_assert_int_eq (tu_thread_cpus (pid, "w0-pinned", cpus, sizeof cpus), 0);
     ck_assert_str_eq (cpus, "0");
     s_stop (pid);
     free (config);

@@ -231,6 +231,81 @@ int tu_remove_tree (const char *dir)
     return nftw (dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+void *tu_dealer (void *ctx, const char *endpoint, int timeout_ms)
+{
+    void *s = zmq_socket (ctx, ZMQ_DEALER);
+    int linger = 0, hwm = 0;
+    zmq_setsockopt (s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    zmq_setsockopt (s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    ck_assert_msg (zmq_connect (s, endpoint) == 0, "connect %s: %s", endpoint, zmq_strerror (errno));
+    return s;
+}
+
+int tu_thread_cpus (pid_t pid, const char *name, char *out, size_t cap)
+{
+    char dir[64];
+    snprintf (dir, sizeof dir, "/proc/%d/task", (int) pid);
+    DIR *d = opendir (dir);
+    struct dirent *e;
+    int found = -1;
+    while (d && found < 0 && (e = readdir (d)) != NULL) {
+        char path[600], comm[64] = "", line[256];
+        snprintf (path, sizeof path, "%s/%s/comm", dir, e->d_name);
+        FILE *f = fopen (path, "r");
+        if (!f)
+            continue;
+        if (fgets (comm, sizeof comm, f))
+            comm[strcspn (comm, "\n")] = 0;
+        fclose (f);
+        if (strcmp (comm, name) != 0)
+            continue;
+        snprintf (path, sizeof path, "%s/%s/status", dir, e->d_name);
+        f = fopen (path, "r");
+        while (f && fgets (line, sizeof line, f))
+            if (strncmp (line, "Cpus_allowed_list:", 18) == 0) {
+                snprintf (out, cap, "%s", line + 18 + strspn (line + 18, " \t"));
+                out[strcspn (out, "\n")] = 0;
+                found = 0;
+            }
+        if (f)
+            fclose (f);
+    }
+    if (d)
+        closedir (d);
+    return found;
+}
+
+void tu_fake_serve (const char *endpoint, atomic_bool *bound, atomic_bool *stop, tu_fake_fn *on_request, void *arg)
+{
+    void *ctx = zmq_ctx_new ();
+    void *router = zmq_socket (ctx, ZMQ_ROUTER);
+    int linger = 0;
+    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_msg (zmq_bind (router, endpoint) == 0, "bind %s: %s", endpoint, zmq_strerror (errno));
+    atomic_store (bound, true);
+    while (!atomic_load (stop)) {
+        zmq_pollitem_t item = { .socket = router, .events = ZMQ_POLLIN };
+        if (zmq_poll (&item, 1, 20) <= 0)
+            continue;
+        zmq_msg_t identity, payload;
+        zmq_msg_init (&identity);
+        zmq_msg_init (&payload);
+        if (zmq_msg_recv (&identity, router, 0) >= 0 && zmq_msg_recv (&payload, router, 0) >= 0) {
+            Sigserve__V1__Request *req =
+                sigserve__v1__request__unpack (NULL, zmq_msg_size (&payload), zmq_msg_data (&payload));
+            if (req) {
+                on_request (arg, router, &identity, req);
+                sigserve__v1__request__free_unpacked (req, NULL);
+            }
+        }
+        zmq_msg_close (&identity);
+        zmq_msg_close (&payload);
+    }
+    zmq_close (router);
+    zmq_ctx_term (ctx);
+}
+
 size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *features, size_t n, uint32_t rows,
                       uint64_t request_id, uint32_t deadline_us)
 {

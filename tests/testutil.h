@@ -2,6 +2,7 @@
 #ifndef SIGSERVE_TESTUTIL_H
 #define SIGSERVE_TESTUTIL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +35,23 @@ pid_t tu_server_start_logged (const char *config_path, const char *endpoint, int
                               const char *log_level);
 /* SIGTERM then wait; returns the exit status (or -1). */
 int tu_server_stop (pid_t pid);
+
+/* A DEALER of CTX connected to ENDPOINT (asserted): linger 0, receives time out after TIMEOUT_MS, no
+ * send high-water mark (the suites pipeline many requests). */
+void *tu_dealer (void *ctx, const char *endpoint, int timeout_ms);
+
+/* The CPUs thread NAME of process PID may run on ("0", "0-1"), from /proc, into OUT (CAP bytes); -1
+ * when there is no such thread. */
+int tu_thread_cpus (pid_t pid, const char *name, char *out, size_t cap);
+
+/* A fake sigserve's loop, for the client suites' servers of their own: binds a ROUTER at ENDPOINT
+ * (asserted), sets *BOUND, then until *STOP hands each request that decodes to ON_REQUEST (with ARG,
+ * and the sender's routing id IDENTITY: it answers on ROUTER, or not), polling every 20 ms. The
+ * body of the fake's thread. */
+struct zmq_msg_t;
+struct Sigserve__V1__Request;
+typedef void tu_fake_fn (void *arg, void *router, struct zmq_msg_t *identity, struct Sigserve__V1__Request *req);
+void tu_fake_serve (const char *endpoint, atomic_bool *bound, atomic_bool *stop, tu_fake_fn *on_request, void *arg);
 
 /* Packs an InferRequest into BUF (CAP bytes); the packed size, or 0 when it does not fit. */
 size_t tu_pack_infer (uint8_t *buf, size_t cap, const char *model, const float *features, size_t n, uint32_t rows,

@@ -6,6 +6,7 @@
 
 #include "base/config.h"
 #include "backends/persistent_box.h"
+#include "base/floats.h"
 #include "base/status.h"
 #include "weights/weights.h"
 #include <math.h>
@@ -116,6 +117,21 @@ static inline float backend_activate (float v, activation_t a)
 static inline uint32_t backend_rows (const model_config_t *cfg)
 {
     return cfg->max_batch_rows > cfg->max_rows ? cfg->max_batch_rows : cfg->max_rows;
+}
+
+/* A load's last step (the CPU recurrent backends'): B->infer once on ROWS rows of zeros (IN floats a
+ * row in, OUT out), which pages in the weights and buffers and has the loader resolve the target
+ * clones before the first request. 0, or -1 when memory runs out. */
+static inline int backend_warm (const backend_iface_t *B, backend_model_t *m, uint32_t rows, size_t in, size_t out,
+                                char *err, size_t errlen)
+{
+    float *probe = floats_zeroed ((size_t) rows * out), *x = floats_zeroed ((size_t) rows * in);
+    if (probe && x)
+        B->infer (m, x, rows, probe, err, errlen);
+    const int rc = probe && x ? 0 : -1;
+    free (probe);
+    free (x);
+    return rc;
 }
 
 #endif

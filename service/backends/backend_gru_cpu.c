@@ -16,11 +16,13 @@
  * (computed once by the step) when they fit in 512 MiB over every slot, else the raw steps (an
  * advance then projects them again). An advance reruns the last W - 1 steps from a zero state,
  * layer after layer: a layer's input projections for every step as one matrix product, then the
- * recurrence with W_hh.
+ * recurrence with W_hh. The slots and their rings: rnn_slots.h, the LSTM's too.
  *
  * Exponentials, sigmoid and tanh: vec16.h. Measured against float64: test_gru. Everything is
  * allocated at load; nothing after. */
 #include "backends/backend_gru.h"
+#include "backends/rnn_head.h"
+#include "backends/rnn_slots.h"
 #include "backends/vec16.h"
 #include "base/floats.h"
 
@@ -33,7 +35,6 @@
 #define VEC 16
 #define GATES 3
 #define BLOCK (GATES * VEC)                  /* the columns of one block of 16 units */
-#define PROJ_RING_MAX_BYTES (512ull << 20)   /* above: the ring keeps raw steps */
 
 typedef struct {
     uint32_t in;                /* inputs of the layer (step_size or H) */
@@ -42,33 +43,20 @@ typedef struct {
     float *bi, *bh;             /* [3Hp] each (the header comment) */
 } cpu_gru_layer_t;
 
-typedef struct {
-    uint32_t pos;               /* ring position of the next step */
-    bool owed;                  /* a step ran and no advance since: the state is stale */
-} cpu_slot_t;
-
 struct backend_model {
     char name[CONFIG_NAME_MAX];
     uint32_t L, in, H, Hp, N;   /* N = 3 Hp */
     uint32_t in_pad;            /* a raw step's row in the ring */
-    uint32_t W, out, max_rows, slot_count;
-    activation_t head_act;
+    uint32_t W, out, max_rows;
     cpu_gru_layer_t *layers;
-    float *head_w;              /* [out][Hp] */
-    float *head_b;              /* [out] */
-    bool keep_proj;             /* the ring holds W_ih0 x (N floats), else x (in_pad floats) */
-    size_t ring_row;            /* floats per ring entry */
-    size_t slot_floats;         /* ring W x ring_row, then GH [L][N], then h [L][Hp] */
-    float *slots;
-    cpu_slot_t *slot;
-    float *reset_state;         /* GH and h of a window of zeros (what stream_reset copies) */
+    rnn_head_t head;
+    rnn_slots_t slots;          /* each: its ring, then GH [L][N], then h [L][Hp] */
     /* scratch */
     float *proj;                /* [W][N]: a layer's input projections, BI included */
     float *proj0;               /* [W][N]: layer 0's (no bias), when they are computed here */
     float *seq[2];              /* [W][Hp]: hidden sequences of consecutive layers */
     float *h;                   /* [L][Hp] */
     float *gi, *gh;             /* [N] each */
-    float *zeros;               /* [N] */
     const float **p0;           /* [W]: layer 0's projection of each step of a sequence */
 };
 
@@ -77,26 +65,6 @@ static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 /* ---------------------------------------------------------------------------------------------
  * Kernels (compiled once per target: vec16.h's CLONES) */
 
-/* J accumulators of 16 columns from NB: y = b1 (+ b2) + sum_k Wt[k] x[k] (J a constant once inlined). */
-VEC16_INLINE void s_gemv_cols (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
-                               const float *b1, const float *b2, float *restrict y, uint32_t nb, const int J)
-{
-    v16 acc[6];
-    for (int j = 0; j < J; j++) {
-        acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
-        if (b2)
-            acc[j] += *(const v16 *) (b2 + nb + 16 * j);
-    }
-    const float *w = Wt + nb;
-    for (uint32_t k = 0; k < K; k++, w += N) {
-        const v16 xk = vec16_splat (x[k]);
-        for (int j = 0; j < J; j++)
-            acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
-    }
-    for (int j = 0; j < J; j++)
-        *(v16 *) (y + nb + 16 * j) = acc[j];
-}
-
 /* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 48); B1, B2 may be NULL.
  * Two blocks of units at a time (96 columns, six accumulators), then the odd one. */
 CLONES static void s_gemv (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
@@ -104,9 +72,9 @@ CLONES static void s_gemv (const float *restrict Wt, uint32_t K, uint32_t N, con
 {
     uint32_t nb = 0;
     for (; nb + 2 * BLOCK <= N; nb += 2 * BLOCK)
-        s_gemv_cols (Wt, K, N, x, b1, b2, y, nb, 6);
+        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 6);
     if (nb < N)
-        s_gemv_cols (Wt, K, N, x, b1, b2, y, nb, 3);
+        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 3);
 }
 
 /* Y[t][n] = (BIAS ? bias[n] : 0) + sum_k Wt[k][n] X[t][k] for T rows: tiles of one block (48
@@ -115,31 +83,7 @@ CLONES static void s_gemm (const float *restrict Wt, uint32_t K, uint32_t N, con
                            uint32_t T, float *restrict Y, size_t ys, const float *bias)
 {
     for (uint32_t nb = 0; nb < N; nb += BLOCK)
-        for (uint32_t t0 = 0; t0 < T; t0 += 4) {
-            const float *xr[4];
-            for (int r = 0; r < 4; r++)   /* past the last row: recompute the last, store nothing */
-                xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
-            v16 acc[4][GATES];
-            for (int j = 0; j < GATES; j++) {
-                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : vec16_splat (0.0f);
-                for (int r = 0; r < 4; r++)
-                    acc[r][j] = b;
-            }
-            const float *w = Wt + nb;
-            for (uint32_t k = 0; k < K; k++, w += N) {
-                v16 wv[GATES];
-                for (int j = 0; j < GATES; j++)
-                    wv[j] = *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64);
-                for (int r = 0; r < 4; r++) {
-                    const v16 xk = vec16_splat (xr[r][k]);
-                    for (int j = 0; j < GATES; j++)
-                        acc[r][j] += wv[j] * xk;
-                }
-            }
-            for (int r = 0; r < 4 && t0 + (uint32_t) r < T; r++)
-                for (int j = 0; j < GATES; j++)
-                    *(v16 *) (Y + (size_t) (t0 + r) * ys + nb + 16 * j) = acc[r][j];
-        }
+        vec16_gemm_cols (Wt, K, N, X, xs, T, Y, ys, bias, nb, GATES);
 }
 
 /* The cell update of Hp / 16 blocks of units from GI (W_ih x + BI) and GH (W_hh h + BH), both
@@ -152,21 +96,6 @@ CLONES static void s_cells (const float *restrict gi, const float *restrict gh, 
         const v16 n = vec16_tanh (i[2] + r * g[2]);
         v16 *hv = (v16 *) (h + 16 * (size_t) b);
         *hv = n + z * (*hv - n);
-    }
-}
-
-/* OUT[o] = act(head_w[o] . h + head_b[o]) */
-static void s_head (const backend_model_t *m, const float *h, float *out)
-{
-    for (uint32_t o = 0; o < m->out; o++) {
-        const v16 *w = (const v16 *) (m->head_w + (size_t) o * m->Hp), *hv = (const v16 *) h;
-        v16 acc = vec16_splat (0.0f);
-        for (uint32_t b = 0; b < m->Hp / VEC; b++)
-            acc += w[b] * hv[b];
-        float s = 0.0f;
-        for (int k = 0; k < VEC; k++)
-            s += acc[k];
-        out[o] = backend_activate (s + m->head_b[o], m->head_act);
     }
 }
 
@@ -198,11 +127,7 @@ static void s_sequence (backend_model_t *m, uint32_t T)
     }
 }
 
-static float *s_slot_ring (const backend_model_t *m, uint32_t slot) { return m->slots + (size_t) slot * m->slot_floats; }
-static float *s_slot_GH (const backend_model_t *m, uint32_t slot)
-{
-    return s_slot_ring (m, slot) + (size_t) m->W * m->ring_row;
-}
+static float *s_slot_GH (const backend_model_t *m, uint32_t slot) { return rnn_slots_state (&m->slots, slot); }
 static float *s_slot_h (const backend_model_t *m, uint32_t slot) { return s_slot_GH (m, slot) + (size_t) m->L * m->N; }
 
 /* State from m->h: GH = W_hh h + BH per layer, and h. */
@@ -211,6 +136,21 @@ static void s_store_state (backend_model_t *m, float *GH, float *h)
     for (uint32_t k = 0; k < m->L; k++)
         s_gemv (m->layers[k].whh, m->H, m->N, m->h + (size_t) k * m->Hp, m->layers[k].bh, NULL, GH + (size_t) k * m->N);
     memcpy (h, m->h, (size_t) m->L * m->Hp * sizeof (float));
+}
+
+/* rnn_slots_backend_t's: layer 0's W_ih x of raw steps from a ring */
+static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, float *y)
+{
+    const backend_model_t *m = ctx;
+    s_gemm (m->layers[0].wih, m->in, m->N, x, xs, T, y, m->N, NULL);
+}
+
+/* rnn_slots_backend_t's: the W - 1 steps at m->p0 from a zero state, their state into STATE */
+static void s_rerun (void *ctx, float *state)
+{
+    backend_model_t *m = ctx;
+    s_sequence (m, m->W - 1);
+    s_store_state (m, state, state + (size_t) m->L * m->N);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -228,11 +168,8 @@ static void s_destroy (backend_model_t **m_p)
         free (m->layers[k].bh);
     }
     free (m->layers);
-    free (m->head_w);
-    free (m->head_b);
-    free (m->slots);
-    free (m->slot);
-    free (m->reset_state);
+    rnn_head_free (&m->head);
+    rnn_slots_free (&m->slots);
     free (m->proj);
     free (m->proj0);
     free (m->seq[0]);
@@ -240,7 +177,6 @@ static void s_destroy (backend_model_t **m_p)
     free (m->h);
     free (m->gi);
     free (m->gh);
-    free (m->zeros);
     free ((void *) m->p0);
     free (m);
     *m_p = NULL;
@@ -260,9 +196,6 @@ static void s_transpose (const float *src, uint32_t K, uint32_t H, uint32_t N, f
                 dst[(size_t) k * N + col] = row[k];
         }
 }
-
-static void s_reset (backend_model_t *m, uint32_t slot);
-static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
 
 /* LAYER's weights in the layout of the header comment. */
 static int s_take_layer (backend_model_t *m, const rnn_layer_t *src, cpu_gru_layer_t *dst)
@@ -304,48 +237,26 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     m->in_pad = (uint32_t) s_pad (m->in, VEC);
     m->W = gw->window;
     m->out = gw->head.out;
-    m->head_act = gw->head.activation;
     m->max_rows = backend_rows (cfg) ? backend_rows (cfg) : 1;
-    m->slot_count = backend_stream_slots (cfg);
     const size_t N = m->N, Hp = m->Hp, W = m->W, L = m->L;
-    m->keep_proj = (uint64_t) m->slot_count * W * N * sizeof (float) <= PROJ_RING_MAX_BYTES;
-    m->ring_row = m->keep_proj ? N : m->in_pad;
-    m->slot_floats = s_pad (W * m->ring_row + L * N + L * Hp, VEC);
     if (!(m->layers = calloc (L, sizeof *m->layers)))
         goto oom;
     for (uint32_t k = 0; k < m->L; k++)
         if (s_take_layer (m, &gw->layers[k], &m->layers[k]) != 0)
             goto oom;
-    if (!(m->head_w = floats_zeroed ((size_t) m->out * Hp)) || !(m->head_b = floats_zeroed (m->out)))
-        goto oom;
-    for (uint32_t o = 0; o < m->out; o++)
-        memcpy (m->head_w + (size_t) o * Hp, gw->head.weight + (size_t) o * m->H, m->H * sizeof (float));
-    memcpy (m->head_b, gw->head.bias, m->out * sizeof (float));
-    if (!(m->slots = floats_zeroed ((size_t) m->slot_count * m->slot_floats))
-        || !(m->slot = calloc (m->slot_count ? m->slot_count : 1, sizeof *m->slot))
-        || !(m->reset_state = floats_zeroed (L * N + L * Hp)) || !(m->proj = floats_zeroed (W * N))
+    if (rnn_head_init (&m->head, &gw->head, m->Hp) != 0
+        || !(m->proj = floats_zeroed (W * N))
         || !(m->proj0 = floats_zeroed (W * N)) || !(m->seq[0] = floats_zeroed (W * Hp))
         || !(m->seq[1] = floats_zeroed (W * Hp)) || !(m->h = floats_zeroed (L * Hp)) || !(m->gi = floats_zeroed (N))
-        || !(m->gh = floats_zeroed (N)) || !(m->zeros = floats_zeroed (N)) || !(m->p0 = calloc (W, sizeof *m->p0)))
+        || !(m->gh = floats_zeroed (N)) || !(m->p0 = calloc (W, sizeof *m->p0)))
         goto oom;
-    /* The state of a window of zeros: its W - 1 steps project to 0. */
-    for (size_t t = 0; t < W; t++)
-        m->p0[t] = m->zeros;
-    s_sequence (m, m->W - 1);
-    s_store_state (m, m->reset_state, m->reset_state + L * N);
-    for (uint32_t s = 0; s < m->slot_count; s++)
-        s_reset (m, s);
-    /* Warm: page in everything, let the loader resolve the clones. */
-    float *probe = floats_zeroed ((size_t) m->max_rows * m->out);
-    float *x = floats_zeroed ((size_t) m->max_rows * W * m->in);
-    if (!probe || !x) {
-        free (probe);
-        free (x);
+    const rnn_slots_backend_t advance = { .project = s_project0, .rerun = s_rerun, .ctx = m, .proj0 = m->proj0,
+                                          .p0 = m->p0 };
+    if (rnn_slots_init (&m->slots, backend_stream_slots (cfg), m->W, m->N, m->in_pad, L * N + L * Hp, &advance) != 0)
         goto oom;
-    }
-    s_infer (m, x, m->max_rows, probe, err, errlen);
-    free (probe);
-    free (x);
+    rnn_slots_start (&m->slots);
+    if (backend_warm (&backend_gru_cpu_iface, m, m->max_rows, W * m->in, m->out, err, errlen) != 0)
+        goto oom;
     return m;
 oom:
     sig_set_error (err, errlen, "model \"%s\": out of memory loading the GRU CPU backend", cfg->name);
@@ -363,61 +274,25 @@ static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows,
         for (uint32_t t = 0; t < m->W; t++)
             m->p0[t] = m->proj0 + (size_t) t * m->N;
         s_sequence (m, m->W);
-        s_head (m, m->h + (size_t) (m->L - 1) * m->Hp, out + (size_t) r * m->out);
+        rnn_head_apply (&m->head, m->h + (size_t) (m->L - 1) * m->Hp, out + (size_t) r * m->out);
     }
     return SIG_OK;
 }
 
-static void s_reset (backend_model_t *m, uint32_t slot)
-{
-    if (slot >= m->slot_count)
-        return;
-    float *ring = s_slot_ring (m, slot);
-    memset (ring, 0, (size_t) m->W * m->ring_row * sizeof (float));
-    memcpy (s_slot_GH (m, slot), m->reset_state, ((size_t) m->L * m->N + (size_t) m->L * m->Hp) * sizeof (float));
-    m->slot[slot] = (cpu_slot_t) { .pos = 0, .owed = false };
-}
+static void s_reset (backend_model_t *m, uint32_t slot) { rnn_slots_reset (&m->slots, slot); }
 
-static void s_advance (backend_model_t *m, uint32_t slot)
-{
-    if (slot >= m->slot_count || !m->slot[slot].owed)
-        return;
-    const uint32_t W = m->W, T = W - 1, first = (m->slot[slot].pos + 1) % W;
-    const float *ring = s_slot_ring (m, slot);
-    if (m->keep_proj) {
-        for (uint32_t t = 0; t < T; t++)
-            m->p0[t] = ring + (size_t) ((first + t) % W) * m->ring_row;
-    } else {
-        /* the raw steps, oldest first, in at most two contiguous runs of the ring */
-        const uint32_t run = T < W - first ? T : W - first;
-        if (run)
-            s_gemm (m->layers[0].wih, m->in, m->N, ring + (size_t) first * m->ring_row, m->ring_row, run, m->proj0,
-                    m->N, NULL);
-        if (T > run)
-            s_gemm (m->layers[0].wih, m->in, m->N, ring, m->ring_row, T - run, m->proj0 + (size_t) run * m->N, m->N,
-                    NULL);
-        for (uint32_t t = 0; t < T; t++)
-            m->p0[t] = m->proj0 + (size_t) t * m->N;
-    }
-    s_sequence (m, T);
-    s_store_state (m, s_slot_GH (m, slot), s_slot_h (m, slot));
-    m->slot[slot].owed = false;
-}
+static void s_advance (backend_model_t *m, uint32_t slot) { rnn_slots_advance (&m->slots, slot); }
 
 static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err, size_t errlen)
 {
-    if (slot >= m->slot_count) {
-        sig_set_error (err, errlen, "model \"%s\": stream slot %u of %u", m->name, slot, m->slot_count);
+    if (rnn_slots_step_begin (&m->slots, slot, m->name, err, errlen) != 0)   /* an owed advance runs first */
         return SIG_INTERNAL;
-    }
-    if (m->slot[slot].owed)
-        s_advance (m, slot);
     const uint32_t N = m->N, Hp = m->Hp;
-    float *ring = s_slot_ring (m, slot), *GH = s_slot_GH (m, slot), *h0 = s_slot_h (m, slot);
-    float *entry = ring + (size_t) m->slot[slot].pos * m->ring_row;
+    float *GH = s_slot_GH (m, slot), *h0 = s_slot_h (m, slot);
+    float *entry = rnn_slots_entry (&m->slots, slot);
     /* layer 0: its projection of x goes into the ring (or x itself) */
     const float *p;
-    if (m->keep_proj) {
+    if (m->slots.keep_proj) {
         s_gemv (m->layers[0].wih, m->in, N, x, NULL, NULL, entry);
         p = entry;
     } else {
@@ -436,9 +311,8 @@ static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, f
             s_gemv (Lk->wih, m->H, N, h + (size_t) (k - 1) * Hp, Lk->bi, NULL, m->gi);
         s_cells (m->gi, GH + (size_t) k * N, Hp / VEC, h + (size_t) k * Hp);
     }
-    s_head (m, h + (size_t) (m->L - 1) * Hp, out);
-    m->slot[slot].pos = (m->slot[slot].pos + 1) % m->W;
-    m->slot[slot].owed = true;
+    rnn_head_apply (&m->head, h + (size_t) (m->L - 1) * Hp, out);
+    rnn_slots_stepped (&m->slots, slot);
     return SIG_OK;
 }
 

@@ -15,7 +15,7 @@
  * computed once by the step) when they fit in 512 MiB over every slot, else the raw steps (then
  * an advance projects them again). An advance reruns the last W - 1 steps from a zero state,
  * layer after layer: the layer's input projections for every step as one matrix product (weights
- * read once for all steps), then the recurrence with W_hh.
+ * read once for all steps), then the recurrence with W_hh. The slots and their rings: rnn_slots.h.
  *
  * BF16 (weight_dtype "bf16"): each matrix in the same order, inputs in pairs: the 32-bit lane of
  * pair p and column n holds inputs 2p (low half, the plain bf16) and 2p + 1 (the whole lane, within
@@ -27,6 +27,8 @@
  * x86-64 (the loader picks at start). Everything is allocated at load; nothing after. */
 #include "backends/backend_lstm.h"
 #include "backends/cpu_dense.h"
+#include "backends/rnn_head.h"
+#include "backends/rnn_slots.h"
 #include "backends/vec16.h"
 #include "base/floats.h"
 
@@ -38,7 +40,6 @@
 #include <string.h>
 
 #define VEC 16
-#define PROJ_RING_MAX_BYTES (512ull << 20)   /* above: the ring keeps raw steps */
 
 typedef uint32_t vu16 __attribute__ ((vector_size (64)));
 
@@ -55,34 +56,21 @@ typedef struct {
     float *bias;                /* [4Hp] */
 } cpu_lstm_layer_t;
 
-typedef struct {
-    uint32_t pos;               /* ring position of the next step */
-    bool owed;                  /* a step ran and no advance since: the state is stale */
-} cpu_slot_t;
-
 struct backend_model {
     char name[CONFIG_NAME_MAX];
     weight_dtype_t dtype;       /* f32 or bf16 */
     uint32_t L, in, H, Hp, N;   /* N = 4 Hp */
     uint32_t in_pad;            /* a raw step's row in the ring */
-    uint32_t W, out, max_rows, slot_count;
-    activation_t head_act;
+    uint32_t W, out, max_rows;
     cpu_lstm_layer_t *layers;
-    float *head_w;              /* [out][Hp] */
-    float *head_b;              /* [out] */
-    bool keep_proj;             /* the ring holds W_ih0 x (N floats), else x (in_pad floats) */
-    size_t ring_row;            /* floats per ring entry */
-    size_t slot_floats;         /* ring W x ring_row, then G [L][N], then c [L][Hp] */
-    float *slots;
-    cpu_slot_t *slot;
-    float *reset_state;         /* G and c of a window of zeros (what stream_reset copies) */
+    rnn_head_t head;
+    rnn_slots_t slots;          /* each: its ring, then G [L][N], then c [L][Hp] */
     /* scratch */
     float *proj;                /* [W][N]: a layer's input projections (bias included) */
     float *proj0;               /* [W][N]: layer 0's (no bias), when they are computed here */
     float *seq[2];              /* [W][Hp]: hidden sequences of consecutive layers */
     float *h, *c;               /* [L][Hp] */
     float *gates;               /* [N] */
-    float *zeros;               /* [N] */
     const float **p0;           /* [W]: layer 0's projection of each step of a sequence */
 };
 
@@ -91,76 +79,25 @@ static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 /* ---------------------------------------------------------------------------------------------
  * Kernels (compiled once per target: vec16.h's CLONES) */
 
-/* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 64); B1, B2 may be NULL. */
+/* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 64); B1, B2 may be NULL.
+ * Eight blocks of 16 outputs at a time, then the one block of 64 left. */
 CLONES static void s_gemv_f32 (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
-                           const float *b1, const float *b2, float *restrict y)
+                               const float *b1, const float *b2, float *restrict y)
 {
     uint32_t nb = 0;
-    for (; nb + 128 <= N; nb += 128) {
-        v16 acc[8];
-        for (int j = 0; j < 8; j++) {
-            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
-            if (b2)
-                acc[j] += *(const v16 *) (b2 + nb + 16 * j);
-        }
-        const float *w = Wt + nb;
-        for (uint32_t k = 0; k < K; k++, w += N) {
-            const v16 xk = vec16_splat (x[k]);
-            for (int j = 0; j < 8; j++)
-                acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
-        }
-        for (int j = 0; j < 8; j++)
-            *(v16 *) (y + nb + 16 * j) = acc[j];
-    }
-    if (nb < N) {   /* one block of 64 left */
-        v16 acc[4];
-        for (int j = 0; j < 4; j++) {
-            acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
-            if (b2)
-                acc[j] += *(const v16 *) (b2 + nb + 16 * j);
-        }
-        const float *w = Wt + nb;
-        for (uint32_t k = 0; k < K; k++, w += N) {
-            const v16 xk = vec16_splat (x[k]);
-            for (int j = 0; j < 4; j++)
-                acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
-        }
-        for (int j = 0; j < 4; j++)
-            *(v16 *) (y + nb + 16 * j) = acc[j];
-    }
+    for (; nb + 128 <= N; nb += 128)
+        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 8);
+    if (nb < N)
+        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 4);
 }
 
 /* Y[t][n] = (BIAS ? bias[n] : 0) + sum_k Wt[k][n] X[t][k] for T rows: tiles of 64 outputs x 4
  * rows (16 accumulators), so each weight vector loaded serves four steps. */
 CLONES static void s_gemm_f32 (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict X, size_t xs,
-                           uint32_t T, float *restrict Y, size_t ys, const float *bias)
+                               uint32_t T, float *restrict Y, size_t ys, const float *bias)
 {
     for (uint32_t nb = 0; nb < N; nb += 64)
-        for (uint32_t t0 = 0; t0 < T; t0 += 4) {
-            const float *xr[4];
-            for (int r = 0; r < 4; r++)   /* past the last row: recompute the last, store nothing */
-                xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
-            v16 acc[4][4];
-            for (int j = 0; j < 4; j++) {
-                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : vec16_splat (0.0f);
-                for (int r = 0; r < 4; r++)
-                    acc[r][j] = b;
-            }
-            const float *w = Wt + nb;
-            for (uint32_t k = 0; k < K; k++, w += N) {
-                v16 wv[4];
-                for (int j = 0; j < 4; j++)
-                    wv[j] = *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64);
-                for (int r = 0; r < 4; r++) {
-                    const v16 xk = vec16_splat (xr[r][k]);
-                    for (int j = 0; j < 4; j++)
-                        acc[r][j] += wv[j] * xk;
-                }
-            }
-            for (int r = 0; r < 4 && t0 + (uint32_t) r < T; r++)
-                for (int j = 0; j < 4; j++)
-                    *(v16 *) (Y + (size_t) (t0 + r) * ys + nb + 16 * j) = acc[r][j];
-        }
+        vec16_gemm_cols (Wt, K, N, X, xs, T, Y, ys, bias, nb, 4);
 }
 
 /* The lanes of pair p, columns n .. n + 15: inputs 2p (E) and 2p + 1 (O) widened to fp32. */
@@ -276,21 +213,6 @@ CLONES static void s_cells (const float *restrict gates, uint32_t blocks, float 
     }
 }
 
-/* OUT[o] = act(head_w[o] . h + head_b[o]) */
-static void s_head (const backend_model_t *m, const float *h, float *out)
-{
-    for (uint32_t o = 0; o < m->out; o++) {
-        const v16 *w = (const v16 *) (m->head_w + (size_t) o * m->Hp), *hv = (const v16 *) h;
-        v16 acc = vec16_splat (0.0f);
-        for (uint32_t b = 0; b < m->Hp / VEC; b++)
-            acc += w[b] * hv[b];
-        float s = 0.0f;
-        for (int k = 0; k < VEC; k++)
-            s += acc[k];
-        out[o] = backend_activate (s + m->head_b[o], m->head_act);
-    }
-}
-
 /* ---------------------------------------------------------------------------------------------
  * A sequence: T steps from a zero state through every layer, layer 0's projection of step t at
  * m->p0[t] (no bias). Leaves each layer's final h and c in m->h, m->c. */
@@ -317,11 +239,7 @@ static void s_sequence (backend_model_t *m, uint32_t T)
     }
 }
 
-static float *s_slot_ring (const backend_model_t *m, uint32_t slot) { return m->slots + (size_t) slot * m->slot_floats; }
-static float *s_slot_G (const backend_model_t *m, uint32_t slot)
-{
-    return s_slot_ring (m, slot) + (size_t) m->W * m->ring_row;
-}
+static float *s_slot_G (const backend_model_t *m, uint32_t slot) { return rnn_slots_state (&m->slots, slot); }
 static float *s_slot_c (const backend_model_t *m, uint32_t slot) { return s_slot_G (m, slot) + (size_t) m->L * m->N; }
 
 /* State from m->h, m->c: G = W_hh h + b per layer, and c. */
@@ -330,6 +248,21 @@ static void s_store_state (backend_model_t *m, float *G, float *c)
     for (uint32_t k = 0; k < m->L; k++)
         s_gemv (&m->layers[k].whh, m->H, m->N, m->h + (size_t) k * m->Hp, m->layers[k].bias, NULL, G + (size_t) k * m->N);
     memcpy (c, m->c, (size_t) m->L * m->Hp * sizeof (float));
+}
+
+/* rnn_slots_backend_t's: layer 0's W_ih x of raw steps from a ring */
+static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, float *y)
+{
+    const backend_model_t *m = ctx;
+    s_gemm (&m->layers[0].wih, m->in, m->N, x, xs, T, y, m->N, NULL);
+}
+
+/* rnn_slots_backend_t's: the W - 1 steps at m->p0 from a zero state, their state into STATE */
+static void s_rerun (void *ctx, float *state)
+{
+    backend_model_t *m = ctx;
+    s_sequence (m, m->W - 1);
+    s_store_state (m, state, state + (size_t) m->L * m->N);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -348,11 +281,8 @@ static void s_destroy (backend_model_t **m_p)
         free (m->layers[k].bias);
     }
     free (m->layers);
-    free (m->head_w);
-    free (m->head_b);
-    free (m->slots);
-    free (m->slot);
-    free (m->reset_state);
+    rnn_head_free (&m->head);
+    rnn_slots_free (&m->slots);
     free (m->proj);
     free (m->proj0);
     free (m->seq[0]);
@@ -360,7 +290,6 @@ static void s_destroy (backend_model_t **m_p)
     free (m->h);
     free (m->c);
     free (m->gates);
-    free (m->zeros);
     free ((void *) m->p0);
     free (m);
     *m_p = NULL;
@@ -419,9 +348,6 @@ static long s_unheld_bf16 (const float *src, size_t n)
     return -1;
 }
 
-static void s_reset (backend_model_t *m, uint32_t slot);
-static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen);
-
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
     (void) device;
@@ -462,13 +388,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     m->in_pad = (uint32_t) s_pad (m->in, VEC);
     m->W = lw->window;
     m->out = lw->head.out;
-    m->head_act = lw->head.activation;
     m->max_rows = backend_rows (cfg) ? backend_rows (cfg) : 1;
-    m->slot_count = backend_stream_slots (cfg);
     const size_t N = m->N, Hp = m->Hp, W = m->W, L = m->L;
-    m->keep_proj = (uint64_t) m->slot_count * W * N * sizeof (float) <= PROJ_RING_MAX_BYTES;
-    m->ring_row = m->keep_proj ? N : m->in_pad;
-    m->slot_floats = s_pad (W * m->ring_row + L * N + L * Hp, VEC);
     if (!(m->layers = calloc (L, sizeof *m->layers)))
         goto oom;
     for (uint32_t k = 0; k < m->L; k++) {
@@ -482,36 +403,20 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
             for (uint32_t j = 0; j < m->H; j++)
                 dst->bias[s_col (q, j)] = src->bias[(size_t) q * m->H + j];
     }
-    if (!(m->head_w = floats_zeroed ((size_t) m->out * Hp)) || !(m->head_b = floats_zeroed (m->out)))
-        goto oom;
-    for (uint32_t o = 0; o < m->out; o++)
-        memcpy (m->head_w + (size_t) o * Hp, lw->head.weight + (size_t) o * m->H, m->H * sizeof (float));
-    memcpy (m->head_b, lw->head.bias, m->out * sizeof (float));
-    if (!(m->slots = floats_zeroed ((size_t) m->slot_count * m->slot_floats)) || !(m->slot = calloc (m->slot_count ? m->slot_count : 1, sizeof *m->slot))
-        || !(m->reset_state = floats_zeroed (L * N + L * Hp)) || !(m->proj = floats_zeroed (W * N))
+    if (rnn_head_init (&m->head, &lw->head, m->Hp) != 0
+        || !(m->proj = floats_zeroed (W * N))
         || !(m->proj0 = floats_zeroed (W * N)) || !(m->seq[0] = floats_zeroed (W * Hp))
         || !(m->seq[1] = floats_zeroed (W * Hp)) || !(m->h = floats_zeroed (L * Hp)) || !(m->c = floats_zeroed (L * Hp))
-        || !(m->gates = floats_zeroed (N)) || !(m->zeros = floats_zeroed (N))
+        || !(m->gates = floats_zeroed (N))
         || !(m->p0 = calloc (W, sizeof *m->p0)))
         goto oom;
-    /* The state of a window of zeros: its W - 1 steps project to 0. */
-    for (size_t t = 0; t < W; t++)
-        m->p0[t] = m->zeros;
-    s_sequence (m, m->W - 1);
-    s_store_state (m, m->reset_state, m->reset_state + L * N);
-    for (uint32_t s = 0; s < m->slot_count; s++)
-        s_reset (m, s);
-    /* Warm: page in everything, let the loader resolve the clones. */
-    float *probe = floats_zeroed ((size_t) m->max_rows * m->out);
-    float *x = floats_zeroed ((size_t) m->max_rows * W * m->in);
-    if (!probe || !x) {
-        free (probe);
-        free (x);
+    const rnn_slots_backend_t advance = { .project = s_project0, .rerun = s_rerun, .ctx = m, .proj0 = m->proj0,
+                                          .p0 = m->p0 };
+    if (rnn_slots_init (&m->slots, backend_stream_slots (cfg), m->W, m->N, m->in_pad, L * N + L * Hp, &advance) != 0)
         goto oom;
-    }
-    s_infer (m, x, m->max_rows, probe, err, errlen);
-    free (probe);
-    free (x);
+    rnn_slots_start (&m->slots);
+    if (backend_warm (&backend_lstm_cpu_iface, m, m->max_rows, W * m->in, m->out, err, errlen) != 0)
+        goto oom;
     return m;
 oom:
     sig_set_error (err, errlen, "model \"%s\": out of memory loading the LSTM CPU backend", cfg->name);
@@ -529,61 +434,25 @@ static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows,
         for (uint32_t t = 0; t < m->W; t++)
             m->p0[t] = m->proj0 + (size_t) t * m->N;
         s_sequence (m, m->W);
-        s_head (m, m->h + (size_t) (m->L - 1) * m->Hp, out + (size_t) r * m->out);
+        rnn_head_apply (&m->head, m->h + (size_t) (m->L - 1) * m->Hp, out + (size_t) r * m->out);
     }
     return SIG_OK;
 }
 
-static void s_reset (backend_model_t *m, uint32_t slot)
-{
-    if (slot >= m->slot_count)
-        return;
-    float *ring = s_slot_ring (m, slot);
-    memset (ring, 0, (size_t) m->W * m->ring_row * sizeof (float));
-    memcpy (s_slot_G (m, slot), m->reset_state, ((size_t) m->L * m->N + (size_t) m->L * m->Hp) * sizeof (float));
-    m->slot[slot] = (cpu_slot_t) { .pos = 0, .owed = false };
-}
+static void s_reset (backend_model_t *m, uint32_t slot) { rnn_slots_reset (&m->slots, slot); }
 
-static void s_advance (backend_model_t *m, uint32_t slot)
-{
-    if (slot >= m->slot_count || !m->slot[slot].owed)
-        return;
-    const uint32_t W = m->W, T = W - 1, first = (m->slot[slot].pos + 1) % W;
-    const float *ring = s_slot_ring (m, slot);
-    if (m->keep_proj) {
-        for (uint32_t t = 0; t < T; t++)
-            m->p0[t] = ring + (size_t) ((first + t) % W) * m->ring_row;
-    } else {
-        /* the raw steps, oldest first, in at most two contiguous runs of the ring */
-        const uint32_t run = T < W - first ? T : W - first;
-        if (run)
-            s_gemm (&m->layers[0].wih, m->in, m->N, ring + (size_t) first * m->ring_row, m->ring_row, run, m->proj0,
-                    m->N, NULL);
-        if (T > run)
-            s_gemm (&m->layers[0].wih, m->in, m->N, ring, m->ring_row, T - run, m->proj0 + (size_t) run * m->N, m->N,
-                    NULL);
-        for (uint32_t t = 0; t < T; t++)
-            m->p0[t] = m->proj0 + (size_t) t * m->N;
-    }
-    s_sequence (m, T);
-    s_store_state (m, s_slot_G (m, slot), s_slot_c (m, slot));
-    m->slot[slot].owed = false;
-}
+static void s_advance (backend_model_t *m, uint32_t slot) { rnn_slots_advance (&m->slots, slot); }
 
 static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, float *out, char *err, size_t errlen)
 {
-    if (slot >= m->slot_count) {
-        sig_set_error (err, errlen, "model \"%s\": stream slot %u of %u", m->name, slot, m->slot_count);
+    if (rnn_slots_step_begin (&m->slots, slot, m->name, err, errlen) != 0)   /* an owed advance runs first */
         return SIG_INTERNAL;
-    }
-    if (m->slot[slot].owed)
-        s_advance (m, slot);
     const uint32_t N = m->N, Hp = m->Hp;
-    float *ring = s_slot_ring (m, slot), *G = s_slot_G (m, slot), *c0 = s_slot_c (m, slot);
-    float *entry = ring + (size_t) m->slot[slot].pos * m->ring_row;
+    float *G = s_slot_G (m, slot), *c0 = s_slot_c (m, slot);
+    float *entry = rnn_slots_entry (&m->slots, slot);
     /* layer 0: its projection of x goes into the ring (or x itself), then gates = G + W_ih x */
     const float *p;
-    if (m->keep_proj) {
+    if (m->slots.keep_proj) {
         s_gemv (&m->layers[0].wih, m->in, N, x, NULL, NULL, entry);
         p = entry;
     } else {
@@ -602,9 +471,8 @@ static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, f
             s_gemv (&m->layers[k].wih, m->H, N, h + (size_t) (k - 1) * Hp, G + (size_t) k * N, NULL, m->gates);
         s_cells (m->gates, Hp / VEC, ck, hk);
     }
-    s_head (m, h + (size_t) (m->L - 1) * Hp, out);
-    m->slot[slot].pos = (m->slot[slot].pos + 1) % m->W;
-    m->slot[slot].owed = true;
+    rnn_head_apply (&m->head, h + (size_t) (m->L - 1) * Hp, out);
+    rnn_slots_stepped (&m->slots, slot);
     return SIG_OK;
 }
 

@@ -3,10 +3,12 @@
  * cells use. Every function is always inlined, so a kernel marked CLONES (compiled for AVX-512,
  * AVX2 and baseline x86-64; the loader picks at start) gets it in each of its target's instructions.
  * Exponentials are a vector Cephes expf (about 1 ulp); tanh (x) = 2 sigmoid (2x) - 1 (absolute
- * error ~1e-7): tests/tolerance.c bounds both. */
+ * error ~1e-7): tests/tolerance.c bounds both. And the dense products on K-major weights both
+ * backends' f32 matrices run. */
 #ifndef SIGSERVE_VEC16_H
 #define SIGSERVE_VEC16_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef float v16 __attribute__ ((vector_size (64)));
@@ -51,5 +53,63 @@ VEC16_INLINE v16 vec16_exp (v16 x)
 
 VEC16_INLINE v16 vec16_sigmoid (v16 x) { return vec16_splat (1.0f) / (vec16_splat (1.0f) + vec16_exp (-x)); }
 VEC16_INLINE v16 vec16_tanh (v16 x) { return vec16_splat (2.0f) * vec16_sigmoid (x + x) - vec16_splat (1.0f); }
+
+
+/* The recurrent backends' dense products on K-major weights (Wt: K rows of N floats, the columns
+ * gate-blocked by 16, rows 64-byte aligned). Inlined into each kernel, so J is a constant there. */
+
+/* Outputs NB .. NB + 16 J (J at most 8 accumulators) of y = b1 (+ b2) + sum_k Wt[k] x[k]; B1, B2 may
+ * be NULL. */
+VEC16_INLINE void vec16_gemv_block (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
+                                    const float *b1, const float *b2, float *restrict y, uint32_t nb, const int J)
+{
+    v16 acc[8];
+    for (int j = 0; j < J; j++) {
+        acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
+        if (b2)
+            acc[j] += *(const v16 *) (b2 + nb + 16 * j);
+    }
+    const float *w = Wt + nb;
+    for (uint32_t k = 0; k < K; k++, w += N) {
+        const v16 xk = vec16_splat (x[k]);
+        for (int j = 0; j < J; j++)
+            acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
+    }
+    for (int j = 0; j < J; j++)
+        *(v16 *) (y + nb + 16 * j) = acc[j];
+}
+
+/* Outputs NB .. NB + 16 J (J at most 4) of T rows: Y[t] = (BIAS ? bias : 0) + sum_k Wt[k] X[t][k] (rows
+ * XS and YS floats apart), in tiles of 4 rows (4 J accumulators), so each weight vector loaded
+ * serves four steps. */
+VEC16_INLINE void vec16_gemm_cols (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict X, size_t xs,
+                                   uint32_t T, float *restrict Y, size_t ys, const float *bias, uint32_t nb, const int J)
+{
+    for (uint32_t t0 = 0; t0 < T; t0 += 4) {
+        const float *xr[4];
+        for (int r = 0; r < 4; r++)   /* past the last row: recompute the last, store nothing */
+            xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
+        v16 acc[4][4];
+        for (int j = 0; j < J; j++) {
+            const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : vec16_splat (0.0f);
+            for (int r = 0; r < 4; r++)
+                acc[r][j] = b;
+        }
+        const float *w = Wt + nb;
+        for (uint32_t k = 0; k < K; k++, w += N) {
+            v16 wv[4];
+            for (int j = 0; j < J; j++)
+                wv[j] = *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64);
+            for (int r = 0; r < 4; r++) {
+                const v16 xk = vec16_splat (xr[r][k]);
+                for (int j = 0; j < J; j++)
+                    acc[r][j] += wv[j] * xk;
+            }
+        }
+        for (int r = 0; r < 4 && t0 + (uint32_t) r < T; r++)
+            for (int j = 0; j < J; j++)
+                *(v16 *) (Y + (size_t) (t0 + r) * ys + nb + 16 * j) = acc[r][j];
+    }
+}
 
 #endif

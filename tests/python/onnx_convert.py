@@ -33,7 +33,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,7 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onnx_graphs as og  # noqa: E402
 from onnx_graphs import build_lstm, build_mlp, build_mlp_f64, build_mlp_mixed, evaluate, refused_models  # noqa: E402
-from reference import free_port, run_in_order  # noqa: E402
+from reference import run_in_order, start_sigserve, stop_sigserve  # noqa: E402
 
 from sigclient import SigClient  # noqa: E402
 from sigclient import cli  # noqa: E402
@@ -139,42 +138,14 @@ def setUpModule():
         with open(os.path.join(tmp, name + ".json")) as f:
             snippet = json.load(f)
         models[name] = dict(model=model, path=path, snippet=snippet, kind=kind, out=out, dims=input_info(model))
-    port = free_port()
-    config = {"server": {"endpoints": [f"tcp://127.0.0.1:{port}"], "log_level": "warn"},
-              "models": [dict({"max_rows": 8}, **m["snippet"], backend="cpu") for m in models.values()]}
-    with open(os.path.join(tmp, "sigserve.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    log = open(os.path.join(tmp, "sigserve.log"), "w")
-    server = subprocess.Popen([os.path.join(BUILD, "sigserve"), "--config", os.path.join(tmp, "sigserve.json")],
-                              stdout=log, stderr=subprocess.STDOUT)
-    models["_endpoint"] = f"tcp://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    with SigClient(models["_endpoint"], timeout_ms=200) as client:
-        while True:
-            if server.poll() is not None:
-                raise AssertionError(f"sigserve exited {server.returncode}:\n{server_log()}")
-            try:
-                if client.health().ready:
-                    return
-            except Exception:       # Timeout while it starts
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"sigserve not ready within 30 s:\n{server_log()}")
-            time.sleep(0.05)
-
-
-def server_log():
-    with open(os.path.join(tmp, "sigserve.log")) as f:
-        return f.read()[-3000:]
+    server, models["_endpoint"] = start_sigserve(
+        BUILD, os.path.join(tmp, "sigserve.json"),
+        [dict({"max_rows": 8}, **m["snippet"], backend="cpu") for m in models.values()],
+        os.path.join(tmp, "sigserve.log"))
 
 
 def tearDownModule():
-    if server is not None and server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+    stop_sigserve(server)
 
 
 class Test1Served(unittest.TestCase):
@@ -371,30 +342,6 @@ for _name, _case in refused_models().items():
 
 # ---------------------------------------------------------------- torch.onnx.export, where torch is
 
-def start_server(config_path):
-    """sigserve on CONFIG_PATH, ready (health polled, 30 s at most), or an AssertionError."""
-    with open(config_path) as f:
-        endpoint = json.load(f)["server"]["endpoints"][0]
-    log = open(config_path + ".log", "w")
-    proc = subprocess.Popen([os.path.join(BUILD, "sigserve"), "--config", config_path], stdout=log,
-                            stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    with SigClient(endpoint, timeout_ms=200) as client:
-        while True:
-            if proc.poll() is not None:
-                with open(config_path + ".log") as f:
-                    raise AssertionError(f"sigserve exited {proc.returncode}:\n{f.read()[-3000:]}")
-            try:
-                if client.health().ready:
-                    return proc
-            except Exception:       # Timeout while it starts
-                pass
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError("sigserve not ready within 30 s")
-            time.sleep(0.05)
-
-
 class Test3Torch(unittest.TestCase):
     """torch.onnx.export's graphs (the TorchScript exporter and, where onnxscript imports, the dynamo
     one, torch's default since 2.9), converted and served, answer what PyTorch answers in float64."""
@@ -463,12 +410,9 @@ class Test3Torch(unittest.TestCase):
                     snippets.append(dict(json.load(f), backend="cpu"))
                 served.append((name, net, shape, path, ops))
         cfg = os.path.join(tmp, "torch.json")
-        with open(cfg, "w") as f:
-            json.dump({"server": {"endpoints": [f"tcp://127.0.0.1:{free_port()}"], "log_level": "warn"},
-                       "models": snippets}, f)
-        proc = start_server(cfg)
+        proc, endpoint = start_sigserve(BUILD, cfg, snippets, cfg + ".log")
         try:
-            with SigClient(json.load(open(cfg))["server"]["endpoints"][0], timeout_ms=5000) as client:
+            with SigClient(endpoint, timeout_ms=5000) as client:
                 for name, net, shape, path, ops in served:
                     rows = 3
                     x = torch.rand((rows,) + shape[1:]) * 2 - 1

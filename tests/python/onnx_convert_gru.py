@@ -17,10 +17,7 @@ onnxruntime where pip could get it). Standalone: BUILD=build python3 tests/pytho
    function), a bidirectional GRU, clip, a GRU stacked on an LSTM.
 Last line "N passed, N failed".
 """
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import free_port, run_in_order  # noqa: E402
+from reference import run_in_order, start_sigserve, stop_sigserve  # noqa: E402
 
 from sigclient import SigClient  # noqa: E402
 from sigclient.convert import ConvertError, load  # noqa: E402
@@ -184,28 +181,10 @@ def setUpModule():
         conv = load_model(m, name)
         snippet = conv.write(os.path.join(tmp, name))
         models[name] = dict(model=m, snippet=snippet, conv=conv, window=window, n_in=n_in, batch_first=bf)
-    port = free_port()
-    config = {"server": {"endpoints": [f"tcp://127.0.0.1:{port}"], "log_level": "warn"},
-              "models": [dict(m["snippet"], backend="cpu", max_rows=3, max_streams=8) for m in models.values()]}
-    with open(os.path.join(tmp, "sigserve.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    log = open(os.path.join(tmp, "sigserve.log"), "w")
-    server = subprocess.Popen([os.path.join(BUILD, "sigserve"), "--config", os.path.join(tmp, "sigserve.json")],
-                              stdout=log, stderr=subprocess.STDOUT)
-    models["_endpoint"] = f"tcp://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    with SigClient(models["_endpoint"], timeout_ms=200) as client:
-        while True:
-            if server.poll() is not None:
-                raise AssertionError(f"sigserve exited {server.returncode}:\n{server_log()}")
-            try:
-                if client.health().ready:
-                    return
-            except Exception:       # Timeout while it starts
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"sigserve not ready within 30 s:\n{server_log()}")
-            time.sleep(0.05)
+    server, models["_endpoint"] = start_sigserve(
+        BUILD, os.path.join(tmp, "sigserve.json"),
+        [dict(m["snippet"], backend="cpu", max_rows=3, max_streams=8) for m in models.values()],
+        os.path.join(tmp, "sigserve.log"))
 
 
 def load_model(m, name):
@@ -215,18 +194,8 @@ def load_model(m, name):
     return load(path, name=name)
 
 
-def server_log():
-    with open(os.path.join(tmp, "sigserve.log")) as f:
-        return f.read()[-3000:]
-
-
 def tearDownModule():
-    if server is not None and server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+    stop_sigserve(server)
 
 
 def onnx_input(m, windows):

@@ -1,12 +1,17 @@
 """Helpers shared by the Python suites: a pure-Python F32 safetensors reader, the float64
-reference forward pass, the norm-wise relative error, a free tcp port, and a unittest runner
+reference forward pass, the norm-wise relative error, a free tcp port, sigserve started on a
+config and stopped, and a unittest runner
 that prints the closing line tests/run.sh reads ("N passed, N failed")."""
 import json
 import math
 import operator
+import os
+import signal
 import socket
 import struct
+import subprocess
 import sys
+import time
 import unittest
 
 
@@ -108,6 +113,49 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def start_sigserve(build, config, models, log_path):
+    """BUILD's sigserve on a config of MODELS (config entries) and one tcp endpoint on a free port,
+    written to CONFIG; its output in LOG_PATH. (process, endpoint) once it says it is ready (health
+    polled, 30 s at most), or an AssertionError with the log's end (the process stopped)."""
+    from sigclient import SigClient     # here: suites without the client use the rest of this file
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    with open(config, "w") as f:
+        json.dump({"server": {"endpoints": [endpoint], "log_level": "warn"}, "models": models}, f, indent=2)
+    log = open(log_path, "w")
+    proc = subprocess.Popen([os.path.join(build, "sigserve"), "--config", config], stdout=log,
+                            stderr=subprocess.STDOUT)
+
+    def tail():
+        with open(log_path) as f:
+            return f.read()[-3000:]
+
+    deadline = time.monotonic() + 30
+    with SigClient(endpoint, timeout_ms=200) as client:
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"sigserve exited {proc.returncode}:\n{tail()}")
+            try:
+                if client.health().ready:
+                    return proc, endpoint
+            except Exception:       # Timeout while it starts
+                pass
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"sigserve not ready within 30 s:\n{tail()}")
+            time.sleep(0.05)
+
+
+def stop_sigserve(proc):
+    """SIGTERM, then SIGKILL after 10 s; nothing when PROC is None or has exited."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 class CountingResult(unittest.TextTestResult):

@@ -17,59 +17,12 @@
 #include "sigbench.h"
 
 #include "backends/cpu_isa.h"
+#include "read_floor.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static volatile uint64_t s_sink;
-
-__attribute__ ((target ("avx512f"))) static void s_read64 (const void *p, size_t n)
-{
-    const __m512i *v = p;
-    __m512i a = _mm512_setzero_si512 (), b = a, c = a, d = a;
-    size_t i = 0;
-    for (; i + 4 <= n / 64; i += 4) {
-        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
-        b = _mm512_or_si512 (b, _mm512_load_si512 (v + i + 1));
-        c = _mm512_or_si512 (c, _mm512_load_si512 (v + i + 2));
-        d = _mm512_or_si512 (d, _mm512_load_si512 (v + i + 3));
-    }
-    for (; i < n / 64; i++)
-        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
-    a = _mm512_or_si512 (_mm512_or_si512 (a, b), _mm512_or_si512 (c, d));
-    s_sink = (uint64_t) _mm512_reduce_or_epi64 (a);
-}
-
-__attribute__ ((target ("avx2"))) static void s_read32 (const void *p, size_t n)
-{
-    const __m256i *v = p;
-    __m256i a = _mm256_setzero_si256 (), b = a, c = a, d = a;
-    size_t i = 0;
-    for (; i + 4 <= n / 32; i += 4) {
-        a = _mm256_or_si256 (a, _mm256_load_si256 (v + i));
-        b = _mm256_or_si256 (b, _mm256_load_si256 (v + i + 1));
-        c = _mm256_or_si256 (c, _mm256_load_si256 (v + i + 2));
-        d = _mm256_or_si256 (d, _mm256_load_si256 (v + i + 3));
-    }
-    for (; i < n / 32; i++)
-        a = _mm256_or_si256 (a, _mm256_load_si256 (v + i));
-    a = _mm256_or_si256 (_mm256_or_si256 (a, b), _mm256_or_si256 (c, d));
-    s_sink = (uint64_t) _mm256_extract_epi64 (a, 0) | (uint64_t) _mm256_extract_epi64 (a, 3);
-}
-
-static void s_read8 (const void *p, size_t n)
-{
-    const volatile uint64_t *v = p;     /* volatile: the compiler would widen the loads */
-    uint64_t a = 0, b = 0;
-    for (size_t i = 0; i + 2 <= n / 8; i += 2) {
-        a |= v[i];
-        b |= v[i + 1];
-    }
-    s_sink = a | b;
-}
 
 typedef void (*read_fn) (const void *p, size_t n);
 
@@ -89,7 +42,7 @@ typedef struct {
 
 static void s_floor_open (floor_t *f, size_t bytes, cpu_path_t path)
 {
-    f->read = path >= CPU_PATH_AVX512 ? s_read64 : path == CPU_PATH_AVX2 ? s_read32 : s_read8;
+    f->read = path >= CPU_PATH_AVX512 ? read_floor_64 : path == CPU_PATH_AVX2 ? read_floor_32 : read_floor_8;
     f->loads = path >= CPU_PATH_AVX512 ? "64-byte" : path == CPU_PATH_AVX2 ? "32-byte" : "8-byte";
     f->bytes = bytes;
     f->buf = aligned_alloc (64, (bytes + 63) / 64 * 64);

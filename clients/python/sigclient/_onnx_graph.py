@@ -695,60 +695,80 @@ class Graph:
         if id(node) in self.lstms:
             return self.lstms[id(node)]
         np, desc, a = self.np, self.desc(node), self.attrs(node)
-        direction = a.get("direction", b"forward")
-        direction = direction.decode() if isinstance(direction, bytes) else direction
-        if direction != "forward":
-            raise ConvertError(f'{desc}: direction "{direction}"; sigserve runs forward LSTMs only')
-        if a.get("layout", 0) != 0:
-            raise ConvertError(f"{desc}: layout = {a['layout']} (batch first); only layout = 0 is supported "
-                               f"(torch.onnx.export writes 0 and a Transpose)")
-        if a.get("input_forget", 0) != 0:
-            raise ConvertError(f"{desc}: input_forget = {a['input_forget']} (coupled input and forget gates) is "
-                               f"not supported")
-        if "clip" in a:
-            raise ConvertError(f"{desc}: clip = {a['clip']:g}; sigserve's LSTM does not clip")
-        acts = [x.decode() if isinstance(x, bytes) else x for x in a.get("activations", _LSTM_ACTIVATIONS)]
-        if acts != _LSTM_ACTIVATIONS:
-            raise ConvertError(f"{desc}: activations {acts}; only the default {_LSTM_ACTIVATIONS} is supported")
-        for attr in ("activation_alpha", "activation_beta"):
-            if attr in a:
-                raise ConvertError(f"{desc}: {attr} is given; only the default activations are supported")
+        self.rnn_attrs(desc, a, "LSTM", _LSTM_ACTIVATIONS,
+                       ("input_forget", 0, "(coupled input and forget gates) is not supported"))
         names = list(node.input) + [""] * (8 - len(node.input))
         x, wn, rn, bn, seq_lens, h0, c0, p = names[:8]
-        if seq_lens:
-            raise ConvertError(f'{desc}: input sequence_lens ("{seq_lens}") is given; sigserve runs every window '
-                               f'at its full length')
-        for what, name in (("initial_h", h0), ("initial_c", c0)):
-            if not self.is_zero(name):
-                raise ConvertError(f'{desc}: input {what} ("{name}") is not provably zero (it comes from '
-                                   f'{self.origin_of(name)}); sigserve starts every window from a zero state')
+        self.rnn_plain_inputs(desc, seq_lens, (("initial_h", h0), ("initial_c", c0)))
         if p and not self.is_zero(p):
             raise ConvertError(f'{desc}: input P (peepholes, "{p}") is given; sigserve\'s LSTM has no peepholes')
         if p:
             self.notes.append(f'{desc}: input P (peepholes, "{p}") is all zeros: no peepholes')
-        w = self.weight(wn, node, "input W")
-        r = self.weight(rn, node, "input R")
-        if r.ndim != 3 or r.shape[0] != 1 or r.shape[1] != 4 * r.shape[2] or r.shape[2] == 0:
-            raise ConvertError(f"{desc}: R has shape {list(r.shape)}, expected [1, 4 x hidden, hidden]")
-        hidden = r.shape[2]
-        if a.get("hidden_size", hidden) != hidden:
-            raise ConvertError(f"{desc}: hidden_size = {a['hidden_size']} but R is {list(r.shape)}")
-        if w.ndim != 3 or w.shape[:2] != (1, 4 * hidden) or w.shape[2] == 0:
-            raise ConvertError(f"{desc}: W has shape {list(w.shape)}, expected [1, {4 * hidden}, inputs]")
-        if bn:
-            b = self.weight(bn, node, "input B")
-            if b.shape != (1, 8 * hidden):
-                raise ConvertError(f"{desc}: B has shape {list(b.shape)}, expected [1, {8 * hidden}]")
-        else:
-            b = np.zeros((1, 8 * hidden), dtype=np.float32)
-        below = self.lstm_input(node, self.value(x, desc), w.shape[2])
-        if below is not None and below.hidden != hidden:
-            raise ConvertError(f"{desc}: hidden size {hidden}, but the LSTM below it ({below.desc}) has "
-                               f"{below.hidden}; sigserve's stacked layers share one hidden size")
+        w, r, b, hidden, below = self.rnn_tensors(node, desc, a, 4, "LSTM", x, wn, rn, bn)
         layer = Lstm(node, desc, _torch_gates(np, w[0]), _torch_gates(np, r[0]), _torch_gates(np, b[0, :4 * hidden]),
                       _torch_gates(np, b[0, 4 * hidden:]), below)
         self.lstms[id(node)] = layer
         return layer
+
+    # ---- what LSTM and GRU nodes share ----
+
+    def rnn_attrs(self, desc, a, kind, activations, own):
+        """The attributes of a recurrent node of KIND ("LSTM", "GRU") in A checked, in this order: the
+        direction, the layout, the kind's OWN (attribute, the value required, why another is refused),
+        clip, the activations (ACTIVATIONS only) and their parameters (none)."""
+        direction = a.get("direction", b"forward")
+        direction = direction.decode() if isinstance(direction, bytes) else direction
+        if direction != "forward":
+            raise ConvertError(f'{desc}: direction "{direction}"; sigserve runs forward {kind}s only')
+        if a.get("layout", 0) != 0:
+            raise ConvertError(f"{desc}: layout = {a['layout']} (batch first); only layout = 0 is supported "
+                               f"(torch.onnx.export writes 0 and a Transpose)")
+        attr, required, why = own
+        if a.get(attr, 0) != required:
+            raise ConvertError(f"{desc}: {attr} = {a.get(attr, 0)} {why}")
+        if "clip" in a:
+            raise ConvertError(f"{desc}: clip = {a['clip']:g}; sigserve's {kind} does not clip")
+        acts = [x.decode() if isinstance(x, bytes) else x for x in a.get("activations", activations)]
+        if acts != activations:
+            raise ConvertError(f"{desc}: activations {acts}; only the default {activations} is supported")
+        for attr in ("activation_alpha", "activation_beta"):
+            if attr in a:
+                raise ConvertError(f"{desc}: {attr} is given; only the default activations are supported")
+
+    def rnn_plain_inputs(self, desc, seq_lens, states):
+        """No sequence_lens (input SEQ_LENS, "" when absent), and every initial state in STATES ((what,
+        input name) pairs) provably zero."""
+        if seq_lens:
+            raise ConvertError(f'{desc}: input sequence_lens ("{seq_lens}") is given; sigserve runs every window '
+                               f'at its full length')
+        for what, name in states:
+            if not self.is_zero(name):
+                raise ConvertError(f'{desc}: input {what} ("{name}") is not provably zero (it comes from '
+                                   f'{self.origin_of(name)}); sigserve starts every window from a zero state')
+
+    def rnn_tensors(self, node, desc, a, gates, kind, x, wn, rn, bn):
+        """A recurrent node's W, R and B (inputs WN, RN, BN; no B: zeros) checked for GATES gate blocks of
+        one hidden size, and the layer below it (its input X): (w, r, b, hidden, below)."""
+        w = self.weight(wn, node, "input W")
+        r = self.weight(rn, node, "input R")
+        if r.ndim != 3 or r.shape[0] != 1 or r.shape[1] != gates * r.shape[2] or r.shape[2] == 0:
+            raise ConvertError(f"{desc}: R has shape {list(r.shape)}, expected [1, {gates} x hidden, hidden]")
+        hidden = r.shape[2]
+        if a.get("hidden_size", hidden) != hidden:
+            raise ConvertError(f"{desc}: hidden_size = {a['hidden_size']} but R is {list(r.shape)}")
+        if w.ndim != 3 or w.shape[:2] != (1, gates * hidden) or w.shape[2] == 0:
+            raise ConvertError(f"{desc}: W has shape {list(w.shape)}, expected [1, {gates * hidden}, inputs]")
+        if bn:
+            b = self.weight(bn, node, "input B")
+            if b.shape != (1, 2 * gates * hidden):
+                raise ConvertError(f"{desc}: B has shape {list(b.shape)}, expected [1, {2 * gates * hidden}]")
+        else:
+            b = self.np.zeros((1, 2 * gates * hidden), dtype=self.np.float32)
+        below = self.lstm_input(node, self.value(x, desc), w.shape[2])
+        if below is not None and below.hidden != hidden:
+            raise ConvertError(f"{desc}: hidden size {hidden}, but the {kind} below it ({below.desc}) has "
+                               f"{below.hidden}; sigserve's stacked layers share one hidden size")
+        return w, r, b, hidden, below
 
     # ---- GRU ----
 
@@ -765,52 +785,13 @@ class Graph:
         if id(node) in self.lstms:
             return self.lstms[id(node)]
         np, desc, a = self.np, self.desc(node), self.attrs(node)
-        direction = a.get("direction", b"forward")
-        direction = direction.decode() if isinstance(direction, bytes) else direction
-        if direction != "forward":
-            raise ConvertError(f'{desc}: direction "{direction}"; sigserve runs forward GRUs only')
-        if a.get("layout", 0) != 0:
-            raise ConvertError(f"{desc}: layout = {a['layout']} (batch first); only layout = 0 is supported "
-                               f"(torch.onnx.export writes 0 and a Transpose)")
-        if a.get("linear_before_reset", 0) != 1:
-            raise ConvertError(f"{desc}: linear_before_reset = {a.get('linear_before_reset', 0)} (the reset gate "
-                               f"applied to h before R); sigserve computes PyTorch's GRU, r * (R_n h + b_hn): "
-                               f"linear_before_reset = 1, as torch.onnx.export writes it")
-        if "clip" in a:
-            raise ConvertError(f"{desc}: clip = {a['clip']:g}; sigserve's GRU does not clip")
-        acts = [x.decode() if isinstance(x, bytes) else x for x in a.get("activations", _GRU_ACTIVATIONS)]
-        if acts != _GRU_ACTIVATIONS:
-            raise ConvertError(f"{desc}: activations {acts}; only the default {_GRU_ACTIVATIONS} is supported")
-        for attr in ("activation_alpha", "activation_beta"):
-            if attr in a:
-                raise ConvertError(f"{desc}: {attr} is given; only the default activations are supported")
+        self.rnn_attrs(desc, a, "GRU", _GRU_ACTIVATIONS,
+                       ("linear_before_reset", 1, "(the reset gate applied to h before R); sigserve computes "
+                        "PyTorch's GRU, r * (R_n h + b_hn): linear_before_reset = 1, as torch.onnx.export writes it"))
         names = list(node.input) + [""] * (6 - len(node.input))
         x, wn, rn, bn, seq_lens, h0 = names[:6]
-        if seq_lens:
-            raise ConvertError(f'{desc}: input sequence_lens ("{seq_lens}") is given; sigserve runs every window '
-                               f'at its full length')
-        if not self.is_zero(h0):
-            raise ConvertError(f'{desc}: input initial_h ("{h0}") is not provably zero (it comes from '
-                               f'{self.origin_of(h0)}); sigserve starts every window from a zero state')
-        w = self.weight(wn, node, "input W")
-        r = self.weight(rn, node, "input R")
-        if r.ndim != 3 or r.shape[0] != 1 or r.shape[1] != 3 * r.shape[2] or r.shape[2] == 0:
-            raise ConvertError(f"{desc}: R has shape {list(r.shape)}, expected [1, 3 x hidden, hidden]")
-        hidden = r.shape[2]
-        if a.get("hidden_size", hidden) != hidden:
-            raise ConvertError(f"{desc}: hidden_size = {a['hidden_size']} but R is {list(r.shape)}")
-        if w.ndim != 3 or w.shape[:2] != (1, 3 * hidden) or w.shape[2] == 0:
-            raise ConvertError(f"{desc}: W has shape {list(w.shape)}, expected [1, {3 * hidden}, inputs]")
-        if bn:
-            b = self.weight(bn, node, "input B")
-            if b.shape != (1, 6 * hidden):
-                raise ConvertError(f"{desc}: B has shape {list(b.shape)}, expected [1, {6 * hidden}]")
-        else:
-            b = np.zeros((1, 6 * hidden), dtype=np.float32)
-        below = self.lstm_input(node, self.value(x, desc), w.shape[2])
-        if below is not None and below.hidden != hidden:
-            raise ConvertError(f"{desc}: hidden size {hidden}, but the GRU below it ({below.desc}) has "
-                               f"{below.hidden}; sigserve's stacked layers share one hidden size")
+        self.rnn_plain_inputs(desc, seq_lens, (("initial_h", h0),))
+        w, r, b, hidden, below = self.rnn_tensors(node, desc, a, 3, "GRU", x, wn, rn, bn)
         layer = Lstm(node, desc, _torch_gru_gates(np, w[0]), _torch_gru_gates(np, r[0]),
                      _torch_gru_gates(np, b[0, :3 * hidden]), _torch_gru_gates(np, b[0, 3 * hidden:]), below, "gru")
         self.lstms[id(node)] = layer
