@@ -29,7 +29,18 @@ if [ "${LINEINFO:-0}" = 1 ]; then
     ${NVCC:-nvcc} -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -lineinfo -Ikernels -c kernels/lstm_persistent.cu \
         -o .gpubuild/lstm_persistent.lineinfo.o
 fi
+# BASE_BUILD=DIR: another build's sigserve, its CUDA library, sigclient, sigload and sigbench (for the
+# A/B steps of tools/gpu-run.sh: SERVING_BASE=.gpubuild-base, BASE_SIGBENCH=.gpubuild-base/sigbench).
+# Their libraries must be the ones .devlibs holds (the same machine's packages).
+rm -rf .gpubuild-base
+if [ -n "${BASE_BUILD:-}" ]; then
+    mkdir -p .gpubuild-base/models
+    for b in sigserve sigclient sigload sigbench libsigserve-cuda.so; do cp "$BASE_BUILD/$b" .gpubuild-base/; done
+    cp "$BASE_BUILD"/models/tick_mlp.safetensors .gpubuild-base/models/
+    for f in .gpubuild-base/*; do [ -f "$f" ] && strip --strip-debug "$f"; done
+    du -sh .gpubuild-base
+fi
 # One compressed file to carry (the device tool carries 64 MiB in all; OpenBLAS alone is 36 MB):
 # on the host, `tar xzf .gpupack.tgz` before tools/gpu-run.sh.
-tar czf .gpupack.tgz .devlibs .gpubuild $( [ -d .whl ] && echo .whl )
+tar czf .gpupack.tgz .devlibs .gpubuild $( [ -d .gpubuild-base ] && echo .gpubuild-base ) $( [ -d .whl ] && echo .whl )
 du -sh .gpupack.tgz

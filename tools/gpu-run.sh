@@ -365,6 +365,22 @@ if [ "${SERVING:-0}" = 1 ]; then
     OUT="$OUT/serving" BUILD=$BUILD STEPS="${SERVING_STEPS:-floor sweeps scale models lowload peers warm metrics}" \
         bash tools/gpu-serving.sh >"$LOGS/serving.log" 2>&1
 fi
+# A/B of the serving path against another build (SERVING_BASE: a folder packed as .gpubuild is, with
+# sigserve, libsigserve-cuda.so, sigclient, sigload and models/): SERVING_AB_STEPS (default lowload)
+# of tools/gpu-serving.sh, SERVING_AB_ROUNDS rounds (default 2) in the order base new, new base, ...;
+# each round's summary in $OUT/serving_ab/{base,new}_N.md.
+if [ -n "${SERVING_BASE:-}" ]; then
+    mkdir -p "$OUT/serving_ab"
+    serving_ab () {   # serving_ab base|new ROUND
+        b=$BUILD; [ "$1" = base ] && b=$SERVING_BASE
+        OUT="/tmp/serving_ab_$1_$2" BUILD=$b STEPS="${SERVING_AB_STEPS:-lowload}" bash tools/gpu-serving.sh \
+            >"$LOGS/serving_ab_$1_$2.log" 2>&1
+        cp "/tmp/serving_ab_$1_$2/summary.md" "$OUT/serving_ab/$1_$2.md" 2>/dev/null
+    }
+    for round in $(seq 1 "${SERVING_AB_ROUNDS:-2}"); do
+        if [ $((round % 2)) = 1 ]; then serving_ab base "$round"; serving_ab new "$round"; else serving_ab new "$round"; serving_ab base "$round"; fi
+    done
+fi
 # "auto" models beside resident kernels (issue 39: tools/auto-gpu.sh; AUTO_SCENARIOS picks them).
 if [ "${AUTO:-0}" = 1 ]; then
     OUT="$OUT/auto" BUILD=$BUILD LIMIT=${AUTO_LIMIT:-30} SCENARIOS="${AUTO_SCENARIOS:-two_auto three_auto pinned_then_auto inproc reload reload_graph}" \
