@@ -1,23 +1,64 @@
-/* Where a model runs (model.h's model_new, model_prepare and model_destroy): in this process
- * (model.c), or, for work that may touch a GPU while device processes are on, in them
- * (model_remote.c). */
+/* Where a model runs (placement.h's placement_for), and the entries of model.h that ask it:
+ * model_new, model_plan, model_new_planned and model_prepare. The device processes are the
+ * caller's (main.c starts them and passes them down), never found here. */
 #include "serving/model_impl.h"
 
-#include "base/log.h"
+#include "backends/backends.h"
+#include "serving/devices.h"
 
-model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
-                    size_t errlen)
+#include <stdlib.h>
+
+const placement_t *placement_for (devices_t *devices, const model_config_t *cfg)
 {
-    if (model_remote_wanted (cfg))
-        return model_remote_new (cfg, NULL, server, stats, err, errlen);
-    return model_local_new (cfg, NULL, server, stats, err, errlen);
+    if (!devices)
+        return &placement_threads;
+    if (cfg->backend == BACKEND_CPU)
+        return devices_cpu_models_placed (devices) ? &placement_devices : &placement_threads;
+    return backends_gpu_built () ? &placement_devices : &placement_threads;   /* "cuda", or "auto": measured there */
 }
 
-int model_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen)
+static model_env_t s_env (const server_config_t *server, stats_t *stats, devices_t *devices)
 {
-    if (model_remote_wanted (cfg))
-        return model_remote_plan (cfg, plan, err, errlen);
-    return model_local_plan (cfg, plan, err, errlen);
+    return (model_env_t) { .busy_poll = server->busy_poll, .spin_ns = server->spin_cap_ns,
+                           .lanes = server->fronts == 0 ? 1 : server->fronts > LANES_MAX ? LANES_MAX : server->fronts,
+                           .inline_us = server->inline_us, .max_message_bytes = server->max_message_bytes,
+                           .stats = stats, .devices = devices };
+}
+
+/* CFG (PLAN, may be NULL, resolved it ahead) loaded where it runs, and serving. */
+static model_t *s_new (const model_config_t *cfg, const model_plan_t *plan, devices_t *devices,
+                       const server_config_t *server, stats_t *stats, char *err, size_t errlen)
+{
+    const model_env_t env = s_env (server, stats, devices);
+    model_t *m = model_load (cfg, plan, placement_for (devices, cfg), &env, err, errlen);
+    if (m && model_serve (m, err, errlen) != 0)
+        model_destroy (&m);
+    return m;
+}
+
+model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, devices_t *devices,
+                    char *err, size_t errlen)
+{
+    /* Where "auto" runs follows from what it measured to where device processes are on (the CPU stays in
+     * the server): measured there first, as a configuration's models are (model_registry_load). */
+    if (cfg->backend != BACKEND_AUTO || placement_for (devices, cfg) == &placement_threads)
+        return s_new (cfg, NULL, devices, server, stats, err, errlen);
+    model_plan_t *plan = malloc (sizeof *plan);
+    if (!plan) {
+        sig_set_error (err, errlen, "model \"%s\": out of memory", cfg->name);
+        return NULL;
+    }
+    model_t *m = model_plan (cfg, devices, plan, err, errlen) == 0 ? model_new_planned (plan, server, stats, err, errlen)
+                                                                   : NULL;
+    free (plan);
+    return m;
+}
+
+int model_plan (const model_config_t *cfg, devices_t *devices, model_plan_t *plan, char *err, size_t errlen)
+{
+    const int rc = placement_for (devices, cfg)->plan (devices, cfg, plan, err, errlen);
+    plan->devices = devices;
+    return rc;
 }
 
 bool model_plan_resident (const model_plan_t *plan)
@@ -30,35 +71,11 @@ bool model_plan_resident (const model_plan_t *plan)
 model_t *model_new_planned (const model_plan_t *plan, const server_config_t *server, stats_t *stats, char *err,
                             size_t errlen)
 {
-    if (model_remote_wanted (&plan->cfg))
-        return model_remote_new (&plan->cfg, plan, server, stats, err, errlen);
-    return model_local_new (&plan->cfg, plan, server, stats, err, errlen);
+    return s_new (&plan->cfg, plan, plan->devices, server, stats, err, errlen);
 }
 
-void model_prepare (const model_config_t *cfg)
+void model_prepare (const model_plan_t *plan)
 {
-    char why[1024] = "";
-    const backend_iface_t *iface = model_preparer (cfg);
-    if (!iface)
-        return;
-    const bool gpu = iface->device == BACKEND_DEVICE_GPU;
-    if (model_remote_wanted (cfg)) {
-        model_remote_prepare (cfg, gpu);
-        return;
-    }
-    for (uint32_t i = 0; i < cfg->instances; i++) {
-        const int device = gpu ? cfg->devices[i % cfg->device_count] : 0;
-        bool seen = false;
-        for (uint32_t k = 0; k < i; k++)
-            seen = seen || (gpu ? cfg->devices[k % cfg->device_count] : 0) == device;
-        if (!seen && model_prepare_here (cfg, device, why, sizeof why) < 0)
-            log_info ("model \"%s\": not prepared on device %d (%s); its load goes on without", cfg->name, device, why);
-    }
-}
-
-void model_destroy (model_t **self_p)
-{
-    if (self_p && *self_p && (*self_p)->remote)     /* its workers are in device processes: they stop there */
-        model_remote_release (*self_p);
-    model_local_destroy (self_p);
+    if (model_preparer (&plan->cfg))
+        placement_for (plan->devices, &plan->cfg)->prepare (plan->devices, &plan->cfg);
 }
