@@ -83,7 +83,7 @@ typedef struct {
     int (*load) (model_t *m, const model_env_t *env, char *err, size_t errlen);
     /* How a front runs a request of M itself when M may (MODEL_CAN_INLINE and server.inline_us). */
     model_inline_t (*inline_way) (const model_t *m);
-    /* Zeroed memory for M's job pools, and its release. */
+    /* Memory for M's job pools (model.c's s_jobs_init fills it), and its release. */
     void *(*alloc) (model_t *m, size_t bytes);
     void (*free) (model_t *m, void *block);
     /* Instance IN's state shared by its worker and the fronts (instance_shared_t: rings holding
