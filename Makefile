@@ -281,6 +281,8 @@ $(BUILD)/tests/test_gru: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=reall
 # Holds the workers' wake-ups, so admitted jobs stay queued until the test lets them run (the dispatch
 # suites: tests/dispatch_tests.h).
 $(BUILD)/tests/test_dispatch $(BUILD)/tests/test_dispatch_fronts: LDFLAGS += -Wl,--wrap=waker_wake,--wrap=waker_sleep
+# Starts device processes of this build's server in process (serving/placement_devices.c): it runs sigserve.
+$(BUILD)/tests/test_placement: | $(BUILD)/sigserve
 
 # The demo model's weights: generated deterministically, so the service runs with no user files.
 $(DEMO): $(BUILD)/gen_demo_weights

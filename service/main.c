@@ -383,9 +383,9 @@ static int s_test_fault (int device, uint32_t fault, backend_model_t *mlp, char 
 }
 
 /* POST /debug/fault?device=N&kind=trap|kill|hang: the server's side. */
-static int s_debug_fault (const char *device, const char *kind, char *out, size_t outlen)
+static int s_debug_fault (void *devices, const char *device, const char *kind, char *out, size_t outlen)
 {
-    devices_t *d = devices_current ();
+    devices_t *d = devices;
     uint32_t fault = strcmp (kind, "trap") == 0 ? DEV_FAULT_TRAP : strcmp (kind, "kill") == 0 ? DEV_FAULT_EXIT
                    : strcmp (kind, "hang") == 0 ? DEV_FAULT_HANG : 0;
     char *end = NULL;
@@ -525,7 +525,7 @@ int main (int argc, char **argv)
     }
     model_registry_t *models = NULL;
     if (opt.check_only) {
-        models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
+        models = model_registry_load (cfg, stats, NULL, NULL, NULL, err, sizeof err);
         if (models)
             s_check (opt.config_path, cfg, models);
         else
@@ -542,12 +542,12 @@ int main (int argc, char **argv)
     devices_t *devices = s_start_devices (&opt, cfg);
 #ifdef SIGSERVE_TEST_HOOKS
     if (http)
-        http_set_debug (http, s_debug_fault);
+        http_set_debug (http, s_debug_fault, devices);
 #endif
     /* The endpoints are bound before the models load: a port that cannot be bound fails the start
      * at once, and clients get answers while the models load (ready false, infer "loading"). */
     s_fit_connections (&cfg->server);
-    server_t *server = server_new (&cfg->server, NULL, stats, auth, err, sizeof err);
+    server_t *server = server_new (&cfg->server, NULL, stats, auth, devices, err, sizeof err);
     if (!server) {
         log_error ("%s: %s", opt.config_path, err);
         /* a CURVE endpoint that cannot prove it refuses unknown keys is a configuration error */
@@ -566,7 +566,7 @@ int main (int argc, char **argv)
                 watch_config_read (watch);
                 watch_weights_read (watch, cfg);
             }
-            models = watch ? model_registry_load (cfg, stats, NULL, NULL, err, sizeof err) : NULL;
+            models = watch ? model_registry_load (cfg, stats, devices, NULL, NULL, err, sizeof err) : NULL;
             if (!watch)
                 snprintf (err, sizeof err, "out of memory");
             if (!models) {

@@ -238,7 +238,7 @@ static inline void s_teardown (void)
 static inline model_t *s_model (int which)
 {
     char err[1024];
-    model_t *m = model_new (&s_cfg->models[which], &s_cfg->server, NULL, err, sizeof err);
+    model_t *m = model_new (&s_cfg->models[which], &s_cfg->server, NULL, NULL, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
     ck_assert_uint_eq (model_instance_count (m), 3);
     return m;

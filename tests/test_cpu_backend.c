@@ -199,7 +199,7 @@ START_TEST (weight_dtypes_held_or_refused_by_name)
         ck_assert_msg (cfg != NULL, "%s", err);
         if (strcmp (cases[i][0], "auto") == 0 && backends_gpu (NULL, 0))
             cfg->models[0].devices[0] = 63;     /* no GPU candidate here either: the CPU decides */
-        model_t *m = model_new (&cfg->models[0], &cfg->server, NULL, err, sizeof err);
+        model_t *m = model_new (&cfg->models[0], &cfg->server, NULL, NULL, err, sizeof err);
         if (cases[i][3][0]) {
             ck_assert_ptr_null (m);
             ck_assert_msg (strstr (err, cases[i][3]) != NULL, "case %zu: %s", i, err);

@@ -131,7 +131,7 @@ START_TEST (auto_measures_candidates_and_names_missing_devices)
         snprintf (cfg.layers[i].bias, sizeof cfg.layers[i].bias, "%d.bias", 2 * i);
     }
     server_config_t server = { .max_message_bytes = 65536 };
-    model_t *m = model_new (&cfg, &server, NULL, err, sizeof err);
+    model_t *m = model_new (&cfg, &server, NULL, NULL, err, sizeof err);
     ck_assert_ptr_null (m);
     ck_assert_msg (strstr (err, "backend \"cuda\": device 63 does not exist (this machine has"), "%s", err);
     tu_remove_tree (dir);
@@ -252,7 +252,7 @@ static model_t *s_two_gpu_model (const char *dir, const weights_t *w, char *err,
         cfg.layers[i].activation = w->layers[i].activation;
     }
     server_config_t server = { .max_message_bytes = 65536 };
-    model_t *m = model_new (&cfg, &server, NULL, err, errlen);
+    model_t *m = model_new (&cfg, &server, NULL, NULL, err, errlen);
     free (weights);
     return m;
 }

@@ -44,7 +44,7 @@ START_TEST (admission_by_time_refuses_what_would_wait_too_long)
 {
     char err[512];
     stats_t *stats = stats_new ();
-    model_t *m = model_new (&s_cfg->models[3], &s_cfg->server, stats, err, sizeof err);
+    model_t *m = model_new (&s_cfg->models[3], &s_cfg->server, stats, NULL, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
     const int slot = model_stats_slot (m);
     model_info_t *info = calloc (1, sizeof *info);

@@ -37,10 +37,10 @@ START_TEST (inline_runs_on_the_front_only_when_nothing_waits)
     char err[512];
     stats_t *stats = stats_new ();
     ck_assert_uint_eq (s_cfg->server.inline_us, 20);
-    model_t *m = model_new (&s_cfg->models[0], &s_cfg->server, stats, err, sizeof err);
+    model_t *m = model_new (&s_cfg->models[0], &s_cfg->server, stats, NULL, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
     model_t *seq = s_model (1);
-    model_t *wide = model_new (&s_cfg->models[4], &s_cfg->server, stats, err, sizeof err);
+    model_t *wide = model_new (&s_cfg->models[4], &s_cfg->server, stats, NULL, err, sizeof err);
     ck_assert_msg (wide != NULL, "%s", err);
     const int slot = model_stats_slot (m);
     s_hold (3 + 3 + 1);
@@ -129,7 +129,7 @@ END_TEST
 static model_t *s_model_at (int which)
 {
     char err[1024];
-    model_t *m = model_new (&s_cfg->models[which], &s_cfg->server, NULL, err, sizeof err);
+    model_t *m = model_new (&s_cfg->models[which], &s_cfg->server, NULL, NULL, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
     return m;
 }
@@ -236,7 +236,7 @@ static model_t *s_model_two_fronts (int cfg_index)
     model_config_t cfg = s_cfg->models[cfg_index];
     cfg.queue_depth = 256;
     cfg.max_queue_us = 60000000;
-    model_t *m = model_new (&cfg, &server, NULL, err, sizeof err);
+    model_t *m = model_new (&cfg, &server, NULL, NULL, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
     ck_assert_uint_eq (dispatch_lanes (m), 2);
     return m;
@@ -445,7 +445,7 @@ START_TEST (a_gpu_model_runs_inline_on_its_idle_instance)
     cfg.queue_depth = 256;
     cfg.max_queue_us = 60000000;
     stats_t *stats = stats_new ();
-    model_t *m = model_new (&cfg, &server, stats, err, sizeof err);
+    model_t *m = model_new (&cfg, &server, stats, NULL, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
     ck_assert_str_eq (model_kernel_name (m), "persistent");
     const int slot = model_stats_slot (m);

@@ -267,7 +267,7 @@ START_TEST (cuda_without_a_gpu_is_refused)
                                                    .out = OUTS, .window = WINDOW });
     cfg.backend = BACKEND_CUDA;
     const server_config_t server = { .max_message_bytes = 65536 };
-    model_t *m = model_new (&cfg, &server, NULL, err, sizeof err);
+    model_t *m = model_new (&cfg, &server, NULL, NULL, err, sizeof err);
     ck_assert_ptr_null (m);
     const char *prefix = "model \"g\": backend \"cuda\": ";
     ck_assert_msg (strncmp (err, prefix, strlen (prefix)) == 0, "%s", err);

@@ -163,9 +163,9 @@ START_TEST (no_allocation_per_request_once_warm)
     ck_assert_msg (cfg != NULL, "%s", err);
     stats_t *stats = stats_new ();      /* the models' counts and the server's, in one place */
     ck_assert_ptr_nonnull (stats);
-    model_registry_t *models = model_registry_load (cfg, stats, NULL, NULL, err, sizeof err);
+    model_registry_t *models = model_registry_load (cfg, stats, NULL, NULL, NULL, err, sizeof err);
     ck_assert_msg (models != NULL, "%s", err);
-    server_t *server = server_new (&cfg->server, models, stats, NULL, err, sizeof err);
+    server_t *server = server_new (&cfg->server, models, stats, NULL, NULL, err, sizeof err);
     ck_assert_msg (server != NULL, "%s", err);
     pthread_t th;
     s_stop = 0;

@@ -230,7 +230,7 @@ int server_reload (server_t *self, const config_t *cfg, char *err, size_t errlen
     else {
         *load = *cfg;
         load->server.fronts = self->front_count;
-        next = model_registry_load (load, self->stats, self->models, &reused, why, sizeof why);
+        next = model_registry_load (load, self->stats, self->devices, self->models, &reused, why, sizeof why);
         free (load);
     }
     if (!next) {

@@ -47,7 +47,7 @@ sig_status_t request_check_infer (model_registry_t *models, const Sigserve__V1__
     *model_p = m;
     uint32_t rows = req->rows ? req->rows : 1;
     uint32_t in = model_input_size (m);
-    if (req->stream_id && !model_type_can (model_type (m), MODEL_CAP_STREAM)) {
+    if (req->stream_id && !model_keeps_streams (m)) {
         snprintf (err, errlen, "stream_id: model \"%s\" is of type %s, which keeps no streams; send stream_id 0",
                   model_name (m), model_type_name (model_type (m)));
         return SIG_BAD_SHAPE;

@@ -247,7 +247,7 @@ static front_t *s_front_new (server_t *server, uint32_t index, const server_conf
     self->models = models;
     self->stats = server->stats;
     /* With device processes, their workers ring the wakers they share with us (serving/devices.h). */
-    devices_t *devices = devices_current ();
+    devices_t *devices = server->devices;
     self->wake = devices ? devices_front_waker (devices, index) : &self->own_wake;
     self->own_wake.fd = self->command_done.fd = -1;
     atomic_init (&self->command, CMD_NONE);
@@ -276,7 +276,7 @@ static front_t *s_front_new (server_t *server, uint32_t index, const server_conf
 }
 
 server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, auth_t *auth,
-                      char *err, size_t errlen)
+                      devices_t *devices, char *err, size_t errlen)
 {
     server_t *self = calloc (1, sizeof *self);
     if (!self) {
@@ -284,6 +284,7 @@ server_t *server_new (const server_config_t *cfg, model_registry_t *models, stat
         return NULL;
     }
     self->cfg = *cfg;
+    self->devices = devices;
     self->front_count = cfg->fronts == 0 ? 1 : cfg->fronts;
     self->cfg.fronts = self->front_count;
     atomic_init (&self->stop_requested, false);
@@ -363,6 +364,7 @@ const stats_t *server_counts (const server_t *self) { return self->stats; }
 model_registry_t *server_models (server_t *self) { return self->models; }
 void server_lock (server_t *self) { pthread_mutex_lock (&self->lock); }
 void server_unlock (server_t *self) { pthread_mutex_unlock (&self->lock); }
+devices_t *server_devices (const server_t *self) { return self->devices; }
 
 bool server_loading (server_t *self) { return atomic_load (&self->loading); }
 

@@ -22,13 +22,15 @@ typedef struct _server_t server_t;
 
 
 /* Binds every endpoint of CFG (with AUTH, not NULL, every one a CURVE server: endpoint.h).
- * MODELS stays the caller's (a reload replaces it: see server_reload); STATS may be NULL.
+ * MODELS stays the caller's (a reload replaces it: see server_reload); STATS may be NULL; DEVICES
+ * (serving/devices.h; NULL: none) stays the caller's too and must outlive the server: the fronts
+ * sleep on the wakers their workers ring, and a reload places models with them (model_new).
  * NULL with ERR on failure. With MODELS NULL the server starts loading: it binds and serves at
  * once, answering health (ready false) and every infer request STATUS_UNAVAILABLE ("loading")
  * until server_serve hands it the models, so a port that cannot be bound fails the start before
  * any model loads. */
 server_t *server_new (const server_config_t *cfg, model_registry_t *models, stats_t *stats, auth_t *auth,
-                      char *err, size_t errlen);
+                      devices_t *devices, char *err, size_t errlen);
 /* The control thread, while server_run runs: the models, loaded, to serve from now on (between two
  * requests); loading ends. MODELS stays the caller's as in server_new. */
 void server_serve (server_t *self, model_registry_t *models);
@@ -57,6 +59,8 @@ void server_collect_retired (server_t *self);
 model_registry_t *server_models (server_t *self);
 void server_lock (server_t *self);
 void server_unlock (server_t *self);
+/* The device processes given to server_new (NULL: none). */
+devices_t *server_devices (const server_t *self);
 /* True while the front serves (not draining), every model is loaded and available. */
 bool server_ready (server_t *self);
 

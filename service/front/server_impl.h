@@ -97,6 +97,7 @@ struct _server_t {
     model_registry_t *placeholder;      /* the empty set served while loading */
     stats_t *stats;
     bool own_stats;
+    devices_t *devices;                 /* the device processes (the caller's), or NULL */
     _Atomic bool stop_requested;
     _Atomic bool loading;
     retired_t retired[2 * RETIRING_MAX + 2];

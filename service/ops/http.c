@@ -50,9 +50,14 @@ struct _http_t {
     bool ready;                     /* readiness as last seen under the server lock ... */
     char not_ready[REASON_MAX];     /* ... and why not */
     http_debug_fn debug;            /* sigserve-test only: POST /debug/fault */
+    void *debug_arg;
 };
 
-void http_set_debug (http_t *self, http_debug_fn fn) { self->debug = fn; }
+void http_set_debug (http_t *self, http_debug_fn fn, void *arg)
+{
+    self->debug = fn;
+    self->debug_arg = arg;
+}
 
 /* ---------------------------------------------------------------- readiness */
 
@@ -134,7 +139,7 @@ static void s_metrics (http_t *self, metrics_text_t *t)
     metrics_models (t, models ? server_models (self->server) : NULL);
     if (models)
         server_unlock (self->server);
-    metrics_devices (t);
+    metrics_devices (t, self->server ? server_devices (self->server) : NULL);
     metrics_family (t, "sigserve_reload_in_progress", "gauge", "1 while a configuration reload loads models aside.");
     metrics_append (t, "sigserve_reload_in_progress %d\n", self->reloading ? 1 : 0);
     pthread_mutex_unlock (&self->mu);
@@ -326,7 +331,7 @@ static enum MHD_Result s_handle (void *cls, struct MHD_Connection *c, const char
     if (debug) {
         const char *device = MHD_lookup_connection_value (c, MHD_GET_ARGUMENT_KIND, "device");
         const char *kind = MHD_lookup_connection_value (c, MHD_GET_ARGUMENT_KIND, "kind");
-        unsigned status = (unsigned) self->debug (device ? device : "", kind ? kind : "", why, sizeof why);
+        unsigned status = (unsigned) self->debug (self->debug_arg, device ? device : "", kind ? kind : "", why, sizeof why);
         return s_reply_text (c, status, why);
     }
     if (strcmp (url, "/healthz") == 0)

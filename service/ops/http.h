@@ -44,9 +44,10 @@ void http_destroy (http_t **self_p);
  * previous one). */
 void http_attach (http_t *self, server_t *server);
 /* sigserve-test only (built with SIGSERVE_TEST_HOOKS; a release build never sets it, and the route
- * answers 404): POST /debug/fault?device=N&kind=K calls FN, which answers an HTTP status and a text. */
-typedef int (*http_debug_fn) (const char *device, const char *kind, char *out, size_t outlen);
-void http_set_debug (http_t *self, http_debug_fn fn);
+ * answers 404): POST /debug/fault?device=N&kind=K calls FN with ARG, which answers an HTTP status and
+ * a text. */
+typedef int (*http_debug_fn) (void *arg, const char *device, const char *kind, char *out, size_t outlen);
+void http_set_debug (http_t *self, http_debug_fn fn, void *arg);
 /* From now on /readyz says "draining". */
 void http_draining (http_t *self);
 /* Around server_reload, on the thread that calls it (not while holding the server lock). */

@@ -239,9 +239,8 @@ void metrics_models (metrics_text_t *t, model_registry_t *models)
     metrics_append (t, "sigserve_degraded %d\n", degraded ? 1 : 0);
 }
 
-void metrics_devices (metrics_text_t *t)
+void metrics_devices (metrics_text_t *t, devices_t *d)
 {
-    devices_t *d = devices_current ();
     devices_info_t info[DEVICES_MAX];
     const size_t n = d ? devices_list (d, info, DEVICES_MAX) : 0;
     char dev[32];

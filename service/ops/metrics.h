@@ -31,8 +31,9 @@ void metrics_histograms (metrics_text_t *t, stats_t *stats);
 void metrics_front (metrics_text_t *t, stats_t *stats);
 /* The gauges of MODELS (NULL: the families alone): queue depth, availability, per instance. */
 void metrics_models (metrics_text_t *t, model_registry_t *models);
-/* The device processes (server.gpu_processes): up, losses, restarts, the last recovery's time. */
-void metrics_devices (metrics_text_t *t);
+/* The device processes (server.gpu_processes; DEVICES NULL: the families alone): up, losses,
+ * restarts, the last recovery's time. */
+void metrics_devices (metrics_text_t *t, devices_t *devices);
 /* process_* (CPU time, memory, descriptors, start time). */
 void metrics_process (metrics_text_t *t);
 /* Requests waiting for a worker of M, read from another thread: bounded by its queue_depth. */

@@ -10,7 +10,6 @@
 #include "backends/backends.h"
 #include "backends/box_source.h"
 #include "base/log.h"
-#include "weights/weights.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -54,83 +53,54 @@ static void s_forget (uint64_t token)
     }
 }
 
-/* DEV_LOAD: the instances of RQ->here that run on DEVICE, loaded and timed; "auto" resolved. */
-static int s_load (const dev_request_t *rq, int device, dev_reply_t *rp)
+/* DEV_LOAD with resolve_only (model_plan): "auto" measured here, nothing kept; its resolved cfg and
+ * what it measured go back in the description. */
+static int s_resolve (const dev_request_t *rq, dev_reply_t *rp)
 {
-    s_forget (rq->token);       /* a rejoin after a failed start */
-    char *err = rp->error;
-    const size_t errlen = sizeof rp->error;
-    model_t *m = calloc (1, sizeof *m);
-    if (!m) {
-        snprintf (err, errlen, "model \"%s\": out of memory in device process", rq->cfg.name);
+    model_plan_t *plan = calloc (1, sizeof *plan);
+    if (!plan) {
+        snprintf (rp->error, sizeof rp->error, "model \"%s\": out of memory in device process", rq->cfg.name);
         return -1;
     }
-    m->given = m->cfg = rq->cfg;
-    m->device_side = true;
-    m->busy_poll = rq->busy_poll;
-    m->spin_ns = rq->spin_ns;
-    m->stats_slot = STATS_UNKNOWN;
-    m->drift = &m->own_drift;
-    m->instance_count = rq->cfg.instances;
-    weights_t *w = weights_load (&m->cfg, err, errlen);
-    if (!w)
-        goto failed;
-    model_take_sizes (m, w);
-    if (!(m->iface = model_choose_backend (m, &m->cfg, w, err, errlen)))
-        goto failed;
-    rp->cfg = m->cfg;
-    rp->on_gpu = m->iface->device == BACKEND_DEVICE_GPU;
-    snprintf (rp->selected_by, sizeof rp->selected_by, "%s", m->selected_by);
-    rp->candidate_count = (uint32_t) m->candidate_count;
-    memcpy (rp->candidates, m->candidates, sizeof rp->candidates);
-    rp->input_size = m->input_size;
-    rp->output_size = m->output_size;
-    rp->window = m->window;
-    rp->step_size = m->step_size;
-    for (int i = 0; i < CONFIG_MAX_INSTANCES; i++)
-        rp->cpus[i] = -1;
-    if (rq->resolve_only || (!rp->on_gpu && device != DEVICE_CPU_TEST)) {  /* measured only, or the server runs it */
-        weights_destroy (&w);
-        model_destroy (&m);
-        return 0;
-    }
-    if (!(m->instances = calloc (m->instance_count, sizeof *m->instances))) {
-        snprintf (err, errlen, "model \"%s\": out of memory in device process", rq->cfg.name);
-        goto failed;
-    }
-    for (uint32_t i = 0; i < m->instance_count; i++) {
-        if (!(rq->here >> i & 1))
-            continue;
-        if (model_instance_load (m, &m->instances[i], i, w, err, errlen) != 0)
-            goto failed;
-        rp->cpus[i] = m->instances[i].cpu_count ? m->instances[i].cpus[0] : -1;
-        rp->green_sms[i] = atomic_load (&m->instances[i].green_sms);
-    }
-    weights_destroy (&w);
-    if (model_time (m, err, errlen) != 0)
-        goto failed;
-    rp->launch_ns = m->launch_ns;
-    rp->row_ns = m->row_ns;
-    for (uint32_t i = 0; i < m->instance_count; i++)
-        if (m->instances[i].impl) {
-            snprintf (rp->kernel, sizeof rp->kernel, "%s", m->iface->kernel_name (m->instances[i].impl));
-            /* a front may publish its requests too (DEV_START then moves the protocol's state) */
-            rp->shareable = m->iface->share_box && m->iface->share_box (m->instances[i].impl, NULL) == 0;
-            break;
-        }
-    if (s_held_count == MODELS_MAX) {
-        snprintf (err, errlen, "model \"%s\": a device process holds at most %d models", rq->cfg.name, MODELS_MAX);
-        goto failed;
-    }
-    s_held[s_held_count++] = (held_t) { .token = rq->token, .m = m };
-    return 0;
-failed:
-    weights_destroy (&w);
-    model_destroy (&m);
-    return -1;
+    const int rc = placement_threads.plan (NULL, &rq->cfg, plan, rp->error, sizeof rp->error);
+    rp->desc.cfg = plan->cfg;
+    snprintf (rp->desc.selected_by, sizeof rp->desc.selected_by, "measurement");
+    rp->desc.candidate_count = (uint32_t) plan->candidate_count;
+    memcpy (rp->desc.candidates, plan->candidates, sizeof rp->desc.candidates);
+    free (plan);
+    return rc;
 }
 
-/* DEV_START: the loaded instances onto the server's rings, their workers started. */
+/* DEV_LOAD: the instances of RQ->here (those placed on this device) loaded in this process's threads
+ * and timed: the model's description, as placement_threads filled it, is the reply. */
+static int s_load (const dev_request_t *rq, dev_reply_t *rp)
+{
+    s_forget (rq->token);       /* a rejoin after a failed start */
+    if (rq->resolve_only)
+        return s_resolve (rq, rp);
+    if (s_held_count == MODELS_MAX) {
+        snprintf (rp->error, sizeof rp->error, "model \"%s\": a device process holds at most %d models", rq->cfg.name,
+                  MODELS_MAX);
+        return -1;
+    }
+    const model_env_t env = { .busy_poll = rq->busy_poll, .spin_ns = rq->spin_ns,
+                              .max_message_bytes = rq->max_message_bytes, .only = rq->here };
+    model_t *m = model_load (&rq->cfg, NULL, &placement_threads, &env, rp->error, sizeof rp->error);
+    if (!m)
+        return -1;
+    rp->desc = m->desc;
+    for (uint32_t i = 0; i < CONFIG_MAX_INSTANCES; i++)
+        rp->cpus[i] = -1;
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if (m->instances[i].impl) {
+            rp->cpus[i] = m->instances[i].cpu_count ? m->instances[i].cpus[0] : -1;
+            rp->green_sms[i] = atomic_load (&m->instances[i].green_sms);
+        }
+    s_held[s_held_count++] = (held_t) { .token = rq->token, .m = m };
+    return 0;
+}
+
+/* DEV_START: the loaded instances onto the server's rings (in the region), their workers started. */
 static int s_start (const dev_request_t *rq, dev_reply_t *rp)
 {
     held_t *h = s_find (rq->token);
@@ -144,23 +114,27 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
             return 0;       /* started already (a rejoin came first): once only */
     m->job_count = rq->job_count;
     m->drift = (_Atomic uint32_t *) rq->drift;
-    m->inline_shared = rq->inline_shared;
+    m->inline_way = (model_inline_t) rq->inline_way;
     m->lane_count = rq->lane_count;
     for (uint32_t k = 0; k < m->lane_count && k < CONFIG_MAX_FRONTS; k++)
         m->lanes[k].front = (waker_t *) rq->front[k];
     for (uint32_t i = 0; i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
-        if (!in->here)
+        if (!(rq->here >> i & 1))
             continue;
         in->sh = (instance_shared_t *) rq->shared[i];
         in->wake = &in->sh->wake;
-        if (model_instance_queues (m, in, rp->error, sizeof rp->error) != 0)
+        if (model_instance_buffers (m, in, rp->error, sizeof rp->error) != 0)
             return -1;
         /* before its worker starts: from here on both publish through the region's copy */
-        if (m->inline_shared && in->impl && m->iface->share_box && m->iface->share_box (in->impl, &in->sh->box) == 0)
+        if (m->inline_way == INLINE_CLAIM_MAILBOX && m->iface->share_box
+            && m->iface->share_box (in->impl, &in->sh->box) == 0)
             atomic_store (&in->sh->box_ready, true);
     }
-    return model_start_workers (m, rp->error, sizeof rp->error);
+    for (uint32_t i = 0; i < m->instance_count; i++)
+        if ((rq->here >> i & 1) && model_start_worker (m, &m->instances[i], rp->error, sizeof rp->error) != 0)
+            return -1;
+    return 0;
 }
 
 static int s_fault (const dev_request_t *rq, int device, dev_reply_t *rp)
@@ -173,7 +147,7 @@ static int s_fault (const dev_request_t *rq, int device, dev_reply_t *rp)
     for (size_t k = 0; k < s_held_count && !target; k++) {
         model_t *m = s_held[k].m;
         for (uint32_t i = 0; i < m->instance_count && !target; i++)
-            if (m->instances[i].impl && m->cfg.type == MODEL_TYPE_MLP)
+            if (m->instances[i].impl && m->desc.cfg.type == MODEL_TYPE_MLP)
                 target = m->instances[i].impl;
     }
     return s_fault_fn (device, rq->fault, target, rp->error, sizeof rp->error);
@@ -193,14 +167,14 @@ static bool s_lost (int device, char *why, size_t len)
         for (uint32_t i = 0; i < m->instance_count; i++) {
             instance_t *in = &m->instances[i];
             if (in->started && !atomic_load (&in->sh->available)) {
-                snprintf (why, len, "model %s instance %u: %s", m->cfg.name, i, in->sh->state);
+                snprintf (why, len, "model %s instance %u: %s", m->desc.cfg.name, i, in->sh->state);
                 return true;
             }
             /* a front waiting on its mailbox makes no CUDA call: its kernel's end shows here */
             const char *stopped = in->started && atomic_load (&in->sh->box_ready) && m->iface->kernel_stopped
                                       ? m->iface->kernel_stopped (in->impl) : NULL;
             if (stopped) {
-                snprintf (why, len, "model %s instance %u: %s", m->cfg.name, i, stopped);
+                snprintf (why, len, "model %s instance %u: %s", m->desc.cfg.name, i, stopped);
                 return true;
             }
         }
@@ -280,7 +254,7 @@ int devices_process_main (int argc, char **argv)
         memset (rp, 0, sizeof *rp);
         int rc = 0;
         switch (rq->op) {
-        case DEV_LOAD: rc = s_load (rq, device, rp); break;
+        case DEV_LOAD: rc = s_load (rq, rp); break;
         case DEV_START: rc = s_start (rq, rp); break;
         case DEV_UNLOAD: s_forget (rq->token); break;
         case DEV_FAULT: rc = s_fault (rq, device, rp); break;

@@ -64,9 +64,6 @@ struct _devices_t {
     _Atomic bool stopping;
 };
 
-static devices_t *s_current;
-
-devices_t *devices_current (void) { return s_current; }
 void devices_place_cpu_models (devices_t *self, bool on) { self->cpu_models = on; }
 bool devices_cpu_models_placed (const devices_t *self) { return self && self->cpu_models; }
 void *devices_alloc (devices_t *self, size_t bytes) { return shm_alloc (self->shm, bytes); }
@@ -375,7 +372,6 @@ devices_t *devices_new (const char *exe, const char *log_level, const char *log_
         free (self);
         return NULL;
     }
-    s_current = self;
     return self;
 }
 
@@ -389,8 +385,6 @@ void devices_destroy (devices_t **self_p)
     for (int i = 0; i < DEVICES_MAX; i++)
         if (self->procs[i].used)
             s_reap (&self->procs[i], false);
-    if (s_current == self)
-        s_current = NULL;
     s_release_fronts (self);
     shm_destroy (&self->shm);
     pthread_mutex_destroy (&self->lock);

@@ -50,13 +50,12 @@ typedef struct {
 #define DEVICE_CPU_TEST (-2)    /* test builds: a device process for CPU models (no GPU needed) */
 
 /* Starts the supervisor; device processes start on first use. EXE: the binary to start;
- * LOG_LEVEL/LOG_FORMAT: passed on. NULL with ERR. */
+ * LOG_LEVEL/LOG_FORMAT: passed on. NULL with ERR. The caller owns them and passes them to whatever
+ * places models or reads them (model_new, server_new, the metrics): there is no global. */
 devices_t *devices_new (const char *exe, const char *log_level, const char *log_format, char *err, size_t errlen);
 /* Stops every device process (their models must have been unloaded) and the supervisor. */
 void devices_destroy (devices_t **self_p);
 
-/* The server's devices, when device processes are on (devices_new sets it; NULL otherwise). */
-devices_t *devices_current (void);
 /* Test builds: CPU models too go to a device process (DEVICE_CPU_TEST). */
 void devices_place_cpu_models (devices_t *self, bool on);
 bool devices_cpu_models_placed (const devices_t *self);

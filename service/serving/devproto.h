@@ -7,7 +7,7 @@
 
 #include "backends/autoselect.h"
 #include "base/config.h"
-#include "serving/model.h"
+#include "serving/placement.h"
 
 #include <stdint.h>
 
@@ -25,7 +25,7 @@ typedef struct {
     uint32_t op;
     uint64_t token;                     /* the server's name for the model in later messages */
     model_config_t cfg;                 /* DEV_LOAD: as configured, or resolved by an earlier load */
-    bool busy_poll;
+    bool busy_poll;                     /* DEV_LOAD: the server's keys the load reads (model_env_t) */
     uint64_t spin_ns;
     uint32_t max_message_bytes;
     uint64_t here;                      /* bit i: instance i runs on this device */
@@ -34,8 +34,8 @@ typedef struct {
     uintptr_t drift;                    /* DEV_START: the model's drift word */
     uint32_t lane_count;                /* DEV_START: the fronts (a lane each: instance_shared_t) */
     uintptr_t front[CONFIG_MAX_FRONTS]; /* DEV_START: the waker the workers ring for each lane (its front's) */
-    bool inline_shared;                 /* DEV_START: fronts run requests inline on the instances (a persistent
-                                           MLP's mailbox: instance_shared_t.box), so workers claim them */
+    uint32_t inline_way;                /* DEV_START: model_inline_t, as the server decided it (INLINE_CLAIM_MAILBOX:
+                                           fronts publish into the instances' mailboxes, so workers claim them) */
     uint32_t fault;                     /* DEV_FAULT: dev_fault_t */
     bool resolve_only;                  /* DEV_LOAD: "auto" measured and resolved, nothing kept (model_plan) */
 } dev_request_t;
@@ -43,15 +43,9 @@ typedef struct {
 typedef struct {
     int32_t status;                     /* 0, or -1 with error */
     char error[512];
-    model_config_t cfg;                 /* as resolved ("auto": backend and kernel chosen) */
-    bool on_gpu;                        /* the resolved backend runs on a GPU (else: the server loads it) */
-    char kernel[48];
-    bool shareable;                     /* its kernel's mailbox lies in the region (backend.h: share_box) */
-    char selected_by[16];
-    uint32_t input_size, output_size, window, step_size;
-    uint64_t launch_ns, row_ns;
-    uint32_t candidate_count;
-    autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];
+    /* DEV_LOAD: the model as it loaded here (placement.h), which the server takes as it is; with
+     * resolve_only, its cfg as "auto" resolved it and the candidates measured */
+    model_desc_t desc;
     int cpus[CONFIG_MAX_INSTANCES];     /* each instance here: the first CPU it is pinned to (-1: none) */
     uint32_t green_sms[CONFIG_MAX_INSTANCES];   /* each instance here: its green context's SMs (0: none) */
     int32_t prepared;                   /* DEV_PREPARE: 1 done, 0 nothing to do, -1 not done (why in error;

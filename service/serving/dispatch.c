@@ -70,7 +70,7 @@ static sig_status_t s_shed (model_t *m, lane_t *l, stats_shed_t why, sig_status_
     l->shed_unlogged++;
     const uint64_t now = clock_now_ns ();
     if (now - l->shed_logged_at >= SHED_LOG_INTERVAL_NS) {
-        log_warn ("model %s: %llu request(s) refused since the last such line (%s), the last: %s", m->cfg.name,
+        log_warn ("model %s: %llu request(s) refused since the last such line (%s), the last: %s", m->desc.cfg.name,
                   (unsigned long long) l->shed_unlogged, stats_shed_names[why], err);
         l->shed_logged_at = now;
         l->shed_unlogged = 0;
@@ -90,13 +90,13 @@ static sig_status_t s_check_wait (model_t *m, lane_t *l, const instance_t *in, c
     const unsigned long long queued = rows;
     if (wait > m->max_queue_ns) {
         snprintf (err, errlen, "model \"%s\": the expected wait for a worker is %.3f us (%llu row(s) queued on instance "
-                  "%u), over max_queue_us = %u; retry later, or raise the model's max_queue_us or instances", m->cfg.name,
-                  wait / 1e3, queued, in->index, m->cfg.max_queue_us);
+                  "%u), over max_queue_us = %u; retry later, or raise the model's max_queue_us or instances", m->desc.cfg.name,
+                  wait / 1e3, queued, in->index, m->desc.cfg.max_queue_us);
         return s_shed (m, l, SHED_QUEUE_TIME, SIG_OVERLOADED, err);
     }
     if (a->deadline_us && wait > (uint64_t) a->deadline_us * 1000) {
         snprintf (err, errlen, "deadline_us: model \"%s\": the expected wait for a worker is %.3f us (%llu row(s) queued "
-                  "on instance %u), already over the request's deadline of %u us; not run", m->cfg.name, wait / 1e3,
+                  "on instance %u), already over the request's deadline of %u us; not run", m->desc.cfg.name, wait / 1e3,
                   queued, in->index, a->deadline_us);
         return s_shed (m, l, SHED_DEADLINE, SIG_DEADLINE_EXCEEDED, err);
     }
@@ -107,22 +107,17 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
 {
     if (ran)
         *ran = NULL;
-    /* request_check_infer refuses it first; never run it */
-    if (a->stream_id && !model_type_can (m->cfg.type, MODEL_CAP_STREAM)) {
-        snprintf (err, errlen, "stream_id: model \"%s\" keeps no streams; send stream_id 0", m->cfg.name);
-        return SIG_BAD_SHAPE;
-    }
     lane_t *l = &m->lanes[a->lane];
     instance_t *in = s_instance (m, l, a);
     if (!in) {
-        snprintf (err, errlen, "model \"%s\" is unavailable on backend %s%s", m->cfg.name, m->iface->name,
+        snprintf (err, errlen, "model \"%s\" is unavailable on backend %s%s", m->desc.cfg.name, m->iface->name,
                   a->stream_id ? " (the instance holding this stream cannot run)" : "");
         return SIG_UNAVAILABLE;
     }
     const uint32_t queued = dispatch_queued (m);
-    if (queued >= m->cfg.queue_depth) {
+    if (queued >= m->desc.cfg.queue_depth) {
         snprintf (err, errlen, "model \"%s\": queue full: %u requests waiting (queue_depth %u); retry later, or raise "
-                  "the model's queue_depth or instances", m->cfg.name, queued, m->cfg.queue_depth);
+                  "the model's queue_depth or instances", m->desc.cfg.name, queued, m->desc.cfg.queue_depth);
         return s_shed (m, l, SHED_QUEUE_DEPTH, SIG_OVERLOADED, err);
     }
     const sig_status_t waiting = s_check_wait (m, l, in, a, err, errlen);
@@ -132,24 +127,24 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
      * in the queue, a job is free unless finished ones wait to be sent. */
     if (l->free_count == 0) {
         snprintf (err, errlen, "model \"%s\": every request buffer is in use (replies waiting to be sent); retry "
-                  "later", m->cfg.name);
+                  "later", m->desc.cfg.name);
         return s_shed (m, l, SHED_BUFFERS, SIG_OVERLOADED, err);
     }
     /* A request over buffer_rows rows borrows one of the large buffers (max_rows rows). */
     const bool large = a->rows > m->buffer_rows;
     if (large && l->large_free_count == 0) {
         snprintf (err, errlen, "model \"%s\": every buffer for requests of more than %u row(s) is in use (large_buffers "
-                  "%u, each max_rows = %u rows); retry later, or send fewer rows a request", m->cfg.name,
+                  "%u, each max_rows = %u rows); retry later, or send fewer rows a request", m->desc.cfg.name,
                   m->buffer_rows, m->large_count, m->max_rows);
         return s_shed (m, l, SHED_BUFFERS, SIG_OVERLOADED, err);
     }
     job_t *j = l->free_jobs[--l->free_count];
     if (large) {
         const uint32_t k = l->large_free[--l->large_free_count];
-        const size_t per_large = ((size_t) m->max_rows * (m->input_size + m->output_size) + 15) & ~(size_t) 15;
+        const size_t per_large = ((size_t) m->max_rows * (m->desc.input_size + m->desc.output_size) + 15) & ~(size_t) 15;
         j->large = (int) k;
         j->features = l->large_floats + per_large * k;
-        j->outputs = j->features + (size_t) m->max_rows * m->input_size;
+        j->outputs = j->features + (size_t) m->max_rows * m->desc.input_size;
     }
     j->socket = a->socket;
     envelope_copy (&j->envelope, a->envelope, a->envelope_count);
@@ -165,10 +160,10 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     memcpy (j->features, a->features, a->feature_count * sizeof (float));
     if (ran && a->inline_budget_ns && m->inline_ns && !a->stream_id && queued == 0
         && model_launch_ns (m, a->rows) <= (m->inline_ns < a->inline_budget_ns ? m->inline_ns : a->inline_budget_ns)) {
-        bool done = l->front_impl != NULL;  /* a CPU model: the front's own context */
+        bool done = m->inline_way == INLINE_FRONT_CONTEXT;
         if (done)
             worker_run_inline (m, l->front_impl, j);
-        else if (m->inline_shared)          /* a GPU model: the idle instance's own, unless its worker has it */
+        else    /* the idle instance's own context or mailbox, unless its worker has it */
             done = worker_run_inline_on (in, j);
         if (done) {
             if (m->stats)
@@ -232,7 +227,7 @@ static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
         j->compute_ns = 0;
         j->batch_rows = 0;
         snprintf (j->error, sizeof j->error, "model \"%s\" instance %u: %s; the request was not answered by it",
-                  m->cfg.name, in->index, in->sh->state);
+                  m->desc.cfg.name, in->index, in->sh->state);
         j->instance = -2;
         ring_push (&sh->done, j);
         answered++;
@@ -243,7 +238,7 @@ static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
     atomic_store (&sh->rows_taken, atomic_load (&in->rows_admitted[lane]));
     if (answered)
         log_warn ("model %s instance %u: %u request(s) held by its lost device process answered UNAVAILABLE",
-                  m->cfg.name, in->index, answered);
+                  m->desc.cfg.name, in->index, answered);
     /* the last lane to answer marks the instance answered (the supervisor waits for it: s_swept) */
     const uint32_t all = (1u << m->lane_count) - 1;
     if ((atomic_fetch_or (&in->reclaimed, 1u << lane) | 1u << lane) == all)

@@ -13,7 +13,7 @@ void dispatch_attach (model_t *m, uint32_t lane, waker_t *front);
 /* The lanes M has (server.fronts when it was loaded). */
 uint32_t dispatch_lanes (const model_t *m);
 
-/* One checked request, as the front took it. */
+/* One checked request, as the front took it (front/request.c: a stream_id only where model_keeps_streams). */
 typedef struct {
     uint32_t lane;                  /* the front that took it */
     int socket;                     /* that front's socket slot it came from */

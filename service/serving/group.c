@@ -29,17 +29,17 @@ int group_join (instance_t *in, char *err, size_t errlen)
         if (!s_workers[i]) {
             if (free_slot < 0)
                 free_slot = i;
-        } else if (s_workers[i]->index == in->index && strcmp (s_workers[i]->name, m->cfg.group) == 0)
+        } else if (s_workers[i]->index == in->index && strcmp (s_workers[i]->name, m->desc.cfg.group) == 0)
             w = s_workers[i];
     }
     if (!w) {
         if (free_slot < 0 || !(w = calloc (1, sizeof *w))) {
             pthread_mutex_unlock (&s_lock);
-            snprintf (err, errlen, "model \"%s\": group \"%s\": no room for another group worker", m->cfg.name,
-                      m->cfg.group);
+            snprintf (err, errlen, "model \"%s\": group \"%s\": no room for another group worker", m->desc.cfg.name,
+                      m->desc.cfg.group);
             return -1;
         }
-        snprintf (w->name, sizeof w->name, "%s", m->cfg.group);
+        snprintf (w->name, sizeof w->name, "%s", m->desc.cfg.group);
         w->index = in->index;
         w->busy_poll = m->busy_poll;
         spin_init (&w->spin, m->spin_ns);
@@ -51,7 +51,7 @@ int group_join (instance_t *in, char *err, size_t errlen)
             waker_release (&w->wake);
             free (w);
             pthread_mutex_unlock (&s_lock);
-            snprintf (err, errlen, "model \"%s\": group \"%s\": cannot start its worker %u", m->cfg.name, m->cfg.group,
+            snprintf (err, errlen, "model \"%s\": group \"%s\": cannot start its worker %u", m->desc.cfg.name, m->desc.cfg.group,
                       in->index);
             return -1;
         }
@@ -60,7 +60,7 @@ int group_join (instance_t *in, char *err, size_t errlen)
     pthread_mutex_lock (&w->lock);
     int rc = 0;
     if (w->member_count == GROUP_MEMBERS_MAX) {
-        snprintf (err, errlen, "model \"%s\": group \"%s\" has %d models already", m->cfg.name, m->cfg.group,
+        snprintf (err, errlen, "model \"%s\": group \"%s\" has %d models already", m->desc.cfg.name, m->desc.cfg.group,
                   GROUP_MEMBERS_MAX);
         rc = -1;
     } else {

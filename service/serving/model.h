@@ -18,10 +18,14 @@
 
 #define MODEL_CANDIDATES_MAX 16
 
+typedef struct _devices_t devices_t;
+
 /* Loads CFG's weights, chooses its backend, loads and warms every instance and starts the
- * workers (idle until requests come). STATS may be NULL. NULL with ERR naming the model. */
-model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, char *err,
-                    size_t errlen);
+ * workers (idle until requests come), where serving/placement.h puts it: in this process's threads
+ * (DEVICES NULL), or with DEVICES (serving/devices.h, the caller's), in the device processes when
+ * it may touch a GPU. STATS may be NULL. NULL with ERR naming the model. */
+model_t *model_new (const model_config_t *cfg, const server_config_t *server, stats_t *stats, devices_t *devices,
+                    char *err, size_t errlen);
 /* Whether a request of CFG's max_rows rows of W's inputs fits MAX_MESSAGE_BYTES (else ZeroMQ would drop it
  * unanswered): 0, or -1 with ERR naming max_rows and a fix within the keys' ranges (fewer rows, a larger
  * max_message_bytes, both, or an LSTM's shorter window). model_new checks it. */
@@ -39,12 +43,13 @@ typedef struct {
     bool measured;                      /* "auto": cfg is what the measurement chose */
     size_t candidate_count;
     autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];   /* what it measured, fastest first */
+    devices_t *devices;                 /* as model_plan was given them: where it loads follows */
 } model_plan_t;
 
 /* Resolves CFG into PLAN: "auto" measured where model_new would measure it (this process, or the
- * first instance's device process), nothing kept loaded; any other backend as configured. 0, or -1
- * with ERR naming the model. */
-int model_plan (const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen);
+ * first instance's device process of DEVICES), nothing kept loaded; any other backend as configured.
+ * 0, or -1 with ERR naming the model. */
+int model_plan (const model_config_t *cfg, devices_t *devices, model_plan_t *plan, char *err, size_t errlen);
 /* Whether loading PLAN leaves a kernel resident on its GPU (a persistent MLP, a CUDA LSTM): such
  * models load after the others. */
 bool model_plan_resident (const model_plan_t *plan);
@@ -52,12 +57,12 @@ bool model_plan_resident (const model_plan_t *plan);
  * what chose its backend. */
 model_t *model_new_planned (const model_plan_t *plan, const server_config_t *server, stats_t *stats, char *err,
                             size_t errlen);
-/* Does ahead, on every device CFG's instances will use, what its backend needs done before any
+/* Does ahead, on every device PLAN's instances will use, what its backend needs done before any
  * persistent kernel is resident there (backend.h's prepare: a specialised kernel's module), in this
- * process or in the device processes (started if need be), as model_new would load it. Called for
- * every model of a configuration before any of them loads. Never fails: what could not be done is
- * logged and the load goes on without it. */
-void model_prepare (const model_config_t *cfg);
+ * process or in the device processes (started if need be), as model_new_planned will load it. Called
+ * for every model of a configuration before any of them loads. Never fails: what could not be done
+ * is logged and the load goes on without it. */
+void model_prepare (const model_plan_t *plan);
 
 const char *model_name (const model_t *m);
 const char *model_version (const model_t *m);
@@ -70,6 +75,9 @@ model_type_t model_type (const model_t *m);
 /* A recurrent type's time steps of a window and features of one step (0 for an mlp). */
 uint32_t model_window (const model_t *m);
 uint32_t model_step_size (const model_t *m);
+/* Whether M keeps streams (requests with a stream_id): decided once at its load, from its type and
+ * its backend. */
+bool model_keeps_streams (const model_t *m);
 uint32_t model_instance_count (const model_t *m);
 /* Requests that may wait for a worker: as configured, or derived at load from max_queue_us. */
 uint32_t model_queue_depth (const model_t *m);

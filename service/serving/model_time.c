@@ -26,7 +26,7 @@ static uint64_t s_median (model_t *m, const float *x, float *y, uint32_t rows, c
     for (uint32_t i = 0; i < m->instance_count && !impl; i++)
         impl = m->instances[i].impl;
     if (!impl) {
-        snprintf (err, errlen, "model \"%s\": no instance to time", m->cfg.name);
+        snprintf (err, errlen, "model \"%s\": no instance to time", m->desc.cfg.name);
         return 0;
     }
     uint64_t t0 = clock_now_ns ();
@@ -52,16 +52,16 @@ static uint64_t s_median (model_t *m, const float *x, float *y, uint32_t rows, c
 
 int model_time (model_t *m, char *err, size_t errlen)
 {
-    uint32_t wide = backend_rows (&m->cfg);
+    uint32_t wide = backend_rows (&m->desc.cfg);
     if (wide > TIME_ROWS_MAX)
         wide = TIME_ROWS_MAX;
     if (wide > m->batch_rows && m->batch_rows > 1)
         wide = m->batch_rows;
-    float *x = floats_zeroed ((size_t) wide * m->input_size);
-    float *y = floats_zeroed ((size_t) wide * m->output_size);
+    float *x = floats_zeroed ((size_t) wide * m->desc.input_size);
+    float *y = floats_zeroed ((size_t) wide * m->desc.output_size);
     int rc = -1;
     if (!x || !y) {
-        snprintf (err, errlen, "model \"%s\": out of memory for timing", m->cfg.name);
+        snprintf (err, errlen, "model \"%s\": out of memory for timing", m->desc.cfg.name);
         goto done;
     }
     const uint64_t one = s_median (m, x, y, 1, err, errlen);
@@ -71,8 +71,8 @@ int model_time (model_t *m, char *err, size_t errlen)
     if (wide > 1 && !(many = s_median (m, x, y, wide, err, errlen)))
         goto done;
     /* one = a + b, many = a + wide x b; noise can make many < one: then the rows cost nothing extra */
-    m->row_ns = wide > 1 && many > one ? (many - one) / (wide - 1) : 0;
-    m->launch_ns = one > m->row_ns ? one - m->row_ns : 1;
+    m->desc.row_ns = wide > 1 && many > one ? (many - one) / (wide - 1) : 0;
+    m->desc.launch_ns = one > m->desc.row_ns ? one - m->desc.row_ns : 1;
     atomic_store (m->drift, DRIFT_ONE);
     rc = 0;
 done:
@@ -86,7 +86,7 @@ static uint64_t s_cost (const model_t *m, uint64_t rows)
 {
     const uint64_t batch = m->batch_rows ? m->batch_rows : 1;
     const uint64_t launches = (rows + batch - 1) / batch;
-    return launches * m->launch_ns + rows * m->row_ns;
+    return launches * m->desc.launch_ns + rows * m->desc.row_ns;
 }
 
 uint64_t model_queued_rows (const instance_t *in)
@@ -111,12 +111,12 @@ uint64_t model_expected_wait (const model_t *m, uint64_t queued)
 
 uint64_t model_launch_ns (const model_t *m, uint32_t rows)
 {
-    return (m->launch_ns + rows * m->row_ns) * atomic_load_explicit (m->drift, memory_order_relaxed) / DRIFT_ONE;
+    return (m->desc.launch_ns + rows * m->desc.row_ns) * atomic_load_explicit (m->drift, memory_order_relaxed) / DRIFT_ONE;
 }
 
 void model_observe_launch (model_t *m, uint32_t rows, uint64_t ns)
 {
-    const uint64_t predicted = m->launch_ns + rows * m->row_ns;
+    const uint64_t predicted = m->desc.launch_ns + rows * m->desc.row_ns;
     if (!predicted)
         return;
     /* A running average over ~16 launches, each counted as at most twice or half the current ratio: a

@@ -48,8 +48,8 @@ static const char *s_why_loaded (const model_registry_t *previous, const model_c
     return "new";
 }
 
-model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, model_registry_t *previous, size_t *reused,
-                                       char *err, size_t errlen)
+model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, devices_t *devices, model_registry_t *previous,
+                                       size_t *reused, char *err, size_t errlen)
 {
     model_registry_t *self = calloc (1, sizeof *self);
     model_plan_t *plans = calloc (cfg->model_count ? cfg->model_count : 1, sizeof *plans);
@@ -75,14 +75,14 @@ model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, mode
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < cfg->model_count; i++)
         if (!taken[i])
-            rc = model_plan (&cfg->models[i], &plans[i], err, errlen);
+            rc = model_plan (&cfg->models[i], devices, &plans[i], err, errlen);
     /* What the loads below need done before the first of them makes a persistent kernel resident
      * (model_prepare: a kernel specialised for each persistent model's shapes), for every model that
      * loads, as resolved. At a reload PREVIOUS's kernels run: what is new then is prepared only as far
      * as it can be next to them (a module already loaded for the same shapes), and logged. */
     for (size_t i = 0; rc == 0 && i < cfg->model_count; i++)
         if (!taken[i])
-            model_prepare (&plans[i].cfg);
+            model_prepare (&plans[i]);
     /* The loads: first the models that leave no kernel resident, then those that do (a persistent
      * MLP, a CUDA LSTM), so that nothing else loads next to a resident kernel of this configuration. */
     for (int resident = 0; rc == 0 && resident < 2; resident++)
@@ -121,7 +121,7 @@ model_registry_t *model_registry_empty (void) { return calloc (1, sizeof (model_
 
 model_registry_t *model_registry_new (const config_t *cfg, char *err, size_t errlen)
 {
-    return model_registry_load (cfg, NULL, NULL, NULL, err, errlen);
+    return model_registry_load (cfg, NULL, NULL, NULL, NULL, err, errlen);
 }
 
 void model_registry_destroy (model_registry_t **self_p)

@@ -13,15 +13,17 @@
 
 typedef struct _model_registry_t model_registry_t;
 
-/* Loads every model of CFG (weights, backend, instances, warm-up, workers). STATS may be NULL.
+/* Loads every model of CFG (weights, backend, instances, warm-up, workers) in this process's threads.
  * NULL with ERR on the first failure. Every "auto" model is measured before any model loads, and
  * the models that keep a kernel resident on a GPU load last (model_plan). */
 model_registry_t *model_registry_new (const config_t *cfg, char *err, size_t errlen);
-/* The same, taking over from PREVIOUS (may be NULL) every model whose configuration and weights
- * file are unchanged: they move to the new set and PREVIOUS no longer owns them. On failure
- * PREVIOUS is left as it was. *REUSED (may be NULL) counts the models taken over. */
-model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, model_registry_t *previous, size_t *reused,
-                                       char *err, size_t errlen);
+/* The same, where model_new would place each model with DEVICES (serving/devices.h; NULL: none),
+ * counted in STATS (may be NULL), taking over from PREVIOUS (may be NULL) every model whose
+ * configuration and weights file are unchanged: they move to the new set and PREVIOUS no longer
+ * owns them. On failure PREVIOUS is left as it was. *REUSED (may be NULL) counts the models taken
+ * over. */
+model_registry_t *model_registry_load (const config_t *cfg, stats_t *stats, devices_t *devices, model_registry_t *previous,
+                                       size_t *reused, char *err, size_t errlen);
 /* A set of no models: what a server serves while its models load. NULL when memory runs out. */
 model_registry_t *model_registry_empty (void);
 /* Destroys the models it still owns (their workers stop first). */

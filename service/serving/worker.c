@@ -87,7 +87,7 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
     while (n < m->batch_rows && (j = s_peek (in, &lane)) != NULL) {
         if (j->stream_id)
             break;      /* a stream step goes alone (s_stream_step), after what was taken */
-        if (n > 0 && (*rows + j->rows > m->batch_rows || !model_type_can (m->cfg.type, MODEL_CAP_BATCH)))
+        if (n > 0 && (*rows + j->rows > m->batch_rows || !(m->desc.can & MODEL_CAN_BATCH)))
             break;      /* (a type that cannot batch runs one request a launch) */
         s_pop (in, lane, j);
         uint64_t now = clock_now_ns ();
@@ -95,7 +95,7 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
         j->compute_ns = 0;
         j->batch_rows = 0;
         if (atomic_load_explicit (&in->sh->abort, memory_order_relaxed)) {
-            s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
+            s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->desc.cfg.name);
             s_finish (in, j, woken);
             (*finished)++;
             continue;
@@ -115,22 +115,22 @@ static uint32_t s_take (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *fi
  * float32 near 1e38): a non-finite value is never returned as OK. */
 static void s_check_outputs (model_t *m, job_t *j)
 {
-    size_t n = (size_t) j->rows * m->output_size;
+    size_t n = (size_t) j->rows * m->desc.output_size;
     for (size_t i = 0; i < n; i++)
         if (!isfinite (j->outputs[i])) {
             j->status = SIG_INTERNAL;
             snprintf (j->error, sizeof j->error, "non-finite output: outputs[%zu] (row %zu, column %zu) of model \"%s\" "
-                      "is %s for finite features (float32 overflow); not returned", i, i / m->output_size,
-                      i % m->output_size, m->cfg.name, isnan (j->outputs[i]) ? "NaN" : "Inf");
+                      "is %s for finite features (float32 overflow); not returned", i, i / m->desc.output_size,
+                      i % m->desc.output_size, m->desc.cfg.name, isnan (j->outputs[i]) ? "NaN" : "Inf");
             return;
         }
 }
 
-/* inline_shared: the worker takes its instance's context from a front running a request on it
+/* INLINE_CLAIM_*: the worker takes its instance's context from a front running a request on it
  * (which holds it for at most one launch of at most inline_us), and gives it back. */
 static void s_claim (instance_t *in)
 {
-    if (!in->model->inline_shared)
+    if (!model_inline_claims (in->model))
         return;
     for (uint32_t free_ = 0; !atomic_compare_exchange_weak (&in->sh->claim, &free_, 1); free_ = 0)
         _mm_pause ();
@@ -138,7 +138,7 @@ static void s_claim (instance_t *in)
 
 static void s_unclaim (instance_t *in)
 {
-    if (in->model->inline_shared)
+    if (model_inline_claims (in->model))
         atomic_store_explicit (&in->sh->claim, 0, memory_order_release);
 }
 
@@ -148,13 +148,13 @@ static void s_mark_unavailable (instance_t *in, const char *why)
         return;
     snprintf (in->sh->state, sizeof in->sh->state, "%.127s", why);
     atomic_store (&in->sh->available, false);
-    log_error ("model %s instance %u marked unavailable: %s", in->model->cfg.name, in->index, why);
+    log_error ("model %s instance %u marked unavailable: %s", in->model->desc.cfg.name, in->index, why);
 }
 
 static void s_run (instance_t *in, uint32_t n, uint32_t rows)
 {
     model_t *m = in->model;
-    const size_t in_row = m->input_size, out_row = m->output_size;
+    const size_t in_row = m->desc.input_size, out_row = m->desc.output_size;
     const float *x;
     float *y;
     if (n == 1) {
@@ -174,7 +174,7 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
     uint64_t t0 = clock_now_ns ();
     if (!atomic_load_explicit (&in->sh->available, memory_order_relaxed)) {
         st = SIG_UNAVAILABLE;
-        snprintf (err, sizeof err, "model \"%s\" is unavailable on instance %u: %s", m->cfg.name, in->index, in->sh->state);
+        snprintf (err, sizeof err, "model \"%s\" is unavailable on instance %u: %s", m->desc.cfg.name, in->index, in->sh->state);
     } else {
         s_claim (in);
         t0 = clock_now_ns ();
@@ -206,7 +206,7 @@ static void s_run (instance_t *in, uint32_t n, uint32_t rows)
         atomic_fetch_add_explicit (&in->sh->served, n, memory_order_relaxed);
         model_observe_launch (m, rows, t1 - t0);
     }
-    if (m->cfg.keep_warm_us) {
+    if (m->desc.cfg.keep_warm_us) {
         job_t *last = in->taken[n - 1];
         memcpy (in->warm_in, last->features, in_row * sizeof (float));
         in->have_warm = true;
@@ -263,14 +263,14 @@ static sig_status_t s_through_box (void *arg, job_t *j, char *err, size_t errlen
 {
     instance_t *in = arg;
     const pbox_watch_t w = { .lost = &in->lost, .available = &in->sh->available, .busy_since = &in->sh->busy_since,
-                             .state = in->sh->state, .model = in->model->cfg.name, .instance = in->index,
-                             .watchdog_ms = in->model->cfg.watchdog_ms };
+                             .state = in->sh->state, .model = in->model->desc.cfg.name, .instance = in->index,
+                             .watchdog_ms = in->model->desc.cfg.watchdog_ms };
     return pbox_call (&in->sh->box, j->features, j->rows, j->outputs, &w, err, errlen);
 }
 
 bool worker_run_inline_on (instance_t *in, job_t *j)
 {
-    const bool box = in->impl == NULL;  /* the instance runs in a device process */
+    const bool box = in->model->inline_way == INLINE_CLAIM_MAILBOX;   /* the instance runs in a device process */
     if (box && !atomic_load_explicit (&in->sh->box_ready, memory_order_acquire))
         return false;
     uint32_t free_ = 0;
@@ -291,7 +291,7 @@ bool worker_run_inline_on (instance_t *in, job_t *j)
 static uint32_t s_gather_more (instance_t *in, uint32_t n, uint32_t *rows, uint32_t *finished, uint32_t *woken)
 {
     model_t *m = in->model;
-    uint64_t until = clock_now_ns () + (uint64_t) m->cfg.batch_delay_us * 1000;
+    uint64_t until = clock_now_ns () + (uint64_t) m->desc.cfg.batch_delay_us * 1000;
     while (*rows < m->batch_rows && clock_now_ns () < until) {
         uint32_t before = n;
         n = s_take (in, n, rows, finished, woken);
@@ -324,13 +324,13 @@ static bool s_step_expected (instance_t *in, job_t *j)
     j->status = SIG_BAD_REQUEST;
     if (held >= 0)
         snprintf (j->error, sizeof j->error, "step: stream %llu of model \"%s\" expects step %llu, got %llu (%s); it "
-                  "was not applied", (unsigned long long) j->stream_id, m->cfg.name, (unsigned long long) expected,
+                  "was not applied", (unsigned long long) j->stream_id, m->desc.cfg.name, (unsigned long long) expected,
                   (unsigned long long) j->step, j->step < expected ? "a step already applied: its reply may have "
                   "been lost" : "a step is missing before it");
     else
         snprintf (j->error, sizeof j->error, "step: model \"%s\" holds no stream %llu (a new stream, or one given up "
                   "after stream_idle_s = %u s without a step): it expects step 1, got %llu; it was not applied",
-                  m->cfg.name, (unsigned long long) j->stream_id, m->cfg.stream_idle_s, (unsigned long long) j->step);
+                  m->desc.cfg.name, (unsigned long long) j->stream_id, m->desc.cfg.stream_idle_s, (unsigned long long) j->step);
     return false;
 }
 
@@ -347,12 +347,12 @@ static void s_stream_step (instance_t *in, job_t *j)
     bool fresh = false;
     uint64_t t_step = 0;
     if (atomic_load_explicit (&in->sh->abort, memory_order_relaxed))
-        s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->cfg.name);
+        s_fail_job (j, SIG_UNAVAILABLE, "model \"%s\" is shutting down; the request was not run", m->desc.cfg.name);
     else if (s_past_deadline (j, now)) {
         /* answered in s_past_deadline */
     } else if (!atomic_load_explicit (&in->sh->available, memory_order_relaxed)) {
         j->status = SIG_UNAVAILABLE;
-        snprintf (j->error, sizeof j->error, "model \"%s\" is unavailable on instance %u: %.200s", m->cfg.name,
+        snprintf (j->error, sizeof j->error, "model \"%s\" is unavailable on instance %u: %.200s", m->desc.cfg.name,
                   in->index, in->sh->state);
     } else if (j->step && !s_step_expected (in, j)) {
         /* refused in s_step_expected: not applied, the stream unchanged */
@@ -360,8 +360,8 @@ static void s_stream_step (instance_t *in, job_t *j)
         j->status = SIG_OVERLOADED;
         snprintf (j->error, sizeof j->error, "stream_id %llu: model \"%s\" holds max_streams = %u streams (%u on this "
                   "instance) and none has been idle for stream_idle_s = %u s; a new stream is refused until one is",
-                  (unsigned long long) j->stream_id, m->cfg.name, m->cfg.max_streams,
-                  streams_active (in->streams), m->cfg.stream_idle_s);
+                  (unsigned long long) j->stream_id, m->desc.cfg.name, m->desc.cfg.max_streams,
+                  streams_active (in->streams), m->desc.cfg.stream_idle_s);
     } else {
         if (fresh)
             m->iface->stream_reset (in->impl, (uint32_t) slot);
@@ -411,7 +411,7 @@ static bool s_turn (instance_t *in, spin_t *spin)
     if (n + finished == 0)
         return false;
     spin_arrival (spin, clock_now_ns ());
-    if (n > 0 && m->cfg.batch_delay_us && rows < m->batch_rows)
+    if (n > 0 && m->desc.cfg.batch_delay_us && rows < m->batch_rows)
         n = s_gather_more (in, n, &rows, &finished, &woken);
     if (n > 0) {
         s_run (in, n, rows);
@@ -427,11 +427,11 @@ void *worker_main (void *arg)
     instance_t *in = arg;
     model_t *m = in->model;
     char role[16], err[256];
-    snprintf (role, sizeof role, "w%u-%.10s", in->index % 1000, m->cfg.name);
+    snprintf (role, sizeof role, "w%u-%.10s", in->index % 1000, m->desc.cfg.name);
     threads_set_role (role);
     if (in->cpu_count && threads_pin_set (in->cpus, in->cpu_count, err, sizeof err) != 0)
-        log_warn ("model %s instance %u: %s; running unpinned", m->cfg.name, in->index, err);
-    const uint64_t keep_warm_ns = (uint64_t) m->cfg.keep_warm_us * 1000;
+        log_warn ("model %s instance %u: %s; running unpinned", m->desc.cfg.name, in->index, err);
+    const uint64_t keep_warm_ns = (uint64_t) m->desc.cfg.keep_warm_us * 1000;
     uint64_t last_active = clock_now_ns ();
     for (;;) {
         if (s_turn (in, &in->spin)) {
