@@ -42,5 +42,14 @@ if [ -n "${BASE_BUILD:-}" ]; then
 fi
 # One compressed file to carry (the device tool carries 64 MiB in all; OpenBLAS alone is 36 MB):
 # on the host, `tar xzf .gpupack.tgz` before tools/gpu-run.sh.
-tar czf .gpupack.tgz .devlibs .gpubuild $( [ -d .gpubuild-base ] && echo .gpubuild-base ) $( [ -d .whl ] && echo .whl )
-du -sh .gpupack.tgz
+# PACK=xz: .gpupack.txz instead, about 2.5x smaller (the suites share most of their bytes; 15 suites and
+# the servers: 59 MB gzip, 23 MB xz), slower to make; on the host `tar xJf .gpupack.txz` (or Python's
+# tarfile where xz is missing).
+rm -f .gpupack.tgz .gpupack.txz
+if [ "${PACK:-gz}" = xz ]; then
+    XZ_OPT=${XZ_OPT:--6 -T2} tar cJf .gpupack.txz .devlibs .gpubuild $( [ -d .gpubuild-base ] && echo .gpubuild-base ) $( [ -d .whl ] && echo .whl )
+    du -sh .gpupack.txz
+else
+    tar czf .gpupack.tgz .devlibs .gpubuild $( [ -d .gpubuild-base ] && echo .gpubuild-base ) $( [ -d .whl ] && echo .whl )
+    du -sh .gpupack.tgz
+fi
