@@ -121,5 +121,6 @@ int streams_lookup (const streams_t *self, uint64_t id)
 
 uint64_t streams_steps (const streams_t *self, int slot) { return self->steps[slot]; }
 void streams_applied (streams_t *self, int slot) { self->steps[slot]++; }
+void streams_set_steps (streams_t *self, int slot, uint64_t steps) { self->steps[slot] = steps; }
 
 uint32_t streams_active (const streams_t *self) { return self->slots - self->free_count; }
