@@ -487,6 +487,20 @@ const char *model_instance_state (const model_t *m, uint32_t i)
 {
     return atomic_load (&m->instances[i].sh->available) ? "serving" : m->instances[i].sh->state;
 }
+bool model_stream_history (const model_t *m, uint64_t *rebuilds, uint64_t *evictions)
+{
+    *rebuilds = *evictions = 0;
+    bool kept = false;
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        const stream_history_t *h = m->instances[i].sh ? m->instances[i].sh->history : NULL;
+        if (h) {
+            kept = true;
+            *rebuilds += stream_history_rebuilds (h);
+            *evictions += stream_history_evictions (h);
+        }
+    }
+    return kept;
+}
 uint64_t model_instance_requests (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].sh->served); }
 int model_instance_device (const model_t *m, uint32_t i) { return m->instances[i].device; }
 

@@ -72,6 +72,9 @@ int stream_history_enter (stream_history_t *self, uint64_t id, uint64_t steps, u
     entry_t *e = s_entries (self);
     int take = -1, oldest = -1;
     uint64_t oldest_last = UINT64_MAX;
+    for (uint32_t i = 0; i < self->streams && take < 0; i++)    /* its own entry (left incomplete), if any */
+        if (atomic_load_explicit (&e[i].id, memory_order_relaxed) == id)
+            take = (int) i;
     for (uint32_t i = 0; i < self->streams && take < 0; i++) {
         const uint64_t last = atomic_load_explicit (&e[i].last, memory_order_relaxed);
         if (!atomic_load_explicit (&e[i].id, memory_order_relaxed) || now - last >= self->idle_ns)

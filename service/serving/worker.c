@@ -342,8 +342,10 @@ static bool s_step_expected (instance_t *in, job_t *j, uint64_t now, int *rebuil
         *rebuild = -1;
         return false;
     }
-    if (evicted)
+    if (evicted) {
         *rebuild = -1;      /* step 1: the client starts it again */
+        expected = 1;
+    }
     if (!j->step || j->step == expected)
         return true;
     j->status = SIG_BAD_REQUEST;
