@@ -330,7 +330,7 @@ failed:
 static int s_history_init (model_t *m, instance_t *in, char *err, size_t errlen)
 {
     const model_config_t *cfg = &m->desc.cfg;
-    if (!(m->desc.can & MODEL_CAN_STREAM) || m->where != &placement_devices)
+    if (!(m->desc.can & MODEL_CAN_STREAM) || !m->where->loses_workers)
         return 0;
     const uint32_t total = cfg->stream_history ? cfg->stream_history : cfg->max_streams;
     const uint32_t streams = (total + m->instance_count - 1) / m->instance_count;
