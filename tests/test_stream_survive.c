@@ -6,12 +6,15 @@
  *     shared region is replayed into the new process's slots), and the numbering goes on;
  *   - stream_history smaller than the streams: the least recently stepped is evicted; after a kill
  *     its next step is refused with the reason (never silently restarted), the others go on exactly,
- *     and the evicted one may start again at step 1.
+ *     and the evicted one may start again at step 1;
+ *   - a GRU stream across a kill, the same.
  * Values and counts are asserted, never times; waits are on the condition. */
 #define _GNU_SOURCE
 #include "device_processes_tests.h"
+#include "gru_weights.h"
 #include "lstm_reference.h"
 #include "rng.h"
+#include "tolerance_gru.h"
 
 #define LAYERS 2
 #define WINDOW 16
@@ -19,8 +22,8 @@
 #define HIDDEN 12
 #define OUTS 2
 
-static char s_lstm_path[4096];
-static weights_t *s_lstm;
+static char s_lstm_path[4096], s_gru_path[4096];
+static weights_t *s_lstm, *s_gru;
 static uint64_t s_seed = 4321;
 
 /* The LSTM's weights (random, written once) and the model's JSON with EXTRA keys. */
@@ -43,13 +46,35 @@ static const char *s_lstm_model (const char *extra)
     return s_models;
 }
 
+/* The GRU's model JSON (random weights, written once). */
+static const char *s_gru_model (void)
+{
+    if (!s_gru) {
+        char *dir = tu_tmpdir (), err[512];
+        snprintf (s_gru_path, sizeof s_gru_path, "%s/gru.safetensors", dir);
+        free (dir);
+        lstm_shape_t shape = { .layers = LAYERS, .step_size = STEP, .hidden = HIDDEN, .out = OUTS, .window = WINDOW,
+                               .head_act = ACTIVATION_SIGMOID };
+        model_config_t cfg;
+        s_gru = gru_random_weights (s_gru_path, &shape, 78, &cfg, err, sizeof err);
+        ck_assert_msg (s_gru != NULL, "%s", err);
+    }
+    snprintf (s_models, sizeof s_models,
+              "{ \"name\": \"gru\", \"type\": \"gru\", \"backend\": \"cpu\", \"weights\": \"%s\", \"gru\": \"gru.\", "
+              "\"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"sigmoid\" }, "
+              "\"instances\": 1, \"max_streams\": 4 }", s_gru_path, WINDOW);
+    return s_models;
+}
+
 /* One step of stream ID (numbered STEP_NO, 0: not numbered) over SOCK; its reply (free_unpacked by the caller). */
+static const char *s_name = "seq";     /* the model the steps go to: "seq" (LSTM) or "gru" */
+
 static Sigserve__V1__Reply *s_step (void *sock, const float *x, uint64_t id, uint64_t step_no, uint64_t request_id)
 {
     Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
     Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
     inf.request_id = request_id;
-    inf.model = "seq";
+    inf.model = (char *) s_name;
     inf.features = (float *) x;
     inf.n_features = STEP;
     inf.rows = 1;
@@ -82,7 +107,10 @@ static void s_step_ok (void *sock, const float *steps, uint64_t id, uint64_t t, 
                    (unsigned long long) id, (unsigned long long) t, r->infer->status, r->infer->error);
     ck_assert_uint_eq (r->infer->n_outputs, OUTS);
     double ref[OUTS], bound[OUTS];
-    ck_assert_int_eq (tol_lstm_stream (s_lstm->lstm, WEIGHT_DTYPE_F32, steps, t, ref, bound), 0);
+    if (s_gru && strcmp (s_name, "gru") == 0)
+        ck_assert_int_eq (tol_gru_stream (s_gru->rnn, steps, t, ref, bound), 0);
+    else
+        ck_assert_int_eq (tol_lstm_stream (s_lstm->lstm, WEIGHT_DTYPE_F32, steps, t, ref, bound), 0);
     TOL_ASSERT (r->infer->outputs, ref, bound, OUTS, OUTS, "stream %llu step %llu", (unsigned long long) id,
                 (unsigned long long) t);
     sigserve__v1__reply__free_unpacked (r, NULL);
@@ -184,14 +212,38 @@ START_TEST (a_stream_evicted_from_the_history_is_refused_after_a_kill)
 }
 END_TEST
 
+START_TEST (a_gru_stream_survives_a_kill)
+{
+    server_t s;
+    s_start (&s, s_gru_model (), true);
+    s_name = "gru";
+    void *sock = s_socket (&s);
+    enum { STEPS = 3 * WINDOW, KILL_AFTER = WINDOW + 3 };
+    static float x[STEPS * STEP];
+    for (size_t i = 0; i < STEPS * STEP; i++)
+        x[i] = rng_uniform (&s_seed, -1, 1);
+    for (uint64_t t = 1; t <= KILL_AFTER; t++)
+        s_step_ok (sock, x, 60, t, true);
+    s_kill_and_wait (&s, 0);
+    for (uint64_t t = KILL_AFTER + 1; t <= STEPS; t++)
+        s_step_ok (sock, x, 60, t, true);
+    ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"gru\"}"), 1);
+    s_name = "seq";
+    zmq_close (sock);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 int main (void)
 {
     Suite *suite = suite_create ("stream_survive");
     TCase *c = s_tcase ("cpu");
     tcase_add_test (c, an_lstm_stream_survives_a_kill);
     tcase_add_test (c, a_stream_evicted_from_the_history_is_refused_after_a_kill);
+    tcase_add_test (c, a_gru_stream_survives_a_kill);
     suite_add_tcase (suite, c);
     const int rc = s_main (suite);
     weights_destroy (&s_lstm);
+    weights_destroy (&s_gru);
     return rc;
 }
