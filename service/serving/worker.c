@@ -431,8 +431,10 @@ static void s_stream_step (instance_t *in, job_t *j)
         if (fresh) {
             m->iface->stream_reset (in->impl, (uint32_t) slot);
             in->history_entry[slot] = rebuild;
-            if (rebuild >= 0)
-                st = s_rebuild (in, (uint32_t) slot, rebuild, err, sizeof err);
+            if (rebuild >= 0 && (st = s_rebuild (in, (uint32_t) slot, rebuild, err, sizeof err)) != SIG_OK) {
+                streams_forget (in->streams, j->stream_id);     /* the history stays: a later step rebuilds it */
+                slot = -1;
+            }
         }
         if (st == SIG_OK)
             st = m->iface->stream_step (in->impl, (uint32_t) slot, j->features, j->outputs, err, sizeof err);
