@@ -1,7 +1,13 @@
 /* serving/streams.h: the LSTM streams one worker instance holds. A new id gets a fresh slot, the
  * same id its slot again; with every slot held by a stream active within idle_ns a new id is
  * refused, and once one has been idle that long its slot goes to the new id; removing streams
- * (backward-shift deletion) never loses another. Time is an argument, so nothing here sleeps. */
+ * (backward-shift deletion) never loses another. And serving/stream_history.h, what rebuilds a
+ * stream after its device process is lost: the last window - 1 steps replayed oldest first, the
+ * least recently stepped stream evicted
+ * (counted, named as evicted), an entry re-entered after an eviction not replayable until it holds
+ * a window again, idle streams' entries reused without counting. Time is an argument, so nothing
+ * here sleeps. */
+#include "serving/stream_history.h"
 #include "serving/streams.h"
 #include "rng.h"
 #include "testutil.h"
@@ -206,6 +212,83 @@ START_TEST (removals_keep_every_other_stream_findable)
 }
 END_TEST
 
+/* Step T of stream ID (step_size 2): { ID, T }. */
+static const float *s_x (uint64_t id, uint64_t t)
+{
+    static float x[2];
+    x[0] = (float) id;
+    x[1] = (float) t;
+    return x;
+}
+
+START_TEST (the_history_replays_the_last_window_and_evicts_the_oldest)
+{
+    enum { STREAMS = 2, WINDOW = 4, STEP = 2 };
+    void *mem = calloc (1, stream_history_bytes (STREAMS, WINDOW, STEP));
+    stream_history_t *h = stream_history_init (mem, STREAMS, WINDOW, STEP, 1000);
+    ck_assert_int_eq (stream_history_find (h, 5, 0), -1);
+    /* stream 5: 6 steps; the rebuild replays 3, 4, 5 (window - 1), oldest first */
+    const int e5 = stream_history_enter (h, 5, 0, 1);
+    for (uint64_t t = 1; t <= 6; t++)
+        stream_history_record (h, e5, s_x (5, t), t);
+    ck_assert_int_eq (stream_history_find (h, 5, 6), e5);
+    ck_assert_uint_eq (stream_history_steps (h, e5), 6);
+    ck_assert_int_eq (stream_history_replay_count (h, e5), WINDOW - 1);
+    for (uint32_t k = 0; k < WINDOW - 1; k++)
+        ck_assert_float_eq (stream_history_replay_step (h, e5, k)[1], (float) (4 + k));
+    /* fewer steps than a window: all of them */
+    const int e6 = stream_history_enter (h, 6, 0, 7);
+    stream_history_record (h, e6, s_x (6, 1), 7);
+    ck_assert_int_eq (stream_history_replay_count (h, e6), 1);
+    ck_assert_float_eq (stream_history_replay_step (h, e6, 0)[0], 6.0f);
+    /* a third stream evicts the least recently stepped (5), counted and named */
+    const int e7 = stream_history_enter (h, 7, 0, 8);
+    ck_assert_int_eq (e7, e5);
+    ck_assert_uint_eq (stream_history_evictions (h), 1);
+    ck_assert (stream_history_evicted (h, 5));
+    ck_assert (!stream_history_holds (h, e5, 5));
+    ck_assert_int_eq (stream_history_find (h, 5, 8), -1);
+    stream_history_record (h, e7, s_x (7, 1), 8);
+    /* 5 going on in its worker re-enters at step 7, evicting 6: not replayable until a window again */
+    const int again = stream_history_enter (h, 5, 6, 9);
+    ck_assert_int_eq (again, e6);
+    ck_assert (!stream_history_evicted (h, 5));
+    ck_assert (stream_history_evicted (h, 6));
+    stream_history_record (h, again, s_x (5, 7), 9);
+    ck_assert_int_eq (stream_history_replay_count (h, again), -1);
+    stream_history_record (h, again, s_x (5, 8), 10);
+    stream_history_record (h, again, s_x (5, 9), 11);
+    ck_assert_int_eq (stream_history_replay_count (h, again), WINDOW - 1);
+    ck_assert_float_eq (stream_history_replay_step (h, again, 0)[1], 7.0f);
+    /* idle for idle_ns: its entry is reused, not counted as an eviction; an idle stream is not found */
+    ck_assert_int_eq (stream_history_find (h, 7, 8 + 1000), -1);
+    ck_assert_int_eq (stream_history_enter (h, 8, 0, 8 + 1000), e7);
+    ck_assert_uint_eq (stream_history_evictions (h), 2);
+    ck_assert (!stream_history_evicted (h, 7));
+    free (mem);
+}
+END_TEST
+
+START_TEST (a_forgotten_stream_gives_its_slot_back)
+{
+    streams_t *s = streams_new (2, 1000);
+    bool fresh;
+    const int a = streams_slot (s, 11, 0, &fresh);
+    streams_applied (s, a);
+    streams_set_steps (s, a, 40);
+    ck_assert_uint_eq (streams_steps (s, a), 40);
+    streams_slot (s, 12, 0, &fresh);
+    streams_forget (s, 11);
+    ck_assert_int_eq (streams_lookup (s, 11), -1);
+    ck_assert_int_ge (streams_lookup (s, 12), 0);
+    ck_assert_uint_eq (streams_active (s), 1);
+    ck_assert_int_eq (streams_slot (s, 13, 0, &fresh), a);
+    ck_assert (fresh);
+    ck_assert_uint_eq (streams_steps (s, a), 0);
+    streams_destroy (&s);
+}
+END_TEST
+
 int main (void)
 {
     Suite *s = suite_create ("streams");
@@ -214,6 +297,8 @@ int main (void)
     tcase_add_test (tc, with_every_slot_active_a_new_id_is_refused);
     tcase_add_test (tc, a_stream_idle_for_idle_ns_gives_its_slot_to_a_new_id);
     tcase_add_test (tc, removals_keep_every_other_stream_findable);
+    tcase_add_test (tc, a_forgotten_stream_gives_its_slot_back);
+    tcase_add_test (tc, the_history_replays_the_last_window_and_evicts_the_oldest);
     suite_add_tcase (s, tc);
     return tu_run_suite (s);
 }

@@ -94,6 +94,7 @@ typedef struct {
     layer_config_t head;            /* recurrent: the linear head on the last hidden state */
     uint32_t max_streams;           /* recurrent: streams held at once */
     uint32_t stream_idle_s;         /* recurrent: a stream idle this long is forgotten */
+    uint32_t stream_history;        /* recurrent: streams whose last window is kept to rebuild them (0: max_streams) */
     bool advances_apart;            /* lstm, cuda: the advances in a second resident kernel (plan 4) */
     bool green_context;             /* cuda, persistent kernels: each in a green context of SMs of its own */
 } model_config_t;

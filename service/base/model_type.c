@@ -56,7 +56,9 @@ static const key_spec_t s_mlp_keys[] = {
     { .name = "max_streams", .type = KEY_U32, FIELD (model_config_t, max_streams),                             \
       .min = 1, .max = 1000000, .def = 1024 },                                                                  \
     { .name = "stream_idle_s", .type = KEY_U32, FIELD (model_config_t, stream_idle_s),                         \
-      .min = 1, .max = 86400, .def = 300 }
+      .min = 1, .max = 86400, .def = 300 },                                                                     \
+    { .name = "stream_history", .type = KEY_U32, FIELD (model_config_t, stream_history),                       \
+      .min = 0, .max = 1000000, .def = 0 }
 
 static const key_spec_t s_lstm_keys[] = {
     RECURRENT_KEYS ("lstm"),

@@ -202,6 +202,30 @@ static void s_instances (metrics_text_t *t, model_registry_t *models, const char
     }
 }
 
+/* The streams rebuilt after a lost device process and those evicted from the history first, for each
+ * model that keeps one (serving/stream_history.h). */
+static void s_stream_history (metrics_text_t *t, model_registry_t *models)
+{
+    char label[160];
+    const size_t n = models ? model_registry_count (models) : 0;
+    for (int family = 0; family < 2; family++) {
+        metrics_family (t, family ? "sigserve_stream_history_evictions_total" : "sigserve_stream_history_rebuilds_total",
+                        "counter", family ? "Streams evicted from the stream history while active (stream_history): "
+                                            "such a stream cannot be rebuilt if its device process is lost."
+                                          : "Streams rebuilt from the stream history in a device process that replaced "
+                                            "a lost one.");
+        for (size_t i = 0; i < n; i++) {
+            model_t *m = model_registry_at (models, i);
+            uint64_t rebuilds, evictions;
+            if (model_stream_history (m, &rebuilds, &evictions))
+                metrics_append (t, "%s{model=\"%s\"} %llu\n", family ? "sigserve_stream_history_evictions_total"
+                                                                     : "sigserve_stream_history_rebuilds_total",
+                                metrics_label (model_name (m), label, sizeof label),
+                                (unsigned long long) (family ? evictions : rebuilds));
+        }
+    }
+}
+
 /* The gauges of the models being served. Called with the server lock held. */
 
 void metrics_models (metrics_text_t *t, model_registry_t *models)
@@ -227,6 +251,7 @@ void metrics_models (metrics_text_t *t, model_registry_t *models)
     metrics_family (t, "sigserve_instance_requests_total", "counter",
                     "Requests the instance computed (starts again from 0 when a reload loads the model anew).");
     s_instances (t, models, "sigserve_instance_requests_total", true);
+    s_stream_history (t, models);
     bool degraded = false;
     for (size_t i = 0; i < n; i++) {
         model_t *m = model_registry_at (models, i);

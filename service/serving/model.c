@@ -202,10 +202,13 @@ int model_instance_buffers (model_t *m, instance_t *in, char *err, size_t errlen
         return -1;
     }
     if ((m->desc.can & MODEL_CAN_STREAM)
-        && !(in->streams = streams_new (backend_stream_slots (cfg), (uint64_t) cfg->stream_idle_s * 1000000000ull))) {
+        && (!(in->streams = streams_new (backend_stream_slots (cfg), (uint64_t) cfg->stream_idle_s * 1000000000ull))
+            || !(in->history_entry = malloc ((backend_stream_slots (cfg) + 1) * sizeof *in->history_entry)))) {
         sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u's streams", cfg->name, in->index);
         return -1;
     }
+    for (uint32_t s = 0; in->history_entry && s < backend_stream_slots (cfg); s++)
+        in->history_entry[s] = -1;
     return 0;
 }
 
@@ -321,6 +324,28 @@ failed:
     return NULL;
 }
 
+/* A type with streams whose instances run in device processes: IN's stream history (stream_history.h)
+ * beside its shared state, where it outlives a lost process: stream_history streams (0: max_streams)
+ * over the instances, each of window x step_size floats. Elsewhere nothing loses a worker's streams. */
+static int s_history_init (model_t *m, instance_t *in, char *err, size_t errlen)
+{
+    const model_config_t *cfg = &m->desc.cfg;
+    if (!(m->desc.can & MODEL_CAN_STREAM) || !m->where->loses_workers)
+        return 0;
+    const uint32_t total = cfg->stream_history ? cfg->stream_history : cfg->max_streams;
+    const uint32_t streams = (total + m->instance_count - 1) / m->instance_count;
+    const size_t bytes = stream_history_bytes (streams, m->desc.window, m->desc.step_size);
+    void *block = m->where->alloc (m, bytes);
+    if (!block) {
+        sig_set_error (err, errlen, "model \"%s\": the shared region is full (instance %u's stream history of %u "
+                       "streams, %.1f MiB: lower stream_history)", cfg->name, in->index, streams, bytes / 1048576.0);
+        return -1;
+    }
+    in->sh->history = stream_history_init (block, streams, m->desc.window, m->desc.step_size,
+                                           (uint64_t) cfg->stream_idle_s * 1000000000ull);
+    return 0;
+}
+
 int model_serve (model_t *m, char *err, size_t errlen)
 {
     model_config_t *cfg = &m->desc.cfg;
@@ -332,7 +357,7 @@ int model_serve (model_t *m, char *err, size_t errlen)
         return -1;
     for (uint32_t i = 0; i < m->instance_count; i++) {
         instance_t *in = &m->instances[i];
-        if (m->where->share (m, in, err, errlen) != 0)
+        if (m->where->share (m, in, err, errlen) != 0 || s_history_init (m, in, err, errlen) != 0)
             return -1;
         in->wake = &in->sh->wake;
     }
@@ -369,8 +394,11 @@ void model_destroy (model_t **self_p)
         instance_t *in = &m->instances[i];
         if (in->impl)
             m->iface->destroy (&in->impl);
+        if (in->sh && in->sh->history)
+            m->where->free (m, in->sh->history);
         if (in->sh)
             m->where->unshare (m, in);
+        free (in->history_entry);
         free (in->batch_in);
         free (in->batch_out);
         free (in->warm_in);
@@ -458,6 +486,20 @@ bool model_instance_available (const model_t *m, uint32_t i) { return atomic_loa
 const char *model_instance_state (const model_t *m, uint32_t i)
 {
     return atomic_load (&m->instances[i].sh->available) ? "serving" : m->instances[i].sh->state;
+}
+bool model_stream_history (const model_t *m, uint64_t *rebuilds, uint64_t *evictions)
+{
+    *rebuilds = *evictions = 0;
+    bool kept = false;
+    for (uint32_t i = 0; i < m->instance_count; i++) {
+        const stream_history_t *h = m->instances[i].sh ? m->instances[i].sh->history : NULL;
+        if (h) {
+            kept = true;
+            *rebuilds += stream_history_rebuilds (h);
+            *evictions += stream_history_evictions (h);
+        }
+    }
+    return kept;
 }
 uint64_t model_instance_requests (const model_t *m, uint32_t i) { return atomic_load (&m->instances[i].sh->served); }
 int model_instance_device (const model_t *m, uint32_t i) { return m->instances[i].device; }

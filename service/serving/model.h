@@ -117,6 +117,9 @@ typedef struct {
 } model_info_t;
 
 void model_describe (model_t *m, model_info_t *info);
+/* Whether M keeps its streams' history (a type with streams in device processes: stream_history.h);
+ * then, over its instances, the streams rebuilt after a loss and those evicted while active. */
+bool model_stream_history (const model_t *m, uint64_t *rebuilds, uint64_t *evictions);
 /* Instance I's state: available, "serving" or why not, requests computed, CUDA device (-1: CPU). The
  * state text is written once, before available drops, and read only after: never while written. */
 bool model_instance_available (const model_t *m, uint32_t i);

@@ -9,6 +9,7 @@
 #include "backends/persistent_box.h"
 #include "base/ring.h"
 #include "base/spin.h"
+#include "serving/stream_history.h"
 #include "serving/streams.h"
 #include "base/threads.h"
 
@@ -45,6 +46,9 @@ typedef struct {
     persistent_box_t box;
     _Atomic bool box_ready;
     char state[128];                    /* "serving" or why not (written once, before available drops) */
+    /* A type with streams in device processes: the last window of each stream's steps, in the region
+     * (stream_history.h), which outlives the device process; NULL elsewhere. */
+    stream_history_t *history;
 } instance_shared_t;
 
 typedef struct group_worker group_worker_t;
@@ -89,6 +93,7 @@ struct instance {
     bool have_warm;
     job_t **taken;                      /* the batch being computed: up to max_batch_rows jobs */
     streams_t *streams;                 /* types with streams: stream_id -> backend slot (else NULL) */
+    int32_t *history_entry;             /* [slots]: each slot's stream's entry in sh->history (-1: none yet) */
     /* the server's, for an instance in a device process: 1 once the process is lost (each front then
      * answers what its lane held: dispatch_reclaim, a bit each in reclaimed), 2 when all have, 0 serving */
     _Atomic int lost;

@@ -73,6 +73,8 @@ typedef struct {
 typedef struct {
     const char *name;                   /* "threads", "device processes" */
     const char *suffix;                 /* after each instance in the load's log line: "", " (device process)" */
+    bool loses_workers;                 /* its workers run in processes that may be lost and started again: a type
+                                           with streams keeps their history where it outlives them (stream_history.h) */
     /* model_plan: "auto" measured for CFG where it would load it, nothing kept. 0, or -1 with ERR. */
     int (*plan) (devices_t *devices, const model_config_t *cfg, model_plan_t *plan, char *err, size_t errlen);
     /* model_prepare: backend.h's prepare of CFG (model_preparer has something to do) on every device

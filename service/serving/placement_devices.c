@@ -399,6 +399,7 @@ static void s_release (model_t *m)
 const placement_t placement_devices = {
     .name = "device processes",
     .suffix = " (device process)",
+    .loses_workers = true,
     .plan = s_plan,
     .prepare = s_prepare,
     .load = s_load,

@@ -119,7 +119,17 @@ int streams_lookup (const streams_t *self, uint64_t id)
     return self->table[i].id == id ? (int) self->table[i].slot : -1;
 }
 
+void streams_forget (streams_t *self, uint64_t id)
+{
+    size_t i = s_home (self, id);
+    while (self->table[i].id && self->table[i].id != id)
+        i = (i + 1) & self->mask;
+    if (self->table[i].id == id)
+        s_remove (self, i);
+}
+
 uint64_t streams_steps (const streams_t *self, int slot) { return self->steps[slot]; }
 void streams_applied (streams_t *self, int slot) { self->steps[slot]++; }
+void streams_set_steps (streams_t *self, int slot, uint64_t steps) { self->steps[slot] = steps; }
 
 uint32_t streams_active (const streams_t *self) { return self->slots - self->free_count; }

@@ -22,6 +22,10 @@ int streams_lookup (const streams_t *self, uint64_t id);
  * counts one more. The numbering of steps (InferRequest.step) is checked against it. */
 uint64_t streams_steps (const streams_t *self, int slot);
 void streams_applied (streams_t *self, int slot);
+/* SLOT's stream rebuilt from its history (stream_history.h): STEPS applied already. */
+void streams_set_steps (streams_t *self, int slot, uint64_t steps);
+/* Stream ID's slot given back (a rebuild that failed: its next step must not find it half made). */
+void streams_forget (streams_t *self, uint64_t id);
 /* Streams holding a slot. */
 uint32_t streams_active (const streams_t *self);
 

@@ -310,19 +310,46 @@ static void s_keep_warm (instance_t *in)
         atomic_fetch_add_explicit (&in->sh->warm_runs, 1, memory_order_relaxed);
 }
 
-/* Whether J's step number is the one its stream expects next: 1 for a stream this instance does not
- * hold (new, or given up after stream_idle_s), else one past the steps applied to it. If not, J is
- * answered BAD_REQUEST naming the expected number (a duplicate or out-of-order step is never
- * applied: applying it would move the window twice or out of order). */
-static bool s_step_expected (instance_t *in, job_t *j)
+/* Whether J may be applied to its stream, and *REBUILD: the stream's entry in the history
+ * (stream_history.h) when this instance holds no slot for it but the history keeps it (its device
+ * process was lost: the slot it will get is rebuilt first), else -1. A numbered step must be the
+ * one its stream expects next: 1 for a stream neither the instance nor the history holds (new, or
+ * given up after stream_idle_s), else one past the steps applied to it; if not, J is answered
+ * BAD_REQUEST naming the expected number (a duplicate or out-of-order step is never applied: applying
+ * it would move the window twice or out of order). A stream evicted from the history and not held
+ * is refused too, numbered or not, unless it starts again at step 1: never silently restarted. */
+static bool s_step_expected (instance_t *in, job_t *j, uint64_t now, int *rebuild)
 {
     const model_t *m = in->model;
+    stream_history_t *h = in->sh->history;
     const int held = streams_lookup (in->streams, j->stream_id);
-    const uint64_t expected = held >= 0 ? streams_steps (in->streams, held) + 1 : 1;
-    if (j->step == expected)
+    *rebuild = -1;
+    uint64_t expected = 1;
+    bool evicted = false;
+    if (held >= 0)
+        expected = streams_steps (in->streams, held) + 1;
+    else if (h && (*rebuild = stream_history_find (h, j->stream_id, now)) >= 0) {
+        expected = stream_history_steps (h, *rebuild) + 1;
+        evicted = stream_history_replay_count (h, *rebuild) < 0;    /* re-entered after an eviction: not whole yet */
+    } else if (h)
+        evicted = stream_history_evicted (h, j->stream_id);
+    if (evicted && j->step != 1) {
+        j->status = SIG_BAD_REQUEST;
+        snprintf (j->error, sizeof j->error, "stream_id %llu: model \"%s\" cannot rebuild the stream: it was evicted "
+                  "from the stream history (stream_history = %u streams on instance %u, the least recently stepped "
+                  "evicted) and its instance has lost it since; the step was not applied: start the stream again at "
+                  "step 1", (unsigned long long) j->stream_id, m->desc.cfg.name, stream_history_streams (h), in->index);
+        *rebuild = -1;
+        return false;
+    }
+    if (evicted) {
+        *rebuild = -1;      /* step 1: the client starts it again */
+        expected = 1;
+    }
+    if (!j->step || j->step == expected)
         return true;
     j->status = SIG_BAD_REQUEST;
-    if (held >= 0)
+    if (held >= 0 || *rebuild >= 0)
         snprintf (j->error, sizeof j->error, "step: stream %llu of model \"%s\" expects step %llu, got %llu (%s); it "
                   "was not applied", (unsigned long long) j->stream_id, m->desc.cfg.name, (unsigned long long) expected,
                   (unsigned long long) j->step, j->step < expected ? "a step already applied: its reply may have "
@@ -331,7 +358,41 @@ static bool s_step_expected (instance_t *in, job_t *j)
         snprintf (j->error, sizeof j->error, "step: model \"%s\" holds no stream %llu (a new stream, or one given up "
                   "after stream_idle_s = %u s without a step): it expects step 1, got %llu; it was not applied",
                   m->desc.cfg.name, (unsigned long long) j->stream_id, m->desc.cfg.stream_idle_s, (unsigned long long) j->step);
+    *rebuild = -1;
     return false;
+}
+
+/* A fresh SLOT made what stream ENTRY of the history was: its last window - 1 steps replayed (their
+ * outputs dropped), its step count taken. The rare path after a loss: window - 1 steps, once. */
+static sig_status_t s_rebuild (instance_t *in, uint32_t slot, int entry, char *err, size_t errlen)
+{
+    model_t *m = in->model;
+    stream_history_t *h = in->sh->history;
+    const int n = stream_history_replay_count (h, entry);
+    for (int k = 0; k < n; k++) {
+        const sig_status_t st = m->iface->stream_step (in->impl, slot, stream_history_replay_step (h, entry, (uint32_t) k),
+                                                       in->batch_out, err, errlen);
+        if (st != SIG_OK)
+            return st;
+        m->iface->stream_advance (in->impl, slot);
+    }
+    streams_set_steps (in->streams, (int) slot, stream_history_steps (h, entry));
+    stream_history_rebuilt (h);
+    return SIG_OK;
+}
+
+/* J's step (applied to SLOT) kept in the history before its reply goes back (stream_history.h says
+ * why); the stream takes an entry when it has none (new, or evicted while it held its slot). */
+static void s_keep_step (instance_t *in, int slot, const job_t *j, uint64_t now)
+{
+    stream_history_t *h = in->sh->history;
+    if (!h)
+        return;
+    int e = in->history_entry[slot];
+    if (!stream_history_holds (h, e, j->stream_id)
+        && (e = in->history_entry[slot] = stream_history_enter (h, j->stream_id, streams_steps (in->streams, slot), now)) < 0)
+        return;
+    stream_history_record (h, e, j->features, now);
 }
 
 /* One step of a stream (an LSTM's, a GRU's): the critical path (one step per layer from the state the last
@@ -343,7 +404,7 @@ static void s_stream_step (instance_t *in, job_t *j)
     j->t_start = now;
     j->compute_ns = 0;
     j->batch_rows = 0;
-    int slot = -1;
+    int slot = -1, rebuild = -1;
     bool fresh = false;
     uint64_t t_step = 0;
     if (atomic_load_explicit (&in->sh->abort, memory_order_relaxed))
@@ -354,7 +415,7 @@ static void s_stream_step (instance_t *in, job_t *j)
         j->status = SIG_UNAVAILABLE;
         snprintf (j->error, sizeof j->error, "model \"%s\" is unavailable on instance %u: %.200s", m->desc.cfg.name,
                   in->index, in->sh->state);
-    } else if (j->step && !s_step_expected (in, j)) {
+    } else if (!s_step_expected (in, j, now, &rebuild)) {
         /* refused in s_step_expected: not applied, the stream unchanged */
     } else if ((slot = streams_slot (in->streams, j->stream_id, now, &fresh)) < 0) {
         j->status = SIG_OVERLOADED;
@@ -363,12 +424,20 @@ static void s_stream_step (instance_t *in, job_t *j)
                   (unsigned long long) j->stream_id, m->desc.cfg.name, m->desc.cfg.max_streams,
                   streams_active (in->streams), m->desc.cfg.stream_idle_s);
     } else {
-        if (fresh)
-            m->iface->stream_reset (in->impl, (uint32_t) slot);
         char err[JOB_ERROR_MAX];
+        sig_status_t st = SIG_OK;
         uint64_t t0 = t_step = clock_now_ns ();
         atomic_store_explicit (&in->sh->busy_since, t0, memory_order_relaxed);
-        sig_status_t st = m->iface->stream_step (in->impl, (uint32_t) slot, j->features, j->outputs, err, sizeof err);
+        if (fresh) {
+            m->iface->stream_reset (in->impl, (uint32_t) slot);
+            in->history_entry[slot] = rebuild;
+            if (rebuild >= 0 && (st = s_rebuild (in, (uint32_t) slot, rebuild, err, sizeof err)) != SIG_OK) {
+                streams_forget (in->streams, j->stream_id);     /* the history stays: a later step rebuilds it */
+                slot = -1;
+            }
+        }
+        if (st == SIG_OK)
+            st = m->iface->stream_step (in->impl, (uint32_t) slot, j->features, j->outputs, err, sizeof err);
         atomic_store_explicit (&in->sh->busy_since, 0, memory_order_relaxed);
         uint64_t t1 = clock_now_ns ();
         j->t_start = t0;
@@ -376,6 +445,7 @@ static void s_stream_step (instance_t *in, job_t *j)
         j->batch_rows = 1;
         j->status = st;
         if (st == SIG_OK) {
+            s_keep_step (in, slot, j, t1);
             streams_applied (in->streams, slot);
             s_check_outputs (m, j);
             atomic_fetch_add_explicit (&in->sh->served, 1, memory_order_relaxed);

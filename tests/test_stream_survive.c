@@ -1,0 +1,249 @@
+/* Streams survive a lost device process (issue 38 item 4), with sigserve-test and an LSTM on the CPU
+ * in a device process (--test-cpu-device-process; the fault route POST /debug/fault kills it):
+ *   - two streams (one numbered, one not; one on each instance), longer than the window, the
+ *     process killed mid-stream: after it is back, every step's output is within the error bound of
+ *     the float64 reference over the whole stream, as if nothing happened (the history kept in the
+ *     shared region is replayed into the new process's slots), and the numbering goes on;
+ *   - stream_history smaller than the streams: the least recently stepped is evicted; after a kill
+ *     its next step is refused with the reason (never silently restarted), the others go on exactly,
+ *     and the evicted one may start again at step 1;
+ *   - a GRU stream across a kill, the same.
+ * Values and counts are asserted, never times; waits are on the condition. */
+#define _GNU_SOURCE
+#include "device_processes_tests.h"
+#include "gru_weights.h"
+#include "lstm_reference.h"
+#include "rng.h"
+#include "tolerance_gru.h"
+
+#define LAYERS 2
+#define WINDOW 16
+#define STEP 8
+#define HIDDEN 12
+#define OUTS 2
+
+static char s_lstm_path[4096], s_gru_path[4096];
+static weights_t *s_lstm, *s_gru;
+static uint64_t s_seed = 4321;
+
+/* The LSTM's weights (random, written once) and the model's JSON with EXTRA keys. */
+static const char *s_lstm_model (const char *extra)
+{
+    if (!s_lstm) {
+        char *dir = tu_tmpdir (), err[512];
+        snprintf (s_lstm_path, sizeof s_lstm_path, "%s/seq.safetensors", dir);
+        free (dir);
+        lstm_shape_t shape = { .layers = LAYERS, .step_size = STEP, .hidden = HIDDEN, .out = OUTS, .window = WINDOW,
+                               .head_act = ACTIVATION_TANH };
+        model_config_t cfg;
+        s_lstm = lstm_random_weights (s_lstm_path, &shape, 77, &cfg, err, sizeof err);
+        ck_assert_msg (s_lstm != NULL, "%s", err);
+    }
+    snprintf (s_models, sizeof s_models,
+              "{ \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"weights\": \"%s\", \"lstm\": \"lstm.\", "
+              "\"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"tanh\" }, %s }",
+              s_lstm_path, WINDOW, extra);
+    return s_models;
+}
+
+/* The GRU's model JSON (random weights, written once). */
+static const char *s_gru_model (void)
+{
+    if (!s_gru) {
+        char *dir = tu_tmpdir (), err[512];
+        snprintf (s_gru_path, sizeof s_gru_path, "%s/gru.safetensors", dir);
+        free (dir);
+        lstm_shape_t shape = { .layers = LAYERS, .step_size = STEP, .hidden = HIDDEN, .out = OUTS, .window = WINDOW,
+                               .head_act = ACTIVATION_SIGMOID };
+        model_config_t cfg;
+        s_gru = gru_random_weights (s_gru_path, &shape, 78, &cfg, err, sizeof err);
+        ck_assert_msg (s_gru != NULL, "%s", err);
+    }
+    snprintf (s_models, sizeof s_models,
+              "{ \"name\": \"gru\", \"type\": \"gru\", \"backend\": \"cpu\", \"weights\": \"%s\", \"gru\": \"gru.\", "
+              "\"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"sigmoid\" }, "
+              "\"instances\": 1, \"max_streams\": 4 }", s_gru_path, WINDOW);
+    return s_models;
+}
+
+/* One step of stream ID (numbered STEP_NO, 0: not numbered) over SOCK; its reply (free_unpacked by the caller). */
+static const char *s_name = "seq";     /* the model the steps go to: "seq" (LSTM) or "gru" */
+
+static Sigserve__V1__Reply *s_step (void *sock, const float *x, uint64_t id, uint64_t step_no, uint64_t request_id)
+{
+    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
+    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
+    inf.request_id = request_id;
+    inf.model = (char *) s_name;
+    inf.features = (float *) x;
+    inf.n_features = STEP;
+    inf.rows = 1;
+    inf.stream_id = id;
+    inf.step = step_no;
+    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
+    req.infer = &inf;
+    static uint8_t buf[1 << 16];
+    const size_t len = sigserve__v1__request__pack (&req, buf);
+    ck_assert_int_eq (zmq_send (sock, "", 0, ZMQ_SNDMORE), 0);
+    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
+    int r = zmq_recv (sock, buf, sizeof buf, 0);
+    if (r == 0)     /* the empty delimiter */
+        r = zmq_recv (sock, buf, sizeof buf, 0);
+    ck_assert_int_gt (r, 0);
+    Sigserve__V1__Reply *rep = sigserve__v1__reply__unpack (NULL, (size_t) r, buf);
+    ck_assert_ptr_nonnull (rep);
+    ck_assert_ptr_nonnull (rep->infer);
+    ck_assert_uint_eq (rep->infer->request_id, request_id);
+    return rep;
+}
+
+/* Step T (1-based) of stream ID, whose steps are STEPS: OK, and within the bound of the float64
+ * reference over its first T steps. */
+static void s_step_ok (void *sock, const float *steps, uint64_t id, uint64_t t, bool numbered)
+{
+    static uint64_t request_id = 1;
+    Sigserve__V1__Reply *r = s_step (sock, steps + (size_t) (t - 1) * STEP, id, numbered ? t : 0, request_id++);
+    ck_assert_msg (r->infer->status == SIGSERVE__V1__STATUS__STATUS_OK, "stream %llu step %llu: %d %s",
+                   (unsigned long long) id, (unsigned long long) t, r->infer->status, r->infer->error);
+    ck_assert_uint_eq (r->infer->n_outputs, OUTS);
+    double ref[OUTS], bound[OUTS];
+    if (s_gru && strcmp (s_name, "gru") == 0)
+        ck_assert_int_eq (tol_gru_stream (s_gru->rnn, steps, t, ref, bound), 0);
+    else
+        ck_assert_int_eq (tol_lstm_stream (s_lstm->lstm, WEIGHT_DTYPE_F32, steps, t, ref, bound), 0);
+    TOL_ASSERT (r->infer->outputs, ref, bound, OUTS, OUTS, "stream %llu step %llu", (unsigned long long) id,
+                (unsigned long long) t);
+    sigserve__v1__reply__free_unpacked (r, NULL);
+}
+
+/* The CPU device process killed, and the model serving again in its successor. */
+static void s_kill_and_wait (server_t *s, double losses_before)
+{
+    const pid_t first = s_device_pid (s, "cpu (test)");
+    char body[512];
+    const int st = s_http (s->http_port, "POST", "/debug/fault?device=cpu&kind=kill", body, sizeof body);
+    ck_assert_msg (st == 200, "POST /debug/fault: %d %s", st, body);
+    for (int waited = 0; s_metric (s, "sigserve_device_losses_total{device=\"cpu\"}") < losses_before + 1; waited += 20) {
+        ck_assert_msg (waited < 60000, "the loss was not noticed (log: %s)", s->log);
+        usleep (20 * 1000);
+    }
+    ck_assert_msg (s_wait_serving (s, 60000), "the model did not come back (log: %s)", s->log);
+    ck_assert_int_ne (s_device_pid (s, "cpu (test)"), first);
+    ck_assert (s_gone (first));
+}
+
+static void *s_socket (server_t *s)
+{
+    void *sock = s_dealer (s, s->endpoint);
+    const int timeout = REPLY_WAIT_MS;
+    zmq_setsockopt (sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    return sock;
+}
+
+START_TEST (an_lstm_stream_survives_a_kill)
+{
+    /* ids 40 and 41: one on each instance (id % 2), both in the one CPU device process */
+    server_t s;
+    s_start (&s, s_lstm_model ("\"instances\": 2, \"max_streams\": 8"), true);
+    void *sock = s_socket (&s);
+    enum { STEPS = 3 * WINDOW, KILL_AFTER = WINDOW + WINDOW / 4 };
+    static float a[STEPS * STEP], b[STEPS * STEP];
+    for (size_t i = 0; i < STEPS * STEP; i++) {
+        a[i] = rng_uniform (&s_seed, -1, 1);
+        b[i] = rng_uniform (&s_seed, -1, 1);
+    }
+    for (uint64_t t = 1; t <= KILL_AFTER; t++) {
+        s_step_ok (sock, a, 40, t, true);
+        s_step_ok (sock, b, 41, t, false);
+    }
+    s_kill_and_wait (&s, 0);
+    /* every later step as in an undisturbed run: the state rebuilt from the last window - 1 steps */
+    for (uint64_t t = KILL_AFTER + 1; t <= STEPS; t++) {
+        s_step_ok (sock, a, 40, t, true);
+        s_step_ok (sock, b, 41, t, false);
+    }
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_losses_total{device=\"cpu\"}"), 1);
+    ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"seq\"}"), 2);
+    ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_evictions_total{model=\"seq\"}"), 0);
+    zmq_close (sock);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
+START_TEST (a_stream_evicted_from_the_history_is_refused_after_a_kill)
+{
+    /* one instance keeping 2 streams' history: of 50, 51, 52 (3 steps each, in that order), 50 is evicted */
+    server_t s;
+    s_start (&s, s_lstm_model ("\"instances\": 1, \"max_streams\": 8, \"stream_history\": 2"), true);
+    void *sock = s_socket (&s);
+    enum { STEPS = 6 };
+    static float x[3][STEPS * STEP];
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < STEPS * STEP; i++)
+            x[k][i] = rng_uniform (&s_seed, -1, 1);
+    for (int k = 0; k < 3; k++)
+        for (uint64_t t = 1; t <= 3; t++)
+            s_step_ok (sock, x[k], 50 + (uint64_t) k, t, true);
+    /* held by its worker, the evicted stream goes on as before the kill (re-entering the history, it
+     * evicts 51, now the least recently stepped) */
+    s_step_ok (sock, x[0], 50, 4, true);
+    ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_evictions_total{model=\"seq\"}"), 2);
+    s_kill_and_wait (&s, 0);
+    /* 50 re-entered the history at step 4 (evicting 51): it cannot be rebuilt; nor can 51; 52 can */
+    Sigserve__V1__Reply *r = s_step (sock, x[0] + 4 * STEP, 50, 5, 900);
+    ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert_str_eq (r->infer->error, "stream_id 50: model \"seq\" cannot rebuild the stream: it was evicted from the "
+                                       "stream history (stream_history = 2 streams on instance 0, the least recently "
+                                       "stepped evicted) and its instance has lost it since; the step was not applied: "
+                                       "start the stream again at step 1");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    r = s_step (sock, x[1] + 3 * STEP, 51, 0, 901);     /* not numbered: refused all the same */
+    ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_BAD_REQUEST);
+    ck_assert (strstr (r->infer->error, "stream_id 51: model \"seq\" cannot rebuild the stream: it was evicted"));
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    for (uint64_t t = 4; t <= STEPS; t++)
+        s_step_ok (sock, x[2], 52, t, true);
+    /* the refused ones start again at step 1: a new stream over the same steps */
+    for (uint64_t t = 1; t <= STEPS; t++)
+        s_step_ok (sock, x[0], 50, t, true);
+    ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"seq\"}"), 1);
+    zmq_close (sock);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
+START_TEST (a_gru_stream_survives_a_kill)
+{
+    server_t s;
+    s_start (&s, s_gru_model (), true);
+    s_name = "gru";
+    void *sock = s_socket (&s);
+    enum { STEPS = 3 * WINDOW, KILL_AFTER = WINDOW + 3 };
+    static float x[STEPS * STEP];
+    for (size_t i = 0; i < STEPS * STEP; i++)
+        x[i] = rng_uniform (&s_seed, -1, 1);
+    for (uint64_t t = 1; t <= KILL_AFTER; t++)
+        s_step_ok (sock, x, 60, t, true);
+    s_kill_and_wait (&s, 0);
+    for (uint64_t t = KILL_AFTER + 1; t <= STEPS; t++)
+        s_step_ok (sock, x, 60, t, true);
+    ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"gru\"}"), 1);
+    s_name = "seq";
+    zmq_close (sock);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
+int main (void)
+{
+    Suite *suite = suite_create ("stream_survive");
+    TCase *c = s_tcase ("cpu");
+    tcase_add_test (c, an_lstm_stream_survives_a_kill);
+    tcase_add_test (c, a_stream_evicted_from_the_history_is_refused_after_a_kill);
+    tcase_add_test (c, a_gru_stream_survives_a_kill);
+    suite_add_tcase (suite, c);
+    const int rc = s_main (suite);
+    weights_destroy (&s_lstm);
+    weights_destroy (&s_gru);
+    return rc;
+}
