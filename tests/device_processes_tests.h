@@ -258,6 +258,7 @@ typedef struct {
     /* results */
     uint32_t ok[2], unavailable[2], other;
     uint32_t unavailable_lost, unavailable_admission;
+    uint32_t unavailable_no_rerun;  /* of unavailable_lost: saying why it was not re-run on another instance */
     uint32_t ok_after_fault[2];
     char first_other[512];
 } load_t;
@@ -324,9 +325,10 @@ static inline void s_load (server_t *s, load_t *l)
             if (strstr (rep->error, "is unavailable on backend"))
                 l->unavailable_admission++;
             else if ((strstr (rep->error, "device process lost") && strstr (rep->error, "the request was not answered by it"))
-                     || strstr (rep->error, "is unavailable on instance") || strstr (rep->error, "launch failure"))
+                     || strstr (rep->error, "is unavailable on instance") || strstr (rep->error, "launch failure")) {
                 l->unavailable_lost++;
-            else
+                l->unavailable_no_rerun += strstr (rep->error, "re-run") != NULL;
+            } else
                 ck_abort_msg ("UNAVAILABLE with an unexpected message: %s", rep->error);
         } else {
             if (!l->other)
