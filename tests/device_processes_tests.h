@@ -312,6 +312,9 @@ static inline void s_load (server_t *s, load_t *l)
             l->ok[which]++;
             l->ok_after_fault[which] += faulted;
             ck_assert_uint_eq (rep->n_outputs, l->outputs ? l->outputs : 1);
+            /* what computed it: the model's backend (a re-run one included) */
+            ck_assert_msg (strcmp (rep->backend, "cpu") == 0 || strcmp (rep->backend, "cuda") == 0, "backend \"%s\"",
+                           rep->backend);
             if (l->check_outputs) {
                 double ref, bound;
                 ck_assert_int_eq (tol_mlp (s->tick, sent + rep->request_id * 512, 1, &ref, &bound), 0);
