@@ -479,6 +479,7 @@ int client_take_infer (sigclient_t *self, const infer_reply_t *rep, float *outpu
         result->compute_ns = rep->compute_ns;
         result->server_ns = rep->server_ns;
         s_copy_string (result->model_version, sizeof result->model_version, rep->model_version);
+        s_copy_string (result->backend, sizeof result->backend, rep->backend);
         s_copy_string (result->error, sizeof result->error, rep->error);
     }
     if (rep->status != SIGSERVE__V1__STATUS__STATUS_OK) {

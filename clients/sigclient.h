@@ -152,6 +152,7 @@ typedef struct {
     char model_version[64];
     char error[512];            /* the server's error text; "" when status is OK */
     uint32_t attempts;          /* sigclient_infer: requests sent for this answer (1 + retries used) */
+    char backend[32];           /* what computed it (InferReply.backend: "cpu", "cuda"); "" when none ran */
 } sigclient_result_t;
 
 typedef struct {

@@ -413,10 +413,11 @@ static void s_print_summary (double *round_trips, double *server_times, uint64_t
 static void s_print_timing (const sigclient_result_t *result, double round_trip_us)
 {
     fprintf (stderr, "request_id=%llu status=%s rows=%u queue_ns=%llu compute_ns=%llu server_ns=%llu "
-             "round_trip_us=%.1f model_version=%s",
+             "round_trip_us=%.1f model_version=%s backend=%s",
              (unsigned long long) result->request_id, sigclient_status_name (result->status), result->rows,
              (unsigned long long) result->queue_ns, (unsigned long long) result->compute_ns,
-             (unsigned long long) result->server_ns, round_trip_us, result->model_version);
+             (unsigned long long) result->server_ns, round_trip_us, result->model_version,
+             result->backend[0] ? result->backend : "-");
 }
 
 /* --stream: the features as steps of one stream, in order, one output line per step. The step

@@ -389,13 +389,15 @@ static int s_debug_fault (void *devices, const char *device, const char *kind, c
     uint32_t fault = strcmp (kind, "trap") == 0 ? DEV_FAULT_TRAP : strcmp (kind, "kill") == 0 ? DEV_FAULT_EXIT
                    : strcmp (kind, "hang") == 0 ? DEV_FAULT_HANG : 0;
     char *end = NULL;
-    long n = strcmp (device, "cpu") == 0 ? DEVICE_CPU_TEST : strtol (device, &end, 10);
+    long n = strcmp (device, "cpu") == 0    ? DEVICE_CPU_TEST
+             : strcmp (device, "cpu1") == 0 ? DEVICE_CPU_TEST_OTHER
+                                            : strtol (device, &end, 10);
     if (!d) {
         snprintf (out, outlen, "no device processes (server.gpu_processes false, or no GPU)");
         return 409;
     }
     if (!fault || (end && (*end || end == device))) {
-        snprintf (out, outlen, "expected device=N (or cpu) and kind=trap, kill or hang, got device=\"%s\" kind=\"%s\"", device,
+        snprintf (out, outlen, "expected device=N (or cpu, cpu1) and kind=trap, kill or hang, got device=\"%s\" kind=\"%s\"", device,
                   kind);
         return 400;
     }

@@ -258,6 +258,7 @@ typedef struct {
     /* results */
     uint32_t ok[2], unavailable[2], other;
     uint32_t unavailable_lost, unavailable_admission;
+    uint32_t unavailable_no_rerun;  /* of unavailable_lost: saying why it was not re-run on another instance */
     uint32_t ok_after_fault[2];
     char first_other[512];
 } load_t;
@@ -311,6 +312,9 @@ static inline void s_load (server_t *s, load_t *l)
             l->ok[which]++;
             l->ok_after_fault[which] += faulted;
             ck_assert_uint_eq (rep->n_outputs, l->outputs ? l->outputs : 1);
+            /* what computed it: the model's backend (a re-run one included) */
+            ck_assert_msg (strcmp (rep->backend, "cpu") == 0 || strcmp (rep->backend, "cuda") == 0, "backend \"%s\"",
+                           rep->backend);
             if (l->check_outputs) {
                 double ref, bound;
                 ck_assert_int_eq (tol_mlp (s->tick, sent + rep->request_id * 512, 1, &ref, &bound), 0);
@@ -324,9 +328,10 @@ static inline void s_load (server_t *s, load_t *l)
             if (strstr (rep->error, "is unavailable on backend"))
                 l->unavailable_admission++;
             else if ((strstr (rep->error, "device process lost") && strstr (rep->error, "the request was not answered by it"))
-                     || strstr (rep->error, "is unavailable on instance") || strstr (rep->error, "launch failure"))
+                     || strstr (rep->error, "is unavailable on instance") || strstr (rep->error, "launch failure")) {
                 l->unavailable_lost++;
-            else
+                l->unavailable_no_rerun += strstr (rep->error, "re-run") != NULL;
+            } else
                 ck_abort_msg ("UNAVAILABLE with an unexpected message: %s", rep->error);
         } else {
             if (!l->other)

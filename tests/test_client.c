@@ -27,6 +27,7 @@ static void s_expect_ok_result (const sigclient_result_t *r, uint64_t id, uint32
     ck_assert_int_eq (r->status, SIGCLIENT_OK);
     ck_assert_uint_eq (r->rows, rows);
     ck_assert_str_eq (r->model_version, version);
+    ck_assert_msg (strcmp (r->backend, "cpu") == 0 || strcmp (r->backend, "cuda") == 0, "backend \"%s\"", r->backend);
     ck_assert_str_eq (r->error, "");
     ck_assert_uint_gt (r->compute_ns, 0);
     ck_assert_uint_ge (r->server_ns, r->compute_ns);

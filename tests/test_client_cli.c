@@ -83,7 +83,7 @@ START_TEST (cli_infer_file_and_stdin_match_reference)
         ck_assert_msg (s_cli (args, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
         ck_assert_uint_eq (s_parse_outputs (out, &from_file[k], 1, &lines), 1);
         ck_assert_int_eq (lines, 1);
-        ck_assert_msg (strstr (err, "status=STATUS_OK") && strstr (err, "model_version=1"), "%s", err);
+        ck_assert_msg (strstr (err, "status=STATUS_OK") && strstr (err, "model_version=1 backend=cpu"), "%s", err);
         s_collect (&cf, s_fx.tick, in[k], 1, &from_file[k], 1);
 
         snprintf (args, sizeof args, "--endpoint %s --timeout 5000 infer --model tick_mlp --stdin", s_fx.endpoint[1]);

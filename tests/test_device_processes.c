@@ -52,6 +52,10 @@ START_TEST (killed_device_process_answers_every_request_once)
     ck_assert_uint_eq (l.ok[0] + l.unavailable[0], 3000);
     ck_assert_uint_eq (l.unavailable_lost + l.unavailable_admission, l.unavailable[0]);
     ck_assert_uint_gt (l.ok[0], 300);
+    /* both instances were in the lost process: nothing to re-run on, each such reply saying so */
+    ck_assert_double_eq (s_metric (&s, "sigserve_lost_requests_total{model=\"tick_mlp\",result=\"rerun\"}"), 0);
+    ck_assert_double_eq (s_metric (&s, "sigserve_lost_requests_total{model=\"tick_mlp\",result=\"unavailable\"}"),
+                         l.unavailable_no_rerun);
     ck_assert_msg (s_wait_serving (&s, 30000), "the model did not come back (log: %s)", s.log);
     const pid_t second = s_device_pid (&s, "cpu (test)");
     ck_assert_int_ne (second, first);

@@ -135,6 +135,9 @@ START_TEST (metrics_counts_exact_and_exposition_strict)
             ck_assert_double_eq (s_value (&e, "sigserve_shed_total", labels), 0);
         }
     ck_assert_uint_eq (s_count_samples (&e, "sigserve_inline_total"), 2);     /* the models, not _unknown */
+    /* a sample per model and result, 0 with no device process lost */
+    ck_assert_uint_eq (s_count_samples (&e, "sigserve_lost_requests_total"), 4);
+    ck_assert_double_eq (s_value (&e, "sigserve_lost_requests_total", "model=tick_mlp,result=rerun"), 0);
     ck_assert_double_ge (inlined, 1);
     ck_assert_double_eq (s_value (&e, "sigserve_ready", ""), 1);
     ck_assert_double_eq (s_value (&e, "sigserve_config_reloads_total", "result=ok"), 0);
@@ -158,7 +161,7 @@ START_TEST (metrics_counts_exact_and_exposition_strict)
         { "sigserve_reply_send_failures_total", "counter" }, { "sigserve_build_info", "gauge" },
         { "process_cpu_seconds_total", "counter" }, { "process_resident_memory_bytes", "gauge" },
         { "process_start_time_seconds", "gauge" }, { "sigserve_shed_total", "counter" },
-        { "sigserve_inline_total", "counter" },
+        { "sigserve_inline_total", "counter" }, { "sigserve_lost_requests_total", "counter" },
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         family_t *fam = s_family_find (&e, types[i][0]);

@@ -34,6 +34,7 @@ typedef struct {
     _Atomic uint64_t rows_sum;
     _Atomic uint64_t sheds[SHED_COUNT];
     _Atomic uint64_t inline_runs;
+    _Atomic uint64_t rerun[2];          /* requests a lost instance held: re-run elsewhere, answered UNAVAILABLE */
 } counts_t;
 
 /* Everything one writer counts: a front's, or (shard 0) every other thread's. */
@@ -124,6 +125,12 @@ void stats_count_shed (stats_t *self, int slot, stats_shed_t why)
 
 void stats_count_inline (stats_t *self, int slot) { s_bump (&s_mine (self)->slots[slot].inline_runs, 1); }
 
+void stats_count_rerun (stats_t *self, int slot, uint64_t rerun, uint64_t refused)
+{
+    s_bump (&s_mine (self)->slots[slot].rerun[0], rerun);
+    s_bump (&s_mine (self)->slots[slot].rerun[1], refused);
+}
+
 void stats_count_spin_sleep (stats_t *self, bool worker)
 {
     atomic_fetch_add_explicit (&self->spin_sleeps[worker], 1, memory_order_relaxed);
@@ -133,6 +140,11 @@ uint64_t stats_spin_sleeps (const stats_t *self, bool worker) { return s_get (&s
 
 uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why) { return S_SUM (self, slots[slot].sheds[why]); }
 uint64_t stats_inline (const stats_t *self, size_t slot) { return S_SUM (self, slots[slot].inline_runs); }
+uint64_t stats_reruns (const stats_t *self, size_t slot, bool rerun)
+{
+    const size_t k = rerun ? 0 : 1;
+    return S_SUM (self, slots[slot].rerun[k]);
+}
 
 void stats_count (stats_t *self, int slot, sig_status_t status)
 {

@@ -81,6 +81,9 @@ void stats_count_auth_failure (stats_t *self, stats_auth_failure_t why);
 void stats_count_shed (stats_t *self, int slot, stats_shed_t why);
 /* A request the front computed itself (server.inline_us) instead of handing it to a worker. */
 void stats_count_inline (stats_t *self, int slot);
+/* Of the requests a lost instance held (serving/dispatch.c): RERUN admitted again to another instance,
+ * REFUSED answered UNAVAILABLE because none could take them in time. Writer: the lane's front. */
+void stats_count_rerun (stats_t *self, int slot, uint64_t rerun, uint64_t refused);
 /* A serving thread that spun (base/spin.h) and then went to sleep: the front's, or a worker's (any
  * thread: an atomic add). */
 void stats_count_spin_sleep (stats_t *self, bool worker);
@@ -94,6 +97,8 @@ uint64_t stats_server (const stats_t *self, stats_server_t what);
 uint64_t stats_auth_failures (const stats_t *self, stats_auth_failure_t why);
 uint64_t stats_sheds (const stats_t *self, size_t slot, stats_shed_t why);
 uint64_t stats_inline (const stats_t *self, size_t slot);
+/* RERUN: the requests re-run after their instance was lost; else those answered UNAVAILABLE instead. */
+uint64_t stats_reruns (const stats_t *self, size_t slot, bool rerun);
 uint64_t stats_spin_sleeps (const stats_t *self, bool worker);
 uint64_t stats_reloads (const stats_t *self, bool ok);
 /* Upper bounds of the Prometheus buckets, in seconds (STATS_LE_COUNT of them) / in rows. */

@@ -119,6 +119,17 @@ void metrics_front (metrics_text_t *t, stats_t *stats)
         metrics_append (t, "sigserve_inline_total{model=\"%s\"} %llu\n",
                         metrics_label (stats_slot_name (stats, slot), label, sizeof label),
                         (unsigned long long) stats_inline (stats, slot));
+    metrics_family (t, "sigserve_lost_requests_total", "counter",
+                    "Requests held by an instance whose device process was lost: result rerun, admitted again to "
+                    "another instance of the model within max_queue_us and the request's deadline; result "
+                    "unavailable, answered UNAVAILABLE with the reason because none could take them.");
+    for (size_t slot = 1; slot < slots; slot++) {
+        metrics_label (stats_slot_name (stats, slot), label, sizeof label);
+        metrics_append (t, "sigserve_lost_requests_total{model=\"%s\",result=\"rerun\"} %llu\n", label,
+                        (unsigned long long) stats_reruns (stats, slot, true));
+        metrics_append (t, "sigserve_lost_requests_total{model=\"%s\",result=\"unavailable\"} %llu\n", label,
+                        (unsigned long long) stats_reruns (stats, slot, false));
+    }
 }
 
 void metrics_histograms (metrics_text_t *t, stats_t *stats)
@@ -177,10 +188,13 @@ uint32_t metrics_queued (model_t *m)
 
 /* One sample per instance of every model of MODELS: NAME{model,instance,device} with its
  * availability, or (REQUESTS) the requests it computed. */
-/* A device label: "cpu" (an instance on the CPU, or the test build's CPU device process), "cuda:N". */
+/* A device label: "cpu" (an instance on the CPU, or the test build's CPU device process; "cpu1" its
+ * second one), "cuda:N". */
 static const char *s_device_label (int device, char *buf, size_t len)
 {
-    if (device < 0)
+    if (device == DEVICE_CPU_TEST_OTHER)
+        snprintf (buf, len, "cpu1");
+    else if (device < 0)
         snprintf (buf, len, "cpu");
     else
         snprintf (buf, len, "cuda:%d", device);

@@ -230,7 +230,10 @@ int devices_process_main (int argc, char **argv)
     if (arena)
         box_source_set (s_arena_alloc, arena);
     char role[16];
-    snprintf (role, sizeof role, device == DEVICE_CPU_TEST ? "dev-cpu" : "dev%d", device);
+    if (device == DEVICE_CPU_TEST || device == DEVICE_CPU_TEST_OTHER)
+        snprintf (role, sizeof role, device == DEVICE_CPU_TEST ? "dev-cpu" : "dev-cpu1");
+    else
+        snprintf (role, sizeof role, "dev%d", device);
     threads_set_role (role);
     dev_request_t *rq = calloc (1, sizeof *rq);
     dev_reply_t *rp = calloc (1, sizeof *rp);

@@ -80,6 +80,8 @@ static const char *s_device_name (int device, char *buf, size_t len)
 {
     if (device == DEVICE_CPU_TEST)
         snprintf (buf, len, "cpu (test)");
+    else if (device == DEVICE_CPU_TEST_OTHER)
+        snprintf (buf, len, "cpu1 (test)");
     else
         snprintf (buf, len, "%d", device);
     return buf;

@@ -48,6 +48,7 @@ typedef struct {
 
 #define DEVICES_MAX 16
 #define DEVICE_CPU_TEST (-2)    /* test builds: a device process for CPU models (no GPU needed) */
+#define DEVICE_CPU_TEST_OTHER (-3)  /* test builds: a second one, for a CPU model's odd devices ("cpu1") */
 
 /* Starts the supervisor; device processes start on first use. EXE: the binary to start;
  * LOG_LEVEL/LOG_FORMAT: passed on. NULL with ERR. The caller owns them and passes them to whatever

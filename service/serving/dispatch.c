@@ -207,9 +207,53 @@ job_t *dispatch_next_done (model_t *m, uint32_t lane)
     return NULL;
 }
 
-/* IN's device process is gone: whatever it held of LANE and had not handed back is answered
- * UNAVAILABLE, through the lane's done ring (its front is its only producer now), and the lane's queue
- * is emptied. */
+/* Another instance of M that can run J, held by the lost instance LOST, in time: available, the
+ * least loaded, with an expected wait within max_queue_us (the admission rule, applied again) and,
+ * counting the time J has been held since it arrived, within J's deadline. NULL with WHY when none
+ * can. A stream's step is not re-run: its state lived in the lost instance. */
+static instance_t *s_rerun_target (model_t *m, const instance_t *lost, const job_t *j, uint64_t now, char *why,
+                                   size_t whylen)
+{
+    if (j->stream_id) {
+        snprintf (why, whylen, "a stream's state lives in its instance: not re-run");
+        return NULL;
+    }
+    instance_t *best = NULL;
+    uint64_t best_rows = UINT64_MAX;
+    for (uint32_t k = 0; k < m->instance_count; k++) {
+        instance_t *in = &m->instances[k];
+        if (in == lost || atomic_load (&in->lost) != 0 || !atomic_load (&in->sh->available))
+            continue;
+        const uint64_t rows = model_queued_rows (in);
+        if (rows < best_rows) {
+            best = in;
+            best_rows = rows;
+        }
+    }
+    if (!best) {
+        snprintf (why, whylen, "no other instance of the model is available to re-run it");
+        return NULL;
+    }
+    const uint64_t wait = model_expected_wait (m, best_rows);
+    const uint64_t held = now > j->t_recv ? now - j->t_recv : 0;
+    if (wait > m->max_queue_ns) {
+        snprintf (why, whylen, "not re-run: the expected wait on instance %u is %.3f us, over max_queue_us = %u", best->index,
+                  wait / 1e3, m->desc.cfg.max_queue_us);
+        return NULL;
+    }
+    if (j->deadline_us && held + wait > (uint64_t) j->deadline_us * 1000) {
+        snprintf (why, whylen, "not re-run: held %.3f us already, with an expected wait of %.3f us on instance %u it would "
+                  "pass its deadline of %u us", held / 1e3, wait / 1e3, best->index, j->deadline_us);
+        return NULL;
+    }
+    return best;
+}
+
+/* IN's device process is gone: whatever it held of LANE and had not handed back is admitted again
+ * to another instance of the model that can run it in time (s_rerun_target), else answered
+ * UNAVAILABLE with the reason, through the lane's done ring; the lane's queue on IN is emptied. The
+ * front is the only producer of its lane's rings now (the lost process pushes nothing), so both
+ * hand-offs are its own pushes. */
 static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
 {
     lane_rings_t *sh = &in->sh->lanes[lane];
@@ -218,16 +262,29 @@ static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
     size_t head = atomic_load (&sh->done.head), tail = atomic_load (&sh->done.tail);
     for (size_t k = head; k != tail; k++)
         ((job_t *) sh->done.items[k & sh->done.mask])->instance = -2;
-    uint32_t answered = 0;
+    uint32_t answered = 0, rerun = 0;
+    const uint64_t now = clock_now_ns ();
+    char why[200] = "";
     for (uint32_t i = 0; i < m->job_count; i++) {
         job_t *j = &m->lanes[lane].jobs[i];
         if (j->instance != mine)
             continue;
+        instance_t *to = s_rerun_target (m, in, j, now, why, sizeof why);
+        if (to) {   /* as dispatch_admit hands a job over: its rows first, then the ring, then the wake */
+            _Atomic uint64_t *admitted = &to->rows_admitted[lane];
+            atomic_store_explicit (admitted, atomic_load_explicit (admitted, memory_order_relaxed) + j->rows,
+                                   memory_order_relaxed);
+            j->instance = (int32_t) to->index;
+            ring_push (&to->sh->lanes[lane].requests, j);   /* cannot fail: the ring holds every job of the lane */
+            waker_wake (to->wake);
+            rerun++;
+            continue;
+        }
         j->status = SIG_UNAVAILABLE;
         j->compute_ns = 0;
         j->batch_rows = 0;
-        snprintf (j->error, sizeof j->error, "model \"%s\" instance %u: %s; the request was not answered by it",
-                  m->desc.cfg.name, in->index, in->sh->state);
+        snprintf (j->error, sizeof j->error, "model \"%s\" instance %u: %s; the request was not answered by it (%s)",
+                  m->desc.cfg.name, in->index, in->sh->state, why);
         j->instance = -2;
         ring_push (&sh->done, j);
         answered++;
@@ -236,9 +293,14 @@ static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
         ((job_t *) sh->done.items[k & sh->done.mask])->instance = mine;
     atomic_store (&sh->requests.head, atomic_load (&sh->requests.tail));
     atomic_store (&sh->rows_taken, atomic_load (&in->rows_admitted[lane]));
+    if (m->stats && (rerun || answered))
+        stats_count_rerun (m->stats, m->stats_slot, rerun, answered);
+    if (rerun)
+        log_warn ("model %s instance %u: %u request(s) held by its lost device process re-run on other instances",
+                  m->desc.cfg.name, in->index, rerun);
     if (answered)
-        log_warn ("model %s instance %u: %u request(s) held by its lost device process answered UNAVAILABLE",
-                  m->desc.cfg.name, in->index, answered);
+        log_warn ("model %s instance %u: %u request(s) held by its lost device process answered UNAVAILABLE (the last: %s)",
+                  m->desc.cfg.name, in->index, answered, why);
     /* the last lane to answer marks the instance answered (the supervisor waits for it: s_swept) */
     const uint32_t all = (1u << m->lane_count) - 1;
     if ((atomic_fetch_or (&in->reclaimed, 1u << lane) | 1u << lane) == all)

@@ -44,9 +44,12 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
 bool dispatch_has_done (model_t *m, uint32_t lane);
 /* LANE's next finished job of any instance, or NULL. */
 job_t *dispatch_next_done (model_t *m, uint32_t lane);
-/* When an instance's device process was lost (serving/devices.h): answers every job it held and
- * had not handed back on LANE UNAVAILABLE, as finished jobs (dispatch_next_done then returns them).
- * LANE's front; costs one atomic load when nothing was lost. */
+/* When an instance's device process was lost (serving/devices.h): every job it held and had not
+ * handed back on LANE is admitted again to another available instance of the model, when one can
+ * start it within max_queue_us and the job's deadline (counting the time since it arrived) and it
+ * is not a stream step; the rest are answered UNAVAILABLE with why, as finished jobs
+ * (dispatch_next_done then returns them). Counted (stats_count_rerun). LANE's front; costs one
+ * atomic load when nothing was lost. */
 void dispatch_reclaim (model_t *m, uint32_t lane);
 /* Back to its lane's pool, once its reply is sent. */
 void dispatch_job_return (model_t *m, job_t *j);

@@ -26,10 +26,14 @@ typedef struct {
 /* Whether CFG's backend (resolved: model_new measures "auto" first) runs on a GPU. */
 static bool s_gpu (const model_config_t *cfg) { return cfg->backend != BACKEND_CPU; }
 
-/* The device process instance I of CFG runs in (GPU: where its backend runs). */
+/* The device process instance I of CFG runs in (GPU: where its backend runs). A CPU model (test
+ * builds) runs in the CPU device process, or, with devices [0, 1], its instances alternate between
+ * two of them (devices.h: DEVICE_CPU_TEST_OTHER), so that one can be lost while the other serves. */
 static int s_device (const model_config_t *cfg, bool gpu, uint32_t i)
 {
-    return gpu ? cfg->devices[i % cfg->device_count] : DEVICE_CPU_TEST;
+    if (gpu)
+        return cfg->devices[i % cfg->device_count];
+    return cfg->device_count > 1 && cfg->devices[i % cfg->device_count] % 2 ? DEVICE_CPU_TEST_OTHER : DEVICE_CPU_TEST;
 }
 
 static uint64_t s_here (const model_config_t *cfg, bool gpu, int device)

@@ -307,7 +307,8 @@ def fields(line):
     return {k: v for k, v in (f.split("=", 1) for f in line.split() if "=" in f)}
 
 
-TIMING_KEYS = ["request_id", "status", "rows", "queue_ns", "compute_ns", "server_ns", "round_trip_us", "model_version"]
+TIMING_KEYS = ["request_id", "status", "rows", "queue_ns", "compute_ns", "server_ns", "round_trip_us", "model_version",
+               "backend"]
 
 # ---- fake servers and a fake resolver ----
 

@@ -49,6 +49,7 @@ class Test1Infer(ClientTest):
         self.assertEqual(r.error, "")
         self.assertEqual(r.rows, rows)
         self.assertEqual(r.model_version, version)
+        self.assertIn(r.backend, ("cpu", "cuda"))     # InferReply.backend: what computed it
         self.assertEqual(len(r.outputs), rows * outputs_per_row)
         self.assertEqual(r.output_size, outputs_per_row)
         self.assertGreater(r.compute_ns, 0)

@@ -61,6 +61,7 @@ class Test8Cli(unittest.TestCase):
         self.assertEqual(keys(line), TIMING_KEYS, line)
         f = fields(line)
         self.assertEqual((f["status"], f["rows"], f["model_version"]), ("STATUS_OK", str(rows), version))
+        self.assertIn(f["backend"], ("cpu", "cuda"))
         self.assertGreater(int(f["compute_ns"]), 0)
         self.assertGreaterEqual(int(f["server_ns"]), int(f["compute_ns"]))
         self.assertGreaterEqual(float(f["round_trip_us"]) * 1000 + 100, int(f["server_ns"]))   # one decimal of us

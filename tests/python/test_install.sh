@@ -155,7 +155,7 @@ else fail "sigclient-py models (exit $rc)" "$tmp/out" "$tmp/err"; fi
 
 cli infer --model tick_mlp --random 512; rc=$?
 if [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/out")" -eq 1 ] && grep -Eq '^-?[0-9][0-9.e+-]*$' "$tmp/out" &&
-   grep -Eq '^request_id=1 status=STATUS_OK rows=1 queue_ns=[0-9]+ compute_ns=[1-9][0-9]* server_ns=[1-9][0-9]* round_trip_us=[0-9]+\.[0-9] model_version=1$' "$tmp/err"; then
+   grep -Eq '^request_id=1 status=STATUS_OK rows=1 queue_ns=[0-9]+ compute_ns=[1-9][0-9]* server_ns=[1-9][0-9]* round_trip_us=[0-9]+\.[0-9] model_version=1 backend=cpu$' "$tmp/err"; then
     pass "sigclient-py infer --model tick_mlp --random 512: $(cat "$tmp/out")"
 else fail "sigclient-py infer --random 512 (exit $rc)" "$tmp/out" "$tmp/err"; fi
 

@@ -27,6 +27,7 @@ class InferResult:
     status: int = Status.STATUS_OK
     error: str = ""
     attempts: int = 1        # infer: requests sent for this answer (1 + retries used)
+    backend: str = ""        # what computed it (InferReply.backend: "cpu", "cuda"); "" when none ran
 
     @property
     def ok(self) -> bool:

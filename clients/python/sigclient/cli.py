@@ -398,7 +398,8 @@ def summary_fields(samples: Sequence[float]) -> str:
 def timing_line(result, round_trip_us: float) -> str:
     return (f"request_id={result.request_id} status={result.status_name} rows={result.rows} "
             f"queue_ns={result.queue_ns} compute_ns={result.compute_ns} server_ns={result.server_ns} "
-            f"round_trip_us={round_trip_us:.1f} model_version={result.model_version}")
+            f"round_trip_us={round_trip_us:.1f} model_version={result.model_version} "
+            f"backend={result.backend or '-'}")
 
 
 def print_summary(round_trips_us: Sequence[float], server_us: Sequence[float], warmup: int) -> None:

@@ -736,7 +736,7 @@ class SigClient:
         return InferResult(request_id=rep.request_id, outputs=list(rep.outputs), rows=rep.rows,
                            model_version=rep.model_version, queue_ns=rep.queue_ns, compute_ns=rep.compute_ns,
                            server_ns=rep.server_ns, round_trip_ns=now - sent_ns if sent_ns is not None else 0,
-                           status=_as_status(rep.status), error=rep.error)
+                           status=_as_status(rep.status), error=rep.error, backend=rep.backend)
 
 
 def _accepts_float(value) -> bool:
