@@ -92,8 +92,8 @@ static void s_take_ok_reply (server_t *s, void *sock, uint8_t *seen, const float
 }
 
 /* Deterministic: the process of instance 0 stopped (SIGSTOP) while a burst arrives, so the jobs
- * admitted to it stay queued there (the model's queue depth says how many); then killed. Every one
- * of those is re-run on instance 1: all answered once, OK and right, exactly that many counted. */
+ * admitted to it stay queued there (the model's queue depth bounds how many); then killed. Every one
+ * of those is re-run on instance 1: all answered once, OK and right, none UNAVAILABLE, each counted. */
 START_TEST (stopped_then_killed_process_reruns_every_job_it_held)
 {
     snprintf (s_models, sizeof s_models, "%s", s_model ("tick_mlp", SPREAD));
@@ -134,7 +134,10 @@ START_TEST (stopped_then_killed_process_reruns_every_job_it_held)
     }
     for (uint32_t i = 0; i < TOTAL; i++)
         ck_assert_msg (seen[i] == 1, "request %u never answered", i);
-    ck_assert_double_eq (s_metric (&s, "sigserve_lost_requests_total{model=\"tick_mlp\",result=\"rerun\"}"), held);
+    /* re-run: what instance 0 held. The queue depth read above counts instance 1's queue too
+     * (a loaded machine may read it before instance 1 has taken its share), so it bounds the count */
+    const double rerun = s_metric (&s, "sigserve_lost_requests_total{model=\"tick_mlp\",result=\"rerun\"}");
+    ck_assert_msg (rerun >= 1 && rerun <= held, "re-run %.0f of the %.0f queued", rerun, held);
     ck_assert_double_eq (s_metric (&s, "sigserve_lost_requests_total{model=\"tick_mlp\",result=\"unavailable\"}"), 0);
     ck_assert (s_log_has (&s, "re-run on other instances"));
     zmq_close (sock);
