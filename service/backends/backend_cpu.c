@@ -1,4 +1,5 @@
-/* CPU backend: fused dense layers (GEMV + bias + activation) on one core.
+/* CPU backend: fused dense layers (GEMV + bias + activation) on one core, or split over the cores an
+ * instance owns ("split": cpu_split.h, decided at load by measuring both).
  * Two kernels, chosen per model by "cpu_kernel":
  *   loop: hand-written (cpu_dense.h): the weights packed at load, K-major in groups of 64 outputs, in
  *         the model's weight_dtype (f32, f16, bf16 or int8), on the best instruction path this CPU
@@ -7,14 +8,22 @@
  *   blas: OpenBLAS sgemv (rows == 1) / sgemm (rows > 1) with one thread, then bias + activation
  *         (f32 weights only).
  * Everything is allocated at load; infer allocates nothing and takes no lock. */
+#define _GNU_SOURCE
 #include "backends/backend.h"
 #include "backends/cpu_dense.h"
 #include "backends/cpu_isa.h"
+#include "backends/cpu_split.h"
 #include "base/floats.h"
 #include "base/log.h"
+#include "base/threads.h"
+#include "clock.h"
+#include "latency.h"
+#include "rng.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +51,18 @@ struct backend_model {
     uint32_t input_size, output_size;
     uint32_t act_stride;        /* floats per row in the activation buffers (widest, padded) */
     float *act[2];              /* ping-pong activations: max_rows x act_stride, padding finite */
-    uint8_t *q;                 /* int8: quantized activations, max_rows x q_stride bytes */
+    /* int8: each part's (a split's cores each quantize a layer's inputs for themselves; part 0 the
+     * caller's) quantized activations (max_rows x q_stride bytes) and per-row scales and zero points
+     * (q_rows apart: max_rows padded to a line), part p's at p times those */
+    uint8_t *q;
     uint32_t q_stride;          /* the widest layer's inputs rounded up to CPU_DENSE_KPAD_INT8 */
-    float *q_scale;             /* int8: per row */
+    float *q_scale;
     int32_t *q_zero;
-    float *partial;             /* rows > 1: max_rows x act_stride partial sums (fp32 or int32) */
+    uint32_t q_rows;
+    float *partial;             /* rows > 1: max_rows x act_stride partial sums (fp32 or int32); each part its outputs' */
+    cpu_split_t *split;         /* NULL: one core */
+    uint64_t split_mask;        /* the layers split (a bit each) */
+    char split_text[224];       /* what the split decided, "" where none was asked */
 };
 
 static size_t s_pad (size_t n) { return (n + VEC - 1) / VEC * VEC; }
@@ -78,6 +94,7 @@ static void s_cpu_destroy (backend_model_t **m_p)
             free (m->layers[i].weight);
             free (m->layers[i].bias);
         }
+        cpu_split_destroy (&m->split);      /* its helpers first: they read everything below */
         for (size_t i = 0; m->dense && i < m->layer_count; i++)
             cpu_dense_free (&m->dense[i]);
         free (m->layers);
@@ -124,6 +141,24 @@ static void s_warn_generic_openblas (void)
                   __builtin_cpu_supports ("avx512f") ? "SkylakeX" : "Haswell");
 }
 
+/* int8's scratch for PARTS parts (cpu_dense.h's quantize writes it): 0, or -1 out of memory. */
+static int s_int8_scratch (backend_model_t *m, uint32_t parts)
+{
+    free (m->q);
+    free (m->q_scale);
+    free (m->q_zero);
+    m->q_rows = (uint32_t) s_pad (m->max_rows);
+    const size_t q_bytes = (size_t) parts * m->max_rows * m->q_stride;
+    m->q = aligned_alloc (64, q_bytes);
+    m->q_scale = floats_zeroed ((size_t) parts * m->q_rows);
+    m->q_zero = aligned_alloc (64, (size_t) parts * m->q_rows * sizeof *m->q_zero);
+    if (m->q)
+        memset (m->q, 0, q_bytes);
+    if (m->q_zero)
+        memset (m->q_zero, 0, (size_t) parts * m->q_rows * sizeof *m->q_zero);
+    return m->q && m->q_scale && m->q_zero ? 0 : -1;
+}
+
 /* The loop kernel's layers in the model's dtype, on the path cpu_isa picks. */
 static int s_load_dense (backend_model_t *m, const weights_t *w, const model_config_t *cfg, char *err, size_t errlen)
 {
@@ -153,14 +188,10 @@ static int s_load_dense (backend_model_t *m, const weights_t *w, const model_con
     m->partial = m->max_rows > 1 ? floats_zeroed (cells) : NULL;
     if (m->dtype == WEIGHT_DTYPE_INT8) {
         m->q_stride = (w->widest + CPU_DENSE_KPAD_INT8 - 1) / CPU_DENSE_KPAD_INT8 * CPU_DENSE_KPAD_INT8;
-        m->q = aligned_alloc (64, (size_t) m->max_rows * m->q_stride);
-        m->q_scale = floats_zeroed (m->max_rows);
-        m->q_zero = calloc (m->max_rows, sizeof *m->q_zero);
-        if (m->q)
-            memset (m->q, 0, (size_t) m->max_rows * m->q_stride);
+        if (s_int8_scratch (m, 1) != 0)
+            return -1;
     }
-    return (m->max_rows > 1 && !m->partial) || (m->dtype == WEIGHT_DTYPE_INT8 && (!m->q || !m->q_scale || !m->q_zero))
-           ? -1 : 0;
+    return m->max_rows > 1 && !m->partial ? -1 : 0;
 }
 
 static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
@@ -221,6 +252,30 @@ oom:
     return NULL;
 }
 
+/* Part PART of PARTS (cpu_split.h; 0 of 1: the whole layer) of loop layer I: its share of the blocks of
+ * 16 outputs, contiguous, from its own int8 scratch. Layer i reads act[i & 1] and writes the other:
+ * every layer writes out_pad floats a row (its padding: act (0), finite), which the next reads as its
+ * in_pad (the same count). */
+static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32_t parts)
+{
+    backend_model_t *m = ctx;
+    const cpu_dense_t *L = &m->dense[i];
+    const uint32_t blocks = L->out_pad / CPU_DENSE_BLOCK;
+    const uint32_t b0 = blocks * part / parts, b1 = blocks * (part + 1) / parts;
+    if (b0 == b1)
+        return;
+    const cpu_dense_ops_t *ops = rows >= CPU_AMX_MIN_ROWS && m->batch_ops ? m->batch_ops : m->ops;
+    const size_t q_at = (size_t) part * m->max_rows * m->q_stride, s_at = (size_t) part * m->q_rows;
+    const cpu_dense_io_t io = { .rows = rows, .o_begin = b0 * CPU_DENSE_BLOCK, .o_end = b1 * CPU_DENSE_BLOCK,
+                                .x = m->act[i & 1], .x_stride = m->act_stride, .y = m->act[(i & 1) ^ 1],
+                                .y_stride = m->act_stride, .q = m->q ? m->q + q_at : NULL, .q_stride = m->q_stride,
+                                .q_scale = m->q_scale ? m->q_scale + s_at : NULL,
+                                .q_zero = m->q_zero ? m->q_zero + s_at : NULL, .partial = m->partial };
+    if (L->dtype == WEIGHT_DTYPE_INT8)
+        ops->quantize (io.x, io.x_stride, rows, L->in, L->in_pad, io.q, io.q_stride, io.q_scale, io.q_zero);
+    ops->dense[L->dtype] (L, &io);
+}
+
 static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t rows, float *out,
                                  char *err, size_t errlen)
 {
@@ -235,28 +290,197 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
         memcpy (row, in + (size_t) r * m->input_size, m->input_size * sizeof (float));
         memset (row + m->input_size, 0, (in_pad - m->input_size) * sizeof (float));
     }
-    int cur = 0;
-    for (size_t i = 0; i < m->layer_count; i++) {
-        float *x = m->act[cur], *y = m->act[cur ^ 1];
-        if (m->kernel == CPU_KERNEL_BLAS)
-            s_dense_blas (&m->layers[i], x, stride, y, stride, rows);
-        else {
-            /* every layer writes out_pad floats a row (its padding: act (0), finite), which the next
-             * reads as its in_pad: the same count */
-            const cpu_dense_t *L = &m->dense[i];
-            const cpu_dense_ops_t *ops = rows >= CPU_AMX_MIN_ROWS && m->batch_ops ? m->batch_ops : m->ops;
-            const cpu_dense_io_t io = { .rows = rows, .x = x, .x_stride = stride, .y = y, .y_stride = stride,
-                                        .q = m->q, .q_stride = m->q_stride, .q_scale = m->q_scale, .q_zero = m->q_zero,
-                                        .partial = m->partial };
-            if (L->dtype == WEIGHT_DTYPE_INT8)
-                ops->quantize (x, stride, rows, L->in, L->in_pad, m->q, m->q_stride, m->q_scale, m->q_zero);
-            ops->dense[L->dtype] (L, &io);
-        }
-        cur ^= 1;
-    }
+    if (m->kernel == CPU_KERNEL_BLAS)
+        for (size_t i = 0; i < m->layer_count; i++)
+            s_dense_blas (&m->layers[i], m->act[i & 1], stride, m->act[(i & 1) ^ 1], stride, rows);
+    else if (m->split)
+        cpu_split_run (m->split, m->split_mask, rows);
+    else
+        for (uint32_t i = 0; i < m->layer_count; i++)
+            s_layer (m, i, rows, 0, 1);
+    const float *last = m->act[m->layer_count & 1];
     for (uint32_t r = 0; r < rows; r++)
-        memcpy (out + (size_t) r * m->output_size, m->act[cur] + (size_t) r * stride, m->output_size * sizeof (float));
+        memcpy (out + (size_t) r * m->output_size, last + (size_t) r * stride, m->output_size * sizeof (float));
     return SIG_OK;
+}
+
+/* ---------------------------------------------------------------- the split (cpu_split.h) */
+
+#define SPLIT_ROUNDS 2000           /* calls of each plan, interleaved call by call ... */
+#define SPLIT_MIN_ROUNDS 20     /* (after as many unmeasured) */
+#define SPLIT_BUDGET_NS 250000000ull    /* ... within this long (a large model gets fewer) */
+#define SPLIT_GAIN 0.95             /* auto splits where its p50 is under this much of one core's */
+#define SPLIT_POOL 16               /* distinct random inputs */
+
+/* The layers worth splitting under "on": two or more blocks of 16 outputs (a share for two cores). */
+static uint64_t s_splittable (const backend_model_t *m)
+{
+    uint64_t mask = 0;
+    for (uint32_t i = 0; i < m->layer_count && i < 64; i++)
+        if (m->dense[i].out_pad / CPU_DENSE_BLOCK >= 2)
+            mask |= 1ull << i;
+    return mask;
+}
+
+/* "auto"'s plans: no split, and for each size of the splittable layers' weights, every one at least
+ * that large split (the largest first: where the bytes a core saves are most). */
+static size_t s_plans (const backend_model_t *m, bool all, uint64_t *plans)
+{
+    const uint64_t able = s_splittable (m);
+    size_t n = 0;
+    plans[n++] = 0;
+    if (all) {
+        plans[n++] = able;
+        return n;
+    }
+    for (uint32_t t = 0; t < m->layer_count && t < 64; t++) {
+        if (!(able >> t & 1))
+            continue;
+        uint64_t mask = 0;
+        for (uint32_t i = 0; i < m->layer_count && i < 64; i++)
+            if (able >> i & 1 && m->dense[i].weight_bytes >= m->dense[t].weight_bytes)
+                mask |= 1ull << i;
+        bool seen = false;
+        for (size_t k = 0; k < n; k++)
+            seen |= plans[k] == mask;
+        if (!seen)
+            plans[n++] = mask;
+    }
+    return n;
+}
+
+/* Times every plan at rows 1 call by call in turn (so each sees the same machine), on random inputs,
+ * from the calling thread; their p50s in P50 (us). 0, or -1 out of memory. */
+static int s_measure (backend_model_t *m, const uint64_t *plans, size_t n, uint64_t budget_ns, double *p50)
+{
+    float *in = malloc ((size_t) SPLIT_POOL * m->input_size * sizeof (float));
+    float *out = malloc (m->output_size * sizeof (float));
+    double *samples = malloc ((size_t) n * SPLIT_ROUNDS * sizeof (double));
+    if (!in || !out || !samples) {
+        free (in);
+        free (out);
+        free (samples);
+        return -1;
+    }
+    uint64_t seed = 0x5b117;
+    for (size_t i = 0; i < (size_t) SPLIT_POOL * m->input_size; i++)
+        in[i] = rng_uniform (&seed, -1.0f, 1.0f);
+    char err[64];
+    const uint64_t t_end = clock_now_ns () + budget_ns;
+    uint32_t rounds = 0;
+    for (int r = -SPLIT_MIN_ROUNDS; r < SPLIT_ROUNDS; r++) {
+        if (r >= SPLIT_MIN_ROUNDS && clock_now_ns () > t_end)
+            break;
+        for (size_t k = 0; k < n; k++) {
+            m->split_mask = plans[k];
+            const uint64_t t0 = clock_now_ns ();
+            s_cpu_infer (m, in + (size_t) ((unsigned) r % SPLIT_POOL) * m->input_size, 1, out, err, sizeof err);
+            if (r >= 0)
+                samples[k * SPLIT_ROUNDS + (size_t) r] = (double) (clock_now_ns () - t0) / 1e3;
+        }
+        rounds = r >= 0 ? (uint32_t) r + 1 : 0;
+    }
+    for (size_t k = 0; k < n; k++) {
+        latency_summary_t sum;
+        latency_summarize (samples + k * SPLIT_ROUNDS, rounds, &sum);
+        p50[k] = sum.p50;
+    }
+    free (in);
+    free (out);
+    free (samples);
+    return 0;
+}
+
+/* "layers 0, 1" of MASK. */
+static const char *s_layers_text (uint64_t mask, char *buf, size_t len)
+{
+    size_t used = (size_t) snprintf (buf, len, "layer%s", __builtin_popcountll (mask) > 1 ? "s" : "");
+    for (int i = 0, first = 1; i < 64 && used < len; i++)
+        if (mask >> i & 1) {
+            used += (size_t) snprintf (buf + used, len - used, "%s%d", first ? " " : ", ", i);
+            first = 0;
+        }
+    return buf;
+}
+
+/* The split's outcome when it never ran: WHY, logged. -1 (with ERR) under "on", else 0 (one core). */
+static int s_split_off (backend_model_t *m, const model_config_t *cfg, const char *why, char *err, size_t errlen)
+{
+    cpu_split_destroy (&m->split);
+    m->split_mask = 0;
+    snprintf (m->split_text, sizeof m->split_text, "one core: %s", why);
+    if (cfg->split == CPU_SPLIT_ON) {
+        snprintf (err, errlen, "model \"%s\": split \"on\": %s", cfg->name, why);
+        return -1;
+    }
+    log_warn ("model %s: split \"auto\": %s; on one core", cfg->name, why);
+    return 0;
+}
+
+static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const model_config_t *cfg, char *err,
+                        size_t errlen)
+{
+    char why[160], list[64] = "", layers[96];
+    if (cfg->split == CPU_SPLIT_OFF || count < 2)
+        return 0;
+    if (m->kernel != CPU_KERNEL_LOOP)
+        return s_split_off (m, cfg, "cpu_kernel \"blas\" runs on one core", err, errlen);
+    if (count > CPU_SPLIT_MAX_PARTS) {
+        log_info ("model %s: split over the first %d of the %zu cpus an instance", cfg->name, CPU_SPLIT_MAX_PARTS, count);
+        count = CPU_SPLIT_MAX_PARTS;
+    }
+    for (size_t i = 0, used = 0; i < count && used < sizeof list; i++)
+        used += (size_t) snprintf (list + used, sizeof list - used, "%s%d", i ? "," : "", cpus[i]);
+    if (cfg->split_spin_ns == 0)
+        return s_split_off (m, cfg, "server.spin_us is 0: a helper would sleep between calls", err, errlen);
+    if (!s_splittable (m))
+        return s_split_off (m, cfg, "no layer has two blocks of 16 outputs to share", err, errlen);
+    if (m->dtype == WEIGHT_DTYPE_INT8 && s_int8_scratch (m, (uint32_t) count) != 0)
+        return s_split_off (m, cfg, "out of memory for its scratch", err, errlen);
+    if (!(m->split = cpu_split_new (cpus, count, (uint32_t) m->layer_count, s_layer, m, cfg->split_spin_ns, cfg->name,
+                                    why, sizeof why)))
+        return s_split_off (m, cfg, why, err, errlen);
+    /* measured from the leader's core: the calling thread's own affinity back afterwards */
+    cpu_set_t mine;
+    const bool had = pthread_getaffinity_np (pthread_self (), sizeof mine, &mine) == 0;
+    if (threads_pin (cpus[0], why, sizeof why) != 0)
+        return s_split_off (m, cfg, why, err, errlen);
+    uint64_t plans[65];
+    double p50[65];
+    const size_t n = s_plans (m, cfg->split == CPU_SPLIT_ON, plans);
+    /* "on" only reports (a tenth of the time) */
+    const int rc = s_measure (m, plans, n, cfg->split == CPU_SPLIT_ON ? SPLIT_BUDGET_NS / 10 : SPLIT_BUDGET_NS, p50);
+    if (had)
+        pthread_setaffinity_np (pthread_self (), sizeof mine, &mine);
+    if (rc != 0)
+        return s_split_off (m, cfg, "out of memory measuring it", err, errlen);
+    size_t best = n > 1 ? 1 : 0;
+    for (size_t k = 2; k < n; k++)
+        if (p50[k] < p50[best])
+            best = k;
+    const bool split = cfg->split == CPU_SPLIT_ON || p50[best] < SPLIT_GAIN * p50[0];
+    m->split_mask = split ? plans[best] : 0;
+    s_layers_text (plans[best], layers, sizeof layers);
+    if (split)
+        snprintf (m->split_text, sizeof m->split_text, "%zu cores (cpus %s), %s split: %.2f us p50 against %.2f on "
+                  "one core (%s, measured at load)", count, list, layers, p50[best], p50[0],
+                  cpu_split_mode_name (cfg->split));
+    else {
+        snprintf (m->split_text, sizeof m->split_text, "one core: %.2f us p50 against %.2f split over %zu cores "
+                  "(cpus %s, %s; auto, measured at load)", p50[0], p50[best], count, list, layers);
+        cpu_split_destroy (&m->split);      /* its helpers stop: the cores stay the model's, idle */
+    }
+    log_info ("model %s: split %s", cfg->name, m->split_text);
+    return 0;
+}
+
+static const char *s_cpu_split_text (const backend_model_t *m) { return m->split_text; }
+
+uint64_t backend_cpu_split_plan (const backend_model_t *m) { return m->split_mask; }
+
+void backend_cpu_set_split_plan (backend_model_t *m, uint64_t mask)
+{
+    m->split_mask = m->split ? mask & s_splittable (m) : 0;
 }
 
 static const char *s_cpu_kernel_name (const backend_model_t *m) { return cpu_kernel_name (m->kernel); }
@@ -270,4 +494,6 @@ const backend_iface_t backend_cpu_iface = {
     .kernel_name = s_cpu_kernel_name,
     .isa = s_cpu_isa,
     .destroy = s_cpu_destroy,
+    .split = s_cpu_split,
+    .split_text = s_cpu_split_text,
 };

@@ -57,9 +57,11 @@ typedef struct {
     int32_t *rowsum;            /* int8: [out_pad] the sum of each row's int8 weights; else NULL */
 } cpu_dense_t;
 
-/* One call of a layer on ROWS rows. */
+/* One call of a layer on ROWS rows: its outputs [o_begin, o_end) (multiples of CPU_DENSE_BLOCK; o_end 0:
+ * out_pad), so that cores splitting a layer (cpu_split.h) each compute theirs from the same layout. */
 typedef struct {
     uint32_t rows;
+    uint32_t o_begin, o_end;
     const float *x;             /* rows x x_stride floats: in_pad each, the padding finite */
     uint32_t x_stride;
     float *y;                   /* rows x y_stride floats: out_pad written each */

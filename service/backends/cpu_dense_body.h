@@ -147,17 +147,25 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
 
 /* ---------------------------------------------------------------- one layer */
 
-/* The walk every dtype shares: groups, k chunks (rows > 1), rows. TILE (W_group, width, row, k0,
- * k1, acc, G) runs one group's k range for one row; ACC_T is its accumulators' type. First chunk:
- * accumulators from 0; later ones from the partial sums; the last one finishes the outputs
- * (FINISH: vector j of the group, outputs o = g0 + VW j). */
+/* The walk every dtype shares: groups, k chunks (rows > 1), rows, over the outputs [o_begin, o_end) (whole
+ * blocks: a group's first blocks may belong to another core, whose W columns the tile skips by starting
+ * b0 outputs in, each slice still WIDTH outputs wide). TILE (W, width, row, k0, k1, acc, G) runs G blocks
+ * of one group over a k range for one row; ACC_T is its accumulators' type. First chunk: accumulators
+ * from 0; later ones from the partial sums; the last one finishes the outputs (FINISH: vector j, outputs
+ * o = g0 + VW j, g0 the first output of this group's share). */
 #define S_WALK(ELEM, ACC_T, ROW_IN, TILE, FINISH)                                                              \
     do {                                                                                                       \
         const uint32_t chunk = io->rows == 1 ? L->in_pad : cpu_dense_chunk (L->dtype);                        \
-        for (uint32_t g0 = 0; g0 < L->out_pad; g0 += CPU_DENSE_GROUP) {                                       \
-            const uint32_t width = L->out_pad - g0 < CPU_DENSE_GROUP ? L->out_pad - g0 : CPU_DENSE_GROUP;     \
-            const int G = (int) (width / CPU_DENSE_BLOCK);                                                     \
-            const ELEM *Wg = (const ELEM *) L->weight + (size_t) g0 * L->in_pad;                                \
+        const uint32_t o_end = io->o_end ? io->o_end : L->out_pad;                                            \
+        for (uint32_t g = io->o_begin / CPU_DENSE_GROUP * CPU_DENSE_GROUP; g < o_end; g += CPU_DENSE_GROUP) {  \
+            const uint32_t width = L->out_pad - g < CPU_DENSE_GROUP ? L->out_pad - g : CPU_DENSE_GROUP;       \
+            const uint32_t b0 = g < io->o_begin ? io->o_begin - g : 0;                                        \
+            const uint32_t b1 = o_end - g < width ? o_end - g : width;                                        \
+            const uint32_t g0 = g + b0;                                                                        \
+            const int G = (int) ((b1 - b0) / CPU_DENSE_BLOCK);                                                 \
+            if (G == 0)                                                                                        \
+                continue;                                                                                      \
+            const ELEM *Wg = (const ELEM *) L->weight + (size_t) g * L->in_pad + (size_t) b0 * cpu_dense_step (L->dtype); \
             for (uint32_t k0 = 0; k0 < L->in_pad; k0 += chunk) {                                              \
                 const uint32_t k1 = k0 + chunk < L->in_pad ? k0 + chunk : L->in_pad;                          \
                 for (uint32_t r = 0; r < io->rows; r++) {                                                      \

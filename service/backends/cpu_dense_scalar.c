@@ -11,7 +11,7 @@ static void s_dense_float (const cpu_dense_t *L, const cpu_dense_io_t *io)
     for (uint32_t r = 0; r < io->rows; r++) {
         const float *x = io->x + (size_t) r * io->x_stride;
         float *y = io->y + (size_t) r * io->y_stride;
-        for (uint32_t o = 0; o < L->out_pad; o++) {
+        for (uint32_t o = io->o_begin; o < (io->o_end ? io->o_end : L->out_pad); o++) {
             float acc = 0;
             for (uint32_t k = 0; k < L->in; k++)
                 acc += cpu_dense_weight (L, o, k) * x[k];
@@ -26,7 +26,7 @@ static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io_t *io)
     for (uint32_t r = 0; r < io->rows; r++) {
         const uint8_t *q = io->q + (size_t) r * io->q_stride;
         float *y = io->y + (size_t) r * io->y_stride;
-        for (uint32_t o = 0; o < L->out_pad; o++) {
+        for (uint32_t o = io->o_begin; o < (io->o_end ? io->o_end : L->out_pad); o++) {
             int32_t dot = 0;
             for (uint32_t k = 0; k < L->in; k++)
                 dot += (int32_t) W[cpu_dense_index (L, o, k)] * (int32_t) q[k];

@@ -117,8 +117,10 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
     in->sh = &in->own;
     in->wake = &in->own.wake;
     in->device = m->iface->device == BACKEND_DEVICE_GPU ? cfg->devices[index % cfg->device_count] : -1;
+    /* with "split" instance i owns the i-th share of cpus (config_split_cores): its worker the first */
+    const uint32_t cores = m->iface->split ? config_split_cores (cfg) : 1;
     if (cfg->cpu_count) {
-        in->cpus[0] = cfg->cpus[index % cfg->cpu_count];
+        in->cpus[0] = cfg->cpus[(size_t) index * cores % cfg->cpu_count];
         in->cpu_count = 1;
     } else if (in->device >= 0)     /* by default a GPU's workers run on the CPUs of its NUMA node */
         in->cpu_count = backends_gpu (NULL, 0)->device_cpus (in->device, in->cpus, CONFIG_MAX_CPUS);
@@ -136,6 +138,9 @@ int model_instance_load (model_t *m, instance_t *in, uint32_t index, const weigh
     snprintf (in->sh->state, sizeof in->sh->state, "serving");
     in->impl = m->iface->load (w, cfg, in->device < 0 ? 0 : in->device, err, errlen);
     atomic_init (&in->green_sms, in->impl && m->iface->green_sms ? m->iface->green_sms (in->impl) : 0u);
+    if (in->impl && cores > 1
+        && m->iface->split (in->impl, &cfg->cpus[(size_t) index * cores], cores, cfg, err, errlen) != 0)
+        return -1;
     return in->impl ? 0 : -1;
 }
 
@@ -375,9 +380,10 @@ void model_log_loaded (const model_t *m, bool derived)
             used += (size_t) snprintf (placement + used, sizeof placement - used, " on cpu %d%s", in->cpus[0],
                                        in->cpu_count > 1 ? "+" : "");
     }
-    char path[96] = "";
+    char path[96 + sizeof m->split] = "";
     if (m->isa[0] || m->cfg.weight_dtype != WEIGHT_DTYPE_F32)
-        snprintf (path, sizeof path, " (%s%s%s weights)", m->isa, m->isa[0] ? ", " : "", weight_dtype_name (m->cfg.weight_dtype));
+        snprintf (path, sizeof path, " (%s%s%s weights%s%s)", m->isa, m->isa[0] ? ", " : "",
+                  weight_dtype_name (m->cfg.weight_dtype), m->split[0] ? "; split: " : "", m->split);
     log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s%s, max_rows %u, max_batch_rows %u, "
               "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
               "request buffers %u x %u rows + %u x %u rows%s (%.1f MiB; %.1f MiB resident, the rest as a deeper "
@@ -421,6 +427,21 @@ int model_local_plan (const model_config_t *cfg, model_plan_t *plan, char *err, 
     weights_destroy (&w);
     free (m);
     return rc;
+}
+
+/* A split model (its instances own several cores): a front may run its requests inline on an idle
+ * instance's own context, leading its helpers, only where every front is pinned (server.cpus) to cores
+ * none of the model's are: a front spinning on a helper's slice must never hold the core that helper
+ * needs. Elsewhere the fronts keep contexts of their own, on one core. */
+static bool s_split_inline (const model_t *m, const server_config_t *server)
+{
+    if (!m->iface->split || config_split_cores (&m->cfg) < 2 || server->cpu_count == 0)
+        return false;
+    for (size_t i = 0; i < server->cpu_count; i++)
+        for (size_t k = 0; k < m->cfg.cpu_count; k++)
+            if (server->cpus[i] == m->cfg.cpus[k])
+                return false;
+    return true;
 }
 
 model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, const server_config_t *server,
@@ -468,7 +489,9 @@ model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, c
      * between requests (not a stream's window) and without keep_warm_us (which keeps the workers warm
      * for the next request: that request must then go to them). */
     if (server->inline_us && model_type_can (cfg->type, MODEL_CAP_INLINE) && !cfg->keep_warm_us) {
-        if (m->iface->device == BACKEND_DEVICE_CPU) {
+        if (s_split_inline (m, server))
+            m->inline_shared = true;    /* the front leads the instance's split (its cores stay the model's) */
+        else if (m->iface->device == BACKEND_DEVICE_CPU) {
             for (uint32_t k = 0; k < m->lane_count; k++)     /* one for each front */
                 if (!(m->lanes[k].front_impl = m->iface->load (w, &m->cfg, 0, err, errlen)))
                     goto failed;
@@ -490,6 +513,7 @@ model_t *model_local_new (const model_config_t *cfg, const model_plan_t *plan, c
             goto failed;
     snprintf (m->kernel_names[0], sizeof m->kernel_names[0], "%s", m->iface->kernel_name (m->instances[0].impl));
     snprintf (m->isa, sizeof m->isa, "%s", m->iface->isa ? m->iface->isa (m->instances[0].impl) : "");
+    snprintf (m->split, sizeof m->split, "%s", m->iface->split_text ? m->iface->split_text (m->instances[0].impl) : "");
     if (model_start_workers (m, err, errlen) != 0)
         goto failed;
     if (stats) {
@@ -585,6 +609,7 @@ void model_describe (model_t *m, model_info_t *info)
     info->backend = m->iface->name;
     info->kernel = model_kernel_name (m);
     info->isa = m->isa;
+    info->split = m->split;
     info->weight_dtype = weight_dtype_name (m->cfg.weight_dtype);
     info->selected_by = m->selected_by;
     info->input_size = m->input_size;
