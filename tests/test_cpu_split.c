@@ -273,7 +273,7 @@ static void s_check_split (const uint32_t *sizes, const activation_t *acts, size
             for (size_t i = 0; i < nout; i++)
                 out[i] = NAN;
             ck_assert_int_eq (backend_cpu_iface.infer (one, in, rows, base, err, sizeof err), SIG_OK);
-            backend_cpu_set_split_plan (m, plans[k]);
+            backend_cpu_set_split_plan (m, plans[k], (uint32_t) (k + round) % 3);
             ck_assert_int_eq (backend_cpu_iface.infer (m, in, rows, out, err, sizeof err), SIG_OK);
             ck_assert_int_eq (tol_mlp_held (w, dtype, in, rows, ref, bound), 0);
             TOL_ASSERT (out, ref, bound, nout, w->output_size, "%s rows %u %s on %s, plan %#llx, round %d", label, rows,

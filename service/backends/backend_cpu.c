@@ -21,6 +21,7 @@
 #include "rng.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -62,6 +63,7 @@ struct backend_model {
     float *partial;             /* rows > 1: max_rows x act_stride partial sums (fp32 or int32); each part its outputs' */
     cpu_split_t *split;         /* NULL: one core */
     uint64_t split_mask;        /* the layers split (a bit each) */
+    uint32_t split_lead;        /* the leader's extra share of a split layer, in eighths of a share */
     char split_text[224];       /* what the split decided, "" where none was asked */
 };
 
@@ -252,6 +254,22 @@ oom:
     return NULL;
 }
 
+/* Part PART's blocks [*B0, *B1) of BLOCKS split PARTS ways: the leader (part 0) LEAD eighths of a share
+ * more than the others (it meets the call first: each helper a hand-off later), the rest even. */
+static void s_share (uint32_t blocks, uint32_t part, uint32_t parts, uint32_t lead, uint32_t *b0, uint32_t *b1)
+{
+    uint32_t first = (blocks * (8 + lead) + 4 * parts) / (8 * parts);
+    first = first > blocks ? blocks : first;
+    if (parts == 1 || part == 0) {
+        *b0 = 0;
+        *b1 = parts == 1 ? blocks : first;
+        return;
+    }
+    const uint32_t rest = blocks - first, helpers = parts - 1;
+    *b0 = first + rest * (part - 1) / helpers;
+    *b1 = first + rest * part / helpers;
+}
+
 /* Part PART of PARTS (cpu_split.h; 0 of 1: the whole layer) of loop layer I: its share of the blocks of
  * 16 outputs, contiguous, from its own int8 scratch. Layer i reads act[i & 1] and writes the other:
  * every layer writes out_pad floats a row (its padding: act (0), finite), which the next reads as its
@@ -260,10 +278,18 @@ static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32
 {
     backend_model_t *m = ctx;
     const cpu_dense_t *L = &m->dense[i];
-    const uint32_t blocks = L->out_pad / CPU_DENSE_BLOCK;
-    const uint32_t b0 = blocks * part / parts, b1 = blocks * (part + 1) / parts;
+    uint32_t b0, b1;
+    s_share (L->out_pad / CPU_DENSE_BLOCK, part, parts, m->split_lead, &b0, &b1);
     if (b0 == b1)
         return;
+    if (m->split) {
+        /* the inputs another core wrote (the leader's copy, a slice of the layer below): asked for all at
+         * once, not one miss at a time as the k loop meets them (at most 8 KiB) */
+        const char *x = (const char *) m->act[i & 1];
+        const size_t bytes = (size_t) (rows - 1) * m->act_stride * sizeof (float) + L->in_pad * sizeof (float);
+        for (size_t at = 0; at < bytes && at < 8192; at += 64)
+            _mm_prefetch (x + at, _MM_HINT_T0);
+    }
     const cpu_dense_ops_t *ops = rows >= CPU_AMX_MIN_ROWS && m->batch_ops ? m->batch_ops : m->ops;
     const size_t q_at = (size_t) part * m->max_rows * m->q_stride, s_at = (size_t) part * m->q_rows;
     const cpu_dense_io_t io = { .rows = rows, .o_begin = b0 * CPU_DENSE_BLOCK, .o_end = b1 * CPU_DENSE_BLOCK,
@@ -322,36 +348,45 @@ static uint64_t s_splittable (const backend_model_t *m)
     return mask;
 }
 
-/* "auto"'s plans: no split, and for each size of the splittable layers' weights, every one at least
- * that large split (the largest first: where the bytes a core saves are most). */
-static size_t s_plans (const backend_model_t *m, bool all, uint64_t *plans)
+typedef struct {
+    uint64_t mask;              /* the layers split */
+    uint32_t lead;              /* s_share's */
+} s_plan_t;
+
+#define SPLIT_LEADS 3           /* the leader's extra share measured: 0, 1/8, 2/8 of a share */
+#define SPLIT_PLANS (1 + 64 * SPLIT_LEADS)
+
+/* The plans to measure: no split, and (ALL: every splittable layer; else, for each size of the
+ * splittable layers' weights, every one at least that large: the largest first, where the bytes a core
+ * saves are most) each with the leader's extra shares. */
+static size_t s_plans (const backend_model_t *m, bool all, s_plan_t *plans)
 {
     const uint64_t able = s_splittable (m);
-    size_t n = 0;
-    plans[n++] = 0;
-    if (all) {
-        plans[n++] = able;
-        return n;
-    }
+    uint64_t masks[64];
+    size_t n = 0, count = 0;
     for (uint32_t t = 0; t < m->layer_count && t < 64; t++) {
         if (!(able >> t & 1))
             continue;
         uint64_t mask = 0;
         for (uint32_t i = 0; i < m->layer_count && i < 64; i++)
-            if (able >> i & 1 && m->dense[i].weight_bytes >= m->dense[t].weight_bytes)
+            if (able >> i & 1 && (all || m->dense[i].weight_bytes >= m->dense[t].weight_bytes))
                 mask |= 1ull << i;
         bool seen = false;
-        for (size_t k = 0; k < n; k++)
-            seen |= plans[k] == mask;
+        for (size_t k = 0; k < count; k++)
+            seen |= masks[k] == mask;
         if (!seen)
-            plans[n++] = mask;
+            masks[count++] = mask;
     }
+    plans[n++] = (s_plan_t) { 0, 0 };
+    for (size_t k = 0; k < count; k++)
+        for (uint32_t lead = 0; lead < SPLIT_LEADS; lead++)
+            plans[n++] = (s_plan_t) { masks[k], lead };
     return n;
 }
 
 /* Times every plan at rows 1 call by call in turn (so each sees the same machine), on random inputs,
  * from the calling thread; their p50s in P50 (us). 0, or -1 out of memory. */
-static int s_measure (backend_model_t *m, const uint64_t *plans, size_t n, uint64_t budget_ns, double *p50)
+static int s_measure (backend_model_t *m, const s_plan_t *plans, size_t n, uint64_t budget_ns, double *p50)
 {
     float *in = malloc ((size_t) SPLIT_POOL * m->input_size * sizeof (float));
     float *out = malloc (m->output_size * sizeof (float));
@@ -372,7 +407,8 @@ static int s_measure (backend_model_t *m, const uint64_t *plans, size_t n, uint6
         if (r >= SPLIT_MIN_ROUNDS && clock_now_ns () > t_end)
             break;
         for (size_t k = 0; k < n; k++) {
-            m->split_mask = plans[k];
+            m->split_mask = plans[k].mask;
+            m->split_lead = plans[k].lead;
             const uint64_t t0 = clock_now_ns ();
             s_cpu_infer (m, in + (size_t) ((unsigned) r % SPLIT_POOL) * m->input_size, 1, out, err, sizeof err);
             if (r >= 0)
@@ -445,8 +481,8 @@ static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const
     const bool had = pthread_getaffinity_np (pthread_self (), sizeof mine, &mine) == 0;
     if (threads_pin (cpus[0], why, sizeof why) != 0)
         return s_split_off (m, cfg, why, err, errlen);
-    uint64_t plans[65];
-    double p50[65];
+    s_plan_t plans[SPLIT_PLANS];
+    double p50[SPLIT_PLANS];
     const size_t n = s_plans (m, cfg->split == CPU_SPLIT_ON, plans);
     /* "on" only reports (a tenth of the time) */
     const int rc = s_measure (m, plans, n, cfg->split == CPU_SPLIT_ON ? SPLIT_BUDGET_NS / 10 : SPLIT_BUDGET_NS, p50);
@@ -459,12 +495,13 @@ static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const
         if (p50[k] < p50[best])
             best = k;
     const bool split = cfg->split == CPU_SPLIT_ON || p50[best] < SPLIT_GAIN * p50[0];
-    m->split_mask = split ? plans[best] : 0;
-    s_layers_text (plans[best], layers, sizeof layers);
+    m->split_mask = split ? plans[best].mask : 0;
+    m->split_lead = plans[best].lead;
+    s_layers_text (plans[best].mask, layers, sizeof layers);
     if (split)
-        snprintf (m->split_text, sizeof m->split_text, "%zu cores (cpus %s), %s split: %.2f us p50 against %.2f on "
-                  "one core (%s, measured at load)", count, list, layers, p50[best], p50[0],
-                  cpu_split_mode_name (cfg->split));
+        snprintf (m->split_text, sizeof m->split_text, "%zu cores (cpus %s), %s split (leader +%u/8): %.2f us p50 "
+                  "against %.2f on one core (%s, measured at load)", count, list, layers, m->split_lead, p50[best],
+                  p50[0], cpu_split_mode_name (cfg->split));
     else {
         snprintf (m->split_text, sizeof m->split_text, "one core: %.2f us p50 against %.2f split over %zu cores "
                   "(cpus %s, %s; auto, measured at load)", p50[0], p50[best], count, list, layers);
@@ -476,11 +513,17 @@ static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const
 
 static const char *s_cpu_split_text (const backend_model_t *m) { return m->split_text; }
 
-uint64_t backend_cpu_split_plan (const backend_model_t *m) { return m->split_mask; }
+uint64_t backend_cpu_split_plan (const backend_model_t *m, uint32_t *lead)
+{
+    if (lead)
+        *lead = m->split_lead;
+    return m->split_mask;
+}
 
-void backend_cpu_set_split_plan (backend_model_t *m, uint64_t mask)
+void backend_cpu_set_split_plan (backend_model_t *m, uint64_t mask, uint32_t lead)
 {
     m->split_mask = m->split ? mask & s_splittable (m) : 0;
+    m->split_lead = lead;
 }
 
 static const char *s_cpu_kernel_name (const backend_model_t *m) { return cpu_kernel_name (m->kernel); }

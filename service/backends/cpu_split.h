@@ -52,10 +52,11 @@ void cpu_split_counts (const cpu_split_t *self, uint64_t *split, uint64_t *woke)
 /* Whether every helper is asleep now (tests: a helper past its spin sleeps). */
 bool cpu_split_helpers_asleep (const cpu_split_t *self);
 
-/* The CPU MLP backend's (backend_cpu.c) plan: the layers M splits (a bit each; 0: none), as its load
- * decided, and another from now on (sigbench times the plans of one model side by side; the tests run
- * each). A layer of one block of 16 outputs stays whole; a model loaded without a split has none. */
-uint64_t backend_cpu_split_plan (const backend_model_t *m);
-void backend_cpu_set_split_plan (backend_model_t *m, uint64_t mask);
+/* The CPU MLP backend's (backend_cpu.c) plan: the layers M splits (a bit each; 0: none) and the leader's
+ * extra share of each (LEAD eighths of a share: it meets a call a hand-off before its helpers), as its
+ * load decided, and another from now on (sigbench times the plans of one model side by side; the tests
+ * run each). A layer of one block of 16 outputs stays whole; a model loaded without a split has none. */
+uint64_t backend_cpu_split_plan (const backend_model_t *m, uint32_t *lead);
+void backend_cpu_set_split_plan (backend_model_t *m, uint64_t mask, uint32_t lead);
 
 #endif
