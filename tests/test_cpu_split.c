@@ -50,20 +50,29 @@ static int s_two_cpus (void)
 #define P_LAYERS 6
 typedef struct {
     uint32_t parts;
-    uint64_t mask;
-    _Atomic uint32_t finished[P_LAYERS];   /* parts done with each layer this call */
-    _Atomic uint32_t calls[P_LAYERS][4];   /* (layer, part) calls over the run */
-    _Atomic uint32_t early;                /* a layer started before the one below it was whole */
-    _Atomic uint32_t whole;                /* calls with parts 1 */
+    uint64_t mask, chain;
+    _Atomic uint32_t finished[P_LAYERS][2];    /* (layer, part) done this call */
+    _Atomic uint32_t calls[P_LAYERS][2];       /* (layer, part) calls over the run */
+    _Atomic uint32_t early;                    /* a layer started before what it reads was written */
+    _Atomic uint32_t whole;                    /* calls with parts 1 */
 } s_probe_t;
 
+/* Layer L of part PART reads: a split layer's slice, every part's slice of the layer below (or the whole
+ * of it, unsplit); a chained one only its own part's slice of the layer below. */
 static void s_probe_layer (void *ctx, uint32_t layer, uint32_t rows, uint32_t part, uint32_t parts)
 {
     s_probe_t *p = ctx;
     (void) rows;
     if (layer > 0) {
-        const uint32_t below = atomic_load (&p->finished[layer - 1]);
-        if (below != (p->mask >> (layer - 1) & 1 ? p->parts : 1))
+        const bool below_split = p->mask >> (layer - 1) & 1;       /* (the calls run alone reset early) */
+        bool ready;
+        if (parts > 1 && p->chain >> layer & 1)
+            ready = atomic_load (&p->finished[layer - 1][part]) == 1;
+        else if (below_split)
+            ready = atomic_load (&p->finished[layer - 1][0]) == 1 && atomic_load (&p->finished[layer - 1][1]) == 1;
+        else
+            ready = atomic_load (&p->finished[layer - 1][0]) == 1;
+        if (!ready)
             atomic_fetch_add (&p->early, 1);
     }
     if (parts == 1)
@@ -71,12 +80,21 @@ static void s_probe_layer (void *ctx, uint32_t layer, uint32_t rows, uint32_t pa
     for (volatile int spin = 0; spin < 200 * (int) (part + 1); spin++)     /* the parts finish at other times */
         ;
     atomic_fetch_add (&p->calls[layer][part], 1);
-    atomic_fetch_add (&p->finished[layer], 1);
+    atomic_fetch_add (&p->finished[layer][part], 1);
+}
+
+static void s_probe_reset (s_probe_t *p)
+{
+    for (int l = 0; l < P_LAYERS; l++)
+        for (int k = 0; k < 2; k++)
+            atomic_store (&p->finished[l][k], 0);
 }
 
 START_TEST (protocol_orders_every_layer)
 {
-    static const uint64_t masks[] = { 0x3f, 0x01, 0x20, 0x15, 0x2a, 0x0c, 0x21 };
+    /* masks, and chains among them (a chained layer follows a split one) */
+    static const uint64_t plans[][2] = { { 0x3f, 0 }, { 0x01, 0 }, { 0x20, 0 }, { 0x15, 0 }, { 0x2a, 0 }, { 0x0c, 0 },
+                                         { 0x21, 0 }, { 0x03, 0x02 }, { 0x3f, 0x2a }, { 0x1b, 0x12 }, { 0x30, 0x20 } };
     s_probe_t *p = calloc (1, sizeof *p);
     p->parts = 2;
     char err[256];
@@ -84,30 +102,31 @@ START_TEST (protocol_orders_every_layer)
     ck_assert_msg (s != NULL, "%s", err);
     ck_assert_uint_eq (cpu_split_parts (s), 2);
     enum { CALLS = 300 };
-    for (size_t k = 0; k < sizeof masks / sizeof masks[0]; k++) {
-        p->mask = masks[k];
+    for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+        p->mask = plans[k][0];
+        p->chain = plans[k][1];
         memset ((void *) p->calls, 0, sizeof p->calls);
         atomic_store (&p->whole, 0);
         for (int c = 0; c < CALLS; c++) {
-            for (int l = 0; l < P_LAYERS; l++)
-                atomic_store (&p->finished[l], 0);
-            ck_assert (cpu_split_run (s, p->mask, 1));
-            for (int l = 0; l < P_LAYERS; l++)      /* the call is over once it returns: every slice done */
-                ck_assert_uint_eq (atomic_load (&p->finished[l]), p->mask >> l & 1 ? 2u : 1u);
+            s_probe_reset (p);
+            ck_assert (cpu_split_run (s, p->mask, p->chain, 1));
+            for (int l = 0; l < P_LAYERS; l++) {    /* the call is over once it returns: every slice done */
+                ck_assert_uint_eq (atomic_load (&p->finished[l][0]), 1);
+                ck_assert_uint_eq (atomic_load (&p->finished[l][1]), p->mask >> l & 1);
+            }
         }
         for (int l = 0; l < P_LAYERS; l++) {
-            const bool split = p->mask >> l & 1;
             ck_assert_uint_eq (atomic_load (&p->calls[l][0]), CALLS);
-            ck_assert_uint_eq (atomic_load (&p->calls[l][1]), split ? CALLS : 0);
+            ck_assert_uint_eq (atomic_load (&p->calls[l][1]), p->mask >> l & 1 ? CALLS : 0);
         }
         ck_assert_uint_eq (atomic_load (&p->whole), (uint32_t) (P_LAYERS - __builtin_popcountll (p->mask)) * CALLS);
+        ck_assert_msg (atomic_load (&p->early) == 0, "plan %zu: %u layers began early", k, atomic_load (&p->early));
     }
-    ck_assert_uint_eq (atomic_load (&p->early), 0);
     p->mask = 0;
-    ck_assert (!cpu_split_run (s, 0, 1));      /* no layer split: all on the caller */
+    ck_assert (!cpu_split_run (s, 0, 0, 1));       /* no layer split: all on the caller */
     uint64_t split, woke;
     cpu_split_counts (s, &split, &woke);
-    ck_assert_uint_eq (split, CALLS * (sizeof masks / sizeof masks[0]));
+    ck_assert_uint_eq (split, CALLS * (sizeof plans / sizeof plans[0]));
     ck_assert_uint_eq (woke, 0);
     cpu_split_destroy (&s);
     cpu_split_destroy (&s);
@@ -184,28 +203,26 @@ START_TEST (idle_helper_sleeps_and_is_woken)
     cpu_split_t *s = cpu_split_new (s_cpus, 2, P_LAYERS, s_probe_layer, p, 2000000 /* 2 ms */, "nap", err,
                                     sizeof err);
     ck_assert_msg (s != NULL, "%s", err);
-    ck_assert (cpu_split_run (s, p->mask, 1));
+    ck_assert (cpu_split_run (s, p->mask, 0, 1));
     for (int i = 0; i < 500 && !cpu_split_helpers_asleep (s); i++)
         usleep (2000);
     ck_assert (cpu_split_helpers_asleep (s));
+    s_probe_reset (p);
+    ck_assert (!cpu_split_run (s, p->mask, 0, 1));     /* alone: never waits for a wake-up */
     for (int l = 0; l < P_LAYERS; l++)
-        atomic_store (&p->finished[l], 0);
-    ck_assert (!cpu_split_run (s, p->mask, 1));     /* alone: never waits for a wake-up */
-    for (int l = 0; l < P_LAYERS; l++)
-        ck_assert_uint_eq (atomic_load (&p->finished[l]), 1);
+        ck_assert_uint_eq (atomic_load (&p->finished[l][0]) + atomic_load (&p->finished[l][1]), 1);
     uint64_t split, woke;
     cpu_split_counts (s, &split, &woke);
     ck_assert_uint_eq (split, 1);
     ck_assert_uint_eq (woke, 1);
     bool again = false;
-    atomic_store (&p->early, 0);    /* counted for the split calls only (the probe expects split layers whole) */
+    atomic_store (&p->early, 0);
     for (int i = 0; i < 2000 && !again; i++) {
         usleep (100);
-        for (int l = 0; l < P_LAYERS; l++)
-            atomic_store (&p->finished[l], 0);
-        again = cpu_split_run (s, p->mask, 1);
+        s_probe_reset (p);
+        again = cpu_split_run (s, p->mask, 0, 1);
         if (!again)
-            atomic_store (&p->early, 0);
+            atomic_store (&p->early, 0);    /* the probe expects split layers in two */
     }
     ck_assert (again);
     ck_assert_uint_eq (atomic_load (&p->early), 0);
@@ -260,12 +277,16 @@ static void s_check_split (const uint32_t *sizes, const activation_t *acts, size
     size_t nin = (size_t) rows * w->input_size, nout = (size_t) rows * w->output_size;
     float *in = malloc (nin * sizeof (float)), *out = malloc (nout * sizeof (float)), *base = malloc (nout * sizeof (float));
     double *ref = malloc (nout * sizeof (double)), *bound = malloc (nout * sizeof (double));
-    /* the plans: "on"'s (every layer it can), then each layer alone */
-    uint64_t plans[8] = { 0 };
+    /* the plans: every layer it can split, each layer alone, each with the next by inputs (not int8: the
+     * backend leaves the chain out) */
+    cpu_split_plan_t plans[16];
     size_t n = 0;
-    plans[n++] = ~0ull;
-    for (size_t l = 0; l < layers && n < 8; l++)
-        plans[n++] = 1ull << l;
+    plans[n++] = (cpu_split_plan_t) { ~0ull, 0, 0 };
+    for (size_t l = 0; l < layers && n < 16; l++) {
+        plans[n++] = (cpu_split_plan_t) { 1ull << l, 0, (uint32_t) l % 3 };
+        if (l + 1 < layers)
+            plans[n++] = (cpu_split_plan_t) { 3ull << l, 2ull << l, (uint32_t) (l + 1) % 3 };
+    }
     for (size_t k = 0; k < n; k++) {
         for (int round = 0; round < 2; round++) {
             for (size_t i = 0; i < nin; i++)
@@ -273,11 +294,14 @@ static void s_check_split (const uint32_t *sizes, const activation_t *acts, size
             for (size_t i = 0; i < nout; i++)
                 out[i] = NAN;
             ck_assert_int_eq (backend_cpu_iface.infer (one, in, rows, base, err, sizeof err), SIG_OK);
-            backend_cpu_set_split_plan (m, plans[k], (uint32_t) (k + round) % 3);
+            backend_cpu_set_split_plan (m, plans[k]);
+            if (dtype != WEIGHT_DTYPE_INT8)
+                ck_assert_uint_eq (backend_cpu_split_plan (m).chain, plans[k].chain);
             ck_assert_int_eq (backend_cpu_iface.infer (m, in, rows, out, err, sizeof err), SIG_OK);
             ck_assert_int_eq (tol_mlp_held (w, dtype, in, rows, ref, bound), 0);
-            TOL_ASSERT (out, ref, bound, nout, w->output_size, "%s rows %u %s on %s, plan %#llx, round %d", label, rows,
-                        weight_dtype_name (dtype), s_caps[cap], (unsigned long long) plans[k], round);
+            TOL_ASSERT (out, ref, bound, nout, w->output_size, "%s rows %u %s on %s, plan %#llx chain %#llx, round %d",
+                        label, rows, weight_dtype_name (dtype), s_caps[cap], (unsigned long long) plans[k].mask,
+                        (unsigned long long) plans[k].chain, round);
             if (dtype == WEIGHT_DTYPE_INT8)
                 for (size_t i = 0; i < nout; i++)
                     ck_assert_msg (memcmp (&out[i], &base[i], sizeof (float)) == 0, "%s int8 on %s: output %zu split "

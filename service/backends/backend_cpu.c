@@ -62,9 +62,14 @@ struct backend_model {
     uint32_t q_rows;
     float *partial;             /* rows > 1: max_rows x act_stride partial sums (fp32 or int32); each part its outputs' */
     cpu_split_t *split;         /* NULL: one core */
-    uint64_t split_mask;        /* the layers split (a bit each) */
-    uint32_t split_lead;        /* the leader's extra share of a split layer, in eighths of a share */
-    char split_text[224];       /* what the split decided, "" where none was asked */
+    cpu_split_plan_t plan;      /* what it splits, and how */
+    float *raw;                 /* each part's sums of a layer split by inputs (plan.chain): rows x act_stride,
+                                   raw_part floats apart */
+    size_t raw_part;
+    int raw_layer;              /* the leader's: the layer whose parts' sums wait to be added up, or -1 */
+    bool prefetchw;             /* the CPU has PREFETCHW (every AVX-512 one): a part owns its output lines early */
+    const float *x0;            /* this call's inputs to layer 0: the caller's row itself, or act[0] */
+    char split_text[384];       /* what the split decided, "" where none was asked */
 };
 
 static size_t s_pad (size_t n) { return (n + VEC - 1) / VEC * VEC; }
@@ -107,6 +112,7 @@ static void s_cpu_destroy (backend_model_t **m_p)
         free (m->q_scale);
         free (m->q_zero);
         free (m->partial);
+        free (m->raw);
         free (m);
         *m_p = NULL;
     }
@@ -209,6 +215,7 @@ static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cf
         goto oom;
     m->kernel = cfg->cpu_kernel;
     m->dtype = cfg->weight_dtype;
+    m->raw_layer = -1;
     m->max_rows = backend_rows (cfg);
     m->layer_count = w->layer_count;
     m->input_size = w->input_size;
@@ -240,11 +247,14 @@ static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cf
     }
     /* Warm: page in the weights and buffers. */
     float *probe_out = floats_zeroed ((size_t) m->max_rows * m->output_size);
-    if (!probe_out)
-        goto oom;
-    for (int i = 0; i < 8; i++)
-        s_cpu_infer (m, m->act[1], m->max_rows, probe_out, err, errlen);
+    float *probe_in = floats_zeroed ((size_t) m->max_rows * m->input_size);
+    for (int i = 0; probe_out && probe_in && i < 8; i++)
+        s_cpu_infer (m, probe_in, m->max_rows, probe_out, err, errlen);
+    const bool probed = probe_out && probe_in;
     free (probe_out);
+    free (probe_in);
+    if (!probed)
+        goto oom;
     memset (m->act[0], 0, (size_t) m->max_rows * m->act_stride * sizeof (float));
     memset (m->act[1], 0, (size_t) m->max_rows * m->act_stride * sizeof (float));
     return m;
@@ -270,30 +280,88 @@ static void s_share (uint32_t blocks, uint32_t part, uint32_t parts, uint32_t le
     *b1 = first + rest * part / helpers;
 }
 
+/* Layer I split by inputs: its outputs from the parts' sums (in order: the same bits each call), its
+ * bias and activation, into act as every layer leaves its outputs. */
+static void s_add_up (backend_model_t *m, uint32_t i, uint32_t rows, uint32_t parts)
+{
+    const cpu_dense_t *L = &m->dense[i];
+    float *y = m->act[(i & 1) ^ 1];
+    for (uint32_t p = 1; p < parts; p++)        /* the other cores' lines, asked for at once */
+        for (uint32_t r = 0; r < rows; r++)
+            for (uint32_t o = 0; o < L->out_pad; o += 16)
+                _mm_prefetch ((const char *) (m->raw + p * m->raw_part + (size_t) r * m->act_stride + o), _MM_HINT_T0);
+    for (uint32_t r = 0; r < rows; r++) {
+        const size_t at = (size_t) r * m->act_stride;
+        for (uint32_t o = 0; o < L->out_pad; o++) {
+            float v = m->raw[at + o];
+            for (uint32_t p = 1; p < parts; p++)
+                v += m->raw[p * m->raw_part + at + o];
+            y[at + o] = backend_activate (v + L->bias[o], L->activation);
+        }
+    }
+    m->raw_layer = -1;
+}
+
+/* The lines of ROWS rows of BYTES at P, STRIDE floats apart, asked for to be written: the part that will
+ * write them owns them before it does (the other core read them the call before), rather than at the end,
+ * where the store of its tick would wait behind them. */
+__attribute__ ((target ("prfchw"))) static void s_own (const float *p, uint32_t rows, size_t stride, size_t bytes)
+{
+    for (uint32_t r = 0; r < rows; r++)
+        for (size_t at = 0; at < bytes; at += 64)
+            __builtin_prefetch ((const char *) (p + r * stride) + at, 1, 3);
+}
+
 /* Part PART of PARTS (cpu_split.h; 0 of 1: the whole layer) of loop layer I: its share of the blocks of
- * 16 outputs, contiguous, from its own int8 scratch. Layer i reads act[i & 1] and writes the other:
- * every layer writes out_pad floats a row (its padding: act (0), finite), which the next reads as its
- * in_pad (the same count). */
+ * 16 outputs, contiguous, from its own int8 scratch; or, for a layer the plan chains, every output's sum
+ * over the inputs its part computed in the layer before (its raw buffer: the leader adds them up before
+ * the next layer, or at the end). Layer i reads act[i & 1] and writes the other: every layer writes
+ * out_pad floats a row (its padding: act (0), finite), which the next reads as its in_pad (the same
+ * count). */
 static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32_t parts)
 {
     backend_model_t *m = ctx;
     const cpu_dense_t *L = &m->dense[i];
+    if (parts == 1 && m->raw_layer >= 0)
+        s_add_up (m, (uint32_t) m->raw_layer, rows, cpu_split_parts (m->split));
+    if (parts > 1 && (m->plan.chain >> i & 1)) {
+        uint32_t k0, k1;
+        s_share (m->dense[i - 1].out_pad / CPU_DENSE_BLOCK, part, parts, m->plan.lead, &k0, &k1);
+        float *raw = m->raw + part * m->raw_part;
+        if (part == 0)
+            m->raw_layer = (int) i;
+        if (m->prefetchw)
+            s_own (raw, rows, m->act_stride, L->out_pad * sizeof (float));
+        if (k0 == k1) {
+            for (uint32_t r = 0; r < rows; r++)
+                memset (raw + (size_t) r * m->act_stride, 0, L->out_pad * sizeof (float));
+            return;
+        }
+        const cpu_dense_io_t io = { .rows = rows, .k_begin = k0 * CPU_DENSE_BLOCK, .k_end = k1 * CPU_DENSE_BLOCK,
+                                    .raw = true, .x = i ? m->act[i & 1] : m->x0, .x_stride = m->act_stride, .y = raw,
+                                    .y_stride = m->act_stride };
+        m->ops->dense[L->dtype] (L, &io);
+        return;
+    }
     uint32_t b0, b1;
-    s_share (L->out_pad / CPU_DENSE_BLOCK, part, parts, m->split_lead, &b0, &b1);
+    s_share (L->out_pad / CPU_DENSE_BLOCK, part, parts, m->plan.lead, &b0, &b1);
     if (b0 == b1)
         return;
+    const float *x = i ? m->act[i & 1] : m->x0;
     if (m->split) {
-        /* the inputs another core wrote (the leader's copy, a slice of the layer below): asked for all at
-         * once, not one miss at a time as the k loop meets them (at most 8 KiB) */
-        const char *x = (const char *) m->act[i & 1];
+        /* the inputs another core wrote (the caller, the leader's copy, a slice of the layer below): asked
+         * for all at once, not one miss at a time as the k loop meets them (at most 8 KiB) */
         const size_t bytes = (size_t) (rows - 1) * m->act_stride * sizeof (float) + L->in_pad * sizeof (float);
         for (size_t at = 0; at < bytes && at < 8192; at += 64)
-            _mm_prefetch (x + at, _MM_HINT_T0);
+            _mm_prefetch ((const char *) x + at, _MM_HINT_T0);
+        if (parts > 1 && m->prefetchw)
+            s_own (m->act[(i & 1) ^ 1] + b0 * CPU_DENSE_BLOCK, rows, m->act_stride,
+                   (b1 - b0) * CPU_DENSE_BLOCK * sizeof (float));
     }
     const cpu_dense_ops_t *ops = rows >= CPU_AMX_MIN_ROWS && m->batch_ops ? m->batch_ops : m->ops;
     const size_t q_at = (size_t) part * m->max_rows * m->q_stride, s_at = (size_t) part * m->q_rows;
     const cpu_dense_io_t io = { .rows = rows, .o_begin = b0 * CPU_DENSE_BLOCK, .o_end = b1 * CPU_DENSE_BLOCK,
-                                .x = m->act[i & 1], .x_stride = m->act_stride, .y = m->act[(i & 1) ^ 1],
+                                .x = x, .x_stride = m->act_stride, .y = m->act[(i & 1) ^ 1],
                                 .y_stride = m->act_stride, .q = m->q ? m->q + q_at : NULL, .q_stride = m->q_stride,
                                 .q_scale = m->q_scale ? m->q_scale + s_at : NULL,
                                 .q_zero = m->q_zero ? m->q_zero + s_at : NULL, .partial = m->partial };
@@ -309,9 +377,14 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
     (void) errlen;
     const uint32_t stride = m->act_stride;
     /* Rows go into the padded activation buffer; the floats up to the padding boundary are cleared
-     * (the layers read whole vectors). */
+     * (the layers read whole vectors). One row whose size needs no padding is read where it is by the
+     * float dtypes' loop (it broadcasts one input at a time: no alignment needed), saving a split's
+     * helpers from waiting for the copy's lines. */
     const uint32_t in_pad = (uint32_t) s_pad (m->input_size);
-    for (uint32_t r = 0; r < rows; r++) {
+    m->x0 = m->act[0];
+    if (rows == 1 && in_pad == m->input_size && m->kernel == CPU_KERNEL_LOOP && m->dtype != WEIGHT_DTYPE_INT8)
+        m->x0 = in;
+    for (uint32_t r = 0; r < rows && m->x0 != in; r++) {
         float *row = m->act[0] + (size_t) r * stride;
         memcpy (row, in + (size_t) r * m->input_size, m->input_size * sizeof (float));
         memset (row + m->input_size, 0, (in_pad - m->input_size) * sizeof (float));
@@ -319,9 +392,11 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
     if (m->kernel == CPU_KERNEL_BLAS)
         for (size_t i = 0; i < m->layer_count; i++)
             s_dense_blas (&m->layers[i], m->act[i & 1], stride, m->act[(i & 1) ^ 1], stride, rows);
-    else if (m->split)
-        cpu_split_run (m->split, m->split_mask, rows);
-    else
+    else if (m->split) {
+        cpu_split_run (m->split, m->plan.mask, m->plan.chain, rows);
+        if (m->raw_layer >= 0)      /* the last layer was split by inputs */
+            s_add_up (m, (uint32_t) m->raw_layer, rows, cpu_split_parts (m->split));
+    } else
         for (uint32_t i = 0; i < m->layer_count; i++)
             s_layer (m, i, rows, 0, 1);
     const float *last = m->act[m->layer_count & 1];
@@ -348,18 +423,27 @@ static uint64_t s_splittable (const backend_model_t *m)
     return mask;
 }
 
-typedef struct {
-    uint64_t mask;              /* the layers split */
-    uint32_t lead;              /* s_share's */
-} s_plan_t;
-
 #define SPLIT_LEADS 3           /* the leader's extra share measured: 0, 1/8, 2/8 of a share */
-#define SPLIT_PLANS (1 + 64 * SPLIT_LEADS)
+#define SPLIT_PLANS (1 + 2 * 64 * SPLIT_LEADS)
+
+/* PLAN less what M cannot run (cpu_split.h's rules). */
+static cpu_split_plan_t s_valid (const backend_model_t *m, cpu_split_plan_t plan)
+{
+    plan.mask &= s_splittable (m) | plan.chain;
+    plan.chain &= plan.mask & plan.mask << 1 & ~(plan.chain << 1);
+    plan.chain &= ~(plan.mask >> 1);        /* the layer after a chained one: not split (its leader adds up) */
+    if (m->dtype == WEIGHT_DTYPE_INT8)
+        plan.chain = 0;                     /* int8 quantizes a layer's inputs whole */
+    plan.mask &= s_splittable (m) | plan.chain;
+    plan.lead = plan.lead > 8 ? 8 : plan.lead;
+    return plan;
+}
 
 /* The plans to measure: no split, and (ALL: every splittable layer; else, for each size of the
  * splittable layers' weights, every one at least that large: the largest first, where the bytes a core
- * saves are most) each with the leader's extra shares. */
-static size_t s_plans (const backend_model_t *m, bool all, s_plan_t *plans)
+ * saves are most), each also with the layer after each split one chained where it can be, each with the
+ * leader's extra shares. */
+static size_t s_plans (const backend_model_t *m, bool all, cpu_split_plan_t *plans)
 {
     const uint64_t able = s_splittable (m);
     uint64_t masks[64];
@@ -377,16 +461,21 @@ static size_t s_plans (const backend_model_t *m, bool all, s_plan_t *plans)
         if (!seen)
             masks[count++] = mask;
     }
-    plans[n++] = (s_plan_t) { 0, 0 };
-    for (size_t k = 0; k < count; k++)
-        for (uint32_t lead = 0; lead < SPLIT_LEADS; lead++)
-            plans[n++] = (s_plan_t) { masks[k], lead };
+    plans[n++] = (cpu_split_plan_t) { 0, 0, 0 };
+    for (size_t k = 0; k < count; k++) {
+        const uint64_t after = m->layer_count < 64 ? (masks[k] << 1) & ((1ull << m->layer_count) - 1) : masks[k] << 1;
+        const cpu_split_plan_t chained = s_valid (m, (cpu_split_plan_t) { masks[k] | after, after & ~masks[k], 0 });
+        for (int c = 0; c < 1 + (chained.chain != 0); c++)
+            for (uint32_t lead = 0; lead < SPLIT_LEADS; lead++)
+                plans[n++] = c ? (cpu_split_plan_t) { chained.mask, chained.chain, lead }
+                               : (cpu_split_plan_t) { masks[k], 0, lead };
+    }
     return n;
 }
 
 /* Times every plan at rows 1 call by call in turn (so each sees the same machine), on random inputs,
  * from the calling thread; their p50s in P50 (us). 0, or -1 out of memory. */
-static int s_measure (backend_model_t *m, const s_plan_t *plans, size_t n, uint64_t budget_ns, double *p50)
+static int s_measure (backend_model_t *m, const cpu_split_plan_t *plans, size_t n, uint64_t budget_ns, double *p50)
 {
     float *in = malloc ((size_t) SPLIT_POOL * m->input_size * sizeof (float));
     float *out = malloc (m->output_size * sizeof (float));
@@ -407,8 +496,7 @@ static int s_measure (backend_model_t *m, const s_plan_t *plans, size_t n, uint6
         if (r >= SPLIT_MIN_ROUNDS && clock_now_ns () > t_end)
             break;
         for (size_t k = 0; k < n; k++) {
-            m->split_mask = plans[k].mask;
-            m->split_lead = plans[k].lead;
+            m->plan = plans[k];
             const uint64_t t0 = clock_now_ns ();
             s_cpu_infer (m, in + (size_t) ((unsigned) r % SPLIT_POOL) * m->input_size, 1, out, err, sizeof err);
             if (r >= 0)
@@ -427,15 +515,28 @@ static int s_measure (backend_model_t *m, const s_plan_t *plans, size_t n, uint6
     return 0;
 }
 
-/* "layers 0, 1" of MASK. */
-static const char *s_layers_text (uint64_t mask, char *buf, size_t len)
+/* "layers 0, 1 split by outputs, layer 2 by inputs, leader +1/8" of PLAN. */
+static size_t s_list (uint64_t mask, const char *lead, char *buf, size_t len)
 {
-    size_t used = (size_t) snprintf (buf, len, "layer%s", __builtin_popcountll (mask) > 1 ? "s" : "");
+    size_t used = (size_t) snprintf (buf, len, "%slayer%s", lead, __builtin_popcountll (mask) > 1 ? "s" : "");
     for (int i = 0, first = 1; i < 64 && used < len; i++)
         if (mask >> i & 1) {
             used += (size_t) snprintf (buf + used, len - used, "%s%d", first ? " " : ", ", i);
             first = 0;
         }
+    return used < len ? used : len;
+}
+
+static const char *s_plan_text (const cpu_split_plan_t *plan, char *buf, size_t len)
+{
+    size_t used = s_list (plan->mask & ~plan->chain, "", buf, len);
+    used += (size_t) snprintf (buf + used, len - used, " split by outputs");
+    if (plan->chain && used < len) {
+        used += s_list (plan->chain, ", ", buf + used, len - used);
+        used += (size_t) snprintf (buf + used, len - used, " by inputs");
+    }
+    if (used < len)
+        snprintf (buf + used, len - used, ", leader +%u/8", plan->lead);
     return buf;
 }
 
@@ -443,7 +544,7 @@ static const char *s_layers_text (uint64_t mask, char *buf, size_t len)
 static int s_split_off (backend_model_t *m, const model_config_t *cfg, const char *why, char *err, size_t errlen)
 {
     cpu_split_destroy (&m->split);
-    m->split_mask = 0;
+    m->plan = (cpu_split_plan_t) { 0, 0, 0 };
     snprintf (m->split_text, sizeof m->split_text, "one core: %s", why);
     if (cfg->split == CPU_SPLIT_ON) {
         snprintf (err, errlen, "model \"%s\": split \"on\": %s", cfg->name, why);
@@ -456,7 +557,7 @@ static int s_split_off (backend_model_t *m, const model_config_t *cfg, const cha
 static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const model_config_t *cfg, char *err,
                         size_t errlen)
 {
-    char why[160], list[64] = "", layers[96];
+    char why[160], list[64] = "", layers[160];
     if (cfg->split == CPU_SPLIT_OFF || count < 2)
         return 0;
     if (m->kernel != CPU_KERNEL_LOOP)
@@ -471,7 +572,10 @@ static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const
         return s_split_off (m, cfg, "server.spin_us is 0: a helper would sleep between calls", err, errlen);
     if (!s_splittable (m))
         return s_split_off (m, cfg, "no layer has two blocks of 16 outputs to share", err, errlen);
-    if (m->dtype == WEIGHT_DTYPE_INT8 && s_int8_scratch (m, (uint32_t) count) != 0)
+    m->raw_part = (size_t) m->max_rows * m->act_stride;
+    m->prefetchw = cpu_isa_features ()->avx512;
+    if ((m->dtype == WEIGHT_DTYPE_INT8 && s_int8_scratch (m, (uint32_t) count) != 0)
+        || !(m->raw = floats_zeroed (count * m->raw_part)))
         return s_split_off (m, cfg, "out of memory for its scratch", err, errlen);
     if (!(m->split = cpu_split_new (cpus, count, (uint32_t) m->layer_count, s_layer, m, cfg->split_spin_ns, cfg->name,
                                     why, sizeof why)))
@@ -481,7 +585,7 @@ static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const
     const bool had = pthread_getaffinity_np (pthread_self (), sizeof mine, &mine) == 0;
     if (threads_pin (cpus[0], why, sizeof why) != 0)
         return s_split_off (m, cfg, why, err, errlen);
-    s_plan_t plans[SPLIT_PLANS];
+    cpu_split_plan_t plans[SPLIT_PLANS];
     double p50[SPLIT_PLANS];
     const size_t n = s_plans (m, cfg->split == CPU_SPLIT_ON, plans);
     /* "on" only reports (a tenth of the time) */
@@ -495,13 +599,12 @@ static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const
         if (p50[k] < p50[best])
             best = k;
     const bool split = cfg->split == CPU_SPLIT_ON || p50[best] < SPLIT_GAIN * p50[0];
-    m->split_mask = split ? plans[best].mask : 0;
-    m->split_lead = plans[best].lead;
-    s_layers_text (plans[best].mask, layers, sizeof layers);
+    m->plan = split ? plans[best] : (cpu_split_plan_t) { 0, 0, 0 };
+    s_plan_text (&plans[best], layers, sizeof layers);
     if (split)
-        snprintf (m->split_text, sizeof m->split_text, "%zu cores (cpus %s), %s split (leader +%u/8): %.2f us p50 "
-                  "against %.2f on one core (%s, measured at load)", count, list, layers, m->split_lead, p50[best],
-                  p50[0], cpu_split_mode_name (cfg->split));
+        snprintf (m->split_text, sizeof m->split_text, "%zu cores (cpus %s), %s: %.2f us p50 against %.2f on one "
+                  "core (%s, measured at load)", count, list, layers, p50[best], p50[0],
+                  cpu_split_mode_name (cfg->split));
     else {
         snprintf (m->split_text, sizeof m->split_text, "one core: %.2f us p50 against %.2f split over %zu cores "
                   "(cpus %s, %s; auto, measured at load)", p50[0], p50[best], count, list, layers);
@@ -513,17 +616,11 @@ static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const
 
 static const char *s_cpu_split_text (const backend_model_t *m) { return m->split_text; }
 
-uint64_t backend_cpu_split_plan (const backend_model_t *m, uint32_t *lead)
-{
-    if (lead)
-        *lead = m->split_lead;
-    return m->split_mask;
-}
+cpu_split_plan_t backend_cpu_split_plan (const backend_model_t *m) { return m->plan; }
 
-void backend_cpu_set_split_plan (backend_model_t *m, uint64_t mask, uint32_t lead)
+void backend_cpu_set_split_plan (backend_model_t *m, cpu_split_plan_t plan)
 {
-    m->split_mask = m->split ? mask & s_splittable (m) : 0;
-    m->split_lead = lead;
+    m->plan = m->split ? s_valid (m, plan) : (cpu_split_plan_t) { 0, 0, 0 };
 }
 
 static const char *s_cpu_kernel_name (const backend_model_t *m) { return cpu_kernel_name (m->kernel); }

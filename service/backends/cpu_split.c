@@ -26,7 +26,7 @@ typedef struct {
     _Atomic uint32_t state;     /* helpers: S_* (the leader reads it at every call: this line is one it reads anyway) */
     _Atomic uint32_t bell;      /* helpers: the futex word a wake-up bumps */
     uint32_t rows;              /* the leader's: this call's rows ... */
-    uint64_t mask;              /* ... and its split layers, written before the tick that starts the call */
+    uint64_t mask, chain;       /* ... its split layers and chained ones, written before the tick that starts it */
 } s_line_t;
 _Static_assert (sizeof (s_line_t) == 64, "one cache line a part");
 
@@ -110,17 +110,20 @@ static void *s_helper_main (void *arg)
         /* the call's first tick (the leader may be past it already, at its second) */
         const uint64_t base = done + 1;
         const uint32_t rows = s->line[0].rows;
-        const uint64_t mask = s->line[0].mask;
+        const uint64_t mask = s->line[0].mask, chain = s->line[0].chain;
         uint64_t j = 0;
         for (uint32_t l = 0; l < s->layers; l++) {
             if (!(mask >> l & 1))
                 continue;
-            if (j > 0) {    /* s_{j+1} reads s_j, every part's slice (and the leader's unsplit layers after it) */
+            if (j > 0 && !(chain >> l & 1)) {   /* segment j + 1 reads segment j, every part's slice (and the
+                                                   leader's unsplit layers after it) */
                 while (atomic_load_explicit (&s->line[0].tick, memory_order_acquire) < base + j)
                     _mm_pause ();
                 s_wait_parts (s, base + j, h->part, false);
             }
             s->fn (s->ctx, l, rows, h->part, s->parts);
+            if (l + 1 < s->layers && chain >> (l + 1) & 1)
+                continue;   /* the next reads only what this part wrote: no barrier between them */
             j++;
             atomic_store_explicit (&mine->tick, base + j, memory_order_release);
         }
@@ -210,10 +213,11 @@ static void s_alone (cpu_split_t *s, uint32_t rows)
         s->fn (s->ctx, l, rows, 0, 1);
 }
 
-bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint32_t rows)
+bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows)
 {
     if (s->layers < 64)
         mask &= (1ull << s->layers) - 1;
+    chain &= mask & mask << 1;
     if (!mask) {
         s_alone (s, rows);
         return false;
@@ -236,15 +240,27 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint32_t rows)
         s->fn (s->ctx, l, rows, 0, 1);
     me->rows = rows;
     me->mask = mask;
-    atomic_store (&me->tick, base);     /* seq_cst: then whether a helper fell asleep meanwhile */
-    for (uint32_t h = 1; h < s->parts; h++)
-        if (atomic_load (&s->line[h].state) == S_ASLEEP)
-            s_wake (s, h);      /* it may not have seen the call: wait for it this once */
+    me->chain = chain;
+    /* released, not seq_cst: the line is the helpers' to read, and its store drains while the leader
+     * computes (an xchg would wait for it: ~0.3 us here) */
+    atomic_store_explicit (&me->tick, base, memory_order_release);
+    bool checked = false;
     uint64_t j = 0;
     while (l < s->layers) {
-        s->fn (s->ctx, l, rows, 0, s->parts);     /* split layer s_{j+1}: the leader's slice */
+        do      /* segment j + 1: a split layer and those chained to it, the leader's slices */
+            s->fn (s->ctx, l, rows, 0, s->parts);
+        while (++l < s->layers && chain >> l & 1);
         j++;
-        l++;
+        if (!checked) {
+            /* whether a helper fell asleep as the call came: the fence orders the tick's store before
+             * the loads of their states, as their seq_cst store of the state precedes their last look
+             * at the tick (one of the two sees the other). Here its store has long drained: cheap. */
+            checked = true;
+            atomic_thread_fence (memory_order_seq_cst);
+            for (uint32_t h = 1; h < s->parts; h++)
+                if (atomic_load_explicit (&s->line[h].state, memory_order_relaxed) == S_ASLEEP)
+                    s_wake (s, h);      /* it may not have seen the call: wait for it this once */
+        }
         if (l < s->layers && (mask >> l & 1)) {
             atomic_store_explicit (&me->tick, base + j, memory_order_release);
             s_wait_parts (s, base + j, 0, false);

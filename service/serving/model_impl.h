@@ -127,7 +127,7 @@ struct _model_t {
     _Atomic uint32_t kernel_at;
     char selected_by[16];               /* "config" or "measurement" */
     char isa[48];                       /* the CPU instruction path (backend.h's isa), "" where none */
-    char split[224];                    /* instance 0's split over its cores (backend.h's split_text), "" where none */
+    char split[384];                    /* instance 0's split over its cores (backend.h's split_text), "" where none */
     size_t candidate_count;
     autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];   /* what "auto" measured, fastest first */
     uint32_t instance_count;

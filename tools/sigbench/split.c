@@ -4,10 +4,14 @@
  *   - one core: the model loaded with "split" on, run with no layer split (the same buffers, the leader
  *     alone on A);
  *   - split, largest layer: only the layer with the most weight bytes split over A and B;
+ *   - split, largest layer and the next by inputs: each core's share of the largest layer's outputs
+ *     goes on through its share of the next layer's inputs, the leader adding the two up (no barrier
+ *     between them; not for int8);
  *   - split, every layer: every layer of two or more blocks of 16 outputs split;
  *   - floor, one core: one streaming read of the model's weight bytes on A (table 4's);
- *   - floor, split: one read of the bytes the leader reads under "every layer" (its half of each split
- *     layer and the whole of the others) on A: what the split cannot beat without its hand-offs;
+ *   - floor, split: one read of the bytes the leader reads under "every layer" (half of each split layer
+ *     and the whole of the others, as with the next layer by inputs) on A: what the split cannot beat
+ *     without its hand-offs;
  * then, apart (its second thread would share B with the split's helper), the hand-off itself: one
  * cache line's round trip between A and B (a tick written on A, echoed from B), the cost a barrier
  * pays twice a split layer (one crossing each way, both at once). Every timed output is checked
@@ -102,7 +106,7 @@ static void s_handoff (const options_t *o, double *samples)
 
 /* ---------------------------------------------------------------- the table */
 
-enum { R_ONE, R_LARGEST, R_EVERY, R_FLOOR, R_FLOOR_SPLIT, R_COUNT };
+enum { R_ONE, R_LARGEST, R_CHAINED, R_EVERY, R_FLOOR, R_FLOOR_SPLIT, R_COUNT };
 
 static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t dtype, float *const *in,
                           const double *const *ref, double *samples, char *notes, size_t notes_len)
@@ -122,30 +126,39 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
         backend_cpu_iface.destroy (&m);
         return 1;
     }
-    /* the plans: the layer of the most bytes alone, every splittable one; and the bytes each reads */
-    uint32_t lead;
-    const uint64_t every = backend_cpu_split_plan (m, &lead);
+    /* the plans: the layer of the most bytes alone, and with the next split by inputs; every splittable
+     * one; and the bytes each part reads */
+    const uint32_t lead = backend_cpu_split_plan (m).lead;
+    uint64_t every = 0;
     const size_t wbytes = cpu_dense_bytes (dtype);
     size_t total = 0, leader = 0, most = 0;
     int largest = -1;
     for (size_t l = 0; l < w->layer_count; l++) {
         const size_t b = (size_t) w->layers[l].in * w->layers[l].out * wbytes;
         total += b;
-        leader += every >> l & 1 ? b / 2 : b;
-        if ((every >> l & 1) && b > most) {
-            most = b;
-            largest = (int) l;
+        if (w->layers[l].out > CPU_DENSE_BLOCK && l < 64) {
+            every |= 1ull << l;
+            if (b > most) {
+                most = b;
+                largest = (int) l;
+            }
         }
+        leader += w->layers[l].out > CPU_DENSE_BLOCK ? b / 2 : b;
     }
-    const uint64_t plans[3] = { 0, largest >= 0 ? 1ull << largest : 0, every };
+    const uint64_t one = largest >= 0 ? 1ull << largest : 0, next = one << 1;
+    const cpu_split_plan_t plans[4] = { { 0, 0, 0 }, { one, 0, lead }, { one | next, next, lead }, { every, 0, lead } };
+    backend_cpu_set_split_plan (m, plans[2]);
+    const bool chained = backend_cpu_split_plan (m).chain != 0;     /* (not for int8) */
     unsigned char *floor_one = s_buffer (total), *floor_split = s_buffer (leader);
     const size_t nout = (size_t) o->rows * w->output_size;
     float *y = malloc (nout * sizeof (float));
-    pooled_error_t error[3] = { { 0, 0 }, { 0, 0 }, { 0, 0 } };
+    pooled_error_t error[4] = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 } };
     for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
-        double t[R_COUNT];
-        for (int k = 0; k < 3; k++) {
-            backend_cpu_set_split_plan (m, plans[k], lead);
+        double t[R_COUNT] = { 0 };
+        for (int k = 0; k < 4; k++) {
+            if (k == R_CHAINED && !chained)
+                continue;
+            backend_cpu_set_split_plan (m, plans[k]);
             const double t0 = sb_now_us ();
             backend_cpu_iface.infer (m, in[i % POOL], o->rows, y, err, sizeof err);
             t[k] = sb_now_us () - t0;
@@ -169,11 +182,15 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     const char *isa = backend_cpu_iface.isa (m);
     latency_summary_t s[R_COUNT];
     for (int r = 0; r < R_COUNT; r++) {
+        if (r == R_CHAINED && !chained)
+            continue;
         switch (r) {
         case R_ONE: snprintf (label, sizeof label, "cpu loop %s (%s), one core (cpu %d)", weight_dtype_name (dtype), isa,
                               o->split_cpus[0]); break;
         case R_LARGEST: snprintf (label, sizeof label, "split over cpus %d,%d: layer %d (the largest), leader +%u/8",
                                   o->split_cpus[0], o->split_cpus[1], largest, lead); break;
+        case R_CHAINED: snprintf (label, sizeof label, "split over cpus %d,%d: layer %d, layer %d by inputs, leader +%u/8",
+                                  o->split_cpus[0], o->split_cpus[1], largest, largest + 1, lead); break;
         case R_EVERY: snprintf (label, sizeof label, "split over cpus %d,%d: layers %s, leader +%u/8", o->split_cpus[0],
                                 o->split_cpus[1], layers_every, lead); break;
         case R_FLOOR: snprintf (label, sizeof label, "floor %s, one core: one read of %zu weight bytes",
@@ -184,16 +201,18 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
         latency_summarize (samples + (size_t) r * o->iterations, o->iterations, &s[r]);
         latency_print_row (stdout, label, &s[r]);
     }
-    const double best = s[R_LARGEST].p50 < s[R_EVERY].p50 ? s[R_LARGEST].p50 : s[R_EVERY].p50;
+    double best = s[R_LARGEST].p50 < s[R_EVERY].p50 ? s[R_LARGEST].p50 : s[R_EVERY].p50;
+    if (chained && s[R_CHAINED].p50 < best)
+        best = s[R_CHAINED].p50;
     const size_t used = strlen (notes);
     snprintf (notes + used, notes_len - used, "%s%s: split %.2fx one core (floors: split %.2fx one core's; best split "
-              "%.2fx its floor), errors %.1e / %.1e / %.1e", used ? "; " : "", weight_dtype_name (dtype),
+              "%.2fx its floor), errors %.1e / %.1e / %.1e / %.1e", used ? "; " : "", weight_dtype_name (dtype),
               best / s[R_ONE].p50, s[R_FLOOR_SPLIT].p50 / s[R_FLOOR].p50, best / s[R_FLOOR_SPLIT].p50,
-              sb_pooled (&error[0]), sb_pooled (&error[1]), sb_pooled (&error[2]));
+              sb_pooled (&error[0]), sb_pooled (&error[1]), sb_pooled (&error[2]), sb_pooled (&error[3]));
     const double limit = dtype == WEIGHT_DTYPE_F32 ? 1e-5 : dtype == WEIGHT_DTYPE_F16 ? 2e-3 : dtype == WEIGHT_DTYPE_BF16 ? 2e-2 : 5e-2;
     int bad = 0;
-    for (int k = 0; k < 3; k++)
-        if (!(sb_pooled (&error[k]) <= limit)) {
+    for (int k = 0; k < 4; k++)
+        if ((k != R_CHAINED || chained) && !(sb_pooled (&error[k]) <= limit)) {
             fprintf (stderr, "sigbench: split %s plan %d: relative error %.3g over %.0e\n", weight_dtype_name (dtype), k,
                      sb_pooled (&error[k]), limit);
             bad = 1;
