@@ -423,7 +423,7 @@ static uint64_t s_splittable (const backend_model_t *m)
     return mask;
 }
 
-#define SPLIT_LEADS 3           /* the leader's extra share measured: 0, 1/8, 2/8 of a share */
+#define SPLIT_LEADS 4           /* the leader's extra share measured: 0 to 3/8 of a share */
 #define SPLIT_PLANS (1 + 2 * 64 * SPLIT_LEADS)
 
 /* PLAN less what M cannot run (cpu_split.h's rules). */

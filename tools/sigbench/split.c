@@ -205,10 +205,13 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     if (chained && s[R_CHAINED].p50 < best)
         best = s[R_CHAINED].p50;
     const size_t used = strlen (notes);
+    char chain_error[16] = "-";
+    if (chained)
+        snprintf (chain_error, sizeof chain_error, "%.1e", sb_pooled (&error[R_CHAINED]));
     snprintf (notes + used, notes_len - used, "%s%s: split %.2fx one core (floors: split %.2fx one core's; best split "
-              "%.2fx its floor), errors %.1e / %.1e / %.1e / %.1e", used ? "; " : "", weight_dtype_name (dtype),
+              "%.2fx its floor), errors %.1e / %.1e / %s / %.1e", used ? "; " : "", weight_dtype_name (dtype),
               best / s[R_ONE].p50, s[R_FLOOR_SPLIT].p50 / s[R_FLOOR].p50, best / s[R_FLOOR_SPLIT].p50,
-              sb_pooled (&error[0]), sb_pooled (&error[1]), sb_pooled (&error[2]), sb_pooled (&error[3]));
+              sb_pooled (&error[R_ONE]), sb_pooled (&error[R_LARGEST]), chain_error, sb_pooled (&error[R_EVERY]));
     const double limit = dtype == WEIGHT_DTYPE_F32 ? 1e-5 : dtype == WEIGHT_DTYPE_F16 ? 2e-3 : dtype == WEIGHT_DTYPE_BF16 ? 2e-2 : 5e-2;
     int bad = 0;
     for (int k = 0; k < 4; k++)
