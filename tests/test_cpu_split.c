@@ -1,10 +1,12 @@
 /* An MLP split across cores ("split", backends/cpu_split.h): the protocol (every part computes its slice
  * of every split layer once a call, a layer only after every part finished the one before, unsplit
- * layers on the leader alone), the helpers' pinning (never a core they were not given) and their sleep
- * and wake; the backend split over two cores against the float64 reference within each output's derived
- * bound (tolerance.h), in every weight dtype on every instruction path and under every plan of split
- * layers, int8 bit for bit with one core; the load's decision ("auto": measured) in /models' fields and
- * the config's refusals. Needs two CPUs this process may run on (else it says SKIP). */
+ * layers on the leader alone, a chained layer after its own part's slice), the helpers' pinning (never a
+ * core they were not given) and their sleep and wake; the backend split over two cores against the
+ * float64 reference within each output's derived bound (tolerance.h), in every weight dtype on every
+ * instruction path and under every plan of split layers, int8 bit for bit with one core, no allocation
+ * by a split call on either core (the link wraps malloc and its kin: the Makefile); the load's decision
+ * ("auto": measured) in /models' fields and the config's refusals. Needs two CPUs this process may run
+ * on (else it says SKIP). */
 #define _GNU_SOURCE
 #include "rng.h"
 #include "reference.h"
@@ -32,6 +34,25 @@
 
 static uint64_t s_seed;
 static int s_cpus[2];       /* two CPUs this process may run on */
+
+/* Allocations while counting, on any thread (the helper's too): the link wraps them (the Makefile). */
+void *__real_malloc (size_t n);
+void *__real_calloc (size_t n, size_t m);
+void *__real_realloc (void *p, size_t n);
+void *__real_aligned_alloc (size_t a, size_t n);
+int __real_posix_memalign (void **p, size_t a, size_t n);
+static _Atomic int s_counting;
+static _Atomic long s_allocations;
+#define S_COUNT() (atomic_load (&s_counting) ? (void) atomic_fetch_add (&s_allocations, 1) : (void) 0)
+void *__wrap_malloc (size_t n) { S_COUNT (); return __real_malloc (n); }
+void *__wrap_calloc (size_t n, size_t m) { S_COUNT (); return __real_calloc (n, m); }
+void *__wrap_realloc (void *p, size_t n) { S_COUNT (); return __real_realloc (p, n); }
+void *__wrap_aligned_alloc (size_t a, size_t n) { S_COUNT (); return __real_aligned_alloc (a, n); }
+int __wrap_posix_memalign (void **p, size_t a, size_t n)
+{
+    S_COUNT ();
+    return __real_posix_memalign (p, a, n);
+}
 
 static int s_two_cpus (void)
 {
@@ -297,7 +318,11 @@ static void s_check_split (const uint32_t *sizes, const activation_t *acts, size
             backend_cpu_set_split_plan (m, plans[k]);
             if (dtype != WEIGHT_DTYPE_INT8)
                 ck_assert_uint_eq (backend_cpu_split_plan (m).chain, plans[k].chain);
-            ck_assert_int_eq (backend_cpu_iface.infer (m, in, rows, out, err, sizeof err), SIG_OK);
+            atomic_store (&s_counting, 1);     /* a split call allocates nothing, on either core */
+            const sig_status_t st = backend_cpu_iface.infer (m, in, rows, out, err, sizeof err);
+            atomic_store (&s_counting, 0);
+            ck_assert_int_eq (st, SIG_OK);
+            ck_assert_int_eq (atomic_load (&s_allocations), 0);
             ck_assert_int_eq (tol_mlp_held (w, dtype, in, rows, ref, bound), 0);
             TOL_ASSERT (out, ref, bound, nout, w->output_size, "%s rows %u %s on %s, plan %#llx chain %#llx, round %d",
                         label, rows, weight_dtype_name (dtype), s_caps[cap], (unsigned long long) plans[k].mask,
@@ -330,6 +355,11 @@ START_TEST (split_matches_reference_every_dtype_and_path)
     activation_t acts[4] = { ACTIVATION_RELU, ACTIVATION_TANH, ACTIVATION_SIGMOID, ACTIVATION_NONE };
     const uint32_t rows_list[] = { 1, 3, 21 };
     const size_t c = (size_t) _i;
+    atomic_store (&s_counting, 1);      /* the count works (a wrap that did nothing would pass anything) */
+    void *volatile probe = malloc (8);
+    free (probe);
+    atomic_store (&s_counting, 0);
+    ck_assert_int_eq (atomic_exchange (&s_allocations, 0), 1);
     for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
         acts[chains[c].layers - 1] = ACTIVATION_NONE;
         char label[32];

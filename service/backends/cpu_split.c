@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "backends/cpu_split.h"
 
+#include "base/threads.h"
 #include "clock.h"
 
 #include <errno.h>
@@ -105,6 +106,10 @@ static void *s_helper_main (void *arg)
     s_helper_t *h = arg;
     cpu_split_t *s = h->split;
     s_line_t *mine = &s->line[h->part];
+    char role[32];
+    snprintf (role, sizeof role, "%.10s-s%u", s->name, h->part);
+    role[15] = '\0';
+    threads_set_role (role);    /* one of the server's threads (what tests count) */
     uint64_t done = 0;
     while (s_await_call (s, mine, done)) {
         /* the call's first tick (the leader may be past it already, at its second) */
