@@ -439,8 +439,12 @@ static bool s_split_inline (const model_t *m, const server_config_t *server)
         return false;
     for (size_t i = 0; i < server->cpu_count; i++)
         for (size_t k = 0; k < m->cfg.cpu_count; k++)
-            if (server->cpus[i] == m->cfg.cpus[k])
+            if (server->cpus[i] == m->cfg.cpus[k]) {
+                log_warn ("model %s: split: cpu %d is in server.cpus too: a front there shares it with this model's "
+                          "worker or helper, which spins while calls come (give each its own cores)", m->cfg.name,
+                          server->cpus[i]);
                 return false;
+            }
     return true;
 }
 
