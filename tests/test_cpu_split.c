@@ -435,6 +435,7 @@ START_TEST (config_refuses_splits_it_cannot_give)
           "\"cpu_kernel\": \"loop\" (this model's backend is \"cuda\")" },
         { "\"split\": \"auto\", \"cpu_kernel\": \"blas\", \"cpus\": [0, 1]", "(this model's cpu_kernel is \"blas\")" },
         { "\"split\": \"sideways\", \"cpus\": [0, 1]", "models[0].split: expected one of off, auto, on" },
+        { "\"split\": \"on\", \"group\": \"g\", \"cpus\": [0, 1]", "models[0].split: not with \"group\" (\"g\")" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[1024] = "";

@@ -350,6 +350,11 @@ static int s_resolve_split (parser_t *p, const model_config_t *m, size_t index)
                   : "cpu_kernel", m->backend == BACKEND_CUDA ? "cuda" : "blas");
         return s_fail_at (p, at, "%s", why);
     }
+    if (m->group[0]) {
+        snprintf (why, sizeof why, "not with \"group\" (\"%s\"): a group's workers run its members unpinned, and one "
+                  "on a helper's core would wait for a helper that cannot run; remove split or group", m->group);
+        return s_fail_at (p, at, "%s", why);
+    }
     if (m->cpu_count < 2 * (size_t) m->instances) {
         snprintf (why, sizeof why, "needs at least 2 cpus an instance, from \"cpus\" (instance i takes the i-th "
                   "share of cpus / instances); this model has %zu cpus for %u instance(s)", m->cpu_count, m->instances);
