@@ -312,6 +312,15 @@ __attribute__ ((target ("prfchw"))) static void s_own (const float *p, uint32_t 
             __builtin_prefetch ((const char *) (p + r * stride) + at, 1, 3);
 }
 
+/* The lines of ROWS rows of BYTES at P (STRIDE floats apart, at most 8 KiB in all) asked for at once. */
+static void s_ask (const float *p, uint32_t rows, size_t stride, size_t bytes)
+{
+    size_t asked = 0;
+    for (uint32_t r = 0; r < rows && asked < 8192; r++)
+        for (size_t at = 0; at < bytes && asked < 8192; at += 64, asked += 64)
+            _mm_prefetch ((const char *) (p + r * stride) + at, _MM_HINT_T0);
+}
+
 /* Part PART of PARTS (cpu_split.h; 0 of 1: the whole layer) of loop layer I: its share of the blocks of
  * 16 outputs, contiguous, from its own int8 scratch; or, for a layer the plan chains, every output's sum
  * over the inputs its part computed in the layer before (its raw buffer: the leader adds them up before
@@ -341,6 +350,9 @@ static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32
                                     .raw = true, .x = i ? m->act[i & 1] : m->x0, .x_stride = m->act_stride, .y = raw,
                                     .y_stride = m->act_stride };
         m->ops->dense[L->dtype] (L, &io);
+        if (part == 0)      /* the others' sums, asked for while the barrier's line crosses */
+            for (uint32_t p = 1; p < parts; p++)
+                s_ask (m->raw + p * m->raw_part, rows, m->act_stride, L->out_pad * sizeof (float));
         return;
     }
     uint32_t b0, b1;
@@ -368,6 +380,15 @@ static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32
     if (L->dtype == WEIGHT_DTYPE_INT8)
         ops->quantize (io.x, io.x_stride, rows, L->in, L->in_pad, io.q, io.q_stride, io.q_scale, io.q_zero);
     ops->dense[L->dtype] (L, &io);
+    /* the other parts' outputs (the next layer reads them), asked for while the barrier's line crosses:
+     * a part that finished first costs one crossing then, not two */
+    for (uint32_t p = 0; parts > 1 && p < parts; p++)
+        if (p != part) {
+            uint32_t c0, c1;
+            s_share (L->out_pad / CPU_DENSE_BLOCK, p, parts, m->plan.lead, &c0, &c1);
+            s_ask (m->act[(i & 1) ^ 1] + c0 * CPU_DENSE_BLOCK, rows, m->act_stride,
+                   (c1 - c0) * CPU_DENSE_BLOCK * sizeof (float));
+        }
 }
 
 static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t rows, float *out,

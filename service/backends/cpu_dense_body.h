@@ -154,7 +154,8 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
  * row, k0, k1, acc, G) runs G blocks of one group over a k range for one row; ACC_T is its accumulators'
  * type. First chunk: accumulators from 0; later ones from the partial sums; the last one finishes the
  * outputs (FINISH: vector j, outputs o = g0 + VW j, g0 the first output of this group's share), or with
- * io->raw (RAW_OK: the float dtypes) stores the sums as they are in y, which then holds the chunks' too. */
+ * RAW (io->raw for the float dtypes, 0 for int8) stores the sums as they are in y, which then holds the
+ * chunks' too. */
 #define S_TILE_WIDTH(TILE, ROW_IN, G)                                                                          \
     do {                                                                                                       \
         if (width == CPU_DENSE_GROUP)                                                                          \
@@ -162,12 +163,12 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
         else                                                                                                   \
             TILE (Wg, width, ROW_IN, k0, k1, acc, G);                                                          \
     } while (0)
-#define S_WALK(ELEM, ACC_T, ROW_IN, TILE, FINISH, RAW_OK)                                                      \
+#define S_WALK(ELEM, ACC_T, ROW_IN, TILE, FINISH, RAW)                                                      \
     do {                                                                                                       \
         const uint32_t chunk = io->rows == 1 ? L->in_pad : cpu_dense_chunk (L->dtype);                        \
         const uint32_t o_end = io->o_end ? io->o_end : L->out_pad;                                            \
         const uint32_t kb = io->k_begin, ke = io->k_end ? io->k_end : L->in_pad;                              \
-        const bool raw = (RAW_OK) && io->raw;                                                                  \
+        const bool raw = (RAW);                                                                             \
         for (uint32_t g = io->o_begin / CPU_DENSE_GROUP * CPU_DENSE_GROUP; g < o_end; g += CPU_DENSE_GROUP) {  \
             const uint32_t width = L->out_pad - g < CPU_DENSE_GROUP ? L->out_pad - g : CPU_DENSE_GROUP;       \
             const uint32_t b0 = g < io->o_begin ? io->o_begin - g : 0;                                        \
@@ -218,17 +219,17 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
 
 static void s_dense_f32 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
-    S_WALK (float, vf, S_ROW_X, S_F32_TILE, S_FINISH_FLOAT, 1);
+    S_WALK (float, vf, S_ROW_X, S_F32_TILE, S_FINISH_FLOAT, io->raw);
 }
 
 static void s_dense_f16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
-    S_WALK (uint16_t, vf, S_ROW_X, S_F16_TILE, S_FINISH_FLOAT, 1);
+    S_WALK (uint16_t, vf, S_ROW_X, S_F16_TILE, S_FINISH_FLOAT, io->raw);
 }
 
 static void s_dense_bf16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
-    S_WALK (uint16_t, vf, S_ROW_X, S_BF16_TILE, S_FINISH_FLOAT, 1);
+    S_WALK (uint16_t, vf, S_ROW_X, S_BF16_TILE, S_FINISH_FLOAT, io->raw);
 }
 
 /* int8: y = fma ((float) (dot - zero rowsum), w_scale x_scale, b), as every path computes it;
@@ -243,7 +244,7 @@ S_INT8_TARGET S_INLINE void s_int8_finish (const cpu_dense_t *L, const cpu_dense
 
 S_INT8_TARGET static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
-    S_WALK (int8_t, vi, S_ROW_Q, S_INT8_TILE, s_int8_finish (L, io, r, g0 + VW * (uint32_t) j, acc[j]), 0);
+    S_WALK (int8_t, vi, S_ROW_Q, S_INT8_TILE, s_int8_finish (L, io, r, g0 + VW * (uint32_t) j, acc[j]), false);
 }
 
 /* ---------------------------------------------------------------- int8 activations */

@@ -66,9 +66,13 @@ static void s_wake (cpu_split_t *s, uint32_t h)
     }
 }
 
-/* Until every part but SKIP (and the leader, part 0, unless WITH_LEADER) published at least T. */
+/* Until every part but SKIP (and the leader, part 0, unless WITH_LEADER) published at least T. Their lines
+ * are asked for at once first (a part that finished long ago still costs one crossing to read). */
 static inline void s_wait_parts (const cpu_split_t *s, uint64_t t, uint32_t skip, bool with_leader)
 {
+    for (uint32_t p = with_leader ? 0 : 1; p < s->parts; p++)
+        if (p != skip)
+            _mm_prefetch ((const char *) &s->line[p], _MM_HINT_T0);
     for (uint32_t p = with_leader ? 0 : 1; p < s->parts; p++)
         if (p != skip)
             while (atomic_load_explicit (&s->line[p].tick, memory_order_acquire) < t)
