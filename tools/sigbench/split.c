@@ -1,9 +1,8 @@
 /* sigbench table 5 (--split A,B): the CPU backend's loop kernel split across two cores ("split",
  * backends/cpu_split.h) beside the same model on one core, in each weight dtype (--cpu-dtypes), all in
  * one run, timed call by call in turn so every row sees the same machine (the host is shared):
- *   - one core: the model loaded without a split, on A (the one-core time the split is held to);
- *   - the same, loaded split, run with no layer split (the same buffers, the leader alone on A, its
- *     helper spinning on B);
+ *   - one core: the model loaded with "split" on, run with no layer split (the same buffers, the leader
+ *     alone on A);
  *   - split, largest layer: only the layer with the most weight bytes split over A and B;
  *   - split, largest layer and the next by inputs: each core's share of the largest layer's outputs
  *     goes on through its share of the next layer's inputs, the leader adding the two up (no barrier
@@ -107,8 +106,7 @@ static void s_handoff (const options_t *o, double *samples)
 
 /* ---------------------------------------------------------------- the table */
 
-/* rows; the first five are calls of the model (R_PLAIN one loaded without a split, the others plans of one) */
-enum { R_ONE, R_LARGEST, R_CHAINED, R_EVERY, R_PLAIN, R_FLOOR, R_FLOOR_SPLIT, R_COUNT };
+enum { R_ONE, R_LARGEST, R_CHAINED, R_EVERY, R_FLOOR, R_FLOOR_SPLIT, R_COUNT };
 
 static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t dtype, float *const *in,
                           const double *const *ref, double *samples, char *notes, size_t notes_len)
@@ -123,11 +121,9 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     cfg.split_spin_ns = UINT64_MAX;
     char err[512];
     backend_model_t *m = backend_cpu_iface.load (w, &cfg, 0, err, sizeof err);
-    backend_model_t *plain = m ? backend_cpu_iface.load (w, &cfg, 0, err, sizeof err) : NULL;
-    if (!plain || backend_cpu_iface.split (m, o->split_cpus, 2, &cfg, err, sizeof err) != 0) {
+    if (!m || backend_cpu_iface.split (m, o->split_cpus, 2, &cfg, err, sizeof err) != 0) {
         fprintf (stderr, "sigbench: split %s: %s\n", weight_dtype_name (dtype), err);
         backend_cpu_iface.destroy (&m);
-        backend_cpu_iface.destroy (&plain);
         return 1;
     }
     /* the plans: the layer of the most bytes alone, and with the next split by inputs; every splittable
@@ -156,16 +152,15 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     unsigned char *floor_one = s_buffer (total), *floor_split = s_buffer (leader);
     const size_t nout = (size_t) o->rows * w->output_size;
     float *y = malloc (nout * sizeof (float));
-    pooled_error_t error[R_PLAIN + 1] = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+    pooled_error_t error[4] = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 } };
     for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
         double t[R_COUNT] = { 0 };
-        for (int k = 0; k <= R_PLAIN; k++) {
+        for (int k = 0; k < 4; k++) {
             if (k == R_CHAINED && !chained)
                 continue;
-            if (k < R_PLAIN)
-                backend_cpu_set_split_plan (m, plans[k]);
+            backend_cpu_set_split_plan (m, plans[k]);
             const double t0 = sb_now_us ();
-            backend_cpu_iface.infer (k < R_PLAIN ? m : plain, in[i % POOL], o->rows, y, err, sizeof err);
+            backend_cpu_iface.infer (m, in[i % POOL], o->rows, y, err, sizeof err);
             t[k] = sb_now_us () - t0;
             if (i >= o->warmup)
                 sb_pool (&error[k], y, ref[i % POOL], nout);
@@ -186,16 +181,12 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
             n += (size_t) snprintf (layers_every + n, sizeof layers_every - n, "%s%zu", n ? "," : "", l);
     const char *isa = backend_cpu_iface.isa (m);
     latency_summary_t s[R_COUNT];
-    static const int order[R_COUNT] = { R_PLAIN, R_ONE, R_LARGEST, R_CHAINED, R_EVERY, R_FLOOR, R_FLOOR_SPLIT };
-    for (int at = 0; at < R_COUNT; at++) {
-        const int r = order[at];
+    for (int r = 0; r < R_COUNT; r++) {
         if (r == R_CHAINED && !chained)
             continue;
         switch (r) {
-        case R_PLAIN: snprintf (label, sizeof label, "cpu loop %s (%s), one core (cpu %d), loaded without a split",
-                                weight_dtype_name (dtype), isa, o->split_cpus[0]); break;
-        case R_ONE: snprintf (label, sizeof label, "same, loaded split, run with no layer split (its helper spinning)");
-            break;
+        case R_ONE: snprintf (label, sizeof label, "cpu loop %s (%s), one core (cpu %d)", weight_dtype_name (dtype), isa,
+                              o->split_cpus[0]); break;
         case R_LARGEST: snprintf (label, sizeof label, "split over cpus %d,%d: layer %d (the largest), leader +%u/8",
                                   o->split_cpus[0], o->split_cpus[1], largest, lead); break;
         case R_CHAINED: snprintf (label, sizeof label, "split over cpus %d,%d: layer %d, layer %d by inputs, leader +%u/8",
@@ -217,14 +208,13 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     char chain_error[16] = "-";
     if (chained)
         snprintf (chain_error, sizeof chain_error, "%.1e", sb_pooled (&error[R_CHAINED]));
-    snprintf (notes + used, notes_len - used, "%s%s: best split %.2fx one core (%.2fx the split model's own one-core "
-              "row; floors: split %.2fx one core's; best split %.2fx its floor), errors %.1e / %.1e / %.1e / %s / %.1e",
-              used ? "; " : "", weight_dtype_name (dtype), best / s[R_PLAIN].p50, best / s[R_ONE].p50,
-              s[R_FLOOR_SPLIT].p50 / s[R_FLOOR].p50, best / s[R_FLOOR_SPLIT].p50, sb_pooled (&error[R_PLAIN]),
+    snprintf (notes + used, notes_len - used, "%s%s: split %.2fx one core (floors: split %.2fx one core's; best split "
+              "%.2fx its floor), errors %.1e / %.1e / %s / %.1e", used ? "; " : "", weight_dtype_name (dtype),
+              best / s[R_ONE].p50, s[R_FLOOR_SPLIT].p50 / s[R_FLOOR].p50, best / s[R_FLOOR_SPLIT].p50,
               sb_pooled (&error[R_ONE]), sb_pooled (&error[R_LARGEST]), chain_error, sb_pooled (&error[R_EVERY]));
     const double limit = dtype == WEIGHT_DTYPE_F32 ? 1e-5 : dtype == WEIGHT_DTYPE_F16 ? 2e-3 : dtype == WEIGHT_DTYPE_BF16 ? 2e-2 : 5e-2;
     int bad = 0;
-    for (int k = 0; k <= R_PLAIN; k++)
+    for (int k = 0; k < 4; k++)
         if ((k != R_CHAINED || chained) && !(sb_pooled (&error[k]) <= limit)) {
             fprintf (stderr, "sigbench: split %s plan %d: relative error %.3g over %.0e\n", weight_dtype_name (dtype), k,
                      sb_pooled (&error[k]), limit);
@@ -234,7 +224,6 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     free (floor_one);
     free (floor_split);
     backend_cpu_iface.destroy (&m);
-    backend_cpu_iface.destroy (&plain);
     return bad;
 }
 
