@@ -1,6 +1,7 @@
 /* sigbench table 5 (--split A,B): the CPU backend's loop kernel split across two cores ("split",
  * backends/cpu_split.h) beside the same model on one core, in each weight dtype (--cpu-dtypes), all in
- * one run, timed call by call in turn so every row sees the same machine (the host is shared):
+ * one run, in alternating blocks of calls (one core's rows, then the split's: below) so that every row
+ * sees the same machine (the host is shared) and each finds the caches as its own calls leave them:
  *   - one core: the model loaded with "split" on, run with no layer split (the same buffers, the leader
  *     alone on A);
  *   - split, largest layer: only the layer with the most weight bytes split over A and B;
@@ -107,6 +108,8 @@ static void s_handoff (const options_t *o, double *samples)
 /* ---------------------------------------------------------------- the table */
 
 enum { R_ONE, R_LARGEST, R_CHAINED, R_EVERY, R_FLOOR, R_FLOOR_SPLIT, R_COUNT };
+#define S_BLOCK 500
+#define S_BLOCK_WARM 50
 
 static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t dtype, float *const *in,
                           const double *const *ref, double *samples, char *notes, size_t notes_len)
@@ -151,31 +154,37 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     const bool chained = backend_cpu_split_plan (m).chain != 0;     /* (not for int8) */
     /* one buffer for both floors: core A's working set stays the model's weights and one copy (1.2 MB of
      * its 2 MiB L2 for tick_mlp f32; a third buffer pushed reads out to L3 at times) */
-    unsigned char *floor_one = s_buffer (total), *floor_split = floor_one;
+    unsigned char *floor_one = s_buffer (total);
     const size_t nout = (size_t) o->rows * w->output_size;
     float *y = malloc (nout * sizeof (float));
     pooled_error_t error[4] = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 } };
-    for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
-        double t[R_COUNT] = { 0 };
-        for (int k = 0; k < 4; k++) {
+    /* In blocks of S_BLOCK calls, one core's (plan 0 and its floor) and the split's (the plans and the
+     * leader's floor) in turn, each block's first S_BLOCK_WARM left out: each phase finds the caches as
+     * it leaves them (call by call in turn, the split plans, which read half the weights on core A,
+     * let the other half age out of its L2 and the one-core row read it from L3: up to 1.6x its time
+     * here). Until every row has o->iterations samples after o->warmup calls of each phase. */
+    uint32_t got[R_COUNT] = { 0 }, calls[2] = { 0 };
+    for (uint32_t i = 0; got[R_ONE] < o->iterations || got[R_EVERY] < o->iterations; i++) {
+        const int phase = (int) (i / S_BLOCK % 2);      /* 0: one core, 1: split */
+        const bool keep = i % S_BLOCK >= S_BLOCK_WARM && calls[phase]++ >= o->warmup;
+        for (int k = phase ? R_LARGEST : R_ONE; k <= (phase ? R_EVERY : R_ONE); k++) {
             if (k == R_CHAINED && !chained)
                 continue;
             backend_cpu_set_split_plan (m, plans[k]);
             const double t0 = sb_now_us ();
             backend_cpu_iface.infer (m, in[i % POOL], o->rows, y, err, sizeof err);
-            t[k] = sb_now_us () - t0;
-            if (i >= o->warmup)
+            const double t = sb_now_us () - t0;
+            if (keep && got[k] < o->iterations) {
+                samples[(size_t) k * o->iterations + got[k]++] = t;
                 sb_pool (&error[k], y, ref[i % POOL], nout);
+            }
         }
-        double t0 = sb_now_us ();
-        s_read (floor_one, total);
-        t[R_FLOOR] = sb_now_us () - t0;
-        t0 = sb_now_us ();
-        s_read (floor_split, leader);
-        t[R_FLOOR_SPLIT] = sb_now_us () - t0;
-        if (i >= o->warmup)
-            for (int r = 0; r < R_COUNT; r++)
-                samples[(size_t) r * o->iterations + i - o->warmup] = t[r];
+        const int f = phase ? R_FLOOR_SPLIT : R_FLOOR;
+        const double t0 = sb_now_us ();
+        s_read (floor_one, phase ? leader : total);
+        const double t = sb_now_us () - t0;
+        if (keep && got[f] < o->iterations)
+            samples[(size_t) f * o->iterations + got[f]++] = t;
     }
     char layers_every[64] = "", label[192];
     for (size_t l = 0, n = 0; l < w->layer_count && n < sizeof layers_every; l++)
