@@ -66,10 +66,12 @@ struct backend_model {
     float *raw;                 /* each part's sums of a layer split by inputs (plan.chain): rows x act_stride,
                                    raw_part floats apart */
     size_t raw_part;
-    int raw_layer;              /* the leader's: the layer whose parts' sums wait to be added up, or -1 */
     bool prefetchw;             /* the CPU has PREFETCHW (every AVX-512 one): a part owns its output lines early */
-    const float *x0;            /* this call's inputs to layer 0: the caller's row itself, or act[0] */
     char split_text[384];       /* what the split decided, "" where none was asked */
+    /* What the leader writes each call, on a line of its own: the fields above are read by every part
+     * of a split, and a line they read that the leader wrote would cost each a crossing. */
+    _Alignas (64) const float *x0;  /* this call's inputs to layer 0: the caller's row itself, or act[0] */
+    int raw_layer;              /* the leader's: the layer whose parts' sums wait to be added up, or -1 */
 };
 
 static size_t s_pad (size_t n) { return (n + VEC - 1) / VEC * VEC; }
@@ -210,9 +212,10 @@ static backend_model_t *s_cpu_load (const weights_t *w, const model_config_t *cf
                   "\"cpu_kernel\": \"loop\" or \"weight_dtype\": \"f32\"", cfg->name, weight_dtype_name (cfg->weight_dtype));
         return NULL;
     }
-    backend_model_t *m = calloc (1, sizeof *m);
+    backend_model_t *m = aligned_alloc (64, (sizeof *m + 63) / 64 * 64);     /* (its per-call line) */
     if (!m)
         goto oom;
+    memset (m, 0, sizeof *m);
     m->kernel = cfg->cpu_kernel;
     m->dtype = cfg->weight_dtype;
     m->raw_layer = -1;

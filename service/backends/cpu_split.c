@@ -40,16 +40,25 @@ typedef struct {
 
 struct cpu_split {
     s_line_t line[CPU_SPLIT_MAX_PARTS];    /* part p's line; 0 the leader's */
-    uint32_t parts, layers;
+    /* read by every part, written only at start and stop (apart from the leader's own below: a line
+     * the helpers poll must not be one it writes each call, or its locked add waits for their copies) */
+    _Alignas (64) uint32_t parts, layers;
     cpu_split_layer_fn fn;
     void *ctx;
     uint64_t spin_ns;           /* a helper idle this long sleeps (UINT64_MAX: never) */
-    uint64_t tick;              /* the leader's: the last tick of the last split call, every helper's too */
     _Atomic bool stop;
-    _Atomic uint64_t split_calls, woke_calls;   /* written by the leader, read by anyone */
     char name[16];
-    s_helper_t helper[CPU_SPLIT_MAX_PARTS];
+    /* the leader's own */
+    _Alignas (64) uint64_t tick;    /* the last tick of the last split call, every helper's too */
+    _Atomic uint64_t split_calls, woke_calls;   /* written by the leader alone (no locked add), read by anyone */
+    _Alignas (64) s_helper_t helper[CPU_SPLIT_MAX_PARTS];
 };
+
+/* C + 1, by its one writer (a plain store: readers see one value or the next). */
+static inline void s_count (_Atomic uint64_t *c)
+{
+    atomic_store_explicit (c, atomic_load_explicit (c, memory_order_relaxed) + 1, memory_order_relaxed);
+}
 
 static void s_futex_wait (_Atomic uint32_t *word, uint32_t seen)
 {
@@ -238,7 +247,7 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
             s_wake (s, h);
         }
     if (asleep) {
-        atomic_fetch_add_explicit (&s->woke_calls, 1, memory_order_relaxed);
+        s_count (&s->woke_calls);
         s_alone (s, rows);
         return false;
     }
@@ -282,7 +291,7 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
             atomic_store_explicit (&me->tick, base + j, memory_order_release);
     }
     s->tick = base + j;
-    atomic_fetch_add_explicit (&s->split_calls, 1, memory_order_relaxed);
+    s_count (&s->split_calls);
     return true;
 }
 
