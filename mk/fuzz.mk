@@ -29,7 +29,7 @@ FUZZ_LIBS      = $(shell pkg-config --libs libprotobuf-c libcjson 2>/dev/null ||
 # 8 KiB messages; the seeds of the other two are under 8 KB).
 FUZZ_SRC_request     := tests/fuzz/fuzz_request.c service/front/codec.c service/base/status.c common/arena.c
 FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c service/weights/safetensors.c service/weights/safetensors_read.c service/base/status.c
-FUZZ_SRC_config      := tests/fuzz/fuzz_config.c service/base/config.c service/base/config_walk.c service/base/config_file.c service/base/model_type.c service/base/status.c
+FUZZ_SRC_config      := tests/fuzz/fuzz_config.c service/base/config.c service/base/config_walk.c service/base/config_file.c service/base/model_type.c service/base/cuda_kernel.c service/base/status.c
 FUZZ_MAX_LEN_request     := 8192
 FUZZ_MAX_LEN_safetensors := 8192
 FUZZ_SRC_curve       := tests/fuzz/fuzz_curve.c transport/zmtp_curve.c transport/zmtp_wire.c
