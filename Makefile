@@ -276,8 +276,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/testutil.o $(TOLERAN
 
 # Counts the allocations sigserve's own code makes (tests/test_noalloc.c wraps them).
 $(BUILD)/tests/test_noalloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign
-# And those a backend's hot path makes (test_gru: none in infer, stream_step, stream_advance).
-$(BUILD)/tests/test_gru: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign
+# And those a backend's hot path makes (test_gru: none in infer, stream_step, stream_advance; test_cpu_split:
+# none in a split call, on either core).
+$(BUILD)/tests/test_gru $(BUILD)/tests/test_cpu_split: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign
 # Holds the workers' wake-ups, so admitted jobs stay queued until the test lets them run (the dispatch
 # suites: tests/dispatch_tests.h).
 $(BUILD)/tests/test_dispatch $(BUILD)/tests/test_dispatch_fronts: LDFLAGS += -Wl,--wrap=waker_wake,--wrap=waker_sleep

@@ -190,9 +190,9 @@ START_TEST (inline_way_is_decided_once_at_the_load)
     ck_assert_ptr_nonnull (m->lanes[0].front_impl);
     /* the placement's way, for what the model can do: the devices placement publishes into a shared
      * mailbox or runs nothing on the front */
-    ck_assert_int_eq (placement_devices.inline_way (m), INLINE_NEVER);
+    ck_assert_int_eq (placement_devices.inline_way (m, &(model_env_t) { 0 }), INLINE_NEVER);
     m->desc.can |= MODEL_CAN_SHARE_BOX;
-    ck_assert_int_eq (placement_devices.inline_way (m), INLINE_CLAIM_MAILBOX);
+    ck_assert_int_eq (placement_devices.inline_way (m, &(model_env_t) { 0 }), INLINE_CLAIM_MAILBOX);
     model_destroy (&m);
 
     m = s_load (MLP, &placement_threads, 0);     /* server.inline_us 0 */

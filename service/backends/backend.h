@@ -71,6 +71,17 @@ typedef struct {
      * on without it: not an error). W NULL: only whether it would do something for CFG (1) or not (0),
      * before the weights are read. */
     int (*prepare) (const weights_t *w, const model_config_t *cfg, int device, char *why, size_t whylen);
+    /* Optional (NULL: one core). The CPU MLP's "split" (CFG->split, config/README.md): M's instance owns
+     * CPUS[0 .. COUNT - 1] (COUNT >= 2), its calls come from a thread on CPUS[0] (its worker) or on a core
+     * none of the others is; M may split its layers over them with helper threads pinned to CPUS[1 ..]
+     * (never elsewhere), deciding by measuring both here (the calling thread pinned to CPUS[0] meanwhile,
+     * its own affinity restored after) for "auto". 0, or -1 with ERR: "on" and a helper cannot start on
+     * its CPU (with "auto": logged, and M stays on one core). */
+    int (*split) (backend_model_t *m, const int *cpus, size_t count, const model_config_t *cfg, char *err,
+                  size_t errlen);
+    /* Optional (NULL or "": no split asked): what the split decided, with the measured numbers, for
+     * /models and the load's log line. */
+    const char *(*split_text) (const backend_model_t *m);
 } backend_iface_t;
 
 extern const backend_iface_t backend_cpu_iface;

@@ -36,6 +36,7 @@
 #include "base/config.h"
 #include "weights/weights.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,9 +58,16 @@ typedef struct {
     int32_t *rowsum;            /* int8: [out_pad] the sum of each row's int8 weights; else NULL */
 } cpu_dense_t;
 
-/* One call of a layer on ROWS rows. */
+/* One call of a layer on ROWS rows: its outputs [o_begin, o_end) over its inputs [k_begin, k_end)
+ * (multiples of CPU_DENSE_BLOCK; an end 0: out_pad, in_pad), so that cores splitting a layer (cpu_split.h)
+ * each compute theirs from the same layout: a share of the outputs, or (raw: f32, f16, bf16) every
+ * output's sum over a share of the inputs, stored in y as it is (no bias, no activation) for the caller
+ * to add up. */
 typedef struct {
     uint32_t rows;
+    uint32_t o_begin, o_end;
+    uint32_t k_begin, k_end;
+    bool raw;
     const float *x;             /* rows x x_stride floats: in_pad each, the padding finite */
     uint32_t x_stride;
     float *y;                   /* rows x y_stride floats: out_pad written each */

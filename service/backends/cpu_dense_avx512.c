@@ -73,10 +73,16 @@ S_AMX_TARGET static void s_dense_int8_amx (const cpu_dense_t *L, const cpu_dense
         if (r0 == 0 || m < 16)
             s_tiles (m);
         const uint8_t *q = io->q + (size_t) r0 * io->q_stride;
-        for (uint32_t g0 = 0; g0 < L->out_pad; g0 += CPU_DENSE_GROUP) {
-            const uint32_t width = L->out_pad - g0 < CPU_DENSE_GROUP ? L->out_pad - g0 : CPU_DENSE_GROUP;
-            const unsigned G = width / CPU_DENSE_BLOCK;
-            const int8_t *Wg = (const int8_t *) L->weight + (size_t) g0 * L->in_pad;
+        const uint32_t o_end = io->o_end ? io->o_end : L->out_pad;
+        for (uint32_t g = io->o_begin / CPU_DENSE_GROUP * CPU_DENSE_GROUP; g < o_end; g += CPU_DENSE_GROUP) {
+            /* this call's blocks of the group (cpu_dense_body.h's S_WALK): B tiles from b0 outputs in */
+            const uint32_t width = L->out_pad - g < CPU_DENSE_GROUP ? L->out_pad - g : CPU_DENSE_GROUP;
+            const uint32_t b0 = g < io->o_begin ? io->o_begin - g : 0;
+            const uint32_t b1 = o_end - g < width ? o_end - g : width;
+            const unsigned G = (b1 - b0) / CPU_DENSE_BLOCK;
+            const int8_t *Wg = (const int8_t *) L->weight + (size_t) g * L->in_pad + 4 * b0;
+            if (G == 0)
+                continue;
             _tile_zero (0);
             _tile_zero (1);
             _tile_zero (2);
@@ -105,7 +111,7 @@ S_AMX_TARGET static void s_dense_int8_amx (const cpu_dense_t *L, const cpu_dense
             _tile_stored (3, &c[0][48], sizeof c[0]);
             for (unsigned r = 0; r < m; r++)
                 for (unsigned b = 0; b < G; b++)
-                    s_int8_finish (L, io, r0 + r, g0 + 16 * b, *(const vi *) &c[r][16 * b]);
+                    s_int8_finish (L, io, r0 + r, g + b0 + 16 * b, *(const vi *) &c[r][16 * b]);
         }
     }
     _tile_release ();   /* the tiles back to their initial state: nothing for a context switch to save */

@@ -27,6 +27,7 @@
 #include "backends/backend.h"
 #include "backends/cpu_dense.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -147,32 +148,54 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
 
 /* ---------------------------------------------------------------- one layer */
 
-/* The walk every dtype shares: groups, k chunks (rows > 1), rows. TILE (W_group, width, row, k0,
- * k1, acc, G) runs one group's k range for one row; ACC_T is its accumulators' type. First chunk:
- * accumulators from 0; later ones from the partial sums; the last one finishes the outputs
- * (FINISH: vector j of the group, outputs o = g0 + VW j). */
-#define S_WALK(ELEM, ACC_T, ROW_IN, TILE, FINISH)                                                              \
+/* The walk every dtype shares: groups, k chunks (rows > 1), rows, over the outputs [o_begin, o_end) (whole
+ * blocks: a group's first blocks may belong to another core, whose W columns the tile skips by starting
+ * b0 outputs in, each slice still WIDTH outputs wide) and the inputs [k_begin, k_end). TILE (W, width,
+ * row, k0, k1, acc, G) runs G blocks of one group over a k range for one row; ACC_T is its accumulators'
+ * type. First chunk: accumulators from 0; later ones from the partial sums; the last one finishes the
+ * outputs (FINISH: vector j, outputs o = g0 + VW j, g0 the first output of this group's share), or with
+ * RAW (io->raw for the float dtypes, 0 for int8) stores the sums as they are in y, which then holds the
+ * chunks' too. */
+#define S_TILE_WIDTH(TILE, ROW_IN, G)                                                                          \
+    do {                                                                                                       \
+        if (width == CPU_DENSE_GROUP)                                                                          \
+            TILE (Wg, CPU_DENSE_GROUP, ROW_IN, k0, k1, acc, G);                                                \
+        else                                                                                                   \
+            TILE (Wg, width, ROW_IN, k0, k1, acc, G);                                                          \
+    } while (0)
+#define S_WALK(ELEM, ACC_T, ROW_IN, TILE, FINISH, RAW)                                                      \
     do {                                                                                                       \
         const uint32_t chunk = io->rows == 1 ? L->in_pad : cpu_dense_chunk (L->dtype);                        \
-        for (uint32_t g0 = 0; g0 < L->out_pad; g0 += CPU_DENSE_GROUP) {                                       \
-            const uint32_t width = L->out_pad - g0 < CPU_DENSE_GROUP ? L->out_pad - g0 : CPU_DENSE_GROUP;     \
-            const int G = (int) (width / CPU_DENSE_BLOCK);                                                     \
-            const ELEM *Wg = (const ELEM *) L->weight + (size_t) g0 * L->in_pad;                                \
-            for (uint32_t k0 = 0; k0 < L->in_pad; k0 += chunk) {                                              \
-                const uint32_t k1 = k0 + chunk < L->in_pad ? k0 + chunk : L->in_pad;                          \
+        const uint32_t o_end = io->o_end ? io->o_end : L->out_pad;                                            \
+        const uint32_t kb = io->k_begin, ke = io->k_end ? io->k_end : L->in_pad;                              \
+        const bool raw = (RAW);                                                                             \
+        for (uint32_t g = io->o_begin / CPU_DENSE_GROUP * CPU_DENSE_GROUP; g < o_end; g += CPU_DENSE_GROUP) {  \
+            const uint32_t width = L->out_pad - g < CPU_DENSE_GROUP ? L->out_pad - g : CPU_DENSE_GROUP;       \
+            const uint32_t b0 = g < io->o_begin ? io->o_begin - g : 0;                                        \
+            const uint32_t b1 = o_end - g < width ? o_end - g : width;                                        \
+            const uint32_t g0 = g + b0;                                                                        \
+            const int G = (int) ((b1 - b0) / CPU_DENSE_BLOCK);                                                 \
+            if (G == 0)                                                                                        \
+                continue;                                                                                      \
+            const ELEM *Wg = (const ELEM *) L->weight + (size_t) g * L->in_pad + (size_t) b0 * cpu_dense_step (L->dtype); \
+            for (uint32_t k0 = kb; k0 < ke; k0 += chunk) {                                                     \
+                const uint32_t k1 = k0 + chunk < ke ? k0 + chunk : ke;                                         \
                 for (uint32_t r = 0; r < io->rows; r++) {                                                      \
                     ACC_T acc[4 * NV] = { { 0 } };                                                             \
-                    ACC_T *part = (ACC_T *) io->partial + ((size_t) r * L->out_pad + g0) / VW;                 \
-                    if (k0 > 0)                                                                                \
+                    ACC_T *part = raw ? (ACC_T *) S_AL (io->y + (size_t) r * io->y_stride + g0)               \
+                                      : (ACC_T *) io->partial + ((size_t) r * L->out_pad + g0) / VW;          \
+                    if (k0 > kb)                                                                               \
                         for (int j = 0; j < G * NV; j++)                                                       \
                             acc[j] = part[j];                                                                  \
+                    /* a full group's width as a constant (its addresses immediates: a runtime width left  \
+                     * GCC 12 short of registers, spilling in the k loop, 5% slower on tick_mlp) */         \
                     switch (G) {                                                                               \
-                    case 4: TILE (Wg, width, ROW_IN, k0, k1, acc, 4); break;                                   \
-                    case 3: TILE (Wg, width, ROW_IN, k0, k1, acc, 3); break;                                   \
-                    case 2: TILE (Wg, width, ROW_IN, k0, k1, acc, 2); break;                                   \
-                    default: TILE (Wg, width, ROW_IN, k0, k1, acc, 1); break;                                  \
+                    case 4: TILE (Wg, CPU_DENSE_GROUP, ROW_IN, k0, k1, acc, 4); break;                         \
+                    case 3: S_TILE_WIDTH (TILE, ROW_IN, 3); break;                                             \
+                    case 2: S_TILE_WIDTH (TILE, ROW_IN, 2); break;                                             \
+                    default: S_TILE_WIDTH (TILE, ROW_IN, 1); break;                                            \
                     }                                                                                          \
-                    if (k1 < L->in_pad)                                                                        \
+                    if (k1 < ke || raw)                                                                        \
                         for (int j = 0; j < G * NV; j++)                                                       \
                             part[j] = acc[j];                                                                  \
                     else                                                                                       \
@@ -196,17 +219,17 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
 
 static void s_dense_f32 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
-    S_WALK (float, vf, S_ROW_X, S_F32_TILE, S_FINISH_FLOAT);
+    S_WALK (float, vf, S_ROW_X, S_F32_TILE, S_FINISH_FLOAT, io->raw);
 }
 
 static void s_dense_f16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
-    S_WALK (uint16_t, vf, S_ROW_X, S_F16_TILE, S_FINISH_FLOAT);
+    S_WALK (uint16_t, vf, S_ROW_X, S_F16_TILE, S_FINISH_FLOAT, io->raw);
 }
 
 static void s_dense_bf16 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
-    S_WALK (uint16_t, vf, S_ROW_X, S_BF16_TILE, S_FINISH_FLOAT);
+    S_WALK (uint16_t, vf, S_ROW_X, S_BF16_TILE, S_FINISH_FLOAT, io->raw);
 }
 
 /* int8: y = fma ((float) (dot - zero rowsum), w_scale x_scale, b), as every path computes it;
@@ -221,7 +244,7 @@ S_INT8_TARGET S_INLINE void s_int8_finish (const cpu_dense_t *L, const cpu_dense
 
 S_INT8_TARGET static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
-    S_WALK (int8_t, vi, S_ROW_Q, S_INT8_TILE, s_int8_finish (L, io, r, g0 + VW * (uint32_t) j, acc[j]));
+    S_WALK (int8_t, vi, S_ROW_Q, S_INT8_TILE, s_int8_finish (L, io, r, g0 + VW * (uint32_t) j, acc[j]), false);
 }
 
 /* ---------------------------------------------------------------- int8 activations */

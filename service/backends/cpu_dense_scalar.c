@@ -11,11 +11,12 @@ static void s_dense_float (const cpu_dense_t *L, const cpu_dense_io_t *io)
     for (uint32_t r = 0; r < io->rows; r++) {
         const float *x = io->x + (size_t) r * io->x_stride;
         float *y = io->y + (size_t) r * io->y_stride;
-        for (uint32_t o = 0; o < L->out_pad; o++) {
+        const uint32_t k_end = io->k_end && io->k_end < L->in ? io->k_end : L->in;
+        for (uint32_t o = io->o_begin; o < (io->o_end ? io->o_end : L->out_pad); o++) {
             float acc = 0;
-            for (uint32_t k = 0; k < L->in; k++)
+            for (uint32_t k = io->k_begin; k < k_end; k++)
                 acc += cpu_dense_weight (L, o, k) * x[k];
-            y[o] = backend_activate (acc + L->bias[o], L->activation);
+            y[o] = io->raw ? acc : backend_activate (acc + L->bias[o], L->activation);
         }
     }
 }
@@ -26,7 +27,7 @@ static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io_t *io)
     for (uint32_t r = 0; r < io->rows; r++) {
         const uint8_t *q = io->q + (size_t) r * io->q_stride;
         float *y = io->y + (size_t) r * io->y_stride;
-        for (uint32_t o = 0; o < L->out_pad; o++) {
+        for (uint32_t o = io->o_begin; o < (io->o_end ? io->o_end : L->out_pad); o++) {
             int32_t dot = 0;
             for (uint32_t k = 0; k < L->in; k++)
                 dot += (int32_t) W[cpu_dense_index (L, o, k)] * (int32_t) q[k];

@@ -34,6 +34,7 @@ _Static_assert (sizeof (log_format_t) == sizeof (int), "log_format_t is int-size
 _Static_assert (sizeof (transport_t) == sizeof (int), "transport_t is int-sized");
 _Static_assert (sizeof (model_type_t) == sizeof (int), "model_type_t is int-sized");
 _Static_assert (sizeof (weight_dtype_t) == sizeof (int), "weight_dtype_t is int-sized");
+_Static_assert (sizeof (cpu_split_mode_t) == sizeof (int), "cpu_split_mode_t is int-sized");
 
 static int s_check_model_name (parser_t *p, const char *value);
 static int s_check_printable (parser_t *p, const char *value);
@@ -335,6 +336,40 @@ static int s_resolve_buffers (parser_t *p, model_config_t *m, size_t index)
     return 0;
 }
 
+/* "split": the cores it splits over are cpus / instances an instance, each its own (never one another
+ * instance or part has: the leader waits for its helpers spinning). */
+static int s_resolve_split (parser_t *p, const model_config_t *m, size_t index)
+{
+    char at[64], why[256];
+    if (m->split == CPU_SPLIT_OFF)
+        return 0;
+    snprintf (at, sizeof at, "models[%zu].split", index);
+    if (m->backend == BACKEND_CUDA || m->cpu_kernel == CPU_KERNEL_BLAS) {
+        snprintf (why, sizeof why, "only on the CPU with \"cpu_kernel\": \"loop\" (this model's %s is \"%s\"); "
+                  "remove split or use \"backend\": \"cpu\" or \"auto\"", m->backend == BACKEND_CUDA ? "backend"
+                  : "cpu_kernel", m->backend == BACKEND_CUDA ? "cuda" : "blas");
+        return s_fail_at (p, at, "%s", why);
+    }
+    if (m->group[0]) {
+        snprintf (why, sizeof why, "not with \"group\" (\"%s\"): a group's workers run its members unpinned, and one "
+                  "on a helper's core would wait for a helper that cannot run; remove split or group", m->group);
+        return s_fail_at (p, at, "%s", why);
+    }
+    if (m->cpu_count < 2 * (size_t) m->instances) {
+        snprintf (why, sizeof why, "needs at least 2 cpus an instance, from \"cpus\" (instance i takes the i-th "
+                  "share of cpus / instances); this model has %zu cpus for %u instance(s)", m->cpu_count, m->instances);
+        return s_fail_at (p, at, "%s", why);
+    }
+    for (size_t i = 0; i < m->cpu_count; i++)
+        for (size_t k = 0; k < i; k++)
+            if (m->cpus[i] == m->cpus[k]) {
+                snprintf (why, sizeof why, "cpu %d is listed twice in \"cpus\": a split gives each of its cores "
+                          "to one part of one instance", m->cpus[i]);
+                return s_fail_at (p, at, "%s", why);
+            }
+    return 0;
+}
+
 /* One model, once every key is read (its type's with them): the defaults that depend on other keys. */
 static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const server_config_t *server)
 {
@@ -357,6 +392,9 @@ static int s_resolve_model (parser_t *p, model_config_t *m, size_t index, const 
     if (m->queue_depth == 0)
         m->queue_depth = server->queue_depth;   /* 0 unless the deprecated server key is given */
     snprintf (m->kernel_cache_dir, sizeof m->kernel_cache_dir, "%s", server->kernel_cache_dir);
+    m->split_spin_ns = server->busy_poll ? UINT64_MAX : (uint64_t) server->spin_us * 1000;
+    if (s_resolve_split (p, m, index) != 0)
+        return -1;
     if (m->green_context && m->backend != BACKEND_CUDA)
         return s_fail_at (p, (snprintf (at, sizeof at, "models[%zu].green_context", index), at),
                           "only with \"backend\": \"cuda\" (SMs of a GPU held for the model's persistent kernel); this "
@@ -516,6 +554,7 @@ const char *cuda_kernel_name (cuda_kernel_t k) { return (unsigned) k < CUDA_KERN
 const char *cpu_kernel_name (cpu_kernel_t k) { return S_NAME (s_cpu_kernel_names, k); }
 const char *cuda_wait_name (cuda_wait_t w) { return S_NAME (s_cuda_wait_names, w); }
 const char *weight_dtype_name (weight_dtype_t d) { return S_NAME (s_weight_dtype_names, d); }
+const char *cpu_split_mode_name (cpu_split_mode_t s) { return (unsigned) s <= CPU_SPLIT_ON ? config_split_names[s] : "unknown"; }
 
 uint32_t config_serving_threads (const config_t *cfg)
 {
@@ -524,6 +563,7 @@ uint32_t config_serving_threads (const config_t *cfg)
     uint32_t threads = fronts * (1 + (cfg->server.transport == TRANSPORT_LIBZMQ ? cfg->server.io_threads : 0));
     for (size_t i = 0; i < cfg->model_count; i++) {
         const model_config_t *mc = &cfg->models[i];
+        threads += mc->instances * (config_split_cores (mc) - 1);     /* a split's helpers, one a core */
         if (!mc->group[0]) {
             threads += mc->instances;
             continue;

@@ -42,6 +42,9 @@ typedef enum { CPU_KERNEL_LOOP = 0, CPU_KERNEL_BLAS } cpu_kernel_t;
  * layer: the CPU MLP backend alone). */
 typedef enum { WEIGHT_DTYPE_F32 = 0, WEIGHT_DTYPE_F16, WEIGHT_DTYPE_BF16, WEIGHT_DTYPE_INT8 } weight_dtype_t;
 #define WEIGHT_DTYPE_COUNT 4
+/* An MLP on the CPU over several cores an instance ("split"): never; where the load measures it faster; always
+ * (every layer of two or more blocks of 16 outputs). */
+typedef enum { CPU_SPLIT_OFF = 0, CPU_SPLIT_AUTO, CPU_SPLIT_ON } cpu_split_mode_t;
 typedef enum { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON } log_format_t;
 /* What speaks ZeroMQ on the endpoints: our own ZMTP engine, or libzmq (front/endpoint.h). */
 typedef enum { TRANSPORT_ZMTP = 0, TRANSPORT_LIBZMQ } transport_t;
@@ -97,6 +100,9 @@ typedef struct {
     uint32_t stream_history;        /* recurrent: streams whose last window is kept to rebuild them (0: max_streams) */
     bool advances_apart;            /* lstm, cuda: the advances in a second resident kernel (plan 4) */
     bool green_context;             /* cuda, persistent kernels: each in a green context of SMs of its own */
+    cpu_split_mode_t split;         /* mlp on the CPU: each instance's layers over cpus / instances cores */
+    uint64_t split_spin_ns;         /* resolved (not a key): how long a split's idle helper spins before it
+                                       sleeps: server.spin_us, or always with busy_poll */
 } model_config_t;
 
 /* ZeroMQ CURVE: on when secret_key_file is not empty. */
@@ -170,7 +176,7 @@ static inline bool config_fronts_share (const server_config_t *cfg)
 
 /* The threads that serve CFG (what adaptive spinning counts against the CPUs): the fronts, libzmq's
  * I/O threads (the libzmq transport; zmtp has none), a worker per instance of each model with its own, and each group's workers (as many
- * as its largest member has instances). */
+ * as its largest member has instances), and a split's helpers (one for each core an instance has past its first). */
 uint32_t config_serving_threads (const config_t *cfg);
 
 const char *activation_name (activation_t a);
@@ -179,5 +185,11 @@ const char *cuda_kernel_name (cuda_kernel_t k);
 const char *cpu_kernel_name (cpu_kernel_t k);
 const char *cuda_wait_name (cuda_wait_t w);
 const char *weight_dtype_name (weight_dtype_t d);
+const char *cpu_split_mode_name (cpu_split_mode_t s);
+/* The cores each instance of CFG owns: cpus / instances with "split" (on or auto), else 1. */
+static inline uint32_t config_split_cores (const model_config_t *cfg)
+{
+    return cfg->split != CPU_SPLIT_OFF && cfg->instances ? (uint32_t) (cfg->cpu_count / cfg->instances) : 1;
+}
 
 #endif

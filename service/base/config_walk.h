@@ -99,6 +99,7 @@ const char *config_join (const char *const *names, char *buf, size_t size);
 int model_type_config_keys (parser_t *p, const cJSON *obj, const table_t **extra);
 int model_type_config_elsewhere (parser_t *p, const cJSON *obj, const char *key);
 extern const char *const config_activation_names[];
+extern const char *const config_split_names[];   /* "off", "auto", "on" (cpu_split_mode_t) */
 
 /* Reads OBJ with table T into TARGET: unknown and repeated keys refused first, then every row in
  * table order (a derived default sees the rows above it). 0, or -1 with the parser's ERR. */

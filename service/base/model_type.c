@@ -28,6 +28,7 @@ static int s_derive_bias (parser_t *p, const void *object, char *dst, size_t siz
 }
 
 const char *const config_activation_names[] = { "none", "relu", "sigmoid", "tanh", NULL };
+const char *const config_split_names[] = { "off", "auto", "on", NULL };
 
 /* A dense layer: an MLP's layers, a recurrent model's head. */
 static const key_spec_t s_layer_keys[] = {
@@ -44,6 +45,9 @@ static const key_spec_t s_mlp_keys[] = {
     { .name = "layers", .type = KEY_OBJECT_ARRAY, .required = true, .offset = offsetof (model_config_t, layers),
       .size = sizeof (layer_config_t), .count_offset = offsetof (model_config_t, layer_count),
       .min = 1, .max = CONFIG_MAX_LAYERS, .what = "layer", .sub = &s_layer_table },
+    /* with cpus of at least 2 an instance: checked once the model is read (config.c's s_resolve_model) */
+    { .name = "split", .type = KEY_ENUM, FIELD (model_config_t, split), .choices = config_split_names,
+      .def = CPU_SPLIT_OFF },
 };
 
 /* Every recurrent type's keys, PREFIX the key of its tensors' prefix (the type's name). */

@@ -178,6 +178,8 @@ static cJSON *s_model_json (model_t *m, model_info_t *info)
     cJSON_AddStringToObject (j, "kernel", info->kernel);
     if (info->isa[0])
         cJSON_AddStringToObject (j, "isa", info->isa);
+    if (info->split[0])
+        cJSON_AddStringToObject (j, "split", info->split);
     cJSON_AddStringToObject (j, "weight_dtype", info->weight_dtype);
     cJSON_AddNumberToObject (j, "input_size", info->input_size);
     cJSON_AddNumberToObject (j, "output_size", info->output_size);

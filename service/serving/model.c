@@ -241,9 +241,10 @@ static void s_log_loaded (const model_t *m, bool derived)
                                        in->cpu_count > 1 ? "+" : "");
     }
     const model_desc_t *d = &m->desc;
-    char path[96] = "";
+    char path[96 + sizeof d->split] = "";
     if (d->isa[0] || d->cfg.weight_dtype != WEIGHT_DTYPE_F32)
-        snprintf (path, sizeof path, " (%s%s%s weights)", d->isa, d->isa[0] ? ", " : "", weight_dtype_name (d->cfg.weight_dtype));
+        snprintf (path, sizeof path, " (%s%s%s weights%s%s)", d->isa, d->isa[0] ? ", " : "",
+                  weight_dtype_name (d->cfg.weight_dtype), d->split[0] ? "; split: " : "", d->split);
     log_info ("model %s version %s: %u -> %u, backend %s (%s), kernel %s%s, max_rows %u, max_batch_rows %u, "
               "%u instance(s) [%s]; a launch takes %.1f us + %.2f us a row%s; max_queue_us %u, queue_depth %u%s; "
               "request buffers %u x %u rows + %u x %u rows%s (%.1f MiB; %.1f MiB resident, the rest as a deeper "
@@ -313,7 +314,7 @@ model_t *model_load (const model_config_t *cfg, const model_plan_t *plan, const 
     snprintf (m->kernel_names[0], sizeof m->kernel_names[0], "%s", m->desc.kernel);
     /* Run to completion on a front (server.inline_us), decided here alone: whether from what the model
      * can do, how from where it runs. */
-    m->inline_way = env->inline_us && (m->desc.can & MODEL_CAN_INLINE) ? where->inline_way (m) : INLINE_NEVER;
+    m->inline_way = env->inline_us && (m->desc.can & MODEL_CAN_INLINE) ? where->inline_way (m, env) : INLINE_NEVER;
     m->inline_ns = m->inline_way != INLINE_NEVER ? (uint64_t) env->inline_us * 1000 : 0;
     if (m->inline_way == INLINE_FRONT_CONTEXT && s_front_contexts (m, err, errlen) != 0)
         goto failed;
@@ -451,6 +452,7 @@ void model_describe (model_t *m, model_info_t *info)
     info->backend = m->iface->name;
     info->kernel = model_kernel_name (m);
     info->isa = m->desc.isa;
+    info->split = m->desc.split;
     info->weight_dtype = weight_dtype_name (m->desc.cfg.weight_dtype);
     info->selected_by = m->desc.selected_by;
     info->input_size = m->desc.input_size;

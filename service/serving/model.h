@@ -104,6 +104,7 @@ typedef struct {
 typedef struct {
     const char *name, *version, *type, *backend, *kernel;
     const char *isa;                /* the CPU instruction path ("avx512"; backend.h), "" where none */
+    const char *split;              /* "split": what the load decided, with its numbers; "" where not asked */
     const char *weight_dtype;       /* how the weights are held: "f32", "f16", "bf16", "int8" */
     const char *selected_by;        /* "config" or "measurement" */
     uint32_t input_size, output_size, max_rows, max_batch_rows, queue_depth, instances;

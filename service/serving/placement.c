@@ -22,7 +22,8 @@ static model_env_t s_env (const server_config_t *server, stats_t *stats, devices
     return (model_env_t) { .busy_poll = server->busy_poll, .spin_ns = server->spin_cap_ns,
                            .lanes = server->fronts == 0 ? 1 : server->fronts > LANES_MAX ? LANES_MAX : server->fronts,
                            .inline_us = server->inline_us, .max_message_bytes = server->max_message_bytes,
-                           .stats = stats, .devices = devices };
+                           .stats = stats, .devices = devices, .front_cpus = server->cpus,
+                           .front_cpu_count = server->cpu_count };
 }
 
 /* CFG (PLAN, may be NULL, resolved it ahead) loaded where it runs, and serving. */

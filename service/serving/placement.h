@@ -41,6 +41,7 @@ typedef struct {
     uint32_t can;                       /* MODEL_CAN_* */
     char kernel[48];                    /* its backend's kernel_name */
     char isa[48];                       /* the CPU instruction path (backend.h's isa), "" where none */
+    char split[384];                    /* the first instance's split over its cores (backend.h's split_text), "" where none */
     char selected_by[16];               /* "config" or "measurement" */
     uint32_t candidate_count;
     autoselect_candidate_t candidates[MODEL_CANDIDATES_MAX];   /* what "auto" measured, fastest first */
@@ -68,6 +69,8 @@ typedef struct {
     stats_t *stats;                     /* NULL: not counted */
     devices_t *devices;                 /* the device processes (placement_devices), or NULL */
     uint64_t only;                      /* a device process: the instances placed on its device (bit i); 0: every one */
+    const int *front_cpus;              /* server.cpus: the cores the fronts are pinned to (a split model's inline way) */
+    size_t front_cpu_count;
 } model_env_t;
 
 typedef struct {
@@ -84,7 +87,7 @@ typedef struct {
      * and green context filled; M->weights may stay loaded until model_load lets them go. */
     int (*load) (model_t *m, const model_env_t *env, char *err, size_t errlen);
     /* How a front runs a request of M itself when M may (MODEL_CAN_INLINE and server.inline_us). */
-    model_inline_t (*inline_way) (const model_t *m);
+    model_inline_t (*inline_way) (const model_t *m, const model_env_t *env);
     /* Memory for M's job pools (model.c's s_jobs_init fills it), and its release. */
     void *(*alloc) (model_t *m, size_t bytes);
     void (*free) (model_t *m, void *block);

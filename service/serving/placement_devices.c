@@ -307,8 +307,9 @@ static int s_load (model_t *m, const model_env_t *env, char *err, size_t errlen)
 
 /* A persistent kernel whose mailbox lies in the region: a front publishes into it (the front makes
  * no CUDA call); graphs need the device process's context, and nothing else runs inline. */
-static model_inline_t s_inline_way (const model_t *m)
+static model_inline_t s_inline_way (const model_t *m, const model_env_t *env)
 {
+    (void) env;
     return m->desc.can & MODEL_CAN_SHARE_BOX ? INLINE_CLAIM_MAILBOX : INLINE_NEVER;
 }
 

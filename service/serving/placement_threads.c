@@ -158,13 +158,18 @@ static void s_prepare (devices_t *devices, const model_config_t *cfg)
 static int s_instance_load (model_t *m, instance_t *in, char *err, size_t errlen)
 {
     const model_config_t *cfg = &m->desc.cfg;
+    /* with "split" instance i owns the i-th share of cpus (config_split_cores): its worker the first */
+    const uint32_t cores = m->iface->split ? config_split_cores (cfg) : 1;
     if (cfg->cpu_count) {
-        in->cpus[0] = cfg->cpus[in->index % cfg->cpu_count];
+        in->cpus[0] = cfg->cpus[(size_t) in->index * cores % cfg->cpu_count];
         in->cpu_count = 1;
     } else if (in->device >= 0)     /* by default a GPU's workers run on the CPUs of its NUMA node */
         in->cpu_count = backends_gpu (NULL, 0)->device_cpus (in->device, in->cpus, CONFIG_MAX_CPUS);
     in->impl = m->iface->load (m->weights, cfg, in->device < 0 ? 0 : in->device, err, errlen);
     atomic_init (&in->green_sms, in->impl && m->iface->green_sms ? m->iface->green_sms (in->impl) : 0u);
+    if (in->impl && cores > 1
+        && m->iface->split (in->impl, &cfg->cpus[(size_t) in->index * cores], cores, cfg, err, errlen) != 0)
+        return -1;
     return in->impl ? 0 : -1;
 }
 
@@ -176,6 +181,7 @@ static void s_describe (model_t *m, const backend_model_t *first)
     const model_type_t type = d->cfg.type;
     snprintf (d->kernel, sizeof d->kernel, "%s", m->iface->kernel_name (first));
     snprintf (d->isa, sizeof d->isa, "%s", m->iface->isa ? m->iface->isa (first) : "");
+    snprintf (d->split, sizeof d->split, "%s", m->iface->split_text ? m->iface->split_text (first) : "");
     /* a front may publish its requests too (a device process's DEV_START then moves the protocol's state) */
     const bool shareable = m->iface->share_box && m->iface->share_box ((backend_model_t *) first, NULL) == 0;
     d->can = (model_type_can (type, MODEL_CAP_STREAM) ? MODEL_CAN_STREAM : 0u)
@@ -213,10 +219,32 @@ static int s_load (model_t *m, const model_env_t *env, char *err, size_t errlen)
     return 0;
 }
 
-/* A CPU model: each front has a context of its own; a GPU model holds one resident kernel or graph
- * set an instance, so a front runs on an idle instance's (worker_run_inline_on). */
-static model_inline_t s_inline_way (const model_t *m)
+/* A split model (its instances own several cores): a front may run its requests on an idle instance's
+ * own context, leading its helpers, only where every front is pinned (server.cpus) to cores none of the
+ * model's are: a front spinning on a helper's slice must never hold the core that helper needs.
+ * Elsewhere the fronts keep contexts of their own, on one core. */
+static bool s_split_inline (const model_t *m, const model_env_t *env)
 {
+    const model_config_t *cfg = &m->desc.cfg;
+    if (!m->iface->split || config_split_cores (cfg) < 2 || env->front_cpu_count == 0)
+        return false;
+    for (size_t i = 0; i < env->front_cpu_count; i++)
+        for (size_t k = 0; k < cfg->cpu_count; k++)
+            if (env->front_cpus[i] == cfg->cpus[k]) {
+                log_warn ("model %s: split: cpu %d is in server.cpus too: a front there shares it with this model's "
+                          "worker or helper, which spins while calls come (give each its own cores)", cfg->name,
+                          env->front_cpus[i]);
+                return false;
+            }
+    return true;
+}
+
+/* A CPU model: each front has a context of its own (but a split one, above); a GPU model holds one
+ * resident kernel or graph set an instance, so a front runs on an idle instance's (worker_run_inline_on). */
+static model_inline_t s_inline_way (const model_t *m, const model_env_t *env)
+{
+    if (s_split_inline (m, env))
+        return INLINE_CLAIM_CONTEXT;    /* the front leads the instance's split (its cores stay the model's) */
     return m->iface->device == BACKEND_DEVICE_CPU ? INLINE_FRONT_CONTEXT : INLINE_CLAIM_CONTEXT;
 }
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the Python suites: a pure-Python F32 safetensors reader, the float64
+"""Helpers shared by the Python suites: a pure-Python safetensors reader (F32, F16, BF16), the float64
 reference forward pass, the norm-wise relative error, a free tcp port, sigserve started on a
 config and stopped, and a unittest runner
 that prints the closing line tests/run.sh reads ("N passed, N failed")."""
@@ -15,8 +15,17 @@ import time
 import unittest
 
 
+def _half_floats(raw, dtype, count):
+    """COUNT F16 or BF16 values from RAW, exactly (both widen to float32 without rounding)."""
+    halves = struct.unpack(f"<{count}H", raw)
+    if dtype == "BF16":
+        return struct.unpack(f"<{count}f", struct.pack(f"<{count}I", *(h << 16 for h in halves)))
+    return struct.unpack(f"<{count}e", raw)
+
+
 def load_safetensors(path):
-    """{name: (shape, tuple of floats)} for an F32 safetensors file."""
+    """{name: (shape, tuple of floats)} for a safetensors file of F32, F16 and BF16 tensors (the
+    dtypes sigserve reads), each value exactly as stored."""
     with open(path, "rb") as f:
         data = f.read()
     (header_len,) = struct.unpack_from("<Q", data, 0)
@@ -26,13 +35,17 @@ def load_safetensors(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if info["dtype"] != "F32":
-            raise ValueError(f"{path}: {name}: dtype {info['dtype']}, expected F32")
+        size = {"F32": 4, "F16": 2, "BF16": 2}.get(info["dtype"])
+        if size is None:
+            raise ValueError(f"{path}: {name}: dtype {info['dtype']}, expected F32, F16 or BF16")
         begin, end = info["data_offsets"]
         count = math.prod(info["shape"])
-        if end - begin != 4 * count or base + end > len(data):
+        if end - begin != size * count or base + end > len(data):
             raise ValueError(f"{path}: {name}: bad data_offsets {info['data_offsets']}")
-        tensors[name] = (info["shape"], struct.unpack_from(f"<{count}f", data, base + begin))
+        if size == 4:
+            tensors[name] = (info["shape"], struct.unpack_from(f"<{count}f", data, base + begin))
+        else:
+            tensors[name] = (info["shape"], _half_floats(data[base + begin:base + end], info["dtype"], count))
     return tensors
 
 
@@ -57,14 +70,16 @@ class Outputs(list):
 U32 = 2.0 ** -24        # float32's unit roundoff
 
 
-def forward(chain, features, rows):
+def forward(chain, features, rows, weight_error=0.0, weight_eta=0.0):
     """The float64 reference: rows x output size values (an Outputs, with .bound).
 
     The bound is first-order and follows |W| through the chain, as tests/tolerance.c does for the C
     suites in its simpler form: a dot product of n terms in float32, in any order, is off by at most
     gamma_n (|w| . |x| + |b|), gamma_n = n u / (1 - n u); an error e in a layer's inputs moves its
     outputs by at most |W| e; relu, none and tanh have slope at most 1, sigmoid 1/4; tanh and sigmoid
-    in float32 add 8 u |y|. A correct float32 result is within the bound; the tests allow twice it."""
+    in float32 add 8 u |y|. A correct float32 result is within the bound; the tests allow twice it.
+    A kernel whose weights differ from the chain's by at most WEIGHT_ERROR |w| + WEIGHT_ETA each (held
+    in f16, bf16: their rounding) adds WEIGHT_ERROR |W| (|x| + e) + WEIGHT_ETA sum (|x| + e) a unit."""
     in_size = len(chain[0][0][0])
     outputs, bounds = Outputs(), []
     for r in range(rows):
@@ -78,6 +93,11 @@ def forward(chain, features, rows):
             abs_rows = [[abs(v) for v in row] for row in w]
             m = [sum(map(operator.mul, row, mag)) + abs(bias) for row, bias in zip(abs_rows, b)]
             e = [sum(map(operator.mul, row, err)) + gamma * mv for row, mv in zip(abs_rows, m)]
+            if weight_error or weight_eta:
+                reach = [a + b for a, b in zip(mag, err)]
+                total = sum(reach)
+                e = [ev + weight_error * sum(map(operator.mul, row, reach)) + weight_eta * total
+                     for ev, row in zip(e, abs_rows)]
             if act == "relu":
                 y = [v if v > 0.0 else 0.0 for v in y]
             elif act == "tanh":

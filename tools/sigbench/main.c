@@ -12,8 +12,10 @@
  *      number over the same mailbox (and variants that also write an output, read the features);
  *   4. the CPU backend, host clock around infer: the loop kernel in each weight dtype, each beside the
  *      floor of its dtype (one streaming read of the weights' bytes on the same core), and OpenBLAS
- *      (cpu.c).
- * Without a CUDA build or device only table 4 is printed, with the reason. */
+ *      (cpu.c);
+ *   5. with --split A,B: the loop kernel split across two cores beside one core, per dtype, with
+ *      both floors and the hand-off between the cores (split.c).
+ * Without a CUDA build or device only tables 4 and 5 are printed, with the reason. */
 #define _GNU_SOURCE
 #include "rng.h"
 #include "reference.h"
@@ -71,6 +73,9 @@ static void s_usage (FILE *out)
              "  --cpu-dtypes L  the CPU table's loop rows (and their floors) once per weight dtype in L\n"
              "               (default \"f32,f16,bf16,int8\"); SIGSERVE_CPU_ISA=avx2 (or scalar) runs them on\n"
              "               a lower path\n"
+             "  --split A,B  also table 5: the loop kernel split across cpus A (the leader) and B beside\n"
+             "               one core, per --cpu-dtypes, with both floors and the hand-off between them\n"
+             "  --split-only of the CPU tables, table 5 alone\n"
              "  --dtypes L   the persistent rows (and variants, trace) once per weight dtype in L\n"
              "               (\"f32,f16,bf16\"; default f32); f16 and bf16 also at cluster 2, 4 and 8\n"
              "  --sync K     the persistent rows' (and --instances') hand-offs: plan (default: the plan's choice), barriers\n"
@@ -114,7 +119,8 @@ static int s_parse (int argc, char **argv, options_t *o)
         { "only-persistent", no_argument, NULL, 'P' }, { "persistent-variants", no_argument, NULL, 'V' },
         { "devices", required_argument, NULL, 'D' }, { "trace", no_argument, NULL, 'T' },
         { "dtypes", required_argument, NULL, 'd' }, { "instances", required_argument, NULL, 'I' },
-        { "sync", required_argument, NULL, 'Y' }, { "cpu-dtypes", required_argument, NULL, 'C' }, { "green", no_argument, NULL, 'g' }, { 0, 0, 0, 0 } };
+        { "sync", required_argument, NULL, 'Y' }, { "cpu-dtypes", required_argument, NULL, 'C' }, { "green", no_argument, NULL, 'g' },
+        { "split", required_argument, NULL, 'X' }, { "split-only", no_argument, NULL, 'x' }, { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long (argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -137,6 +143,15 @@ static int s_parse (int argc, char **argv, options_t *o)
         case 'T': o->trace = 1; break;
         case 'I': o->instances = optarg; break;
         case 'g': o->green = 1; break;
+        case 'X':
+            if (sscanf (optarg, "%d,%d", &o->split_cpus[0], &o->split_cpus[1]) != 2 || o->split_cpus[0] < 0
+                || o->split_cpus[1] < 0 || o->split_cpus[0] == o->split_cpus[1]) {
+                fprintf (stderr, "sigbench: --split: expected two different CPUs like 0,1, got \"%s\"\n", optarg);
+                return 2;
+            }
+            o->split = 1;
+            break;
+        case 'x': o->split_only = 1; break;
         case 'Y':
 #ifndef SIGSERVE_HAVE_CUDA
             fprintf (stderr, "sigbench: --sync: this build has no CUDA\n");
@@ -268,7 +283,13 @@ int main (int argc, char **argv)
 #else
     printf ("GPU tables skipped: this build has no CUDA backend (nvcc was not found when it was built)\n\n");
 #endif
-    const int cpu_bad = sb_bench_cpu (&o, w, in, (const double *const *) ref);
+    if (o.split_only && !o.split) {
+        fprintf (stderr, "sigbench: --split-only needs --split A,B\n");
+        return 2;
+    }
+    int cpu_bad = o.split_only ? 0 : sb_bench_cpu (&o, w, in, (const double *const *) ref);
+    if (o.split)
+        cpu_bad |= sb_bench_split (&o, w, in, (const double *const *) ref);
     for (int p = 0; p < POOL; p++) {
         free (in[p]);
         free (ref[p]);

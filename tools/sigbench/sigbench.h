@@ -1,6 +1,7 @@
 /* sigbench's parts (main.c): the options, the input pool, the error check every table shares, and
  * the tables each file prints: gpu.c (tables 1-3), persistent.c (the persistent rows and their
- * floors), cpu.c (table 4: the CPU backend per weight dtype, its floors and its peers). */
+ * floors), cpu.c (table 4: the CPU backend per weight dtype, its floors and its peers), split.c
+ * (table 5: the CPU backend split across two cores beside one). */
 #ifndef SIGBENCH_H
 #define SIGBENCH_H
 
@@ -38,6 +39,9 @@ typedef struct {
     uint32_t sync;          /* --sync: the persistent rows' hand-offs (SIG_SYNC_*; 0: the plan's choice) */
     weight_dtype_t cpu_dtypes[WEIGHT_DTYPE_COUNT];  /* --cpu-dtypes: the CPU table's loop rows */
     int cpu_dtype_count;
+    int split;              /* --split A,B: the split table, leader on A, helper on B */
+    int split_cpus[2];
+    int split_only;         /* --split-only: of the CPU tables, that one alone */
 } options_t;
 
 static inline double sb_now_us (void)
@@ -68,6 +72,9 @@ int sb_bench_cpu (const options_t *o, const weights_t *w, float *const *in, cons
  * of room); the pooled relative error, or -1 where it did not run (the row says why). */
 double sb_bench_onednn (const options_t *o, const weights_t *w, float *const *in, const double *const *ref,
                         weight_dtype_t dtype, double *samples, double *p50);
+/* Table 5 (split.c): the loop kernel split across o->split_cpus beside one core, per dtype, with both
+ * floors and the hand-off between the cores. 0, or 1 when a row missed the error check. */
+int sb_bench_split (const options_t *o, const weights_t *w, float *const *in, const double *const *ref);
 
 #ifdef SIGSERVE_HAVE_CUDA
 #include "backends/cuda/backend_cuda.h"

@@ -13,7 +13,7 @@ rejected with the same messages and exit codes.
 
 One command the C CLI does not have: convert MODEL.onnx OUT turns an ONNX model into
 OUT.safetensors and OUT.json, the model's entry for a sigserve config (sigclient.convert). Its
-options (--name, --window) are matched as prefixes only where no option of the C CLI matches, so
+options (--name, --window, --dtype) are matched as prefixes only where no option of the C CLI matches, so
 every command line of the C CLI still means the same here.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ SYNOPSIS = (
     "        (--file F | --stdin | --random N [--repeat K [--warmup W]]) [--deadline-us D]\n"
     "  health\n"
     "  models\n"
-    "  convert MODEL.onnx OUT [--name N] [--window W]\n"
+    "  convert MODEL.onnx OUT [--name N] [--window W] [--dtype f32|f16|bf16]\n"
     f"       {PROG} --help | --version\n")
 
 USAGE = SYNOPSIS + f"""
@@ -93,6 +93,9 @@ options:
                    without .onnx)
   --window W       convert: the LSTM's window in steps (1 to 4096), where the ONNX
                    model's sequence length is dynamic
+  --dtype D        convert: how OUT.safetensors stores the weight matrices: f32 (default),
+                   f16 or bf16 (each rounded to nearest even; biases stay f32); OUT.json
+                   holds them so ("weight_dtype") where the model's type can on the CPU
   --help           this text
   --version        print sigclient-py's version and libzmq's, then exit
 
@@ -117,7 +120,7 @@ _OPTIONS = {
     "curve-client": (True, None), "stream": (True, "infer"), "step": (True, "infer"),
 }
 # Options the C CLI does not have: a prefix means one of these only where it matches none above.
-_CONVERT_OPTIONS = {"name": (True, "convert"), "window": (True, "convert")}
+_CONVERT_OPTIONS = {"name": (True, "convert"), "window": (True, "convert"), "dtype": (True, "convert")}
 _DECIMAL = re.compile(r"[0-9]+")
 
 
@@ -164,6 +167,7 @@ class Options:
         self.convert_args: list[str] = []  # MODEL.onnx, OUT
         self.name: str | None = None
         self.window: int | None = None
+        self.dtype = "f32"
         self.stream_id = 0                 # 0: not a stream
         self.step = 1                      # the first step's number
         self.given: set[str] = set()       # the options given (rows, step, repeat, warmup matter)
@@ -259,6 +263,10 @@ def parse_options(argv: Sequence[str]) -> Options:
             opts.name = value
         elif name == "window":
             opts.window = _u64(name, value, 1, MAX_WINDOW, f" (1 to {MAX_WINDOW})")
+        elif name == "dtype":
+            if value not in ("f32", "f16", "bf16"):
+                raise _usage_error(f"--dtype: expected f32, f16 or bf16, got '{value}'")
+            opts.dtype = value
         elif name == "stream":
             opts.stream_id = _u64(name, value, 1, UINT64_MAX, f" (a stream id from 1 to {UINT64_MAX})")
         elif name == "step":
@@ -573,12 +581,12 @@ def run_convert(opts: Options) -> int:
     from .convert import ConvertError, load
     model, out = opts.convert_args
     try:
-        converted = load(model, name=opts.name, window=opts.window)
+        converted = load(model, name=opts.name, window=opts.window, dtype=opts.dtype)
         converted.write(out)
     except ConvertError as e:
         text = str(e)
         _say(text if text.startswith(("cannot read", "cannot write", model, "converting needs", "model name",
-                                      "--window"))
+                                      "--window", "--dtype"))
              else f"{model}: {text}")
         return EXIT_USAGE
     print(f"wrote {converted.weights_path} ({len(converted.tensors)} tensors, {converted.weights_bytes} bytes)")

@@ -5,8 +5,16 @@
     snippet = convert("model.onnx", "out/model")     # writes out/model.safetensors and out/model.json
     # snippet: the model object for the config's "models" list, as written to out/model.json
 
-``sigclient-py convert MODEL.onnx OUT [--name N] [--window W]`` is the same from a shell. Needs the
-``onnx`` package (and numpy, which it brings); nothing else: the safetensors file is written here.
+``sigclient-py convert MODEL.onnx OUT [--name N] [--window W] [--dtype D]`` is the same from a shell.
+Needs the ``onnx`` package (and numpy, which it brings); nothing else: the safetensors file is written
+here.
+
+``dtype`` ("f32", the default; "f16", "bf16"): how the file stores the weight matrices (every 2-D
+tensor; biases stay F32, as every backend holds them), each rounded to nearest even once (f16: within
+2^-11 of the weight, bf16: 2^-8; a weight past the type's range is refused by name). The server reads
+F16 and BF16 tensors exactly; the snippet holds them so where the model's type can on the CPU
+(``"weight_dtype"``: an MLP f16 or bf16, an LSTM bf16; the error bounds are in config/README.md, "CPU
+weight dtypes"), else they are served widened to f32 (said in a note).
 
 What converts (the graph is followed backwards from its one output, so only what the output
 depends on matters; everything on that path must be one of these):
@@ -51,7 +59,12 @@ import struct
 
 from ._onnx_graph import INPUT, MAX_WINDOW, ConvertError, Graph, Seq
 
-__all__ = ["ConvertError", "Converted", "load", "convert", "write_safetensors", "model_name"]
+__all__ = ["ConvertError", "Converted", "load", "convert", "write_safetensors", "model_name", "DTYPES"]
+
+DTYPES = ("f32", "f16", "bf16")
+_ST_DTYPE = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
+# The dtypes the CPU backend of each model type holds the weights in (weight_dtype), besides f32.
+_CPU_HOLDS = {"mlp": ("f16", "bf16"), "lstm": ("bf16",), "gru": ()}
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,63}")
 
@@ -78,15 +91,44 @@ def _max_rows(features: int, notes: list) -> dict:
     return {"max_rows": 1}
 
 
-def write_safetensors(path: str, tensors: dict) -> int:
-    """Writes TENSORS (name -> numpy array) as an F32 safetensors file: an 8-byte little-endian header
+def _bf16_bits(array):
+    """ARRAY's float32 values rounded to nearest even bfloat16: their bits, as little-endian uint16."""
+    import numpy as np
+    u = np.ascontiguousarray(array, dtype="<f4").view("<u4").astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+
+
+def _stored(array, dtype: str):
+    """ARRAY's bytes as DTYPE ("f32", "f16", "bf16") stores them, and the values they hold (float64)."""
+    import numpy as np
+    a = np.asarray(array, dtype=np.float32)
+    if dtype == "f16":
+        with np.errstate(over="ignore"):
+            h = a.astype("<f2")
+        return h.tobytes(), h.astype(np.float64)
+    if dtype == "bf16":
+        bits = _bf16_bits(a)
+        return bits.tobytes(), (bits.astype("<u4") << 16).view("<f4").reshape(a.shape).astype(np.float64)
+    return np.ascontiguousarray(a, dtype="<f4").tobytes(), a.astype(np.float64)
+
+
+def stored_values(array, dtype: str):
+    """The values a tensor holds once written in DTYPE (float64 numpy array): for references."""
+    return _stored(array, dtype)[1]
+
+
+def write_safetensors(path: str, tensors: dict, dtypes: dict | None = None) -> int:
+    """Writes TENSORS (name -> numpy array) as a safetensors file: an 8-byte little-endian header
     length, a JSON header (dtype, shape, data_offsets per tensor, padded with spaces to a multiple of
-    8), then the raw little-endian float32 data in the header's order. Returns the file's size."""
+    8), then the raw little-endian data in the header's order: F32, or the dtype DTYPES names for the
+    tensor ("f16", "bf16": rounded to nearest even). Returns the file's size."""
     import numpy as np
     header, blobs, offset = {}, [], 0
     for name, array in tensors.items():
-        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        dtype = (dtypes or {}).get(name, "f32")
+        data = _stored(np.asarray(array), dtype)[0]
+        header[name] = {"dtype": _ST_DTYPE[dtype], "shape": list(np.shape(array)),
+                        "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -110,6 +152,44 @@ class Converted:
         self.kind, self.tensors, self.snippet, self.shape, self.notes = kind, tensors, snippet, shape, notes
         self.weights_path = self.config_path = None
         self.weights_bytes = 0
+        self.dtypes = {}        # tensor name -> "f16" / "bf16" where not F32
+
+    def store_as(self, dtype: str) -> "Converted":
+        """Stores every weight matrix (2-D tensor) in DTYPE ("f32", "f16", "bf16"), biases in F32; the
+        snippet holds them so where the type's CPU backend can (weight_dtype), else a note says they
+        are served widened. Raises ConvertError for an unknown dtype or a weight past its range."""
+        import numpy as np
+        if dtype not in DTYPES:
+            raise ConvertError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+        self.dtypes = {}
+        self.snippet.pop("weight_dtype", None)
+        if dtype == "f32":
+            return self
+        for name, array in self.tensors.items():
+            if np.ndim(array) != 2:
+                continue
+            held = stored_values(array, dtype)
+            bad = np.flatnonzero(~np.isfinite(held))
+            if bad.size:
+                row, col = divmod(int(bad[0]), np.shape(array)[1])
+                largest = "65504" if dtype == "f16" else "3.39e38"
+                raise ConvertError(f'--dtype {dtype}: weight {name} [{row}][{col}] = {float(np.asarray(array)[row, col]):.9g} '
+                                   f'does not fit in {dtype} (largest finite {largest}); use --dtype '
+                                   f'{"bf16" if dtype == "f16" else "f32"}')
+            self.dtypes[name] = dtype
+        bound = "2^-11" if dtype == "f16" else "2^-8"
+        if dtype in _CPU_HOLDS.get(self.kind, ()):
+            # after "weights" and the type's keys: where a reader looks for how they are held
+            self.snippet["weight_dtype"] = dtype
+            self.notes.append(f"weight matrices stored as {dtype} (each rounded to nearest even, within {bound} of "
+                              f"the weight; biases F32) and held as {dtype} (\"weight_dtype\"; its error bound: "
+                              f"sigserve's config/README.md, \"CPU weight dtypes\")")
+        else:
+            holds = ", ".join(_CPU_HOLDS.get(self.kind, ())) or "f32 only"
+            self.notes.append(f"weight matrices stored as {dtype} (each rounded to nearest even, within {bound} of "
+                              f"the weight; biases F32); sigserve's CPU {self.kind} holds {holds}, so they are "
+                              f"served widened to f32 (exactly the stored values)")
+        return self
 
     def write(self, out_prefix: str) -> dict:
         """Writes OUT_PREFIX.safetensors and OUT_PREFIX.json (the snippet, "weights" relative to the
@@ -122,7 +202,7 @@ class Converted:
         self.snippet["weights"] = os.path.relpath(os.path.abspath(self.weights_path), folder)
         target = self.weights_path
         try:
-            self.weights_bytes = write_safetensors(self.weights_path, self.tensors)
+            self.weights_bytes = write_safetensors(self.weights_path, self.tensors, self.dtypes)
             target = self.config_path
             with open(self.config_path + ".tmp", "w") as f:
                 f.write(json.dumps(self.snippet, indent=2) + "\n")
@@ -132,9 +212,16 @@ class Converted:
         return self.snippet
 
 
-def load(onnx_path: str, name: str | None = None, window: int | None = None) -> Converted:
+def load(onnx_path: str, name: str | None = None, window: int | None = None, dtype: str = "f32") -> Converted:
     """Reads and converts ONNX_PATH (nothing written). NAME: the model's name (default: the file's
-    stem); WINDOW: the LSTM's window where the model's sequence length is dynamic. Raises ConvertError."""
+    stem); WINDOW: the LSTM's window where the model's sequence length is dynamic; DTYPE: how the
+    weight matrices are stored (Converted.store_as). Raises ConvertError."""
+    if dtype not in DTYPES:
+        raise ConvertError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+    return _load(onnx_path, name, window).store_as(dtype)
+
+
+def _load(onnx_path: str, name: str | None, window: int | None) -> Converted:
     try:
         import numpy as np
         import onnx
@@ -234,7 +321,8 @@ def load(onnx_path: str, name: str | None = None, window: int | None = None) -> 
     return Converted(kind, tensors, snippet, shape, g.notes)
 
 
-def convert(onnx_path: str, out_prefix: str, name: str | None = None, window: int | None = None) -> dict:
+def convert(onnx_path: str, out_prefix: str, name: str | None = None, window: int | None = None,
+            dtype: str = "f32") -> dict:
     """Converts ONNX_PATH into OUT_PREFIX.safetensors and OUT_PREFIX.json; returns the config snippet
     (the model object for sigserve's "models" list). Raises ConvertError naming what is refused."""
-    return load(onnx_path, name=name, window=window).write(out_prefix)
+    return load(onnx_path, name=name, window=window, dtype=dtype).write(out_prefix)

@@ -1,0 +1,272 @@
+/* sigbench table 5 (--split A,B): the CPU backend's loop kernel split across two cores ("split",
+ * backends/cpu_split.h) beside the same model on one core, in each weight dtype (--cpu-dtypes), all in
+ * one run, in alternating blocks of calls (one core's rows, then the split's: below) so that every row
+ * sees the same machine (the host is shared) and each finds the caches as its own calls leave them:
+ *   - one core: the model loaded with "split" on, run with no layer split (the same buffers, the leader
+ *     alone on A);
+ *   - split, largest layer: only the layer with the most weight bytes split over A and B;
+ *   - split, largest layer and the next by inputs: each core's share of the largest layer's outputs
+ *     goes on through its share of the next layer's inputs, the leader adding the two up (no barrier
+ *     between them; not for int8);
+ *   - split, every layer: every layer of two or more blocks of 16 outputs split;
+ *   - floor, one core: one streaming read of the model's weight bytes on A (table 4's);
+ *   - floor, split: one read of the bytes the leader reads under "every layer" (half of each split layer
+ *     and the whole of the others, as with the next layer by inputs) on A, the start of the same buffer:
+ *     what the split cannot beat without its hand-offs;
+ * then, apart (its second thread would share B with the split's helper), the hand-off itself: one
+ * cache line's round trip between A and B (a tick written on A, echoed from B), the cost a barrier
+ * pays twice a split layer (one crossing each way, both at once). Every timed output is checked
+ * against the float64 reference, as in table 4. */
+#define _GNU_SOURCE
+#include "sigbench.h"
+
+#include "backends/cpu_dense.h"
+#include "backends/cpu_isa.h"
+#include "backends/cpu_split.h"
+#include "base/threads.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static volatile uint64_t s_sink;
+
+__attribute__ ((target ("avx512f"))) static void s_read (const void *p, size_t n)
+{
+    const __m512i *v = p;
+    __m512i a = _mm512_setzero_si512 (), b = a, c = a, d = a;
+    size_t i = 0;
+    for (; i + 4 <= n / 64; i += 4) {
+        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
+        b = _mm512_or_si512 (b, _mm512_load_si512 (v + i + 1));
+        c = _mm512_or_si512 (c, _mm512_load_si512 (v + i + 2));
+        d = _mm512_or_si512 (d, _mm512_load_si512 (v + i + 3));
+    }
+    for (; i < n / 64; i++)
+        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
+    a = _mm512_or_si512 (_mm512_or_si512 (a, b), _mm512_or_si512 (c, d));
+    s_sink = (uint64_t) _mm512_reduce_or_epi64 (a);
+}
+
+static unsigned char *s_buffer (size_t bytes)
+{
+    unsigned char *b = aligned_alloc (64, (bytes + 63) / 64 * 64);
+    for (size_t i = 0; b && i < bytes; i++)
+        b[i] = (unsigned char) (i * 2654435761u >> 13);
+    return b;
+}
+
+/* ---------------------------------------------------------------- the hand-off */
+
+typedef struct {
+    _Alignas (64) _Atomic uint64_t ping;
+    _Alignas (64) _Atomic uint64_t pong;
+    int cpu;
+} s_pair_t;
+
+static void *s_echo (void *arg)
+{
+    s_pair_t *p = arg;
+    char err[128];
+    threads_pin (p->cpu, err, sizeof err);
+    for (uint64_t seen = 0;;) {
+        uint64_t v;
+        while ((v = atomic_load_explicit (&p->ping, memory_order_acquire)) == seen)
+            _mm_pause ();
+        if (v == UINT64_MAX)
+            return NULL;
+        atomic_store_explicit (&p->pong, v, memory_order_release);
+        seen = v;
+    }
+}
+
+static void s_handoff (const options_t *o, double *samples)
+{
+    s_pair_t *p = aligned_alloc (64, sizeof *p);
+    atomic_init (&p->ping, 0);
+    atomic_init (&p->pong, 0);
+    p->cpu = o->split_cpus[1];
+    pthread_t t;
+    pthread_create (&t, NULL, s_echo, p);
+    for (uint32_t i = 0; i < o->warmup + o->iterations; i++) {
+        const double t0 = sb_now_us ();
+        atomic_store_explicit (&p->ping, i + 1, memory_order_release);
+        while (atomic_load_explicit (&p->pong, memory_order_acquire) != i + 1)
+            _mm_pause ();
+        const double t1 = sb_now_us ();
+        if (i >= o->warmup)
+            samples[i - o->warmup] = t1 - t0;
+    }
+    atomic_store (&p->ping, UINT64_MAX);
+    pthread_join (t, NULL);
+    free (p);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+enum { R_ONE, R_LARGEST, R_CHAINED, R_EVERY, R_FLOOR, R_FLOOR_SPLIT, R_COUNT };
+#define S_BLOCK 500
+#define S_BLOCK_WARM 50
+
+static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t dtype, float *const *in,
+                          const double *const *ref, double *samples, char *notes, size_t notes_len)
+{
+    model_config_t cfg;
+    memset (&cfg, 0, sizeof cfg);
+    snprintf (cfg.name, sizeof cfg.name, "bench");
+    cfg.cpu_kernel = CPU_KERNEL_LOOP;
+    cfg.max_rows = o->rows;
+    cfg.weight_dtype = dtype;
+    cfg.split = CPU_SPLIT_ON;
+    cfg.split_spin_ns = UINT64_MAX;
+    char err[512];
+    backend_model_t *m = backend_cpu_iface.load (w, &cfg, 0, err, sizeof err);
+    if (!m || backend_cpu_iface.split (m, o->split_cpus, 2, &cfg, err, sizeof err) != 0) {
+        fprintf (stderr, "sigbench: split %s: %s\n", weight_dtype_name (dtype), err);
+        backend_cpu_iface.destroy (&m);
+        return 1;
+    }
+    /* the plans: the layer of the most bytes alone, and with the next split by inputs; every splittable
+     * one; and the bytes each part reads */
+    const uint32_t lead = backend_cpu_split_plan (m).lead;
+    uint64_t every = 0;
+    const size_t wbytes = cpu_dense_bytes (dtype);
+    size_t total = 0, leader = 0, most = 0;
+    int largest = -1;
+    for (size_t l = 0; l < w->layer_count; l++) {
+        const size_t b = (size_t) w->layers[l].in * w->layers[l].out * wbytes;
+        total += b;
+        if (w->layers[l].out > CPU_DENSE_BLOCK && l < 64) {
+            every |= 1ull << l;
+            if (b > most) {
+                most = b;
+                largest = (int) l;
+            }
+        }
+        leader += w->layers[l].out > CPU_DENSE_BLOCK ? b / 2 : b;
+    }
+    const uint64_t one = largest >= 0 ? 1ull << largest : 0, next = one << 1;
+    const cpu_split_plan_t plans[4] = { { 0, 0, 0 }, { one, 0, lead }, { one | next, next, lead }, { every, 0, lead } };
+    backend_cpu_set_split_plan (m, plans[2]);
+    const bool chained = backend_cpu_split_plan (m).chain != 0;     /* (not for int8) */
+    /* one buffer for both floors: core A's working set stays the model's weights and one copy (1.2 MB of
+     * its 2 MiB L2 for tick_mlp f32; a third buffer pushed reads out to L3 at times) */
+    unsigned char *floor_one = s_buffer (total);
+    const size_t nout = (size_t) o->rows * w->output_size;
+    float *y = malloc (nout * sizeof (float));
+    pooled_error_t error[4] = { { 0, 0 }, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+    /* In blocks of S_BLOCK calls, one core's (plan 0 and its floor) and the split's (the plans and the
+     * leader's floor) in turn, each block's first S_BLOCK_WARM left out: each phase finds the caches as
+     * it leaves them (call by call in turn, the split plans, which read half the weights on core A,
+     * let the other half age out of its L2 and the one-core row read it from L3: up to 1.6x its time
+     * here). Until every row has o->iterations samples after o->warmup calls of each phase. */
+    uint32_t got[R_COUNT] = { 0 }, calls[2] = { 0 };
+    for (uint32_t i = 0; got[R_ONE] < o->iterations || got[R_EVERY] < o->iterations; i++) {
+        const int phase = (int) (i / S_BLOCK % 2);      /* 0: one core, 1: split */
+        const bool keep = i % S_BLOCK >= S_BLOCK_WARM && calls[phase]++ >= o->warmup;
+        for (int k = phase ? R_LARGEST : R_ONE; k <= (phase ? R_EVERY : R_ONE); k++) {
+            if (k == R_CHAINED && !chained)
+                continue;
+            backend_cpu_set_split_plan (m, plans[k]);
+            const double t0 = sb_now_us ();
+            backend_cpu_iface.infer (m, in[i % POOL], o->rows, y, err, sizeof err);
+            const double t = sb_now_us () - t0;
+            if (keep && got[k] < o->iterations) {
+                samples[(size_t) k * o->iterations + got[k]++] = t;
+                sb_pool (&error[k], y, ref[i % POOL], nout);
+            }
+        }
+        const int f = phase ? R_FLOOR_SPLIT : R_FLOOR;
+        const double t0 = sb_now_us ();
+        s_read (floor_one, phase ? leader : total);
+        const double t = sb_now_us () - t0;
+        if (keep && got[f] < o->iterations)
+            samples[(size_t) f * o->iterations + got[f]++] = t;
+    }
+    char layers_every[64] = "", label[192];
+    for (size_t l = 0, n = 0; l < w->layer_count && n < sizeof layers_every; l++)
+        if (every >> l & 1)
+            n += (size_t) snprintf (layers_every + n, sizeof layers_every - n, "%s%zu", n ? "," : "", l);
+    const char *isa = backend_cpu_iface.isa (m);
+    latency_summary_t s[R_COUNT];
+    for (int r = 0; r < R_COUNT; r++) {
+        if (r == R_CHAINED && !chained)
+            continue;
+        switch (r) {
+        case R_ONE: snprintf (label, sizeof label, "cpu loop %s (%s), one core (cpu %d)", weight_dtype_name (dtype), isa,
+                              o->split_cpus[0]); break;
+        case R_LARGEST: snprintf (label, sizeof label, "split over cpus %d,%d: layer %d (the largest), leader +%u/8",
+                                  o->split_cpus[0], o->split_cpus[1], largest, lead); break;
+        case R_CHAINED: snprintf (label, sizeof label, "split over cpus %d,%d: layer %d, layer %d by inputs, leader +%u/8",
+                                  o->split_cpus[0], o->split_cpus[1], largest, largest + 1, lead); break;
+        case R_EVERY: snprintf (label, sizeof label, "split over cpus %d,%d: layers %s, leader +%u/8", o->split_cpus[0],
+                                o->split_cpus[1], layers_every, lead); break;
+        case R_FLOOR: snprintf (label, sizeof label, "floor %s, one core: one read of %zu weight bytes",
+                                weight_dtype_name (dtype), total); break;
+        default: snprintf (label, sizeof label, "floor %s, split: one read of the leader's %zu bytes",
+                           weight_dtype_name (dtype), leader); break;
+        }
+        latency_summarize (samples + (size_t) r * o->iterations, o->iterations, &s[r]);
+        latency_print_row (stdout, label, &s[r]);
+    }
+    double best = s[R_LARGEST].p50 < s[R_EVERY].p50 ? s[R_LARGEST].p50 : s[R_EVERY].p50;
+    if (chained && s[R_CHAINED].p50 < best)
+        best = s[R_CHAINED].p50;
+    const size_t used = strlen (notes);
+    char chain_error[16] = "-";
+    if (chained)
+        snprintf (chain_error, sizeof chain_error, "%.1e", sb_pooled (&error[R_CHAINED]));
+    snprintf (notes + used, notes_len - used, "%s%s: split %.2fx one core (floors: split %.2fx one core's; best split "
+              "%.2fx its floor), errors %.1e / %.1e / %s / %.1e", used ? "; " : "", weight_dtype_name (dtype),
+              best / s[R_ONE].p50, s[R_FLOOR_SPLIT].p50 / s[R_FLOOR].p50, best / s[R_FLOOR_SPLIT].p50,
+              sb_pooled (&error[R_ONE]), sb_pooled (&error[R_LARGEST]), chain_error, sb_pooled (&error[R_EVERY]));
+    const double limit = dtype == WEIGHT_DTYPE_F32 ? 1e-5 : dtype == WEIGHT_DTYPE_F16 ? 2e-3 : dtype == WEIGHT_DTYPE_BF16 ? 2e-2 : 5e-2;
+    int bad = 0;
+    for (int k = 0; k < 4; k++)
+        if ((k != R_CHAINED || chained) && !(sb_pooled (&error[k]) <= limit)) {
+            fprintf (stderr, "sigbench: split %s plan %d: relative error %.3g over %.0e\n", weight_dtype_name (dtype), k,
+                     sb_pooled (&error[k]), limit);
+            bad = 1;
+        }
+    free (y);
+    free (floor_one);
+    backend_cpu_iface.destroy (&m);
+    return bad;
+}
+
+int sb_bench_split (const options_t *o, const weights_t *w, float *const *in, const double *const *ref)
+{
+    char err[256];
+    if (!cpu_isa_features ()->avx512) {
+        printf ("Split table skipped: its floors read with AVX-512 loads, which this CPU lacks\n\n");
+        return 0;
+    }
+    if (threads_pin (o->split_cpus[0], err, sizeof err) != 0) {
+        fprintf (stderr, "sigbench: --split: %s\n", err);
+        return 1;
+    }
+    double *samples = malloc ((size_t) R_COUNT * o->iterations * sizeof (double));
+    printf ("### CPU backend split across cores, in process, %u iterations after %u warm-up, leader on cpu %d, "
+            "helper on cpu %d, rows %u, host clock around infer, microseconds\n\n", o->iterations, o->warmup,
+            o->split_cpus[0], o->split_cpus[1], o->rows);
+    latency_print_header (stdout, "method");
+    int bad = 0;
+    char notes[2048] = "";
+    for (int d = 0; d < o->cpu_dtype_count; d++)
+        bad |= s_bench_dtype (o, w, o->cpu_dtypes[d], in, ref, samples, notes, sizeof notes);
+    latency_summary_t h;
+    s_handoff (o, samples);
+    latency_summarize (samples, o->iterations, &h);
+    char label[128];
+    snprintf (label, sizeof label, "hand-off: a cache line's round trip, cpu %d -> %d -> %d", o->split_cpus[0],
+              o->split_cpus[1], o->split_cpus[0]);
+    latency_print_row (stdout, label, &h);
+    printf ("\np50s: %s\n\n", notes);
+    if (o->cpu >= 0)
+        threads_pin (o->cpu, err, sizeof err);
+    free (samples);
+    return bad;
+}
