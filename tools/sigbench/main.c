@@ -13,7 +13,7 @@
  *   4. the CPU backend, host clock around infer: the loop kernel in each weight dtype, each beside the
  *      floor of its dtype (one streaming read of the weights' bytes on the same core), and OpenBLAS
  *      (cpu.c);
- *   5. with --split A,B: the loop kernel split across two cores beside one core, per dtype, with
+ *   5. with --split A,B[,C..]: the loop kernel split across those cores beside one core, per dtype, with
  *      both floors and the hand-off between the cores (split.c).
  * Without a CUDA build or device only tables 4 and 5 are printed, with the reason. */
 #define _GNU_SOURCE
@@ -73,8 +73,8 @@ static void s_usage (FILE *out)
              "  --cpu-dtypes L  the CPU table's loop rows (and their floors) once per weight dtype in L\n"
              "               (default \"f32,f16,bf16,int8\"); SIGSERVE_CPU_ISA=avx2 (or scalar) runs them on\n"
              "               a lower path\n"
-             "  --split A,B  also table 5: the loop kernel split across cpus A (the leader) and B beside\n"
-             "               one core, per --cpu-dtypes, with both floors and the hand-off between them\n"
+             "  --split A,B[,C..]  also table 5: the loop kernel split across cpus A (the leader), B ...\n"
+             "               beside one core, per --cpu-dtypes, with both floors and the hand-off A-B\n"
              "  --split-only of the CPU tables, table 5 alone\n"
              "  --dtypes L   the persistent rows (and variants, trace) once per weight dtype in L\n"
              "               (\"f32,f16,bf16\"; default f32); f16 and bf16 also at cluster 2, 4 and 8\n"
@@ -102,6 +102,24 @@ static int s_parse_shape (const char *text, options_t *o)
         return -1;
     o->layers--;
     return 0;
+}
+
+/* "A,B[,C..]": 2 to SB_SPLIT_MAX different CPUs. */
+static int s_parse_split (const char *text, options_t *o)
+{
+    o->split_count = 0;
+    for (const char *p = text; *p;) {
+        char *end;
+        const long cpu = strtol (p, &end, 10);
+        if (end == p || cpu < 0 || cpu > 4095 || o->split_count == SB_SPLIT_MAX || (*end && *end != ','))
+            return -1;
+        for (int k = 0; k < o->split_count; k++)
+            if (o->split_cpus[k] == cpu)
+                return -1;
+        o->split_cpus[o->split_count++] = (int) cpu;
+        p = *end ? end + 1 : end;
+    }
+    return o->split_count >= 2 ? 0 : -1;
 }
 
 static int s_parse (int argc, char **argv, options_t *o)
@@ -144,9 +162,9 @@ static int s_parse (int argc, char **argv, options_t *o)
         case 'I': o->instances = optarg; break;
         case 'g': o->green = 1; break;
         case 'X':
-            if (sscanf (optarg, "%d,%d", &o->split_cpus[0], &o->split_cpus[1]) != 2 || o->split_cpus[0] < 0
-                || o->split_cpus[1] < 0 || o->split_cpus[0] == o->split_cpus[1]) {
-                fprintf (stderr, "sigbench: --split: expected two different CPUs like 0,1, got \"%s\"\n", optarg);
+            if (s_parse_split (optarg, o) != 0) {
+                fprintf (stderr, "sigbench: --split: expected 2 to %d different CPUs like 0,1 or 2,3,4,5, got \"%s\"\n",
+                         SB_SPLIT_MAX, optarg);
                 return 2;
             }
             o->split = 1;

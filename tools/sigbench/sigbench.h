@@ -1,7 +1,7 @@
 /* sigbench's parts (main.c): the options, the input pool, the error check every table shares, and
  * the tables each file prints: gpu.c (tables 1-3), persistent.c (the persistent rows and their
  * floors), cpu.c (table 4: the CPU backend per weight dtype, its floors and its peers), split.c
- * (table 5: the CPU backend split across two cores beside one). */
+ * (table 5: the CPU backend split across two or more cores beside one). */
 #ifndef SIGBENCH_H
 #define SIGBENCH_H
 
@@ -16,6 +16,7 @@
 
 #define POOL 64   /* distinct inputs cycled through, so the timed calls do not see one input */
 #define MAX_LAYERS 16
+#define SB_SPLIT_MAX 16  /* --split: cores (backends/cpu_split.h: CPU_SPLIT_MAX_PARTS) */
 
 typedef struct {
     uint32_t sizes[MAX_LAYERS + 1];
@@ -39,8 +40,9 @@ typedef struct {
     uint32_t sync;          /* --sync: the persistent rows' hand-offs (SIG_SYNC_*; 0: the plan's choice) */
     weight_dtype_t cpu_dtypes[WEIGHT_DTYPE_COUNT];  /* --cpu-dtypes: the CPU table's loop rows */
     int cpu_dtype_count;
-    int split;              /* --split A,B: the split table, leader on A, helper on B */
-    int split_cpus[2];
+    int split;              /* --split A,B[,C..]: the split table, leader on A, helpers on B .. */
+    int split_cpus[SB_SPLIT_MAX];
+    int split_count;
     int split_only;         /* --split-only: of the CPU tables, that one alone */
 } options_t;
 

@@ -1,16 +1,16 @@
-/* sigbench table 5 (--split A,B): the CPU backend's loop kernel split across two cores ("split",
+/* sigbench table 5 (--split A,B[,C..]): the CPU backend's loop kernel split across cores ("split",
  * backends/cpu_split.h) beside the same model on one core, in each weight dtype (--cpu-dtypes), all in
  * one run, in alternating blocks of calls (one core's rows, then the split's: below) so that every row
  * sees the same machine (the host is shared) and each finds the caches as its own calls leave them:
  *   - one core: the model loaded with "split" on, run with no layer split (the same buffers, the leader
  *     alone on A);
- *   - split, largest layer: only the layer with the most weight bytes split over A and B;
+ *   - split, largest layer: only the layer with the most weight bytes split over the cores;
  *   - split, largest layer and the next by inputs: each core's share of the largest layer's outputs
  *     goes on through its share of the next layer's inputs, the leader adding the two up (no barrier
  *     between them; not for int8);
  *   - split, every layer: every layer of two or more blocks of 16 outputs split;
  *   - floor, one core: one streaming read of the model's weight bytes on A (table 4's);
- *   - floor, split: one read of the bytes the leader reads under "every layer" (half of each split layer
+ *   - floor, split: one read of the bytes the leader reads under "every layer" (its share of each split layer
  *     and the whole of the others, as with the next layer by inputs) on A, the start of the same buffer:
  *     what the split cannot beat without its hand-offs;
  * then, apart (its second thread would share B with the split's helper), the hand-off itself: one
@@ -107,6 +107,14 @@ static void s_handoff (const options_t *o, double *samples)
 
 /* ---------------------------------------------------------------- the table */
 
+static void s_cpus_text (const options_t *o, char *out, size_t len)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (int k = 0; k < o->split_count && n < len; k++)
+        n += (size_t) snprintf (out + n, len - n, "%s%d", k ? "," : "", o->split_cpus[k]);
+}
+
 enum { R_ONE, R_LARGEST, R_CHAINED, R_EVERY, R_FLOOR, R_FLOOR_SPLIT, R_COUNT };
 #define S_BLOCK 500
 #define S_BLOCK_WARM 50
@@ -124,7 +132,7 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     cfg.split_spin_ns = UINT64_MAX;
     char err[512];
     backend_model_t *m = backend_cpu_iface.load (w, &cfg, 0, err, sizeof err);
-    if (!m || backend_cpu_iface.split (m, o->split_cpus, 2, &cfg, err, sizeof err) != 0) {
+    if (!m || backend_cpu_iface.split (m, o->split_cpus, (size_t) o->split_count, &cfg, err, sizeof err) != 0) {
         fprintf (stderr, "sigbench: split %s: %s\n", weight_dtype_name (dtype), err);
         backend_cpu_iface.destroy (&m);
         return 1;
@@ -146,7 +154,7 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
                 largest = (int) l;
             }
         }
-        leader += w->layers[l].out > CPU_DENSE_BLOCK ? b / 2 : b;
+        leader += w->layers[l].out > CPU_DENSE_BLOCK ? b / (size_t) o->split_count : b;
     }
     const uint64_t one = largest >= 0 ? 1ull << largest : 0, next = one << 1;
     const cpu_split_plan_t plans[4] = { { 0, 0, 0 }, { one, 0, lead }, { one | next, next, lead }, { every, 0, lead } };
@@ -186,7 +194,8 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
         if (keep && got[f] < o->iterations)
             samples[(size_t) f * o->iterations + got[f]++] = t;
     }
-    char layers_every[64] = "", label[192];
+    char layers_every[64] = "", label[192], cpus[96];
+    s_cpus_text (o, cpus, sizeof cpus);
     for (size_t l = 0, n = 0; l < w->layer_count && n < sizeof layers_every; l++)
         if (every >> l & 1)
             n += (size_t) snprintf (layers_every + n, sizeof layers_every - n, "%s%zu", n ? "," : "", l);
@@ -198,12 +207,12 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
         switch (r) {
         case R_ONE: snprintf (label, sizeof label, "cpu loop %s (%s), one core (cpu %d)", weight_dtype_name (dtype), isa,
                               o->split_cpus[0]); break;
-        case R_LARGEST: snprintf (label, sizeof label, "split over cpus %d,%d: layer %d (the largest), leader +%u/8",
-                                  o->split_cpus[0], o->split_cpus[1], largest, lead); break;
-        case R_CHAINED: snprintf (label, sizeof label, "split over cpus %d,%d: layer %d, layer %d by inputs, leader +%u/8",
-                                  o->split_cpus[0], o->split_cpus[1], largest, largest + 1, lead); break;
-        case R_EVERY: snprintf (label, sizeof label, "split over cpus %d,%d: layers %s, leader +%u/8", o->split_cpus[0],
-                                o->split_cpus[1], layers_every, lead); break;
+        case R_LARGEST: snprintf (label, sizeof label, "split over cpus %s: layer %d (the largest), leader +%u/8",
+                                  cpus, largest, lead); break;
+        case R_CHAINED: snprintf (label, sizeof label, "split over cpus %s: layer %d, layer %d by inputs, leader +%u/8",
+                                  cpus, largest, largest + 1, lead); break;
+        case R_EVERY: snprintf (label, sizeof label, "split over cpus %s: layers %s, leader +%u/8", cpus,
+                                layers_every, lead); break;
         case R_FLOOR: snprintf (label, sizeof label, "floor %s, one core: one read of %zu weight bytes",
                                 weight_dtype_name (dtype), total); break;
         default: snprintf (label, sizeof label, "floor %s, split: one read of the leader's %zu bytes",
@@ -249,9 +258,11 @@ int sb_bench_split (const options_t *o, const weights_t *w, float *const *in, co
         return 1;
     }
     double *samples = malloc ((size_t) R_COUNT * o->iterations * sizeof (double));
+    char helpers[96];
+    s_cpus_text (o, helpers, sizeof helpers);
     printf ("### CPU backend split across cores, in process, %u iterations after %u warm-up, leader on cpu %d, "
-            "helper on cpu %d, rows %u, host clock around infer, microseconds\n\n", o->iterations, o->warmup,
-            o->split_cpus[0], o->split_cpus[1], o->rows);
+            "helpers on cpus %s, rows %u, host clock around infer, microseconds\n\n", o->iterations, o->warmup,
+            o->split_cpus[0], strchr (helpers, ',') + 1, o->rows);
     latency_print_header (stdout, "method");
     int bad = 0;
     char notes[2048] = "";
