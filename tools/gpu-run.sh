@@ -381,6 +381,24 @@ if [ -n "${SERVING_BASE:-}" ]; then
         if [ $((round % 2)) = 1 ]; then serving_ab base "$round"; serving_ab new "$round"; else serving_ab new "$round"; serving_ab base "$round"; fi
     done
 fi
+# A CPU model split across cores (issue 36 part 2; CPU_SPLIT=1): sigbench table 5 over the first 2, 4
+# and 8 (CPU_SPLIT_CORES) physical cores past cpu 0 (one logical CPU a core, from lscpu: an SMT sibling
+# shares the L2 the split is for), per CPU_SPLIT_DTYPES (default f32,bf16,int8), CPU_SPLIT_RUNS runs
+# each (default 3); logs split_<cores>_<run>.log, the topology in $OUT/lscpu.txt.
+if [ "${CPU_SPLIT:-0}" = 1 ] && [ -f "$BUILD/sigbench" ]; then
+    lscpu >"$OUT/lscpu.txt" 2>&1; lscpu -e >>"$OUT/lscpu.txt" 2>&1
+    cores=$(lscpu -p=CPU,CORE 2>/dev/null | grep -v '^#' | awk -F, '$1 != 0 && !seen[$2]++ { print $1 }' | tr '\n' ' ')
+    for n in ${CPU_SPLIT_CORES:-2 4 8}; do
+        list=$(echo $cores | tr ' ' '\n' | head -n "$n" | paste -sd, -)
+        [ "$(echo "$list" | tr ',' '\n' | wc -l)" = "$n" ] || continue
+        for run in $(seq 1 "${CPU_SPLIT_RUNS:-3}"); do
+            timeout 300 "$BUILD/sigbench" --no-gpu --weights "$BUILD/models/tick_mlp.safetensors" --cpu "${list%%,*}" \
+                --split "$list" --split-only --cpu-dtypes "${CPU_SPLIT_DTYPES:-f32,bf16,int8}" --iterations 10000 \
+                >"$LOGS/split_${n}_$run.log" 2>&1
+            cp "$LOGS/split_${n}_$run.log" "$OUT/"
+        done
+    done
+fi
 # "auto" models beside resident kernels (issue 39: tools/auto-gpu.sh; AUTO_SCENARIOS picks them).
 if [ "${AUTO:-0}" = 1 ]; then
     OUT="$OUT/auto" BUILD=$BUILD LIMIT=${AUTO_LIMIT:-30} SCENARIOS="${AUTO_SCENARIOS:-two_auto three_auto pinned_then_auto inproc reload reload_graph}" \
@@ -394,6 +412,7 @@ for f in "$LOGS"/dot_probe.log "$LOGS"/dot_probe_noidle.log; do [ -f "$f" ] && {
 for f in "$LOGS"/sync_*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong floor \| \+ read the features, output as)' "$f" | cut -c1-60,170-235; }; done
 for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
 grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
+for f in "$LOGS"/split_*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (cpu loop|split over|floor)' "$f" | cut -c1-90; grep '^p50s' "$f" | cut -c1-400; }; done
 for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo
 grep -hE ':[FE]:' "$LOGS"/test_*.log 2>/dev/null | cut -c1-400 | head -n 20; cat "$summary"
 rm -rf "$LOGS"
