@@ -24,7 +24,9 @@ step () {   # step NAME COMMAND...: runs, logs to $OUT/NAME.log, notes the resul
         "$(grep -E '^[0-9]+%: Checks|passed, [0-9]+ failed|^SKIP|^saturated' "$LOGS/$name.log" | tail -n 1)" >>"$summary"
 }
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -n 2;
-  uname -r; nproc; grep -m1 'model name' /proc/cpuinfo; date -u; } >"$OUT/env.txt" 2>&1
+  uname -r; nproc; grep -m1 'model name' /proc/cpuinfo; date -u
+  # whether this host lends hardware counters (perf_event "cpu" PMU) for issue 36's where-the-time-goes
+  echo "perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null); PMUs: $(ls /sys/bus/event_source/devices 2>/dev/null | tr '\n' ' ')"; } >"$OUT/env.txt" 2>&1
 if [ "${TESTS:-1}" = 1 ]; then
 # The GPU suites, each in one process (CK_FORK=no: one CUDA context, as in the server), bounded: a
 # test that hangs next to a resident persistent kernel must not take the whole call. GPU_TESTS, when
@@ -399,6 +401,13 @@ if [ "${CPU_SPLIT:-0}" = 1 ] && [ -f "$BUILD/sigbench" ]; then
         done
     done
 fi
+# Issue 38's faults under load (FAULT=1; tools/fault-drive.sh, FAULT_CASES its CASES): a model at 3k/s,
+# a trap, kill or hang part way, every reply counted and checked; its table in $OUT/fault/table.md.
+if [ "${FAULT:-0}" = 1 ] && [ -f "$BUILD/sigserve-test" ]; then
+    BUILD=$BUILD OUT="$OUT/fault" CASES="${FAULT_CASES:-graph:trap graph:kill graph:hang persistent:trap persistent:kill persistent:hang}" \
+        sh tools/fault-drive.sh >"$LOGS/fault.log" 2>&1
+    tar czf "$OUT/fault.tgz" -C "$OUT" fault --exclude '*.hgrm' && cp "$OUT/fault/table.md" "$OUT/fault-table.md" && rm -rf "$OUT/fault"
+fi
 # "auto" models beside resident kernels (issue 39: tools/auto-gpu.sh; AUTO_SCENARIOS picks them).
 if [ "${AUTO:-0}" = 1 ]; then
     OUT="$OUT/auto" BUILD=$BUILD LIMIT=${AUTO_LIMIT:-30} SCENARIOS="${AUTO_SCENARIOS:-two_auto three_auto pinned_then_auto inproc reload reload_graph}" \
@@ -412,6 +421,7 @@ for f in "$LOGS"/dot_probe.log "$LOGS"/dot_probe_noidle.log; do [ -f "$f" ] && {
 for f in "$LOGS"/sync_*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong floor \| \+ read the features, output as)' "$f" | cut -c1-60,170-235; }; done
 for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
 grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
+[ -f "$OUT/fault-table.md" ] && cat "$OUT/fault-table.md"
 for f in "$LOGS"/split_*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (cpu loop|split over|floor)' "$f" | cut -c1-90; grep '^p50s' "$f" | cut -c1-400; }; done
 for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo
 grep -hE ':[FE]:' "$LOGS"/test_*.log 2>/dev/null | cut -c1-400 | head -n 20; cat "$summary"

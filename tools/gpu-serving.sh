@@ -249,10 +249,13 @@ groups)     # issue 18 item 2: 1 -> 8 models at the same total 40k/s, each model
     ;;
 dtypes)     # issue 36: tick_mlp on the CPU loop in each weight dtype (DTYPES, default f32 bf16 int8) at 2k/s, one
             # connection, busy-polled front and worker on cores of their own, the echo floor in the same run: the
-            # server's own time is p50 - floor p50, and a lower dtype should take off what its kernel saves (sigbench)
+            # server's own time is p50 - floor p50, and a lower dtype should take off what its kernel saves (sigbench);
+            # DTYPE-split4 (e.g. bf16-split4): the model split over cpus 3, 4, 5 and 1 ("split": "on"), the front on 2
     for d in ${DTYPES:-f32 bf16 int8}; do
+        cpus='[3]'; split=''
+        case $d in *-split4) cpus='[3, 4, 5, 1]'; split='"split": "on",' ;; esac
         config "dtype-$d" '"endpoints": ["tcp://127.0.0.1:5555"], "busy_poll": true, "cpus": [2]' \
-            "$(model tick_mlp "\"backend\": \"cpu\", \"weight_dtype\": \"$d\", \"cpus\": [3],")"
+            "$(model tick_mlp "\"backend\": \"cpu\", \"weight_dtype\": \"${d%-split4}\", \"cpus\": $cpus, $split")"
         serve "dtype-$d" 0-5 || continue
         load "dtype-$d" --endpoint tcp://127.0.0.1:5555 --model tick_mlp --floor "$ECHO" --connections 1 --rate 2k
         stop
