@@ -7,7 +7,7 @@
 #
 #   BUILD=.gpubuild OUT=/tmp/fd sh tools/fault-drive.sh
 #
-# CASES (default "graph:trap graph:kill graph:hang persistent:trap persistent:kill persistent:hang"):
+# CASES (default "warp:trap warp:kill warp:hang persistent:trap persistent:kill persistent:hang"):
 # each KERNEL:FAULT (KERNEL cpu: the model on the CPU in the test build's CPU device process, which
 # needs no GPU: "cpu:kill" runs anywhere) serves tick_mlp with "backend": "cuda", "kernel": KERNEL, INSTANCES instances
 # (default 1) and MODEL_EXTRA (more model keys, e.g. '"fallback": "off",'), SERVER_EXTRA (server
@@ -76,7 +76,7 @@ done
 kill -TERM $pid; wait $pid 2>/dev/null
 [ "$ok" = 64 ] || { echo "fault-drive: the CPU reference failed (see $OUT/ref)"; cat "$OUT/ref/client.log" | tail -3; exit 1; }
 
-for c in ${CASES:-graph:trap graph:kill graph:hang persistent:trap persistent:kill persistent:hang}; do
+for c in ${CASES:-warp:trap warp:kill warp:hang persistent:trap persistent:kill persistent:hang}; do
     kernel=${c%%:*}; fault=${c#*:}; d="$OUT/$kernel-$fault"; mkdir -p "$d"
     keys="\"backend\": \"cuda\", \"kernel\": \"$kernel\","; flags=""; device=0
     if [ "$kernel" = cpu ]; then    # no GPU: the test build's CPU device process (CI's fault route)

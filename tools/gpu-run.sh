@@ -404,9 +404,9 @@ fi
 # Issue 38's faults under load (FAULT=1; tools/fault-drive.sh, FAULT_CASES its CASES): a model at 3k/s,
 # a trap, kill or hang part way, every reply counted and checked; its table in $OUT/fault/table.md.
 if [ "${FAULT:-0}" = 1 ] && [ -f "$BUILD/sigserve-test" ]; then
-    BUILD=$BUILD OUT="$OUT/fault" CASES="${FAULT_CASES:-graph:trap graph:kill graph:hang persistent:trap persistent:kill persistent:hang}" \
+    BUILD=$BUILD OUT="$OUT/fault" CASES="${FAULT_CASES:-warp:trap warp:kill warp:hang persistent:trap persistent:kill persistent:hang}" \
         sh tools/fault-drive.sh >"$LOGS/fault.log" 2>&1
-    tar czf "$OUT/fault.tgz" -C "$OUT" fault --exclude '*.hgrm' && cp "$OUT/fault/table.md" "$OUT/fault-table.md" && rm -rf "$OUT/fault"
+    tar czf "$OUT/fault.tgz" --exclude '*.hgrm' -C "$OUT" fault && cp "$OUT/fault/table.md" "$OUT/fault-table.md" && rm -rf "$OUT/fault"
 fi
 # "auto" models beside resident kernels (issue 39: tools/auto-gpu.sh; AUTO_SCENARIOS picks them).
 if [ "${AUTO:-0}" = 1 ]; then
