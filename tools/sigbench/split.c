@@ -194,7 +194,7 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
         if (keep && got[f] < o->iterations)
             samples[(size_t) f * o->iterations + got[f]++] = t;
     }
-    char layers_every[64] = "", label[192], cpus[96];
+    char layers_every[64] = "", label[256], cpus[96];
     s_cpus_text (o, cpus, sizeof cpus);
     for (size_t l = 0, n = 0; l < w->layer_count && n < sizeof layers_every; l++)
         if (every >> l & 1)
