@@ -10,10 +10,10 @@
  *     process is back, sigserve_fallback_active and sigserve_degraded 0 and the model's own instance
  *     serving again;
  *   - stopped while a burst arrives, then killed: every request it held re-run on the fallback;
- *   - an LSTM's two streams across the kill: each step during the outage computed by the fallback,
- *     which rebuilt the streams from the history, and each after it by the model's own instances,
- *     which rebuilt them again; every step's output within the bound of the reference over the whole
- *     stream, as in an undisturbed run;
+ *   - an LSTM's two streams across two kills: each step during an outage computed by the fallback,
+ *     which rebuilt the streams from the history (the second time over its own stale slots), and each
+ *     after it by the model's own instances, which rebuilt them again; every step's output within the
+ *     bound of the reference over the whole stream, as in an undisturbed run;
  *   - "fallback": "off": what the lost process held re-run on a surviving instance (devices [0, 1]);
  *     with none, answered UNAVAILABLE saying that no instance nor fallback can take it.
  * Counts and values only, never times. The config errors of "fallback" are in test_config_errors. */
@@ -60,6 +60,15 @@ static void s_kill (server_t *s, double losses_before)
     ck_assert_msg (st == 200, "POST /debug/fault: %d %s", st, body);
     for (int waited = 0; s_metric (s, "sigserve_device_losses_total{device=\"cpu\"}") < losses_before + 1; waited += 20) {
         ck_assert_msg (waited < 60000, "the loss was not noticed (log: %s)", s->log);
+        usleep (20 * 1000);
+    }
+}
+
+/* Waits until the metric NAME reads VALUE. */
+static void s_wait_metric (server_t *s, const char *name, double value)
+{
+    for (int waited = 0; s_metric (s, name) != value; waited += 20) {
+        ck_assert_msg (waited < 60000, "%s never read %g (log: %s)", name, value, s->log);
         usleep (20 * 1000);
     }
 }
@@ -238,7 +247,7 @@ static void s_step_ok (void *sock, const float *steps, uint64_t id, uint64_t t, 
     sigserve__v1__reply__free_unpacked (r, NULL);
 }
 
-START_TEST (lstm_streams_go_to_the_fallback_and_back_unchanged)
+START_TEST (lstm_streams_go_to_the_fallback_and_back_twice_unchanged)
 {
     char *dir = tu_tmpdir (), err[512];
     snprintf (s_lstm_path, sizeof s_lstm_path, "%s/seq.safetensors", dir);
@@ -259,35 +268,41 @@ START_TEST (lstm_streams_go_to_the_fallback_and_back_unchanged)
     void *sock = s_dealer (&s, s.endpoint);
     const int timeout = REPLY_WAIT_MS;
     zmq_setsockopt (sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    enum { STEPS = 4 * WINDOW, KILL_AFTER = WINDOW + WINDOW / 4, BACK_AFTER = 2 * WINDOW + 3 };
+    /* two outages: on the fallback, back, on the fallback again (whose slots are stale by then: it
+     * rebuilds them from the history again), back */
+    enum { STEPS = 5 * WINDOW };
+    const uint64_t turn[5] = { WINDOW + WINDOW / 4, 2 * WINDOW + 3, 3 * WINDOW + 1, 4 * WINDOW - 2, STEPS };
     static float a[STEPS * STEP], b[STEPS * STEP];
     for (size_t i = 0; i < STEPS * STEP; i++) {
         a[i] = rng_uniform (&s_seed, -1, 1);
         b[i] = rng_uniform (&s_seed, -1, 1);
     }
-    for (uint64_t t = 1; t <= KILL_AFTER; t++) {
-        s_step_ok (sock, a, 40, t, "cpu");
-        s_step_ok (sock, b, 41, t, "cpu");
+    uint64_t t = 1, on_fallback = 0;
+    for (int k = 0; k < 5; k++) {
+        const bool outage = k % 2 == 1;
+        if (outage) {
+            s_move_weights (s_lstm_path, true);
+            s_kill (&s, k / 2);
+            s_wait_metric (&s, "sigserve_fallback_active{model=\"seq\"}", 1);
+        } else if (k > 0) {
+            s_move_weights (s_lstm_path, false);
+            ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
+            s_wait_metric (&s, "sigserve_fallback_active{model=\"seq\"}", 0);
+        }
+        /* in an outage each step on the fallback, which rebuilds the streams from their history first;
+         * after it on the model's own instances, which rebuild them from what the fallback wrote there */
+        for (; t <= turn[k]; t++) {
+            s_step_ok (sock, a, 40, t, outage ? "cpu (fallback)" : "cpu");
+            s_step_ok (sock, b, 41, t, outage ? "cpu (fallback)" : "cpu");
+            on_fallback += outage ? 2 : 0;
+        }
     }
-    s_move_weights (s_lstm_path, true);
-    s_kill (&s, 0);
-    s_wait_log (&s, "device cpu (test): attempt 1 of 5 to start it again failed");
-    /* the outage: each step on the fallback, the streams rebuilt from their history first */
-    for (uint64_t t = KILL_AFTER + 1; t <= BACK_AFTER; t++) {
-        s_step_ok (sock, a, 40, t, "cpu (fallback)");
-        s_step_ok (sock, b, 41, t, "cpu (fallback)");
-    }
-    ck_assert_double_eq (s_metric (&s, "sigserve_fallback_active{model=\"seq\"}"), 1);
-    s_move_weights (s_lstm_path, false);
-    ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
-    s_wait_log (&s, "model seq: back on cpu");
-    /* back on its own instances, which rebuild the streams from the history the fallback went on writing */
-    for (uint64_t t = BACK_AFTER + 1; t <= STEPS; t++) {
-        s_step_ok (sock, a, 40, t, "cpu");
-        s_step_ok (sock, b, 41, t, "cpu");
-    }
-    ck_assert_double_eq (s_metric (&s, "sigserve_fallback_total{model=\"seq\"}"), 2 * (BACK_AFTER - KILL_AFTER));
-    ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"seq\"}"), 4);
+    ck_assert (s_log_has (&s, "model seq: no GPU instance available: serving on its CPU fallback"));
+    ck_assert (s_log_has (&s, "model seq: back on cpu"));
+    ck_assert_double_eq (s_metric (&s, "sigserve_fallback_total{model=\"seq\"}"), (double) on_fallback);
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_losses_total{device=\"cpu\"}"), 2);
+    /* each of the two streams rebuilt at each of the four moves */
+    ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"seq\"}"), 8);
     ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_evictions_total{model=\"seq\"}"), 0);
     zmq_close (sock);
     ck_assert_int_eq (s_stop (&s), 0);
@@ -352,7 +367,7 @@ int main (void)
     TCase *c = s_tcase ("cpu");
     tcase_add_test (c, killed_under_load_serves_on_the_fallback_then_comes_back);
     tcase_add_test (c, stopped_then_killed_reruns_what_it_held_on_the_fallback);
-    tcase_add_test (c, lstm_streams_go_to_the_fallback_and_back_unchanged);
+    tcase_add_test (c, lstm_streams_go_to_the_fallback_and_back_twice_unchanged);
     tcase_add_test (c, without_a_fallback_a_surviving_instance_reruns_what_was_held);
     tcase_add_test (c, without_a_fallback_nor_another_instance_held_requests_say_why);
     suite_add_tcase (suite, c);

@@ -82,9 +82,20 @@ static instance_t *s_instance (model_t *m, lane_t *l, const admission_t *a)
 {
     instance_t *in = s_own_instance (m, l, a);
     const bool none = in == NULL;
-    if (m->fallback && none != atomic_load_explicit (&m->degraded, memory_order_relaxed))
+    if (!m->fallback)
+        return in;
+    if (none != atomic_load_explicit (&m->degraded, memory_order_relaxed))
         model_fallback_note (m, none);      /* once each way */
-    return in || !m->fallback ? in : s_fallback_instance (m, m->fallback, a);
+    if (none)
+        return s_fallback_instance (m, m->fallback, a);
+    /* back on its own instance: a stream's steps stay on the fallback's stand-in until it has applied
+     * what it was given, so that one instance at a time writes the stream history (stream_history.h) */
+    if (a->stream_id) {
+        instance_t *standin = &m->fallback->instances[a->stream_id % m->instance_count % m->fallback->instance_count];
+        if (model_queued_rows (standin) || atomic_load_explicit (&standin->sh->busy_since, memory_order_relaxed))
+            return standin;
+    }
+    return in;
 }
 
 static instance_t *s_own_instance (model_t *m, lane_t *l, const admission_t *a)
