@@ -16,11 +16,15 @@
  *     bound of the reference over the whole stream, as in an undisturbed run;
  *   - "fallback": "off": what the lost process held re-run on a surviving instance (devices [0, 1]);
  *     with none, answered UNAVAILABLE saying that no instance nor fallback can take it.
+ *   - "auto" gives a CPU model none, and an explicit one on a CPU model in the server's process is
+ *     logged as having nothing to fall back from.
  * Counts and values only, never times. The config errors of "fallback" are in test_config_errors. */
 #define _GNU_SOURCE
 #include "device_processes_tests.h"
 #include "lstm_reference.h"
 #include "rng.h"
+
+#include <dirent.h>
 
 #define FALLBACK "\"fallback\": { \"backend\": \"cpu\", \"instances\": 1 },"
 #define SPREAD "\"backend\": \"cpu\", \"instances\": 2, \"devices\": [0, 1],"
@@ -127,6 +131,29 @@ START_TEST (killed_under_load_serves_on_the_fallback_then_comes_back)
 }
 END_TEST
 
+/* Whether every thread of PID is stopped (SIGSTOP delivered to each). */
+static bool s_all_threads_stopped (pid_t pid)
+{
+    char path[96];
+    snprintf (path, sizeof path, "/proc/%d/task", (int) pid);
+    DIR *d = opendir (path);
+    ck_assert_ptr_nonnull (d);
+    bool all = true;
+    for (struct dirent *e; all && (e = readdir (d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char stat[128], state = 0;
+        snprintf (stat, sizeof stat, "/proc/%d/task/%.16s/stat", (int) pid, e->d_name);
+        FILE *f = fopen (stat, "r");
+        if (f && fscanf (f, "%*d (%*[^)]) %c", &state) == 1)
+            all = state == 'T' || state == 't';
+        if (f)
+            fclose (f);
+    }
+    closedir (d);
+    return all;
+}
+
 /* TOTAL requests sent on SOCK while the only instance's process is stopped; once they all wait in its
  * queue, the process is killed. SENT: their features. */
 static void s_burst_to_a_stopped_process (server_t *s, void *sock, float *sent, uint32_t total)
@@ -134,6 +161,12 @@ static void s_burst_to_a_stopped_process (server_t *s, void *sock, float *sent, 
     const pid_t dev = s_device_pid (s, "cpu (test)");
     ck_assert_int_gt (dev, 0);
     ck_assert_int_eq (kill (dev, SIGSTOP), 0);
+    /* stopped for good before the burst: a worker still running would take a batch, which the queue
+     * depth then never counts */
+    for (int waited = 0; !s_all_threads_stopped (dev); waited += 1) {
+        ck_assert_msg (waited < 60000, "process %d did not stop", (int) dev);
+        usleep (1000);
+    }
     static uint8_t buf[1 << 16];
     unsigned seed = 13;
     for (uint32_t i = 0; i < total; i++) {
@@ -361,6 +394,29 @@ START_TEST (without_a_fallback_nor_another_instance_held_requests_say_why)
 }
 END_TEST
 
+/* "auto" (the default) gives a CPU model none: nothing to fall back from; neither does an explicit
+ * one on a CPU model in the server's own process (logged), which serves as before. */
+START_TEST (a_cpu_model_in_the_server_gets_none)
+{
+    snprintf (s_models, sizeof s_models, "%s, %s", s_model ("plain", "\"backend\": \"cpu\","),
+              s_model ("asked", "\"backend\": \"cpu\", " FALLBACK));
+    server_t s;
+    s_start (&s, s_models, false);
+    ck_assert (s_log_has (&s, "model asked: no CPU fallback: its instances run on the CPU in this process: there is "
+                              "nothing to fall back from"));
+    ck_assert (!s_log_has (&s, "model plain: no CPU fallback"));
+    ck_assert (!s_log_has (&s, "loaded and warmed (serves only while"));
+    static char body[1 << 16];
+    ck_assert_int_eq (s_http (s.http_port, "GET", "/models", body, sizeof body), 200);
+    ck_assert (!strstr (body, "\"fallback\""));
+    load_t l = { .models = { "plain", "asked" }, .model_count = 2, .total = 200, .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_uint_eq (l.ok[0] + l.ok[1], 200);
+    ck_assert_uint_eq (l.fallback[0] + l.fallback[1], 0);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 int main (void)
 {
     Suite *suite = suite_create ("fallback");
@@ -370,6 +426,7 @@ int main (void)
     tcase_add_test (c, lstm_streams_go_to_the_fallback_and_back_twice_unchanged);
     tcase_add_test (c, without_a_fallback_a_surviving_instance_reruns_what_was_held);
     tcase_add_test (c, without_a_fallback_nor_another_instance_held_requests_say_why);
+    tcase_add_test (c, a_cpu_model_in_the_server_gets_none);
     suite_add_tcase (suite, c);
     return s_main (suite);
 }
