@@ -96,6 +96,10 @@ int model_fallback_load (model_t *m, const model_env_t *env, char *err, size_t e
     model_t *fb = model_load (&cfg, NULL, &placement_threads, &here, inner, sizeof inner);
     if (fb && model_serve (fb, inner, sizeof inner) != 0)
         model_destroy (&fb);
+    if (!fb && m->given.fallback.mode == FALLBACK_AUTO) {   /* not asked for: the model serves without */
+        log_warn ("model %s: no CPU fallback: it did not load: %s", m->desc.cfg.name, inner);
+        return 0;
+    }
     if (!fb) {
         sig_set_error (err, errlen, "model \"%s\": its CPU fallback (\"fallback\", config/README.md): %s",
                        m->desc.cfg.name, inner);
