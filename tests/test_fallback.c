@@ -15,7 +15,8 @@
  *     after it by the model's own instances, which rebuilt them again; every step's output within the
  *     bound of the reference over the whole stream, as in an undisturbed run;
  *   - "fallback": "off": what the lost process held re-run on a surviving instance (devices [0, 1]);
- *     with none, answered UNAVAILABLE saying that no instance nor fallback can take it.
+ *     with none, answered UNAVAILABLE saying that no instance nor fallback can take it, and a request
+ *     while it is down refused at admission saying so;
  *   - "auto" gives a CPU model none, and an explicit one on a CPU model in the server's process is
  *     logged as having nothing to fall back from.
  * Counts and values only, never times. The config errors of "fallback" are in test_config_errors. */
@@ -368,6 +369,7 @@ END_TEST
 
 START_TEST (without_a_fallback_nor_another_instance_held_requests_say_why)
 {
+    s_own_weights ();
     snprintf (s_models, sizeof s_models, "%s",
               s_model ("tick_mlp", "\"backend\": \"cpu\", \"instances\": 1, \"fallback\": \"off\","));
     server_t s;
@@ -378,6 +380,7 @@ START_TEST (without_a_fallback_nor_another_instance_held_requests_say_why)
     enum { TOTAL = 100 };
     static float sent[TOTAL * 512];
     uint8_t seen[TOTAL] = { 0 };
+    s_move_weights (s_tick_path, true);    /* the outage lasts until they are back */
     s_burst_to_a_stopped_process (&s, sock, sent, TOTAL);
     for (uint32_t i = 0; i < TOTAL; i++) {
         Sigserve__V1__Reply *r = s_reply (sock, seen, TOTAL);
@@ -388,6 +391,17 @@ START_TEST (without_a_fallback_nor_another_instance_held_requests_say_why)
         sigserve__v1__reply__free_unpacked (r, NULL);
     }
     ck_assert_double_eq (s_metric (&s, "sigserve_lost_requests_total{model=\"tick_mlp\",result=\"unavailable\"}"), TOTAL);
+    /* a request while it is down is refused at once, saying why */
+    static uint8_t buf[1 << 16];
+    size_t len = tu_pack_infer (buf, sizeof buf, "tick_mlp", sent, 512, 1, TOTAL, 0);
+    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
+    uint8_t more[TOTAL + 1] = { 0 };
+    Sigserve__V1__Reply *r = s_reply (sock, more, TOTAL + 1);
+    ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE);
+    ck_assert_str_eq (r->infer->error, "model \"tick_mlp\" is unavailable on backend cpu: no instance of it can run and "
+                                       "it has no fallback");
+    sigserve__v1__reply__free_unpacked (r, NULL);
+    s_move_weights (s_tick_path, false);
     zmq_close (sock);
     ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
     ck_assert_int_eq (s_stop (&s), 0);
