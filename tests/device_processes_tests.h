@@ -260,6 +260,7 @@ typedef struct {
     uint32_t unavailable_lost, unavailable_admission;
     uint32_t unavailable_no_rerun;  /* of unavailable_lost: saying why it was not re-run on another instance */
     uint32_t ok_after_fault[2];
+    uint32_t fallback[2];           /* of ok: computed by the model's CPU fallback ("cpu (fallback)") */
     char first_other[512];
 } load_t;
 
@@ -312,9 +313,10 @@ static inline void s_load (server_t *s, load_t *l)
             l->ok[which]++;
             l->ok_after_fault[which] += faulted;
             ck_assert_uint_eq (rep->n_outputs, l->outputs ? l->outputs : 1);
-            /* what computed it: the model's backend (a re-run one included) */
-            ck_assert_msg (strcmp (rep->backend, "cpu") == 0 || strcmp (rep->backend, "cuda") == 0, "backend \"%s\"",
-                           rep->backend);
+            /* what computed it: the model's backend (a re-run one included), or its CPU fallback */
+            ck_assert_msg (strcmp (rep->backend, "cpu") == 0 || strcmp (rep->backend, "cuda") == 0
+                           || strcmp (rep->backend, "cpu (fallback)") == 0, "backend \"%s\"", rep->backend);
+            l->fallback[which] += strcmp (rep->backend, "cpu (fallback)") == 0;
             if (l->check_outputs) {
                 double ref, bound;
                 ck_assert_int_eq (tol_mlp (s->tick, sent + rep->request_id * 512, 1, &ref, &bound), 0);

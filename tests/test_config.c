@@ -89,7 +89,34 @@ START_TEST (test_defaults_when_absent)
     ck_assert_uint_eq (m->max_rows, 16);
     ck_assert_str_eq (m->layers[0].bias, "0.bias");
     ck_assert_int_eq (m->layers[0].activation, ACTIVATION_NONE);
+    ck_assert_int_eq (m->fallback.mode, FALLBACK_AUTO);     /* decided at load: config/README.md */
     config_destroy (&cfg);
+}
+END_TEST
+
+/* "fallback": the two words and the object, its instances defaulting to 1. */
+START_TEST (test_fallback_read)
+{
+    const struct {
+        const char *json;
+        fallback_mode_t mode;
+        uint32_t instances;
+    } cases[] = {
+        { WITH_MODEL (", 'fallback': 'off'"), FALLBACK_OFF, 0 },
+        { WITH_MODEL (", 'fallback': 'auto'"), FALLBACK_AUTO, 0 },
+        { WITH_MODEL (", 'fallback': {'backend': 'cpu'}"), FALLBACK_CPU, 1 },
+        { WITH_MODEL (", 'fallback': {'backend': 'cpu', 'instances': 3}"), FALLBACK_CPU, 3 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512];
+        config_t *cfg = s_parse (cases[i].json, err, sizeof err);
+        ck_assert_msg (cfg != NULL, "%s", err);
+        ck_assert_int_eq (cfg->models[0].fallback.mode, cases[i].mode);
+        ck_assert_uint_eq (cfg->models[0].fallback.instances, cases[i].instances);
+        ck_assert_str_eq (fallback_mode_name (cfg->models[0].fallback.mode),
+                          cases[i].mode == FALLBACK_OFF ? "off" : cases[i].mode == FALLBACK_CPU ? "cpu" : "auto");
+        config_destroy (&cfg);
+    }
 }
 END_TEST
 
@@ -520,6 +547,7 @@ static Suite *s_suite (void)
     tcase_add_test (tc, test_default_config_loads);
     tcase_add_test (tc, test_example_cpu_config_loads);
     tcase_add_test (tc, test_defaults_when_absent);
+    tcase_add_test (tc, test_fallback_read);
     tcase_add_test (tc, test_every_value_read);
     tcase_add_test (tc, test_serving_keys_and_resolved_defaults);
     tcase_add_test (tc, test_lstm_model_keys);

@@ -41,12 +41,12 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].wieghts: unknown key; did you mean \"weights\"? (expected one of name, version, type, "
       "backend, kernel, cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, "
       "max_batch_rows, batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, "
-      "watchdog_ms, weight_dtype, specialise, weights, green_context, layers, split)" },
+      "watchdog_ms, weight_dtype, specialise, weights, green_context, fallback, layers, split)" },
     { "model key in another case", WITH_MODEL (", 'Max_Rows': 4"),
       "test.json: models[0].Max_Rows: unknown key; did you mean \"max_rows\"? (expected one of name, version, type, "
       "backend, kernel, cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, "
       "max_batch_rows, batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, "
-      "watchdog_ms, weight_dtype, specialise, weights, green_context, layers, split)" },
+      "watchdog_ms, weight_dtype, specialise, weights, green_context, fallback, layers, split)" },
     { "layer key misspelt", WITH_LAYERS ("{'weight': '0.weight', 'activaton': 'relu'}"),
       "test.json: models[0].layers[0].activaton: unknown key; did you mean \"activation\"? (expected one of weight, "
       "bias, activation)" },
@@ -66,7 +66,23 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].kernal: unknown key; did you mean \"kernel\"? (expected one of name, version, type, backend, kernel, "
       "cpu_kernel, graph, zero_copy, wait, device, devices, group, max_rows, instances, cpus, max_batch_rows, "
       "batch_delay_us, buffer_rows, large_buffers, graph_rows, queue_depth, max_queue_us, keep_warm_us, watchdog_ms, weight_dtype, "
-      "specialise, weights, green_context, layers, split)" },
+      "specialise, weights, green_context, fallback, layers, split)" },
+    /* "fallback": "off", "auto" or {"backend": "cpu", "instances": N} */
+    { "fallback an unknown word", WITH_MODEL (", 'fallback': 'on'"),
+      "test.json: models[0].fallback: expected \"off\", \"auto\" or an object {\"backend\": \"cpu\", \"instances\": N}, "
+      "got \"on\"" },
+    { "fallback a boolean", WITH_MODEL (", 'fallback': false"),
+      "test.json: models[0].fallback: expected \"off\", \"auto\" or an object {\"backend\": \"cpu\", \"instances\": N}, "
+      "got a boolean" },
+    { "fallback on a GPU", WITH_MODEL (", 'fallback': {'backend': 'cuda'}"),
+      "test.json: models[0].fallback.backend: expected one of cpu, got \"cuda\"" },
+    { "fallback without its backend", WITH_MODEL (", 'fallback': {'instances': 2}"),
+      "test.json: models[0].fallback.backend: required key missing" },
+    { "fallback of no instances", WITH_MODEL (", 'fallback': {'backend': 'cpu', 'instances': 0}"),
+      "test.json: models[0].fallback.instances: expected an integer from 1 to 64, got 0" },
+    { "fallback key misspelt", WITH_MODEL (", 'fallback': {'backend': 'cpu', 'instance': 2}"),
+      "test.json: models[0].fallback.instance: unknown key; did you mean \"instances\"? (expected one of backend, "
+      "instances)" },
     { "green_context on the CPU", WITH_MODEL (", 'backend': 'cpu', 'green_context': true"),
       "test.json: models[0].green_context: only with \"backend\": \"cuda\" (SMs of a GPU held for the model's "
       "persistent kernel); this model's backend is \"cpu\"" },

@@ -35,12 +35,14 @@ _Static_assert (sizeof (transport_t) == sizeof (int), "transport_t is int-sized"
 _Static_assert (sizeof (model_type_t) == sizeof (int), "model_type_t is int-sized");
 _Static_assert (sizeof (weight_dtype_t) == sizeof (int), "weight_dtype_t is int-sized");
 _Static_assert (sizeof (cpu_split_mode_t) == sizeof (int), "cpu_split_mode_t is int-sized");
+_Static_assert (sizeof (fallback_mode_t) == sizeof (int), "fallback_mode_t is int-sized");
 
 static int s_check_model_name (parser_t *p, const char *value);
 static int s_check_printable (parser_t *p, const char *value);
 static int s_check_endpoint (parser_t *p, const char *value);
 static int s_check_host_port (parser_t *p, const char *value);
 static int s_check_file_mode (parser_t *p, const char *value);
+static int s_read_fallback (parser_t *p, const cJSON *v, char *dst);
 
 static const key_spec_t s_model_keys[] = {
     { .name = "name", .type = KEY_STRING, .required = true, FIELD (model_config_t, name),
@@ -104,12 +106,24 @@ static const key_spec_t s_model_keys[] = {
       .len_min = 1, .len_max = CONFIG_PATH_MAX - 1 },
     /* with "backend": "cuda" and a persistent kernel only: checked once the model is read (s_resolve_model) */
     { .name = "green_context", .type = KEY_BOOL, FIELD (model_config_t, green_context), .def = false },
+    /* "off", "auto" (absent) or {"backend": "cpu", "instances": N}: s_read_fallback */
+    { .name = "fallback", .type = KEY_CUSTOM, FIELD (model_config_t, fallback), .read = s_read_fallback },
 };
 static const table_t s_model_table = {
     .what = "model", .keys = s_model_keys, .count = sizeof s_model_keys / sizeof s_model_keys[0],
     .extra = model_type_config_keys, .elsewhere = model_type_config_elsewhere,
 };
 _Static_assert (sizeof s_model_keys / sizeof s_model_keys[0] <= KEYS_MAX, "raise KEYS_MAX");
+
+/* "fallback" as an object: a CPU fallback of `instances` instances. */
+static const char *const s_fallback_backend_names[] = { "cpu", NULL };
+static const key_spec_t s_fallback_keys[] = {
+    { .name = "backend", .type = KEY_ENUM, FIELD (fallback_config_t, mode), .required = true,
+      .choices = s_fallback_backend_names },
+    { .name = "instances", .type = KEY_U32, FIELD (fallback_config_t, instances), .min = 1,
+      .max = CONFIG_MAX_INSTANCES, .def = 1 },
+};
+static const table_t s_fallback_table = TABLE ("fallback", s_fallback_keys);
 
 static const key_spec_t s_curve_keys[] = {
     { .name = "secret_key_file", .type = KEY_PATH, .required = true, FIELD (curve_config_t, secret_key_file),
@@ -178,6 +192,24 @@ static const key_spec_t s_root_keys[] = {
 static const table_t s_root_table = TABLE ("configuration", s_root_keys);
 
 /* ---------------------------------------------------------------- checks and derived values */
+
+static int s_read_fallback (parser_t *p, const cJSON *v, char *dst)
+{
+    fallback_config_t *f = (fallback_config_t *) dst;
+    if (cJSON_IsString (v) && (strcmp (v->valuestring, "off") == 0 || strcmp (v->valuestring, "auto") == 0)) {
+        *f = (fallback_config_t) { .mode = v->valuestring[0] == 'o' ? FALLBACK_OFF : FALLBACK_AUTO };
+        return 0;
+    }
+    if (cJSON_IsObject (v)) {
+        if (config_walk_object (p, v, &s_fallback_table, dst) != 0)
+            return -1;
+        f->mode = FALLBACK_CPU;     /* the table's "backend" stored the index of "cpu", its one choice */
+        return 0;
+    }
+    char q[160];
+    return config_fail (p, "expected \"off\", \"auto\" or an object {\"backend\": \"cpu\", \"instances\": N}, got %s",
+                        cJSON_IsString (v) ? config_quote (v->valuestring, q, sizeof q) : config_kind (v));
+}
 
 static int s_check_model_name (parser_t *p, const char *value)
 {
@@ -554,6 +586,11 @@ const char *cuda_kernel_name (cuda_kernel_t k) { return (unsigned) k < CUDA_KERN
 const char *cpu_kernel_name (cpu_kernel_t k) { return S_NAME (s_cpu_kernel_names, k); }
 const char *cuda_wait_name (cuda_wait_t w) { return S_NAME (s_cuda_wait_names, w); }
 const char *weight_dtype_name (weight_dtype_t d) { return S_NAME (s_weight_dtype_names, d); }
+const char *fallback_mode_name (fallback_mode_t f)
+{
+    static const char *const names[] = { "auto", "off", "cpu" };
+    return (unsigned) f <= FALLBACK_CPU ? names[f] : "unknown";
+}
 const char *cpu_split_mode_name (cpu_split_mode_t s) { return (unsigned) s <= CPU_SPLIT_ON ? config_split_names[s] : "unknown"; }
 
 uint32_t config_serving_threads (const config_t *cfg)

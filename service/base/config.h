@@ -46,6 +46,13 @@ typedef enum { WEIGHT_DTYPE_F32 = 0, WEIGHT_DTYPE_F16, WEIGHT_DTYPE_BF16, WEIGHT
  * (every layer of two or more blocks of 16 outputs). */
 typedef enum { CPU_SPLIT_OFF = 0, CPU_SPLIT_AUTO, CPU_SPLIT_ON } cpu_split_mode_t;
 typedef enum { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON } log_format_t;
+/* A model's CPU fallback ("fallback", issue 38): decided at load (config/README.md says the rule);
+ * none; or one of `instances` CPU instances, as given. */
+typedef enum { FALLBACK_AUTO = 0, FALLBACK_OFF, FALLBACK_CPU } fallback_mode_t;
+typedef struct {
+    fallback_mode_t mode;
+    uint32_t instances;             /* FALLBACK_CPU: 1 to CONFIG_MAX_INSTANCES (auto: 1 once decided) */
+} fallback_config_t;
 /* What speaks ZeroMQ on the endpoints: our own ZMTP engine, or libzmq (front/endpoint.h). */
 typedef enum { TRANSPORT_ZMTP = 0, TRANSPORT_LIBZMQ } transport_t;
 #define TRANSPORT_DEFAULT TRANSPORT_ZMTP
@@ -103,6 +110,7 @@ typedef struct {
     cpu_split_mode_t split;         /* mlp on the CPU: each instance's layers over cpus / instances cores */
     uint64_t split_spin_ns;         /* resolved (not a key): how long a split's idle helper spins before it
                                        sleeps: server.spin_us, or always with busy_poll */
+    fallback_config_t fallback;     /* "fallback": "off", "auto" or {"backend": "cpu", "instances": N} */
 } model_config_t;
 
 /* ZeroMQ CURVE: on when secret_key_file is not empty. */
@@ -186,6 +194,7 @@ const char *cpu_kernel_name (cpu_kernel_t k);
 const char *cuda_wait_name (cuda_wait_t w);
 const char *weight_dtype_name (weight_dtype_t d);
 const char *cpu_split_mode_name (cpu_split_mode_t s);
+const char *fallback_mode_name (fallback_mode_t f);   /* "auto", "off", "cpu" */
 /* The cores each instance of CFG owns: cpus / instances with "split" (on or auto), else 1. */
 static inline uint32_t config_split_cores (const model_config_t *cfg)
 {

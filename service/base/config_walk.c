@@ -387,6 +387,8 @@ static int s_read_value (parser_t *p, const key_spec_t *k, const cJSON *v, char 
         return s_parse_object (p, v, k->sub, target + k->offset, NULL);
     case KEY_OBJECT_ARRAY:
         return s_read_object_array (p, k, v, target);
+    case KEY_CUSTOM:
+        return k->read (p, v, target + k->offset);
     }
     return config_fail (p, "internal error: key type %d", (int) k->type);
 }
@@ -421,6 +423,9 @@ static int s_apply_default (parser_t *p, const key_spec_t *k, const char *requir
         memset (target + k->count_offset, 0, sizeof (size_t));
         break;
     case KEY_OBJECT:
+        break;
+    case KEY_CUSTOM:
+        memset (target + k->offset, 0, k->size);
         break;
     }
     return 0;

@@ -24,6 +24,7 @@ typedef enum {
                            element elem_min..elem_max, no two alike when unique */
     KEY_OBJECT,         /* an object read with table sub into the struct at offset */
     KEY_OBJECT_ARRAY,   /* objects read with sub, stride bytes apart, count at count_offset */
+    KEY_CUSTOM,         /* read by the row's read hook (a value of several shapes); absent: size bytes zeroed */
 } key_type_t;
 
 typedef struct s_parser parser_t;
@@ -34,6 +35,8 @@ typedef int (*check_fn) (parser_t *p, const char *value);
 /* Value of an absent optional string computed from keys read before it (rows are read in
  * table order); writes DST or fails. */
 typedef int (*derive_fn) (parser_t *p, const void *object, char *dst, size_t size);
+/* KEY_CUSTOM: V read into DST (the row's field); 0, or config_fail's -1. */
+typedef int (*read_fn) (parser_t *p, const cJSON *v, char *dst);
 
 typedef struct {
     const char *name;
@@ -53,6 +56,7 @@ typedef struct {
     bool nullable;              /* strings: JSON null stores "" */
     check_fn check;
     derive_fn derive;
+    read_fn read;               /* KEY_CUSTOM */
     const table_t *sub;         /* objects and object arrays */
 } key_spec_t;
 

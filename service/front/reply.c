@@ -81,7 +81,7 @@ void front_send_job (front_t *self, model_t *m, job_t *j)
     infer.status = (Sigserve__V1__Status) j->status;
     infer.model_version = (char *) model_version (m);
     if (j->status == SIG_OK)
-        infer.backend = (char *) model_backend_name (m);
+        infer.backend = (char *) dispatch_job_backend (m, j);
     infer.rows = j->rows;
     infer.batch_rows = j->batch_rows;
     infer.compute_ns = j->compute_ns;

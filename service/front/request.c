@@ -93,8 +93,10 @@ sig_status_t request_check_infer (model_registry_t *models, const Sigserve__V1__
                       i, i / in, i % in, isnan (req->features[i]) ? "NaN" : "Inf");
             return SIG_BAD_VALUE;
         }
-    if (!model_available (m)) {
-        snprintf (err, errlen, "model \"%s\" is unavailable on backend %s", model_name (m), model_backend_name (m));
+    if (!model_serving (m)) {
+        snprintf (err, errlen, "model \"%s\" is unavailable on backend %s: no instance of it can run%s", model_name (m),
+                  model_backend_name (m), model_fallback (m, &(uint32_t) { 0 }, &(uint64_t) { 0 }, &(bool) { false })
+                                          ? ", nor its CPU fallback" : " and it has no fallback");
         return SIG_UNAVAILABLE;
     }
     *rows_p = rows;

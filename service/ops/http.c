@@ -70,7 +70,7 @@ static bool s_unavailable_model (model_registry_t *models, char *why, size_t len
     }
     for (size_t i = 0; i < model_registry_count (models); i++) {
         model_t *m = model_registry_at (models, i);
-        if (model_available (m))
+        if (model_serving (m))     /* its own instances, or its CPU fallback */
             continue;
         int n = snprintf (why, len, "model %s unavailable: ", model_name (m));
         uint32_t count = model_instance_count (m);
@@ -196,6 +196,12 @@ static cJSON *s_model_json (model_t *m, model_info_t *info)
     cJSON_AddNumberToObject (j, "launch_us", (double) info->launch_ns / 1e3);   /* timed at load */
     cJSON_AddNumberToObject (j, "row_us", (double) info->row_ns / 1e3);
     cJSON_AddBoolToObject (j, "available", info->available);
+    cJSON *fallback = info->fallback_instances ? cJSON_AddObjectToObject (j, "fallback") : NULL;
+    if (fallback) {     /* its CPU fallback ("fallback"), and whether it serves now */
+        cJSON_AddStringToObject (fallback, "backend", "cpu");
+        cJSON_AddNumberToObject (fallback, "instances", info->fallback_instances);
+        cJSON_AddBoolToObject (fallback, "active", info->fallback_active);
+    }
     cJSON_AddStringToObject (j, "selected_by", info->selected_by);
     cJSON *candidates = cJSON_AddArrayToObject (j, "candidates");
     for (size_t i = 0; candidates && i < info->candidate_count; i++) {

@@ -240,6 +240,33 @@ static void s_stream_history (metrics_text_t *t, model_registry_t *models)
     }
 }
 
+/* The CPU fallbacks (serving/fallback.c) of the models that have one: the requests each computed, and
+ * whether the model serves on it now. */
+static void s_fallbacks (metrics_text_t *t, model_registry_t *models)
+{
+    char label[160];
+    const size_t n = models ? model_registry_count (models) : 0;
+    uint32_t instances;
+    uint64_t served;
+    bool active;
+    metrics_family (t, "sigserve_fallback_total", "counter",
+                    "Requests the model's CPU fallback computed (\"fallback\"): none of its own instances could run them.");
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        if (model_fallback (m, &instances, &served, &active))
+            metrics_append (t, "sigserve_fallback_total{model=\"%s\"} %llu\n",
+                            metrics_label (model_name (m), label, sizeof label), (unsigned long long) served);
+    }
+    metrics_family (t, "sigserve_fallback_active", "gauge",
+                    "1 while the model serves on its CPU fallback: none of its own instances is available.");
+    for (size_t i = 0; i < n; i++) {
+        model_t *m = model_registry_at (models, i);
+        if (model_fallback (m, &instances, &served, &active))
+            metrics_append (t, "sigserve_fallback_active{model=\"%s\"} %d\n",
+                            metrics_label (model_name (m), label, sizeof label), active ? 1 : 0);
+    }
+}
+
 /* The gauges of the models being served. Called with the server lock held. */
 
 void metrics_models (metrics_text_t *t, model_registry_t *models)
@@ -276,6 +303,7 @@ void metrics_models (metrics_text_t *t, model_registry_t *models)
                     "1 while an instance of a served model cannot run (a lost device, its process restarting): "
                     "/models says which and why.");
     metrics_append (t, "sigserve_degraded %d\n", degraded ? 1 : 0);
+    s_fallbacks (t, models);
 }
 
 void metrics_devices (metrics_text_t *t, devices_t *d)

@@ -10,7 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 
-void dispatch_attach (model_t *m, uint32_t lane, waker_t *front) { m->lanes[lane].front = front; }
+void dispatch_attach (model_t *m, uint32_t lane, waker_t *front)
+{
+    m->lanes[lane].front = front;
+    if (m->fallback)    /* its workers wake the front that collects the model's jobs */
+        m->fallback->lanes[lane].front = front;
+}
 
 uint32_t dispatch_lanes (const model_t *m) { return m->lane_count; }
 
@@ -33,12 +38,67 @@ uint32_t dispatch_queued (model_t *m)
     uint32_t q = 0;
     for (uint32_t i = 0; i < m->instance_count; i++)
         q += (uint32_t) instance_queued (&m->instances[i]);
+    for (uint32_t i = 0; m->fallback && i < m->fallback->instance_count; i++)
+        q += (uint32_t) instance_queued (&m->fallback->instances[i]);
     return q;
 }
 
+/* A job of M handed to instance I of its fallback says so in job_t.instance (s_reclaim_instance then
+ * never takes it for one of M's own). */
+static int32_t s_fallback_index (const model_t *m, uint32_t i) { return (int32_t) (m->instance_count + i); }
+
+const char *dispatch_job_backend (const model_t *m, const job_t *j)
+{
+    return j->fallback ? "cpu (fallback)" : model_backend_name (m);
+}
+
+static instance_t *s_own_instance (model_t *m, lane_t *l, const admission_t *a);
+
+/* The instance of M's fallback FB that takes A while none of M's own can: a stream's stand-in (the
+ * instance that rebuilds it from its own instance's history), else the least loaded available one. */
+static instance_t *s_fallback_instance (const model_t *m, model_t *fb, const admission_t *a)
+{
+    if (a->stream_id) {
+        instance_t *in = &fb->instances[a->stream_id % m->instance_count % fb->instance_count];
+        return atomic_load_explicit (&in->sh->available, memory_order_relaxed) ? in : NULL;
+    }
+    instance_t *best = NULL;
+    size_t best_load = (size_t) -1;
+    for (uint32_t k = 0; k < fb->instance_count; k++) {
+        instance_t *in = &fb->instances[k];
+        const size_t load = instance_queued (in);
+        if (atomic_load_explicit (&in->sh->available, memory_order_relaxed) && load < best_load) {
+            best = in;
+            best_load = load;
+        }
+    }
+    return best;
+}
+
 /* The instance that takes A: a stream's own (the one holding its window), else the least loaded
- * available one, ties round-robin so that equal instances share the work. NULL when none can. */
+ * available one, ties round-robin so that equal instances share the work; where none can, one of the
+ * fallback's (s_fallback_instance). NULL when none can. */
 static instance_t *s_instance (model_t *m, lane_t *l, const admission_t *a)
+{
+    instance_t *in = s_own_instance (m, l, a);
+    const bool none = in == NULL;
+    if (!m->fallback)
+        return in;
+    if (none != atomic_load_explicit (&m->degraded, memory_order_relaxed))
+        model_fallback_note (m, none);      /* once each way */
+    if (none)
+        return s_fallback_instance (m, m->fallback, a);
+    /* back on its own instance: a stream's steps stay on the fallback's stand-in until it has applied
+     * what it was given, so that one instance at a time writes the stream history (stream_history.h) */
+    if (a->stream_id) {
+        instance_t *standin = &m->fallback->instances[a->stream_id % m->instance_count % m->fallback->instance_count];
+        if (model_queued_rows (standin) || atomic_load_explicit (&standin->sh->busy_since, memory_order_relaxed))
+            return standin;
+    }
+    return in;
+}
+
+static instance_t *s_own_instance (model_t *m, lane_t *l, const admission_t *a)
 {
     if (a->stream_id) {
         instance_t *in = &m->instances[a->stream_id % m->instance_count];
@@ -84,7 +144,7 @@ static sig_status_t s_check_wait (model_t *m, lane_t *l, const instance_t *in, c
                                   size_t errlen)
 {
     const uint64_t rows = model_queued_rows (in);
-    const uint64_t wait = model_expected_wait (m, rows);
+    const uint64_t wait = model_expected_wait (in->model, rows);   /* the fallback's own timing on its instances */
     if (wait == 0)
         return SIG_OK;
     const unsigned long long queued = rows;
@@ -110,10 +170,12 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     lane_t *l = &m->lanes[a->lane];
     instance_t *in = s_instance (m, l, a);
     if (!in) {
-        snprintf (err, errlen, "model \"%s\" is unavailable on backend %s%s", m->desc.cfg.name, m->iface->name,
-                  a->stream_id ? " (the instance holding this stream cannot run)" : "");
+        snprintf (err, errlen, "model \"%s\" is unavailable on backend %s%s: no instance of it can run%s", m->desc.cfg.name,
+                  m->iface->name, a->stream_id ? " (the instance holding this stream cannot run)" : "",
+                  m->fallback ? ", nor its CPU fallback" : " and it has no fallback");
         return SIG_UNAVAILABLE;
     }
+    const bool fallback = in->model != m;
     const uint32_t queued = dispatch_queued (m);
     if (queued >= m->desc.cfg.queue_depth) {
         snprintf (err, errlen, "model \"%s\": queue full: %u requests waiting (queue_depth %u); retry later, or raise "
@@ -154,11 +216,12 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
     j->step = a->step;
     j->rows = a->rows;
     j->deadline_us = a->deadline_us;
+    j->fallback = fallback;
     j->counted = a->client != NULL;
     if (a->client)
         j->client = *a->client;
     memcpy (j->features, a->features, a->feature_count * sizeof (float));
-    if (ran && a->inline_budget_ns && m->inline_ns && !a->stream_id && queued == 0
+    if (ran && !fallback && a->inline_budget_ns && m->inline_ns && !a->stream_id && queued == 0
         && model_launch_ns (m, a->rows) <= (m->inline_ns < a->inline_budget_ns ? m->inline_ns : a->inline_budget_ns)) {
         bool done = m->inline_way == INLINE_FRONT_CONTEXT;
         if (done)
@@ -172,13 +235,13 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
             return SIG_OK;
         }
     }
-    if (!a->stream_id)
+    if (!a->stream_id && !fallback)
         l->next_instance = (in->index + 1) % m->instance_count;
     /* before the worker can take it: rows_taken never passes it */
     _Atomic uint64_t *admitted = &in->rows_admitted[a->lane];
     atomic_store_explicit (admitted, atomic_load_explicit (admitted, memory_order_relaxed) + j->rows,
                            memory_order_relaxed);
-    j->instance = (int32_t) in->index;
+    j->instance = fallback ? s_fallback_index (m, in->index) : (int32_t) in->index;
     ring_push (&in->sh->lanes[a->lane].requests, j);   /* cannot fail: the ring holds every job of the lane */
     waker_wake (in->wake);
     return SIG_OK;
@@ -188,6 +251,9 @@ bool dispatch_has_done (model_t *m, uint32_t lane)
 {
     for (uint32_t i = 0; i < m->instance_count; i++)
         if (ring_count (&m->instances[i].sh->lanes[lane].done))
+            return true;
+    for (uint32_t i = 0; m->fallback && i < m->fallback->instance_count; i++)
+        if (ring_count (&m->fallback->instances[i].sh->lanes[lane].done))
             return true;
     return false;
 }
@@ -201,6 +267,13 @@ job_t *dispatch_next_done (model_t *m, uint32_t lane)
         if (j) {
             j->instance = -1;
             l->next_done = (i + 1) % m->instance_count;
+            return j;
+        }
+    }
+    for (uint32_t i = 0; m->fallback && i < m->fallback->instance_count; i++) {
+        job_t *j = ring_pop (&m->fallback->instances[i].sh->lanes[lane].done);
+        if (j) {
+            j->instance = -1;
             return j;
         }
     }
@@ -230,11 +303,20 @@ static instance_t *s_rerun_target (model_t *m, const instance_t *lost, const job
             best_rows = rows;
         }
     }
+    for (uint32_t k = 0; !best && m->fallback && k < m->fallback->instance_count; k++) {
+        instance_t *in = &m->fallback->instances[k];     /* none of its own: its fallback's */
+        const uint64_t rows = model_queued_rows (in);
+        if (atomic_load (&in->sh->available) && rows < best_rows) {
+            best = in;
+            best_rows = rows;
+        }
+    }
     if (!best) {
-        snprintf (why, whylen, "no other instance of the model is available to re-run it");
+        snprintf (why, whylen, "no other instance of the model is available to re-run it, %s",
+                  m->fallback ? "nor its CPU fallback" : "and it has no fallback");
         return NULL;
     }
-    const uint64_t wait = model_expected_wait (m, best_rows);
+    const uint64_t wait = model_expected_wait (best->model, best_rows);
     const uint64_t held = now > j->t_recv ? now - j->t_recv : 0;
     if (wait > m->max_queue_ns) {
         snprintf (why, whylen, "not re-run: the expected wait on instance %u is %.3f us, over max_queue_us = %u", best->index,
@@ -262,7 +344,7 @@ static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
     size_t head = atomic_load (&sh->done.head), tail = atomic_load (&sh->done.tail);
     for (size_t k = head; k != tail; k++)
         ((job_t *) sh->done.items[k & sh->done.mask])->instance = -2;
-    uint32_t answered = 0, rerun = 0;
+    uint32_t answered = 0, rerun = 0, on_fallback = 0;
     const uint64_t now = clock_now_ns ();
     char why[200] = "";
     for (uint32_t i = 0; i < m->job_count; i++) {
@@ -274,10 +356,12 @@ static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
             _Atomic uint64_t *admitted = &to->rows_admitted[lane];
             atomic_store_explicit (admitted, atomic_load_explicit (admitted, memory_order_relaxed) + j->rows,
                                    memory_order_relaxed);
-            j->instance = (int32_t) to->index;
+            j->fallback = to->model != m;
+            j->instance = j->fallback ? s_fallback_index (m, to->index) : (int32_t) to->index;
             ring_push (&to->sh->lanes[lane].requests, j);   /* cannot fail: the ring holds every job of the lane */
             waker_wake (to->wake);
             rerun++;
+            on_fallback += j->fallback;
             continue;
         }
         j->status = SIG_UNAVAILABLE;
@@ -296,8 +380,8 @@ static void s_reclaim_instance (model_t *m, uint32_t lane, instance_t *in)
     if (m->stats && (rerun || answered))
         stats_count_rerun (m->stats, m->stats_slot, rerun, answered);
     if (rerun)
-        log_warn ("model %s instance %u: %u request(s) held by its lost device process re-run on other instances",
-                  m->desc.cfg.name, in->index, rerun);
+        log_warn ("model %s instance %u: %u request(s) held by its lost device process re-run on other instances "
+                  "(%u of them on its CPU fallback)", m->desc.cfg.name, in->index, rerun, on_fallback);
     if (answered)
         log_warn ("model %s instance %u: %u request(s) held by its lost device process answered UNAVAILABLE (the last: %s)",
                   m->desc.cfg.name, in->index, answered, why);
@@ -325,4 +409,6 @@ void dispatch_abort (model_t *m, const char *why)
         atomic_store (&m->instances[i].sh->abort, true);
         waker_wake (m->instances[i].wake);
     }
+    if (m->fallback)
+        dispatch_abort (m->fallback, why);
 }

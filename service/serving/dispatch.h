@@ -51,6 +51,9 @@ job_t *dispatch_next_done (model_t *m, uint32_t lane);
  * (dispatch_next_done then returns them). Counted (stats_count_rerun). LANE's front; costs one
  * atomic load when nothing was lost. */
 void dispatch_reclaim (model_t *m, uint32_t lane);
+/* What computed J, for InferReply.backend: M's backend, or "cpu (fallback)" where M's CPU fallback
+ * did (serving/fallback.c). */
+const char *dispatch_job_backend (const model_t *m, const job_t *j);
 /* Back to its lane's pool, once its reply is sent. */
 void dispatch_job_return (model_t *m, job_t *j);
 /* LANE's jobs out of its pool (queued, computing or finished but not yet returned). */

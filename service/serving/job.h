@@ -91,6 +91,7 @@ typedef struct job {
     uint64_t step;                      /* a stream step's number (0: not numbered) */
     uint32_t rows;
     uint32_t deadline_us;
+    bool fallback;                      /* handed to the model's CPU fallback (dispatch.c), not one of its own */
     bool counted;                       /* counted against its client's in-flight limit ... */
     client_id_t client;                 /* ... as this client (set when counted) */
     float *features;                    /* rows x input size: its own buffer_rows rows, or a large buffer */

@@ -299,6 +299,7 @@ model_t *model_load (const model_config_t *cfg, const model_plan_t *plan, const 
     m->drift = &m->own_drift;
     m->lane_count = env->lanes ? env->lanes : 1;
     m->max_message_bytes = env->max_message_bytes;
+    m->ring_jobs = env->ring_jobs;
     m->instance_count = cfg->instances;
     m->instances = instances;
     for (uint32_t i = 0; i < m->instance_count; i++)
@@ -377,6 +378,12 @@ void model_destroy (model_t **self_p)
     if (!self_p || !*self_p)
         return;
     model_t *m = *self_p;
+    if (m->fallback) {      /* its workers hold the model's jobs: first */
+        for (uint32_t i = 0; i < m->fallback->instance_count; i++)
+            if (m->fallback->instances[i].sh && m->where->loses_workers)
+                m->fallback->instances[i].sh->history = NULL;   /* the model's (fallback.c), freed below */
+        model_destroy (&m->fallback);
+    }
     if (m->where->release)      /* its workers elsewhere: they stop there */
         m->where->release (m);
     for (uint32_t i = 0; i < m->instance_count; i++) {
@@ -444,8 +451,27 @@ bool model_available (const model_t *m)
     return false;
 }
 
+bool model_fallback (const model_t *m, uint32_t *instances, uint64_t *served, bool *active)
+{
+    const model_t *fb = m->fallback;
+    *instances = 0;
+    *served = 0;
+    *active = false;
+    if (!fb)
+        return false;
+    *instances = fb->instance_count;
+    for (uint32_t i = 0; i < fb->instance_count; i++)
+        *served += atomic_load_explicit (&fb->instances[i].sh->served, memory_order_relaxed);
+    *active = !model_available (m) && model_available (fb);
+    return true;
+}
+
+bool model_serving (const model_t *m) { return model_available (m) || (m->fallback && model_available (m->fallback)); }
+
 void model_describe (model_t *m, model_info_t *info)
 {
+    uint64_t fallback_served;
+    model_fallback (m, &info->fallback_instances, &fallback_served, &info->fallback_active);
     info->name = m->desc.cfg.name;
     info->version = m->desc.cfg.version;
     info->type = model_type_name (m->desc.cfg.type);

@@ -85,6 +85,11 @@ uint32_t model_queue_depth (const model_t *m);
 const model_config_t *model_config (const model_t *m);
 /* True while at least one instance can run. */
 bool model_available (const model_t *m);
+/* True while it can take a request: an instance of its own, or its CPU fallback, can run it. */
+bool model_serving (const model_t *m);
+/* Whether M has a CPU fallback ("fallback": serving/fallback.c); then its INSTANCES, the requests it
+ * computed (SERVED) and whether it serves now (ACTIVE: none of M's own instances is available). */
+bool model_fallback (const model_t *m, uint32_t *instances, uint64_t *served, bool *active);
 int model_stats_slot (const model_t *m);
 
 /* One instance as model_describe sees it. */
@@ -112,6 +117,8 @@ typedef struct {
     uint32_t max_queue_us;
     uint64_t launch_ns, row_ns;     /* a launch of r rows, as timed at load: launch_ns + r x row_ns */
     bool available;
+    uint32_t fallback_instances;    /* its CPU fallback's instances; 0: none */
+    bool fallback_active;           /* serving on it now */
     size_t candidate_count;         /* what "auto" measured, fastest first */
     const autoselect_candidate_t *candidates;
     model_instance_info_t instance[CONFIG_MAX_INSTANCES];

@@ -136,9 +136,15 @@ struct _model_t {
     uint32_t lane_count;                /* server.fronts when loaded */
     lane_t lanes[LANES_MAX];
     uint32_t job_count;                 /* jobs of each lane */
+    uint32_t ring_jobs;                 /* model_env_t.ring_jobs: what its placement_threads rings hold at least */
     uint32_t buffer_rows;               /* rows of each job's own buffer */
     uint32_t large_count;               /* each lane's buffers of max_rows rows for larger requests */
     char abort_reason[64];
+    /* Its CPU fallback (fallback.c), a hidden model in this process's threads that takes its requests
+     * while none of its instances is available, or NULL; and whether it serves on it now (logged once
+     * each way: model_fallback_note). */
+    model_t *fallback;
+    _Atomic bool degraded;
 };
 
 /* Whether fronts run requests inline on an instance of M claimed from its worker (instance_shared_t.claim). */
@@ -211,6 +217,14 @@ void model_take_plan (model_t *m, const model_plan_t *plan);
  * -1 WHY. */
 const backend_iface_t *model_preparer (const model_config_t *cfg);
 int model_prepare_here (const model_config_t *cfg, int device, char *why, size_t whylen);
+
+/* fallback.c: M's CPU fallback (M->fallback) loaded, warmed and serving where M's configuration and
+ * what it loaded as say it gets one (config/README.md: "fallback"), with ENV as M was loaded; 0, or -1
+ * with ERR. Nothing where it gets none (a line logged where it asked for one and cannot have it).
+ * model_destroy stops and frees it first (its workers hold M's jobs). */
+int model_fallback_load (model_t *m, const model_env_t *env, char *err, size_t errlen);
+/* fallback.c: M serves on its fallback (ON) or on its own instances again: logged once each way. */
+void model_fallback_note (model_t *m, bool on);
 
 /* worker.c */
 void *worker_main (void *instance);

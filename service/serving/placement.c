@@ -32,7 +32,7 @@ static model_t *s_new (const model_config_t *cfg, const model_plan_t *plan, devi
 {
     const model_env_t env = s_env (server, stats, devices);
     model_t *m = model_load (cfg, plan, placement_for (devices, cfg), &env, err, errlen);
-    if (m && model_serve (m, err, errlen) != 0)
+    if (m && (model_serve (m, err, errlen) != 0 || model_fallback_load (m, &env, err, errlen) != 0))
         model_destroy (&m);
     return m;
 }

@@ -69,6 +69,8 @@ typedef struct {
     stats_t *stats;                     /* NULL: not counted */
     devices_t *devices;                 /* the device processes (placement_devices), or NULL */
     uint64_t only;                      /* a device process: the instances placed on its device (bit i); 0: every one */
+    uint32_t ring_jobs;                 /* a fallback (fallback.c): its rings hold the jobs of the model it stands in
+                                           for, this many a lane (0: its own job_count) */
     const int *front_cpus;              /* server.cpus: the cores the fronts are pinned to (a split model's inline way) */
     size_t front_cpu_count;
 } model_env_t;

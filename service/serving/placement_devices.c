@@ -139,6 +139,8 @@ static void s_lost (void *arg, int device, const char *why)
         }
     for (uint32_t k = 0; k < m->lane_count; k++)    /* each front answers what its lane held */
         atomic_store (&m->lanes[k].lost_pending, true);
+    if (!model_available (m))
+        model_fallback_note (m, true);
 }
 
 static bool s_swept (void *arg, int device)
@@ -198,6 +200,7 @@ static int s_rejoin (void *arg, int device, char *err, size_t errlen)
         atomic_store (&in->lost, 0);
         atomic_store (&in->sh->available, true);
     }
+    model_fallback_note (m, false);
     return 0;
 }
 

@@ -268,8 +268,9 @@ static int s_share (model_t *m, instance_t *in, char *err, size_t errlen)
     model_shared_init (sh);
     in->sh = sh;
     bool made = true;
+    const uint32_t jobs = m->ring_jobs > m->job_count ? m->ring_jobs : m->job_count;
     for (uint32_t k = 0; made && k < m->lane_count; k++)
-        made = ring_init (&sh->lanes[k].requests, m->job_count) == 0 && ring_init (&sh->lanes[k].done, m->job_count) == 0;
+        made = ring_init (&sh->lanes[k].requests, jobs) == 0 && ring_init (&sh->lanes[k].done, jobs) == 0;
     if (!made || waker_init (&sh->wake) != 0) {
         sig_set_error (err, errlen, "model \"%s\": out of memory for instance %u", m->desc.cfg.name, in->index);
         return -1;

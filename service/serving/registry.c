@@ -164,7 +164,7 @@ model_t *model_registry_find (model_registry_t *self, const char *name)
 bool model_registry_ready (const model_registry_t *self)
 {
     for (size_t i = 0; i < self->count; i++)
-        if (!model_available (self->entries[i].model))
+        if (!model_serving (self->entries[i].model))
             return false;
     return self->count > 0;
 }

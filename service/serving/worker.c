@@ -322,7 +322,14 @@ static bool s_step_expected (instance_t *in, job_t *j, uint64_t now, int *rebuil
 {
     const model_t *m = in->model;
     stream_history_t *h = in->sh->history;
-    const int held = streams_lookup (in->streams, j->stream_id);
+    int held = streams_lookup (in->streams, j->stream_id);
+    if (held >= 0 && h && stream_history_holds (h, in->history_entry[held], j->stream_id)
+        && stream_history_steps (h, in->history_entry[held]) != streams_steps (in->streams, held)) {
+        /* stepped elsewhere since (by the model's CPU fallback, or by its own instance back after it):
+         * the slot is stale; the history, which every instance stepping it writes, rebuilds it */
+        streams_forget (in->streams, j->stream_id);
+        held = -1;
+    }
     *rebuild = -1;
     uint64_t expected = 1;
     bool evicted = false;
