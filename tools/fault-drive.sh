@@ -132,7 +132,7 @@ m_ = re.search(r"STATUS_UNAVAILABLE:([0-9]+)", g(f, "errors_by_status")); unavai
 m = open("%s/metrics_after.txt" % d).read()
 keep = []
 for line in m.splitlines():
-    if re.match(r"sigserve_(device_losses_total|device_restarts_total|device_recovery_seconds|lost_requests_total|fallback_total|degraded|device_standby)", line):
+    if re.match(r"sigserve_(device_losses_total|device_restarts_total|device_recovery_seconds|lost_requests_total|fallback_total|fallback_active|device_standby)", line):
         keep.append(line.replace("sigserve_", ""))
 print("| %s | %s | %s | %s | %s | %s / %s / %s | %s | %s |" % (
     d.rsplit("/", 1)[1], g(f, "requests", "sent"), g(f, "ok"), unavail, int(g(f, "errors") if g(f, "errors") != "-" else 0) - int(unavail),
