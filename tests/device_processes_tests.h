@@ -260,8 +260,16 @@ typedef struct {
     uint32_t unavailable_lost, unavailable_admission;
     uint32_t unavailable_no_rerun;  /* of unavailable_lost: saying why it was not re-run on another instance */
     uint32_t ok_after_fault[2];
+    double fault_at_ms;             /* CLOCK_MONOTONIC ms when the fault was posted */
     char first_other[512];
 } load_t;
+
+static inline double s_now_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
 
 static inline void *s_dealer (server_t *s, const char *endpoint)
 {
@@ -345,6 +353,7 @@ static inline void s_load (server_t *s, load_t *l)
             snprintf (path, sizeof path, "/debug/fault?%s", l->fault);
             int st = s_http (s->http_port, "POST", path, body, sizeof body);
             ck_assert_msg (st == 200, "POST %s: %d %s", path, st, body);
+            l->fault_at_ms = s_now_ms ();
             faulted = true;
         }
     }

@@ -9,7 +9,9 @@
  *   - a trap on GPU 0: the CPU model beside it answers OK throughout, the GPU model comes back;
  *   - a launch that hangs past watchdog_ms: the device process killed and started again, the same;
  *   - two GPUs, a trap on GPU 1: GPU 0's instance keeps answering OK, GPU 1's comes back and
- *     serves again.
+ *     serves again;
+ *   - a trap with watchdog_ms 5000, graph and persistent: noticed at once (the process exits 70, its
+ *     context lost), never by the watchdog, serving again well within the watchdog.
  * test_device_processes_persistent.c has a persistent model in a device process
  * (tests/device_processes_tests.h: the server, the load loop and the helpers the two share). */
 #define _GNU_SOURCE
@@ -198,6 +200,49 @@ START_TEST (hung_launch_past_the_watchdog_restarts_the_device)
 }
 END_TEST
 
+/* A trap in MODEL's kernel (KERNEL) with watchdog_ms 5000: the wait that sees the context's error
+ * ends the process at once (status 70), so the model serves again long before the watchdog could
+ * have fired. */
+static void s_trap_at_once (const char *name, const char *kernel)
+{
+    if (s_gpus () < 1) {
+        printf ("%s: skipped: no GPU here\n", name);
+        return;
+    }
+    char extra[256];
+    snprintf (extra, sizeof extra, "\"backend\": \"cuda\", \"kernel\": \"%s\", \"devices\": [0], \"watchdog_ms\": 5000,",
+              kernel);
+    snprintf (s_models, sizeof s_models, "%s", s_model ("gpu", extra));
+    server_t s;
+    s_start (&s, s_models, false);
+    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 2000, .fault_after = 200,
+                 .fault = "device=0&kind=trap", .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_msg (s_wait_serving (&s, 60000), "GPU 0 did not come back (log: %s)", s.log);
+    const double back_ms = s_now_ms () - l.fault_at_ms;
+    printf ("%s: %u OK / %u UNAVAILABLE (%u held, %u refused); trap to serving again %.1f ms (recovery %.1f ms)\n",
+            name, l.ok[0], l.unavailable[0], l.unavailable_lost, l.unavailable_admission, back_ms,
+            s_metric (&s, "sigserve_device_recovery_seconds{device=\"cuda:0\"}") * 1e3);
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_losses_total{device=\"cuda:0\"}"), 1);
+    ck_assert_msg (s_log_has (&s, "exited with status 70: its GPU context was lost"), "log: %s", s.log);
+    ck_assert_msg (!s_log_has (&s, "ran past its model's watchdog_ms") && !s_log_has (&s, "within the watchdog"),
+                   "the trap was noticed by the watchdog (log: %s)", s.log);
+    ck_assert_msg (back_ms < 3000, "serving again %.1f ms after the trap (watchdog_ms 5000)", back_ms);
+    load_t again = { .models = { "gpu" }, .model_count = 1, .total = 200, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 200);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+
+START_TEST (trap_in_a_graph_is_noticed_at_once) { s_trap_at_once ("trap_in_a_graph_is_noticed_at_once", "warp"); }
+END_TEST
+
+START_TEST (trap_beside_a_persistent_kernel_is_noticed_at_once)
+{
+    s_trap_at_once ("trap_beside_a_persistent_kernel_is_noticed_at_once", "persistent");
+}
+END_TEST
+
 START_TEST (trap_on_gpu_1_leaves_gpu_0_serving)
 {
     if (s_gpus () < 2) {
@@ -247,6 +292,8 @@ static Suite *s_suite (void)
     tcase_add_test (g, trap_on_a_gpu_leaves_the_cpu_model_serving);
     tcase_add_test (g, hung_launch_past_the_watchdog_restarts_the_device);
     tcase_add_test (g, trap_on_gpu_1_leaves_gpu_0_serving);
+    tcase_add_test (g, trap_in_a_graph_is_noticed_at_once);
+    tcase_add_test (g, trap_beside_a_persistent_kernel_is_noticed_at_once);
     suite_add_tcase (suite, g);
     return suite;
 }

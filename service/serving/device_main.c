@@ -23,6 +23,10 @@
 
 #define MODELS_MAX 256
 #define HEALTH_MS 20
+/* While fronts publish into its persistent kernels' mailboxes, nothing else here asks CUDA whether
+ * the context still runs: the health poll does, every millisecond (a stream query per such
+ * instance, a microsecond or two: ~0.2% of this thread, off every request's path). */
+#define HEALTH_MAILBOX_MS 1
 #define EXIT_LOST 70
 
 typedef struct {
@@ -182,6 +186,26 @@ static bool s_lost (int device, char *why, size_t len)
     return false;
 }
 
+/* A sticky CUDA error, the moment a worker's wait (or a stream query) sees it: the context is gone,
+ * so is this process, at once; the server recovers as soon as the control socket closes. */
+static void s_on_fault (int device, const char *fault)
+{
+    log_error ("device process %d: device %d: %s; its GPU context is lost, exiting so the server starts it again",
+               (int) getpid (), device, fault);
+    _exit (EXIT_LOST);      /* no clean-up: a lost context may hang in it */
+}
+
+/* Whether a front may be waiting on a mailbox here (the instance's box shared): no CUDA call of a
+ * worker would notice a lost context then. */
+static bool s_fronts_wait (void)
+{
+    for (size_t k = 0; k < s_held_count; k++)
+        for (uint32_t i = 0; i < s_held[k].m->instance_count; i++)
+            if (s_held[k].m->instances[i].started && atomic_load (&s_held[k].m->instances[i].sh->box_ready))
+                return true;
+    return false;
+}
+
 static void *s_arena_alloc (void *arena, size_t bytes) { return shm_alloc_aligned (arena, bytes, 4096, false); }
 
 int devices_process_main (int argc, char **argv)
@@ -235,13 +259,16 @@ int devices_process_main (int argc, char **argv)
     else
         snprintf (role, sizeof role, "dev%d", device);
     threads_set_role (role);
+    const gpu_backend_t *gpu = device >= 0 ? backends_gpu (NULL, 0) : NULL;
+    if (gpu && gpu->on_fault)
+        gpu->on_fault (s_on_fault);
     dev_request_t *rq = calloc (1, sizeof *rq);
     dev_reply_t *rp = calloc (1, sizeof *rp);
     if (!rq || !rp)
         return 1;
     for (;;) {
         struct pollfd p = { .fd = control, .events = POLLIN };
-        int n = poll (&p, 1, HEALTH_MS);
+        int n = poll (&p, 1, gpu && s_fronts_wait () ? HEALTH_MAILBOX_MS : HEALTH_MS);
         char why[256];
         if (s_lost (device, why, sizeof why)) {
             log_error ("device process %d: %s; exiting so the server starts it again", (int) getpid (), why);
