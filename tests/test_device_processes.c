@@ -11,7 +11,9 @@
  *   - two GPUs, a trap on GPU 1: GPU 0's instance keeps answering OK, GPU 1's comes back and
  *     serves again;
  *   - a trap with watchdog_ms 5000, graph and persistent: noticed at once (the process exits 70, its
- *     context lost), never by the watchdog, serving again well within the watchdog.
+ *     context lost), never by the watchdog, serving again well within the watchdog;
+ *   - a hang of a persistent model: its kernel itself stops answering, the watchdog ends the
+ *     process, which comes back.
  * test_device_processes_persistent.c has a persistent model in a device process
  * (tests/device_processes_tests.h: the server, the load loop and the helpers the two share). */
 #define _GNU_SOURCE
@@ -243,6 +245,35 @@ START_TEST (trap_beside_a_persistent_kernel_is_noticed_at_once)
 }
 END_TEST
 
+/* A hang of a persistent model stalls its resident kernel (a spinning kernel would only queue behind
+ * it and change nothing): the watchdog notices, the process is ended and comes back. */
+START_TEST (hang_of_a_persistent_model_stalls_its_kernel)
+{
+    if (s_gpus () < 1) {
+        printf ("hang_of_a_persistent_model_stalls_its_kernel: skipped: no GPU here\n");
+        return;
+    }
+    snprintf (s_models, sizeof s_models, "%s",
+              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0], \"watchdog_ms\": 300,"));
+    server_t s;
+    s_start (&s, s_models, false);
+    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 2000, .fault_after = 200,
+                 .fault = "device=0&kind=hang", .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_msg (s_wait_serving (&s, 60000), "GPU 0 did not come back (log: %s)", s.log);
+    printf ("hang of a persistent model: %u OK / %u UNAVAILABLE (%u held, %u refused); hang to serving again %.1f ms\n",
+            l.ok[0], l.unavailable[0], l.unavailable_lost, l.unavailable_admission, s_now_ms () - l.fault_at_ms);
+    ck_assert_uint_gt (l.unavailable_lost, 0);          /* what the stalled kernel held */
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_losses_total{device=\"cuda:0\"}"), 1);
+    ck_assert_msg (s_log_has (&s, "ran past its model's watchdog_ms") || s_log_has (&s, "within the watchdog"),
+                   "log: %s", s.log);
+    load_t again = { .models = { "gpu" }, .model_count = 1, .total = 200, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 200);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 START_TEST (trap_on_gpu_1_leaves_gpu_0_serving)
 {
     if (s_gpus () < 2) {
@@ -294,6 +325,7 @@ static Suite *s_suite (void)
     tcase_add_test (g, trap_on_gpu_1_leaves_gpu_0_serving);
     tcase_add_test (g, trap_in_a_graph_is_noticed_at_once);
     tcase_add_test (g, trap_beside_a_persistent_kernel_is_noticed_at_once);
+    tcase_add_test (g, hang_of_a_persistent_model_stalls_its_kernel);
     suite_add_tcase (suite, g);
     return suite;
 }

@@ -31,7 +31,8 @@ typedef struct {
     /* Tests (sigserve-test's fault injection): launches a trapping kernel on an instance of its MLP
      * backend; the context is lost once it runs. 0 or a cudaError_t. */
     int (*inject_fault) (backend_model_t *mlp);
-    /* Tests: launches a kernel that spins for MS ms on that instance's stream, so its next launch hangs. */
+    /* Tests: hangs that instance: a persistent kernel stops answering (stalled, still honouring stop);
+     * else a kernel spinning MS ms on its stream, so its next launch hangs. */
     int (*inject_hang) (backend_model_t *mlp, unsigned ms);
 } gpu_backend_t;
 
