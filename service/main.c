@@ -429,6 +429,7 @@ static devices_t *s_start_devices (const options_t *opt, const config_t *cfg)
         return NULL;
     }
     devices_place_cpu_models (d, opt->cpu_device_process);
+    devices_set_standby (d, cfg->server.standby);
     log_info ("GPU work runs in one process per device%s", opt->cpu_device_process ? " (CPU models too: a test build)" : "");
     return d;
 }

@@ -110,6 +110,32 @@ static inline bool s_log_has (server_t *s, const char *text)
     return found;
 }
 
+/* The line number (1-based) of the Nth (0-based) line of the log holding TEXT, or 0. */
+static inline int s_log_line (server_t *s, const char *text, int nth)
+{
+    FILE *f = fopen (s->log, "r");
+    if (!f)
+        return 0;
+    static char line[8192];
+    int at = 0, found = 0;
+    for (int no = 1; !found && fgets (line, sizeof line, f); no++)
+        if (strstr (line, text) && nth-- == 0)
+            found = at = no;
+    fclose (f);
+    return at;
+}
+
+/* Waits until the metric line NAME reads VALUE; false past TIMEOUT_MS. */
+static inline bool s_wait_metric (server_t *s, const char *name, double value, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 20) {
+        if (s_metric (s, name) == value)
+            return true;
+        usleep (20 * 1000);
+    }
+    return false;
+}
+
 /* Waits until /readyz answers 200 and every instance of /models is serving. */
 static inline bool s_wait_serving (server_t *s, int timeout_ms)
 {

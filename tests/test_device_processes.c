@@ -5,6 +5,9 @@
  *   - its process killed under load: every request answered exactly once (OK, or UNAVAILABLE
  *     naming the lost process), the process started again, the model serving again, counted;
  *   - SIGTERM with requests in a device process: every one answered, the process gone;
+ *   - server.standby: a warm spare, its model loaded, started once the process serves; the process
+ *     killed under load: the spare promoted (counted), every request answered once, a new spare
+ *     started after the promotion; with standby false, no spare and the process started again;
  * and on GPU hosts (skipped elsewhere, saying why):
  *   - a trap on GPU 0: the CPU model beside it answers OK throughout, the GPU model comes back;
  *   - a launch that hangs past watchdog_ms: the device process killed and started again, the same;
@@ -134,6 +137,127 @@ START_TEST (sigterm_answers_what_a_device_process_holds)
     zmq_close (sock);
     ck_assert_int_eq (s_stop (&s), 0);
     ck_assert (s_gone (dev));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------ server.standby */
+
+#define STANDBY_READY "sigserve_device_standby_ready{device=\"cpu\"}"
+#define STANDBY_PROMOTIONS "sigserve_device_standby_promotions_total{device=\"cpu\"}"
+#define STANDBY_STARTED "sigserve_device_standby_started_total{device=\"cpu\"}"
+
+/* The pid of the Nth standby process the log says was started for the CPU test device, or 0. */
+static pid_t s_standby_pid (server_t *s, int nth)
+{
+    FILE *f = fopen (s->log, "r");
+    pid_t pid = 0;
+    static char line[8192];
+    const char *want = "device cpu (test): standby process ";
+    while (f && fgets (line, sizeof line, f)) {
+        const char *p = strstr (line, want);
+        if (p && strstr (line, " started") && nth-- == 0) {
+            pid = (pid_t) atoi (p + strlen (want));
+            break;
+        }
+    }
+    if (f)
+        fclose (f);
+    return pid;
+}
+
+START_TEST (killed_device_process_is_replaced_by_its_standby)
+{
+    snprintf (s_models, sizeof s_models, "%s", s_model ("tick_mlp", "\"backend\": \"cpu\", \"instances\": 2,"));
+    server_t s;
+    s_start (&s, s_models, true);
+    /* the spare: started once the process serves, its model loaded there, nothing started */
+    ck_assert_msg (s_wait_metric (&s, STANDBY_READY, 1, 60000), "no standby became ready (log: %s)", s.log);
+    const pid_t first = s_device_pid (&s, "cpu (test)"), spare = s_standby_pid (&s, 0);
+    ck_assert_int_gt (first, 0);
+    ck_assert_int_gt (spare, 0);
+    ck_assert_int_ne (spare, first);
+    ck_assert (!s_gone (spare));
+    ck_assert (s_log_has (&s, "device cpu (test): standby process"));
+    ck_assert (s_log_has (&s, "(1 of 1 model(s) loaded there"));
+    ck_assert_double_eq (s_metric (&s, STANDBY_PROMOTIONS), 0);
+    ck_assert_double_eq (s_metric (&s, STANDBY_STARTED), 1);
+    load_t l = { .models = { "tick_mlp" }, .model_count = 1, .total = 3000, .fault_after = 300,
+                 .fault = "device=cpu&kind=kill", .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_msg (s_wait_serving (&s, 30000), "the model did not come back (log: %s)", s.log);
+    printf ("standby: killed: %u OK, %u UNAVAILABLE (%u held by the lost process, %u refused while it was down); "
+            "recovery %.2f ms\n", l.ok[0], l.unavailable[0], l.unavailable_lost, l.unavailable_admission,
+            s_metric (&s, "sigserve_device_recovery_seconds{device=\"cpu\"}") * 1e3);
+    ck_assert_uint_eq (l.ok[0] + l.unavailable[0], 3000);
+    ck_assert_uint_eq (l.unavailable_lost + l.unavailable_admission, l.unavailable[0]);
+    /* the spare serves now: no process was started for it, the spare promoted */
+    ck_assert_int_eq (s_device_pid (&s, "cpu (test)"), spare);
+    ck_assert (s_gone (first));
+    ck_assert (s_log_has (&s, "(the standby, promoted)"));
+    ck_assert (s_log_has (&s, "standby process"));
+    ck_assert (s_log_has (&s, "promoted, 1 model(s) rejoined (1 loaded there before)"));
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_losses_total{device=\"cpu\"}"), 1);
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_restarts_total{device=\"cpu\",result=\"ok\"}"), 1);
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_restarts_total{device=\"cpu\",result=\"failed\"}"), 0);
+    ck_assert_double_eq (s_metric (&s, STANDBY_PROMOTIONS), 1);
+    ck_assert_double_gt (s_metric (&s, "sigserve_device_recovery_seconds{device=\"cpu\"}"), 0);
+    /* a new spare, started after the promotion, ready in turn */
+    ck_assert_msg (s_wait_metric (&s, STANDBY_READY, 1, 60000), "no new standby (log: %s)", s.log);
+    const pid_t next = s_standby_pid (&s, 1);
+    ck_assert_int_gt (next, 0);
+    ck_assert_int_ne (next, spare);
+    ck_assert_int_ne (next, first);
+    ck_assert_double_eq (s_metric (&s, STANDBY_STARTED), 2);
+    const int promoted_at = s_log_line (&s, "(the standby, promoted)", 0);
+    ck_assert_int_gt (promoted_at, 0);
+    char started[96];
+    snprintf (started, sizeof started, "device cpu (test): standby process %d started", (int) next);
+    ck_assert_int_gt (s_log_line (&s, started, 0), promoted_at);
+    /* serving again, with correct outputs; and a second loss promotes the second spare */
+    load_t again = { .models = { "tick_mlp" }, .model_count = 1, .total = 600, .fault_after = 300,
+                     .fault = "device=cpu&kind=kill", .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_msg (s_wait_serving (&s, 30000), "the model did not come back (log: %s)", s.log);
+    ck_assert_int_eq (s_device_pid (&s, "cpu (test)"), next);
+    ck_assert_double_eq (s_metric (&s, STANDBY_PROMOTIONS), 2);
+    load_t after = { .models = { "tick_mlp" }, .model_count = 1, .total = 300, .check_outputs = true };
+    s_load (&s, &after);
+    ck_assert_uint_eq (after.ok[0], 300);
+    const pid_t third = s_standby_pid (&s, 2);
+    ck_assert_int_eq (s_stop (&s), 0);
+    ck_assert (s_gone (next));
+    ck_assert (third == 0 || s_gone (third));
+}
+END_TEST
+
+START_TEST (standby_off_starts_the_process_again)
+{
+    snprintf (s_models, sizeof s_models, "%s", s_model ("tick_mlp", "\"backend\": \"cpu\", \"instances\": 2,"));
+    s_server_extra = ", \"standby\": false";
+    server_t s;
+    s_start (&s, s_models, true);
+    s_server_extra = "";
+    const pid_t first = s_device_pid (&s, "cpu (test)");
+    load_t l = { .models = { "tick_mlp" }, .model_count = 1, .total = 3000, .fault_after = 300,
+                 .fault = "device=cpu&kind=kill", .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_msg (s_wait_serving (&s, 30000), "the model did not come back (log: %s)", s.log);
+    printf ("standby off: killed: %u OK, %u UNAVAILABLE; recovery %.2f ms\n", l.ok[0], l.unavailable[0],
+            s_metric (&s, "sigserve_device_recovery_seconds{device=\"cpu\"}") * 1e3);
+    ck_assert_uint_eq (l.ok[0] + l.unavailable[0], 3000);
+    const pid_t second = s_device_pid (&s, "cpu (test)");
+    ck_assert_int_ne (second, first);
+    ck_assert (!s_log_has (&s, "standby process"));
+    ck_assert (!s_log_has (&s, "(the standby, promoted)"));
+    ck_assert (s_log_has (&s, "back after"));
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_restarts_total{device=\"cpu\",result=\"ok\"}"), 1);
+    ck_assert_double_eq (s_metric (&s, STANDBY_PROMOTIONS), 0);
+    ck_assert_double_eq (s_metric (&s, STANDBY_STARTED), 0);
+    ck_assert_double_eq (s_metric (&s, STANDBY_READY), 0);
+    load_t again = { .models = { "tick_mlp" }, .model_count = 1, .total = 300, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 300);
+    ck_assert_int_eq (s_stop (&s), 0);
 }
 END_TEST
 
@@ -318,6 +442,8 @@ static Suite *s_suite (void)
     tcase_add_test (c, device_process_answers_like_threads);
     tcase_add_test (c, killed_device_process_answers_every_request_once);
     tcase_add_test (c, sigterm_answers_what_a_device_process_holds);
+    tcase_add_test (c, killed_device_process_is_replaced_by_its_standby);
+    tcase_add_test (c, standby_off_starts_the_process_again);
     suite_add_tcase (suite, c);
     TCase *g = s_tcase ("gpu");
     tcase_add_test (g, trap_on_a_gpu_leaves_the_cpu_model_serving);
