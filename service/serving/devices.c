@@ -226,7 +226,8 @@ static void s_spare_end (proc_t *p, bool kill_it)
     sp->stale = false;
 }
 
-/* One request and its reply on the control socket FD of DEVICE's process. */
+/* One request and its reply on the control socket FD of DEVICE's process: 0, or -1 with ERR (-2: the
+ * request was sent and the process exited before its reply). */
 static int s_exchange_fd (int fd, int device, const dev_request_t *rq, dev_reply_t *rp, char *err, size_t errlen)
 {
     char name[32];
@@ -242,7 +243,7 @@ static int s_exchange_fd (int fd, int device, const dev_request_t *rq, dev_reply
         if (n < 0 && errno == EINTR)
             continue;
         snprintf (err, errlen, "device %s: its process exited during the call", s_device_name (device, name, sizeof name));
-        return -1;
+        return -2;
     }
     if (rp->status != 0) {
         snprintf (err, errlen, "%s", rp->error);
@@ -271,7 +272,7 @@ int devices_call (devices_t *self, int device, const dev_request_t *rq, dev_repl
         snprintf (err, errlen, "device %d: its process could not be started again after %d attempts; restart the "
                   "server", device, RESTART_ATTEMPTS);
     else if (p->pid > 0 || s_spawn (self, p, err, errlen) == 0)
-        rc = s_exchange (p, rq, rp, err, errlen);
+        rc = s_exchange (p, rq, rp, err, errlen) == 0 ? 0 : -1;
     if (!locked)
         pthread_mutex_unlock (&self->lock);
     return rc;
@@ -372,16 +373,17 @@ static bool s_promote (devices_t *self, proc_t *p, uint64_t t0)
     return true;
 }
 
-/* P's process is gone or must go (lock held): its tenants lose it, the front answers what it held,
- * and its spare is promoted, or it is started again with backoff until every tenant rejoined. */
-static void s_recover (devices_t *self, proc_t *p, const char *why)
+/* P's process is gone or must go (lock held; T0: when that was seen, its exit status collected
+ * since): its tenants lose it, the front answers what it held, and its spare is promoted, or it is
+ * started again with backoff until every tenant rejoined. */
+static void s_recover (devices_t *self, proc_t *p, const char *why, uint64_t t0)
 {
     char name[32];
     s_device_name (p->device, name, sizeof name);
-    const uint64_t t0 = clock_now_ns ();
     p->losses++;
     log_error ("device %s: process %d lost (%s); its instances are unavailable until it is back", name, (int) p->pid, why);
     s_reap (p, true);
+    log_info ("device %s: the lost process ended %.1f ms after its loss was seen", name, (clock_now_ns () - t0) / 1e6);
     for (size_t i = 0; i < self->tenant_count; i++)
         if (self->tenants[i].device == p->device)
             self->tenants[i].t.lost (self->tenants[i].t.arg, p->device, why);
@@ -538,6 +540,7 @@ static void *s_supervise (void *arg)
             if (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
                 int status = 0;
                 char why[128] = "its control socket closed";
+                const uint64_t seen = clock_now_ns ();
                 /* the socket closes as the process exits, a moment before its status can be collected */
                 bool exited = false;
                 for (int waited = 0; waited < 500 && !exited; waited++)
@@ -551,14 +554,14 @@ static void *s_supervise (void *arg)
                                   WEXITSTATUS (status) == 70 ? ": its GPU context was lost (a trap or a lost device)" : "");
                     p->reaped = true;   /* s_reap must not wait for it */
                 }
-                s_recover (self, p, why);
+                s_recover (self, p, why, seen);
                 continue;
             }
             bool hung = false;
             for (size_t i = 0; i < self->tenant_count && !hung; i++)
                 hung = self->tenants[i].device == p->device && self->tenants[i].t.hung (self->tenants[i].t.arg, p->device, now);
             if (hung)
-                s_recover (self, p, "a launch ran past its model's watchdog_ms; the process was killed");
+                s_recover (self, p, "a launch ran past its model's watchdog_ms; the process was killed", now);
         }
         pthread_mutex_unlock (&self->lock);
     }
@@ -655,6 +658,9 @@ int devices_inject (devices_t *self, int device, uint32_t fault, char *err, size
             rq->op = DEV_FAULT;
             rq->fault = fault;
             rc = s_exchange (p, rq, rp, err, errlen);
+            /* a trap noticed at once may end the process before it answers: what was asked happened */
+            if (rc == -2 && fault == DEV_FAULT_TRAP)
+                rc = 0;
         }
         free (rq);
         free (rp);
