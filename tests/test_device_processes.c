@@ -16,7 +16,10 @@
  *   - a trap with watchdog_ms 5000, graph and persistent: noticed at once (the process exits 70, its
  *     context lost), never by the watchdog, serving again well within the watchdog;
  *   - a hang of a persistent model: its kernel itself stops answering, the watchdog ends the
- *     process, which comes back.
+ *     process, which comes back;
+ *   - server.standby on a GPU: a graph model's spare ready, then a trap, a kill or a hang under
+ *     load: the spare promoted, serving again within the issue's 50 ms of the loss (printed);
+ *     a spare made ready beside a resident persistent kernel (printed: how long it took).
  * test_device_processes_persistent.c has a persistent model in a device process
  * (tests/device_processes_tests.h: the server, the load loop and the helpers the two share). */
 #define _GNU_SOURCE
@@ -398,6 +401,109 @@ START_TEST (hang_of_a_persistent_model_stalls_its_kernel)
 }
 END_TEST
 
+/* The ms the log says DEVICE's standby took to be ready, on the first such line that holds ALSO, or -1. */
+static double s_standby_ready_ms (server_t *s, const char *device, const char *also)
+{
+    char want[96];
+    snprintf (want, sizeof want, "device %s: standby process ", device);
+    FILE *f = fopen (s->log, "r");
+    double ms = -1;
+    static char line[8192];
+    while (f && fgets (line, sizeof line, f)) {
+        const char *p = strstr (line, want), *r = p ? strstr (p, " ready in ") : NULL;
+        if (r && strstr (r, also)) {
+            ms = atof (r + strlen (" ready in "));
+            break;
+        }
+    }
+    if (f)
+        fclose (f);
+    return ms;
+}
+
+#define GPU_READY "sigserve_device_standby_ready{device=\"cuda:0\"}"
+#define GPU_PROMOTIONS "sigserve_device_standby_promotions_total{device=\"cuda:0\"}"
+#define GPU_RECOVERY "sigserve_device_recovery_seconds{device=\"cuda:0\"}"
+
+/* A graph model on GPU 0 with its spare ready, then FAULT (kind=trap|kill|hang) under load: the
+ * spare promoted, the model serving again within 50 ms of the loss (the issue's target). */
+static void s_standby_gpu (const char *name, const char *kind)
+{
+    if (s_gpus () < 1) {
+        printf ("%s: skipped: no GPU here\n", name);
+        return;
+    }
+    snprintf (s_models, sizeof s_models, "%s",
+              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"warp\", \"devices\": [0], \"watchdog_ms\": 200,"));
+    server_t s;
+    s_start (&s, s_models, false);
+    ck_assert_msg (s_wait_metric (&s, GPU_READY, 1, 60000), "no standby became ready (log: %s)", s.log);
+    char fault[64];
+    snprintf (fault, sizeof fault, "device=0&kind=%s", kind);
+    load_t l = { .models = { "gpu" }, .model_count = 1, .total = 3000, .fault_after = 300, .fault = fault,
+                 .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_msg (s_wait_serving (&s, 60000), "GPU 0 did not come back (log: %s)", s.log);
+    const double recovery_ms = s_metric (&s, GPU_RECOVERY) * 1e3;
+    printf ("%s: spare ready in %.1f ms; %s: %u OK / %u UNAVAILABLE (%u held, %u refused); recovery %.1f ms\n", name,
+            s_standby_ready_ms (&s, "0", "of 1 model(s)"), kind, l.ok[0], l.unavailable[0], l.unavailable_lost,
+            l.unavailable_admission, recovery_ms);
+    ck_assert_double_eq (s_metric (&s, GPU_PROMOTIONS), 1);
+    ck_assert (s_log_has (&s, "promoted, 1 model(s) rejoined (1 loaded there before)"));
+    ck_assert_msg (recovery_ms < 50, "%s: serving again %.1f ms after the loss (target: 50 ms; log: %s)", kind,
+                   recovery_ms, s.log);
+    ck_assert_msg (s_wait_metric (&s, GPU_READY, 1, 60000), "no new standby (log: %s)", s.log);
+    load_t again = { .models = { "gpu" }, .model_count = 1, .total = 300, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 300);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+
+START_TEST (standby_promoted_after_a_trap) { s_standby_gpu ("standby_promoted_after_a_trap", "trap"); }
+END_TEST
+
+START_TEST (standby_promoted_after_a_kill) { s_standby_gpu ("standby_promoted_after_a_kill", "kill"); }
+END_TEST
+
+START_TEST (standby_promoted_after_a_hang) { s_standby_gpu ("standby_promoted_after_a_hang", "hang"); }
+END_TEST
+
+/* A spare made ready beside a resident persistent kernel (of the serving process, another context):
+ * the graph model loads there (context, modules, graphs) without waiting for the kernel, the
+ * persistent one is only prepared there and loads at the promotion. */
+START_TEST (standby_ready_beside_a_resident_kernel)
+{
+    if (s_gpus () < 1) {
+        printf ("standby_ready_beside_a_resident_kernel: skipped: no GPU here\n");
+        return;
+    }
+    snprintf (s_models, sizeof s_models, "%s, %s",
+              s_model ("box", "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0],"),
+              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"warp\", \"devices\": [0],"));
+    server_t s;
+    s_start (&s, s_models, false);
+    for (int waited = 0; waited < 60000 && !s_log_has (&s, "(1 of 2 model(s) loaded there"); waited += 50)
+        usleep (50 * 1000);
+    ck_assert_msg (s_log_has (&s, "(1 of 2 model(s) loaded there"), "the standby did not become ready beside the "
+                   "resident kernel within 60 s (log: %s)", s.log);
+    printf ("standby beside a resident persistent kernel: ready in %.1f ms\n", s_standby_ready_ms (&s, "0", "of 2 model(s)"));
+    ck_assert_double_eq (s_metric (&s, GPU_READY), 1);
+    load_t l = { .models = { "gpu", "box" }, .model_count = 2, .total = 2000, .fault_after = 200,
+                 .fault = "device=0&kind=kill", .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_msg (s_wait_serving (&s, 60000), "GPU 0 did not come back (log: %s)", s.log);
+    printf ("standby beside a resident persistent kernel: killed: gpu %u OK / %u UNAVAILABLE, box %u OK / %u "
+            "UNAVAILABLE; recovery %.1f ms (the persistent model loaded at the promotion)\n", l.ok[0], l.unavailable[0],
+            l.ok[1], l.unavailable[1], s_metric (&s, GPU_RECOVERY) * 1e3);
+    ck_assert_double_eq (s_metric (&s, GPU_PROMOTIONS), 1);
+    ck_assert (s_log_has (&s, "promoted, 2 model(s) rejoined (1 loaded there before)"));
+    load_t again = { .models = { "gpu", "box" }, .model_count = 2, .total = 400, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0] + again.ok[1], 400);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 START_TEST (trap_on_gpu_1_leaves_gpu_0_serving)
 {
     if (s_gpus () < 2) {
@@ -452,6 +558,10 @@ static Suite *s_suite (void)
     tcase_add_test (g, trap_in_a_graph_is_noticed_at_once);
     tcase_add_test (g, trap_beside_a_persistent_kernel_is_noticed_at_once);
     tcase_add_test (g, hang_of_a_persistent_model_stalls_its_kernel);
+    tcase_add_test (g, standby_promoted_after_a_trap);
+    tcase_add_test (g, standby_promoted_after_a_kill);
+    tcase_add_test (g, standby_promoted_after_a_hang);
+    tcase_add_test (g, standby_ready_beside_a_resident_kernel);
     suite_add_tcase (suite, g);
     return suite;
 }
