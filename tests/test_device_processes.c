@@ -7,7 +7,8 @@
  *   - SIGTERM with requests in a device process: every one answered, the process gone;
  *   - server.standby: a warm spare, its model loaded, started once the process serves; the process
  *     killed under load: the spare promoted (counted), every request answered once, a new spare
- *     started after the promotion; with standby false, no spare and the process started again;
+ *     started after the promotion; with standby false, no spare and the process started again; a
+ *     spare ended while it waits, or holding a model a reload unloads, made anew;
  * and on GPU hosts (skipped elsewhere, saying why):
  *   - a trap on GPU 0: the CPU model beside it answers OK throughout, the GPU model comes back;
  *   - a launch that hangs past watchdog_ms: the device process killed and started again, the same;
@@ -257,6 +258,64 @@ START_TEST (standby_off_starts_the_process_again)
     ck_assert_double_eq (s_metric (&s, STANDBY_PROMOTIONS), 0);
     ck_assert_double_eq (s_metric (&s, STANDBY_STARTED), 0);
     ck_assert_double_eq (s_metric (&s, STANDBY_READY), 0);
+    load_t again = { .models = { "tick_mlp" }, .model_count = 1, .total = 300, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 300);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
+static void s_wait_log (server_t *s, const char *text)
+{
+    for (int waited = 0; waited < 60000 && !s_log_has (s, text); waited += 20)
+        usleep (20 * 1000);
+    ck_assert_msg (s_log_has (s, text), "the log never said \"%s\" (log: %s)", text, s->log);
+}
+
+/* The spare ended while it waits: made anew; a reload that unloads a model it loaded: made anew
+ * (a later model may reuse the token it knows that one by); the one made after serves a loss. */
+START_TEST (standby_made_anew_after_its_loss_and_a_reload)
+{
+    char two[20000];
+    snprintf (two, sizeof two, "%s, %s", s_model ("tick_mlp", "\"backend\": \"cpu\","),
+              s_model ("other", "\"backend\": \"cpu\","));
+    snprintf (s_models, sizeof s_models, "%s", two);
+    server_t s;
+    s_start (&s, s_models, true);
+    s_wait_log (&s, "(2 of 2 model(s) loaded there");
+    const pid_t spare = s_standby_pid (&s, 0);
+    ck_assert_int_gt (spare, 0);
+    kill (spare, SIGKILL);
+    s_wait_log (&s, "ended while it waited");
+    ck_assert_msg (s_wait_metric (&s, STANDBY_STARTED, 2, 30000), "no spare after the first ended (log: %s)", s.log);
+    ck_assert_msg (s_wait_metric (&s, STANDBY_READY, 1, 30000), "the new spare never ready (log: %s)", s.log);
+    ck_assert_int_ne (s_standby_pid (&s, 1), spare);
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_losses_total{device=\"cpu\"}"), 0);
+    /* a reload without "other": the spare loaded it, so it is made anew, with tick_mlp alone */
+    FILE *f = fopen (s.config, "r");
+    ck_assert_ptr_nonnull (f);
+    static char json[65536], rewritten[65536];
+    const size_t n = fread (json, 1, sizeof json - 1, f);
+    fclose (f);
+    json[n] = '\0';
+    char *list = strstr (json, two);
+    ck_assert_ptr_nonnull (list);
+    snprintf (rewritten, sizeof rewritten, "%.*s%s%s", (int) (list - json), json,
+              s_model ("tick_mlp", "\"backend\": \"cpu\","), list + strlen (two));
+    free (tu_write_file (s.dir, "sigserve.json", rewritten, -1));
+    kill (s.pid, SIGHUP);
+    s_wait_log (&s, "made anew (a model it held was unloaded)");
+    s_wait_log (&s, "(1 of 1 model(s) loaded there");
+    ck_assert_msg (s_wait_metric (&s, STANDBY_READY, 1, 30000), "no spare after the reload (log: %s)", s.log);
+    ck_assert_double_eq (s_metric (&s, STANDBY_STARTED), 3);
+    const pid_t third = s_standby_pid (&s, 2);
+    load_t l = { .models = { "tick_mlp" }, .model_count = 1, .total = 1000, .fault_after = 200,
+                 .fault = "device=cpu&kind=kill", .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_msg (s_wait_serving (&s, 30000), "the model did not come back (log: %s)", s.log);
+    ck_assert_int_eq (s_device_pid (&s, "cpu (test)"), third);
+    ck_assert (s_log_has (&s, "promoted, 1 model(s) rejoined (1 loaded there before)"));
+    ck_assert_double_eq (s_metric (&s, STANDBY_PROMOTIONS), 1);
     load_t again = { .models = { "tick_mlp" }, .model_count = 1, .total = 300, .check_outputs = true };
     s_load (&s, &again);
     ck_assert_uint_eq (again.ok[0], 300);
@@ -550,6 +609,7 @@ static Suite *s_suite (void)
     tcase_add_test (c, sigterm_answers_what_a_device_process_holds);
     tcase_add_test (c, killed_device_process_is_replaced_by_its_standby);
     tcase_add_test (c, standby_off_starts_the_process_again);
+    tcase_add_test (c, standby_made_anew_after_its_loss_and_a_reload);
     suite_add_tcase (suite, c);
     TCase *g = s_tcase ("gpu");
     tcase_add_test (g, trap_on_a_gpu_leaves_the_cpu_model_serving);

@@ -520,13 +520,18 @@ static void *s_supervise (void *arg)
     devices_t *self = arg;
     threads_set_role ("devices");
     while (!atomic_load (&self->stopping)) {
-        struct pollfd fds[DEVICES_MAX];
-        int which[DEVICES_MAX], n = 0;
+        struct pollfd fds[2 * DEVICES_MAX];
+        int which[2 * DEVICES_MAX], n = 0;
+        bool spare[2 * DEVICES_MAX];
         pthread_mutex_lock (&self->lock);
         for (int i = 0; i < DEVICES_MAX; i++)
-            if (self->procs[i].used && self->procs[i].fd >= 0) {
-                fds[n] = (struct pollfd) { .fd = self->procs[i].fd, .events = POLLRDHUP };
-                which[n++] = i;
+            for (int sp = 0; sp < 2; sp++) {
+                const int fd = sp ? self->procs[i].spare.fd : self->procs[i].fd;
+                if (self->procs[i].used && fd >= 0) {
+                    fds[n] = (struct pollfd) { .fd = fd, .events = POLLRDHUP };
+                    spare[n] = sp;
+                    which[n++] = i;
+                }
             }
         const bool more = s_standby_step (self);
         pthread_mutex_unlock (&self->lock);
@@ -535,6 +540,16 @@ static void *s_supervise (void *arg)
         const uint64_t now = clock_now_ns ();
         for (int k = 0; k < n && !atomic_load (&self->stopping); k++) {
             proc_t *p = &self->procs[which[k]];
+            if (spare[k]) {     /* a spare gone while it waited: made anew later */
+                if (p->spare.fd == fds[k].fd && (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+                    char name[32];
+                    log_warn ("device %s: standby process %d ended while it waited; made anew in %.0f s",
+                              s_device_name (p->device, name, sizeof name), (int) p->spare.pid, SPARE_RETRY_NS / 1e9);
+                    s_spare_end (p, true);
+                    p->spare.retry_ns = now + SPARE_RETRY_NS;
+                }
+                continue;
+            }
             if (p->fd != fds[k].fd)
                 continue;       /* restarted or stopped meanwhile */
             if (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
