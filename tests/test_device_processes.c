@@ -20,7 +20,8 @@
  *     process, which comes back;
  *   - server.standby on a GPU: a graph model's spare ready, then a trap, a kill or a hang under
  *     load: the spare promoted, serving again within the issue's 50 ms of the loss (printed);
- *     a spare made ready beside a resident persistent kernel (printed: how long it took).
+ *     a spare made ready beside a resident persistent kernel, its own parked (printed: how long it
+ *     took).
  * test_device_processes_persistent.c has a persistent model in a device process
  * (tests/device_processes_tests.h: the server, the load loop and the helpers the two share). */
 #define _GNU_SOURCE
@@ -528,8 +529,8 @@ START_TEST (standby_promoted_after_a_hang) { s_standby_gpu ("standby_promoted_af
 END_TEST
 
 /* A spare made ready beside a resident persistent kernel (of the serving process, another context):
- * the graph model loads there (context, modules, graphs) without waiting for the kernel, the
- * persistent one is only prepared there and loads at the promotion. */
+ * both models load there (context, modules, graphs, the persistent kernel launched, warmed and
+ * parked) without waiting for the serving kernel; the promotion only starts them. */
 START_TEST (standby_ready_beside_a_resident_kernel)
 {
     if (s_gpus () < 1) {
@@ -541,10 +542,11 @@ START_TEST (standby_ready_beside_a_resident_kernel)
               s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"warp\", \"devices\": [0],"));
     server_t s;
     s_start (&s, s_models, false);
-    for (int waited = 0; waited < 60000 && !s_log_has (&s, "(1 of 2 model(s) loaded there"); waited += 50)
+    for (int waited = 0; waited < 60000 && !s_log_has (&s, "(2 of 2 model(s) loaded there"); waited += 50)
         usleep (50 * 1000);
-    ck_assert_msg (s_log_has (&s, "(1 of 2 model(s) loaded there"), "the standby did not become ready beside the "
+    ck_assert_msg (s_log_has (&s, "(2 of 2 model(s) loaded there"), "the standby did not become ready beside the "
                    "resident kernel within 60 s (log: %s)", s.log);
+    ck_assert (s_log_has (&s, "(standby): model \"box\" loaded, its resident kernel(s) parked"));
     printf ("standby beside a resident persistent kernel: ready in %.1f ms\n", s_standby_ready_ms (&s, "0", "of 2 model(s)"));
     ck_assert_double_eq (s_metric (&s, GPU_READY), 1);
     load_t l = { .models = { "gpu", "box" }, .model_count = 2, .total = 2000, .fault_after = 200,
@@ -552,10 +554,10 @@ START_TEST (standby_ready_beside_a_resident_kernel)
     s_load (&s, &l);
     ck_assert_msg (s_wait_serving (&s, 60000), "GPU 0 did not come back (log: %s)", s.log);
     printf ("standby beside a resident persistent kernel: killed: gpu %u OK / %u UNAVAILABLE, box %u OK / %u "
-            "UNAVAILABLE; recovery %.1f ms (the persistent model loaded at the promotion)\n", l.ok[0], l.unavailable[0],
+            "UNAVAILABLE; recovery %.1f ms (the persistent kernel launched again at the promotion)\n", l.ok[0], l.unavailable[0],
             l.ok[1], l.unavailable[1], s_metric (&s, GPU_RECOVERY) * 1e3);
     ck_assert_double_eq (s_metric (&s, GPU_PROMOTIONS), 1);
-    ck_assert (s_log_has (&s, "promoted, 2 model(s) rejoined (1 loaded there before)"));
+    ck_assert (s_log_has (&s, "promoted, 2 model(s) rejoined (2 loaded there before)"));
     load_t again = { .models = { "gpu", "box" }, .model_count = 2, .total = 400, .check_outputs = true };
     s_load (&s, &again);
     ck_assert_uint_eq (again.ok[0] + again.ok[1], 400);

@@ -32,6 +32,7 @@
 typedef struct {
     uint64_t token;
     model_t *m;
+    bool parked;            /* a warm spare's: its instances' resident kernels stopped until DEV_START */
 } held_t;
 
 static held_t s_held[MODELS_MAX];
@@ -92,6 +93,17 @@ static int s_load (const dev_request_t *rq, dev_reply_t *rp)
     model_t *m = model_load (&rq->cfg, NULL, &placement_threads, &env, rp->error, sizeof rp->error);
     if (!m)
         return -1;
+    /* a warm spare holds no resident kernel: each one stopped once it loaded and warmed */
+    for (uint32_t i = 0; rq->park && i < m->instance_count; i++)
+        if (m->instances[i].impl && (!m->iface->park || m->iface->park (m->instances[i].impl) != 0)) {
+            snprintf (rp->error, sizeof rp->error, "model \"%s\": instance %u: its resident kernel could not be parked "
+                      "in the standby process", rq->cfg.name, i);
+            model_destroy (&m);
+            return -1;
+        }
+    if (rq->park && (m->desc.can & MODEL_CAN_PARK))
+        log_info ("device process %d (standby): model \"%s\" loaded, its resident kernel(s) parked until it is promoted",
+                  (int) getpid (), rq->cfg.name);
     rp->desc = m->desc;
     for (uint32_t i = 0; i < CONFIG_MAX_INSTANCES; i++)
         rp->cpus[i] = -1;
@@ -100,7 +112,7 @@ static int s_load (const dev_request_t *rq, dev_reply_t *rp)
             rp->cpus[i] = m->instances[i].cpu_count ? m->instances[i].cpus[0] : -1;
             rp->green_sms[i] = atomic_load (&m->instances[i].green_sms);
         }
-    s_held[s_held_count++] = (held_t) { .token = rq->token, .m = m };
+    s_held[s_held_count++] = (held_t) { .token = rq->token, .m = m, .parked = rq->park };
     return 0;
 }
 
@@ -116,6 +128,12 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
     for (uint32_t i = 0; i < m->instance_count; i++)
         if (m->instances[i].started)
             return 0;       /* started already (a rejoin came first): once only */
+    /* a promoted spare's parked kernels launched again, before anything publishes to them */
+    for (uint32_t i = 0; h->parked && i < m->instance_count; i++)
+        if ((rq->here >> i & 1) && m->instances[i].impl
+            && m->iface->unpark (m->instances[i].impl, rp->error, sizeof rp->error) != 0)
+            return -1;
+    h->parked = false;
     m->job_count = rq->job_count;
     m->drift = (_Atomic uint32_t *) rq->drift;
     m->inline_way = (model_inline_t) rq->inline_way;

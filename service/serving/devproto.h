@@ -39,6 +39,8 @@ typedef struct {
                                            fronts publish into the instances' mailboxes, so workers claim them) */
     uint32_t fault;                     /* DEV_FAULT: dev_fault_t */
     bool resolve_only;                  /* DEV_LOAD: "auto" measured and resolved, nothing kept (model_plan) */
+    bool park;                          /* DEV_LOAD to a warm spare: each instance's resident kernel stopped once loaded
+                                           (backend.h: park), launched again at its DEV_START */
 } dev_request_t;
 
 typedef struct {

@@ -160,21 +160,23 @@ static void s_prepare_rejoin (void *arg, int device)
 }
 
 /* Whether M's instances keep a kernel resident (a persistent MLP, its emulation in test builds, an
- * LSTM on a GPU): a spare process must hold none (its SMs, and the GPU's time shared with the
- * serving process's kernel), so such a model loads when the spare is promoted. */
+ * LSTM on a GPU): a spare process must hold none while it waits (its SMs, and the GPU's time shared
+ * with the serving process's kernel), so such a model is parked there, or loads at the promotion. */
 static bool s_resident (const model_t *m)
 {
     return (m->desc.can & MODEL_CAN_SHARE_BOX) || (s_gpu (&m->desc.cfg) && m->desc.cfg.type == MODEL_TYPE_LSTM)
            || strncmp (m->desc.kernel, "persistent", 10) == 0;
 }
 
-/* The call that prepares DEVICE's spare for M (devices.h: stage): its load, or, for a model with a
- * resident kernel, its prepare (a module loaded, green contexts made: no kernel resident there yet). */
+/* The call that prepares DEVICE's spare for M (devices.h: stage): its load (a resident kernel parked
+ * once loaded and warmed, where its backend can), or, for a resident kernel that cannot be parked,
+ * its prepare (a module loaded, green contexts made: no kernel resident there yet). */
 static bool s_stage (void *arg, int device, dev_request_t *rq)
 {
     const model_t *m = arg;
-    if (!s_resident (m)) {
+    if (!s_resident (m) || (m->desc.can & MODEL_CAN_PARK)) {     /* parked: its kernel stopped once loaded */
         s_load_request (rq, m, s_here (&m->desc.cfg, s_gpu (&m->desc.cfg), device));
+        rq->park = s_resident (m);
         return true;
     }
     if (!model_preparer (&m->desc.cfg))

@@ -111,6 +111,8 @@ const backend_iface_t backend_cuda_iface = {
     .destroy = s_destroy,
     .share_box = cuda_model_share_box,
     .kernel_stopped = cuda_model_kernel_stopped,
+    .park = cuda_persistent_park,
+    .unpark = cuda_persistent_unpark,
     .green_sms = s_green_sms,
     .prepare = s_prepare,
 };
