@@ -1,8 +1,9 @@
 /* A device process (serving/devices.h): maps the server's shared region, then answers the server's
  * control calls (load, start, unload the model instances placed on its device) and runs their
  * workers. It exits when the server closes the control socket (after unloading everything) or
- * dies (PR_SET_PDEATHSIG), and with status 70 as soon as its device's context is lost or one of its
- * instances can no longer run: the server then answers what it held and starts it again. */
+ * dies (PR_SET_PDEATHSIG), and with status 70 as soon as its device's context is lost (at once, from
+ * the thread that saw the sticky error) or 71 when one of its instances can no longer run (a kernel
+ * past its watchdog): the server then answers what it held and starts it again. */
 #define _GNU_SOURCE
 #include "serving/devices.h"
 #include "serving/model_impl.h"
@@ -27,7 +28,8 @@
  * the context still runs: the health poll does, every millisecond (a stream query per such
  * instance, a microsecond or two: ~0.2% of this thread, off every request's path). */
 #define HEALTH_MAILBOX_MS 1
-#define EXIT_LOST 70
+#define EXIT_LOST 70         /* its device's context is lost (devices.c says so) */
+#define EXIT_INSTANCE 71     /* an instance cannot run, the context fine (its kernel stopped answering) */
 
 typedef struct {
     uint64_t token;
@@ -175,14 +177,16 @@ static int s_fault (const dev_request_t *rq, int device, dev_reply_t *rp)
     return s_fault_fn (device, rq->fault, target, rp->error, sizeof rp->error);
 }
 
-/* Whether this process must go: its device's context is lost, or an instance cannot run. */
-static bool s_lost (int device, char *why, size_t len)
+/* Whether this process must go, as its exit status: EXIT_LOST when its device's context is lost
+ * (or a kernel a front waits on ended), EXIT_INSTANCE when an instance cannot run (a persistent
+ * kernel past its watchdog); 0 while all is well. */
+static int s_lost (int device, char *why, size_t len)
 {
     const gpu_backend_t *gpu = device >= 0 ? backends_gpu (NULL, 0) : NULL;
     const char *fault = gpu ? gpu->device_fault (device) : NULL;
     if (fault) {
         snprintf (why, len, "device %d: %s", device, fault);
-        return true;
+        return EXIT_LOST;
     }
     for (size_t k = 0; k < s_held_count; k++) {
         model_t *m = s_held[k].m;
@@ -190,18 +194,18 @@ static bool s_lost (int device, char *why, size_t len)
             instance_t *in = &m->instances[i];
             if (in->started && !atomic_load (&in->sh->available)) {
                 snprintf (why, len, "model %s instance %u: %s", m->desc.cfg.name, i, in->sh->state);
-                return true;
+                return EXIT_INSTANCE;
             }
             /* a front waiting on its mailbox makes no CUDA call: its kernel's end shows here */
             const char *stopped = in->started && atomic_load (&in->sh->box_ready) && m->iface->kernel_stopped
                                       ? m->iface->kernel_stopped (in->impl) : NULL;
             if (stopped) {
                 snprintf (why, len, "model %s instance %u: %s", m->desc.cfg.name, i, stopped);
-                return true;
+                return EXIT_LOST;
             }
         }
     }
-    return false;
+    return 0;
 }
 
 /* A sticky CUDA error, the moment a worker's wait (or a stream query) sees it: the context is gone,
@@ -288,9 +292,10 @@ int devices_process_main (int argc, char **argv)
         struct pollfd p = { .fd = control, .events = POLLIN };
         int n = poll (&p, 1, gpu && s_fronts_wait () ? HEALTH_MAILBOX_MS : HEALTH_MS);
         char why[256];
-        if (s_lost (device, why, sizeof why)) {
+        const int lost = s_lost (device, why, sizeof why);
+        if (lost) {
             log_error ("device process %d: %s; exiting so the server starts it again", (int) getpid (), why);
-            _exit (EXIT_LOST);      /* no clean-up: a lost context may hang in it */
+            _exit (lost);       /* no clean-up: a lost context may hang in it */
         }
         if (n <= 0)
             continue;

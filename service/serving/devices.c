@@ -84,13 +84,13 @@ struct _devices_t {
     tenant_t tenants[TENANTS_MAX];
     size_t tenant_count;
     bool cpu_models;
-    bool standby;                       /* server.standby */
+    _Atomic bool standby;               /* server.standby (set after the supervisor started) */
     pthread_t supervisor;
     _Atomic bool stopping;
 };
 
 void devices_place_cpu_models (devices_t *self, bool on) { self->cpu_models = on; }
-void devices_set_standby (devices_t *self, bool on) { self->standby = on; }
+void devices_set_standby (devices_t *self, bool on) { atomic_store (&self->standby, on); }
 bool devices_cpu_models_placed (const devices_t *self) { return self && self->cpu_models; }
 void *devices_alloc (devices_t *self, size_t bytes) { return shm_alloc (self->shm, bytes); }
 void devices_free (devices_t *self, void *block) { shm_free (self->shm, block); }
@@ -393,7 +393,7 @@ static void s_recover (devices_t *self, proc_t *p, const char *why, uint64_t t0)
         while (self->tenants[i].device == p->device && !self->tenants[i].t.swept (self->tenants[i].t.arg, p->device)
                && clock_now_ns () - t0 < SWEEP_WAIT_NS && !atomic_load (&self->stopping))
             usleep (200);
-    if (self->standby && !atomic_load (&self->stopping) && s_promote (self, p, t0))
+    if (atomic_load (&self->standby) && !atomic_load (&self->stopping) && s_promote (self, p, t0))
         return;
     unsigned delay_ms = RESTART_FIRST_DELAY_MS;
     for (int attempt = 1; attempt <= RESTART_ATTEMPTS && !atomic_load (&self->stopping); attempt++) {
@@ -451,7 +451,7 @@ static tenant_t *s_unstaged (devices_t *self, const proc_t *p)
 static bool s_standby_step (devices_t *self)
 {
     const uint64_t now = clock_now_ns ();
-    for (int i = 0; self->standby && i < DEVICES_MAX && !atomic_load (&self->stopping); i++) {
+    for (int i = 0; atomic_load (&self->standby) && i < DEVICES_MAX && !atomic_load (&self->stopping); i++) {
         proc_t *p = &self->procs[i];
         spare_t *sp = &p->spare;
         char name[32], err[512] = "";
@@ -566,7 +566,9 @@ static void *s_supervise (void *arg)
                         snprintf (why, sizeof why, "killed by signal %d", WTERMSIG (status));
                     else
                         snprintf (why, sizeof why, "exited with status %d%s", WEXITSTATUS (status),
-                                  WEXITSTATUS (status) == 70 ? ": its GPU context was lost (a trap or a lost device)" : "");
+                                  WEXITSTATUS (status) == 70   ? ": its GPU context was lost (a trap or a lost device)"
+                                  : WEXITSTATUS (status) == 71 ? ": an instance could not run (e.g. a kernel past its watchdog)"
+                                                               : "");
                     p->reaped = true;   /* s_reap must not wait for it */
                 }
                 s_recover (self, p, why, seen);
