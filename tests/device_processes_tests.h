@@ -246,6 +246,30 @@ static inline bool s_gone (pid_t pid)
     return state == 'Z' || state == 'X';
 }
 
+/* What process PID costs: its resident memory in MiB (/proc; -1 when gone) and, where nvidia-smi
+ * answers, the GPU memory it holds in MiB (-1: unknown). For the standby's cost, printed. */
+static inline void s_process_cost (pid_t pid, double *rss_mib, double *gpu_mib)
+{
+    char path[64], line[256];
+    *rss_mib = *gpu_mib = -1;
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *f = fopen (path, "r");
+    while (f && fgets (line, sizeof line, f))
+        if (strncmp (line, "VmRSS:", 6) == 0)
+            *rss_mib = atof (line + 6) / 1024.0;
+    if (f)
+        fclose (f);
+    FILE *p = popen ("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null", "r");
+    while (p && fgets (line, sizeof line, p)) {
+        int who = 0;
+        double mib = 0;
+        if (sscanf (line, "%d, %lf", &who, &mib) == 2 && who == (int) pid)
+            *gpu_mib = mib;
+    }
+    if (p)
+        pclose (p);
+}
+
 /* Whether PID has a /dev/nvidia* file open: a process that initialised CUDA holds /dev/nvidiactl. */
 static inline bool s_holds_nvidia (pid_t pid)
 {

@@ -186,6 +186,10 @@ START_TEST (killed_device_process_is_replaced_by_its_standby)
     ck_assert (s_log_has (&s, "(1 of 1 model(s) loaded there"));
     ck_assert_double_eq (s_metric (&s, STANDBY_PROMOTIONS), 0);
     ck_assert_double_eq (s_metric (&s, STANDBY_STARTED), 1);
+    double rss[2], gpu_mib[2];
+    s_process_cost (first, &rss[0], &gpu_mib[0]);
+    s_process_cost (spare, &rss[1], &gpu_mib[1]);
+    printf ("standby: the serving process %.1f MiB resident, its spare %.1f MiB\n", rss[0], rss[1]);
     load_t l = { .models = { "tick_mlp" }, .model_count = 1, .total = 3000, .fault_after = 300,
                  .fault = "device=cpu&kind=kill", .check_outputs = true };
     s_load (&s, &l);
@@ -461,6 +465,28 @@ START_TEST (hang_of_a_persistent_model_stalls_its_kernel)
 }
 END_TEST
 
+/* What GPU 0's serving process and its spare hold (host and GPU memory), printed. */
+static void s_print_cost (server_t *s, const char *name)
+{
+    char want[64];
+    snprintf (want, sizeof want, "device 0: standby process ");
+    pid_t spare = 0;
+    FILE *f = fopen (s->log, "r");
+    static char line[8192];
+    while (f && fgets (line, sizeof line, f)) {
+        const char *p = strstr (line, want);
+        if (p && strstr (line, " started"))
+            spare = (pid_t) atoi (p + strlen (want));
+    }
+    if (f)
+        fclose (f);
+    double rss[2], gpu_mib[2];
+    s_process_cost (s_device_pid (s, "0"), &rss[0], &gpu_mib[0]);
+    s_process_cost (spare, &rss[1], &gpu_mib[1]);
+    printf ("%s: serving process %.0f MiB host, %.0f MiB GPU; its spare %.0f MiB host, %.0f MiB GPU (-1: unknown)\n",
+            name, rss[0], gpu_mib[0], rss[1], gpu_mib[1]);
+}
+
 /* The ms the log says DEVICE's standby took to be ready, on the first such line that holds ALSO, or -1. */
 static double s_standby_ready_ms (server_t *s, const char *device, const char *also)
 {
@@ -498,6 +524,7 @@ static void s_standby_gpu (const char *name, const char *kind)
     server_t s;
     s_start (&s, s_models, false);
     ck_assert_msg (s_wait_metric (&s, GPU_READY, 1, 60000), "no standby became ready (log: %s)", s.log);
+    s_print_cost (&s, name);
     char fault[64];
     snprintf (fault, sizeof fault, "device=0&kind=%s", kind);
     load_t l = { .models = { "gpu" }, .model_count = 1, .total = 3000, .fault_after = 300, .fault = fault,
@@ -548,6 +575,7 @@ START_TEST (standby_ready_beside_a_resident_kernel)
                    "resident kernel within 60 s (log: %s)", s.log);
     ck_assert (s_log_has (&s, "(standby): model \"box\" loaded, its resident kernel(s) parked"));
     printf ("standby beside a resident persistent kernel: ready in %.1f ms\n", s_standby_ready_ms (&s, "0", "of 2 model(s)"));
+    s_print_cost (&s, "standby beside a resident persistent kernel");
     ck_assert_double_eq (s_metric (&s, GPU_READY), 1);
     load_t l = { .models = { "gpu", "box" }, .model_count = 2, .total = 2000, .fault_after = 200,
                  .fault = "device=0&kind=kill", .check_outputs = true };

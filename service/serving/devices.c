@@ -594,6 +594,7 @@ devices_t *devices_new (const char *exe, const char *log_level, const char *log_
     }
     pthread_mutex_init (&self->lock, NULL);
     atomic_init (&self->stopping, false);
+    atomic_init (&self->standby, false);
     snprintf (self->exe, sizeof self->exe, "%s", exe);
     snprintf (self->log_level, sizeof self->log_level, "%s", log_level);
     snprintf (self->log_format, sizeof self->log_format, "%s", log_format);
