@@ -429,7 +429,6 @@ static devices_t *s_start_devices (const options_t *opt, const config_t *cfg)
         return NULL;
     }
     devices_place_cpu_models (d, opt->cpu_device_process);
-    devices_set_standby (d, cfg->server.standby);
     log_info ("GPU work runs in one process per device%s", opt->cpu_device_process ? " (CPU models too: a test build)" : "");
     return d;
 }
@@ -580,6 +579,8 @@ int main (int argc, char **argv)
             } else {
                 server_serve (server, models);
                 log_info ("sigserve %s ready", SIGSERVE_VERSION);
+                if (devices)    /* the spares load after the start, never competing with it */
+                    devices_set_standby (devices, cfg->server.standby);
                 notify_ready ("serving");
                 control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .http = http,
                                       .auth = auth, .watch = watch, .before = before };

@@ -184,6 +184,9 @@ START_TEST (killed_device_process_is_replaced_by_its_standby)
     ck_assert (!s_gone (spare));
     ck_assert (s_log_has (&s, "device cpu (test): standby process"));
     ck_assert (s_log_has (&s, "(1 of 1 model(s) loaded there"));
+    /* after the start, never competing with it */
+    ck_assert_int_gt (s_log_line (&s, "device cpu (test): standby process", 0), s_log_line (&s, " ready\n", 0));
+    ck_assert_int_gt (s_log_line (&s, " ready\n", 0), 0);
     ck_assert_double_eq (s_metric (&s, STANDBY_PROMOTIONS), 0);
     ck_assert_double_eq (s_metric (&s, STANDBY_STARTED), 1);
     double rss[2], gpu_mib[2];
