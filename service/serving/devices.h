@@ -66,8 +66,8 @@ devices_t *devices_new (const char *exe, const char *log_level, const char *log_
 void devices_destroy (devices_t **self_p);
 
 /* server.standby: a warm spare process per device, its tenants loaded (stage) but nothing started,
- * prepared in the background once the device's process serves; a loss promotes it (its tenants
- * rejoin without a load) and a new one is prepared. Off until set. */
+ * prepared in the background once on (main.c turns it on when the server is ready); a loss promotes
+ * it (its tenants rejoin without a load) and a new one is prepared. Off until set. */
 void devices_set_standby (devices_t *self, bool on);
 
 /* Test builds: CPU models too go to a device process (DEVICE_CPU_TEST). */
