@@ -579,6 +579,8 @@ int main (int argc, char **argv)
             } else {
                 server_serve (server, models);
                 log_info ("sigserve %s ready", SIGSERVE_VERSION);
+                if (devices)    /* the spares load after the start, never competing with it */
+                    devices_set_standby (devices, cfg->server.standby);
                 notify_ready ("serving");
                 control_t control = { .opt = &opt, .cfg = cfg, .server = server, .stats = stats, .http = http,
                                       .auth = auth, .watch = watch, .before = before };

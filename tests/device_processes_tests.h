@@ -110,6 +110,32 @@ static inline bool s_log_has (server_t *s, const char *text)
     return found;
 }
 
+/* The line number (1-based) of the Nth (0-based) line of the log holding TEXT, or 0. */
+static inline int s_log_line (server_t *s, const char *text, int nth)
+{
+    FILE *f = fopen (s->log, "r");
+    if (!f)
+        return 0;
+    static char line[8192];
+    int at = 0, found = 0;
+    for (int no = 1; !found && fgets (line, sizeof line, f); no++)
+        if (strstr (line, text) && nth-- == 0)
+            found = at = no;
+    fclose (f);
+    return at;
+}
+
+/* Waits until the metric line NAME reads VALUE; false past TIMEOUT_MS. */
+static inline bool s_wait_metric (server_t *s, const char *name, double value, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 20) {
+        if (s_metric (s, name) == value)
+            return true;
+        usleep (20 * 1000);
+    }
+    return false;
+}
+
 /* Waits until /readyz answers 200 and every instance of /models is serving. */
 static inline bool s_wait_serving (server_t *s, int timeout_ms)
 {
@@ -220,6 +246,30 @@ static inline bool s_gone (pid_t pid)
     return state == 'Z' || state == 'X';
 }
 
+/* What process PID costs: its resident memory in MiB (/proc; -1 when gone) and, where nvidia-smi
+ * answers, the GPU memory it holds in MiB (-1: unknown). For the standby's cost, printed. */
+static inline void s_process_cost (pid_t pid, double *rss_mib, double *gpu_mib)
+{
+    char path[64], line[256];
+    *rss_mib = *gpu_mib = -1;
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *f = fopen (path, "r");
+    while (f && fgets (line, sizeof line, f))
+        if (strncmp (line, "VmRSS:", 6) == 0)
+            *rss_mib = atof (line + 6) / 1024.0;
+    if (f)
+        fclose (f);
+    FILE *p = popen ("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null", "r");
+    while (p && fgets (line, sizeof line, p)) {
+        int who = 0;
+        double mib = 0;
+        if (sscanf (line, "%d, %lf", &who, &mib) == 2 && who == (int) pid)
+            *gpu_mib = mib;
+    }
+    if (p)
+        pclose (p);
+}
+
 /* Whether PID has a /dev/nvidia* file open: a process that initialised CUDA holds /dev/nvidiactl. */
 static inline bool s_holds_nvidia (pid_t pid)
 {
@@ -261,8 +311,16 @@ typedef struct {
     uint32_t unavailable_no_rerun;  /* of unavailable_lost: saying why it was not re-run on another instance */
     uint32_t ok_after_fault[2];
     uint32_t fallback[2];           /* of ok: computed by the model's CPU fallback ("cpu (fallback)") */
+    double fault_at_ms;             /* CLOCK_MONOTONIC ms when the fault was posted */
     char first_other[512];
 } load_t;
+
+static inline double s_now_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
 
 static inline void *s_dealer (server_t *s, const char *endpoint)
 {
@@ -347,6 +405,7 @@ static inline void s_load (server_t *s, load_t *l)
             snprintf (path, sizeof path, "/debug/fault?%s", l->fault);
             int st = s_http (s->http_port, "POST", path, body, sizeof body);
             ck_assert_msg (st == 200, "POST %s: %d %s", path, st, body);
+            l->fault_at_ms = s_now_ms ();
             faulted = true;
         }
     }

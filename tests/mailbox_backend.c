@@ -38,6 +38,7 @@ struct backend_model {
     persistent_box_t own, *pbox;
     uint8_t *box;
     bool from_source;
+    size_t box_bytes;               /* what the mailbox's layout takes */
     float *x, *y;                   /* the emulated kernel's rows, unpadded */
     pthread_t thread;
     _Atomic bool stop, trapped, exited;
@@ -173,6 +174,7 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         return NULL;
     }
     memset (m->box, 0, total);
+    m->box_bytes = total;
     m->own.box = m->box;
     m->pbox = &m->own;
     m->spec = cfg->specialise && s_module (s_shape (w, cfg));
@@ -249,6 +251,39 @@ static const char *s_kernel_stopped (backend_model_t *m)
     return atomic_load (&m->exited) ? "its emulated persistent kernel stopped (trap)" : NULL;
 }
 
+/* A warm spare's (backend.h: park): the emulated kernel stopped as CUDA's is, the mailbox zeroed for
+ * the next one, which counts from the first slot again; it no longer counts as resident (a module
+ * may load beside it). */
+static int s_park (backend_model_t *m)
+{
+    if (!m->thread)
+        return 0;
+    if (m->pbox != &m->own || atomic_load (&m->trapped))
+        return -1;
+    atomic_store (&m->stop, true);
+    pthread_join (m->thread, NULL);
+    m->thread = 0;
+    s_resident_add (-1);
+    memset (m->box, 0, m->box_bytes);
+    m->own.next = 0;
+    atomic_store (&m->stop, false);
+    atomic_store (&m->exited, false);
+    return 0;
+}
+
+static int s_unpark (backend_model_t *m, char *err, size_t errlen)
+{
+    if (m->thread)
+        return 0;
+    if (pthread_create (&m->thread, NULL, s_kernel, m) != 0) {
+        m->thread = 0;
+        snprintf (err, errlen, "cannot start the emulated kernel again");
+        return -1;
+    }
+    s_resident_add (+1);
+    return 0;
+}
+
 const backend_iface_t test_mailbox_iface = {
     .name = "cpu",
     .device = BACKEND_DEVICE_CPU,
@@ -258,6 +293,8 @@ const backend_iface_t test_mailbox_iface = {
     .destroy = s_destroy,
     .share_box = s_share_box,
     .kernel_stopped = s_kernel_stopped,
+    .park = s_park,
+    .unpark = s_unpark,
     .prepare = s_prepare,
 };
 

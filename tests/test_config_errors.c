@@ -22,16 +22,16 @@ static const bad_case_t s_bad[] = {
       "test.json: clients: unknown key (expected one of server, models)" },
     { "unknown server key", WITH_SERVER (", 'bogus': 1"),
       "test.json: server.bogus: unknown key (expected one of endpoints, transport, max_message_bytes, busy_poll, "
-      "spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, fronts, queue_depth, cpus, drain_ms, http, "
+      "spin_us, inline_us, gpu_processes, standby, log_level, log_format, io_threads, fronts, queue_depth, cpus, drain_ms, http, "
       "stats_interval_s, curve, heartbeat_ms, max_connections, max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
     { "server key misspelt", WITH_SERVER (", 'max_message_size': 1024"),
       "test.json: server.max_message_size: unknown key; did you mean \"max_message_bytes\"? (expected one of endpoints, "
-      "transport, max_message_bytes, busy_poll, spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, "
+      "transport, max_message_bytes, busy_poll, spin_us, inline_us, gpu_processes, standby, log_level, log_format, io_threads, "
       "fronts, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, heartbeat_ms, max_connections, "
       "max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
     { "server key in the singular", "{'server': {'endpoint': ['tcp://127.0.0.1:5555']}, " MODELS_OK "}",
       "test.json: server.endpoint: unknown key; did you mean \"endpoints\"? (expected one of endpoints, "
-      "transport, max_message_bytes, busy_poll, spin_us, inline_us, gpu_processes, log_level, log_format, io_threads, "
+      "transport, max_message_bytes, busy_poll, spin_us, inline_us, gpu_processes, standby, log_level, log_format, io_threads, "
       "fronts, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, heartbeat_ms, max_connections, "
       "max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
     { "curve key cut short", WITH_SERVER (", 'curve': {'secret_key': 'k', 'allowed_clients': 'd'}"),
@@ -107,6 +107,13 @@ static const bad_case_t s_bad[] = {
       "test.json: models[0].graph: expected a boolean, got a string" },
     { "bool as number", WITH_SERVER (", 'busy_poll': 1"),
       "test.json: server.busy_poll: expected a boolean, got a number" },
+    { "standby not a boolean", WITH_SERVER (", 'standby': 'on'"),
+      "test.json: server.standby: expected a boolean, got a string" },
+    { "standby misspelt", WITH_SERVER (", 'stand_by': false"),
+      "test.json: server.stand_by: unknown key; did you mean \"standby\"? (expected one of endpoints, transport, "
+      "max_message_bytes, busy_poll, spin_us, inline_us, gpu_processes, standby, log_level, log_format, io_threads, "
+      "fronts, queue_depth, cpus, drain_ms, http, stats_interval_s, curve, heartbeat_ms, max_connections, "
+      "max_inflight_per_client, ipc_mode, kernel_cache_dir)" },
     { "int as string", WITH_SERVER (", 'io_threads': '3'"),
       "test.json: server.io_threads: expected an integer from 1 to 16, got a string" },
     { "int as null", WITH_MODEL (", 'device': null"),

@@ -8,6 +8,8 @@
  *     publishing into the same mailbox: every request answered once, in bound;
  *   - a trap while the front waits on the mailbox: that request answered UNAVAILABLE once, the
  *     process started again, inline again;
+ *   - server.standby: the spare loads the model and parks its kernel; a trap promotes it, its
+ *     kernel launched again, the front inline again;
  *   - every persistent model of a configuration runs a kernel specialised for its shapes, in a
  *     device process and in the server's own; one a reload adds, the generic kernel until its
  *     device process starts again.
@@ -143,6 +145,38 @@ static void s_box_trap (const box_kind_t *k)
     s_load (&s, &again);
     ck_assert_uint_eq (again.ok[0], 300);
     s_assert_mostly_inline (&s, k, before, before_worker, 300);     /* inline again, on the new mailbox */
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+
+/* server.standby: the spare loads the model and parks its kernel (none runs there while it waits);
+ * a trap promotes it: the kernel launched again there, the front inline again on its mailbox. */
+static void s_box_standby (const box_kind_t *k)
+{
+    server_t s;
+    s_start_box (&s, k, false);
+    char ready[96];
+    snprintf (ready, sizeof ready, "device %s: standby process", k->device);
+    for (int waited = 0; waited < 60000 && !s_log_has (&s, "(1 of 1 model(s) loaded there"); waited += 20)
+        usleep (20 * 1000);
+    ck_assert_msg (s_log_has (&s, "(1 of 1 model(s) loaded there"), "no standby with the model (log: %s)", s.log);
+    ck_assert (s_log_has (&s, "(standby): model \"box\" loaded, its resident kernel(s) parked until it is promoted"));
+    ck_assert (s_log_has (&s, ready));
+    const pid_t first = s_device_pid (&s, k->device);
+    load_t l = { .models = { "box" }, .model_count = 1, .total = 1000, .window = 1, .fault_after = 300,
+                 .fault = k->trap, .check_outputs = true };
+    s_load (&s, &l);
+    ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
+    printf ("standby, trap under inline requests (%s): %u OK, %u UNAVAILABLE; recovery %.2f ms\n", k->device, l.ok[0],
+            l.unavailable[0], s_metric (&s, k->gpu ? "sigserve_device_recovery_seconds{device=\"cuda:0\"}"
+                                                    : "sigserve_device_recovery_seconds{device=\"cpu\"}") * 1e3);
+    ck_assert_int_ne (s_device_pid (&s, k->device), first);
+    ck_assert (s_log_has (&s, "(the standby, promoted)"));
+    ck_assert (s_log_has (&s, "promoted, 1 model(s) rejoined (1 loaded there before)"));
+    const double before = s_metric (&s, INLINE_METRIC), before_worker = s_metric (&s, k->instance_metric);
+    load_t again = { .models = { "box" }, .model_count = 1, .total = 300, .window = 1, .check_outputs = true };
+    s_load (&s, &again);
+    ck_assert_uint_eq (again.ok[0], 300);
+    s_assert_mostly_inline (&s, k, before, before_worker, 300);     /* inline again, on the kernel launched again */
     ck_assert_int_eq (s_stop (&s), 0);
 }
 
@@ -295,6 +329,16 @@ END_TEST
 START_TEST (emulated_persistent_trap_while_the_front_waits) { s_box_trap (&s_box_emulated); }
 END_TEST
 
+START_TEST (emulated_persistent_standby_parks_its_kernel) { s_box_standby (&s_box_emulated); }
+END_TEST
+
+START_TEST (persistent_standby_parks_its_kernel)
+{
+    if (!s_box_skip (&s_box_gpu, "persistent_standby_parks_its_kernel"))
+        s_box_standby (&s_box_gpu);
+}
+END_TEST
+
 START_TEST (persistent_in_a_device_process_runs_inline)
 {
     if (!s_box_skip (&s_box_gpu, "persistent_in_a_device_process_runs_inline"))
@@ -324,12 +368,14 @@ static Suite *s_suite (void)
     tcase_add_test (c, emulated_persistent_two_fronts_and_the_worker_share_the_mailbox);
     tcase_add_test (c, emulated_persistent_trap_while_the_front_waits);
     tcase_add_test (c, emulated_persistent_models_all_specialised);
+    tcase_add_test (c, emulated_persistent_standby_parks_its_kernel);
     suite_add_tcase (suite, c);
     TCase *g = s_tcase ("gpu");
     tcase_add_test (g, persistent_in_a_device_process_runs_inline);
     tcase_add_test (g, two_fronts_and_the_worker_share_the_mailbox);
     tcase_add_test (g, trap_while_the_front_waits_on_the_mailbox);
     tcase_add_test (g, persistent_models_all_specialised);
+    tcase_add_test (g, persistent_standby_parks_its_kernel);
     suite_add_tcase (suite, g);
     return suite;
 }

@@ -69,14 +69,6 @@ static void s_kill (server_t *s, double losses_before)
     }
 }
 
-/* Waits until the metric NAME reads VALUE. */
-static void s_wait_metric (server_t *s, const char *name, double value)
-{
-    for (int waited = 0; s_metric (s, name) != value; waited += 20) {
-        ck_assert_msg (waited < 60000, "%s never read %g (log: %s)", name, value, s->log);
-        usleep (20 * 1000);
-    }
-}
 
 /* Waits for the log line TEXT. */
 static void s_wait_log (server_t *s, const char *text)
@@ -317,11 +309,11 @@ START_TEST (lstm_streams_go_to_the_fallback_and_back_twice_unchanged)
         if (outage) {
             s_move_weights (s_lstm_path, true);
             s_kill (&s, k / 2);
-            s_wait_metric (&s, "sigserve_fallback_active{model=\"seq\"}", 1);
+            ck_assert_msg (s_wait_metric (&s, "sigserve_fallback_active{model=\"seq\"}", 1, 60000), "fallback_active never read 1 (log: %s)", s.log);
         } else if (k > 0) {
             s_move_weights (s_lstm_path, false);
             ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
-            s_wait_metric (&s, "sigserve_fallback_active{model=\"seq\"}", 0);
+            ck_assert_msg (s_wait_metric (&s, "sigserve_fallback_active{model=\"seq\"}", 0, 60000), "fallback_active never read 0 (log: %s)", s.log);
         }
         /* in an outage each step on the fallback, which rebuilds the streams from their history first;
          * after it on the model's own instances, which rebuild them from what the fallback wrote there */

@@ -59,6 +59,13 @@ typedef struct {
     /* Optional: NULL while M's resident kernel runs (or M has none), else why it stopped (its
      * context trapped, or it exited). Any thread: a device process asks while a front waits on it. */
     const char *(*kernel_stopped) (backend_model_t *m);
+    /* Optional (NULL: M keeps nothing resident). A warm spare's (serving/devices.h): park stops M's
+     * resident kernel once it loaded and warmed, keeping everything else (its weights on the device,
+     * its mailbox, its module), so the spare holds no SM; unpark launches it again, as it was after
+     * the load (its mailbox afresh), before M serves. 0 (also when M has no resident kernel), or -1
+     * (park: the kernel did not leave; unpark: with ERR). */
+    int (*park) (backend_model_t *m);
+    int (*unpark) (backend_model_t *m, char *err, size_t errlen);
     /* Optional (NULL: 0). The SMs of the green context M's resident kernel runs in (model key
      * green_context), 0 when the hardware places it. */
     uint32_t (*green_sms) (const backend_model_t *m);

@@ -26,10 +26,13 @@ typedef struct {
     int (*resident) (int device);
     /* DEVICE's fault (its context lost, a trap) as text, or NULL while it has none. */
     const char *(*device_fault) (int device);
+    /* FN (or NULL) called with a device's fault the moment it is first seen, on the thread that saw it. */
+    void (*on_fault) (void (*fn) (int device, const char *fault));
     /* Tests (sigserve-test's fault injection): launches a trapping kernel on an instance of its MLP
      * backend; the context is lost once it runs. 0 or a cudaError_t. */
     int (*inject_fault) (backend_model_t *mlp);
-    /* Tests: launches a kernel that spins for MS ms on that instance's stream, so its next launch hangs. */
+    /* Tests: hangs that instance: a persistent kernel stops answering (stalled, still honouring stop);
+     * else a kernel spinning MS ms on its stream, so its next launch hangs. */
     int (*inject_hang) (backend_model_t *mlp, unsigned ms);
 } gpu_backend_t;
 

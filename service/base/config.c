@@ -149,6 +149,7 @@ static const key_spec_t s_server_keys[] = {
     { .name = "inline_us", .type = KEY_U32, FIELD (server_config_t, inline_us), .min = 0, .max = 10000,
       .def = CONFIG_INLINE_US_DEFAULT },
     { .name = "gpu_processes", .type = KEY_BOOL, FIELD (server_config_t, gpu_processes), .def = true },
+    { .name = "standby", .type = KEY_BOOL, FIELD (server_config_t, standby), .def = true },
     { .name = "log_level", .type = KEY_ENUM_NAME, FIELD (server_config_t, log_level),
       .choices = s_log_level_names, .def = 2 /* info */ },
     { .name = "log_format", .type = KEY_ENUM, FIELD (server_config_t, log_format),

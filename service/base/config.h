@@ -128,6 +128,7 @@ typedef struct {
     uint64_t spin_cap_ns;           /* resolved by main (not a key): spin_us where the CPUs allow it, else 0 */
     uint32_t inline_us;             /* the front runs a CPU model's request itself when it takes less (0: never) */
     bool gpu_processes;             /* GPU work runs in one process per device (serving/devices.h) */
+    bool standby;                   /* a warm spare device process per device, promoted on a loss */
     char log_level[16];             /* "error", "warn", "info" or "debug" */
     uint32_t io_threads;
     uint32_t fronts;                /* front threads (each owns endpoints k, k + fronts, ...); 0 is read as 1 */

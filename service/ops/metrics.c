@@ -334,6 +334,21 @@ void metrics_devices (metrics_text_t *t, devices_t *d)
     for (size_t i = 0; i < n; i++)
         metrics_append (t, "sigserve_device_recovery_seconds{device=\"%s\"} %.4f\n",
                         s_device_label (info[i].device, dev, sizeof dev), info[i].last_recovery_ms / 1e3);
+    metrics_family (t, "sigserve_device_standby_promotions_total", "counter",
+                    "Of the restarts: the device's warm spare process promoted (server.standby).");
+    for (size_t i = 0; i < n; i++)
+        metrics_append (t, "sigserve_device_standby_promotions_total{device=\"%s\"} %llu\n",
+                        s_device_label (info[i].device, dev, sizeof dev), (unsigned long long) info[i].promotions);
+    metrics_family (t, "sigserve_device_standby_started_total", "counter",
+                    "Warm spare processes started for the device (server.standby), the first included.");
+    for (size_t i = 0; i < n; i++)
+        metrics_append (t, "sigserve_device_standby_started_total{device=\"%s\"} %llu\n",
+                        s_device_label (info[i].device, dev, sizeof dev), (unsigned long long) info[i].spares_started);
+    metrics_family (t, "sigserve_device_standby_ready", "gauge",
+                    "1 while the device's warm spare holds every model it may, ready to be promoted.");
+    for (size_t i = 0; i < n; i++)
+        metrics_append (t, "sigserve_device_standby_ready{device=\"%s\"} %d\n",
+                        s_device_label (info[i].device, dev, sizeof dev), info[i].standby_ready ? 1 : 0);
 }
 
 void metrics_process (metrics_text_t *t)

@@ -1,8 +1,9 @@
 /* A device process (serving/devices.h): maps the server's shared region, then answers the server's
  * control calls (load, start, unload the model instances placed on its device) and runs their
  * workers. It exits when the server closes the control socket (after unloading everything) or
- * dies (PR_SET_PDEATHSIG), and with status 70 as soon as its device's context is lost or one of its
- * instances can no longer run: the server then answers what it held and starts it again. */
+ * dies (PR_SET_PDEATHSIG), and with status 70 as soon as its device's context is lost (at once, from
+ * the thread that saw the sticky error) or 71 when one of its instances can no longer run (a kernel
+ * past its watchdog): the server then answers what it held and starts it again. */
 #define _GNU_SOURCE
 #include "serving/devices.h"
 #include "serving/model_impl.h"
@@ -23,11 +24,17 @@
 
 #define MODELS_MAX 256
 #define HEALTH_MS 20
-#define EXIT_LOST 70
+/* While fronts publish into its persistent kernels' mailboxes, nothing else here asks CUDA whether
+ * the context still runs: the health poll does, every millisecond (a stream query per such
+ * instance, a microsecond or two: ~0.2% of this thread, off every request's path). */
+#define HEALTH_MAILBOX_MS 1
+#define EXIT_LOST 70         /* its device's context is lost (devices.c says so) */
+#define EXIT_INSTANCE 71     /* an instance cannot run, the context fine (its kernel stopped answering) */
 
 typedef struct {
     uint64_t token;
     model_t *m;
+    bool parked;            /* a warm spare's: its instances' resident kernels stopped until DEV_START */
 } held_t;
 
 static held_t s_held[MODELS_MAX];
@@ -88,6 +95,17 @@ static int s_load (const dev_request_t *rq, dev_reply_t *rp)
     model_t *m = model_load (&rq->cfg, NULL, &placement_threads, &env, rp->error, sizeof rp->error);
     if (!m)
         return -1;
+    /* a warm spare holds no resident kernel: each one stopped once it loaded and warmed */
+    for (uint32_t i = 0; rq->park && i < m->instance_count; i++)
+        if (m->instances[i].impl && (!m->iface->park || m->iface->park (m->instances[i].impl) != 0)) {
+            snprintf (rp->error, sizeof rp->error, "model \"%s\": instance %u: its resident kernel could not be parked "
+                      "in the standby process", rq->cfg.name, i);
+            model_destroy (&m);
+            return -1;
+        }
+    if (rq->park && (m->desc.can & MODEL_CAN_PARK))
+        log_info ("device process %d (standby): model \"%s\" loaded, its resident kernel(s) parked until it is promoted",
+                  (int) getpid (), rq->cfg.name);
     rp->desc = m->desc;
     for (uint32_t i = 0; i < CONFIG_MAX_INSTANCES; i++)
         rp->cpus[i] = -1;
@@ -96,7 +114,7 @@ static int s_load (const dev_request_t *rq, dev_reply_t *rp)
             rp->cpus[i] = m->instances[i].cpu_count ? m->instances[i].cpus[0] : -1;
             rp->green_sms[i] = atomic_load (&m->instances[i].green_sms);
         }
-    s_held[s_held_count++] = (held_t) { .token = rq->token, .m = m };
+    s_held[s_held_count++] = (held_t) { .token = rq->token, .m = m, .parked = rq->park };
     return 0;
 }
 
@@ -112,6 +130,12 @@ static int s_start (const dev_request_t *rq, dev_reply_t *rp)
     for (uint32_t i = 0; i < m->instance_count; i++)
         if (m->instances[i].started)
             return 0;       /* started already (a rejoin came first): once only */
+    /* a promoted spare's parked kernels launched again, before anything publishes to them */
+    for (uint32_t i = 0; h->parked && i < m->instance_count; i++)
+        if ((rq->here >> i & 1) && m->instances[i].impl
+            && m->iface->unpark (m->instances[i].impl, rp->error, sizeof rp->error) != 0)
+            return -1;
+    h->parked = false;
     m->job_count = rq->job_count;
     m->drift = (_Atomic uint32_t *) rq->drift;
     m->inline_way = (model_inline_t) rq->inline_way;
@@ -153,14 +177,16 @@ static int s_fault (const dev_request_t *rq, int device, dev_reply_t *rp)
     return s_fault_fn (device, rq->fault, target, rp->error, sizeof rp->error);
 }
 
-/* Whether this process must go: its device's context is lost, or an instance cannot run. */
-static bool s_lost (int device, char *why, size_t len)
+/* Whether this process must go, as its exit status: EXIT_LOST when its device's context is lost
+ * (or a kernel a front waits on ended), EXIT_INSTANCE when an instance cannot run (a persistent
+ * kernel past its watchdog); 0 while all is well. */
+static int s_lost (int device, char *why, size_t len)
 {
     const gpu_backend_t *gpu = device >= 0 ? backends_gpu (NULL, 0) : NULL;
     const char *fault = gpu ? gpu->device_fault (device) : NULL;
     if (fault) {
         snprintf (why, len, "device %d: %s", device, fault);
-        return true;
+        return EXIT_LOST;
     }
     for (size_t k = 0; k < s_held_count; k++) {
         model_t *m = s_held[k].m;
@@ -168,17 +194,37 @@ static bool s_lost (int device, char *why, size_t len)
             instance_t *in = &m->instances[i];
             if (in->started && !atomic_load (&in->sh->available)) {
                 snprintf (why, len, "model %s instance %u: %s", m->desc.cfg.name, i, in->sh->state);
-                return true;
+                return EXIT_INSTANCE;
             }
             /* a front waiting on its mailbox makes no CUDA call: its kernel's end shows here */
             const char *stopped = in->started && atomic_load (&in->sh->box_ready) && m->iface->kernel_stopped
                                       ? m->iface->kernel_stopped (in->impl) : NULL;
             if (stopped) {
                 snprintf (why, len, "model %s instance %u: %s", m->desc.cfg.name, i, stopped);
-                return true;
+                return EXIT_LOST;
             }
         }
     }
+    return 0;
+}
+
+/* A sticky CUDA error, the moment a worker's wait (or a stream query) sees it: the context is gone,
+ * so is this process, at once; the server recovers as soon as the control socket closes. */
+static void s_on_fault (int device, const char *fault)
+{
+    log_error ("device process %d: device %d: %s; its GPU context is lost, exiting so the server starts it again",
+               (int) getpid (), device, fault);
+    _exit (EXIT_LOST);      /* no clean-up: a lost context may hang in it */
+}
+
+/* Whether a front may be waiting on a mailbox here (the instance's box shared): no CUDA call of a
+ * worker would notice a lost context then. */
+static bool s_fronts_wait (void)
+{
+    for (size_t k = 0; k < s_held_count; k++)
+        for (uint32_t i = 0; i < s_held[k].m->instance_count; i++)
+            if (s_held[k].m->instances[i].started && atomic_load (&s_held[k].m->instances[i].sh->box_ready))
+                return true;
     return false;
 }
 
@@ -235,17 +281,21 @@ int devices_process_main (int argc, char **argv)
     else
         snprintf (role, sizeof role, "dev%d", device);
     threads_set_role (role);
+    const gpu_backend_t *gpu = device >= 0 ? backends_gpu (NULL, 0) : NULL;
+    if (gpu && gpu->on_fault)
+        gpu->on_fault (s_on_fault);
     dev_request_t *rq = calloc (1, sizeof *rq);
     dev_reply_t *rp = calloc (1, sizeof *rp);
     if (!rq || !rp)
         return 1;
     for (;;) {
         struct pollfd p = { .fd = control, .events = POLLIN };
-        int n = poll (&p, 1, HEALTH_MS);
+        int n = poll (&p, 1, gpu && s_fronts_wait () ? HEALTH_MAILBOX_MS : HEALTH_MS);
         char why[256];
-        if (s_lost (device, why, sizeof why)) {
+        const int lost = s_lost (device, why, sizeof why);
+        if (lost) {
             log_error ("device process %d: %s; exiting so the server starts it again", (int) getpid (), why);
-            _exit (EXIT_LOST);      /* no clean-up: a lost context may hang in it */
+            _exit (lost);       /* no clean-up: a lost context may hang in it */
         }
         if (n <= 0)
             continue;

@@ -1,8 +1,9 @@
 /* The device processes, the server's side (devices.h): starting them, the control calls, and the
  * supervisor thread that notices a lost process, has the front answer what it held, and starts it
- * again. */
+ * again, or promotes the device's warm spare (server.standby, standby.c), which it prepares in the
+ * background a model at a time between its watches. */
 #define _GNU_SOURCE
-#include "serving/devices.h"
+#include "serving/devices_impl.h"
 
 #include "base/log.h"
 #include "clock.h"
@@ -21,50 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
-#define REGION_BYTES (64ull << 30)      /* reserved; used as blocks are written */
-#define TENANTS_MAX 256
-#define RESTART_ATTEMPTS 5
-#define RESTART_FIRST_DELAY_MS 100
-#define SWEEP_WAIT_NS 2000000000ull     /* the front answers what a lost process held within this */
-#define SUPERVISE_MS 20
-/* Each GPU's process takes the mailboxes of its persistent kernels from its own part of the region
- * (a front writes requests into them too): reserved like the rest, used as mailboxes are made. */
-#define ARENA_BYTES (256ull << 20)
-#define ARENA_ALIGN 4096u
-
-typedef struct {
-    int device;                         /* CUDA device, or DEVICE_CPU_TEST */
-    bool used;
-    pid_t pid;                          /* 0: not running */
-    bool reaped;                        /* its exit status was collected already */
-    int fd;                             /* the control socket, -1 when not running */
-    bool gave_up;
-    void *arena;                        /* its share of the region (ARENA_BYTES), for good */
-    uint64_t losses, restarts, failed_restarts;
-    double last_recovery_ms;
-} proc_t;
-
-typedef struct {
-    int device;
-    dev_tenant_t t;
-} tenant_t;
-
-struct _devices_t {
-    shm_t *shm;
-    waker_t *fronts;                    /* CONFIG_MAX_FRONTS of them, in the region */
-    char exe[256], log_level[16], log_format[16];
-    pthread_mutex_t lock;               /* calls, process starts and the tenant list */
-    proc_t procs[DEVICES_MAX];
-    tenant_t tenants[TENANTS_MAX];
-    size_t tenant_count;
-    bool cpu_models;
-    pthread_t supervisor;
-    _Atomic bool stopping;
-};
-
 void devices_place_cpu_models (devices_t *self, bool on) { self->cpu_models = on; }
+void devices_set_standby (devices_t *self, bool on) { atomic_store (&self->standby, on); }
 bool devices_cpu_models_placed (const devices_t *self) { return self && self->cpu_models; }
 void *devices_alloc (devices_t *self, size_t bytes) { return shm_alloc (self->shm, bytes); }
 void devices_free (devices_t *self, void *block) { shm_free (self->shm, block); }
@@ -74,17 +33,6 @@ static void s_release_fronts (devices_t *self)
 {
     for (int k = 0; self->fronts && k < CONFIG_MAX_FRONTS; k++)
         waker_release (&self->fronts[k]);
-}
-
-static const char *s_device_name (int device, char *buf, size_t len)
-{
-    if (device == DEVICE_CPU_TEST)
-        snprintf (buf, len, "cpu (test)");
-    else if (device == DEVICE_CPU_TEST_OTHER)
-        snprintf (buf, len, "cpu1 (test)");
-    else
-        snprintf (buf, len, "%d", device);
-    return buf;
 }
 
 static proc_t *s_proc (devices_t *self, int device, bool create)
@@ -97,6 +45,7 @@ static proc_t *s_proc (devices_t *self, int device, bool create)
     for (int i = 0; i < DEVICES_MAX; i++)
         if (!self->procs[i].used) {
             self->procs[i] = (proc_t) { .device = device, .used = true, .fd = -1 };
+            self->procs[i].spare.fd = -1;
             return &self->procs[i];
         }
     return NULL;
@@ -105,93 +54,16 @@ static proc_t *s_proc (devices_t *self, int device, bool create)
 /* Starts P's process (lock held). 0, or -1 with ERR. */
 static int s_spawn (devices_t *self, proc_t *p, char *err, size_t errlen)
 {
-    char name[32];
-    int sv[2];
-    if (socketpair (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-        snprintf (err, errlen, "device %s: cannot make the control socket: %s", s_device_name (p->device, name, sizeof name),
-                  strerror (errno));
+    if (devices_spawn (self, p->device, &p->arena, &p->pid, &p->fd, "", err, errlen) != 0)
         return -1;
-    }
-    /* The child's end crosses exec; the parent closes its copy right after, so no later child has it. */
-    fcntl (sv[1], F_SETFD, 0);
-    char device[16], control[16], region[64], arena[64], parent[16];
-    if (!p->arena)    /* kept across restarts: the new process starts it afresh */
-        p->arena = shm_alloc_aligned (self->shm, ARENA_BYTES, ARENA_ALIGN, false);
-    snprintf (arena, sizeof arena, "%#lx:%llu", (unsigned long) (uintptr_t) p->arena,
-              p->arena ? (unsigned long long) ARENA_BYTES : 0ull);
-    snprintf (device, sizeof device, "%d", p->device);
-    snprintf (control, sizeof control, "%d", sv[1]);
-    snprintf (region, sizeof region, "%d:%#lx:%zu", shm_fd (self->shm), (unsigned long) shm_base (self->shm),
-              shm_size (self->shm));
-    snprintf (parent, sizeof parent, "%d", (int) getpid ());
-    char *argv[] = { self->exe, "--device-process", device, "--control", control, "--region", region,
-                     "--arena", arena, "--parent", parent, "--log-level", self->log_level, "--log-format", self->log_format, NULL };
-    pid_t pid;
-    int rc = posix_spawn (&pid, self->exe, NULL, NULL, argv, environ);
-    close (sv[1]);
-    if (rc != 0) {
-        close (sv[0]);
-        snprintf (err, errlen, "device %s: cannot start its process (%s): %s", s_device_name (p->device, name, sizeof name),
-                  self->exe, strerror (rc));
-        return -1;
-    }
-    p->pid = pid;
-    p->fd = sv[0];
     p->gave_up = false;
-    log_info ("device %s: process %d started", s_device_name (p->device, name, sizeof name), (int) pid);
     return 0;
-}
-
-/* Ends P's process (lock held): closing the control socket makes it unload and exit; KILL: at once. */
-static void s_reap (proc_t *p, bool kill_it)
-{
-    if (p->pid > 0 && !p->reaped) {
-        if (kill_it)
-            kill (p->pid, SIGKILL);
-        if (p->fd >= 0)
-            close (p->fd);
-        p->fd = -1;
-        int status;
-        uint64_t until = clock_now_ns () + 5000000000ull;
-        while (waitpid (p->pid, &status, WNOHANG) == 0) {
-            if (clock_now_ns () > until) {
-                kill (p->pid, SIGKILL);
-                waitpid (p->pid, &status, 0);
-                break;
-            }
-            usleep (1000);
-        }
-    }
-    if (p->fd >= 0)
-        close (p->fd);
-    p->fd = -1;
-    p->pid = 0;
-    p->reaped = false;
 }
 
 /* One request and its reply on P (lock held). */
 static int s_exchange (proc_t *p, const dev_request_t *rq, dev_reply_t *rp, char *err, size_t errlen)
 {
-    char name[32];
-    if (send (p->fd, rq, sizeof *rq, MSG_NOSIGNAL) != (ssize_t) sizeof *rq) {
-        snprintf (err, errlen, "device %s: its process is gone (%s)", s_device_name (p->device, name, sizeof name),
-                  strerror (errno));
-        return -1;
-    }
-    for (;;) {
-        ssize_t n = recv (p->fd, rp, sizeof *rp, 0);
-        if (n == (ssize_t) sizeof *rp)
-            break;
-        if (n < 0 && errno == EINTR)
-            continue;
-        snprintf (err, errlen, "device %s: its process exited during the call", s_device_name (p->device, name, sizeof name));
-        return -1;
-    }
-    if (rp->status != 0) {
-        snprintf (err, errlen, "%s", rp->error);
-        return -1;
-    }
-    return 0;
+    return devices_exchange (p->fd, p->device, rq, rp, err, errlen);
 }
 
 int devices_call (devices_t *self, int device, const dev_request_t *rq, dev_reply_t *rp, char *err, size_t errlen)
@@ -208,7 +80,7 @@ int devices_call (devices_t *self, int device, const dev_request_t *rq, dev_repl
         snprintf (err, errlen, "device %d: its process could not be started again after %d attempts; restart the "
                   "server", device, RESTART_ATTEMPTS);
     else if (p->pid > 0 || s_spawn (self, p, err, errlen) == 0)
-        rc = s_exchange (p, rq, rp, err, errlen);
+        rc = s_exchange (p, rq, rp, err, errlen) == 0 ? 0 : -1;
     if (!locked)
         pthread_mutex_unlock (&self->lock);
     return rc;
@@ -230,19 +102,23 @@ void devices_remove_tenant (devices_t *self, int device, void *arg)
             self->tenants[i] = self->tenants[--self->tenant_count];
             break;
         }
+    proc_t *p = s_proc (self, device, false);
+    if (p)
+        standby_forget (p, arg);
     pthread_mutex_unlock (&self->lock);
 }
 
-/* P's process is gone or must go (lock held): its tenants lose it, the front answers what it held,
- * and it is started again with backoff until every tenant rejoined. */
-static void s_recover (devices_t *self, proc_t *p, const char *why)
+/* P's process is gone or must go (lock held; T0: when that was seen, its exit status collected
+ * since): its tenants lose it, the front answers what it held, and its spare is promoted, or it is
+ * started again with backoff until every tenant rejoined. */
+static void s_recover (devices_t *self, proc_t *p, const char *why, uint64_t t0)
 {
     char name[32];
-    s_device_name (p->device, name, sizeof name);
-    const uint64_t t0 = clock_now_ns ();
+    devices_name (p->device, name, sizeof name);
     p->losses++;
     log_error ("device %s: process %d lost (%s); its instances are unavailable until it is back", name, (int) p->pid, why);
-    s_reap (p, true);
+    devices_reap_proc (p, true);
+    log_info ("device %s: the lost process ended %.1f ms after its loss was seen", name, (clock_now_ns () - t0) / 1e6);
     for (size_t i = 0; i < self->tenant_count; i++)
         if (self->tenants[i].device == p->device)
             self->tenants[i].t.lost (self->tenants[i].t.arg, p->device, why);
@@ -252,6 +128,8 @@ static void s_recover (devices_t *self, proc_t *p, const char *why)
         while (self->tenants[i].device == p->device && !self->tenants[i].t.swept (self->tenants[i].t.arg, p->device)
                && clock_now_ns () - t0 < SWEEP_WAIT_NS && !atomic_load (&self->stopping))
             usleep (200);
+    if (atomic_load (&self->standby) && !atomic_load (&self->stopping) && standby_promote (self, p, t0))
+        return;
     unsigned delay_ms = RESTART_FIRST_DELAY_MS;
     for (int attempt = 1; attempt <= RESTART_ATTEMPTS && !atomic_load (&self->stopping); attempt++) {
         char err[512] = "";
@@ -262,7 +140,7 @@ static void s_recover (devices_t *self, proc_t *p, const char *why)
         size_t rejoined = 0;
         for (size_t i = 0; rc == 0 && i < self->tenant_count; i++)
             if (self->tenants[i].device == p->device) {
-                rc = self->tenants[i].t.rejoin (self->tenants[i].t.arg, p->device, err, sizeof err);
+                rc = self->tenants[i].t.rejoin (self->tenants[i].t.arg, p->device, NULL, err, sizeof err);
                 rejoined += rc == 0;
             }
         if (rc == 0) {
@@ -274,7 +152,7 @@ static void s_recover (devices_t *self, proc_t *p, const char *why)
         }
         p->failed_restarts++;
         log_error ("device %s: attempt %d of %d to start it again failed: %s", name, attempt, RESTART_ATTEMPTS, err);
-        s_reap (p, true);
+        devices_reap_proc (p, true);
         pthread_mutex_unlock (&self->lock);
         for (unsigned waited = 0; waited < delay_ms && !atomic_load (&self->stopping); waited += 10)
             usleep (10000);
@@ -291,25 +169,43 @@ static void *s_supervise (void *arg)
     devices_t *self = arg;
     threads_set_role ("devices");
     while (!atomic_load (&self->stopping)) {
-        struct pollfd fds[DEVICES_MAX];
-        int which[DEVICES_MAX], n = 0;
+        struct pollfd fds[2 * DEVICES_MAX];
+        int which[2 * DEVICES_MAX], n = 0;
+        bool spare[2 * DEVICES_MAX];
         pthread_mutex_lock (&self->lock);
         for (int i = 0; i < DEVICES_MAX; i++)
-            if (self->procs[i].used && self->procs[i].fd >= 0) {
-                fds[n] = (struct pollfd) { .fd = self->procs[i].fd, .events = POLLRDHUP };
-                which[n++] = i;
+            for (int sp = 0; sp < 2; sp++) {
+                const int fd = sp ? self->procs[i].spare.fd : self->procs[i].fd;
+                if (self->procs[i].used && fd >= 0) {
+                    fds[n] = (struct pollfd) { .fd = fd, .events = POLLRDHUP };
+                    spare[n] = sp;
+                    which[n++] = i;
+                }
             }
+        const bool more = standby_step (self);
         pthread_mutex_unlock (&self->lock);
-        poll (fds, (nfds_t) n, SUPERVISE_MS);
+        poll (fds, (nfds_t) n, more ? 0 : SUPERVISE_MS);
         pthread_mutex_lock (&self->lock);
         const uint64_t now = clock_now_ns ();
         for (int k = 0; k < n && !atomic_load (&self->stopping); k++) {
             proc_t *p = &self->procs[which[k]];
+            if (spare[k]) {     /* a spare gone while it waited: made anew later */
+                if (p->spare.fd == fds[k].fd && (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+                    char name[32];
+                    const pid_t was = p->spare.pid;
+                    standby_end (p, true);
+                    log_warn ("device %s: standby process %d ended while it waited; made anew in %.0f s",
+                              devices_name (p->device, name, sizeof name), (int) was,
+                              standby_backoff (&p->spare, now) / 1e9);
+                }
+                continue;
+            }
             if (p->fd != fds[k].fd)
                 continue;       /* restarted or stopped meanwhile */
             if (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
                 int status = 0;
                 char why[128] = "its control socket closed";
+                const uint64_t seen = clock_now_ns ();
                 /* the socket closes as the process exits, a moment before its status can be collected */
                 bool exited = false;
                 for (int waited = 0; waited < 500 && !exited; waited++)
@@ -320,17 +216,19 @@ static void *s_supervise (void *arg)
                         snprintf (why, sizeof why, "killed by signal %d", WTERMSIG (status));
                     else
                         snprintf (why, sizeof why, "exited with status %d%s", WEXITSTATUS (status),
-                                  WEXITSTATUS (status) == 70 ? ": its GPU context was lost (a trap or a lost device)" : "");
-                    p->reaped = true;   /* s_reap must not wait for it */
+                                  WEXITSTATUS (status) == 70   ? ": its GPU context was lost (a trap or a lost device)"
+                                  : WEXITSTATUS (status) == 71 ? ": an instance could not run (e.g. a kernel past its watchdog)"
+                                                               : "");
+                    p->reaped = true;   /* devices_reap_proc must not wait for it */
                 }
-                s_recover (self, p, why);
+                s_recover (self, p, why, seen);
                 continue;
             }
             bool hung = false;
             for (size_t i = 0; i < self->tenant_count && !hung; i++)
                 hung = self->tenants[i].device == p->device && self->tenants[i].t.hung (self->tenants[i].t.arg, p->device, now);
             if (hung)
-                s_recover (self, p, "a launch ran past its model's watchdog_ms; the process was killed");
+                s_recover (self, p, "a launch ran past its model's watchdog_ms; the process was killed", now);
         }
         pthread_mutex_unlock (&self->lock);
     }
@@ -346,6 +244,7 @@ devices_t *devices_new (const char *exe, const char *log_level, const char *log_
     }
     pthread_mutex_init (&self->lock, NULL);
     atomic_init (&self->stopping, false);
+    atomic_init (&self->standby, false);
     snprintf (self->exe, sizeof self->exe, "%s", exe);
     snprintf (self->log_level, sizeof self->log_level, "%s", log_level);
     snprintf (self->log_format, sizeof self->log_format, "%s", log_format);
@@ -385,8 +284,10 @@ void devices_destroy (devices_t **self_p)
     atomic_store (&self->stopping, true);
     pthread_join (self->supervisor, NULL);
     for (int i = 0; i < DEVICES_MAX; i++)
-        if (self->procs[i].used)
-            s_reap (&self->procs[i], false);
+        if (self->procs[i].used) {
+            standby_end (&self->procs[i], false);
+            devices_reap_proc (&self->procs[i], false);
+        }
     s_release_fronts (self);
     shm_destroy (&self->shm);
     pthread_mutex_destroy (&self->lock);
@@ -403,7 +304,9 @@ size_t devices_list (devices_t *self, devices_info_t *out, size_t cap)
         if (p->used)
             out[n++] = (devices_info_t) { .device = p->device, .running = p->pid > 0, .losses = p->losses,
                                           .restarts = p->restarts, .failed_restarts = p->failed_restarts,
-                                          .last_recovery_ms = p->last_recovery_ms };
+                                          .last_recovery_ms = p->last_recovery_ms, .promotions = p->promotions,
+                                          .spares_started = p->spares_started,
+                                          .standby_ready = p->spare.state == SPARE_READY && !p->spare.stale };
     }
     pthread_mutex_unlock (&self->lock);
     return n;
@@ -423,6 +326,9 @@ int devices_inject (devices_t *self, int device, uint32_t fault, char *err, size
             rq->op = DEV_FAULT;
             rq->fault = fault;
             rc = s_exchange (p, rq, rp, err, errlen);
+            /* a trap noticed at once may end the process before it answers: what was asked happened */
+            if (rc == -2 && fault == DEV_FAULT_TRAP)
+                rc = 0;
         }
         free (rq);
         free (rp);

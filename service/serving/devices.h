@@ -10,7 +10,9 @@
  * (serving/worker.c, unchanged) on those rings. The server keeps every job: when a device process
  * exits, traps or hangs past a model's watchdog_ms, its instances are marked unavailable, the front
  * answers each job they held UNAVAILABLE exactly once (dispatch_reclaim), and the process is
- * started again (bounded attempts with backoff) and its models loaded, warmed and rejoined.
+ * started again (bounded attempts with backoff) and its models loaded, warmed and rejoined; or, with
+ * a warm spare (server.standby: a second process per device with the models loaded and nothing
+ * started), the spare is promoted and only started, and a new spare prepared in the background.
  *
  * The server's process makes no CUDA call while device processes are on: the CPU models stay in
  * it; everything that may touch a GPU ("cuda", and "auto", which measures there) is loaded by the
@@ -40,8 +42,14 @@ typedef struct {
     /* Optional: before any tenant rejoins DEVICE's new process, what its load needs done while no
      * persistent kernel is resident there (model_prepare). */
     void (*prepare) (void *arg, int device);
-    /* Load and start again on DEVICE's new process (devices_call); 0, or -1 with ERR. */
-    int (*rejoin) (void *arg, int device, char *err, size_t errlen);
+    /* Load and start again on DEVICE's new process (devices_call); 0, or -1 with ERR. LOADED: the
+     * process is a promoted spare that loaded it already (stage), this its reply: start only. */
+    int (*rejoin) (void *arg, int device, const dev_reply_t *loaded, char *err, size_t errlen);
+    /* Optional (server.standby): fills RQ with the call that prepares DEVICE's spare process for it:
+     * DEV_LOAD (its instances there loaded and warmed, nothing started), or, where it must not be
+     * loaded there (a resident kernel: the spare holds none; it loads when the spare is promoted),
+     * DEV_PREPARE (what its load needs done while no kernel is resident, done ahead); false: nothing. */
+    bool (*stage) (void *arg, int device, dev_request_t *rq);
     /* Whether a launch on DEVICE has run past its watchdog at NOW (the process is then killed). */
     bool (*hung) (void *arg, int device, uint64_t now);
 } dev_tenant_t;
@@ -56,6 +64,11 @@ typedef struct {
 devices_t *devices_new (const char *exe, const char *log_level, const char *log_format, char *err, size_t errlen);
 /* Stops every device process (their models must have been unloaded) and the supervisor. */
 void devices_destroy (devices_t **self_p);
+
+/* server.standby: a warm spare process per device, its tenants loaded (stage) but nothing started,
+ * prepared in the background once on (main.c turns it on when the server is ready); a loss promotes
+ * it (its tenants rejoin without a load) and a new one is prepared. Off until set. */
+void devices_set_standby (devices_t *self, bool on);
 
 /* Test builds: CPU models too go to a device process (DEVICE_CPU_TEST). */
 void devices_place_cpu_models (devices_t *self, bool on);
@@ -83,6 +96,9 @@ typedef struct {
     bool running;
     uint64_t losses, restarts, failed_restarts;
     double last_recovery_ms;            /* lost -> every model rejoined, the last time */
+    uint64_t promotions;                /* of the restarts: a spare promoted (server.standby) */
+    uint64_t spares_started;            /* spare processes started, the first included */
+    bool standby_ready;                 /* a spare holds every model it may (none is being loaded) */
 } devices_info_t;
 size_t devices_list (devices_t *self, devices_info_t *out, size_t cap);
 

@@ -12,8 +12,9 @@
 #include <stdint.h>
 
 typedef enum {
-    DEV_LOAD = 1,       /* load the model's instances that run here, time them; resolve "auto" */
-    DEV_START,          /* start their workers on the shared rings */
+    DEV_LOAD = 1,       /* load the model's instances that run here, time them; resolve "auto" (a warm
+                           spare, server.standby, is sent only these until it is promoted) */
+    DEV_START,          /* start their workers on the shared rings (a promoted spare: all it is sent) */
     DEV_UNLOAD,         /* stop their workers (after what is queued) and free them */
     DEV_FAULT,          /* test builds only: trap this device's context, or exit */
     DEV_PREPARE,        /* the backend's prepare for the model here (model_prepare_here), before loads */
@@ -38,6 +39,8 @@ typedef struct {
                                            fronts publish into the instances' mailboxes, so workers claim them) */
     uint32_t fault;                     /* DEV_FAULT: dev_fault_t */
     bool resolve_only;                  /* DEV_LOAD: "auto" measured and resolved, nothing kept (model_plan) */
+    bool park;                          /* DEV_LOAD to a warm spare: each instance's resident kernel stopped once loaded
+                                           (backend.h: park), launched again at its DEV_START */
 } dev_request_t;
 
 typedef struct {

@@ -30,6 +30,8 @@ typedef struct instance instance_t;
                                            then go to the workers it keeps warm) */
 #define MODEL_CAN_SHARE_BOX (1u << 3)   /* its instances' mailboxes lie in the shared region, where a front may publish
                                            too (backend.h: share_box) */
+#define MODEL_CAN_PARK (1u << 4)        /* its backend can stop a resident kernel after the load and launch it again
+                                           (backend.h: park): a warm spare holds it loaded, no kernel resident */
 
 /* A model as it loaded: what the placement found, and what crosses the control socket. */
 typedef struct {

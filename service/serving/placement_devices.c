@@ -161,7 +161,35 @@ static void s_prepare_rejoin (void *arg, int device)
         s_prepare_on (m->devices, &m->desc.cfg, device);
 }
 
-static int s_rejoin (void *arg, int device, char *err, size_t errlen)
+/* Whether M's instances keep a kernel resident (a persistent MLP, its emulation in test builds, an
+ * LSTM on a GPU): a spare process must hold none while it waits (its SMs, and the GPU's time shared
+ * with the serving process's kernel), so such a model is parked there, or loads at the promotion. */
+static bool s_resident (const model_t *m)
+{
+    return (m->desc.can & MODEL_CAN_SHARE_BOX) || (s_gpu (&m->desc.cfg) && m->desc.cfg.type == MODEL_TYPE_LSTM)
+           || strncmp (m->desc.kernel, "persistent", 10) == 0;
+}
+
+/* The call that prepares DEVICE's spare for M (devices.h: stage): its load (a resident kernel parked
+ * once loaded and warmed, where its backend can), or, for a resident kernel that cannot be parked,
+ * its prepare (a module loaded, green contexts made: no kernel resident there yet). */
+static bool s_stage (void *arg, int device, dev_request_t *rq)
+{
+    const model_t *m = arg;
+    if (!s_resident (m) || (m->desc.can & MODEL_CAN_PARK)) {     /* parked: its kernel stopped once loaded */
+        s_load_request (rq, m, s_here (&m->desc.cfg, s_gpu (&m->desc.cfg), device));
+        rq->park = s_resident (m);
+        return true;
+    }
+    if (!model_preparer (&m->desc.cfg))
+        return false;
+    memset (rq, 0, sizeof *rq);
+    rq->op = DEV_PREPARE;
+    rq->cfg = m->desc.cfg;
+    return true;
+}
+
+static int s_rejoin (void *arg, int device, const dev_reply_t *loaded, char *err, size_t errlen)
 {
     model_t *m = arg;
     const bool gpu = s_gpu (&m->desc.cfg);
@@ -170,8 +198,13 @@ static int s_rejoin (void *arg, int device, char *err, size_t errlen)
         snprintf (err, errlen, "out of memory");
         return -1;
     }
-    s_load_request (&c->rq, m, s_here (&m->desc.cfg, gpu, device));
-    int rc = devices_call (m->devices, device, &c->rq, &c->rp, err, errlen);
+    int rc = 0;
+    if (loaded)     /* a promoted spare: loaded there already */
+        c->rp = *loaded;
+    else {
+        s_load_request (&c->rq, m, s_here (&m->desc.cfg, gpu, device));
+        rc = devices_call (m->devices, device, &c->rq, &c->rp, err, errlen);
+    }
     const char *was = model_kernel_name (m);
     if (rc == 0 && strcmp (c->rp.desc.kernel, was) != 0) {    /* e.g. specialised now: prepared before it rejoined */
         const uint32_t at = atomic_load (&m->kernel_at) + 1u;
@@ -368,7 +401,7 @@ static int s_start (model_t *m, char *err, size_t errlen)
     for (size_t k = 0; k < dev_count; k++)
         devices_add_tenant (m->devices, devs[k], &(dev_tenant_t) { .arg = m, .lost = s_lost, .swept = s_swept,
                                                                  .rejoin = s_rejoin, .prepare = s_prepare_rejoin,
-                                                                 .hung = s_hung });
+                                                                 .hung = s_hung, .stage = s_stage });
     call_t *c = calloc (1, sizeof *c);
     int rc = c ? 0 : -1;
     if (!c)

@@ -187,7 +187,7 @@ static void s_describe (model_t *m, const backend_model_t *first)
     d->can = (model_type_can (type, MODEL_CAP_STREAM) ? MODEL_CAN_STREAM : 0u)
              | (model_type_can (type, MODEL_CAP_BATCH) ? MODEL_CAN_BATCH : 0u)
              | (model_type_can (type, MODEL_CAP_INLINE) && !d->cfg.keep_warm_us ? MODEL_CAN_INLINE : 0u)
-             | (shareable ? MODEL_CAN_SHARE_BOX : 0u);
+             | (shareable ? MODEL_CAN_SHARE_BOX : 0u) | (m->iface->park && m->iface->unpark ? MODEL_CAN_PARK : 0u);
 }
 
 static int s_load (model_t *m, const model_env_t *env, char *err, size_t errlen)

@@ -32,10 +32,16 @@ int cuda_model_inject_fault (backend_model_t *m)
     return sig_fault_kernel (m->persistent ? m->side : m->stream);
 }
 
+/* A persistent kernel is stalled itself (its control line's stall word: it keeps polling, honours
+ * stop and answers nothing), so the watchdog is what notices; a kernel spinning on its stream or a
+ * side stream would queue behind the resident one and change nothing. A graph model's next launch
+ * queues behind a kernel spinning MS ms on its stream. */
 int cuda_model_inject_hang (backend_model_t *m, unsigned ms)
 {
+    if (m->persistent && !m->pingpong)
+        return cuda_model_persistent_stall (m, true);
     cudaSetDevice (m->device);
-    return sig_hang_kernel (m->persistent ? m->side : m->stream, ms);
+    return sig_hang_kernel (m->stream, ms);
 }
 
 /* Whether KERNEL holds weights in D (the iface's weight_dtypes says what the backend as a whole may
@@ -105,6 +111,8 @@ const backend_iface_t backend_cuda_iface = {
     .destroy = s_destroy,
     .share_box = cuda_model_share_box,
     .kernel_stopped = cuda_model_kernel_stopped,
+    .park = cuda_persistent_park,
+    .unpark = cuda_persistent_unpark,
     .green_sms = s_green_sms,
     .prepare = s_prepare,
 };

@@ -43,8 +43,9 @@ int cuda_model_poison (backend_model_t *m);
 /* Launches a trapping kernel on the model's stream (a persistent model's second stream: tests of
  * the lost-context path). */
 int cuda_model_inject_fault (backend_model_t *m);
-/* Launches a kernel that spins for MS ms on the model's stream: its next launch waits behind it
- * (tests of a launch that hangs past watchdog_ms). */
+/* Hangs the model (tests of a launch that hangs past watchdog_ms): a persistent kernel stalled (it
+ * stops answering, cuda_model_persistent_stall); else a kernel spinning MS ms on the model's stream,
+ * which its next launch waits behind. */
 int cuda_model_inject_hang (backend_model_t *m, unsigned ms);
 bool cuda_model_lost (const backend_model_t *m);
 /* backend.h's share_box: a persistent MLP with its mailbox in the shared region. */

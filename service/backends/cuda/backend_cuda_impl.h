@@ -66,6 +66,7 @@ struct backend_model {
                                    server once a front may publish too (cuda_persistent_share) */
     uint32_t done_mode;
     cudaStream_t side;          /* a second stream (the kernel's is its for good): test faults */
+    bool parked;                /* its kernel stopped after the load, everything else kept (a warm spare's) */
 };
 
 /* graph.c: every kernel but "persistent" */
@@ -86,6 +87,9 @@ sig_status_t cuda_persistent_infer (backend_model_t *m, const float *in, uint32_
                                     size_t errlen);
 void cuda_persistent_destroy (backend_model_t **m_p);
 int cuda_persistent_poison (backend_model_t *m);
+/* backend.h's park and unpark for kernel "persistent" (0 for every other kind of model). */
+int cuda_persistent_park (backend_model_t *m);
+int cuda_persistent_unpark (backend_model_t *m, char *err, size_t errlen);
 /* The protocol state moves to DEST (in the region shared with the server), for fronts to publish
  * too: 0, or -1 when M is not a persistent MLP whose mailbox lies in that region. */
 int cuda_persistent_share (backend_model_t *m, persistent_box_t *dest);

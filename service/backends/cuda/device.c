@@ -33,6 +33,9 @@ static release_t *s_deferred;               /* releases waiting for the device t
 static size_t s_deferred_count, s_deferred_cap;
 static _Atomic bool s_faulted[CUDA_DEVICE_MAX];   /* set once, after s_fault[d] is written (release) */
 static char s_fault[CUDA_DEVICE_MAX][FAULT_MAX];
+/* Told of a device's first fault the moment it is recorded (cuda_device_on_fault): a device process
+ * exits at once, so its supervisor recovers without waiting for a watchdog. */
+static void (*_Atomic s_fault_hook) (int device, const char *fault);
 
 static bool s_valid (int device) { return device >= 0 && device < CUDA_DEVICE_MAX; }
 
@@ -223,6 +226,7 @@ sig_status_t cuda_device_error (int device, const char *model, cudaError_t e, co
                                 size_t errlen)
 {
     const bool sticky = cuda_error_sticky (e);
+    bool first = false;
     if (sticky) {
         *lost = true;
         if (s_valid (device)) {
@@ -231,9 +235,13 @@ sig_status_t cuda_device_error (int device, const char *model, cudaError_t e, co
                 snprintf (s_fault[device], FAULT_MAX, "%s (%s) in CUDA %s of model \"%s\"", cudaGetErrorString (e),
                           cudaGetErrorName (e), what, model);
                 atomic_store_explicit (&s_faulted[device], true, memory_order_release);
+                first = true;
             }
             pthread_mutex_unlock (&s_lock);
         }
+        void (*hook) (int, const char *) = atomic_load (&s_fault_hook);
+        if (first && hook)
+            hook (device, s_fault[device]);
     }
     sig_set_error (err, errlen, "model \"%s\": CUDA %s failed on device %d: %s (%s)%s", model, what, device,
                    cudaGetErrorString (e), cudaGetErrorName (e), *lost ? "; the model is unavailable" : "");
@@ -246,3 +254,5 @@ const char *cuda_device_fault (int device)
         return NULL;
     return s_fault[device];
 }
+
+void cuda_device_on_fault (void (*fn) (int device, const char *fault)) { atomic_store (&s_fault_hook, fn); }

@@ -66,5 +66,9 @@ sig_status_t cuda_device_error (int device, const char *model, cudaError_t e, co
 /* DEVICE's fault: NULL while none was seen, else what was seen first ("unspecified launch failure
  * (cudaErrorLaunchFailure) in CUDA graph launch of model \"m\""). */
 const char *cuda_device_fault (int device);
+/* FN (or NULL) is called with a device's fault the moment its first sticky error is recorded, on the
+ * thread that saw it (a worker in its wait, a stream query): a device process exits there (status 70)
+ * instead of waiting for its health poll or the server's watchdog. */
+void cuda_device_on_fault (void (*fn) (int device, const char *fault));
 
 #endif

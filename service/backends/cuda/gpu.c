@@ -15,6 +15,7 @@ const gpu_backend_t sigserve_gpu_backend = {
     .device_cpus = cuda_device_cpus,
     .resident = cuda_device_resident,
     .device_fault = cuda_device_fault,
+    .on_fault = cuda_device_on_fault,
     .inject_fault = cuda_model_inject_fault,
     .inject_hang = cuda_model_inject_hang,
 };

@@ -401,6 +401,37 @@ static backend_model_t *s_persistent_load (const weights_t *w, const model_confi
     return m;
 }
 
+/* A warm spare's (backend.h: park): the kernel asked to stop and waited for; its weights image, module,
+ * green group and mailbox kept. The mailbox is zeroed for the next launch, which counts requests
+ * from the first slot again (so does the host: nothing was shared yet). */
+int cuda_persistent_park (backend_model_t *m)
+{
+    if (!m->persistent || m->parked)
+        return 0;
+    if (m->pingpong || m->host.lost || m->pbox != &m->own_box || !persistent_stop (&m->host))
+        return -1;
+    memset (m->host.box, 0, m->host.box_bytes);
+    m->own_box.next = 0;
+    m->parked = true;
+    return 0;
+}
+
+int cuda_persistent_unpark (backend_model_t *m, char *err, size_t errlen)
+{
+    if (!m->persistent || !m->parked)
+        return 0;
+    cudaSetDevice (m->device);
+    cudaError_t e = persistent_launch (&m->host, s_launch_mlp, m);
+    if (e != cudaSuccess) {
+        cuda_device_error (m->device, m->name, e, "persistent kernel launch (a standby's)", &m->host.lost, err, errlen);
+        return -1;
+    }
+    if (persistent_started (&m->host, s_ready, m, err, errlen) != 0)
+        return -1;
+    m->parked = false;
+    return 0;
+}
+
 typedef struct {
     backend_model_t *m;
     uint32_t in, flags, done_mode;
