@@ -345,6 +345,7 @@ static void s_forward_signal (int sig)
 /* tests/mailbox_backend.c (linked into sigserve-test only): the persistent kernel's mailbox emulated */
 extern const backend_iface_t test_mailbox_iface;
 int test_mailbox_trap (backend_model_t *m);
+int test_mailbox_hang (backend_model_t *m);
 
 static int s_test_fault (int device, uint32_t fault, backend_model_t *mlp, char *err, size_t errlen)
 {
@@ -366,6 +367,12 @@ static int s_test_fault (int device, uint32_t fault, backend_model_t *mlp, char 
         if (rc != 0)
             snprintf (err, errlen, "device %d: the trapping kernel did not launch (CUDA error %d)", device, rc);
         return rc == 0 ? 0 : -1;
+    }
+    if (fault == DEV_FAULT_HANG && device == DEVICE_CPU_TEST && getenv ("SIGSERVE_TEST_MAILBOX")) {
+        if (test_mailbox_hang (mlp) == 0)
+            return 0;
+        snprintf (err, errlen, "device cpu (test) holds no emulated persistent model to hang");
+        return -1;
     }
     if (fault == DEV_FAULT_HANG) {
         const gpu_backend_t *gpu = backends_gpu (NULL, 0);

@@ -305,6 +305,7 @@ typedef struct {
     uint32_t inputs, outputs;       /* a request's features and a reply's outputs (0: tick_mlp's, 512 and 1) */
     uint32_t window;                /* requests in flight at most (0: OUTSTANDING) */
     bool both_fronts;               /* requests alternate between endpoint and endpoint2 (s_two_fronts) */
+    uint32_t pace_us;               /* after the fault: open loop, a request every PACE_US whatever the replies */
     /* results */
     uint32_t ok[2], unavailable[2], other;
     uint32_t unavailable_lost, unavailable_admission;
@@ -344,18 +345,25 @@ static inline void s_load (server_t *s, load_t *l)
     bool faulted = false;
     unsigned seed = 7;
     static uint8_t buf[1 << 16];
+    double next_at = 0;
     while (received < l->total) {
-        while (next < l->total && next - received < window) {
+        const bool paced = faulted && l->pace_us;
+        while (next < l->total && (paced ? s_now_ms () >= next_at : next - received < window)) {
             float *f = sent + (size_t) next * 512;
             s_random (f, 512, &seed);
             size_t len = tu_pack_infer (buf, sizeof buf, l->models[next % l->model_count], f, l->inputs ? l->inputs : 512,
                                         1, next, 0);
             ck_assert_int_eq (zmq_send (sock[next % socks], buf, len, 0), (int) len);
             next++;
+            next_at += paced ? l->pace_us / 1e3 : 0;
         }
         zmq_pollitem_t items[2] = { { sock[0], 0, ZMQ_POLLIN, 0 }, { sock[1], 0, ZMQ_POLLIN, 0 } };
-        ck_assert_msg (zmq_poll (items, socks, REPLY_WAIT_MS) > 0, "a request was not answered within %d ms (%u of %u "
-                       "answered)", REPLY_WAIT_MS, received, l->total);
+        const bool sending = paced && next < l->total;
+        const int ready = zmq_poll (items, socks, sending ? 1 : REPLY_WAIT_MS);
+        if (ready == 0 && sending)
+            continue;       /* the next paced request is due */
+        ck_assert_msg (ready > 0, "a request was not answered within %d ms (%u of %u answered)", REPLY_WAIT_MS, received,
+                       l->total);
         zmq_msg_t msg;
         zmq_msg_init (&msg);
         ck_assert_int_ge (zmq_msg_recv (&msg, sock[items[0].revents & ZMQ_POLLIN ? 0 : 1], 0), 0);
@@ -405,7 +413,7 @@ static inline void s_load (server_t *s, load_t *l)
             snprintf (path, sizeof path, "/debug/fault?%s", l->fault);
             int st = s_http (s->http_port, "POST", path, body, sizeof body);
             ck_assert_msg (st == 200, "POST %s: %d %s", path, st, body);
-            l->fault_at_ms = s_now_ms ();
+            l->fault_at_ms = next_at = s_now_ms ();
             faulted = true;
         }
     }

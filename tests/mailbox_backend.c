@@ -7,7 +7,7 @@
  * request word in order (acquire), computes the rows, stores the outputs word by word (release)
  * as the kernel does in completion-by-outputs mode. Its mailbox comes from the device process's
  * share of the region (backends/box_source.h) when there is one. "Trap" (POST /debug/fault
- * kind=trap on device cpu) stops the thread: the kernel is gone.
+ * kind=trap on device cpu) stops the thread: the kernel is gone; "hang" stalls it: it answers nothing.
  *
  * It also plays the CUDA backend's specialised kernels (backend.h's prepare): a module per shape,
  * loaded only while no emulated kernel runs in this process (CUDA's module load next to a resident
@@ -42,6 +42,7 @@ struct backend_model {
     float *x, *y;                   /* the emulated kernel's rows, unpadded */
     pthread_t thread;
     _Atomic bool stop, trapped, exited;
+    _Atomic bool stalled;               /* kind=hang: it runs on and answers nothing (a hung kernel) */
     bool spec;                      /* its shape's emulated module was loaded: the "specialised" kernel */
 };
 
@@ -95,7 +96,8 @@ static void *s_kernel (void *arg)
         const uint32_t seq = (uint32_t) (n + 1u);
         uint64_t word;
         uint32_t spins = 0;
-        while ((uint32_t) (word = __atomic_load_n ((uint64_t *) (slot + b->request), __ATOMIC_ACQUIRE)) != seq) {
+        while (atomic_load (&m->stalled)
+               || (uint32_t) (word = __atomic_load_n ((uint64_t *) (slot + b->request), __ATOMIC_ACQUIRE)) != seq) {
             if (atomic_load (&m->stop) || atomic_load (&m->trapped)) {
                 atomic_store (&m->exited, true);
                 return NULL;
@@ -297,6 +299,16 @@ const backend_iface_t test_mailbox_iface = {
     .unpark = s_unpark,
     .prepare = s_prepare,
 };
+
+/* POST /debug/fault kind=hang on device cpu: the emulated kernel runs on and answers nothing, as a hung
+ * one (its host's wait gives up after WATCHDOG_NS; a model's watchdog_ms under it ends the process first). */
+int test_mailbox_hang (backend_model_t *m)
+{
+    if (!m)
+        return -1;
+    atomic_store (&m->stalled, true);
+    return 0;
+}
 
 /* POST /debug/fault kind=trap on device cpu: the emulated kernel stops, as a trapped one would. */
 int test_mailbox_trap (backend_model_t *m)

@@ -339,7 +339,8 @@ START_TEST (trap_on_a_gpu_leaves_the_cpu_model_serving)
         printf ("trap_on_a_gpu_leaves_the_cpu_model_serving: skipped: no GPU here\n");
         return;
     }
-    snprintf (s_models, sizeof s_models, "%s, %s", s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"warp\", \"devices\": [0],"),
+    snprintf (s_models, sizeof s_models, "%s, %s", s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"warp\", \"devices\": [0], "
+                                                          "\"fallback\": \"off\","),
               s_model ("cpu", "\"backend\": \"cpu\","));
     server_t s;
     s_start (&s, s_models, false);
@@ -373,7 +374,8 @@ START_TEST (hung_launch_past_the_watchdog_restarts_the_device)
         return;
     }
     snprintf (s_models, sizeof s_models, "%s, %s",
-              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"warp\", \"devices\": [0], \"watchdog_ms\": 300,"),
+              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"warp\", \"devices\": [0], \"watchdog_ms\": 300, "
+                              "\"fallback\": \"off\","),
               s_model ("cpu", "\"backend\": \"cpu\","));
     server_t s;
     s_start (&s, s_models, false);

@@ -329,6 +329,44 @@ END_TEST
 START_TEST (emulated_persistent_trap_while_the_front_waits) { s_box_trap (&s_box_emulated); }
 END_TEST
 
+/* A stalled launch with a CPU fallback (dispatch.c: s_stalled): the emulated kernel hung (it answers
+ * nothing, as a hung kernel, or a trapped one before the driver reports it), its worker waiting (no
+ * front inline), watchdog_ms 1000 and no standby. The requests after the stall's first go to the
+ * fallback while the process still runs (logged before its loss), what the stalled instance held is
+ * re-run there once the watchdog ends it: every request answered once, OK, within the reference's
+ * bound, none UNAVAILABLE. */
+START_TEST (emulated_persistent_stall_goes_to_the_fallback)
+{
+    s_mailbox = true;
+    s_server_extra = ", \"inline_us\": 0, \"standby\": false";
+    snprintf (s_models, sizeof s_models, "%s",
+              s_model ("box", "\"backend\": \"cpu\", \"watchdog_ms\": 1000, "
+                              "\"fallback\": { \"backend\": \"cpu\", \"instances\": 1 },"));
+    server_t s;
+    s_start (&s, s_models, true);
+    s_mailbox = false;
+    s_server_extra = "";
+    ck_assert (s_log_has (&s, "kernel mailbox-emulated"));
+    /* after the hang, a request every 2 ms whatever the replies (a client's own pace): those of the first
+     * stall_ns queue behind the stalled launch, the rest go to the fallback while the process runs */
+    load_t l = { .models = { "box" }, .model_count = 1, .total = 600, .fault_after = 300, .pace_us = 2000,
+                 .fault = "device=cpu&kind=hang", .check_outputs = true };
+    s_load (&s, &l);
+    const double rerun = s_metric (&s, "sigserve_lost_requests_total{model=\"box\",result=\"rerun\"}");
+    printf ("stalled emulated kernel with a fallback: %u OK (%u on the fallback, %.0f of them re-run), %u UNAVAILABLE\n",
+            l.ok[0], l.fallback[0], rerun, l.unavailable[0]);
+    ck_assert_uint_eq (l.ok[0], 600);
+    ck_assert_uint_eq (l.unavailable[0], 0);
+    ck_assert_double_ge (rerun, 1);                          /* the stalled launch's own, at least */
+    ck_assert_uint_gt (l.fallback[0], (uint32_t) rerun);     /* the others went there while the process ran */
+    const int stalled = s_log_line (&s, "a launch has run over", 0);
+    ck_assert_msg (stalled > 0, "no stall line (log: %s)", s.log);
+    ck_assert_int_lt (stalled, s_log_line (&s, "its instances are unavailable until it is back", 0));
+    ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 START_TEST (emulated_persistent_standby_parks_its_kernel) { s_box_standby (&s_box_emulated); }
 END_TEST
 
@@ -367,6 +405,7 @@ static Suite *s_suite (void)
     tcase_add_test (c, emulated_persistent_runs_inline_across_processes);
     tcase_add_test (c, emulated_persistent_two_fronts_and_the_worker_share_the_mailbox);
     tcase_add_test (c, emulated_persistent_trap_while_the_front_waits);
+    tcase_add_test (c, emulated_persistent_stall_goes_to_the_fallback);
     tcase_add_test (c, emulated_persistent_models_all_specialised);
     tcase_add_test (c, emulated_persistent_standby_parks_its_kernel);
     suite_add_tcase (suite, c);

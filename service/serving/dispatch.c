@@ -98,6 +98,27 @@ static instance_t *s_instance (model_t *m, lane_t *l, const admission_t *a)
     return in;
 }
 
+/* Whether IN's launch has run over M's stall_ns (only with a fallback: see model_impl.h); NOW read once
+ * an admission, where a launch is running. */
+static bool s_stalled (const model_t *m, instance_t *in, uint64_t *now)
+{
+    const uint64_t since = m->stall_ns ? atomic_load_explicit (&in->sh->busy_since, memory_order_relaxed) : 0;
+    if (!since)
+        return false;
+    if (!*now)
+        *now = clock_now_ns ();
+    if (*now <= since || *now - since <= m->stall_ns)
+        return false;
+    uint64_t noted = atomic_load_explicit (&in->stall_noted, memory_order_relaxed);
+    if (noted != since && atomic_compare_exchange_strong (&in->stall_noted, &noted, since))    /* once a launch */
+        log_warn ("model %s instance %u: a launch has run over %.1f ms: stateless requests go to its CPU fallback "
+                  "until it ends (or the watchdog, watchdog_ms %u, ends its process)", m->desc.cfg.name, in->index,
+                  m->stall_ns / 1e6, m->desc.cfg.watchdog_ms);
+    return true;
+}
+
+/* A stream's steps stay on its own instance, stalled or not (its order); a stateless request skips a
+ * stalled one (s_stalled). */
 static instance_t *s_own_instance (model_t *m, lane_t *l, const admission_t *a)
 {
     if (a->stream_id) {
@@ -106,9 +127,10 @@ static instance_t *s_own_instance (model_t *m, lane_t *l, const admission_t *a)
     }
     instance_t *best = NULL;
     size_t best_load = (size_t) -1;
+    uint64_t now = 0;
     for (uint32_t k = 0; k < m->instance_count; k++) {
         instance_t *in = &m->instances[(l->next_instance + k) % m->instance_count];
-        if (!atomic_load_explicit (&in->sh->available, memory_order_relaxed))
+        if (!atomic_load_explicit (&in->sh->available, memory_order_relaxed) || s_stalled (m, in, &now))
             continue;
         size_t load = instance_queued (in);
         if (load < best_load) {

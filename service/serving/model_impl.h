@@ -98,6 +98,7 @@ struct instance {
      * answers what its lane held: dispatch_reclaim, a bit each in reclaimed), 2 when all have, 0 serving */
     _Atomic int lost;
     _Atomic uint32_t reclaimed;
+    _Atomic uint64_t stall_noted;       /* the busy_since of the stalled launch last logged (dispatch.c) */
 };
 
 struct _model_t {
@@ -145,6 +146,11 @@ struct _model_t {
      * each way: model_fallback_note). */
     model_t *fallback;
     _Atomic bool degraded;
+    /* With a fallback: a launch running longer than this (CLOCK_MONOTONIC ns; model_fallback_load) takes
+     * its instance out of admission for stateless requests until it ends or the instance is lost: a
+     * trap the driver has not reported yet, or a hang the watchdog has not killed, sends the next
+     * requests to the fallback instead of queueing them behind it. */
+    uint64_t stall_ns;
 };
 
 /* Whether fronts run requests inline on an instance of M claimed from its worker (instance_shared_t.claim). */
