@@ -329,6 +329,33 @@ END_TEST
 START_TEST (emulated_persistent_trap_while_the_front_waits) { s_box_trap (&s_box_emulated); }
 END_TEST
 
+/* A trap while the front waits on the emulated kernel's mailbox, the model with a CPU fallback: the
+ * request the front ran inline is run again on the fallback (dispatch_admit), as are the requests after
+ * it until the process is back: every request answered once, OK, none UNAVAILABLE. */
+START_TEST (emulated_persistent_trap_with_a_fallback_loses_nothing)
+{
+    s_mailbox = true;
+    s_server_extra = ", \"inline_us\": 10000";
+    snprintf (s_models, sizeof s_models, "%s",
+              s_model ("box", "\"backend\": \"cpu\", \"fallback\": { \"backend\": \"cpu\", \"instances\": 1 },"));
+    server_t s;
+    s_start (&s, s_models, true);
+    s_mailbox = false;
+    s_server_extra = "";
+    ck_assert (s_log_has (&s, "(run on the front when idle)"));
+    load_t l = { .models = { "box" }, .model_count = 1, .total = 1000, .window = 1, .fault_after = 300,
+                 .fault = s_box_emulated.trap, .check_outputs = true };
+    s_load (&s, &l);
+    printf ("trap under inline requests with a fallback: %u OK (%u on the fallback), %u UNAVAILABLE\n", l.ok[0],
+            l.fallback[0], l.unavailable[0]);
+    ck_assert_uint_eq (l.ok[0], 1000);
+    ck_assert_uint_eq (l.unavailable[0], 0);
+    ck_assert_uint_ge (l.fallback[0], 1);       /* the one the front waited on, at least */
+    ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 /* A stalled launch with a CPU fallback (dispatch.c: s_stalled): the emulated kernel hung (it answers
  * nothing, as a hung kernel, or a trapped one before the driver reports it), its worker waiting (no
  * front inline), watchdog_ms 1000 and no standby. The requests after the stall's first go to the
@@ -406,6 +433,7 @@ static Suite *s_suite (void)
     tcase_add_test (c, emulated_persistent_two_fronts_and_the_worker_share_the_mailbox);
     tcase_add_test (c, emulated_persistent_trap_while_the_front_waits);
     tcase_add_test (c, emulated_persistent_stall_goes_to_the_fallback);
+    tcase_add_test (c, emulated_persistent_trap_with_a_fallback_loses_nothing);
     tcase_add_test (c, emulated_persistent_models_all_specialised);
     tcase_add_test (c, emulated_persistent_standby_parks_its_kernel);
     suite_add_tcase (suite, c);

@@ -197,7 +197,7 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
                   m->fallback ? ", nor its CPU fallback" : " and it has no fallback");
         return SIG_UNAVAILABLE;
     }
-    const bool fallback = in->model != m;
+    bool fallback = in->model != m;
     const uint32_t queued = dispatch_queued (m);
     if (queued >= m->desc.cfg.queue_depth) {
         snprintf (err, errlen, "model \"%s\": queue full: %u requests waiting (queue_depth %u); retry later, or raise "
@@ -250,6 +250,16 @@ sig_status_t dispatch_admit (model_t *m, const admission_t *a, job_t **ran, char
             worker_run_inline (m, l->front_impl, j);
         else    /* the idle instance's own context or mailbox, unless its worker has it */
             done = worker_run_inline_on (in, j);
+        instance_t *fb = NULL;
+        if (done && j->status == SIG_UNAVAILABLE && m->fallback && (fb = s_fallback_instance (m, m->fallback, a))) {
+            /* its instance was lost while this front waited on it (a trap, a hang past the watchdog): run
+             * on the fallback, as a job the lost instance held is (its features are as they came) */
+            j->status = SIG_OK;
+            j->error[0] = '\0';
+            j->fallback = fallback = true;
+            in = fb;
+            done = false;
+        }
         if (done) {
             if (m->stats)
                 stats_count_inline (m->stats, m->stats_slot);
