@@ -7,7 +7,9 @@
  *   - stream_history smaller than the streams: the least recently stepped is evicted; after a kill
  *     its next step is refused with the reason (never silently restarted), the others go on exactly,
  *     and the evicted one may start again at step 1;
- *   - a GRU stream across a kill, the same.
+ *   - a GRU stream across a kill, the same;
+ *   - on a GPU host, the LSTM on CUDA (GPU 0's device process) across two kills (skipped, saying so,
+ *     without a GPU).
  * Values and counts are asserted, never times; waits are on the condition. */
 #define _GNU_SOURCE
 #include "device_processes_tests.h"
@@ -26,7 +28,10 @@ static char s_lstm_path[4096], s_gru_path[4096];
 static weights_t *s_lstm, *s_gru;
 static uint64_t s_seed = 4321;
 
-/* The LSTM's weights (random, written once) and the model's JSON with EXTRA keys. */
+/* The LSTM's weights (random, written once) and the model's JSON with EXTRA keys, on the backend
+ * s_backend names. */
+static const char *s_backend = "\"backend\": \"cpu\"";
+
 static const char *s_lstm_model (const char *extra)
 {
     if (!s_lstm) {
@@ -40,9 +45,9 @@ static const char *s_lstm_model (const char *extra)
         ck_assert_msg (s_lstm != NULL, "%s", err);
     }
     snprintf (s_models, sizeof s_models,
-              "{ \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"weights\": \"%s\", \"lstm\": \"lstm.\", "
+              "{ \"name\": \"seq\", \"type\": \"lstm\", %s, \"weights\": \"%s\", \"lstm\": \"lstm.\", "
               "\"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"tanh\" }, %s }",
-              s_lstm_path, WINDOW, extra);
+              s_backend, s_lstm_path, WINDOW, extra);
     return s_models;
 }
 
@@ -116,21 +121,28 @@ static void s_step_ok (void *sock, const float *steps, uint64_t id, uint64_t t, 
     sigserve__v1__reply__free_unpacked (r, NULL);
 }
 
-/* The CPU device process killed, and the model serving again in its successor. */
-static void s_kill_and_wait (server_t *s, double losses_before)
+/* A device process (the CPU one, or GPU 0's: s_gpu) lost to KIND (kill, trap), and the model serving
+ * again in its successor. */
+static bool s_gpu;
+
+static void s_fault_and_wait (server_t *s, double losses_before, const char *kind)
 {
-    const pid_t first = s_device_pid (s, "cpu (test)");
-    char body[512];
-    const int st = s_http (s->http_port, "POST", "/debug/fault?device=cpu&kind=kill", body, sizeof body);
-    ck_assert_msg (st == 200, "POST /debug/fault: %d %s", st, body);
-    for (int waited = 0; s_metric (s, "sigserve_device_losses_total{device=\"cpu\"}") < losses_before + 1; waited += 20) {
+    const pid_t first = s_device_pid (s, s_gpu ? "0" : "cpu (test)");
+    char body[512], path[128], losses[128];
+    snprintf (path, sizeof path, "/debug/fault?device=%s&kind=%s", s_gpu ? "0" : "cpu", kind);
+    snprintf (losses, sizeof losses, "sigserve_device_losses_total{device=\"%s\"}", s_gpu ? "cuda:0" : "cpu");
+    const int st = s_http (s->http_port, "POST", path, body, sizeof body);
+    ck_assert_msg (st == 200, "POST %s: %d %s", path, st, body);
+    for (int waited = 0; s_metric (s, losses) < losses_before + 1; waited += 20) {
         ck_assert_msg (waited < 60000, "the loss was not noticed (log: %s)", s->log);
         usleep (20 * 1000);
     }
     ck_assert_msg (s_wait_serving (s, 60000), "the model did not come back (log: %s)", s->log);
-    ck_assert_int_ne (s_device_pid (s, "cpu (test)"), first);
+    ck_assert_int_ne (s_device_pid (s, s_gpu ? "0" : "cpu (test)"), first);
     ck_assert (s_gone (first));
 }
+
+static void s_kill_and_wait (server_t *s, double losses_before) { s_fault_and_wait (s, losses_before, "kill"); }
 
 static void *s_socket (server_t *s)
 {
@@ -167,6 +179,42 @@ START_TEST (an_lstm_stream_survives_a_kill)
     ck_assert_double_eq (s_metric (&s, "sigserve_stream_history_evictions_total{model=\"seq\"}"), 0);
     zmq_close (sock);
     ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
+/* The same on GPU 0 (the CUDA LSTM in its device process, the default standby and fallback): a stream
+ * across two kills (the second of the spare promoted by the first: sigserve-test traps and hangs only
+ * an MLP); every step within the bound of the reference. Skipped without a GPU. */
+START_TEST (an_lstm_stream_on_a_gpu_survives_two_kills)
+{
+    if (s_gpus () < 1) {
+        printf ("an_lstm_stream_on_a_gpu_survives_two_kills: skipped: no GPU here\n");
+        return;
+    }
+    s_backend = "\"backend\": \"cuda\", \"devices\": [0]";
+    s_gpu = true;
+    server_t s;
+    s_start (&s, s_lstm_model ("\"instances\": 1, \"max_streams\": 8"), false);
+    void *sock = s_socket (&s);
+    enum { STEPS = 4 * WINDOW, KILL_AFTER = WINDOW + WINDOW / 4, KILL_AGAIN = 2 * WINDOW + 3 };
+    static float a[STEPS * STEP];
+    for (size_t i = 0; i < STEPS * STEP; i++)
+        a[i] = rng_uniform (&s_seed, -1, 1);
+    for (uint64_t t = 1; t <= STEPS; t++) {
+        s_step_ok (sock, a, 70, t, true);
+        if (t == KILL_AFTER)
+            s_fault_and_wait (&s, 0, "kill");
+        if (t == KILL_AGAIN)
+            s_fault_and_wait (&s, 1, "kill");
+    }
+    printf ("an LSTM stream on GPU 0 across two kills: %d steps within bound; rebuilds %.0f\n", STEPS,
+            s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"seq\"}"));
+    ck_assert_double_eq (s_metric (&s, "sigserve_device_losses_total{device=\"cuda:0\"}"), 2);
+    ck_assert_double_ge (s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"seq\"}"), 2);
+    zmq_close (sock);
+    ck_assert_int_eq (s_stop (&s), 0);
+    s_backend = "\"backend\": \"cpu\"";
+    s_gpu = false;
 }
 END_TEST
 
@@ -242,6 +290,9 @@ int main (void)
     tcase_add_test (c, a_stream_evicted_from_the_history_is_refused_after_a_kill);
     tcase_add_test (c, a_gru_stream_survives_a_kill);
     suite_add_tcase (suite, c);
+    TCase *g = s_tcase ("gpu");
+    tcase_add_test (g, an_lstm_stream_on_a_gpu_survives_two_kills);
+    suite_add_tcase (suite, g);
     const int rc = s_main (suite);
     weights_destroy (&s_lstm);
     weights_destroy (&s_gru);
