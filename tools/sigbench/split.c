@@ -24,6 +24,7 @@
 #include "backends/cpu_isa.h"
 #include "backends/cpu_split.h"
 #include "base/threads.h"
+#include "read_floor.h"
 
 #include <immintrin.h>
 #include <pthread.h>
@@ -31,25 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static volatile uint64_t s_sink;
-
-__attribute__ ((target ("avx512f"))) static void s_read (const void *p, size_t n)
-{
-    const __m512i *v = p;
-    __m512i a = _mm512_setzero_si512 (), b = a, c = a, d = a;
-    size_t i = 0;
-    for (; i + 4 <= n / 64; i += 4) {
-        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
-        b = _mm512_or_si512 (b, _mm512_load_si512 (v + i + 1));
-        c = _mm512_or_si512 (c, _mm512_load_si512 (v + i + 2));
-        d = _mm512_or_si512 (d, _mm512_load_si512 (v + i + 3));
-    }
-    for (; i < n / 64; i++)
-        a = _mm512_or_si512 (a, _mm512_load_si512 (v + i));
-    a = _mm512_or_si512 (_mm512_or_si512 (a, b), _mm512_or_si512 (c, d));
-    s_sink = (uint64_t) _mm512_reduce_or_epi64 (a);
-}
 
 static unsigned char *s_buffer (size_t bytes)
 {
@@ -189,7 +171,7 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
         }
         const int f = phase ? R_FLOOR_SPLIT : R_FLOOR;
         const double t0 = sb_now_us ();
-        s_read (floor_one, phase ? leader : total);
+        read_floor_64 (floor_one, phase ? leader : total);
         const double t = sb_now_us () - t0;
         if (keep && got[f] < o->iterations)
             samples[(size_t) f * o->iterations + got[f]++] = t;
