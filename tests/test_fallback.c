@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include "device_processes_tests.h"
 #include "lstm_reference.h"
+#include "lstm_seq_tests.h"
 #include "rng.h"
 
 #include <dirent.h>
@@ -229,14 +230,6 @@ END_TEST
 
 /* ------------------------------------------------------------------------------ an LSTM's streams */
 
-#define LAYERS 2
-#define WINDOW 16
-#define STEP 8
-#define HIDDEN 12
-#define OUTS 2
-
-static char s_lstm_path[4096];
-static weights_t *s_lstm;
 static uint64_t s_seed = 8765;
 
 /* Step T (1-based) of stream ID, whose steps are STEPS, numbered: OK, computed by BACKEND, and within
@@ -244,24 +237,7 @@ static uint64_t s_seed = 8765;
 static void s_step_ok (void *sock, const float *steps, uint64_t id, uint64_t t, const char *backend)
 {
     static uint64_t request_id = 1;
-    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
-    inf.request_id = request_id++;
-    inf.model = (char *) "seq";
-    inf.features = (float *) steps + (size_t) (t - 1) * STEP;
-    inf.n_features = STEP;
-    inf.rows = 1;
-    inf.stream_id = id;
-    inf.step = t;
-    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
-    req.infer = &inf;
-    static uint8_t buf[1 << 16];
-    const size_t len = sigserve__v1__request__pack (&req, buf);
-    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
-    const int n = zmq_recv (sock, buf, sizeof buf, 0);
-    ck_assert_int_gt (n, 0);
-    Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, (size_t) n, buf);
-    ck_assert (r && r->infer && r->infer->request_id == inf.request_id);
+    Sigserve__V1__Reply *r = seq_step (sock, "seq", steps + (size_t) (t - 1) * STEP, id, t, request_id++, false);
     ck_assert_msg (r->infer->status == SIGSERVE__V1__STATUS__STATUS_OK, "stream %llu step %llu: %d %s",
                    (unsigned long long) id, (unsigned long long) t, r->infer->status, r->infer->error);
     ck_assert_msg (strcmp (r->infer->backend, backend) == 0, "stream %llu step %llu computed by \"%s\", expected \"%s\"",
@@ -276,19 +252,8 @@ static void s_step_ok (void *sock, const float *steps, uint64_t id, uint64_t t, 
 
 START_TEST (lstm_streams_go_to_the_fallback_and_back_twice_unchanged)
 {
-    char *dir = tu_tmpdir (), err[512];
-    snprintf (s_lstm_path, sizeof s_lstm_path, "%s/seq.safetensors", dir);
-    free (dir);
-    lstm_shape_t shape = { .layers = LAYERS, .step_size = STEP, .hidden = HIDDEN, .out = OUTS, .window = WINDOW,
-                           .head_act = ACTIVATION_TANH };
-    model_config_t cfg;
-    s_lstm = lstm_random_weights (s_lstm_path, &shape, 79, &cfg, err, sizeof err);
-    ck_assert_msg (s_lstm != NULL, "%s", err);
     /* ids 40 and 41: one on each instance (id % 2); the fallback stands in for each with one of its own */
-    snprintf (s_models, sizeof s_models,
-              "{ \"name\": \"seq\", \"type\": \"lstm\", \"backend\": \"cpu\", \"weights\": \"%s\", \"lstm\": \"lstm.\", "
-              "\"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"tanh\" }, \"instances\": 2, "
-              "\"max_streams\": 8, " FALLBACK " \"max_rows\": 1 }", s_lstm_path, WINDOW);
+    seq_model ("\"backend\": \"cpu\", \"instances\": 2, \"max_streams\": 8, " FALLBACK " \"max_rows\": 1", 79);
     server_t s;
     s_start (&s, s_models, true);
     ck_assert (s_log_has (&s, "model seq: CPU fallback of 2 instance(s) loaded and warmed"));

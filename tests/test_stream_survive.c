@@ -17,15 +17,11 @@
 #include "lstm_reference.h"
 #include "rng.h"
 #include "tolerance_gru.h"
+#include "lstm_seq_tests.h"
 
-#define LAYERS 2
-#define WINDOW 16
-#define STEP 8
-#define HIDDEN 12
-#define OUTS 2
 
-static char s_lstm_path[4096], s_gru_path[4096];
-static weights_t *s_lstm, *s_gru;
+static char s_gru_path[4096];
+static weights_t *s_gru;
 static uint64_t s_seed = 4321;
 
 /* The LSTM's weights (random, written once) and the model's JSON with EXTRA keys, on the backend
@@ -34,21 +30,9 @@ static const char *s_backend = "\"backend\": \"cpu\"";
 
 static const char *s_lstm_model (const char *extra)
 {
-    if (!s_lstm) {
-        char *dir = tu_tmpdir (), err[512];
-        snprintf (s_lstm_path, sizeof s_lstm_path, "%s/seq.safetensors", dir);
-        free (dir);
-        lstm_shape_t shape = { .layers = LAYERS, .step_size = STEP, .hidden = HIDDEN, .out = OUTS, .window = WINDOW,
-                               .head_act = ACTIVATION_TANH };
-        model_config_t cfg;
-        s_lstm = lstm_random_weights (s_lstm_path, &shape, 77, &cfg, err, sizeof err);
-        ck_assert_msg (s_lstm != NULL, "%s", err);
-    }
-    snprintf (s_models, sizeof s_models,
-              "{ \"name\": \"seq\", \"type\": \"lstm\", %s, \"weights\": \"%s\", \"lstm\": \"lstm.\", "
-              "\"window\": %d, \"head\": { \"weight\": \"head.weight\", \"activation\": \"tanh\" }, %s }",
-              s_backend, s_lstm_path, WINDOW, extra);
-    return s_models;
+    char keys[512];
+    snprintf (keys, sizeof keys, "%s, %s", s_backend, extra);
+    return seq_model (keys, 77);
 }
 
 /* The GRU's model JSON (random weights, written once). */
@@ -76,30 +60,7 @@ static const char *s_name = "seq";     /* the model the steps go to: "seq" (LSTM
 
 static Sigserve__V1__Reply *s_step (void *sock, const float *x, uint64_t id, uint64_t step_no, uint64_t request_id)
 {
-    Sigserve__V1__Request req = SIGSERVE__V1__REQUEST__INIT;
-    Sigserve__V1__InferRequest inf = SIGSERVE__V1__INFER_REQUEST__INIT;
-    inf.request_id = request_id;
-    inf.model = (char *) s_name;
-    inf.features = (float *) x;
-    inf.n_features = STEP;
-    inf.rows = 1;
-    inf.stream_id = id;
-    inf.step = step_no;
-    req.body_case = SIGSERVE__V1__REQUEST__BODY_INFER;
-    req.infer = &inf;
-    static uint8_t buf[1 << 16];
-    const size_t len = sigserve__v1__request__pack (&req, buf);
-    ck_assert_int_eq (zmq_send (sock, "", 0, ZMQ_SNDMORE), 0);
-    ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
-    int r = zmq_recv (sock, buf, sizeof buf, 0);
-    if (r == 0)     /* the empty delimiter */
-        r = zmq_recv (sock, buf, sizeof buf, 0);
-    ck_assert_int_gt (r, 0);
-    Sigserve__V1__Reply *rep = sigserve__v1__reply__unpack (NULL, (size_t) r, buf);
-    ck_assert_ptr_nonnull (rep);
-    ck_assert_ptr_nonnull (rep->infer);
-    ck_assert_uint_eq (rep->infer->request_id, request_id);
-    return rep;
+    return seq_step (sock, s_name, x, id, step_no, request_id, true);
 }
 
 /* Step T (1-based) of stream ID, whose steps are STEPS: OK, and within the bound of the float64
