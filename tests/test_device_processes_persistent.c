@@ -394,6 +394,47 @@ START_TEST (emulated_persistent_stall_goes_to_the_fallback)
 }
 END_TEST
 
+/* The stall switch (placement_devices.c: s_hung): the emulated kernel hung while a front waits on its
+ * mailbox inline, the model with a CPU fallback, its device's standby ready and watchdog_ms 1000. The
+ * launch is ended long before the watchdog: past the stall switch the process is killed, its standby
+ * promoted, and the request the front waited on is run again on the fallback: every request answered
+ * once, OK, within the reference's bound, none UNAVAILABLE; the log says the switch, then the
+ * promotion, never the watchdog. (No "a launch has run over" line comes first: the only front waits
+ * in the stalled launch, so no admission sees it. A loaded machine may stall the promoted emulation
+ * too, and switch again: at least one promotion.) */
+START_TEST (emulated_persistent_stall_switches_to_the_standby)
+{
+    s_mailbox = true;
+    s_server_extra = ", \"inline_us\": 10000";
+    snprintf (s_models, sizeof s_models, "%s",
+              s_model ("box", "\"backend\": \"cpu\", \"watchdog_ms\": 1000, "
+                              "\"fallback\": { \"backend\": \"cpu\", \"instances\": 1 },"));
+    server_t s;
+    s_start (&s, s_models, true);
+    s_mailbox = false;
+    s_server_extra = "";
+    ck_assert (s_log_has (&s, "(run on the front when idle)"));
+    for (int waited = 0; waited < 60000 && !s_log_has (&s, "(1 of 1 model(s) loaded there"); waited += 20)
+        usleep (20000);
+    ck_assert_msg (s_log_has (&s, "(1 of 1 model(s) loaded there"), "no standby ready (log: %s)", s.log);
+    load_t l = { .models = { "box" }, .model_count = 1, .total = 600, .window = 1, .fault_after = 300,
+                 .pace_us = 1000, .fault = "device=cpu&kind=hang", .check_outputs = true };
+    s_load (&s, &l);
+    printf ("stall switch: %u OK (%u on the fallback), %u UNAVAILABLE; back in %.2f ms\n", l.ok[0], l.fallback[0],
+            l.unavailable[0], s_metric (&s, "sigserve_device_recovery_seconds{device=\"cpu\"}") * 1e3);
+    ck_assert_uint_eq (l.ok[0], 600);
+    ck_assert_uint_eq (l.unavailable[0], 0);
+    ck_assert_uint_ge (l.fallback[0], 1);       /* the one the front waited on, at least */
+    const int switched = s_log_line (&s, "over its stall switch of", 0);
+    const int promoted = s_log_line (&s, "(the standby, promoted)", 0);
+    ck_assert_msg (switched > 0 && promoted > switched, "switch %d, promotion %d (log: %s)", switched, promoted, s.log);
+    ck_assert_msg (!s_log_has (&s, "over watchdog_ms"), "the watchdog ended it (log: %s)", s.log);
+    ck_assert_double_ge (s_metric (&s, "sigserve_device_standby_promotions_total{device=\"cpu\"}"), 1);
+    ck_assert_msg (s_wait_serving (&s, 60000), "the model did not come back (log: %s)", s.log);
+    ck_assert_int_eq (s_stop (&s), 0);
+}
+END_TEST
+
 START_TEST (emulated_persistent_standby_parks_its_kernel) { s_box_standby (&s_box_emulated); }
 END_TEST
 
@@ -433,6 +474,7 @@ static Suite *s_suite (void)
     tcase_add_test (c, emulated_persistent_two_fronts_and_the_worker_share_the_mailbox);
     tcase_add_test (c, emulated_persistent_trap_while_the_front_waits);
     tcase_add_test (c, emulated_persistent_stall_goes_to_the_fallback);
+    tcase_add_test (c, emulated_persistent_stall_switches_to_the_standby);
     tcase_add_test (c, emulated_persistent_trap_with_a_fallback_loses_nothing);
     tcase_add_test (c, emulated_persistent_models_all_specialised);
     tcase_add_test (c, emulated_persistent_standby_parks_its_kernel);

@@ -14,7 +14,9 @@
 # keys, e.g. '"standby": false,'); RATE (default 3k) requests/s for SECONDS (default 6) with the
 # fault posted FAULT_AT seconds in (default 2). Per case: $OUT/<case>/ (config, server log, sigload
 # table, metrics before and after); a table last: requests, OK, UNAVAILABLE, other errors, p50 /
-# p99 / max of the faulted step, p99 of the clean step, and the metrics that say what happened.
+# p99 / max of the faulted step, p99 of the clean step, the time from the fault's injection to the
+# GPU instance serving again (the server log's "injecting a fault" to its "back after"), how the
+# loss was seen (the "lost (...)" reason), and the metrics that say what happened.
 set -u
 BUILD=${BUILD:-build}
 OUT=${OUT:-/tmp/fault-drive}
@@ -27,8 +29,8 @@ HTTP=${HTTP:-9471}
 WEIGHTS=$(cd "$(dirname "${WEIGHTS:-$BUILD/models/tick_mlp.safetensors}")" && pwd)/$(basename "${WEIGHTS:-tick_mlp.safetensors}")
 mkdir -p "$OUT"
 table="$OUT/table.md"
-echo "| case | requests | OK | UNAVAILABLE | other | faulted p50 / p99 / max us | clean p99 us | metrics after |" >"$table"
-echo "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |" >>"$table"
+echo "| case | requests | OK | UNAVAILABLE | other | faulted p50 / p99 / max us | clean p99 us | fault to GPU back ms | loss seen as | metrics after |" >"$table"
+echo "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |" >>"$table"
 
 http () {   # http METHOD PATH: the body on stdout
     python3 - "$1" "http://127.0.0.1:$HTTP$2" <<'PY'
@@ -95,7 +97,7 @@ JSON
         sleep 0.1
     done
     if [ $up = 0 ]; then
-        echo "| $kernel:$fault | server did not start: $(tail -n 1 "$d/server.log" | cut -c1-120) | | | | | | |" >>"$table"
+        echo "| $kernel:$fault | server did not start: $(tail -n 1 "$d/server.log" | cut -c1-120) | | | | | | | | |" >>"$table"
         kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; continue
     fi
     load () {   # load NAME: one step of RATE for SECONDS_
@@ -129,14 +131,29 @@ def g(r, *keys):
     return "-"
 text = open("%s/faulted.md" % d).read()
 m_ = re.search(r"STATUS_UNAVAILABLE:([0-9]+)", g(f, "errors_by_status")); unavail = m_.group(1) if m_ else 0
+# from the injection's log line to the GPU instance serving again (the server's clock), and how
+# the loss was seen (the lost line's reason)
+from datetime import datetime
+def when(line):
+    return datetime.strptime(line[:26], "%Y-%m-%dT%H:%M:%S.%f")
+injected = back = None; seen_as = "-"
+for line in open("%s/server.log" % d, errors="replace"):
+    if "injecting a fault" in line and injected is None:
+        injected = when(line)
+    elif injected and " lost (" in line and seen_as == "-":
+        seen_as = line.split(" lost (", 1)[1].split(");", 1)[0][:70].replace("|", "/")
+    elif injected and "back after" in line and back is None:
+        back = when(line)
+to_back = "%.1f" % ((back - injected).total_seconds() * 1e3) if injected and back else "-"
 m = open("%s/metrics_after.txt" % d).read()
 keep = []
 for line in m.splitlines():
     if re.match(r"sigserve_(device_losses_total|device_restarts_total|device_recovery_seconds|lost_requests_total|fallback_total|fallback_active|device_standby)", line):
         keep.append(line.replace("sigserve_", ""))
-print("| %s | %s | %s | %s | %s | %s / %s / %s | %s | %s |" % (
+print("| %s | %s | %s | %s | %s | %s / %s / %s | %s | %s | %s | %s |" % (
     d.rsplit("/", 1)[1], g(f, "requests", "sent"), g(f, "ok"), unavail, int(g(f, "errors") if g(f, "errors") != "-" else 0) - int(unavail),
-    g(f, "p50_us", "p50"), g(f, "p99_us", "p99"), g(f, "max_us", "max"), g(c, "p99_us", "p99"), "; ".join(keep)[:600]))
+    g(f, "p50_us", "p50"), g(f, "p99_us", "p99"), g(f, "max_us", "max"), g(c, "p99_us", "p99"), to_back, seen_as,
+    "; ".join(keep)[:600]))
 PY
 )
     echo "$row" >>"$table"

@@ -6,6 +6,7 @@
  * past its watchdog): the server then answers what it held and starts it again. */
 #define _GNU_SOURCE
 #include "serving/devices.h"
+#include "serving/devices_life.h"
 #include "serving/model_impl.h"
 
 #include "backends/backends.h"
@@ -208,10 +209,16 @@ static int s_lost (int device, char *why, size_t len)
     return 0;
 }
 
+static life_t *s_life;      /* this process's life, watched by the server (devices_life.h) */
+
 /* A sticky CUDA error, the moment a worker's wait (or a stream query) sees it: the context is gone,
  * so is this process, at once; the server recovers as soon as the control socket closes. */
 static void s_on_fault (int device, const char *fault)
 {
+    char why[200];
+    snprintf (why, sizeof why, "device %d: %s", device, fault);
+    if (s_life)
+        life_say (s_life, EXIT_LOST, why);
     log_error ("device process %d: device %d: %s; its GPU context is lost, exiting so the server starts it again",
                (int) getpid (), device, fault);
     _exit (EXIT_LOST);      /* no clean-up: a lost context may hang in it */
@@ -233,7 +240,7 @@ static void *s_arena_alloc (void *arena, size_t bytes) { return shm_alloc_aligne
 int devices_process_main (int argc, char **argv)
 {
     int device = 0, control = -1, region_fd = -1;
-    unsigned long base = 0, arena_base = 0;
+    unsigned long base = 0, arena_base = 0, life_at = 0;
     size_t size = 0, arena_size = 0;
     pid_t parent = 0;
     const char *level = "info", *format = "text";
@@ -246,6 +253,8 @@ int devices_process_main (int argc, char **argv)
             sscanf (argv[i + 1], "%d:%lx:%zu", &region_fd, &base, &size);
         else if (strcmp (argv[i], "--arena") == 0)
             sscanf (argv[i + 1], "%lx:%zu", &arena_base, &arena_size);
+        else if (strcmp (argv[i], "--life") == 0)
+            life_at = strtoul (argv[i + 1], NULL, 0);
         else if (strcmp (argv[i], "--parent") == 0)
             parent = (pid_t) atoi (argv[i + 1]);
         else if (strcmp (argv[i], "--log-level") == 0)
@@ -263,6 +272,9 @@ int devices_process_main (int argc, char **argv)
     prctl (PR_SET_PDEATHSIG, SIGKILL);
     if (parent && getppid () != parent)
         return 1;
+    /* held by this thread until the process ends: the server sees the end the moment it begins */
+    if (life_at)
+        life_hold (s_life = (life_t *) (uintptr_t) life_at);
     /* the server drains at SIGINT/SIGTERM and then closes the control socket: only that stops us */
     signal (SIGINT, SIG_IGN);
     signal (SIGTERM, SIG_IGN);
@@ -294,6 +306,8 @@ int devices_process_main (int argc, char **argv)
         char why[256];
         const int lost = s_lost (device, why, sizeof why);
         if (lost) {
+            if (s_life)
+                life_say (s_life, lost, why);
             log_error ("device process %d: %s; exiting so the server starts it again", (int) getpid (), why);
             _exit (lost);       /* no clean-up: a lost context may hang in it */
         }
@@ -329,6 +343,8 @@ int devices_process_main (int argc, char **argv)
     if (arena)
         box_source_set (NULL, NULL);
     shm_destroy (&arena);
+    if (s_life)
+        life_release (s_life);
     shm_destroy (&shm);
     return 0;
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,7 +55,8 @@ static proc_t *s_proc (devices_t *self, int device, bool create)
 /* Starts P's process (lock held). 0, or -1 with ERR. */
 static int s_spawn (devices_t *self, proc_t *p, char *err, size_t errlen)
 {
-    if (devices_spawn (self, p->device, &p->arena, &p->pid, &p->fd, "", err, errlen) != 0)
+    devices_reap_departing (p, true);   /* the share of the region it had is the new one's */
+    if (devices_spawn (self, p->device, &p->arena, &p->life, &p->pid, &p->fd, "", err, errlen) != 0)
         return -1;
     p->gave_up = false;
     return 0;
@@ -108,17 +110,47 @@ void devices_remove_tenant (devices_t *self, int device, void *arg)
     pthread_mutex_unlock (&self->lock);
 }
 
-/* P's process is gone or must go (lock held; T0: when that was seen, its exit status collected
- * since): its tenants lose it, the front answers what it held, and its spare is promoted, or it is
- * started again with backoff until every tenant rejoined. */
-static void s_recover (devices_t *self, proc_t *p, const char *why, uint64_t t0)
+/* P's lost process let go of (lock held; T0: when its loss was seen): killed (once its threads
+ * stopped, devices_life.h's fence, what it shares with the server is the server's) and left to the
+ * supervisor to reap while its GPU context is torn down (tens of ms); where /proc cannot tell, reaped
+ * here first. WHY: the cause the server found, or NULL: what the process said or its exit status. */
+static void s_let_go (proc_t *p, const char *why_found, uint64_t t0, char *why, size_t len)
 {
-    char name[32];
+    const pid_t pid = p->pid;
+    if (pid > 0 && !p->reaped)
+        kill (pid, SIGKILL);
+    const bool quiet = pid > 0 && !p->reaped && life_quiet (pid, LET_GO_WAIT_NS);
+    if (why_found)
+        snprintf (why, len, "%s", why_found);
+    else if (p->life)
+        life_why (p->life, pid, why, len);
+    else
+        snprintf (why, len, "its control socket closed");
+    if (!quiet) {
+        devices_reap_proc (p, true);
+        return;
+    }
+    if (p->fd >= 0)
+        close (p->fd);
+    p->fd = -1;
+    p->departing = pid;
+    p->departing_since = t0;
+    p->pid = 0;
+}
+
+/* P's process is gone or must go (lock held; T0: when that was seen; WHY_FOUND as s_let_go): its
+ * tenants lose it, the front answers what it held, and its spare is promoted, or it is started again
+ * with backoff until every tenant rejoined. */
+static void s_recover (devices_t *self, proc_t *p, const char *why_found, uint64_t t0)
+{
+    char name[32], why[256];
     devices_name (p->device, name, sizeof name);
     p->losses++;
-    log_error ("device %s: process %d lost (%s); its instances are unavailable until it is back", name, (int) p->pid, why);
-    devices_reap_proc (p, true);
-    log_info ("device %s: the lost process ended %.1f ms after its loss was seen", name, (clock_now_ns () - t0) / 1e6);
+    const pid_t was = p->pid;
+    s_let_go (p, why_found, t0, why, sizeof why);
+    log_error ("device %s: process %d lost (%s); its instances are unavailable until it is back", name, (int) was, why);
+    log_info ("device %s: its threads stopped %.1f ms after its loss was seen%s", name, (clock_now_ns () - t0) / 1e6,
+              p->departing ? " (it is reaped once it ends)" : ", and it ended");
     for (size_t i = 0; i < self->tenant_count; i++)
         if (self->tenants[i].device == p->device)
             self->tenants[i].t.lost (self->tenants[i].t.arg, p->device, why);
@@ -164,14 +196,26 @@ static void s_recover (devices_t *self, proc_t *p, const char *why, uint64_t t0)
                name, RESTART_ATTEMPTS);
 }
 
+/* Whether a launch on P's device ran past what its tenant allows (lock held): its watchdog_ms, or,
+ * with the device's standby ready, its stall switch (dev_tenant_t.hung); the cause into WHY. */
+static bool s_hung (devices_t *self, proc_t *p, uint64_t now, char *why, size_t len)
+{
+    const bool standby = atomic_load (&self->standby) && p->spare.state == SPARE_READY && !p->spare.stale;
+    for (size_t i = 0; i < self->tenant_count; i++)
+        if (self->tenants[i].device == p->device
+            && self->tenants[i].t.hung (self->tenants[i].t.arg, p->device, now, standby, why, len))
+            return true;
+    return false;
+}
+
 static void *s_supervise (void *arg)
 {
     devices_t *self = arg;
     threads_set_role ("devices");
     while (!atomic_load (&self->stopping)) {
-        struct pollfd fds[2 * DEVICES_MAX];
+        struct pollfd fds[2 * DEVICES_MAX + 1];
         int which[2 * DEVICES_MAX], n = 0;
-        bool spare[2 * DEVICES_MAX];
+        bool spare[2 * DEVICES_MAX], recovered[DEVICES_MAX] = { false };
         pthread_mutex_lock (&self->lock);
         for (int i = 0; i < DEVICES_MAX; i++)
             for (int sp = 0; sp < 2; sp++) {
@@ -182,10 +226,22 @@ static void *s_supervise (void *arg)
                     which[n++] = i;
                 }
             }
+        fds[n] = (struct pollfd) { .fd = self->wake_fd, .events = POLLIN };
         const bool more = standby_step (self);
         pthread_mutex_unlock (&self->lock);
-        poll (fds, (nfds_t) n, more ? 0 : SUPERVISE_MS);
+        poll (fds, (nfds_t) n + 1, more ? 0 : SUPERVISE_MS);
         pthread_mutex_lock (&self->lock);
+        uint64_t woken;
+        if (fds[n].revents & POLLIN && read (self->wake_fd, &woken, sizeof woken) < 0)
+            log_debug ("device supervisor: reading its wake: %s", strerror (errno));
+        /* a process whose main thread died (its watcher saw it): its loss, seen then */
+        for (int i = 0; i < DEVICES_MAX && !atomic_load (&self->stopping); i++) {
+            proc_t *p = &self->procs[i];
+            if (p->used && p->pid > 0 && p->life && atomic_load (&p->life->died) == p->pid) {
+                s_recover (self, p, NULL, atomic_load (&p->life->died_ns));
+                recovered[i] = true;
+            }
+        }
         const uint64_t now = clock_now_ns ();
         for (int k = 0; k < n && !atomic_load (&self->stopping); k++) {
             proc_t *p = &self->procs[which[k]];
@@ -200,35 +256,21 @@ static void *s_supervise (void *arg)
                 }
                 continue;
             }
-            if (p->fd != fds[k].fd)
-                continue;       /* restarted or stopped meanwhile */
-            if (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
-                int status = 0;
-                char why[128] = "its control socket closed";
-                const uint64_t seen = clock_now_ns ();
-                /* the socket closes as the process exits, a moment before its status can be collected */
-                bool exited = false;
-                for (int waited = 0; waited < 500 && !exited; waited++)
-                    if (!(exited = waitpid (p->pid, &status, WNOHANG) == p->pid))
-                        usleep (1000);
-                if (exited) {
-                    if (WIFSIGNALED (status))
-                        snprintf (why, sizeof why, "killed by signal %d", WTERMSIG (status));
-                    else
-                        snprintf (why, sizeof why, "exited with status %d%s", WEXITSTATUS (status),
-                                  WEXITSTATUS (status) == 70   ? ": its GPU context was lost (a trap or a lost device)"
-                                  : WEXITSTATUS (status) == 71 ? ": an instance could not run (e.g. a kernel past its watchdog)"
-                                                               : "");
-                    p->reaped = true;   /* devices_reap_proc must not wait for it */
-                }
-                s_recover (self, p, why, seen);
+            /* restarted or stopped meanwhile (its fd's number may be a new process's by now) */
+            if (recovered[which[k]] || p->fd != fds[k].fd)
                 continue;
+            if (fds[k].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
+                s_recover (self, p, NULL, now);
+                recovered[which[k]] = true;
             }
-            bool hung = false;
-            for (size_t i = 0; i < self->tenant_count && !hung; i++)
-                hung = self->tenants[i].device == p->device && self->tenants[i].t.hung (self->tenants[i].t.arg, p->device, now);
-            if (hung)
-                s_recover (self, p, "a launch ran past its model's watchdog_ms; the process was killed", now);
+        }
+        for (int i = 0; i < DEVICES_MAX && !atomic_load (&self->stopping); i++) {
+            proc_t *p = &self->procs[i];
+            char why[256];
+            if (p->used && p->pid > 0 && !recovered[i] && s_hung (self, p, now, why, sizeof why))
+                s_recover (self, p, why, now);
+            if (p->used)
+                devices_reap_departing (p, false);
         }
         pthread_mutex_unlock (&self->lock);
     }
@@ -266,8 +308,11 @@ devices_t *devices_new (const char *exe, const char *log_level, const char *log_
         free (self);
         return NULL;
     }
-    if (pthread_create (&self->supervisor, NULL, s_supervise, self) != 0) {
+    if ((self->wake_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0
+        || pthread_create (&self->supervisor, NULL, s_supervise, self) != 0) {
         snprintf (err, errlen, "cannot start the device supervisor thread");
+        if (self->wake_fd >= 0)
+            close (self->wake_fd);
         s_release_fronts (self);
         shm_destroy (&self->shm);
         free (self);
@@ -288,6 +333,7 @@ void devices_destroy (devices_t **self_p)
             standby_end (&self->procs[i], false);
             devices_reap_proc (&self->procs[i], false);
         }
+    close (self->wake_fd);
     s_release_fronts (self);
     shm_destroy (&self->shm);
     pthread_mutex_destroy (&self->lock);
@@ -320,6 +366,10 @@ int devices_inject (devices_t *self, int device, uint32_t fault, char *err, size
     if (!p || p->pid <= 0)
         snprintf (err, errlen, "device %d has no running process", device);
     else {
+        char name[32];
+        log_warn ("device %s: injecting a fault into process %d (%s; POST /debug/fault)",
+                  devices_name (device, name, sizeof name), (int) p->pid,
+                  fault == DEV_FAULT_TRAP ? "trap" : fault == DEV_FAULT_EXIT ? "kill" : "hang");
         dev_request_t *rq = calloc (1, sizeof *rq);
         dev_reply_t *rp = calloc (1, sizeof *rp);
         if (rq && rp) {

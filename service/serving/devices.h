@@ -50,8 +50,9 @@ typedef struct {
      * loaded there (a resident kernel: the spare holds none; it loads when the spare is promoted),
      * DEV_PREPARE (what its load needs done while no kernel is resident, done ahead); false: nothing. */
     bool (*stage) (void *arg, int device, dev_request_t *rq);
-    /* Whether a launch on DEVICE has run past its watchdog at NOW (the process is then killed). */
-    bool (*hung) (void *arg, int device, uint64_t now);
+    /* Whether a launch on DEVICE has run too long at NOW (the process is then killed), the cause into
+     * WHY: past its watchdog, or, with the device's standby ready (STANDBY), past its stall switch. */
+    bool (*hung) (void *arg, int device, uint64_t now, bool standby, char *why, size_t len);
 } dev_tenant_t;
 
 #define DEVICES_MAX 16

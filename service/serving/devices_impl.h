@@ -6,6 +6,7 @@
 #define SIGSERVE_DEVICES_IMPL_H
 
 #include "serving/devices.h"
+#include "serving/devices_life.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,7 +19,8 @@
 #define RESTART_ATTEMPTS 5
 #define RESTART_FIRST_DELAY_MS 100
 #define SWEEP_WAIT_NS 2000000000ull     /* the front answers what a lost process held within this */
-#define SUPERVISE_MS 20
+#define SUPERVISE_MS 5           /* its watch of the launches (a stall switch at 20 ms must not wait 20 more) */
+#define LET_GO_WAIT_NS 500000000ull    /* a lost process's threads stop within this, else it is reaped first */
 /* Each GPU's process takes the mailboxes of its persistent kernels from its own part of the region
  * (a front writes requests into them too): reserved like the rest, used as mailboxes are made. */
 #define ARENA_BYTES (256ull << 20)
@@ -40,6 +42,7 @@ typedef struct {
     pid_t pid;
     int fd;
     void *arena;                        /* its own share of the region; the device's once promoted */
+    life_t *life;                       /* its life watched (devices_life.h); the device's once promoted */
     bool stale;                         /* a tenant it holds went away: it is made anew */
     uint64_t started_ns, retry_ns;
     uint64_t backoff_ns;                /* the next wait after a failure (0: SPARE_RETRY_NS); reset when ready */
@@ -55,6 +58,12 @@ typedef struct {
     int fd;                             /* the control socket, -1 when not running */
     bool gave_up;
     void *arena;                        /* its share of the region (ARENA_BYTES), for good */
+    life_t *life;                       /* its life watched (devices_life.h), in the region */
+    /* a lost process let go of before it was reaped (its threads stopped: devices_life.h's fence; its
+     * GPU context perhaps still being torn down): reaped by the supervisor when it ends, and until
+     * then no process gets the share of the region it had (the next spare's) */
+    pid_t departing;
+    uint64_t departing_since;           /* when its loss was seen */
     uint64_t losses, restarts, failed_restarts;
     double last_recovery_ms;
     spare_t spare;
@@ -77,19 +86,23 @@ struct _devices_t {
     bool cpu_models;
     _Atomic bool standby;               /* server.standby (set after the supervisor started) */
     pthread_t supervisor;
+    int wake_fd;                        /* eventfd: a watcher saw a device process die (devices_life.h) */
     _Atomic bool stopping;
 };
 
 /* devices_proc.c. DEVICE's name for the log ("0", "cpu (test)") into BUF. */
 const char *devices_name (int device, char *buf, size_t len);
 /* Starts a process for DEVICE (lock held): its pid and control socket into *PID_P and *FD_P, its share
- * of the region *ARENA_P (made on first use, kept across restarts: the new process starts it afresh).
+ * of the region *ARENA_P and its watched life *LIFE_P (each made on first use, kept across restarts:
+ * the new process starts them afresh).
  * WHAT: "" or "standby ", for the log. 0, or -1 with ERR. */
-int devices_spawn (devices_t *self, int device_id, void **arena_p, pid_t *pid_p, int *fd_p, const char *what,
-                   char *err, size_t errlen);
-/* Ends the process *PID (its control socket *FD; REAPED: its status was collected already): closing
- * the socket makes it unload and exit; KILL: at once. */
-void devices_reap (pid_t *pid, int *fd, bool reaped, bool kill_it);
+int devices_spawn (devices_t *self, int device_id, void **arena_p, life_t **life_p, pid_t *pid_p, int *fd_p,
+                   const char *what, char *err, size_t errlen);
+/* Ends the process *PID (its control socket *FD; REAPED: its status was collected already; LIFE: its
+ * watch, ended once it is): closing the socket makes it unload and exit; KILL: at once. */
+void devices_reap (pid_t *pid, int *fd, life_t *life, bool reaped, bool kill_it);
+/* P's departing process reaped, if any: at once when WAIT, else only if it ended already. */
+void devices_reap_departing (proc_t *p, bool wait);
 /* Ends P's process (lock held). */
 void devices_reap_proc (proc_t *p, bool kill_it);
 /* One request and its reply on the control socket FD of DEVICE's process: 0, or -1 with ERR (-2: the

@@ -33,8 +33,8 @@ const char *devices_name (int device, char *buf, size_t len)
 /* Starts a process for DEVICE (lock held): its pid and control socket into *PID and *FD, its share
  * of the region *ARENA (made on first use, kept across restarts: the new process starts it afresh).
  * WHAT: "" or "standby ", for the log. 0, or -1 with ERR. */
-int devices_spawn (devices_t *self, int device_id, void **arena_p, pid_t *pid_p, int *fd_p, const char *what,
-                   char *err, size_t errlen)
+int devices_spawn (devices_t *self, int device_id, void **arena_p, life_t **life_p, pid_t *pid_p, int *fd_p,
+                   const char *what, char *err, size_t errlen)
 {
     char name[32];
     int sv[2];
@@ -45,9 +45,15 @@ int devices_spawn (devices_t *self, int device_id, void **arena_p, pid_t *pid_p,
     }
     /* The child's end crosses exec; the parent closes its copy right after, so no later child has it. */
     fcntl (sv[1], F_SETFD, 0);
-    char device[16], control[16], region[64], arena[64], parent[16];
+    char device[16], control[16], region[64], arena[64], parent[16], life[32] = "0";
     if (!*arena_p)
         *arena_p = shm_alloc_aligned (self->shm, ARENA_BYTES, ARENA_ALIGN, false);
+    if (!*life_p)
+        *life_p = shm_alloc (self->shm, sizeof **life_p);
+    /* without it (the region full, a mutex refused) the loss is seen when the control socket closes */
+    life_t *watched = *life_p && life_arm (*life_p, self->wake_fd) == 0 ? *life_p : NULL;
+    if (watched)
+        snprintf (life, sizeof life, "%#lx", (unsigned long) (uintptr_t) watched);
     snprintf (arena, sizeof arena, "%#lx:%llu", (unsigned long) (uintptr_t) *arena_p,
               *arena_p ? (unsigned long long) ARENA_BYTES : 0ull);
     snprintf (device, sizeof device, "%d", device_id);
@@ -56,7 +62,7 @@ int devices_spawn (devices_t *self, int device_id, void **arena_p, pid_t *pid_p,
               shm_size (self->shm));
     snprintf (parent, sizeof parent, "%d", (int) getpid ());
     char *argv[] = { self->exe, "--device-process", device, "--control", control, "--region", region,
-                     "--arena", arena, "--parent", parent, "--log-level", self->log_level, "--log-format", self->log_format, NULL };
+                     "--arena", arena, "--life", life, "--parent", parent, "--log-level", self->log_level, "--log-format", self->log_format, NULL };
     pid_t pid;
     int rc = posix_spawn (&pid, self->exe, NULL, NULL, argv, environ);
     close (sv[1]);
@@ -68,13 +74,15 @@ int devices_spawn (devices_t *self, int device_id, void **arena_p, pid_t *pid_p,
     }
     *pid_p = pid;
     *fd_p = sv[0];
+    if (watched)
+        life_watch (watched, pid);
     log_info ("device %s: %sprocess %d started", devices_name (device_id, name, sizeof name), what, (int) pid);
     return 0;
 }
 
 /* Ends the process *PID (its control socket *FD; REAPED: its status was collected already): closing
  * the socket makes it unload and exit; KILL: at once. */
-void devices_reap (pid_t *pid, int *fd, bool reaped, bool kill_it)
+void devices_reap (pid_t *pid, int *fd, life_t *life, bool reaped, bool kill_it)
 {
     if (*pid > 0 && !reaped) {
         if (kill_it)
@@ -97,13 +105,35 @@ void devices_reap (pid_t *pid, int *fd, bool reaped, bool kill_it)
         close (*fd);
     *fd = -1;
     *pid = 0;
+    if (life)
+        life_disarm (life);
 }
 
 /* Ends P's process (lock held). */
 void devices_reap_proc (proc_t *p, bool kill_it)
 {
-    devices_reap (&p->pid, &p->fd, p->reaped, kill_it);
+    devices_reap_departing (p, true);
+    devices_reap (&p->pid, &p->fd, p->life, p->reaped, kill_it);
     p->reaped = false;
+}
+
+void devices_reap_departing (proc_t *p, bool wait)
+{
+    if (p->departing <= 0)
+        return;
+    int status;
+    const pid_t got = waitpid (p->departing, &status, wait ? 0 : WNOHANG);
+    if (got == 0)
+        return;
+    char name[32], words[128] = "its status lost";
+    if (got == p->departing && WIFSIGNALED (status))
+        snprintf (words, sizeof words, "killed by signal %d", WTERMSIG (status));
+    else if (got == p->departing)
+        snprintf (words, sizeof words, "exit status %d", WEXITSTATUS (status));
+    log_info ("device %s: the lost process %d ended %.1f ms after its loss was seen (%s)",
+              devices_name (p->device, name, sizeof name), (int) p->departing,
+              (clock_now_ns () - p->departing_since) / 1e6, words);
+    p->departing = 0;
 }
 
 /* One request and its reply on the control socket FD of DEVICE's process: 0, or -1 with ERR (-2: the

@@ -61,6 +61,8 @@ static bool s_wanted (const model_t *m, uint32_t *instances, char *why, size_t w
 }
 
 #define FALLBACK_STALL_MIN_NS 5000000ull     /* 5 ms: a trap took ~340 ms to be reported on an H100 */
+#define STALL_SWITCH_TIMES 4                /* the stall switch: this many stall_ns, */
+#define STALL_SWITCH_MIN_NS 20000000ull     /* at least 20 ms */
 
 int model_fallback_load (model_t *m, const model_env_t *env, char *err, size_t errlen)
 {
@@ -116,6 +118,8 @@ int model_fallback_load (model_t *m, const model_env_t *env, char *err, size_t e
     /* a stalled launch: 20 times the longest this model's batch should take, at least FALLBACK_STALL_MIN_NS */
     const uint64_t longest = 20 * model_launch_ns (m, m->batch_rows);
     m->stall_ns = longest > FALLBACK_STALL_MIN_NS ? longest : FALLBACK_STALL_MIN_NS;
+    m->stall_switch_ns = STALL_SWITCH_TIMES * m->stall_ns > STALL_SWITCH_MIN_NS ? STALL_SWITCH_TIMES * m->stall_ns
+                                                                              : STALL_SWITCH_MIN_NS;
     log_info ("model %s: CPU fallback of %u instance(s) loaded and warmed (serves only while no instance of the "
               "model is available, or one's launch has run over %.1f ms)", m->desc.cfg.name, fb->instance_count,
               m->stall_ns / 1e6);

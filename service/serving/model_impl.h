@@ -151,6 +151,9 @@ struct _model_t {
      * trap the driver has not reported yet, or a hang the watchdog has not killed, sends the next
      * requests to the fallback instead of queueing them behind it. */
     uint64_t stall_ns;
+    /* With a fallback, in device processes whose standby is ready: a launch running longer than this
+     * ends its process (placement_devices.c: s_hung), the standby taking over at once; 0 without. */
+    uint64_t stall_switch_ns;
 };
 
 /* Whether fronts run requests inline on an instance of M claimed from its worker (instance_shared_t.claim). */

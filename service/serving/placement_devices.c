@@ -237,16 +237,32 @@ static int s_rejoin (void *arg, int device, const dev_reply_t *loaded, char *err
     return 0;
 }
 
-static bool s_hung (void *arg, int device, uint64_t now)
+/* Whether a launch of M's on DEVICE has run too long at NOW: past watchdog_ms (0: 1000), or, where M
+ * has a fallback (stall_ns) and DEVICE's standby is ready (STANDBY), past its stall switch (model_impl.h:
+ * stall_switch_ns). The switch ends a trap the driver has not reported yet (0.58 s on an H100)
+ * or a hang in tens of ms: the standby takes over at once and the held requests re-run, where the
+ * watchdog would leave the instance out for a second; without a ready standby a kill would leave the
+ * device without an instance for the ~0.2 s of a restart, so only the watchdog ends the process. */
+static bool s_hung (void *arg, int device, uint64_t now, bool standby, char *why, size_t len)
 {
     model_t *m = arg;
     const bool gpu = s_gpu (&m->desc.cfg);
     const uint64_t limit = (uint64_t) (m->desc.cfg.watchdog_ms ? m->desc.cfg.watchdog_ms : 1000) * 1000000ull;
+    const uint64_t stall_switch = standby ? m->stall_switch_ns : 0;
     for (uint32_t i = 0; i < m->instance_count; i++) {
         const uint64_t since = atomic_load_explicit (&m->instances[i].sh->busy_since, memory_order_relaxed);
-        if (s_device (&m->desc.cfg, gpu, i) == device && since && now > since && now - since > limit) {
+        if (s_device (&m->desc.cfg, gpu, i) != device || !since || now <= since)
+            continue;
+        if (now - since > limit) {
             log_error ("model %s instance %u: a launch has run %.0f ms, over watchdog_ms = %u", m->desc.cfg.name, i,
                        (now - since) / 1e6, m->desc.cfg.watchdog_ms);
+            snprintf (why, len, "a launch ran past its model's watchdog_ms; the process was killed");
+            return true;
+        }
+        if (stall_switch && stall_switch < limit && now - since > stall_switch) {
+            snprintf (why, len, "model %s instance %u: a launch stalled %.1f ms, over its stall switch of %.1f ms with "
+                      "the standby ready; the process was killed and the standby takes over", m->desc.cfg.name, i,
+                      (now - since) / 1e6, stall_switch / 1e6);
             return true;
         }
     }

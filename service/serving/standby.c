@@ -17,7 +17,7 @@
 void standby_end (proc_t *p, bool kill_it)
 {
     spare_t *sp = &p->spare;
-    devices_reap (&sp->pid, &sp->fd, false, kill_it);
+    devices_reap (&sp->pid, &sp->fd, sp->life, false, kill_it);
     for (size_t k = 0; k < sp->staged_count; k++)
         free (sp->staged[k].rp);
     sp->staged_count = sp->loaded_count = 0;
@@ -57,6 +57,9 @@ bool standby_promote (devices_t *self, proc_t *p, uint64_t t0)
     void *arena = p->arena;
     p->arena = sp->arena;
     sp->arena = arena;
+    life_t *life = p->life;     /* and its watched life likewise */
+    p->life = sp->life;
+    sp->life = life;
     p->pid = sp->pid;
     p->fd = sp->fd;
     p->reaped = false;
@@ -146,9 +149,12 @@ bool standby_step (devices_t *self)
             continue;
         }
         if (sp->pid <= 0) {
-            if (now < sp->retry_ns)
+            /* the share of the region the lost process had is the new spare's: not while it may
+             * still be written (its GPU context not torn down yet) */
+            if (now < sp->retry_ns || p->departing > 0)
                 continue;
-            if (devices_spawn (self, p->device, &sp->arena, &sp->pid, &sp->fd, "standby ", err, sizeof err) != 0) {
+            if (devices_spawn (self, p->device, &sp->arena, &sp->life, &sp->pid, &sp->fd, "standby ", err, sizeof err)
+                != 0) {
                 log_warn ("%s; tried again in %.0f s", err, standby_backoff (sp, now) / 1e9);
                 continue;
             }
