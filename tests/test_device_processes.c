@@ -400,7 +400,8 @@ END_TEST
 
 /* A trap in MODEL's kernel (KERNEL) with watchdog_ms 5000: the wait that sees the context's error
  * ends the process at once (status 70), so the model serves again long before the watchdog could
- * have fired. */
+ * have fired. No fallback: the stall switch (which needs one) would end the process before the
+ * driver reports the trap (standby_promoted_after_a_trap and tools/fault-drive.sh take that path). */
 static void s_trap_at_once (const char *name, const char *kernel)
 {
     if (s_gpus () < 1) {
@@ -408,8 +409,8 @@ static void s_trap_at_once (const char *name, const char *kernel)
         return;
     }
     char extra[256];
-    snprintf (extra, sizeof extra, "\"backend\": \"cuda\", \"kernel\": \"%s\", \"devices\": [0], \"watchdog_ms\": 5000,",
-              kernel);
+    snprintf (extra, sizeof extra, "\"backend\": \"cuda\", \"kernel\": \"%s\", \"devices\": [0], \"watchdog_ms\": 5000, "
+              "\"fallback\": \"off\",", kernel);
     snprintf (s_models, sizeof s_models, "%s", s_model ("gpu", extra));
     server_t s;
     s_start (&s, s_models, false);
@@ -442,7 +443,8 @@ START_TEST (trap_beside_a_persistent_kernel_is_noticed_at_once)
 END_TEST
 
 /* A hang of a persistent model stalls its resident kernel (a spinning kernel would only queue behind
- * it and change nothing): the watchdog notices, the process is ended and comes back. */
+ * it and change nothing): the watchdog notices, the process is ended and comes back (no fallback,
+ * so no stall switch: the watchdog's path). */
 START_TEST (hang_of_a_persistent_model_stalls_its_kernel)
 {
     if (s_gpus () < 1) {
@@ -450,7 +452,8 @@ START_TEST (hang_of_a_persistent_model_stalls_its_kernel)
         return;
     }
     snprintf (s_models, sizeof s_models, "%s",
-              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0], \"watchdog_ms\": 300,"));
+              s_model ("gpu", "\"backend\": \"cuda\", \"kernel\": \"persistent\", \"devices\": [0], \"watchdog_ms\": 300, "
+                              "\"fallback\": \"off\","));
     server_t s;
     s_start (&s, s_models, false);
     load_t l = { .models = { "gpu" }, .model_count = 1, .total = 2000, .fault_after = 200,
@@ -517,7 +520,9 @@ static double s_standby_ready_ms (server_t *s, const char *device, const char *a
 #define GPU_RECOVERY "sigserve_device_recovery_seconds{device=\"cuda:0\"}"
 
 /* A graph model on GPU 0 with its spare ready, then FAULT (kind=trap|kill|hang) under load: the
- * spare promoted (its recovery time printed: the issue's 50 ms target is measured by tools/fault-drive.sh). */
+ * spare promoted (its recovery time printed: the issue's 50 ms target is measured by tools/fault-drive.sh).
+ * The model has its default fallback, so a hang is ended by the stall switch, long before its
+ * watchdog_ms (200); a trap by the switch or by the driver's report, whichever comes first. */
 static void s_standby_gpu (const char *name, const char *kind)
 {
     if (s_gpus () < 1) {
@@ -542,6 +547,11 @@ static void s_standby_gpu (const char *name, const char *kind)
             l.unavailable_admission, recovery_ms);
     ck_assert_double_eq (s_metric (&s, GPU_PROMOTIONS), 1);
     ck_assert (s_log_has (&s, "promoted, 1 model(s) rejoined (1 loaded there before)"));
+    if (strcmp (kind, "hang") == 0)
+        ck_assert_msg (s_log_has (&s, "over its stall switch of") && !s_log_has (&s, "over watchdog_ms"), "log: %s", s.log);
+    if (strcmp (kind, "trap") == 0)
+        ck_assert_msg (s_log_has (&s, "over its stall switch of") || s_log_has (&s, "exited with status 70"), "log: %s",
+                       s.log);
     /* the 50 ms is a benchmark's (tools/fault-drive.sh, docs/perf.md), not this test's: printed above */
     ck_assert_msg (s_wait_metric (&s, GPU_READY, 1, 60000), "no new standby (log: %s)", s.log);
     load_t again = { .models = { "gpu" }, .model_count = 1, .total = 300, .check_outputs = true };
