@@ -6,7 +6,8 @@
  *   - a child that exits 3 without a word: "exited with status 3";
  *   - a child that releases ALIVE as it ends cleanly: seen too;
  *   - a child that never holds it: the watcher gives up when disarmed, nothing reported;
- *   - the fence refuses a child that still runs, and returns once it is stopped for good. */
+ *   - the fence refuses a child that still runs (on a CPU), and passes once it was killed;
+ *   - a child blocked in a system call when it is killed passes the fence (it dies as it leaves). */
 #define _GNU_SOURCE
 #include "testutil.h"
 
@@ -22,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef enum { CHILD_WAITS, CHILD_SAYS_70, CHILD_EXITS_3, CHILD_RELEASES, CHILD_NEVER_HOLDS } child_t;
+typedef enum { CHILD_WAITS, CHILD_BLOCKS, CHILD_SAYS_70, CHILD_EXITS_3, CHILD_RELEASES, CHILD_NEVER_HOLDS } child_t;
 
 typedef struct {
     life_t *life;
@@ -53,7 +54,8 @@ static watched_t s_start (child_t what)
         case CHILD_EXITS_3: _exit (3);
         case CHILD_RELEASES: life_release (w.life); _exit (0);
         case CHILD_NEVER_HOLDS: _exit (0);
-        case CHILD_WAITS: for (;;) pause ();
+        case CHILD_BLOCKS: for (;;) pause ();
+        case CHILD_WAITS: for (volatile unsigned spin = 0;; spin++) ;    /* on a CPU: not fenced */
         }
         _exit (8);
     }
@@ -101,6 +103,17 @@ START_TEST (a_killed_child_is_seen_fenced_and_named_before_it_is_reaped)
     char why[256];
     life_why (w.life, w.pid, why, sizeof why);
     ck_assert_str_eq (why, "killed by signal 9");
+    s_end (&w, SIGKILL);
+}
+END_TEST
+
+START_TEST (a_killed_child_blocked_in_a_call_passes_the_fence)
+{
+    watched_t w = s_start (CHILD_BLOCKS);
+    usleep (20000);     /* in pause () by now */
+    ck_assert_int_eq (kill (w.pid, SIGKILL), 0);
+    ck_assert (life_quiet (w.pid, 1000000000ull));
+    ck_assert_uint_eq (s_seen (&w), 1);
     s_end (&w, SIGKILL);
 }
 END_TEST
@@ -158,6 +171,7 @@ int main (void)
     TCase *c = tcase_create ("life");
     tcase_set_timeout (c, 60);
     tcase_add_test (c, a_killed_child_is_seen_fenced_and_named_before_it_is_reaped);
+    tcase_add_test (c, a_killed_child_blocked_in_a_call_passes_the_fence);
     tcase_add_test (c, a_child_that_says_why_is_named_by_its_words);
     tcase_add_test (c, a_child_that_exits_is_named_by_its_status);
     tcase_add_test (c, a_child_that_releases_as_it_ends_is_seen);

@@ -113,8 +113,11 @@ void life_say (life_t *life, int status, const char *why)
     atomic_store (&life->said, status);
 }
 
-/* Whether thread TASK of PID has let its memory go (/proc/PID/task/TASK/statm all zeros: no mm), or is
- * gone; -1 when /proc cannot tell. */
+/* Whether thread TASK of PID, sent SIGKILL, can no longer run its own code: it let its memory go
+ * (/proc/PID/task/TASK/statm all zeros: no mm), it is gone, or it is blocked in the kernel
+ * (/proc/.../syscall says other than "running": a thread not on a CPU handles the pending SIGKILL
+ * before any instruction of its own, so one held in a driver's call for as long as the driver
+ * takes, as a trapped GPU's are for ~0.3 s, counts at once); -1 when /proc cannot tell. */
 static int s_task_quiet (pid_t pid, const char *task)
 {
     char path[320], buf[64];
@@ -127,7 +130,17 @@ static int s_task_quiet (pid_t pid, const char *task)
     if (!got)
         return 1;       /* released while read */
     unsigned long size = 1;
-    return sscanf (buf, "%lu", &size) == 1 ? size == 0 : -1;
+    if (sscanf (buf, "%lu", &size) != 1)
+        return -1;
+    if (size == 0)
+        return 1;
+    /* its parent may read it (ptrace's rule; where it may not, only the memory's going tells) */
+    snprintf (path, sizeof path, "/proc/%d/task/%.255s/syscall", (int) pid, task);
+    if (!(f = fopen (path, "re")))
+        return errno == ENOENT || errno == ESRCH ? 1 : 0;
+    const bool said = fgets (buf, sizeof buf, f) != NULL;
+    fclose (f);
+    return said && strncmp (buf, "running", 7) != 0;
 }
 
 /* 1: every thread of PID quiet; 0: one is not yet; -1: /proc cannot tell. */

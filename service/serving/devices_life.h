@@ -7,7 +7,7 @@
  *   tear-down takes tens of ms) and before its exit status can be collected.
  * - What the process said of its end just before it (a lost GPU context: status 70 and the error).
  * - The fence: whether no thread of the process can run its own code any more (each one's memory
- *   let go), so that what it shares with the server (rings, jobs, instance words) is the server's
+ *   let go, or blocked in the kernel with SIGKILL pending), so that what it shares with the server (rings, jobs, instance words) is the server's
  *   alone from then on, although its GPU context may not be torn down yet. Its GPU's kernels write
  *   only into its own share of the region (persistent kernels' mailboxes, devices_impl.h: arena),
  *   which no other process gets before it was reaped.
@@ -56,8 +56,9 @@ void life_release (life_t *life);
 /* The process, before it ends on purpose: STATUS and WHY for the server's log and replies. */
 void life_say (life_t *life, int status, const char *why);
 
-/* The fence: whether no thread of PID (a child of this process, not reaped) can run its own code any
- * more. Waits for it up to WAIT_NS; false when that passed, or /proc cannot tell. */
+/* The fence: whether no thread of PID (a child of this process, not reaped, sent SIGKILL) can run
+ * its own code any more: each one without memory, gone, or blocked in the kernel (it dies as it
+ * leaves). Waits for it up to WAIT_NS; false when that passed, or /proc cannot tell. */
 bool life_quiet (pid_t pid, uint64_t wait_ns);
 /* Why PID ended, into WHY: what it said (LIFE), else its exit status as the kernel has it already
  * (/proc: "killed by signal 9"), else "its control socket closed". */
