@@ -117,9 +117,9 @@ void devices_remove_tenant (devices_t *self, int device, void *arg)
 static void s_let_go (proc_t *p, const char *why_found, uint64_t t0, char *why, size_t len)
 {
     const pid_t pid = p->pid;
-    if (pid > 0 && !p->reaped)
+    if (pid > 0)
         kill (pid, SIGKILL);
-    const bool quiet = pid > 0 && !p->reaped && life_quiet (pid, LET_GO_WAIT_NS);
+    const bool quiet = pid > 0 && life_quiet (pid, LET_GO_WAIT_NS);
     if (why_found)
         snprintf (why, len, "%s", why_found);
     else if (p->life)

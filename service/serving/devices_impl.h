@@ -54,7 +54,6 @@ typedef struct {
     int device;                         /* CUDA device, or DEVICE_CPU_TEST */
     bool used;
     pid_t pid;                          /* 0: not running */
-    bool reaped;                        /* its exit status was collected already */
     int fd;                             /* the control socket, -1 when not running */
     bool gave_up;
     void *arena;                        /* its share of the region (ARENA_BYTES), for good */
@@ -98,9 +97,9 @@ const char *devices_name (int device, char *buf, size_t len);
  * WHAT: "" or "standby ", for the log. 0, or -1 with ERR. */
 int devices_spawn (devices_t *self, int device_id, void **arena_p, life_t **life_p, pid_t *pid_p, int *fd_p,
                    const char *what, char *err, size_t errlen);
-/* Ends the process *PID (its control socket *FD; REAPED: its status was collected already; LIFE: its
- * watch, ended once it is): closing the socket makes it unload and exit; KILL: at once. */
-void devices_reap (pid_t *pid, int *fd, life_t *life, bool reaped, bool kill_it);
+/* Ends the process *PID (its control socket *FD; LIFE: its watch, ended once it is): closing the
+ * socket makes it unload and exit; KILL: at once. */
+void devices_reap (pid_t *pid, int *fd, life_t *life, bool kill_it);
 /* P's departing process reaped, if any: at once when WAIT, else only if it ended already. */
 void devices_reap_departing (proc_t *p, bool wait);
 /* Ends P's process (lock held). */
@@ -112,7 +111,7 @@ int devices_exchange (int fd, int device, const dev_request_t *rq, dev_reply_t *
 /* standby.c (lock held, supervisor thread). One step of the spares' preparation; true while one
  * remains (the supervisor then does not sleep). */
 bool standby_step (devices_t *self);
-/* P's spare made P's process after P's loss (seen at T0), P's old process reaped: true when every
+/* P's spare made P's process after P's loss (seen at T0), P's old process let go of: true when every
  * tenant rejoined there; else P is to be started again as without a spare. */
 bool standby_promote (devices_t *self, proc_t *p, uint64_t t0);
 /* Ends P's spare, if any (KILL: at once), and forgets what it held. */

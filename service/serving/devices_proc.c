@@ -80,11 +80,11 @@ int devices_spawn (devices_t *self, int device_id, void **arena_p, life_t **life
     return 0;
 }
 
-/* Ends the process *PID (its control socket *FD; REAPED: its status was collected already): closing
- * the socket makes it unload and exit; KILL: at once. */
-void devices_reap (pid_t *pid, int *fd, life_t *life, bool reaped, bool kill_it)
+/* Ends the process *PID (its control socket *FD; LIFE: its watch, ended once it is): closing the
+ * socket makes it unload and exit; KILL: at once. */
+void devices_reap (pid_t *pid, int *fd, life_t *life, bool kill_it)
 {
-    if (*pid > 0 && !reaped) {
+    if (*pid > 0) {
         if (kill_it)
             kill (*pid, SIGKILL);
         if (*fd >= 0)
@@ -113,8 +113,7 @@ void devices_reap (pid_t *pid, int *fd, life_t *life, bool reaped, bool kill_it)
 void devices_reap_proc (proc_t *p, bool kill_it)
 {
     devices_reap_departing (p, true);
-    devices_reap (&p->pid, &p->fd, p->life, p->reaped, kill_it);
-    p->reaped = false;
+    devices_reap (&p->pid, &p->fd, p->life, kill_it);
 }
 
 void devices_reap_departing (proc_t *p, bool wait)

@@ -17,7 +17,7 @@
 void standby_end (proc_t *p, bool kill_it)
 {
     spare_t *sp = &p->spare;
-    devices_reap (&sp->pid, &sp->fd, sp->life, false, kill_it);
+    devices_reap (&sp->pid, &sp->fd, sp->life, kill_it);
     for (size_t k = 0; k < sp->staged_count; k++)
         free (sp->staged[k].rp);
     sp->staged_count = sp->loaded_count = 0;
@@ -34,7 +34,7 @@ static const staged_t *s_staged (const proc_t *p, void *arg)
     return NULL;
 }
 
-/* P's spare (lock held, P's lost process reaped) becomes its process: its tenants prepared and
+/* P's spare (lock held, P's lost process let go of: devices.c) becomes its process: its tenants prepared and
  * rejoined there, those it loaded already started only. true when every tenant rejoined; else the
  * spare is ended and P is started again as without one. T0: when the loss was noticed. */
 bool standby_promote (devices_t *self, proc_t *p, uint64_t t0)
@@ -62,7 +62,6 @@ bool standby_promote (devices_t *self, proc_t *p, uint64_t t0)
     sp->life = life;
     p->pid = sp->pid;
     p->fd = sp->fd;
-    p->reaped = false;
     p->gave_up = false;
     sp->pid = 0;
     sp->fd = -1;
