@@ -356,6 +356,20 @@ START_TEST (emulated_persistent_trap_with_a_fallback_loses_nothing)
 }
 END_TEST
 
+/* The emulated persistent model "box" with a CPU fallback and watchdog_ms 1000, SERVER_EXTRA the
+ * server's keys, started in the test build's CPU device process. */
+static void s_start_box_with_fallback (server_t *s, const char *server_extra)
+{
+    s_mailbox = true;
+    s_server_extra = server_extra;
+    snprintf (s_models, sizeof s_models, "%s",
+              s_model ("box", "\"backend\": \"cpu\", \"watchdog_ms\": 1000, "
+                              "\"fallback\": { \"backend\": \"cpu\", \"instances\": 1 },"));
+    s_start (s, s_models, true);
+    s_mailbox = false;
+    s_server_extra = "";
+}
+
 /* A stalled launch with a CPU fallback (dispatch.c: s_stalled): the emulated kernel hung (it answers
  * nothing, as a hung kernel, or a trapped one before the driver reports it), its worker waiting (no
  * front inline), watchdog_ms 1000 and no standby. The requests after the stall's first go to the
@@ -364,15 +378,8 @@ END_TEST
  * bound, none UNAVAILABLE. */
 START_TEST (emulated_persistent_stall_goes_to_the_fallback)
 {
-    s_mailbox = true;
-    s_server_extra = ", \"inline_us\": 0, \"standby\": false";
-    snprintf (s_models, sizeof s_models, "%s",
-              s_model ("box", "\"backend\": \"cpu\", \"watchdog_ms\": 1000, "
-                              "\"fallback\": { \"backend\": \"cpu\", \"instances\": 1 },"));
     server_t s;
-    s_start (&s, s_models, true);
-    s_mailbox = false;
-    s_server_extra = "";
+    s_start_box_with_fallback (&s, ", \"inline_us\": 0, \"standby\": false");
     ck_assert (s_log_has (&s, "kernel mailbox-emulated"));
     /* after the hang, a request every 2 ms whatever the replies (a client's own pace): those of the first
      * stall_ns queue behind the stalled launch, the rest go to the fallback while the process runs */
@@ -404,15 +411,8 @@ END_TEST
  * too, and switch again: at least one promotion.) */
 START_TEST (emulated_persistent_stall_switches_to_the_standby)
 {
-    s_mailbox = true;
-    s_server_extra = ", \"inline_us\": 10000";
-    snprintf (s_models, sizeof s_models, "%s",
-              s_model ("box", "\"backend\": \"cpu\", \"watchdog_ms\": 1000, "
-                              "\"fallback\": { \"backend\": \"cpu\", \"instances\": 1 },"));
     server_t s;
-    s_start (&s, s_models, true);
-    s_mailbox = false;
-    s_server_extra = "";
+    s_start_box_with_fallback (&s, ", \"inline_us\": 10000");
     ck_assert (s_log_has (&s, "(run on the front when idle)"));
     for (int waited = 0; waited < 60000 && !s_log_has (&s, "(1 of 1 model(s) loaded there"); waited += 20)
         usleep (20000);

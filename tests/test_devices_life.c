@@ -39,8 +39,9 @@ static watched_t s_start (child_t what)
     ck_assert_ptr_ne (w.life, MAP_FAILED);
     ck_assert_int_ge (w.wake = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK), 0);
     ck_assert_int_eq (life_arm (w.life, w.wake), 0);
-    int go[2];
+    int go[2], spinning[2];
     ck_assert_int_eq (pipe (go), 0);
+    ck_assert_int_eq (pipe (spinning), 0);
     w.pid = fork ();
     ck_assert_int_ge (w.pid, 0);
     if (w.pid == 0) {
@@ -55,7 +56,11 @@ static watched_t s_start (child_t what)
         case CHILD_RELEASES: life_release (w.life); _exit (0);
         case CHILD_NEVER_HOLDS: _exit (0);
         case CHILD_BLOCKS: for (;;) pause ();
-        case CHILD_WAITS: for (volatile unsigned spin = 0;; spin++) ;    /* on a CPU: not fenced */
+        case CHILD_WAITS:   /* on a CPU (running or runnable): not fenced */
+            if (write (spinning[1], "s", 1) != 1)
+                _exit (9);
+            for (volatile unsigned spin = 0;; spin++)
+                ;
         }
         _exit (8);
     }
@@ -66,6 +71,11 @@ static watched_t s_start (child_t what)
             usleep (1000);
     ck_assert_int_eq (write (go[1], "g", 1), 1);
     close (go[1]);
+    close (spinning[1]);
+    char c;
+    if (what == CHILD_WAITS)    /* past its last call: from here it only runs its own code */
+        ck_assert_int_eq (read (spinning[0], &c, 1), 1);
+    close (spinning[0]);
     return w;
 }
 
@@ -118,29 +128,26 @@ START_TEST (a_killed_child_blocked_in_a_call_passes_the_fence)
 }
 END_TEST
 
-START_TEST (a_child_that_says_why_is_named_by_its_words)
+/* A child that ends by itself (WHAT): seen once, fenced, named WANT, its status STATUS. */
+static void s_ends_named (child_t what, const char *want, int status)
 {
-    watched_t w = s_start (CHILD_SAYS_70);
+    watched_t w = s_start (what);
     ck_assert_uint_eq (s_seen (&w), 1);
     ck_assert (life_quiet (w.pid, 1000000000ull));
     char why[256];
     life_why (w.life, w.pid, why, sizeof why);
-    ck_assert_str_eq (why, "exited with status 70: its GPU context was lost (a trap or a lost device): device 0: "
-                           "unspecified launch failure");
-    s_end (&w, 70 << 8);
+    ck_assert_str_eq (why, want);
+    s_end (&w, status);
+}
+
+START_TEST (a_child_that_says_why_is_named_by_its_words)
+{
+    s_ends_named (CHILD_SAYS_70, "exited with status 70: its GPU context was lost (a trap or a lost device): device 0: "
+                                 "unspecified launch failure", 70 << 8);
 }
 END_TEST
 
-START_TEST (a_child_that_exits_is_named_by_its_status)
-{
-    watched_t w = s_start (CHILD_EXITS_3);
-    ck_assert_uint_eq (s_seen (&w), 1);
-    ck_assert (life_quiet (w.pid, 1000000000ull));
-    char why[256];
-    life_why (w.life, w.pid, why, sizeof why);
-    ck_assert_str_eq (why, "exited with status 3");
-    s_end (&w, 3 << 8);
-}
+START_TEST (a_child_that_exits_is_named_by_its_status) { s_ends_named (CHILD_EXITS_3, "exited with status 3", 3 << 8); }
 END_TEST
 
 START_TEST (a_child_that_releases_as_it_ends_is_seen)
