@@ -212,7 +212,8 @@ static int s_lost (int device, char *why, size_t len)
 static life_t *s_life;      /* this process's life, watched by the server (devices_life.h) */
 
 /* A sticky CUDA error, the moment a worker's wait (or a stream query) sees it: the context is gone,
- * so is this process, at once; the server recovers as soon as the control socket closes. */
+ * so is this process, at once, saying why first; the server recovers as soon as this thread's exit
+ * begins (devices_life.h). */
 static void s_on_fault (int device, const char *fault)
 {
     char why[200];

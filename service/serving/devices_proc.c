@@ -31,7 +31,8 @@ const char *devices_name (int device, char *buf, size_t len)
 }
 
 /* Starts a process for DEVICE (lock held): its pid and control socket into *PID and *FD, its share
- * of the region *ARENA (made on first use, kept across restarts: the new process starts it afresh).
+ * of the region *ARENA and its watched life *LIFE (each made on first use, kept across restarts: the
+ * new process starts them afresh; a watcher thread started for it: devices_life.h).
  * WHAT: "" or "standby ", for the log. 0, or -1 with ERR. */
 int devices_spawn (devices_t *self, int device_id, void **arena_p, life_t **life_p, pid_t *pid_p, int *fd_p,
                    const char *what, char *err, size_t errlen)

@@ -121,8 +121,9 @@ int model_fallback_load (model_t *m, const model_env_t *env, char *err, size_t e
     m->stall_switch_ns = STALL_SWITCH_TIMES * m->stall_ns > STALL_SWITCH_MIN_NS ? STALL_SWITCH_TIMES * m->stall_ns
                                                                               : STALL_SWITCH_MIN_NS;
     log_info ("model %s: CPU fallback of %u instance(s) loaded and warmed (serves only while no instance of the "
-              "model is available, or one's launch has run over %.1f ms)", m->desc.cfg.name, fb->instance_count,
-              m->stall_ns / 1e6);
+              "model is available, or one's launch has run over %.1f ms; in device processes with the standby "
+              "ready, a launch past %.1f ms ends its process)", m->desc.cfg.name, fb->instance_count,
+              m->stall_ns / 1e6, m->stall_switch_ns / 1e6);
     return 0;
 }
 
