@@ -233,7 +233,7 @@ static inline pid_t s_device_pid (server_t *s, const char *device)
     return pid;
 }
 
-static inline bool s_gone (pid_t pid)
+static inline bool s_gone_now (pid_t pid)
 {
     char path[64], state = 0;
     snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
@@ -244,6 +244,19 @@ static inline bool s_gone (pid_t pid)
         state = 0;
     fclose (f);
     return state == 'Z' || state == 'X';
+}
+
+/* Whether process PID is gone (or a zombie) within 10 s: a lost device process is let go of before it
+ * ends (its GPU context's tear-down, tens of ms; 0.37 s after a trap on an H100), and the model may
+ * serve again before that. A live process (a spare) stays, and takes the 10 s to say so. */
+static inline bool s_gone (pid_t pid)
+{
+    for (int waited = 0; waited < 10000; waited += 10) {
+        if (s_gone_now (pid))
+            return true;
+        usleep (10 * 1000);
+    }
+    return false;
 }
 
 /* What process PID costs: its resident memory in MiB (/proc; -1 when gone) and, where nvidia-smi

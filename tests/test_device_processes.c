@@ -181,7 +181,7 @@ START_TEST (killed_device_process_is_replaced_by_its_standby)
     ck_assert_int_gt (first, 0);
     ck_assert_int_gt (spare, 0);
     ck_assert_int_ne (spare, first);
-    ck_assert (!s_gone (spare));
+    ck_assert (!s_gone_now (spare));
     ck_assert (s_log_has (&s, "device cpu (test): standby process"));
     ck_assert (s_log_has (&s, "(1 of 1 model(s) loaded there"));
     /* after the start, never competing with it */
