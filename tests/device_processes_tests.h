@@ -233,6 +233,22 @@ static inline pid_t s_device_pid (server_t *s, const char *device)
     return pid;
 }
 
+/* The next reply on SOCK (within REPLY_WAIT_MS), unpacked: an infer reply of a request below TOTAL not
+ * answered before (SEEN counts each). The caller frees it. */
+static inline Sigserve__V1__Reply *s_infer_reply (void *sock, uint8_t *seen, uint32_t total)
+{
+    zmq_msg_t msg;
+    zmq_msg_init (&msg);
+    ck_assert_msg (zmq_msg_recv (&msg, sock, 0) >= 0, "a request was not answered within %d ms", REPLY_WAIT_MS);
+    Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
+    zmq_msg_close (&msg);
+    ck_assert (r && r->body_case == SIGSERVE__V1__REPLY__BODY_INFER);
+    ck_assert_uint_lt (r->infer->request_id, total);
+    ck_assert_msg (seen[r->infer->request_id]++ == 0, "request %llu answered twice",
+                   (unsigned long long) r->infer->request_id);
+    return r;
+}
+
 static inline bool s_gone_now (pid_t pid)
 {
     char path[64], state = 0;

@@ -110,26 +110,13 @@ START_TEST (sigterm_answers_what_a_device_process_holds)
     /* the first replies show the device process computing; then SIGTERM with the rest in flight */
     uint8_t seen[200] = { 0 };
     int ok = 0;
-    zmq_msg_t first;
-    zmq_msg_init (&first);
-    ck_assert_int_ge (zmq_msg_recv (&first, sock, 0), 0);
-    Sigserve__V1__Reply *r0 = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&first), zmq_msg_data (&first));
-    zmq_msg_close (&first);
-    ck_assert (r0 && r0->body_case == SIGSERVE__V1__REPLY__BODY_INFER);
+    Sigserve__V1__Reply *r0 = s_infer_reply (sock, seen, 200);
     ck_assert_int_eq (r0->infer->status, SIGSERVE__V1__STATUS__STATUS_OK);
-    seen[r0->infer->request_id] = 1;
     ok++;
     sigserve__v1__reply__free_unpacked (r0, NULL);
     kill (s.pid, SIGTERM);
     for (int i = 1; i < 200; i++) {
-        zmq_msg_t msg;
-        zmq_msg_init (&msg);
-        ck_assert_msg (zmq_msg_recv (&msg, sock, 0) >= 0, "reply %d of 200 missing at SIGTERM", i);
-        Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
-        zmq_msg_close (&msg);
-        ck_assert (r && r->body_case == SIGSERVE__V1__REPLY__BODY_INFER);
-        ck_assert_uint_lt (r->infer->request_id, 200);
-        ck_assert_uint_eq (seen[r->infer->request_id]++, 0);
+        Sigserve__V1__Reply *r = s_infer_reply (sock, seen, 200);     /* reply i of 200 at SIGTERM */
         /* admitted before the drain began: computed; arriving after: refused, saying so */
         if (r->infer->status == SIGSERVE__V1__STATUS__STATUS_OK)
             ok++;

@@ -117,10 +117,27 @@ START_TEST (a_killed_child_is_seen_fenced_and_named_before_it_is_reaped)
 }
 END_TEST
 
+/* Whether PID is asleep in a call (/proc: state S), waited for up to 5 s. */
+static bool s_sleeping (pid_t pid)
+{
+    char path[64], state = 0;
+    snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
+    for (int waited = 0; waited < 5000 && state != 'S'; waited++) {
+        FILE *f = fopen (path, "r");
+        if (f && fscanf (f, "%*d (%*[^)]) %c", &state) != 1)
+            state = 0;
+        if (f)
+            fclose (f);
+        if (state != 'S')
+            usleep (1000);
+    }
+    return state == 'S';
+}
+
 START_TEST (a_killed_child_blocked_in_a_call_passes_the_fence)
 {
     watched_t w = s_start (CHILD_BLOCKS);
-    usleep (20000);     /* in pause () by now */
+    ck_assert (s_sleeping (w.pid));     /* in pause () */
     ck_assert_int_eq (kill (w.pid, SIGKILL), 0);
     ck_assert (life_quiet (w.pid, 1000000000ull));
     ck_assert_uint_eq (s_seen (&w), 1);

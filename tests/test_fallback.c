@@ -176,22 +176,6 @@ static void s_burst_to_a_stopped_process (server_t *s, void *sock, float *sent, 
     ck_assert_int_eq (kill (dev, SIGKILL), 0);
 }
 
-/* The next reply on SOCK (within REPLY_WAIT_MS), unpacked: an infer reply of a request below TOTAL not
- * answered before. */
-static Sigserve__V1__Reply *s_reply (void *sock, uint8_t *seen, uint32_t total)
-{
-    zmq_msg_t msg;
-    zmq_msg_init (&msg);
-    ck_assert_msg (zmq_msg_recv (&msg, sock, 0) >= 0, "a request was not answered within %d ms", REPLY_WAIT_MS);
-    Sigserve__V1__Reply *r = sigserve__v1__reply__unpack (NULL, zmq_msg_size (&msg), zmq_msg_data (&msg));
-    zmq_msg_close (&msg);
-    ck_assert (r && r->body_case == SIGSERVE__V1__REPLY__BODY_INFER);
-    ck_assert_uint_lt (r->infer->request_id, total);
-    ck_assert_msg (seen[r->infer->request_id]++ == 0, "request %llu answered twice",
-                   (unsigned long long) r->infer->request_id);
-    return r;
-}
-
 START_TEST (stopped_then_killed_reruns_what_it_held_on_the_fallback)
 {
     s_own_weights ();
@@ -206,7 +190,7 @@ START_TEST (stopped_then_killed_reruns_what_it_held_on_the_fallback)
     uint8_t seen[TOTAL] = { 0 };
     s_burst_to_a_stopped_process (&s, sock, sent, TOTAL);
     for (uint32_t i = 0; i < TOTAL; i++) {
-        Sigserve__V1__Reply *r = s_reply (sock, seen, TOTAL);
+        Sigserve__V1__Reply *r = s_infer_reply (sock, seen, TOTAL);
         const Sigserve__V1__InferReply *rep = r->infer;
         ck_assert_msg (rep->status == SIGSERVE__V1__STATUS__STATUS_OK, "request %llu: %d %s",
                        (unsigned long long) rep->request_id, rep->status, rep->error);
@@ -341,7 +325,7 @@ START_TEST (without_a_fallback_nor_another_instance_held_requests_say_why)
     s_move_weights (s_tick_path, true);    /* the outage lasts until they are back */
     s_burst_to_a_stopped_process (&s, sock, sent, TOTAL);
     for (uint32_t i = 0; i < TOTAL; i++) {
-        Sigserve__V1__Reply *r = s_reply (sock, seen, TOTAL);
+        Sigserve__V1__Reply *r = s_infer_reply (sock, seen, TOTAL);
         ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE);
         ck_assert_msg (strstr (r->infer->error, "model \"tick_mlp\" instance 0: device process lost")
                        && strstr (r->infer->error, "(no other instance of the model is available to re-run it, and "
@@ -354,7 +338,7 @@ START_TEST (without_a_fallback_nor_another_instance_held_requests_say_why)
     size_t len = tu_pack_infer (buf, sizeof buf, "tick_mlp", sent, 512, 1, TOTAL, 0);
     ck_assert_int_eq (zmq_send (sock, buf, len, 0), (int) len);
     uint8_t more[TOTAL + 1] = { 0 };
-    Sigserve__V1__Reply *r = s_reply (sock, more, TOTAL + 1);
+    Sigserve__V1__Reply *r = s_infer_reply (sock, more, TOTAL + 1);
     ck_assert_int_eq (r->infer->status, SIGSERVE__V1__STATUS__STATUS_UNAVAILABLE);
     ck_assert_str_eq (r->infer->error, "model \"tick_mlp\" is unavailable on backend cpu: no instance of it can run and "
                                        "it has no fallback");

@@ -242,29 +242,32 @@ static void s_stream_history (metrics_text_t *t, model_registry_t *models)
 
 /* The CPU fallbacks (serving/fallback.c) of the models that have one: the requests each computed, and
  * whether the model serves on it now. */
-static void s_fallbacks (metrics_text_t *t, model_registry_t *models)
+/* One family of the models' fallbacks: NAME (TYPE, HELP), each model with a fallback's count of it
+ * (ACTIVE: whether it serves on it now, as 0 or 1; else the requests it computed). */
+static void s_fallback_family (metrics_text_t *t, model_registry_t *models, const char *name, const char *type,
+                               const char *help, bool active_now)
 {
     char label[160];
     const size_t n = models ? model_registry_count (models) : 0;
     uint32_t instances;
     uint64_t served;
     bool active;
-    metrics_family (t, "sigserve_fallback_total", "counter",
-                    "Requests the model's CPU fallback computed (\"fallback\"): none of its own instances could run them.");
+    metrics_family (t, name, type, help);
     for (size_t i = 0; i < n; i++) {
         model_t *m = model_registry_at (models, i);
         if (model_fallback (m, &instances, &served, &active))
-            metrics_append (t, "sigserve_fallback_total{model=\"%s\"} %llu\n",
-                            metrics_label (model_name (m), label, sizeof label), (unsigned long long) served);
+            metrics_append (t, "%s{model=\"%s\"} %llu\n", name, metrics_label (model_name (m), label, sizeof label),
+                            active_now ? (unsigned long long) active : (unsigned long long) served);
     }
-    metrics_family (t, "sigserve_fallback_active", "gauge",
-                    "1 while the model serves on its CPU fallback: none of its own instances is available.");
-    for (size_t i = 0; i < n; i++) {
-        model_t *m = model_registry_at (models, i);
-        if (model_fallback (m, &instances, &served, &active))
-            metrics_append (t, "sigserve_fallback_active{model=\"%s\"} %d\n",
-                            metrics_label (model_name (m), label, sizeof label), active ? 1 : 0);
-    }
+}
+
+static void s_fallbacks (metrics_text_t *t, model_registry_t *models)
+{
+    s_fallback_family (t, models, "sigserve_fallback_total", "counter",
+                       "Requests the model's CPU fallback computed (\"fallback\"): none of its own instances could run them.",
+                       false);
+    s_fallback_family (t, models, "sigserve_fallback_active", "gauge",
+                       "1 while the model serves on its CPU fallback: none of its own instances is available.", true);
 }
 
 /* The gauges of the models being served. Called with the server lock held. */
