@@ -209,6 +209,39 @@ START_TEST (slots_isolated)
 }
 END_TEST
 
+/* A warm spare's park and unpark (backend.h): loaded and warmed, the kernel(s) stopped (nothing
+ * resident: the device's resident count back to what it was), launched again; then full windows and
+ * interleaved streams, each within its bound of the reference, as after a plain load. _i: the
+ * default plan (advances in the serving kernel), then advances apart (two kernels), each parked
+ * twice in a row (the second a no-op) and unparked twice. */
+START_TEST (parked_and_unparked_answers_as_loaded)
+{
+    static fixture_t f;   /* static: the teardown may see it after a failed assertion left the frame */
+    s_cfg_apart = _i == 1;
+    s_expect_apart = _i == 1;
+    const lstm_shape_t s = { .layers = 2, .step_size = 16, .hidden = 24, .out = 2, .window = 5 };
+    const int before = cuda_device_resident (0);
+    s_open (&f, &s, WEIGHT_DTYPE_F16, 2, 3, NULL);
+    ck_assert_int_eq (cuda_device_resident (0), before + (_i == 1 ? 2 : 1));
+    ck_assert_ptr_nonnull (B->park);
+    ck_assert_int_eq (B->park (f.m), 0);
+    ck_assert_int_eq (B->park (f.m), 0);
+    ck_assert_int_eq (cuda_device_resident (0), before);
+    char err[512] = "";
+    ck_assert_msg (B->unpark (f.m, err, sizeof err) == 0, "unpark: %s", err);
+    ck_assert_int_eq (B->unpark (f.m, err, sizeof err), 0);
+    ck_assert_int_eq (cuda_device_resident (0), before + (_i == 1 ? 2 : 1));
+    worst_t w = { 0, 0, 0 };
+    s_check_windows (&f, 2, 2, "parked and unparked", &w);
+    s_check_streams (&f, 3, s.window + 4, 1, 2, "parked and unparked", &w);
+    printf ("  parked and unparked (%s): largest error %.3g (rounded weights), %.3g (fp32), %.3g (own windows) of the "
+            "bound x %g\n", _i == 1 ? "advances apart" : "advances inline", w.rounded, w.raw, w.self, TOL_SAFETY);
+    s_close (&f);
+    s_cfg_apart = false;
+    s_expect_apart = -1;
+}
+END_TEST
+
 START_TEST (refusals)
 {
     char err[512] = "", path[512];
@@ -398,6 +431,10 @@ int main (void)
     TCase *ts = s_lstm_cuda_tcase ("generic");
     tcase_add_test (ts, generic_every_shape);
     suite_add_tcase (s, ts);
+    /* a warm spare's park and unpark (CK_RUN_CASE=park runs them alone) */
+    TCase *tp = s_lstm_cuda_tcase ("park");
+    tcase_add_loop_test (tp, parked_and_unparked_answers_as_loaded, 0, 2);
+    suite_add_tcase (s, tp);
     /* the head's own cases (CK_RUN_CASE=head runs them alone) */
     TCase *th = s_lstm_cuda_tcase ("head");
     tcase_add_test (th, head_shapes);

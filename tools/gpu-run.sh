@@ -33,7 +33,7 @@ if [ "${TESTS:-1}" = 1 ]; then
 # set, names the suites to run (space-separated), as for the rest below. CUDA_CASE names one case of
 # the MLP suites to run alone: kernels or lost (test_cuda), persistent (test_cuda_persistent),
 # resident, green or lost (test_cuda_resident); each suite bounded by CUDA_TIMEOUT. LSTM_CASE the
-# same for the LSTM suites: lstm, generic, head or green (test_lstm_cuda), plan4
+# same for the LSTM suites: lstm, generic, head, green or park (test_lstm_cuda), plan4
 # (test_lstm_cuda_apart); each bounded by LSTM_TEST_TIMEOUT. GRU_CASE the same for test_gru_cuda: gru
 # (windows, refusals) or gru_streams; bounded by GRU_TEST_TIMEOUT. A suite without the case named is not run.
 gpu_suite () {   # gpu_suite NAME CASES CASE LIMIT: CASES, NAME's cases (comma-separated)
@@ -45,7 +45,7 @@ GPU_SUITES="test_cuda test_cuda_persistent test_cuda_resident test_lstm_cuda tes
 gpu_suite test_cuda kernels,lost "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
 gpu_suite test_cuda_persistent persistent "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
 gpu_suite test_cuda_resident resident,green,lost "${CUDA_CASE:-}" "${CUDA_TIMEOUT:-400}"
-gpu_suite test_lstm_cuda lstm,generic,head,green "${LSTM_CASE:-}" "${LSTM_TEST_TIMEOUT:-600}"
+gpu_suite test_lstm_cuda lstm,generic,head,green,park "${LSTM_CASE:-}" "${LSTM_TEST_TIMEOUT:-600}"
 gpu_suite test_lstm_cuda_apart plan4 "${LSTM_CASE:-}" "${LSTM_TEST_TIMEOUT:-600}"
 gpu_suite test_gru_cuda gru,gru_streams "${GRU_CASE:-}" "${GRU_TEST_TIMEOUT:-600}"
 # Which CUDA calls wait for a resident persistent kernel, with lazy and eager module loading

@@ -71,6 +71,7 @@ struct backend_model {
                                       * the generic kernel (sig_lstm.h SIG_LSTM_SYNC_GENERIC) */
     ring_t serve, advr;         /* the serving kernel's ring; apart, the advancer's */
     slot_t *slots;
+    bool parked;                /* its kernel(s) stopped after the load, everything else kept (a warm spare's) */
 };
 
 /* ---- tests and benchmarks: the knobs of every later load ---- */
@@ -650,6 +651,58 @@ static backend_model_t *s_load_as (const weights_t *w, const model_config_t *cfg
 
 static uint32_t s_green_sms (const backend_model_t *m) { return m->host.green_sms; }
 
+/* A warm spare's (backend.h: park): the kernel(s) asked to stop and waited for; the image, the state,
+ * the specialised module, the green groups and the mailboxes kept. A relaunch counts commands from
+ * the ring's first entry again (the kernel's count is its own, from 0), so the mailboxes and the
+ * rings' counts start afresh, and so do the exchange words (tagged by that count); every slot is
+ * reset by its first user, its state's versions going on (apart: the records in the state carry
+ * them), as after the warm-up. */
+static int s_park (backend_model_t *m)
+{
+    if (m->parked)
+        return 0;
+    char err[256];
+    if (s_lost (m) || lstm_cuda_sync (m, err, sizeof err) != SIG_OK)     /* the warm-up's commands all done */
+        return -1;
+    cudaSetDevice (m->host.device);
+    if (m->adv.resident)    /* both stop words up before waiting for either (s_destroy) */
+        __atomic_store_n ((uint32_t *) (m->adv.box + m->adv.stop_offset), 1u, __ATOMIC_RELEASE);
+    if (!persistent_stop (&m->host) || !persistent_stop (&m->adv))
+        return -1;
+    if (m->d_xchg && (cudaMemsetAsync (m->d_xchg, 0, m->plan.xchg_bytes, m->host.stream) != cudaSuccess
+                      || cudaStreamSynchronize (m->host.stream) != cudaSuccess))
+        return -1;
+    memset (m->host.box, 0, m->host.box_bytes);
+    if (m->adv.box)
+        memset (m->adv.box, 0, m->adv.box_bytes);
+    m->serve.posted = m->serve.completed = 0;
+    m->advr.posted = m->advr.completed = 0;
+    for (uint32_t k = 0; k < m->slot_count; k++)
+        m->slots[k] = (slot_t) { .ver = m->slots[k].ver };
+    m->parked = true;
+    return 0;
+}
+
+static int s_unpark (backend_model_t *m, char *err, size_t errlen)
+{
+    if (!m->parked)
+        return 0;
+    cudaSetDevice (m->host.device);
+    cudaError_t e = persistent_launch (&m->host, s_launch, m);
+    if (e == cudaSuccess && persistent_started (&m->host, s_ready, m, err, errlen) != 0)
+        return -1;
+    if (e == cudaSuccess && m->plan.apart && (e = persistent_launch (&m->adv, s_launch_adv, m)) == cudaSuccess
+        && persistent_started (&m->adv, s_ready_adv, m, err, errlen) != 0)
+        return -1;
+    if (e != cudaSuccess) {
+        sig_set_error (err, errlen, "model \"%s\": CUDA LSTM kernel launch (a standby's) on device %d: %s (%s)",
+                       m->host.name, m->host.device, cudaGetErrorString (e), cudaGetErrorName (e));
+        return -1;
+    }
+    m->parked = false;
+    return 0;
+}
+
 static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, int device, char *err, size_t errlen)
 {
     bool spec_failed = false;
@@ -674,5 +727,7 @@ const backend_iface_t backend_lstm_cuda_iface = {
     .stream_advance = s_advance,
     .prepare = s_prepare,
     .green_sms = s_green_sms,
+    .park = s_park,
+    .unpark = s_unpark,
 };
 
