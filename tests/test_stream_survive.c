@@ -145,7 +145,8 @@ END_TEST
 
 /* The same on GPU 0 (the CUDA LSTM in its device process, the default standby and fallback): a stream
  * across two kills (the second of the spare promoted by the first: sigserve-test traps and hangs only
- * an MLP); every step within the bound of the reference. Skipped without a GPU. */
+ * an MLP); every step within the bound of the reference. The first kill finds the spare ready, the
+ * LSTM loaded there and its kernel parked: the promotion relaunches it. Skipped without a GPU. */
 START_TEST (an_lstm_stream_on_a_gpu_survives_two_kills)
 {
     if (s_gpus () < 1) {
@@ -156,6 +157,11 @@ START_TEST (an_lstm_stream_on_a_gpu_survives_two_kills)
     s_gpu = true;
     server_t s;
     s_start (&s, s_lstm_model ("\"instances\": 1, \"max_streams\": 8"), false);
+    /* the spare loads the LSTM and parks its kernel: the first kill promotes it (a relaunch, no load) */
+    for (int waited = 0; waited < 60000 && !s_log_has (&s, "(1 of 1 model(s) loaded there"); waited += 20)
+        usleep (20 * 1000);
+    ck_assert_msg (s_log_has (&s, "model \"seq\" loaded, its resident kernel(s) parked until it is promoted"),
+                   "no spare with the LSTM parked (log: %s)", s.log);
     void *sock = s_socket (&s);
     enum { STEPS = 4 * WINDOW, KILL_AFTER = WINDOW + WINDOW / 4, KILL_AGAIN = 2 * WINDOW + 3 };
     static float a[STEPS * STEP];
@@ -171,6 +177,8 @@ START_TEST (an_lstm_stream_on_a_gpu_survives_two_kills)
     printf ("an LSTM stream on GPU 0 across two kills: %d steps within bound; rebuilds %.0f\n", STEPS,
             s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"seq\"}"));
     ck_assert_double_eq (s_metric (&s, "sigserve_device_losses_total{device=\"cuda:0\"}"), 2);
+    ck_assert_double_ge (s_metric (&s, "sigserve_device_standby_promotions_total{device=\"cuda:0\"}"), 1);
+    ck_assert_msg (s_log_has (&s, "promoted, 1 model(s) rejoined (1 loaded there before)"), "log: %s", s.log);
     ck_assert_double_ge (s_metric (&s, "sigserve_stream_history_rebuilds_total{model=\"seq\"}"), 2);
     zmq_close (sock);
     ck_assert_int_eq (s_stop (&s), 0);
