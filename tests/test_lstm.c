@@ -4,6 +4,7 @@
  * of the reference (tolerance.h); a streamed output and the full window over the same steps, each
  * within it, within twice it of each other. */
 #include "backends/backend_lstm.h"
+#include "backends/cpu_isa.h"
 #include "lstm_reference.h"
 #include "rng.h"
 #include "rnn_tests.h"
@@ -130,6 +131,37 @@ START_TEST (bf16_matches_reference)
     s_check_streams (&s_lstm, &a, 3, 17, 1);
     const lstm_shape_t c = { .layers = 1, .step_size = 2, .hidden = 3, .out = 1, .window = 2, .head_act = ACTIVATION_TANH };
     s_check_streams (&s_lstm, &c, 4, 9, 1);
+    s_dtype = WEIGHT_DTYPE_F32;
+}
+END_TEST
+
+/* The products run the MLP's dense kernels (cpu_dense.h) on the path cpu_isa.h picks: every path this
+ * machine has (SIGSERVE_CPU_ISA caps it at load), f32 and bf16, odd inputs (a padded copy of each row)
+ * and units, windows and streams, each path named by the model as expected. */
+START_TEST (every_isa_path_matches_reference)
+{
+    const cpu_features_t *f = cpu_isa_features ();
+    const char *const caps[] = { "scalar", "avx2", "avx512" };
+    const int count = f->avx512 ? 3 : f->avx2 ? 2 : 1;
+    const lstm_shape_t shapes[] = {
+        { .layers = 2, .step_size = 33, .hidden = 17, .out = 1, .window = 7, .head_act = ACTIVATION_SIGMOID },
+        { .layers = 1, .step_size = 16, .hidden = 40, .out = 2, .window = 3 },
+    };
+    const lstm_shape_t a = { .layers = 2, .step_size = 5, .hidden = 19, .out = 2, .window = 6 };
+    for (int cap = 0; cap < count; cap++)
+        for (int d = 0; d < 2; d++) {
+            setenv ("SIGSERVE_CPU_ISA", caps[cap], 1);
+            s_dtype = d ? WEIGHT_DTYPE_BF16 : WEIGHT_DTYPE_F32;
+            weights_t *w;
+            model_config_t cfg;
+            backend_model_t *m = s_load (&a, 1, 1, &w, &cfg);
+            ck_assert_str_eq (backend_lstm_cpu_iface.isa (m), caps[cap]);
+            backend_lstm_cpu_iface.destroy (&m);
+            weights_destroy (&w);
+            s_check_shapes (&s_lstm, shapes, sizeof shapes / sizeof shapes[0], 2, 2);
+            s_check_streams (&s_lstm, &a, 2, 9, 1);
+            unsetenv ("SIGSERVE_CPU_ISA");
+        }
     s_dtype = WEIGHT_DTYPE_F32;
 }
 END_TEST
@@ -356,6 +388,7 @@ int main (void)
     tcase_add_test (tc, full_window_matches_reference);
     tcase_add_test (tc, streams_match_reference);
     tcase_add_test (tc, bf16_matches_reference);
+    tcase_add_test (tc, every_isa_path_matches_reference);
     tcase_add_test (tc, small_model);
     tcase_add_test (tc, raw_step_ring);
     tcase_add_test (tc, refusals);

@@ -1,12 +1,15 @@
 /* The LSTM on one CPU core, weights in f32 or bf16 (backend_lstm.h), kernel "lstm-loop".
  *
- * LAYOUT. Every weight matrix is stored K-major (transposed: one row of 4Hp floats per input k)
+ * LAYOUT. Every weight matrix is stored K-major (transposed: a row of 4Hp columns per input k)
  * with the gate rows interleaved by blocks of 16 units: columns [64b, 64b + 64) hold gates i, f, g,
- * o (16 each) of units 16b .. 16b + 15, Hp = H rounded up to 16, padding zero. A matrix-vector
- * product is then a sum over k of whole columns times the broadcast x[k] (no horizontal sums: a
- * row of 96 inputs would spend as much on them as on the products), eight 16-float accumulators
- * at a time, and the cell update runs on whole vectors: i, f, g and o of 16 units are four
- * aligned vectors. Padded units have zero weights and biases, so their c and h stay 0.
+ * o (16 each) of units 16b .. 16b + 15, Hp = H rounded up to 16, padding zero; and cut into blocks
+ * of COLS (128) columns, each block's K rows stored together, so that a matrix-vector product, a
+ * sum over k of a block's columns times the broadcast x[k] (no horizontal sums: a row of 96 inputs
+ * would spend as much on them as on the products) in eight 16-float accumulators, reads one
+ * contiguous stream a block (rows of all 4Hp columns, a block's share read a row at a time, ran
+ * 1.4x slower: a stride the L1 prefetcher did not follow). The cell update runs on whole vectors:
+ * i, f, g and o of 16 units are four aligned vectors. Padded units have zero weights and biases, so
+ * their c and h stay 0.
  *
  * STREAMS. A slot keeps the window as a ring of W entries and the precomputed state of the last
  * W - 1 steps: per layer G = W_hh h + b (the gates' part that does not depend on the next step)
@@ -27,6 +30,7 @@
  * x86-64 (the loader picks at start). Everything is allocated at load; nothing after. */
 #include "backends/backend_lstm.h"
 #include "backends/cpu_dense.h"
+#include "backends/cpu_isa.h"
 #include "backends/rnn_head.h"
 #include "backends/rnn_slots.h"
 #include "backends/vec16.h"
@@ -41,24 +45,18 @@
 
 #define VEC 16
 
-typedef uint32_t vu16 __attribute__ ((vector_size (64)));
-
-/* A K-major matrix of K rows of N columns: fp32 [K][N], or bf16 lanes [(K + 1) / 2][N][2]. */
-typedef struct {
-    float *f;
-    uint16_t *h;
-} cpu_mat_t;
-
 typedef struct {
     uint32_t in;                /* inputs of the layer (step_size or H) */
-    cpu_mat_t wih;              /* [in][4Hp] */
-    cpu_mat_t whh;              /* [H][4Hp] */
+    cpu_dense_t wih;            /* 4Hp outputs (gate-blocked) of in inputs */
+    cpu_dense_t whh;            /* 4Hp outputs of H inputs */
     float *bias;                /* [4Hp] */
 } cpu_lstm_layer_t;
 
 struct backend_model {
     char name[CONFIG_NAME_MAX];
     weight_dtype_t dtype;       /* f32 or bf16 */
+    const cpu_dense_ops_t *ops; /* the dense kernels of the path cpu_isa.h chose at load */
+    char isa[24];
     uint32_t L, in, H, Hp, N;   /* N = 4 Hp */
     uint32_t in_pad;            /* a raw step's row in the ring */
     uint32_t W, out, max_rows;
@@ -72,132 +70,35 @@ struct backend_model {
     float *h, *c;               /* [L][Hp] */
     float *gates;               /* [N] */
     const float **p0;           /* [W]: layer 0's projection of each step of a sequence */
+    float *xpad;                /* [W][in_pad]: inputs whose rows are not whole vectors, padded (else NULL) */
 };
 
 static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-/* ---------------------------------------------------------------------------------------------
- * Kernels (compiled once per target: vec16.h's CLONES) */
-
-/* y[n] = b1[n] (+ b2[n]) + sum_k Wt[k][n] x[k] for n < N (a multiple of 64); B1, B2 may be NULL.
- * Eight blocks of 16 outputs at a time, then the one block of 64 left. */
-CLONES static void s_gemv_f32 (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict x,
-                               const float *b1, const float *b2, float *restrict y)
+/* Y[t] = sum_k W[n][k] X[t][k] (+ B1 (+ B2)) for T rows, XS and YS floats apart: the dense kernel's
+ * sums (raw: no bias, no activation), then the biases. X's rows hold W->in_pad floats, the padding
+ * finite (the kernels read whole vectors). */
+static void s_dense (const backend_model_t *m, const cpu_dense_t *W, const float *X, uint32_t xs, uint32_t T, float *Y,
+                     uint32_t ys, const float *b1, const float *b2)
 {
-    uint32_t nb = 0;
-    for (; nb + 128 <= N; nb += 128)
-        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 8);
-    if (nb < N)
-        vec16_gemv_block (Wt, K, N, x, b1, b2, y, nb, 4);
-}
-
-/* Y[t][n] = (BIAS ? bias[n] : 0) + sum_k Wt[k][n] X[t][k] for T rows: tiles of 64 outputs x 4
- * rows (16 accumulators), so each weight vector loaded serves four steps. */
-CLONES static void s_gemm_f32 (const float *restrict Wt, uint32_t K, uint32_t N, const float *restrict X, size_t xs,
-                               uint32_t T, float *restrict Y, size_t ys, const float *bias)
-{
-    for (uint32_t nb = 0; nb < N; nb += 64)
-        vec16_gemm_cols (Wt, K, N, X, xs, T, Y, ys, bias, nb, 4);
-}
-
-/* The lanes of pair p, columns n .. n + 15: inputs 2p (E) and 2p + 1 (O) widened to fp32. */
-VEC16_INLINE void s_pair (const uint16_t *Wp, uint32_t N, uint32_t p, uint32_t n, v16 *e, v16 *o)
-{
-    const vu16 lane = *(const vu16 *) __builtin_assume_aligned (Wp + ((size_t) p * N + n) * 2, 64);
-    *e = (v16) (lane << 16);
-    *o = (v16) lane;
-}
-
-/* Outputs nb .. nb + 16 J of s_gemv_bf16 (J independent accumulators, two FMAs each a pair). */
-VEC16_INLINE void s_gemv_bf16_block (const uint16_t *restrict Wp, uint32_t K, uint32_t N, const float *restrict x,
-                               const float *b1, const float *b2, float *restrict y, uint32_t nb, const int J)
-{
-    v16 acc[8];
-    for (int j = 0; j < J; j++) {
-        acc[j] = b1 ? *(const v16 *) (b1 + nb + 16 * j) : vec16_splat (0.0f);
+    const cpu_dense_io_t io = { .rows = T, .raw = true, .x = X, .x_stride = xs, .y = Y, .y_stride = ys };
+    m->ops->dense[W->dtype] (W, &io);
+    for (uint32_t t = 0; b1 && t < T; t++) {
+        float *y = Y + (size_t) t * ys;
         if (b2)
-            acc[j] += *(const v16 *) (b2 + nb + 16 * j);
+            for (uint32_t n = 0; n < W->out_pad; n++)
+                y[n] += b1[n] + b2[n];
+        else
+            for (uint32_t n = 0; n < W->out_pad; n++)
+                y[n] += b1[n];
     }
-    for (uint32_t p = 0; p < K / 2; p++) {
-        const v16 xe = vec16_splat (x[2 * p]), xo = vec16_splat (x[2 * p + 1]);
-        for (int j = 0; j < J; j++) {
-            v16 e, o;
-            s_pair (Wp, N, p, nb + 16 * (uint32_t) j, &e, &o);
-            acc[j] += e * xe;
-            acc[j] += o * xo;
-        }
-    }
-    if (K & 1) {
-        const v16 xe = vec16_splat (x[K - 1]);
-        for (int j = 0; j < J; j++) {
-            v16 e, o;
-            s_pair (Wp, N, K / 2, nb + 16 * (uint32_t) j, &e, &o);
-            acc[j] += e * xe;
-        }
-    }
-    for (int j = 0; j < J; j++)
-        *(v16 *) (y + nb + 16 * j) = acc[j];
 }
 
-/* s_gemv_f32 on bf16 lanes (K inputs: (K + 1) / 2 pairs; an odd K's last pair has no odd input). */
-CLONES static void s_gemv_bf16 (const uint16_t *restrict Wp, uint32_t K, uint32_t N, const float *restrict x,
-                                const float *b1, const float *b2, float *restrict y)
-{
-    uint32_t nb = 0;
-    for (; nb + 128 <= N; nb += 128)
-        s_gemv_bf16_block (Wp, K, N, x, b1, b2, y, nb, 8);
-    if (nb < N)
-        s_gemv_bf16_block (Wp, K, N, x, b1, b2, y, nb, 4);
-}
-
-/* s_gemm_f32 on bf16 lanes: each pair of weights widened once for four rows. */
-CLONES static void s_gemm_bf16 (const uint16_t *restrict Wp, uint32_t K, uint32_t N, const float *restrict X, size_t xs,
-                                uint32_t T, float *restrict Y, size_t ys, const float *bias)
-{
-    for (uint32_t nb = 0; nb < N; nb += 64)
-        for (uint32_t t0 = 0; t0 < T; t0 += 4) {
-            const float *xr[4];
-            for (int r = 0; r < 4; r++)   /* past the last row: recompute the last, store nothing */
-                xr[r] = X + (size_t) (t0 + (uint32_t) r < T ? t0 + (uint32_t) r : T - 1) * xs;
-            v16 acc[4][4];
-            for (int j = 0; j < 4; j++) {
-                const v16 b = bias ? *(const v16 *) (bias + nb + 16 * j) : vec16_splat (0.0f);
-                for (int r = 0; r < 4; r++)
-                    acc[r][j] = b;
-            }
-            for (uint32_t p = 0; p < (K + 1) / 2; p++) {
-                v16 e[4], o[4];
-                for (int j = 0; j < 4; j++)
-                    s_pair (Wp, N, p, nb + 16 * (uint32_t) j, &e[j], &o[j]);
-                const bool odd = 2 * p + 1 < K;
-                for (int r = 0; r < 4; r++) {
-                    const v16 xe = vec16_splat (xr[r][2 * p]), xo = vec16_splat (odd ? xr[r][2 * p + 1] : 0.0f);
-                    for (int j = 0; j < 4; j++)
-                        acc[r][j] += e[j] * xe + o[j] * xo;
-                }
-            }
-            for (int r = 0; r < 4 && t0 + (uint32_t) r < T; r++)
-                for (int j = 0; j < 4; j++)
-                    *(v16 *) (Y + (size_t) (t0 + r) * ys + nb + 16 * j) = acc[r][j];
-        }
-}
-
-static void s_gemv (const cpu_mat_t *W, uint32_t K, uint32_t N, const float *x, const float *b1, const float *b2,
+/* y = W x + b1 (+ b2) for one row X (W->in_pad floats) */
+static void s_gemv (const backend_model_t *m, const cpu_dense_t *W, const float *x, const float *b1, const float *b2,
                     float *y)
 {
-    if (W->h)
-        s_gemv_bf16 (W->h, K, N, x, b1, b2, y);
-    else
-        s_gemv_f32 (W->f, K, N, x, b1, b2, y);
-}
-
-static void s_gemm (const cpu_mat_t *W, uint32_t K, uint32_t N, const float *X, size_t xs, uint32_t T, float *Y,
-                    size_t ys, const float *bias)
-{
-    if (W->h)
-        s_gemm_bf16 (W->h, K, N, X, xs, T, Y, ys, bias);
-    else
-        s_gemm_f32 (W->f, K, N, X, xs, T, Y, ys, bias);
+    s_dense (m, W, x, W->in_pad, 1, y, W->out_pad, b1, b2);
 }
 
 /* The cell update of Hp / 16 blocks of units from their gates (gate-blocked): c and h in place. */
@@ -225,13 +126,13 @@ static void s_sequence (backend_model_t *m, uint32_t T)
         const cpu_lstm_layer_t *Lk = &m->layers[k];
         float *h = m->h + (size_t) k * Hp, *c = m->c + (size_t) k * Hp;
         if (k > 0 && T > 0)   /* the whole layer's input projections at once */
-            s_gemm (&Lk->wih, Lk->in, N, m->seq[(k - 1) & 1], Hp, T, m->proj, N, Lk->bias);
+            s_dense (m, &Lk->wih, m->seq[(k - 1) & 1], Hp, T, m->proj, N, Lk->bias, NULL);
         float *out_seq = k + 1 < m->L ? m->seq[k & 1] : NULL;
         for (uint32_t t = 0; t < T; t++) {
             if (k == 0)
-                s_gemv (&Lk->whh, m->H, N, h, Lk->bias, m->p0[t], m->gates);
+                s_gemv (m, &Lk->whh, h, Lk->bias, m->p0[t], m->gates);
             else
-                s_gemv (&Lk->whh, m->H, N, h, m->proj + (size_t) t * N, NULL, m->gates);
+                s_gemv (m, &Lk->whh, h, m->proj + (size_t) t * N, NULL, m->gates);
             s_cells (m->gates, Hp / VEC, c, h);
             if (out_seq)
                 memcpy (out_seq + (size_t) t * Hp, h, Hp * sizeof (float));
@@ -246,7 +147,7 @@ static float *s_slot_c (const backend_model_t *m, uint32_t slot) { return s_slot
 static void s_store_state (backend_model_t *m, float *G, float *c)
 {
     for (uint32_t k = 0; k < m->L; k++)
-        s_gemv (&m->layers[k].whh, m->H, m->N, m->h + (size_t) k * m->Hp, m->layers[k].bias, NULL, G + (size_t) k * m->N);
+        s_gemv (m, &m->layers[k].whh, m->h + (size_t) k * m->Hp, m->layers[k].bias, NULL, G + (size_t) k * m->N);
     memcpy (c, m->c, (size_t) m->L * m->Hp * sizeof (float));
 }
 
@@ -254,15 +155,39 @@ static void s_store_state (backend_model_t *m, float *G, float *c)
 static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, float *y)
 {
     const backend_model_t *m = ctx;
-    s_gemm (&m->layers[0].wih, m->in, m->N, x, xs, T, y, m->N, NULL);
+    s_dense (m, &m->layers[0].wih, x, (uint32_t) xs, T, y, m->N, NULL, NULL);
 }
 
-/* rnn_slots_backend_t's: the W - 1 steps at m->p0 from a zero state, their state into STATE */
+/* The BYTES at P asked for into L2 (prefetcht1: not L1, which the step's own loads fill). */
+static void s_to_l2 (const void *p, size_t bytes)
+{
+    for (size_t at = 0; at < bytes; at += 64)
+        __builtin_prefetch ((const char *) p + at, 0, 3);
+}
+
+/* What the next step reads (every W_ih, the biases, the head) asked for into L2, last thing in an
+ * advance: the advance reads every W_hh W - 1 times and its own buffers, which in a model whose
+ * weights and buffers pass the L2 (lstmbench's medium in bf16: 1.27 MB of weights, ~0.7 MB of
+ * buffers and ring, 2 MiB L2) leave part of W_ih in L3 for the step. A matter of order, not of
+ * bytes: the advance costs the same reads (~1%: 655 KB from L3 against the ~1 ms of a medium advance). */
+static void s_warm_step (const backend_model_t *m)
+{
+    for (uint32_t k = 0; k < m->L; k++) {
+        const cpu_lstm_layer_t *Lk = &m->layers[k];
+        s_to_l2 (Lk->wih.weight, Lk->wih.weight_bytes);
+        s_to_l2 (Lk->bias, m->N * sizeof (float));
+    }
+    s_to_l2 (m->head.w, (size_t) m->head.out * m->Hp * sizeof (float));
+}
+
+/* rnn_slots_backend_t's: the W - 1 steps at m->p0 from a zero state, their state into STATE; then the
+ * next step's weights into L2 */
 static void s_rerun (void *ctx, float *state)
 {
     backend_model_t *m = ctx;
     s_sequence (m, m->W - 1);
     s_store_state (m, state, state + (size_t) m->L * m->N);
+    s_warm_step (m);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -274,10 +199,8 @@ static void s_destroy (backend_model_t **m_p)
         return;
     backend_model_t *m = *m_p;
     for (uint32_t k = 0; m->layers && k < m->L; k++) {
-        free (m->layers[k].wih.f);
-        free (m->layers[k].wih.h);
-        free (m->layers[k].whh.f);
-        free (m->layers[k].whh.h);
+        cpu_dense_free (&m->layers[k].wih);
+        cpu_dense_free (&m->layers[k].whh);
         free (m->layers[k].bias);
     }
     free (m->layers);
@@ -291,6 +214,7 @@ static void s_destroy (backend_model_t **m_p)
     free (m->c);
     free (m->gates);
     free ((void *) m->p0);
+    free (m->xpad);
     free (m);
     *m_p = NULL;
 }
@@ -298,45 +222,23 @@ static void s_destroy (backend_model_t **m_p)
 /* Column of (gate q, unit j) in the gate-blocked order. */
 static size_t s_col (uint32_t q, uint32_t j) { return (size_t) (j / 16) * 64 + q * 16 + j % 16; }
 
-/* SRC [4H][K] row-major (PyTorch) -> DST [K][4Hp] gate-blocked. */
-static void s_transpose (const float *src, uint32_t K, uint32_t H, uint32_t N, float *dst)
+/* SRC [4H][K] row-major (PyTorch) packed as a dense layer of 4Hp outputs in the gate-blocked order
+ * (padded units: zero rows), K inputs, in the model's dtype (cpu_dense.h). 0, or -1 with ERR. */
+static int s_matrix (const backend_model_t *m, const float *src, uint32_t K, cpu_dense_t *dst, const char *what,
+                     char *err, size_t errlen)
 {
-    for (uint32_t q = 0; q < 4; q++)
-        for (uint32_t j = 0; j < H; j++) {
-            const float *row = src + ((size_t) q * H + j) * K;
-            const size_t col = s_col (q, j);
-            for (uint32_t k = 0; k < K; k++)
-                dst[(size_t) k * N + col] = row[k];
-        }
-}
-
-/* The same into bf16 lanes: DST [(K + 1) / 2][4Hp][2] (cpu_dense_bf16_lane). */
-static void s_transpose_bf16 (const float *src, uint32_t K, uint32_t H, uint32_t N, uint16_t *dst)
-{
-    for (uint32_t q = 0; q < 4; q++)
-        for (uint32_t j = 0; j < H; j++) {
-            const float *row = src + ((size_t) q * H + j) * K;
-            const size_t col = s_col (q, j);
-            for (uint32_t k = 0; k < K; k += 2)
-                cpu_dense_bf16_lane (row[k], k + 1 < K ? row[k + 1] : 0.0f, dst + ((size_t) (k / 2) * N + col) * 2);
-        }
-}
-
-/* A K x 4H matrix in the model's dtype; -1 when memory runs out. */
-static int s_matrix (const backend_model_t *m, const float *src, uint32_t K, cpu_mat_t *dst)
-{
-    if (m->dtype == WEIGHT_DTYPE_BF16) {
-        const size_t halves = (size_t) (K + 1) / 2 * m->N * 2;
-        if (!(dst->h = aligned_alloc (64, (halves * 2 + 63) / 64 * 64)))
-            return -1;
-        memset (dst->h, 0, halves * 2);
-        s_transpose_bf16 (src, K, m->H, m->N, dst->h);
-        return 0;
-    }
-    if (!(dst->f = floats_zeroed ((size_t) K * m->N)))
+    float *rows = floats_zeroed ((size_t) m->N * K);
+    if (!rows) {
+        sig_set_error (err, errlen, "out of memory");
         return -1;
-    s_transpose (src, K, m->H, m->N, dst->f);
-    return 0;
+    }
+    for (uint32_t q = 0; q < 4; q++)
+        for (uint32_t j = 0; j < m->H; j++)
+            memcpy (rows + s_col (q, j) * K, src + ((size_t) q * m->H + j) * K, K * sizeof (float));
+    const dense_layer_t layer = { .in = K, .out = m->N, .activation = ACTIVATION_NONE, .weight = rows };
+    const int rc = cpu_dense_pack (dst, &layer, m->dtype, what, err, errlen);
+    free (rows);
+    return rc;
 }
 
 /* The first weight of SRC (N values) bf16 cannot hold, or -1. */
@@ -390,14 +292,24 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
     m->out = lw->head.out;
     m->max_rows = backend_rows (cfg) ? backend_rows (cfg) : 1;
     const size_t N = m->N, Hp = m->Hp, W = m->W, L = m->L;
+    /* the MLP's dense kernels (cpu_dense.h) on the path this CPU has (SIGSERVE_CPU_ISA caps it) */
+    const cpu_path_t path = cpu_isa_path (m->dtype, 1, NULL, 0);
+    m->ops = path >= CPU_PATH_AVX512 ? &cpu_dense_avx512 : path == CPU_PATH_AVX2 ? &cpu_dense_avx2 : &cpu_dense_scalar;
+    snprintf (m->isa, sizeof m->isa, "%s", cpu_path_name (path >= CPU_PATH_AVX512 ? CPU_PATH_AVX512 : path, m->dtype));
     if (!(m->layers = calloc (L, sizeof *m->layers)))
         goto oom;
     for (uint32_t k = 0; k < m->L; k++) {
         const lstm_layer_t *src = &lw->layers[k];
         cpu_lstm_layer_t *dst = &m->layers[k];
         dst->in = src->in;
-        if (s_matrix (m, src->w_ih, src->in, &dst->wih) != 0 || s_matrix (m, src->w_hh, m->H, &dst->whh) != 0
-            || !(dst->bias = floats_zeroed (N)))
+        char e[384];
+        if (s_matrix (m, src->w_ih, src->in, &dst->wih, "weight_ih", e, sizeof e) != 0
+            || s_matrix (m, src->w_hh, m->H, &dst->whh, "weight_hh", e, sizeof e) != 0) {
+            sig_set_error (err, errlen, "model \"%s\": layer %u: %s", cfg->name, k, e);
+            s_destroy (&m);
+            return NULL;
+        }
+        if (!(dst->bias = floats_zeroed (N)))
             goto oom;
         for (uint32_t q = 0; q < 4; q++)
             for (uint32_t j = 0; j < m->H; j++)
@@ -408,7 +320,8 @@ static backend_model_t *s_load (const weights_t *w, const model_config_t *cfg, i
         || !(m->proj0 = floats_zeroed (W * N)) || !(m->seq[0] = floats_zeroed (W * Hp))
         || !(m->seq[1] = floats_zeroed (W * Hp)) || !(m->h = floats_zeroed (L * Hp)) || !(m->c = floats_zeroed (L * Hp))
         || !(m->gates = floats_zeroed (N))
-        || !(m->p0 = calloc (W, sizeof *m->p0)))
+        || !(m->p0 = calloc (W, sizeof *m->p0))
+        || (m->in != m->in_pad && !(m->xpad = floats_zeroed (W * m->in_pad))))
         goto oom;
     const rnn_slots_backend_t advance = { .project = s_project0, .rerun = s_rerun, .ctx = m, .proj0 = m->proj0,
                                           .p0 = m->p0 };
@@ -424,13 +337,24 @@ oom:
     return NULL;
 }
 
+/* T rows of inputs at X (m->in floats each, contiguous) as the dense kernels read them: X itself
+ * where a row is whole vectors, else copied into m->xpad with each row's padding 0. */
+static const float *s_rows_in (const backend_model_t *m, const float *x, uint32_t T)
+{
+    if (!m->xpad)
+        return x;
+    for (uint32_t t = 0; t < T; t++)
+        memcpy (m->xpad + (size_t) t * m->in_pad, x + (size_t) t * m->in, m->in * sizeof (float));
+    return m->xpad;
+}
+
 static sig_status_t s_infer (backend_model_t *m, const float *in, uint32_t rows, float *out, char *err, size_t errlen)
 {
     (void) err;
     (void) errlen;
     for (uint32_t r = 0; r < rows; r++) {
-        const float *x = in + (size_t) r * m->W * m->in;
-        s_gemm (&m->layers[0].wih, m->in, m->N, x, m->in, m->W, m->proj0, m->N, NULL);
+        const float *x = s_rows_in (m, in + (size_t) r * m->W * m->in, m->W);
+        s_dense (m, &m->layers[0].wih, x, m->in_pad, m->W, m->proj0, m->N, NULL, NULL);
         for (uint32_t t = 0; t < m->W; t++)
             m->p0[t] = m->proj0 + (size_t) t * m->N;
         s_sequence (m, m->W);
@@ -453,11 +377,11 @@ static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, f
     /* layer 0: its projection of x goes into the ring (or x itself), then gates = G + W_ih x */
     const float *p;
     if (m->slots.keep_proj) {
-        s_gemv (&m->layers[0].wih, m->in, N, x, NULL, NULL, entry);
+        s_gemv (m, &m->layers[0].wih, s_rows_in (m, x, 1), NULL, NULL, entry);
         p = entry;
     } else {
-        memcpy (entry, x, m->in * sizeof (float));
-        s_gemv (&m->layers[0].wih, m->in, N, x, NULL, NULL, m->proj0);
+        memcpy (entry, x, m->in * sizeof (float));      /* in_pad floats an entry, the padding 0 */
+        s_gemv (m, &m->layers[0].wih, entry, NULL, NULL, m->proj0);
         p = m->proj0;
     }
     float *h = m->h, *c = m->c;   /* scratch: the slot's state stays for the advance */
@@ -468,7 +392,7 @@ static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, f
             for (uint32_t i = 0; i < N; i++)
                 m->gates[i] = G[i] + p[i];
         else
-            s_gemv (&m->layers[k].wih, m->H, N, h + (size_t) (k - 1) * Hp, G + (size_t) k * N, NULL, m->gates);
+            s_gemv (m, &m->layers[k].wih, h + (size_t) (k - 1) * Hp, G + (size_t) k * N, NULL, m->gates);
         s_cells (m->gates, Hp / VEC, ck, hk);
     }
     rnn_head_apply (&m->head, h + (size_t) (m->L - 1) * Hp, out);
@@ -482,12 +406,8 @@ static const char *s_kernel_name (const backend_model_t *m)
     return "lstm-loop";
 }
 
-/* the path the target clones resolved to (the loader's choice, as for every clone) */
-static const char *s_isa (const backend_model_t *m)
-{
-    (void) m;
-    return __builtin_cpu_supports ("avx512f") ? "avx512" : __builtin_cpu_supports ("avx2") ? "avx2" : "scalar";
-}
+/* the dense kernels' path (the cell updates' target clones follow the CPU, not SIGSERVE_CPU_ISA) */
+static const char *s_isa (const backend_model_t *m) { return m->isa; }
 
 const backend_iface_t backend_lstm_cpu_iface = {
     .name = "cpu",

@@ -31,29 +31,29 @@ VEC16_INLINE v16 vec16_select (vi16 mask, v16 yes, v16 no) { return (v16) (((vi1
  * [-87.3, 88] (normal results): sigmoid and tanh need nothing beyond. */
 VEC16_INLINE v16 vec16_exp (v16 x)
 {
-    x = vec16_select (x > vec16_splat (88.0f), vec16_splat (88.0f), x);
-    x = vec16_select (x < vec16_splat (-87.3f), vec16_splat (-87.3f), x);
-    v16 fx = x * vec16_splat (1.44269504088896341f) + vec16_splat (0.5f);
+    /* scalar operands throughout (GCC broadcasts them once, outside the loops; vec16_splat's here
+     * were broadcast again at every use: a shuffle each, 110 in an LSTM cell update's loop) */
+    x = vec16_select (x > 88.0f, (v16) {} + 88.0f, x);
+    x = vec16_select (x < -87.3f, (v16) {} - 87.3f, x);
+    v16 fx = x * 1.44269504088896341f + 0.5f;
     vi16 n = __builtin_convertvector (fx, vi16);       /* toward zero */
     v16 fn = __builtin_convertvector (n, v16);
     n += (vi16) (fn > fx);                              /* -1 where the truncation went up: floor */
     fn = __builtin_convertvector (n, v16);
-    x = x - fn * vec16_splat (0.693359375f) - fn * vec16_splat (-2.12194440e-4f);
+    x = x - fn * 0.693359375f - fn * -2.12194440e-4f;
     const v16 z = x * x;
-    v16 y = vec16_splat (1.9875691500e-4f);
-    y = y * x + vec16_splat (1.3981999507e-3f);
-    y = y * x + vec16_splat (8.3334519073e-3f);
-    y = y * x + vec16_splat (4.1665795894e-2f);
-    y = y * x + vec16_splat (1.6666665459e-1f);
-    y = y * x + vec16_splat (5.0000001201e-1f);
-    y = y * z + x + vec16_splat (1.0f);
+    v16 y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * z + x + 1.0f;
     const vi16 scale = (n + 127) << 23;
     return y * (v16) scale;
 }
 
-VEC16_INLINE v16 vec16_sigmoid (v16 x) { return vec16_splat (1.0f) / (vec16_splat (1.0f) + vec16_exp (-x)); }
-VEC16_INLINE v16 vec16_tanh (v16 x) { return vec16_splat (2.0f) * vec16_sigmoid (x + x) - vec16_splat (1.0f); }
-
+VEC16_INLINE v16 vec16_sigmoid (v16 x) { return 1.0f / (1.0f + vec16_exp (-x)); }
+VEC16_INLINE v16 vec16_tanh (v16 x) { return 2.0f * vec16_sigmoid (x + x) - 1.0f; }
 
 /* The recurrent backends' dense products on K-major weights (Wt: K rows of N floats, the columns
  * gate-blocked by 16, rows 64-byte aligned). Inlined into each kernel, so J is a constant there. */
@@ -71,7 +71,7 @@ VEC16_INLINE void vec16_gemv_block (const float *restrict Wt, uint32_t K, uint32
     }
     const float *w = Wt + nb;
     for (uint32_t k = 0; k < K; k++, w += N) {
-        const v16 xk = vec16_splat (x[k]);
+        const float xk = x[k];  /* a scalar operand: one broadcast load (vec16_splat's cost a shuffle more) */
         for (int j = 0; j < J; j++)
             acc[j] += *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64) * xk;
     }
@@ -101,7 +101,7 @@ VEC16_INLINE void vec16_gemm_cols (const float *restrict Wt, uint32_t K, uint32_
             for (int j = 0; j < J; j++)
                 wv[j] = *(const v16 *) __builtin_assume_aligned (w + 16 * j, 64);
             for (int r = 0; r < 4; r++) {
-                const v16 xk = vec16_splat (xr[r][k]);
+                const float xk = xr[r][k];
                 for (int j = 0; j < J; j++)
                     acc[r][j] += wv[j] * xk;
             }
