@@ -249,6 +249,14 @@ S_INT8_TARGET static void s_dense_int8 (const cpu_dense_t *L, const cpu_dense_io
 
 /* ---------------------------------------------------------------- int8 activations */
 
+/* VW floats at P, aligned or not: the first layer's rows may be the caller's own (backend_cpu.c) */
+S_INLINE vf s_loadu (const float *p)
+{
+    vf v;
+    memcpy (&v, p, sizeof v);
+    return v;
+}
+
 static void s_quantize (const float *x, uint32_t x_stride, uint32_t rows, uint32_t n, uint32_t n_pad, uint8_t *q,
                         uint32_t q_stride, float *scale, int32_t *zero)
 {
@@ -260,13 +268,13 @@ static void s_quantize (const float *x, uint32_t x_stride, uint32_t rows, uint32
         vi neg = { 0 };
         uint32_t i = 0;
         for (; i + 2 * VW <= n; i += 2 * VW) {
-            const vf v0 = *(const vf *) S_AL (row + i), v1 = *(const vf *) S_AL (row + i + VW);
+            const vf v0 = s_loadu (row + i), v1 = s_loadu (row + i + VW);
             m0 = s_max (m0, (vf) ((vi) v0 & 0x7fffffff));
             m1 = s_max (m1, (vf) ((vi) v1 & 0x7fffffff));
             neg |= (v0 < 0) | (v1 < 0);
         }
         for (; i + VW <= n; i += VW) {
-            const vf v = *(const vf *) S_AL (row + i);
+            const vf v = s_loadu (row + i);
             m0 = s_max (m0, (vf) ((vi) v & 0x7fffffff));
             neg |= v < 0;
         }
@@ -283,7 +291,7 @@ static void s_quantize (const float *x, uint32_t x_stride, uint32_t rows, uint32
         const float inv = amax > 0 ? levels / amax : 0.0f;
         /* X holds n rounded up to 16 floats a row (int8's n_pad may be more: zeros) */
         for (i = 0; i < n; i += VW)
-            *(vb *) (qr + i) = s_u8 (s_round (*(const vf *) S_AL (row + i) * inv) + zero[r]);
+            *(vb *) (qr + i) = s_u8 (s_round (s_loadu (row + i) * inv) + zero[r]);
         memset (qr + n, 0, n_pad - n);
     }
 }
