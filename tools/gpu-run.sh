@@ -401,6 +401,31 @@ if [ "${CPU_SPLIT:-0}" = 1 ] && [ -f "$BUILD/sigbench" ]; then
         done
     done
 fi
+# The CPU LSTM's streaming step on one core (issue 36; CPU_LSTM=1): lstmbench's cpu rows, small and
+# medium, f32 and bf16, 1 and 4 slots, CPU_LSTM_ROUNDS rounds (default 3), alternating with another
+# build's lstmbench where BASE_CPU_LSTMBENCH names one (A/B in one call); logs cpu_lstm_<build>_<slots>_<round>.log.
+# And the MLP's dtypes on one core (CPU_DTYPES=1): sigbench's CPU table (table 4: each dtype beside its
+# floor), CPU_LSTM_ROUNDS runs; logs cpu_dtypes_<round>.log.
+if [ "${CPU_LSTM:-0}" = 1 ] && [ -f "$BUILD/lstmbench" ]; then
+    cpu_lstm () {   # cpu_lstm BUILD_NAME BINARY SLOTS ROUND
+        timeout 300 taskset -c 3 "$2" --sizes small,medium --dtypes f32,bf16 --backends cpu --cpu 3 --iterations 3000 \
+            --warmup 300 --no-window --slots "$3" >"$LOGS/cpu_lstm_$1_$3_$4.log" 2>&1
+        cp "$LOGS/cpu_lstm_$1_$3_$4.log" "$OUT/"
+    }
+    for round in $(seq 1 "${CPU_LSTM_ROUNDS:-3}"); do
+        for slots in 1 4; do
+            [ -n "${BASE_CPU_LSTMBENCH:-}" ] && cpu_lstm base "$BASE_CPU_LSTMBENCH" "$slots" "$round"
+            cpu_lstm new "$BUILD/lstmbench" "$slots" "$round"
+        done
+    done
+fi
+if [ "${CPU_DTYPES:-0}" = 1 ] && [ -f "$BUILD/sigbench" ]; then
+    for round in $(seq 1 "${CPU_LSTM_ROUNDS:-3}"); do
+        timeout 300 taskset -c 3 "$BUILD/sigbench" --no-gpu --weights "$BUILD/models/tick_mlp.safetensors" --cpu 3 \
+            --iterations 20000 >"$LOGS/cpu_dtypes_$round.log" 2>&1
+        cp "$LOGS/cpu_dtypes_$round.log" "$OUT/"
+    done
+fi
 # Issue 38's faults under load (FAULT=1; tools/fault-drive.sh, FAULT_CASES its CASES): a model at 3k/s,
 # a trap, kill or hang part way, every reply counted and checked; its table in $OUT/fault/table.md.
 if [ "${FAULT:-0}" = 1 ] && [ -f "$BUILD/sigserve-test" ]; then
