@@ -1,15 +1,13 @@
 /* The LSTM on one CPU core, weights in f32 or bf16 (backend_lstm.h), kernel "lstm-loop".
  *
- * LAYOUT. Every weight matrix is stored K-major (transposed: a row of 4Hp columns per input k)
- * with the gate rows interleaved by blocks of 16 units: columns [64b, 64b + 64) hold gates i, f, g,
- * o (16 each) of units 16b .. 16b + 15, Hp = H rounded up to 16, padding zero; and cut into blocks
- * of COLS (128) columns, each block's K rows stored together, so that a matrix-vector product, a
- * sum over k of a block's columns times the broadcast x[k] (no horizontal sums: a row of 96 inputs
- * would spend as much on them as on the products) in eight 16-float accumulators, reads one
- * contiguous stream a block (rows of all 4Hp columns, a block's share read a row at a time, ran
- * 1.4x slower: a stride the L1 prefetcher did not follow). The cell update runs on whole vectors:
- * i, f, g and o of 16 units are four aligned vectors. Padded units have zero weights and biases, so
- * their c and h stay 0.
+ * LAYOUT. Every weight matrix is one of the MLP's dense layers (cpu_dense.h: K-major groups of 64
+ * outputs, f32 or bf16), its 4Hp outputs with the gate rows interleaved by blocks of 16 units:
+ * outputs [64b, 64b + 64) are gates i, f, g, o (16 each) of units 16b .. 16b + 15, Hp = H rounded up
+ * to 16, padding zero. Its products run on the dense kernels of the path cpu_isa.h picks (raw sums,
+ * then the biases added), so the cell update runs on whole vectors: i, f, g and o of 16 units are
+ * four aligned vectors. Padded units have zero weights and biases, so their c and h stay 0. (Until
+ * 2026-12-06 the products had kernels of their own on a [K][4Hp] matrix, 1.8 cycles a 64 bytes of
+ * bf16 against the dense kernel's 1.5: docs/lab/cpu-dtypes.md.)
  *
  * STREAMS. A slot keeps the window as a ring of W entries and the precomputed state of the last
  * W - 1 steps: per layer G = W_hh h + b (the gates' part that does not depend on the next step)
@@ -26,8 +24,9 @@
  * arithmetic, activations and state stay fp32; half the bytes (the issue's medium size fits L2).
  *
  * Exponentials are a vector Cephes expf (about 1 ulp); tanh(x) = 2 sigmoid(2x) - 1 (absolute
- * error ~1e-7). Measured against float64: test_lstm. Compiled for AVX-512, AVX2 and baseline
- * x86-64 (the loader picks at start). Everything is allocated at load; nothing after. */
+ * error ~1e-7). Measured against float64: test_lstm, on every ISA path. The cell updates and sums are
+ * compiled for AVX-512, AVX2 and baseline x86-64 (target clones: the loader picks at start).
+ * Everything is allocated at load; nothing after. */
 #include "backends/backend_lstm.h"
 #include "backends/cpu_dense.h"
 #include "backends/cpu_isa.h"
@@ -75,6 +74,20 @@ struct backend_model {
 
 static size_t s_pad (size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+/* y = a + b (+ c: may be NULL) for N floats (a multiple of 16; Y may be A) */
+CLONES static void s_sum (float *y, const float *a, const float *b, const float *c, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i += VEC) {
+        v16 va, vb, vc = { 0 };
+        memcpy (&va, a + i, sizeof va);
+        memcpy (&vb, b + i, sizeof vb);
+        if (c)
+            memcpy (&vc, c + i, sizeof vc);
+        va += vb + vc;
+        memcpy (y + i, &va, sizeof va);
+    }
+}
+
 /* Y[t] = sum_k W[n][k] X[t][k] (+ B1 (+ B2)) for T rows, XS and YS floats apart: the dense kernel's
  * sums (raw: no bias, no activation), then the biases. X's rows hold W->in_pad floats, the padding
  * finite (the kernels read whole vectors). */
@@ -83,15 +96,8 @@ static void s_dense (const backend_model_t *m, const cpu_dense_t *W, const float
 {
     const cpu_dense_io_t io = { .rows = T, .raw = true, .x = X, .x_stride = xs, .y = Y, .y_stride = ys };
     m->ops->dense[W->dtype] (W, &io);
-    for (uint32_t t = 0; b1 && t < T; t++) {
-        float *y = Y + (size_t) t * ys;
-        if (b2)
-            for (uint32_t n = 0; n < W->out_pad; n++)
-                y[n] += b1[n] + b2[n];
-        else
-            for (uint32_t n = 0; n < W->out_pad; n++)
-                y[n] += b1[n];
-    }
+    for (uint32_t t = 0; b1 && t < T; t++)
+        s_sum (Y + (size_t) t * ys, Y + (size_t) t * ys, b1, b2, W->out_pad);
 }
 
 /* y = W x + b1 (+ b2) for one row X (W->in_pad floats) */
@@ -390,8 +396,7 @@ static sig_status_t s_step (backend_model_t *m, uint32_t slot, const float *x, f
     for (uint32_t k = 0; k < m->L; k++) {
         float *hk = h + (size_t) k * Hp, *ck = c + (size_t) k * Hp;
         if (k == 0)
-            for (uint32_t i = 0; i < N; i++)
-                m->gates[i] = G[i] + p[i];
+            s_sum (m->gates, G, p, NULL, N);
         else
             s_gemv (m, &m->layers[k].wih, h + (size_t) (k - 1) * Hp, G + (size_t) k * N, NULL, m->gates);
         s_cells (m->gates, Hp / VEC, ck, hk);
