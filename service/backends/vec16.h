@@ -3,8 +3,9 @@
  * cells use. Every function is always inlined, so a kernel marked CLONES (compiled for AVX-512,
  * AVX2 and baseline x86-64; the loader picks at start) gets it in each of its target's instructions.
  * Exponentials are a vector Cephes expf (about 1 ulp); tanh (x) = 2 sigmoid (2x) - 1 (absolute
- * error ~1e-7): tests/tolerance.c bounds both. And the dense products on K-major weights both
- * backends' f32 matrices run. */
+ * error ~1e-7): tests/tolerance.c bounds both. Constants and inputs go in as scalar operands
+ * (GCC broadcasts each once; vec16_splat's copies were broadcast again at every use). And the
+ * dense products on K-major weights the GRU's f32 matrices run (the LSTM's run on cpu_dense.h's). */
 #ifndef SIGSERVE_VEC16_H
 #define SIGSERVE_VEC16_H
 
@@ -55,7 +56,7 @@ VEC16_INLINE v16 vec16_exp (v16 x)
 VEC16_INLINE v16 vec16_sigmoid (v16 x) { return 1.0f / (1.0f + vec16_exp (-x)); }
 VEC16_INLINE v16 vec16_tanh (v16 x) { return 2.0f * vec16_sigmoid (x + x) - 1.0f; }
 
-/* The recurrent backends' dense products on K-major weights (Wt: K rows of N floats, the columns
+/* The GRU's dense products on K-major weights (Wt: K rows of N floats, the columns
  * gate-blocked by 16, rows 64-byte aligned). Inlined into each kernel, so J is a constant there. */
 
 /* Outputs NB .. NB + 16 J (J at most 8 accumulators) of y = b1 (+ b2) + sum_k Wt[k] x[k]; B1, B2 may
