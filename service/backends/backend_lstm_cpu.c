@@ -165,7 +165,7 @@ static void s_project0 (const void *ctx, const float *x, size_t xs, uint32_t T, 
 }
 
 /* The BYTES at P asked for (prefetcht0; prefetcht1, into L2 alone, left more of the gap measured). */
-static void s_to_l2 (const void *p, size_t bytes)
+static void s_fetch (const void *p, size_t bytes)
 {
     for (size_t at = 0; at < bytes; at += 64)
         __builtin_prefetch ((const char *) p + at, 0, 3);
@@ -181,10 +181,10 @@ static void s_warm_step (const backend_model_t *m)
 {
     for (uint32_t k = 0; k < m->L; k++) {
         const cpu_lstm_layer_t *Lk = &m->layers[k];
-        s_to_l2 (Lk->wih.weight, Lk->wih.weight_bytes);
-        s_to_l2 (Lk->bias, m->N * sizeof (float));
+        s_fetch (Lk->wih.weight, Lk->wih.weight_bytes);
+        s_fetch (Lk->bias, m->N * sizeof (float));
     }
-    s_to_l2 (m->head.w, (size_t) m->head.out * m->Hp * sizeof (float));
+    s_fetch (m->head.w, (size_t) m->head.out * m->Hp * sizeof (float));
 }
 
 /* rnn_slots_backend_t's: the W - 1 steps at m->p0 from a zero state, their state into STATE; then the

@@ -9,6 +9,15 @@
 
 static double s_sig (double x) { return 1.0 / (1.0 + exp (-x)); }
 
+void reference_error_sums (const float *y, const double *ref, size_t n, double *num, double *den)
+{
+    for (size_t k = 0; k < n; k++) {
+        const double d = (double) y[k] - ref[k];
+        *num += isfinite (d) ? d * d : INFINITY;
+        *den += ref[k] * ref[k];
+    }
+}
+
 double reference_activate (activation_t a, double x)
 {
     switch (a) {

@@ -14,6 +14,11 @@
 /* act (X) in float64. */
 double reference_activate (activation_t a, double x);
 
+/* A backend's warm-up check against a reference: adds to *NUM the squared differences of Y and REF
+ * (N values; a non-finite difference adds infinity) and to *DEN the squares of REF, so that
+ * sqrt (*num) / sqrt (*den) is the relative error over every call summed. */
+void reference_error_sums (const float *y, const double *ref, size_t n, double *num, double *den);
+
 /* An MLP: IN holds rows x input_size values, OUT gets rows x output_size values, both row-major.
  * 0 on success, -1 when its scratch rows cannot be allocated. */
 int reference_forward (const weights_t *w, const float *in, uint32_t rows, double *out);

@@ -28,6 +28,7 @@
 #include "sig_gru.h"
 #include "weights/gru.h"
 #include "weights/rnn.h"
+#include "weights/reference.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -523,11 +524,7 @@ static int s_warm (backend_model_t *m, const weights_t *w, char *err, size_t err
     }
     if (rc == 0) {
         double num = 0, den = 0;
-        for (uint32_t o = 0; o < m->out; o++) {
-            const double d = (double) y[o] - ref[o];
-            num += isfinite (d) ? d * d : INFINITY;
-            den += ref[o] * ref[o];
-        }
+        reference_error_sums (y, ref, m->out, &num, &den);
         const double rel = sqrt (num) / fmax (sqrt (den), 1e-3);
         if (!(rel <= 1e-4)) {
             sig_set_error (err, errlen, "model \"%s\": the GRU kernels' warm-up window differs from the float64 "

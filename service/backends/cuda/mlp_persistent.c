@@ -193,11 +193,7 @@ static int s_persistent_warm (backend_model_t *m, const weights_t *w, weight_dty
             rc = -1;
             break;
         }
-        for (size_t k = 0; k < (size_t) rows * w->output_size; k++) {
-            const double d = (double) y[k] - ref[k];
-            num += isfinite (d) ? d * d : INFINITY;
-            den += ref[k] * ref[k];
-        }
+        reference_error_sums (y, ref, (size_t) rows * w->output_size, &num, &den);
     }
     const double rel = sqrt (num) / fmax (sqrt (den), 1e-30);
     if (rc == 0 && !(rel <= tol)) {
