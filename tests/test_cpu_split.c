@@ -156,6 +156,68 @@ START_TEST (protocol_orders_every_layer)
 }
 END_TEST
 
+/* The phase stamps (cpu_split_set_trace): a ring of CALLS slots, a line a part, each part's stamps in
+ * order (one core's clock: no claim across cores), every segment's and every leader layer's where the
+ * stamps have room, none where nothing happened, and nothing written once the trace is off. */
+START_TEST (trace_stamps_every_phase_in_order)
+{
+    s_probe_t *p = calloc (1, sizeof *p);
+    p->parts = 2;
+    char err[256];
+    cpu_split_t *s = cpu_split_new (s_cpus, 2, P_LAYERS, s_probe_layer, p, UINT64_MAX, "trace", err, sizeof err);
+    ck_assert_msg (s != NULL, "%s", err);
+    enum { SLOTS = 8, CALLS = 20 };
+    cpu_split_stamps_t *st = aligned_alloc (64, SLOTS * 2 * sizeof *st);
+    /* every layer split (6 segments: stamps for the first 3), and layer 0 split with 1 chained (one
+     * segment, layers 2-5 on the leader) */
+    static const uint64_t plans[2][2] = { { 0x3f, 0 }, { 0x03, 0x02 } };
+    for (int k = 0; k < 2; k++) {
+        memset (st, 0, SLOTS * 2 * sizeof *st);
+        p->mask = plans[k][0];
+        p->chain = plans[k][1];
+        cpu_split_set_trace (s, st, SLOTS);
+        for (int c = 0; c < CALLS; c++) {
+            s_probe_reset (p);
+            ck_assert (cpu_split_run (s, p->mask, p->chain, 1));
+        }
+        cpu_split_set_trace (s, NULL, 0);
+        const int segments = k == 0 ? 3 : 1;    /* with stamps */
+        for (int slot = 0; slot < SLOTS; slot++) {
+            const uint64_t *lead = st[slot * 2].t, *help = st[slot * 2 + 1].t;
+            ck_assert_msg (lead[0] && help[0], "plan %d slot %d: a start not stamped", k, slot);
+            for (int j = 1; j <= segments; j++) {
+                ck_assert_msg (lead[2 * j - 1] >= lead[2 * j - 2] && lead[2 * j] >= lead[2 * j - 1],
+                               "plan %d slot %d: leader's segment %d out of order", k, slot, j);
+                ck_assert_msg (help[2 * j - 1] >= help[2 * j - 2] && (k == 1 || help[2 * j] >= help[2 * j - 1]),
+                               "plan %d slot %d: helper's segment %d out of order", k, slot, j);
+            }
+            if (k == 1)     /* one segment: the helper waits for nothing after it */
+                ck_assert_uint_eq (help[2], 0);
+            for (int e = 2 * segments + 1; e < CPU_SPLIT_STAMP_LAYER; e++)
+                ck_assert_msg (lead[e] == 0 && help[e] == 0, "plan %d slot %d: stamp %d past the segments", k, slot, e);
+            for (int l = 0; l < P_LAYERS; l++) {
+                ck_assert_msg (lead[CPU_SPLIT_STAMP_LAYER + l] >= (l ? lead[CPU_SPLIT_STAMP_LAYER + l - 1] : lead[0]),
+                               "plan %d slot %d: layer %d's stamp out of order", k, slot, l);
+                ck_assert_uint_eq (help[CPU_SPLIT_STAMP_LAYER + l], 0);     /* the leader's alone */
+            }
+            ck_assert (lead[CPU_SPLIT_STAMPS - 1] >= lead[CPU_SPLIT_STAMP_LAYER + P_LAYERS - 1]);
+            ck_assert_uint_eq (help[CPU_SPLIT_STAMPS - 1], 0);
+        }
+    }
+    /* off: the ring is left as it is */
+    memset (st, 0, SLOTS * 2 * sizeof *st);
+    for (int c = 0; c < CALLS; c++) {
+        s_probe_reset (p);
+        ck_assert (cpu_split_run (s, p->mask, p->chain, 1));
+    }
+    for (size_t b = 0; b < SLOTS * 2 * sizeof *st; b++)
+        ck_assert_uint_eq (((const unsigned char *) st)[b], 0);
+    cpu_split_destroy (&s);
+    free (st);
+    free (p);
+}
+END_TEST
+
 /* The affinity of the thread named NAME in this process ("" when there is none). */
 static void s_thread_cpus (const char *name, char *out, size_t len)
 {
@@ -468,6 +530,7 @@ int main (void)
     TCase *tc = tcase_create ("split");
     tcase_set_timeout (tc, 600);
     tcase_add_test (tc, protocol_orders_every_layer);
+    tcase_add_test (tc, trace_stamps_every_phase_in_order);
     tcase_add_test (tc, helpers_pinned_to_their_cpu_only);
     tcase_add_test (tc, idle_helper_sleeps_and_is_woken);
     tcase_add_loop_test (tc, split_matches_reference_every_dtype_and_path, 0, 3);

@@ -124,7 +124,8 @@ __attribute__ ((target ("avx512f"), noinline)) static void s_f32 (const float *W
             for (int p = 0; p < IN / 2; p++) {                                                             \
                 const __m512 xe = _mm512_set1_ps (x[2 * p]), xo = _mm512_set1_ps (x[2 * p + 1]);           \
                 for (int b = 0; b < 4; b++) {                                                              \
-                    __m512i v = _mm512_load_si512 (w + (size_t) p * 128 + 32 * b);                         \
+                    const uint16_t *wl = w + (size_t) p * 128 + 32 * b;                                    \
+                    __m512i v = _mm512_load_si512 (wl);                                                    \
                     __asm__ ("" : "+v" (v));                                                               \
                     BF16_STEP_##MODE                                                                       \
                 }                                                                                          \
@@ -141,7 +142,35 @@ __attribute__ ((target ("avx512f"), noinline)) static void s_f32 (const float *W
 #define BF16_STEP_2                                                                                          \
     a[b] = _mm512_fmadd_ps (_mm512_castsi512_ps (_mm512_slli_epi32 (v, 16)), xe, a[b]);                      \
     a[4 + b] = _mm512_fmadd_ps (_mm512_castsi512_ps (v), xo, a[4 + b]);
+/* 3: the even weight read 2 bytes early (an unaligned load: lane i's high half is its even weight, its
+ * low half the odd weight before it), no shift; 4: 3 for every other block, 2 for the rest (the shifts
+ * on one port, the split loads on the load ports) */
+#define BF16_STEP_3                                                                                          \
+    a[b] = _mm512_fmadd_ps (_mm512_loadu_ps (wl - 1), xe, a[b]);                                             \
+    a[4 + b] = _mm512_fmadd_ps (_mm512_castsi512_ps (v), xo, a[4 + b]);
+#define BF16_STEP_4                                                                                          \
+    if (b & 1) {                                                                                             \
+        BF16_STEP_3                                                                                          \
+    } else {                                                                                                 \
+        BF16_STEP_2                                                                                          \
+    }
+#define BF16_STEP_5                                                                                          \
+    if (b == 3) {                                                                                            \
+        BF16_STEP_0                                                                                          \
+    } else {                                                                                                 \
+        BF16_STEP_2                                                                                          \
+    }
+#define BF16_STEP_6                                                                                          \
+    if (b & 1) {                                                                                             \
+        BF16_STEP_0                                                                                          \
+    } else {                                                                                                 \
+        BF16_STEP_2                                                                                          \
+    }
 BF16_LAYER (s_bf16_dp, "avx512f,avx512bf16", 0)
+BF16_LAYER (s_bf16_dp1, "avx512f,avx512bf16", 5)
+BF16_LAYER (s_bf16_dp2, "avx512f,avx512bf16", 6)
+BF16_LAYER (s_bf16_early, "avx512f", 3)
+BF16_LAYER (s_bf16_mixed, "avx512f", 4)
 BF16_LAYER (s_bf16_mask, "avx512f", 1)
 BF16_LAYER (s_bf16_shift, "avx512f", 2)
 
@@ -260,7 +289,7 @@ int main (int argc, char **argv)
     s_samples = malloc ((size_t) s_calls * sizeof (double));
     const size_t n = (size_t) IN * OUT;
     float *W = aligned_alloc (64, n * 4), *x = aligned_alloc (64, IN * 4), *y = aligned_alloc (64, OUT * 4);
-    uint16_t *Wb = aligned_alloc (64, n * 2);
+    uint16_t *Wb = (uint16_t *) aligned_alloc (64, n * 2 + 64) + 32;   /* 64 bytes before it: read 2 early */
     int8_t *Wi = aligned_alloc (64, n);
     uint8_t *q = aligned_alloc (64, IN);
     uint32_t *x2 = aligned_alloc (64, IN * 2);
@@ -283,6 +312,10 @@ int main (int argc, char **argv)
     TIME_ROW ("bf16, vdpbf16ps (x in bf16)", n * 2, s_bf16_dp (Wb, x, x2, y));
     TIME_ROW ("bf16, shift and mask, two FMAs", n * 2, s_bf16_mask (Wb, x, x2, y));
     TIME_ROW ("bf16, one shift, two FMAs (the backend's)", n * 2, s_bf16_shift (Wb, x, x2, y));
+    TIME_ROW ("bf16, the even weight read 2 bytes early, two FMAs", n * 2, s_bf16_early (Wb, x, x2, y));
+    TIME_ROW ("bf16, every other block shifted, the rest read early", n * 2, s_bf16_mixed (Wb, x, x2, y));
+    TIME_ROW ("bf16, one block in four by vdpbf16ps, the rest shifted", n * 2, s_bf16_dp1 (Wb, x, x2, y));
+    TIME_ROW ("bf16, every other block by vdpbf16ps, the rest shifted", n * 2, s_bf16_dp2 (Wb, x, x2, y));
     TIME_ROW ("floor: a read of the int8 weights", n, s_floor (Wi, n));
     TIME_ROW ("int8, vpdpbusd", n, s_int8 (Wi, q, (int32_t *) y));
     if (__builtin_cpu_supports ("amx-int8") && syscall (SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0) {

@@ -386,7 +386,9 @@ fi
 # A CPU model split across cores (issue 36 part 2; CPU_SPLIT=1): sigbench table 5 over the first 2, 4
 # and 8 (CPU_SPLIT_CORES) physical cores past cpu 0 (one logical CPU a core, from lscpu: an SMT sibling
 # shares the L2 the split is for), per CPU_SPLIT_DTYPES (default f32,bf16,int8), CPU_SPLIT_RUNS runs
-# each (default 3); logs split_<cores>_<run>.log, the topology in $OUT/lscpu.txt.
+# each (default 3); logs split_<cores>_<run>.log (in logs.tgz; each count's first run in $OUT too), the
+# topology in $OUT/lscpu.txt. CPU_SPLIT_TRACE=1: each count's first run also traces the plans' phases
+# (sigbench --trace: per core, when it saw the call, finished its slice, passed the barrier).
 if [ "${CPU_SPLIT:-0}" = 1 ] && [ -f "$BUILD/sigbench" ]; then
     lscpu >"$OUT/lscpu.txt" 2>&1; lscpu -e >>"$OUT/lscpu.txt" 2>&1
     cores=$(lscpu -p=CPU,CORE 2>/dev/null | grep -v '^#' | awk -F, '$1 != 0 && !seen[$2]++ { print $1 }' | tr '\n' ' ')
@@ -396,8 +398,8 @@ if [ "${CPU_SPLIT:-0}" = 1 ] && [ -f "$BUILD/sigbench" ]; then
         for run in $(seq 1 "${CPU_SPLIT_RUNS:-3}"); do
             timeout 300 "$BUILD/sigbench" --no-gpu --weights "$BUILD/models/tick_mlp.safetensors" --cpu "${list%%,*}" \
                 --split "$list" --split-only --cpu-dtypes "${CPU_SPLIT_DTYPES:-f32,bf16,int8}" --iterations 10000 \
-                >"$LOGS/split_${n}_$run.log" 2>&1
-            cp "$LOGS/split_${n}_$run.log" "$OUT/"
+                $([ "${CPU_SPLIT_TRACE:-0}" = 1 ] && [ "$run" = 1 ] && echo --trace) >"$LOGS/split_${n}_$run.log" 2>&1
+            [ "$run" = 1 ] && cp "$LOGS/split_${n}_$run.log" "$OUT/"
         done
     done
 fi

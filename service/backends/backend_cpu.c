@@ -293,14 +293,28 @@ static void s_add_up (backend_model_t *m, uint32_t i, uint32_t rows, uint32_t pa
         for (uint32_t r = 0; r < rows; r++)
             for (uint32_t o = 0; o < L->out_pad; o += 16)
                 _mm_prefetch ((const char *) (m->raw + p * m->raw_part + (size_t) r * m->act_stride + o), _MM_HINT_T0);
+    /* part by part over every output (loops the compiler vectorizes: the sums in the same order as one
+     * output at a time), then the bias and the activation */
     for (uint32_t r = 0; r < rows; r++) {
         const size_t at = (size_t) r * m->act_stride;
-        for (uint32_t o = 0; o < L->out_pad; o++) {
-            float v = m->raw[at + o];
-            for (uint32_t p = 1; p < parts; p++)
-                v += m->raw[p * m->raw_part + at + o];
-            y[at + o] = backend_activate (v + L->bias[o], L->activation);
+        float *restrict yr = y + at;
+        const float *restrict own = m->raw + at;
+        for (uint32_t o = 0; o < L->out_pad; o++)
+            yr[o] = own[o];
+        for (uint32_t p = 1; p < parts; p++) {
+            const float *restrict theirs = m->raw + p * m->raw_part + at;
+            for (uint32_t o = 0; o < L->out_pad; o++)
+                yr[o] += theirs[o];
         }
+        const float *restrict bias = L->bias;
+        if (L->activation == ACTIVATION_RELU)
+            for (uint32_t o = 0; o < L->out_pad; o++) {
+                const float v = yr[o] + bias[o];
+                yr[o] = v > 0.0f ? v : 0.0f;
+            }
+        else
+            for (uint32_t o = 0; o < L->out_pad; o++)
+                yr[o] = backend_activate (yr[o] + bias[o], L->activation);
     }
     m->raw_layer = -1;
 }
@@ -384,8 +398,10 @@ static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32
         ops->quantize (io.x, io.x_stride, rows, L->in, L->in_pad, io.q, io.q_stride, io.q_scale, io.q_zero);
     ops->dense[L->dtype] (L, &io);
     /* the other parts' outputs (the next layer reads them), asked for while the barrier's line crosses:
-     * a part that finished first costs one crossing then, not two */
-    for (uint32_t p = 0; parts > 1 && p < parts; p++)
+     * a part that finished first costs one crossing then, not two; not where the next layer is chained
+     * (each part reads only its own: asking would only pull lines their writers want back) */
+    const bool next_chained = i + 1 < m->layer_count && (m->plan.chain >> (i + 1) & 1);
+    for (uint32_t p = 0; parts > 1 && !next_chained && p < parts; p++)
         if (p != part) {
             uint32_t c0, c1;
             s_share (L->out_pad / CPU_DENSE_BLOCK, p, parts, m->plan.lead, &c0, &c1);
@@ -642,6 +658,7 @@ static int s_cpu_split (backend_model_t *m, const int *cpus, size_t count, const
 static const char *s_cpu_split_text (const backend_model_t *m) { return m->split_text; }
 
 cpu_split_plan_t backend_cpu_split_plan (const backend_model_t *m) { return m->plan; }
+cpu_split_t *backend_cpu_split (backend_model_t *m) { return m->split; }
 
 void backend_cpu_set_split_plan (backend_model_t *m, cpu_split_plan_t plan)
 {

@@ -27,6 +27,7 @@ typedef struct {
     _Atomic uint32_t state;     /* helpers: S_* (the leader reads it at every call: this line is one it reads anyway) */
     _Atomic uint32_t bell;      /* helpers: the futex word a wake-up bumps */
     uint32_t rows;              /* the leader's: this call's rows ... */
+    uint32_t slot;              /* ... its stamps' slot where a trace is set ... */
     uint64_t mask, chain;       /* ... its split layers and chained ones, written before the tick that starts it */
 } s_line_t;
 _Static_assert (sizeof (s_line_t) == 64, "one cache line a part");
@@ -47,12 +48,30 @@ struct cpu_split {
     void *ctx;
     uint64_t spin_ns;           /* a helper idle this long sleeps (UINT64_MAX: never) */
     _Atomic bool stop;
+    cpu_split_stamps_t *trace;  /* CALLS x parts stamps lines, or NULL (cpu_split_set_trace) */
+    uint32_t trace_calls;
     char name[16];
     /* the leader's own */
     _Alignas (64) uint64_t tick;    /* the last tick of the last split call, every helper's too */
     _Atomic uint64_t split_calls, woke_calls;   /* written by the leader alone (no locked add), read by anyone */
     _Alignas (64) s_helper_t helper[CPU_SPLIT_MAX_PARTS];
 };
+
+#define S_END UINT32_MAX     /* the leader's end stamp (the last) */
+
+/* Part P's stamp E (or S_END) of the call in SLOT, where a trace is set (segments past the stamps' room:
+ * none). */
+static inline void s_stamp_layer (const cpu_split_t *s, uint32_t slot, uint32_t l)
+{
+    if (__builtin_expect (s->trace != NULL, 0) && l < CPU_SPLIT_STAMPS - 1 - CPU_SPLIT_STAMP_LAYER)
+        s->trace[(size_t) slot * s->parts].t[CPU_SPLIT_STAMP_LAYER + l] = __rdtsc ();
+}
+
+static inline void s_stamp (const cpu_split_t *s, uint32_t slot, uint32_t p, uint32_t e)
+{
+    if (__builtin_expect (s->trace != NULL, 0) && (e < CPU_SPLIT_STAMP_LAYER - 1 || e == S_END))
+        s->trace[(size_t) slot * s->parts + p].t[e == S_END ? CPU_SPLIT_STAMPS - 1 : e] = __rdtsc ();
+}
 
 /* C + 1, by its one writer (a plain store: readers see one value or the next). */
 static inline void s_count (_Atomic uint64_t *c)
@@ -127,7 +146,8 @@ static void *s_helper_main (void *arg)
     while (s_await_call (s, mine, done)) {
         /* the call's first tick (the leader may be past it already, at its second) */
         const uint64_t base = done + 1;
-        const uint32_t rows = s->line[0].rows;
+        const uint32_t rows = s->line[0].rows, slot = s->line[0].slot;
+        s_stamp (s, slot, h->part, 0);
         const uint64_t mask = s->line[0].mask, chain = s->line[0].chain;
         uint64_t j = 0;
         for (uint32_t l = 0; l < s->layers; l++) {
@@ -138,11 +158,13 @@ static void *s_helper_main (void *arg)
                 while (atomic_load_explicit (&s->line[0].tick, memory_order_acquire) < base + j)
                     _mm_pause ();
                 s_wait_parts (s, base + j, h->part, false);
+                s_stamp (s, slot, h->part, (uint32_t) (2 * j));
             }
             s->fn (s->ctx, l, rows, h->part, s->parts);
             if (l + 1 < s->layers && chain >> (l + 1) & 1)
                 continue;   /* the next reads only what this part wrote: no barrier between them */
             j++;
+            s_stamp (s, slot, h->part, (uint32_t) (2 * j - 1));
             atomic_store_explicit (&mine->tick, base + j, memory_order_release);
         }
         done = base + j;
@@ -253,22 +275,29 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
     }
     s_line_t *me = &s->line[0];
     const uint64_t base = s->tick + 1;
+    const uint32_t slot = s->trace ? (uint32_t) (atomic_load_explicit (&s->split_calls, memory_order_relaxed) % s->trace_calls) : 0;
     uint32_t l = 0;
-    for (; !(mask >> l & 1); l++)       /* the layers before the first split one: here */
+    for (; !(mask >> l & 1); l++) {     /* the layers before the first split one: here */
         s->fn (s->ctx, l, rows, 0, 1);
+        s_stamp_layer (s, slot, l);
+    }
     me->rows = rows;
     me->mask = mask;
     me->chain = chain;
+    me->slot = slot;
+    s_stamp (s, slot, 0, 0);
     /* released, not seq_cst: the line is the helpers' to read, and its store drains while the leader
      * computes (an xchg would wait for it: ~0.3 us here) */
     atomic_store_explicit (&me->tick, base, memory_order_release);
     bool checked = false;
     uint64_t j = 0;
     while (l < s->layers) {
-        do      /* segment j + 1: a split layer and those chained to it, the leader's slices */
+        do {    /* segment j + 1: a split layer and those chained to it, the leader's slices */
             s->fn (s->ctx, l, rows, 0, s->parts);
-        while (++l < s->layers && chain >> l & 1);
+            s_stamp_layer (s, slot, l);
+        } while (++l < s->layers && chain >> l & 1);
         j++;
+        s_stamp (s, slot, 0, (uint32_t) (2 * j - 1));
         if (!checked) {
             /* whether a helper fell asleep as the call came: the fence orders the tick's store before
              * the loads of their states, as their seq_cst store of the state precedes their last look
@@ -282,17 +311,28 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
         if (l < s->layers && (mask >> l & 1)) {
             atomic_store_explicit (&me->tick, base + j, memory_order_release);
             s_wait_parts (s, base + j, 0, false);
+            s_stamp (s, slot, 0, (uint32_t) (2 * j));
             continue;
         }
         s_wait_parts (s, base + j, 0, false);
-        for (; l < s->layers && !(mask >> l & 1); l++)
+        s_stamp (s, slot, 0, (uint32_t) (2 * j));
+        for (; l < s->layers && !(mask >> l & 1); l++) {
             s->fn (s->ctx, l, rows, 0, 1);
+            s_stamp_layer (s, slot, l);
+        }
         if (l < s->layers)
             atomic_store_explicit (&me->tick, base + j, memory_order_release);
     }
     s->tick = base + j;
+    s_stamp (s, slot, 0, S_END);
     s_count (&s->split_calls);
     return true;
+}
+
+void cpu_split_set_trace (cpu_split_t *s, cpu_split_stamps_t *stamps, uint32_t calls)
+{
+    s->trace_calls = calls ? calls : 1;
+    s->trace = stamps;
 }
 
 uint32_t cpu_split_parts (const cpu_split_t *s) { return s->parts; }

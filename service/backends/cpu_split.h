@@ -49,6 +49,21 @@ void cpu_split_destroy (cpu_split_t **self_p);
  * alone (MASK 0, or a helper was asleep: then woken). */
 bool cpu_split_run (cpu_split_t *self, uint64_t mask, uint64_t chain, uint32_t rows);
 
+/* Phase stamps (the time stamp counter) of split calls, for tools (sigbench --split-trace): the n-th split
+ * call after cpu_split_set_trace writes STAMPS[(n % CALLS) * parts + p] for part p (a line pair each,
+ * written only by that part; read them after the calls): stamp e 0 the call's start (the leader: as it
+ * publishes; a helper: as it sees it), 2j - 1 its slice of segment j done, 2j the segment's barrier
+ * passed (the others' ticks seen), for j up to 3; the leader's also CPU_SPLIT_STAMP_LAYER + l as its
+ * part of layer l ends (l up to 6), and CPU_SPLIT_STAMPS - 1 its end; left as they were where that did not
+ * happen (clear them first). NULL: off (a call then costs one predicted branch a phase). Set it between
+ * calls. */
+#define CPU_SPLIT_STAMPS 16
+#define CPU_SPLIT_STAMP_LAYER 8
+typedef struct {
+    _Alignas (64) uint64_t t[CPU_SPLIT_STAMPS];
+} cpu_split_stamps_t;
+void cpu_split_set_trace (cpu_split_t *self, cpu_split_stamps_t *stamps, uint32_t calls);
+
 uint32_t cpu_split_parts (const cpu_split_t *self);
 /* Calls that ran split and calls that found a helper asleep (and ran alone), since cpu_split_new. */
 void cpu_split_counts (const cpu_split_t *self, uint64_t *split, uint64_t *woke);
@@ -71,5 +86,7 @@ typedef struct {
  * chain where the rules above do not hold); a model loaded without a split has none. */
 cpu_split_plan_t backend_cpu_split_plan (const backend_model_t *m);
 void backend_cpu_set_split_plan (backend_model_t *m, cpu_split_plan_t plan);
+/* M's split (its helpers), NULL where it has none: tools set its trace (cpu_split_set_trace). */
+cpu_split_t *backend_cpu_split (backend_model_t *m);
 
 #endif

@@ -97,6 +97,87 @@ static void s_cpus_text (const options_t *o, char *out, size_t len)
         n += (size_t) snprintf (out + n, len - n, "%s%d", k ? "," : "", o->split_cpus[k]);
 }
 
+/* ---------------------------------------------------------------- the phases (--trace) */
+
+/* Time stamp counter ticks a nanosecond, against the host clock over ~20 ms. */
+static double s_tsc_per_ns (void)
+{
+    const double t0 = sb_now_us ();
+    const uint64_t c0 = __rdtsc ();
+    while (sb_now_us () - t0 < 20000.0)
+        ;
+    return (double) (__rdtsc () - c0) / ((sb_now_us () - t0) * 1000.0);
+}
+
+static int s_cmp_double (const void *a, const void *b)
+{
+    const double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+#define S_TRACE_CALLS 2000
+
+/* Each plan of PLANS (COUNT, labels LABELS) at every leader's share from +0 to +4/8: S_TRACE_CALLS calls
+ * traced after as many untraced, and per part the p50 of each phase from the leader's start (ns; "-"
+ * where none happened), the end-to-end p50 last: where a split's time goes, on this machine. */
+static void s_trace_plans (backend_model_t *m, const cpu_split_plan_t *plans, const char *const *labels, int count,
+                           uint32_t rows, float *const *in, uint32_t parts)
+{
+    cpu_split_t *split = backend_cpu_split (m);
+    cpu_split_stamps_t *st = aligned_alloc (64, (size_t) S_TRACE_CALLS * parts * sizeof *st);
+    double *v = malloc (S_TRACE_CALLS * sizeof *v);
+    const size_t nout = (size_t) rows * 64;
+    float *y = malloc (nout * sizeof (float) * 64);
+    if (!split || !st || !v || !y) {
+        printf ("(no trace: %s)\n\n", split ? "out of memory" : "the model has no split");
+        free (st), free (v), free (y);
+        return;
+    }
+    const double per_ns = s_tsc_per_ns ();
+    char err[256];
+    printf ("Phases, p50 ns from the leader's publish (%d calls each): seen = the helper saw the call, done j = "
+            "its slice of split segment j, passed j = it saw every other part's tick of segment j; layer l = the "
+            "leader's part of layer l done\n\n"
+            "| plan | lead | part | seen | done 1 | passed 1 | done 2 | passed 2 | layer 0 | layer 1 | layer 2 | end |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", S_TRACE_CALLS);
+    for (int k = 0; k < count; k++)
+        for (uint32_t lead = 0; lead <= 4; lead++) {
+            cpu_split_plan_t plan = plans[k];
+            plan.lead = lead;
+            backend_cpu_set_split_plan (m, plan);
+            memset (st, 0, (size_t) S_TRACE_CALLS * parts * sizeof *st);
+            for (uint32_t i = 0; i < 2 * S_TRACE_CALLS; i++) {
+                if (i == S_TRACE_CALLS)
+                    cpu_split_set_trace (split, st, S_TRACE_CALLS);
+                backend_cpu_iface.infer (m, in[i % POOL], rows, y, err, sizeof err);
+            }
+            cpu_split_set_trace (split, NULL, 0);
+            for (uint32_t p = 0; p < parts; p++) {
+                printf ("| %s | +%u/8 | %u |", labels[k], lead, p);
+                static const int cols[9] = { 0, 1, 2, 3, 4, CPU_SPLIT_STAMP_LAYER, CPU_SPLIT_STAMP_LAYER + 1,
+                                             CPU_SPLIT_STAMP_LAYER + 2, CPU_SPLIT_STAMPS - 1 };
+                for (int c = 0; c < 9; c++) {
+                    const int e = cols[c];
+                    size_t n = 0;
+                    for (uint32_t i = 0; i < S_TRACE_CALLS && (p > 0 || e > 0) && (p == 0 || e < CPU_SPLIT_STAMP_LAYER); i++) {
+                        const cpu_split_stamps_t *lead_st = &st[(size_t) i * parts], *mine = &st[(size_t) i * parts + p];
+                        if (mine->t[e] && lead_st->t[0])
+                            v[n++] = ((double) mine->t[e] - (double) lead_st->t[0]) / per_ns;
+                    }
+                    if (n == 0) {
+                        printf (" - |");
+                        continue;
+                    }
+                    qsort (v, n, sizeof *v, s_cmp_double);
+                    printf (" %.0f |", v[n / 2]);
+                }
+                printf ("\n");
+            }
+        }
+    printf ("\n");
+    free (st), free (v), free (y);
+}
+
 enum { R_ONE, R_LARGEST, R_CHAINED, R_EVERY, R_FLOOR, R_FLOOR_SPLIT, R_COUNT };
 #define S_BLOCK 500
 #define S_BLOCK_WARM 50
@@ -222,6 +303,18 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
                      sb_pooled (&error[k]), limit);
             bad = 1;
         }
+    if (o->trace) {
+        char l1[96], l2[96], l3[96];
+        snprintf (l1, sizeof l1, "layer %d", largest);
+        snprintf (l2, sizeof l2, "layer %d, %d by inputs", largest, largest + 1);
+        snprintf (l3, sizeof l3, "layers %s", layers_every);
+        const cpu_split_plan_t traced[3] = { plans[R_LARGEST], plans[R_CHAINED], plans[R_EVERY] };
+        const char *labels[3] = { l1, l2, l3 };
+        printf ("\n%s, %s:\n\n", weight_dtype_name (dtype), cpus);
+        s_trace_plans (m, chained ? traced : (const cpu_split_plan_t[2]) { traced[0], traced[2] },
+                       chained ? labels : (const char *[2]) { l1, l3 }, chained ? 3 : 2, o->rows, in,
+                       (uint32_t) o->split_count);
+    }
     free (y);
     free (floor_one);
     backend_cpu_iface.destroy (&m);
