@@ -76,14 +76,18 @@ typedef struct {
     _Atomic uint32_t calls[P_LAYERS][2];       /* (layer, part) calls over the run */
     _Atomic uint32_t early;                    /* a layer started before what it reads was written */
     _Atomic uint32_t whole;                    /* calls with parts 1 */
+    const void *arg;                           /* this call's argument */
+    _Atomic uint32_t wrong_arg;                /* a layer handed another */
 } s_probe_t;
 
 /* Layer L of part PART reads: a split layer's slice, every part's slice of the layer below (or the whole
  * of it, unsplit); a chained one only its own part's slice of the layer below. */
-static void s_probe_layer (void *ctx, uint32_t layer, uint32_t rows, uint32_t part, uint32_t parts)
+static void s_probe_layer (void *ctx, const void *arg, uint32_t layer, uint32_t rows, uint32_t part, uint32_t parts)
 {
     s_probe_t *p = ctx;
     (void) rows;
+    if (arg != p->arg)
+        atomic_fetch_add (&p->wrong_arg, 1);
     if (layer > 0) {
         const bool below_split = p->mask >> (layer - 1) & 1;       /* (the calls run alone reset early) */
         bool ready;
@@ -130,7 +134,8 @@ START_TEST (protocol_orders_every_layer)
         atomic_store (&p->whole, 0);
         for (int c = 0; c < CALLS; c++) {
             s_probe_reset (p);
-            ck_assert (cpu_split_run (s, p->mask, p->chain, 1));
+            p->arg = &p->calls[c % P_LAYERS][c % 2];      /* a call's own: every part is handed it */
+            ck_assert (cpu_split_run (s, p->mask, p->chain, 1, p->arg));
             for (int l = 0; l < P_LAYERS; l++) {    /* the call is over once it returns: every slice done */
                 ck_assert_uint_eq (atomic_load (&p->finished[l][0]), 1);
                 ck_assert_uint_eq (atomic_load (&p->finished[l][1]), p->mask >> l & 1);
@@ -142,9 +147,11 @@ START_TEST (protocol_orders_every_layer)
         }
         ck_assert_uint_eq (atomic_load (&p->whole), (uint32_t) (P_LAYERS - __builtin_popcountll (p->mask)) * CALLS);
         ck_assert_msg (atomic_load (&p->early) == 0, "plan %zu: %u layers began early", k, atomic_load (&p->early));
+        ck_assert_msg (atomic_load (&p->wrong_arg) == 0, "plan %zu: %u layers were handed another call's argument", k,
+                       atomic_load (&p->wrong_arg));
     }
     p->mask = 0;
-    ck_assert (!cpu_split_run (s, 0, 0, 1));       /* no layer split: all on the caller */
+    ck_assert (!cpu_split_run (s, 0, 0, 1, p->arg));       /* no layer split: all on the caller */
     uint64_t split, woke;
     cpu_split_counts (s, &split, &woke);
     ck_assert_uint_eq (split, CALLS * (sizeof plans / sizeof plans[0]));
@@ -178,7 +185,7 @@ START_TEST (trace_stamps_every_phase_in_order)
         cpu_split_set_trace (s, st, SLOTS);
         for (int c = 0; c < CALLS; c++) {
             s_probe_reset (p);
-            ck_assert (cpu_split_run (s, p->mask, p->chain, 1));
+            ck_assert (cpu_split_run (s, p->mask, p->chain, 1, p->arg));
         }
         cpu_split_set_trace (s, NULL, 0);
         const int segments = k == 0 ? 3 : 1;    /* with stamps */
@@ -208,7 +215,7 @@ START_TEST (trace_stamps_every_phase_in_order)
     memset (st, 0, SLOTS * 2 * sizeof *st);
     for (int c = 0; c < CALLS; c++) {
         s_probe_reset (p);
-        ck_assert (cpu_split_run (s, p->mask, p->chain, 1));
+        ck_assert (cpu_split_run (s, p->mask, p->chain, 1, p->arg));
     }
     for (size_t b = 0; b < SLOTS * 2 * sizeof *st; b++)
         ck_assert_uint_eq (((const unsigned char *) st)[b], 0);
@@ -286,12 +293,12 @@ START_TEST (idle_helper_sleeps_and_is_woken)
     cpu_split_t *s = cpu_split_new (s_cpus, 2, P_LAYERS, s_probe_layer, p, 2000000 /* 2 ms */, "nap", err,
                                     sizeof err);
     ck_assert_msg (s != NULL, "%s", err);
-    ck_assert (cpu_split_run (s, p->mask, 0, 1));
+    ck_assert (cpu_split_run (s, p->mask, 0, 1, p->arg));
     for (int i = 0; i < 500 && !cpu_split_helpers_asleep (s); i++)
         usleep (2000);
     ck_assert (cpu_split_helpers_asleep (s));
     s_probe_reset (p);
-    ck_assert (!cpu_split_run (s, p->mask, 0, 1));     /* alone: never waits for a wake-up */
+    ck_assert (!cpu_split_run (s, p->mask, 0, 1, p->arg));     /* alone: never waits for a wake-up */
     for (int l = 0; l < P_LAYERS; l++)
         ck_assert_uint_eq (atomic_load (&p->finished[l][0]) + atomic_load (&p->finished[l][1]), 1);
     uint64_t split, woke;
@@ -303,7 +310,7 @@ START_TEST (idle_helper_sleeps_and_is_woken)
     for (int i = 0; i < 2000 && !again; i++) {
         usleep (100);
         s_probe_reset (p);
-        again = cpu_split_run (s, p->mask, 0, 1);
+        again = cpu_split_run (s, p->mask, 0, 1, p->arg);
         if (!again)
             atomic_store (&p->early, 0);    /* the probe expects split layers in two */
     }

@@ -69,9 +69,9 @@ struct backend_model {
     bool prefetchw;             /* the CPU has PREFETCHW (every AVX-512 one): a part owns its output lines early */
     char split_text[384];       /* what the split decided, "" where none was asked */
     /* What the leader writes each call, on a line of its own: the fields above are read by every part
-     * of a split, and a line they read that the leader wrote would cost each a crossing. */
-    _Alignas (64) const float *x0;  /* this call's inputs to layer 0: the caller's row itself, or act[0] */
-    int raw_layer;              /* the leader's: the layer whose parts' sums wait to be added up, or -1 */
+     * of a split, and a line they read that the leader wrote would cost each a crossing (the call's
+     * inputs travel with its tick: cpu_split_run's argument). */
+    _Alignas (64) int raw_layer;              /* the leader's: the layer whose parts' sums wait to be added up, or -1 */
 };
 
 static size_t s_pad (size_t n) { return (n + VEC - 1) / VEC * VEC; }
@@ -344,7 +344,7 @@ static void s_ask (const float *p, uint32_t rows, size_t stride, size_t bytes)
  * the next layer, or at the end). Layer i reads act[i & 1] and writes the other: every layer writes
  * out_pad floats a row (its padding: act (0), finite), which the next reads as its in_pad (the same
  * count). */
-static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32_t parts)
+static void s_layer (void *ctx, const void *x0, uint32_t i, uint32_t rows, uint32_t part, uint32_t parts)
 {
     backend_model_t *m = ctx;
     const cpu_dense_t *L = &m->dense[i];
@@ -364,7 +364,7 @@ static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32
             return;
         }
         const cpu_dense_io_t io = { .rows = rows, .k_begin = k0 * CPU_DENSE_BLOCK, .k_end = k1 * CPU_DENSE_BLOCK,
-                                    .raw = true, .x = i ? m->act[i & 1] : m->x0, .x_stride = m->act_stride, .y = raw,
+                                    .raw = true, .x = i ? m->act[i & 1] : (const float *) x0, .x_stride = m->act_stride, .y = raw,
                                     .y_stride = m->act_stride };
         m->ops->dense[L->dtype] (L, &io);
         if (part == 0)      /* the others' sums, asked for while the barrier's line crosses */
@@ -376,7 +376,7 @@ static void s_layer (void *ctx, uint32_t i, uint32_t rows, uint32_t part, uint32
     s_share (L->out_pad / CPU_DENSE_BLOCK, part, parts, m->plan.lead, &b0, &b1);
     if (b0 == b1)
         return;
-    const float *x = i ? m->act[i & 1] : m->x0;
+    const float *x = i ? m->act[i & 1] : (const float *) x0;
     if (m->split) {
         /* the inputs another core wrote (the caller, the leader's copy, a slice of the layer below): asked
          * for all at once, not one miss at a time as the k loop meets them (at most 8 KiB) */
@@ -422,10 +422,10 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
      * alignment needed), saving the copy (int8: ~3% of tick_mlp's call) and a split's helpers from
      * waiting for the copy's lines. */
     const uint32_t in_pad = (uint32_t) s_pad (m->input_size);
-    m->x0 = m->act[0];
+    const float *x0 = m->act[0];
     if (rows == 1 && in_pad == m->input_size && m->kernel == CPU_KERNEL_LOOP)
-        m->x0 = in;
-    for (uint32_t r = 0; r < rows && m->x0 != in; r++) {
+        x0 = in;
+    for (uint32_t r = 0; r < rows && x0 != in; r++) {
         float *row = m->act[0] + (size_t) r * stride;
         memcpy (row, in + (size_t) r * m->input_size, m->input_size * sizeof (float));
         memset (row + m->input_size, 0, (in_pad - m->input_size) * sizeof (float));
@@ -434,12 +434,12 @@ static sig_status_t s_cpu_infer (backend_model_t *m, const float *in, uint32_t r
         for (size_t i = 0; i < m->layer_count; i++)
             s_dense_blas (&m->layers[i], m->act[i & 1], stride, m->act[(i & 1) ^ 1], stride, rows);
     else if (m->split) {
-        cpu_split_run (m->split, m->plan.mask, m->plan.chain, rows);
+        cpu_split_run (m->split, m->plan.mask, m->plan.chain, rows, x0);
         if (m->raw_layer >= 0)      /* the last layer was split by inputs */
             s_add_up (m, (uint32_t) m->raw_layer, rows, cpu_split_parts (m->split));
     } else
         for (uint32_t i = 0; i < m->layer_count; i++)
-            s_layer (m, i, rows, 0, 1);
+            s_layer (m, x0, i, rows, 0, 1);
     const float *last = m->act[m->layer_count & 1];
     for (uint32_t r = 0; r < rows; r++)
         memcpy (out + (size_t) r * m->output_size, last + (size_t) r * stride, m->output_size * sizeof (float));

@@ -28,7 +28,8 @@ typedef struct {
     _Atomic uint32_t bell;      /* helpers: the futex word a wake-up bumps */
     uint32_t rows;              /* the leader's: this call's rows ... */
     uint32_t slot;              /* ... its stamps' slot where a trace is set ... */
-    uint64_t mask, chain;       /* ... its split layers and chained ones, written before the tick that starts it */
+    uint64_t mask, chain;       /* ... its split layers and chained ones ... */
+    const void *arg;            /* ... and its argument, written before the tick that starts it */
 } s_line_t;
 _Static_assert (sizeof (s_line_t) == 64, "one cache line a part");
 
@@ -149,6 +150,7 @@ static void *s_helper_main (void *arg)
         const uint32_t rows = s->line[0].rows, slot = s->line[0].slot;
         s_stamp (s, slot, h->part, 0);
         const uint64_t mask = s->line[0].mask, chain = s->line[0].chain;
+        const void *arg = s->line[0].arg;
         uint64_t j = 0;
         for (uint32_t l = 0; l < s->layers; l++) {
             if (!(mask >> l & 1))
@@ -160,7 +162,7 @@ static void *s_helper_main (void *arg)
                 s_wait_parts (s, base + j, h->part, false);
                 s_stamp (s, slot, h->part, (uint32_t) (2 * j));
             }
-            s->fn (s->ctx, l, rows, h->part, s->parts);
+            s->fn (s->ctx, arg, l, rows, h->part, s->parts);
             if (l + 1 < s->layers && chain >> (l + 1) & 1)
                 continue;   /* the next reads only what this part wrote: no barrier between them */
             j++;
@@ -247,19 +249,19 @@ void cpu_split_destroy (cpu_split_t **self_p)
     *self_p = NULL;
 }
 
-static void s_alone (cpu_split_t *s, uint32_t rows)
+static void s_alone (cpu_split_t *s, uint32_t rows, const void *arg)
 {
     for (uint32_t l = 0; l < s->layers; l++)
-        s->fn (s->ctx, l, rows, 0, 1);
+        s->fn (s->ctx, arg, l, rows, 0, 1);
 }
 
-bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows)
+bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows, const void *arg)
 {
     if (s->layers < 64)
         mask &= (1ull << s->layers) - 1;
     chain &= mask & mask << 1;
     if (!mask) {
-        s_alone (s, rows);
+        s_alone (s, rows, arg);
         return false;
     }
     bool asleep = false;
@@ -270,7 +272,7 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
         }
     if (asleep) {
         s_count (&s->woke_calls);
-        s_alone (s, rows);
+        s_alone (s, rows, arg);
         return false;
     }
     s_line_t *me = &s->line[0];
@@ -278,12 +280,13 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
     const uint32_t slot = s->trace ? (uint32_t) (atomic_load_explicit (&s->split_calls, memory_order_relaxed) % s->trace_calls) : 0;
     uint32_t l = 0;
     for (; !(mask >> l & 1); l++) {     /* the layers before the first split one: here */
-        s->fn (s->ctx, l, rows, 0, 1);
+        s->fn (s->ctx, arg, l, rows, 0, 1);
         s_stamp_layer (s, slot, l);
     }
     me->rows = rows;
     me->mask = mask;
     me->chain = chain;
+    me->arg = arg;
     me->slot = slot;
     s_stamp (s, slot, 0, 0);
     /* released, not seq_cst: the line is the helpers' to read, and its store drains while the leader
@@ -293,7 +296,7 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
     uint64_t j = 0;
     while (l < s->layers) {
         do {    /* segment j + 1: a split layer and those chained to it, the leader's slices */
-            s->fn (s->ctx, l, rows, 0, s->parts);
+            s->fn (s->ctx, arg, l, rows, 0, s->parts);
             s_stamp_layer (s, slot, l);
         } while (++l < s->layers && chain >> l & 1);
         j++;
@@ -317,7 +320,7 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
         s_wait_parts (s, base + j, 0, false);
         s_stamp (s, slot, 0, (uint32_t) (2 * j));
         for (; l < s->layers && !(mask >> l & 1); l++) {
-            s->fn (s->ctx, l, rows, 0, 1);
+            s->fn (s->ctx, arg, l, rows, 0, 1);
             s_stamp_layer (s, slot, l);
         }
         if (l < s->layers)

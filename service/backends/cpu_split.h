@@ -32,8 +32,10 @@
 
 typedef struct cpu_split cpu_split_t;
 
-/* Part PART of PARTS computes its slice of layer LAYER for ROWS rows (PARTS 1: the whole layer). */
-typedef void (*cpu_split_layer_fn) (void *ctx, uint32_t layer, uint32_t rows, uint32_t part, uint32_t parts);
+/* Part PART of PARTS computes its slice of layer LAYER for ROWS rows (PARTS 1: the whole layer); ARG is the
+ * call's (cpu_split_run's: the inputs, say). */
+typedef void (*cpu_split_layer_fn) (void *ctx, const void *arg, uint32_t layer, uint32_t rows, uint32_t part,
+                                    uint32_t parts);
 
 /* Starts a helper pinned to each of CPUS[1 .. COUNT - 1] (CPUS[0] is the leader's: the caller pins it),
  * named NAME-k. LAYERS layers (at most 64), each run by FN (CTX). NULL with ERR when a helper cannot
@@ -42,12 +44,13 @@ cpu_split_t *cpu_split_new (const int *cpus, size_t count, uint32_t layers, cpu_
                             uint64_t spin_ns, const char *name, char *err, size_t errlen);
 void cpu_split_destroy (cpu_split_t **self_p);
 
-/* One call on the calling thread: the layers in order, those whose bit is set in MASK over every core,
+/* One call on the calling thread, with ARG (handed to every part's layer function: it travels with the call's
+ * tick, on the line a helper reads first, so a helper pays no further crossing to learn it): the layers in order, those whose bit is set in MASK over every core,
  * the others here. A split layer whose bit is set in CHAIN too (the one before it split as well) follows
  * that one with no barrier between them: each part's slice of it reads only what the same part wrote
  * (the backend splits it by inputs: cpu_dense.h's raw sums). True when it ran split, false when it ran
  * alone (MASK 0, or a helper was asleep: then woken). */
-bool cpu_split_run (cpu_split_t *self, uint64_t mask, uint64_t chain, uint32_t rows);
+bool cpu_split_run (cpu_split_t *self, uint64_t mask, uint64_t chain, uint32_t rows, const void *arg);
 
 /* Phase stamps (the time stamp counter) of split calls, for tools (sigbench --split-trace): the n-th split
  * call after cpu_split_set_trace writes STAMPS[(n % CALLS) * parts + p] for part p (a line pair each,
