@@ -403,6 +403,24 @@ if [ "${CPU_SPLIT:-0}" = 1 ] && [ -f "$BUILD/sigbench" ]; then
         done
     done
 fi
+# The split against other builds' sigbench (CPU_SPLIT_AB="name:path name:path ..."; this build is "new"):
+# CPU_SPLIT_AB_ROUNDS rounds (default 2) over CPU_SPLIT_CORES (default 4), the builds in turn, the order
+# reversed every other round; logs split_ab_<name>_<cores>_<round>.log, the p50s line of each printed last.
+if [ -n "${CPU_SPLIT_AB:-}" ] && [ -f "$BUILD/sigbench" ]; then
+    cores=$(lscpu -p=CPU,CORE 2>/dev/null | grep -v '^#' | awk -F, '$1 != 0 && !seen[$2]++ { print $1 }' | tr '\n' ' ')
+    builds="$CPU_SPLIT_AB new:$BUILD/sigbench"
+    for n in ${CPU_SPLIT_CORES:-4}; do
+        list=$(echo $cores | tr ' ' '\n' | head -n "$n" | paste -sd, -)
+        for round in $(seq 1 "${CPU_SPLIT_AB_ROUNDS:-2}"); do
+            order=$builds; [ $((round % 2)) = 0 ] && order=$(echo $builds | tr ' ' '\n' | tac | tr '\n' ' ')
+            for b in $order; do
+                timeout 120 "${b#*:}" --no-gpu --weights "$BUILD/models/tick_mlp.safetensors" --cpu "${list%%,*}" --split "$list" \
+                    --split-only --cpu-dtypes "${CPU_SPLIT_DTYPES:-f32,bf16}" --iterations 10000 \
+                    >"$LOGS/split_ab_${b%%:*}_${n}_$round.log" 2>&1
+            done
+        done
+    done
+fi
 # The CPU LSTM's streaming step on one core (issue 36; CPU_LSTM=1): lstmbench's cpu rows, small and
 # medium, f32 and bf16, 1 and 4 slots, CPU_LSTM_ROUNDS rounds (default 3), alternating with another
 # build's lstmbench where BASE_CPU_LSTMBENCH names one (A/B in one call); logs cpu_lstm_<build>_<slots>_<round>.log.
@@ -449,7 +467,8 @@ for f in "$LOGS"/sync_*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -
 for f in "$LOGS"/persist_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (persistent|ping-pong)|relative error' "$f" | cut -c1-190; }; done
 grep -h "round_trip_us\|server_us" "$LOGS"/roundtrip_*.log 2>/dev/null; echo;
 [ -f "$OUT/fault-table.md" ] && cat "$OUT/fault-table.md"
-for f in "$LOGS"/split_*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (cpu loop|split over|floor)' "$f" | cut -c1-90; grep '^p50s' "$f" | cut -c1-400; }; done
+for f in "$LOGS"/split_[0-9]*.log; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E '^\| (cpu loop|split over|floor)' "$f" | cut -c1-90; grep '^p50s' "$f" | cut -c1-400; }; done
+for f in "$LOGS"/split_ab_*.log; do [ -f "$f" ] && { echo "$(basename "$f"): $(grep -E '^\| split over' "$f" | awk -F'|' '{printf "%s ", $3}')"; grep '^p50s' "$f" | cut -c1-300; }; done
 for f in "$LOGS"/curves_*.log; do [ -f "$f" ] && grep -E '^\| (echo-)?open|^saturated' "$f"; done; echo
 grep -hE ':[FE]:' "$LOGS"/test_*.log 2>/dev/null | cut -c1-400 | head -n 20; cat "$summary"
 rm -rf "$LOGS"

@@ -38,7 +38,23 @@ static inline float s_hmax (vf v)
     return _mm_cvtss_f32 (m);
 }
 
-static inline int s_any (vi m) { return !_mm256_testz_si256 ((__m256i) m, (__m256i) m); }
+static inline vf s_min (vf a, vf b) { return (vf) _mm256_min_ps ((__m256) a, (__m256) b); }
+
+static inline float s_hmin (vf v)
+{
+    __m128 m = _mm_min_ps (_mm256_castps256_ps128 ((__m256) v), _mm256_extractf128_ps ((__m256) v, 1));
+    m = _mm_min_ps (m, _mm_movehl_ps (m, m));
+    m = _mm_min_ss (m, _mm_shuffle_ps (m, m, 1));
+    return _mm_cvtss_f32 (m);
+}
+
+/* Four vectors' lanes clamped to [0, 255] as 32 bytes at Q, in order (cpu_dense_avx512.c says how) */
+static inline void s_u8x4 (uint8_t *q, vi a, vi b, vi c, vi d)
+{
+    const __m256i ab = _mm256_packus_epi32 ((__m256i) a, (__m256i) b), cd = _mm256_packus_epi32 ((__m256i) c, (__m256i) d);
+    const __m256i order = _mm256_setr_epi32 (0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256 ((__m256i *) q, _mm256_permutevar8x32_epi32 (_mm256_packus_epi16 (ab, cd), order));
+}
 
 static inline vb s_u8 (vi t)
 {

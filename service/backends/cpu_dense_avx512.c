@@ -22,9 +22,19 @@ static inline s_x4_t s_x4 (uint32_t x4) { return _mm512_set1_epi32 ((int) x4); }
 S_INT8_TARGET static inline vi s_dot4 (vi acc, vi w, s_x4_t x) { return (vi) _mm512_dpbusd_epi32 ((__m512i) acc, x, (__m512i) w); }
 static inline vi s_round (vf v) { return (vi) _mm512_cvtps_epi32 ((__m512) v); }
 static inline vf s_max (vf a, vf b) { return (vf) _mm512_max_ps ((__m512) a, (__m512) b); }
+static inline vf s_min (vf a, vf b) { return (vf) _mm512_min_ps ((__m512) a, (__m512) b); }
 static inline float s_hmax (vf v) { return _mm512_reduce_max_ps ((__m512) v); }
-static inline int s_any (vi m) { return _mm512_test_epi32_mask ((__m512i) m, (__m512i) m) != 0; }
+static inline float s_hmin (vf v) { return _mm512_reduce_min_ps ((__m512) v); }
 static inline vb s_u8 (vi t) { return (vb) _mm512_cvtusepi32_epi8 (_mm512_max_epi32 ((__m512i) t, _mm512_setzero_si512 ())); }
+/* Four vectors' lanes clamped to [0, 255] as 64 bytes at Q, in order: two packs with unsigned saturation
+ * (in 128-bit lanes: a dword of four bytes from each vector in turn), then one permute puts the dwords
+ * back in order (4 shuffles, where four s_u8 take 8) */
+static inline void s_u8x4 (uint8_t *q, vi a, vi b, vi c, vi d)
+{
+    const __m512i ab = _mm512_packus_epi32 ((__m512i) a, (__m512i) b), cd = _mm512_packus_epi32 ((__m512i) c, (__m512i) d);
+    const __m512i order = _mm512_setr_epi32 (0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512 (q, _mm512_permutexvar_epi32 (order, _mm512_packus_epi16 (ab, cd)));
+}
 static inline vf s_fma (vf a, vf b, vf c) { return (vf) _mm512_fmadd_ps ((__m512) a, (__m512) b, (__m512) c); }
 
 /* Independent accumulator chains per group, where the layout allows (in_pad is a multiple of 16):

@@ -12,8 +12,10 @@
  *   s_round (v)            V rounded to the nearest integer, ties to even (the FPU's mode)
  *   S_KEEP (v)             one load feeding both uses of V (GCC would load a bf16 lane again for
  *                          the shift)
- *   s_max (a, b), s_hmax (v), s_any (m)   lane maxima (no NaN here), V's largest lane, any lane of M set
+ *   s_max (a, b), s_min (a, b), s_hmax (v), s_hmin (v)   lane maxima and minima (no NaN here), V's
+ *                          largest and least lane
  *   s_u8 (t)               T's lanes clamped to [0, 255] as bytes
+ *   s_u8x4 (q, a, b, c, d) the four vectors' lanes clamped to [0, 255] as 4 VW bytes at Q, in order
  *   s_fma (a, b, c)        a b + c rounded once (the int8 outputs must be the scalar path's bits)
  *   S_INT8_TARGET          the int8 functions' target attribute (VNNI on AVX-512; empty on AVX2)
  *   S_KU_F32 (G), S_KU_F16 (G), S_KU_BF16 (G), S_KU_INT8 (G)   input steps unrolled for a group of
@@ -263,35 +265,42 @@ static void s_quantize (const float *x, uint32_t x_stride, uint32_t rows, uint32
     for (uint32_t r = 0; r < rows; r++) {
         const float *row = x + (size_t) r * x_stride;
         uint8_t *qr = q + (size_t) r * q_stride;
-        /* the row's largest |x| and whether any x < 0 (-0 is not: as the scalar path) */
-        vf m0 = { 0 }, m1 = { 0 };
-        vi neg = { 0 };
+        /* the row's largest and least x (from 0: -0 is not below it, as on the scalar path), four chains
+         * each: its largest |x| is the larger of the largest and minus the least, and any x < 0 the least's */
+        vf hi[4] = { { 0 } }, lo[4] = { { 0 } };
         uint32_t i = 0;
-        for (; i + 2 * VW <= n; i += 2 * VW) {
-            const vf v0 = s_loadu (row + i), v1 = s_loadu (row + i + VW);
-            m0 = s_max (m0, (vf) ((vi) v0 & 0x7fffffff));
-            m1 = s_max (m1, (vf) ((vi) v1 & 0x7fffffff));
-            neg |= (v0 < 0) | (v1 < 0);
-        }
+        for (; i + 4 * VW <= n; i += 4 * VW)
+            for (int u = 0; u < 4; u++) {
+                const vf v = s_loadu (row + i + VW * (uint32_t) u);
+                hi[u] = s_max (hi[u], v);
+                lo[u] = s_min (lo[u], v);
+            }
         for (; i + VW <= n; i += VW) {
             const vf v = s_loadu (row + i);
-            m0 = s_max (m0, (vf) ((vi) v & 0x7fffffff));
-            neg |= v < 0;
+            hi[0] = s_max (hi[0], v);
+            lo[0] = s_min (lo[0], v);
         }
-        float amax = s_hmax (s_max (m0, m1));
-        int any = s_any (neg);
+        float top = s_hmax (s_max (s_max (hi[0], hi[1]), s_max (hi[2], hi[3])));
+        float bottom = s_hmin (s_min (s_min (lo[0], lo[1]), s_min (lo[2], lo[3])));
         for (; i < n; i++) {
-            const float a = row[i] < 0 ? -row[i] : row[i];
-            amax = a > amax ? a : amax;
-            any |= row[i] < 0;
+            top = row[i] > top ? row[i] : top;
+            bottom = row[i] < bottom ? row[i] : bottom;
         }
+        const int any = bottom < 0;
+        float amax = -bottom > top ? -bottom : top;
+        amax = amax > 0 ? amax : 0.0f;     /* +0 where every x is 0 or -0 (as the scalar path's) */
         const float levels = any ? 127.0f : 255.0f;
         scale[r] = amax / levels;
         zero[r] = any ? 128 : 0;
         const float inv = amax > 0 ? levels / amax : 0.0f;
-        /* X holds n rounded up to 16 floats a row (int8's n_pad may be more: zeros) */
-        for (i = 0; i < n; i += VW)
-            *(vb *) (qr + i) = s_u8 (s_round (s_loadu (row + i) * inv) + zero[r]);
+        /* X holds n rounded up to VW floats a row (int8's n_pad may be more: zeros); four vectors packed
+         * at a time where n allows */
+        const vi z = (vi) { 0 } + zero[r];
+        for (i = 0; i + 4 * VW <= n; i += 4 * VW)
+            s_u8x4 (qr + i, s_round (s_loadu (row + i) * inv) + z, s_round (s_loadu (row + i + VW) * inv) + z,
+                    s_round (s_loadu (row + i + 2 * VW) * inv) + z, s_round (s_loadu (row + i + 3 * VW) * inv) + z);
+        for (; i < n; i += VW)
+            *(vb *) (qr + i) = s_u8 (s_round (s_loadu (row + i) * inv) + z);
         memset (qr + n, 0, n_pad - n);
     }
 }
