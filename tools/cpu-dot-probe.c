@@ -4,8 +4,10 @@
  *      vdpbf16ps and vpdpbusd on zmm (the least of five tries);
  *   2. one 512x256 layer at rows 1, weights K-major in groups of 64 outputs, beside a streaming
  *      read of the same bytes: f32 FMAs; bf16 by vdpbf16ps (x in bf16), by a shift and a mask then
- *      two FMAs, by one shift (the odd weight read as the whole lane: the backend's); int8 by
- *      vpdpbusd, and by AMX tdpbusd with one row in the A tile.
+ *      two FMAs, by one shift (the odd weight read as the whole lane: the backend's), by no shift
+ *      (the even weight read 2 bytes early, an unaligned load that splits lines), by the two mixed
+ *      block by block, by vdpbf16ps for one or two blocks in four; int8 by vpdpbusd, and by AMX
+ *      tdpbusd with one row in the A tile.
  * Needs AVX-512 with BF16 and VNNI (and AMX for the last row; skipped without it). Pin it:
  *     taskset -c 1 build/cpu-dot-probe [calls]
  * Not a test: numbers only, for the notes. */
