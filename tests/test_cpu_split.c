@@ -364,6 +364,12 @@ static void s_check_split (const uint32_t *sizes, const activation_t *acts, size
     ck_assert_int_eq (backend_cpu_iface.split (m, s_cpus, 2, &cfg, err, sizeof err), 0);
     const char *text = backend_cpu_iface.split_text (m);
     ck_assert_msg (strncmp (text, "2 cores", 7) == 0, "%s: %s", label, text);
+    /* the leader's share moves a block of the largest split layer a step: over 2 cores 1/8 of a 16-block
+     * layer's share (tick_mlp's first), 4/8 of a 4-block one's (its second), 8/8 (the least) of the rest */
+    for (size_t l = 0; l < layers; l++) {
+        const uint32_t blocks = (sizes[l + 1] + CPU_DENSE_BLOCK - 1) / CPU_DENSE_BLOCK;
+        ck_assert_uint_eq (backend_cpu_split_lead_step (m, 1ull << l), blocks >= 16 ? 1 : blocks == 4 ? 4 : (16 + blocks / 2) / blocks);
+    }
     size_t nin = (size_t) rows * w->input_size, nout = (size_t) rows * w->output_size;
     float *in = malloc (nin * sizeof (float)), *out = malloc (nout * sizeof (float)), *base = malloc (nout * sizeof (float));
     double *ref = malloc (nout * sizeof (double)), *bound = malloc (nout * sizeof (double));
@@ -372,7 +378,8 @@ static void s_check_split (const uint32_t *sizes, const activation_t *acts, size
     cpu_split_plan_t plans[16];
     size_t n = 0;
     plans[n++] = (cpu_split_plan_t) { ~0ull, 0, 0 };
-    for (size_t l = 0; l < layers && n < 16; l++) {
+    plans[n++] = (cpu_split_plan_t) { ~0ull, 0, 8 * CPU_SPLIT_MAX_PARTS };     /* the leader all of it: helpers idle */
+    for (size_t l = 0; l < layers && n < 15; l++) {
         plans[n++] = (cpu_split_plan_t) { 1ull << l, 0, (uint32_t) l % 3 };
         if (l + 1 < layers)
             plans[n++] = (cpu_split_plan_t) { 3ull << l, 2ull << l, (uint32_t) (l + 1) % 3 };

@@ -464,7 +464,9 @@ static uint64_t s_splittable (const backend_model_t *m)
     return mask;
 }
 
-#define SPLIT_LEADS 4           /* the leader's extra share measured: 0 to 3/8 of a share */
+#define SPLIT_LEADS 4           /* the leader's extra shares measured: 0 to 3 blocks of the largest split layer's
+                                   (backend_cpu_split_lead_step: 0 to 3/8 of a share over 2 cores of 16 blocks,
+                                   0 to 6/8 over 4) */
 #define SPLIT_PLANS (1 + 2 * 64 * SPLIT_LEADS)
 
 /* PLAN less what M cannot run (cpu_split.h's rules). */
@@ -476,8 +478,19 @@ static cpu_split_plan_t s_valid (const backend_model_t *m, cpu_split_plan_t plan
     if (m->dtype == WEIGHT_DTYPE_INT8)
         plan.chain = 0;                     /* int8 quantizes a layer's inputs whole */
     plan.mask &= s_splittable (m) | plan.chain;
-    plan.lead = plan.lead > 8 ? 8 : plan.lead;
+    plan.lead = plan.lead > 8 * CPU_SPLIT_MAX_PARTS ? 8 * CPU_SPLIT_MAX_PARTS : plan.lead;
     return plan;
+}
+
+uint32_t backend_cpu_split_lead_step (const backend_model_t *m, uint64_t mask)
+{
+    uint32_t blocks = 0;
+    for (uint32_t i = 0; i < m->layer_count && i < 64; i++)
+        if (mask >> i & 1 && m->dense[i].out_pad / CPU_DENSE_BLOCK > blocks)
+            blocks = m->dense[i].out_pad / CPU_DENSE_BLOCK;
+    const uint32_t parts = m->split ? cpu_split_parts (m->split) : 1;
+    const uint32_t step = blocks ? (8 * parts + blocks / 2) / blocks : 1;
+    return step ? step : 1;
 }
 
 /* The plans to measure: no split, and (ALL: every splittable layer; else, for each size of the
@@ -506,8 +519,9 @@ static size_t s_plans (const backend_model_t *m, bool all, cpu_split_plan_t *pla
     for (size_t k = 0; k < count; k++) {
         const uint64_t after = m->layer_count < 64 ? (masks[k] << 1) & ((1ull << m->layer_count) - 1) : masks[k] << 1;
         const cpu_split_plan_t chained = s_valid (m, (cpu_split_plan_t) { masks[k] | after, after & ~masks[k], 0 });
+        const uint32_t step = backend_cpu_split_lead_step (m, masks[k]);
         for (int c = 0; c < 1 + (chained.chain != 0); c++)
-            for (uint32_t lead = 0; lead < SPLIT_LEADS; lead++)
+            for (uint32_t lead = 0; lead < SPLIT_LEADS * step; lead += step)
                 plans[n++] = c ? (cpu_split_plan_t) { chained.mask, chained.chain, lead }
                                : (cpu_split_plan_t) { masks[k], 0, lead };
     }

@@ -89,6 +89,10 @@ typedef struct {
  * chain where the rules above do not hold); a model loaded without a split has none. */
 cpu_split_plan_t backend_cpu_split_plan (const backend_model_t *m);
 void backend_cpu_set_split_plan (backend_model_t *m, cpu_split_plan_t plan);
+/* The leader's extra share, in eighths of a share, that makes one block of 16 outputs more of the largest
+ * layer in MASK over M's cores (at least 1): the load measures 0 to 3 of those steps (the shares between
+ * round to whole blocks: over 4 cores 1/8 of a 16-block layer's share is half a block). */
+uint32_t backend_cpu_split_lead_step (const backend_model_t *m, uint64_t mask);
 /* M's split (its helpers), NULL where it has none: tools set its trace (cpu_split_set_trace). */
 cpu_split_t *backend_cpu_split (backend_model_t *m);
 

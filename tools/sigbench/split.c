@@ -117,7 +117,8 @@ static int s_cmp_double (const void *a, const void *b)
 
 #define S_TRACE_CALLS 2000
 
-/* Each plan of PLANS (COUNT, labels LABELS) at every leader's share from +0 to +4/8: S_TRACE_CALLS calls
+/* Each plan of PLANS (COUNT, labels LABELS) at the leader's shares of 0 to 4 more blocks of its largest split
+ * layer (backend_cpu_split_lead_step; +0 to +4/8 of a share over 2 cores): S_TRACE_CALLS calls
  * traced after as many untraced, and per part the p50 of each phase from the leader's start (ns; "-"
  * where none happened), the end-to-end p50 last: where a split's time goes, on this machine. */
 static void s_trace_plans (backend_model_t *m, const cpu_split_plan_t *plans, const char *const *labels, int count,
@@ -141,7 +142,7 @@ static void s_trace_plans (backend_model_t *m, const cpu_split_plan_t *plans, co
             "| plan | lead | part | seen | done 1 | passed 1 | done 2 | passed 2 | layer 0 | layer 1 | layer 2 | end |\n"
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", S_TRACE_CALLS);
     for (int k = 0; k < count; k++)
-        for (uint32_t lead = 0; lead <= 4; lead++) {
+        for (uint32_t step = backend_cpu_split_lead_step (m, plans[k].mask), lead = 0; lead <= 4 * step; lead += step) {
             cpu_split_plan_t plan = plans[k];
             plan.lead = lead;
             backend_cpu_set_split_plan (m, plan);
