@@ -30,23 +30,18 @@ static inline vi s_dot4 (vi acc, vi w, s_x4_t x)
 static inline vi s_round (vf v) { return (vi) _mm256_cvtps_epi32 ((__m256) v); }
 static inline vf s_max (vf a, vf b) { return (vf) _mm256_max_ps ((__m256) a, (__m256) b); }
 
-static inline float s_hmax (vf v)
-{
-    __m128 m = _mm_max_ps (_mm256_castps256_ps128 ((__m256) v), _mm256_extractf128_ps ((__m256) v, 1));
-    m = _mm_max_ps (m, _mm_movehl_ps (m, m));
-    m = _mm_max_ss (m, _mm_shuffle_ps (m, m, 1));
-    return _mm_cvtss_f32 (m);
-}
-
 static inline vf s_min (vf a, vf b) { return (vf) _mm256_min_ps ((__m256) a, (__m256) b); }
 
-static inline float s_hmin (vf v)
-{
-    __m128 m = _mm_min_ps (_mm256_castps256_ps128 ((__m256) v), _mm256_extractf128_ps ((__m256) v, 1));
-    m = _mm_min_ps (m, _mm_movehl_ps (m, m));
-    m = _mm_min_ss (m, _mm_shuffle_ps (m, m, 1));
-    return _mm_cvtss_f32 (m);
-}
+/* V's largest (least) lane: halves folded with OP (OP_SS for the last pair) */
+#define S_FOLD(NAME, OP, OP_SS)                                                                               \
+    static inline float NAME (vf v)                                                                           \
+    {                                                                                                         \
+        __m128 m = OP (_mm256_castps256_ps128 ((__m256) v), _mm256_extractf128_ps ((__m256) v, 1));           \
+        m = OP (m, _mm_movehl_ps (m, m));                                                                     \
+        return _mm_cvtss_f32 (OP_SS (m, _mm_shuffle_ps (m, m, 1)));                                           \
+    }
+S_FOLD (s_hmax, _mm_max_ps, _mm_max_ss)
+S_FOLD (s_hmin, _mm_min_ps, _mm_min_ss)
 
 /* Four vectors' lanes clamped to [0, 255] as 32 bytes at Q, in order (cpu_dense_avx512.c says how) */
 static inline void s_u8x4 (uint8_t *q, vi a, vi b, vi c, vi d)
