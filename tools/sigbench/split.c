@@ -122,13 +122,12 @@ static int s_cmp_double (const void *a, const void *b)
  * traced after as many untraced, and per part the p50 of each phase from the leader's start (ns; "-"
  * where none happened), the end-to-end p50 last: where a split's time goes, on this machine. */
 static void s_trace_plans (backend_model_t *m, const cpu_split_plan_t *plans, const char *const *labels, int count,
-                           uint32_t rows, float *const *in, uint32_t parts)
+                           uint32_t rows, size_t nout, float *const *in, uint32_t parts)
 {
     cpu_split_t *split = backend_cpu_split (m);
     cpu_split_stamps_t *st = aligned_alloc (64, (size_t) S_TRACE_CALLS * parts * sizeof *st);
     double *v = malloc (S_TRACE_CALLS * sizeof *v);
-    const size_t nout = (size_t) rows * 64;
-    float *y = malloc (nout * sizeof (float) * 64);
+    float *y = malloc (nout * sizeof (float));
     if (!split || !st || !v || !y) {
         printf ("(no trace: %s)\n\n", split ? "out of memory" : "the model has no split");
         free (st), free (v), free (y);
@@ -313,7 +312,7 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
         const char *labels[3] = { l1, l2, l3 };
         printf ("\n%s, %s:\n\n", weight_dtype_name (dtype), cpus);
         s_trace_plans (m, chained ? traced : (const cpu_split_plan_t[2]) { traced[0], traced[2] },
-                       chained ? labels : (const char *[2]) { l1, l3 }, chained ? 3 : 2, o->rows, in,
+                       chained ? labels : (const char *[2]) { l1, l3 }, chained ? 3 : 2, o->rows, nout, in,
                        (uint32_t) o->split_count);
     }
     free (y);
