@@ -71,7 +71,7 @@ struct backend_model {
     /* What the leader writes each call, on a line of its own: the fields above are read by every part
      * of a split, and a line they read that the leader wrote would cost each a crossing (the call's
      * inputs travel with its tick: cpu_split_run's argument). */
-    _Alignas (64) int raw_layer;              /* the leader's: the layer whose parts' sums wait to be added up, or -1 */
+    _Alignas (64) int raw_layer;    /* the leader's: the layer whose parts' sums wait to be added up, or -1 */
 };
 
 static size_t s_pad (size_t n) { return (n + VEC - 1) / VEC * VEC; }
@@ -364,8 +364,8 @@ static void s_layer (void *ctx, const void *x0, uint32_t i, uint32_t rows, uint3
             return;
         }
         const cpu_dense_io_t io = { .rows = rows, .k_begin = k0 * CPU_DENSE_BLOCK, .k_end = k1 * CPU_DENSE_BLOCK,
-                                    .raw = true, .x = i ? m->act[i & 1] : (const float *) x0, .x_stride = m->act_stride, .y = raw,
-                                    .y_stride = m->act_stride };
+                                    .raw = true, .x = i ? m->act[i & 1] : (const float *) x0,
+                                    .x_stride = m->act_stride, .y = raw, .y_stride = m->act_stride };
         m->ops->dense[L->dtype] (L, &io);
         if (part == 0)      /* the others' sums, asked for while the barrier's line crosses */
             for (uint32_t p = 1; p < parts; p++)

@@ -60,14 +60,16 @@ struct cpu_split {
 
 #define S_END UINT32_MAX     /* the leader's end stamp (the last) */
 
-/* Part P's stamp E (or S_END) of the call in SLOT, where a trace is set (segments past the stamps' room:
- * none). */
+/* The leader's stamp of its part of layer L done, in the call of SLOT, where a trace is set (layers past
+ * the stamps' room: none). */
 static inline void s_stamp_layer (const cpu_split_t *s, uint32_t slot, uint32_t l)
 {
     if (__builtin_expect (s->trace != NULL, 0) && l < CPU_SPLIT_STAMPS - 1 - CPU_SPLIT_STAMP_LAYER)
         s->trace[(size_t) slot * s->parts].t[CPU_SPLIT_STAMP_LAYER + l] = __rdtsc ();
 }
 
+/* Part P's stamp E (or S_END) of the call in SLOT, where a trace is set (segments past the stamps' room:
+ * none). */
 static inline void s_stamp (const cpu_split_t *s, uint32_t slot, uint32_t p, uint32_t e)
 {
     if (__builtin_expect (s->trace != NULL, 0) && (e < CPU_SPLIT_STAMP_LAYER - 1 || e == S_END))
@@ -277,7 +279,8 @@ bool cpu_split_run (cpu_split_t *s, uint64_t mask, uint64_t chain, uint32_t rows
     }
     s_line_t *me = &s->line[0];
     const uint64_t base = s->tick + 1;
-    const uint32_t slot = s->trace ? (uint32_t) (atomic_load_explicit (&s->split_calls, memory_order_relaxed) % s->trace_calls) : 0;
+    const uint32_t slot =
+        s->trace ? (uint32_t) (atomic_load_explicit (&s->split_calls, memory_order_relaxed) % s->trace_calls) : 0;
     uint32_t l = 0;
     for (; !(mask >> l & 1); l++) {     /* the layers before the first split one: here */
         s->fn (s->ctx, arg, l, rows, 0, 1);

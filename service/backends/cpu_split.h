@@ -44,16 +44,16 @@ cpu_split_t *cpu_split_new (const int *cpus, size_t count, uint32_t layers, cpu_
                             uint64_t spin_ns, const char *name, char *err, size_t errlen);
 void cpu_split_destroy (cpu_split_t **self_p);
 
-/* One call on the calling thread, with ARG (handed to every part's layer function: it travels with the call's
- * tick, on the line a helper reads first, so a helper pays no further crossing to learn it): the layers in order, those whose bit is set in MASK over every core,
- * the others here. A split layer whose bit is set in CHAIN too (the one before it split as well) follows
- * that one with no barrier between them: each part's slice of it reads only what the same part wrote
- * (the backend splits it by inputs: cpu_dense.h's raw sums). True when it ran split, false when it ran
- * alone (MASK 0, or a helper was asleep: then woken). */
+/* One call on the calling thread, with ARG (handed to every part's layer function: it travels with the
+ * call's tick, on the line a helper reads first, so a helper pays no further crossing to learn it): the
+ * layers in order, those whose bit is set in MASK over every core, the others here. A split layer whose bit
+ * is set in CHAIN too (the one before it split as well) follows that one with no barrier between them: each
+ * part's slice of it reads only what the same part wrote (the backend splits it by inputs: cpu_dense.h's
+ * raw sums). True when it ran split, false when it ran alone (MASK 0, or a helper was asleep: then woken). */
 bool cpu_split_run (cpu_split_t *self, uint64_t mask, uint64_t chain, uint32_t rows, const void *arg);
 
-/* Phase stamps (the time stamp counter) of split calls, for tools (sigbench --split-trace): the n-th split
- * call after cpu_split_set_trace writes STAMPS[(n % CALLS) * parts + p] for part p (a line pair each,
+/* Phase stamps (the time stamp counter) of split calls, for tools (sigbench --split A,B --trace): the n-th
+ * split call after cpu_split_set_trace writes STAMPS[(n % CALLS) * parts + p] for part p (a line pair each,
  * written only by that part; read them after the calls): stamp e 0 the call's start (the leader: as it
  * publishes; a helper: as it sees it), 2j - 1 its slice of segment j done, 2j the segment's barrier
  * passed (the others' ticks seen), for j up to 3; the leader's also CPU_SPLIT_STAMP_LAYER + l as its
