@@ -381,10 +381,12 @@ static void s_check_split (const uint32_t *sizes, const activation_t *acts, size
     size_t n = 0;
     plans[n++] = (cpu_split_plan_t) { ~0ull, 0, 0 };
     plans[n++] = (cpu_split_plan_t) { ~0ull, 0, 8 * CPU_SPLIT_MAX_PARTS };     /* the leader all of it: helpers idle */
+    plans[n++] = (cpu_split_plan_t) { ~0ull, 0, -8 };     /* the leader none of it: its slices empty */
+    plans[n++] = (cpu_split_plan_t) { 3, 2, -8 };         /* ... and none of a chained layer's inputs */
     for (size_t l = 0; l < layers && n < 15; l++) {
-        plans[n++] = (cpu_split_plan_t) { 1ull << l, 0, (uint32_t) l % 3 };
+        plans[n++] = (cpu_split_plan_t) { 1ull << l, 0, (int32_t) (l % 3) - 1 };
         if (l + 1 < layers)
-            plans[n++] = (cpu_split_plan_t) { 3ull << l, 2ull << l, (uint32_t) (l + 1) % 3 };
+            plans[n++] = (cpu_split_plan_t) { 3ull << l, 2ull << l, (int32_t) ((l + 1) % 3) - 1 };
     }
     for (size_t k = 0; k < n; k++) {
         for (int round = 0; round < 2; round++) {

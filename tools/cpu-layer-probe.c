@@ -7,7 +7,10 @@
  *   quant N  int8: quantizing layer N's inputs alone
  *   floor    one streaming read of the model's weight bytes in that dtype (64-byte loads)
  *   empty    the timer alone (subtracted from nothing: read it beside the others)
- * Pin it:  taskset -c 1 build/cpu-layer-probe [calls] [dtypes]   (dtypes: f32,bf16,int8)
+ * With "shares" as the third argument, instead: layer 0's outputs in shares of whole blocks of 16 as a split
+ * gives them (its first B blocks, its last 16 - B), B from 6 to 10, and the whole layer: what a share that
+ * ends inside a group of 4 blocks (reading some of each slice's lines) costs against one of whole groups.
+ * Pin it:  taskset -c 1 build/cpu-layer-probe [calls] [dtypes] [shares]   (dtypes: f32,bf16,int8)
  * Not a test: numbers for docs/lab/cpu-dtypes.md. */
 #define _GNU_SOURCE
 #include "backends/cpu_dense.h"
@@ -88,9 +91,25 @@ static void s_whole (s_model_t *m)
     }
 }
 
-static void s_run (s_model_t *m, int row)
+#define SHARE_ROWS 11          /* blocks [0, B) and [B, 16) for B = 6 .. 10, then the whole layer */
+
+static void s_share (s_model_t *m, int row)
 {
-    if (row == 0)
+    cpu_dense_io_t io = s_io (m, 0, m->xs[0], m->qs[0], 0);
+    io.y = m->act[1];
+    const uint32_t b = 6 + (uint32_t) row / 2;
+    if (row < SHARE_ROWS - 1) {
+        io.o_begin = row & 1 ? b * 16 : 0;
+        io.o_end = row & 1 ? 256 : b * 16;
+    }
+    m->ops->dense[m->L[0].dtype] (&m->L[0], &io);
+}
+
+static void s_run (s_model_t *m, int row, int shares)
+{
+    if (shares)
+        s_share (m, row);
+    else if (row == 0)
         s_whole (m);
     else if (row <= LAYERS) {
         const uint32_t i = (uint32_t) row - 1;
@@ -111,6 +130,7 @@ int main (int argc, char **argv)
 {
     const int calls = argc > 1 ? atoi (argv[1]) : 20000;
     const char *dtypes = argc > 2 ? argv[2] : "f32,bf16,int8";
+    const int shares = argc > 3 && strcmp (argv[3], "shares") == 0;
     const cpu_features_t *f = cpu_isa_features ();
     if (!f->avx512) {
         fprintf (stderr, "cpu-layer-probe: needs AVX-512\n");
@@ -162,18 +182,18 @@ int main (int argc, char **argv)
         char *fb = aligned_alloc (64, m.bytes);
         memset (fb, 1, m.bytes);
         m.floor_buf = fb;
-        const int rows = 2 * LAYERS + 3;
+        const int rows = shares ? SHARE_ROWS + 1 : 2 * LAYERS + 3;
         double *t = malloc (sizeof (double) * (size_t) rows * (size_t) calls);
         float keep[512];
         memcpy (keep, m.act[0], sizeof keep);
         for (int c = -calls / 10; c < calls; c++)
             for (int r = 0; r < rows; r++) {
-                if (all[d] != WEIGHT_DTYPE_INT8 && r > LAYERS && r <= 2 * LAYERS)
+                if (!shares && all[d] != WEIGHT_DTYPE_INT8 && r > LAYERS && r <= 2 * LAYERS)
                     continue;
                 memcpy (m.act[0], keep, sizeof keep);
                 const double t0 = s_now_ns ();
                 if (r < rows - 1)
-                    s_run (&m, r);
+                    s_run (&m, r, shares);
                 const double t1 = s_now_ns ();
                 if (c >= 0)
                     t[(size_t) r * (size_t) calls + (size_t) c] = t1 - t0;
@@ -181,11 +201,16 @@ int main (int argc, char **argv)
         const char *label[] = { "whole", "layer 0 (512x256)", "layer 1 (256x64)", "layer 2 (64x1)", "quant 0 (512)",
                                 "quant 1 (256)", "quant 2 (64)", "floor", "empty" };
         for (int r = 0; r < rows; r++) {
-            if (all[d] != WEIGHT_DTYPE_INT8 && r > LAYERS && r <= 2 * LAYERS)
+            if (!shares && all[d] != WEIGHT_DTYPE_INT8 && r > LAYERS && r <= 2 * LAYERS)
                 continue;
             double *v = t + (size_t) r * (size_t) calls;
             qsort (v, (size_t) calls, sizeof *v, s_cmp);
-            printf ("| %s | %s | %.0f | %.0f |\n", names[d], label[r], v[calls / 2], v[0]);
+            char name[64];
+            if (shares && r < SHARE_ROWS - 1)
+                snprintf (name, sizeof name, "layer 0 blocks [%d, %d)", r & 1 ? 6 + r / 2 : 0, r & 1 ? 16 : 6 + r / 2);
+            else
+                snprintf (name, sizeof name, "%s", shares ? r == rows - 1 ? "empty" : "layer 0 (512x256)" : label[r]);
+            printf ("| %s | %s | %.0f | %.0f |\n", names[d], name, v[calls / 2], v[0]);
         }
         free (t);
         free (fb);

@@ -268,10 +268,12 @@ oom:
 }
 
 /* Part PART's blocks [*B0, *B1) of BLOCKS split PARTS ways: the leader (part 0) LEAD eighths of a share
- * more than the others (it meets the call first: each helper a hand-off later), the rest even. */
-static void s_share (uint32_t blocks, uint32_t part, uint32_t parts, uint32_t lead, uint32_t *b0, uint32_t *b1)
+ * more than the others (it meets the call first: each helper a hand-off later; less where LEAD < 0, at
+ * least none), the rest even. */
+static void s_share (uint32_t blocks, uint32_t part, uint32_t parts, int32_t lead, uint32_t *b0, uint32_t *b1)
 {
-    uint32_t first = (blocks * (8 + lead) + 4 * parts) / (8 * parts);
+    const uint32_t eighths = lead < -8 ? 0 : (uint32_t) (8 + lead);
+    uint32_t first = (blocks * eighths + 4 * parts) / (8 * parts);
     first = first > blocks ? blocks : first;
     if (parts == 1 || part == 0) {
         *b0 = 0;
@@ -464,9 +466,9 @@ static uint64_t s_splittable (const backend_model_t *m)
     return mask;
 }
 
-#define SPLIT_LEADS 4           /* the leader's extra shares measured: 0 to 3 blocks of the largest split layer's
-                                   (backend_cpu_split_lead_step: 0 to 3/8 of a share over 2 cores of 16 blocks,
-                                   0 to 6/8 over 4) */
+#define SPLIT_LEAD_LOW 1        /* the leader's extra shares measured: -1 to 3 blocks of the largest split layer's */
+#define SPLIT_LEADS 5           /* (backend_cpu_split_lead_step: -1/8 to 3/8 of a share over 2 cores of 16
+                                   blocks, -2/8 to 6/8 over 4) */
 #define SPLIT_PLANS (1 + 2 * 64 * SPLIT_LEADS)
 
 /* PLAN less what M cannot run (cpu_split.h's rules). */
@@ -478,7 +480,7 @@ static cpu_split_plan_t s_valid (const backend_model_t *m, cpu_split_plan_t plan
     if (m->dtype == WEIGHT_DTYPE_INT8)
         plan.chain = 0;                     /* int8 quantizes a layer's inputs whole */
     plan.mask &= s_splittable (m) | plan.chain;
-    plan.lead = plan.lead > 8 * CPU_SPLIT_MAX_PARTS ? 8 * CPU_SPLIT_MAX_PARTS : plan.lead;
+    plan.lead = plan.lead > 8 * CPU_SPLIT_MAX_PARTS ? 8 * CPU_SPLIT_MAX_PARTS : plan.lead < -8 ? -8 : plan.lead;
     return plan;
 }
 
@@ -519,9 +521,9 @@ static size_t s_plans (const backend_model_t *m, bool all, cpu_split_plan_t *pla
     for (size_t k = 0; k < count; k++) {
         const uint64_t after = m->layer_count < 64 ? (masks[k] << 1) & ((1ull << m->layer_count) - 1) : masks[k] << 1;
         const cpu_split_plan_t chained = s_valid (m, (cpu_split_plan_t) { masks[k] | after, after & ~masks[k], 0 });
-        const uint32_t step = backend_cpu_split_lead_step (m, masks[k]);
+        const int32_t step = (int32_t) backend_cpu_split_lead_step (m, masks[k]);
         for (int c = 0; c < 1 + (chained.chain != 0); c++)
-            for (uint32_t lead = 0; lead < SPLIT_LEADS * step; lead += step)
+            for (int32_t lead = -SPLIT_LEAD_LOW * step; lead < (SPLIT_LEADS - SPLIT_LEAD_LOW) * step; lead += step)
                 plans[n++] = c ? (cpu_split_plan_t) { chained.mask, chained.chain, lead }
                                : (cpu_split_plan_t) { masks[k], 0, lead };
     }
@@ -591,7 +593,7 @@ static const char *s_plan_text (const cpu_split_plan_t *plan, char *buf, size_t 
         used += (size_t) snprintf (buf + used, len - used, " by inputs");
     }
     if (used < len)
-        snprintf (buf + used, len - used, ", leader +%u/8", plan->lead);
+        snprintf (buf + used, len - used, ", leader %+d/8", plan->lead);
     return buf;
 }
 

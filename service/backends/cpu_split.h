@@ -80,8 +80,9 @@ typedef struct {
      * it computed: no barrier between them; the leader adds the parts' sums up before the next layer),
      * where the layer before is split by outputs, the one after is not split, and the weights are not int8 */
     uint64_t chain;
-    uint32_t lead;      /* the leader's extra share of each, in eighths of a share: it meets a call a hand-off
-                           before its helpers */
+    int32_t lead;       /* the leader's extra share of each, in eighths of a share (at least -8): it meets a
+                           call a hand-off before its helpers, but its core may be the slower one (a guest's
+                           neighbours), so less than a share is measured too */
 } cpu_split_plan_t;
 
 /* M's plan as its load decided, and another from now on (sigbench times the plans of one model side by
@@ -90,7 +91,7 @@ typedef struct {
 cpu_split_plan_t backend_cpu_split_plan (const backend_model_t *m);
 void backend_cpu_set_split_plan (backend_model_t *m, cpu_split_plan_t plan);
 /* The leader's extra share, in eighths of a share, that makes one block of 16 outputs more of the largest
- * layer in MASK over M's cores (at least 1): the load measures 0 to 3 of those steps (the shares between
+ * layer in MASK over M's cores (at least 1): the load measures -1 to 3 of those steps (the shares between
  * round to whole blocks: over 4 cores 1/8 of a 16-block layer's share is half a block). */
 uint32_t backend_cpu_split_lead_step (const backend_model_t *m, uint64_t mask);
 /* M's split (its helpers), NULL where it has none: tools set its trace (cpu_split_set_trace). */

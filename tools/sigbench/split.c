@@ -117,8 +117,8 @@ static int s_cmp_double (const void *a, const void *b)
 
 #define S_TRACE_CALLS 2000
 
-/* Each plan of PLANS (COUNT, labels LABELS) at the leader's shares of 0 to 4 more blocks of its largest split
- * layer (backend_cpu_split_lead_step; +0 to +4/8 of a share over 2 cores): S_TRACE_CALLS calls
+/* Each plan of PLANS (COUNT, labels LABELS) at the leader's shares of -1 to 4 more blocks of its largest split
+ * layer (backend_cpu_split_lead_step; -1/8 to +4/8 of a share over 2 cores): S_TRACE_CALLS calls
  * traced after as many untraced, and per part the p50 of each phase from the leader's start (ns; "-"
  * where none happened), the end-to-end p50 last: where a split's time goes, on this machine. */
 static void s_trace_plans (backend_model_t *m, const cpu_split_plan_t *plans, const char *const *labels, int count,
@@ -141,7 +141,8 @@ static void s_trace_plans (backend_model_t *m, const cpu_split_plan_t *plans, co
             "| plan | lead | part | seen | done 1 | passed 1 | done 2 | passed 2 | layer 0 | layer 1 | layer 2 | end |\n"
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", S_TRACE_CALLS);
     for (int k = 0; k < count; k++)
-        for (uint32_t step = backend_cpu_split_lead_step (m, plans[k].mask), lead = 0; lead <= 4 * step; lead += step) {
+        for (int32_t step = (int32_t) backend_cpu_split_lead_step (m, plans[k].mask), lead = -step; lead <= 4 * step;
+             lead += step) {
             cpu_split_plan_t plan = plans[k];
             plan.lead = lead;
             backend_cpu_set_split_plan (m, plan);
@@ -153,7 +154,7 @@ static void s_trace_plans (backend_model_t *m, const cpu_split_plan_t *plans, co
             }
             cpu_split_set_trace (split, NULL, 0);
             for (uint32_t p = 0; p < parts; p++) {
-                printf ("| %s | +%u/8 | %u |", labels[k], lead, p);
+                printf ("| %s | %+d/8 | %u |", labels[k], lead, p);
                 static const int cols[9] = { 0, 1, 2, 3, 4, CPU_SPLIT_STAMP_LAYER, CPU_SPLIT_STAMP_LAYER + 1,
                                              CPU_SPLIT_STAMP_LAYER + 2, CPU_SPLIT_STAMPS - 1 };
                 for (int c = 0; c < 9; c++) {
@@ -202,7 +203,7 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
     }
     /* the plans: the layer of the most bytes alone, and with the next split by inputs; every splittable
      * one; and the bytes each part reads */
-    const uint32_t lead = backend_cpu_split_plan (m).lead;
+    const int32_t lead = backend_cpu_split_plan (m).lead;
     uint64_t every = 0;
     const size_t wbytes = cpu_dense_bytes (dtype);
     size_t total = 0, leader = 0, most = 0;
@@ -270,11 +271,11 @@ static int s_bench_dtype (const options_t *o, const weights_t *w, weight_dtype_t
         switch (r) {
         case R_ONE: snprintf (label, sizeof label, "cpu loop %s (%s), one core (cpu %d)", weight_dtype_name (dtype), isa,
                               o->split_cpus[0]); break;
-        case R_LARGEST: snprintf (label, sizeof label, "split over cpus %s: layer %d (the largest), leader +%u/8",
+        case R_LARGEST: snprintf (label, sizeof label, "split over cpus %s: layer %d (the largest), leader %+d/8",
                                   cpus, largest, lead); break;
-        case R_CHAINED: snprintf (label, sizeof label, "split over cpus %s: layer %d, layer %d by inputs, leader +%u/8",
+        case R_CHAINED: snprintf (label, sizeof label, "split over cpus %s: layer %d, layer %d by inputs, leader %+d/8",
                                   cpus, largest, largest + 1, lead); break;
-        case R_EVERY: snprintf (label, sizeof label, "split over cpus %s: layers %s, leader +%u/8", cpus,
+        case R_EVERY: snprintf (label, sizeof label, "split over cpus %s: layers %s, leader %+d/8", cpus,
                                 layers_every, lead); break;
         case R_FLOOR: snprintf (label, sizeof label, "floor %s, one core: one read of %zu weight bytes",
                                 weight_dtype_name (dtype), total); break;
