@@ -3,16 +3,21 @@
  * cpu_dense_avx2.c and cpu_dense_avx512.c (one source, cpu_dense_body.h, compiled for each).
  *
  * LAYOUT. Every dtype packs W the same way, so each path reads the same bytes and a K-major walk
- * needs no horizontal sums: the outputs, padded to a multiple of 16, go in groups of up to 64 (the
- * last group narrower); a group holds in_pad / STEP slices, each its width's outputs x STEP inputs:
- *     group g (outputs 64g ..), slice s, output j of the group, t < STEP:  W[o = 64g + j][k = s STEP + t]
- * at element  64g in_pad + (s width + j) STEP + t.
+ * needs no horizontal sums: the outputs, padded to a multiple of 16, go in blocks of 16, each block
+ * contiguous (16 in_pad elements), of in_pad / STEP slices, each the block's 16 outputs x STEP inputs:
+ *     block b (outputs 16b ..), slice s, output j of the block, t < STEP:  W[o = 16b + j][k = s STEP + t]
+ * at element  16b in_pad + (16 s + j) STEP + t.
  * STEP is 1 for f32 and f16, 2 for bf16 (a 32-bit lane holds inputs 2s and 2s + 1 of one output) and
- * 4 for int8 (the four bytes vpdpbusd sums into one lane; 16 slices of a 64-output group are an AMX
- * B tile). in_pad is in rounded up to 16 (every kernel's unrolled k loop divides it), 64 for int8
- * (an AMX tile's k); the padding is zero. For rows > 1 the k loop is cut into
- * chunks whose slice of a group fits in L1 (16 KiB), and each chunk serves every row before the next
- * is read: a batch reads the weights from L2 once, not once a row.
+ * 4 for int8 (the four bytes vpdpbusd sums into one lane; 16 slices of a block are an AMX B tile, 1 KiB
+ * in one piece). The kernels walk up to 4 blocks at once (a group: one broadcast input feeds 4 vectors),
+ * one stream each: any run of blocks is whole lines in one piece per block, so a core's share of a split
+ * layer (cpu_split.h) reads no line it does not use (with groups of 64 outputs interleaved slice by
+ * slice, as before 2026-12-07, a share ending inside a group read half a 128-byte pair of lines and paid
+ * for the whole pair: 9 blocks of tick_mlp's first layer cost as much as 10). in_pad is in rounded up
+ * to 16 (every kernel's unrolled k loop divides it), 64 for int8 (an AMX tile's k); the padding is
+ * zero. For rows > 1 the k loop is cut into chunks whose slice of a group fits in L1 (16 KiB), and each
+ * chunk serves every row before the next is read: a batch reads the weights from L2 once, not once a
+ * row.
  *
  * NUMERICS (tests/tolerance.c derives each bound). f32: fp32 FMAs. f16: each weight rounded to
  * nearest f16 at load, widened exactly as it is loaded (vcvtph2ps), fp32 arithmetic. bf16: the even
@@ -41,7 +46,7 @@
 #include <stdint.h>
 
 #define CPU_DENSE_BLOCK 16      /* outputs a vector of the layout holds; out_pad is a multiple */
-#define CPU_DENSE_GROUP 64      /* outputs of a full group */
+#define CPU_DENSE_GROUP 64      /* outputs the kernels walk at once (4 blocks) */
 #define CPU_DENSE_KPAD 16       /* in_pad is a multiple (int8: of CPU_DENSE_KPAD_INT8) */
 #define CPU_DENSE_KPAD_INT8 64  /* an AMX tile's 64 bytes of k */
 #define CPU_DENSE_CHUNK_BYTES 16384     /* a group's slice of weights per k chunk when rows > 1 */
@@ -119,9 +124,8 @@ static inline uint32_t cpu_dense_chunk (weight_dtype_t d) { return CPU_DENSE_CHU
 /* Where W[o][k] sits in the layout, in elements. */
 static inline size_t cpu_dense_index (const cpu_dense_t *L, uint32_t o, uint32_t k)
 {
-    const uint32_t g = o / CPU_DENSE_GROUP, j = o % CPU_DENSE_GROUP, step = cpu_dense_step (L->dtype);
-    const uint32_t width = L->out_pad - g * CPU_DENSE_GROUP < CPU_DENSE_GROUP ? L->out_pad - g * CPU_DENSE_GROUP : CPU_DENSE_GROUP;
-    return (size_t) g * CPU_DENSE_GROUP * L->in_pad + ((size_t) (k / step) * width + j) * step + k % step;
+    const uint32_t b = o / CPU_DENSE_BLOCK, j = o % CPU_DENSE_BLOCK, step = cpu_dense_step (L->dtype);
+    return (size_t) b * CPU_DENSE_BLOCK * L->in_pad + ((size_t) (k / step) * CPU_DENSE_BLOCK + j) * step + k % step;
 }
 
 /* The weight W[o][k] as the kernels compute with it (the scale included for int8). */

@@ -84,34 +84,30 @@ S_AMX_TARGET static void s_dense_int8_amx (const cpu_dense_t *L, const cpu_dense
             s_tiles (m);
         const uint8_t *q = io->q + (size_t) r0 * io->q_stride;
         const uint32_t o_end = io->o_end ? io->o_end : L->out_pad;
-        for (uint32_t g = io->o_begin / CPU_DENSE_GROUP * CPU_DENSE_GROUP; g < o_end; g += CPU_DENSE_GROUP) {
-            /* this call's blocks of the group (cpu_dense_body.h's S_WALK): B tiles from b0 outputs in */
-            const uint32_t width = L->out_pad - g < CPU_DENSE_GROUP ? L->out_pad - g : CPU_DENSE_GROUP;
-            const uint32_t b0 = g < io->o_begin ? io->o_begin - g : 0;
-            const uint32_t b1 = o_end - g < width ? o_end - g : width;
-            const unsigned G = (b1 - b0) / CPU_DENSE_BLOCK;
-            const int8_t *Wg = (const int8_t *) L->weight + (size_t) g * L->in_pad + 4 * b0;
-            if (G == 0)
-                continue;
+        const size_t bs = (size_t) CPU_DENSE_BLOCK * L->in_pad;       /* bytes from one block to the next */
+        for (uint32_t g = io->o_begin; g < o_end; g += CPU_DENSE_GROUP) {
+            /* this call's next blocks, up to 4 (cpu_dense_body.h's S_WALK): a B tile each, 1 KiB in one piece */
+            const unsigned G = (o_end - g < CPU_DENSE_GROUP ? o_end - g : CPU_DENSE_GROUP) / CPU_DENSE_BLOCK;
+            const int8_t *Wg = (const int8_t *) L->weight + (size_t) g * L->in_pad;
             _tile_zero (0);
             _tile_zero (1);
             _tile_zero (2);
             _tile_zero (3);
             for (uint32_t k = 0; k < L->in_pad; k += 64) {
-                const int8_t *w = Wg + (size_t) k * width;     /* slice k / 4 */
+                const int8_t *w = Wg + (size_t) k * CPU_DENSE_BLOCK;   /* slice k / 4 of each block */
                 _tile_loadd (4, q + k, io->q_stride);
-                _tile_loadd (5, w, width * 4);
+                _tile_loadd (5, w, 64);
                 _tile_dpbusd (0, 4, 5);
                 if (G > 1) {
-                    _tile_loadd (6, w + 64, width * 4);
+                    _tile_loadd (6, w + bs, 64);
                     _tile_dpbusd (1, 4, 6);
                 }
                 if (G > 2) {
-                    _tile_loadd (7, w + 128, width * 4);
+                    _tile_loadd (7, w + 2 * bs, 64);
                     _tile_dpbusd (2, 4, 7);
                 }
                 if (G > 3) {
-                    _tile_loadd (5, w + 192, width * 4);
+                    _tile_loadd (5, w + 3 * bs, 64);
                     _tile_dpbusd (3, 4, 5);
                 }
             }
@@ -121,7 +117,7 @@ S_AMX_TARGET static void s_dense_int8_amx (const cpu_dense_t *L, const cpu_dense
             _tile_stored (3, &c[0][48], sizeof c[0]);
             for (unsigned r = 0; r < m; r++)
                 for (unsigned b = 0; b < G; b++)
-                    s_int8_finish (L, io, r0 + r, g + b0 + 16 * b, *(const vi *) &c[r][16 * b]);
+                    s_int8_finish (L, io, r0 + r, g + 16 * b, *(const vi *) &c[r][16 * b]);
         }
     }
     _tile_release ();   /* the tiles back to their initial state: nothing for a context switch to save */

@@ -39,20 +39,23 @@
 
 /* ---------------------------------------------------------------- the k loops of one group */
 
-/* ACC[j] += vector j of the group (block j / NV) over inputs [k0, k1) of X, for G blocks; W is the
- * group's first slice (WIDTH outputs a slice). */
-S_INLINE void s_f32_tile (const float *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, vf *acc,
+/* ACC[j] += vector j of the group (block j / NV, its vector j % NV) over inputs [k0, k1) of X, for G
+ * blocks; W is the group's first block, BS elements from one block to the next (16 in_pad): a stream a
+ * block. S_W: vector j's elements at step u of the unrolled k loop (STEP inputs a slice). */
+#define S_W(w, j, bs, u, STEP)                                                                                 \
+    ((w) + (size_t) ((j) / NV) * (bs) + (size_t) (u) * (STEP) * CPU_DENSE_BLOCK + (STEP) * VW * ((j) % NV))
+S_INLINE void s_f32_tile (const float *W, size_t bs, const float *x, uint32_t k0, uint32_t k1, vf *acc,
                           const int G, const int KU)
 {
     vf a[16][4 * NV] = { { { 0 } } };
-    const float *w = W + (size_t) k0 * width, *xk = x + k0;
-    for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * width, xk += KU) {
+    const float *w = W + (size_t) k0 * CPU_DENSE_BLOCK, *xk = x + k0;
+    for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * CPU_DENSE_BLOCK, xk += KU) {
 #pragma GCC unroll 16
         for (int u = 0; u < KU; u++) {
             const vf xb = s_bcast (xk[u]);
 #pragma GCC unroll 8
             for (int j = 0; j < G * NV; j++)
-                a[u][j] += *(const vf *) S_AL (w + (size_t) u * width + VW * j) * xb;
+                a[u][j] += *(const vf *) S_AL (S_W (w, j, bs, u, 1)) * xb;
         }
     }
 #pragma GCC unroll 8
@@ -62,19 +65,19 @@ S_INLINE void s_f32_tile (const float *W, uint32_t width, const float *x, uint32
             acc[j] += a[u][j];
 }
 
-S_INLINE void s_f16_tile (const uint16_t *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, vf *acc,
+S_INLINE void s_f16_tile (const uint16_t *W, size_t bs, const float *x, uint32_t k0, uint32_t k1, vf *acc,
                           const int G, const int KU)
 {
     vf a[8][4 * NV] = { { { 0 } } };
-    const uint16_t *w = W + (size_t) k0 * width;
+    const uint16_t *w = W + (size_t) k0 * CPU_DENSE_BLOCK;
     const float *xk = x + k0;
-    for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * width, xk += KU) {
+    for (uint32_t n = (k1 - k0) / (uint32_t) KU; n; n--, w += (size_t) KU * CPU_DENSE_BLOCK, xk += KU) {
 #pragma GCC unroll 8
         for (int u = 0; u < KU; u++) {
             const vf xb = s_bcast (xk[u]);
 #pragma GCC unroll 8
             for (int j = 0; j < G * NV; j++)
-                a[u][j] += s_f16 (w + (size_t) u * width + VW * j) * xb;
+                a[u][j] += s_f16 (S_W (w, j, bs, u, 1)) * xb;
         }
     }
 #pragma GCC unroll 8
@@ -86,19 +89,19 @@ S_INLINE void s_f16_tile (const uint16_t *W, uint32_t width, const float *x, uin
 
 /* bf16: a lane holds inputs 2s (low half: shifted up, the plain bf16) and 2s + 1 (the whole lane);
  * both products go to one accumulator (two dependent FMAs a step: KU sets the chains). */
-S_INLINE void s_bf16_tile (const uint16_t *W, uint32_t width, const float *x, uint32_t k0, uint32_t k1, vf *acc,
+S_INLINE void s_bf16_tile (const uint16_t *W, size_t bs, const float *x, uint32_t k0, uint32_t k1, vf *acc,
                            const int G, const int KU)
 {
     vf a[8][4 * NV] = { { { 0 } } };
-    const uint16_t *w = W + (size_t) k0 * width;      /* slice k0 / 2, 2 width halves a slice */
+    const uint16_t *w = W + (size_t) k0 * CPU_DENSE_BLOCK;     /* slice k0 / 2, 2 x 16 halves a slice */
     const float *xk = x + k0;
-    for (uint32_t n = (k1 - k0) / (2 * (uint32_t) KU); n; n--, w += (size_t) KU * 2 * width, xk += 2 * KU) {
+    for (uint32_t n = (k1 - k0) / (2 * (uint32_t) KU); n; n--, w += (size_t) KU * 2 * CPU_DENSE_BLOCK, xk += 2 * KU) {
 #pragma GCC unroll 8
         for (int u = 0; u < KU; u++) {
             const vf xe = s_bcast (xk[2 * u]), xo = s_bcast (xk[2 * u + 1]);
 #pragma GCC unroll 8
             for (int j = 0; j < G * NV; j++) {
-                vu lane = *(const vu *) S_AL (w + (size_t) u * 2 * width + 2 * VW * j);
+                vu lane = *(const vu *) S_AL (S_W (w, j, bs, u, 2));
                 S_KEEP (lane);
                 a[u][j] += (vf) (lane << 16) * xe;
                 a[u][j] += (vf) lane * xo;
@@ -112,13 +115,13 @@ S_INLINE void s_bf16_tile (const uint16_t *W, uint32_t width, const float *x, ui
             acc[j] += a[u][j];
 }
 
-S_INT8_TARGET S_INLINE void s_int8_tile (const int8_t *W, uint32_t width, const uint8_t *q, uint32_t k0, uint32_t k1, vi *acc,
+S_INT8_TARGET S_INLINE void s_int8_tile (const int8_t *W, size_t bs, const uint8_t *q, uint32_t k0, uint32_t k1, vi *acc,
                            const int G, const int KU)
 {
     vi a[4][4 * NV] = { { { 0 } } };
-    const int8_t *w = W + (size_t) k0 * width;        /* slice k0 / 4, 4 width bytes a slice */
+    const int8_t *w = W + (size_t) k0 * CPU_DENSE_BLOCK;      /* slice k0 / 4, 4 x 16 bytes a slice */
     const uint8_t *qk = q + k0;
-    for (uint32_t n = (k1 - k0) / (4 * (uint32_t) KU); n; n--, w += (size_t) KU * 4 * width, qk += 4 * KU) {
+    for (uint32_t n = (k1 - k0) / (4 * (uint32_t) KU); n; n--, w += (size_t) KU * 4 * CPU_DENSE_BLOCK, qk += 4 * KU) {
 #pragma GCC unroll 4
         for (int u = 0; u < KU; u++) {
             uint32_t x4;
@@ -126,7 +129,7 @@ S_INT8_TARGET S_INLINE void s_int8_tile (const int8_t *W, uint32_t width, const 
             const s_x4_t xb = s_x4 (x4);
 #pragma GCC unroll 8
             for (int j = 0; j < G * NV; j++)
-                a[u][j] = s_dot4 (a[u][j], *(const vi *) S_AL (w + (size_t) u * 4 * width + 4 * VW * j), xb);
+                a[u][j] = s_dot4 (a[u][j], *(const vi *) S_AL (S_W (w, j, bs, u, 4)), xb);
         }
     }
 #pragma GCC unroll 8
@@ -150,36 +153,23 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
 
 /* ---------------------------------------------------------------- one layer */
 
-/* The walk every dtype shares: groups, k chunks (rows > 1), rows, over the outputs [o_begin, o_end) (whole
- * blocks: a group's first blocks may belong to another core, whose W columns the tile skips by starting
- * b0 outputs in, each slice still WIDTH outputs wide) and the inputs [k_begin, k_end). TILE (W, width,
- * row, k0, k1, acc, G) runs G blocks of one group over a k range for one row; ACC_T is its accumulators'
- * type. First chunk: accumulators from 0; later ones from the partial sums; the last one finishes the
- * outputs (FINISH: vector j, outputs o = g0 + VW j, g0 the first output of this group's share), or with
- * RAW (io->raw for the float dtypes, 0 for int8) stores the sums as they are in y, which then holds the
- * chunks' too. */
-#define S_TILE_WIDTH(TILE, ROW_IN, G)                                                                          \
-    do {                                                                                                       \
-        if (width == CPU_DENSE_GROUP)                                                                          \
-            TILE (Wg, CPU_DENSE_GROUP, ROW_IN, k0, k1, acc, G);                                                \
-        else                                                                                                   \
-            TILE (Wg, width, ROW_IN, k0, k1, acc, G);                                                          \
-    } while (0)
+/* The walk every dtype shares: groups of up to 4 blocks from o_begin, k chunks (rows > 1), rows, over the
+ * outputs [o_begin, o_end) (whole blocks: each its own stream, so a share may start and end at any block)
+ * and the inputs [k_begin, k_end). TILE (W, bs, row, k0, k1, acc, G) runs G blocks of one group over a k
+ * range for one row; ACC_T is its accumulators' type. First chunk: accumulators from 0; later ones from
+ * the partial sums; the last one finishes the outputs (FINISH: vector j, outputs o = g0 + VW j, g0 the
+ * group's first output), or with RAW (io->raw for the float dtypes, 0 for int8) stores the sums as they
+ * are in y, which then holds the chunks' too. */
 #define S_WALK(ELEM, ACC_T, ROW_IN, TILE, FINISH, RAW)                                                      \
     do {                                                                                                       \
         const uint32_t chunk = io->rows == 1 ? L->in_pad : cpu_dense_chunk (L->dtype);                        \
         const uint32_t o_end = io->o_end ? io->o_end : L->out_pad;                                            \
         const uint32_t kb = io->k_begin, ke = io->k_end ? io->k_end : L->in_pad;                              \
+        const size_t bs = (size_t) CPU_DENSE_BLOCK * L->in_pad;                                               \
         const bool raw = (RAW);                                                                             \
-        for (uint32_t g = io->o_begin / CPU_DENSE_GROUP * CPU_DENSE_GROUP; g < o_end; g += CPU_DENSE_GROUP) {  \
-            const uint32_t width = L->out_pad - g < CPU_DENSE_GROUP ? L->out_pad - g : CPU_DENSE_GROUP;       \
-            const uint32_t b0 = g < io->o_begin ? io->o_begin - g : 0;                                        \
-            const uint32_t b1 = o_end - g < width ? o_end - g : width;                                        \
-            const uint32_t g0 = g + b0;                                                                        \
-            const int G = (int) ((b1 - b0) / CPU_DENSE_BLOCK);                                                 \
-            if (G == 0)                                                                                        \
-                continue;                                                                                      \
-            const ELEM *Wg = (const ELEM *) L->weight + (size_t) g * L->in_pad + (size_t) b0 * cpu_dense_step (L->dtype); \
+        for (uint32_t g0 = io->o_begin; g0 < o_end; g0 += CPU_DENSE_GROUP) {                                   \
+            const int G = (int) ((o_end - g0 < CPU_DENSE_GROUP ? o_end - g0 : CPU_DENSE_GROUP) / CPU_DENSE_BLOCK); \
+            const ELEM *Wg = (const ELEM *) L->weight + (size_t) g0 * L->in_pad;                               \
             for (uint32_t k0 = kb; k0 < ke; k0 += chunk) {                                                     \
                 const uint32_t k1 = k0 + chunk < ke ? k0 + chunk : ke;                                         \
                 for (uint32_t r = 0; r < io->rows; r++) {                                                      \
@@ -189,13 +179,11 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
                     if (k0 > kb)                                                                               \
                         for (int j = 0; j < G * NV; j++)                                                       \
                             acc[j] = part[j];                                                                  \
-                    /* a full group's width as a constant (its addresses immediates: a runtime width left  \
-                     * GCC 12 short of registers, spilling in the k loop, 5% slower on tick_mlp) */         \
-                    switch (G) {                                                                               \
-                    case 4: TILE (Wg, CPU_DENSE_GROUP, ROW_IN, k0, k1, acc, 4); break;                         \
-                    case 3: S_TILE_WIDTH (TILE, ROW_IN, 3); break;                                             \
-                    case 2: S_TILE_WIDTH (TILE, ROW_IN, 2); break;                                             \
-                    default: S_TILE_WIDTH (TILE, ROW_IN, 1); break;                                            \
+                    switch (G) {       /* G a constant in each: the k loop unrolled for it */                  \
+                    case 4: TILE (Wg, bs, ROW_IN, k0, k1, acc, 4); break;                                      \
+                    case 3: TILE (Wg, bs, ROW_IN, k0, k1, acc, 3); break;                                      \
+                    case 2: TILE (Wg, bs, ROW_IN, k0, k1, acc, 2); break;                                      \
+                    default: TILE (Wg, bs, ROW_IN, k0, k1, acc, 1); break;                                     \
                     }                                                                                          \
                     if (k1 < ke || raw)                                                                        \
                         for (int j = 0; j < G * NV; j++)                                                       \
@@ -214,10 +202,10 @@ S_INLINE void s_store (float *y, vf v, activation_t act)
     s_store (io->y + (size_t) r * io->y_stride + g0 + VW * j,                                                  \
              acc[j] + *(const vf *) S_AL (L->bias + g0 + VW * j), L->activation)
 
-#define S_F32_TILE(W, width, x, k0, k1, acc, G) s_f32_tile (W, width, x, k0, k1, acc, G, S_KU_F32 (G))
-#define S_F16_TILE(W, width, x, k0, k1, acc, G) s_f16_tile (W, width, x, k0, k1, acc, G, S_KU_F16 (G))
-#define S_BF16_TILE(W, width, x, k0, k1, acc, G) s_bf16_tile (W, width, x, k0, k1, acc, G, S_KU_BF16 (G))
-#define S_INT8_TILE(W, width, q, k0, k1, acc, G) s_int8_tile (W, width, q, k0, k1, acc, G, S_KU_INT8 (G))
+#define S_F32_TILE(W, bs, x, k0, k1, acc, G) s_f32_tile (W, bs, x, k0, k1, acc, G, S_KU_F32 (G))
+#define S_F16_TILE(W, bs, x, k0, k1, acc, G) s_f16_tile (W, bs, x, k0, k1, acc, G, S_KU_F16 (G))
+#define S_BF16_TILE(W, bs, x, k0, k1, acc, G) s_bf16_tile (W, bs, x, k0, k1, acc, G, S_KU_BF16 (G))
+#define S_INT8_TILE(W, bs, q, k0, k1, acc, G) s_int8_tile (W, bs, q, k0, k1, acc, G, S_KU_INT8 (G))
 
 static void s_dense_f32 (const cpu_dense_t *L, const cpu_dense_io_t *io)
 {
