@@ -238,6 +238,20 @@ START_TEST (packed_weights_within_their_rounding)
         ck_assert_msg (cpu_dense_pack (&L, src, (weight_dtype_t) d, "0.weight", err, sizeof err) == 0, "%s", err);
         ck_assert_uint_eq (L.in_pad, d == WEIGHT_DTYPE_INT8 ? 64 : 48);
         ck_assert_uint_eq (L.out_pad, 48);
+        /* the layout: each block of 16 outputs its own 16 in_pad elements (a split's share of blocks reads
+         * only its own lines), every weight once; W[17][5] at 16 in_pad + (16 (5 / step) + 1) step + 5 % step */
+        static const size_t at_17_5[WEIGHT_DTYPE_COUNT] = { [WEIGHT_DTYPE_F32] = 849, [WEIGHT_DTYPE_F16] = 849,
+                                                            [WEIGHT_DTYPE_BF16] = 835, [WEIGHT_DTYPE_INT8] = 1093 };
+        ck_assert_uint_eq (cpu_dense_index (&L, 17, 5), at_17_5[d]);
+        unsigned char *seen = calloc ((size_t) L.out_pad * L.in_pad, 1);
+        for (uint32_t o = 0; o < L.out_pad; o++)
+            for (uint32_t k = 0; k < L.in_pad; k++) {
+                const size_t i = cpu_dense_index (&L, o, k), b = o / CPU_DENSE_BLOCK;
+                ck_assert_msg (i >= b * CPU_DENSE_BLOCK * L.in_pad && i < (b + 1) * CPU_DENSE_BLOCK * L.in_pad && !seen[i],
+                               "%s W[%u][%u] at %zu", weight_dtype_name ((weight_dtype_t) d), o, k, i);
+                seen[i] = 1;
+            }
+        free (seen);
         for (uint32_t o = 0; o < L.out_pad; o++) {
             double wmax = 0;
             for (uint32_t k = 0; o < src->out && k < src->in; k++)
