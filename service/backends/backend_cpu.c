@@ -1,7 +1,7 @@
 /* CPU backend: fused dense layers (GEMV + bias + activation) on one core, or split over the cores an
  * instance owns ("split": cpu_split.h, decided at load by measuring both).
  * Two kernels, chosen per model by "cpu_kernel":
- *   loop: hand-written (cpu_dense.h): the weights packed at load, K-major in groups of 64 outputs, in
+ *   loop: hand-written (cpu_dense.h): the weights packed at load, K-major in blocks of 16 outputs, in
  *         the model's weight_dtype (f32, f16, bf16 or int8), on the best instruction path this CPU
  *         has (cpu_isa.h: AVX-512, AVX2 or plain C, chosen at load; SIGSERVE_CPU_ISA caps it). A
  *         batch of rows reads each chunk of weights once for all of them.

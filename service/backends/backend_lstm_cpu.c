@@ -1,6 +1,6 @@
 /* The LSTM on one CPU core, weights in f32 or bf16 (backend_lstm.h), kernel "lstm-loop".
  *
- * LAYOUT. Every weight matrix is one of the MLP's dense layers (cpu_dense.h: K-major groups of 64
+ * LAYOUT. Every weight matrix is one of the MLP's dense layers (cpu_dense.h: K-major blocks of 16
  * outputs, f32 or bf16), its 4Hp outputs with the gate rows interleaved by blocks of 16 units:
  * outputs [64b, 64b + 64) are gates i, f, g, o (16 each) of units 16b .. 16b + 15, Hp = H rounded up
  * to 16, padding zero. Its products run on the dense kernels of the path cpu_isa.h picks (raw sums,
