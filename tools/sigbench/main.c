@@ -77,7 +77,7 @@ static void s_usage (FILE *out)
              "               beside one core, per --cpu-dtypes, with both floors and the hand-off A-B\n"
              "  --split-only of the CPU tables, table 5 alone; with --trace, each split plan's phases\n"
              "               (per core: saw the call, slice done, barrier passed) at the leader's\n"
-             "               shares of 0 to 4 more blocks, p50 ns from the call's start\n"
+             "               shares of -1 to 4 more blocks, p50 ns from the call's start\n"
              "  --dtypes L   the persistent rows (and variants, trace) once per weight dtype in L\n"
              "               (\"f32,f16,bf16\"; default f32); f16 and bf16 also at cluster 2, 4 and 8\n"
              "  --sync K     the persistent rows' (and --instances') hand-offs: plan (default: the plan's choice), barriers\n"
