@@ -41,9 +41,9 @@ START_TEST (inline_runs_on_the_front_only_when_nothing_waits)
     model_t *m = model_new (&s_cfg->models[0], &s_cfg->server, stats, NULL, err, sizeof err);
     ck_assert_msg (m != NULL, "%s", err);
     /* Its prediction pinned, 1 us a launch and 0.1 us a row (a 5-4-2 MLP takes well under that): the
-     * load times it by the clock, and a suite running beside this one on a 2-core machine once read it
-     * past inline_us (under ASan), so request 1 was queued. Where a job runs is what this test asserts,
-     * from the prediction; not what the clock read. */
+     * load times it by the clock, and on a busy 2-core machine an ASan build once read it past
+     * inline_us, so request 1 was queued. Where a job runs is what this test asserts, from the
+     * prediction; not what the clock read. */
     m->desc.launch_ns = 1000;
     m->desc.row_ns = 100;
     model_t *seq = s_model (1);
